@@ -1,0 +1,144 @@
+//! Per-bridge and per-port settings, with the Linux bridge's defaults.
+
+use qbridge_wire::Tpid;
+use serde::Serialize;
+
+/// Which tag a bridge switches on: `vlan_protocol 802.1Q` (C-VLAN bridge, TPID 0x8100) or
+/// `802.1ad` (provider bridge, S-tag TPID 0x88a8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum VlanProtocol {
+    #[default]
+    #[serde(rename = "802.1Q")]
+    Dot1Q,
+    #[serde(rename = "802.1ad")]
+    Dot1Ad,
+}
+
+impl VlanProtocol {
+    pub const fn tpid(self) -> Tpid {
+        match self {
+            VlanProtocol::Dot1Q => Tpid::DOT1Q,
+            VlanProtocol::Dot1Ad => Tpid::DOT1AD,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            VlanProtocol::Dot1Q => "802.1Q",
+            VlanProtocol::Dot1Ad => "802.1ad",
+        }
+    }
+}
+
+/// Link-local groups an 802.1ad bridge always forwards (Linux `BR_GROUPFWD_8021AD`): the
+/// customer's STP (00), and 0B, 0C, 0D, 0F. Its own group is 01-80-C2-00-00-08.
+pub const GROUP_FWD_8021AD: u16 = 0xb801;
+/// Bits of `group_fwd_mask` that cannot be set (Linux `BR_GROUPFWD_RESTRICTED`: STP, MAC pause,
+/// LACP).
+pub const GROUP_FWD_RESTRICTED: u16 = 0x0007;
+
+/// One bridge's settings (`ip link add NAME type bridge …`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BridgeSettings {
+    /// 0: VLAN-unaware (tags are payload, one FDB). 1: 802.1Q filtering.
+    pub vlan_filtering: bool,
+    pub vlan_protocol: VlanProtocol,
+    /// PVID (untagged) a port gets when it joins; 0 = none.
+    pub default_pvid: u16,
+    /// Dynamic FDB entries not seen for this long are removed; 0 = never.
+    pub ageing_time_ns: u64,
+    /// Most dynamically learned FDB entries in the bridge; 0 = no limit.
+    pub fdb_max_learned: u32,
+    /// Link-local groups 01-80-C2-00-00-0X forwarded, bit X.
+    pub group_fwd_mask: u16,
+    /// Size of the FDB (all kinds of entries). A full table evicts the oldest learned entry of
+    /// the port holding most learned entries (Open vSwitch's fair eviction). qbridge extension.
+    pub fdb_max_entries: u32,
+}
+
+/// Default and largest `fdb_max_entries`.
+pub const FDB_DEFAULT_MAX_ENTRIES: u32 = 1 << 21;
+pub const FDB_LIMIT_MAX_ENTRIES: u32 = 1 << 24;
+
+impl Default for BridgeSettings {
+    fn default() -> Self {
+        BridgeSettings {
+            vlan_filtering: false,
+            vlan_protocol: VlanProtocol::Dot1Q,
+            default_pvid: 1,
+            ageing_time_ns: 300 * 1_000_000_000,
+            fdb_max_learned: 0,
+            group_fwd_mask: 0,
+            fdb_max_entries: FDB_DEFAULT_MAX_ENTRIES,
+        }
+    }
+}
+
+/// One port's settings (`ip link set dev NAME …`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortSettings {
+    pub learning: bool,
+    /// Flood unknown unicast to this port.
+    pub flood: bool,
+    pub mcast_flood: bool,
+    pub bcast_flood: bool,
+    /// An isolated port never sends to another isolated port.
+    pub isolated: bool,
+    /// A hairpin port may send a frame back out of the port it came in on.
+    pub hairpin: bool,
+    /// L3 MTU; frames up to 14 + mtu + envhdr bytes (without FCS) pass.
+    pub mtu: u32,
+    /// Envelope allowance; `None`: automatic (4 bytes per tag the port's configuration can
+    /// carry, see [`PortSettings::effective_envhdr`]).
+    pub envhdr_len: Option<u32>,
+    /// TPID of this port's bridge tag; `None`: the bridge's `vlan_protocol`.
+    #[serde(serialize_with = "ser_tpid")]
+    pub tpid: Option<Tpid>,
+    /// Most dynamically learned FDB entries on this port; 0 = no limit.
+    pub fdb_max_learned: u32,
+    /// Administrative and link state; a down port neither receives nor sends.
+    pub up: bool,
+}
+
+impl Default for PortSettings {
+    fn default() -> Self {
+        PortSettings {
+            learning: true,
+            flood: true,
+            mcast_flood: true,
+            bcast_flood: true,
+            isolated: false,
+            hairpin: false,
+            mtu: 1500,
+            envhdr_len: None,
+            tpid: None,
+            fdb_max_learned: 0,
+            up: true,
+        }
+    }
+}
+
+impl PortSettings {
+    /// The envelope allowance in force. Automatic: one tag (4 bytes, the slack every Linux NIC
+    /// gives) plus, on an 802.1ad bridge, 4 more when the port carries any tagged VLAN — a
+    /// customer's C-tagged 1500-byte packet with an S-tag outside (1522 bytes) passes.
+    pub fn effective_envhdr(&self, protocol: VlanProtocol, has_tagged_vlan: bool) -> u32 {
+        match self.envhdr_len {
+            Some(v) => v,
+            None => {
+                let provider = protocol == VlanProtocol::Dot1Ad && has_tagged_vlan;
+                4 + if provider { 4 } else { 0 }
+            }
+        }
+    }
+}
+
+/// Largest envelope frame (IEEE 802.3as), without FCS: 2000 - 4.
+pub const MAX_ENVELOPE_FRAME: u32 = 1996;
+
+fn ser_tpid<S: serde::Serializer>(t: &Option<Tpid>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.collect_str(t),
+        None => s.serialize_none(),
+    }
+}

@@ -1,0 +1,141 @@
+//! Drop reasons and counters.
+//!
+//! Every frame the core does not forward is counted under exactly one [`DropReason`], on the
+//! port where the decision was made: ingress reasons on the receiving port, egress reasons
+//! (`Oversize` after a tag push, `EgressNotMember`, …) on the port the copy was meant for.
+
+use serde::Serialize;
+
+macro_rules! drop_reasons {
+    ($($(#[doc = $doc:literal])* $name:ident = $label:literal,)*) => {
+        /// Why a frame (or one flooded copy of it) was not sent.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        #[repr(u8)]
+        pub enum DropReason {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl DropReason {
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$name,)*];
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The stable snake_case name used in JSON, Prometheus and docs.
+            pub const fn name(self) -> &'static str {
+                match self { $(DropReason::$name => $label,)* }
+            }
+
+            pub fn from_name(s: &str) -> Option<DropReason> {
+                match s { $($label => Some(DropReason::$name),)* _ => None }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Port is not attached to a bridge.
+    NoBridge = "no_bridge",
+    /// Port is down.
+    PortDown = "port_down",
+    /// Shorter than an Ethernet header, or a bridge tag cut short.
+    Runt = "runt",
+    /// Longer than 14 + mtu + envhdr (per segment for GSO frames), at ingress or egress.
+    Oversize = "oversize",
+    /// Source MAC is multicast, broadcast or all-zero.
+    InvalidSrcMac = "invalid_src_mac",
+    /// Link-local group frame for the bridge itself (01-80-C2-00-00-0X not in group_fwd_mask),
+    /// or MAC pause (01).
+    LinkLocal = "link_local",
+    /// Bridge tag with VID 4095.
+    ReservedVid = "reserved_vid",
+    /// Untagged or priority-tagged frame on a port without a PVID.
+    NoPvid = "no_pvid",
+    /// Ingress filter: the frame's VID is not a member of the port.
+    VlanNotMember = "vlan_not_member",
+    /// Destination is a permanent (local) FDB entry: for the bridge itself, which has no host
+    /// port in qbridge.
+    Local = "local",
+    /// Known unicast destination is the ingress port and the port is not hairpin.
+    SamePort = "same_port",
+    /// Known unicast from an isolated port to another isolated port.
+    Isolated = "isolated",
+    /// Known unicast destination port is not a member of the frame's VID (egress filter).
+    EgressNotMember = "egress_not_member",
+    /// Known unicast destination port is down.
+    EgressDown = "egress_down",
+    /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
+    NoDestination = "no_destination",
+    /// The egress port's output queue was full (set by I/O layers).
+    TxQueueFull = "tx_queue_full",
+    /// The egress port failed to send (set by I/O layers).
+    TxError = "tx_error",
+}
+
+/// Per-port counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// FDB entries not learned because a limit (port or bridge `fdb_max_learned`) was reached.
+    pub fdb_learn_refused: u64,
+    /// Learned FDB entries of this port evicted to make room because the table was full (the
+    /// port holding most learned entries loses its oldest first).
+    pub fdb_evictions: u64,
+    /// Times a MAC address moved to this port.
+    pub fdb_moves: u64,
+    #[serde(serialize_with = "ser_drops")]
+    pub drops: [u64; DropReason::COUNT],
+}
+
+fn ser_drops<S: serde::Serializer>(d: &[u64; DropReason::COUNT], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(None)?;
+    for r in DropReason::ALL {
+        let v = d[*r as usize];
+        if v != 0 {
+            m.serialize_entry(r.name(), &v)?;
+        }
+    }
+    m.end()
+}
+
+impl Default for PortCounters {
+    fn default() -> Self {
+        PortCounters {
+            rx_frames: 0,
+            rx_bytes: 0,
+            tx_frames: 0,
+            tx_bytes: 0,
+            fdb_learn_refused: 0,
+            fdb_evictions: 0,
+            fdb_moves: 0,
+            drops: [0; DropReason::COUNT],
+        }
+    }
+}
+
+impl PortCounters {
+    #[inline]
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Per-VLAN counters of one bridge: frames admitted on the VID, and copies sent on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct VlanCounters {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+}

@@ -1,0 +1,52 @@
+//! Configuration errors. Each message names the bad input.
+
+use qbridge_wire::MacAddr;
+
+/// Why a configuration operation was refused. The switch is unchanged after any of these.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("device \"{0}\" does not exist")]
+    NoSuchDevice(String),
+    #[error("device \"{0}\" already exists")]
+    DeviceExists(String),
+    #[error("invalid device name \"{0}\" (1 to 15 characters, no '/', whitespace or ':')")]
+    BadName(String),
+    #[error("device \"{0}\" is not a bridge")]
+    NotABridge(String),
+    #[error("device \"{0}\" is a bridge, not a port")]
+    NotAPort(String),
+    #[error("device \"{0}\" is not attached to a bridge")]
+    NoMaster(String),
+    #[error("vid {0} is reserved")]
+    ReservedVid(u16),
+    #[error("vid {0} is out of range (1-4094)")]
+    VidOutOfRange(u32),
+    #[error("range end {end} is below start {start}")]
+    BadRange { start: u16, end: u16 },
+    #[error("pvid can only be set for a single vid, not a range")]
+    PvidRange,
+    #[error("vid {vid} is not configured on device \"{dev}\"")]
+    VlanNotConfigured { dev: String, vid: u16 },
+    #[error("mtu {0} is out of range (68-65535)")]
+    BadMtu(u32),
+    #[error("envhdr len {0} is out of range (0-482: envelope frames are at most 2000 bytes)")]
+    BadEnvhdr(u32),
+    #[error("tpid 0x{0:04x} cannot be used: it is an EtherType of a network protocol")]
+    BadTpid(u16),
+    #[error("group_fwd_mask 0x{0:04x} is invalid: bits 0-2 (STP, MAC pause, LACP) cannot be set")]
+    RestrictedGroupFwdMask(u16),
+    #[error("ageing_time {0} is out of range (0 or 1-1000000 seconds)")]
+    BadAgeingTime(String),
+    #[error("invalid MAC address {0}: multicast and all-zero addresses cannot be FDB entries")]
+    BadFdbMac(MacAddr),
+    #[error("FDB entry {mac} vlan {vid} does not exist on device \"{dev}\"")]
+    NoSuchFdbEntry { mac: MacAddr, vid: u16, dev: String },
+    #[error("FDB entry {mac} vlan {vid} exists on device \"{dev}\"")]
+    FdbEntryExists { mac: MacAddr, vid: u16, dev: String },
+    #[error("FDB is full ({0} entries)")]
+    FdbFull(usize),
+    #[error("fdb_max_entries {0} is out of range (1-16777216)")]
+    BadFdbMaxEntries(u32),
+    #[error("too many ports (limit {0})")]
+    TooManyPorts(usize),
+}

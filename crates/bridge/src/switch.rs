@@ -1,0 +1,906 @@
+//! The switch: bridges, ports, their configuration operations, and views for the control plane.
+//!
+//! Names share one namespace, as network devices do: a bridge and a port cannot have the same
+//! name. Ports have stable ids ([`PortId`]) for as long as they exist; the I/O layer uses them to
+//! tag received frames and to pick the backend for each output batch.
+//!
+//! Every operation validates before it changes anything. Dense forwarding state (per-port VID
+//! bitmaps, the per-VID flood lists, per-port frame-size limits) is recompiled by the operation
+//! that changes its inputs, never on the fast path.
+
+use crate::config::{
+    BridgeSettings, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES, GROUP_FWD_RESTRICTED,
+    MAX_ENVELOPE_FRAME,
+};
+use crate::counters::{PortCounters, VlanCounters};
+use crate::error::ConfigError;
+use crate::fdb::{
+    fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbKind,
+    F_PERMANENT, F_STATIC, F_STICKY,
+};
+use crate::vlanset::VlanSet;
+use qbridge_packet::{Batch, BufPool};
+use qbridge_wire::{MacAddr, Tpid};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Index of a port in the switch; stable while the port exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PortId(pub u16);
+
+/// Index of a bridge in the switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct BridgeId(pub u16);
+
+/// Most ports in one switch.
+pub const MAX_PORTS: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Bridge {
+    pub name: String,
+    pub settings: BridgeSettings,
+    pub fdb: Fdb,
+    /// Ports attached, in attach order.
+    pub ports: Vec<u16>,
+    /// Compiled: ports that are members of each VID, `flood_off[vid]..flood_off[vid + 1]` in
+    /// `flood_ports`; index 0 lists every port (VLAN-unaware flooding).
+    pub flood_off: Vec<u32>,
+    pub flood_ports: Vec<u16>,
+    pub vlan_counters: Vec<VlanCounters>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Port {
+    pub name: String,
+    pub kind: String,
+    pub master: Option<u16>,
+    pub settings: PortSettings,
+    pub member: VlanSet,
+    pub untagged: VlanSet,
+    /// 0 = none.
+    pub pvid: u16,
+    /// Compiled: TPID of the bridge tag on this port.
+    pub tpid: u16,
+    /// Compiled: longest frame (without FCS) accepted or sent, per segment.
+    pub max_frame: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Bridge(u16),
+    Port(u16),
+}
+
+/// Frames leaving the core: one batch per port id, and the pool that flood copies come from and
+/// dropped frames go back to.
+#[derive(Debug)]
+pub struct Outputs {
+    pub ports: Vec<Batch>,
+    pub pool: BufPool,
+}
+
+impl Default for Outputs {
+    fn default() -> Self {
+        Outputs::new()
+    }
+}
+
+impl Outputs {
+    pub fn new() -> Outputs {
+        Outputs { ports: Vec::new(), pool: BufPool::new(8192) }
+    }
+
+    pub(crate) fn ensure(&mut self, nports: usize) {
+        if self.ports.len() < nports {
+            self.ports.resize_with(nports, || Batch::with_capacity(256));
+        }
+    }
+
+    /// Output batch of `port` (empty if the port never received a frame).
+    pub fn batch_mut(&mut self, port: PortId) -> &mut Batch {
+        self.ensure(port.0 as usize + 1);
+        &mut self.ports[port.0 as usize]
+    }
+
+    /// Frames queued for any port.
+    pub fn pending(&self) -> usize {
+        self.ports.iter().map(|b| b.len()).sum()
+    }
+}
+
+/// A link as `link show` presents it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkView {
+    pub ifname: String,
+    /// "bridge" or the port's backend kind ("pcap", "afpacket", "tap", …).
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<BridgeSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<PortView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<PortCounters>,
+}
+
+/// Port settings with the values in force.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortView {
+    pub id: u16,
+    #[serde(flatten)]
+    pub settings: PortSettings,
+    pub envhdr_effective: u32,
+    pub tpid_effective: String,
+    pub max_frame: u32,
+}
+
+/// One port's VLAN configuration, for `vlan show`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VlanView {
+    pub ifname: String,
+    pub vlans: Vec<VlanEntryView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VlanEntryView {
+    pub vlan: u16,
+    pub flags: Vec<&'static str>,
+}
+
+/// Bridges, ports and their forwarding state.
+#[derive(Clone, Debug, Default)]
+pub struct Switch {
+    pub(crate) bridges: Vec<Option<Bridge>>,
+    pub(crate) ports: Vec<Option<Port>>,
+    pub(crate) counters: Vec<PortCounters>,
+    names: HashMap<String, Link>,
+    /// The time of the latest `process` or `age` call, for entries added by commands.
+    pub(crate) now_ns: u64,
+    /// Frames handed in with a port id that names no port (an I/O layer's mistake).
+    pub(crate) unknown_port_drops: u64,
+    /// Flood targets of the frame being forwarded; kept to avoid allocating per frame.
+    pub(crate) scratch: Vec<u16>,
+}
+
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadName(name.to_string()))
+    }
+}
+
+/// Checks a VID for membership: 1..=4094.
+pub fn check_vid(vid: u32) -> Result<u16, ConfigError> {
+    match vid {
+        4095 => Err(ConfigError::ReservedVid(4095)),
+        1..=4094 => Ok(vid as u16),
+        _ => Err(ConfigError::VidOutOfRange(vid)),
+    }
+}
+
+fn check_bridge_settings(s: &BridgeSettings) -> Result<(), ConfigError> {
+    if s.default_pvid != 0 {
+        check_vid(s.default_pvid as u32)?;
+    }
+    if s.group_fwd_mask & GROUP_FWD_RESTRICTED != 0 {
+        return Err(ConfigError::RestrictedGroupFwdMask(s.group_fwd_mask));
+    }
+    if s.fdb_max_entries == 0 || s.fdb_max_entries > FDB_LIMIT_MAX_ENTRIES {
+        return Err(ConfigError::BadFdbMaxEntries(s.fdb_max_entries));
+    }
+    Ok(())
+}
+
+fn check_port_settings(s: &PortSettings) -> Result<(), ConfigError> {
+    if !(68..=65535).contains(&s.mtu) {
+        return Err(ConfigError::BadMtu(s.mtu));
+    }
+    if let Some(e) = s.envhdr_len {
+        if e > MAX_ENVELOPE_FRAME - 1514 {
+            return Err(ConfigError::BadEnvhdr(e));
+        }
+    }
+    if let Some(t) = s.tpid {
+        check_tpid(t)?;
+    }
+    Ok(())
+}
+
+/// TPIDs that would make ordinary traffic look tagged are refused.
+pub fn check_tpid(t: Tpid) -> Result<(), ConfigError> {
+    // IPv4, ARP, IPv6, and values below 0x0600 (802.3 lengths, not EtherTypes).
+    if matches!(t.0, 0x0800 | 0x0806 | 0x86dd) || t.0 < 0x0600 {
+        return Err(ConfigError::BadTpid(t.0));
+    }
+    Ok(())
+}
+
+impl Switch {
+    pub fn new() -> Switch {
+        Switch::default()
+    }
+
+    // ----- lookups -----
+
+    fn link(&self, name: &str) -> Result<Link, ConfigError> {
+        self.names.get(name).copied().ok_or_else(|| ConfigError::NoSuchDevice(name.to_string()))
+    }
+
+    /// The id of port `name`.
+    pub fn port_id(&self, name: &str) -> Result<PortId, ConfigError> {
+        match self.link(name)? {
+            Link::Port(p) => Ok(PortId(p)),
+            Link::Bridge(_) => Err(ConfigError::NotAPort(name.to_string())),
+        }
+    }
+
+    /// The id of bridge `name`.
+    pub fn bridge_id(&self, name: &str) -> Result<BridgeId, ConfigError> {
+        match self.link(name)? {
+            Link::Bridge(b) => Ok(BridgeId(b)),
+            Link::Port(_) => Err(ConfigError::NotABridge(name.to_string())),
+        }
+    }
+
+    pub fn is_bridge(&self, name: &str) -> bool {
+        matches!(self.names.get(name), Some(Link::Bridge(_)))
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
+    pub(crate) fn port(&self, id: PortId) -> &Port {
+        self.ports[id.0 as usize].as_ref().expect("live port id")
+    }
+
+    fn port_mut(&mut self, id: PortId) -> &mut Port {
+        self.ports[id.0 as usize].as_mut().expect("live port id")
+    }
+
+    fn bridge(&self, id: BridgeId) -> &Bridge {
+        self.bridges[id.0 as usize].as_ref().expect("live bridge id")
+    }
+
+    fn bridge_mut(&mut self, id: BridgeId) -> &mut Bridge {
+        self.bridges[id.0 as usize].as_mut().expect("live bridge id")
+    }
+
+    pub fn port_name(&self, id: PortId) -> Option<&str> {
+        self.ports.get(id.0 as usize)?.as_ref().map(|p| p.name.as_str())
+    }
+
+    pub fn port_kind(&self, id: PortId) -> Option<&str> {
+        self.ports.get(id.0 as usize)?.as_ref().map(|p| p.kind.as_str())
+    }
+
+    /// Ids and names of all ports, in id order.
+    pub fn port_ids(&self) -> impl Iterator<Item = (PortId, &str)> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (PortId(i as u16), p.name.as_str())))
+    }
+
+    /// Highest port id + 1: the size an output table needs.
+    pub fn port_slots(&self) -> usize {
+        self.ports.len()
+    }
+
+    pub fn port_settings(&self, id: PortId) -> &PortSettings {
+        &self.port(id).settings
+    }
+
+    pub fn port_master(&self, id: PortId) -> Option<BridgeId> {
+        self.port(id).master.map(BridgeId)
+    }
+
+    pub fn bridge_settings(&self, id: BridgeId) -> &BridgeSettings {
+        &self.bridge(id).settings
+    }
+
+    pub fn bridge_name(&self, id: BridgeId) -> &str {
+        &self.bridge(id).name
+    }
+
+    pub fn bridge_ids(&self) -> impl Iterator<Item = (BridgeId, &str)> {
+        self.bridges
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().map(|b| (BridgeId(i as u16), b.name.as_str())))
+    }
+
+    /// Longest frame port `id` accepts and sends (without FCS).
+    pub fn port_max_frame(&self, id: PortId) -> u32 {
+        self.port(id).max_frame
+    }
+
+    /// The TPID of the bridge tag on port `id`.
+    pub fn port_tpid(&self, id: PortId) -> Tpid {
+        Tpid(self.port(id).tpid)
+    }
+
+    pub fn port_counters(&self, id: PortId) -> &PortCounters {
+        &self.counters[id.0 as usize]
+    }
+
+    /// Counters of port `id`, for I/O layers that count transmit failures.
+    pub fn port_counters_mut(&mut self, id: PortId) -> &mut PortCounters {
+        &mut self.counters[id.0 as usize]
+    }
+
+    pub fn vlan_counters(&self, id: BridgeId, vid: u16) -> VlanCounters {
+        self.bridge(id).vlan_counters[vid as usize & 0xfff]
+    }
+
+    /// Number of FDB entries in bridge `id`, and how many of them were learned.
+    pub fn fdb_len(&self, id: BridgeId) -> (usize, usize) {
+        let b = self.bridge(id);
+        (b.fdb.len(), b.fdb.learned())
+    }
+
+    // ----- links -----
+
+    /// `link add NAME type bridge …`
+    pub fn add_bridge(
+        &mut self,
+        name: &str,
+        settings: BridgeSettings,
+    ) -> Result<BridgeId, ConfigError> {
+        check_name(name)?;
+        if self.names.contains_key(name) {
+            return Err(ConfigError::DeviceExists(name.to_string()));
+        }
+        check_bridge_settings(&settings)?;
+        let idx = match self.bridges.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.bridges.push(None);
+                self.bridges.len() - 1
+            }
+        };
+        let fdb = Fdb::new(settings.fdb_max_entries as usize);
+        self.bridges[idx] = Some(Bridge {
+            name: name.to_string(),
+            settings,
+            fdb,
+            ports: Vec::new(),
+            flood_off: vec![0; 4097],
+            flood_ports: Vec::new(),
+            vlan_counters: vec![VlanCounters::default(); 4096],
+        });
+        self.names.insert(name.to_string(), Link::Bridge(idx as u16));
+        Ok(BridgeId(idx as u16))
+    }
+
+    /// `link set dev BR type bridge …`: replaces the settings, with Linux's side effects
+    /// (a new `default_pvid` moves ports that still use the old default).
+    pub fn set_bridge(&mut self, id: BridgeId, settings: BridgeSettings) -> Result<(), ConfigError> {
+        check_bridge_settings(&settings)?;
+        let old = self.bridge(id).settings.clone();
+        if old.default_pvid != settings.default_pvid {
+            self.change_default_pvid(id, old.default_pvid, settings.default_pvid);
+        }
+        let b = self.bridge_mut(id);
+        b.fdb.max_entries = settings.fdb_max_entries as usize;
+        b.settings = settings;
+        self.recompile_bridge(id);
+        Ok(())
+    }
+
+    fn change_default_pvid(&mut self, id: BridgeId, old: u16, new: u16) {
+        let ports = self.bridge(id).ports.clone();
+        for p in ports {
+            let port = self.port_mut(PortId(p));
+            let old_is_default = old != 0 && port.pvid == old && port.untagged.contains(old);
+            if old != 0 && !old_is_default {
+                continue;
+            }
+            if new != 0 && port.member.contains(new) {
+                continue;
+            }
+            if old != 0 {
+                port.member.remove(old);
+                port.untagged.remove(old);
+                port.pvid = 0;
+            }
+            if new != 0 {
+                port.member.insert(new);
+                port.untagged.insert(new);
+                port.pvid = new;
+            }
+            if old != 0 {
+                self.flush_port_vlan(PortId(p), old);
+            }
+        }
+    }
+
+    /// `link add NAME type KIND`: a port, not yet attached to a bridge.
+    pub fn add_port(
+        &mut self,
+        name: &str,
+        kind: &str,
+        settings: PortSettings,
+    ) -> Result<PortId, ConfigError> {
+        check_name(name)?;
+        if self.names.contains_key(name) {
+            return Err(ConfigError::DeviceExists(name.to_string()));
+        }
+        check_port_settings(&settings)?;
+        let idx = match self.ports.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                if self.ports.len() >= MAX_PORTS {
+                    return Err(ConfigError::TooManyPorts(MAX_PORTS));
+                }
+                self.ports.push(None);
+                self.counters.push(PortCounters::default());
+                self.ports.len() - 1
+            }
+        };
+        self.ports[idx] = Some(Port {
+            name: name.to_string(),
+            kind: kind.to_string(),
+            master: None,
+            settings,
+            member: VlanSet::default(),
+            untagged: VlanSet::default(),
+            pvid: 0,
+            tpid: 0x8100,
+            max_frame: 0,
+        });
+        self.counters[idx] = PortCounters::default();
+        self.names.insert(name.to_string(), Link::Port(idx as u16));
+        self.recompile_port(PortId(idx as u16));
+        Ok(PortId(idx as u16))
+    }
+
+    /// `link set dev NAME …` on a port.
+    pub fn set_port(&mut self, id: PortId, settings: PortSettings) -> Result<(), ConfigError> {
+        check_port_settings(&settings)?;
+        self.port_mut(id).settings = settings;
+        self.recompile_port(id);
+        Ok(())
+    }
+
+    /// `link set dev NAME master BR` (or `nomaster` with `None`).
+    pub fn set_master(&mut self, id: PortId, master: Option<BridgeId>) -> Result<(), ConfigError> {
+        let current = self.port(id).master;
+        if current == master.map(|b| b.0) {
+            return Ok(());
+        }
+        if let Some(b) = current {
+            self.detach(id, BridgeId(b));
+        }
+        if let Some(b) = master {
+            let pvid = self.bridge(b).settings.default_pvid;
+            let port = self.port_mut(id);
+            port.master = Some(b.0);
+            port.member = VlanSet::default();
+            port.untagged = VlanSet::default();
+            port.pvid = 0;
+            if pvid != 0 {
+                port.member.insert(pvid);
+                port.untagged.insert(pvid);
+                port.pvid = pvid;
+            }
+            self.bridge_mut(b).ports.push(id.0);
+            self.recompile_bridge(b);
+        }
+        Ok(())
+    }
+
+    fn detach(&mut self, id: PortId, b: BridgeId) {
+        let br = self.bridge_mut(b);
+        br.ports.retain(|&p| p != id.0);
+        br.fdb.remove_where(|s| s.port == id.0);
+        let port = self.port_mut(id);
+        port.master = None;
+        port.member = VlanSet::default();
+        port.untagged = VlanSet::default();
+        port.pvid = 0;
+        self.recompile_bridge(b);
+        self.recompile_port(id);
+    }
+
+    /// `link del dev NAME`. Deleting a bridge detaches its ports.
+    pub fn del_link(&mut self, name: &str) -> Result<(), ConfigError> {
+        match self.link(name)? {
+            Link::Port(p) => {
+                if let Some(b) = self.port(PortId(p)).master {
+                    self.detach(PortId(p), BridgeId(b));
+                }
+                self.ports[p as usize] = None;
+            }
+            Link::Bridge(b) => {
+                for p in self.bridge(BridgeId(b)).ports.clone() {
+                    self.detach(PortId(p), BridgeId(b));
+                }
+                self.bridges[b as usize] = None;
+            }
+        }
+        self.names.remove(name);
+        Ok(())
+    }
+
+    // ----- VLANs -----
+
+    fn attached(&self, id: PortId) -> Result<BridgeId, ConfigError> {
+        self.port(id).master.map(BridgeId).ok_or_else(|| ConfigError::NoMaster(self.port(id).name.clone()))
+    }
+
+    /// `vlan add vid V[-V2] dev NAME [pvid] [untagged]`. Re-adding a VID replaces its flags, as
+    /// in Linux: without `untagged` it becomes tagged; without `pvid` it stops being the PVID.
+    pub fn vlan_add(
+        &mut self,
+        id: PortId,
+        start: u32,
+        end: u32,
+        pvid: bool,
+        untagged: bool,
+    ) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start, end)?;
+        if pvid && start != end {
+            return Err(ConfigError::PvidRange);
+        }
+        let b = self.attached(id)?;
+        let port = self.port_mut(id);
+        for vid in start..=end {
+            port.member.insert(vid);
+            if untagged {
+                port.untagged.insert(vid);
+            } else {
+                port.untagged.remove(vid);
+            }
+            if pvid {
+                port.pvid = vid;
+            } else if port.pvid == vid {
+                port.pvid = 0;
+            }
+        }
+        self.recompile_bridge(b);
+        Ok(())
+    }
+
+    /// `vlan del vid V[-V2] dev NAME`: also flushes the port's dynamic entries in those VLANs.
+    pub fn vlan_del(&mut self, id: PortId, start: u32, end: u32) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start, end)?;
+        let b = self.attached(id)?;
+        let port = self.port(id);
+        if let Some(vid) = (start..=end).find(|&v| !port.member.contains(v)) {
+            return Err(ConfigError::VlanNotConfigured { dev: port.name.clone(), vid });
+        }
+        let port = self.port_mut(id);
+        for vid in start..=end {
+            port.member.remove(vid);
+            port.untagged.remove(vid);
+            if port.pvid == vid {
+                port.pvid = 0;
+            }
+        }
+        for vid in start..=end {
+            self.flush_port_vlan(id, vid);
+        }
+        self.recompile_bridge(b);
+        Ok(())
+    }
+
+    fn flush_port_vlan(&mut self, id: PortId, vid: u16) {
+        if let Some(b) = self.port(id).master {
+            self.bridge_mut(BridgeId(b))
+                .fdb
+                .remove_where(|s| s.port == id.0 && key_fid(s.key) == vid && s.ages());
+        }
+    }
+
+    /// VLAN configuration of every attached port (or of `dev` only), for `vlan show`.
+    pub fn vlans(&self, dev: Option<&str>) -> Result<Vec<VlanView>, ConfigError> {
+        let only = match dev {
+            Some(d) => Some(self.port_id(d)?),
+            None => None,
+        };
+        let mut out = Vec::new();
+        for (id, name) in self.port_ids() {
+            if only.is_some_and(|o| o != id) {
+                continue;
+            }
+            let p = self.port(id);
+            if p.master.is_none() {
+                continue;
+            }
+            let vlans = p
+                .member
+                .iter()
+                .map(|vid| {
+                    let mut flags = Vec::new();
+                    if p.pvid == vid {
+                        flags.push("PVID");
+                    }
+                    if p.untagged.contains(vid) {
+                        flags.push("Egress Untagged");
+                    }
+                    VlanEntryView { vlan: vid, flags }
+                })
+                .collect();
+            out.push(VlanView { ifname: name.to_string(), vlans });
+        }
+        Ok(out)
+    }
+
+    /// Membership of `vid` on port `id`: `None` if not a member, else `(is_pvid, untagged)`.
+    pub fn vlan_membership(&self, id: PortId, vid: u16) -> Option<(bool, bool)> {
+        let p = self.port(id);
+        p.member.contains(vid).then(|| (p.pvid == vid, p.untagged.contains(vid)))
+    }
+
+    // ----- FDB -----
+
+    /// `fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]`. Without a
+    /// VLAN on a VLAN-filtering bridge the entry is added for VLAN 0 and for every VLAN of the
+    /// port, as Linux does.
+    pub fn fdb_add(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: Option<u32>,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Result<(), ConfigError> {
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadFdbMac(mac));
+        }
+        let b = self.attached(id)?;
+        let vids = self.fdb_vids(id, b, vlan)?;
+        let flags = match kind {
+            FdbKind::Dynamic => 0,
+            FdbKind::Static => F_STATIC,
+            FdbKind::Permanent => F_PERMANENT,
+        } | if sticky { F_STICKY } else { 0 };
+        let now = self.now_ns;
+        let name = self.port(id).name.clone();
+        let fdb = &mut self.bridge_mut(b).fdb;
+        if !replace {
+            for &vid in &vids {
+                if fdb.get(fdb_key(mac, vid)).is_some() {
+                    return Err(ConfigError::FdbEntryExists { mac, vid, dev: name });
+                }
+            }
+        }
+        let new_keys = vids.iter().filter(|&&v| fdb.get(fdb_key(mac, v)).is_none()).count();
+        if fdb.len() + new_keys > fdb.max_entries && fdb.learned() < new_keys {
+            return Err(ConfigError::FdbFull(fdb.max_entries));
+        }
+        for &vid in &vids {
+            match fdb.add_user(fdb_key(mac, vid), id.0, flags, now, replace) {
+                Ok(()) => {}
+                Err(AddError::Exists(_)) => unreachable!("checked above"),
+                Err(AddError::Full) => return Err(ConfigError::FdbFull(fdb.max_entries)),
+            }
+        }
+        Ok(())
+    }
+
+    fn fdb_vids(&self, id: PortId, b: BridgeId, vlan: Option<u32>) -> Result<Vec<u16>, ConfigError> {
+        Ok(match vlan {
+            Some(v) => vec![check_vid(v)?],
+            None if self.bridge(b).settings.vlan_filtering => {
+                std::iter::once(0).chain(self.port(id).member.iter()).collect()
+            }
+            None => vec![0],
+        })
+    }
+
+    /// `fdb del MAC dev NAME [vlan V]`.
+    pub fn fdb_del(&mut self, mac: MacAddr, id: PortId, vlan: Option<u32>) -> Result<(), ConfigError> {
+        let b = self.attached(id)?;
+        let vids = self.fdb_vids(id, b, vlan)?;
+        let name = self.port(id).name.clone();
+        let fdb = &mut self.bridge_mut(b).fdb;
+        let present: Vec<u16> = vids
+            .iter()
+            .copied()
+            .filter(|&v| fdb.get(fdb_key(mac, v)).is_some_and(|s| s.port == id.0))
+            .collect();
+        if present.is_empty() || (vlan.is_some() && present.len() != vids.len()) {
+            return Err(ConfigError::NoSuchFdbEntry { mac, vid: vids[0], dev: name });
+        }
+        for vid in present {
+            fdb.remove(fdb_key(mac, vid));
+        }
+        Ok(())
+    }
+
+    /// `fdb flush dev NAME [vlan V] [dynamic|static]`: NAME is a bridge (whole table) or a
+    /// port. Permanent entries stay. Returns the number of entries removed.
+    pub fn fdb_flush(
+        &mut self,
+        dev: &str,
+        vlan: Option<u32>,
+        which: FdbFlushKind,
+    ) -> Result<usize, ConfigError> {
+        let vid = vlan.map(check_vid).transpose()?;
+        let (b, port) = match self.link(dev)? {
+            Link::Bridge(b) => (BridgeId(b), None),
+            Link::Port(p) => (self.attached(PortId(p))?, Some(p)),
+        };
+        let fdb = &mut self.bridge_mut(b).fdb;
+        Ok(fdb.remove_where(|s| {
+            if s.flags & F_PERMANENT != 0 {
+                return false;
+            }
+            let kind_ok = match which {
+                FdbFlushKind::All => true,
+                FdbFlushKind::Dynamic => s.kind() == FdbKind::Dynamic,
+                FdbFlushKind::Static => s.kind() == FdbKind::Static,
+            };
+            kind_ok && port.is_none_or(|p| s.port == p) && vid.is_none_or(|v| key_fid(s.key) == v)
+        }))
+    }
+
+    /// FDB entries matching `filter`, sorted by bridge, port, VLAN and MAC.
+    pub fn fdb_entries(&self, filter: &FdbFilter) -> Result<Vec<FdbEntryView>, ConfigError> {
+        let only_bridge = filter.bridge.as_deref().map(|n| self.bridge_id(n)).transpose()?;
+        let only_port = filter.dev.as_deref().map(|n| self.port_id(n)).transpose()?;
+        let mut out = Vec::new();
+        for (bid, bname) in self.bridge_ids() {
+            if only_bridge.is_some_and(|b| b != bid) {
+                continue;
+            }
+            let b = self.bridge(bid);
+            for s in b.fdb.iter() {
+                if only_port.is_some_and(|p| p.0 != s.port) {
+                    continue;
+                }
+                let fid = key_fid(s.key);
+                if filter.vlan.is_some_and(|v| v != fid) {
+                    continue;
+                }
+                out.push(FdbEntryView {
+                    mac: key_mac(s.key),
+                    vlan: (fid != 0).then_some(fid),
+                    ifname: self.port(PortId(s.port)).name.clone(),
+                    master: bname.to_string(),
+                    kind: s.kind(),
+                    sticky: s.flags & F_STICKY != 0,
+                    added_by_user: !s.is_learned(),
+                    idle_ns: self.now_ns.saturating_sub(s.seen_ns),
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            (&a.master, self.port_id(&a.ifname).ok(), a.vlan, a.mac).cmp(&(
+                &b.master,
+                self.port_id(&b.ifname).ok(),
+                b.vlan,
+                b.mac,
+            ))
+        });
+        Ok(out)
+    }
+
+    /// Looks up `mac` in VLAN `vid` (0 on a VLAN-unaware bridge) of bridge `b`.
+    pub fn fdb_lookup(&self, b: BridgeId, mac: MacAddr, vid: u16) -> Option<(PortId, FdbKind)> {
+        self.bridge(b).fdb.get(fdb_key(mac, vid)).map(|s| (PortId(s.port), s.kind()))
+    }
+
+    /// Removes dynamic entries idle longer than each bridge's `ageing_time`. Call it off the
+    /// fast path, about once a second. Returns the number removed.
+    pub fn age(&mut self, now_ns: u64) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut n = 0;
+        for b in self.bridges.iter_mut().flatten() {
+            n += b.fdb.age(now_ns, b.settings.ageing_time_ns);
+        }
+        n
+    }
+
+    /// Sets the clock used for entries added by commands and for idle times.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Frames received with a port id that names no port.
+    pub fn unknown_port_drops(&self) -> u64 {
+        self.unknown_port_drops
+    }
+
+    // ----- views -----
+
+    /// All links (bridges first, then ports), for `link show`.
+    pub fn links(&self, with_stats: bool) -> Vec<LinkView> {
+        let mut out = Vec::new();
+        for (_, name) in self.bridge_ids() {
+            let b = self.bridge(self.bridge_id(name).expect("listed"));
+            out.push(LinkView {
+                ifname: name.to_string(),
+                kind: "bridge".to_string(),
+                master: None,
+                bridge: Some(b.settings.clone()),
+                port: None,
+                stats: None,
+            });
+        }
+        for (id, name) in self.port_ids() {
+            let p = self.port(id);
+            let protocol = p
+                .master
+                .map(|b| self.bridge(BridgeId(b)).settings.vlan_protocol)
+                .unwrap_or_default();
+            out.push(LinkView {
+                ifname: name.to_string(),
+                kind: p.kind.clone(),
+                master: p.master.map(|b| self.bridge(BridgeId(b)).name.clone()),
+                bridge: None,
+                port: Some(PortView {
+                    id: id.0,
+                    settings: p.settings.clone(),
+                    envhdr_effective: p.settings.effective_envhdr(protocol, has_tagged(p)),
+                    tpid_effective: format!("0x{:04x}", p.tpid),
+                    max_frame: p.max_frame,
+                }),
+                stats: with_stats.then(|| self.counters[id.0 as usize].clone()),
+            });
+        }
+        out
+    }
+
+    // ----- compilation -----
+
+    fn recompile_port(&mut self, id: PortId) {
+        let protocol = match self.port(id).master {
+            Some(b) => self.bridge(BridgeId(b)).settings.vlan_protocol,
+            None => VlanProtocol::Dot1Q,
+        };
+        let p = self.port_mut(id);
+        p.tpid = p.settings.tpid.unwrap_or(protocol.tpid()).0;
+        let envhdr = p.settings.effective_envhdr(protocol, has_tagged(p));
+        p.max_frame = 14 + p.settings.mtu + envhdr;
+    }
+
+    /// Rebuilds the per-VID flood lists of bridge `b` and the compiled state of its ports.
+    fn recompile_bridge(&mut self, b: BridgeId) {
+        let ports = self.bridge(b).ports.clone();
+        for &p in &ports {
+            self.recompile_port(PortId(p));
+        }
+        let mut off = Vec::with_capacity(4097);
+        let mut list = Vec::new();
+        for vid in 0..4096u16 {
+            off.push(list.len() as u32);
+            for &p in &ports {
+                if vid == 0 || self.port(PortId(p)).member.contains(vid) {
+                    list.push(p);
+                }
+            }
+        }
+        off.push(list.len() as u32);
+        let br = self.bridge_mut(b);
+        br.flood_off = off;
+        br.flood_ports = list;
+    }
+}
+
+fn has_tagged(p: &Port) -> bool {
+    p.member.iter().any(|v| !p.untagged.contains(v))
+}
+
+fn check_range(start: u32, end: u32) -> Result<(u16, u16), ConfigError> {
+    let s = check_vid(start)?;
+    let e = check_vid(end)?;
+    if e < s {
+        return Err(ConfigError::BadRange { start: s, end: e });
+    }
+    Ok((s, e))
+}
