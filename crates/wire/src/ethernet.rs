@@ -4,7 +4,7 @@
 //! type field); after that every getter is total. The FCS is never part of the buffer.
 
 use crate::mac::MacAddr;
-use crate::vlan::{TagStack, Tpid};
+use crate::vlan::{TagStack, Tpid, TAG_LEN};
 use crate::{Error, Result};
 use core::fmt;
 
@@ -124,6 +124,56 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     }
 }
 
+/// An owned Ethernet header: addresses, the whole tag stack (outermost first) and the inner
+/// EtherType.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Repr {
+    pub dst: MacAddr,
+    pub src: MacAddr,
+    pub tags: TagStack,
+    /// The EtherType after the last tag (the L3 protocol).
+    pub ethertype: EtherType,
+}
+
+impl Repr {
+    /// Reads the header; `is_tag` decides which type fields are tags (see [`TagStack::parse`]).
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>, is_tag: impl Fn(Tpid) -> bool) -> Result<Repr> {
+        let (tags, ethertype, _) = frame.tags(is_tag)?;
+        Ok(Repr {
+            dst: frame.dst(),
+            src: frame.src(),
+            tags,
+            ethertype: EtherType::from(ethertype),
+        })
+    }
+
+    /// Header bytes: 14 plus 4 per tag. Also the offset of the L3 header.
+    pub fn header_len(&self) -> usize {
+        HDR_LEN + self.tags.wire_len()
+    }
+
+    pub fn buffer_len(&self) -> usize {
+        self.header_len()
+    }
+
+    /// Writes addresses, tags and EtherType into the front of `buf`; `Truncated` if shorter
+    /// than [`Repr::buffer_len`].
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        let Some(hdr) = buf.get_mut(..self.header_len()) else {
+            return Err(Error::Truncated);
+        };
+        hdr[field::DST].copy_from_slice(&self.dst.0);
+        hdr[field::SRC].copy_from_slice(&self.src.0);
+        let mut at = ADDRS_LEN;
+        for tag in self.tags.as_slice() {
+            hdr[at..at + TAG_LEN].copy_from_slice(&tag.to_bytes());
+            at += TAG_LEN;
+        }
+        hdr[at..at + 2].copy_from_slice(&u16::from(self.ethertype).to_be_bytes());
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +194,32 @@ mod tests {
         let (s, et, off) = f.tags(Tpid::is_well_known).unwrap();
         assert_eq!((s.len(), et, off), (1, 0x86dd, 18));
         assert_eq!(Frame::new_checked(&b[..13]).unwrap_err(), Error::Truncated);
+    }
+
+    #[test]
+    fn repr_round_trip_two_tags() {
+        use crate::vlan::{Tag, Tci, Vid};
+        let bytes = [
+            0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, // dst, src
+            0x88, 0xa8, 0x00, 0x64, // S-tag VID 100
+            0x81, 0x00, 0x20, 0x0a, // C-tag PCP 1 VID 10
+            0x08, 0x00, // IPv4
+        ];
+        let r = Repr::parse(
+            &Frame::new_checked(&bytes[..]).unwrap(),
+            Tpid::is_well_known,
+        )
+        .unwrap();
+        assert_eq!(r.ethertype, EtherType::Ipv4);
+        assert_eq!(r.tags.len(), 2);
+        assert_eq!(
+            r.tags.as_slice()[1],
+            Tag::new(Tpid::DOT1Q, Tci::new(1, false, Vid::from_bits(10)))
+        );
+        assert_eq!(r.header_len(), 22);
+        let mut out = [0u8; 22];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, bytes);
+        assert_eq!(r.emit(&mut [0u8; 21]), Err(Error::Truncated));
     }
 }

@@ -45,7 +45,12 @@ impl MacAddr {
     /// IEEE 802.1D reserved link-local group 01-80-C2-00-00-0X; returns X.
     pub const fn link_local_group(&self) -> Option<u8> {
         let a = self.0;
-        if a[0] == 0x01 && a[1] == 0x80 && a[2] == 0xc2 && a[3] == 0 && a[4] == 0 && a[5] & 0xf0 == 0
+        if a[0] == 0x01
+            && a[1] == 0x80
+            && a[2] == 0xc2
+            && a[3] == 0
+            && a[4] == 0
+            && a[5] & 0xf0 == 0
         {
             Some(a[5])
         } else {
@@ -79,7 +84,11 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", a[0], a[1], a[2], a[3], a[4], a[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            a[0], a[1], a[2], a[3], a[4], a[5]
+        )
     }
 }
 
@@ -95,7 +104,11 @@ pub struct ParseMacError(pub String);
 
 impl fmt::Display for ParseMacError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid MAC address \"{}\" (expected six hex bytes like 02:00:00:00:00:01)", self.0)
+        write!(
+            f,
+            "invalid MAC address \"{}\" (expected six hex bytes like 02:00:00:00:00:01)",
+            self.0
+        )
     }
 }
 
@@ -149,7 +162,13 @@ mod tests {
         assert_eq!(m.0, [0x02, 0xab, 0xcd, 0, 0, 1]);
         assert_eq!(m.to_string(), "02:ab:cd:00:00:01");
         assert_eq!("02-ab-cd-00-00-01".parse::<MacAddr>().unwrap(), m);
-        for bad in ["", "02:ab", "02:ab:cd:00:00:01:02", "zz:00:00:00:00:00", "002:0:0:0:0:0"] {
+        for bad in [
+            "",
+            "02:ab",
+            "02:ab:cd:00:00:01:02",
+            "zz:00:00:00:00:00",
+            "002:0:0:0:0:0",
+        ] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
     }
@@ -160,7 +179,10 @@ mod tests {
         assert!(MacAddr::ZERO.is_zero() && MacAddr::ZERO.is_unicast());
         let stp = MacAddr([0x01, 0x80, 0xc2, 0, 0, 0]);
         assert_eq!(stp.link_local_group(), Some(0));
-        assert_eq!(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10]).link_local_group(), None);
+        assert_eq!(
+            MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10]).link_local_group(),
+            None
+        );
         let m = MacAddr([1, 2, 3, 4, 5, 6]);
         assert_eq!(MacAddr::from_u64(m.to_u64()), m);
     }

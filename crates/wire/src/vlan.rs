@@ -145,7 +145,13 @@ pub struct TagStack {
 
 impl TagStack {
     pub const fn new() -> TagStack {
-        TagStack { tags: [Tag { tpid: Tpid(0), tci: Tci(0) }; MAX_TAGS], len: 0 }
+        TagStack {
+            tags: [Tag {
+                tpid: Tpid(0),
+                tci: Tci(0),
+            }; MAX_TAGS],
+            len: 0,
+        }
     }
 
     pub const fn len(&self) -> usize {
@@ -234,9 +240,24 @@ mod tests {
             deep.extend_from_slice(&[0x81, 0x00, 0x00, 0x01]);
         }
         deep.extend_from_slice(&[0x08, 0x00]);
-        assert_eq!(TagStack::parse(&deep, Tpid::is_well_known), Err(crate::Error::TooManyTags));
-        assert_eq!(TagStack::parse(&deep[4..], Tpid::is_well_known).unwrap().0.len(), MAX_TAGS);
-        assert_eq!(TagStack::parse(&[0x81, 0x00, 0x00], Tpid::is_well_known), Err(crate::Error::Truncated));
-        assert_eq!(TagStack::parse(&[0x81], Tpid::is_well_known), Err(crate::Error::Truncated));
+        assert_eq!(
+            TagStack::parse(&deep, Tpid::is_well_known),
+            Err(crate::Error::TooManyTags)
+        );
+        assert_eq!(
+            TagStack::parse(&deep[4..], Tpid::is_well_known)
+                .unwrap()
+                .0
+                .len(),
+            MAX_TAGS
+        );
+        assert_eq!(
+            TagStack::parse(&[0x81, 0x00, 0x00], Tpid::is_well_known),
+            Err(crate::Error::Truncated)
+        );
+        assert_eq!(
+            TagStack::parse(&[0x81], Tpid::is_well_known),
+            Err(crate::Error::Truncated)
+        );
     }
 }
