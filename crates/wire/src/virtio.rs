@@ -66,7 +66,7 @@ pub enum HeaderKind {
 
 impl HeaderKind {
     /// Bytes of this header on the wire.
-    pub const fn len(self) -> usize {
+    pub const fn wire_len(self) -> usize {
         match self {
             HeaderKind::Legacy => LEGACY_LEN,
             HeaderKind::MrgRxbuf => MRG_RXBUF_LEN,
@@ -195,9 +195,9 @@ pub struct Repr {
 }
 
 impl Repr {
-    /// Reads a header of `kind`. `Truncated` if the buffer is shorter than `kind.len()`.
+    /// Reads a header of `kind`. `Truncated` if the buffer is shorter than `kind.wire_len()`.
     pub fn parse<T: AsRef<[u8]>>(h: &Header<T>, kind: HeaderKind) -> Result<Repr> {
-        if h.buffer.as_ref().len() < kind.len() {
+        if h.buffer.as_ref().len() < kind.wire_len() {
             return Err(Error::Truncated);
         }
         Ok(Repr {
@@ -216,13 +216,13 @@ impl Repr {
     }
 
     pub const fn buffer_len(&self) -> usize {
-        self.kind.len()
+        self.kind.wire_len()
     }
 
     /// Writes the header into the front of `buf`; `Truncated` if shorter than
     /// [`Repr::buffer_len`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let Some(hdr) = buf.get_mut(..self.kind.len()) else {
+        let Some(hdr) = buf.get_mut(..self.kind.wire_len()) else {
             return Err(Error::Truncated);
         };
         let mut h = Header::new_unchecked(hdr);
