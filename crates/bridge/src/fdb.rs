@@ -138,7 +138,9 @@ pub(crate) enum Learned {
     /// A `fdb_max_learned` limit refused it.
     Refused,
     /// New, after evicting the oldest learned entry of `port` (table full).
-    NewEvicting { port: u16 },
+    NewEvicting {
+        port: u16,
+    },
 }
 
 const MIN_SLOTS: usize = 64;
@@ -254,7 +256,13 @@ impl Fdb {
         let stamp = self.next_stamp;
         self.next_stamp = self.next_stamp.wrapping_add(1).max(1);
         let i = self.free_slot_for(key);
-        self.slots[i] = Slot { key, seen_ns: now_ns, stamp, port, flags };
+        self.slots[i] = Slot {
+            key,
+            seen_ns: now_ns,
+            stamp,
+            port,
+            flags,
+        };
         self.len += 1;
         if flags == 0 {
             self.count_learned(port, stamp, key);
@@ -310,7 +318,11 @@ impl Fdb {
             }
             let h = self.home(k);
             // Move j back to i if its home is not in the cyclic range (i, j].
-            let in_range = if i <= j { i < h && h <= j } else { i < h || h <= j };
+            let in_range = if i <= j {
+                i < h && h <= j
+            } else {
+                i < h || h <= j
+            };
             if !in_range {
                 self.slots[i] = self.slots[j];
                 i = j;
@@ -422,7 +434,13 @@ impl Fdb {
             if old.is_learned() {
                 self.uncount_learned(old.port);
             }
-            self.slots[i] = Slot { key, seen_ns: now_ns, stamp: old.stamp, port, flags };
+            self.slots[i] = Slot {
+                key,
+                seen_ns: now_ns,
+                stamp: old.stamp,
+                port,
+                flags,
+            };
             return Ok(());
         }
         if self.len >= self.max_entries && self.evict_fair().is_none() {
@@ -471,14 +489,20 @@ mod tests {
         assert_eq!(f.learn(k(1), 1, 20, 0, 0), Learned::Kept);
         assert_eq!(f.get(k(1)).unwrap().seen_ns, 20);
         assert_eq!(f.learn(k(1), 2, 30, 0, 0), Learned::Moved);
-        assert_eq!((f.port_learned(1), f.port_learned(2), f.learned()), (0, 1, 1));
+        assert_eq!(
+            (f.port_learned(1), f.port_learned(2), f.learned()),
+            (0, 1, 1)
+        );
         f.add_user(k(2), 3, F_STICKY | F_STATIC, 0, false).unwrap();
         assert_eq!(f.learn(k(2), 4, 1, 0, 0), Learned::Kept);
         assert_eq!(f.get(k(2)).unwrap().port, 3);
         f.add_user(k(3), 3, F_STATIC, 0, false).unwrap();
         assert_eq!(f.learn(k(3), 4, 1, 0, 0), Learned::Moved);
         assert_eq!(f.get(k(3)).unwrap().kind(), FdbKind::Static);
-        assert_eq!(f.add_user(k(3), 3, F_STATIC, 0, false), Err(AddError::Exists(4)));
+        assert_eq!(
+            f.add_user(k(3), 3, F_STATIC, 0, false),
+            Err(AddError::Exists(4))
+        );
         assert_eq!(f.learned(), 1);
     }
 

@@ -44,7 +44,14 @@ impl Switch {
             self.now_ns = now_ns;
         }
         out.ensure(self.ports.len());
-        let Switch { bridges, ports, counters, scratch, unknown_port_drops, .. } = self;
+        let Switch {
+            bridges,
+            ports,
+            counters,
+            scratch,
+            unknown_port_drops,
+            ..
+        } = self;
         for pkt in rx.pkts.drain(..) {
             let in_id = pkt.port as usize;
             let Some(Some(inp)) = ports.get(in_id) else {
@@ -132,19 +139,31 @@ fn forward(
                 0 => inp.pvid,
                 v => v,
             };
-            Class { vid, tagged: true, tci_hi: tci & 0xf000 }
+            Class {
+                vid,
+                tagged: true,
+                tci_hi: tci & 0xf000,
+            }
         } else {
             if inp.pvid == 0 {
                 return drop(c, DropReason::NoPvid, pkt, pool);
             }
-            Class { vid: inp.pvid, tagged: false, tci_hi: 0 }
+            Class {
+                vid: inp.pvid,
+                tagged: false,
+                tci_hi: 0,
+            }
         };
         if !inp.member.contains(class.vid) {
             return drop(c, DropReason::VlanNotMember, pkt, pool);
         }
         class
     } else {
-        Class { vid: 0, tagged: false, tci_hi: 0 }
+        Class {
+            vid: 0,
+            tagged: false,
+            tci_hi: 0,
+        }
     };
     let vc = &mut br.vlan_counters[class.vid as usize];
     vc.rx_frames += 1;
@@ -204,7 +223,9 @@ fn forward(
     let list = &br.flood_ports[br.flood_off[vid] as usize..br.flood_off[vid + 1] as usize];
     scratch.clear();
     for &p in list {
-        let Some(ep) = ports[p as usize].as_ref() else { continue };
+        let Some(ep) = ports[p as usize].as_ref() else {
+            continue;
+        };
         let s = &ep.settings;
         let allowed = match flood_class {
             FloodClass::Unknown => s.flood,
@@ -221,7 +242,12 @@ fn forward(
         scratch.push(p);
     }
     let Some((&last, rest)) = scratch.split_last() else {
-        return drop(&mut counters[in_id], DropReason::NoDestination, pkt, &mut out.pool);
+        return drop(
+            &mut counters[in_id],
+            DropReason::NoDestination,
+            pkt,
+            &mut out.pool,
+        );
     };
     for &p in rest {
         let mut copy = out.pool.get();
@@ -254,7 +280,12 @@ fn emit(
             }
         } else {
             let tci = class.tci_hi | class.vid;
-            let tag = [(ep.tpid >> 8) as u8, ep.tpid as u8, (tci >> 8) as u8, tci as u8];
+            let tag = [
+                (ep.tpid >> 8) as u8,
+                ep.tpid as u8,
+                (tci >> 8) as u8,
+                tci as u8,
+            ];
             if class.tagged {
                 pkt.frame_mut()[12..16].copy_from_slice(&tag);
             } else {

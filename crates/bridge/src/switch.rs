@@ -87,7 +87,10 @@ impl Default for Outputs {
 
 impl Outputs {
     pub fn new() -> Outputs {
-        Outputs { ports: Vec::new(), pool: BufPool::new(8192) }
+        Outputs {
+            ports: Vec::new(),
+            pool: BufPool::new(8192),
+        }
     }
 
     pub(crate) fn ensure(&mut self, nports: usize) {
@@ -168,7 +171,9 @@ fn check_name(name: &str) -> Result<(), ConfigError> {
         && name.len() <= 15
         && name != "."
         && name != ".."
-        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
     if ok {
         Ok(())
     } else {
@@ -230,7 +235,10 @@ impl Switch {
     // ----- lookups -----
 
     fn link(&self, name: &str) -> Result<Link, ConfigError> {
-        self.names.get(name).copied().ok_or_else(|| ConfigError::NoSuchDevice(name.to_string()))
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| ConfigError::NoSuchDevice(name.to_string()))
     }
 
     /// The id of port `name`.
@@ -266,19 +274,29 @@ impl Switch {
     }
 
     fn bridge(&self, id: BridgeId) -> &Bridge {
-        self.bridges[id.0 as usize].as_ref().expect("live bridge id")
+        self.bridges[id.0 as usize]
+            .as_ref()
+            .expect("live bridge id")
     }
 
     fn bridge_mut(&mut self, id: BridgeId) -> &mut Bridge {
-        self.bridges[id.0 as usize].as_mut().expect("live bridge id")
+        self.bridges[id.0 as usize]
+            .as_mut()
+            .expect("live bridge id")
     }
 
     pub fn port_name(&self, id: PortId) -> Option<&str> {
-        self.ports.get(id.0 as usize)?.as_ref().map(|p| p.name.as_str())
+        self.ports
+            .get(id.0 as usize)?
+            .as_ref()
+            .map(|p| p.name.as_str())
     }
 
     pub fn port_kind(&self, id: PortId) -> Option<&str> {
-        self.ports.get(id.0 as usize)?.as_ref().map(|p| p.kind.as_str())
+        self.ports
+            .get(id.0 as usize)?
+            .as_ref()
+            .map(|p| p.kind.as_str())
     }
 
     /// Ids and names of all ports, in id order.
@@ -376,13 +394,18 @@ impl Switch {
             flood_ports: Vec::new(),
             vlan_counters: vec![VlanCounters::default(); 4096],
         });
-        self.names.insert(name.to_string(), Link::Bridge(idx as u16));
+        self.names
+            .insert(name.to_string(), Link::Bridge(idx as u16));
         Ok(BridgeId(idx as u16))
     }
 
     /// `link set dev BR type bridge …`: replaces the settings, with Linux's side effects
     /// (a new `default_pvid` moves ports that still use the old default).
-    pub fn set_bridge(&mut self, id: BridgeId, settings: BridgeSettings) -> Result<(), ConfigError> {
+    pub fn set_bridge(
+        &mut self,
+        id: BridgeId,
+        settings: BridgeSettings,
+    ) -> Result<(), ConfigError> {
         check_bridge_settings(&settings)?;
         let old = self.bridge(id).settings.clone();
         if old.default_pvid != settings.default_pvid {
@@ -533,7 +556,10 @@ impl Switch {
     // ----- VLANs -----
 
     fn attached(&self, id: PortId) -> Result<BridgeId, ConfigError> {
-        self.port(id).master.map(BridgeId).ok_or_else(|| ConfigError::NoMaster(self.port(id).name.clone()))
+        self.port(id)
+            .master
+            .map(BridgeId)
+            .ok_or_else(|| ConfigError::NoMaster(self.port(id).name.clone()))
     }
 
     /// `vlan add vid V[-V2] dev NAME [pvid] [untagged]`. Re-adding a VID replaces its flags, as
@@ -575,7 +601,10 @@ impl Switch {
         let b = self.attached(id)?;
         let port = self.port(id);
         if let Some(vid) = (start..=end).find(|&v| !port.member.contains(v)) {
-            return Err(ConfigError::VlanNotConfigured { dev: port.name.clone(), vid });
+            return Err(ConfigError::VlanNotConfigured {
+                dev: port.name.clone(),
+                vid,
+            });
         }
         let port = self.port_mut(id);
         for vid in start..=end {
@@ -629,7 +658,10 @@ impl Switch {
                     VlanEntryView { vlan: vid, flags }
                 })
                 .collect();
-            out.push(VlanView { ifname: name.to_string(), vlans });
+            out.push(VlanView {
+                ifname: name.to_string(),
+                vlans,
+            });
         }
         Ok(out)
     }
@@ -637,7 +669,9 @@ impl Switch {
     /// Membership of `vid` on port `id`: `None` if not a member, else `(is_pvid, untagged)`.
     pub fn vlan_membership(&self, id: PortId, vid: u16) -> Option<(bool, bool)> {
         let p = self.port(id);
-        p.member.contains(vid).then(|| (p.pvid == vid, p.untagged.contains(vid)))
+        p.member
+            .contains(vid)
+            .then(|| (p.pvid == vid, p.untagged.contains(vid)))
     }
 
     // ----- FDB -----
@@ -670,11 +704,18 @@ impl Switch {
         if !replace {
             for &vid in &vids {
                 if fdb.get(fdb_key(mac, vid)).is_some() {
-                    return Err(ConfigError::FdbEntryExists { mac, vid, dev: name });
+                    return Err(ConfigError::FdbEntryExists {
+                        mac,
+                        vid,
+                        dev: name,
+                    });
                 }
             }
         }
-        let new_keys = vids.iter().filter(|&&v| fdb.get(fdb_key(mac, v)).is_none()).count();
+        let new_keys = vids
+            .iter()
+            .filter(|&&v| fdb.get(fdb_key(mac, v)).is_none())
+            .count();
         if fdb.len() + new_keys > fdb.max_entries && fdb.learned() < new_keys {
             return Err(ConfigError::FdbFull(fdb.max_entries));
         }
@@ -688,18 +729,28 @@ impl Switch {
         Ok(())
     }
 
-    fn fdb_vids(&self, id: PortId, b: BridgeId, vlan: Option<u32>) -> Result<Vec<u16>, ConfigError> {
+    fn fdb_vids(
+        &self,
+        id: PortId,
+        b: BridgeId,
+        vlan: Option<u32>,
+    ) -> Result<Vec<u16>, ConfigError> {
         Ok(match vlan {
             Some(v) => vec![check_vid(v)?],
-            None if self.bridge(b).settings.vlan_filtering => {
-                std::iter::once(0).chain(self.port(id).member.iter()).collect()
-            }
+            None if self.bridge(b).settings.vlan_filtering => std::iter::once(0)
+                .chain(self.port(id).member.iter())
+                .collect(),
             None => vec![0],
         })
     }
 
     /// `fdb del MAC dev NAME [vlan V]`.
-    pub fn fdb_del(&mut self, mac: MacAddr, id: PortId, vlan: Option<u32>) -> Result<(), ConfigError> {
+    pub fn fdb_del(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: Option<u32>,
+    ) -> Result<(), ConfigError> {
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
         let name = self.port(id).name.clone();
@@ -710,7 +761,11 @@ impl Switch {
             .filter(|&v| fdb.get(fdb_key(mac, v)).is_some_and(|s| s.port == id.0))
             .collect();
         if present.is_empty() || (vlan.is_some() && present.len() != vids.len()) {
-            return Err(ConfigError::NoSuchFdbEntry { mac, vid: vids[0], dev: name });
+            return Err(ConfigError::NoSuchFdbEntry {
+                mac,
+                vid: vids[0],
+                dev: name,
+            });
         }
         for vid in present {
             fdb.remove(fdb_key(mac, vid));
@@ -747,7 +802,11 @@ impl Switch {
 
     /// FDB entries matching `filter`, sorted by bridge, port, VLAN and MAC.
     pub fn fdb_entries(&self, filter: &FdbFilter) -> Result<Vec<FdbEntryView>, ConfigError> {
-        let only_bridge = filter.bridge.as_deref().map(|n| self.bridge_id(n)).transpose()?;
+        let only_bridge = filter
+            .bridge
+            .as_deref()
+            .map(|n| self.bridge_id(n))
+            .transpose()?;
         let only_port = filter.dev.as_deref().map(|n| self.port_id(n)).transpose()?;
         let mut out = Vec::new();
         for (bid, bname) in self.bridge_ids() {
@@ -788,7 +847,10 @@ impl Switch {
 
     /// Looks up `mac` in VLAN `vid` (0 on a VLAN-unaware bridge) of bridge `b`.
     pub fn fdb_lookup(&self, b: BridgeId, mac: MacAddr, vid: u16) -> Option<(PortId, FdbKind)> {
-        self.bridge(b).fdb.get(fdb_key(mac, vid)).map(|s| (PortId(s.port), s.kind()))
+        self.bridge(b)
+            .fdb
+            .get(fdb_key(mac, vid))
+            .map(|s| (PortId(s.port), s.kind()))
     }
 
     /// Removes dynamic entries idle longer than each bridge's `ageing_time`. Call it off the
