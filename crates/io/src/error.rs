@@ -1,0 +1,65 @@
+//! Errors of the io crate. Each message names the file, interface or syscall involved.
+
+use std::path::PathBuf;
+
+/// Everything a port backend or a pcap file can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// Opening, reading or writing a file failed.
+    #[error("{path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a classic pcap file (bad magic, bad header field).
+    #[error("{path}: not a classic pcap file: {reason}")]
+    PcapFormat { path: PathBuf, reason: String },
+    /// The pcap file's link type is not Ethernet (1).
+    #[error(
+        "{path}: link type {linktype} is not Ethernet (1); only Ethernet captures are supported"
+    )]
+    PcapLinkType { path: PathBuf, linktype: u32 },
+    /// The file ends inside a header or a record.
+    #[error("{path}: truncated at byte {offset}: {what}")]
+    PcapTruncated {
+        path: PathBuf,
+        offset: u64,
+        what: &'static str,
+    },
+    /// A frame too long for the format or the port.
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    FrameTooLong { len: usize, limit: usize },
+    /// The interface is down or gone (ENETDOWN, ENXIO, ENODEV): mark the port down and try
+    /// `reopen` later.
+    #[error("interface {ifname} is down or gone: {source}")]
+    LinkDown {
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No interface of that name exists.
+    #[error("no interface named {ifname:?}")]
+    NoSuchInterface { ifname: String },
+    /// A bad argument (interface name too long, bad namespace name, ...).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A syscall failed for another reason.
+    #[error("{op} on {ifname}: {source}")]
+    Sys {
+        op: &'static str,
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl IoError {
+    /// Whether the caller should mark the port down (and may `reopen` it later).
+    pub fn is_link_down(&self) -> bool {
+        matches!(
+            self,
+            IoError::LinkDown { .. } | IoError::NoSuchInterface { .. }
+        )
+    }
+}
