@@ -12,3 +12,8 @@ pub mod error;
 pub mod pcap;
 
 pub use error::IoError;
+pub mod mem;
+pub mod port;
+
+pub use mem::{MemFrame, MemPort};
+pub use port::{Port, PortCaps, TxOutcome};
