@@ -13,10 +13,21 @@
 
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::{DropReason, PortCounters};
-use crate::fdb::{fdb_key, Learned, F_PERMANENT};
+use crate::fdb::{Learned, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Port, Switch};
-use qbridge_packet::{Batch, BufPool, PacketBuf};
-use qbridge_wire::MacAddr;
+use qbridge_packet::{Batch, PacketBuf};
+
+/// The I/G bit of a MAC held in the low 48 bits of a u64.
+const MAC_GROUP_BIT: u64 = 1 << 40;
+const MAC_BROADCAST: u64 = 0xffff_ffff_ffff;
+/// 01-80-C2-00-00-00: the IEEE 802.1D reserved groups are this plus 0..=15.
+const LINK_LOCAL_BASE: u64 = 0x0180_c200_0000;
+
+/// FDB key of a 48-bit MAC in FID `fid` (see `fdb::fdb_key`).
+#[inline(always)]
+fn fid_key(mac: u64, fid: u16) -> u64 {
+    mac | ((fid as u64 & 0x0fff) << 48)
+}
 
 /// What the frame's bridge tag looks like on ingress.
 #[derive(Clone, Copy)]
@@ -36,6 +47,10 @@ enum FloodClass {
     Multicast,
 }
 
+/// Where a frame goes after the decision: one port (the buffer moves there), or nowhere (it was
+/// dropped and counted, and goes back to the pool).
+type Verdict = Option<usize>;
+
 impl Switch {
     /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
     /// `now_ns`, appending what leaves to `out.ports[egress]`. `rx` is left empty.
@@ -52,35 +67,45 @@ impl Switch {
             unknown_port_drops,
             ..
         } = self;
-        for pkt in rx.pkts.drain(..) {
+        for mut pkt in rx.pkts.drain(..) {
             let in_id = pkt.port as usize;
-            let Some(Some(inp)) = ports.get(in_id) else {
-                *unknown_port_drops += 1;
-                out.pool.put(pkt);
-                continue;
+            let verdict = match ports.get(in_id) {
+                Some(Some(inp)) => {
+                    let br = match inp.master {
+                        Some(b) => bridges[b as usize].as_mut(),
+                        None => None,
+                    };
+                    forward(
+                        br, ports, inp, in_id, counters, scratch, now_ns, &mut pkt, out,
+                    )
+                }
+                _ => {
+                    *unknown_port_drops += 1;
+                    None
+                }
             };
-            let br = match inp.master {
-                Some(b) => bridges[b as usize].as_mut(),
-                None => None,
-            };
-            forward(br, ports, inp, in_id, counters, scratch, now_ns, pkt, out);
+            match verdict {
+                Some(e) => out.ports[e].push(pkt),
+                None => out.pool.put(pkt),
+            }
         }
     }
 }
 
 #[cold]
-fn drop(counters: &mut PortCounters, reason: DropReason, pkt: PacketBuf, pool: &mut BufPool) {
+#[inline(never)]
+fn drop(counters: &mut PortCounters, reason: DropReason) -> Verdict {
     counters.drop(reason);
-    pool.put(pkt);
+    None
 }
 
-#[inline]
-fn be16(b: &[u8], at: usize) -> u16 {
+#[inline(always)]
+fn be16(b: &[u8; 18], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 fn forward(
     br: Option<&mut Bridge>,
     ports: &[Option<Port>],
@@ -89,33 +114,38 @@ fn forward(
     counters: &mut [PortCounters],
     scratch: &mut Vec<u16>,
     now_ns: u64,
-    pkt: PacketBuf,
+    pkt: &mut PacketBuf,
     out: &mut Outputs,
-) {
+) -> Verdict {
     let len = pkt.len();
     let c = &mut counters[in_id];
     c.rx_frames += 1;
     c.rx_bytes += len as u64;
-    let pool = &mut out.pool;
     if !inp.settings.up {
-        return drop(c, DropReason::PortDown, pkt, pool);
+        return drop(c, DropReason::PortDown);
     }
     let Some(br) = br else {
-        return drop(c, DropReason::NoBridge, pkt, pool);
+        return drop(c, DropReason::NoBridge);
     };
     if len < 14 {
-        return drop(c, DropReason::Runt, pkt, pool);
+        return drop(c, DropReason::Runt);
     }
     if pkt.offload.segment_len(len) > inp.max_frame as usize {
-        return drop(c, DropReason::Oversize, pkt, pool);
+        return drop(c, DropReason::Oversize);
     }
-    let frame = pkt.frame();
-    let dst = MacAddr::from_bytes(&frame[0..6]);
-    let src = MacAddr::from_bytes(&frame[6..12]);
-    if src.is_multicast() || src.is_zero() {
-        return drop(c, DropReason::InvalidSrcMac, pkt, pool);
+    // The first 18 bytes (two MACs and one tag), zero-padded for 14..17-byte frames whose tag
+    // is checked against `len` below: one bounds check for the whole header.
+    let mut hdr = [0u8; 18];
+    let n = len.min(18);
+    hdr[..n].copy_from_slice(&pkt.frame()[..n]);
+    // MACs as 48-bit integers: the class tests below are single compares.
+    let dst = u64::from_be_bytes([0, 0, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5]]);
+    let src = u64::from_be_bytes([0, 0, hdr[6], hdr[7], hdr[8], hdr[9], hdr[10], hdr[11]]);
+    if src & MAC_GROUP_BIT != 0 || src == 0 {
+        return drop(c, DropReason::InvalidSrcMac);
     }
-    if let Some(group) = dst.link_local_group() {
+    if dst & !0xf == LINK_LOCAL_BASE {
+        let group = (dst & 0xf) as u8;
         let mut mask = br.settings.group_fwd_mask;
         if br.settings.vlan_protocol == VlanProtocol::Dot1Ad {
             mask |= GROUP_FWD_8021AD;
@@ -123,19 +153,19 @@ fn forward(
         // No STP in qbridge: 01-80-C2-00-00-00 is forwarded, as by a Linux bridge with STP off.
         let forwarded = group == 0 || (group != 1 && mask & (1 << group) != 0);
         if !forwarded {
-            return drop(c, DropReason::LinkLocal, pkt, pool);
+            return drop(c, DropReason::LinkLocal);
         }
     }
     let filtering = br.settings.vlan_filtering;
     let class = if filtering {
-        let class = if be16(frame, 12) == inp.tpid {
+        let class = if be16(&hdr, 12) == inp.tpid {
             if len < 18 {
-                return drop(c, DropReason::Runt, pkt, pool);
+                return drop(c, DropReason::Runt);
             }
-            let tci = be16(frame, 14);
+            let tci = be16(&hdr, 14);
             let vid = match tci & 0x0fff {
-                0x0fff => return drop(c, DropReason::ReservedVid, pkt, pool),
-                0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid, pkt, pool),
+                0x0fff => return drop(c, DropReason::ReservedVid),
+                0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
                 v => v,
             };
@@ -146,7 +176,7 @@ fn forward(
             }
         } else {
             if inp.pvid == 0 {
-                return drop(c, DropReason::NoPvid, pkt, pool);
+                return drop(c, DropReason::NoPvid);
             }
             Class {
                 vid: inp.pvid,
@@ -155,7 +185,7 @@ fn forward(
             }
         };
         if !inp.member.contains(class.vid) {
-            return drop(c, DropReason::VlanNotMember, pkt, pool);
+            return drop(c, DropReason::VlanNotMember);
         }
         class
     } else {
@@ -171,7 +201,7 @@ fn forward(
 
     if inp.settings.learning {
         let learned = br.fdb.learn(
-            fdb_key(src, class.vid),
+            fid_key(src, class.vid),
             in_id as u16,
             now_ns,
             br.settings.fdb_max_learned,
@@ -185,40 +215,70 @@ fn forward(
         }
     }
 
-    let flood_class = if dst.is_broadcast() {
+    let flood_class = if dst == MAC_BROADCAST {
         FloodClass::Broadcast
-    } else if dst.is_multicast() {
+    } else if dst & MAC_GROUP_BIT != 0 {
         FloodClass::Multicast
     } else {
-        match br.fdb.get(fdb_key(dst, class.vid)) {
+        match br.fdb.get(fid_key(dst, class.vid)) {
             Some(entry) => {
                 let c = &mut counters[in_id];
                 if entry.flags & F_PERMANENT != 0 {
-                    return drop(c, DropReason::Local, pkt, &mut out.pool);
+                    return drop(c, DropReason::Local);
                 }
                 let e = entry.port as usize;
                 if e == in_id && !inp.settings.hairpin {
-                    return drop(c, DropReason::SamePort, pkt, &mut out.pool);
+                    return drop(c, DropReason::SamePort);
                 }
                 let Some(ep) = ports[e].as_ref() else {
-                    return drop(c, DropReason::EgressDown, pkt, &mut out.pool);
+                    return drop(c, DropReason::EgressDown);
                 };
                 if filtering && !ep.member.contains(class.vid) {
-                    return drop(c, DropReason::EgressNotMember, pkt, &mut out.pool);
+                    return drop(c, DropReason::EgressNotMember);
                 }
                 if !ep.settings.up {
-                    return drop(c, DropReason::EgressDown, pkt, &mut out.pool);
+                    return drop(c, DropReason::EgressDown);
                 }
                 if inp.settings.isolated && ep.settings.isolated {
-                    return drop(c, DropReason::Isolated, pkt, &mut out.pool);
+                    return drop(c, DropReason::Isolated);
                 }
-                return emit(br, ep, e, counters, class, filtering, pkt, out);
+                return egress(br, ep, e, counters, class, filtering, pkt);
             }
             None => FloodClass::Unknown,
         }
     };
+    flood(
+        br,
+        ports,
+        inp,
+        in_id,
+        counters,
+        scratch,
+        class,
+        filtering,
+        flood_class,
+        pkt,
+        out,
+    )
+}
 
-    // Flood to the VID's member ports that the flags, isolation and hairpin allow.
+/// Floods to the VID's member ports that the flags, isolation and hairpin allow: pool copies to
+/// all targets but the last, which gets the original buffer (returned as the verdict).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn flood(
+    br: &mut Bridge,
+    ports: &[Option<Port>],
+    inp: &Port,
+    in_id: usize,
+    counters: &mut [PortCounters],
+    scratch: &mut Vec<u16>,
+    class: Class,
+    filtering: bool,
+    flood_class: FloodClass,
+    pkt: &mut PacketBuf,
+    out: &mut Outputs,
+) -> Verdict {
     let vid = class.vid as usize;
     let list = &br.flood_ports[br.flood_off[vid] as usize..br.flood_off[vid + 1] as usize];
     scratch.clear();
@@ -242,36 +302,33 @@ fn forward(
         scratch.push(p);
     }
     let Some((&last, rest)) = scratch.split_last() else {
-        return drop(
-            &mut counters[in_id],
-            DropReason::NoDestination,
-            pkt,
-            &mut out.pool,
-        );
+        return drop(&mut counters[in_id], DropReason::NoDestination);
     };
     for &p in rest {
         let mut copy = out.pool.get();
-        copy.copy_from(&pkt);
+        copy.copy_from(pkt);
         let ep = ports[p as usize].as_ref().expect("listed port exists");
-        emit(br, ep, p as usize, counters, class, filtering, copy, out);
+        match egress(br, ep, p as usize, counters, class, filtering, &mut copy) {
+            Some(e) => out.ports[e].push(copy),
+            None => out.pool.put(copy),
+        }
     }
     let ep = ports[last as usize].as_ref().expect("listed port exists");
-    emit(br, ep, last as usize, counters, class, filtering, pkt, out);
+    egress(br, ep, last as usize, counters, class, filtering, pkt)
 }
 
-/// Rewrites the bridge tag for egress port `ep`, checks the size and queues the frame.
+/// Rewrites the bridge tag for egress port `ep` and checks the size; counts the frame.
 #[allow(clippy::too_many_arguments)]
-#[inline]
-fn emit(
+#[inline(always)]
+fn egress(
     br: &mut Bridge,
     ep: &Port,
     e: usize,
     counters: &mut [PortCounters],
     class: Class,
     filtering: bool,
-    mut pkt: PacketBuf,
-    out: &mut Outputs,
-) {
+    pkt: &mut PacketBuf,
+) -> Verdict {
     if filtering {
         if ep.untagged.contains(class.vid) {
             if class.tagged {
@@ -297,7 +354,7 @@ fn emit(
     let len = pkt.len();
     let c = &mut counters[e];
     if pkt.offload.segment_len(len) > ep.max_frame as usize {
-        return drop(c, DropReason::Oversize, pkt, &mut out.pool);
+        return drop(c, DropReason::Oversize);
     }
     c.tx_frames += 1;
     c.tx_bytes += len as u64;
@@ -305,5 +362,5 @@ fn emit(
     vc.tx_frames += 1;
     vc.tx_bytes += len as u64;
     pkt.port = e as u16;
-    out.ports[e].push(pkt);
+    Some(e)
 }
