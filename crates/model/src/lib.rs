@@ -1,1 +1,924 @@
-//! placeholder
+//! A reference model of qbridge's forwarding semantics: small, slow and meant to be obviously
+//! correct. It is the oracle of the differential tests in `tests/` that run the same scenario
+//! through the fast path (`qbridge_bridge::Switch`) and through this model.
+//!
+//! Nothing here is shared with the fast path except plain data types (`BridgeSettings`,
+//! `PortSettings`, `VlanProtocol`, `DropReason`, `FdbKind`, `MacAddr`). The state is plain
+//! structs, `Vec`s and `BTreeMap`s; every decision is a linear scan written in the order of
+//! `docs/semantics.md`, whose rule numbers the comments below cite (R1, R2, …).
+//!
+//! Where the fast path's behaviour differs from the Linux bridge and the difference is not a
+//! documented qbridge extension, the model follows Linux (see "Open divergences" in
+//! `docs/semantics.md`): `ageing_time 0` disables learning, an entry idle for exactly
+//! `ageing_time` is aged, and a port going down loses its dynamic FDB entries.
+//!
+//! Cost: every frame scans the FDB and the ports; fine for tests, useless for traffic.
+
+use qbridge_bridge::{BridgeSettings, DropReason, FdbKind, PortSettings, VlanProtocol};
+use qbridge_wire::MacAddr;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Offload metadata of a frame, the virtio-net header fields (same meaning as
+/// `qbridge_packet::OffloadMeta`, restated here so that the model shares no code).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Bit 0: NEEDS_CSUM; bit 1: DATA_VALID.
+    pub flags: u8,
+    /// 0 none, 1 TCPv4, 3 UDP, 4 TCPv6; bit 0x80 is the ECN flag.
+    pub gso_type: u8,
+    pub hdr_len: u16,
+    pub gso_size: u16,
+    pub csum_start: u16,
+    pub csum_offset: u16,
+}
+
+impl Meta {
+    fn is_gso(&self) -> bool {
+        self.gso_type & 0x7f != 0
+    }
+
+    /// R6: what the size check judges: one segment (headers + `gso_size`, at most the whole
+    /// frame) for a GSO frame, else the frame.
+    fn wire_len(&self, frame_len: usize) -> usize {
+        if self.is_gso() {
+            frame_len.min(self.hdr_len as usize + self.gso_size as usize)
+        } else {
+            frame_len
+        }
+    }
+
+    /// R8: a tag pushed (+4) or popped (-4) moves the offsets that point behind it. Offsets
+    /// are only meaningful when their feature is on, and 0 means "not set".
+    fn moved_by(self, delta: i32) -> Meta {
+        let mv = |v: u16| -> u16 {
+            if v == 0 {
+                0
+            } else {
+                (v as i32 + delta).clamp(0, u16::MAX as i32) as u16
+            }
+        };
+        let mut m = self;
+        if m.flags & 1 != 0 {
+            m.csum_start = mv(m.csum_start);
+        }
+        if m.is_gso() {
+            m.hdr_len = mv(m.hdr_len);
+        }
+        m
+    }
+}
+
+/// A frame on a port: ingress port when handed in, egress port when handed out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub port: u16,
+    pub bytes: Vec<u8>,
+    pub meta: Meta,
+}
+
+/// Per-port counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub fdb_learn_refused: u64,
+    pub fdb_evictions: u64,
+    pub fdb_moves: u64,
+    /// Only reasons that happened.
+    pub drops: BTreeMap<DropReason, u64>,
+}
+
+/// Per-VLAN counters of a bridge (VID 0 on a VLAN-unaware bridge).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VlanCounters {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+}
+
+/// An FDB entry as the model shows it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FdbRow {
+    pub bridge: String,
+    pub port: u16,
+    /// The FID; 0 on a VLAN-unaware bridge (and for `fdb add` without `vlan`).
+    pub vid: u16,
+    pub mac: MacAddr,
+    pub kind: FdbKindOrd,
+    pub sticky: bool,
+    pub added_by_user: bool,
+    pub idle_ns: u64,
+}
+
+/// `FdbKind` with an order, for sorting rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FdbKindOrd {
+    Dynamic,
+    Static,
+    Permanent,
+}
+
+impl From<FdbKind> for FdbKindOrd {
+    fn from(k: FdbKind) -> Self {
+        match k {
+            FdbKind::Dynamic => FdbKindOrd::Dynamic,
+            FdbKind::Static => FdbKindOrd::Static,
+            FdbKind::Permanent => FdbKindOrd::Permanent,
+        }
+    }
+}
+
+/// Which entries `fdb flush` removes (permanent entries never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    All,
+    Dynamic,
+    Static,
+}
+
+/// A refused configuration operation; the model is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+type Res<T> = Result<T, Refused>;
+
+fn refuse<T>(why: impl Into<String>) -> Res<T> {
+    Err(Refused(why.into()))
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    port: u16,
+    kind: FdbKindOrd,
+    sticky: bool,
+    added_by_user: bool,
+    seen_ns: u64,
+    /// When the entry was learned on its current port (a sequence number, not a time): the
+    /// order of fair eviction.
+    learned_seq: u64,
+}
+
+impl Entry {
+    /// Learned (not added by the user, not permanent): counted by limits, evictable.
+    fn is_learned(&self) -> bool {
+        !self.added_by_user && self.kind == FdbKindOrd::Dynamic
+    }
+
+    /// Aged, flushed on `vlan del` and on port down.
+    fn is_dynamic(&self) -> bool {
+        self.kind == FdbKindOrd::Dynamic
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Bridge {
+    name: String,
+    settings: BridgeSettings,
+    /// Attached ports, in attach order.
+    ports: Vec<u16>,
+    /// (FID, MAC) → entry.
+    fdb: BTreeMap<(u16, MacAddr), Entry>,
+    vlan_counters: BTreeMap<u16, VlanCounters>,
+}
+
+#[derive(Debug, Clone)]
+struct Port {
+    name: String,
+    settings: PortSettings,
+    master: Option<u16>,
+    /// Member VIDs → egress untagged.
+    vlans: BTreeMap<u16, bool>,
+    pvid: Option<u16>,
+    counters: Counters,
+}
+
+/// The whole switch: bridges, ports, clock.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    bridges: Vec<Option<Bridge>>,
+    ports: Vec<Option<Port>>,
+    now_ns: u64,
+    next_seq: u64,
+    unknown_port_drops: u64,
+}
+
+fn check_vid(v: u32) -> Res<u16> {
+    if (1..=4094).contains(&v) {
+        Ok(v as u16)
+    } else {
+        refuse(format!("vid {v} is not 1-4094"))
+    }
+}
+
+fn check_bridge_settings(s: &BridgeSettings) -> Res<()> {
+    if s.default_pvid != 0 {
+        check_vid(s.default_pvid as u32)?;
+    }
+    if s.group_fwd_mask & 0x0007 != 0 {
+        return refuse("group_fwd_mask bits 0-2 are restricted");
+    }
+    if s.fdb_max_entries == 0 || s.fdb_max_entries > 1 << 24 {
+        return refuse("fdb_max_entries out of range");
+    }
+    Ok(())
+}
+
+fn check_port_settings(s: &PortSettings) -> Res<()> {
+    if !(68..=65535).contains(&s.mtu) {
+        return refuse("mtu out of range");
+    }
+    if s.envhdr_len.is_some_and(|e| e > 1996 - 1514) {
+        return refuse("envhdr out of range");
+    }
+    if let Some(t) = s.tpid {
+        if t.0 < 0x0600 || [0x0800, 0x0806, 0x86dd].contains(&t.0) {
+            return refuse("tpid is an EtherType of a network protocol or a length");
+        }
+    }
+    Ok(())
+}
+
+fn vid_range(start: u32, end: u32) -> Res<(u16, u16)> {
+    let (s, e) = (check_vid(start)?, check_vid(end)?);
+    if e < s {
+        return refuse("range end below start");
+    }
+    Ok((s, e))
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn mac_at(b: &[u8], at: usize) -> MacAddr {
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&b[at..at + 6]);
+    MacAddr(m)
+}
+
+fn protocol_tpid(p: VlanProtocol) -> u16 {
+    match p {
+        VlanProtocol::Dot1Q => 0x8100,
+        VlanProtocol::Dot1Ad => 0x88a8,
+    }
+}
+
+/// The VLAN a frame belongs to on its bridge, and the tag it came with.
+#[derive(Debug, Clone, Copy)]
+struct Class {
+    vid: u16,
+    /// A bridge tag (possibly a priority tag) is at offset 12.
+    tagged: bool,
+    /// PCP and DEI of the ingress tag; 0 for untagged frames.
+    pcp_dei: u16,
+}
+
+impl Model {
+    pub fn new() -> Model {
+        Model::default()
+    }
+
+    fn port(&self, id: u16) -> &Port {
+        self.ports[id as usize].as_ref().expect("live port")
+    }
+
+    fn port_mut(&mut self, id: u16) -> &mut Port {
+        self.ports[id as usize].as_mut().expect("live port")
+    }
+
+    fn bridge(&self, id: u16) -> &Bridge {
+        self.bridges[id as usize].as_ref().expect("live bridge")
+    }
+
+    fn bridge_mut(&mut self, id: u16) -> &mut Bridge {
+        self.bridges[id as usize].as_mut().expect("live bridge")
+    }
+
+    fn name_taken(&self, name: &str) -> bool {
+        self.bridges.iter().flatten().any(|b| b.name == name)
+            || self.ports.iter().flatten().any(|p| p.name == name)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn drop_on(&mut self, port: u16, reason: DropReason) {
+        *self.port_mut(port).counters.drops.entry(reason).or_insert(0) += 1;
+    }
+
+    // ----- derived port properties (R1, R6) -----
+
+    fn protocol_of(&self, port: &Port) -> VlanProtocol {
+        match port.master {
+            Some(b) => self.bridge(b).settings.vlan_protocol,
+            None => VlanProtocol::Dot1Q,
+        }
+    }
+
+    /// The TPID of the port's bridge tag: its own, else its bridge's protocol's.
+    pub fn port_tpid(&self, id: u16) -> u16 {
+        let p = self.port(id);
+        match p.settings.tpid {
+            Some(t) => t.0,
+            None => protocol_tpid(self.protocol_of(p)),
+        }
+    }
+
+    /// R6: longest frame (without FCS) the port accepts and sends: 14 + mtu + envhdr.
+    pub fn port_max_frame(&self, id: u16) -> u32 {
+        let p = self.port(id);
+        let envhdr = match p.settings.envhdr_len {
+            Some(e) => e,
+            None => {
+                let any_tagged = p.vlans.values().any(|&untagged| !untagged);
+                let provider = self.protocol_of(p) == VlanProtocol::Dot1Ad && any_tagged;
+                if provider {
+                    8
+                } else {
+                    4
+                }
+            }
+        };
+        14 + p.settings.mtu + envhdr
+    }
+
+    fn is_member(&self, port: u16, vid: u16) -> bool {
+        self.port(port).vlans.contains_key(&vid)
+    }
+
+    // ----- configuration -----
+
+    pub fn add_bridge(&mut self, name: &str, settings: BridgeSettings) -> Res<u16> {
+        if name.is_empty() || self.name_taken(name) {
+            return refuse("bad or taken name");
+        }
+        check_bridge_settings(&settings)?;
+        let b = Bridge {
+            name: name.to_string(),
+            settings,
+            ports: Vec::new(),
+            fdb: BTreeMap::new(),
+            vlan_counters: BTreeMap::new(),
+        };
+        Ok(put_in_free_slot(&mut self.bridges, b))
+    }
+
+    pub fn add_port(&mut self, name: &str, settings: PortSettings) -> Res<u16> {
+        if name.is_empty() || self.name_taken(name) {
+            return refuse("bad or taken name");
+        }
+        check_port_settings(&settings)?;
+        let p = Port {
+            name: name.to_string(),
+            settings,
+            master: None,
+            vlans: BTreeMap::new(),
+            pvid: None,
+            counters: Counters::default(),
+        };
+        Ok(put_in_free_slot(&mut self.ports, p))
+    }
+
+    /// `link set dev NAME …`. A port going down loses its dynamic FDB entries (Linux
+    /// `br_stp_disable_port` → `br_fdb_delete_by_port(br, p, 0, 0)`).
+    pub fn set_port(&mut self, id: u16, settings: PortSettings) -> Res<()> {
+        check_port_settings(&settings)?;
+        let went_down = self.port(id).settings.up && !settings.up;
+        self.port_mut(id).settings = settings;
+        if went_down {
+            if let Some(b) = self.port(id).master {
+                self.bridge_mut(b).fdb.retain(|_, e| !(e.port == id && e.is_dynamic()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `link set dev NAME master BR | nomaster`. Joining gives the port the bridge's default
+    /// PVID (member, PVID, egress untagged); leaving removes its VLANs and all its FDB entries.
+    pub fn set_master(&mut self, id: u16, master: Option<u16>) -> Res<()> {
+        let current = self.port(id).master;
+        if current == master {
+            return Ok(());
+        }
+        if let Some(b) = current {
+            let br = self.bridge_mut(b);
+            br.ports.retain(|&p| p != id);
+            br.fdb.retain(|_, e| e.port != id);
+            let p = self.port_mut(id);
+            p.master = None;
+            p.vlans.clear();
+            p.pvid = None;
+        }
+        if let Some(b) = master {
+            let default_pvid = self.bridge(b).settings.default_pvid;
+            self.bridge_mut(b).ports.push(id);
+            let p = self.port_mut(id);
+            p.master = Some(b);
+            p.vlans.clear();
+            p.pvid = None;
+            if default_pvid != 0 {
+                p.vlans.insert(default_pvid, true);
+                p.pvid = Some(default_pvid);
+            }
+        }
+        Ok(())
+    }
+
+    fn attached(&self, id: u16) -> Res<u16> {
+        match self.port(id).master {
+            Some(b) => Ok(b),
+            None => refuse("port has no master"),
+        }
+    }
+
+    /// `vlan add vid S-E dev NAME [pvid] [untagged]`: re-adding replaces the flags.
+    pub fn vlan_add(&mut self, id: u16, start: u32, end: u32, pvid: bool, untagged: bool) -> Res<()> {
+        let (s, e) = vid_range(start, end)?;
+        if pvid && s != e {
+            return refuse("pvid on a range");
+        }
+        self.attached(id)?;
+        let p = self.port_mut(id);
+        for vid in s..=e {
+            p.vlans.insert(vid, untagged);
+            if pvid {
+                p.pvid = Some(vid);
+            } else if p.pvid == Some(vid) {
+                p.pvid = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// `vlan del vid S-E dev NAME`: every VID must be configured; the port's dynamic entries
+    /// in those VLANs go.
+    pub fn vlan_del(&mut self, id: u16, start: u32, end: u32) -> Res<()> {
+        let (s, e) = vid_range(start, end)?;
+        let b = self.attached(id)?;
+        if (s..=e).any(|v| !self.is_member(id, v)) {
+            return refuse("vid not configured");
+        }
+        let p = self.port_mut(id);
+        for vid in s..=e {
+            p.vlans.remove(&vid);
+            if p.pvid == Some(vid) {
+                p.pvid = None;
+            }
+        }
+        self.bridge_mut(b)
+            .fdb
+            .retain(|&(fid, _), en| !(en.port == id && (s..=e).contains(&fid) && en.is_dynamic()));
+        Ok(())
+    }
+
+    /// The FIDs `fdb add|del` without `vlan` means: 0 and, on a VLAN-filtering bridge, every
+    /// VLAN of the port (as Linux).
+    fn fdb_vids(&self, id: u16, b: u16, vlan: Option<u32>) -> Res<Vec<u16>> {
+        match vlan {
+            Some(v) => Ok(vec![check_vid(v)?]),
+            None => {
+                let mut v = vec![0];
+                if self.bridge(b).settings.vlan_filtering {
+                    v.extend(self.port(id).vlans.keys().copied());
+                }
+                Ok(v)
+            }
+        }
+    }
+
+    /// `fdb add|replace MAC dev NAME [vlan V] KIND [sticky]`.
+    pub fn fdb_add(
+        &mut self,
+        mac: MacAddr,
+        id: u16,
+        vlan: Option<u32>,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Res<()> {
+        if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
+            return refuse("multicast or zero MAC");
+        }
+        let b = self.attached(id)?;
+        let vids = self.fdb_vids(id, b, vlan)?;
+        let br = self.bridge(b);
+        let exists = |v: u16| br.fdb.contains_key(&(v, mac));
+        if !replace && vids.iter().any(|&v| exists(v)) {
+            return refuse("entry exists");
+        }
+        let new_keys = vids.iter().filter(|&&v| !exists(v)).count();
+        let learned = br.fdb.values().filter(|e| e.is_learned()).count();
+        if br.fdb.len() + new_keys > br.settings.fdb_max_entries as usize && learned < new_keys {
+            return refuse("fdb full");
+        }
+        let now = self.now_ns;
+        for v in vids {
+            let seq = self.next_seq();
+            let full = {
+                let br = self.bridge(b);
+                !br.fdb.contains_key(&(v, mac)) && br.fdb.len() >= br.settings.fdb_max_entries as usize
+            };
+            if full && !self.evict_one(b) {
+                return refuse("fdb full");
+            }
+            let br = self.bridge_mut(b);
+            let learned_seq = br.fdb.get(&(v, mac)).map_or(seq, |e| e.learned_seq);
+            let entry = Entry {
+                port: id,
+                kind: kind.into(),
+                sticky,
+                added_by_user: true,
+                seen_ns: now,
+                learned_seq,
+            };
+            br.fdb.insert((v, mac), entry);
+        }
+        Ok(())
+    }
+
+    /// `fdb del MAC dev NAME [vlan V]`.
+    pub fn fdb_del(&mut self, mac: MacAddr, id: u16, vlan: Option<u32>) -> Res<()> {
+        let b = self.attached(id)?;
+        let vids = self.fdb_vids(id, b, vlan)?;
+        let br = self.bridge_mut(b);
+        let present: Vec<u16> = vids
+            .iter()
+            .copied()
+            .filter(|&v| br.fdb.get(&(v, mac)).is_some_and(|e| e.port == id))
+            .collect();
+        if present.is_empty() || (vlan.is_some() && present.len() != vids.len()) {
+            return refuse("no such entry");
+        }
+        for v in present {
+            br.fdb.remove(&(v, mac));
+        }
+        Ok(())
+    }
+
+    /// `fdb flush dev NAME [vlan V] [dynamic|static]`; NAME is a bridge or an attached port.
+    pub fn fdb_flush(&mut self, dev: &str, vlan: Option<u32>, which: Flush) -> Res<usize> {
+        let vid = vlan.map(check_vid).transpose()?;
+        let (b, port) = if let Some(b) = self.bridges.iter().position(|b| b.as_ref().is_some_and(|b| b.name == dev)) {
+            (b as u16, None)
+        } else if let Some(p) = self.ports.iter().position(|p| p.as_ref().is_some_and(|p| p.name == dev)) {
+            (self.attached(p as u16)?, Some(p as u16))
+        } else {
+            return refuse("no such device");
+        };
+        let br = self.bridge_mut(b);
+        let before = br.fdb.len();
+        br.fdb.retain(|&(fid, _), e| {
+            let kind_ok = match which {
+                Flush::All => e.kind != FdbKindOrd::Permanent,
+                Flush::Dynamic => e.kind == FdbKindOrd::Dynamic,
+                Flush::Static => e.kind == FdbKindOrd::Static,
+            };
+            let flushed = kind_ok
+                && port.is_none_or(|p| e.port == p)
+                && vid.is_none_or(|v| fid == v);
+            !flushed
+        });
+        Ok(before - br.fdb.len())
+    }
+
+    /// Removes dynamic entries idle for `ageing_time` or longer (Linux ages an entry when
+    /// `updated + ageing_time <= now`). `ageing_time 0` removes every dynamic entry: in Linux
+    /// it means "do not learn, always flood".
+    pub fn age(&mut self, now_ns: u64) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut n = 0;
+        for br in self.bridges.iter_mut().flatten() {
+            let ageing = br.settings.ageing_time_ns;
+            let before = br.fdb.len();
+            br.fdb.retain(|_, e| !(e.is_dynamic() && now_ns.saturating_sub(e.seen_ns) >= ageing));
+            n += before - br.fdb.len();
+        }
+        n
+    }
+
+    /// Advances the clock used for entries added by commands and for idle times.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    // ----- views -----
+
+    pub fn counters(&self, id: u16) -> &Counters {
+        &self.port(id).counters
+    }
+
+    pub fn vlan_counters(&self, bridge: u16, vid: u16) -> VlanCounters {
+        self.bridge(bridge).vlan_counters.get(&vid).copied().unwrap_or_default()
+    }
+
+    pub fn unknown_port_drops(&self) -> u64 {
+        self.unknown_port_drops
+    }
+
+    /// Every FDB entry, sorted by bridge name, port id, VID and MAC.
+    pub fn fdb(&self) -> Vec<FdbRow> {
+        let mut rows = Vec::new();
+        for br in self.bridges.iter().flatten() {
+            for (&(vid, mac), e) in &br.fdb {
+                rows.push(FdbRow {
+                    bridge: br.name.clone(),
+                    port: e.port,
+                    vid,
+                    mac,
+                    kind: e.kind,
+                    sticky: e.sticky,
+                    added_by_user: e.added_by_user,
+                    idle_ns: self.now_ns.saturating_sub(e.seen_ns),
+                });
+            }
+        }
+        rows.sort();
+        rows
+    }
+
+    // ----- forwarding -----
+
+    /// Forwards `frames` in order at time `now_ns`; returns what leaves, in order of sending.
+    pub fn process(&mut self, now_ns: u64, frames: Vec<Frame>) -> Vec<Frame> {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut out = Vec::new();
+        for f in frames {
+            self.forward(now_ns, f, &mut out);
+        }
+        out
+    }
+
+    fn forward(&mut self, now: u64, f: Frame, out: &mut Vec<Frame>) {
+        let in_id = f.port;
+        if self.ports.get(in_id as usize).is_none_or(|p| p.is_none()) {
+            self.unknown_port_drops += 1;
+            return;
+        }
+        let len = f.bytes.len();
+        let c = &mut self.port_mut(in_id).counters;
+        c.rx_frames += 1;
+        c.rx_bytes += len as u64;
+        let inp = self.port(in_id).clone();
+
+        // R0: the port must be up and attached.
+        if !inp.settings.up {
+            return self.drop_on(in_id, DropReason::PortDown);
+        }
+        let Some(b) = inp.master else {
+            return self.drop_on(in_id, DropReason::NoBridge);
+        };
+        // R6 (ingress): an Ethernet header, and not longer than the port takes.
+        if len < 14 {
+            return self.drop_on(in_id, DropReason::Runt);
+        }
+        if f.meta.wire_len(len) > self.port_max_frame(in_id) as usize {
+            return self.drop_on(in_id, DropReason::Oversize);
+        }
+        let dst = mac_at(&f.bytes, 0);
+        let src = mac_at(&f.bytes, 6);
+        // R2: the source must be a unicast, non-zero address.
+        if src.0[0] & 1 != 0 || src.0 == [0; 6] {
+            return self.drop_on(in_id, DropReason::InvalidSrcMac);
+        }
+        // R3: link-local groups 01-80-C2-00-00-0X.
+        let settings = self.bridge(b).settings.clone();
+        if dst.0[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && dst.0[5] <= 0x0f {
+            let group = dst.0[5];
+            let mut mask = settings.group_fwd_mask;
+            if settings.vlan_protocol == VlanProtocol::Dot1Ad {
+                mask |= 0xb801;
+            }
+            let forwarded = match group {
+                0 => true,  // bridge group address: no STP in qbridge, so forwarded
+                1 => false, // MAC pause: never
+                g => mask & (1 << g) != 0,
+            };
+            if !forwarded {
+                return self.drop_on(in_id, DropReason::LinkLocal);
+            }
+        }
+        // R4: classification and ingress filter (VLAN-filtering bridges only).
+        let filtering = settings.vlan_filtering;
+        let class = if filtering {
+            let class = if be16(&f.bytes, 12) == self.port_tpid(in_id) {
+                if len < 18 {
+                    return self.drop_on(in_id, DropReason::Runt);
+                }
+                let tci = be16(&f.bytes, 14);
+                let vid = tci & 0x0fff;
+                let vid = if vid == 4095 {
+                    return self.drop_on(in_id, DropReason::ReservedVid);
+                } else if vid == 0 {
+                    match inp.pvid {
+                        Some(p) => p,
+                        None => return self.drop_on(in_id, DropReason::NoPvid),
+                    }
+                } else {
+                    vid
+                };
+                Class { vid, tagged: true, pcp_dei: tci & 0xf000 }
+            } else {
+                match inp.pvid {
+                    Some(p) => Class { vid: p, tagged: false, pcp_dei: 0 },
+                    None => return self.drop_on(in_id, DropReason::NoPvid),
+                }
+            };
+            if !inp.vlans.contains_key(&class.vid) {
+                return self.drop_on(in_id, DropReason::VlanNotMember);
+            }
+            class
+        } else {
+            Class { vid: 0, tagged: false, pcp_dei: 0 }
+        };
+        let vc = self.bridge_mut(b).vlan_counters.entry(class.vid).or_default();
+        vc.rx_frames += 1;
+        vc.rx_bytes += len as u64;
+
+        // R5: learning, after the ingress filter.
+        if inp.settings.learning {
+            self.learn(b, in_id, src, class.vid, now);
+        }
+
+        // R7: forwarding.
+        let is_group = dst.0[0] & 1 != 0;
+        if !is_group {
+            if let Some(e) = self.bridge(b).fdb.get(&(class.vid, dst)).cloned() {
+                if e.kind == FdbKindOrd::Permanent {
+                    return self.drop_on(in_id, DropReason::Local);
+                }
+                if e.port == in_id && !inp.settings.hairpin {
+                    return self.drop_on(in_id, DropReason::SamePort);
+                }
+                if filtering && !self.is_member(e.port, class.vid) {
+                    return self.drop_on(in_id, DropReason::EgressNotMember);
+                }
+                let ep = self.port(e.port);
+                if !ep.settings.up {
+                    return self.drop_on(in_id, DropReason::EgressDown);
+                }
+                if inp.settings.isolated && ep.settings.isolated {
+                    return self.drop_on(in_id, DropReason::Isolated);
+                }
+                return self.egress(b, e.port, class, &f, out);
+            }
+        }
+        // Flood: unknown unicast, broadcast, multicast.
+        let targets: Vec<u16> = self
+            .bridge(b)
+            .ports
+            .iter()
+            .copied()
+            .filter(|&p| {
+                let ep = self.port(p);
+                let s = &ep.settings;
+                let flag = if dst == MacAddr::BROADCAST {
+                    s.bcast_flood
+                } else if is_group {
+                    s.mcast_flood
+                } else {
+                    s.flood
+                };
+                (!filtering || ep.vlans.contains_key(&class.vid))
+                    && flag
+                    && s.up
+                    && (p != in_id || inp.settings.hairpin)
+                    && !(inp.settings.isolated && s.isolated)
+            })
+            .collect();
+        if targets.is_empty() {
+            return self.drop_on(in_id, DropReason::NoDestination);
+        }
+        for p in targets {
+            self.egress(b, p, class, &f, out);
+        }
+    }
+
+    /// R5: (source MAC, FID) → port.
+    fn learn(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) {
+        let settings = self.bridge(b).settings.clone();
+        if settings.ageing_time_ns == 0 {
+            // Linux: `ageing_time 0` means "always flood", nothing is learned.
+            return;
+        }
+        let seq = self.next_seq();
+        if let Some(e) = self.bridge_mut(b).fdb.get_mut(&(fid, src)) {
+            if e.kind == FdbKindOrd::Permanent {
+                return; // our own address seen as a source: never changed
+            }
+            e.seen_ns = now;
+            if e.port != port && !e.sticky {
+                e.port = port;
+                e.learned_seq = seq;
+                self.port_mut(port).counters.fdb_moves += 1;
+            }
+            return;
+        }
+        let fdb = &self.bridge(b).fdb;
+        let learned_total = fdb.values().filter(|e| e.is_learned()).count();
+        let learned_here = fdb.values().filter(|e| e.is_learned() && e.port == port).count();
+        let bridge_limit = settings.fdb_max_learned as usize;
+        let port_limit = self.port(port).settings.fdb_max_learned as usize;
+        if (bridge_limit != 0 && learned_total >= bridge_limit)
+            || (port_limit != 0 && learned_here >= port_limit)
+        {
+            self.port_mut(port).counters.fdb_learn_refused += 1;
+            return;
+        }
+        if fdb.len() >= settings.fdb_max_entries as usize && !self.evict_one(b) {
+            self.port_mut(port).counters.fdb_learn_refused += 1;
+            return;
+        }
+        let entry = Entry {
+            port,
+            kind: FdbKindOrd::Dynamic,
+            sticky: false,
+            added_by_user: false,
+            seen_ns: now,
+            learned_seq: seq,
+        };
+        self.bridge_mut(b).fdb.insert((fid, src), entry);
+    }
+
+    /// Fair eviction: the port with the most learned entries (ties: lowest port id) loses its
+    /// entry learned longest ago; counted on that port. False if nothing is evictable.
+    fn evict_one(&mut self, b: u16) -> bool {
+        let fdb = &self.bridge(b).fdb;
+        let mut per_port: BTreeMap<u16, usize> = BTreeMap::new();
+        for e in fdb.values().filter(|e| e.is_learned()) {
+            *per_port.entry(e.port).or_insert(0) += 1;
+        }
+        let Some(most) = per_port.values().copied().max() else {
+            return false;
+        };
+        let victim_port = per_port.iter().find(|(_, &n)| n == most).map(|(&p, _)| p).expect("max exists");
+        let victim_key = fdb
+            .iter()
+            .filter(|(_, e)| e.is_learned() && e.port == victim_port)
+            .min_by_key(|(_, e)| e.learned_seq)
+            .map(|(k, _)| *k)
+            .expect("port has learned entries");
+        self.bridge_mut(b).fdb.remove(&victim_key);
+        self.port_mut(victim_port).counters.fdb_evictions += 1;
+        true
+    }
+
+    /// R8: one copy out of port `e`: the bridge tag rewritten for the port, then the size check.
+    fn egress(&mut self, b: u16, e: u16, class: Class, f: &Frame, out: &mut Vec<Frame>) {
+        let mut bytes = f.bytes.clone();
+        let mut meta = f.meta;
+        if self.bridge(b).settings.vlan_filtering {
+            let untagged = self.port(e).vlans[&class.vid];
+            if untagged {
+                if class.tagged {
+                    bytes.drain(12..16);
+                    meta = meta.moved_by(-4);
+                }
+            } else {
+                let tci = class.pcp_dei | class.vid;
+                let mut tag = Vec::new();
+                tag.extend_from_slice(&self.port_tpid(e).to_be_bytes());
+                tag.extend_from_slice(&tci.to_be_bytes());
+                if class.tagged {
+                    bytes.splice(12..16, tag);
+                } else {
+                    bytes.splice(12..12, tag);
+                    meta = meta.moved_by(4);
+                }
+            }
+        }
+        let len = bytes.len();
+        if meta.wire_len(len) > self.port_max_frame(e) as usize {
+            return self.drop_on(e, DropReason::Oversize);
+        }
+        let c = &mut self.port_mut(e).counters;
+        c.tx_frames += 1;
+        c.tx_bytes += len as u64;
+        let vc = self.bridge_mut(b).vlan_counters.entry(class.vid).or_default();
+        vc.tx_frames += 1;
+        vc.tx_bytes += len as u64;
+        out.push(Frame { port: e, bytes, meta });
+    }
+
+    /// Ids of the live ports.
+    pub fn port_ids(&self) -> BTreeSet<u16> {
+        (0..self.ports.len() as u16).filter(|&i| self.ports[i as usize].is_some()).collect()
+    }
+}
+
+fn put_in_free_slot<T>(slots: &mut Vec<Option<T>>, item: T) -> u16 {
+    match slots.iter().position(Option::is_none) {
+        Some(i) => {
+            slots[i] = Some(item);
+            i as u16
+        }
+        None => {
+            slots.push(Some(item));
+            (slots.len() - 1) as u16
+        }
+    }
+}
