@@ -1,1 +1,29 @@
-//! placeholder
+//! The control plane of qbridge: the command grammar of ip-link(8) and bridge(8), batch files,
+//! and the execution of commands against a [`Switch`](qbridge_bridge::Switch).
+//!
+//! Three layers, kept apart:
+//! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed),
+//! - [`Session`]: executes commands against the switch and records each port's backend
+//!   ([`PortSpec`]); batches are all-or-nothing,
+//! - [`render`]: text and JSON output of the show commands.
+//!
+//! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
+//! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
+//! `ageing_time` is in seconds here (iproute2: centiseconds), and `fdb add` without `static`
+//! or `dynamic` adds a `permanent` (local) entry, exactly as iproute2 does — frames to a
+//! permanent address are for the bridge itself and are dropped as `local`; use `static` for a
+//! forwarding entry.
+
+pub mod command;
+pub mod error;
+pub mod parse;
+pub mod render;
+pub mod session;
+
+pub use command::{
+    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, OutputOptions, PortOptions,
+    PortSpec, VidRange, VlanCommand,
+};
+pub use error::ControlError;
+pub use parse::{parse_line, parse_words, split_words};
+pub use session::Session;

@@ -1,0 +1,174 @@
+//! The typed command tree: what a parsed line means, before anything is executed.
+//!
+//! Every field is already syntactically valid (numbers are numbers, MACs are MACs, VIDs are in
+//! 1-4094); semantic checks that need the switch's state (does the device exist, is the port
+//! attached, is the MTU in range) are the [`Switch`](qbridge_bridge::Switch)'s job when the
+//! command is executed. `Option` fields mean "not given on the command line: keep what is there".
+
+use qbridge_bridge::{FdbFlushKind, FdbKind, VlanProtocol};
+use qbridge_wire::{MacAddr, Tpid};
+
+/// One command: `OBJECT COMMAND ARGS…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Link(LinkCommand),
+    Vlan(VlanCommand),
+    Fdb(FdbCommand),
+}
+
+/// `link …` (ip-link(8)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkCommand {
+    /// `link add NAME type bridge [OPTIONS]`
+    AddBridge { name: String, opts: BridgeOptions },
+    /// `link add NAME type pcap|afpacket dev IF|tap [ifname IF] [netns NS]`
+    AddPort { name: String, spec: PortSpec },
+    /// `link set dev BR type bridge [OPTIONS]`
+    SetBridge { dev: String, opts: BridgeOptions },
+    /// `link set dev NAME [master BR|nomaster] [up|down] [learning on|off] …`
+    SetPort { dev: String, opts: PortOptions },
+    /// `link del dev NAME`
+    Del { dev: String },
+    /// `link show [dev NAME]`
+    Show { dev: Option<String> },
+}
+
+/// The backend of a port, recorded by `link add` and opened by the I/O layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// Frames come from and go to pcap files (`qbridge replay`).
+    Pcap,
+    /// An AF_PACKET socket bound to host interface `dev`.
+    AfPacket { dev: String },
+    /// A TAP device named `ifname` (default: the port's name), moved into network namespace
+    /// `netns` if given.
+    Tap {
+        ifname: Option<String>,
+        netns: Option<String>,
+    },
+}
+
+impl PortSpec {
+    /// The kind word of `link add NAME type KIND`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PortSpec::Pcap => "pcap",
+            PortSpec::AfPacket { .. } => "afpacket",
+            PortSpec::Tap { .. } => "tap",
+        }
+    }
+}
+
+/// Options of `link add|set … type bridge`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BridgeOptions {
+    pub vlan_filtering: Option<bool>,
+    pub vlan_protocol: Option<VlanProtocol>,
+    /// 0 = ports join without a PVID.
+    pub vlan_default_pvid: Option<u16>,
+    /// Given in seconds (decimals allowed) on the command line.
+    pub ageing_time_ns: Option<u64>,
+    pub fdb_max_learned: Option<u32>,
+    pub group_fwd_mask: Option<u16>,
+    pub fdb_max_entries: Option<u32>,
+}
+
+/// `master BR` or `nomaster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MasterChange {
+    Set(String),
+    Unset,
+}
+
+/// Options of `link set dev PORT …`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortOptions {
+    pub master: Option<MasterChange>,
+    pub up: Option<bool>,
+    pub learning: Option<bool>,
+    pub flood: Option<bool>,
+    pub mcast_flood: Option<bool>,
+    pub bcast_flood: Option<bool>,
+    pub isolated: Option<bool>,
+    pub hairpin: Option<bool>,
+    pub mtu: Option<u32>,
+    /// `Some(None)`: `envhdr len auto`.
+    pub envhdr_len: Option<Option<u32>>,
+    /// `Some(None)`: `tpid default` (the bridge's `vlan_protocol`).
+    pub tpid: Option<Option<Tpid>>,
+    pub fdb_max_learned: Option<u32>,
+}
+
+impl PortOptions {
+    /// True when only `master`/`nomaster` (or nothing) was given.
+    pub fn only_master(&self) -> bool {
+        PortOptions {
+            master: None,
+            ..self.clone()
+        } == PortOptions::default()
+    }
+}
+
+/// `vlan …` (bridge-vlan(8)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VlanCommand {
+    /// `vlan add vid V[-V2] dev NAME [pvid] [untagged]`
+    Add {
+        dev: String,
+        vids: VidRange,
+        pvid: bool,
+        untagged: bool,
+    },
+    /// `vlan del vid V[-V2] dev NAME`
+    Del { dev: String, vids: VidRange },
+    /// `vlan show [dev NAME]`
+    Show { dev: Option<String> },
+}
+
+/// `V` or `V-V2`; both ends in 1-4094. The order of the ends is checked by the switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VidRange {
+    pub start: u16,
+    pub end: u16,
+}
+
+/// `fdb …` (bridge-fdb(8)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdbCommand {
+    /// `fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]`.
+    /// The kind defaults to permanent, as in iproute2.
+    Add {
+        mac: MacAddr,
+        dev: String,
+        vlan: Option<u16>,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    },
+    /// `fdb del MAC dev NAME [vlan V]` (kind words are accepted and ignored, as in iproute2).
+    Del {
+        mac: MacAddr,
+        dev: String,
+        vlan: Option<u16>,
+    },
+    /// `fdb show [br BR] [dev NAME] [vlan V]`
+    Show {
+        br: Option<String>,
+        dev: Option<String>,
+        vlan: Option<u16>,
+    },
+    /// `fdb flush dev NAME [vlan V] [dynamic|static]`
+    Flush {
+        dev: String,
+        vlan: Option<u16>,
+        kind: FdbFlushKind,
+    },
+}
+
+/// Output flags: `-j` JSON, `-s` statistics, `-p` pretty JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputOptions {
+    pub json: bool,
+    pub stats: bool,
+    pub pretty: bool,
+}

@@ -1,0 +1,73 @@
+//! Errors of the control plane. Each message names the bad input and, for a grammar error, what
+//! was expected instead; batch errors carry the line number in front.
+
+use qbridge_bridge::ConfigError;
+use qbridge_wire::mac::ParseMacError;
+
+/// Why a command was refused. The session is unchanged after any of these.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// A line with an object but no command, or nothing at all where a command was needed.
+    #[error("missing command after \"{object}\" (expected {expected})")]
+    MissingCommand {
+        object: &'static str,
+        expected: &'static str,
+    },
+    #[error("unknown object \"{0}\" (expected link, vlan or fdb)")]
+    UnknownObject(String),
+    #[error("unknown command \"{word}\" for {object} (expected {expected})")]
+    UnknownCommand {
+        object: &'static str,
+        word: String,
+        expected: &'static str,
+    },
+    /// A word the grammar does not allow at this point.
+    #[error("unexpected \"{word}\" (expected {expected})")]
+    Unexpected { word: String, expected: String },
+    /// A keyword that needs a value came last.
+    #[error("\"{keyword}\" needs a value ({expected})")]
+    MissingValue {
+        keyword: String,
+        expected: &'static str,
+    },
+    /// A required argument is absent.
+    #[error("missing {what}")]
+    MissingArgument { what: &'static str },
+    #[error("invalid {what} \"{value}\" (expected {expected})")]
+    BadValue {
+        what: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("\"{0}\" given twice")]
+    Duplicate(String),
+    #[error("{0}")]
+    BadMac(#[from] ParseMacError),
+    /// The switch refused the command.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// An error in line `line` (1-based) of a batch.
+    #[error("line {line}: {source}")]
+    Line {
+        line: usize,
+        source: Box<ControlError>,
+    },
+}
+
+impl ControlError {
+    /// The error without its `line N:` wrapper.
+    pub fn root(&self) -> &ControlError {
+        match self {
+            ControlError::Line { source, .. } => source.root(),
+            e => e,
+        }
+    }
+
+    /// The batch line the error is in, if it came from a batch.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ControlError::Line { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+}

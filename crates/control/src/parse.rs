@@ -1,0 +1,827 @@
+//! The grammar: words of ip-link(8) and bridge(8) to a [`Command`].
+//!
+//! Parsing is purely syntactic and needs no switch: it checks that keywords are known, that
+//! values are numbers, MACs, VIDs (1-4094) or the words allowed, and that nothing is given
+//! twice. Keywords after the object and command may come in any order, as in iproute2. A word
+//! starting with `#` ends the line (comment).
+
+use crate::command::*;
+use crate::error::ControlError;
+use qbridge_bridge::switch::check_vid;
+use qbridge_bridge::{ConfigError, FdbFlushKind, FdbKind, VlanProtocol};
+use qbridge_wire::Tpid;
+
+const LINK_COMMANDS: &str = "add, set, del or show";
+const VLAN_COMMANDS: &str = "add, del or show";
+const FDB_COMMANDS: &str = "add, replace, del, show or flush";
+const LINK_KINDS: &str = "bridge, pcap, afpacket or tap";
+const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
+                              fdb_max_learned, group_fwd_mask or fdb_max_entries";
+const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
+                            bcast_flood, isolated, hairpin, mtu, envhdr, tpid or fdb_max_learned";
+const ON_OFF: &str = "on or off";
+
+/// Splits a line into words, dropping a trailing `#` comment.
+pub fn split_words(line: &str) -> Vec<&str> {
+    line.split_whitespace()
+        .take_while(|w| !w.starts_with('#'))
+        .collect()
+}
+
+/// Parses one line of a batch file or of a command line joined by spaces. `Ok(None)` for a
+/// blank or comment-only line.
+pub fn parse_line(line: &str) -> Result<Option<Command>, ControlError> {
+    let words = split_words(line);
+    if words.is_empty() {
+        return Ok(None);
+    }
+    parse_words(&words).map(Some)
+}
+
+/// Parses `OBJECT COMMAND ARGS…`.
+pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> {
+    let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+    let mut w = Words {
+        words: &words,
+        pos: 0,
+    };
+    let Some(object) = w.next() else {
+        return Err(ControlError::MissingArgument {
+            what: "object (link, vlan or fdb)",
+        });
+    };
+    match object {
+        "link" => parse_link(&mut w).map(Command::Link),
+        "vlan" => parse_vlan(&mut w).map(Command::Vlan),
+        "fdb" => parse_fdb(&mut w).map(Command::Fdb),
+        other => Err(ControlError::UnknownObject(other.to_string())),
+    }
+}
+
+struct Words<'a> {
+    words: &'a [&'a str],
+    pos: usize,
+}
+
+impl<'a> Words<'a> {
+    fn next(&mut self) -> Option<&'a str> {
+        let w = self.words.get(self.pos).copied();
+        if w.is_some() {
+            self.pos += 1;
+        }
+        w
+    }
+
+    fn peek(&self) -> Option<&'a str> {
+        self.words.get(self.pos).copied()
+    }
+
+    /// The value after keyword `kw`.
+    fn value(&mut self, kw: &str, expected: &'static str) -> Result<&'a str, ControlError> {
+        self.next().ok_or_else(|| ControlError::MissingValue {
+            keyword: kw.to_string(),
+            expected,
+        })
+    }
+
+    /// A device name: `dev NAME` or just `NAME` (iproute2 lets `dev` be omitted).
+    fn device(&mut self, what: &'static str) -> Result<&'a str, ControlError> {
+        match self.next() {
+            Some(kw @ ("dev" | "name")) => self.value(kw, "a device name"),
+            Some(name) => Ok(name),
+            None => Err(ControlError::MissingArgument { what }),
+        }
+    }
+
+    fn end(&mut self, expected: &str) -> Result<(), ControlError> {
+        match self.next() {
+            None => Ok(()),
+            Some(w) => Err(unexpected(w, expected)),
+        }
+    }
+}
+
+fn unexpected(word: &str, expected: &str) -> ControlError {
+    ControlError::Unexpected {
+        word: word.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, kw: &str, v: T) -> Result<(), ControlError> {
+    if slot.is_some() {
+        return Err(ControlError::Duplicate(kw.to_string()));
+    }
+    *slot = Some(v);
+    Ok(())
+}
+
+/// An unsigned number, decimal or `0x` hexadecimal.
+fn parse_uint(what: &'static str, s: &str, max: u64) -> Result<u64, ControlError> {
+    let expected = match max {
+        0xffff => "a number from 0 to 65535",
+        _ => "a number from 0 to 4294967295",
+    };
+    let bad = || ControlError::BadValue {
+        what,
+        value: s.to_string(),
+        expected,
+    };
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()) => {
+            u64::from_str_radix(hex, 16).map_err(|_| bad())?
+        }
+        Some(_) => return Err(bad()),
+        None if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) => {
+            s.parse::<u64>().map_err(|_| bad())?
+        }
+        None => return Err(bad()),
+    };
+    if v > max {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+fn parse_u32(what: &'static str, s: &str) -> Result<u32, ControlError> {
+    parse_uint(what, s, u32::MAX as u64).map(|v| v as u32)
+}
+
+fn parse_u16(what: &'static str, s: &str) -> Result<u16, ControlError> {
+    parse_uint(what, s, u16::MAX as u64).map(|v| v as u16)
+}
+
+/// A VID for membership or FDB entries: 1-4094 (the switch's own check names the error).
+fn parse_vid(s: &str) -> Result<u16, ControlError> {
+    if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
+        return Err(ControlError::BadValue {
+            what: "vid",
+            value: s.to_string(),
+            expected: "a number from 1 to 4094",
+        });
+    }
+    let v = s.parse::<u32>().unwrap_or(u32::MAX);
+    Ok(check_vid(v)?)
+}
+
+/// `V` or `V-V2`.
+fn parse_vid_range(s: &str) -> Result<VidRange, ControlError> {
+    match s.split_once('-') {
+        Some((a, b)) => Ok(VidRange {
+            start: parse_vid(a)?,
+            end: parse_vid(b)?,
+        }),
+        None => {
+            let v = parse_vid(s)?;
+            Ok(VidRange { start: v, end: v })
+        }
+    }
+}
+
+fn parse_on_off(kw: &'static str, s: &str) -> Result<bool, ControlError> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(ControlError::BadValue {
+            what: kw,
+            value: s.to_string(),
+            expected: ON_OFF,
+        }),
+    }
+}
+
+/// Seconds with an optional fraction (`300`, `0.25` is refused, `1.5`), to nanoseconds.
+/// Allowed: 0 (never age) or 1 to 1000000 seconds.
+fn parse_ageing_time(s: &str) -> Result<u64, ControlError> {
+    let bad = || ControlError::BadValue {
+        what: "ageing_time",
+        value: s.to_string(),
+        expected: "seconds, decimals allowed, e.g. 300 or 1.5",
+    };
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.chars().all(|c| c.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) || (s.contains('.') && frac.is_empty()) {
+        return Err(bad());
+    }
+    let out_of_range = || ControlError::Config(ConfigError::BadAgeingTime(s.to_string()));
+    let secs: u64 = int.parse().map_err(|_| out_of_range())?;
+    if frac.len() > 9 {
+        return Err(bad());
+    }
+    let frac_ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().map_err(|_| bad())? * 10u64.pow(9 - frac.len() as u32)
+    };
+    let ns = secs
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(frac_ns));
+    match ns {
+        Some(0) => Ok(0),
+        Some(ns) if (1_000_000_000..=1_000_000 * 1_000_000_000).contains(&ns) => Ok(ns),
+        _ => Err(out_of_range()),
+    }
+}
+
+fn parse_vlan_protocol(s: &str) -> Result<VlanProtocol, ControlError> {
+    if s.eq_ignore_ascii_case("802.1q") {
+        Ok(VlanProtocol::Dot1Q)
+    } else if s.eq_ignore_ascii_case("802.1ad") {
+        Ok(VlanProtocol::Dot1Ad)
+    } else {
+        Err(ControlError::BadValue {
+            what: "vlan_protocol",
+            value: s.to_string(),
+            expected: "802.1Q or 802.1ad",
+        })
+    }
+}
+
+fn parse_tpid(s: &str) -> Result<Option<Tpid>, ControlError> {
+    let expected = "0xHHHH, 802.1Q, 802.1ad or default";
+    if s == "default" {
+        return Ok(None);
+    }
+    if let Ok(p) = parse_vlan_protocol(s) {
+        return Ok(Some(p.tpid()));
+    }
+    let bad = || ControlError::BadValue {
+        what: "tpid",
+        value: s.to_string(),
+        expected,
+    };
+    let hex = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .ok_or_else(bad)?;
+    if hex.is_empty() || hex.len() > 4 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    Ok(Some(Tpid(u16::from_str_radix(hex, 16).map_err(|_| bad())?)))
+}
+
+// ----- link -----
+
+fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
+    let Some(cmd) = w.next() else {
+        return Err(ControlError::MissingCommand {
+            object: "link",
+            expected: LINK_COMMANDS,
+        });
+    };
+    match cmd {
+        "add" => parse_link_add(w),
+        "set" => {
+            let dev = w.device("device name after \"link set\"")?.to_string();
+            if w.peek() == Some("type") {
+                w.next();
+                match w.value("type", "bridge or bridge_slave")? {
+                    "bridge" => {
+                        let opts = parse_bridge_options(w)?;
+                        return Ok(LinkCommand::SetBridge { dev, opts });
+                    }
+                    "bridge_slave" => {}
+                    other => return Err(unexpected(other, "bridge or bridge_slave")),
+                }
+            }
+            let opts = parse_port_options(w)?;
+            Ok(LinkCommand::SetPort { dev, opts })
+        }
+        "del" | "delete" => {
+            let dev = w.device("device name after \"link del\"")?.to_string();
+            w.end("nothing after the device name")?;
+            Ok(LinkCommand::Del { dev })
+        }
+        "show" | "list" => {
+            let dev = match w.peek() {
+                None => None,
+                Some(_) => Some(w.device("device name")?.to_string()),
+            };
+            w.end("nothing after the device name")?;
+            Ok(LinkCommand::Show { dev })
+        }
+        other => Err(ControlError::UnknownCommand {
+            object: "link",
+            word: other.to_string(),
+            expected: LINK_COMMANDS,
+        }),
+    }
+}
+
+fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
+    let name = w.device("device name after \"link add\"")?.to_string();
+    match w.next() {
+        Some("type") => {}
+        Some(other) => return Err(unexpected(other, "type")),
+        None => {
+            return Err(ControlError::MissingArgument {
+                what: "\"type KIND\"",
+            })
+        }
+    }
+    let kind = w.value("type", LINK_KINDS)?;
+    match kind {
+        "bridge" => Ok(LinkCommand::AddBridge {
+            name,
+            opts: parse_bridge_options(w)?,
+        }),
+        "pcap" => {
+            w.end("nothing after \"type pcap\"")?;
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::Pcap,
+            })
+        }
+        "afpacket" => {
+            let mut dev = None;
+            while let Some(kw) = w.next() {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
+                    other => return Err(unexpected(other, "dev")),
+                }
+            }
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev IFNAME\" for type afpacket",
+                })?
+                .to_string();
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::AfPacket { dev },
+            })
+        }
+        "tap" => {
+            let (mut ifname, mut netns) = (None, None);
+            while let Some(kw) = w.next() {
+                match kw {
+                    "ifname" => set_once(&mut ifname, kw, w.value(kw, "a TAP device name")?)?,
+                    "netns" => set_once(&mut netns, kw, w.value(kw, "a network namespace")?)?,
+                    other => return Err(unexpected(other, "ifname or netns")),
+                }
+            }
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::Tap {
+                    ifname: ifname.map(str::to_string),
+                    netns: netns.map(str::to_string),
+                },
+            })
+        }
+        other => Err(ControlError::BadValue {
+            what: "link type",
+            value: other.to_string(),
+            expected: LINK_KINDS,
+        }),
+    }
+}
+
+fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError> {
+    let mut o = BridgeOptions::default();
+    while let Some(kw) = w.next() {
+        match kw {
+            "vlan_filtering" => {
+                let v = match w.value(kw, "0 or 1")? {
+                    "0" => false,
+                    "1" => true,
+                    other => {
+                        return Err(ControlError::BadValue {
+                            what: "vlan_filtering",
+                            value: other.to_string(),
+                            expected: "0 or 1",
+                        })
+                    }
+                };
+                set_once(&mut o.vlan_filtering, kw, v)?;
+            }
+            "vlan_protocol" => {
+                let v = parse_vlan_protocol(w.value(kw, "802.1Q or 802.1ad")?)?;
+                set_once(&mut o.vlan_protocol, kw, v)?;
+            }
+            "vlan_default_pvid" => {
+                let s = w.value(kw, "a vid, or 0 for none")?;
+                let v = if s == "0" { 0 } else { parse_vid(s)? };
+                set_once(&mut o.vlan_default_pvid, kw, v)?;
+            }
+            "ageing_time" => {
+                let v = parse_ageing_time(w.value(kw, "seconds")?)?;
+                set_once(&mut o.ageing_time_ns, kw, v)?;
+            }
+            "fdb_max_learned" => {
+                let v = parse_u32("fdb_max_learned", w.value(kw, "a number, 0 for no limit")?)?;
+                set_once(&mut o.fdb_max_learned, kw, v)?;
+            }
+            "group_fwd_mask" => {
+                let v = parse_u16("group_fwd_mask", w.value(kw, "a 16-bit mask")?)?;
+                set_once(&mut o.group_fwd_mask, kw, v)?;
+            }
+            "fdb_max_entries" => {
+                let v = parse_u32("fdb_max_entries", w.value(kw, "a number of entries")?)?;
+                set_once(&mut o.fdb_max_entries, kw, v)?;
+            }
+            other => return Err(unexpected(other, BRIDGE_OPTIONS)),
+        }
+    }
+    Ok(o)
+}
+
+fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
+    let mut o = PortOptions::default();
+    while let Some(kw) = w.next() {
+        match kw {
+            "master" => {
+                let br = w.value(kw, "a bridge name")?;
+                set_once(
+                    &mut o.master,
+                    "master/nomaster",
+                    MasterChange::Set(br.to_string()),
+                )?;
+            }
+            "nomaster" => set_once(&mut o.master, "master/nomaster", MasterChange::Unset)?,
+            "up" => set_once(&mut o.up, "up/down", true)?,
+            "down" => set_once(&mut o.up, "up/down", false)?,
+            "learning" | "flood" | "mcast_flood" | "bcast_flood" | "isolated" | "hairpin" => {
+                let (slot, name) = match kw {
+                    "learning" => (&mut o.learning, "learning"),
+                    "flood" => (&mut o.flood, "flood"),
+                    "mcast_flood" => (&mut o.mcast_flood, "mcast_flood"),
+                    "bcast_flood" => (&mut o.bcast_flood, "bcast_flood"),
+                    "isolated" => (&mut o.isolated, "isolated"),
+                    _ => (&mut o.hairpin, "hairpin"),
+                };
+                let v = parse_on_off(name, w.value(kw, ON_OFF)?)?;
+                set_once(slot, kw, v)?;
+            }
+            "mtu" => {
+                let v = parse_u32("mtu", w.value(kw, "a number of bytes")?)?;
+                set_once(&mut o.mtu, kw, v)?;
+            }
+            "envhdr" => {
+                match w.value(kw, "len N or len auto")? {
+                    "len" => {}
+                    other => return Err(unexpected(other, "len")),
+                }
+                let s = w.value("envhdr len", "a number of bytes or auto")?;
+                let v = if s == "auto" {
+                    None
+                } else {
+                    Some(parse_u32("envhdr len", s)?)
+                };
+                set_once(&mut o.envhdr_len, "envhdr", v)?;
+            }
+            "tpid" => {
+                let v = parse_tpid(w.value(kw, "0xHHHH or default")?)?;
+                set_once(&mut o.tpid, kw, v)?;
+            }
+            "fdb_max_learned" => {
+                let v = parse_u32("fdb_max_learned", w.value(kw, "a number, 0 for no limit")?)?;
+                set_once(&mut o.fdb_max_learned, kw, v)?;
+            }
+            other => return Err(unexpected(other, PORT_OPTIONS)),
+        }
+    }
+    Ok(o)
+}
+
+// ----- vlan -----
+
+fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
+    let Some(cmd) = w.next() else {
+        return Err(ControlError::MissingCommand {
+            object: "vlan",
+            expected: VLAN_COMMANDS,
+        });
+    };
+    match cmd {
+        "add" | "del" | "delete" => {
+            let add = cmd == "add";
+            let (mut vids, mut dev, mut pvid, mut untagged) = (None, None, None, None);
+            let expected = if add {
+                "vid, dev, pvid or untagged"
+            } else {
+                "vid or dev"
+            };
+            while let Some(kw) = w.next() {
+                match kw {
+                    "vid" => {
+                        let r = parse_vid_range(w.value(kw, "V or V-V2")?)?;
+                        set_once(&mut vids, kw, r)?;
+                    }
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
+                    "pvid" if add => set_once(&mut pvid, kw, true)?,
+                    "untagged" if add => set_once(&mut untagged, kw, true)?,
+                    other => return Err(unexpected(other, expected)),
+                }
+            }
+            let vids = vids.ok_or(ControlError::MissingArgument {
+                what: "\"vid V[-V2]\"",
+            })?;
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev NAME\"",
+                })?
+                .to_string();
+            Ok(if add {
+                VlanCommand::Add {
+                    dev,
+                    vids,
+                    pvid: pvid.is_some(),
+                    untagged: untagged.is_some(),
+                }
+            } else {
+                VlanCommand::Del { dev, vids }
+            })
+        }
+        "show" | "list" => {
+            let mut dev = None;
+            while let Some(kw) = w.next() {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?.to_string())?,
+                    other => return Err(unexpected(other, "dev")),
+                }
+            }
+            Ok(VlanCommand::Show { dev })
+        }
+        other => Err(ControlError::UnknownCommand {
+            object: "vlan",
+            word: other.to_string(),
+            expected: VLAN_COMMANDS,
+        }),
+    }
+}
+
+// ----- fdb -----
+
+fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
+    let Some(cmd) = w.next() else {
+        return Err(ControlError::MissingCommand {
+            object: "fdb",
+            expected: FDB_COMMANDS,
+        });
+    };
+    match cmd {
+        "add" | "replace" | "del" | "delete" => {
+            let mac_word = w.next().ok_or(ControlError::MissingArgument {
+                what: "MAC address",
+            })?;
+            let mac = mac_word.parse()?;
+            let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
+            while let Some(kw) = w.next() {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
+                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    "static" | "dynamic" | "permanent" | "local" => {
+                        let k = match kw {
+                            "static" => FdbKind::Static,
+                            "dynamic" => FdbKind::Dynamic,
+                            _ => FdbKind::Permanent,
+                        };
+                        if kind.is_some() {
+                            return Err(unexpected(kw, "only one of static, dynamic, permanent"));
+                        }
+                        kind = Some(k);
+                    }
+                    "sticky" => set_once(&mut sticky, kw, true)?,
+                    // All qbridge FDB entries are the bridge's ("master") entries.
+                    "master" => {}
+                    other => {
+                        return Err(unexpected(
+                            other,
+                            "dev, vlan, static, dynamic, permanent, sticky or master",
+                        ))
+                    }
+                }
+            }
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev NAME\"",
+                })?
+                .to_string();
+            Ok(match cmd {
+                "add" | "replace" => FdbCommand::Add {
+                    mac,
+                    dev,
+                    vlan,
+                    // iproute2: neither static nor dynamic means permanent.
+                    kind: kind.unwrap_or(FdbKind::Permanent),
+                    sticky: sticky.is_some(),
+                    replace: cmd == "replace",
+                },
+                _ => FdbCommand::Del { mac, dev, vlan },
+            })
+        }
+        "show" | "list" => {
+            let (mut br, mut dev, mut vlan) = (None, None, None);
+            while let Some(kw) = w.next() {
+                match kw {
+                    "br" => set_once(&mut br, kw, w.value(kw, "a bridge name")?.to_string())?,
+                    "dev" | "brport" => {
+                        set_once(&mut dev, "dev", w.value(kw, "a port name")?.to_string())?
+                    }
+                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    other => return Err(unexpected(other, "br, dev or vlan")),
+                }
+            }
+            Ok(FdbCommand::Show { br, dev, vlan })
+        }
+        "flush" => {
+            let (mut dev, mut vlan, mut kind) = (None, None, None);
+            while let Some(kw) = w.next() {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a bridge or port name")?)?,
+                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    "dynamic" => set_once(&mut kind, "dynamic/static", FdbFlushKind::Dynamic)?,
+                    "static" => set_once(&mut kind, "dynamic/static", FdbFlushKind::Static)?,
+                    other => return Err(unexpected(other, "dev, vlan, dynamic or static")),
+                }
+            }
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev NAME\"",
+                })?
+                .to_string();
+            Ok(FdbCommand::Flush {
+                dev,
+                vlan,
+                kind: kind.unwrap_or_default(),
+            })
+        }
+        other => Err(ControlError::UnknownCommand {
+            object: "fdb",
+            word: other.to_string(),
+            expected: FDB_COMMANDS,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Command, ControlError> {
+        parse_line(s).map(|c| c.expect("a command"))
+    }
+
+    fn err(s: &str) -> String {
+        p(s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn link_add_bridge_with_options() {
+        let c = p(
+            "link add br0 type bridge vlan_filtering 1 vlan_protocol 802.1ad \
+                   vlan_default_pvid 0 ageing_time 1.5 group_fwd_mask 0x4000",
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Command::Link(LinkCommand::AddBridge {
+                name: "br0".into(),
+                opts: BridgeOptions {
+                    vlan_filtering: Some(true),
+                    vlan_protocol: Some(VlanProtocol::Dot1Ad),
+                    vlan_default_pvid: Some(0),
+                    ageing_time_ns: Some(1_500_000_000),
+                    group_fwd_mask: Some(0x4000),
+                    ..Default::default()
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn dev_may_be_omitted() {
+        assert_eq!(
+            p("link set p1 learning off").unwrap(),
+            p("link set dev p1 learning off").unwrap()
+        );
+        assert_eq!(p("link del p1").unwrap(), p("link del dev p1").unwrap());
+        assert_eq!(p("link show p1").unwrap(), p("link show dev p1").unwrap());
+    }
+
+    #[test]
+    fn port_options() {
+        let c =
+            p("link set dev p1 master br0 down hairpin on envhdr len auto tpid 0x9100 mtu 9000")
+                .unwrap();
+        let Command::Link(LinkCommand::SetPort { dev, opts }) = c else {
+            panic!()
+        };
+        assert_eq!(dev, "p1");
+        assert_eq!(opts.master, Some(MasterChange::Set("br0".into())));
+        assert_eq!(opts.up, Some(false));
+        assert_eq!(opts.hairpin, Some(true));
+        assert_eq!(opts.envhdr_len, Some(None));
+        assert_eq!(opts.tpid, Some(Some(Tpid(0x9100))));
+        assert_eq!(opts.mtu, Some(9000));
+    }
+
+    #[test]
+    fn backends() {
+        assert_eq!(
+            p("link add p1 type afpacket dev eth0").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "p1".into(),
+                spec: PortSpec::AfPacket { dev: "eth0".into() }
+            })
+        );
+        assert_eq!(
+            p("link add p2 type tap netns ns1").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "p2".into(),
+                spec: PortSpec::Tap {
+                    ifname: None,
+                    netns: Some("ns1".into())
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn vlan_and_fdb() {
+        assert_eq!(
+            p("vlan add dev p1 vid 10-20 untagged").unwrap(),
+            Command::Vlan(VlanCommand::Add {
+                dev: "p1".into(),
+                vids: VidRange { start: 10, end: 20 },
+                pvid: false,
+                untagged: true
+            })
+        );
+        let Command::Fdb(FdbCommand::Add {
+            kind,
+            sticky,
+            replace,
+            vlan,
+            ..
+        }) = p("fdb add 02:00:00:00:00:01 dev p1 vlan 10 sticky").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (kind, sticky, replace, vlan),
+            (FdbKind::Permanent, true, false, Some(10))
+        );
+    }
+
+    #[test]
+    fn comments_and_blank_lines() {
+        assert_eq!(parse_line("   # nothing").unwrap(), None);
+        assert_eq!(parse_line("").unwrap(), None);
+        assert!(parse_line("link show # all").unwrap().is_some());
+    }
+
+    #[test]
+    fn ageing_time_forms() {
+        assert_eq!(parse_ageing_time("300").unwrap(), 300_000_000_000);
+        assert_eq!(parse_ageing_time("0").unwrap(), 0);
+        assert_eq!(parse_ageing_time("1.000000001").unwrap(), 1_000_000_001);
+        assert!(parse_ageing_time("0.5").is_err());
+        assert!(parse_ageing_time("1.").is_err());
+        assert!(parse_ageing_time("-1").is_err());
+        assert!(parse_ageing_time("1000001").is_err());
+    }
+
+    #[test]
+    fn error_messages_name_the_word() {
+        assert_eq!(err("vlan add vid 4095 dev p1"), "vid 4095 is reserved");
+        assert_eq!(
+            err("vlan add vid 0 dev p1"),
+            "vid 0 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("route show"),
+            "unknown object \"route\" (expected link, vlan or fdb)"
+        );
+        assert_eq!(
+            err("link set dev p1 learnin off"),
+            "unexpected \"learnin\" (expected master, nomaster, up, down, learning, flood, \
+             mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid or fdb_max_learned)"
+        );
+        assert_eq!(
+            err("link set dev p1 flood maybe"),
+            "invalid flood \"maybe\" (expected on or off)"
+        );
+        assert_eq!(
+            err("link set dev p1 mtu"),
+            "\"mtu\" needs a value (a number of bytes)"
+        );
+        assert_eq!(err("vlan add vid 10"), "missing \"dev NAME\"");
+        assert_eq!(
+            err("link add x type veth"),
+            "invalid link type \"veth\" (expected bridge, pcap, afpacket or tap)"
+        );
+        assert_eq!(
+            err("fdb add 02:00:00:00:00:0g dev p1"),
+            "invalid MAC address \"02:00:00:00:00:0g\" (expected six hex bytes like 02:00:00:00:00:01)"
+        );
+        assert_eq!(err("link set p1 up down"), "\"up/down\" given twice");
+        assert_eq!(
+            err("link add br0 type bridge ageing_time 2000000"),
+            "ageing_time 2000000 is out of range (0 or 1-1000000 seconds)"
+        );
+        assert_eq!(
+            err("fdb"),
+            "missing command after \"fdb\" (expected add, replace, del, show or flush)"
+        );
+    }
+}

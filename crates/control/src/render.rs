@@ -1,0 +1,472 @@
+//! Output of the show commands: text shaped like iproute2's, and JSON (`-j`) with the keys
+//! iproute2 uses where it has an equivalent.
+//!
+//! Text lines carry no trailing spaces (iproute2's do). JSON is one line per show command, or
+//! indented with `-p`.
+
+use crate::command::{OutputOptions, PortSpec};
+use crate::error::ControlError;
+use crate::session::Session;
+use qbridge_bridge::{DropReason, FdbEntryView, FdbKind, LinkView, PortCounters, Switch};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+fn to_json<T: Serialize>(v: &T, out: OutputOptions) -> String {
+    let mut s = if out.pretty {
+        serde_json::to_string_pretty(v)
+    } else {
+        serde_json::to_string(v)
+    }
+    .expect("views serialize");
+    s.push('\n');
+    s
+}
+
+/// Seconds from nanoseconds, without a fraction when whole: `300`, `1.5`.
+pub fn format_secs(ns: u64) -> String {
+    let (s, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    if frac == 0 {
+        return s.to_string();
+    }
+    let f = format!("{frac:09}");
+    format!("{s}.{}", f.trim_end_matches('0'))
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+// ----- fdb -----
+
+/// One `bridge -j fdb show` object: key names and order as iproute2.
+#[derive(Serialize)]
+struct FdbJson<'a> {
+    mac: String,
+    ifname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vlan: Option<u16>,
+    flags: Vec<&'static str>,
+    master: &'a str,
+    state: &'static str,
+    /// Seconds since the entry was added or last refreshed (`-s` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated: Option<u64>,
+}
+
+/// iproute2's names for the entry kinds: learned and `dynamic` entries have no state word.
+fn fdb_state(kind: FdbKind) -> &'static str {
+    match kind {
+        FdbKind::Dynamic => "",
+        FdbKind::Static => "static",
+        FdbKind::Permanent => "permanent",
+    }
+}
+
+/// `fdb show`: `02:00:00:00:00:01 dev p1 vlan 10 master br0 static`.
+pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
+    if out.json {
+        let v: Vec<FdbJson<'_>> = entries
+            .iter()
+            .map(|e| FdbJson {
+                mac: e.mac.to_string(),
+                ifname: &e.ifname,
+                vlan: e.vlan,
+                flags: if e.sticky { vec!["sticky"] } else { vec![] },
+                master: &e.master,
+                state: fdb_state(e.kind),
+                updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
+            })
+            .collect();
+        return to_json(&v, out);
+    }
+    let mut s = String::new();
+    for e in entries {
+        let _ = write!(s, "{} dev {}", e.mac, e.ifname);
+        if let Some(v) = e.vlan {
+            let _ = write!(s, " vlan {v}");
+        }
+        if out.stats {
+            let _ = write!(s, " updated {}", e.idle_ns / 1_000_000_000);
+        }
+        if e.sticky {
+            s.push_str(" sticky");
+        }
+        let _ = write!(s, " master {}", e.master);
+        let state = fdb_state(e.kind);
+        if !state.is_empty() {
+            let _ = write!(s, " {state}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+// ----- vlan -----
+
+const PORT_COL: usize = 18;
+
+fn vlan_header(s: &mut String) {
+    let _ = writeln!(s, "{:<PORT_COL$}vlan-id", "port");
+}
+
+/// `vlan show`: iproute2's table, one VID per line.
+pub fn vlans(sw: &Switch, dev: Option<&str>, out: OutputOptions) -> Result<String, ControlError> {
+    let views: Vec<_> = sw
+        .vlans(dev)?
+        .into_iter()
+        .filter(|v| !v.vlans.is_empty())
+        .collect();
+    if out.json {
+        return Ok(to_json(&views, out));
+    }
+    let mut s = String::new();
+    if views.is_empty() {
+        return Ok(s);
+    }
+    vlan_header(&mut s);
+    for v in &views {
+        for (i, e) in v.vlans.iter().enumerate() {
+            let name = if i == 0 { v.ifname.as_str() } else { "" };
+            let mut line = format!("{name:<PORT_COL$}{}", e.vlan);
+            for f in &e.flags {
+                line.push(' ');
+                line.push_str(f);
+            }
+            s.push_str(&line);
+            s.push('\n');
+        }
+    }
+    Ok(s)
+}
+
+#[derive(Serialize)]
+struct VlanStatsJson {
+    vlan: u16,
+    rx_bytes: u64,
+    rx_packets: u64,
+    tx_bytes: u64,
+    tx_packets: u64,
+}
+
+#[derive(Serialize)]
+struct BridgeVlanStatsJson<'a> {
+    ifname: &'a str,
+    vlans: Vec<VlanStatsJson>,
+}
+
+/// VIDs of bridge `bid` that some port is a member of, or that have counted traffic.
+fn bridge_vids(sw: &Switch, bid: qbridge_bridge::BridgeId) -> BTreeSet<u16> {
+    let mut vids = BTreeSet::new();
+    for (pid, _) in sw.port_ids() {
+        if sw.port_master(pid) == Some(bid) {
+            for vid in 1..4095u16 {
+                if sw.vlan_membership(pid, vid).is_some() {
+                    vids.insert(vid);
+                }
+            }
+        }
+    }
+    for vid in 1..4095u16 {
+        if sw.vlan_counters(bid, vid) != Default::default() {
+            vids.insert(vid);
+        }
+    }
+    vids
+}
+
+/// `vlan show -s [dev NAME]`: per-VLAN counters of each bridge (of NAME's bridge, and only
+/// NAME's VIDs, when NAME is a port).
+pub fn vlan_stats(
+    sw: &Switch,
+    dev: Option<&str>,
+    out: OutputOptions,
+) -> Result<String, ControlError> {
+    let (only_bridge, only_port) = match dev {
+        None => (None, None),
+        Some(d) if sw.is_bridge(d) => (Some(sw.bridge_id(d)?), None),
+        Some(d) => {
+            let pid = sw.port_id(d)?;
+            (sw.port_master(pid), Some(pid))
+        }
+    };
+    if dev.is_some() && only_bridge.is_none() {
+        return Ok(if out.json {
+            to_json(&Vec::<()>::new(), out)
+        } else {
+            String::new()
+        });
+    }
+    let mut all = Vec::new();
+    for (bid, bname) in sw.bridge_ids() {
+        if only_bridge.is_some_and(|b| b != bid) {
+            continue;
+        }
+        let vlans: Vec<VlanStatsJson> = bridge_vids(sw, bid)
+            .into_iter()
+            .filter(|&vid| only_port.map_or(true, |p| sw.vlan_membership(p, vid).is_some()))
+            .map(|vid| {
+                let c = sw.vlan_counters(bid, vid);
+                VlanStatsJson {
+                    vlan: vid,
+                    rx_bytes: c.rx_bytes,
+                    rx_packets: c.rx_frames,
+                    tx_bytes: c.tx_bytes,
+                    tx_packets: c.tx_frames,
+                }
+            })
+            .collect();
+        if !vlans.is_empty() {
+            all.push(BridgeVlanStatsJson {
+                ifname: bname,
+                vlans,
+            });
+        }
+    }
+    if out.json {
+        return Ok(to_json(&all, out));
+    }
+    let mut s = String::new();
+    if all.is_empty() {
+        return Ok(s);
+    }
+    vlan_header(&mut s);
+    for b in &all {
+        for (i, v) in b.vlans.iter().enumerate() {
+            let name = if i == 0 { b.ifname } else { "" };
+            let _ = writeln!(s, "{name:<PORT_COL$}{}", v.vlan);
+            let pad = "";
+            let _ = writeln!(
+                s,
+                "{pad:<20}RX: {} bytes {} packets",
+                v.rx_bytes, v.rx_packets
+            );
+            let _ = writeln!(
+                s,
+                "{pad:<20}TX: {} bytes {} packets",
+                v.tx_bytes, v.tx_packets
+            );
+        }
+    }
+    Ok(s)
+}
+
+// ----- link -----
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum BackendJson<'a> {
+    Pcap,
+    Afpacket {
+        dev: &'a str,
+    },
+    Tap {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ifname: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        netns: Option<&'a str>,
+    },
+}
+
+#[derive(Serialize)]
+struct LinkJson<'a> {
+    #[serde(flatten)]
+    link: &'a LinkView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<BackendJson<'a>>,
+}
+
+fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
+    match spec {
+        PortSpec::Pcap => BackendJson::Pcap,
+        PortSpec::AfPacket { dev } => BackendJson::Afpacket { dev },
+        PortSpec::Tap { ifname, netns } => BackendJson::Tap {
+            ifname: ifname.as_deref(),
+            netns: netns.as_deref(),
+        },
+    }
+}
+
+/// `link show [dev NAME]`: bridges first, then ports in id order.
+pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String {
+    let views: Vec<LinkView> = session
+        .switch()
+        .links(out.stats)
+        .into_iter()
+        .filter(|l| dev.map_or(true, |d| d == l.ifname))
+        .collect();
+    if out.json {
+        let v: Vec<LinkJson<'_>> = views
+            .iter()
+            .map(|l| LinkJson {
+                link: l,
+                backend: session.port_spec(&l.ifname).map(backend_json),
+            })
+            .collect();
+        return to_json(&v, out);
+    }
+    let mut s = String::new();
+    for l in &views {
+        let _ = write!(s, "{}: {}", l.ifname, l.kind);
+        if let Some(b) = &l.bridge {
+            let _ = writeln!(
+                s,
+                " vlan_filtering {} vlan_protocol {} vlan_default_pvid {} ageing_time {} \
+                 fdb_max_learned {} group_fwd_mask 0x{:x} fdb_max_entries {}",
+                u8::from(b.vlan_filtering),
+                b.vlan_protocol.as_str(),
+                b.default_pvid,
+                format_secs(b.ageing_time_ns),
+                b.fdb_max_learned,
+                b.group_fwd_mask,
+                b.fdb_max_entries,
+            );
+            continue;
+        }
+        match session.port_spec(&l.ifname) {
+            Some(PortSpec::AfPacket { dev }) => {
+                let _ = write!(s, " dev {dev}");
+            }
+            Some(PortSpec::Tap { ifname, netns }) => {
+                if let Some(i) = ifname {
+                    let _ = write!(s, " ifname {i}");
+                }
+                if let Some(n) = netns {
+                    let _ = write!(s, " netns {n}");
+                }
+            }
+            _ => {}
+        }
+        if let Some(m) = &l.master {
+            let _ = write!(s, " master {m}");
+        }
+        let Some(p) = &l.port else {
+            s.push('\n');
+            continue;
+        };
+        let st = &p.settings;
+        let envhdr = match st.envhdr_len {
+            Some(v) => v.to_string(),
+            None => format!("auto ({})", p.envhdr_effective),
+        };
+        let tpid = match st.tpid {
+            Some(t) => t.to_string(),
+            None => format!("default ({})", p.tpid_effective),
+        };
+        let _ = writeln!(
+            s,
+            " state {} mtu {} envhdr len {} tpid {} max_frame {}",
+            if st.up { "UP" } else { "DOWN" },
+            st.mtu,
+            envhdr,
+            tpid,
+            p.max_frame,
+        );
+        let _ = writeln!(
+            s,
+            "    learning {} flood {} mcast_flood {} bcast_flood {} isolated {} hairpin {} \
+             fdb_max_learned {}",
+            on_off(st.learning),
+            on_off(st.flood),
+            on_off(st.mcast_flood),
+            on_off(st.bcast_flood),
+            on_off(st.isolated),
+            on_off(st.hairpin),
+            st.fdb_max_learned,
+        );
+        if let Some(c) = &l.stats {
+            port_stats_text(&mut s, c);
+        }
+    }
+    s
+}
+
+fn port_stats_text(s: &mut String, c: &PortCounters) {
+    let _ = writeln!(s, "    RX: {} bytes {} packets", c.rx_bytes, c.rx_frames);
+    let _ = writeln!(s, "    TX: {} bytes {} packets", c.tx_bytes, c.tx_frames);
+    s.push_str("    drops:");
+    let mut any = false;
+    for r in DropReason::ALL {
+        let n = c.dropped(*r);
+        if n != 0 {
+            let _ = write!(s, " {} {n}", r.name());
+            any = true;
+        }
+    }
+    if !any {
+        s.push_str(" none");
+    }
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "    fdb: learn_refused {} evictions {} moves {}",
+        c.fdb_learn_refused, c.fdb_evictions, c.fdb_moves
+    );
+}
+
+// ----- stats.json -----
+
+/// See [`Session::stats_json`].
+pub fn stats_json(session: &Session) -> Value {
+    let sw = session.switch();
+    let mut ports = Map::new();
+    for (id, name) in sw.port_ids() {
+        let c = sw.port_counters(id);
+        let drops: Map<String, Value> = DropReason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), json!(c.dropped(*r))))
+            .collect();
+        ports.insert(
+            name.to_string(),
+            json!({
+                "id": id.0,
+                "kind": sw.port_kind(id),
+                "master": sw.port_master(id).map(|b| sw.bridge_name(b)),
+                "rx_frames": c.rx_frames,
+                "rx_bytes": c.rx_bytes,
+                "tx_frames": c.tx_frames,
+                "tx_bytes": c.tx_bytes,
+                "fdb_learn_refused": c.fdb_learn_refused,
+                "fdb_evictions": c.fdb_evictions,
+                "fdb_moves": c.fdb_moves,
+                "drops_total": c.total_drops(),
+                "drops": drops,
+            }),
+        );
+    }
+    let mut bridges = Map::new();
+    for (bid, bname) in sw.bridge_ids() {
+        let mut vlans = Map::new();
+        let mut vids = bridge_vids(sw, bid);
+        if sw.vlan_counters(bid, 0) != Default::default() {
+            vids.insert(0);
+        }
+        for vid in vids {
+            let c = sw.vlan_counters(bid, vid);
+            vlans.insert(
+                vid.to_string(),
+                json!({
+                    "rx_frames": c.rx_frames,
+                    "rx_bytes": c.rx_bytes,
+                    "tx_frames": c.tx_frames,
+                    "tx_bytes": c.tx_bytes,
+                }),
+            );
+        }
+        let (entries, learned) = sw.fdb_len(bid);
+        bridges.insert(
+            bname.to_string(),
+            json!({ "fdb_entries": entries, "fdb_learned": learned, "vlans": vlans }),
+        );
+    }
+    json!({
+        "ports": ports,
+        "bridges": bridges,
+        "unknown_port_drops": sw.unknown_port_drops(),
+    })
+}

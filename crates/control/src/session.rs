@@ -1,0 +1,263 @@
+//! A [`Session`]: the switch plus what only the control plane knows (each port's backend), and
+//! the execution of commands against it.
+//!
+//! Execution resolves names, merges the options given with the settings in force and calls the
+//! [`Switch`]; it re-implements no semantics. A single command changes nothing when it fails:
+//! names and values are all checked before the first switch operation, and the operations the
+//! switch can still refuse come first. A batch is applied to a clone and committed only when
+//! every line succeeded.
+
+use crate::command::*;
+use crate::error::ControlError;
+use crate::parse::parse_line;
+use crate::render;
+use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch};
+use std::collections::BTreeMap;
+
+/// The switch and the backend spec of each port.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    switch: Switch,
+    specs: BTreeMap<String, PortSpec>,
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    pub fn switch(&self) -> &Switch {
+        &self.switch
+    }
+
+    /// The switch, for the datapath (`process`, `age`). Configuration should go through
+    /// [`Session::execute`] so that backend specs stay in step.
+    pub fn switch_mut(&mut self) -> &mut Switch {
+        &mut self.switch
+    }
+
+    /// Backend of port `name`.
+    pub fn port_spec(&self, name: &str) -> Option<&PortSpec> {
+        self.specs.get(name)
+    }
+
+    /// Every port with its id and backend, in port id order.
+    pub fn ports(&self) -> Vec<(PortId, &str, &PortSpec)> {
+        self.switch
+            .port_ids()
+            .filter_map(|(id, name)| self.specs.get(name).map(|s| (id, name, s)))
+            .collect()
+    }
+
+    /// Parses and executes one line (a comment or blank line does nothing).
+    pub fn execute_line(&mut self, line: &str, out: OutputOptions) -> Result<String, ControlError> {
+        match parse_line(line)? {
+            Some(cmd) => self.execute(&cmd, out),
+            None => Ok(String::new()),
+        }
+    }
+
+    /// Applies a batch (one command per line, `#` comments, blank lines) all-or-nothing.
+    /// Returns the output of the show commands in it, in order. On error the session is
+    /// unchanged and the error carries the 1-based line number.
+    pub fn execute_batch(
+        &mut self,
+        text: &str,
+        out: OutputOptions,
+    ) -> Result<String, ControlError> {
+        let mut work = self.clone();
+        let mut output = String::new();
+        for (i, line) in text.lines().enumerate() {
+            let r = work.execute_line(line, out);
+            match r {
+                Ok(s) => output.push_str(&s),
+                Err(e) => {
+                    return Err(ControlError::Line {
+                        line: i + 1,
+                        source: Box::new(e),
+                    })
+                }
+            }
+        }
+        *self = work;
+        Ok(output)
+    }
+
+    /// Executes one command; returns its output (empty for commands that change state).
+    pub fn execute(&mut self, cmd: &Command, out: OutputOptions) -> Result<String, ControlError> {
+        match cmd {
+            Command::Link(c) => self.link(c, out),
+            Command::Vlan(c) => self.vlan(c, out),
+            Command::Fdb(c) => self.fdb(c, out),
+        }
+    }
+
+    fn link(&mut self, cmd: &LinkCommand, out: OutputOptions) -> Result<String, ControlError> {
+        let sw = &mut self.switch;
+        match cmd {
+            LinkCommand::AddBridge { name, opts } => {
+                let settings = merge_bridge(BridgeSettings::default(), opts);
+                sw.add_bridge(name, settings)?;
+            }
+            LinkCommand::SetBridge { dev, opts } => {
+                let id = sw.bridge_id(dev)?;
+                let settings = merge_bridge(sw.bridge_settings(id).clone(), opts);
+                sw.set_bridge(id, settings)?;
+            }
+            LinkCommand::AddPort { name, spec } => {
+                sw.add_port(name, spec.kind(), PortSettings::default())?;
+                self.specs.insert(name.clone(), spec.clone());
+            }
+            LinkCommand::SetPort { dev, opts } => {
+                let id = sw.port_id(dev)?;
+                let master = match &opts.master {
+                    Some(MasterChange::Set(br)) => Some(Some(sw.bridge_id(br)?)),
+                    Some(MasterChange::Unset) => Some(None),
+                    None => None,
+                };
+                if !opts.only_master() {
+                    let settings = merge_port(sw.port_settings(id).clone(), opts);
+                    sw.set_port(id, settings)?;
+                }
+                if let Some(m) = master {
+                    sw.set_master(id, m)?;
+                }
+            }
+            LinkCommand::Del { dev } => {
+                sw.del_link(dev)?;
+                self.specs.remove(dev);
+            }
+            LinkCommand::Show { dev } => {
+                if let Some(d) = dev {
+                    if !sw.exists(d) {
+                        return Err(qbridge_bridge::ConfigError::NoSuchDevice(d.clone()).into());
+                    }
+                }
+                return Ok(render::links(self, dev.as_deref(), out));
+            }
+        }
+        Ok(String::new())
+    }
+
+    fn vlan(&mut self, cmd: &VlanCommand, out: OutputOptions) -> Result<String, ControlError> {
+        let sw = &mut self.switch;
+        match cmd {
+            VlanCommand::Add {
+                dev,
+                vids,
+                pvid,
+                untagged,
+            } => {
+                let id = sw.port_id(dev)?;
+                sw.vlan_add(id, vids.start.into(), vids.end.into(), *pvid, *untagged)?;
+            }
+            VlanCommand::Del { dev, vids } => {
+                let id = sw.port_id(dev)?;
+                sw.vlan_del(id, vids.start.into(), vids.end.into())?;
+            }
+            VlanCommand::Show { dev } => {
+                return if out.stats {
+                    render::vlan_stats(sw, dev.as_deref(), out)
+                } else {
+                    render::vlans(sw, dev.as_deref(), out)
+                };
+            }
+        }
+        Ok(String::new())
+    }
+
+    fn fdb(&mut self, cmd: &FdbCommand, out: OutputOptions) -> Result<String, ControlError> {
+        let sw = &mut self.switch;
+        match cmd {
+            FdbCommand::Add {
+                mac,
+                dev,
+                vlan,
+                kind,
+                sticky,
+                replace,
+            } => {
+                let id = sw.port_id(dev)?;
+                sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, *replace)?;
+            }
+            FdbCommand::Del { mac, dev, vlan } => {
+                let id = sw.port_id(dev)?;
+                sw.fdb_del(*mac, id, vlan.map(u32::from))?;
+            }
+            FdbCommand::Show { br, dev, vlan } => {
+                let filter = FdbFilter {
+                    bridge: br.clone(),
+                    dev: dev.clone(),
+                    vlan: *vlan,
+                };
+                let entries = sw.fdb_entries(&filter)?;
+                return Ok(render::fdb(&entries, out));
+            }
+            FdbCommand::Flush { dev, vlan, kind } => {
+                sw.fdb_flush(dev, vlan.map(u32::from), *kind)?;
+            }
+        }
+        Ok(String::new())
+    }
+
+    /// Per-port counters with drops by reason (every reason, zeros included), per-VLAN counters
+    /// of each bridge, and the switch-level `unknown_port_drops`, as one JSON value.
+    pub fn stats_json(&self) -> serde_json::Value {
+        render::stats_json(self)
+    }
+}
+
+fn merge_bridge(mut s: BridgeSettings, o: &BridgeOptions) -> BridgeSettings {
+    if let Some(v) = o.vlan_filtering {
+        s.vlan_filtering = v;
+    }
+    if let Some(v) = o.vlan_protocol {
+        s.vlan_protocol = v;
+    }
+    if let Some(v) = o.vlan_default_pvid {
+        s.default_pvid = v;
+    }
+    if let Some(v) = o.ageing_time_ns {
+        s.ageing_time_ns = v;
+    }
+    if let Some(v) = o.fdb_max_learned {
+        s.fdb_max_learned = v;
+    }
+    if let Some(v) = o.group_fwd_mask {
+        s.group_fwd_mask = v;
+    }
+    if let Some(v) = o.fdb_max_entries {
+        s.fdb_max_entries = v;
+    }
+    s
+}
+
+fn merge_port(mut s: PortSettings, o: &PortOptions) -> PortSettings {
+    let flags = [
+        (o.up, &mut s.up),
+        (o.learning, &mut s.learning),
+        (o.flood, &mut s.flood),
+        (o.mcast_flood, &mut s.mcast_flood),
+        (o.bcast_flood, &mut s.bcast_flood),
+        (o.isolated, &mut s.isolated),
+        (o.hairpin, &mut s.hairpin),
+    ];
+    for (given, field) in flags {
+        if let Some(v) = given {
+            *field = v;
+        }
+    }
+    if let Some(v) = o.mtu {
+        s.mtu = v;
+    }
+    if let Some(v) = o.envhdr_len {
+        s.envhdr_len = v;
+    }
+    if let Some(v) = o.tpid {
+        s.tpid = v;
+    }
+    if let Some(v) = o.fdb_max_learned {
+        s.fdb_max_learned = v;
+    }
+    s
+}

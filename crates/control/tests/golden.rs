@@ -1,0 +1,374 @@
+//! Golden tests of the command-line output (text and JSON) and of error messages.
+
+use qbridge_control::{ControlError, OutputOptions, Session};
+
+const TEXT: OutputOptions = OutputOptions {
+    json: false,
+    stats: false,
+    pretty: false,
+};
+const JSON: OutputOptions = OutputOptions {
+    json: true,
+    stats: false,
+    pretty: false,
+};
+
+const SETUP: &str = "\
+# a VLAN-aware bridge with an access port and a trunk
+link add br0 type bridge vlan_filtering 1 ageing_time 1.5
+link add p1 type pcap
+link add p2 type afpacket dev eth1
+link add p3 type tap ifname vm3 netns blue
+link set dev p1 master br0
+link set p2 master br0 learning off mtu 9000
+link set dev p3 master br0 down tpid 0x9100 envhdr len 8
+
+vlan add vid 10 dev p1 pvid untagged
+vlan add vid 10-12 dev p2
+vlan del vid 1 dev p2
+vlan del vid 1 dev p1
+fdb add 02:00:00:00:00:01 dev p1 vlan 10 static
+fdb add 02:00:00:00:00:02 dev p2 vlan 11 static sticky
+fdb add 02:00:00:00:00:03 dev p2 vlan 12
+fdb add 02:00:00:00:00:04 dev p2 vlan 12 dynamic
+";
+
+fn session() -> Session {
+    let mut s = Session::new();
+    let out = s.execute_batch(SETUP, TEXT).expect("setup applies");
+    assert_eq!(out, "");
+    s
+}
+
+fn run(s: &mut Session, line: &str, out: OutputOptions) -> String {
+    s.execute_line(line, out)
+        .unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+#[test]
+fn fdb_show_text() {
+    let mut s = session();
+    assert_eq!(
+        run(&mut s, "fdb show", TEXT),
+        "\
+02:00:00:00:00:01 dev p1 vlan 10 master br0 static
+02:00:00:00:00:02 dev p2 vlan 11 sticky master br0 static
+02:00:00:00:00:03 dev p2 vlan 12 master br0 permanent
+02:00:00:00:00:04 dev p2 vlan 12 master br0
+"
+    );
+    assert_eq!(
+        run(&mut s, "fdb show dev p2 vlan 12", TEXT),
+        "02:00:00:00:00:03 dev p2 vlan 12 master br0 permanent\n\
+         02:00:00:00:00:04 dev p2 vlan 12 master br0\n"
+    );
+    assert_eq!(run(&mut s, "fdb show br br0 vlan 99", TEXT), "");
+}
+
+#[test]
+fn fdb_show_json() {
+    let mut s = session();
+    assert_eq!(
+        run(&mut s, "fdb show dev p2", JSON),
+        r#"[{"mac":"02:00:00:00:00:02","ifname":"p2","vlan":11,"flags":["sticky"],"master":"br0","state":"static"},{"mac":"02:00:00:00:00:03","ifname":"p2","vlan":12,"flags":[],"master":"br0","state":"permanent"},{"mac":"02:00:00:00:00:04","ifname":"p2","vlan":12,"flags":[],"master":"br0","state":""}]"#
+            .to_string()
+            + "\n"
+    );
+}
+
+#[test]
+fn fdb_without_vlan_on_filtering_bridge_adds_vlan_0_and_each_vlan() {
+    let mut s = session();
+    run(&mut s, "fdb add 02:00:00:00:00:09 dev p1 static", TEXT);
+    assert_eq!(
+        run(&mut s, "fdb show dev p1", TEXT),
+        "\
+02:00:00:00:00:09 dev p1 master br0 static
+02:00:00:00:00:01 dev p1 vlan 10 master br0 static
+02:00:00:00:00:09 dev p1 vlan 10 master br0 static
+"
+    );
+    run(&mut s, "fdb flush dev p1 static", TEXT);
+    assert_eq!(run(&mut s, "fdb show dev p1", TEXT), "");
+}
+
+#[test]
+fn vlan_show_text_and_json() {
+    let mut s = session();
+    assert_eq!(
+        run(&mut s, "vlan show", TEXT),
+        "\
+port              vlan-id
+p1                10 PVID Egress Untagged
+p2                10
+                  11
+                  12
+p3                1 PVID Egress Untagged
+"
+    );
+    assert_eq!(
+        run(&mut s, "vlan show dev p1", JSON),
+        "[{\"ifname\":\"p1\",\"vlans\":[{\"vlan\":10,\"flags\":[\"PVID\",\"Egress Untagged\"]}]}]\n"
+    );
+}
+
+#[test]
+fn vlan_show_stats() {
+    let mut s = session();
+    let stats = OutputOptions {
+        stats: true,
+        ..TEXT
+    };
+    assert_eq!(
+        run(&mut s, "vlan show dev p1", stats),
+        "\
+port              vlan-id
+br0               10
+                    RX: 0 bytes 0 packets
+                    TX: 0 bytes 0 packets
+"
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            "vlan show dev br0",
+            OutputOptions {
+                stats: true,
+                ..JSON
+            }
+        ),
+        "[{\"ifname\":\"br0\",\"vlans\":[\
+         {\"vlan\":1,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vlan\":10,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vlan\":11,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vlan\":12,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0}]}]\n"
+    );
+}
+
+#[test]
+fn link_show_text() {
+    let mut s = session();
+    assert_eq!(
+        run(&mut s, "link show", TEXT),
+        "\
+br0: bridge vlan_filtering 1 vlan_protocol 802.1Q vlan_default_pvid 1 ageing_time 1.5 fdb_max_learned 0 group_fwd_mask 0x0 fdb_max_entries 2097152
+p1: pcap master br0 state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518
+    learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
+p2: afpacket dev eth1 master br0 state UP mtu 9000 envhdr len auto (4) tpid default (0x8100) max_frame 9018
+    learning off flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
+p3: tap ifname vm3 netns blue master br0 state DOWN mtu 1500 envhdr len 8 tpid 0x9100 max_frame 1522
+    learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
+"
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            "link show dev p1",
+            OutputOptions {
+                stats: true,
+                ..TEXT
+            }
+        ),
+        "\
+p1: pcap master br0 state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518
+    learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
+    RX: 0 bytes 0 packets
+    TX: 0 bytes 0 packets
+    drops: none
+    fdb: learn_refused 0 evictions 0 moves 0
+"
+    );
+}
+
+#[test]
+fn link_show_json() {
+    let mut s = session();
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show", JSON)).expect("valid JSON");
+    let links = v.as_array().expect("array");
+    assert_eq!(links.len(), 4);
+    assert_eq!(links[0]["ifname"], "br0");
+    assert_eq!(links[0]["kind"], "bridge");
+    assert_eq!(links[0]["bridge"]["vlan_filtering"], true);
+    assert_eq!(links[0]["bridge"]["ageing_time_ns"], 1_500_000_000u64);
+    assert_eq!(
+        links[2]["backend"],
+        serde_json::json!({"type": "afpacket", "dev": "eth1"})
+    );
+    assert_eq!(
+        links[3]["backend"],
+        serde_json::json!({"type": "tap", "ifname": "vm3", "netns": "blue"})
+    );
+    assert_eq!(links[3]["master"], "br0");
+    assert_eq!(links[3]["port"]["tpid"], "0x9100");
+    assert_eq!(links[3]["port"]["up"], false);
+}
+
+#[test]
+fn empty_session_shows_nothing() {
+    let mut s = Session::new();
+    assert_eq!(run(&mut s, "link show", TEXT), "");
+    assert_eq!(run(&mut s, "vlan show", TEXT), "");
+    assert_eq!(run(&mut s, "fdb show", TEXT), "");
+    assert_eq!(run(&mut s, "link show", JSON), "[]\n");
+    assert_eq!(run(&mut s, "fdb show", JSON), "[]\n");
+}
+
+fn batch_err(extra: &str) -> String {
+    let mut s = Session::new();
+    let text = format!("{SETUP}{extra}");
+    s.execute_batch(&text, TEXT).unwrap_err().to_string()
+}
+
+#[test]
+fn batch_errors_carry_line_numbers() {
+    // SETUP is 17 lines; the extra text starts at line 18.
+    assert_eq!(
+        batch_err("vlan add vid 4095 dev p1\n"),
+        "line 18: vid 4095 is reserved"
+    );
+    assert_eq!(
+        batch_err("\n# comment\nvlan add vid 20-10 dev p1\n"),
+        "line 20: range end 10 is below start 20"
+    );
+    assert_eq!(
+        batch_err("link add p1 type pcap\n"),
+        "line 18: device \"p1\" already exists"
+    );
+    assert_eq!(
+        batch_err("link set dev nope up\n"),
+        "line 18: device \"nope\" does not exist"
+    );
+    assert_eq!(
+        batch_err("link set dev p1 mtu 10\n"),
+        "line 18: mtu 10 is out of range (68-65535)"
+    );
+    assert_eq!(
+        batch_err("vlan del vid 77 dev p1\n"),
+        "line 18: vid 77 is not configured on device \"p1\""
+    );
+    assert_eq!(
+        batch_err("fdb add 01:00:5e:00:00:01 dev p1 static\n"),
+        "line 18: invalid MAC address 01:00:5e:00:00:01: multicast and all-zero addresses \
+         cannot be FDB entries"
+    );
+    assert_eq!(
+        batch_err("link set dev br0 type bridge group_fwd_mask 1\n"),
+        "line 18: group_fwd_mask 0x0001 is invalid: bits 0-2 (STP, MAC pause, LACP) cannot be set"
+    );
+    assert_eq!(
+        batch_err("link set dev p1 tpid 0x0800\n"),
+        "line 18: tpid 0x0800 cannot be used: it is an EtherType of a network protocol"
+    );
+    assert_eq!(
+        batch_err("vlan add vid 5 dev br0\n"),
+        "line 18: device \"br0\" is a bridge, not a port"
+    );
+    assert_eq!(
+        batch_err("link set dev p1 type bridge vlan_filtering 0\n"),
+        "line 18: device \"p1\" is not a bridge"
+    );
+    assert_eq!(
+        batch_err("link add p9 type pcap\nvlan add vid 5 dev p9\n"),
+        "line 19: device \"p9\" is not attached to a bridge"
+    );
+    assert_eq!(
+        batch_err("fdb add 02:00:00:00:00:01 dev p1 vlan 10\n"),
+        "line 18: FDB entry 02:00:00:00:00:01 vlan 10 exists on device \"p1\""
+    );
+    assert_eq!(
+        batch_err("bridge fdb show\n"),
+        "line 18: unknown object \"bridge\" (expected link, vlan or fdb)"
+    );
+    assert_eq!(
+        batch_err("vlan show dev p1 extra\n"),
+        "line 18: unexpected \"extra\" (expected dev)"
+    );
+    let e = {
+        let mut s = session();
+        s.execute_batch("link show\nlink frob\n", TEXT).unwrap_err()
+    };
+    assert_eq!(e.line(), Some(2));
+    assert!(matches!(e.root(), ControlError::UnknownCommand { .. }));
+    assert_eq!(
+        e.to_string(),
+        "line 2: unknown command \"frob\" for link (expected add, set, del or show)"
+    );
+}
+
+#[test]
+fn failing_batch_leaves_session_unchanged() {
+    let mut s = session();
+    let before = (
+        run(&mut s, "link show", JSON),
+        run(&mut s, "vlan show", JSON),
+        run(&mut s, "fdb show", JSON),
+    );
+    let bad = "\
+link add br1 type bridge
+link add q1 type pcap
+link set dev q1 master br1
+vlan add vid 5 dev p1
+fdb flush dev br0
+link del dev p2
+link set dev p1 nomaster
+vlan add vid 4095 dev q1
+";
+    let e = s.execute_batch(bad, TEXT).unwrap_err();
+    assert_eq!(e.to_string(), "line 8: vid 4095 is reserved");
+    let after = (
+        run(&mut s, "link show", JSON),
+        run(&mut s, "vlan show", JSON),
+        run(&mut s, "fdb show", JSON),
+    );
+    assert_eq!(before, after);
+    assert!(s.port_spec("q1").is_none());
+    assert!(s.port_spec("p2").is_some());
+}
+
+#[test]
+fn batch_output_collects_show_commands() {
+    let mut s = Session::new();
+    let out = s
+        .execute_batch(
+            "link add br0 type bridge\nlink show\nlink add p1 type pcap\nfdb show\n",
+            TEXT,
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        "br0: bridge vlan_filtering 0 vlan_protocol 802.1Q vlan_default_pvid 1 ageing_time 300 \
+         fdb_max_learned 0 group_fwd_mask 0x0 fdb_max_entries 2097152\n"
+    );
+}
+
+#[test]
+fn single_failing_command_changes_nothing() {
+    let mut s = session();
+    let before = run(&mut s, "link show", JSON);
+    // mtu is refused by the switch after the bridge name was resolved: master must not change.
+    let e = s
+        .execute_line("link set dev p1 nomaster mtu 20", TEXT)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "mtu 20 is out of range (68-65535)");
+    let e = s
+        .execute_line("link set dev p1 master nobr learning off", TEXT)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "device \"nobr\" does not exist");
+    assert_eq!(run(&mut s, "link show", JSON), before);
+}
+
+#[test]
+fn link_del_and_nomaster() {
+    let mut s = session();
+    run(&mut s, "link set p1 nomaster", TEXT);
+    assert_eq!(run(&mut s, "fdb show dev p1", TEXT), "");
+    run(&mut s, "link del br0", TEXT);
+    run(&mut s, "link del dev p2", TEXT);
+    assert!(s.port_spec("p2").is_none());
+    assert_eq!(
+        run(&mut s, "link show p1", TEXT),
+        "p1: pcap state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518\n    \
+         learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0\n"
+    );
+}
