@@ -8,12 +8,18 @@
 //! This is the only crate allowed `unsafe`; it is confined to the syscall modules, and every
 //! block carries a `// SAFETY:` comment (clippy `undocumented_unsafe_blocks` is deny).
 
+#[cfg(target_os = "linux")]
+pub mod afpacket;
 pub mod error;
 pub mod pcap;
 
 pub use error::IoError;
 pub mod mem;
+#[cfg(target_os = "linux")]
+pub mod netns;
 pub mod port;
+#[cfg(target_os = "linux")]
+pub mod sys;
 
 pub use mem::{MemFrame, MemPort};
 pub use port::{Port, PortCaps, TxOutcome};

@@ -1,0 +1,694 @@
+//! AF_PACKET port: a Linux interface (veth, physical NIC) as a switch port.
+//!
+//! Receive uses a TPACKET_V3 memory-mapped ring (blocks of variable-size frames handed over
+//! whole, so one ring walk serves a burst without syscalls). Transmit uses `sendmmsg(2)`: one
+//! syscall — one kick — per batch, each message a virtio-net header and the frame in two
+//! iovecs. Chosen over a TPACKET_V2/V3 transmit ring because the ring needs a `send()` kick per
+//! batch anyway, copies the frame into the ring just as `sendmmsg` copies it into an skb, and
+//! its virtio-net header support depends on the kernel version; `sendmmsg` reports which frame
+//! failed and why (`EMSGSIZE` for one frame, `ENOBUFS` for a full queue), which the ring does
+//! only through status words. `PACKET_QDISC_BYPASS` sends straight to the driver.
+//!
+//! Facts this module respects (DESIGN.md section 4):
+//! * The kernel strips the outermost VLAN tag (0x8100 or 0x88a8) on receive and reports it in
+//!   `tp_vlan_tci` / `tp_vlan_tpid`. [`AfPacketPort::rx_burst`] puts it back at offset 12 with
+//!   the reported TPID (0x8100 only when the kernel did not report one), inner tags untouched,
+//!   and moves the offload offsets (`csum_start`, `hdr_len`) by 4.
+//! * With `PACKET_VNET_HDR` every frame carries a `struct virtio_net_hdr` (10 bytes, native
+//!   little-endian), converted to and from [`OffloadMeta`]: TCP super-frames cross intact.
+//! * Frames the socket sent itself are not received (`PACKET_IGNORE_OUTGOING`, and a
+//!   `PACKET_OUTGOING` check for kernels without it).
+//! * The kernel's send-size check allows one tag of slack, for 0x8100 only; give
+//!   [`AfPacketConfig::device_mtu`] to raise the device MTU for envelope frames.
+//!
+//! Link loss: an interface that goes down or disappears turns into [`IoError::LinkDown`] (or
+//! [`IoError::NoSuchInterface`]) from a burst; the caller marks the port down, watches
+//! [`AfPacketPort::link_state`], and calls [`AfPacketPort::reopen`] when it is back. (After a
+//! plain down/up the kernel resumes the socket by itself; after the interface was deleted and
+//! recreated only `reopen` helps.)
+//!
+//! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+
+use crate::port::{recycle, Port, PortCaps, TxOutcome};
+use crate::sys::{self, LinkState};
+use crate::IoError;
+
+/// Length of `struct virtio_net_hdr` (no `num_buffers`).
+pub const VNET_HDR_LEN: usize = 10;
+
+// Constants of <linux/if_packet.h> / <linux/if_ether.h>, spelled out where libc has them only
+// in some versions.
+const ETH_P_ALL: u16 = 0x0003;
+const TPACKET_V3: libc::c_int = 2;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+const PACKET_OUTGOING: u8 = 4;
+const TPID_8021Q: u16 = 0x8100;
+
+/// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
+/// `struct sockaddr_ll`), which the kernel fixes by ABI.
+mod field {
+    pub const BLK_STATUS: usize = 8;
+    pub const BLK_NUM_PKTS: usize = 12;
+    pub const BLK_FIRST_PKT: usize = 16;
+    pub const PKT_NEXT: usize = 0;
+    pub const PKT_SEC: usize = 4;
+    pub const PKT_NSEC: usize = 8;
+    pub const PKT_SNAPLEN: usize = 12;
+    pub const PKT_LEN: usize = 16;
+    pub const PKT_STATUS: usize = 20;
+    pub const PKT_MAC: usize = 24;
+    pub const PKT_VLAN_TCI: usize = 32;
+    pub const PKT_VLAN_TPID: usize = 36;
+    /// `sockaddr_ll` follows the 48-byte header (TPACKET_ALIGN(sizeof(tpacket3_hdr))).
+    pub const PKT_SLL_PKTTYPE: usize = 48 + 10;
+    /// Smallest header the kernel writes before a frame.
+    pub const PKT_HDR_MIN: usize = 48 + 20;
+}
+
+/// How to attach to an interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfPacketConfig {
+    pub ifname: String,
+    /// Receive every frame (`PACKET_MR_PROMISC`): for learning or flooding ports.
+    pub promisc: bool,
+    /// Without `promisc`: unicast addresses the interface must accept (`PACKET_MR_UNICAST`).
+    pub unicast: Vec<[u8; 6]>,
+    /// Raise the device MTU to at least this (L3 MTU + envelope allowance); `None`: leave it.
+    pub device_mtu: Option<u32>,
+    /// Exchange virtio-net headers with the kernel (`PACKET_VNET_HDR`).
+    pub vnet_hdr: bool,
+    /// Send straight to the driver (`PACKET_QDISC_BYPASS`).
+    pub qdisc_bypass: bool,
+    /// Receive ring: bytes per block (a multiple of the page size, at least 64 KiB + headers so
+    /// a super-frame fits) and number of blocks.
+    pub block_bytes: u32,
+    pub block_count: u32,
+    /// Milliseconds after which the kernel hands over a partly filled block: the worst-case
+    /// added latency at low rates.
+    pub block_timeout_ms: u32,
+}
+
+impl AfPacketConfig {
+    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, 8 blocks of 1 MiB, 1 ms.
+    pub fn new(ifname: &str) -> AfPacketConfig {
+        AfPacketConfig {
+            ifname: ifname.to_owned(),
+            promisc: true,
+            unicast: Vec::new(),
+            device_mtu: None,
+            vnet_hdr: true,
+            qdisc_bypass: true,
+            block_bytes: 1 << 20,
+            block_count: 8,
+            block_timeout_ms: 1,
+        }
+    }
+}
+
+/// Counters the port keeps itself (the caller keeps the per-port datapath counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AfPacketStats {
+    /// Frames the socket saw leaving the interface and skipped (kernels without
+    /// `PACKET_IGNORE_OUTGOING`).
+    pub rx_outgoing_skipped: u64,
+    /// Frames cut short by the ring (longer than a block); dropped.
+    pub rx_truncated: u64,
+    /// VLAN tags put back into received frames.
+    pub rx_vlan_restored: u64,
+}
+
+/// The mmap'ed TPACKET_V3 receive ring.
+#[derive(Debug)]
+struct RxRing {
+    base: NonNull<u8>,
+    len: usize,
+    block_bytes: usize,
+    block_count: usize,
+    /// Block being read, and where in it.
+    block: usize,
+    pkts_left: u32,
+    pkt_off: usize,
+    reading: bool,
+}
+
+// SAFETY: the mapping is owned by exactly one `RxRing` and only touched through `&mut self`;
+// moving it to another thread moves that exclusive access with it.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    fn block_ptr(&self, block: usize) -> *mut u8 {
+        debug_assert!(block < self.block_count);
+        // SAFETY: `block * block_bytes < len`, so the offset stays inside the mapping.
+        unsafe { self.base.as_ptr().add(block * self.block_bytes) }
+    }
+
+    fn block_status(&self, block: usize) -> &AtomicU32 {
+        // SAFETY: the status word is a 4-byte-aligned u32 inside the mapping (blocks are
+        // page-aligned), shared with the kernel, which is why it is accessed atomically; the
+        // mapping outlives the returned reference (tied to `&self`).
+        unsafe { &*(self.block_ptr(block).add(field::BLK_STATUS) as *const AtomicU32) }
+    }
+
+    fn read_u32(&self, at: *const u8) -> u32 {
+        // SAFETY: callers pass pointers inside a block the kernel handed to user space
+        // (status TP_STATUS_USER, acquired), checked against the block bounds; unaligned read.
+        unsafe { std::ptr::read_unaligned(at as *const u32) }
+    }
+
+    fn read_u16(&self, at: *const u8) -> u16 {
+        // SAFETY: as for `read_u32`.
+        unsafe { std::ptr::read_unaligned(at as *const u16) }
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping made in `open`, unmapped once, here.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Scratch arrays for `sendmmsg`, kept between bursts so transmit does not allocate. They hold
+/// pointers only during one `tx_burst` call.
+#[derive(Default)]
+struct TxScratch {
+    hdrs: Vec<[u8; VNET_HDR_LEN]>,
+    iovs: Vec<[libc::iovec; 2]>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl std::fmt::Debug for TxScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxScratch")
+            .field("capacity", &self.msgs.capacity())
+            .finish()
+    }
+}
+
+// SAFETY: the raw pointers in `iovs`/`msgs` are only meaningful inside one `tx_burst` call,
+// which cleared and rebuilt them from buffers it borrows; between calls they are dead values.
+unsafe impl Send for TxScratch {}
+
+/// An AF_PACKET port bound to one interface.
+#[derive(Debug)]
+pub struct AfPacketPort {
+    cfg: AfPacketConfig,
+    fd: OwnedFd,
+    ring: RxRing,
+    caps: PortCaps,
+    tx: TxScratch,
+    stats: AfPacketStats,
+}
+
+fn errno_err(op: &'static str, ifname: &str) -> IoError {
+    sys::sys_err(op, ifname, io::Error::last_os_error())
+}
+
+impl AfPacketPort {
+    /// Opens a socket on `cfg.ifname`, sets up the rings and options, and binds it.
+    pub fn open(cfg: AfPacketConfig) -> Result<AfPacketPort, IoError> {
+        let name = cfg.ifname.clone();
+        let ifindex = sys::ifindex(&name)?;
+        let page = 4096u32;
+        if cfg.block_bytes < 128 * 1024 || cfg.block_bytes % page != 0 || cfg.block_count == 0 {
+            return Err(IoError::Invalid(format!(
+                "ring of {} blocks of {} bytes: blocks must be >= 128 KiB and page multiples",
+                cfg.block_count, cfg.block_bytes
+            )));
+        }
+        // Protocol 0: receive nothing until bound to the interface below.
+        // SAFETY: socket(2) takes no pointers.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if raw < 0 {
+            return Err(errno_err("socket(AF_PACKET)", &name));
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let s = fd.as_raw_fd();
+        let opt = |lvl, opt, v, what| {
+            sys::setsockopt_int(s, lvl, opt, v).map_err(|e| sys::sys_err(what, &name, e))
+        };
+        // Through this socket, so the ioctl reaches the socket's namespace.
+        let mtu = match cfg.device_mtu {
+            Some(mtu) => sys::raise_mtu_via(s, &name, mtu)?,
+            None => sys::get_mtu_via(s, &name)?,
+        };
+        if cfg.vnet_hdr {
+            // Must precede the ring setup.
+            opt(
+                libc::SOL_PACKET,
+                libc::PACKET_VNET_HDR,
+                1,
+                "PACKET_VNET_HDR",
+            )?;
+        }
+        opt(
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            TPACKET_V3,
+            "PACKET_VERSION",
+        )?;
+        let req = libc::tpacket_req3 {
+            tp_block_size: cfg.block_bytes,
+            tp_block_nr: cfg.block_count,
+            tp_frame_size: 2048,
+            tp_frame_nr: cfg.block_bytes / 2048 * cfg.block_count,
+            tp_retire_blk_tov: cfg.block_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+            .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+        let len = cfg.block_bytes as usize * cfg.block_count as usize;
+        // SAFETY: maps the ring the kernel just allocated for this socket; no existing memory
+        // is affected, and the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                s,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(errno_err("mmap(rx ring)", &name));
+        }
+        let ring = RxRing {
+            base: NonNull::new(p.cast())
+                .ok_or_else(|| IoError::Invalid("mmap returned NULL".into()))?,
+            len,
+            block_bytes: cfg.block_bytes as usize,
+            block_count: cfg.block_count as usize,
+            block: 0,
+            pkts_left: 0,
+            pkt_off: 0,
+            reading: false,
+        };
+        if cfg.qdisc_bypass {
+            opt(
+                libc::SOL_PACKET,
+                libc::PACKET_QDISC_BYPASS,
+                1,
+                "PACKET_QDISC_BYPASS",
+            )?;
+        }
+        // Best effort (Linux >= 4.20); rx_burst also skips PACKET_OUTGOING frames.
+        let _ = sys::setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
+
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a live sockaddr_ll and the length passed is its size.
+        let rc = unsafe {
+            libc::bind(
+                s,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(errno_err("bind(AF_PACKET)", &name));
+        }
+        let membership = |mr_type: libc::c_int, addr: Option<[u8; 6]>| {
+            let mut mr = libc::packet_mreq {
+                mr_ifindex: ifindex as i32,
+                mr_type: mr_type as u16,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            if let Some(a) = addr {
+                mr.mr_alen = 6;
+                mr.mr_address[..6].copy_from_slice(&a);
+            }
+            sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
+                .map_err(|e| sys::sys_err("PACKET_ADD_MEMBERSHIP", &name, e))
+        };
+        if cfg.promisc {
+            membership(libc::PACKET_MR_PROMISC, None)?;
+        } else {
+            for a in &cfg.unicast {
+                membership(libc::PACKET_MR_UNICAST, Some(*a))?;
+            }
+        }
+        let caps = PortCaps {
+            vnet_hdr: cfg.vnet_hdr,
+            tso: cfg.vnet_hdr,
+            csum: cfg.vnet_hdr,
+            // The kernel's send check: MTU + Ethernet header (+4 only for a 0x8100 tag).
+            max_frame: mtu as usize + 14,
+        };
+        Ok(AfPacketPort {
+            cfg,
+            fd,
+            ring,
+            caps,
+            tx: TxScratch::default(),
+            stats: AfPacketStats::default(),
+        })
+    }
+
+    /// Closes the socket and opens it again with the same configuration: after the interface
+    /// came back (or was recreated under the same name). Call it from a thread in the
+    /// interface's namespace (see [`crate::netns::run_in_netns`]).
+    pub fn reopen(&mut self) -> Result<(), IoError> {
+        let fresh = AfPacketPort::open(self.cfg.clone())?;
+        let stats = self.stats;
+        *self = fresh;
+        self.stats = stats;
+        Ok(())
+    }
+
+    pub fn config(&self) -> &AfPacketConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> AfPacketStats {
+        self.stats
+    }
+
+    /// The interface's link state now (asked in the socket's own namespace).
+    pub fn link_state(&self) -> Result<LinkState, IoError> {
+        sys::link_state_via(self.fd.as_raw_fd(), &self.cfg.ifname)
+    }
+
+    /// Waits up to `timeout_ms` for frames (or an error) to be ready.
+    pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool, IoError> {
+        sys::wait_readable(self.fd.as_raw_fd(), timeout_ms)
+            .map_err(|e| sys::sys_err("poll", &self.cfg.ifname, e))
+    }
+
+    /// Returns the current block to the kernel and moves to the next.
+    fn release_block(&mut self) {
+        self.ring
+            .block_status(self.ring.block)
+            .store(TP_STATUS_KERNEL, Ordering::Release);
+        self.ring.block = (self.ring.block + 1) % self.ring.block_count;
+        self.ring.reading = false;
+        self.ring.pkts_left = 0;
+    }
+
+    /// Copies the frame whose `tpacket3_hdr` starts at `pkt` (inside the current block) into
+    /// a pooled buffer; `None` when the frame is skipped (counted).
+    fn take_frame(&mut self, pkt: *const u8, room: usize, pool: &mut BufPool) -> Option<PacketBuf> {
+        let r = &self.ring;
+        // Offsets are ABI offsets within the packet header, which the kernel places inside the
+        // block; `room` bounds the frame. (Pointer arithmetic only; reads are checked below.)
+        let at = |off: usize| pkt.wrapping_add(off);
+        if room < field::PKT_HDR_MIN {
+            self.stats.rx_truncated += 1;
+            return None;
+        }
+        // SAFETY: see `at`; one byte inside the header.
+        let pkttype = unsafe { *at(field::PKT_SLL_PKTTYPE) };
+        if pkttype == PACKET_OUTGOING {
+            self.stats.rx_outgoing_skipped += 1;
+            return None;
+        }
+        let snaplen = r.read_u32(at(field::PKT_SNAPLEN)) as usize;
+        let wire_len = r.read_u32(at(field::PKT_LEN)) as usize;
+        let status = r.read_u32(at(field::PKT_STATUS));
+        let mac = r.read_u16(at(field::PKT_MAC)) as usize;
+        let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
+        if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
+            self.stats.rx_truncated += 1;
+            return None;
+        }
+        // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
+        // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
+        let (vnet, data) = unsafe {
+            (
+                std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
+                std::slice::from_raw_parts(at(mac), snaplen),
+            )
+        };
+        let mut p = pool.get();
+        p.time_ns = u64::from(r.read_u32(at(field::PKT_SEC))) * 1_000_000_000
+            + u64::from(r.read_u32(at(field::PKT_NSEC)));
+        if vnet_len != 0 {
+            p.offload = vnet_to_meta(vnet);
+        }
+        if status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 {
+            let tci = r.read_u32(at(field::PKT_VLAN_TCI)) as u16;
+            let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                r.read_u16(at(field::PKT_VLAN_TPID))
+            } else {
+                TPID_8021Q
+            };
+            let buf = p.frame_mut_with_len(data.len() + 4);
+            buf[..12].copy_from_slice(&data[..12]);
+            buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+            buf[14..16].copy_from_slice(&tci.to_be_bytes());
+            buf[16..].copy_from_slice(&data[12..]);
+            p.offload.shift_headers(4);
+            self.stats.rx_vlan_restored += 1;
+        } else {
+            p.set_frame(data);
+        }
+        Some(p)
+    }
+}
+
+/// `struct virtio_net_hdr` (10 bytes, little-endian fields) to [`OffloadMeta`].
+pub fn vnet_to_meta(h: &[u8]) -> OffloadMeta {
+    let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+    OffloadMeta {
+        flags: h[0],
+        gso_type: h[1],
+        hdr_len: u16_at(2),
+        gso_size: u16_at(4),
+        csum_start: u16_at(6),
+        csum_offset: u16_at(8),
+    }
+}
+
+/// [`OffloadMeta`] to `struct virtio_net_hdr`.
+pub fn meta_to_vnet(m: &OffloadMeta) -> [u8; VNET_HDR_LEN] {
+    let mut h = [0u8; VNET_HDR_LEN];
+    h[0] = m.flags;
+    h[1] = m.gso_type;
+    h[2..4].copy_from_slice(&m.hdr_len.to_le_bytes());
+    h[4..6].copy_from_slice(&m.gso_size.to_le_bytes());
+    h[6..8].copy_from_slice(&m.csum_start.to_le_bytes());
+    h[8..10].copy_from_slice(&m.csum_offset.to_le_bytes());
+    h
+}
+
+impl AsRawFd for AfPacketPort {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Port for AfPacketPort {
+    fn rx_burst(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+    ) -> Result<usize, IoError> {
+        let mut n = 0;
+        while n < max {
+            if !self.ring.reading {
+                let status = self
+                    .ring
+                    .block_status(self.ring.block)
+                    .load(Ordering::Acquire);
+                if status & TP_STATUS_USER == 0 {
+                    break;
+                }
+                let b = self.ring.block_ptr(self.ring.block);
+                // SAFETY: header fields at fixed offsets of a block we now own.
+                let (num, first) = unsafe {
+                    (
+                        self.ring.read_u32(b.add(field::BLK_NUM_PKTS)),
+                        self.ring.read_u32(b.add(field::BLK_FIRST_PKT)) as usize,
+                    )
+                };
+                self.ring.reading = true;
+                self.ring.pkts_left = num;
+                self.ring.pkt_off = first;
+                if num == 0 || first >= self.ring.block_bytes {
+                    self.release_block();
+                    continue;
+                }
+            }
+            let off = self.ring.pkt_off;
+            let room = self.ring.block_bytes - off;
+            // SAFETY: `off < block_bytes`, checked when it was set.
+            let pkt = unsafe { self.ring.block_ptr(self.ring.block).add(off) };
+            let next = if room >= 4 {
+                self.ring.read_u32(pkt) as usize
+            } else {
+                0
+            };
+            let _ = field::PKT_NEXT;
+            if let Some(p) = self.take_frame(pkt, room, pool) {
+                batch.push(p);
+                n += 1;
+            }
+            self.ring.pkts_left -= 1;
+            if self.ring.pkts_left == 0 || next == 0 || off + next >= self.ring.block_bytes {
+                self.release_block();
+            } else {
+                self.ring.pkt_off = off + next;
+            }
+        }
+        if n == 0 {
+            // Idle: the one place a pending socket error (interface down or gone) shows up.
+            let err = sys::take_socket_error(self.fd.as_raw_fd())
+                .map_err(|e| sys::sys_err("getsockopt(SO_ERROR)", &self.cfg.ifname, e))?;
+            if let Some(e) = err {
+                if sys::is_link_errno(&e) {
+                    return Err(IoError::LinkDown {
+                        ifname: self.cfg.ifname.clone(),
+                        source: e,
+                    });
+                }
+                return Err(IoError::Sys {
+                    op: "receive",
+                    ifname: self.cfg.ifname.clone(),
+                    source: e,
+                });
+            }
+        }
+        Ok(n)
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        let mut out = TxOutcome::default();
+        let n = batch.len();
+        if n == 0 {
+            return Ok(out);
+        }
+        let vnet = self.cfg.vnet_hdr;
+        let tx = &mut self.tx;
+        tx.hdrs.clear();
+        tx.iovs.clear();
+        tx.msgs.clear();
+        for p in batch.iter() {
+            tx.hdrs.push(meta_to_vnet(&p.offload));
+        }
+        for (p, h) in batch.iter().zip(&tx.hdrs) {
+            let hdr_iov = libc::iovec {
+                iov_base: h.as_ptr() as *mut _,
+                iov_len: VNET_HDR_LEN,
+            };
+            let frame = p.frame();
+            let frame_iov = libc::iovec {
+                iov_base: frame.as_ptr() as *mut _,
+                iov_len: frame.len(),
+            };
+            tx.iovs.push(if vnet {
+                [hdr_iov, frame_iov]
+            } else {
+                [frame_iov, frame_iov]
+            });
+        }
+        for iov in tx.iovs.iter_mut() {
+            // SAFETY: msghdr is plain old data; all-zero is a valid (empty) value.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = if vnet { 2 } else { 1 };
+            tx.msgs.push(m);
+        }
+        let fd = self.fd.as_raw_fd();
+        let mut i = 0;
+        let mut link_err = None;
+        while i < n {
+            // SAFETY: `msgs[i..]` are initialised mmsghdrs whose iovecs point into `hdrs` and
+            // into the frames of `batch`, all alive and unmoved until this loop ends; the
+            // kernel only reads them (and writes `msg_len`).
+            let rc = unsafe {
+                libc::sendmmsg(fd, tx.msgs.as_mut_ptr().add(i), (n - i) as libc::c_uint, 0)
+            };
+            if rc > 0 {
+                out.sent += rc as usize;
+                i += rc as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN | libc::ENOBUFS) => {
+                    out.queue_full += n - i;
+                    break;
+                }
+                _ if sys::is_link_errno(&e) => {
+                    out.error += n - i;
+                    link_err = Some(e);
+                    break;
+                }
+                // EMSGSIZE, EINVAL, ...: this frame is refused; go on with the next.
+                _ => {
+                    out.error += 1;
+                    i += 1;
+                }
+            }
+        }
+        tx.msgs.clear();
+        tx.iovs.clear();
+        recycle(batch, pool);
+        match link_err {
+            Some(source) => Err(IoError::LinkDown {
+                ifname: self.cfg.ifname.clone(),
+                source,
+            }),
+            None => Ok(out),
+        }
+    }
+
+    fn caps(&self) -> PortCaps {
+        self.caps
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.ifname
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vnet_header_round_trip() {
+        let m = OffloadMeta {
+            flags: 1,
+            gso_type: 4,
+            hdr_len: 0x1234,
+            gso_size: 1448,
+            csum_start: 58,
+            csum_offset: 16,
+        };
+        let h = meta_to_vnet(&m);
+        assert_eq!(h, [1, 4, 0x34, 0x12, 0xa8, 0x05, 58, 0, 16, 0]);
+        assert_eq!(vnet_to_meta(&h), m);
+    }
+
+    #[test]
+    fn missing_interface_is_reported() {
+        let e = AfPacketPort::open(AfPacketConfig::new("qbnoexist0")).unwrap_err();
+        assert!(matches!(e, IoError::NoSuchInterface { .. }), "{e}");
+    }
+}

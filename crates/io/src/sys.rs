@@ -1,0 +1,327 @@
+//! Thin, checked wrappers over the interface ioctls and socket options the live backends share.
+//!
+//! Every function here validates its arguments, makes one syscall, and turns `-1` into an
+//! [`IoError`] that names the interface and the operation. The `unsafe` blocks are the FFI
+//! calls themselves; each states why its pointers are valid.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::IoError;
+
+/// `IFNAMSIZ`: interface names are at most 15 bytes plus the NUL.
+pub const IFNAMSIZ: usize = 16;
+
+/// `struct ifreq` as the ioctls used here read it: a name and one `int`/`short` value.
+/// (The kernel's union is 24 bytes; the padding keeps the size right for every request.)
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct IfReq {
+    pub name: [libc::c_char; IFNAMSIZ],
+    pub value: libc::c_int,
+    _pad: [u8; 20],
+}
+
+const _: () = assert!(std::mem::size_of::<IfReq>() == 40);
+
+impl IfReq {
+    pub fn new(ifname: &str) -> Result<IfReq, IoError> {
+        check_ifname(ifname)?;
+        let mut r = IfReq {
+            name: [0; IFNAMSIZ],
+            value: 0,
+            _pad: [0; 20],
+        };
+        for (d, s) in r.name.iter_mut().zip(ifname.bytes()) {
+            *d = s as libc::c_char;
+        }
+        Ok(r)
+    }
+
+    /// The `short` flags field (`ifr_flags`), which shares the first bytes of the union.
+    pub fn flags(&self) -> i16 {
+        self.value as i16
+    }
+
+    pub fn set_flags(&mut self, flags: i16) {
+        // On little-endian the short is the low half of the int; on big-endian the high half.
+        self.value = if cfg!(target_endian = "little") {
+            i32::from(flags as u16)
+        } else {
+            i32::from(flags as u16) << 16
+        };
+    }
+
+    /// The name the kernel wrote back (TUNSETIFF fills in the chosen name).
+    pub fn name(&self) -> String {
+        let bytes: Vec<u8> = self
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+pub(crate) fn check_ifname(ifname: &str) -> Result<(), IoError> {
+    if ifname.is_empty()
+        || ifname.len() >= IFNAMSIZ
+        || ifname
+            .bytes()
+            .any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
+    {
+        return Err(IoError::Invalid(format!(
+            "interface name {ifname:?} must be 1 to 15 bytes without '/', NUL or spaces"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether an errno means the interface is down or gone.
+pub(crate) fn is_link_errno(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV)
+    )
+}
+
+/// Maps a syscall error: link errors become [`IoError::LinkDown`], others [`IoError::Sys`].
+pub(crate) fn sys_err(op: &'static str, ifname: &str, e: io::Error) -> IoError {
+    if is_link_errno(&e) {
+        IoError::LinkDown {
+            ifname: ifname.to_owned(),
+            source: e,
+        }
+    } else {
+        IoError::Sys {
+            op,
+            ifname: ifname.to_owned(),
+            source: e,
+        }
+    }
+}
+
+/// The interface index of `ifname` in the calling thread's network namespace.
+pub fn ifindex(ifname: &str) -> Result<u32, IoError> {
+    check_ifname(ifname)?;
+    let c = CString::new(ifname).map_err(|_| IoError::Invalid(format!("{ifname:?}")))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(IoError::NoSuchInterface {
+            ifname: ifname.to_owned(),
+        });
+    }
+    Ok(idx)
+}
+
+/// A datagram socket for interface ioctls.
+fn ctl_socket(ifname: &str) -> Result<OwnedFd, IoError> {
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(sys_err(
+            "socket(AF_INET)",
+            ifname,
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ifreq_ioctl(
+    fd: RawFd,
+    req: libc::c_ulong,
+    op: &'static str,
+    r: &mut IfReq,
+) -> Result<(), IoError> {
+    // SAFETY: `r` is a properly sized, initialised `struct ifreq` that the kernel may read
+    // and write for the duration of the call.
+    let rc = unsafe { libc::ioctl(fd, req as _, r as *mut IfReq) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENODEV) {
+            return Err(IoError::NoSuchInterface { ifname: r.name() });
+        }
+        return Err(sys_err(op, &r.name(), e));
+    }
+    Ok(())
+}
+
+/// The device MTU of `ifname` (in the calling thread's namespace).
+pub fn get_mtu(ifname: &str) -> Result<u32, IoError> {
+    get_mtu_via(ctl_socket(ifname)?.as_raw_fd(), ifname)
+}
+
+/// The device MTU of `ifname` in the namespace of socket `fd`.
+pub(crate) fn get_mtu_via(fd: RawFd, ifname: &str) -> Result<u32, IoError> {
+    let mut r = IfReq::new(ifname)?;
+    ifreq_ioctl(fd, libc::SIOCGIFMTU, "SIOCGIFMTU", &mut r)?;
+    Ok(r.value as u32)
+}
+
+/// Sets the device MTU of `ifname` (SIOCSIFMTU) in the namespace of socket `fd`.
+pub(crate) fn set_mtu_via(fd: RawFd, ifname: &str, mtu: u32) -> Result<(), IoError> {
+    let mut r = IfReq::new(ifname)?;
+    r.value = i32::try_from(mtu).map_err(|_| IoError::Invalid(format!("mtu {mtu}")))?;
+    ifreq_ioctl(fd, libc::SIOCSIFMTU, "SIOCSIFMTU", &mut r)
+}
+
+/// Raises the device MTU of `ifname` to at least `mtu`; never lowers it. Returns the MTU now
+/// in force.
+pub fn raise_mtu(ifname: &str, mtu: u32) -> Result<u32, IoError> {
+    raise_mtu_via(ctl_socket(ifname)?.as_raw_fd(), ifname, mtu)
+}
+
+pub(crate) fn raise_mtu_via(fd: RawFd, ifname: &str, mtu: u32) -> Result<u32, IoError> {
+    let cur = get_mtu_via(fd, ifname)?;
+    if cur >= mtu {
+        return Ok(cur);
+    }
+    set_mtu_via(fd, ifname, mtu)?;
+    Ok(mtu)
+}
+
+/// Link state as the kernel reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// Administratively down (`IFF_UP` clear).
+    AdminDown,
+    /// Up, but no carrier (`IFF_RUNNING` clear), e.g. a veth whose peer is down.
+    NoCarrier,
+    Up,
+}
+
+/// The link state of `ifname`; [`IoError::NoSuchInterface`] when it is gone.
+pub fn link_state(ifname: &str) -> Result<LinkState, IoError> {
+    link_state_via(ctl_socket(ifname)?.as_raw_fd(), ifname)
+}
+
+/// The link state of `ifname` in the namespace of socket `fd`.
+pub(crate) fn link_state_via(fd: RawFd, ifname: &str) -> Result<LinkState, IoError> {
+    let mut r = IfReq::new(ifname)?;
+    ifreq_ioctl(fd, libc::SIOCGIFFLAGS, "SIOCGIFFLAGS", &mut r)?;
+    let f = i32::from(r.flags() as u16);
+    Ok(if f & libc::IFF_UP == 0 {
+        LinkState::AdminDown
+    } else if f & libc::IFF_RUNNING == 0 {
+        LinkState::NoCarrier
+    } else {
+        LinkState::Up
+    })
+}
+
+/// Sets `IFF_UP` on `ifname`.
+pub fn set_up(ifname: &str) -> Result<(), IoError> {
+    set_up_via(ctl_socket(ifname)?.as_raw_fd(), ifname)
+}
+
+pub(crate) fn set_up_via(fd: RawFd, ifname: &str) -> Result<(), IoError> {
+    let mut r = IfReq::new(ifname)?;
+    ifreq_ioctl(fd, libc::SIOCGIFFLAGS, "SIOCGIFFLAGS", &mut r)?;
+    let f = r.flags() | libc::IFF_UP as i16;
+    r.set_flags(f);
+    ifreq_ioctl(fd, libc::SIOCSIFFLAGS, "SIOCSIFFLAGS", &mut r)
+}
+
+/// setsockopt with an `int` value.
+pub(crate) fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    setsockopt_raw(fd, level, name, &value)
+}
+
+/// setsockopt with any plain-old-data value.
+pub(crate) fn setsockopt_raw<T: Copy>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` of exactly the length passed; the kernel only
+    // reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads and clears the socket's pending error (`SO_ERROR`).
+pub(crate) fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live locals of the sizes the kernel expects for SO_ERROR.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut v as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((v != 0).then(|| io::Error::from_raw_os_error(v)))
+}
+
+/// Waits until `fd` is readable or `timeout_ms` passes (-1: forever). Returns whether it is
+/// readable (or has an error pending, which the next receive reports).
+pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is one live pollfd, matching the count of 1.
+        let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        if rc >= 0 {
+            return Ok(rc > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ifname_validation() {
+        assert!(check_ifname("veth0").is_ok());
+        assert!(check_ifname("").is_err());
+        assert!(check_ifname("a_name_too_long_").is_err());
+        assert!(check_ifname("a/b").is_err());
+        assert!(matches!(
+            ifindex("qbnoexist0"),
+            Err(IoError::NoSuchInterface { .. })
+        ));
+    }
+
+    #[test]
+    fn loopback_is_up() {
+        assert_eq!(link_state("lo").unwrap(), LinkState::Up);
+        assert!(get_mtu("lo").unwrap() >= 1500);
+    }
+}
