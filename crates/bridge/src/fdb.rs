@@ -351,8 +351,15 @@ impl Fdb {
             if s.flags & F_PERMANENT != 0 {
                 return Learned::Kept;
             }
+            if s.port == port {
+                // Refresh; skip the store when nothing changed (same batch, same clock).
+                if s.seen_ns != now_ns {
+                    s.seen_ns = now_ns;
+                }
+                return Learned::Kept;
+            }
             s.seen_ns = now_ns;
-            if s.port == port || s.flags & F_STICKY != 0 {
+            if s.flags & F_STICKY != 0 {
                 return Learned::Kept;
             }
             let from = s.port;
