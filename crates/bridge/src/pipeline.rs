@@ -195,7 +195,7 @@ fn forward(
             tci_hi: 0,
         }
     };
-    let vc = &mut br.vlan_counters[class.vid as usize];
+    let vc = &mut br.vlan_counters[class.vid as usize & 0x0fff];
     vc.rx_frames += 1;
     vc.rx_bytes += len as u64;
 
@@ -358,7 +358,7 @@ fn egress(
     }
     c.tx_frames += 1;
     c.tx_bytes += len as u64;
-    let vc = &mut br.vlan_counters[class.vid as usize];
+    let vc = &mut br.vlan_counters[class.vid as usize & 0x0fff];
     vc.tx_frames += 1;
     vc.tx_bytes += len as u64;
     pkt.port = e as u16;

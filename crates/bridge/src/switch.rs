@@ -46,7 +46,7 @@ pub(crate) struct Bridge {
     /// `flood_ports`; index 0 lists every port (VLAN-unaware flooding).
     pub flood_off: Vec<u32>,
     pub flood_ports: Vec<u16>,
-    pub vlan_counters: Vec<VlanCounters>,
+    pub vlan_counters: Box<[VlanCounters; 4096]>,
 }
 
 #[derive(Clone, Debug)]
@@ -392,7 +392,7 @@ impl Switch {
             ports: Vec::new(),
             flood_off: vec![0; 4097],
             flood_ports: Vec::new(),
-            vlan_counters: vec![VlanCounters::default(); 4096],
+            vlan_counters: Box::new([VlanCounters::default(); 4096]),
         });
         self.names
             .insert(name.to_string(), Link::Bridge(idx as u16));
