@@ -41,16 +41,18 @@ pub enum ControlError {
     },
     #[error("\"{0}\" given twice")]
     Duplicate(String),
-    #[error("{0}")]
+    #[error(transparent)]
     BadMac(#[from] ParseMacError),
     /// The switch refused the command.
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] ConfigError),
     /// An error in line `line` (1-based) of a batch.
-    #[error("line {line}: {source}")]
+    /// The message includes the inner error's, so it is not also reported as a `source`
+    /// (error chains would print it twice).
+    #[error("line {line}: {error}")]
     Line {
         line: usize,
-        source: Box<ControlError>,
+        error: Box<ControlError>,
     },
 }
 
@@ -58,7 +60,7 @@ impl ControlError {
     /// The error without its `line N:` wrapper.
     pub fn root(&self) -> &ControlError {
         match self {
-            ControlError::Line { source, .. } => source.root(),
+            ControlError::Line { error, .. } => error.root(),
             e => e,
         }
     }

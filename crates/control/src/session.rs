@@ -74,7 +74,7 @@ impl Session {
                 Err(e) => {
                     return Err(ControlError::Line {
                         line: i + 1,
-                        source: Box::new(e),
+                        error: Box::new(e),
                     })
                 }
             }

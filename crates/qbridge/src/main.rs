@@ -1,1 +1,168 @@
-fn main() {}
+//! `qbridge`: the command-line front end. Wiring only: the grammar and its execution live in
+//! `qbridge-control`, forwarding in `qbridge-bridge`, pcap files in `qbridge-io`.
+//!
+//! The top level is parsed by hand, iproute2 style (single-dash options such as `-j`,
+//! `-batch FILE`); subcommands with their own flags (`replay`) use clap.
+
+mod replay;
+
+use anyhow::{bail, Context};
+use qbridge_control::{parse_words, OutputOptions, Session};
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
+       qbridge [OPTIONS] -batch FILE
+       qbridge replay -batch CONFIG --in PORT=FILE.pcap [--in ...] --out DIR
+
+OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
+         -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
+         -h[elp]  -V[ersion]
+
+OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
+  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
+           [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
+           [group_fwd_mask N] [fdb_max_entries N]
+  link set dev BR type bridge [same options as link add]
+  link add NAME type pcap | type afpacket dev IFNAME | type tap [ifname IF] [netns NS]
+  link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
+           [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
+           [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
+  link del dev NAME
+  link show [dev NAME]
+  vlan add vid V[-V2] dev NAME [pvid] [untagged]
+  vlan del vid V[-V2] dev NAME
+  vlan show [dev NAME]
+  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
+  fdb del MAC dev NAME [vlan V]
+  fdb show [br BR] [dev NAME] [vlan V]
+  fdb flush dev NAME [vlan V] [dynamic|static]
+'dev' may be omitted where iproute2 allows it (link set p1 learning off).
+
+Differences from iproute2: ageing_time is in seconds (decimals allowed), not centiseconds.
+As in iproute2, 'fdb add' without static or dynamic adds a permanent (local) entry: frames
+to it are for the bridge itself and are dropped; use 'static' for a forwarding entry.
+
+THERE IS NO DAEMON YET. Each invocation works on a fresh, empty, in-process switch that is
+gone when qbridge exits:
+  - 'qbridge OBJECT COMMAND' runs one command against an empty switch, so 'qbridge link show'
+    prints nothing and 'qbridge vlan add vid 4095 dev x' prints the error it would give;
+    use it to check syntax and error messages.
+  - 'qbridge -batch FILE' applies FILE all-or-nothing and prints the output of the show
+    commands in it; on an error nothing is applied and nothing is shown.
+  - 'qbridge replay' applies a batch file and then runs pcap files through the switch
+    (see 'qbridge replay --help').
+Errors go to stderr as 'qbridge: line 7: vid 4095 is reserved'; the exit code is 1.
+Logs go to stderr; set QBRIDGE_LOG (e.g. QBRIDGE_LOG=debug) to see more.
+";
+
+fn main() -> ExitCode {
+    init_tracing();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("qbridge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("QBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let mut out = OutputOptions::default();
+    let mut batch: Option<String> = None;
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        let Some(opt) = arg.strip_prefix('-') else {
+            break;
+        };
+        // iproute2 accepts "--json" as well as "-json".
+        let opt = opt.strip_prefix('-').unwrap_or(opt);
+        match opt {
+            "j" | "json" => out.json = true,
+            "s" | "stats" | "statistics" => out.stats = true,
+            "p" | "pretty" => out.pretty = true,
+            "b" | "batch" => {
+                i += 1;
+                let file = args.get(i).context("option -batch needs a FILE")?;
+                batch = Some(file.clone());
+            }
+            "h" | "help" => {
+                print!("{USAGE}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            "V" | "Version" | "version" => {
+                println!("qbridge {}", env!("CARGO_PKG_VERSION"));
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ => bail!("unknown option \"{arg}\" (try \"qbridge -help\")"),
+        }
+        i += 1;
+    }
+    let rest = &args[i..];
+
+    if let Some(first) = rest.first() {
+        match first.as_str() {
+            "replay" => {
+                if batch.is_some() || out != OutputOptions::default() {
+                    bail!("options go after \"replay\": qbridge replay -batch CONFIG …");
+                }
+                return replay::main(&rest[1..]);
+            }
+            "help" => {
+                print!("{USAGE}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ => {}
+        }
+    }
+
+    let mut session = Session::new();
+    let output = match (batch, rest.is_empty()) {
+        (Some(file), true) => {
+            let text = read_batch(&file)?;
+            session.execute_batch(&text, out)?
+        }
+        (Some(_), false) => bail!(
+            "-batch FILE cannot be combined with a command ({})",
+            rest[0]
+        ),
+        (None, true) => {
+            eprint!("{USAGE}");
+            return Ok(ExitCode::from(2));
+        }
+        (None, false) => {
+            tracing::debug!("no daemon: running against an empty in-process session");
+            let cmd = parse_words(rest)?;
+            session.execute(&cmd, out)?
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(output.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The text of a batch file; `-` is standard input.
+pub(crate) fn read_batch(file: &str) -> anyhow::Result<String> {
+    if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read the batch from stdin")?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(file).with_context(|| format!("cannot read batch file {file}"))
+}
