@@ -20,6 +20,8 @@ pub mod netns;
 pub mod port;
 #[cfg(target_os = "linux")]
 pub mod sys;
+#[cfg(target_os = "linux")]
+pub mod tap;
 
 pub use mem::{MemFrame, MemPort};
 pub use port::{Port, PortCaps, TxOutcome};

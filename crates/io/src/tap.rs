@@ -1,0 +1,308 @@
+//! TAP port: a `/dev/net/tun` TAP device as a switch port, the way VMs and containers attach.
+//!
+//! The device is opened with `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`, a virtio-net header of 10 or
+//! 12 bytes (`TUNSETVNETHDRSZ`) and `TUNSETOFFLOAD(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)`, so the
+//! kernel hands over 64 KB TCP super-frames with partial checksums, and takes them back: the
+//! [`OffloadMeta`] of each frame is the virtio-net header. The interface may be moved into a
+//! network namespace (`netns`), where it keeps working; it is set up either way.
+//!
+//! Moving it uses `ip link set dev IF netns NS` through [`std::process::Command`]: control path
+//! only, once per port; it spares this crate an rtnetlink client for one message.
+//!
+//! Cost: the tun driver has no batch interface, so a burst is one `read(2)` per received frame
+//! (into a 64 KB scratch buffer, then one copy of the frame's bytes into a pooled buffer) and
+//! one `writev(2)` per transmitted frame (header + frame, no copy). The descriptor is
+//! nonblocking; a burst stops at `EAGAIN`.
+//!
+//! Link loss: a TAP that is set down refuses writes with `EIO`, one whose device went away
+//! answers `EBADFD`; both are reported as [`IoError::LinkDown`]. The device lives as long as
+//! the port (it is not persistent), so closing the port removes the interface.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::Command;
+
+use qbridge_packet::{Batch, BufPool};
+
+use crate::afpacket::{meta_to_vnet, vnet_to_meta, VNET_HDR_LEN};
+use crate::netns::run_in_netns;
+use crate::port::{recycle, Port, PortCaps, TxOutcome};
+use crate::sys::{self, IfReq};
+use crate::IoError;
+
+/// Largest frame read from a TAP: a 64 KB IP super-frame plus Ethernet header and tags.
+pub const TAP_MAX_FRAME: usize = 65_535 + 14 + 4 * 8;
+
+/// How to create a TAP port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TapConfig {
+    /// Interface name; `None` lets the kernel pick (`tap%d`).
+    pub ifname: Option<String>,
+    /// Network namespace (a name under `/var/run/netns`) to move the interface into.
+    pub netns: Option<String>,
+    /// virtio-net header length: 10 (`struct virtio_net_hdr`) or 12 (with `num_buffers`).
+    pub vnet_hdr_len: usize,
+    /// Ask for checksum and TSO offload (`TUNSETOFFLOAD`).
+    pub offload: bool,
+    /// Device MTU to set (after the move); `None`: the default 1500.
+    pub device_mtu: Option<u32>,
+}
+
+impl TapConfig {
+    pub fn new(ifname: Option<&str>) -> TapConfig {
+        TapConfig {
+            ifname: ifname.map(str::to_owned),
+            netns: None,
+            vnet_hdr_len: VNET_HDR_LEN,
+            offload: true,
+            device_mtu: None,
+        }
+    }
+}
+
+/// A TAP device owned by this port.
+#[derive(Debug)]
+pub struct TapPort {
+    cfg: TapConfig,
+    ifname: String,
+    fd: OwnedFd,
+    caps: PortCaps,
+    scratch: Vec<u8>,
+}
+
+impl TapPort {
+    /// Creates the TAP device, configures offloads, moves it and sets it up.
+    pub fn open(cfg: TapConfig) -> Result<TapPort, IoError> {
+        if cfg.vnet_hdr_len != 10 && cfg.vnet_hdr_len != 12 {
+            return Err(IoError::Invalid(format!(
+                "virtio-net header length {} (must be 10 or 12)",
+                cfg.vnet_hdr_len
+            )));
+        }
+        let want = cfg.ifname.clone().unwrap_or_default();
+        let path = c"/dev/net/tun";
+        // SAFETY: `path` is a NUL-terminated string literal.
+        let raw = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(IoError::File {
+                path: "/dev/net/tun".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut req = if want.is_empty() {
+            let mut r = IfReq::new("x")?;
+            r.name = [0; sys::IFNAMSIZ];
+            r
+        } else {
+            IfReq::new(&want)?
+        };
+        req.set_flags((libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as i16);
+        // SAFETY: `req` is a live, correctly sized ifreq the kernel reads and writes back.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) } < 0 {
+            return Err(sys::sys_err("TUNSETIFF", &want, io::Error::last_os_error()));
+        }
+        let ifname = req.name();
+        let hdr_len = cfg.vnet_hdr_len as libc::c_int;
+        // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which is live.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &hdr_len as *const _) } < 0 {
+            return Err(sys::sys_err(
+                "TUNSETVNETHDRSZ",
+                &ifname,
+                io::Error::last_os_error(),
+            ));
+        }
+        if cfg.offload {
+            let flags = (libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6) as libc::c_ulong;
+            // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is touched.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, flags) } < 0 {
+                return Err(sys::sys_err(
+                    "TUNSETOFFLOAD",
+                    &ifname,
+                    io::Error::last_os_error(),
+                ));
+            }
+        }
+        let setup = |name: &str| -> Result<(), IoError> {
+            if let Some(mtu) = cfg.device_mtu {
+                sys::raise_mtu(name, mtu)?;
+            }
+            sys::set_up(name)
+        };
+        let mtu = match &cfg.netns {
+            Some(ns) => {
+                let out = Command::new("ip")
+                    .args(["link", "set", "dev", &ifname, "netns", ns])
+                    .output()
+                    .map_err(|e| IoError::Sys {
+                        op: "running ip(8)",
+                        ifname: ifname.clone(),
+                        source: e,
+                    })?;
+                if !out.status.success() {
+                    return Err(IoError::Invalid(format!(
+                        "ip link set dev {ifname} netns {ns}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )));
+                }
+                run_in_netns(ns, || setup(&ifname).and_then(|()| sys::get_mtu(&ifname)))??
+            }
+            None => {
+                setup(&ifname)?;
+                sys::get_mtu(&ifname)?
+            }
+        };
+        let caps = PortCaps {
+            vnet_hdr: true,
+            tso: cfg.offload,
+            csum: cfg.offload,
+            max_frame: mtu as usize + 14 + 4,
+        };
+        Ok(TapPort {
+            cfg,
+            ifname,
+            fd,
+            caps,
+            scratch: vec![0; 12 + TAP_MAX_FRAME],
+        })
+    }
+
+    /// The interface name (the kernel's choice when none was given).
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    pub fn config(&self) -> &TapConfig {
+        &self.cfg
+    }
+
+    /// Waits up to `timeout_ms` for a frame to be ready.
+    pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool, IoError> {
+        sys::wait_readable(self.fd.as_raw_fd(), timeout_ms)
+            .map_err(|e| sys::sys_err("poll", &self.ifname, e))
+    }
+
+    fn link_err(&self, op: &'static str, e: io::Error) -> IoError {
+        match e.raw_os_error() {
+            Some(libc::EIO | libc::EBADFD) => IoError::LinkDown {
+                ifname: self.ifname.clone(),
+                source: e,
+            },
+            _ => sys::sys_err(op, &self.ifname, e),
+        }
+    }
+}
+
+impl AsRawFd for TapPort {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Port for TapPort {
+    fn rx_burst(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+    ) -> Result<usize, IoError> {
+        let hl = self.cfg.vnet_hdr_len;
+        let mut n = 0;
+        while n < max {
+            // SAFETY: `scratch` is a live, writable buffer of the length passed.
+            let rc = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    self.scratch.as_mut_ptr().cast(),
+                    self.scratch.len(),
+                )
+            };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => continue,
+                    _ if n > 0 => break,
+                    _ => return Err(self.link_err("read", e)),
+                }
+            }
+            let len = rc as usize;
+            if len < hl {
+                // Cannot happen with a vnet header configured; nothing to deliver.
+                continue;
+            }
+            let mut p = pool.get();
+            p.offload = vnet_to_meta(&self.scratch[..VNET_HDR_LEN]);
+            p.set_frame(&self.scratch[hl..len]);
+            batch.push(p);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        let mut out = TxOutcome::default();
+        let hl = self.cfg.vnet_hdr_len;
+        let mut link = None;
+        for p in batch.iter() {
+            if link.is_some() {
+                out.error += 1;
+                continue;
+            }
+            let mut hdr = [0u8; 12];
+            hdr[..VNET_HDR_LEN].copy_from_slice(&meta_to_vnet(&p.offload));
+            let frame = p.frame();
+            let iov = [
+                libc::iovec {
+                    iov_base: hdr.as_mut_ptr().cast(),
+                    iov_len: hl,
+                },
+                libc::iovec {
+                    iov_base: frame.as_ptr() as *mut _,
+                    iov_len: frame.len(),
+                },
+            ];
+            let rc = loop {
+                // SAFETY: both iovecs point to live buffers of the stated lengths, which the
+                // kernel only reads.
+                let rc = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), 2) };
+                if rc >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    break rc;
+                }
+            };
+            if rc >= 0 {
+                out.sent += 1;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ENOBUFS) => out.queue_full += 1,
+                Some(libc::EIO | libc::EBADFD) => {
+                    out.error += 1;
+                    link = Some(e);
+                }
+                _ => out.error += 1,
+            }
+        }
+        recycle(batch, pool);
+        match link {
+            Some(e) => Err(self.link_err("writev", e)),
+            None => Ok(out),
+        }
+    }
+
+    fn caps(&self) -> PortCaps {
+        self.caps
+    }
+
+    fn name(&self) -> &str {
+        &self.ifname
+    }
+}

@@ -1,0 +1,173 @@
+//! TAP port with the interface moved into a namespace the test creates (root only; skipped
+//! with a printed reason otherwise): a ping from the namespace's kernel is seen as frames on the
+//! port, and the echo reply the test writes back reaches the namespace's kernel.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Netns;
+use qbridge_io::netns::run_in_netns;
+use qbridge_io::tap::{TapConfig, TapPort};
+use qbridge_io::{Port, TxOutcome};
+use qbridge_packet::{Batch, BufPool, PacketBuf};
+
+const HOST_IP: [u8; 4] = [10, 77, 0, 1];
+const PEER_IP: [u8; 4] = [10, 77, 0, 2];
+const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x02];
+const ECHO_ID: u16 = 0x5142;
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// In the namespace: sends an ICMP echo request to PEER_IP through a raw socket and waits up
+/// to 3 s for the echo reply. Returns whether it came.
+fn ping_from_namespace() -> bool {
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    assert!(
+        fd >= 0,
+        "raw ICMP socket: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut icmp = vec![8u8, 0, 0, 0];
+    icmp.extend(ECHO_ID.to_be_bytes());
+    icmp.extend(1u16.to_be_bytes());
+    icmp.extend(b"qbridge tap ping payload");
+    let c = checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as u16,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(PEER_IP),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `icmp` and `addr` are live for the call with the lengths given.
+    let rc = unsafe {
+        libc::sendto(
+            fd,
+            icmp.as_ptr().cast(),
+            icmp.len(),
+            0,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        )
+    };
+    assert!(rc > 0, "sendto: {}", std::io::Error::last_os_error());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got = false;
+    let mut buf = [0u8; 2048];
+    while !got && Instant::now() < deadline {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        if unsafe { libc::poll(&mut p, 1, 100) } <= 0 {
+            continue;
+        }
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n >= 28 {
+            let ihl = usize::from(buf[0] & 0xf) * 4;
+            let icmp = &buf[ihl..n as usize];
+            got = icmp[0] == 0 && icmp[4..6] == ECHO_ID.to_be_bytes() && buf[12..16] == PEER_IP;
+        }
+    }
+    // SAFETY: our descriptor, closed once.
+    unsafe { libc::close(fd) };
+    got
+}
+
+/// Turns an echo request frame into the reply the peer would send.
+fn echo_reply(req: &[u8]) -> Vec<u8> {
+    let mut f = req.to_vec();
+    f[0..6].copy_from_slice(&req[6..12]);
+    f[6..12].copy_from_slice(&PEER_MAC);
+    let ip = 14;
+    let ihl = usize::from(f[ip] & 0xf) * 4;
+    f[ip + 12..ip + 16].copy_from_slice(&PEER_IP);
+    f[ip + 16..ip + 20].copy_from_slice(&HOST_IP);
+    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let c = checksum(&f[ip..ip + ihl]);
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    let icmp = ip + ihl;
+    f[icmp] = 0;
+    f[icmp + 2..icmp + 4].copy_from_slice(&[0, 0]);
+    let c = checksum(&f[icmp..]);
+    f[icmp + 2..icmp + 4].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+fn is_echo_request(f: &[u8]) -> bool {
+    f.len() >= 42
+        && f[12..14] == [0x08, 0x00]
+        && f[14 + 9] == 1
+        && f[14 + 16..14 + 20] == PEER_IP
+        && f[14 + usize::from(f[14] & 0xf) * 4] == 8
+}
+
+#[test]
+fn namespace_ping_crosses_the_tap() {
+    skip_unless_root!();
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        eprintln!("SKIPPED: /dev/net/tun is missing");
+        return;
+    }
+    let ns = Netns::new().unwrap();
+    let name = common::unique("qt");
+    let mut cfg = TapConfig::new(Some(&name));
+    cfg.netns = Some(ns.name.clone());
+    let mut tap = TapPort::open(cfg).unwrap();
+    assert_eq!(tap.ifname(), name);
+    let caps = tap.caps();
+    assert!(caps.vnet_hdr && caps.tso && caps.csum, "{caps:?}");
+    ns.ip(&["addr", "add", "10.77.0.1/24", "dev", &name])
+        .unwrap();
+    let mac = PEER_MAC.map(|b| format!("{b:02x}")).join(":");
+    ns.ip(&["neigh", "add", "10.77.0.2", "lladdr", &mac, "dev", &name])
+        .unwrap();
+
+    let ns_name = ns.name.clone();
+    let pinger = std::thread::spawn(move || run_in_netns(&ns_name, ping_from_namespace).unwrap());
+
+    let mut pool = BufPool::new(64);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut request = None;
+    while request.is_none() && Instant::now() < deadline {
+        tap.wait_readable(50).unwrap();
+        let mut batch = Batch::with_capacity(32);
+        tap.rx_burst(&mut batch, &mut pool, 32).unwrap();
+        request = batch.drain().find(|p| is_echo_request(p.frame()));
+    }
+    let request: PacketBuf = request.expect("no ICMP echo request seen on the TAP");
+    assert_eq!(&request.frame()[0..6], &PEER_MAC);
+
+    let mut batch = Batch::default();
+    batch.push(PacketBuf::from_frame(&echo_reply(request.frame())));
+    let out = tap.tx_burst(&mut batch, &mut pool).unwrap();
+    assert_eq!(
+        out,
+        TxOutcome {
+            sent: 1,
+            queue_full: 0,
+            error: 0
+        }
+    );
+    assert!(
+        pinger.join().unwrap(),
+        "echo reply written to the TAP did not reach the namespace"
+    );
+}
