@@ -13,6 +13,14 @@
 //! or `dynamic` adds a `permanent` (local) entry, exactly as iproute2 does — frames to a
 //! permanent address are for the bridge itself and are dropped as `local`; use `static` for a
 //! forwarding entry.
+//!
+//! Output notes: `vlan show` lists one VID per line (iproute2 without `-c`) and leaves out
+//! ports with no VLAN; `vlan show -s` shows the per-VLAN counters of each bridge (qbridge
+//! counts per bridge and VID, not per port); `fdb show -s` adds `updated N` (seconds since the
+//! entry was added or last refreshed; iproute2 prints `used N/M`, and qbridge does not track
+//! use). `link set dev NAME type bridge_slave …` is accepted as a synonym of
+//! `link set dev NAME …`; `fdb add … master` is accepted and ignored (every qbridge entry is a
+//! bridge entry), as are kind words on `fdb del`.
 
 pub mod command;
 pub mod error;

@@ -163,13 +163,14 @@ struct BridgeVlanStatsJson<'a> {
 /// VIDs of bridge `bid` that some port is a member of, or that have counted traffic.
 fn bridge_vids(sw: &Switch, bid: qbridge_bridge::BridgeId) -> BTreeSet<u16> {
     let mut vids = BTreeSet::new();
-    for (pid, _) in sw.port_ids() {
-        if sw.port_master(pid) == Some(bid) {
-            for vid in 1..4095u16 {
-                if sw.vlan_membership(pid, vid).is_some() {
-                    vids.insert(vid);
-                }
-            }
+    for view in sw.vlans(None).unwrap_or_default() {
+        let on_bridge = sw
+            .port_id(&view.ifname)
+            .ok()
+            .and_then(|p| sw.port_master(p))
+            == Some(bid);
+        if on_bridge {
+            vids.extend(view.vlans.iter().map(|v| v.vlan));
         }
     }
     for vid in 1..4095u16 {
