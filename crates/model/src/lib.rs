@@ -308,7 +308,12 @@ impl Model {
     }
 
     fn drop_on(&mut self, port: u16, reason: DropReason) {
-        *self.port_mut(port).counters.drops.entry(reason).or_insert(0) += 1;
+        *self
+            .port_mut(port)
+            .counters
+            .drops
+            .entry(reason)
+            .or_insert(0) += 1;
     }
 
     // ----- derived port properties (R1, R6) -----
@@ -392,7 +397,9 @@ impl Model {
         self.port_mut(id).settings = settings;
         if went_down {
             if let Some(b) = self.port(id).master {
-                self.bridge_mut(b).fdb.retain(|_, e| !(e.port == id && e.is_dynamic()));
+                self.bridge_mut(b)
+                    .fdb
+                    .retain(|_, e| !(e.port == id && e.is_dynamic()));
             }
         }
         Ok(())
@@ -437,7 +444,14 @@ impl Model {
     }
 
     /// `vlan add vid S-E dev NAME [pvid] [untagged]`: re-adding replaces the flags.
-    pub fn vlan_add(&mut self, id: u16, start: u32, end: u32, pvid: bool, untagged: bool) -> Res<()> {
+    pub fn vlan_add(
+        &mut self,
+        id: u16,
+        start: u32,
+        end: u32,
+        pvid: bool,
+        untagged: bool,
+    ) -> Res<()> {
         let (s, e) = vid_range(start, end)?;
         if pvid && s != e {
             return refuse("pvid on a range");
@@ -521,7 +535,8 @@ impl Model {
             let seq = self.next_seq();
             let full = {
                 let br = self.bridge(b);
-                !br.fdb.contains_key(&(v, mac)) && br.fdb.len() >= br.settings.fdb_max_entries as usize
+                !br.fdb.contains_key(&(v, mac))
+                    && br.fdb.len() >= br.settings.fdb_max_entries as usize
             };
             if full && !self.evict_one(b) {
                 return refuse("fdb full");
@@ -563,9 +578,17 @@ impl Model {
     /// `fdb flush dev NAME [vlan V] [dynamic|static]`; NAME is a bridge or an attached port.
     pub fn fdb_flush(&mut self, dev: &str, vlan: Option<u32>, which: Flush) -> Res<usize> {
         let vid = vlan.map(check_vid).transpose()?;
-        let (b, port) = if let Some(b) = self.bridges.iter().position(|b| b.as_ref().is_some_and(|b| b.name == dev)) {
+        let (b, port) = if let Some(b) = self
+            .bridges
+            .iter()
+            .position(|b| b.as_ref().is_some_and(|b| b.name == dev))
+        {
             (b as u16, None)
-        } else if let Some(p) = self.ports.iter().position(|p| p.as_ref().is_some_and(|p| p.name == dev)) {
+        } else if let Some(p) = self
+            .ports
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.name == dev))
+        {
             (self.attached(p as u16)?, Some(p as u16))
         } else {
             return refuse("no such device");
@@ -578,9 +601,8 @@ impl Model {
                 Flush::Dynamic => e.kind == FdbKindOrd::Dynamic,
                 Flush::Static => e.kind == FdbKindOrd::Static,
             };
-            let flushed = kind_ok
-                && port.is_none_or(|p| e.port == p)
-                && vid.is_none_or(|v| fid == v);
+            let flushed =
+                kind_ok && port.is_none_or(|p| e.port == p) && vid.is_none_or(|v| fid == v);
             !flushed
         });
         Ok(before - br.fdb.len())
@@ -595,7 +617,8 @@ impl Model {
         for br in self.bridges.iter_mut().flatten() {
             let ageing = br.settings.ageing_time_ns;
             let before = br.fdb.len();
-            br.fdb.retain(|_, e| !(e.is_dynamic() && now_ns.saturating_sub(e.seen_ns) >= ageing));
+            br.fdb
+                .retain(|_, e| !(e.is_dynamic() && now_ns.saturating_sub(e.seen_ns) >= ageing));
             n += before - br.fdb.len();
         }
         n
@@ -613,7 +636,11 @@ impl Model {
     }
 
     pub fn vlan_counters(&self, bridge: u16, vid: u16) -> VlanCounters {
-        self.bridge(bridge).vlan_counters.get(&vid).copied().unwrap_or_default()
+        self.bridge(bridge)
+            .vlan_counters
+            .get(&vid)
+            .copied()
+            .unwrap_or_default()
     }
 
     pub fn unknown_port_drops(&self) -> u64 {
@@ -721,10 +748,18 @@ impl Model {
                 } else {
                     vid
                 };
-                Class { vid, tagged: true, pcp_dei: tci & 0xf000 }
+                Class {
+                    vid,
+                    tagged: true,
+                    pcp_dei: tci & 0xf000,
+                }
             } else {
                 match inp.pvid {
-                    Some(p) => Class { vid: p, tagged: false, pcp_dei: 0 },
+                    Some(p) => Class {
+                        vid: p,
+                        tagged: false,
+                        pcp_dei: 0,
+                    },
                     None => return self.drop_on(in_id, DropReason::NoPvid),
                 }
             };
@@ -733,9 +768,17 @@ impl Model {
             }
             class
         } else {
-            Class { vid: 0, tagged: false, pcp_dei: 0 }
+            Class {
+                vid: 0,
+                tagged: false,
+                pcp_dei: 0,
+            }
         };
-        let vc = self.bridge_mut(b).vlan_counters.entry(class.vid).or_default();
+        let vc = self
+            .bridge_mut(b)
+            .vlan_counters
+            .entry(class.vid)
+            .or_default();
         vc.rx_frames += 1;
         vc.rx_bytes += len as u64;
 
@@ -820,7 +863,10 @@ impl Model {
         }
         let fdb = &self.bridge(b).fdb;
         let learned_total = fdb.values().filter(|e| e.is_learned()).count();
-        let learned_here = fdb.values().filter(|e| e.is_learned() && e.port == port).count();
+        let learned_here = fdb
+            .values()
+            .filter(|e| e.is_learned() && e.port == port)
+            .count();
         let bridge_limit = settings.fdb_max_learned as usize;
         let port_limit = self.port(port).settings.fdb_max_learned as usize;
         if (bridge_limit != 0 && learned_total >= bridge_limit)
@@ -855,7 +901,11 @@ impl Model {
         let Some(most) = per_port.values().copied().max() else {
             return false;
         };
-        let victim_port = per_port.iter().find(|(_, &n)| n == most).map(|(&p, _)| p).expect("max exists");
+        let victim_port = per_port
+            .iter()
+            .find(|(_, &n)| n == most)
+            .map(|(&p, _)| p)
+            .expect("max exists");
         let victim_key = fdb
             .iter()
             .filter(|(_, e)| e.is_learned() && e.port == victim_port)
@@ -898,15 +948,25 @@ impl Model {
         let c = &mut self.port_mut(e).counters;
         c.tx_frames += 1;
         c.tx_bytes += len as u64;
-        let vc = self.bridge_mut(b).vlan_counters.entry(class.vid).or_default();
+        let vc = self
+            .bridge_mut(b)
+            .vlan_counters
+            .entry(class.vid)
+            .or_default();
         vc.tx_frames += 1;
         vc.tx_bytes += len as u64;
-        out.push(Frame { port: e, bytes, meta });
+        out.push(Frame {
+            port: e,
+            bytes,
+            meta,
+        });
     }
 
     /// Ids of the live ports.
     pub fn port_ids(&self) -> BTreeSet<u16> {
-        (0..self.ports.len() as u16).filter(|&i| self.ports[i as usize].is_some()).collect()
+        (0..self.ports.len() as u16)
+            .filter(|&i| self.ports[i as usize].is_some())
+            .collect()
     }
 }
 

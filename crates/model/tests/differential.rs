@@ -1,0 +1,363 @@
+//! Differential property test: random switches, configurations and frame sequences go through
+//! the fast path and the reference model; both must send the same bytes on the same ports in
+//! the same order, and end every step with the same FDB and counters.
+//!
+//! `PROPTEST_CASES=N` runs N cases instead of the default; `PROPTEST_RNG_SEED=S` changes the
+//! otherwise fixed seed (CI runs the same cases every time). A failure prints the shrunk
+//! scenario and the first step where the two disagree.
+//!
+//! Known divergences are kept out of the generated space, each shown by an `#[ignore]`d test in
+//! `divergences.rs`: `ageing_time` is never 0, time steps never make an entry's idle time
+//! exactly `ageing_time`, and ports never go down during a run.
+
+mod common;
+
+use common::{Hex, Op, Pair, PortSpec, Scenario, S};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use qbridge_bridge::{BridgeSettings, FdbKind, PortSettings, VlanProtocol};
+use qbridge_packet::OffloadMeta;
+use qbridge_wire::{MacAddr, Tpid};
+
+/// Default number of cases: about 25 s in a debug build on a 2-core machine.
+const DEFAULT_CASES: u32 = 1500;
+
+fn config() -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES);
+    let seeded = std::env::var("PROPTEST_RNG_SEED").is_ok();
+    let mut c = Config {
+        cases,
+        max_shrink_iters: 4096,
+        ..Config::default()
+    };
+    if !seeded {
+        c.rng_seed = RngSeed::Fixed(0x9b71_d224_0a5e_c0de);
+    }
+    c
+}
+
+const NVID: u32 = 12;
+const NMAC: u8 = 6;
+
+fn vid() -> impl Strategy<Value = u32> {
+    1..=NVID
+}
+
+fn bridge_settings(small_tables: bool) -> impl Strategy<Value = BridgeSettings> {
+    let max_entries = if small_tables {
+        1u32..=8
+    } else {
+        1u32 << 21..=1u32 << 21
+    };
+    (
+        prop::bool::weighted(0.8),
+        prop::bool::ANY,
+        prop_oneof![3 => Just(1u16), 1 => Just(0u16), 1 => Just(2u16)],
+        1u64..=20,
+        prop_oneof![3 => Just(0u32), 1 => 1u32..=6],
+        prop_oneof![2 => Just(0u16), 1 => any::<u16>().prop_map(|m| m & !7)],
+        prop_oneof![3 => Just(1u32 << 21), 1 => max_entries],
+    )
+        .prop_map(
+            |(filtering, ad, default_pvid, ageing_s, max_learned, mask, max_entries)| {
+                BridgeSettings {
+                    vlan_filtering: filtering,
+                    vlan_protocol: if ad {
+                        VlanProtocol::Dot1Ad
+                    } else {
+                        VlanProtocol::Dot1Q
+                    },
+                    default_pvid,
+                    ageing_time_ns: ageing_s * S,
+                    fdb_max_learned: max_learned,
+                    group_fwd_mask: mask,
+                    fdb_max_entries: max_entries,
+                }
+            },
+        )
+}
+
+fn port_settings() -> impl Strategy<Value = PortSettings> {
+    (
+        prop::bool::weighted(0.85),
+        [
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.8),
+        ],
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+        prop_oneof![Just(1500u32), Just(68u32), 69u32..=300],
+        prop_oneof![3 => Just(None), 1 => (0u32..=12).prop_map(Some)],
+        prop_oneof![
+            4 => Just(None),
+            1 => Just(Some(Tpid(0x8100))),
+            1 => Just(Some(Tpid(0x88a8))),
+            1 => Just(Some(Tpid(0x9100))),
+            1 => Just(Some(Tpid(0x9abc))),
+        ],
+        prop_oneof![3 => Just(0u32), 1 => 1u32..=3],
+    )
+        .prop_map(
+            |(learning, [flood, mcast, bcast], isolated, hairpin, mtu, envhdr, tpid, lim)| {
+                PortSettings {
+                    learning,
+                    flood,
+                    mcast_flood: mcast,
+                    bcast_flood: bcast,
+                    isolated,
+                    hairpin,
+                    mtu,
+                    envhdr_len: envhdr,
+                    tpid,
+                    fdb_max_learned: lim,
+                    up: true,
+                }
+            },
+        )
+}
+
+fn unicast() -> impl Strategy<Value = MacAddr> {
+    (1..=NMAC).prop_map(common::mac)
+}
+
+fn dst_mac() -> impl Strategy<Value = MacAddr> {
+    prop_oneof![
+        6 => unicast(),
+        2 => Just(MacAddr::BROADCAST),
+        1 => (0u8..=255).prop_map(|x| MacAddr([0x01, 0x00, 0x5e, 0, 0, x])),
+        2 => (0u8..=15).prop_map(|x| MacAddr([0x01, 0x80, 0xc2, 0, 0, x])),
+    ]
+}
+
+fn src_mac() -> impl Strategy<Value = MacAddr> {
+    prop_oneof![
+        20 => unicast(),
+        1 => Just(MacAddr::ZERO),
+        1 => Just(MacAddr([0x01, 0x00, 0x5e, 0, 0, 1])),
+    ]
+}
+
+fn tag() -> impl Strategy<Value = (u16, u16)> {
+    (
+        prop_oneof![
+            3 => Just(0x8100u16),
+            3 => Just(0x88a8u16),
+            1 => Just(0x9100u16),
+            1 => Just(0x9abcu16),
+        ],
+        0u16..8,
+        prop::bool::weighted(0.1),
+        prop_oneof![8 => 1u16..=(NVID as u16 + 1), 2 => Just(0u16), 1 => Just(4095u16), 1 => 1u16..4095],
+    )
+        .prop_map(|(tpid, pcp, dei, vid)| (tpid, pcp << 13 | (dei as u16) << 12 | vid))
+}
+
+fn offload() -> impl Strategy<Value = OffloadMeta> {
+    prop_oneof![
+        6 => Just(OffloadMeta::default()),
+        1 => (18u16..80, 18u16..80).prop_map(|(cs, off)| OffloadMeta {
+            flags: OffloadMeta::F_NEEDS_CSUM,
+            csum_start: cs,
+            csum_offset: off % 20,
+            ..Default::default()
+        }),
+        1 => (18u16..80, 1u16..400, prop::bool::ANY, prop::sample::select(vec![1u8, 3, 4, 0x81]))
+            .prop_map(|(hdr, gso, csum, ty)| OffloadMeta {
+                flags: if csum { OffloadMeta::F_NEEDS_CSUM } else { 0 },
+                gso_type: ty,
+                hdr_len: hdr,
+                gso_size: gso,
+                csum_start: if csum { hdr - 4 } else { 0 },
+                csum_offset: 16,
+            }),
+    ]
+}
+
+fn frame_spec(nports: usize) -> impl Strategy<Value = common::FrameSpec> {
+    (
+        0..nports,
+        dst_mac(),
+        src_mac(),
+        prop_oneof![4 => Just(0usize), 4 => Just(1usize), 2 => Just(2usize), 1 => Just(3usize)],
+        prop::collection::vec(tag(), 3),
+        prop_oneof![
+            6 => 60usize..=200,
+            2 => 200usize..=400,
+            1 => 1500usize..=1530,
+            1 => 0usize..14,
+            1 => 14usize..18,
+            1 => 2000usize..=3000,
+        ],
+        offload(),
+    )
+        .prop_map(|(port, dst, src, ntags, tags, len, meta)| {
+            let mut bytes = common::frame(dst, src, &tags[..ntags], len);
+            // Runt lengths cut the frame; a runt of 14-17 bytes often keeps a tag's TPID.
+            bytes.truncate(len);
+            common::FrameSpec {
+                port,
+                bytes: Hex(bytes),
+                meta,
+            }
+        })
+}
+
+fn batch(nports: usize) -> impl Strategy<Value = Op> {
+    let sizes = prop_oneof![
+        3 => Just(1usize),
+        1 => Just(2usize),
+        1 => Just(31usize),
+        1 => Just(32usize),
+        1 => Just(33usize),
+        3 => 1usize..=8,
+    ];
+    sizes.prop_flat_map(move |n| prop::collection::vec(frame_spec(nports), n).prop_map(Op::Batch))
+}
+
+fn fdb_kind() -> impl Strategy<Value = FdbKind> {
+    prop_oneof![
+        Just(FdbKind::Dynamic),
+        Just(FdbKind::Static),
+        Just(FdbKind::Permanent)
+    ]
+}
+
+fn vlan_op(nports: usize) -> impl Strategy<Value = Op> {
+    (
+        0..nports,
+        vid(),
+        0u32..4,
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.4),
+        prop::bool::ANY,
+    )
+        .prop_map(|(port, start, span, pvid, untagged, add)| {
+            let end = (start + span).min(NVID);
+            if add {
+                let end = if pvid { start } else { end };
+                Op::VlanAdd {
+                    port,
+                    start,
+                    end,
+                    pvid,
+                    untagged,
+                }
+            } else {
+                Op::VlanDel { port, start, end }
+            }
+        })
+}
+
+fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
+    (
+        unicast(),
+        0..nports,
+        prop_oneof![Just(None), vid().prop_map(Some)],
+        fdb_kind(),
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(mac, port, vlan, kind, sticky, replace)| Op::FdbAdd {
+            mac,
+            port,
+            vlan,
+            kind,
+            sticky,
+            replace,
+        })
+}
+
+/// Time steps: k quarter seconds plus 1_000_003 ns, so an idle time never equals a whole
+/// number of seconds (the `ageing_time` boundary, see the module doc).
+fn advance() -> impl Strategy<Value = Op> {
+    prop_oneof![3 => 0u64..=8, 1 => 8u64..=100].prop_map(|k| Op::Advance(k * S / 4 + 1_000_003))
+}
+
+fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Strategy<Value = Op> {
+    let set_port = (0..nports, port_settings()).prop_map(move |(p, mut s)| {
+        s.up = ports[p].up;
+        Op::SetPort {
+            port: p,
+            settings: s,
+        }
+    });
+    prop_oneof![
+        30 => batch(nports),
+        8 => advance(),
+        4 => Just(Op::Age),
+        2 => vlan_op(nports),
+        1 => fdb_add(nports),
+        1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
+            .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
+        1 => (0..nbridges + nports, prop_oneof![2 => Just(None), 1 => vid().prop_map(Some)], 0u8..3)
+            .prop_map(|(dev, vlan, which)| Op::FdbFlush { dev, vlan, which }),
+        1 => set_port,
+    ]
+}
+
+fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
+    (1usize..=3, 2usize..=8)
+        .prop_flat_map(move |(nb, np)| {
+            (
+                prop::collection::vec(bridge_settings(small_tables), nb),
+                prop::collection::vec(
+                    (
+                        prop_oneof![12 => (0..nb).prop_map(Some), 1 => Just(None)],
+                        port_settings(),
+                        prop::bool::weighted(0.07),
+                    ),
+                    np,
+                ),
+            )
+        })
+        .prop_flat_map(|(bridges, ports)| {
+            let nb = bridges.len();
+            let np = ports.len();
+            let ports: Vec<PortSpec> = ports
+                .into_iter()
+                .map(|(bridge, mut settings, down)| {
+                    settings.up = !down;
+                    PortSpec { bridge, settings }
+                })
+                .collect();
+            let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
+            let setup =
+                prop::collection::vec(prop_oneof![4 => vlan_op(np), 2 => fdb_add(np)], 0..=np * 3);
+            let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);
+            (Just(bridges), Just(ports), setup, run).prop_map(|(bridges, ports, setup, run)| {
+                Scenario {
+                    bridges,
+                    ports,
+                    setup,
+                    run,
+                }
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Tables never fill up (`fdb_max_entries` is large): see `eviction_matches_model`.
+    #[test]
+    fn fast_path_matches_model(sc in scenario(false)) {
+        if let Err(e) = Pair::run(&sc) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+
+    /// The same with small tables (1-8 entries), so fair eviction runs often.
+    #[test]
+    #[ignore = "fast-path bug: an entry that moves back to a port keeps its old place in that \
+                port's eviction queue (fdb.rs `learn` keeps `stamp` on a move); see \
+                divergences.rs `eviction_after_move_back`"]
+    fn eviction_matches_model(sc in scenario(true)) {
+        if let Err(e) = Pair::run(&sc) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}
