@@ -492,9 +492,17 @@ impl Model {
 
     /// The FIDs `fdb add|del` without `vlan` means: 0 and, on a VLAN-filtering bridge, every
     /// VLAN of the port (as Linux).
+    /// A VLAN given explicitly must be configured on the port (Linux `br_fdb_add` /
+    /// `br_fdb_delete`: "RTM_NEWNEIGH with unconfigured vlan").
     fn fdb_vids(&self, id: u16, b: u16, vlan: Option<u32>) -> Res<Vec<u16>> {
         match vlan {
-            Some(v) => Ok(vec![check_vid(v)?]),
+            Some(v) => {
+                let v = check_vid(v)?;
+                if !self.is_member(id, v) {
+                    return refuse(format!("vlan {v} is not configured on the port"));
+                }
+                Ok(vec![v])
+            }
             None => {
                 let mut v = vec![0];
                 if self.bridge(b).settings.vlan_filtering {
