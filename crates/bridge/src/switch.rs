@@ -32,6 +32,9 @@ pub struct PortId(pub u16);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct BridgeId(pub u16);
 
+/// Longest `ageing_time`: 1,000,000 seconds.
+pub const MAX_AGEING_NS: u64 = 1_000_000 * 1_000_000_000;
+
 /// Most ports in one switch.
 pub const MAX_PORTS: usize = 4096;
 
@@ -196,6 +199,12 @@ fn check_bridge_settings(s: &BridgeSettings) -> Result<(), ConfigError> {
     }
     if s.group_fwd_mask & GROUP_FWD_RESTRICTED != 0 {
         return Err(ConfigError::RestrictedGroupFwdMask(s.group_fwd_mask));
+    }
+    if s.ageing_time_ns != 0 && !(1_000_000_000..=MAX_AGEING_NS).contains(&s.ageing_time_ns) {
+        return Err(ConfigError::BadAgeingTime(format!(
+            "{}",
+            s.ageing_time_ns as f64 / 1e9
+        )));
     }
     if s.fdb_max_entries == 0 || s.fdb_max_entries > FDB_LIMIT_MAX_ENTRIES {
         return Err(ConfigError::BadFdbMaxEntries(s.fdb_max_entries));
@@ -808,7 +817,8 @@ impl Switch {
             .map(|n| self.bridge_id(n))
             .transpose()?;
         let only_port = filter.dev.as_deref().map(|n| self.port_id(n)).transpose()?;
-        let mut out = Vec::new();
+        // Sort keys carry the ids, so ordering needs no name lookups.
+        let mut keyed = Vec::new();
         for (bid, bname) in self.bridge_ids() {
             if only_bridge.is_some_and(|b| b != bid) {
                 continue;
@@ -822,7 +832,7 @@ impl Switch {
                 if filter.vlan.is_some_and(|v| v != fid) {
                     continue;
                 }
-                out.push(FdbEntryView {
+                let view = FdbEntryView {
                     mac: key_mac(s.key),
                     vlan: (fid != 0).then_some(fid),
                     ifname: self.port(PortId(s.port)).name.clone(),
@@ -831,17 +841,12 @@ impl Switch {
                     sticky: s.flags & F_STICKY != 0,
                     added_by_user: !s.is_learned(),
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
-                });
+                };
+                keyed.push(((bid.0, s.port, fid, key_mac(s.key)), view));
             }
         }
-        out.sort_by(|a, b| {
-            (&a.master, self.port_id(&a.ifname).ok(), a.vlan, a.mac).cmp(&(
-                &b.master,
-                self.port_id(&b.ifname).ok(),
-                b.vlan,
-                b.mac,
-            ))
-        });
+        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let out = keyed.into_iter().map(|(_, v)| v).collect();
         Ok(out)
     }
 

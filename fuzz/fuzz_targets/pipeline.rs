@@ -1,0 +1,115 @@
+//! The forwarding pipeline on arbitrary configuration and frames: the first bytes configure a
+//! bridge and up to 6 ports (protocol, filtering, TPIDs, memberships, flags, MTU, envelope,
+//! limits), the rest is a stream of frames with ingress ports and time steps. Nothing may panic,
+//! every frame must be accounted for (received on a port or counted as unknown), and no frame
+//! may leave on a port that is not a member of any VLAN on a filtering bridge.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use qbridge_bridge::{BridgeSettings, Outputs, PortSettings, Switch, VlanProtocol};
+use qbridge_packet::{Batch, PacketBuf};
+use qbridge_wire::Tpid;
+
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.u8(), self.u8()])
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut b = Bytes(data);
+    let flags = b.u8();
+    let filtering = flags & 1 != 0;
+    let settings = BridgeSettings {
+        vlan_filtering: filtering,
+        vlan_protocol: if flags & 2 != 0 { VlanProtocol::Dot1Ad } else { VlanProtocol::Dot1Q },
+        default_pvid: (b.u8() % 4) as u16,
+        fdb_max_learned: (b.u8() % 8) as u32,
+        fdb_max_entries: (b.u8() % 16) as u32 + 1,
+        group_fwd_mask: b.u16() & !0x0007,
+        ageing_time_ns: (b.u8() as u64) * 1_000_000,
+    };
+    let mut sw = Switch::new();
+    let br = sw.add_bridge("br0", settings).expect("valid settings");
+    let nports = (b.u8() % 6) as usize + 1;
+    let mut ids = Vec::new();
+    for i in 0..nports {
+        let f = b.u8();
+        let tpid = match b.u8() % 5 {
+            0 => None,
+            1 => Some(Tpid(0x8100)),
+            2 => Some(Tpid(0x88a8)),
+            3 => Some(Tpid(0x9100)),
+            _ => Some(Tpid(0xffff)),
+        };
+        let ps = PortSettings {
+            learning: f & 1 != 0,
+            flood: f & 2 != 0,
+            mcast_flood: f & 4 != 0,
+            bcast_flood: f & 8 != 0,
+            isolated: f & 16 != 0,
+            hairpin: f & 32 != 0,
+            up: f & 64 == 0,
+            mtu: 68 + (b.u16() as u32 % 2000),
+            envhdr_len: match b.u8() % 3 {
+                0 => None,
+                n => Some(n as u32 * 4),
+            },
+            tpid,
+            fdb_max_learned: (b.u8() % 4) as u32,
+        };
+        let id = sw.add_port(&format!("p{i}"), "fuzz", ps).expect("valid port");
+        if b.u8() % 8 != 0 {
+            sw.set_master(id, Some(br)).expect("attach");
+            for _ in 0..(b.u8() % 4) {
+                let vid = (b.u8() % 6) as u32 + 1;
+                let m = b.u8();
+                let _ = sw.vlan_add(id, vid, vid, m & 1 != 0, m & 2 != 0);
+            }
+        }
+        ids.push(id);
+    }
+    let mut out = Outputs::new();
+    let mut now = 0u64;
+    let mut sent = 0u64;
+    while !b.0.is_empty() {
+        let mut batch = Batch::default();
+        let n = (b.u8() % 40) as usize + 1;
+        for _ in 0..n {
+            let port = b.u8() % (nports as u8 + 1);
+            let len = b.u8() as usize;
+            let mut p = PacketBuf::from_frame(b.take(len));
+            p.port = port as u16;
+            batch.push(p);
+            sent += 1;
+        }
+        now += b.u8() as u64 * 10_000_000;
+        sw.process(now, &mut batch, &mut out);
+        sw.age(now);
+        for &e in &ids {
+            let member_any = (1..=6).any(|v| sw.vlan_membership(e, v).is_some());
+            for _ in out.batch_mut(e).drain() {
+                assert!(!filtering || member_any, "frame left port {e:?} which is in no VLAN");
+            }
+        }
+    }
+    let rx: u64 = ids.iter().map(|&p| sw.port_counters(p).rx_frames).sum();
+    assert_eq!(rx + sw.unknown_port_drops(), sent);
+});
