@@ -18,7 +18,9 @@ impl Rig {
         let mut m = Model::new();
         let b = m.add_bridge("br0", settings).unwrap();
         for i in 0..nports {
-            let p = m.add_port(&format!("p{i}"), PortSettings::default()).unwrap();
+            let p = m
+                .add_port(&format!("p{i}"), PortSettings::default())
+                .unwrap();
             m.set_master(p, Some(b)).unwrap();
         }
         Rig { m, now: S }
@@ -46,7 +48,11 @@ impl Rig {
     }
 
     fn fdb(&self) -> Vec<(MacAddr, u16, u16)> {
-        self.m.fdb().into_iter().map(|r| (r.mac, r.vid, r.port)).collect()
+        self.m
+            .fdb()
+            .into_iter()
+            .map(|r| (r.mac, r.vid, r.port))
+            .collect()
     }
 }
 
@@ -69,13 +75,34 @@ fn qinq_push_s_tag_outside_c_tag_and_pop_only_the_s_tag() {
     let c_tagged = frame(mac(9), mac(1), &[(0x8100, 0x600a)], 64);
     let out = r.send(0, c_tagged.clone());
     // Pushed tag: PCP 0 (the C-tag's PCP is payload to an 802.1ad bridge).
-    assert_eq!(out, vec![(2, frame(mac(9), mac(1), &[(0x88a8, 100), (0x8100, 0x600a)], 68))]);
-    let out = r.send(2, frame(mac(1), mac(9), &[(0x88a8, 0xa064), (0x8100, 0x600a)], 68));
-    assert_eq!(out, vec![(0, frame(mac(1), mac(9), &[(0x8100, 0x600a)], 64))]);
+    assert_eq!(
+        out,
+        vec![(
+            2,
+            frame(mac(9), mac(1), &[(0x88a8, 100), (0x8100, 0x600a)], 68)
+        )]
+    );
+    let out = r.send(
+        2,
+        frame(mac(1), mac(9), &[(0x88a8, 0xa064), (0x8100, 0x600a)], 68),
+    );
+    assert_eq!(
+        out,
+        vec![(0, frame(mac(1), mac(9), &[(0x8100, 0x600a)], 64))]
+    );
     // The same MAC in S-VLAN 200 is another FDB entry; the frame stays in VLAN 200.
     let out = r.send(1, frame(mac(1), mac(9), &[(0x8100, 0x000a)], 64));
-    assert_eq!(out, vec![(2, frame(mac(1), mac(9), &[(0x88a8, 200), (0x8100, 0x000a)], 68))]);
-    assert_eq!(r.fdb(), vec![(mac(1), 100, 0), (mac(9), 200, 1), (mac(9), 100, 2)]);
+    assert_eq!(
+        out,
+        vec![(
+            2,
+            frame(mac(1), mac(9), &[(0x88a8, 200), (0x8100, 0x000a)], 68)
+        )]
+    );
+    assert_eq!(
+        r.fdb(),
+        vec![(mac(1), 100, 0), (mac(9), 200, 1), (mac(9), 100, 2)]
+    );
     assert_eq!(r.m.counters(2).tx_frames, 2);
 }
 
@@ -105,7 +132,12 @@ fn egress_oversize_after_push_is_counted_on_the_egress_port() {
     assert_eq!(r.drops(1, DropReason::Oversize), 1);
     assert_eq!(r.drops(0, DropReason::Oversize), 0);
     // GSO: the segment (hdr_len + gso_size) is judged, not the super-frame.
-    let meta = Meta { gso_type: 1, hdr_len: 54, gso_size: 1400, ..Meta::default() };
+    let meta = Meta {
+        gso_type: 1,
+        hdr_len: 54,
+        gso_size: 1400,
+        ..Meta::default()
+    };
     let out = r.send_meta(0, frame(MacAddr::BROADCAST, mac(1), &[], 20000), meta);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.len(), 20004);
@@ -117,17 +149,26 @@ fn priority_tag_takes_the_pvid_and_keeps_pcp_and_dei() {
     r.m.vlan_add(0, 10, 10, true, true).unwrap();
     r.m.vlan_add(1, 10, 10, false, false).unwrap();
     r.m.vlan_add(2, 10, 10, false, true).unwrap();
-    let out = r.send(0, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0xb000)], 64));
+    let out = r.send(
+        0,
+        frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0xb000)], 64),
+    );
     assert_eq!(
         out,
         vec![
-            (1, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0xb00a)], 64)),
+            (
+                1,
+                frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0xb00a)], 64)
+            ),
             (2, frame(MacAddr::BROADCAST, mac(1), &[], 60)),
         ]
     );
     // Untagged in: pushed with PCP 0.
     let out = r.send(0, frame(MacAddr::BROADCAST, mac(1), &[], 60));
-    assert_eq!(out[0], (1, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 10)], 64)));
+    assert_eq!(
+        out[0],
+        (1, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 10)], 64))
+    );
 }
 
 #[test]
@@ -167,8 +208,27 @@ fn per_port_tpid_rewrites_the_tag() {
     r.m.vlan_add(0, 5, 5, false, false).unwrap();
     r.m.vlan_add(1, 5, 5, false, false).unwrap();
     r.set(0, |s| s.tpid = tpid(0x9100));
-    let out = r.send(0, frame(MacAddr::BROADCAST, mac(1), &[(0x9100, 0x3005), (0x8100, 9)], 64));
-    assert_eq!(out, vec![(1, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0x3005), (0x8100, 9)], 64))]);
+    let out = r.send(
+        0,
+        frame(
+            MacAddr::BROADCAST,
+            mac(1),
+            &[(0x9100, 0x3005), (0x8100, 9)],
+            64,
+        ),
+    );
+    assert_eq!(
+        out,
+        vec![(
+            1,
+            frame(
+                MacAddr::BROADCAST,
+                mac(1),
+                &[(0x8100, 0x3005), (0x8100, 9)],
+                64
+            )
+        )]
+    );
 }
 
 #[test]
@@ -213,29 +273,51 @@ fn link_local_groups() {
     let mut ad = Rig::new(bridge_settings(true, VlanProtocol::Dot1Ad), 2);
     assert_eq!(ad.send(0, frame(ll(0x0b), mac(1), &[], 60)).len(), 1);
     assert!(ad.send(0, frame(ll(0x08), mac(1), &[], 60)).is_empty());
-    let mut masked = Rig::new(BridgeSettings { group_fwd_mask: 1 << 0x0e, ..Default::default() }, 2);
+    let mut masked = Rig::new(
+        BridgeSettings {
+            group_fwd_mask: 1 << 0x0e,
+            ..Default::default()
+        },
+        2,
+    );
     assert_eq!(masked.send(0, frame(ll(0x0e), mac(1), &[], 60)).len(), 1);
 }
 
 #[test]
 fn permanent_is_local_static_moves_sticky_does_not() {
     let mut r = Rig::new(bridge_settings(true, VlanProtocol::Dot1Q), 3);
-    r.m.fdb_add(mac(7), 2, Some(1), FdbKind::Permanent, false, false).unwrap();
-    r.m.fdb_add(mac(8), 2, Some(1), FdbKind::Static, false, false).unwrap();
-    r.m.fdb_add(mac(9), 2, Some(1), FdbKind::Static, true, false).unwrap();
+    r.m.fdb_add(mac(7), 2, Some(1), FdbKind::Permanent, false, false)
+        .unwrap();
+    r.m.fdb_add(mac(8), 2, Some(1), FdbKind::Static, false, false)
+        .unwrap();
+    r.m.fdb_add(mac(9), 2, Some(1), FdbKind::Static, true, false)
+        .unwrap();
     assert!(r.send(0, frame(mac(7), mac(1), &[], 60)).is_empty());
     assert_eq!(r.drops(0, DropReason::Local), 1);
     for src in [7, 8, 9] {
         r.send(0, frame(MacAddr::BROADCAST, mac(src), &[], 60));
     }
-    assert_eq!(r.fdb(), vec![(mac(1), 1, 0), (mac(8), 1, 0), (mac(7), 1, 2), (mac(9), 1, 2)]);
+    assert_eq!(
+        r.fdb(),
+        vec![
+            (mac(1), 1, 0),
+            (mac(8), 1, 0),
+            (mac(7), 1, 2),
+            (mac(9), 1, 2)
+        ]
+    );
     assert_eq!(r.m.counters(0).fdb_moves, 1);
 }
 
 #[test]
 fn limits_refuse_and_a_full_table_evicts_fairly() {
     let mut r = Rig::new(
-        BridgeSettings { vlan_filtering: true, fdb_max_learned: 3, fdb_max_entries: 100, ..Default::default() },
+        BridgeSettings {
+            vlan_filtering: true,
+            fdb_max_learned: 3,
+            fdb_max_entries: 100,
+            ..Default::default()
+        },
         3,
     );
     let hello = |src| frame(MacAddr::BROADCAST, mac(src), &[], 60);
@@ -250,32 +332,70 @@ fn limits_refuse_and_a_full_table_evicts_fairly() {
     assert_eq!(r.fdb().len(), 3);
 
     // Table of 4: p1 holds most learned entries; ties go to the lowest port id.
-    let mut r = Rig::new(BridgeSettings { vlan_filtering: true, fdb_max_entries: 4, ..Default::default() }, 3);
+    let mut r = Rig::new(
+        BridgeSettings {
+            vlan_filtering: true,
+            fdb_max_entries: 4,
+            ..Default::default()
+        },
+        3,
+    );
     for (p, src) in [(1, 1), (1, 2), (0, 3), (0, 4)] {
         r.send(p, hello(src));
     }
     r.send(2, hello(5));
     assert_eq!(r.m.counters(0).fdb_evictions, 1);
-    assert_eq!(r.fdb(), vec![(mac(4), 1, 0), (mac(1), 1, 1), (mac(2), 1, 1), (mac(5), 1, 2)]);
+    assert_eq!(
+        r.fdb(),
+        vec![
+            (mac(4), 1, 0),
+            (mac(1), 1, 1),
+            (mac(2), 1, 1),
+            (mac(5), 1, 2)
+        ]
+    );
     // An entry that moves back to a port is the newest there: mac 1 moves to p0 and back to
     // p1, so p1's oldest is now mac 2.
     r.send(0, hello(1));
     r.send(1, hello(1));
     r.send(2, hello(6));
-    assert_eq!(r.fdb(), vec![(mac(4), 1, 0), (mac(1), 1, 1), (mac(5), 1, 2), (mac(6), 1, 2)]);
+    assert_eq!(
+        r.fdb(),
+        vec![
+            (mac(4), 1, 0),
+            (mac(1), 1, 1),
+            (mac(5), 1, 2),
+            (mac(6), 1, 2)
+        ]
+    );
     assert_eq!(r.m.counters(1).fdb_evictions, 1);
 }
 
 #[test]
 fn ageing_follows_linux() {
-    let mut r = Rig::new(BridgeSettings { vlan_filtering: true, ageing_time_ns: 10 * S, ..Default::default() }, 2);
-    r.m.fdb_add(mac(9), 1, None, FdbKind::Static, false, false).unwrap();
+    let mut r = Rig::new(
+        BridgeSettings {
+            vlan_filtering: true,
+            ageing_time_ns: 10 * S,
+            ..Default::default()
+        },
+        2,
+    );
+    r.m.fdb_add(mac(9), 1, None, FdbKind::Static, false, false)
+        .unwrap();
     r.send(0, frame(MacAddr::BROADCAST, mac(1), &[], 60));
     assert_eq!(r.m.age(r.now + 10 * S - 1), 0);
     assert_eq!(r.m.age(r.now + 10 * S), 1); // idle == ageing_time: aged, as Linux
     assert_eq!(r.fdb().len(), 2); // static entries (VLAN 0 and 1) stay
 
-    let mut r = Rig::new(BridgeSettings { vlan_filtering: true, ageing_time_ns: 0, ..Default::default() }, 2);
+    let mut r = Rig::new(
+        BridgeSettings {
+            vlan_filtering: true,
+            ageing_time_ns: 0,
+            ..Default::default()
+        },
+        2,
+    );
     r.send(0, frame(MacAddr::BROADCAST, mac(1), &[], 60));
     assert!(r.fdb().is_empty()); // ageing_time 0: nothing learned
 }
@@ -284,7 +404,8 @@ fn ageing_follows_linux() {
 fn port_down_drops_and_flushes_dynamic_entries() {
     let mut r = Rig::new(bridge_settings(true, VlanProtocol::Dot1Q), 3);
     r.send(1, frame(MacAddr::BROADCAST, mac(2), &[], 60));
-    r.m.fdb_add(mac(3), 1, Some(1), FdbKind::Static, false, false).unwrap();
+    r.m.fdb_add(mac(3), 1, Some(1), FdbKind::Static, false, false)
+        .unwrap();
     r.set(1, |s| s.up = false);
     assert_eq!(r.fdb(), vec![(mac(3), 1, 1)]);
     // Learned entry gone: flooded to the ports that are up. Static entry: egress down.
@@ -299,7 +420,12 @@ fn port_down_drops_and_flushes_dynamic_entries() {
 #[test]
 fn vlan_unaware_bridge_leaves_tags_alone() {
     let mut r = Rig::new(bridge_settings(false, VlanProtocol::Dot1Q), 2);
-    let f = frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 0x0fff), (0x88a8, 3)], 64);
+    let f = frame(
+        MacAddr::BROADCAST,
+        mac(1),
+        &[(0x8100, 0x0fff), (0x88a8, 3)],
+        64,
+    );
     assert_eq!(r.send(0, f.clone()), vec![(1, f)]);
     assert_eq!(r.fdb(), vec![(mac(1), 0, 0)]);
     assert_eq!(r.m.vlan_counters(0, 0).rx_frames, 1);
@@ -311,7 +437,8 @@ fn vlan_del_flushes_only_dynamic_entries_of_that_vlan() {
     r.m.vlan_add(0, 2, 2, false, false).unwrap();
     r.send(0, frame(MacAddr::BROADCAST, mac(1), &[], 60));
     r.send(0, frame(MacAddr::BROADCAST, mac(1), &[(0x8100, 2)], 64));
-    r.m.fdb_add(mac(5), 0, Some(2), FdbKind::Static, false, false).unwrap();
+    r.m.fdb_add(mac(5), 0, Some(2), FdbKind::Static, false, false)
+        .unwrap();
     r.m.vlan_del(0, 2, 2).unwrap();
     assert_eq!(r.fdb(), vec![(mac(1), 1, 0), (mac(5), 2, 0)]);
     assert!(r.m.vlan_del(0, 2, 2).is_err());
@@ -321,7 +448,28 @@ fn vlan_del_flushes_only_dynamic_entries_of_that_vlan() {
 fn offload_offsets_move_with_the_tag() {
     let mut r = Rig::new(bridge_settings(true, VlanProtocol::Dot1Q), 2);
     r.m.vlan_add(1, 1, 1, false, false).unwrap();
-    let meta = Meta { flags: 1, csum_start: 34, csum_offset: 16, gso_type: 1, hdr_len: 54, gso_size: 100 };
-    let out = r.m.process(r.now, vec![Frame { port: 0, bytes: frame(MacAddr::BROADCAST, mac(1), &[], 200), meta }]);
-    assert_eq!(out[0].meta, Meta { csum_start: 38, hdr_len: 58, ..meta });
+    let meta = Meta {
+        flags: 1,
+        csum_start: 34,
+        csum_offset: 16,
+        gso_type: 1,
+        hdr_len: 54,
+        gso_size: 100,
+    };
+    let out = r.m.process(
+        r.now,
+        vec![Frame {
+            port: 0,
+            bytes: frame(MacAddr::BROADCAST, mac(1), &[], 200),
+            meta,
+        }],
+    );
+    assert_eq!(
+        out[0].meta,
+        Meta {
+            csum_start: 38,
+            hdr_len: 58,
+            ..meta
+        }
+    );
 }

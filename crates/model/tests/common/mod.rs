@@ -246,7 +246,9 @@ impl Pair {
                 sticky,
                 replace,
             } => {
-                if self.skip_fdb_add_into_full_table(port) || self.skip_unconfigured_vlan(port, vlan) {
+                if self.skip_fdb_add_into_full_table(port)
+                    || self.skip_unconfigured_vlan(port, vlan)
+                {
                     return Ok(());
                 }
                 let a = self.sw.fdb_add(mac, pid(port), vlan, kind, sticky, replace);
@@ -314,7 +316,9 @@ impl Pair {
     fn skip_unconfigured_vlan(&self, port: usize, vlan: Option<u32>) -> bool {
         let p = PortId(port as u16);
         match vlan {
-            Some(v) => self.sw.port_master(p).is_some() && self.sw.vlan_membership(p, v as u16).is_none(),
+            Some(v) => {
+                self.sw.port_master(p).is_some() && self.sw.vlan_membership(p, v as u16).is_none()
+            }
             None => false,
         }
     }

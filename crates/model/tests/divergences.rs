@@ -1,0 +1,192 @@
+//! Known divergences between the fast path and the model, each as the smallest case that shows
+//! it. They are `#[ignore]`d so that CI stays green while they stand; the differential test
+//! keeps them out of its generated space. Run them with `cargo test -p qbridge-model --test
+//! divergences -- --ignored`; delete the `ignore` (and the generator restriction named in it)
+//! when the fast path is fixed.
+
+mod common;
+
+use common::{frame, mac, Op, Pair, PortSpec, Scenario, S};
+use qbridge_bridge::{BridgeSettings, FdbKind, PortSettings};
+use qbridge_wire::MacAddr;
+
+fn hello(port: usize, src: u8) -> common::FrameSpec {
+    common::FrameSpec {
+        port,
+        bytes: common::Hex(frame(MacAddr::BROADCAST, mac(src), &[], 60)),
+        meta: Default::default(),
+    }
+}
+
+fn scenario(bridge: BridgeSettings, nports: usize, run: Vec<Op>) -> Scenario {
+    Scenario {
+        bridges: vec![bridge],
+        ports: (0..nports)
+            .map(|_| PortSpec {
+                bridge: Some(0),
+                settings: PortSettings::default(),
+            })
+            .collect(),
+        setup: vec![],
+        run,
+    }
+}
+
+fn check(sc: &Scenario) {
+    if let Err(e) = Pair::run(sc) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+#[ignore = "fast-path bug: fdb.rs `learn` keeps an entry's stamp when it moves, so an entry that \
+            moves back to a port it was learned on earlier regains its old place in that port's \
+            eviction queue and is evicted as the oldest"]
+fn eviction_after_move_back() {
+    let filtering = BridgeSettings {
+        vlan_filtering: true,
+        fdb_max_entries: 3,
+        ..Default::default()
+    };
+    check(&scenario(
+        filtering,
+        3,
+        vec![
+            Op::Batch(vec![hello(0, 1)]), // mac 1 learned on p0
+            Op::Batch(vec![hello(1, 1)]), // moves to p1
+            Op::Batch(vec![hello(0, 2)]), // mac 2 learned on p0
+            Op::Batch(vec![hello(0, 1)]), // mac 1 back on p0: now p0's newest
+            Op::Batch(vec![hello(2, 3)]), // table full (3 entries)
+            // p0 holds most entries: its oldest is mac 2. The fast path evicts mac 1.
+            Op::Batch(vec![hello(2, 4)]),
+        ],
+    ));
+}
+
+#[test]
+#[ignore = "fast-path divergence from Linux: `ageing_time 0` means \"never age\" in qbridge; in \
+            Linux (br_fdb_update: hold_time 0) it means \"learn nothing, always flood\""]
+fn ageing_time_zero_learns_nothing() {
+    let b = BridgeSettings {
+        vlan_filtering: true,
+        ageing_time_ns: 0,
+        ..Default::default()
+    };
+    check(&scenario(b, 2, vec![Op::Batch(vec![hello(0, 1)])]));
+}
+
+#[test]
+#[ignore = "fast-path divergence from Linux: an entry idle for exactly ageing_time is kept \
+            (fdb.rs `age` tests `>`; Linux br_fdb_cleanup deletes when updated + ageing <= now)"]
+fn entry_idle_exactly_ageing_time_is_aged() {
+    let b = BridgeSettings {
+        vlan_filtering: true,
+        ageing_time_ns: 10 * S,
+        ..Default::default()
+    };
+    check(&scenario(
+        b,
+        2,
+        vec![Op::Batch(vec![hello(0, 1)]), Op::Advance(10 * S), Op::Age],
+    ));
+}
+
+#[test]
+#[ignore = "fast-path divergence from Linux: a port going down keeps its learned entries, so \
+            frames to those MACs are dropped (egress_down) until they age out; Linux \
+            (br_stp_disable_port) flushes the port's dynamic entries and floods instead"]
+fn port_down_flushes_dynamic_entries() {
+    let down = PortSettings {
+        up: false,
+        ..Default::default()
+    };
+    let to_mac1 = common::FrameSpec {
+        port: 1,
+        bytes: common::Hex(frame(mac(1), mac(2), &[], 60)),
+        meta: Default::default(),
+    };
+    check(&scenario(
+        BridgeSettings {
+            vlan_filtering: true,
+            ..Default::default()
+        },
+        3,
+        vec![
+            Op::Batch(vec![hello(0, 1)]),
+            Op::SetPort {
+                port: 0,
+                settings: down,
+            },
+            Op::Batch(vec![to_mac1]),
+        ],
+    ));
+}
+
+#[test]
+#[ignore = "fast-path divergence from Linux: `fdb add … vlan V` is accepted for a VLAN the port \
+            is not a member of; Linux br_fdb_add refuses it (\"unconfigured vlan\")"]
+fn fdb_add_refuses_an_unconfigured_vlan() {
+    let mut sc = scenario(
+        BridgeSettings {
+            vlan_filtering: true,
+            ..Default::default()
+        },
+        2,
+        vec![],
+    );
+    sc.run = vec![Op::FdbAdd {
+        mac: mac(5),
+        port: 0,
+        vlan: Some(7),
+        kind: FdbKind::Static,
+        sticky: false,
+        replace: false,
+    }];
+    // The harness skips such adds while the divergence stands; call both directly.
+    let mut pair = Pair::new();
+    pair.build(&sc).unwrap();
+    let fast = pair.sw.fdb_add(
+        mac(5),
+        qbridge_bridge::PortId(0),
+        Some(7),
+        FdbKind::Static,
+        false,
+        false,
+    );
+    let model = pair
+        .model
+        .fdb_add(mac(5), 0, Some(7), FdbKind::Static, false, false);
+    assert_eq!(
+        fast.is_ok(),
+        model.is_ok(),
+        "fast path {fast:?}, model {model:?}"
+    );
+}
+
+#[test]
+#[ignore = "fast-path bug: an eviction caused by `fdb add` into a full table is not counted in \
+            the victim port's fdb_evictions (only evictions caused by learning are)"]
+fn eviction_by_fdb_add_is_counted() {
+    let b = BridgeSettings {
+        vlan_filtering: true,
+        fdb_max_entries: 2,
+        ..Default::default()
+    };
+    let mut pair = Pair::new();
+    pair.build(&scenario(b, 2, vec![])).unwrap();
+    pair.apply(&Op::Batch(vec![hello(0, 1), hello(0, 2)]))
+        .unwrap();
+    let fast = pair.sw.fdb_add(
+        mac(5),
+        qbridge_bridge::PortId(1),
+        Some(1),
+        FdbKind::Static,
+        false,
+        false,
+    );
+    let model = pair
+        .model
+        .fdb_add(mac(5), 1, Some(1), FdbKind::Static, false, false);
+    assert!(fast.is_ok() && model.is_ok());
+    pair.compare("after fdb add").unwrap();
+}
