@@ -47,6 +47,7 @@ pub const VNET_HDR_LEN: usize = 10;
 // Constants of <linux/if_packet.h> / <linux/if_ether.h>, spelled out where libc has them only
 // in some versions.
 const ETH_P_ALL: u16 = 0x0003;
+const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -56,24 +57,71 @@ const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
-/// `struct sockaddr_ll`), which the kernel fixes by ABI.
+/// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
 mod field {
     pub const BLK_STATUS: usize = 8;
     pub const BLK_NUM_PKTS: usize = 12;
     pub const BLK_FIRST_PKT: usize = 16;
-    pub const PKT_NEXT: usize = 0;
-    pub const PKT_SEC: usize = 4;
-    pub const PKT_NSEC: usize = 8;
-    pub const PKT_SNAPLEN: usize = 12;
-    pub const PKT_LEN: usize = 16;
-    pub const PKT_STATUS: usize = 20;
-    pub const PKT_MAC: usize = 24;
-    pub const PKT_VLAN_TCI: usize = 32;
-    pub const PKT_VLAN_TPID: usize = 36;
-    /// `sockaddr_ll` follows the 48-byte header (TPACKET_ALIGN(sizeof(tpacket3_hdr))).
-    pub const PKT_SLL_PKTTYPE: usize = 48 + 10;
-    /// Smallest header the kernel writes before a frame.
-    pub const PKT_HDR_MIN: usize = 48 + 20;
+    /// `tp_next_offset` of a `tpacket3_hdr`.
+    pub const V3_NEXT: usize = 0;
+    /// `tp_status` of a `tpacket2_hdr`: the per-frame ownership word of a V2 ring.
+    pub const V2_STATUS: usize = 0;
+}
+
+/// Where a ring version keeps each per-frame field (offsets from the frame header).
+#[derive(Clone, Copy, Debug)]
+struct PktLayout {
+    sec: usize,
+    nsec: usize,
+    snaplen: usize,
+    len: usize,
+    status: usize,
+    mac: usize,
+    vlan_tci: usize,
+    vlan_tpid: usize,
+    /// `sll_pkttype`: the `sockaddr_ll` follows the TPACKET_ALIGN'ed header, +10.
+    pkttype: usize,
+    /// Smallest header the kernel writes before a frame (header + sockaddr_ll).
+    hdr_min: usize,
+}
+
+const V3_LAYOUT: PktLayout = PktLayout {
+    sec: 4,
+    nsec: 8,
+    snaplen: 12,
+    len: 16,
+    status: 20,
+    mac: 24,
+    vlan_tci: 32,
+    vlan_tpid: 36,
+    pkttype: 48 + 10,
+    hdr_min: 48 + 20,
+};
+
+const V2_LAYOUT: PktLayout = PktLayout {
+    status: 0,
+    len: 4,
+    snaplen: 8,
+    mac: 12,
+    sec: 16,
+    nsec: 20,
+    vlan_tci: 24,
+    vlan_tpid: 26,
+    pkttype: 32 + 10,
+    hdr_min: 32 + 20,
+};
+
+/// Which receive ring to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingVersion {
+    /// TPACKET_V3: variable-size frames packed into blocks; the densest ring and the fewest
+    /// wake-ups under load, but a block that is not full is handed over only when its timer
+    /// (`block_timeout_ms`) fires, which adds up to that much latency at low rates (measured
+    /// here: ~0.9 ms median per hop with 1 ms).
+    V3,
+    /// TPACKET_V2: fixed slots of [`V2_SLOT_BYTES`], each handed over as soon as it is filled
+    /// (no added latency), at the price of memory: one 64 KiB slot per frame, however small.
+    V2,
 }
 
 /// How to attach to an interface.
@@ -90,17 +138,21 @@ pub struct AfPacketConfig {
     pub vnet_hdr: bool,
     /// Send straight to the driver (`PACKET_QDISC_BYPASS`).
     pub qdisc_bypass: bool,
-    /// Receive ring: bytes per block (a multiple of the page size, at least 64 KiB + headers so
-    /// a super-frame fits) and number of blocks.
+    /// Receive ring version.
+    pub ring: RingVersion,
+    /// Receive ring: bytes per block (a multiple of the page size, at least 128 KiB so a
+    /// super-frame fits) and number of blocks. A V2 ring cuts each block into slots of
+    /// [`V2_SLOT_BYTES`].
     pub block_bytes: u32,
     pub block_count: u32,
-    /// Milliseconds after which the kernel hands over a partly filled block: the worst-case
-    /// added latency at low rates.
+    /// V3 only: milliseconds after which the kernel hands over a partly filled block: the
+    /// worst-case added latency at low rates.
     pub block_timeout_ms: u32,
 }
 
 impl AfPacketConfig {
-    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, 8 blocks of 1 MiB, 1 ms.
+    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, TPACKET_V3 with 8 blocks of
+    /// 1 MiB and a 1 ms block timeout.
     pub fn new(ifname: &str) -> AfPacketConfig {
         AfPacketConfig {
             ifname: ifname.to_owned(),
@@ -109,12 +161,17 @@ impl AfPacketConfig {
             device_mtu: None,
             vnet_hdr: true,
             qdisc_bypass: true,
+            ring: RingVersion::V3,
             block_bytes: 1 << 20,
             block_count: 8,
             block_timeout_ms: 1,
         }
     }
 }
+
+/// Bytes per V2 ring slot: a 64 KB super-frame with tags, virtio-net header and the frame
+/// header (a multiple of TPACKET_ALIGNMENT).
+pub const V2_SLOT_BYTES: u32 = 65_536 + 512;
 
 /// Counters the port keeps itself (the caller keeps the per-port datapath counters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,14 +185,21 @@ pub struct AfPacketStats {
     pub rx_vlan_restored: u64,
 }
 
-/// The mmap'ed TPACKET_V3 receive ring.
+/// The mmap'ed receive ring (V3 blocks or V2 slots).
 #[derive(Debug)]
 struct RxRing {
+    version: RingVersion,
+    layout: PktLayout,
     base: NonNull<u8>,
     len: usize,
     block_bytes: usize,
     block_count: usize,
-    /// Block being read, and where in it.
+    /// V2: slot size, slots per block, total slots, and the next slot to read.
+    slot_bytes: usize,
+    slots_per_block: usize,
+    slot_count: usize,
+    slot: usize,
+    /// V3: block being read, and where in it.
     block: usize,
     pkts_left: u32,
     pkt_off: usize,
@@ -153,17 +217,37 @@ impl RxRing {
         unsafe { self.base.as_ptr().add(block * self.block_bytes) }
     }
 
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        debug_assert!(slot < self.slot_count);
+        let (b, i) = (slot / self.slots_per_block, slot % self.slots_per_block);
+        // SAFETY: `i * slot_bytes + slot_bytes <= block_bytes`, so the slot is inside block `b`.
+        unsafe { self.block_ptr(b).add(i * self.slot_bytes) }
+    }
+
+    /// A status word shared with the kernel, at `at` (4-byte aligned, inside the mapping).
+    fn status_word(&self, at: *mut u8) -> &AtomicU32 {
+        // SAFETY: callers pass the address of a u32 status word inside the mapping (blocks are
+        // page-aligned, slots 16-byte aligned); it is shared with the kernel, hence atomic; the
+        // mapping outlives the reference (tied to `&self`).
+        unsafe { &*(at as *const AtomicU32) }
+    }
+
     fn block_status(&self, block: usize) -> &AtomicU32 {
-        // SAFETY: the status word is a 4-byte-aligned u32 inside the mapping (blocks are
-        // page-aligned), shared with the kernel, which is why it is accessed atomically; the
-        // mapping outlives the returned reference (tied to `&self`).
-        unsafe { &*(self.block_ptr(block).add(field::BLK_STATUS) as *const AtomicU32) }
+        self.status_word(self.block_ptr(block).wrapping_add(field::BLK_STATUS))
     }
 
     fn read_u32(&self, at: *const u8) -> u32 {
         // SAFETY: callers pass pointers inside a block the kernel handed to user space
         // (status TP_STATUS_USER, acquired), checked against the block bounds; unaligned read.
         unsafe { std::ptr::read_unaligned(at as *const u32) }
+    }
+
+    /// `tp_vlan_tci`: a u32 in V3's header, a u16 in V2's.
+    fn read_tci(&self, at: *const u8) -> u16 {
+        match self.version {
+            RingVersion::V3 => self.read_u32(at) as u16,
+            RingVersion::V2 => self.read_u16(at),
+        }
     }
 
     fn read_u16(&self, at: *const u8) -> u16 {
@@ -259,23 +343,44 @@ impl AfPacketPort {
                 "PACKET_VNET_HDR",
             )?;
         }
-        opt(
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            TPACKET_V3,
-            "PACKET_VERSION",
-        )?;
-        let req = libc::tpacket_req3 {
-            tp_block_size: cfg.block_bytes,
-            tp_block_nr: cfg.block_count,
-            tp_frame_size: 2048,
-            tp_frame_nr: cfg.block_bytes / 2048 * cfg.block_count,
-            tp_retire_blk_tov: cfg.block_timeout_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
-            .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+        let slots_per_block = (cfg.block_bytes / V2_SLOT_BYTES) as usize;
+        match cfg.ring {
+            RingVersion::V3 => {
+                opt(
+                    libc::SOL_PACKET,
+                    libc::PACKET_VERSION,
+                    TPACKET_V3,
+                    "PACKET_VERSION",
+                )?;
+                let req = libc::tpacket_req3 {
+                    tp_block_size: cfg.block_bytes,
+                    tp_block_nr: cfg.block_count,
+                    tp_frame_size: 2048,
+                    tp_frame_nr: cfg.block_bytes / 2048 * cfg.block_count,
+                    tp_retire_blk_tov: cfg.block_timeout_ms,
+                    tp_sizeof_priv: 0,
+                    tp_feature_req_word: 0,
+                };
+                sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+                    .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+            }
+            RingVersion::V2 => {
+                opt(
+                    libc::SOL_PACKET,
+                    libc::PACKET_VERSION,
+                    TPACKET_V2,
+                    "PACKET_VERSION",
+                )?;
+                let req = libc::tpacket_req {
+                    tp_block_size: cfg.block_bytes,
+                    tp_block_nr: cfg.block_count,
+                    tp_frame_size: V2_SLOT_BYTES,
+                    tp_frame_nr: slots_per_block as u32 * cfg.block_count,
+                };
+                sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+                    .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+            }
+        }
         let len = cfg.block_bytes as usize * cfg.block_count as usize;
         // SAFETY: maps the ring the kernel just allocated for this socket; no existing memory
         // is affected, and the result is checked before use.
@@ -293,6 +398,15 @@ impl AfPacketPort {
             return Err(errno_err("mmap(rx ring)", &name));
         }
         let ring = RxRing {
+            version: cfg.ring,
+            layout: match cfg.ring {
+                RingVersion::V3 => V3_LAYOUT,
+                RingVersion::V2 => V2_LAYOUT,
+            },
+            slot_bytes: V2_SLOT_BYTES as usize,
+            slots_per_block,
+            slot_count: slots_per_block * cfg.block_count as usize,
+            slot: 0,
             base: NonNull::new(p.cast())
                 .ok_or_else(|| IoError::Invalid("mmap returned NULL".into()))?,
             len,
@@ -415,20 +529,20 @@ impl AfPacketPort {
         // Offsets are ABI offsets within the packet header, which the kernel places inside the
         // block; `room` bounds the frame. (Pointer arithmetic only; reads are checked below.)
         let at = |off: usize| pkt.wrapping_add(off);
-        if room < field::PKT_HDR_MIN {
+        if room < r.layout.hdr_min {
             self.stats.rx_truncated += 1;
             return None;
         }
         // SAFETY: see `at`; one byte inside the header.
-        let pkttype = unsafe { *at(field::PKT_SLL_PKTTYPE) };
+        let pkttype = unsafe { *at(r.layout.pkttype) };
         if pkttype == PACKET_OUTGOING {
             self.stats.rx_outgoing_skipped += 1;
             return None;
         }
-        let snaplen = r.read_u32(at(field::PKT_SNAPLEN)) as usize;
-        let wire_len = r.read_u32(at(field::PKT_LEN)) as usize;
-        let status = r.read_u32(at(field::PKT_STATUS));
-        let mac = r.read_u16(at(field::PKT_MAC)) as usize;
+        let snaplen = r.read_u32(at(r.layout.snaplen)) as usize;
+        let wire_len = r.read_u32(at(r.layout.len)) as usize;
+        let status = r.read_u32(at(r.layout.status));
+        let mac = r.read_u16(at(r.layout.mac)) as usize;
         let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
         if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
             self.stats.rx_truncated += 1;
@@ -443,15 +557,15 @@ impl AfPacketPort {
             )
         };
         let mut p = pool.get();
-        p.time_ns = u64::from(r.read_u32(at(field::PKT_SEC))) * 1_000_000_000
-            + u64::from(r.read_u32(at(field::PKT_NSEC)));
+        p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
+            + u64::from(r.read_u32(at(r.layout.nsec)));
         if vnet_len != 0 {
             p.offload = vnet_to_meta(vnet);
         }
         if status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 {
-            let tci = r.read_u32(at(field::PKT_VLAN_TCI)) as u16;
+            let tci = r.read_tci(at(r.layout.vlan_tci));
             let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                r.read_u16(at(field::PKT_VLAN_TPID))
+                r.read_u16(at(r.layout.vlan_tpid))
             } else {
                 TPID_8021Q
             };
@@ -466,6 +580,78 @@ impl AfPacketPort {
             p.set_frame(data);
         }
         Some(p)
+    }
+
+    /// Walks V3 blocks: frames of a block the kernel handed over, the block returned once read.
+    fn rx_v3(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            if !self.ring.reading {
+                let status = self
+                    .ring
+                    .block_status(self.ring.block)
+                    .load(Ordering::Acquire);
+                if status & TP_STATUS_USER == 0 {
+                    break;
+                }
+                let b = self.ring.block_ptr(self.ring.block);
+                // SAFETY: header fields at fixed offsets of a block we now own.
+                let (num, first) = unsafe {
+                    (
+                        self.ring.read_u32(b.add(field::BLK_NUM_PKTS)),
+                        self.ring.read_u32(b.add(field::BLK_FIRST_PKT)) as usize,
+                    )
+                };
+                self.ring.reading = true;
+                self.ring.pkts_left = num;
+                self.ring.pkt_off = first;
+                if num == 0 || first >= self.ring.block_bytes {
+                    self.release_block();
+                    continue;
+                }
+            }
+            let off = self.ring.pkt_off;
+            let room = self.ring.block_bytes - off;
+            // SAFETY: `off < block_bytes`, checked when it was set.
+            let pkt = unsafe { self.ring.block_ptr(self.ring.block).add(off) };
+            let next = if room >= 4 {
+                self.ring.read_u32(pkt.wrapping_add(field::V3_NEXT)) as usize
+            } else {
+                0
+            };
+            if let Some(p) = self.take_frame(pkt, room, pool) {
+                batch.push(p);
+                n += 1;
+            }
+            self.ring.pkts_left -= 1;
+            if self.ring.pkts_left == 0 || next == 0 || off + next >= self.ring.block_bytes {
+                self.release_block();
+            } else {
+                self.ring.pkt_off = off + next;
+            }
+        }
+        n
+    }
+
+    /// Walks V2 slots: each slot is handed over, read and returned on its own.
+    fn rx_v2(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let pkt = self.ring.slot_ptr(self.ring.slot);
+            let status_at = pkt.wrapping_add(field::V2_STATUS);
+            if self.ring.status_word(status_at).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                break;
+            }
+            if let Some(p) = self.take_frame(pkt, self.ring.slot_bytes, pool) {
+                batch.push(p);
+                n += 1;
+            }
+            self.ring
+                .status_word(status_at)
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+            self.ring.slot = (self.ring.slot + 1) % self.ring.slot_count;
+        }
+        n
     }
 }
 
@@ -507,53 +693,10 @@ impl Port for AfPacketPort {
         pool: &mut BufPool,
         max: usize,
     ) -> Result<usize, IoError> {
-        let mut n = 0;
-        while n < max {
-            if !self.ring.reading {
-                let status = self
-                    .ring
-                    .block_status(self.ring.block)
-                    .load(Ordering::Acquire);
-                if status & TP_STATUS_USER == 0 {
-                    break;
-                }
-                let b = self.ring.block_ptr(self.ring.block);
-                // SAFETY: header fields at fixed offsets of a block we now own.
-                let (num, first) = unsafe {
-                    (
-                        self.ring.read_u32(b.add(field::BLK_NUM_PKTS)),
-                        self.ring.read_u32(b.add(field::BLK_FIRST_PKT)) as usize,
-                    )
-                };
-                self.ring.reading = true;
-                self.ring.pkts_left = num;
-                self.ring.pkt_off = first;
-                if num == 0 || first >= self.ring.block_bytes {
-                    self.release_block();
-                    continue;
-                }
-            }
-            let off = self.ring.pkt_off;
-            let room = self.ring.block_bytes - off;
-            // SAFETY: `off < block_bytes`, checked when it was set.
-            let pkt = unsafe { self.ring.block_ptr(self.ring.block).add(off) };
-            let next = if room >= 4 {
-                self.ring.read_u32(pkt) as usize
-            } else {
-                0
-            };
-            let _ = field::PKT_NEXT;
-            if let Some(p) = self.take_frame(pkt, room, pool) {
-                batch.push(p);
-                n += 1;
-            }
-            self.ring.pkts_left -= 1;
-            if self.ring.pkts_left == 0 || next == 0 || off + next >= self.ring.block_bytes {
-                self.release_block();
-            } else {
-                self.ring.pkt_off = off + next;
-            }
-        }
+        let n = match self.ring.version {
+            RingVersion::V3 => self.rx_v3(batch, pool, max),
+            RingVersion::V2 => self.rx_v2(batch, pool, max),
+        };
         if n == 0 {
             // Idle: the one place a pending socket error (interface down or gone) shows up.
             let err = sys::take_socket_error(self.fd.as_raw_fd())

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{raw_send, tagged_frame, VethPair};
-use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
+use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, RingVersion};
 use qbridge_io::netns::run_in_netns;
 use qbridge_io::{Port, TxOutcome};
 use qbridge_packet::{Batch, BufPool, PacketBuf};
@@ -40,8 +40,24 @@ fn open_in(ns: &str, cfg: AfPacketConfig) -> AfPacketPort {
 #[test]
 fn receives_double_tagged_frame_with_both_tags() {
     skip_unless_root!();
+    double_tagged_receive(RingVersion::V3);
+}
+
+#[test]
+fn receives_double_tagged_frame_with_both_tags_v2_ring() {
+    skip_unless_root!();
+    double_tagged_receive(RingVersion::V2);
+}
+
+fn ring_cfg(ifname: &str, ring: RingVersion) -> AfPacketConfig {
+    let mut cfg = AfPacketConfig::new(ifname);
+    cfg.ring = ring;
+    cfg
+}
+
+fn double_tagged_receive(ring: RingVersion) {
     let v = VethPair::new().unwrap();
-    let mut port = open_in(&v.ns_a.name, AfPacketConfig::new(&v.a));
+    let mut port = open_in(&v.ns_a.name, ring_cfg(&v.a, ring));
     let frame = tagged_frame(&[(0x88a8, 100), (0x8100, 10)], 60);
     let b = v.b.clone();
     let f = frame.clone();
@@ -241,6 +257,16 @@ fn receives_tcp_super_frames_with_vnet_metadata() {
 #[test]
 fn two_ports_carry_a_verified_tcp_stream() {
     skip_unless_root!();
+    forward_tcp_stream(RingVersion::V3);
+}
+
+#[test]
+fn two_ports_carry_a_verified_tcp_stream_v2_ring() {
+    skip_unless_root!();
+    forward_tcp_stream(RingVersion::V2);
+}
+
+fn forward_tcp_stream(ring: RingVersion) {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -260,8 +286,8 @@ fn two_ports_carry_a_verified_tcp_stream() {
         .ns_b
         .ip(&["addr", "add", "10.79.0.2/24", "dev", &right.b])
         .unwrap();
-    let p1 = open_in(&mid.name, AfPacketConfig::new(&left.b));
-    let p2 = open_in(&mid.name, AfPacketConfig::new(&right.a));
+    let p1 = open_in(&mid.name, ring_cfg(&left.b, ring));
+    let p2 = open_in(&mid.name, ring_cfg(&right.a, ring));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -318,7 +344,7 @@ fn two_ports_carry_a_verified_tcp_stream() {
     stop.store(true, Ordering::Relaxed);
     let (frames, gso, dropped) = fwd.join().unwrap();
     eprintln!(
-        "16 MB in {secs:.3} s ({:.2} Gbit/s, debug build); {frames} frames forwarded, {gso} super-frames, {dropped} dropped",
+        "{ring:?}: 16 MB in {secs:.3} s ({:.2} Gbit/s, debug build); {frames} frames forwarded, {gso} super-frames, {dropped} dropped",
         TOTAL as f64 * 8.0 / secs / 1e9
     );
     assert_eq!(got.len(), TOTAL);
