@@ -35,7 +35,7 @@ macro_rules! drop_reasons {
 drop_reasons! {
     /// Port is not attached to a bridge.
     NoBridge = "no_bridge",
-    /// Port is down.
+    /// Port is down (admin down, or its link is down).
     PortDown = "port_down",
     /// Shorter than an Ethernet header, or a bridge tag cut short.
     Runt = "runt",
@@ -61,7 +61,7 @@ drop_reasons! {
     Isolated = "isolated",
     /// Known unicast destination port is not a member of the frame's VID (egress filter).
     EgressNotMember = "egress_not_member",
-    /// Known unicast destination port is down.
+    /// Known unicast destination port is down (admin or link).
     EgressDown = "egress_down",
     /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
     NoDestination = "no_destination",

@@ -121,7 +121,7 @@ fn forward(
     let c = &mut counters[in_id];
     c.rx_frames += 1;
     c.rx_bytes += len as u64;
-    if !inp.settings.up {
+    if !inp.running {
         return drop(c, DropReason::PortDown);
     }
     let Some(br) = br else {
@@ -236,7 +236,7 @@ fn forward(
                 if filtering && !ep.member.contains(class.vid) {
                     return drop(c, DropReason::EgressNotMember);
                 }
-                if !ep.settings.up {
+                if !ep.running {
                     return drop(c, DropReason::EgressDown);
                 }
                 if inp.settings.isolated && ep.settings.isolated {
@@ -293,7 +293,7 @@ fn flood(
             FloodClass::Multicast => s.mcast_flood,
         };
         if !allowed
-            || !s.up
+            || !ep.running
             || (p as usize == in_id && !inp.settings.hairpin)
             || (inp.settings.isolated && s.isolated)
         {

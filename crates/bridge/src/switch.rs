@@ -66,6 +66,10 @@ pub(crate) struct Port {
     pub tpid: u16,
     /// Compiled: longest frame (without FCS) accepted or sent, per segment.
     pub max_frame: u32,
+    /// The backend's link is up (set by the I/O layer; true for ports without a link).
+    pub link_up: bool,
+    /// Compiled: admin up and link up. A port that is not running neither receives nor sends.
+    pub running: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +143,8 @@ pub struct PortView {
     pub envhdr_effective: u32,
     pub tpid_effective: String,
     pub max_frame: u32,
+    /// The backend's link (carrier) state.
+    pub link_up: bool,
 }
 
 /// One port's VLAN configuration, for `vlan show`.
@@ -487,6 +493,8 @@ impl Switch {
             pvid: 0,
             tpid: 0x8100,
             max_frame: 0,
+            link_up: true,
+            running: true,
         });
         self.counters[idx] = PortCounters::default();
         self.names.insert(name.to_string(), Link::Port(idx as u16));
@@ -500,6 +508,22 @@ impl Switch {
         self.port_mut(id).settings = settings;
         self.recompile_port(id);
         Ok(())
+    }
+
+    /// The I/O layer reports the port's link (carrier) going down or coming back. A port that
+    /// stops running loses its dynamic FDB entries, as a Linux bridge port does on carrier loss.
+    pub fn set_link_state(&mut self, id: PortId, up: bool) {
+        self.port_mut(id).link_up = up;
+        self.recompile_port(id);
+    }
+
+    /// Admin up and link up.
+    pub fn port_running(&self, id: PortId) -> bool {
+        self.port(id).running
+    }
+
+    pub fn port_link_up(&self, id: PortId) -> bool {
+        self.port(id).link_up
     }
 
     /// `link set dev NAME master BR` (or `nomaster` with `None`).
@@ -916,6 +940,7 @@ impl Switch {
                     envhdr_effective: p.settings.effective_envhdr(protocol, has_tagged(p)),
                     tpid_effective: format!("0x{:04x}", p.tpid),
                     max_frame: p.max_frame,
+                    link_up: p.link_up,
                 }),
                 stats: with_stats.then(|| self.counters[id.0 as usize].clone()),
             });
@@ -934,6 +959,15 @@ impl Switch {
         p.tpid = p.settings.tpid.unwrap_or(protocol.tpid()).0;
         let envhdr = p.settings.effective_envhdr(protocol, has_tagged(p));
         p.max_frame = 14 + p.settings.mtu + envhdr;
+        let was_running = p.running;
+        p.running = p.settings.up && p.link_up;
+        if was_running && !p.running {
+            if let Some(b) = p.master {
+                self.bridge_mut(BridgeId(b))
+                    .fdb
+                    .remove_where(|s| s.port == id.0 && s.ages());
+            }
+        }
     }
 
     /// Rebuilds the per-VID flood lists of bridge `b` and the compiled state of its ports.

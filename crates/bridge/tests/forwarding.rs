@@ -694,3 +694,38 @@ fn batch_sizes_keep_per_port_order() {
         assert_eq!(r.sw.port_counters(ca).rx_frames, n as u64);
     }
 }
+
+#[test]
+fn link_down_port_stops_and_loses_dynamic_entries() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q, true);
+    let a = r.port("a", "br0");
+    let b = r.port("b", "br0");
+    let br = r.sw.bridge_id("br0").unwrap();
+    r.send(b, frame(MacAddr::BROADCAST, mac(2), &[], 60));
+    r.sw.fdb_add(mac(3), b, Some(1), FdbKind::Static, false, false)
+        .unwrap();
+    r.sw.set_link_state(b, false);
+    assert!(!r.sw.port_running(b));
+    assert!(
+        r.sw.fdb_lookup(br, mac(2), 1).is_none(),
+        "dynamic entry flushed on link loss"
+    );
+    assert!(
+        r.sw.fdb_lookup(br, mac(3), 1).is_some(),
+        "static entry kept"
+    );
+    expect(&r.send(a, frame(mac(3), mac(1), &[], 60)), &[]);
+    assert_eq!(r.drops(a, DropReason::EgressDown), 1);
+    expect(&r.send(a, frame(MacAddr::BROADCAST, mac(1), &[], 60)), &[]);
+    assert_eq!(r.drops(a, DropReason::NoDestination), 1);
+    r.send(b, frame(MacAddr::BROADCAST, mac(2), &[], 60));
+    assert_eq!(r.drops(b, DropReason::PortDown), 1);
+    r.sw.set_link_state(b, true);
+    let f = frame(mac(3), mac(1), &[], 60);
+    expect(&r.send(a, f.clone()), &[(b, vec![f])]);
+    assert!(
+        r.sw.port_settings(b).up,
+        "admin state untouched by link state"
+    );
+}
