@@ -53,6 +53,7 @@ const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+const PACKET_OTHERHOST: u8 = 3;
 const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
 
@@ -130,7 +131,9 @@ pub struct AfPacketConfig {
     pub ifname: String,
     /// Receive every frame (`PACKET_MR_PROMISC`): for learning or flooding ports.
     pub promisc: bool,
-    /// Without `promisc`: unicast addresses the interface must accept (`PACKET_MR_UNICAST`).
+    /// Without `promisc`: unicast addresses the interface must accept (`PACKET_MR_UNICAST`),
+    /// besides its own address, broadcast and multicast. Frames for other unicast addresses
+    /// that the device delivers anyway are dropped and counted.
     pub unicast: Vec<[u8; 6]>,
     /// Raise the device MTU to at least this (L3 MTU + envelope allowance); `None`: leave it.
     pub device_mtu: Option<u32>,
@@ -183,6 +186,10 @@ pub struct AfPacketStats {
     pub rx_truncated: u64,
     /// VLAN tags put back into received frames.
     pub rx_vlan_restored: u64,
+    /// Without `promisc`: unicast frames for another host that the device let through anyway
+    /// (a veth, or a NIC without a unicast filter, delivers them), dropped because their
+    /// destination is not in [`AfPacketConfig::unicast`].
+    pub rx_otherhost_filtered: u64,
 }
 
 /// The mmap'ed receive ring (V3 blocks or V2 slots).
@@ -538,6 +545,20 @@ impl AfPacketPort {
         if pkttype == PACKET_OUTGOING {
             self.stats.rx_outgoing_skipped += 1;
             return None;
+        }
+        if pkttype == PACKET_OTHERHOST && !self.cfg.promisc {
+            // SAFETY: the header is in the block; the destination MAC is the frame's first 6
+            // bytes, inside the frame when the kernel's snap length covers them.
+            let dst = unsafe {
+                let mac = r.read_u16(at(r.layout.mac)) as usize;
+                let snap = r.read_u32(at(r.layout.snaplen)) as usize;
+                (snap >= 6 && mac + 6 <= room)
+                    .then(|| std::ptr::read_unaligned(at(mac) as *const [u8; 6]))
+            };
+            if !dst.is_some_and(|d| self.cfg.unicast.contains(&d)) {
+                self.stats.rx_otherhost_filtered += 1;
+                return None;
+            }
         }
         let snaplen = r.read_u32(at(r.layout.snaplen)) as usize;
         let wire_len = r.read_u32(at(r.layout.len)) as usize;
