@@ -1,6 +1,6 @@
 //! The batch port interface every backend implements.
 //!
-//! A port moves frames between the outside world and [`Batch`]es of pooled [`PacketBuf`]s.
+//! A port moves frames between the outside world and [`Batch`]es of pooled [`PacketBuf`](qbridge_packet::PacketBuf)s.
 //! The contract, in the manner of Open vSwitch's `netdev-provider.h`, is about who owns each
 //! buffer when:
 //!

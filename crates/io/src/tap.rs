@@ -3,7 +3,7 @@
 //! The device is opened with `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`, a virtio-net header of 10 or
 //! 12 bytes (`TUNSETVNETHDRSZ`) and `TUNSETOFFLOAD(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)`, so the
 //! kernel hands over 64 KB TCP super-frames with partial checksums, and takes them back: the
-//! [`OffloadMeta`] of each frame is the virtio-net header. The interface may be moved into a
+//! [`OffloadMeta`](qbridge_packet::OffloadMeta) of each frame is the virtio-net header. The interface may be moved into a
 //! network namespace (`netns`), where it keeps working; it is set up either way.
 //!
 //! Moving it uses `ip link set dev IF netns NS` through [`std::process::Command`]: control path
