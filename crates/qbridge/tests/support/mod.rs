@@ -781,6 +781,8 @@ pub struct Captured {
     pub by_stack: BTreeMap<Vec<(u16, u16)>, u64>,
     /// Frames per source MAC.
     pub by_src: BTreeMap<[u8; 6], u64>,
+    /// Frames per (source MAC, tag stack).
+    pub by_src_stack: BTreeMap<([u8; 6], Vec<(u16, u16)>), u64>,
     /// Largest L3 packet per segment seen in TCP frames.
     pub max_tcp_segment_l3: usize,
     /// TCP frames that were super-frames.
@@ -893,6 +895,7 @@ fn record(c: &mut Captured, p: &PacketBuf, keep: usize) {
     c.total += 1;
     *c.by_stack.entry(f.tags.clone()).or_default() += 1;
     *c.by_src.entry(f.src).or_default() += 1;
+    *c.by_src_stack.entry((f.src, f.tags.clone())).or_default() += 1;
     if f.is_tcp() {
         c.tcp_frames += 1;
         if f.offload.is_gso() {
