@@ -373,7 +373,11 @@ impl Fdb {
             let from = s.port;
             s.port = port;
             if s.flags == 0 {
-                let stamp = s.stamp;
+                // A fresh stamp: on its new port the entry is the youngest, whatever its age on
+                // a port it was learned on before (its old queue place there is now stale).
+                let stamp = self.next_stamp;
+                self.next_stamp = self.next_stamp.wrapping_add(1).max(1);
+                self.slots[i].stamp = stamp;
                 self.uncount_learned(from);
                 self.count_learned(port, stamp, key);
             }
@@ -431,7 +435,8 @@ impl Fdb {
         None
     }
 
-    /// Adds or replaces a user entry. `replace == false` refuses an existing key.
+    /// Adds or replaces a user entry. `replace == false` refuses an existing key. Returns the
+    /// port whose oldest learned entry was evicted to make room, if one was.
     pub fn add_user(
         &mut self,
         key: u64,
@@ -439,7 +444,7 @@ impl Fdb {
         flags: u8,
         now_ns: u64,
         replace: bool,
-    ) -> Result<(), AddError> {
+    ) -> Result<Option<u16>, AddError> {
         let flags = flags | F_USER;
         if let Some(i) = self.find(key) {
             if !replace {
@@ -456,13 +461,14 @@ impl Fdb {
                 port,
                 flags,
             };
-            return Ok(());
+            return Ok(None);
         }
-        if self.len >= self.max_entries && self.evict_fair().is_none() {
-            return Err(AddError::Full);
+        let mut victim = None;
+        if self.len >= self.max_entries {
+            victim = Some(self.evict_fair().ok_or(AddError::Full)?);
         }
         self.insert_new(key, port, flags, now_ns);
-        Ok(())
+        Ok(victim)
     }
 
     /// Removes every entry `pred` selects; returns how many.
@@ -474,12 +480,10 @@ impl Fdb {
         keys.len()
     }
 
-    /// Removes dynamic entries idle for more than `ageing_ns` at `now_ns`.
+    /// Removes dynamic entries idle for `ageing_ns` or more at `now_ns` (Linux: expired when
+    /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
     pub fn age(&mut self, now_ns: u64, ageing_ns: u64) -> usize {
-        if ageing_ns == 0 {
-            return 0;
-        }
-        self.remove_where(|s| s.ages() && now_ns.saturating_sub(s.seen_ns) > ageing_ns)
+        self.remove_where(|s| s.ages() && now_ns.saturating_sub(s.seen_ns) >= ageing_ns)
     }
 }
 
@@ -557,6 +561,19 @@ mod tests {
             assert_eq!(f.get(k(n)).is_some(), n % 3 != 0, "key {n}");
         }
         assert_eq!(f.age(10_000, 4000), 3333);
+        f.learn(k(1), 1, 100, 0, 0);
+        assert_eq!(f.age(199, 100), 0, "idle 99 < 100 kept");
+        assert_eq!(
+            f.age(200, 100),
+            1,
+            "idle exactly ageing_time expires (Linux)"
+        );
+        f.learn(k(2), 1, 5, 0, 0);
+        assert_eq!(
+            f.age(5, 0),
+            1,
+            "ageing_time 0: every dynamic entry is expired"
+        );
         assert_eq!((f.len(), f.learned()), (0, 0));
     }
 }

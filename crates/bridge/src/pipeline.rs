@@ -239,7 +239,10 @@ fn forward(
     vc.rx_frames += 1;
     vc.rx_bytes += len as u64;
 
-    if inp.settings.learning {
+    // ageing_time 0 makes every dynamic entry expire at once: nothing is learned and dynamic
+    // entries are not used, so the bridge floods like a hub (as Linux does).
+    let ageing_off = br.settings.ageing_time_ns == 0;
+    if inp.settings.learning && !ageing_off {
         let learned = br.fdb.learn(
             fid_key(src, class.vid),
             in_id as u16,
@@ -261,7 +264,7 @@ fn forward(
         FloodClass::Multicast
     } else {
         match br.fdb.get(fid_key(dst, class.vid)) {
-            Some(entry) => {
+            Some(entry) if !(ageing_off && entry.ages()) => {
                 let c = &mut counters[in_id];
                 if entry.flags & F_PERMANENT != 0 {
                     return drop(c, DropReason::Local);
@@ -284,7 +287,7 @@ fn forward(
                 }
                 return egress(br, ep, e, counters, class, filtering, pkt);
             }
-            None => FloodClass::Unknown,
+            _ => FloodClass::Unknown,
         }
     };
     flood(

@@ -752,12 +752,17 @@ impl Switch {
         if fdb.len() + new_keys > fdb.max_entries && fdb.learned() < new_keys {
             return Err(ConfigError::FdbFull(fdb.max_entries));
         }
+        let mut victims = Vec::new();
         for &vid in &vids {
             match fdb.add_user(fdb_key(mac, vid), id.0, flags, now, replace) {
-                Ok(()) => {}
+                Ok(Some(victim)) => victims.push(victim),
+                Ok(None) => {}
                 Err(AddError::Exists(_)) => unreachable!("checked above"),
                 Err(AddError::Full) => return Err(ConfigError::FdbFull(fdb.max_entries)),
             }
+        }
+        for v in victims {
+            self.counters[v as usize].fdb_evictions += 1;
         }
         Ok(())
     }
@@ -769,7 +774,16 @@ impl Switch {
         vlan: Option<u32>,
     ) -> Result<Vec<u16>, ConfigError> {
         Ok(match vlan {
-            Some(v) => vec![check_vid(v)?],
+            Some(v) => {
+                let vid = check_vid(v)?;
+                // Linux refuses an entry in a VLAN the port does not carry ("unconfigured vlan"),
+                // with or without vlan_filtering: ports keep their VLANs either way.
+                if !self.port(id).member.contains(vid) {
+                    let dev = self.port(id).name.clone();
+                    return Err(ConfigError::VlanNotConfigured { dev, vid });
+                }
+                vec![vid]
+            }
             None if self.bridge(b).settings.vlan_filtering => std::iter::once(0)
                 .chain(self.port(id).member.iter())
                 .collect(),

@@ -798,7 +798,12 @@ impl Model {
         // R7: forwarding.
         let is_group = dst.0[0] & 1 != 0;
         if !is_group {
-            if let Some(e) = self.bridge(b).fdb.get(&(class.vid, dst)).cloned() {
+            // With `ageing_time 0` every dynamic entry (learned or added) is expired the moment
+            // it exists, so none is used: the bridge floods like a hub (Linux).
+            let ageing_off = self.bridge(b).settings.ageing_time_ns == 0;
+            let found = self.bridge(b).fdb.get(&(class.vid, dst)).cloned();
+            let found = found.filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic));
+            if let Some(e) = found {
                 if e.kind == FdbKindOrd::Permanent {
                     return self.drop_on(in_id, DropReason::Local);
                 }

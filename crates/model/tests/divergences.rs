@@ -1,8 +1,6 @@
-//! Known divergences between the fast path and the model, each as the smallest case that shows
-//! it. They are `#[ignore]`d so that CI stays green while they stand; the differential test
-//! keeps them out of its generated space. Run them with `cargo test -p qbridge-model --test
-//! divergences -- --ignored`; delete the `ignore` (and the generator restriction named in it)
-//! when the fast path is fixed.
+//! Divergences once found between the fast path and the model, each as the smallest case that
+//! showed it; all fixed, kept as regression tests. A new divergence goes here as an
+//! `#[ignore = "…"]`d test until it is fixed.
 
 mod common;
 
@@ -39,9 +37,6 @@ fn check(sc: &Scenario) {
 }
 
 #[test]
-#[ignore = "fast-path bug: fdb.rs `learn` keeps an entry's stamp when it moves, so an entry that \
-            moves back to a port it was learned on earlier regains its old place in that port's \
-            eviction queue and is evicted as the oldest"]
 fn eviction_after_move_back() {
     let filtering = BridgeSettings {
         vlan_filtering: true,
@@ -64,8 +59,6 @@ fn eviction_after_move_back() {
 }
 
 #[test]
-#[ignore = "fast-path divergence from Linux: `ageing_time 0` means \"never age\" in qbridge; in \
-            Linux (br_fdb_update: hold_time 0) it means \"learn nothing, always flood\""]
 fn ageing_time_zero_learns_nothing() {
     let b = BridgeSettings {
         vlan_filtering: true,
@@ -76,8 +69,6 @@ fn ageing_time_zero_learns_nothing() {
 }
 
 #[test]
-#[ignore = "fast-path divergence from Linux: an entry idle for exactly ageing_time is kept \
-            (fdb.rs `age` tests `>`; Linux br_fdb_cleanup deletes when updated + ageing <= now)"]
 fn entry_idle_exactly_ageing_time_is_aged() {
     let b = BridgeSettings {
         vlan_filtering: true,
@@ -92,9 +83,6 @@ fn entry_idle_exactly_ageing_time_is_aged() {
 }
 
 #[test]
-#[ignore = "fast-path divergence from Linux: a port going down keeps its learned entries, so \
-            frames to those MACs are dropped (egress_down) until they age out; Linux \
-            (br_stp_disable_port) flushes the port's dynamic entries and floods instead"]
 fn port_down_flushes_dynamic_entries() {
     let down = PortSettings {
         up: false,
@@ -123,8 +111,6 @@ fn port_down_flushes_dynamic_entries() {
 }
 
 #[test]
-#[ignore = "fast-path divergence from Linux: `fdb add … vlan V` is accepted for a VLAN the port \
-            is not a member of; Linux br_fdb_add refuses it (\"unconfigured vlan\")"]
 fn fdb_add_refuses_an_unconfigured_vlan() {
     let mut sc = scenario(
         BridgeSettings {
@@ -164,8 +150,6 @@ fn fdb_add_refuses_an_unconfigured_vlan() {
 }
 
 #[test]
-#[ignore = "fast-path bug: an eviction caused by `fdb add` into a full table is not counted in \
-            the victim port's fdb_evictions (only evictions caused by learning are)"]
 fn eviction_by_fdb_add_is_counted() {
     let b = BridgeSettings {
         vlan_filtering: true,

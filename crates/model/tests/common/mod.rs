@@ -246,11 +246,6 @@ impl Pair {
                 sticky,
                 replace,
             } => {
-                if self.skip_fdb_add_into_full_table(port)
-                    || self.skip_unconfigured_vlan(port, vlan)
-                {
-                    return Ok(());
-                }
                 let a = self.sw.fdb_add(mac, pid(port), vlan, kind, sticky, replace);
                 let b = self
                     .model
@@ -258,9 +253,6 @@ impl Pair {
                 self.same_outcome("fdb add", a, b)?;
             }
             &Op::FdbDel { mac, port, vlan } => {
-                if self.skip_unconfigured_vlan(port, vlan) {
-                    return Ok(());
-                }
                 let a = self.sw.fdb_del(mac, pid(port), vlan);
                 let b = self.model.fdb_del(mac, port as u16, vlan);
                 self.same_outcome("fdb del", a, b)?;
@@ -298,29 +290,6 @@ impl Pair {
         self.sw.set_time(self.now);
         self.model.set_time(self.now);
         Ok(())
-    }
-
-    /// Known divergence (see `divergences.rs`): the fast path does not count an eviction
-    /// caused by `fdb add` into a full table. Such adds are skipped while it stands.
-    fn skip_fdb_add_into_full_table(&self, port: usize) -> bool {
-        let Some(b) = self.sw.port_master(PortId(port as u16)) else {
-            return false;
-        };
-        let (len, _) = self.sw.fdb_len(b);
-        let max = self.sw.bridge_settings(b).fdb_max_entries as usize;
-        len + 1 + NVID_MAX > max
-    }
-
-    /// Known divergence (see `divergences.rs`): the fast path accepts `fdb add|del … vlan V`
-    /// for a VLAN the port is not a member of; Linux and the model refuse it.
-    fn skip_unconfigured_vlan(&self, port: usize, vlan: Option<u32>) -> bool {
-        let p = PortId(port as u16);
-        match vlan {
-            Some(v) => {
-                self.sw.port_master(p).is_some() && self.sw.vlan_membership(p, v as u16).is_none()
-            }
-            None => false,
-        }
     }
 
     fn batch(&mut self, frames: &[FrameSpec]) -> Result<(), String> {
