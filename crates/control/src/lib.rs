@@ -5,7 +5,8 @@
 //! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed),
 //! - [`Session`]: executes commands against the switch and records each port's backend
 //!   ([`PortSpec`]); batches are all-or-nothing,
-//! - [`render`]: text and JSON output of the show commands.
+//! - [`render`]: text and JSON output of the show commands,
+//! - [`protocol`]: the control-socket messages between the CLI and the daemon.
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
@@ -25,6 +26,7 @@
 pub mod command;
 pub mod error;
 pub mod parse;
+pub mod protocol;
 pub mod render;
 pub mod session;
 
@@ -34,4 +36,5 @@ pub use command::{
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};
-pub use session::Session;
+pub use protocol::{Op, Request, Response, WireOptions, PROTOCOL_VERSION};
+pub use session::{BackendStatus, Session};

@@ -6,7 +6,7 @@
 
 use crate::command::{OutputOptions, PortSpec};
 use crate::error::ControlError;
-use crate::session::Session;
+use crate::session::{BackendStatus, Session};
 use qbridge_bridge::{DropReason, FdbEntryView, FdbKind, LinkView, PortCounters, Switch};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -210,7 +210,7 @@ pub fn vlan_stats(
         }
         let vlans: Vec<VlanStatsJson> = bridge_vids(sw, bid)
             .into_iter()
-            .filter(|&vid| only_port.map_or(true, |p| sw.vlan_membership(p, vid).is_some()))
+            .filter(|&vid| only_port.is_none_or(|p| sw.vlan_membership(p, vid).is_some()))
             .map(|vid| {
                 let c = sw.vlan_counters(bid, vid);
                 VlanStatsJson {
@@ -280,6 +280,9 @@ struct LinkJson<'a> {
     link: &'a LinkView,
     #[serde(skip_serializing_if = "Option::is_none")]
     backend: Option<BackendJson<'a>>,
+    /// Only from a running daemon: the backend's state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a BackendStatus>,
 }
 
 fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
@@ -299,7 +302,7 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         .switch()
         .links(out.stats)
         .into_iter()
-        .filter(|l| dev.map_or(true, |d| d == l.ifname))
+        .filter(|l| dev.is_none_or(|d| d == l.ifname))
         .collect();
     if out.json {
         let v: Vec<LinkJson<'_>> = views
@@ -307,6 +310,7 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             .map(|l| LinkJson {
                 link: l,
                 backend: session.port_spec(&l.ifname).map(backend_json),
+                runtime: session.backend_status(&l.ifname),
             })
             .collect();
         return to_json(&v, out);
@@ -380,11 +384,37 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             on_off(st.hairpin),
             st.fdb_max_learned,
         );
+        if let Some(rt) = session.backend_status(&l.ifname) {
+            runtime_text(&mut s, rt, p.link_up);
+        }
         if let Some(c) = &l.stats {
             port_stats_text(&mut s, c);
         }
     }
     s
+}
+
+/// `    runtime: open link up device_mtu 1504 promisc on` (daemon only).
+fn runtime_text(s: &mut String, rt: &BackendStatus, link_up: bool) {
+    s.push_str(if rt.open {
+        "    runtime: open"
+    } else {
+        "    runtime: closed"
+    });
+    let _ = write!(s, " link {}", if link_up { "up" } else { "down" });
+    if let Some(i) = &rt.ifname {
+        let _ = write!(s, " ifname {i}");
+    }
+    if let Some(m) = rt.device_mtu {
+        let _ = write!(s, " device_mtu {m}");
+    }
+    if let Some(p) = rt.promisc {
+        let _ = write!(s, " promisc {}", on_off(p));
+    }
+    if let Some(e) = &rt.error {
+        let _ = write!(s, " (error: {e})");
+    }
+    s.push('\n');
 }
 
 fn port_stats_text(s: &mut String, c: &PortCounters) {

@@ -14,11 +14,33 @@ use crate::render;
 use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch};
 use std::collections::BTreeMap;
 
+/// What a running daemon knows about a port's backend, shown by `link show`. Offline sessions
+/// have none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendStatus {
+    /// The backend is open (false: waiting for the interface to appear or come back).
+    pub open: bool,
+    /// The interface's device MTU as last seen or set (AF_PACKET: raised for envelope frames).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_mtu: Option<u32>,
+    /// Whether the socket receives every frame (`PACKET_MR_PROMISC`) or only the unicast
+    /// addresses the bridge needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promisc: Option<bool>,
+    /// The kernel's interface name when it differs from what was configured (TAP `tap%d`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// Why the backend is not open, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// The switch and the backend spec of each port.
 #[derive(Debug, Clone, Default)]
 pub struct Session {
     switch: Switch,
     specs: BTreeMap<String, PortSpec>,
+    status: BTreeMap<String, BackendStatus>,
 }
 
 impl Session {
@@ -39,6 +61,16 @@ impl Session {
     /// Backend of port `name`.
     pub fn port_spec(&self, name: &str) -> Option<&PortSpec> {
         self.specs.get(name)
+    }
+
+    /// Records what the runtime knows about port `name`'s backend (for `link show`).
+    pub fn set_backend_status(&mut self, name: &str, status: BackendStatus) {
+        self.status.insert(name.to_owned(), status);
+    }
+
+    /// What the runtime recorded for port `name`, if it did.
+    pub fn backend_status(&self, name: &str) -> Option<&BackendStatus> {
+        self.status.get(name)
     }
 
     /// Every port with its id and backend, in port id order.
@@ -107,6 +139,7 @@ impl Session {
             LinkCommand::AddPort { name, spec } => {
                 sw.add_port(name, spec.kind(), PortSettings::default())?;
                 self.specs.insert(name.clone(), spec.clone());
+                self.status.remove(name);
             }
             LinkCommand::SetPort { dev, opts } => {
                 let id = sw.port_id(dev)?;
@@ -126,6 +159,7 @@ impl Session {
             LinkCommand::Del { dev } => {
                 sw.del_link(dev)?;
                 self.specs.remove(dev);
+                self.status.remove(dev);
             }
             LinkCommand::Show { dev } => {
                 if let Some(d) = dev {

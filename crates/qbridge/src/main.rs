@@ -4,20 +4,26 @@
 //! The top level is parsed by hand, iproute2 style (single-dash options such as `-j`,
 //! `-batch FILE`); subcommands with their own flags (`replay`) use clap.
 
+mod client;
+mod daemon;
+mod metrics;
 mod replay;
+mod runtime;
 
 use anyhow::{bail, Context};
-use qbridge_control::{parse_words, OutputOptions, Session};
+use qbridge_control::{parse_words, OutputOptions, Request, Session};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
 Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
        qbridge [OPTIONS] -batch FILE
+       qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT] [--pcap-dir DIR]
        qbridge replay -batch CONFIG --in PORT=FILE.pcap [--in ...] --out DIR
 
 OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
+         --socket PATH  the daemon's control socket     -n, -offline  no daemon (see below)
          -h[elp]  -V[ersion]
 
 OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
@@ -44,15 +50,14 @@ Differences from iproute2: ageing_time is in seconds (decimals allowed), not cen
 As in iproute2, 'fdb add' without static or dynamic adds a permanent (local) entry: frames
 to it are for the bridge itself and are dropped; use 'static' for a forwarding entry.
 
-THERE IS NO DAEMON YET. Each invocation works on a fresh, empty, in-process switch that is
-gone when qbridge exits:
-  - 'qbridge OBJECT COMMAND' runs one command against an empty switch, so 'qbridge link show'
-    prints nothing and 'qbridge vlan add vid 4095 dev x' prints the error it would give;
-    use it to check syntax and error messages.
-  - 'qbridge -batch FILE' applies FILE all-or-nothing and prints the output of the show
-    commands in it; on an error nothing is applied and nothing is shown.
-  - 'qbridge replay' applies a batch file and then runs pcap files through the switch
-    (see 'qbridge replay --help').
+Commands go to the running daemon ('qbridge daemon', see 'qbridge daemon --help') over its
+control socket: --socket PATH, else $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock. Every
+command takes effect at once, between two batches of frames; a batch file is applied
+all-or-nothing. With no daemon there: 'qbridge: no daemon at PATH (start one with ...)'.
+  -n, -offline  work on a fresh, empty, in-process switch instead (no daemon needed): check
+                the syntax and errors of a command, or preview a batch file (its show output).
+  'qbridge replay' applies a batch file and then runs pcap files through the switch
+  (see 'qbridge replay --help').
 Errors go to stderr as 'qbridge: line 7: vid 4095 is reserved'; the exit code is 1.
 Logs go to stderr; set QBRIDGE_LOG (e.g. QBRIDGE_LOG=debug) to see more.
 ";
@@ -82,6 +87,8 @@ fn init_tracing() {
 fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut out = OutputOptions::default();
     let mut batch: Option<String> = None;
+    let mut offline = false;
+    let mut socket: Option<String> = None;
     let mut i = 0;
     while let Some(arg) = args.get(i) {
         let Some(opt) = arg.strip_prefix('-') else {
@@ -93,6 +100,12 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             "j" | "json" => out.json = true,
             "s" | "stats" | "statistics" => out.stats = true,
             "p" | "pretty" => out.pretty = true,
+            "n" | "offline" => offline = true,
+            "socket" => {
+                i += 1;
+                let path = args.get(i).context("option --socket needs a PATH")?;
+                socket = Some(path.clone());
+            }
             "b" | "batch" => {
                 i += 1;
                 let file = args.get(i).context("option -batch needs a FILE")?;
@@ -114,6 +127,16 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
 
     if let Some(first) = rest.first() {
         match first.as_str() {
+            "daemon" => {
+                if batch.is_some() || out != OutputOptions::default() || offline {
+                    bail!("options go after \"daemon\": qbridge daemon -batch FILE …");
+                }
+                let mut dargs = rest[1..].to_vec();
+                if let Some(s) = socket {
+                    dargs.extend(["--socket".to_string(), s]);
+                }
+                return daemon::main(&dargs);
+            }
             "replay" => {
                 if batch.is_some() || out != OutputOptions::default() {
                     bail!("options go after \"replay\": qbridge replay -batch CONFIG …");
@@ -126,6 +149,30 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             }
             _ => {}
         }
+    }
+
+    if !offline && (batch.is_some() || !rest.is_empty()) {
+        let socket = daemon::socket_path(socket.as_deref());
+        let req = match (batch, rest.is_empty()) {
+            (Some(file), true) => Request::batch(&read_batch(&file)?, out),
+            (Some(_), false) => bail!(
+                "-batch FILE cannot be combined with a command ({})",
+                rest[0]
+            ),
+            (None, _) => {
+                // Syntax errors are reported here, without a round trip.
+                parse_words(rest)?;
+                let mut words: Vec<String> = Vec::new();
+                for (on, flag) in [(out.json, "-j"), (out.stats, "-s"), (out.pretty, "-p")] {
+                    if on {
+                        words.push(flag.to_string());
+                    }
+                }
+                words.extend(rest.iter().cloned());
+                Request::command(&words)
+            }
+        };
+        return client::run(&socket, &req);
     }
 
     let mut session = Session::new();
@@ -143,7 +190,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
         (None, false) => {
-            tracing::debug!("no daemon: running against an empty in-process session");
+            tracing::debug!("offline: running against an empty in-process session");
             let cmd = parse_words(rest)?;
             session.execute(&cmd, out)?
         }

@@ -163,7 +163,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
             run.flush()?;
         }
         let sec = ts / NS_PER_SEC;
-        if aged_sec.map_or(true, |s| sec > s) {
+        if aged_sec.is_none_or(|s| sec > s) {
             let removed = run.session.switch_mut().age(ts);
             tracing::debug!(ts_ns = ts, removed, "aged the FDB");
             aged_sec = Some(sec);

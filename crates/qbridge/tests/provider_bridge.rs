@@ -186,16 +186,17 @@ fn replay_refuses_unknown_input_port() {
 }
 
 #[test]
-fn one_command_runs_against_an_empty_session() {
-    let o = qbridge(&["link", "show"]);
+fn offline_command_runs_against_an_empty_session() {
+    let o = qbridge(&["-offline", "link", "show"]);
     assert!(o.status.success());
     assert_eq!(stdout(&o), "");
-    let o = qbridge(&["-j", "fdb", "show"]);
+    let o = qbridge(&["-n", "-j", "fdb", "show"]);
     assert_eq!(stdout(&o), "[]\n");
-    let o = qbridge(&["vlan", "add", "vid", "4095", "dev", "x"]);
+    let o = qbridge(&["-n", "vlan", "add", "vid", "4095", "dev", "x"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), "qbridge: vid 4095 is reserved\n");
     assert_eq!(stdout(&o), "");
+    // Syntax errors are found by the CLI itself, daemon or not.
     let o = qbridge(&["link", "set", "dev", "p1", "lerning", "off"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with("qbridge: unexpected \"lerning\" (expected master, nomaster"));
@@ -212,13 +213,13 @@ fn batch_prints_show_output_and_errors_with_line_numbers() {
          link set p1 master br0\n# show it\nvlan show\n",
     )
     .unwrap();
-    let o = qbridge(&["-batch", good.to_str().unwrap()]);
+    let o = qbridge(&["-offline", "-batch", good.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
         "port              vlan-id\np1                1 PVID Egress Untagged\n"
     );
-    let o = qbridge(&["-j", "-batch", good.to_str().unwrap()]);
+    let o = qbridge(&["-n", "-j", "-batch", good.to_str().unwrap()]);
     assert_eq!(
         stdout(&o),
         "[{\"ifname\":\"p1\",\"vlans\":[{\"vlan\":1,\"flags\":[\"PVID\",\"Egress Untagged\"]}]}]\n"
@@ -230,7 +231,7 @@ fn batch_prints_show_output_and_errors_with_line_numbers() {
         "link add br0 type bridge\nvlan show\nvlan add vid 4095 dev p1\n",
     )
     .unwrap();
-    let o = qbridge(&["-batch", bad.to_str().unwrap()]);
+    let o = qbridge(&["-offline", "-batch", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), "qbridge: line 3: vid 4095 is reserved\n");
     assert_eq!(
@@ -245,10 +246,11 @@ fn batch_prints_show_output_and_errors_with_line_numbers() {
 }
 
 #[test]
-fn help_documents_the_missing_daemon() {
+fn help_documents_the_daemon_and_offline_mode() {
     let o = qbridge(&["-help"]);
     assert!(o.status.success());
-    assert!(stdout(&o).contains("THERE IS NO DAEMON YET"));
+    assert!(stdout(&o).contains("qbridge daemon [-batch FILE]"));
+    assert!(stdout(&o).contains("-n, -offline"));
     let o = qbridge(&[]);
     assert_eq!(o.status.code(), Some(2));
 }

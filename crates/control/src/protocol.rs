@@ -1,0 +1,289 @@
+//! The control-socket protocol between `qbridge` (the CLI) and `qbridge daemon`, shared by both
+//! ends so they cannot drift apart.
+//!
+//! Transport: a Unix stream socket. Each request is one JSON object on one line; the daemon
+//! answers each with one JSON object on one line, in order, and a client may send several
+//! requests on one connection. Every message carries `"v"` ([`PROTOCOL_VERSION`]); the version
+//! moves when a field changes meaning or a required field is added. A daemon refuses a request
+//! of another version with an error naming both.
+//!
+//! ```text
+//! {"v":1,"args":["-j","fdb","show"]}                    one command, iproute2 words
+//! {"v":1,"batch":"link add br0 type bridge\n…","opts":{"json":false,"stats":false,"pretty":false}}
+//! {"v":1,"ok":true,"output":"…"}                        success: what the command printed
+//! {"v":1,"ok":false,"error":"line 7: vid 4095 is reserved"}
+//! ```
+//!
+//! `args` may start with the output options `-j`, `-s`, `-p` (long forms too), exactly as on the
+//! command line. A response may carry `warnings` (things the daemon did or could not do that do
+//! not make the command fail, e.g. an interface that does not exist yet).
+
+use crate::command::OutputOptions;
+use serde::{Deserialize, Serialize};
+
+/// The version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+fn version() -> u32 {
+    PROTOCOL_VERSION
+}
+
+/// Output options as they travel in a `batch` request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WireOptions {
+    pub json: bool,
+    pub stats: bool,
+    pub pretty: bool,
+}
+
+impl From<OutputOptions> for WireOptions {
+    fn from(o: OutputOptions) -> Self {
+        WireOptions {
+            json: o.json,
+            stats: o.stats,
+            pretty: o.pretty,
+        }
+    }
+}
+
+impl From<WireOptions> for OutputOptions {
+    fn from(o: WireOptions) -> Self {
+        OutputOptions {
+            json: o.json,
+            stats: o.stats,
+            pretty: o.pretty,
+        }
+    }
+}
+
+/// One request line. Exactly one of `args` and `batch` is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    #[serde(default = "version")]
+    pub v: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opts: Option<WireOptions>,
+}
+
+/// What a valid request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// One command: output options and the command's words.
+    Command {
+        out: OutputOptions,
+        words: Vec<String>,
+    },
+    /// A batch, all-or-nothing.
+    Batch { out: OutputOptions, text: String },
+}
+
+impl Request {
+    pub fn command(args: &[String]) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            args: Some(args.to_vec()),
+            batch: None,
+            opts: None,
+        }
+    }
+
+    pub fn batch(text: &str, out: OutputOptions) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            args: None,
+            batch: Some(text.to_owned()),
+            opts: Some(out.into()),
+        }
+    }
+
+    /// One line of JSON with its newline.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("requests serialize");
+        s.push('\n');
+        s
+    }
+
+    /// Parses one request line and checks version and shape.
+    pub fn parse(line: &str) -> Result<Op, String> {
+        let r: Request =
+            serde_json::from_str(line).map_err(|e| format!("malformed request: {e}"))?;
+        if r.v != PROTOCOL_VERSION {
+            return Err(format!(
+                "protocol version {} is not supported (this daemon speaks {PROTOCOL_VERSION})",
+                r.v
+            ));
+        }
+        match (r.args, r.batch) {
+            (Some(args), None) => {
+                if r.opts.is_some() {
+                    return Err(
+                        "malformed request: \"opts\" goes with \"batch\"; put -j/-s/-p in \"args\""
+                            .into(),
+                    );
+                }
+                let (out, words) = split_output_options(&args)?;
+                if words.is_empty() {
+                    return Err("malformed request: \"args\" has no command".into());
+                }
+                Ok(Op::Command {
+                    out,
+                    words: words.to_vec(),
+                })
+            }
+            (None, Some(text)) => Ok(Op::Batch {
+                out: r.opts.unwrap_or_default().into(),
+                text,
+            }),
+            _ => Err("malformed request: give exactly one of \"args\" and \"batch\"".into()),
+        }
+    }
+}
+
+/// Splits leading output options (`-j[son]`, `-s[tats]`, `-statistics`, `-p[retty]`, also with
+/// two dashes) from the command words.
+pub fn split_output_options(args: &[String]) -> Result<(OutputOptions, &[String]), String> {
+    let mut out = OutputOptions::default();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        let Some(opt) = a.strip_prefix('-') else {
+            break;
+        };
+        let opt = opt.strip_prefix('-').unwrap_or(opt);
+        match opt {
+            "j" | "json" => out.json = true,
+            "s" | "stats" | "statistics" => out.stats = true,
+            "p" | "pretty" => out.pretty = true,
+            _ => return Err(format!("unknown option \"{a}\"")),
+        }
+        i += 1;
+    }
+    Ok((out, &args[i..]))
+}
+
+/// One response line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    #[serde(default = "version")]
+    pub v: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Response {
+    pub fn ok(output: String, warnings: Vec<String>) -> Response {
+        Response {
+            v: PROTOCOL_VERSION,
+            ok: true,
+            output: Some(output),
+            error: None,
+            warnings,
+        }
+    }
+
+    pub fn err(error: impl Into<String>) -> Response {
+        Response {
+            v: PROTOCOL_VERSION,
+            ok: false,
+            output: None,
+            error: Some(error.into()),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("responses serialize");
+        s.push('\n');
+        s
+    }
+
+    pub fn parse(line: &str) -> Result<Response, String> {
+        let r: Response =
+            serde_json::from_str(line).map_err(|e| format!("malformed response: {e}"))?;
+        if r.v != PROTOCOL_VERSION {
+            return Err(format!(
+                "daemon speaks protocol version {} (this client speaks {PROTOCOL_VERSION})",
+                r.v
+            ));
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_request_round_trip() {
+        let args: Vec<String> = ["-j", "fdb", "show"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let line = Request::command(&args).to_line();
+        assert_eq!(line, "{\"v\":1,\"args\":[\"-j\",\"fdb\",\"show\"]}\n");
+        let op = Request::parse(&line).unwrap();
+        assert_eq!(
+            op,
+            Op::Command {
+                out: OutputOptions {
+                    json: true,
+                    ..Default::default()
+                },
+                words: vec!["fdb".into(), "show".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn version_defaults_to_1_and_others_are_refused() {
+        assert!(Request::parse("{\"args\":[\"link\",\"show\"]}").is_ok());
+        let e = Request::parse("{\"v\":2,\"args\":[\"link\",\"show\"]}").unwrap_err();
+        assert_eq!(
+            e,
+            "protocol version 2 is not supported (this daemon speaks 1)"
+        );
+    }
+
+    #[test]
+    fn batch_request_and_shape_errors() {
+        let line = Request::batch("vlan show\n", OutputOptions::default()).to_line();
+        assert_eq!(
+            Request::parse(&line).unwrap(),
+            Op::Batch {
+                out: OutputOptions::default(),
+                text: "vlan show\n".into()
+            }
+        );
+        assert!(Request::parse("{\"v\":1}")
+            .unwrap_err()
+            .contains("exactly one"));
+        assert!(Request::parse("{\"v\":1,\"args\":[\"-x\",\"link\"]}")
+            .unwrap_err()
+            .contains("unknown option \"-x\""));
+        assert!(Request::parse("not json")
+            .unwrap_err()
+            .starts_with("malformed request"));
+    }
+
+    #[test]
+    fn response_lines() {
+        let r = Response::err("line 7: vid 4095 is reserved");
+        assert_eq!(
+            r.to_line(),
+            "{\"v\":1,\"ok\":false,\"error\":\"line 7: vid 4095 is reserved\"}\n"
+        );
+        let ok = Response::ok("x\n".into(), vec![]);
+        assert_eq!(Response::parse(&ok.to_line()).unwrap(), ok);
+    }
+}

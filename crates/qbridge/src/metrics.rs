@@ -1,0 +1,354 @@
+//! `--metrics ADDR:PORT`: Prometheus text format (version 0.0.4) on `GET /metrics`.
+//!
+//! A minimal HTTP/1.x responder on its own thread: one request per connection, answered and
+//! closed; anything but `GET /metrics` (or `/`) gets 404 or 405. The counters are a snapshot
+//! the datapath thread takes between two batches (see [`Handle::metrics`]), so one scrape is
+//! consistent across ports. Binds to loopback unless `--metrics-public` is given.
+
+use crate::runtime::{Handle, MetricsSnapshot};
+use anyhow::{bail, Context};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Resolves `ADDR:PORT` and refuses a non-loopback address unless `public`.
+pub fn resolve(addr: &str, public: bool) -> anyhow::Result<SocketAddr> {
+    let sa = addr
+        .to_socket_addrs()
+        .with_context(|| format!("--metrics {addr}: expected ADDR:PORT, e.g. 127.0.0.1:9477"))?
+        .next()
+        .with_context(|| format!("--metrics {addr}: resolves to no address"))?;
+    if !sa.ip().is_loopback() && !public {
+        bail!(
+            "--metrics {addr}: {} is not a loopback address; add --metrics-public to serve \
+             metrics on it",
+            sa.ip()
+        );
+    }
+    Ok(sa)
+}
+
+/// Binds the listener (so a taken port fails the daemon's start, before the socket exists).
+pub fn bind(sa: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(sa).with_context(|| format!("--metrics: cannot listen on {sa}"))
+}
+
+/// Serves scrapes until the process ends.
+pub fn serve(listener: TcpListener, handle: Handle) {
+    for conn in listener.incoming() {
+        match conn {
+            Ok(c) => {
+                if let Err(e) = answer(c, &handle) {
+                    tracing::debug!("metrics connection: {e}");
+                }
+            }
+            Err(e) => tracing::debug!("metrics accept: {e}"),
+        }
+    }
+}
+
+fn answer(mut c: TcpStream, handle: &Handle) -> std::io::Result<()> {
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        let n = c.read(&mut buf[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") || buf[..len].contains(&b'\n') {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let mut words = head.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (status, body) = match (method, path) {
+        ("GET", "/metrics") | ("GET", "/") => match handle.metrics() {
+            Some(snap) => ("200 OK", render(&snap)),
+            None => ("503 Service Unavailable", "shutting down\n".to_string()),
+        },
+        ("GET", _) => ("404 Not Found", "only /metrics is here\n".to_string()),
+        _ => ("405 Method Not Allowed", "GET only\n".to_string()),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(resp.as_bytes())
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The exposition text of one snapshot.
+pub fn render(snap: &MetricsSnapshot) -> String {
+    let mut o = String::new();
+    let empty = serde_json::Map::new();
+    let ports = snap.stats["ports"].as_object().unwrap_or(&empty);
+    let bridges = snap.stats["bridges"].as_object().unwrap_or(&empty);
+
+    let port_counters: [(&str, &str, &str); 7] = [
+        (
+            "rx_frames",
+            "qbridge_port_rx_frames_total",
+            "Frames received on the port.",
+        ),
+        (
+            "rx_bytes",
+            "qbridge_port_rx_bytes_total",
+            "Bytes received on the port.",
+        ),
+        (
+            "tx_frames",
+            "qbridge_port_tx_frames_total",
+            "Frames the switch sent to the port (GSO super-frames count once).",
+        ),
+        (
+            "tx_bytes",
+            "qbridge_port_tx_bytes_total",
+            "Bytes the switch sent to the port.",
+        ),
+        (
+            "fdb_learn_refused",
+            "qbridge_port_fdb_learn_refused_total",
+            "Addresses not learned because a limit was reached.",
+        ),
+        (
+            "fdb_evictions",
+            "qbridge_port_fdb_evictions_total",
+            "Learned entries of the port evicted because the table was full.",
+        ),
+        (
+            "fdb_moves",
+            "qbridge_port_fdb_moves_total",
+            "Times an address moved to the port.",
+        ),
+    ];
+    for (key, name, help) in port_counters {
+        family(&mut o, name, "counter", help);
+        for (p, v) in ports {
+            let _ = writeln!(o, "{name}{{port=\"{}\"}} {}", esc(p), num(&v[key]));
+        }
+    }
+    let name = "qbridge_port_drops_total";
+    family(
+        &mut o,
+        name,
+        "counter",
+        "Frames dropped, by port and reason.",
+    );
+    for (p, v) in ports {
+        if let Some(drops) = v["drops"].as_object() {
+            for (reason, n) in drops {
+                let _ = writeln!(
+                    o,
+                    "{name}{{port=\"{}\",reason=\"{reason}\"}} {}",
+                    esc(p),
+                    num(n)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "qbridge_port_up",
+        "gauge",
+        "1 when the port forwards (admin up and link up).",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_up{{port=\"{}\"}} {}",
+            esc(&p.name),
+            u8::from(p.running)
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_link_up",
+        "gauge",
+        "1 when the port's backend link is up.",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_link_up{{port=\"{}\"}} {}",
+            esc(&p.name),
+            u8::from(p.link_up)
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_link_down_events_total",
+        "counter",
+        "Times the port's link went down.",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_link_down_events_total{{port=\"{}\"}} {}",
+            esc(&p.name),
+            p.link_downs
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_device_mtu",
+        "gauge",
+        "Device MTU of the port's interface (AF_PACKET).",
+    );
+    for p in &snap.ports {
+        if let Some(m) = p.device_mtu {
+            let _ = writeln!(
+                o,
+                "qbridge_port_device_mtu{{port=\"{}\"}} {m}",
+                esc(&p.name)
+            );
+        }
+    }
+
+    let vlan_counters: [(&str, &str, &str); 4] = [
+        (
+            "rx_frames",
+            "qbridge_vlan_rx_frames_total",
+            "Frames admitted on the VLAN.",
+        ),
+        (
+            "rx_bytes",
+            "qbridge_vlan_rx_bytes_total",
+            "Bytes admitted on the VLAN.",
+        ),
+        (
+            "tx_frames",
+            "qbridge_vlan_tx_frames_total",
+            "Copies sent on the VLAN.",
+        ),
+        (
+            "tx_bytes",
+            "qbridge_vlan_tx_bytes_total",
+            "Bytes sent on the VLAN.",
+        ),
+    ];
+    for (key, name, help) in vlan_counters {
+        family(&mut o, name, "counter", help);
+        for (b, bv) in bridges {
+            if let Some(vlans) = bv["vlans"].as_object() {
+                for (vid, v) in vlans {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{bridge=\"{}\",vlan=\"{vid}\"}} {}",
+                        esc(b),
+                        num(&v[key])
+                    );
+                }
+            }
+        }
+    }
+    family(
+        &mut o,
+        "qbridge_fdb_entries",
+        "gauge",
+        "FDB entries of the bridge (all kinds).",
+    );
+    for (b, bv) in bridges {
+        let _ = writeln!(
+            o,
+            "qbridge_fdb_entries{{bridge=\"{}\"}} {}",
+            esc(b),
+            num(&bv["fdb_entries"])
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_fdb_learned_entries",
+        "gauge",
+        "Learned FDB entries of the bridge.",
+    );
+    for (b, bv) in bridges {
+        let _ = writeln!(
+            o,
+            "qbridge_fdb_learned_entries{{bridge=\"{}\"}} {}",
+            esc(b),
+            num(&bv["fdb_learned"])
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_unknown_port_drops_total",
+        "counter",
+        "Frames handed in with a port id that names no port.",
+    );
+    let _ = writeln!(
+        o,
+        "qbridge_unknown_port_drops_total {}",
+        num(&snap.stats["unknown_port_drops"])
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::PortRuntime;
+    use serde_json::json;
+
+    #[test]
+    fn renders_ports_drops_vlans_and_fdb() {
+        let snap = MetricsSnapshot {
+            stats: json!({
+                "ports": {"p1": {"rx_frames": 3, "rx_bytes": 180, "tx_frames": 0, "tx_bytes": 0,
+                    "fdb_learn_refused": 0, "fdb_evictions": 0, "fdb_moves": 0,
+                    "drops": {"vlan_not_member": 2, "oversize": 0}}},
+                "bridges": {"br0": {"fdb_entries": 1, "fdb_learned": 1,
+                    "vlans": {"10": {"rx_frames": 1, "rx_bytes": 60, "tx_frames": 0, "tx_bytes": 0}}}},
+                "unknown_port_drops": 0,
+            }),
+            ports: vec![PortRuntime {
+                name: "p1".into(),
+                running: true,
+                link_up: true,
+                link_downs: 1,
+                device_mtu: Some(1504),
+            }],
+        };
+        let t = render(&snap);
+        assert!(
+            t.contains("qbridge_port_rx_frames_total{port=\"p1\"} 3\n"),
+            "{t}"
+        );
+        assert!(t.contains("qbridge_port_drops_total{port=\"p1\",reason=\"vlan_not_member\"} 2\n"));
+        assert!(t.contains("qbridge_vlan_rx_frames_total{bridge=\"br0\",vlan=\"10\"} 1\n"));
+        assert!(t.contains("qbridge_fdb_entries{bridge=\"br0\"} 1\n"));
+        assert!(t.contains("qbridge_port_device_mtu{port=\"p1\"} 1504\n"));
+        assert!(t.contains("qbridge_port_link_down_events_total{port=\"p1\"} 1\n"));
+        assert!(t.contains("# TYPE qbridge_port_drops_total counter\n"));
+    }
+
+    #[test]
+    fn non_loopback_needs_public() {
+        assert!(resolve("127.0.0.1:9477", false).is_ok());
+        let e = resolve("0.0.0.0:9477", false).unwrap_err().to_string();
+        assert!(e.contains("not a loopback address"), "{e}");
+        assert!(resolve("0.0.0.0:9477", true).is_ok());
+        assert!(resolve("nonsense", false).is_err());
+    }
+}
