@@ -1,0 +1,397 @@
+//! `qbridge daemon` without privileges: pcap ports (`--pcap-dir`), a socket in a temporary
+//! directory, and the CLI against it. Checks the control protocol end to end (text and JSON
+//! output, errors, all-or-nothing batches), live counters and learning from frames the daemon
+//! forwarded, the single-daemon lock, the metrics endpoint, and a clean SIGTERM exit.
+
+use qbridge_io::pcap::{PcapReader, PcapWriter};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_qbridge");
+
+fn tmp(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("daemon-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A daemon child that is killed if the test fails before stopping it.
+struct Daemon {
+    child: Option<Child>,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
+        let cfg = dir.join("cfg.batch");
+        std::fs::write(&cfg, batch).unwrap();
+        let socket = dir.join("ctl.sock");
+        let log = dir.join("daemon.log");
+        let child = Command::new(BIN)
+            .args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
+            .arg(&socket)
+            .args(extra)
+            .env("QBRIDGE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the daemon");
+        let d = Daemon {
+            child: Some(child),
+            socket,
+            log,
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&self) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon not ready; log:\n{}", self.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run qbridge")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "qbridge {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// SIGTERM; returns the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let st = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "daemon did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// An untagged Ethernet frame of 60 bytes.
+fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    f.resize(60, 0xab);
+    f
+}
+
+const A: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
+const B: [u8; 6] = [2, 0, 0, 0, 0, 0x0b];
+const BCAST: [u8; 6] = [0xff; 6];
+
+const CONFIG: &str = "\
+link add br0 type bridge vlan_filtering 1
+link add p1 type pcap
+link add p2 type pcap
+link add p3 type pcap
+link set dev p1 master br0
+link set dev p2 master br0
+link set dev p3 master br0
+vlan add vid 10 dev p1 pvid untagged
+vlan add vid 10 dev p2
+vlan del vid 1 dev p1
+";
+
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut w = PcapWriter::create(path).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write(1_700_000_000_000_000_000 + i as u64 * 1000, f)
+            .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    PcapReader::open(path)
+        .unwrap()
+        .map(|r| r.unwrap().data)
+        .collect()
+}
+
+/// Polls `f` until it returns true or 5 s pass.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn daemon_serves_commands_forwards_and_stops_cleanly() {
+    let dir = tmp("serve");
+    let pcaps = dir.join("pcap");
+    std::fs::create_dir_all(&pcaps).unwrap();
+    // p1 (access, vid 10 untagged): A broadcasts; p2 (trunk, tagged 10): B answers A, tagged.
+    write_pcap(&pcaps.join("p1.in.pcap"), &[frame(BCAST, A)]);
+    let mut b_to_a = frame(A, B);
+    b_to_a.splice(12..12, [0x81, 0x00, 0x00, 0x0a]);
+    write_pcap(&pcaps.join("p2.in.pcap"), &[b_to_a]);
+    let metrics_port = 20000 + (std::process::id() % 20000) as u16;
+    let maddr = format!("127.0.0.1:{metrics_port}");
+    let mut d = Daemon::start(
+        &dir,
+        CONFIG,
+        &["--pcap-dir", pcaps.to_str().unwrap(), "--metrics", &maddr],
+    );
+
+    // The socket is private to the daemon's user.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Learning from the frames the daemon forwarded.
+    eventually("both addresses learned", || {
+        let v: Value = serde_json::from_str(&d.ok(&["-j", "fdb", "show"])).unwrap();
+        v.as_array().unwrap().len() == 2
+    });
+    let fdb: Value = serde_json::from_str(&d.ok(&["-j", "fdb", "show"])).unwrap();
+    assert_eq!(
+        fdb,
+        serde_json::json!([
+            {"mac":"02:00:00:00:00:0a","ifname":"p1","vlan":10,"flags":[],"master":"br0","state":""},
+            {"mac":"02:00:00:00:00:0b","ifname":"p2","vlan":10,"flags":[],"master":"br0","state":""}
+        ])
+    );
+    let text = d.ok(&["fdb", "show", "dev", "p1"]);
+    assert_eq!(text, "02:00:00:00:00:0a dev p1 vlan 10 master br0\n");
+
+    // Counters, live.
+    let links: Value = serde_json::from_str(&d.ok(&["-j", "-s", "link", "show"])).unwrap();
+    let p1 = links
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["ifname"] == "p1")
+        .unwrap();
+    assert_eq!(p1["stats"]["rx_frames"], 1);
+    assert_eq!(p1["stats"]["tx_frames"], 1, "B's answer went to p1");
+    assert_eq!(p1["runtime"]["open"], true);
+    let s = d.ok(&["-s", "link", "show", "dev", "p2"]);
+    assert!(s.contains("    RX: 64 bytes 1 packets\n"), "{s}");
+    assert!(s.contains("    runtime: open link up\n"), "{s}");
+    let vs = d.ok(&["-s", "vlan", "show"]);
+    assert!(
+        vs.contains("                  10\n                    RX: 124 bytes 2 packets\n"),
+        "{vs}"
+    );
+
+    // Errors come back with the daemon's message and exit 1; nothing changes.
+    let o = d.cli(&["vlan", "add", "vid", "4095", "dev", "p1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "qbridge: vid 4095 is reserved\n");
+    let bad = dir.join("bad.batch");
+    std::fs::write(&bad, "vlan add vid 20 dev p3\nvlan add vid 4095 dev p3\n").unwrap();
+    let o = d.cli(&["-batch", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "qbridge: line 2: vid 4095 is reserved\n");
+    assert!(!d.ok(&["vlan", "show", "dev", "p3"]).contains("20"));
+
+    // A batch applies live and prints its show output.
+    let good = dir.join("good.batch");
+    std::fs::write(&good, "vlan add vid 20 dev p3\nvlan show dev p3\n").unwrap();
+    let out = d.ok(&["-batch", good.to_str().unwrap()]);
+    assert_eq!(
+        out,
+        "port              vlan-id\np3                1 PVID Egress Untagged\n                  20\n"
+    );
+
+    // New ports open at once; pcap ports need --pcap-dir (given here).
+    d.ok(&["link", "add", "p4", "type", "pcap"]);
+    assert!(pcaps.join("p4.pcap").exists());
+    d.ok(&["link", "del", "dev", "p4"]);
+
+    // The wire protocol, raw.
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.write_all(b"{\"v\":1,\"args\":[\"-j\",\"vlan\",\"show\",\"dev\",\"p2\"]}\n{\"v\":9,\"args\":[\"link\",\"show\"]}\n")
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["v"], 1);
+    assert_eq!(v["ok"], true);
+    assert!(v["output"].as_str().unwrap().contains("\"vlan\":10"));
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(
+        line,
+        "{\"v\":1,\"ok\":false,\"error\":\"protocol version 9 is not supported (this daemon speaks 1)\"}\n"
+    );
+    drop(s);
+
+    // A second daemon on the same socket refuses to start.
+    let o = Command::new(BIN)
+        .args(["daemon", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("another qbridge daemon is running on"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Metrics.
+    let mut c = std::net::TcpStream::connect(&maddr).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK\r\n"), "{body}");
+    assert!(
+        body.contains("qbridge_port_rx_frames_total{port=\"p1\"} 1\n"),
+        "{body}"
+    );
+    assert!(body.contains("qbridge_port_drops_total{port=\"p3\",reason=\"vlan_not_member\"} 0\n"));
+    assert!(body.contains("qbridge_vlan_rx_frames_total{bridge=\"br0\",vlan=\"10\"} 2\n"));
+    assert!(body.contains("qbridge_fdb_entries{bridge=\"br0\"} 2\n"));
+    assert!(body.contains("qbridge_port_up{port=\"p1\"} 1\n"));
+
+    // SIGTERM: exit 0, socket gone, pcap files complete.
+    let st = d.stop();
+    assert!(st.success(), "exit {st:?}; log:\n{}", d.log_text());
+    assert!(!d.socket.exists(), "socket left behind");
+    let p1_out = read_pcap(&pcaps.join("p1.pcap"));
+    assert_eq!(p1_out, vec![frame(A, B)], "B's answer leaves p1 untagged");
+    let p2_out = read_pcap(&pcaps.join("p2.pcap"));
+    let mut bcast_tagged = frame(BCAST, A);
+    bcast_tagged.splice(12..12, [0x81, 0x00, 0x00, 0x0a]);
+    assert_eq!(
+        p2_out,
+        vec![bcast_tagged],
+        "A's broadcast leaves p2 tagged 10"
+    );
+    assert!(
+        read_pcap(&pcaps.join("p3.pcap")).is_empty(),
+        "p3 is not in vid 10"
+    );
+    let log = d.log_text();
+    assert!(log.contains("shutting down"), "{log}");
+
+    // Without a daemon the CLI says so.
+    let o = Command::new(BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["link", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "qbridge: no daemon at {} (start one with 'qbridge daemon')\n",
+            d.socket.display()
+        )
+    );
+}
+
+#[test]
+fn stale_socket_is_replaced_and_env_names_the_socket() {
+    let dir = tmp("stale");
+    let socket = dir.join("ctl.sock");
+    // A leftover from a crashed daemon: a socket file nobody listens on.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(socket.exists());
+    let mut d = Daemon::start(&dir, "link add br0 type bridge\n", &[]);
+    let o = Command::new(BIN)
+        .env("QBRIDGE_SOCKET", &socket)
+        .args(["link", "show"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("br0: bridge"));
+    // pcap ports need --pcap-dir; the command is refused and leaves nothing behind.
+    let o = d.cli(&["link", "add", "p1", "type", "pcap"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("needs a directory: start the daemon with --pcap-dir DIR"));
+    assert!(!d.ok(&["link", "show"]).contains("p1"));
+    assert!(d.stop().success());
+}
+
+#[test]
+fn bad_batch_stops_the_start_before_the_socket_exists() {
+    let dir = tmp("badstart");
+    let cfg = dir.join("cfg.batch");
+    std::fs::write(&cfg, "link add br0 type bridge\nvlan add vid 4095 dev x\n").unwrap();
+    let socket = dir.join("ctl.sock");
+    let o = Command::new(BIN)
+        .args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("line 2: vid 4095 is reserved"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!socket.exists());
+    let o = Command::new(BIN)
+        .args(["daemon", "--metrics", "0.0.0.0:9", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("add --metrics-public"),
+        "{}",
+        stderr(&o)
+    );
+}
