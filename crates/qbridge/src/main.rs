@@ -6,6 +6,7 @@
 
 mod client;
 mod daemon;
+mod demo;
 mod metrics;
 mod replay;
 mod runtime;
@@ -142,6 +143,12 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                     bail!("options go after \"replay\": qbridge replay -batch CONFIG …");
                 }
                 return replay::main(&rest[1..]);
+            }
+            "demo" => {
+                if batch.is_some() || out != OutputOptions::default() {
+                    bail!("options go after \"demo\": qbridge demo [--seconds N]");
+                }
+                return demo::main(&rest[1..]);
             }
             "help" => {
                 print!("{USAGE}");
