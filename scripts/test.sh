@@ -2,7 +2,8 @@
 # The project's test command (README, and what CI runs):
 #   1. installs the system tools the namespace tests use, when run as root and missing;
 #   2. cargo test over the whole workspace (unit, golden, differential property tests, replay
-#      integration, and the root-only namespace tests, which skip with a reason when not root);
+#      integration, and the root-only namespace tests, which skip with a reason when not root),
+#      then the differential tests again in release mode with 5000 cases per property;
 #   3. a short, bounded fuzz run of every fuzz target (FUZZ_SECONDS each, default 20; 0 skips).
 # Environment: PROPTEST_CASES raises the differential test case count; FUZZ_SECONDS as above.
 set -euo pipefail
@@ -25,6 +26,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cargo test --workspace --locked
+
+# The differential property tests again, optimised, with many more cases (5000 scenarios per
+# property, about 100 frames each; about 10 s here). DIFF_CASES overrides.
+PROPTEST_CASES=${DIFF_CASES:-5000} cargo test --release --locked -p qbridge-model --test differential
 
 if [ "${FUZZ_SECONDS:-20}" != 0 ]; then
     scripts/fuzz-smoke.sh

@@ -745,19 +745,28 @@ impl Switch {
                 }
             }
         }
-        let new_keys = vids
+        // Existing keys are replaced first (they need no room, and once user entries they
+        // cannot be evicted); new keys then take room, evicting learned entries fairly. Room is
+        // checked for all of them before anything changes: nothing is half-applied.
+        let (existing, fresh): (Vec<u16>, Vec<u16>) = vids
             .iter()
-            .filter(|&&v| fdb.get(fdb_key(mac, v)).is_none())
+            .partition(|&&v| fdb.get(fdb_key(mac, v)).is_some());
+        let replaced_learned = existing
+            .iter()
+            .filter(|&&v| fdb.get(fdb_key(mac, v)).is_some_and(|s| s.is_learned()))
             .count();
-        if fdb.len() + new_keys > fdb.max_entries && fdb.learned() < new_keys {
+        let evictable = fdb.learned() - replaced_learned;
+        let needed = (fdb.len() + fresh.len()).saturating_sub(fdb.max_entries);
+        if needed > evictable {
             return Err(ConfigError::FdbFull(fdb.max_entries));
         }
         let mut victims = Vec::new();
-        for &vid in &vids {
+        for &vid in existing.iter().chain(&fresh) {
             match fdb.add_user(fdb_key(mac, vid), id.0, flags, now, replace) {
                 Ok(Some(victim)) => victims.push(victim),
                 Ok(None) => {}
                 Err(AddError::Exists(_)) => unreachable!("checked above"),
+                // Not expected after the room check; an error, never a panic, if it happens.
                 Err(AddError::Full) => return Err(ConfigError::FdbFull(fdb.max_entries)),
             }
         }

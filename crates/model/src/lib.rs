@@ -533,13 +533,21 @@ impl Model {
         if !replace && vids.iter().any(|&v| exists(v)) {
             return refuse("entry exists");
         }
-        let new_keys = vids.iter().filter(|&&v| !exists(v)).count();
-        let learned = br.fdb.values().filter(|e| e.is_learned()).count();
-        if br.fdb.len() + new_keys > br.settings.fdb_max_entries as usize && learned < new_keys {
+        // Keys that exist are replaced first, then new keys are added; the entries being added
+        // are never evicted to make room for each other.
+        let (existing, fresh): (Vec<u16>, Vec<u16>) = vids.iter().partition(|&&v| exists(v));
+        let evictable = br
+            .fdb
+            .iter()
+            .filter(|((v, m), e)| e.is_learned() && !(*m == mac && existing.contains(v)))
+            .count();
+        let needed =
+            (br.fdb.len() + fresh.len()).saturating_sub(br.settings.fdb_max_entries as usize);
+        if needed > evictable {
             return refuse("fdb full");
         }
         let now = self.now_ns;
-        for v in vids {
+        for v in existing.into_iter().chain(fresh) {
             let seq = self.next_seq();
             let full = {
                 let br = self.bridge(b);

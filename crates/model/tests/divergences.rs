@@ -174,3 +174,60 @@ fn eviction_by_fdb_add_is_counted() {
     assert!(fast.is_ok() && model.is_ok());
     pair.compare("after fdb add").unwrap();
 }
+
+/// `fdb replace` over several VIDs into a full table where one replaced key is itself a learned
+/// entry: existing keys are replaced first, the keys being added are never evicted for each
+/// other, and room is checked before anything changes (the fast path once evicted a key it was
+/// about to replace, and could fail halfway).
+#[test]
+fn replace_into_full_table_keeps_its_own_keys() {
+    let b = BridgeSettings {
+        vlan_filtering: true,
+        fdb_max_entries: 3,
+        ..Default::default()
+    };
+    let mut pair = Pair::new();
+    pair.build(&scenario(b, 2, vec![])).unwrap();
+    pair.apply(&Op::VlanAdd {
+        port: 0,
+        start: 2,
+        end: 2,
+        pvid: false,
+        untagged: false,
+    })
+    .unwrap();
+    // Learned on p0 in VLAN 1: mac 5 (oldest), then 3 and 4: the table is full.
+    pair.apply(&Op::Batch(vec![hello(0, 5), hello(0, 3), hello(0, 4)]))
+        .unwrap();
+    // Without a VLAN: VLANs 0, 1 and 2 of p0. (mac 5, 1) exists and is learned; 0 and 2 are new
+    // and need two evictions, of mac 3 and mac 4, never of (mac 5, 1).
+    let p0 = qbridge_bridge::PortId(0);
+    let fast = pair
+        .sw
+        .fdb_add(mac(5), p0, None, FdbKind::Permanent, false, true);
+    let model = pair
+        .model
+        .fdb_add(mac(5), 0, None, FdbKind::Permanent, false, true);
+    assert!(fast.is_ok() && model.is_ok(), "{fast:?} {model:?}");
+    assert_eq!(pair.sw.port_counters(p0).fdb_evictions, 2);
+    pair.compare("after fdb replace").unwrap();
+    // One more VLAN would need a third eviction with nothing learned left: refused, unchanged.
+    let before = pair.sw.fdb_entries(&Default::default()).unwrap();
+    pair.apply(&Op::VlanAdd {
+        port: 0,
+        start: 3,
+        end: 3,
+        pvid: false,
+        untagged: false,
+    })
+    .unwrap();
+    assert!(pair
+        .sw
+        .fdb_add(mac(6), p0, Some(3), FdbKind::Static, false, false)
+        .is_err());
+    assert!(pair
+        .model
+        .fdb_add(mac(6), 0, Some(3), FdbKind::Static, false, false)
+        .is_err());
+    assert_eq!(pair.sw.fdb_entries(&Default::default()).unwrap(), before);
+}
