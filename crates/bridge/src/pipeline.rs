@@ -16,6 +16,7 @@ use crate::counters::{DropReason, PortCounters};
 use crate::fdb::{Learned, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Port, Switch};
 use qbridge_packet::{Batch, PacketBuf};
+use qbridge_wire::parse_headers;
 
 /// The I/G bit of a MAC held in the low 48 bits of a u64.
 const MAC_GROUP_BIT: u64 = 1 << 40;
@@ -132,6 +133,34 @@ fn warm_fdb(bridges: &[Option<Bridge>], ports: &[Option<Port>], pkts: &[PacketBu
     std::hint::black_box(acc);
 }
 
+/// Length the frame has on the wire: its length, or for a GSO super-frame the length of its
+/// largest segment — the real headers plus `gso_size`. Headers are parsed through the
+/// well-known TPIDs and the TPID of the port judging (`tpid`). The `hdr_len` a sender puts in the
+/// virtio-net header is not trusted: Linux fills it with the length of the skb's linear part,
+/// which can include payload.
+#[inline(always)]
+fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
+    if pkt.offload.is_gso() {
+        gso_segment_len(pkt, tpid)
+    } else {
+        pkt.len()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
+    let len = pkt.len();
+    match parse_headers(pkt.frame(), |t| t.is_well_known() || t.0 == tpid) {
+        Ok(h) => match h.payload_offset {
+            Some(hdrs) => (hdrs + pkt.offload.gso_size as usize).min(len),
+            None => len,
+        },
+        // Not a parsable TCP/UDP super-frame: judged whole.
+        Err(_) => len,
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn drop(counters: &mut PortCounters, reason: DropReason) -> Verdict {
@@ -170,7 +199,7 @@ fn forward(
     if len < 14 {
         return drop(c, DropReason::Runt);
     }
-    if pkt.offload.segment_len(len) > inp.max_frame as usize {
+    if wire_len(pkt, inp.tpid) > inp.max_frame as usize {
         return drop(c, DropReason::Oversize);
     }
     // The first 18 bytes (two MACs and one tag), zero-padded for 14..17-byte frames whose tag
@@ -396,7 +425,7 @@ fn egress(
     }
     let len = pkt.len();
     let c = &mut counters[e];
-    if pkt.offload.segment_len(len) > ep.max_frame as usize {
+    if wire_len(pkt, ep.tpid) > ep.max_frame as usize {
         return drop(c, DropReason::Oversize);
     }
     c.tx_frames += 1;

@@ -303,27 +303,53 @@ fn frame_size_envelope_defaults_and_oversize_counted() {
     let out = r.send(ca, frame(MacAddr::BROADCAST, mac(1), &[], 1514));
     expect(&out, &[]);
     assert_eq!(r.drops(tr, DropReason::Oversize), 1);
-    // GSO super-frames are judged per segment.
+    // GSO super-frames are judged per segment: parsed headers (here C-tag + IPv4 + TCP = 58
+    // bytes) plus gso_size, whatever hdr_len says (Linux reports the skb's linear length).
     r.set(tr, |s| s.envhdr_len = None);
-    let mut b = Batch::default();
-    let mut p = PacketBuf::from_frame(&frame(MacAddr::BROADCAST, mac(1), &[], 60000));
-    p.port = ca.0;
-    p.offload = OffloadMeta {
-        flags: OffloadMeta::F_NEEDS_CSUM,
-        gso_type: OffloadMeta::GSO_TCPV4,
-        hdr_len: 66,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
+    let gso = |gso_size: u16, hdr_len: u16| {
+        let mut p = PacketBuf::from_frame(&tcp_frame(60000, &[(0x8100, 10)]));
+        p.port = ca.0;
+        p.offload = OffloadMeta {
+            flags: OffloadMeta::F_NEEDS_CSUM,
+            gso_type: OffloadMeta::GSO_TCPV4,
+            hdr_len,
+            gso_size,
+            csum_start: 38,
+            csum_offset: 16,
+        };
+        let mut b = Batch::default();
+        b.push(p);
+        b
     };
-    b.push(p);
-    r.sw.process(0, &mut b, &mut r.out);
+    // 58 + 1460 = 1518 at ingress, 1522 with the S-tag on the trunk: both fit.
+    r.sw.process(0, &mut gso(1460, 4000), &mut r.out);
     let got = r.out.batch_mut(tr).drain().collect::<Vec<_>>();
-    assert_eq!(got.len(), 1);
+    assert_eq!(got.len(), 1, "a lying hdr_len must not make it oversize");
     assert_eq!(
         (got[0].offload.hdr_len, got[0].offload.csum_start),
-        (70, 38)
+        (4004, 42)
     );
+    // One byte more per segment: oversize at ingress.
+    let before = r.drops(ca, DropReason::Oversize);
+    r.sw.process(0, &mut gso(1461, 58), &mut r.out);
+    assert_eq!(r.drops(ca, DropReason::Oversize), before + 1);
+}
+
+/// An IPv4/TCP frame of `len` bytes with `tags`: real headers (20-byte IP, 20-byte TCP), so
+/// GSO segment sizes can be judged from them.
+fn tcp_frame(len: usize, tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = frame(mac(9), mac(1), tags, 14 + 4 * tags.len());
+    let ip_len = (len - f.len()) as u16;
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&ip);
+    let mut tcp = vec![0u8; 20];
+    tcp[12] = 5 << 4;
+    f.extend_from_slice(&tcp);
+    f.resize(len, 0x61);
+    f
 }
 
 #[test]

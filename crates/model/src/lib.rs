@@ -37,13 +37,18 @@ impl Meta {
         self.gso_type & 0x7f != 0
     }
 
-    /// R6: what the size check judges: one segment (headers + `gso_size`, at most the whole
-    /// frame) for a GSO frame, else the frame.
-    fn wire_len(&self, frame_len: usize) -> usize {
-        if self.is_gso() {
-            frame_len.min(self.hdr_len as usize + self.gso_size as usize)
-        } else {
-            frame_len
+    /// R6: what the size check judges: for a GSO frame one segment — the headers as parsed
+    /// (through the well-known TPIDs and `tpid`, the judging port's) plus `gso_size`, at most
+    /// the whole frame; the whole frame if it does not parse to a transport payload. Otherwise
+    /// the frame. `hdr_len` is not used: senders fill it unreliably.
+    fn wire_len(&self, frame: &[u8], tpid: u16) -> usize {
+        if !self.is_gso() {
+            return frame.len();
+        }
+        let is_tag = |t: qbridge_wire::Tpid| t.is_well_known() || t.0 == tpid;
+        match qbridge_wire::parse_headers(frame, is_tag).map(|h| h.payload_offset) {
+            Ok(Some(headers)) => frame.len().min(headers + self.gso_size as usize),
+            _ => frame.len(),
         }
     }
 
@@ -719,7 +724,7 @@ impl Model {
         if len < 14 {
             return self.drop_on(in_id, DropReason::Runt);
         }
-        if f.meta.wire_len(len) > self.port_max_frame(in_id) as usize {
+        if f.meta.wire_len(&f.bytes, self.port_tpid(in_id)) > self.port_max_frame(in_id) as usize {
             return self.drop_on(in_id, DropReason::Oversize);
         }
         let dst = mac_at(&f.bytes, 0);
@@ -963,7 +968,7 @@ impl Model {
             }
         }
         let len = bytes.len();
-        if meta.wire_len(len) > self.port_max_frame(e) as usize {
+        if meta.wire_len(&bytes, self.port_tpid(e)) > self.port_max_frame(e) as usize {
             return self.drop_on(e, DropReason::Oversize);
         }
         let c = &mut self.port_mut(e).counters;

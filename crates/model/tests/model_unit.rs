@@ -131,16 +131,30 @@ fn egress_oversize_after_push_is_counted_on_the_egress_port() {
     assert!(out.is_empty());
     assert_eq!(r.drops(1, DropReason::Oversize), 1);
     assert_eq!(r.drops(0, DropReason::Oversize), 0);
-    // GSO: the segment (hdr_len + gso_size) is judged, not the super-frame.
+    // GSO: the segment (parsed headers + gso_size) is judged, not the super-frame, and not
+    // hdr_len (a sender's linear length).
     let meta = Meta {
         gso_type: 1,
-        hdr_len: 54,
+        hdr_len: 9000,
         gso_size: 1400,
         ..Meta::default()
     };
-    let out = r.send_meta(0, frame(MacAddr::BROADCAST, mac(1), &[], 20000), meta);
+    let mut f = frame(MacAddr::BROADCAST, mac(1), &[], 14);
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
+    ip[2..4].copy_from_slice(&(20000u16 - 14).to_be_bytes());
+    f.extend_from_slice(&ip);
+    let mut tcp = vec![0u8; 20];
+    tcp[12] = 5 << 4;
+    f.extend_from_slice(&tcp);
+    f.resize(20000, 0x61);
+    let out = r.send_meta(0, f.clone(), meta);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.len(), 20004);
+    // Not a transport payload: judged whole.
+    let out = r.send_meta(0, frame(MacAddr::BROADCAST, mac(1), &[], 20000), meta);
+    assert!(out.is_empty());
 }
 
 #[test]
