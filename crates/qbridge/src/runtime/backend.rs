@@ -14,7 +14,7 @@ use qbridge_io::pcap::{PcapReader, PcapWriter};
 use qbridge_io::tap::TapPort;
 use qbridge_io::{IoError, Port, PortCaps, TxOutcome};
 use qbridge_packet::{Batch, BufPool};
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
 /// An open backend.
@@ -43,10 +43,11 @@ impl Live {
     }
 
     /// The descriptor to wait on; `None` for a backend without one (pcap).
-    pub fn raw_fd(&self) -> Option<RawFd> {
+    /// The descriptor to wait on, if the backend has one (pcap input has none).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Live::AfPacket(p) => Some(p.as_raw_fd()),
-            Live::Tap(p) => Some(p.as_raw_fd()),
+            Live::AfPacket(p) => Some(p.as_fd()),
+            Live::Tap(p) => Some(p.as_fd()),
             Live::Pcap(_) => None,
         }
     }
@@ -66,17 +67,6 @@ impl Live {
             _ => Ok(()),
         }
     }
-}
-
-/// Borrows a descriptor the caller's backend owns, for registering it with epoll.
-///
-/// The io crate's ports implement `AsRawFd` but not `AsFd`; with `AsFd` there (a two-line
-/// addition in crates/io) this function and its `unsafe` go away.
-#[allow(unsafe_code)]
-pub(crate) fn borrow_fd<'a>(_owner: &'a Live, fd: RawFd) -> BorrowedFd<'a> {
-    // SAFETY: `fd` is the descriptor owned by `_owner` (from `Live::raw_fd`), which is open for
-    // as long as `_owner` lives; the returned borrow cannot outlive `_owner`.
-    unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
 /// A pcap-file port (see the module documentation).

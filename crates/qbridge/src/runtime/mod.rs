@@ -23,7 +23,7 @@
 
 pub(crate) mod backend;
 
-use backend::{borrow_fd, Live, PcapPort};
+use backend::{Live, PcapPort};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, Outputs, PortId};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, FdbCommand, LinkCommand, Op, PortSpec,
@@ -666,10 +666,10 @@ impl Runtime {
         self.generation += 1;
         slot.token = (self.generation << 16) | u64::from(id);
         if let Some(live) = &slot.live {
-            if let Some(fd) = live.raw_fd() {
+            if let Some(fd) = live.fd() {
                 let r = epoll::add(
                     &self.epoll,
-                    borrow_fd(live, fd),
+                    fd,
                     epoll::EventData::new_u64(slot.token),
                     epoll::EventFlags::IN,
                 );
