@@ -104,6 +104,10 @@ measure() {  # measure NAME
     R[$1,t4]=$(tcp_gbps -P 4)
     R[$1,pps]=$(udp_kfps)
     R[$1,rtt]=$(rtt_us)
+    if [ -S "$tmp/qb.sock" ]; then  # qbridge's own drop counters, per port
+        "$qb" --socket "$tmp/qb.sock" -s link show |
+            awk '/^[^ ]/ { port = $1 } /drops:/ && !/none/ { print "    " port " " $0 }' >&2
+    fi
     printf '  %-9s TCP1 %s Gbit/s  TCP4 %s Gbit/s  64B %s kframes/s  RTT %s us\n' \
         "$1" "${R[$1,t1]}" "${R[$1,t4]}" "${R[$1,pps]}" "${R[$1,rtt]}" >&2
 }

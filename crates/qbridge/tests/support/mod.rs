@@ -683,8 +683,8 @@ pub struct FrameInfo {
     pub offload: OffloadMeta,
     /// IP protocol number when IPv4/IPv6.
     pub ip_proto: Option<u8>,
-    /// Bytes of L3 packet per segment: the IP packet length of a plain frame, or headers +
-    /// gso_size for a super-frame (what the segments will be on a 1500-byte link).
+    /// Bytes of L3 packet per segment: the IP packet length of a plain frame, or the parsed
+    /// L3+L4 headers + gso_size for a super-frame (what its segments are on the wire).
     pub l3_segment_len: Option<usize>,
     /// The first 128 bytes.
     pub head: Vec<u8>,
@@ -724,11 +724,11 @@ impl FrameInfo {
         if let Ok(h) = parse_headers(frame, Tpid::is_well_known) {
             f.ip_proto = h.l4_proto.map(|p| u8::from(p));
             let l3_len = h.l3_end.saturating_sub(h.l3_offset);
-            f.l3_segment_len = Some(if offload.is_gso() {
-                (usize::from(offload.hdr_len) + usize::from(offload.gso_size))
-                    .saturating_sub(h.l3_offset)
-            } else {
-                l3_len
+            // The kernel's `hdr_len` is only a hint (on receive it is the skb's linear length,
+            // often the whole frame), so the headers are measured here.
+            f.l3_segment_len = Some(match (offload.is_gso(), h.payload_offset) {
+                (true, Some(payload)) => payload - h.l3_offset + usize::from(offload.gso_size),
+                _ => l3_len,
             });
         }
         f
