@@ -554,14 +554,12 @@ fn ping(from: &Host, to: &str) -> String {
 /// Byte stream pattern: splitmix64 of the 8-byte word index, so a lost, duplicated or
 /// reordered segment is a mismatch.
 fn pattern(off: u64, buf: &mut [u8]) {
-    let mut o = off;
-    for b in buf.iter_mut() {
+    for (o, b) in (off..).zip(buf.iter_mut()) {
         let mut z = (o >> 3).wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         *b = z.to_le_bytes()[(o & 7) as usize];
-        o += 1;
     }
 }
 

@@ -194,7 +194,7 @@ fn other_tpid_frames_are_untagged() {
     let (h1, h2) = (star.h(1), star.h(2));
     let f = frame(UNKNOWN_DST, MAC_X, &[(0x88a8, 3), (0x8100, 5)], 0x0800, 46);
     let cap = Capture::start(&h2.ns, "eth0", 100).unwrap();
-    inject(&h1.ns, "eth0", &[f.clone()]).unwrap();
+    inject(&h1.ns, "eth0", std::slice::from_ref(&f)).unwrap();
     assert!(
         wait_until(Duration::from_secs(2), || fdb_has_vlan(
             &ctl,
@@ -303,7 +303,7 @@ fn flooding_per_port_flags() {
         ctl.cmd(&["link", "set", "dev", "p3", flag, "off"]).unwrap();
         let cap2 = Capture::start(&h2.ns, "eth0", 0).unwrap();
         let cap3 = Capture::start(&h3.ns, "eth0", 0).unwrap();
-        inject(&h1.ns, "eth0", &[f.clone()]).unwrap();
+        inject(&h1.ns, "eth0", std::slice::from_ref(&f)).unwrap();
         let (c2, c3) = (cap2.finish().unwrap(), cap3.finish().unwrap());
         assert_eq!(
             c2.count_from(&[MAC_X]),

@@ -670,6 +670,9 @@ pub fn tcp_connects(from: &Host, to: &Host, wait: Duration) -> bool {
 
 // ----- frames -----
 
+/// A tag stack as (TPID, VID) pairs, outermost first.
+pub type TagList = Vec<(u16, u16)>;
+
 /// One captured frame, decoded once.
 #[derive(Clone, Debug)]
 pub struct FrameInfo {
@@ -722,7 +725,7 @@ impl FrameInfo {
             f.ethertype = u16::from_be_bytes([frame[at], frame[at + 1]]);
         }
         if let Ok(h) = parse_headers(frame, Tpid::is_well_known) {
-            f.ip_proto = h.l4_proto.map(|p| u8::from(p));
+            f.ip_proto = h.l4_proto.map(u8::from);
             let l3_len = h.l3_end.saturating_sub(h.l3_offset);
             // The kernel's `hdr_len` is only a hint (on receive it is the skb's linear length,
             // often the whole frame), so the headers are measured here.
@@ -778,11 +781,11 @@ pub struct Captured {
     /// Every frame received, kept or not.
     pub total: u64,
     /// Frames per tag stack (TPID, VID list).
-    pub by_stack: BTreeMap<Vec<(u16, u16)>, u64>,
+    pub by_stack: BTreeMap<TagList, u64>,
     /// Frames per source MAC.
     pub by_src: BTreeMap<[u8; 6], u64>,
     /// Frames per (source MAC, tag stack).
-    pub by_src_stack: BTreeMap<([u8; 6], Vec<(u16, u16)>), u64>,
+    pub by_src_stack: BTreeMap<([u8; 6], TagList), u64>,
     /// Largest L3 packet per segment seen in TCP frames.
     pub max_tcp_segment_l3: usize,
     /// TCP frames that were super-frames.
