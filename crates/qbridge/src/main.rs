@@ -21,6 +21,7 @@ Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
        qbridge [OPTIONS] -batch FILE
        qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT] [--pcap-dir DIR]
        qbridge replay -batch CONFIG --in PORT=FILE.pcap [--in ...] --out DIR
+       qbridge demo [--seconds N] [--examples DIR]   (live Q-in-Q network in namespaces)
 
 OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
