@@ -46,58 +46,7 @@ replays the pcap example in DIR/provider-bridge instead (default: the repository
 /// The daemon's configuration: see the module doc for the picture. Interface names in the
 /// switch namespace: `a0`..`d0` face the hosts, `c1u`-`p1c` joins CE1 to PE1 (and so on),
 /// `t1`-`t2` is the trunk.
-const BATCH: &str = "\
-link add ce1 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce2 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce3 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce4 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add pe1 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
-link add pe2 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
-link add ce1-host type afpacket dev a0
-link add ce1-up type afpacket dev c1u
-link add ce3-host type afpacket dev c0
-link add ce3-up type afpacket dev c3u
-link add ce2-host type afpacket dev b0
-link add ce2-up type afpacket dev c2u
-link add ce4-host type afpacket dev d0
-link add ce4-up type afpacket dev c4u
-link add pe1-cust1 type afpacket dev p1c
-link add pe1-cust2 type afpacket dev p1d
-link add pe1-trunk type afpacket dev t1
-link add pe2-cust1 type afpacket dev p2c
-link add pe2-cust2 type afpacket dev p2d
-link add pe2-trunk type afpacket dev t2
-link set dev ce1-host master ce1
-link set dev ce1-up master ce1
-link set dev ce3-host master ce3
-link set dev ce3-up master ce3
-link set dev ce2-host master ce2
-link set dev ce2-up master ce2
-link set dev ce4-host master ce4
-link set dev ce4-up master ce4
-link set dev pe1-cust1 master pe1
-link set dev pe1-cust2 master pe1
-link set dev pe1-trunk master pe1
-link set dev pe2-cust1 master pe2
-link set dev pe2-cust2 master pe2
-link set dev pe2-trunk master pe2
-vlan add vid 10 dev ce1-host pvid untagged
-vlan add vid 10 dev ce1-up
-vlan add vid 10 dev ce3-host pvid untagged
-vlan add vid 10 dev ce3-up
-vlan add vid 10 dev ce2-host pvid untagged
-vlan add vid 10 dev ce2-up
-vlan add vid 10 dev ce4-host pvid untagged
-vlan add vid 10 dev ce4-up
-vlan add vid 100 dev pe1-cust1 pvid untagged
-vlan add vid 200 dev pe1-cust2 pvid untagged
-vlan add vid 100 dev pe1-trunk
-vlan add vid 200 dev pe1-trunk
-vlan add vid 100 dev pe2-cust1 pvid untagged
-vlan add vid 200 dev pe2-cust2 pvid untagged
-vlan add vid 100 dev pe2-trunk
-vlan add vid 200 dev pe2-trunk
-";
+const BATCH: &str = include_str!("../../../examples/provider-network.batch");
 
 /// Host name, address, the switch-side interface, and what it is.
 const HOSTS: [(&str, &str, &str, &str); 4] = [

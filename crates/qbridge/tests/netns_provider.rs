@@ -32,64 +32,7 @@ struct Provider {
 /// The daemon's configuration. Interface names (in the switch namespace): `a0`, `b0`, `c0`,
 /// `d0` face the hosts; `c1u`-`p1c` joins CE1 to PE1 (`c3u`-`p1d` CE3, `p2c`-`c2u` PE2 to CE2,
 /// `p2d`-`c4u` PE2 to CE4); `t1`-`t2` is the 802.1ad trunk.
-const BATCH: &str = "\
-link add ce1 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce2 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce3 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add ce4 type bridge vlan_filtering 1 vlan_default_pvid 0
-link add pe1 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
-link add pe2 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
-
-link add ce1-host type afpacket dev a0
-link add ce1-up type afpacket dev c1u
-link add ce3-host type afpacket dev c0
-link add ce3-up type afpacket dev c3u
-link add ce2-host type afpacket dev b0
-link add ce2-up type afpacket dev c2u
-link add ce4-host type afpacket dev d0
-link add ce4-up type afpacket dev c4u
-link add pe1-cust1 type afpacket dev p1c
-link add pe1-cust2 type afpacket dev p1d
-link add pe1-trunk type afpacket dev t1
-link add pe2-cust1 type afpacket dev p2c
-link add pe2-cust2 type afpacket dev p2d
-link add pe2-trunk type afpacket dev t2
-
-link set dev ce1-host master ce1
-link set dev ce1-up master ce1
-link set dev ce3-host master ce3
-link set dev ce3-up master ce3
-link set dev ce2-host master ce2
-link set dev ce2-up master ce2
-link set dev ce4-host master ce4
-link set dev ce4-up master ce4
-link set dev pe1-cust1 master pe1
-link set dev pe1-cust2 master pe1
-link set dev pe1-trunk master pe1
-link set dev pe2-cust1 master pe2
-link set dev pe2-cust2 master pe2
-link set dev pe2-trunk master pe2
-
-# Customer edges: the host's port is access VLAN 10, the uplink carries 10 tagged (C-tag).
-vlan add vid 10 dev ce1-host pvid untagged
-vlan add vid 10 dev ce1-up
-vlan add vid 10 dev ce3-host pvid untagged
-vlan add vid 10 dev ce3-up
-vlan add vid 10 dev ce2-host pvid untagged
-vlan add vid 10 dev ce2-up
-vlan add vid 10 dev ce4-host pvid untagged
-vlan add vid 10 dev ce4-up
-
-# Provider edges: a customer port maps everything into its S-VLAN; the trunk carries both.
-vlan add vid 100 dev pe1-cust1 pvid untagged
-vlan add vid 200 dev pe1-cust2 pvid untagged
-vlan add vid 100 dev pe1-trunk
-vlan add vid 200 dev pe1-trunk
-vlan add vid 100 dev pe2-cust1 pvid untagged
-vlan add vid 200 dev pe2-cust2 pvid untagged
-vlan add vid 100 dev pe2-trunk
-vlan add vid 200 dev pe2-trunk
-";
+const BATCH: &str = include_str!("../../../examples/provider-network.batch");
 
 fn build() -> Provider {
     let mut lab = Lab::new("provider");
