@@ -336,6 +336,11 @@ impl Lab {
     /// socket appears (the batch is applied and the ports are open). `batch` is the file's
     /// text.
     pub fn daemon(&mut self, ns: &str, batch: &str) -> Result<Ctl> {
+        self.daemon_args(ns, batch, &[])
+    }
+
+    /// As [`Lab::daemon`], with extra daemon options (e.g. `--pcap-dir DIR`).
+    pub fn daemon_args(&mut self, ns: &str, batch: &str, extra: &[&str]) -> Result<Ctl> {
         let n = self.daemons.len();
         let batch_path = self.dir.join(format!("d{n}.batch"));
         let socket = self.dir.join(format!("d{n}.sock"));
@@ -351,6 +356,7 @@ impl Lab {
             .arg(&batch_path)
             .arg("--socket")
             .arg(&socket)
+            .args(extra)
             .env(
                 "QBRIDGE_LOG",
                 std::env::var("QBRIDGE_LOG").unwrap_or_else(|_| "info".into()),
