@@ -44,7 +44,8 @@ fuzz_target!(|data: &[u8]| {
         fdb_max_learned: (b.u8() % 8) as u32,
         fdb_max_entries: (b.u8() % 16) as u32 + 1,
         group_fwd_mask: b.u16() & !0x0007,
-        ageing_time_ns: (b.u8() as u64) * 1_000_000,
+        // 0 (hub: nothing learned) or 1-4 s: the range the bridge accepts, short enough to age.
+        ageing_time_ns: (b.u8() % 5) as u64 * 1_000_000_000,
     };
     let mut sw = Switch::new();
     let br = sw.add_bridge("br0", settings).expect("valid settings");
