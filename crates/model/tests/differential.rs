@@ -166,7 +166,7 @@ fn offload() -> impl Strategy<Value = OffloadMeta> {
             csum_offset: off % 20,
             ..Default::default()
         }),
-        1 => (18u16..80, 1u16..400, prop::bool::ANY, prop::sample::select(vec![1u8, 3, 4, 0x81]))
+        1 => (18u16..80, prop_oneof![3 => 1u16..400, 1 => 1400u16..1500], prop::bool::ANY, prop::sample::select(vec![1u8, 3, 4, 0x81]))
             .prop_map(|(hdr, gso, csum, ty)| OffloadMeta {
                 flags: if csum { OffloadMeta::F_NEEDS_CSUM } else { 0 },
                 gso_type: ty,
@@ -194,11 +194,25 @@ fn frame_spec(nports: usize) -> impl Strategy<Value = common::FrameSpec> {
             1 => 2000usize..=3000,
         ],
         offload(),
+        prop::bool::weighted(0.3),
     )
-        .prop_map(|(port, dst, src, ntags, tags, len, meta)| {
+        .prop_map(|(port, dst, src, ntags, tags, len, meta, real_ip)| {
             let mut bytes = common::frame(dst, src, &tags[..ntags], len);
             // Runt lengths cut the frame; a runt of 14-17 bytes often keeps a tag's TPID.
             bytes.truncate(len);
+            // Real IPv4 + TCP headers after the tags, so GSO frames are judged per segment
+            // (headers as parsed + gso_size) where the tags let the parser through.
+            let l3 = 14 + 4 * ntags;
+            if real_ip && bytes.len() >= l3 + 40 {
+                let total = ((bytes.len() - l3) as u16).to_be_bytes();
+                let ip = [
+                    0x45, 0, total[0], total[1], 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0,
+                    2,
+                ];
+                bytes[l3..l3 + 20].copy_from_slice(&ip);
+                bytes[l3 + 20..l3 + 40].fill(0);
+                bytes[l3 + 32] = 5 << 4;
+            }
             common::FrameSpec {
                 port,
                 bytes: Hex(bytes),
