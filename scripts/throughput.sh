@@ -11,7 +11,7 @@
 # receiver's count: frames that crossed, not frames offered); ping RTT (average of 100 at
 # 10 ms). Prints a table with ratios to the kernel bridge.
 #
-# Usage (root): scripts/throughput.sh [SECONDS]   (default 5; SETUPS="veth kbridge" runs a subset). Installs iperf3 when missing,
+# Usage (root): scripts/throughput.sh [SECONDS]   (default 5; SETUPS="veth kbridge" runs a subset; QB_DAEMON_ARGS="--busy-poll-us 200" passes daemon options). Installs iperf3 when missing,
 # builds qbridge --release. Everything it creates (namespaces qbtp-PID-*, the daemons, iperf3
 # servers) is removed on exit, also on Ctrl-C.
 set -euo pipefail
@@ -64,7 +64,8 @@ hosts() {  # the two hosts, with the switch-side ends $1 and $2 in namespace sw
 }
 start_daemon() {  # start_daemon BATCHFILE
     local sock=$tmp/qb.sock
-    QBRIDGE_LOG=warn ip netns exec "$p-sw" "$qb" daemon -batch "$1" --socket "$sock" \
+    # shellcheck disable=SC2086  # QB_DAEMON_ARGS is a word list, e.g. "--busy-poll-us 200"
+    QBRIDGE_LOG=warn ip netns exec "$p-sw" "$qb" daemon -batch "$1" --socket "$sock" ${QB_DAEMON_ARGS:-} \
         2>"$tmp/daemon.log" &
     pids+=($!)
     for _ in $(seq 200); do [ -S "$sock" ] && return 0; sleep 0.05; done
