@@ -130,7 +130,10 @@ pub fn build(p: Params) -> Scenario {
         vlan_filtering: true,
         vlan_protocol: protocol,
         default_pvid: 0,
-        fdb_max_entries: (p.macs * 2).max(1 << 16),
+        fdb_max_entries: p
+            .macs
+            .saturating_mul(2)
+            .clamp(1 << 16, qbridge_bridge::config::FDB_LIMIT_MAX_ENTRIES),
         ..Default::default()
     };
     let br = sw.add_bridge("br0", settings).expect("bridge");

@@ -45,7 +45,8 @@ pub struct BridgeSettings {
     pub vlan_protocol: VlanProtocol,
     /// PVID (untagged) a port gets when it joins; 0 = none.
     pub default_pvid: u16,
-    /// Dynamic FDB entries not seen for this long are removed; 0 = never.
+    /// Dynamic FDB entries idle this long are removed. 0: every dynamic entry expires at once —
+    /// nothing is learned, dynamic entries are not used, the bridge floods like a hub (Linux).
     pub ageing_time_ns: u64,
     /// Most dynamically learned FDB entries in the bridge; 0 = no limit.
     pub fdb_max_learned: u32,

@@ -1,8 +1,11 @@
 //! Drop reasons and counters.
 //!
 //! Every frame the core does not forward is counted under exactly one [`DropReason`], on the
-//! port where the decision was made: ingress reasons on the receiving port, egress reasons
-//! (`Oversize` after a tag push, `EgressNotMember`, …) on the port the copy was meant for.
+//! port where the decision was made: whole-frame decisions (including `EgressNotMember`,
+//! `EgressDown`, `Isolated`, `SamePort`, `Local`, `NoDestination`) on the receiving port; the
+//! per-copy egress size check (`Oversize` after a tag push) on the port the copy was meant for;
+//! `TxQueueFull` and `TxError` by the I/O layer on the transmitting port (also for frames it could
+//! not segment or checksum in software).
 
 use serde::Serialize;
 
@@ -67,7 +70,8 @@ drop_reasons! {
     NoDestination = "no_destination",
     /// The egress port's output queue was full (set by I/O layers).
     TxQueueFull = "tx_queue_full",
-    /// The egress port failed to send (set by I/O layers).
+    /// The egress port failed to send, or the frame could not be segmented or checksummed in
+    /// software for a port without those offloads (set by I/O layers).
     TxError = "tx_error",
 }
 

@@ -191,7 +191,8 @@ fn parse_on_off(kw: &'static str, s: &str) -> Result<bool, ControlError> {
 }
 
 /// Seconds with an optional fraction (`300`, `0.25` is refused, `1.5`), to nanoseconds.
-/// Allowed: 0 (never age) or 1 to 1000000 seconds.
+/// Allowed: 0 (every dynamic entry expires at once: the bridge floods like a hub, as in Linux)
+/// or 1 to 1000000 seconds.
 fn parse_ageing_time(s: &str) -> Result<u64, ControlError> {
     let bad = || ControlError::BadValue {
         what: "ageing_time",

@@ -1,7 +1,9 @@
 //! AF_PACKET port: a Linux interface (veth, physical NIC) as a switch port.
 //!
-//! Receive uses a TPACKET_V3 memory-mapped ring (blocks of variable-size frames handed over
-//! whole, so one ring walk serves a burst without syscalls). Transmit uses `sendmmsg(2)`: one
+//! Receive uses a memory-mapped ring, one ring walk per burst without syscalls: TPACKET_V2 by
+//! default (fixed 64.5 KiB slots handed over as soon as each is filled), or TPACKET_V3 (blocks of
+//! variable-size frames handed over whole — denser, but a partly filled block waits for its
+//! timer: ~0.9 ms added per hop at low rates, see docs/decisions.md 12). Transmit uses `sendmmsg(2)`: one
 //! syscall — one kick — per batch, each message a virtio-net header and the frame in two
 //! iovecs. Chosen over a TPACKET_V2/V3 transmit ring because the ring needs a `send()` kick per
 //! batch anyway, copies the frame into the ring just as `sendmmsg` copies it into an skb, and

@@ -7,8 +7,8 @@
 //! structs, `Vec`s and `BTreeMap`s; every decision is a linear scan written in the order of
 //! `docs/semantics.md`, whose rule numbers the comments below cite (R1, R2, …).
 //!
-//! Where the fast path's behaviour differs from the Linux bridge and the difference is not a
-//! documented qbridge extension, the model follows Linux (see "Open divergences" in
+//! The model follows the Linux bridge wherever qbridge has no documented extension; the fast
+//! path once differed from it in places (see "Divergences found … now fixed" in
 //! `docs/semantics.md`): `ageing_time 0` disables learning, an entry idle for exactly
 //! `ageing_time` is aged, and a port going down loses its dynamic FDB entries.
 //!

@@ -101,18 +101,20 @@ pub fn segment(
         buf[..hdr_len].copy_from_slice(&frame[..hdr_len]);
         buf[hdr_len..].copy_from_slice(chunk);
 
-        // L3 length fields are at most the super-frame's, so they fit in u16.
-        let l3_len = (hdr_len - l3 + chunk.len()) as u16;
+        // Each segment's L3 length field is at most the super-frame's, so it fits in u16. For
+        // IPv6 that field is the payload length (the fixed header excluded), which can be 65535
+        // while header + payload is not representable: compute each in its own terms.
+        let l3_len = hdr_len - l3 + chunk.len();
         let l4_len = (hdr_len - l4 + chunk.len()) as u32;
         let pseudo = if want == EtherType::Ipv4 {
             let mut ip = ipv4::Packet::new_unchecked(&mut buf[l3..]);
-            ip.set_total_len(l3_len);
+            ip.set_total_len(l3_len as u16);
             ip.set_ident(ident0.wrapping_add(i as u16));
             ip.fill_checksum();
             checksum::pseudo_header_v4(ip.src_addr(), ip.dst_addr(), IpProtocol::Tcp, l4_len)
         } else {
             let mut ip = ipv6::Packet::new_unchecked(&mut buf[l3..]);
-            ip.set_payload_len(l3_len - ipv6::HEADER_LEN as u16);
+            ip.set_payload_len((l3_len - ipv6::HEADER_LEN) as u16);
             checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), IpProtocol::Tcp, l4_len)
         };
 

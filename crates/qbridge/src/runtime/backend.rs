@@ -42,7 +42,6 @@ impl Live {
         }
     }
 
-    /// The descriptor to wait on; `None` for a backend without one (pcap).
     /// The descriptor to wait on, if the backend has one (pcap input has none).
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
