@@ -37,7 +37,7 @@ fn fdb_has_vlan(ctl: &Ctl, mac: &str, port: &str, vlan: Option<u64>) -> bool {
 /// machine, not qbridge, is the problem.
 #[test]
 fn harness_kernel_bridge_baseline() {
-    if let Some(reason) = support::env_skip_reason() {
+    if let Some(reason) = support::skip_reason() {
         eprintln!("SKIPPED: {reason}");
         return;
     }

@@ -5,8 +5,19 @@
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// `Some(reason)` when namespace tests cannot run here.
+/// `Some(reason)` when namespace tests cannot run here. With `QBRIDGE_REQUIRE_NETNS` set
+/// (scripts/test.sh sets it when run as root, so in CI) a reason is a failure, not a skip.
 pub fn skip_reason() -> Option<String> {
+    let reason = why_not()?;
+    if std::env::var("QBRIDGE_REQUIRE_NETNS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        panic!(
+            "namespace tests are required here (QBRIDGE_REQUIRE_NETNS) but cannot run: {reason}"
+        );
+    }
+    Some(reason)
+}
+
+fn why_not() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
@@ -14,6 +25,9 @@ pub fn skip_reason() -> Option<String> {
     match Command::new("ip").arg("-V").output() {
         Ok(o) if o.status.success() => {}
         _ => return Some("the ip(8) command is not available".into()),
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing".into());
     }
     None
 }
