@@ -68,6 +68,14 @@ drop_reasons! {
     EgressDown = "egress_down",
     /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
     NoDestination = "no_destination",
+    /// A received frame was longer than the receive buffer and arrived cut short (set by I/O
+    /// layers).
+    RxTruncated = "rx_truncated",
+    /// A port without promiscuous mode received a unicast frame for an address it does not
+    /// serve, which the device delivered anyway (set by I/O layers).
+    RxFiltered = "rx_filtered",
+    /// A read from the backend was too short to hold a frame (set by I/O layers).
+    RxShort = "rx_short",
     /// The egress port's output queue was full (set by I/O layers).
     TxQueueFull = "tx_queue_full",
     /// The egress port failed to send, or the frame could not be segmented or checksummed in

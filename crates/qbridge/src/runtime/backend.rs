@@ -26,6 +26,19 @@ pub(crate) enum Live {
 }
 
 impl Live {
+    /// Frames the backend itself dropped so far, cumulative since it was opened: truncated,
+    /// filtered (not for this port), short reads.
+    pub fn drops(&self) -> [u64; 3] {
+        match self {
+            Live::AfPacket(p) => {
+                let s = p.stats();
+                [s.rx_truncated, s.rx_otherhost_filtered, 0]
+            }
+            Live::Tap(p) => [0, 0, p.stats().rx_short],
+            Live::Pcap(_) => [0; 3],
+        }
+    }
+
     pub fn port(&mut self) -> &mut dyn Port {
         match self {
             Live::AfPacket(p) => p.as_mut(),

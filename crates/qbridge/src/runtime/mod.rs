@@ -147,6 +147,9 @@ struct Slot {
     /// AF_PACKET: the filter the open socket has.
     filter: Option<RxFilter>,
     status: BackendStatus,
+    /// The backend's own drop counts last folded into the switch's counters (see
+    /// [`Live::drops`]).
+    seen_drops: [u64; 3],
 }
 
 /// The datapath thread's state. See the module documentation.
@@ -328,10 +331,31 @@ impl Runtime {
             return;
         };
         debug_assert!(self.rx.is_empty());
-        match live
+        let received = live
             .port()
-            .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST)
-        {
+            .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST);
+        // Frames the backend dropped before they reached the switch, as named drops. A reopened
+        // backend starts its counts again at 0.
+        let drops = live.drops();
+        if drops != slot.seen_drops {
+            let c = self.session.switch_mut().port_counters_mut(PortId(id));
+            let reasons = [
+                DropReason::RxTruncated,
+                DropReason::RxFiltered,
+                DropReason::RxShort,
+            ];
+            for k in 0..3 {
+                let seen = slot.seen_drops[k];
+                let new = if drops[k] >= seen {
+                    drops[k] - seen
+                } else {
+                    drops[k]
+                };
+                c.drops[reasons[k] as usize] += new;
+            }
+            slot.seen_drops = drops;
+        }
+        match received {
             Ok(0) => return,
             Ok(_) => {}
             Err(e) => {
@@ -695,6 +719,7 @@ impl Runtime {
             link_downs: 0,
             filter: None,
             status: BackendStatus::default(),
+            seen_drops: [0; 3],
         };
         let mut warning = None;
         match spec {
