@@ -589,25 +589,29 @@ impl Runtime {
     fn execute(&mut self, op: Op) -> Response {
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
-        let before = changes(&op).then(|| self.session.clone());
+        // A copy to roll back to is needed only when reconciling can fail hard, which is when a
+        // new port's backend cannot be opened; copying the session (every FDB) before each
+        // `fdb add` would stall forwarding for milliseconds on a large table.
+        let changing = changes(&op);
+        let before = may_open_ports(&op).then(|| self.session.clone());
         let r = match op {
             Op::Command { out, words } => {
                 parse_words(&words).and_then(|cmd| self.session.execute(&cmd, out))
             }
             Op::Batch { out, text } => self.session.execute_batch(&text, out),
         };
-        match before {
-            Some(before) => self.commit(r, before),
-            None => match r {
+        if !changing {
+            return match r {
                 Ok(output) => Response::ok(output, Vec::new()),
                 Err(e) => Response::err(e.to_string()),
-            },
+            };
         }
+        self.commit(r, before)
     }
 
     /// After a command that may have changed the configuration: reconcile the backends, or
     /// undo the command when a backend cannot be opened.
-    fn commit(&mut self, r: Result<String, ControlError>, before: Session) -> Response {
+    fn commit(&mut self, r: Result<String, ControlError>, before: Option<Session>) -> Response {
         match r {
             Err(e) => Response::err(e.to_string()),
             Ok(output) => match self.reconcile() {
@@ -617,13 +621,21 @@ impl Runtime {
                     }
                     Response::ok(output, warnings)
                 }
-                Err(e) => {
-                    self.session = before;
-                    if let Err(e2) = self.reconcile() {
-                        tracing::error!("cannot restore the backends after a failed command: {e2}");
+                Err(e) => match before {
+                    Some(before) => {
+                        self.session = before;
+                        if let Err(e2) = self.reconcile() {
+                            tracing::error!(
+                                "cannot restore the backends after a failed command: {e2}"
+                            );
+                        }
+                        Response::err(e)
                     }
-                    Response::err(e)
-                }
+                    // Not expected: only opening a new port fails hard.
+                    None => {
+                        Response::err(format!("{e} (the configuration change itself was applied)"))
+                    }
+                },
             },
         }
     }
@@ -975,6 +987,15 @@ fn open_afpacket_port(
 fn changes(op: &Op) -> bool {
     match op {
         Op::Command { words, .. } => parse_words(words).is_ok_and(|c| !is_show(&c)),
+        Op::Batch { .. } => true,
+    }
+}
+
+/// Commands that can open a backend: adding a port, or a batch (which may add ports).
+fn may_open_ports(op: &Op) -> bool {
+    match op {
+        Op::Command { words, .. } => parse_words(words)
+            .is_ok_and(|c| matches!(c, Command::Link(LinkCommand::AddPort { .. }))),
         Op::Batch { .. } => true,
     }
 }
