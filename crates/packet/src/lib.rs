@@ -53,16 +53,6 @@ impl OffloadMeta {
         self.flags & Self::F_NEEDS_CSUM != 0
     }
 
-    /// Bytes the largest segment of this frame takes on the wire (headers + `gso_size`); the
-    /// frame length itself when not GSO. Frame-size checks judge this, not the super-frame.
-    pub fn segment_len(&self, frame_len: usize) -> usize {
-        if self.is_gso() {
-            (self.hdr_len as usize + self.gso_size as usize).min(frame_len)
-        } else {
-            frame_len
-        }
-    }
-
     /// Shifts the header offsets after `delta` bytes were inserted (positive) or removed
     /// (negative) inside the Ethernet header, e.g. 4 per VLAN tag pushed or popped.
     pub fn shift_headers(&mut self, delta: isize) {
@@ -366,6 +356,5 @@ mod tests {
         assert_eq!((m.hdr_len, m.csum_start, m.csum_offset), (70, 38, 16));
         m.shift_headers(-8);
         assert_eq!((m.hdr_len, m.csum_start), (62, 30));
-        assert_eq!(m.segment_len(65000), 62 + 1448);
     }
 }
