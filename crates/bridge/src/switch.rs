@@ -892,7 +892,7 @@ impl Switch {
                 keyed.push(((bid.0, s.port, fid, key_mac(s.key)), view));
             }
         }
-        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        keyed.sort_unstable_by_key(|k| k.0);
         let out = keyed.into_iter().map(|(_, v)| v).collect();
         Ok(out)
     }

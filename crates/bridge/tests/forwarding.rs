@@ -413,8 +413,8 @@ fn learning_flags_flooding_hairpin_isolation() {
         .fdb_lookup(r.sw.bridge_id("br0").unwrap(), mac(7), 1)
         .is_none());
     // Nowhere to flood: counted.
-    for i in 0..3 {
-        r.set(p[i], |s| s.flood = false);
+    for &q in &p[..3] {
+        r.set(q, |s| s.flood = false);
     }
     expect(&r.send(p[3], frame(mac(60), mac(8), &[], 60)), &[]);
     assert_eq!(r.drops(p[3], DropReason::NoDestination), 1);

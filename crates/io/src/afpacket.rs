@@ -236,11 +236,23 @@ impl RxRing {
         unsafe { self.block_ptr(b).add(i * self.slot_bytes) }
     }
 
+    /// Whether the `n` bytes at `at` lie inside the mapping. The ring's own offsets (status
+    /// words) are inside by construction; offsets the kernel writes into the ring (`tp_mac`,
+    /// `tp_snaplen`, V3's next-frame offset) are checked here before anything is read.
+    fn inside(&self, at: *const u8, n: usize) -> bool {
+        let off = (at as usize).wrapping_sub(self.base.as_ptr() as usize);
+        off <= self.len && n <= self.len - off
+    }
+
     /// A status word shared with the kernel, at `at` (4-byte aligned, inside the mapping).
     fn status_word(&self, at: *mut u8) -> &AtomicU32 {
-        // SAFETY: callers pass the address of a u32 status word inside the mapping (blocks are
-        // page-aligned, slots 16-byte aligned); it is shared with the kernel, hence atomic; the
-        // mapping outlives the reference (tied to `&self`).
+        // Only the ring's own offsets come here (block and slot headers), never kernel data.
+        assert!(
+            self.inside(at, 4) && (at as usize) % 4 == 0,
+            "ring status word outside the mapping"
+        );
+        // SAFETY: `at` is a 4-byte aligned u32 inside the mapping (checked above); it is shared
+        // with the kernel, hence atomic; the mapping outlives the reference (tied to `&self`).
         unsafe { &*(at as *const AtomicU32) }
     }
 
@@ -248,9 +260,14 @@ impl RxRing {
         self.status_word(self.block_ptr(block).wrapping_add(field::BLK_STATUS))
     }
 
+    /// The u32 at `at`; 0 if those bytes are not inside the mapping.
     fn read_u32(&self, at: *const u8) -> u32 {
-        // SAFETY: callers pass pointers inside a block the kernel handed to user space
-        // (status TP_STATUS_USER, acquired), checked against the block bounds; unaligned read.
+        if !self.inside(at, 4) {
+            return 0;
+        }
+        // SAFETY: the 4 bytes are inside the mapping (checked above), which lives as long as
+        // `&self`; the read is unaligned-safe. Callers read only blocks or slots the kernel has
+        // handed to user space (status TP_STATUS_USER, acquired).
         unsafe { std::ptr::read_unaligned(at as *const u32) }
     }
 
@@ -262,8 +279,12 @@ impl RxRing {
         }
     }
 
+    /// The u16 at `at`; 0 if those bytes are not inside the mapping.
     fn read_u16(&self, at: *const u8) -> u16 {
-        // SAFETY: as for `read_u32`.
+        if !self.inside(at, 2) {
+            return 0;
+        }
+        // SAFETY: as for `read_u32`: 2 bytes inside the mapping, checked above.
         unsafe { std::ptr::read_unaligned(at as *const u16) }
     }
 }

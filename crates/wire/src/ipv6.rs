@@ -229,7 +229,7 @@ impl ExtWalk {
     /// True when the upper-layer header is in this packet: not a non-first fragment and not
     /// "no next header".
     pub fn has_upper_header(&self) -> bool {
-        self.upper != Protocol::Ipv6NoNxt && self.fragment.map_or(true, |f| f.offset_bytes == 0)
+        self.upper != Protocol::Ipv6NoNxt && self.fragment.is_none_or(|f| f.offset_bytes == 0)
     }
 }
 
