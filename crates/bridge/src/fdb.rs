@@ -19,7 +19,14 @@
 //! full, learning a new address evicts the oldest learned entry of the port holding the most
 //! learned entries (Open vSwitch's fair eviction), so a MAC flood on one port cannot push out
 //! the addresses of the others. "Oldest" is by time learned; a per-port queue of (key, stamp) in
-//! learning order finds it in amortised O(1), skipping queue entries that no longer match.
+//! learning order finds that port's oldest in amortised O(1), skipping queue entries that no
+//! longer match.
+//!
+//! **Costs to know.** The table grows by doubling inside `learn`, so the frame that crosses a
+//! power of two pays a rehash of the whole table once (milliseconds at a million entries; the
+//! table never shrinks, so it happens about 20 times in the life of a table that fills).
+//! A fair eviction scans the per-port learned counts (one u32 per port id) to find the port
+//! holding most; ports are few, so this is short, but it is per eviction, not O(1).
 //!
 //! **Threads.** Owned by the datapath that uses it; no locks.
 
@@ -145,6 +152,31 @@ pub(crate) enum Learned {
 
 const MIN_SLOTS: usize = 64;
 
+/// Home slot of `key` in a power-of-two table. Fibonacci hashing: the top bits of the product
+/// are well mixed.
+#[inline(always)]
+fn home_in(slots: &[Slot], key: u64) -> usize {
+    let bits = slots.len().trailing_zeros();
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+}
+
+/// Index of `key`'s slot, if present: linear probing from its home to the first empty slot.
+#[inline(always)]
+fn find_in(slots: &[Slot], key: u64) -> Option<usize> {
+    let mask = slots.len() - 1;
+    let mut i = home_in(slots, key);
+    loop {
+        let k = slots[i].key;
+        if k == key {
+            return Some(i);
+        }
+        if k == 0 {
+            return None;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Fdb {
     slots: Vec<Slot>,
@@ -190,26 +222,13 @@ impl Fdb {
 
     #[inline]
     fn home(&self, key: u64) -> usize {
-        // Fibonacci hashing: the top bits of the product are well mixed.
-        let bits = self.slots.len().trailing_zeros();
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+        home_in(&self.slots, key)
     }
 
     /// Index of `key`'s slot, if present.
     #[inline]
     pub fn find(&self, key: u64) -> Option<usize> {
-        let mask = self.mask();
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key;
-            if k == key {
-                return Some(i);
-            }
-            if k == 0 {
-                return None;
-            }
-            i = (i + 1) & mask;
-        }
+        find_in(&self.slots, key)
     }
 
     /// Reads the home slot of `key` and returns its key: a load the caller issues early, for
@@ -286,20 +305,10 @@ impl Fdb {
         // Drop stale queue entries now and then so the queue stays O(live entries).
         if q.len() > 2 * self.port_learned[port as usize] as usize + 64 {
             let slots = &self.slots;
-            let mask = slots.len() - 1;
-            let bits = slots.len().trailing_zeros();
             q.retain(|&(k, st)| {
-                let mut i = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize;
-                loop {
-                    let s = &slots[i];
-                    if s.key == k {
-                        return s.stamp == st && s.port == port && s.flags == 0;
-                    }
-                    if s.key == 0 {
-                        return false;
-                    }
-                    i = (i + 1) & mask;
-                }
+                find_in(slots, k).is_some_and(|i| {
+                    slots[i].stamp == st && slots[i].port == port && slots[i].flags == 0
+                })
             });
         }
     }
