@@ -172,3 +172,17 @@ pub struct OutputOptions {
     pub stats: bool,
     pub pretty: bool,
 }
+
+impl OutputOptions {
+    /// Sets the flag named by `opt` (an option word without its dashes: `j`, `json`, `s`,
+    /// `stats`, `statistics`, `p`, `pretty`); false if `opt` is not an output option.
+    pub fn set(&mut self, opt: &str) -> bool {
+        match opt {
+            "j" | "json" => self.json = true,
+            "s" | "stats" | "statistics" => self.stats = true,
+            "p" | "pretty" => self.pretty = true,
+            _ => return false,
+        }
+        true
+    }
+}

@@ -155,11 +155,8 @@ pub fn split_output_options(args: &[String]) -> Result<(OutputOptions, &[String]
             break;
         };
         let opt = opt.strip_prefix('-').unwrap_or(opt);
-        match opt {
-            "j" | "json" => out.json = true,
-            "s" | "stats" | "statistics" => out.stats = true,
-            "p" | "pretty" => out.pretty = true,
-            _ => return Err(format!("unknown option \"{a}\"")),
+        if !out.set(opt) {
+            return Err(format!("unknown option \"{a}\""));
         }
         i += 1;
     }

@@ -98,10 +98,11 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         };
         // iproute2 accepts "--json" as well as "-json".
         let opt = opt.strip_prefix('-').unwrap_or(opt);
+        if out.set(opt) {
+            i += 1;
+            continue;
+        }
         match opt {
-            "j" | "json" => out.json = true,
-            "s" | "stats" | "statistics" => out.stats = true,
-            "p" | "pretty" => out.pretty = true,
             "n" | "offline" => offline = true,
             "socket" => {
                 i += 1;
