@@ -178,7 +178,7 @@ fn interface_removal_is_link_down() {
 #[test]
 fn receives_tcp_super_frames_with_vnet_metadata() {
     skip_unless_root!();
-    use std::io::{Read, Write};
+    use std::io::Write;
     let v = VethPair::new().unwrap();
     v.ns_a
         .ip(&["addr", "add", "10.78.0.1/24", "dev", &v.a])
@@ -267,7 +267,7 @@ fn two_ports_carry_a_verified_tcp_stream_v2_ring() {
 }
 
 fn forward_tcp_stream(ring: RingVersion) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let left = VethPair::new().unwrap(); // hostA (ns_a) -- middle side (ns_b)
@@ -323,13 +323,7 @@ fn forward_tcp_stream(ring: RingVersion) {
     .unwrap()
     .unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut got = Vec::with_capacity(TOTAL);
-        s.read_to_end(&mut got).unwrap();
-        got
-    });
+    let server = common::tcp_sink(listener, TOTAL);
     let pattern: Vec<u8> = (0..TOTAL)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();

@@ -177,7 +177,7 @@ fn namespace_ping_crosses_the_tap() {
 fn tap_and_afpacket_ports_carry_a_verified_tcp_stream() {
     skip_unless_root!();
     use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let host_a = Netns::new().unwrap();
@@ -231,13 +231,7 @@ fn tap_and_afpacket_ports_carry_a_verified_tcp_stream() {
         .unwrap()
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut got = Vec::with_capacity(TOTAL);
-        s.read_to_end(&mut got).unwrap();
-        got
-    });
+    let server = common::tcp_sink(listener, TOTAL);
     let pattern: Vec<u8> = (0..TOTAL)
         .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
         .collect();

@@ -169,3 +169,20 @@ pub fn tagged_frame(tags: &[(u16, u16)], payload_len: usize) -> Vec<u8> {
     f.extend((0..payload_len).map(|i| (i % 251) as u8));
     f
 }
+
+/// Accepts one connection on `listener` and returns, from a thread, every byte read until the
+/// peer closes (10 s read timeout): the receiving end of a byte-verified TCP stream.
+pub fn tcp_sink(
+    listener: std::net::TcpListener,
+    expect: usize,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::with_capacity(expect);
+        s.read_to_end(&mut got).unwrap();
+        got
+    })
+}
