@@ -178,7 +178,7 @@ fn interface_removal_is_link_down() {
 #[test]
 fn receives_tcp_super_frames_with_vnet_metadata() {
     skip_unless_root!();
-    use std::io::Write;
+    use std::io::{Read, Write};
     let v = VethPair::new().unwrap();
     v.ns_a
         .ip(&["addr", "add", "10.78.0.1/24", "dev", &v.a])
