@@ -3,9 +3,11 @@
 //! **Structure.** Open addressing with linear probing over a power-of-two array of 24-byte
 //! slots. The key is one `u64`: the MAC address in the low 48 bits and the FID (the VID, or 0 on
 //! a VLAN-unaware bridge) above it. Key 0 marks an empty slot; it cannot be a real key because
-//! the all-zero MAC is never learned nor accepted by `fdb add`. Deletion shifts the following
-//! cluster back (no tombstones), so lookups never degrade. The table doubles when it passes
-//! 5/8 load; a lookup of an absent key touches about two slots on average at that load.
+//! the all-zero MAC is never learned nor accepted by `fdb add`. Deletion leaves a tombstone (see
+//! Threads). When entries and tombstones pass 5/8 of the slots the table is rebuilt at a size
+//! that puts the load at most 5/16 (doubling as it fills, shrinking after mass removals), and
+//! bulk removals (flush, ageing) rebuild a table that is more than a quarter tombstones; a
+//! lookup of an absent key touches about two slots on average at 5/8 load.
 //!
 //! **Kinds.** `dynamic` entries are learned (or added by the user) and aged; `static` entries
 //! never age but move when their MAC shows up on another port, as in Linux; `sticky` entries
@@ -22,17 +24,35 @@
 //! learning order finds that port's oldest in amortised O(1), skipping queue entries that no
 //! longer match.
 //!
-//! **Costs to know.** The table grows by doubling inside `learn`, so the frame that crosses a
-//! power of two pays a rehash of the whole table once (milliseconds at a million entries; the
-//! table never shrinks, so it happens about 20 times in the life of a table that fills).
+//! **Costs to know.** The table grows inside `learn`, so the frame that crosses a power of two
+//! pays a rebuild of the whole table once, under the lock (milliseconds at a million entries;
+//! about 20 times in the life of a table that fills; other workers go on looking up in the old
+//! table meanwhile).
 //! A fair eviction scans the per-port learned counts (one u32 per port id) to find the port
 //! holding most; ports are few, so this is short, but it is per eviction, not O(1).
 //!
-//! **Threads.** Owned by the datapath that uses it; no locks.
+//! **Threads.** Shared by every datapath worker and the control plane. Lookups and the refresh
+//! of an entry's last-seen time are lock-free: slots are three `AtomicU64`s (key, last seen,
+//! port/flags/stamp), the writer stores an entry's key last (`Release`) and readers load it
+//! first (`Acquire`) and again after the rest, so a reader sees a whole entry or none. Every
+//! other change — a new entry, a move, a user entry, a removal, ageing, eviction, limits — takes
+//! one mutex, so the limits and the fair eviction order are exact whatever the number of
+//! workers. Removal leaves a tombstone (a probe passes over it, an insert may reuse it), never an
+//! empty slot, so a probe that meets an empty slot may stop even while the writer works. Growth
+//! and tombstone clean-up build a new table and publish it; a reader notices by comparing one
+//! id per lookup ([`TableCache`]) and keeps the old table alive (an `Arc`) until then. A
+//! refresh a reader writes into a table that was just replaced is lost: the entry's idle time
+//! is then overstated until its next frame, never understated. Learning on one worker is seen
+//! by all from their next lookup.
 
 use qbridge_wire::MacAddr;
 use serde::Serialize;
 use std::collections::VecDeque;
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Kind of an FDB entry, as `bridge fdb` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -152,83 +172,107 @@ pub(crate) enum Learned {
 
 const MIN_SLOTS: usize = 64;
 
-/// Home slot of `key` in a power-of-two table. Fibonacci hashing: the top bits of the product
-/// are well mixed.
+/// Key of a deleted slot (a tombstone): probes pass over it, inserts may reuse it. No real key
+/// has bit 63 set (48 MAC bits and 12 FID bits).
+const TOMBSTONE: u64 = 1 << 63;
+
+/// Source of table ids: every table ever built gets a new one, so a cached table can be checked
+/// against the current one with a single integer compare.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One slot as stored: the key, the last time the entry was seen, and `port | flags << 16 |
+/// stamp << 32`. Written by the writer (under [`Fdb`]'s lock) except `seen_ns`, which readers
+/// refresh.
+#[derive(Debug, Default)]
+struct AtomicSlot {
+    key: AtomicU64,
+    seen_ns: AtomicU64,
+    meta: AtomicU64,
+}
+
+const _: () = assert!(core::mem::size_of::<AtomicSlot>() == 24);
+
 #[inline(always)]
-fn home_in(slots: &[Slot], key: u64) -> usize {
-    let bits = slots.len().trailing_zeros();
-    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+fn pack(port: u16, flags: u8, stamp: u32) -> u64 {
+    port as u64 | (flags as u64) << 16 | (stamp as u64) << 32
 }
 
-/// Index of `key`'s slot, if present: linear probing from its home to the first empty slot.
-#[inline(always)]
-fn find_in(slots: &[Slot], key: u64) -> Option<usize> {
-    let mask = slots.len() - 1;
-    let mut i = home_in(slots, key);
-    loop {
-        let k = slots[i].key;
-        if k == key {
-            return Some(i);
-        }
-        if k == 0 {
-            return None;
-        }
-        i = (i + 1) & mask;
-    }
+/// One power-of-two array of slots. Readers hold it through an `Arc` (see [`TableCache`]); a
+/// slot only ever goes from empty to used and from used to tombstone or to another used state,
+/// never back to empty, so a probe that meets an empty slot may stop. A rebuild makes a new
+/// table.
+#[derive(Debug)]
+pub(crate) struct Table {
+    slots: Box<[AtomicSlot]>,
+    id: u64,
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct Fdb {
-    slots: Vec<Slot>,
-    len: usize,
-    learned: usize,
-    /// Learned entries per port id.
-    port_learned: Vec<u32>,
-    /// Learned keys per port id in learning order, with the stamp they were learned with.
-    port_queue: Vec<VecDeque<(u64, u32)>>,
-    next_stamp: u32,
-    pub max_entries: usize,
-}
-
-impl Fdb {
-    pub fn new(max_entries: usize) -> Fdb {
-        Fdb {
-            slots: vec![Slot::default(); MIN_SLOTS],
-            len: 0,
-            learned: 0,
-            port_learned: Vec::new(),
-            port_queue: Vec::new(),
-            next_stamp: 1,
-            max_entries,
+impl Table {
+    fn new(cap: usize) -> Table {
+        Table {
+            slots: (0..cap).map(|_| AtomicSlot::default()).collect(),
+            id: NEXT_TABLE_ID.fetch_add(1, Relaxed),
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn learned(&self) -> usize {
-        self.learned
-    }
-
-    pub fn port_learned(&self, port: u16) -> u32 {
-        self.port_learned.get(port as usize).copied().unwrap_or(0)
-    }
-
-    #[inline]
+    #[inline(always)]
     fn mask(&self) -> usize {
         self.slots.len() - 1
     }
 
-    #[inline]
-    fn home(&self, key: u64) -> usize {
-        home_in(&self.slots, key)
+    /// Number of slots.
+    #[inline(always)]
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
     }
 
-    /// Index of `key`'s slot, if present.
-    #[inline]
-    pub fn find(&self, key: u64) -> Option<usize> {
-        find_in(&self.slots, key)
+    /// Home slot of `key`. Fibonacci hashing: the top bits of the product are well mixed.
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        let bits = self.slots.len().trailing_zeros();
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// The entry of `key`, if present, and its slot index. A reader racing with the writer
+    /// sees the entry before or after the change, never a mix: `meta` is read between two
+    /// reads of the key that agree.
+    #[inline(always)]
+    pub fn find(&self, key: u64) -> Option<(usize, Slot)> {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            let s = &self.slots[i];
+            let k = s.key.load(Acquire);
+            if k == key {
+                let meta = s.meta.load(Acquire);
+                let seen_ns = s.seen_ns.load(Relaxed);
+                if s.key.load(Acquire) == key {
+                    return Some((
+                        i,
+                        Slot {
+                            key,
+                            seen_ns,
+                            stamp: (meta >> 32) as u32,
+                            port: meta as u16,
+                            flags: (meta >> 16) as u8,
+                        },
+                    ));
+                }
+            } else if k == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Refreshes the last-seen time of slot `i` (a reader's write; skipped when unchanged so a
+    /// busy entry's cache line is not written once per frame).
+    #[inline(always)]
+    pub fn refresh(&self, i: usize, now_ns: u64) {
+        let s = &self.slots[i].seen_ns;
+        if s.load(Relaxed) != now_ns {
+            s.store(now_ns, Relaxed);
+        }
     }
 
     /// Reads the home slot of `key` and returns its key: a load the caller issues early, for
@@ -236,16 +280,290 @@ impl Fdb {
     /// software prefetch without `unsafe`).
     #[inline(always)]
     pub fn touch(&self, key: u64) -> u64 {
-        self.slots[self.home(key)].key
+        self.slots[self.home(key)].key.load(Relaxed)
     }
 
-    #[inline]
-    pub fn get(&self, key: u64) -> Option<&Slot> {
-        self.find(key).map(|i| &self.slots[i])
+    fn get_slot(&self, i: usize) -> Option<Slot> {
+        let s = &self.slots[i];
+        let key = s.key.load(Acquire);
+        if key == 0 || key == TOMBSTONE {
+            return None;
+        }
+        let meta = s.meta.load(Acquire);
+        Some(Slot {
+            key,
+            seen_ns: s.seen_ns.load(Relaxed),
+            stamp: (meta >> 32) as u32,
+            port: meta as u16,
+            flags: (meta >> 16) as u8,
+        })
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().filter(|s| s.key != 0)
+    fn entries(&self) -> impl Iterator<Item = Slot> + '_ {
+        (0..self.slots.len()).filter_map(|i| self.get_slot(i))
+    }
+}
+
+/// A reader's handle on the current table of one FDB: an `Arc` and the table's id, checked
+/// against the FDB's current id with one load per use and refreshed when a rebuild replaced
+/// the table. Each datapath worker keeps one per bridge.
+#[derive(Debug, Default)]
+pub(crate) struct TableCache {
+    table: Option<Arc<Table>>,
+}
+
+impl TableCache {
+    /// The current table of `fdb`.
+    #[inline(always)]
+    pub fn get<'a>(&'a mut self, fdb: &Fdb) -> &'a Table {
+        let current = fdb.current_id.load(Acquire);
+        if self.table.as_ref().is_none_or(|t| t.id != current) {
+            self.table = Some(
+                fdb.current
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+            );
+        }
+        self.table.as_deref().expect("just set")
+    }
+}
+
+/// Everything the writer changes, behind [`Fdb`]'s lock.
+#[derive(Debug, Clone)]
+struct Writer {
+    table: Arc<Table>,
+    len: usize,
+    /// Tombstones in `table`.
+    tombs: usize,
+    learned: usize,
+    /// Learned entries per port id.
+    port_learned: Vec<u32>,
+    /// Learned keys per port id in learning order, with the stamp they were learned with.
+    port_queue: Vec<VecDeque<(u64, u32)>>,
+    next_stamp: u32,
+    max_entries: usize,
+}
+
+/// The forwarding database of one bridge: lock-free lookups and refreshes, one lock for every
+/// other change. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Fdb {
+    /// The table readers use, and its id (readers compare ids, see [`TableCache`]).
+    current: Mutex<Arc<Table>>,
+    current_id: AtomicU64,
+    w: Mutex<Writer>,
+}
+
+impl Clone for Fdb {
+    /// A deep copy: a new table with the same entries (what a batch of commands works on
+    /// before it is committed).
+    fn clone(&self) -> Fdb {
+        let w = self.lock();
+        let mut copy = w.clone();
+        copy.table = Arc::new(copy_table(&w.table, w.table.slots.len()));
+        copy.tombs = 0;
+        Fdb::from_writer(copy)
+    }
+}
+
+/// A new table of `cap` slots holding `t`'s entries (tombstones dropped).
+fn copy_table(t: &Table, cap: usize) -> Table {
+    let new = Table::new(cap);
+    for s in t.entries() {
+        let mut i = new.home(s.key);
+        while new.slots[i].key.load(Relaxed) != 0 {
+            i = (i + 1) & new.mask();
+        }
+        let d = &new.slots[i];
+        d.seen_ns.store(s.seen_ns, Relaxed);
+        d.meta.store(pack(s.port, s.flags, s.stamp), Relaxed);
+        d.key.store(s.key, Relaxed);
+    }
+    new
+}
+
+impl Fdb {
+    pub fn new(max_entries: usize) -> Fdb {
+        Fdb::from_writer(Writer {
+            table: Arc::new(Table::new(MIN_SLOTS)),
+            len: 0,
+            tombs: 0,
+            learned: 0,
+            port_learned: Vec::new(),
+            port_queue: Vec::new(),
+            next_stamp: 1,
+            max_entries,
+        })
+    }
+
+    fn from_writer(w: Writer) -> Fdb {
+        Fdb {
+            current: Mutex::new(w.table.clone()),
+            current_id: AtomicU64::new(w.table.id),
+            w: Mutex::new(w),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        // A panic while holding the lock cannot leave the table inconsistent for readers (every
+        // store is a complete slot state); carry on with what is there.
+        self.w.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len
+    }
+
+    pub fn learned(&self) -> usize {
+        self.lock().learned
+    }
+
+    pub fn max_entries(&self) -> usize {
+        self.lock().max_entries
+    }
+
+    #[cfg(test)]
+    pub fn port_learned(&self, port: u16) -> u32 {
+        self.lock().port_learned(port)
+    }
+
+    /// The entry of `key` (a writer-consistent read, for the control plane).
+    pub fn get(&self, key: u64) -> Option<Slot> {
+        let w = self.lock();
+        w.table.find(key).map(|(_, s)| s)
+    }
+
+    /// Every entry, in table order (for views).
+    pub fn entries(&self) -> Vec<Slot> {
+        let w = self.lock();
+        w.table.entries().collect()
+    }
+
+    /// Learns `key` on `port` at `now_ns`, from a datapath worker holding `table` (its cached
+    /// current table). The common cases — the entry is there on this port, or must not change
+    /// — take no lock; a new entry or a move takes the writer's lock.
+    #[inline(always)]
+    pub fn learn(
+        &self,
+        table: &Table,
+        key: u64,
+        port: u16,
+        now_ns: u64,
+        bridge_limit: u32,
+        port_limit: u32,
+    ) -> Learned {
+        if let Some((i, s)) = table.find(key) {
+            if s.flags & F_PERMANENT != 0 {
+                return Learned::Kept;
+            }
+            if s.port == port {
+                table.refresh(i, now_ns);
+                return Learned::Kept;
+            }
+        }
+        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn_locked(
+        &self,
+        key: u64,
+        port: u16,
+        now_ns: u64,
+        bridge_limit: u32,
+        port_limit: u32,
+    ) -> Learned {
+        let mut w = self.lock();
+        let r = w.learn(key, port, now_ns, bridge_limit, port_limit);
+        self.publish(&w);
+        r
+    }
+
+    /// Adds or replaces a user entry. `replace == false` refuses an existing key. Returns the
+    /// port whose oldest learned entry was evicted to make room, if one was.
+    pub fn add_user(
+        &self,
+        key: u64,
+        port: u16,
+        flags: u8,
+        now_ns: u64,
+        replace: bool,
+    ) -> Result<Option<u16>, AddError> {
+        let mut w = self.lock();
+        let r = w.add_user(key, port, flags, now_ns, replace);
+        self.publish(&w);
+        r
+    }
+
+    pub fn remove(&self, key: u64) -> Option<Slot> {
+        let mut w = self.lock();
+        let r = w.table.find(key).map(|(i, _)| w.remove_at(i));
+        self.tidy(&mut w);
+        r
+    }
+
+    /// Removes every entry `pred` selects; returns how many.
+    pub fn remove_where(&self, mut pred: impl FnMut(&Slot) -> bool) -> usize {
+        let mut w = self.lock();
+        let mut n = 0;
+        for i in 0..w.table.slots.len() {
+            if let Some(s) = w.table.get_slot(i) {
+                if pred(&s) {
+                    w.remove_at(i);
+                    n += 1;
+                }
+            }
+        }
+        self.tidy(&mut w);
+        n
+    }
+
+    /// Removes dynamic entries idle for `ageing_ns` or more at `now_ns` (Linux: expired when
+    /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
+    pub fn age(&self, now_ns: u64, ageing_ns: u64) -> usize {
+        self.remove_where(|s| s.ages() && now_ns.saturating_sub(s.seen_ns) >= ageing_ns)
+    }
+
+    /// Sets the table bound. Lowering it below the number of entries evicts learned entries
+    /// fairly (the port holding most loses its oldest first) until the table fits or only user
+    /// entries are left. Returns the ports of the evicted entries, one per entry.
+    pub fn set_max_entries(&self, max_entries: usize) -> Vec<u16> {
+        let mut w = self.lock();
+        w.max_entries = max_entries;
+        let mut victims = Vec::new();
+        while w.len > w.max_entries {
+            match w.evict_fair() {
+                Some(p) => victims.push(p),
+                None => break,
+            }
+        }
+        self.tidy(&mut w);
+        victims
+    }
+
+    /// After bulk removals: rebuild a table that is mostly tombstones (control-plane cost,
+    /// off the datapath's learning path).
+    fn tidy(&self, w: &mut Writer) {
+        if w.tombs > w.table.slots.len() / 4 {
+            w.rebuild();
+        }
+        self.publish(w);
+    }
+
+    /// Makes the writer's table the one readers use, if a rebuild replaced it.
+    fn publish(&self, w: &Writer) {
+        if self.current_id.load(Relaxed) != w.table.id {
+            *self.current.lock().unwrap_or_else(|e| e.into_inner()) = w.table.clone();
+            self.current_id.store(w.table.id, Release);
+        }
+    }
+}
+
+impl Writer {
+    fn port_learned(&self, port: u16) -> u32 {
+        self.port_learned.get(port as usize).copied().unwrap_or(0)
     }
 
     fn ensure_port(&mut self, port: u16) {
@@ -256,44 +574,56 @@ impl Fdb {
         }
     }
 
-    fn grow_if_needed(&mut self) {
-        if (self.len + 1) * 8 <= self.slots.len() * 5 {
-            return;
-        }
-        let doubled = vec![Slot::default(); self.slots.len() * 2];
-        let old = std::mem::replace(&mut self.slots, doubled);
-        for s in old.into_iter().filter(|s| s.key != 0) {
-            let i = self.free_slot_for(s.key);
-            self.slots[i] = s;
-        }
-    }
-
-    fn free_slot_for(&self, key: u64) -> usize {
-        let mask = self.mask();
-        let mut i = self.home(key);
-        while self.slots[i].key != 0 {
-            i = (i + 1) & mask;
-        }
-        i
-    }
-
-    /// Inserts a new key (the caller checked it is absent and that there is room).
-    fn insert_new(&mut self, key: u64, port: u16, flags: u8, now_ns: u64) {
-        self.grow_if_needed();
+    fn next_stamp(&mut self) -> u32 {
         let stamp = self.next_stamp;
         self.next_stamp = self.next_stamp.wrapping_add(1).max(1);
-        let i = self.free_slot_for(key);
-        self.slots[i] = Slot {
-            key,
-            seen_ns: now_ns,
-            stamp,
-            port,
-            flags,
-        };
+        stamp
+    }
+
+    /// A new table sized for the entries (load at most 5/16 after it), without tombstones.
+    /// Readers keep the old one until they next look at the FDB's current id.
+    fn rebuild(&mut self) {
+        let mut cap = MIN_SLOTS;
+        while (self.len + 1) * 16 > cap * 5 {
+            cap *= 2;
+        }
+        self.table = Arc::new(copy_table(&self.table, cap));
+        self.tombs = 0;
+    }
+
+    /// Inserts a new key (the caller checked it is absent and that there is room), reusing
+    /// the first tombstone on its probe path.
+    fn insert_new(&mut self, key: u64, port: u16, flags: u8, now_ns: u64) {
+        if (self.len + self.tombs + 1) * 8 > self.table.slots.len() * 5 {
+            self.rebuild();
+        }
+        let stamp = self.next_stamp();
+        let t = &self.table;
+        let mut i = t.home(key);
+        loop {
+            let k = t.slots[i].key.load(Relaxed);
+            if k == 0 || k == TOMBSTONE {
+                if k == TOMBSTONE {
+                    self.tombs -= 1;
+                }
+                break;
+            }
+            i = (i + 1) & t.mask();
+        }
+        let s = &t.slots[i];
+        s.seen_ns.store(now_ns, Relaxed);
+        s.meta.store(pack(port, flags, stamp), Relaxed);
+        s.key.store(key, Release);
         self.len += 1;
         if flags == 0 {
             self.count_learned(port, stamp, key);
         }
+    }
+
+    fn set_meta(&self, i: usize, port: u16, flags: u8, stamp: u32) {
+        self.table.slots[i]
+            .meta
+            .store(pack(port, flags, stamp), Release);
     }
 
     fn count_learned(&mut self, port: u16, stamp: u32, key: u64) {
@@ -304,11 +634,10 @@ impl Fdb {
         q.push_back((key, stamp));
         // Drop stale queue entries now and then so the queue stays O(live entries).
         if q.len() > 2 * self.port_learned[port as usize] as usize + 64 {
-            let slots = &self.slots;
+            let t = &self.table;
             q.retain(|&(k, st)| {
-                find_in(slots, k).is_some_and(|i| {
-                    slots[i].stamp == st && slots[i].port == port && slots[i].flags == 0
-                })
+                t.find(k)
+                    .is_some_and(|(_, s)| s.stamp == st && s.port == port && s.flags == 0)
             });
         }
     }
@@ -318,44 +647,19 @@ impl Fdb {
         self.port_learned[port as usize] -= 1;
     }
 
-    /// Removes the entry in slot `i`, shifting its cluster back.
-    pub fn remove_at(&mut self, mut i: usize) -> Slot {
-        let removed = self.slots[i];
+    /// Removes the entry in slot `i` (a tombstone takes its place).
+    fn remove_at(&mut self, i: usize) -> Slot {
+        let removed = self.table.get_slot(i).expect("slot in use");
         if removed.is_learned() {
             self.uncount_learned(removed.port);
         }
+        self.table.slots[i].key.store(TOMBSTONE, Release);
         self.len -= 1;
-        let mask = self.mask();
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let k = self.slots[j].key;
-            if k == 0 {
-                break;
-            }
-            let h = self.home(k);
-            // Move j back to i if its home is not in the cyclic range (i, j].
-            let in_range = if i <= j {
-                i < h && h <= j
-            } else {
-                i < h || h <= j
-            };
-            if !in_range {
-                self.slots[i] = self.slots[j];
-                i = j;
-            }
-        }
-        self.slots[i] = Slot::default();
+        self.tombs += 1;
         removed
     }
 
-    pub fn remove(&mut self, key: u64) -> Option<Slot> {
-        self.find(key).map(|i| self.remove_at(i))
-    }
-
-    /// Learns `key` on `port` at `now_ns`.
-    #[inline]
-    pub fn learn(
+    fn learn(
         &mut self,
         key: u64,
         port: u16,
@@ -363,39 +667,28 @@ impl Fdb {
         bridge_limit: u32,
         port_limit: u32,
     ) -> Learned {
-        if let Some(i) = self.find(key) {
-            let s = &mut self.slots[i];
-            if s.flags & F_PERMANENT != 0 {
-                return Learned::Kept;
-            }
-            if s.port == port {
-                // Refresh; skip the store when nothing changed (same batch, same clock).
-                if s.seen_ns != now_ns {
-                    s.seen_ns = now_ns;
-                }
-                return Learned::Kept;
-            }
-            s.seen_ns = now_ns;
-            if s.flags & F_STICKY != 0 {
-                return Learned::Kept;
-            }
-            let from = s.port;
-            s.port = port;
-            if s.flags == 0 {
-                // A fresh stamp: on its new port the entry is the youngest, whatever its age on
-                // a port it was learned on before (its old queue place there is now stale).
-                let stamp = self.next_stamp;
-                self.next_stamp = self.next_stamp.wrapping_add(1).max(1);
-                self.slots[i].stamp = stamp;
-                self.uncount_learned(from);
-                self.count_learned(port, stamp, key);
-            }
-            return Learned::Moved;
+        let Some((i, s)) = self.table.find(key) else {
+            return self.learn_new(key, port, now_ns, bridge_limit, port_limit);
+        };
+        if s.flags & F_PERMANENT != 0 {
+            return Learned::Kept;
         }
-        self.learn_new(key, port, now_ns, bridge_limit, port_limit)
+        self.table.refresh(i, now_ns);
+        if s.port == port || s.flags & F_STICKY != 0 {
+            return Learned::Kept;
+        }
+        let mut stamp = s.stamp;
+        if s.flags == 0 {
+            // A fresh stamp: on its new port the entry is the youngest, whatever its age on a
+            // port it was learned on before (its old queue place there is now stale).
+            stamp = self.next_stamp();
+            self.uncount_learned(s.port);
+            self.count_learned(port, stamp, key);
+        }
+        self.set_meta(i, port, s.flags, stamp);
+        Learned::Moved
     }
 
-    #[cold]
     fn learn_new(
         &mut self,
         key: u64,
@@ -433,8 +726,7 @@ impl Fdb {
             return None;
         }
         while let Some((key, stamp)) = self.port_queue[victim as usize].pop_front() {
-            if let Some(i) = self.find(key) {
-                let s = self.slots[i];
+            if let Some((i, s)) = self.table.find(key) {
                 if s.stamp == stamp && s.port == victim && s.is_learned() {
                     self.remove_at(i);
                     return Some(victim);
@@ -444,9 +736,7 @@ impl Fdb {
         None
     }
 
-    /// Adds or replaces a user entry. `replace == false` refuses an existing key. Returns the
-    /// port whose oldest learned entry was evicted to make room, if one was.
-    pub fn add_user(
+    fn add_user(
         &mut self,
         key: u64,
         port: u16,
@@ -455,21 +745,15 @@ impl Fdb {
         replace: bool,
     ) -> Result<Option<u16>, AddError> {
         let flags = flags | F_USER;
-        if let Some(i) = self.find(key) {
+        if let Some((i, old)) = self.table.find(key) {
             if !replace {
-                return Err(AddError::Exists(self.slots[i].port));
+                return Err(AddError::Exists(old.port));
             }
-            let old = self.slots[i];
             if old.is_learned() {
                 self.uncount_learned(old.port);
             }
-            self.slots[i] = Slot {
-                key,
-                seen_ns: now_ns,
-                stamp: old.stamp,
-                port,
-                flags,
-            };
+            self.table.slots[i].seen_ns.store(now_ns, Relaxed);
+            self.set_meta(i, port, flags, old.stamp);
             return Ok(None);
         }
         let mut victim = None;
@@ -478,21 +762,6 @@ impl Fdb {
         }
         self.insert_new(key, port, flags, now_ns);
         Ok(victim)
-    }
-
-    /// Removes every entry `pred` selects; returns how many.
-    pub fn remove_where(&mut self, mut pred: impl FnMut(&Slot) -> bool) -> usize {
-        let keys: Vec<u64> = self.iter().filter(|s| pred(s)).map(|s| s.key).collect();
-        for k in &keys {
-            self.remove(*k);
-        }
-        keys.len()
-    }
-
-    /// Removes dynamic entries idle for `ageing_ns` or more at `now_ns` (Linux: expired when
-    /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
-    pub fn age(&mut self, now_ns: u64, ageing_ns: u64) -> usize {
-        self.remove_where(|s| s.ages() && now_ns.saturating_sub(s.seen_ns) >= ageing_ns)
     }
 }
 
@@ -510,22 +779,27 @@ mod tests {
         fdb_key(MacAddr::from_u64(0x0200_0000_0000 | n), 1)
     }
 
+    fn learn(f: &Fdb, key: u64, port: u16, now: u64, bl: u32, pl: u32) -> Learned {
+        let mut c = TableCache::default();
+        f.learn(c.get(f), key, port, now, bl, pl)
+    }
+
     #[test]
     fn learn_move_sticky_static() {
-        let mut f = Fdb::new(1000);
-        assert_eq!(f.learn(k(1), 1, 10, 0, 0), Learned::New);
-        assert_eq!(f.learn(k(1), 1, 20, 0, 0), Learned::Kept);
+        let f = Fdb::new(1000);
+        assert_eq!(learn(&f, k(1), 1, 10, 0, 0), Learned::New);
+        assert_eq!(learn(&f, k(1), 1, 20, 0, 0), Learned::Kept);
         assert_eq!(f.get(k(1)).unwrap().seen_ns, 20);
-        assert_eq!(f.learn(k(1), 2, 30, 0, 0), Learned::Moved);
+        assert_eq!(learn(&f, k(1), 2, 30, 0, 0), Learned::Moved);
         assert_eq!(
             (f.port_learned(1), f.port_learned(2), f.learned()),
             (0, 1, 1)
         );
         f.add_user(k(2), 3, F_STICKY | F_STATIC, 0, false).unwrap();
-        assert_eq!(f.learn(k(2), 4, 1, 0, 0), Learned::Kept);
+        assert_eq!(learn(&f, k(2), 4, 1, 0, 0), Learned::Kept);
         assert_eq!(f.get(k(2)).unwrap().port, 3);
         f.add_user(k(3), 3, F_STATIC, 0, false).unwrap();
-        assert_eq!(f.learn(k(3), 4, 1, 0, 0), Learned::Moved);
+        assert_eq!(learn(&f, k(3), 4, 1, 0, 0), Learned::Moved);
         assert_eq!(f.get(k(3)).unwrap().kind(), FdbKind::Static);
         assert_eq!(
             f.add_user(k(3), 3, F_STATIC, 0, false),
@@ -536,22 +810,25 @@ mod tests {
 
     #[test]
     fn limits_refuse() {
-        let mut f = Fdb::new(1000);
-        assert_eq!(f.learn(k(1), 1, 0, 2, 0), Learned::New);
-        assert_eq!(f.learn(k(2), 2, 0, 2, 0), Learned::New);
-        assert_eq!(f.learn(k(3), 2, 0, 2, 0), Learned::Refused);
-        assert_eq!(f.learn(k(3), 1, 0, 0, 1), Learned::Refused);
-        assert_eq!(f.learn(k(3), 3, 0, 0, 1), Learned::New);
+        let f = Fdb::new(1000);
+        assert_eq!(learn(&f, k(1), 1, 0, 2, 0), Learned::New);
+        assert_eq!(learn(&f, k(2), 2, 0, 2, 0), Learned::New);
+        assert_eq!(learn(&f, k(3), 2, 0, 2, 0), Learned::Refused);
+        assert_eq!(learn(&f, k(3), 1, 0, 0, 1), Learned::Refused);
+        assert_eq!(learn(&f, k(3), 3, 0, 0, 1), Learned::New);
     }
 
     #[test]
     fn fair_eviction_takes_oldest_of_largest_port() {
-        let mut f = Fdb::new(6);
-        f.learn(k(100), 1, 0, 0, 0);
+        let f = Fdb::new(6);
+        learn(&f, k(100), 1, 0, 0, 0);
         for n in 0..5 {
-            f.learn(k(n), 2, n, 0, 0);
+            learn(&f, k(n), 2, n, 0, 0);
         }
-        assert_eq!(f.learn(k(50), 3, 9, 0, 0), Learned::NewEvicting { port: 2 });
+        assert_eq!(
+            learn(&f, k(50), 3, 9, 0, 0),
+            Learned::NewEvicting { port: 2 }
+        );
         assert!(f.get(k(0)).is_none());
         assert!(f.get(k(100)).is_some() && f.get(k(1)).is_some());
         assert_eq!(f.len(), 6);
@@ -559,9 +836,9 @@ mod tests {
 
     #[test]
     fn delete_keeps_all_other_keys_reachable() {
-        let mut f = Fdb::new(1 << 20);
+        let f = Fdb::new(1 << 20);
         for n in 0..5000 {
-            f.learn(k(n), (n % 7) as u16, n, 0, 0);
+            learn(&f, k(n), (n % 7) as u16, n, 0, 0);
         }
         for n in (0..5000).step_by(3) {
             assert!(f.remove(k(n)).is_some());
@@ -570,19 +847,92 @@ mod tests {
             assert_eq!(f.get(k(n)).is_some(), n % 3 != 0, "key {n}");
         }
         assert_eq!(f.age(10_000, 4000), 3333);
-        f.learn(k(1), 1, 100, 0, 0);
+        learn(&f, k(1), 1, 100, 0, 0);
         assert_eq!(f.age(199, 100), 0, "idle 99 < 100 kept");
         assert_eq!(
             f.age(200, 100),
             1,
             "idle exactly ageing_time expires (Linux)"
         );
-        f.learn(k(2), 1, 5, 0, 0);
+        learn(&f, k(2), 1, 5, 0, 0);
         assert_eq!(
             f.age(5, 0),
             1,
             "ageing_time 0: every dynamic entry is expired"
         );
         assert_eq!((f.len(), f.learned()), (0, 0));
+    }
+
+    #[test]
+    fn tombstones_are_reused_and_rebuilt_away() {
+        let f = Fdb::new(1 << 20);
+        for round in 0..20u64 {
+            for n in 0..1000 {
+                learn(&f, k(n), 1, round, 0, 0);
+            }
+            assert_eq!(f.remove_where(|_| true), 1000);
+        }
+        let w = f.lock();
+        assert_eq!((w.len, w.learned), (0, 0));
+        assert!(w.table.slots.len() <= 4096, "{}", w.table.slots.len());
+    }
+
+    #[test]
+    fn lowering_max_entries_evicts_fairly() {
+        let f = Fdb::new(100);
+        for n in 0..10 {
+            learn(&f, k(n), 1, n, 0, 0);
+        }
+        for n in 10..13 {
+            learn(&f, k(n), 2, n, 0, 0);
+        }
+        f.add_user(k(99), 3, F_STATIC, 0, false).unwrap();
+        // 14 entries into 8: port 1 holds most until it is down to 4 (port 2 has 3).
+        assert_eq!(f.set_max_entries(8), vec![1; 6]);
+        assert_eq!(f.len(), 8);
+        assert!(f.get(k(5)).is_none() && f.get(k(6)).is_some());
+        assert_eq!(f.set_max_entries(0).len(), 7, "user entries stay");
+        assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn readers_see_whole_entries_while_a_writer_works() {
+        use std::sync::atomic::AtomicBool;
+        let f = Arc::new(Fdb::new(1 << 20));
+        for n in 0..64 {
+            learn(&f, k(n), 7, 1, 0, 0);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut cache = TableCache::default();
+                let mut seen = 0u64;
+                while !stop.load(Relaxed) {
+                    let t = cache.get(&f);
+                    for n in 0..64 {
+                        // Moved back and forth between ports 7 and 8 only, never torn or lost.
+                        let (_, s) = t.find(k(n)).expect("key stays reachable");
+                        assert!(s.port == 7 || s.port == 8, "port {}", s.port);
+                        assert_eq!(s.key, k(n));
+                        seen += 1;
+                    }
+                }
+                seen
+            })
+        };
+        for round in 0..2000u64 {
+            let port = 7 + (round % 2) as u16;
+            for n in 0..64 {
+                learn(&f, k(n), port, round, 0, 0);
+            }
+            // Growth and churn on other keys: rebuilds publish new tables.
+            for n in 0..50 {
+                learn(&f, k(1000 + round * 50 + n), 9, round, 0, 0);
+            }
+            f.remove_where(|s| s.port == 9);
+        }
+        stop.store(true, Relaxed);
+        assert!(reader.join().unwrap() > 0);
     }
 }

@@ -14,6 +14,7 @@
 //! The semantics are those of the Linux bridge with `vlan_filtering 1`, IEEE 802.1Q where Linux
 //! is silent; `docs/semantics.md` states them rule by rule.
 
+pub mod cells;
 pub mod config;
 pub mod counters;
 pub mod error;
@@ -26,5 +27,5 @@ pub use config::{BridgeSettings, PortSettings, VlanProtocol};
 pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind};
-pub use switch::{BridgeId, LinkView, Outputs, PortId, Switch, VlanView};
+pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker};
 pub use vlanset::VlanSet;

@@ -11,12 +11,16 @@
 //! forwarding: local, same port, egress filter, egress down, isolation, or flooding; and per copy
 //! the oversize check on the egress port after the tag rewrite.
 
+use crate::cells::PortCells;
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
-use crate::counters::{DropReason, PortCounters};
-use crate::fdb::{Learned, F_PERMANENT};
-use crate::switch::{Bridge, Outputs, Port, Switch};
+use crate::counters::DropReason;
+use crate::fdb::{Learned, Table, TableCache, F_PERMANENT};
+use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::parse_headers;
+use std::sync::Arc;
+
+type Ports = [Option<Arc<Port>>];
 
 /// The I/G bit of a MAC held in the low 48 bits of a u64.
 const MAC_GROUP_BIT: u64 = 1 << 40;
@@ -52,39 +56,46 @@ enum FloodClass {
 /// dropped and counted, and goes back to the pool).
 type Verdict = Option<usize>;
 
-impl Switch {
+impl Plan {
     /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
-    /// `now_ns`, appending what leaves to `out.ports[egress]`. `rx` is left empty.
-    pub fn process(&mut self, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
-        if now_ns > self.now_ns {
-            self.now_ns = now_ns;
-        }
+    /// `now_ns` as worker `w`, appending what leaves to `out.ports[egress]`. `rx` is left
+    /// empty. Any number of workers may call this on one plan at once, each with its own
+    /// [`Worker`] and [`Outputs`].
+    pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         out.ensure(self.ports.len());
-        let Switch {
+        let Plan {
             bridges,
             ports,
-            counters,
-            scratch,
             unknown_port_drops,
-            ..
         } = self;
+        let Worker {
+            index,
+            scratch,
+            tables,
+        } = w;
+        let wi = *index;
+        if tables.len() < bridges.len() {
+            tables.resize_with(bridges.len(), TableCache::default);
+        }
         if rx.len() > 1 {
-            warm_fdb(bridges, ports, &rx.pkts);
+            warm_fdb(bridges, ports, tables, &rx.pkts);
         }
         for mut pkt in rx.pkts.drain(..) {
             let in_id = pkt.port as usize;
             let verdict = match ports.get(in_id) {
                 Some(Some(inp)) => {
-                    let br = match inp.master {
-                        Some(b) => bridges[b as usize].as_mut(),
-                        None => None,
+                    let (br, cache) = match inp.master {
+                        Some(b) => (bridges[b as usize].as_deref(), tables.get_mut(b as usize)),
+                        None => (None, None),
                     };
                     forward(
-                        br, ports, inp, in_id, counters, scratch, now_ns, &mut pkt, out,
+                        br, cache, ports, inp, in_id, wi, scratch, now_ns, &mut pkt, out,
                     )
                 }
                 _ => {
-                    *unknown_port_drops += 1;
+                    if let Some(u) = unknown_port_drops {
+                        u.writer(wi).add(1);
+                    }
                     None
                 }
             };
@@ -97,13 +108,18 @@ impl Switch {
 }
 
 /// Tables smaller than this stay in cache and are not worth a warming pass.
-const FDB_WARM_MIN_ENTRIES: usize = 1 << 15;
+const FDB_WARM_MIN_SLOTS: usize = 1 << 17;
 
 /// First pass over a batch: touch the FDB home slots of every frame's source and destination
 /// so the misses of a large table overlap (memory-level parallelism) before the main pass,
 /// which then finds them cached. Reads only; every decision is made in the main pass.
 #[inline(never)]
-fn warm_fdb(bridges: &[Option<Bridge>], ports: &[Option<Port>], pkts: &[PacketBuf]) {
+fn warm_fdb(
+    bridges: &[Option<Arc<Bridge>>],
+    ports: &Ports,
+    tables: &mut [TableCache],
+    pkts: &[PacketBuf],
+) {
     let mut acc = 0u64;
     for pkt in pkts {
         let Some(Some(inp)) = ports.get(pkt.port as usize) else {
@@ -113,7 +129,8 @@ fn warm_fdb(bridges: &[Option<Bridge>], ports: &[Option<Port>], pkts: &[PacketBu
         let Some(Some(br)) = bridges.get(b as usize) else {
             continue;
         };
-        if br.fdb.len() < FDB_WARM_MIN_ENTRIES {
+        let t = tables[b as usize].get(&br.fdb);
+        if t.capacity() < FDB_WARM_MIN_SLOTS {
             continue;
         }
         let Some(h) = pkt.frame().first_chunk::<16>() else {
@@ -128,7 +145,7 @@ fn warm_fdb(bridges: &[Option<Bridge>], ports: &[Option<Port>], pkts: &[PacketBu
         } else {
             inp.pvid
         };
-        acc ^= br.fdb.touch(fid_key(src, vid)) ^ br.fdb.touch(fid_key(dst, vid));
+        acc ^= t.touch(fid_key(src, vid)) ^ t.touch(fid_key(dst, vid));
     }
     std::hint::black_box(acc);
 }
@@ -163,7 +180,7 @@ fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
 
 #[cold]
 #[inline(never)]
-fn drop(counters: &mut PortCounters, reason: DropReason) -> Verdict {
+fn drop(counters: &PortCells, reason: DropReason) -> Verdict {
     counters.drop(reason);
     None
 }
@@ -176,24 +193,25 @@ fn be16(b: &[u8; 18], at: usize) -> u16 {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn forward(
-    br: Option<&mut Bridge>,
-    ports: &[Option<Port>],
+    br: Option<&Bridge>,
+    cache: Option<&mut TableCache>,
+    ports: &Ports,
     inp: &Port,
     in_id: usize,
-    counters: &mut [PortCounters],
+    wi: usize,
     scratch: &mut Vec<u16>,
     now_ns: u64,
     pkt: &mut PacketBuf,
     out: &mut Outputs,
 ) -> Verdict {
     let len = pkt.len();
-    let c = &mut counters[in_id];
-    c.rx_frames += 1;
-    c.rx_bytes += len as u64;
+    let c = inp.counters.writer(wi);
+    c.rx_frames.add(1);
+    c.rx_bytes.add(len as u64);
     if !inp.running {
         return drop(c, DropReason::PortDown);
     }
-    let Some(br) = br else {
+    let (Some(br), Some(cache)) = (br, cache) else {
         return drop(c, DropReason::NoBridge);
     };
     if len < 14 {
@@ -264,15 +282,17 @@ fn forward(
             tci_hi: 0,
         }
     };
-    let vc = &mut br.vlan_counters[class.vid as usize & 0x0fff];
-    vc.rx_frames += 1;
-    vc.rx_bytes += len as u64;
+    let vc = br.vlan_counters.writer(wi, class.vid);
+    vc.rx_frames.add(1);
+    vc.rx_bytes.add(len as u64);
 
     // ageing_time 0 makes every dynamic entry expire at once: nothing is learned and dynamic
     // entries are not used, so the bridge floods like a hub (as Linux does).
     let ageing_off = br.settings.ageing_time_ns == 0;
+    let mut table: &Table = cache.get(&br.fdb);
     if inp.settings.learning && !ageing_off {
         let learned = br.fdb.learn(
+            table,
             fid_key(src, class.vid),
             in_id as u16,
             now_ns,
@@ -280,10 +300,19 @@ fn forward(
             inp.settings.fdb_max_learned,
         );
         match learned {
-            Learned::Kept | Learned::New => {}
-            Learned::Moved => counters[in_id].fdb_moves += 1,
-            Learned::Refused => counters[in_id].fdb_learn_refused += 1,
-            Learned::NewEvicting { port } => counters[port as usize].fdb_evictions += 1,
+            Learned::Kept => {}
+            Learned::New => table = cache.get(&br.fdb),
+            Learned::Moved => {
+                c.fdb_moves.add(1);
+                table = cache.get(&br.fdb);
+            }
+            Learned::Refused => c.fdb_learn_refused.add(1),
+            Learned::NewEvicting { port } => {
+                if let Some(Some(v)) = ports.get(port as usize) {
+                    v.counters.writer(wi).fdb_evictions.add(1);
+                }
+                table = cache.get(&br.fdb);
+            }
         }
     }
 
@@ -292,9 +321,8 @@ fn forward(
     } else if dst & MAC_GROUP_BIT != 0 {
         FloodClass::Multicast
     } else {
-        match br.fdb.get(fid_key(dst, class.vid)) {
-            Some(entry) if !(ageing_off && entry.ages()) => {
-                let c = &mut counters[in_id];
+        match table.find(fid_key(dst, class.vid)) {
+            Some((_, entry)) if !(ageing_off && entry.ages()) => {
                 if entry.flags & F_PERMANENT != 0 {
                     return drop(c, DropReason::Local);
                 }
@@ -302,7 +330,7 @@ fn forward(
                 if e == in_id && !inp.settings.hairpin {
                     return drop(c, DropReason::SamePort);
                 }
-                let Some(ep) = ports[e].as_ref() else {
+                let Some(ep) = ports[e].as_deref() else {
                     return drop(c, DropReason::EgressDown);
                 };
                 if filtering && !ep.member.contains(class.vid) {
@@ -314,7 +342,7 @@ fn forward(
                 if inp.settings.isolated && ep.settings.isolated {
                     return drop(c, DropReason::Isolated);
                 }
-                return egress(br, ep, e, counters, class, filtering, pkt);
+                return egress(br, ep, e, wi, class, filtering, pkt);
             }
             _ => FloodClass::Unknown,
         }
@@ -324,7 +352,7 @@ fn forward(
         ports,
         inp,
         in_id,
-        counters,
+        wi,
         scratch,
         class,
         filtering,
@@ -339,11 +367,11 @@ fn forward(
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn flood(
-    br: &mut Bridge,
-    ports: &[Option<Port>],
+    br: &Bridge,
+    ports: &Ports,
     inp: &Port,
     in_id: usize,
-    counters: &mut [PortCounters],
+    wi: usize,
     scratch: &mut Vec<u16>,
     class: Class,
     filtering: bool,
@@ -351,11 +379,10 @@ fn flood(
     pkt: &mut PacketBuf,
     out: &mut Outputs,
 ) -> Verdict {
-    let vid = class.vid as usize;
-    let list = &br.flood_ports[br.flood_off[vid] as usize..br.flood_off[vid + 1] as usize];
+    let list = &br.flood[class.vid as usize & 0x0fff];
     scratch.clear();
-    for &p in list {
-        let Some(ep) = ports[p as usize].as_ref() else {
+    for &p in list.iter() {
+        let Some(ep) = ports[p as usize].as_deref() else {
             continue;
         };
         let s = &ep.settings;
@@ -374,29 +401,29 @@ fn flood(
         scratch.push(p);
     }
     let Some((&last, rest)) = scratch.split_last() else {
-        return drop(&mut counters[in_id], DropReason::NoDestination);
+        return drop(inp.counters.writer(wi), DropReason::NoDestination);
     };
     for &p in rest {
         let mut copy = out.pool.get();
         copy.copy_from(pkt);
-        let ep = ports[p as usize].as_ref().expect("listed port exists");
-        match egress(br, ep, p as usize, counters, class, filtering, &mut copy) {
+        let ep = ports[p as usize].as_deref().expect("listed port exists");
+        match egress(br, ep, p as usize, wi, class, filtering, &mut copy) {
             Some(e) => out.ports[e].push(copy),
             None => out.pool.put(copy),
         }
     }
-    let ep = ports[last as usize].as_ref().expect("listed port exists");
-    egress(br, ep, last as usize, counters, class, filtering, pkt)
+    let ep = ports[last as usize].as_deref().expect("listed port exists");
+    egress(br, ep, last as usize, wi, class, filtering, pkt)
 }
 
 /// Rewrites the bridge tag for egress port `ep` and checks the size; counts the frame.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn egress(
-    br: &mut Bridge,
+    br: &Bridge,
     ep: &Port,
     e: usize,
-    counters: &mut [PortCounters],
+    wi: usize,
     class: Class,
     filtering: bool,
     pkt: &mut PacketBuf,
@@ -424,15 +451,15 @@ fn egress(
         }
     }
     let len = pkt.len();
-    let c = &mut counters[e];
+    let c = ep.counters.writer(wi);
     if wire_len(pkt, ep.tpid) > ep.max_frame as usize {
         return drop(c, DropReason::Oversize);
     }
-    c.tx_frames += 1;
-    c.tx_bytes += len as u64;
-    let vc = &mut br.vlan_counters[class.vid as usize & 0x0fff];
-    vc.tx_frames += 1;
-    vc.tx_bytes += len as u64;
+    c.tx_frames.add(1);
+    c.tx_bytes.add(len as u64);
+    let vc = br.vlan_counters.writer(wi, class.vid);
+    vc.tx_frames.add(1);
+    vc.tx_bytes.add(len as u64);
     pkt.port = e as u16;
     Some(e)
 }

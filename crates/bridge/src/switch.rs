@@ -8,21 +8,23 @@
 //! bitmaps, the per-VID flood lists, per-port frame-size limits) is recompiled by the operation
 //! that changes its inputs, never on the fast path.
 
+use crate::cells::{CellSet, PortCounterSet, VlanCounterSet};
 use crate::config::{
     BridgeSettings, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES, GROUP_FWD_RESTRICTED,
     MAX_ENVELOPE_FRAME,
 };
-use crate::counters::{PortCounters, VlanCounters};
+use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbKind,
-    F_PERMANENT, F_STATIC, F_STICKY,
+    TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::{MacAddr, Tpid};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Index of a port in the switch; stable while the port exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -38,20 +40,24 @@ pub const MAX_AGEING_NS: u64 = 1_000_000 * 1_000_000_000;
 /// Most ports in one switch.
 pub const MAX_PORTS: usize = 4096;
 
+/// A bridge as the datapath sees it. Shared (`Arc`) between the switch and every published
+/// [`Plan`]; a change copies it first (copy-on-write), except the FDB and the counters, which
+/// are shared by every copy.
 #[derive(Clone, Debug)]
 pub(crate) struct Bridge {
     pub name: String,
     pub settings: BridgeSettings,
-    pub fdb: Fdb,
+    pub fdb: Arc<Fdb>,
     /// Ports attached, in attach order.
     pub ports: Vec<u16>,
-    /// Compiled: ports that are members of each VID, `flood_off[vid]..flood_off[vid + 1]` in
-    /// `flood_ports`; index 0 lists every port (VLAN-unaware flooding).
-    pub flood_off: Vec<u32>,
-    pub flood_ports: Vec<u16>,
-    pub vlan_counters: Box<[VlanCounters; 4096]>,
+    /// Compiled: the ports that are members of each VID, in attach order; index 0 lists every
+    /// port (VLAN-unaware flooding). One list per VID, so a change recompiles only the VIDs it
+    /// touches.
+    pub flood: Box<[Arc<[u16]>]>,
+    pub vlan_counters: Arc<VlanCounterSet>,
 }
 
+/// A port as the datapath sees it; shared like [`Bridge`].
 #[derive(Clone, Debug)]
 pub(crate) struct Port {
     pub name: String,
@@ -70,6 +76,9 @@ pub(crate) struct Port {
     pub link_up: bool,
     /// Compiled: admin up and link up. A port that is not running neither receives nor sends.
     pub running: bool,
+    /// Distinguishes this port from earlier ports that had the same id.
+    pub generation: u32,
+    pub counters: Arc<PortCounterSet>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,19 +169,143 @@ pub struct VlanEntryView {
     pub flags: Vec<&'static str>,
 }
 
-/// Bridges, ports and their forwarding state.
-#[derive(Clone, Debug, Default)]
+/// Counter-block index of the control plane (configuration operations that count, such as
+/// an eviction caused by `fdb add`): the last block of every counter set.
+const CONTROL_WRITER: usize = usize::MAX;
+
+/// Bridges, ports and their forwarding state: the control plane's object.
+///
+/// Configuration lives in `Arc`-shared per-port and per-bridge records; [`Switch::plan`]
+/// publishes an immutable [`Plan`] of them (a vector of `Arc`s, O(ports + bridges) to make),
+/// which any number of datapath workers forward with at once. A change copies only the records
+/// it touches (copy-on-write); the FDB and the counters are shared, not copied.
+/// [`Switch::process`] forwards on the calling thread as worker 0.
+///
+/// `clone` is a deep copy of the configuration *and* the FDB (what a batch of commands works
+/// on before it is committed); counters stay shared.
+#[derive(Debug)]
 pub struct Switch {
-    pub(crate) bridges: Vec<Option<Bridge>>,
-    pub(crate) ports: Vec<Option<Port>>,
-    pub(crate) counters: Vec<PortCounters>,
+    pub(crate) bridges: Vec<Option<Arc<Bridge>>>,
+    pub(crate) ports: Vec<Option<Arc<Port>>>,
     names: HashMap<String, Link>,
     /// The time of the latest `process` or `age` call, for entries added by commands.
     pub(crate) now_ns: u64,
-    /// Frames handed in with a port id that names no port (an I/O layer's mistake).
-    pub(crate) unknown_port_drops: u64,
+    /// Datapath workers that will count (each gets a counter block; the control plane one more).
+    workers: usize,
+    /// Frames handed in with a port id that names no port (an I/O layer's mistake), per worker.
+    pub(crate) unknown_port_drops: Arc<CellSet>,
+    next_generation: u32,
+    /// The published plan, `None` after a change.
+    plan: Option<Arc<Plan>>,
+    /// The datapath state of [`Switch::process`] (worker 0).
+    worker: Worker,
+}
+
+impl Default for Switch {
+    fn default() -> Self {
+        Switch::with_workers(1)
+    }
+}
+
+impl Clone for Switch {
+    fn clone(&self) -> Switch {
+        let bridges = self
+            .bridges
+            .iter()
+            .map(|b| {
+                b.as_ref().map(|b| {
+                    let mut copy = Bridge::clone(b);
+                    copy.fdb = Arc::new(Fdb::clone(&b.fdb));
+                    Arc::new(copy)
+                })
+            })
+            .collect();
+        Switch {
+            bridges,
+            ports: self.ports.clone(),
+            names: self.names.clone(),
+            now_ns: self.now_ns,
+            workers: self.workers,
+            unknown_port_drops: self.unknown_port_drops.clone(),
+            next_generation: self.next_generation,
+            plan: None,
+            worker: Worker::new(0),
+        }
+    }
+}
+
+/// The compiled forwarding state at one moment: what datapath workers forward with. Immutable;
+/// the switch publishes a new one after each change ([`Switch::plan`]).
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub(crate) bridges: Vec<Option<Arc<Bridge>>>,
+    pub(crate) ports: Vec<Option<Arc<Port>>>,
+    pub(crate) unknown_port_drops: Option<Arc<CellSet>>,
+}
+
+impl Plan {
+    /// Highest port id + 1: the size an output table needs.
+    pub fn port_slots(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn port(&self, id: PortId) -> Option<&Port> {
+        self.ports.get(id.0 as usize)?.as_deref()
+    }
+
+    /// The generation of port `id` in this plan (`None`: no such port).
+    pub fn port_generation(&self, id: PortId) -> Option<u32> {
+        self.port(id).map(|p| p.generation)
+    }
+
+    /// Whether port `id` is admin up and its link up.
+    pub fn port_running(&self, id: PortId) -> bool {
+        self.port(id).is_some_and(|p| p.running)
+    }
+
+    /// The TPID of the bridge tag on port `id` (0x8100 for an unknown port).
+    pub fn port_tpid(&self, id: PortId) -> Tpid {
+        Tpid(self.port(id).map_or(0x8100, |p| p.tpid))
+    }
+
+    /// Longest frame port `id` accepts and sends (0 for an unknown port).
+    pub fn port_max_frame(&self, id: PortId) -> u32 {
+        self.port(id).map_or(0, |p| p.max_frame)
+    }
+
+    /// Counts `n` frames dropped for `reason` on port `id` by worker `worker` (for I/O layers:
+    /// transmit failures, receive-side drops).
+    pub fn count_drop(&self, id: PortId, worker: usize, reason: DropReason, n: u64) {
+        if let Some(p) = self.port(id) {
+            p.counters.writer(worker).drops[reason as usize].add(n);
+        }
+    }
+}
+
+/// One datapath worker's private state: its counter-block index, scratch space and its view of
+/// each bridge's FDB table. Owned by the worker's thread.
+#[derive(Debug, Default)]
+pub struct Worker {
+    pub(crate) index: usize,
     /// Flood targets of the frame being forwarded; kept to avoid allocating per frame.
     pub(crate) scratch: Vec<u16>,
+    /// FDB table per bridge id.
+    pub(crate) tables: Vec<TableCache>,
+}
+
+impl Worker {
+    /// Worker number `index` (0-based; its counters go to block `index`).
+    pub fn new(index: usize) -> Worker {
+        Worker {
+            index,
+            scratch: Vec::new(),
+            tables: Vec::new(),
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 fn check_name(name: &str) -> Result<(), ConfigError> {
@@ -247,6 +380,54 @@ impl Switch {
         Switch::default()
     }
 
+    /// A switch whose counters have a block for each of `workers` datapath workers (numbered
+    /// from 0) and one for the control plane.
+    pub fn with_workers(workers: usize) -> Switch {
+        let workers = workers.max(1);
+        Switch {
+            bridges: Vec::new(),
+            ports: Vec::new(),
+            names: HashMap::new(),
+            now_ns: 0,
+            workers,
+            unknown_port_drops: CellSet::new(workers + 1),
+            next_generation: 1,
+            plan: None,
+            worker: Worker::new(0),
+        }
+    }
+
+    /// Datapath workers the counters have blocks for.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The compiled state as of now, for datapath workers. Cheap when nothing changed since
+    /// the last call (an `Arc` clone); otherwise O(ports + bridges) `Arc` clones.
+    pub fn plan(&mut self) -> Arc<Plan> {
+        if let Some(p) = &self.plan {
+            return p.clone();
+        }
+        let p = Arc::new(Plan {
+            bridges: self.bridges.clone(),
+            ports: self.ports.clone(),
+            unknown_port_drops: Some(self.unknown_port_drops.clone()),
+        });
+        self.plan = Some(p.clone());
+        p
+    }
+
+    /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
+    /// `now_ns` on the calling thread, as worker 0, appending what leaves to
+    /// `out.ports[egress]`. `rx` is left empty.
+    pub fn process(&mut self, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+        if now_ns > self.now_ns {
+            self.now_ns = now_ns;
+        }
+        let plan = self.plan();
+        plan.process(&mut self.worker, now_ns, rx, out);
+    }
+
     // ----- lookups -----
 
     fn link(&self, name: &str) -> Result<Link, ConfigError> {
@@ -284,8 +465,10 @@ impl Switch {
         self.ports[id.0 as usize].as_ref().expect("live port id")
     }
 
+    /// Port `id` for a change: copied first if a published plan still shares it.
     fn port_mut(&mut self, id: PortId) -> &mut Port {
-        self.ports[id.0 as usize].as_mut().expect("live port id")
+        self.plan = None;
+        Arc::make_mut(self.ports[id.0 as usize].as_mut().expect("live port id"))
     }
 
     fn bridge(&self, id: BridgeId) -> &Bridge {
@@ -294,10 +477,23 @@ impl Switch {
             .expect("live bridge id")
     }
 
+    /// Bridge `id` for a change, copied like [`Switch::port_mut`] (its FDB and counters stay
+    /// shared).
     fn bridge_mut(&mut self, id: BridgeId) -> &mut Bridge {
-        self.bridges[id.0 as usize]
-            .as_mut()
-            .expect("live bridge id")
+        self.plan = None;
+        Arc::make_mut(
+            self.bridges[id.0 as usize]
+                .as_mut()
+                .expect("live bridge id"),
+        )
+    }
+
+    /// Counts on port `id` in the control plane's counter block.
+    fn control_counters(&self, id: u16) -> Option<&crate::cells::PortCells> {
+        self.ports
+            .get(id as usize)?
+            .as_ref()
+            .map(|p| p.counters.writer(CONTROL_WRITER))
     }
 
     pub fn port_name(&self, id: PortId) -> Option<&str> {
@@ -360,17 +556,26 @@ impl Switch {
         Tpid(self.port(id).tpid)
     }
 
-    pub fn port_counters(&self, id: PortId) -> &PortCounters {
-        &self.counters[id.0 as usize]
+    /// Counters of port `id`, summed over every worker and the control plane.
+    pub fn port_counters(&self, id: PortId) -> PortCounters {
+        self.port(id).counters.sum()
     }
 
-    /// Counters of port `id`, for I/O layers that count transmit failures.
-    pub fn port_counters_mut(&mut self, id: PortId) -> &mut PortCounters {
-        &mut self.counters[id.0 as usize]
+    /// Counts `n` frames dropped for `reason` on port `id`, in worker `worker`'s block (for I/O
+    /// layers: transmit failures, receive-side drops).
+    pub fn count_port_drop(&self, id: PortId, worker: usize, reason: DropReason, n: u64) {
+        if let Some(Some(p)) = self.ports.get(id.0 as usize) {
+            p.counters.writer(worker).drops[reason as usize].add(n);
+        }
+    }
+
+    /// The generation of port `id`: different for every port ever created with that id.
+    pub fn port_generation(&self, id: PortId) -> u32 {
+        self.port(id).generation
     }
 
     pub fn vlan_counters(&self, id: BridgeId, vid: u16) -> VlanCounters {
-        self.bridge(id).vlan_counters[vid as usize & 0xfff]
+        self.bridge(id).vlan_counters.sum(vid)
     }
 
     /// Number of FDB entries in bridge `id`, and how many of them were learned.
@@ -399,16 +604,17 @@ impl Switch {
                 self.bridges.len() - 1
             }
         };
-        let fdb = Fdb::new(settings.fdb_max_entries as usize);
-        self.bridges[idx] = Some(Bridge {
+        let fdb = Arc::new(Fdb::new(settings.fdb_max_entries as usize));
+        let empty: Arc<[u16]> = Arc::from(Vec::new());
+        self.plan = None;
+        self.bridges[idx] = Some(Arc::new(Bridge {
             name: name.to_string(),
             settings,
             fdb,
             ports: Vec::new(),
-            flood_off: vec![0; 4097],
-            flood_ports: Vec::new(),
-            vlan_counters: Box::new([VlanCounters::default(); 4096]),
-        });
+            flood: (0..4096).map(|_| empty.clone()).collect(),
+            vlan_counters: VlanCounterSet::new(self.workers + 1),
+        }));
         self.names
             .insert(name.to_string(), Link::Bridge(idx as u16));
         Ok(BridgeId(idx as u16))
@@ -426,9 +632,16 @@ impl Switch {
         if old.default_pvid != settings.default_pvid {
             self.change_default_pvid(id, old.default_pvid, settings.default_pvid);
         }
-        let b = self.bridge_mut(id);
-        b.fdb.max_entries = settings.fdb_max_entries as usize;
-        b.settings = settings;
+        let victims = self
+            .bridge(id)
+            .fdb
+            .set_max_entries(settings.fdb_max_entries as usize);
+        for v in victims {
+            if let Some(c) = self.control_counters(v) {
+                c.fdb_evictions.add(1);
+            }
+        }
+        self.bridge_mut(id).settings = settings;
         self.recompile_bridge(id);
         Ok(())
     }
@@ -455,7 +668,7 @@ impl Switch {
                 port.pvid = new;
             }
             if old != 0 {
-                self.flush_port_vlan(PortId(p), old);
+                self.flush_port_vlans(PortId(p), old, old);
             }
         }
     }
@@ -479,11 +692,13 @@ impl Switch {
                     return Err(ConfigError::TooManyPorts(MAX_PORTS));
                 }
                 self.ports.push(None);
-                self.counters.push(PortCounters::default());
                 self.ports.len() - 1
             }
         };
-        self.ports[idx] = Some(Port {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        self.plan = None;
+        self.ports[idx] = Some(Arc::new(Port {
             name: name.to_string(),
             kind: kind.to_string(),
             master: None,
@@ -495,8 +710,9 @@ impl Switch {
             max_frame: 0,
             link_up: true,
             running: true,
-        });
-        self.counters[idx] = PortCounters::default();
+            generation,
+            counters: PortCounterSet::new(self.workers + 1),
+        }));
         self.names.insert(name.to_string(), Link::Port(idx as u16));
         self.recompile_port(PortId(idx as u16));
         Ok(PortId(idx as u16))
@@ -548,21 +764,27 @@ impl Switch {
                 port.pvid = pvid;
             }
             self.bridge_mut(b).ports.push(id.0);
-            self.recompile_bridge(b);
+            self.recompile_port(id);
+            let vids: Vec<u16> = std::iter::once(0)
+                .chain(self.port(id).member.iter())
+                .collect();
+            self.recompile_flood(b, vids);
         }
         Ok(())
     }
 
     fn detach(&mut self, id: PortId, b: BridgeId) {
-        let br = self.bridge_mut(b);
-        br.ports.retain(|&p| p != id.0);
-        br.fdb.remove_where(|s| s.port == id.0);
+        let vids: Vec<u16> = std::iter::once(0)
+            .chain(self.port(id).member.iter())
+            .collect();
+        self.bridge_mut(b).ports.retain(|&p| p != id.0);
+        self.bridge(b).fdb.remove_where(|s| s.port == id.0);
         let port = self.port_mut(id);
         port.master = None;
         port.member = VlanSet::default();
         port.untagged = VlanSet::default();
         port.pvid = 0;
-        self.recompile_bridge(b);
+        self.recompile_flood(b, vids);
         self.recompile_port(id);
     }
 
@@ -573,12 +795,14 @@ impl Switch {
                 if let Some(b) = self.port(PortId(p)).master {
                     self.detach(PortId(p), BridgeId(b));
                 }
+                self.plan = None;
                 self.ports[p as usize] = None;
             }
             Link::Bridge(b) => {
                 for p in self.bridge(BridgeId(b)).ports.clone() {
                     self.detach(PortId(p), BridgeId(b));
                 }
+                self.plan = None;
                 self.bridges[b as usize] = None;
             }
         }
@@ -624,7 +848,8 @@ impl Switch {
                 port.pvid = 0;
             }
         }
-        self.recompile_bridge(b);
+        self.recompile_port(id);
+        self.recompile_flood(b, start..=end);
         Ok(())
     }
 
@@ -647,18 +872,18 @@ impl Switch {
                 port.pvid = 0;
             }
         }
-        for vid in start..=end {
-            self.flush_port_vlan(id, vid);
-        }
-        self.recompile_bridge(b);
+        self.flush_port_vlans(id, start, end);
+        self.recompile_port(id);
+        self.recompile_flood(b, start..=end);
         Ok(())
     }
 
-    fn flush_port_vlan(&mut self, id: PortId, vid: u16) {
+    /// Removes the port's dynamic entries in VIDs `start..=end` (one walk of the table).
+    fn flush_port_vlans(&mut self, id: PortId, start: u16, end: u16) {
         if let Some(b) = self.port(id).master {
-            self.bridge_mut(BridgeId(b))
-                .fdb
-                .remove_where(|s| s.port == id.0 && key_fid(s.key) == vid && s.ages());
+            self.bridge(BridgeId(b)).fdb.remove_where(|s| {
+                s.port == id.0 && (start..=end).contains(&key_fid(s.key)) && s.ages()
+            });
         }
     }
 
@@ -733,7 +958,7 @@ impl Switch {
         } | if sticky { F_STICKY } else { 0 };
         let now = self.now_ns;
         let name = self.port(id).name.clone();
-        let fdb = &mut self.bridge_mut(b).fdb;
+        let fdb = &self.bridge(b).fdb;
         if !replace {
             for &vid in &vids {
                 if fdb.get(fdb_key(mac, vid)).is_some() {
@@ -756,9 +981,9 @@ impl Switch {
             .filter(|&&v| fdb.get(fdb_key(mac, v)).is_some_and(|s| s.is_learned()))
             .count();
         let evictable = fdb.learned() - replaced_learned;
-        let needed = (fdb.len() + fresh.len()).saturating_sub(fdb.max_entries);
+        let needed = (fdb.len() + fresh.len()).saturating_sub(fdb.max_entries());
         if needed > evictable {
-            return Err(ConfigError::FdbFull(fdb.max_entries));
+            return Err(ConfigError::FdbFull(fdb.max_entries()));
         }
         let mut victims = Vec::new();
         for &vid in existing.iter().chain(&fresh) {
@@ -767,11 +992,13 @@ impl Switch {
                 Ok(None) => {}
                 Err(AddError::Exists(_)) => unreachable!("checked above"),
                 // Not expected after the room check; an error, never a panic, if it happens.
-                Err(AddError::Full) => return Err(ConfigError::FdbFull(fdb.max_entries)),
+                Err(AddError::Full) => return Err(ConfigError::FdbFull(fdb.max_entries())),
             }
         }
         for v in victims {
-            self.counters[v as usize].fdb_evictions += 1;
+            if let Some(c) = self.control_counters(v) {
+                c.fdb_evictions.add(1);
+            }
         }
         Ok(())
     }
@@ -810,7 +1037,7 @@ impl Switch {
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
         let name = self.port(id).name.clone();
-        let fdb = &mut self.bridge_mut(b).fdb;
+        let fdb = &self.bridge(b).fdb;
         let present: Vec<u16> = vids
             .iter()
             .copied()
@@ -842,7 +1069,7 @@ impl Switch {
             Link::Bridge(b) => (BridgeId(b), None),
             Link::Port(p) => (self.attached(PortId(p))?, Some(p)),
         };
-        let fdb = &mut self.bridge_mut(b).fdb;
+        let fdb = &self.bridge(b).fdb;
         Ok(fdb.remove_where(|s| {
             if s.flags & F_PERMANENT != 0 {
                 return false;
@@ -871,7 +1098,7 @@ impl Switch {
                 continue;
             }
             let b = self.bridge(bid);
-            for s in b.fdb.iter() {
+            for s in b.fdb.entries() {
                 if only_port.is_some_and(|p| p.0 != s.port) {
                     continue;
                 }
@@ -910,7 +1137,7 @@ impl Switch {
     pub fn age(&mut self, now_ns: u64) -> usize {
         self.now_ns = self.now_ns.max(now_ns);
         let mut n = 0;
-        for b in self.bridges.iter_mut().flatten() {
+        for b in self.bridges.iter().flatten() {
             n += b.fdb.age(now_ns, b.settings.ageing_time_ns);
         }
         n
@@ -927,7 +1154,7 @@ impl Switch {
 
     /// Frames received with a port id that names no port.
     pub fn unknown_port_drops(&self) -> u64 {
-        self.unknown_port_drops
+        self.unknown_port_drops.sum()
     }
 
     // ----- views -----
@@ -965,7 +1192,7 @@ impl Switch {
                     max_frame: p.max_frame,
                     link_up: p.link_up,
                 }),
-                stats: with_stats.then(|| self.counters[id.0 as usize].clone()),
+                stats: with_stats.then(|| p.counters.sum()),
             });
         }
         out
@@ -973,46 +1200,71 @@ impl Switch {
 
     // ----- compilation -----
 
+    /// Recompiles port `id`'s own compiled fields (TPID, largest frame, running); the port is
+    /// copied only if one of them changes. A port that stops running loses its dynamic entries.
     fn recompile_port(&mut self, id: PortId) {
-        let protocol = match self.port(id).master {
+        let p = self.port(id);
+        let protocol = match p.master {
             Some(b) => self.bridge(BridgeId(b)).settings.vlan_protocol,
             None => VlanProtocol::Dot1Q,
         };
-        let p = self.port_mut(id);
-        p.tpid = p.settings.tpid.unwrap_or(protocol.tpid()).0;
+        let tpid = p.settings.tpid.unwrap_or(protocol.tpid()).0;
         let envhdr = p.settings.effective_envhdr(protocol, has_tagged(p));
-        p.max_frame = 14 + p.settings.mtu + envhdr;
+        let max_frame = 14 + p.settings.mtu + envhdr;
+        let running = p.settings.up && p.link_up;
         let was_running = p.running;
-        p.running = p.settings.up && p.link_up;
-        if was_running && !p.running {
-            if let Some(b) = p.master {
-                self.bridge_mut(BridgeId(b))
+        let master = p.master;
+        if (p.tpid, p.max_frame, p.running) != (tpid, max_frame, running) {
+            let p = self.port_mut(id);
+            p.tpid = tpid;
+            p.max_frame = max_frame;
+            p.running = running;
+        }
+        if was_running && !running {
+            if let Some(b) = master {
+                self.bridge(BridgeId(b))
                     .fdb
                     .remove_where(|s| s.port == id.0 && s.ages());
             }
         }
     }
 
-    /// Rebuilds the per-VID flood lists of bridge `b` and the compiled state of its ports.
+    /// Recompiles bridge `b` whole: every port and every flood list (after a change of the
+    /// bridge's settings).
     fn recompile_bridge(&mut self, b: BridgeId) {
-        let ports = self.bridge(b).ports.clone();
-        for &p in &ports {
+        for p in self.bridge(b).ports.clone() {
             self.recompile_port(PortId(p));
         }
-        let mut off = Vec::with_capacity(4097);
+        self.recompile_flood(b, 0..=4095);
+    }
+
+    /// Rebuilds the flood lists of `vids` in bridge `b` (VID 0: every port), keeping lists
+    /// that come out the same. O(ports of the bridge) per VID.
+    fn recompile_flood(&mut self, b: BridgeId, vids: impl IntoIterator<Item = u16>) {
+        let mut changed: Vec<(u16, Arc<[u16]>)> = Vec::new();
         let mut list = Vec::new();
-        for vid in 0..4096u16 {
-            off.push(list.len() as u32);
-            for &p in &ports {
-                if vid == 0 || self.port(PortId(p)).member.contains(vid) {
-                    list.push(p);
+        {
+            let br = self.bridge(b);
+            for vid in vids {
+                list.clear();
+                list.extend(
+                    br.ports
+                        .iter()
+                        .copied()
+                        .filter(|&p| vid == 0 || self.port(PortId(p)).member.contains(vid)),
+                );
+                let cur = &br.flood[vid as usize & 0x0fff];
+                if cur[..] != list[..] {
+                    changed.push((vid, Arc::from(&list[..])));
                 }
             }
         }
-        off.push(list.len() as u32);
-        let br = self.bridge_mut(b);
-        br.flood_off = off;
-        br.flood_ports = list;
+        if !changed.is_empty() {
+            let br = self.bridge_mut(b);
+            for (vid, l) in changed {
+                br.flood[vid as usize & 0x0fff] = l;
+            }
+        }
     }
 }
 

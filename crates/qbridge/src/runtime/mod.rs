@@ -338,7 +338,7 @@ impl Runtime {
         // backend starts its counts again at 0.
         let drops = live.drops();
         if drops != slot.seen_drops {
-            let c = self.session.switch_mut().port_counters_mut(PortId(id));
+            let sw = self.session.switch();
             let reasons = [
                 DropReason::RxTruncated,
                 DropReason::RxFiltered,
@@ -351,7 +351,7 @@ impl Runtime {
                 } else {
                     drops[k]
                 };
-                c.drops[reasons[k] as usize] += new;
+                sw.count_port_drop(PortId(id), 0, reasons[k], new);
             }
             slot.seen_drops = drops;
         }
@@ -406,7 +406,7 @@ impl Runtime {
                 // The switch forwards only to running ports; a frame here means the backend
                 // vanished within this batch.
                 let n = batch.len() as u64;
-                sw.port_counters_mut(id).drops[DropReason::TxError as usize] += n;
+                sw.count_port_drop(id, 0, DropReason::TxError, n);
                 for p in batch.drain() {
                     outputs.pool.put(p);
                 }
@@ -441,19 +441,18 @@ impl Runtime {
                 fix.push(p);
             }
             std::mem::swap(batch, fix);
-            sw.port_counters_mut(id).drops[DropReason::TxError as usize] += errors;
+            sw.count_port_drop(id, 0, DropReason::TxError, errors);
         }
         let n = batch.len();
         let result = live.port().tx_burst(batch, &mut outputs.pool);
-        let c = sw.port_counters_mut(id);
         let failed = match result {
             Ok(o) => {
-                c.drops[DropReason::TxQueueFull as usize] += o.queue_full as u64;
-                c.drops[DropReason::TxError as usize] += o.error as u64;
+                sw.count_port_drop(id, 0, DropReason::TxQueueFull, o.queue_full as u64);
+                sw.count_port_drop(id, 0, DropReason::TxError, o.error as u64);
                 None
             }
             Err(e) => {
-                c.drops[DropReason::TxError as usize] += n as u64;
+                sw.count_port_drop(id, 0, DropReason::TxError, n as u64);
                 Some(e)
             }
         };
