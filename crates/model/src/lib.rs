@@ -394,6 +394,18 @@ impl Model {
         Ok(put_in_free_slot(&mut self.ports, p))
     }
 
+    /// `link set dev BR type bridge fdb_max_entries N`. A bound below the number of entries
+    /// evicts learned entries one by one by the fair rule (R-evict) until the table fits or
+    /// only user entries are left.
+    pub fn set_fdb_max_entries(&mut self, b: u16, max: u32) -> Res<()> {
+        let mut settings = self.bridge(b).settings.clone();
+        settings.fdb_max_entries = max;
+        check_bridge_settings(&settings)?;
+        self.bridge_mut(b).settings = settings;
+        while self.bridge(b).fdb.len() > max as usize && self.evict_one(b) {}
+        Ok(())
+    }
+
     /// `link set dev NAME …`. A port going down loses its dynamic FDB entries (Linux
     /// `br_stp_disable_port` → `br_fdb_delete_by_port(br, p, 0, 0)`).
     pub fn set_port(&mut self, id: u16, settings: PortSettings) -> Res<()> {

@@ -310,6 +310,8 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => (0..nbridges + nports, prop_oneof![2 => Just(None), 1 => vid().prop_map(Some)], 0u8..3)
             .prop_map(|(dev, vlan, which)| Op::FdbFlush { dev, vlan, which }),
         1 => set_port,
+        1 => (0..nbridges, prop_oneof![3 => 1u32..=8, 1 => Just(1u32 << 21)])
+            .prop_map(|(bridge, max)| Op::SetMaxEntries { bridge, max }),
     ]
 }
 
@@ -368,6 +370,18 @@ proptest! {
     #[test]
     fn eviction_matches_model(sc in scenario(true)) {
         if let Err(e) = Pair::run(&sc) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+
+    /// Both kinds of table, each batch spread over 2-4 workers by flow hash: one published
+    /// plan, one shared FDB, per-worker counters summed on read.
+    #[test]
+    fn workers_match_model(
+        sc in prop::bool::ANY.prop_flat_map(scenario),
+        workers in 2usize..=4,
+    ) {
+        if let Err(e) = Pair::run_with_workers(&sc, workers) {
             return Err(TestCaseError::fail(e));
         }
     }

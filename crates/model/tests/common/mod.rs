@@ -5,7 +5,7 @@
 
 use qbridge_bridge::{
     BridgeId, BridgeSettings, DropReason, FdbFilter, FdbFlushKind, FdbKind, Outputs, PortId,
-    PortSettings, Switch, VlanProtocol,
+    PortSettings, Switch, VlanProtocol, Worker,
 };
 use qbridge_model::{FdbRow, Flush, Frame, Meta, Model};
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
@@ -92,6 +92,11 @@ pub enum Op {
         port: usize,
         bridge: Option<usize>,
     },
+    /// `link set dev BR type bridge fdb_max_entries N` (raising or lowering the bound).
+    SetMaxEntries {
+        bridge: usize,
+        max: u32,
+    },
 }
 
 #[derive(Clone)]
@@ -145,6 +150,10 @@ pub struct Pair {
     pub bridge_names: Vec<String>,
     pub port_names: Vec<String>,
     pub log: Vec<String>,
+    /// More than one: each batch is spread over this many datapath workers by the flow hash
+    /// (as the live engine spreads received frames) and the workers forward their shares one
+    /// after the other with one shared plan and FDB; the model sees the frames in that order.
+    pub workers: Vec<Worker>,
 }
 
 impl Pair {
@@ -157,7 +166,16 @@ impl Pair {
             bridge_names: Vec::new(),
             port_names: Vec::new(),
             log: Vec::new(),
+            workers: Vec::new(),
         }
+    }
+
+    /// A pair whose fast path forwards with `n` workers (see [`Pair::workers`]).
+    pub fn with_workers(n: usize) -> Pair {
+        let mut p = Pair::new();
+        p.sw = Switch::with_workers(n);
+        p.workers = (0..n).map(Worker::new).collect();
+        p
     }
 
     fn same_outcome<A, B, E1: fmt::Debug, E2: fmt::Debug>(
@@ -279,6 +297,14 @@ impl Pair {
                 let b = self.model.set_port(*port as u16, settings.clone());
                 self.same_outcome("set_port", a, b)?;
             }
+            &Op::SetMaxEntries { bridge, max } => {
+                let bid = BridgeId(bridge as u16);
+                let mut s = self.sw.bridge_settings(bid).clone();
+                s.fdb_max_entries = max;
+                let a = self.sw.set_bridge(bid, s);
+                let b = self.model.set_fdb_max_entries(bridge as u16, max);
+                self.same_outcome("fdb_max_entries", a, b)?;
+            }
             &Op::SetMaster { port, bridge } => {
                 let a = self
                     .sw
@@ -293,6 +319,9 @@ impl Pair {
     }
 
     fn batch(&mut self, frames: &[FrameSpec]) -> Result<(), String> {
+        if self.workers.len() > 1 {
+            return self.batch_workers(frames);
+        }
         let mut b = Batch::default();
         let mut mframes = Vec::new();
         for f in frames {
@@ -307,6 +336,34 @@ impl Pair {
             });
         }
         self.sw.process(self.now, &mut b, &mut self.out);
+        let got_model = self.model.process(self.now, mframes);
+        self.compare_outputs(&got_model)
+    }
+
+    fn batch_workers(&mut self, frames: &[FrameSpec]) -> Result<(), String> {
+        let n = self.workers.len();
+        let mut shares: Vec<Vec<&FrameSpec>> = vec![Vec::new(); n];
+        for f in frames {
+            shares[qbridge_wire::flow_hash(&f.bytes.0) as usize % n].push(f);
+        }
+        let plan = self.sw.plan();
+        let mut mframes = Vec::new();
+        for (w, share) in self.workers.iter_mut().zip(&shares) {
+            let mut b = Batch::default();
+            for f in share {
+                let mut pkt = PacketBuf::from_frame(&f.bytes.0);
+                pkt.port = f.port as u16;
+                pkt.offload = f.meta;
+                b.push(pkt);
+                mframes.push(Frame {
+                    port: f.port as u16,
+                    bytes: f.bytes.0.clone(),
+                    meta: meta_to_model(&f.meta),
+                });
+            }
+            plan.process(w, self.now, &mut b, &mut self.out);
+        }
+        self.sw.set_time(self.now);
         let got_model = self.model.process(self.now, mframes);
         self.compare_outputs(&got_model)
     }
@@ -499,7 +556,16 @@ impl Pair {
 
     /// Runs the whole scenario; the error names the step and shows the difference.
     pub fn run(sc: &Scenario) -> Result<(), String> {
-        let mut pair = Pair::new();
+        Pair::run_with_workers(sc, 1)
+    }
+
+    /// [`Pair::run`] with the fast path forwarding on `workers` workers.
+    pub fn run_with_workers(sc: &Scenario, workers: usize) -> Result<(), String> {
+        let mut pair = if workers > 1 {
+            Pair::with_workers(workers)
+        } else {
+            Pair::new()
+        };
         pair.build(sc)?;
         for (i, op) in sc.run.iter().enumerate() {
             if let Err(e) = pair.apply(op).and_then(|()| pair.compare("after the step")) {
