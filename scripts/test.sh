@@ -4,7 +4,9 @@
 #   2. cargo test over the whole workspace (unit, golden, differential property tests, replay
 #      integration, and the root-only namespace tests, which skip with a reason when not root),
 #      then the differential tests again in release mode with 5000 cases per property;
-#   3. a short, bounded fuzz run of every fuzz target (FUZZ_SECONDS each, default 20; 0 skips).
+#   3. a short, bounded fuzz run of every fuzz target (FUZZ_SECONDS each, default 20; 0 skips),
+#      its log in target/fuzz-smoke.log, one summary line per target here;
+#   4. the verdict as the last line: `N passed, M failed` (failing tests named above it).
 # Environment: PROPTEST_CASES raises the differential test case count; FUZZ_SECONDS as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +32,51 @@ fi
 if [ "$(id -u)" = 0 ]; then
     export QBRIDGE_REQUIRE_NETNS=1
 fi
-cargo test --workspace --locked
+log=$(mktemp /tmp/qbridge-test.XXXXXX)
+trap 'rm -f "$log"' EXIT
+status=0
+# Runs a command, its output shown and kept for the summary; its failure is remembered.
+run() {
+    "$@" 2>&1 | tee -a "$log"
+    return "${PIPESTATUS[0]}"
+}
+
+run cargo test --workspace --locked || status=1
 
 # The differential property tests again, optimised, with many more cases (5000 scenarios per
-# property, about 100 frames each; about 10 s here). DIFF_CASES overrides.
-PROPTEST_CASES=${DIFF_CASES:-5000} cargo test --release --locked -p qbridge-model --test differential
+# property, about 100 frames each; about 20 s here). DIFF_CASES overrides.
+PROPTEST_CASES=${DIFF_CASES:-5000} run cargo test --release --locked -p qbridge-model --test differential || status=1
 
+# Fuzzing: the long libFuzzer log goes to target/fuzz-smoke.log; one line per target here.
+fuzz_passed=0
+fuzz_failed=0
 if [ "${FUZZ_SECONDS:-20}" != 0 ]; then
-    scripts/fuzz-smoke.sh
+    mkdir -p target
+    if ! scripts/fuzz-smoke.sh >target/fuzz-smoke.log 2>&1; then
+        status=1
+    fi
+    current=
+    while IFS= read -r line; do
+        case "$line" in
+            "fuzz-smoke: "*" for "*) current=${line#fuzz-smoke: }; current=${current%% for *} ;;
+            "stat::number_of_executed_units: "*)
+                echo "fuzz: $current: ${line##* } runs, no crash"; fuzz_passed=$((fuzz_passed + 1)) ;;
+            "fuzz-smoke: "*" FAILED"*)
+                echo "fuzz: $line (log: target/fuzz-smoke.log)"; fuzz_failed=$((fuzz_failed + 1)) ;;
+            "fuzz-smoke: "*skipping*) echo "fuzz: ${line#fuzz-smoke: }" ;;
+        esac
+    done <target/fuzz-smoke.log
 fi
+
+# The verdict, last: every `test result:` line of the cargo runs, plus one per fuzz target.
+passed=$(sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+failed=$(sed -nE 's/^test result: .* ([0-9]+) failed.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+passed=$((passed + fuzz_passed))
+failed=$((failed + fuzz_failed))
+grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^/failed: /' || true
+if [ "$status" != 0 ] && [ "$failed" = 0 ]; then
+    echo "failed: a build or a test binary failed before reporting (see above)"
+    failed=1
+fi
+echo "$passed passed, $failed failed"
+exit "$status"
