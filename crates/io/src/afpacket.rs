@@ -9,7 +9,20 @@
 //! batch anyway, copies the frame into the ring just as `sendmmsg` copies it into an skb, and
 //! its virtio-net header support depends on the kernel version; `sendmmsg` reports which frame
 //! failed and why (`EMSGSIZE` for one frame, `ENOBUFS` for a full queue), which the ring does
-//! only through status words. `PACKET_QDISC_BYPASS` sends straight to the driver.
+//! only through status words. `PACKET_QDISC_BYPASS` (the default; [`AfPacketConfig::qdisc_bypass`])
+//! sends straight to the driver.
+//!
+//! Super-frames and the device (docs/decisions.md 15). With qdisc bypass the kernel validates
+//! a frame against the device's features for *that* frame and drops it (`ENOBUFS`, the device's
+//! `tx_dropped` + 1) when it would have to segment it in software: TSO off on the device
+//! (`ethtool -K IF tso off`), or a device that refuses TSO for two stacked tags (a VXLAN
+//! device; a veth does not). So the port reads the device's offload features through its own
+//! socket ([`AfPacketPort::refresh_offloads`], at open and then as often as the caller likes,
+//! once a second in the daemon) and reports them in [`PortCaps::device`], and a super-frame the
+//! kernel refuses anyway is handed back to the caller of [`Port::tx_burst_report`] to segment,
+//! with its tag depth remembered for [`REFUSAL_TICKS`] refreshes. Without qdisc bypass the
+//! kernel's qdisc path segments in software itself, and `tcpdump` on the interface sees what
+//! was sent (the bypass skips the taps).
 //!
 //! Facts this module respects (DESIGN.md section 4):
 //! * The kernel strips the outermost VLAN tag (0x8100 or 0x88a8) on receive and reports it in
@@ -39,8 +52,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 
-use crate::port::{recycle, Port, PortCaps, TxOutcome};
-use crate::sys::{self, LinkState};
+use crate::port::{
+    depth_bit, kernel_tag_depth, DeviceOffloads, Port, PortCaps, TxOutcome, TxReport,
+};
+use crate::sys::{self, FeatureBits, LinkState};
 use crate::IoError;
 
 /// Length of `struct virtio_net_hdr` (no `num_buffers`).
@@ -141,7 +156,9 @@ pub struct AfPacketConfig {
     pub device_mtu: Option<u32>,
     /// Exchange virtio-net headers with the kernel (`PACKET_VNET_HDR`).
     pub vnet_hdr: bool,
-    /// Send straight to the driver (`PACKET_QDISC_BYPASS`).
+    /// Send straight to the driver (`PACKET_QDISC_BYPASS`): faster, but `tcpdump` on the
+    /// interface does not see what this socket sends, and the kernel drops (rather than
+    /// segments) a super-frame the device cannot segment; see the module documentation.
     pub qdisc_bypass: bool,
     /// Receive ring version.
     pub ring: RingVersion,
@@ -180,6 +197,13 @@ impl AfPacketConfig {
 /// Bytes per V2 ring slot: a 64 KB super-frame with tags, virtio-net header and the frame
 /// header (a multiple of TPACKET_ALIGNMENT).
 pub const V2_SLOT_BYTES: u32 = 65_536 + 512;
+
+/// Refreshes ([`AfPacketPort::refresh_offloads`], once a second in the daemon) during which a
+/// tag depth whose super-frame the kernel refused stays marked in
+/// [`DeviceOffloads::refused_tags`]; then the direct path is tried again, so a feature change
+/// or a passing drop by a veth's busy peer (also `ENOBUFS`) does not pin that depth to
+/// software segmentation for good.
+pub const REFUSAL_TICKS: u8 = 10;
 
 /// Counters the port keeps itself (the caller keeps the per-port datapath counters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -303,6 +327,8 @@ struct TxScratch {
     hdrs: Vec<[u8; VNET_HDR_LEN]>,
     iovs: Vec<[libc::iovec; 2]>,
     msgs: Vec<libc::mmsghdr>,
+    /// Per frame of the burst: 0 sent, else the errno its send failed with.
+    errnos: Vec<i32>,
 }
 
 impl std::fmt::Debug for TxScratch {
@@ -326,6 +352,14 @@ pub struct AfPacketPort {
     caps: PortCaps,
     tx: TxScratch,
     stats: AfPacketStats,
+    /// Where the offload features sit in the kernel's feature bitmap (`None`: the names could
+    /// not be read; the device is then taken to segment nothing).
+    feature_bits: Option<FeatureBits>,
+    /// The device's offloads as last read, refusals included.
+    offloads: DeviceOffloads,
+    /// Per tag depth (see [`kernel_tag_depth`]): refreshes left before a refused depth is
+    /// tried on the direct path again.
+    refused_ticks: [u8; 8],
 }
 
 fn errno_err(op: &'static str, ifname: &str) -> IoError {
@@ -501,18 +535,77 @@ impl AfPacketPort {
         let caps = PortCaps {
             vnet_hdr: cfg.vnet_hdr,
             tso: cfg.vnet_hdr,
+            // The kernel completes a checksum the device cannot, in place, on either path.
             csum: cfg.vnet_hdr,
             // The kernel's send check: MTU + Ethernet header (+4 only for a 0x8100 tag).
             max_frame: mtu as usize + 14,
+            device: None,
         };
-        Ok(AfPacketPort {
+        let feature_bits = sys::feature_bits_via(s, &name).ok();
+        let mut port = AfPacketPort {
             cfg,
             fd,
             ring,
             caps,
             tx: TxScratch::default(),
             stats: AfPacketStats::default(),
-        })
+            feature_bits,
+            offloads: DeviceOffloads::default(),
+            refused_ticks: [0; 8],
+        };
+        port.read_offloads()?;
+        Ok(port)
+    }
+
+    /// Reads the device's offload features (through this socket, so in its namespace) and
+    /// updates [`PortCaps::device`]. Unreadable names leave every feature off: super-frames are
+    /// then segmented by the caller, never dropped.
+    fn read_offloads(&mut self) -> Result<(), IoError> {
+        let mut d = match &self.feature_bits {
+            Some(bits) => sys::device_offloads_via(self.fd.as_raw_fd(), &self.cfg.ifname, bits)?,
+            None => DeviceOffloads::default(),
+        };
+        d.refused_tags = self.refused_mask();
+        self.offloads = d;
+        self.update_caps();
+        Ok(())
+    }
+
+    fn refused_mask(&self) -> u8 {
+        (0..8)
+            .filter(|&i| self.refused_ticks[i] > 0)
+            .fold(0, |m, i| m | depth_bit(i))
+    }
+
+    fn update_caps(&mut self) {
+        self.offloads.refused_tags = self.refused_mask();
+        // Only a qdisc-bypass socket with virtio-net headers hands super-frames to the device
+        // unvalidated; otherwise the kernel segments what the device cannot.
+        self.caps.device = (self.cfg.vnet_hdr && self.cfg.qdisc_bypass).then_some(self.offloads);
+    }
+
+    /// Reads the device's offload features again and counts one tick off every remembered
+    /// refusal ([`REFUSAL_TICKS`]). Call it about once a second. Returns whether the device's
+    /// features (refusals aside) changed.
+    pub fn refresh_offloads(&mut self) -> Result<bool, IoError> {
+        let before = DeviceOffloads {
+            refused_tags: 0,
+            ..self.offloads
+        };
+        for t in self.refused_ticks.iter_mut() {
+            *t = t.saturating_sub(1);
+        }
+        self.read_offloads()?;
+        Ok(DeviceOffloads {
+            refused_tags: 0,
+            ..self.offloads
+        } != before)
+    }
+
+    /// The device's transmit offloads as last read, with the tag depths whose super-frames
+    /// the kernel refused lately (whether or not qdisc bypass makes them matter).
+    pub fn device_offloads(&self) -> DeviceOffloads {
+        self.offloads
     }
 
     /// Closes the socket and opens it again with the same configuration: after the interface
@@ -520,9 +613,11 @@ impl AfPacketPort {
     /// interface's namespace (see [`crate::netns::run_in_netns`]).
     pub fn reopen(&mut self) -> Result<(), IoError> {
         let fresh = AfPacketPort::open(self.cfg.clone())?;
-        let stats = self.stats;
+        let (stats, ticks) = (self.stats, self.refused_ticks);
         *self = fresh;
         self.stats = stats;
+        self.refused_ticks = ticks;
+        self.update_caps();
         Ok(())
     }
 
@@ -543,6 +638,107 @@ impl AfPacketPort {
     pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool, IoError> {
         sys::wait_readable(self.fd.as_raw_fd(), timeout_ms)
             .map_err(|e| sys::sys_err("poll", &self.cfg.ifname, e))
+    }
+
+    /// One `sendmmsg` pass over `batch` (more calls only after a frame fails), then every
+    /// frame settled by its result (see [`settle`]). A frame that fails does not stop the
+    /// ones after it, except `EAGAIN` (the socket buffer is full: the rest would fail the
+    /// same way) and a link error.
+    fn send(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        refused: Option<&mut Batch>,
+    ) -> Result<TxReport, IoError> {
+        let n = batch.len();
+        if n == 0 {
+            return Ok(TxReport::default());
+        }
+        let vnet = self.cfg.vnet_hdr;
+        let tx = &mut self.tx;
+        tx.hdrs.clear();
+        tx.iovs.clear();
+        tx.msgs.clear();
+        tx.errnos.clear();
+        tx.errnos.resize(n, 0);
+        for p in batch.iter() {
+            tx.hdrs.push(meta_to_vnet(&p.offload));
+        }
+        for (p, h) in batch.iter().zip(&tx.hdrs) {
+            let hdr_iov = libc::iovec {
+                iov_base: h.as_ptr() as *mut _,
+                iov_len: VNET_HDR_LEN,
+            };
+            let frame = p.frame();
+            let frame_iov = libc::iovec {
+                iov_base: frame.as_ptr() as *mut _,
+                iov_len: frame.len(),
+            };
+            tx.iovs.push(if vnet {
+                [hdr_iov, frame_iov]
+            } else {
+                [frame_iov, frame_iov]
+            });
+        }
+        for iov in tx.iovs.iter_mut() {
+            // SAFETY: msghdr is plain old data; all-zero is a valid (empty) value.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = if vnet { 2 } else { 1 };
+            tx.msgs.push(m);
+        }
+        let fd = self.fd.as_raw_fd();
+        let mut i = 0;
+        let mut link_err = None;
+        while i < n {
+            // SAFETY: `msgs[i..]` are initialised mmsghdrs whose iovecs point into `hdrs` and
+            // into the frames of `batch`, all alive and unmoved until this loop ends; the
+            // kernel only reads them (and writes `msg_len`).
+            let rc = unsafe {
+                libc::sendmmsg(fd, tx.msgs.as_mut_ptr().add(i), (n - i) as libc::c_uint, 0)
+            };
+            if rc > 0 {
+                i += rc as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            if code == libc::EINTR {
+                continue;
+            }
+            if code == libc::EAGAIN || sys::is_link_errno(&e) {
+                tx.errnos[i..].fill(code);
+                if code != libc::EAGAIN {
+                    link_err = Some(e);
+                }
+                break;
+            }
+            // ENOBUFS, EMSGSIZE, EINVAL, ...: this frame only; go on with the next.
+            tx.errnos[i] = code;
+            i += 1;
+        }
+        tx.msgs.clear();
+        tx.iovs.clear();
+        // Only a qdisc-bypass socket's ENOBUFS on a super-frame means "segment it yourself";
+        // through the qdisc the kernel segments, and ENOBUFS is a drop.
+        let bypass = self.cfg.qdisc_bypass && vnet;
+        let report = settle(
+            batch,
+            &tx.errnos,
+            pool,
+            bypass.then_some(&mut self.refused_ticks),
+            refused,
+        );
+        if report.refused > 0 || (bypass && self.refused_mask() != self.offloads.refused_tags) {
+            self.update_caps();
+        }
+        match link_err {
+            Some(source) => Err(IoError::LinkDown {
+                ifname: self.cfg.ifname.clone(),
+                source,
+            }),
+            None => Ok(report),
+        }
     }
 
     /// Returns the current block to the kernel and moves to the next.
@@ -703,6 +899,48 @@ impl AfPacketPort {
     }
 }
 
+/// Drains a sent batch: frame `i` was sent when `errnos[i]` is 0, else its send failed with
+/// that errno. Every buffer goes back to `pool`, except refused super-frames (below), and
+/// every frame is counted once in the report.
+///
+/// `refusals` is given for a qdisc-bypass socket with virtio-net headers: there `ENOBUFS` on
+/// a super-frame is the kernel refusing to segment it in software, so its tag depth is marked
+/// for [`REFUSAL_TICKS`] refreshes, and the frame moves to `refused` when the caller takes
+/// refused frames back (else it is counted as dropped by the kernel). `ENOBUFS` on any other
+/// frame is a drop by the device or its peer.
+fn settle(
+    batch: &mut Batch,
+    errnos: &[i32],
+    pool: &mut BufPool,
+    mut refusals: Option<&mut [u8; 8]>,
+    mut refused: Option<&mut Batch>,
+) -> TxReport {
+    let mut r = TxReport::default();
+    for (i, p) in batch.drain().enumerate() {
+        let code = errnos.get(i).copied().unwrap_or(libc::EIO);
+        match code {
+            0 => r.sent += 1,
+            libc::EAGAIN => r.queue_full += 1,
+            libc::ENOBUFS if p.offload.is_gso() && refusals.is_some() => {
+                if let Some(ticks) = refusals.as_deref_mut() {
+                    ticks[kernel_tag_depth(p.frame()).min(7)] = REFUSAL_TICKS;
+                }
+                if let Some(out) = refused.as_deref_mut() {
+                    r.refused += 1;
+                    out.push(p);
+                    continue;
+                }
+                r.kernel_drop += 1;
+            }
+            libc::ENOBUFS => r.kernel_drop += 1,
+            libc::EMSGSIZE => r.too_long += 1,
+            _ => r.error += 1,
+        }
+        pool.put(p);
+    }
+    r
+}
+
 /// `struct virtio_net_hdr` (10 bytes, little-endian fields) to [`OffloadMeta`].
 pub fn vnet_to_meta(h: &[u8]) -> OffloadMeta {
     let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
@@ -773,86 +1011,16 @@ impl Port for AfPacketPort {
     }
 
     fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
-        let mut out = TxOutcome::default();
-        let n = batch.len();
-        if n == 0 {
-            return Ok(out);
-        }
-        let vnet = self.cfg.vnet_hdr;
-        let tx = &mut self.tx;
-        tx.hdrs.clear();
-        tx.iovs.clear();
-        tx.msgs.clear();
-        for p in batch.iter() {
-            tx.hdrs.push(meta_to_vnet(&p.offload));
-        }
-        for (p, h) in batch.iter().zip(&tx.hdrs) {
-            let hdr_iov = libc::iovec {
-                iov_base: h.as_ptr() as *mut _,
-                iov_len: VNET_HDR_LEN,
-            };
-            let frame = p.frame();
-            let frame_iov = libc::iovec {
-                iov_base: frame.as_ptr() as *mut _,
-                iov_len: frame.len(),
-            };
-            tx.iovs.push(if vnet {
-                [hdr_iov, frame_iov]
-            } else {
-                [frame_iov, frame_iov]
-            });
-        }
-        for iov in tx.iovs.iter_mut() {
-            // SAFETY: msghdr is plain old data; all-zero is a valid (empty) value.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_iov = iov.as_mut_ptr();
-            m.msg_hdr.msg_iovlen = if vnet { 2 } else { 1 };
-            tx.msgs.push(m);
-        }
-        let fd = self.fd.as_raw_fd();
-        let mut i = 0;
-        let mut link_err = None;
-        while i < n {
-            // SAFETY: `msgs[i..]` are initialised mmsghdrs whose iovecs point into `hdrs` and
-            // into the frames of `batch`, all alive and unmoved until this loop ends; the
-            // kernel only reads them (and writes `msg_len`).
-            let rc = unsafe {
-                libc::sendmmsg(fd, tx.msgs.as_mut_ptr().add(i), (n - i) as libc::c_uint, 0)
-            };
-            if rc > 0 {
-                out.sent += rc as usize;
-                i += rc as usize;
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => {}
-                Some(libc::EAGAIN | libc::ENOBUFS) => {
-                    out.queue_full += n - i;
-                    break;
-                }
-                _ if sys::is_link_errno(&e) => {
-                    out.error += n - i;
-                    link_err = Some(e);
-                    break;
-                }
-                // EMSGSIZE, EINVAL, ...: this frame is refused; go on with the next.
-                _ => {
-                    out.error += 1;
-                    i += 1;
-                }
-            }
-        }
-        tx.msgs.clear();
-        tx.iovs.clear();
-        recycle(batch, pool);
-        match link_err {
-            Some(source) => Err(IoError::LinkDown {
-                ifname: self.cfg.ifname.clone(),
-                source,
-            }),
-            None => Ok(out),
-        }
+        self.send(batch, pool, None).map(|r| r.outcome())
+    }
+
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        self.send(batch, pool, Some(refused))
     }
 
     fn caps(&self) -> PortCaps {
@@ -881,6 +1049,85 @@ mod tests {
         let h = meta_to_vnet(&m);
         assert_eq!(h, [1, 4, 0x34, 0x12, 0xa8, 0x05, 58, 0, 16, 0]);
         assert_eq!(vnet_to_meta(&h), m);
+    }
+
+    fn gso_frame(tags: &[u16]) -> PacketBuf {
+        let mut f = vec![0u8; 12];
+        for t in tags {
+            f.extend(t.to_be_bytes());
+            f.extend([0, 7]);
+        }
+        f.extend([0x08, 0x00]);
+        f.resize(f.len() + 3000, 0);
+        let mut p = PacketBuf::from_frame(&f);
+        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p.offload.gso_size = 1448;
+        p
+    }
+
+    /// The seam between the syscall and the accounting: ENOBUFS on a super-frame of a
+    /// qdisc-bypass socket hands the frame back and marks its depth; on a plain frame, or
+    /// without bypass, it is a drop; nothing stops the frames after it.
+    #[test]
+    fn settle_hands_back_refused_super_frames() {
+        let mut pool = BufPool::new(16);
+        let make = || {
+            let mut b = Batch::default();
+            b.push(gso_frame(&[0x88a8, 0x8100]));
+            b.push(PacketBuf::from_frame(&[0u8; 60]));
+            b.push(gso_frame(&[0x8100]));
+            b.push(PacketBuf::from_frame(&[0u8; 60]));
+            b.push(PacketBuf::from_frame(&[0u8; 60]));
+            b
+        };
+        let errnos = [
+            libc::ENOBUFS,
+            libc::ENOBUFS,
+            0,
+            libc::EMSGSIZE,
+            libc::EAGAIN,
+        ];
+        let mut ticks = [0u8; 8];
+        let mut refused = Batch::default();
+        let mut batch = make();
+        let r = settle(
+            &mut batch,
+            &errnos,
+            &mut pool,
+            Some(&mut ticks),
+            Some(&mut refused),
+        );
+        assert_eq!(
+            r,
+            TxReport {
+                sent: 1,
+                queue_full: 1,
+                kernel_drop: 1,
+                too_long: 1,
+                error: 0,
+                refused: 1,
+            }
+        );
+        assert!(batch.is_empty());
+        assert_eq!(refused.len(), 1);
+        assert_eq!(kernel_tag_depth(refused.pkts[0].frame()), 2);
+        assert_eq!(ticks, [0, 0, REFUSAL_TICKS, 0, 0, 0, 0, 0]);
+        assert_eq!(r.outcome().total(), 5);
+
+        // A caller that takes nothing back (plain tx_burst): counted as a kernel drop, depth
+        // still remembered.
+        let mut ticks = [0u8; 8];
+        let mut batch = make();
+        let r = settle(&mut batch, &errnos, &mut pool, Some(&mut ticks), None);
+        assert_eq!((r.refused, r.kernel_drop), (0, 2));
+        assert_eq!(ticks[2], REFUSAL_TICKS);
+
+        // Without qdisc bypass the kernel segments itself: ENOBUFS is a drop.
+        let mut batch = make();
+        let mut refused = Batch::default();
+        let r = settle(&mut batch, &errnos, &mut pool, None, Some(&mut refused));
+        assert_eq!((r.refused, r.kernel_drop), (0, 2));
+        assert!(refused.is_empty());
     }
 
     #[test]

@@ -38,6 +38,12 @@ pub enum IoError {
         #[source]
         source: std::io::Error,
     },
+    /// The device refused an MTU (EINVAL from SIOCSIFMTU): above its maximum.
+    #[error(
+        "{ifname}: MTU {mtu} is above the device's maximum (for a VXLAN or other tunnel device \
+         the maximum is its underlay's MTU minus the encapsulation: raise the underlay's MTU first)"
+    )]
+    MtuAboveMax { ifname: String, mtu: u32 },
     /// No interface of that name exists.
     #[error("no interface named {ifname:?}")]
     NoSuchInterface { ifname: String },

@@ -25,4 +25,4 @@ pub mod tap;
 
 pub use error::IoError;
 pub use mem::{MemFrame, MemPort};
-pub use port::{Port, PortCaps, TxOutcome};
+pub use port::{DeviceOffloads, Port, PortCaps, TxOutcome, TxReport};

@@ -3,13 +3,16 @@
 //! Frames to receive are queued with [`MemPort::inject`]; frames transmitted are copied into
 //! [`MemPort::sent`] (frame bytes and offload metadata) and their buffers go back to the pool,
 //! exactly as a live port would. A transmit capacity and a link-down switch let tests drive the
-//! caller's `tx_queue_full` and link-loss paths. Allocates (it is a test tool); no unsafe.
+//! caller's `tx_queue_full` and link-loss paths; [`MemPort::refuse_super_frames`] plays a
+//! kernel that refuses super-frames it would have to segment (an AF_PACKET qdisc-bypass socket
+//! on a device without TSO for them), for the caller's fallback to software segmentation.
+//! Allocates (it is a test tool); no unsafe.
 
 use std::collections::VecDeque;
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
 
-use crate::port::{recycle, Port, PortCaps, TxOutcome};
+use crate::port::{recycle, Port, PortCaps, TxOutcome, TxReport};
 use crate::IoError;
 
 /// A frame as it entered or left a [`MemPort`].
@@ -31,6 +34,11 @@ pub struct MemPort {
     pub sent: Vec<MemFrame>,
     /// Frames accepted per `tx_burst` before the rest count as `queue_full`; `None`: no limit.
     pub tx_capacity: Option<usize>,
+    /// Super-frames are refused whole, as a qdisc-bypass AF_PACKET socket's kernel refuses
+    /// those its device would have to segment: handed back by `tx_burst_report`, counted as
+    /// dropped by the kernel by `tx_burst`. Counts how many were refused.
+    pub refuse_super_frames: bool,
+    pub refused_super_frames: u64,
     link_down: bool,
 }
 
@@ -44,6 +52,7 @@ impl MemPort {
                 tso: true,
                 csum: true,
                 max_frame: 65_535 + 18,
+                device: None,
             },
         )
     }
@@ -55,6 +64,8 @@ impl MemPort {
             rx: VecDeque::new(),
             sent: Vec::new(),
             tx_capacity: None,
+            refuse_super_frames: false,
+            refused_super_frames: 0,
             link_down: false,
         }
     }
@@ -95,6 +106,50 @@ impl MemPort {
     }
 }
 
+impl MemPort {
+    fn send(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        mut refused: Option<&mut Batch>,
+    ) -> Result<TxReport, IoError> {
+        if self.link_down {
+            recycle(batch, pool);
+            return Err(self.down_error());
+        }
+        let mut out = TxReport::default();
+        let room = self.tx_capacity.unwrap_or(usize::MAX);
+        for p in batch.drain() {
+            if out.sent >= room {
+                out.queue_full += 1;
+            } else if p.offload.is_gso() && self.refuse_super_frames {
+                self.refused_super_frames += 1;
+                if let Some(r) = refused.as_deref_mut() {
+                    out.refused += 1;
+                    r.push(p);
+                    continue;
+                }
+                out.kernel_drop += 1;
+            } else if (p.offload.is_gso() && !self.caps.tso)
+                || (!p.offload.is_gso() && self.caps.max_frame < p.len())
+            {
+                // A port with TSO takes a super-frame whole; the core already judged its
+                // segments' size from the parsed headers.
+                out.error += 1;
+            } else {
+                self.sent.push(MemFrame {
+                    data: p.frame().to_vec(),
+                    offload: p.offload,
+                    time_ns: 0,
+                });
+                out.sent += 1;
+            }
+            pool.put(p);
+        }
+        Ok(out)
+    }
+}
+
 impl Port for MemPort {
     fn rx_burst(
         &mut self,
@@ -117,32 +172,16 @@ impl Port for MemPort {
     }
 
     fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
-        if self.link_down {
-            recycle(batch, pool);
-            return Err(self.down_error());
-        }
-        let mut out = TxOutcome::default();
-        let room = self.tx_capacity.unwrap_or(usize::MAX);
-        for p in batch.drain() {
-            if out.sent >= room {
-                out.queue_full += 1;
-            } else if (p.offload.is_gso() && !self.caps.tso)
-                || (!p.offload.is_gso() && self.caps.max_frame < p.len())
-            {
-                // A port with TSO takes a super-frame whole; the core already judged its
-                // segments' size from the parsed headers.
-                out.error += 1;
-            } else {
-                self.sent.push(MemFrame {
-                    data: p.frame().to_vec(),
-                    offload: p.offload,
-                    time_ns: 0,
-                });
-                out.sent += 1;
-            }
-            pool.put(p);
-        }
-        Ok(out)
+        self.send(batch, pool, None).map(|r| r.outcome())
+    }
+
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        self.send(batch, pool, Some(refused))
     }
 
     fn caps(&self) -> PortCaps {
@@ -222,6 +261,7 @@ mod tests {
             tso: false,
             csum: false,
             max_frame: 1518,
+            device: None,
         };
         let mut port = MemPort::with_caps("m1", caps);
         let mut pool = BufPool::new(8);
@@ -262,6 +302,29 @@ mod tests {
         port.set_link_down(false);
         port.inject(&frame(2));
         assert_eq!(port.rx_burst(&mut batch, &mut pool, 32).unwrap(), 1);
+    }
+
+    #[test]
+    fn refused_super_frames_are_handed_back() {
+        let mut port = MemPort::new("m2");
+        port.refuse_super_frames = true;
+        let mut pool = BufPool::new(8);
+        let mut gso = PacketBuf::from_frame(&[0; 200]);
+        gso.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        gso.offload.gso_size = 100;
+        let mut batch = Batch::default();
+        batch.push(gso.clone());
+        batch.push(PacketBuf::from_frame(&frame(1)));
+        let mut refused = Batch::default();
+        let r = port
+            .tx_burst_report(&mut batch, &mut pool, &mut refused)
+            .unwrap();
+        assert_eq!((r.sent, r.refused, r.dropped()), (1, 1, 0));
+        assert_eq!(refused.len(), 1);
+        batch.push(gso);
+        let o = port.tx_burst(&mut batch, &mut pool).unwrap();
+        assert_eq!((o.sent, o.queue_full), (0, 1));
+        assert_eq!(port.refused_super_frames, 2);
     }
 
     #[test]

@@ -18,12 +18,16 @@
 //!   were dropped, so the caller can count `tx_queue_full` and `tx_error` per port. `Err` means
 //!   the port itself failed (see [`IoError::is_link_down`]); the batch is still drained and its
 //!   buffers still returned, and the frames count as dropped.
+//! * [`Port::tx_burst_report`] is the same with every drop's cause ([`TxReport`]) and one
+//!   hand-back: a TCP super-frame the kernel refused whole (it would have had to segment it
+//!   in software, which a qdisc-bypass AF_PACKET socket does not do) is moved into the
+//!   caller's `refused` batch instead of being dropped; the caller owns it and segments it.
 //!
 //! Ports are single-threaded objects (`&mut self`); a worker thread owns the ports it polls.
 //! No call allocates after warm-up, and a backend makes a bounded number of syscalls per burst
 //! (one kick per transmitted batch), never one per frame where the kernel offers better.
 
-use qbridge_packet::{Batch, BufPool};
+use qbridge_packet::{Batch, BufPool, OffloadMeta};
 
 use crate::IoError;
 
@@ -34,6 +38,7 @@ pub struct PortCaps {
     /// filled on rx).
     pub vnet_hdr: bool,
     /// Accepts TCP super-frames (GSO) for transmission; without it the caller must segment.
+    /// [`PortCaps::device`], when present, narrows this per frame.
     pub tso: bool,
     /// Accepts frames whose checksum is left to do (`NEEDS_CSUM`); without it the caller must
     /// complete checksums.
@@ -41,6 +46,101 @@ pub struct PortCaps {
     /// Largest frame (without FCS, all tags included) the port can send, not counting GSO
     /// super-frames when `tso` is set (those are judged per segment).
     pub max_frame: usize,
+    /// What the device behind the port segments itself, when the backend hands super-frames to
+    /// a device that may not (AF_PACKET with `PACKET_QDISC_BYPASS`: the kernel drops a
+    /// super-frame it would have to segment in software). `None`: `tso` says it all (TAP,
+    /// pcap, in-memory, or an AF_PACKET socket whose kernel segments in its qdisc path).
+    pub device: Option<DeviceOffloads>,
+}
+
+/// A device's transmit offloads as the kernel reports them (`ethtool -k`: the *active*
+/// features), and the tag depths at which the kernel refused super-frames lately.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceOffloads {
+    /// `tx-tcp-segmentation`: TCP over IPv4.
+    pub tso4: bool,
+    /// `tx-tcp6-segmentation`: TCP over IPv6.
+    pub tso6: bool,
+    /// `tx-tcp-ecn-segmentation`: super-frames with the ECN bit (`GSO_ECN`) set.
+    pub tso_ecn: bool,
+    /// `tx-scatter-gather` (Linux turns TSO off without it; checked anyway).
+    pub sg: bool,
+    /// `tx-checksum-ipv4` or `tx-checksum-ip-generic`.
+    pub csum4: bool,
+    /// `tx-checksum-ipv6` or `tx-checksum-ip-generic`.
+    pub csum6: bool,
+    /// Bit `n` set: the kernel refused a super-frame with `n` VLAN tags (0x8100/0x88a8, as
+    /// [`kernel_tag_depth`] counts them; 7 and more share bit 7) although the features above
+    /// allow it, so such frames are segmented by the caller until the bit is cleared again
+    /// (the backend retries the direct path after a while). A kernel VXLAN device, for
+    /// example, refuses TSO for frames with two tags.
+    pub refused_tags: u8,
+}
+
+impl DeviceOffloads {
+    /// Whether the device segments a super-frame of `gso_type` with `depth` tags itself.
+    pub fn segments(&self, gso_type: u8, depth: usize) -> bool {
+        let kind = match gso_type & !OffloadMeta::GSO_ECN {
+            OffloadMeta::GSO_TCPV4 => self.tso4,
+            OffloadMeta::GSO_TCPV6 => self.tso6,
+            // Not TCP: the caller cannot segment it either; let the kernel decide.
+            _ => return true,
+        };
+        let ecn = gso_type & OffloadMeta::GSO_ECN == 0 || self.tso_ecn;
+        kind && ecn && self.sg && self.refused_tags & depth_bit(depth) == 0
+    }
+
+    /// Whether every TCP super-frame, whatever its kind or tag depth, is taken as it is.
+    pub fn segments_all(&self) -> bool {
+        self.tso4 && self.tso6 && self.tso_ecn && self.sg && self.refused_tags == 0
+    }
+}
+
+/// The bit of [`DeviceOffloads::refused_tags`] for `depth` tags.
+pub fn depth_bit(depth: usize) -> u8 {
+    1 << depth.min(7)
+}
+
+/// How many VLAN tags the kernel sees in front of L3: leading 0x8100 / 0x88a8 tags (the
+/// kernel's `eth_type_vlan`; other TPIDs are payload to it). At most 7 are counted.
+pub fn kernel_tag_depth(frame: &[u8]) -> usize {
+    let mut n = 0;
+    while n < 7 {
+        let at = 12 + 4 * n;
+        match frame.get(at..at + 2) {
+            Some([0x81, 0x00] | [0x88, 0xa8]) => n += 1,
+            _ => break,
+        }
+    }
+    n
+}
+
+impl PortCaps {
+    /// Whether the super-frame `frame` (with metadata `meta`) may be handed to the port whole;
+    /// otherwise the caller segments it. Non-GSO frames: always true.
+    pub fn takes_super_frame(&self, frame: &[u8], meta: &OffloadMeta) -> bool {
+        if !meta.is_gso() {
+            return true;
+        }
+        if !self.tso {
+            return false;
+        }
+        match &self.device {
+            None => true,
+            Some(d) => d.segments(meta.gso_type, kernel_tag_depth(frame)),
+        }
+    }
+
+    /// Whether every frame can be handed over as it is (no per-frame look needed): TSO for
+    /// every kind and depth, and checksum offload.
+    pub fn takes_everything(&self) -> bool {
+        self.tso
+            && self.csum
+            && self
+                .device
+                .as_ref()
+                .is_none_or(DeviceOffloads::segments_all)
+    }
 }
 
 /// What happened to the frames of one [`Port::tx_burst`].
@@ -49,7 +149,9 @@ pub struct PortCaps {
 pub struct TxOutcome {
     /// Frames handed to the kernel or the medium.
     pub sent: usize,
-    /// Frames dropped because the transmit queue or ring was full (`EAGAIN`, `ENOBUFS`).
+    /// Frames dropped because the kernel had no room for them: the socket buffer or ring was
+    /// full (`EAGAIN`), or the device or its peer dropped them (`ENOBUFS`).
+    /// [`Port::tx_burst_report`] tells these apart.
     pub queue_full: usize,
     /// Frames dropped because the kernel refused them (`EMSGSIZE`, `EINVAL`, ...) or the port
     /// could not represent them.
@@ -63,6 +165,57 @@ impl TxOutcome {
 
     pub fn total(&self) -> usize {
         self.sent + self.dropped()
+    }
+}
+
+/// What happened to the frames of one [`Port::tx_burst_report`], by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct TxReport {
+    /// Frames handed to the kernel or the medium.
+    pub sent: usize,
+    /// Dropped: the socket buffer or ring was full (`EAGAIN`).
+    pub queue_full: usize,
+    /// Dropped: the kernel took the frame and the device (or a veth's peer) dropped it
+    /// (`ENOBUFS`), a frame that was not a refused super-frame.
+    pub kernel_drop: usize,
+    /// Dropped: longer than the device accepts (`EMSGSIZE`).
+    pub too_long: usize,
+    /// Dropped for another reason (`EINVAL`, a frame the port cannot represent, ...).
+    pub error: usize,
+    /// Super-frames the kernel refused whole (`ENOBUFS` on a qdisc-bypass socket: it would
+    /// have had to segment them in software), moved to the caller's `refused` batch, not
+    /// dropped.
+    pub refused: usize,
+}
+
+impl TxReport {
+    /// Frames dropped, all causes.
+    pub fn dropped(&self) -> usize {
+        self.queue_full + self.kernel_drop + self.too_long + self.error
+    }
+
+    /// The same burst as a [`TxOutcome`] (refused super-frames count as dropped by the
+    /// kernel, as they are for a caller that does not take them back).
+    pub fn outcome(&self) -> TxOutcome {
+        TxOutcome {
+            sent: self.sent,
+            queue_full: self.queue_full + self.kernel_drop + self.refused,
+            error: self.too_long + self.error,
+        }
+    }
+}
+
+impl From<TxOutcome> for TxReport {
+    /// A backend that does not tell causes apart: `queue_full` stays queue-full, every other
+    /// drop is an error.
+    fn from(o: TxOutcome) -> TxReport {
+        TxReport {
+            sent: o.sent,
+            queue_full: o.queue_full,
+            error: o.error,
+            ..TxReport::default()
+        }
     }
 }
 
@@ -81,6 +234,21 @@ pub trait Port {
     /// to `pool`.
     fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError>;
 
+    /// As [`Port::tx_burst`], with the cause of every drop, and one exception to "every buffer
+    /// goes back to the pool": a super-frame the kernel refused whole because the device
+    /// would not segment it (see [`TxReport::refused`]) is moved to `refused`, which the
+    /// caller owns and is expected to segment and send again. The default, for backends
+    /// without such refusals, is `tx_burst` with its outcome converted.
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        let _ = refused;
+        self.tx_burst(batch, pool).map(TxReport::from)
+    }
+
     /// What the port can take.
     fn caps(&self) -> PortCaps;
 
@@ -95,4 +263,118 @@ pub(crate) fn recycle(batch: &mut Batch, pool: &mut BufPool) -> usize {
         pool.put(p);
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagged(tpids: &[u16]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        for t in tpids {
+            f.extend(t.to_be_bytes());
+            f.extend([0, 10]);
+        }
+        f.extend([0x08, 0x00]);
+        f.resize(f.len() + 40, 0);
+        f
+    }
+
+    #[test]
+    fn kernel_tag_depth_counts_8100_and_88a8_only() {
+        assert_eq!(kernel_tag_depth(&tagged(&[])), 0);
+        assert_eq!(kernel_tag_depth(&tagged(&[0x8100])), 1);
+        assert_eq!(kernel_tag_depth(&tagged(&[0x88a8, 0x8100])), 2);
+        assert_eq!(kernel_tag_depth(&tagged(&[0x9100, 0x8100])), 0);
+        assert_eq!(kernel_tag_depth(&tagged(&[0x8100; 9])), 7);
+        assert_eq!(kernel_tag_depth(&[0u8; 13]), 0);
+    }
+
+    #[test]
+    fn super_frames_follow_device_features_and_refusals() {
+        let v4 = OffloadMeta {
+            gso_type: OffloadMeta::GSO_TCPV4,
+            gso_size: 1448,
+            ..OffloadMeta::default()
+        };
+        let v6 = OffloadMeta {
+            gso_type: OffloadMeta::GSO_TCPV6,
+            ..v4
+        };
+        let ecn = OffloadMeta {
+            gso_type: OffloadMeta::GSO_TCPV4 | OffloadMeta::GSO_ECN,
+            ..v4
+        };
+        let plain = OffloadMeta::default();
+        let one = tagged(&[0x8100]);
+        let two = tagged(&[0x88a8, 0x8100]);
+        let mut caps = PortCaps {
+            vnet_hdr: true,
+            tso: true,
+            csum: true,
+            max_frame: 1518,
+            device: None,
+        };
+        assert!(caps.takes_super_frame(&two, &v4) && caps.takes_everything());
+        let all = DeviceOffloads {
+            tso4: true,
+            tso6: true,
+            tso_ecn: true,
+            sg: true,
+            csum4: true,
+            csum6: true,
+            refused_tags: 0,
+        };
+        caps.device = Some(all);
+        assert!(caps.takes_everything());
+        caps.device = Some(DeviceOffloads { tso6: false, ..all });
+        assert!(caps.takes_super_frame(&one, &v4));
+        assert!(!caps.takes_super_frame(&one, &v6));
+        assert!(caps.takes_super_frame(&one, &plain));
+        assert!(!caps.takes_everything());
+        caps.device = Some(DeviceOffloads {
+            tso_ecn: false,
+            ..all
+        });
+        assert!(!caps.takes_super_frame(&one, &ecn));
+        assert!(caps.takes_super_frame(&one, &v4));
+        caps.device = Some(DeviceOffloads { sg: false, ..all });
+        assert!(!caps.takes_super_frame(&one, &v4));
+        caps.device = Some(DeviceOffloads {
+            refused_tags: depth_bit(2),
+            ..all
+        });
+        assert!(caps.takes_super_frame(&one, &v4));
+        assert!(!caps.takes_super_frame(&two, &v4));
+        caps.tso = false;
+        caps.device = Some(all);
+        assert!(!caps.takes_super_frame(&one, &v4));
+    }
+
+    #[test]
+    fn report_converts_to_outcome_and_back() {
+        let r = TxReport {
+            sent: 5,
+            queue_full: 1,
+            kernel_drop: 2,
+            too_long: 3,
+            error: 4,
+            refused: 6,
+        };
+        assert_eq!(r.dropped(), 10);
+        assert_eq!(
+            r.outcome(),
+            TxOutcome {
+                sent: 5,
+                queue_full: 9,
+                error: 7
+            }
+        );
+        let o = TxOutcome {
+            sent: 1,
+            queue_full: 2,
+            error: 3,
+        };
+        assert_eq!(TxReport::from(o).outcome(), o);
+    }
 }

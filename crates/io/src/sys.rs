@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::port::DeviceOffloads;
 use crate::IoError;
 
 /// `IFNAMSIZ`: interface names are at most 15 bytes plus the NUL.
@@ -168,7 +169,16 @@ pub(crate) fn get_mtu_via(fd: RawFd, ifname: &str) -> Result<u32, IoError> {
 pub(crate) fn set_mtu_via(fd: RawFd, ifname: &str, mtu: u32) -> Result<(), IoError> {
     let mut r = IfReq::new(ifname)?;
     r.value = i32::try_from(mtu).map_err(|_| IoError::Invalid(format!("mtu {mtu}")))?;
-    ifreq_ioctl(fd, libc::SIOCSIFMTU, "SIOCSIFMTU", &mut r)
+    match ifreq_ioctl(fd, libc::SIOCSIFMTU, "SIOCSIFMTU", &mut r) {
+        // EINVAL: above the device's maximum MTU, which the kernel does not name here.
+        Err(IoError::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+            Err(IoError::MtuAboveMax {
+                ifname: ifname.to_owned(),
+                mtu,
+            })
+        }
+        r => r,
+    }
 }
 
 /// Raises the device MTU of `ifname` to at least `mtu`; never lowers it. Returns the MTU now
@@ -226,6 +236,170 @@ pub(crate) fn set_up_via(fd: RawFd, ifname: &str) -> Result<(), IoError> {
     let f = r.flags() | libc::IFF_UP as i16;
     r.set_flags(f);
     ifreq_ioctl(fd, libc::SIOCSIFFLAGS, "SIOCSIFFLAGS", &mut r)
+}
+
+// ----- ethtool -----
+
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETHTOOL_GFEATURES: u32 = 0x3a;
+const ETH_SS_FEATURES: u32 = 4;
+const ETH_GSTRING_LEN: usize = 32;
+/// More feature names than any kernel has (about 70 today); a bound on what a device may make
+/// us allocate.
+const MAX_FEATURES: u32 = 1024;
+
+/// `struct ifreq` with the `ifr_data` pointer, for SIOCETHTOOL.
+#[repr(C)]
+struct IfReqData {
+    name: [libc::c_char; IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+const _: () = assert!(std::mem::size_of::<IfReqData>() == 40);
+
+/// One SIOCETHTOOL request on `ifname` through socket `fd`: `buf` is the ethtool command
+/// structure (its first word the command), which the kernel reads and fills in.
+fn ethtool(fd: RawFd, ifname: &str, op: &'static str, buf: &mut [u32]) -> Result<(), IoError> {
+    let r = IfReq::new(ifname)?;
+    let mut req = IfReqData {
+        name: r.name,
+        data: buf.as_mut_ptr().cast(),
+        _pad: [0; 16],
+    };
+    // SAFETY: `req` is a live ifreq whose `ifr_data` points to `buf`, a live, 4-byte aligned
+    // buffer that the caller sized for the command it holds (the kernel writes no more than
+    // the lengths given in the command: `len` strings, `size` feature blocks, one count per
+    // requested set).
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL as _, &mut req as *mut IfReqData) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENODEV) {
+            return Err(IoError::NoSuchInterface {
+                ifname: ifname.to_owned(),
+            });
+        }
+        return Err(sys_err(op, ifname, e));
+    }
+    Ok(())
+}
+
+/// Where the transmit offload features that matter to qbridge sit in a device's feature
+/// bitmap (`ETH_SS_FEATURES`), found by name once: the order is the kernel's and may differ
+/// between kernels, never while one runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureBits {
+    /// Number of feature bits (names) the kernel has.
+    pub count: u32,
+    tso4: Option<u32>,
+    tso6: Option<u32>,
+    tso_ecn: Option<u32>,
+    sg: Option<u32>,
+    csum4: Option<u32>,
+    csum6: Option<u32>,
+    csum_generic: Option<u32>,
+}
+
+impl FeatureBits {
+    fn set(&mut self, name: &str, bit: u32) {
+        let slot = match name {
+            "tx-tcp-segmentation" => &mut self.tso4,
+            "tx-tcp6-segmentation" => &mut self.tso6,
+            "tx-tcp-ecn-segmentation" => &mut self.tso_ecn,
+            "tx-scatter-gather" => &mut self.sg,
+            "tx-checksum-ipv4" => &mut self.csum4,
+            "tx-checksum-ipv6" => &mut self.csum6,
+            "tx-checksum-ip-generic" => &mut self.csum_generic,
+            _ => return,
+        };
+        *slot = Some(bit);
+    }
+}
+
+/// Looks up the feature names of the kernel (ETHTOOL_GSSET_INFO, then ETHTOOL_GSTRINGS for
+/// `ETH_SS_FEATURES`) through socket `fd`, asking device `ifname` (any device gives the same
+/// names).
+pub(crate) fn feature_bits_via(fd: RawFd, ifname: &str) -> Result<FeatureBits, IoError> {
+    // struct ethtool_sset_info: cmd, reserved, u64 sset_mask, then one u32 per set asked.
+    let mut info = [0u32; 5];
+    info[0] = ETHTOOL_GSSET_INFO;
+    let mask = 1u64 << ETH_SS_FEATURES;
+    info[2] = mask as u32;
+    info[3] = (mask >> 32) as u32;
+    ethtool(fd, ifname, "ETHTOOL_GSSET_INFO", &mut info)?;
+    let got = u64::from(info[2]) | (u64::from(info[3]) << 32);
+    if got & mask == 0 {
+        return Err(IoError::Invalid(format!(
+            "{ifname}: the kernel reports no ethtool feature names"
+        )));
+    }
+    let count = info[4].min(MAX_FEATURES);
+    // struct ethtool_gstrings: cmd, string_set, len, then len names of 32 bytes.
+    let words = 3 + count as usize * ETH_GSTRING_LEN / 4;
+    let mut strings = vec![0u32; words];
+    strings[0] = ETHTOOL_GSTRINGS;
+    strings[1] = ETH_SS_FEATURES;
+    strings[2] = count;
+    ethtool(fd, ifname, "ETHTOOL_GSTRINGS", &mut strings)?;
+    let count = strings[2].min(count);
+    let bytes: Vec<u8> = strings[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut bits = FeatureBits {
+        count,
+        ..FeatureBits::default()
+    };
+    for (i, raw) in bytes
+        .chunks_exact(ETH_GSTRING_LEN)
+        .take(count as usize)
+        .enumerate()
+    {
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        if let Ok(name) = std::str::from_utf8(&raw[..end]) {
+            bits.set(name, i as u32);
+        }
+    }
+    Ok(bits)
+}
+
+/// The active transmit offloads of `ifname` (ETHTOOL_GFEATURES) through socket `fd`, with
+/// the bit positions from [`feature_bits_via`]. A feature the kernel does not name is off.
+pub(crate) fn device_offloads_via(
+    fd: RawFd,
+    ifname: &str,
+    bits: &FeatureBits,
+) -> Result<DeviceOffloads, IoError> {
+    // struct ethtool_gfeatures: cmd, size, then `size` blocks of
+    // {available, requested, active, never_changed}, 32 features per block.
+    let blocks = bits.count.div_ceil(32).max(1);
+    let mut buf = vec![0u32; 2 + 4 * blocks as usize];
+    buf[0] = ETHTOOL_GFEATURES;
+    buf[1] = blocks;
+    ethtool(fd, ifname, "ETHTOOL_GFEATURES", &mut buf)?;
+    let active = |bit: Option<u32>| {
+        bit.is_some_and(|b| {
+            let (block, shift) = ((b / 32) as usize, b % 32);
+            block < blocks as usize && buf[2 + 4 * block + 2] & (1 << shift) != 0
+        })
+    };
+    let generic = active(bits.csum_generic);
+    Ok(DeviceOffloads {
+        tso4: active(bits.tso4),
+        tso6: active(bits.tso6),
+        tso_ecn: active(bits.tso_ecn),
+        sg: active(bits.sg),
+        csum4: generic || active(bits.csum4),
+        csum6: generic || active(bits.csum6),
+        refused_tags: 0,
+    })
+}
+
+/// The active transmit offloads of `ifname` in the calling thread's namespace (as
+/// `ethtool -k` shows them).
+pub fn device_offloads(ifname: &str) -> Result<DeviceOffloads, IoError> {
+    let s = ctl_socket(ifname)?;
+    let bits = feature_bits_via(s.as_raw_fd(), ifname)?;
+    device_offloads_via(s.as_raw_fd(), ifname, &bits)
 }
 
 /// setsockopt with an `int` value.
@@ -317,6 +491,17 @@ mod tests {
             ifindex("qbnoexist0"),
             Err(IoError::NoSuchInterface { .. })
         ));
+    }
+
+    #[test]
+    fn loopback_offloads_are_read() {
+        let s = ctl_socket("lo").unwrap();
+        let bits = feature_bits_via(s.as_raw_fd(), "lo").unwrap();
+        assert!(bits.count > 32, "{bits:?}");
+        assert!(bits.tso4.is_some() && bits.tso6.is_some() && bits.sg.is_some());
+        // Loopback segments everything itself (ethtool -k lo: all "on [fixed]").
+        let d = device_offloads("lo").unwrap();
+        assert!(d.tso4 && d.tso6 && d.sg && d.csum4 && d.csum6, "{d:?}");
     }
 
     #[test]

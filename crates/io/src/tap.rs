@@ -172,6 +172,8 @@ impl TapPort {
             tso: cfg.offload,
             csum: cfg.offload,
             max_frame: mtu as usize + 14 + 4,
+            // The TAP's reader (a VM, a container's kernel) takes what it announced.
+            device: None,
         };
         Ok(TapPort {
             cfg,

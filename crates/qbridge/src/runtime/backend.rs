@@ -174,6 +174,7 @@ impl Port for PcapPort {
             tso: false,
             csum: false,
             max_frame: 262_144,
+            device: None,
         }
     }
 
