@@ -76,10 +76,17 @@ drop_reasons! {
     RxFiltered = "rx_filtered",
     /// A read from the backend was too short to hold a frame (set by I/O layers).
     RxShort = "rx_short",
-    /// The egress port's output queue was full (set by I/O layers).
+    /// The egress port's socket buffer or ring was full (`EAGAIN`; set by I/O layers).
     TxQueueFull = "tx_queue_full",
-    /// The egress port failed to send, or the frame could not be segmented or checksummed in
-    /// software for a port without those offloads (set by I/O layers).
+    /// The kernel took the frame and the device or its peer dropped it (`ENOBUFS`: a veth whose
+    /// peer's backlog is full, a full qdisc; set by I/O layers). Not a super-frame the kernel
+    /// refused to segment: those are segmented in software and resent, and counted as events.
+    TxKernelDrop = "tx_kernel_drop",
+    /// The kernel refused the frame as longer than the device's MTU allows (`EMSGSIZE`; set by
+    /// I/O layers).
+    TxTooLong = "tx_too_long",
+    /// The egress port failed to send for another reason, or the frame could not be segmented
+    /// or checksummed in software for a port without those offloads (set by I/O layers).
     TxError = "tx_error",
 }
 

@@ -21,7 +21,7 @@ pub enum Command {
 pub enum LinkCommand {
     /// `link add NAME type bridge [OPTIONS]`
     AddBridge { name: String, opts: BridgeOptions },
-    /// `link add NAME type pcap|afpacket dev IF|tap [ifname IF] [netns NS]`
+    /// `link add NAME type pcap|afpacket dev IF [qdisc_bypass on|off]|tap [ifname IF] [netns NS]`
     AddPort { name: String, spec: PortSpec },
     /// `link set dev BR type bridge [OPTIONS]`
     SetBridge { dev: String, opts: BridgeOptions },
@@ -38,8 +38,10 @@ pub enum LinkCommand {
 pub enum PortSpec {
     /// Frames come from and go to pcap files (`qbridge replay`).
     Pcap,
-    /// An AF_PACKET socket bound to host interface `dev`.
-    AfPacket { dev: String },
+    /// An AF_PACKET socket bound to host interface `dev`. `qdisc_bypass` (default on): send
+    /// straight to the driver (`PACKET_QDISC_BYPASS`), skipping the qdisc and the taps, so
+    /// `tcpdump` on `dev` does not see what qbridge sends; off: through the qdisc.
+    AfPacket { dev: String, qdisc_bypass: bool },
     /// A TAP device named `ifname` (default: the port's name), moved into network namespace
     /// `netns` if given.
     Tap {

@@ -37,4 +37,4 @@ pub use command::{
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};
 pub use protocol::{Op, Request, Response, WireOptions, PROTOCOL_VERSION};
-pub use session::{BackendStatus, Session};
+pub use session::{BackendStatus, DeviceOffloadStatus, Session};

@@ -334,11 +334,15 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             })
         }
         "afpacket" => {
-            let mut dev = None;
+            let (mut dev, mut bypass) = (None, None);
             while let Some(kw) = w.next() {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
-                    other => return Err(unexpected(other, "dev")),
+                    "qdisc_bypass" => {
+                        let v = parse_on_off("qdisc_bypass", w.value(kw, ON_OFF)?)?;
+                        set_once(&mut bypass, kw, v)?;
+                    }
+                    other => return Err(unexpected(other, "dev or qdisc_bypass")),
                 }
             }
             let dev = dev
@@ -348,7 +352,10 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                 .to_string();
             Ok(LinkCommand::AddPort {
                 name,
-                spec: PortSpec::AfPacket { dev },
+                spec: PortSpec::AfPacket {
+                    dev,
+                    qdisc_bypass: bypass.unwrap_or(true),
+                },
             })
         }
         "tap" => {
@@ -722,7 +729,20 @@ mod tests {
             p("link add p1 type afpacket dev eth0").unwrap(),
             Command::Link(LinkCommand::AddPort {
                 name: "p1".into(),
-                spec: PortSpec::AfPacket { dev: "eth0".into() }
+                spec: PortSpec::AfPacket {
+                    dev: "eth0".into(),
+                    qdisc_bypass: true
+                }
+            })
+        );
+        assert_eq!(
+            p("link add p1 type afpacket qdisc_bypass off dev eth0").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "p1".into(),
+                spec: PortSpec::AfPacket {
+                    dev: "eth0".into(),
+                    qdisc_bypass: false
+                }
             })
         );
         assert_eq!(
@@ -807,6 +827,22 @@ mod tests {
             "\"mtu\" needs a value (a number of bytes)"
         );
         assert_eq!(err("vlan add vid 10"), "missing \"dev NAME\"");
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 qdisc_bypass maybe"),
+            "invalid qdisc_bypass \"maybe\" (expected on or off)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 qdisc_bypass"),
+            "\"qdisc_bypass\" needs a value (on or off)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 qdisc_bypass on qdisc_bypass off"),
+            "\"qdisc_bypass\" given twice"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 bypass off"),
+            "unexpected \"bypass\" (expected dev or qdisc_bypass)"
+        );
         assert_eq!(
             err("link add x type veth"),
             "invalid link type \"veth\" (expected bridge, pcap, afpacket or tap)"

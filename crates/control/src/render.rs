@@ -265,6 +265,7 @@ enum BackendJson<'a> {
     Pcap,
     Afpacket {
         dev: &'a str,
+        qdisc_bypass: bool,
     },
     Tap {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -288,7 +289,10 @@ struct LinkJson<'a> {
 fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
     match spec {
         PortSpec::Pcap => BackendJson::Pcap,
-        PortSpec::AfPacket { dev } => BackendJson::Afpacket { dev },
+        PortSpec::AfPacket { dev, qdisc_bypass } => BackendJson::Afpacket {
+            dev,
+            qdisc_bypass: *qdisc_bypass,
+        },
         PortSpec::Tap { ifname, netns } => BackendJson::Tap {
             ifname: ifname.as_deref(),
             netns: netns.as_deref(),
@@ -334,8 +338,8 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             continue;
         }
         match session.port_spec(&l.ifname) {
-            Some(PortSpec::AfPacket { dev }) => {
-                let _ = write!(s, " dev {dev}");
+            Some(PortSpec::AfPacket { dev, qdisc_bypass }) => {
+                let _ = write!(s, " dev {dev} qdisc_bypass {}", on_off(*qdisc_bypass));
             }
             Some(PortSpec::Tap { ifname, netns }) => {
                 if let Some(i) = ifname {
@@ -389,6 +393,13 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         }
         if let Some(c) = &l.stats {
             port_stats_text(&mut s, c);
+            if let Some(rt) = session.backend_status(&l.ifname) {
+                let _ = writeln!(
+                    s,
+                    "    gso: tx_sw_gso {} tx_gso_refused {}",
+                    rt.tx_sw_gso, rt.tx_gso_refused
+                );
+            }
         }
     }
     s
@@ -411,10 +422,30 @@ fn runtime_text(s: &mut String, rt: &BackendStatus, link_up: bool) {
     if let Some(p) = rt.promisc {
         let _ = write!(s, " promisc {}", on_off(p));
     }
+    if let Some(b) = rt.qdisc_bypass {
+        let _ = write!(s, " qdisc_bypass {}", on_off(b));
+    }
     if let Some(e) = &rt.error {
         let _ = write!(s, " (error: {e})");
     }
     s.push('\n');
+    if let Some(o) = &rt.offloads {
+        let _ = write!(
+            s,
+            "    offload: tso4 {} tso6 {} tso_ecn {} sg {} csum4 {} csum6 {}",
+            on_off(o.tso4),
+            on_off(o.tso6),
+            on_off(o.tso_ecn),
+            on_off(o.sg),
+            on_off(o.csum4),
+            on_off(o.csum6)
+        );
+        if !o.refused_tag_depths.is_empty() {
+            let depths: Vec<String> = o.refused_tag_depths.iter().map(u8::to_string).collect();
+            let _ = write!(s, " refused_tag_depths {}", depths.join(","));
+        }
+        s.push('\n');
+    }
 }
 
 fn port_stats_text(s: &mut String, c: &PortCounters) {
@@ -469,6 +500,11 @@ pub fn stats_json(session: &Session) -> Value {
                 "drops": drops,
             }),
         );
+        if let (Some(rt), Some(Value::Object(port))) =
+            (session.backend_status(name), ports.get_mut(name))
+        {
+            port.insert("runtime".into(), json!(rt));
+        }
     }
     let mut bridges = Map::new();
     for (bid, bname) in sw.bridge_ids() {

@@ -33,6 +33,38 @@ pub struct BackendStatus {
     /// Why the backend is not open, when it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// AF_PACKET: whether the socket sends straight to the driver (`PACKET_QDISC_BYPASS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qdisc_bypass: Option<bool>,
+    /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offloads: Option<DeviceOffloadStatus>,
+    /// TCP super-frames the daemon segmented in software for this port (the port or its device
+    /// could not take them whole, or the kernel refused them). Not drops.
+    pub tx_sw_gso: u64,
+    /// Of `tx_sw_gso`: super-frames the kernel refused whole (`ENOBUFS` on a qdisc-bypass
+    /// socket, the device would not segment them), segmented and resent at once. Not drops.
+    pub tx_gso_refused: u64,
+}
+
+/// A device's transmit offloads as the daemon last read them (`ethtool -k` names in the docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceOffloadStatus {
+    /// `tx-tcp-segmentation`
+    pub tso4: bool,
+    /// `tx-tcp6-segmentation`
+    pub tso6: bool,
+    /// `tx-tcp-ecn-segmentation`
+    pub tso_ecn: bool,
+    /// `tx-scatter-gather`
+    pub sg: bool,
+    /// `tx-checksum-ipv4` or `tx-checksum-ip-generic`
+    pub csum4: bool,
+    /// `tx-checksum-ipv6` or `tx-checksum-ip-generic`
+    pub csum6: bool,
+    /// Tag depths whose super-frames the kernel refused lately (segmented in software until the
+    /// direct path is tried again).
+    pub refused_tag_depths: Vec<u8>,
 }
 
 /// The switch and the backend spec of each port.

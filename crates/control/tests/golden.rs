@@ -154,7 +154,7 @@ fn link_show_text() {
 br0: bridge vlan_filtering 1 vlan_protocol 802.1Q vlan_default_pvid 1 ageing_time 1.5 fdb_max_learned 0 group_fwd_mask 0x0 fdb_max_entries 2097152
 p1: pcap master br0 state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518
     learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
-p2: afpacket dev eth1 master br0 state UP mtu 9000 envhdr len auto (4) tpid default (0x8100) max_frame 9018
+p2: afpacket dev eth1 qdisc_bypass on master br0 state UP mtu 9000 envhdr len auto (4) tpid default (0x8100) max_frame 9018
     learning off flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
 p3: tap ifname vm3 netns blue master br0 state DOWN mtu 1500 envhdr len 8 tpid 0x9100 max_frame 1522
     learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
@@ -193,7 +193,7 @@ fn link_show_json() {
     assert_eq!(links[0]["bridge"]["ageing_time_ns"], 1_500_000_000u64);
     assert_eq!(
         links[2]["backend"],
-        serde_json::json!({"type": "afpacket", "dev": "eth1"})
+        serde_json::json!({"type": "afpacket", "dev": "eth1", "qdisc_bypass": true})
     );
     assert_eq!(
         links[3]["backend"],
@@ -202,6 +202,29 @@ fn link_show_json() {
     assert_eq!(links[3]["master"], "br0");
     assert_eq!(links[3]["port"]["tpid"], "0x9100");
     assert_eq!(links[3]["port"]["up"], false);
+}
+
+#[test]
+fn afpacket_without_qdisc_bypass() {
+    let mut s = session();
+    run(
+        &mut s,
+        "link add p4 type afpacket dev eth2 qdisc_bypass off",
+        TEXT,
+    );
+    assert_eq!(
+        run(&mut s, "link show dev p4", TEXT),
+        "\
+p4: afpacket dev eth2 qdisc_bypass off state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518
+    learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0
+"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev p4", JSON)).expect("valid JSON");
+    assert_eq!(
+        v[0]["backend"],
+        serde_json::json!({"type": "afpacket", "dev": "eth2", "qdisc_bypass": false})
+    );
 }
 
 #[test]

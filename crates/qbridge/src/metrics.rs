@@ -225,6 +225,60 @@ pub fn render(snap: &MetricsSnapshot) -> String {
             );
         }
     }
+    family(
+        &mut o,
+        "qbridge_port_tx_sw_gso_total",
+        "counter",
+        "TCP super-frames segmented in software for the port (not drops).",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_tx_sw_gso_total{{port=\"{}\"}} {}",
+            esc(&p.name),
+            p.tx_sw_gso
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_tx_gso_refused_total",
+        "counter",
+        "TCP super-frames the kernel refused whole (its device would not segment them), \
+         segmented in software and resent (not drops).",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_tx_gso_refused_total{{port=\"{}\"}} {}",
+            esc(&p.name),
+            p.tx_gso_refused
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_device_offload",
+        "gauge",
+        "1 when the port's device has the transmit offload on (AF_PACKET, read once a second).",
+    );
+    for p in &snap.ports {
+        if let Some(d) = &p.offloads {
+            for (feature, on) in [
+                ("tso4", d.tso4),
+                ("tso6", d.tso6),
+                ("tso_ecn", d.tso_ecn),
+                ("sg", d.sg),
+                ("csum4", d.csum4),
+                ("csum6", d.csum6),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "qbridge_port_device_offload{{port=\"{}\",feature=\"{feature}\"}} {}",
+                    esc(&p.name),
+                    u8::from(on)
+                );
+            }
+        }
+    }
 
     let vlan_counters: [(&str, &str, &str); 4] = [
         (
@@ -328,6 +382,13 @@ mod tests {
                 link_up: true,
                 link_downs: 1,
                 device_mtu: Some(1504),
+                tx_sw_gso: 7,
+                tx_gso_refused: 2,
+                offloads: Some(qbridge_control::DeviceOffloadStatus {
+                    tso4: false,
+                    tso6: true,
+                    ..Default::default()
+                }),
             }],
         };
         let t = render(&snap);
@@ -341,6 +402,10 @@ mod tests {
         assert!(t.contains("qbridge_port_device_mtu{port=\"p1\"} 1504\n"));
         assert!(t.contains("qbridge_port_link_down_events_total{port=\"p1\"} 1\n"));
         assert!(t.contains("# TYPE qbridge_port_drops_total counter\n"));
+        assert!(t.contains("qbridge_port_tx_sw_gso_total{port=\"p1\"} 7\n"));
+        assert!(t.contains("qbridge_port_tx_gso_refused_total{port=\"p1\"} 2\n"));
+        assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso4\"} 0\n"));
+        assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso6\"} 1\n"));
     }
 
     #[test]

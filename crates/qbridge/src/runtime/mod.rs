@@ -26,13 +26,13 @@ pub(crate) mod backend;
 use backend::{Live, PcapPort};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, Outputs, PortId};
 use qbridge_control::{
-    parse_words, BackendStatus, Command, ControlError, FdbCommand, LinkCommand, Op, PortSpec,
-    Response, Session, VlanCommand,
+    parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
+    LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
 };
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
 use qbridge_io::tap::{TapConfig, TapPort};
-use qbridge_io::{sys, IoError};
-use qbridge_packet::Batch;
+use qbridge_io::{sys, DeviceOffloads, IoError, Port, PortCaps, TxReport};
+use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::Tpid;
 use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 use std::os::fd::OwnedFd;
@@ -70,6 +70,11 @@ pub(crate) struct PortRuntime {
     pub link_up: bool,
     pub link_downs: u64,
     pub device_mtu: Option<u32>,
+    /// Super-frames segmented in software for the port, and of those, refused by the kernel.
+    pub tx_sw_gso: u64,
+    pub tx_gso_refused: u64,
+    /// AF_PACKET: the device's offloads as last read.
+    pub offloads: Option<DeviceOffloadStatus>,
 }
 
 /// Everything `/metrics` shows, taken between two batches.
@@ -165,6 +170,8 @@ pub(crate) struct Runtime {
     outputs: Outputs,
     rx: Batch,
     fix: Batch,
+    /// Super-frames a port handed back to be segmented ([`egress`]).
+    refused: Batch,
     epoch: Instant,
     last_tick_ns: u64,
     generation: u64,
@@ -206,6 +213,7 @@ impl Runtime {
             outputs: Outputs::new(),
             rx: Batch::with_capacity(BURST),
             fix: Batch::with_capacity(BURST),
+            refused: Batch::with_capacity(BURST),
             epoch: Instant::now(),
             last_tick_ns: 0,
             generation: 0,
@@ -292,6 +300,7 @@ impl Runtime {
                         let _ = reply.send(r);
                     }
                     Ok(Ctl::Metrics { reply }) => {
+                        self.publish_all();
                         let _ = reply.send(self.metrics());
                     }
                     Ok(Ctl::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => {
@@ -385,23 +394,22 @@ impl Runtime {
         }
     }
 
+    /// The egress stage of port `j`: see [`egress`]; counts what happened into the switch's
+    /// drop counters and the port's software-segmentation counters.
     fn tx_port(&mut self, j: usize) {
         let Runtime {
             session,
             slots,
             outputs,
             fix,
+            refused,
             ..
         } = self;
         let sw = session.switch_mut();
         let id = PortId(j as u16);
         let batch = &mut outputs.ports[j];
-        let live = match slots.get_mut(j) {
-            Some(Some(Slot {
-                live: Some(l),
-                link_up: true,
-                ..
-            })) => l,
+        let slot = match slots.get_mut(j) {
+            Some(Some(s)) if s.link_up && s.live.is_some() => s,
             _ => {
                 // The switch forwards only to running ports; a frame here means the backend
                 // vanished within this batch.
@@ -413,49 +421,34 @@ impl Runtime {
                 return;
             }
         };
-        let caps = live.caps();
-        if !(caps.tso && caps.csum) {
-            let tpid = sw.port_tpid(id);
-            let is_tag = |t: Tpid| t == tpid || t.is_well_known();
-            let mut errors = 0u64;
-            for mut p in batch.pkts.drain(..) {
-                if p.offload.is_gso() && !caps.tso {
-                    match qbridge_offload::segment(&p, is_tag, &mut outputs.pool, &mut fix.pkts) {
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::debug!("port {j}: cannot segment a frame: {e}");
-                            errors += 1;
-                        }
-                    }
-                    outputs.pool.put(p);
-                    continue;
-                }
-                if p.offload.needs_csum() && !caps.csum {
-                    if let Err(e) = qbridge_offload::complete_checksum(&mut p, is_tag) {
-                        tracing::debug!("port {j}: cannot complete a checksum: {e}");
-                        errors += 1;
-                        outputs.pool.put(p);
-                        continue;
-                    }
-                }
-                fix.push(p);
-            }
-            std::mem::swap(batch, fix);
-            sw.count_port_drop(id, 0, DropReason::TxError, errors);
-        }
-        let n = batch.len();
-        let result = live.port().tx_burst(batch, &mut outputs.pool);
-        let failed = match result {
-            Ok(o) => {
-                sw.count_port_drop(id, 0, DropReason::TxQueueFull, o.queue_full as u64);
-                sw.count_port_drop(id, 0, DropReason::TxError, o.error as u64);
-                None
-            }
-            Err(e) => {
-                sw.count_port_drop(id, 0, DropReason::TxError, n as u64);
-                Some(e)
-            }
+        let Some(live) = slot.live.as_mut() else {
+            return;
         };
+        let tpid = sw.port_tpid(id);
+        let is_tag = |t: Tpid| t == tpid || t.is_well_known();
+        let caps = live.caps();
+        let (r, failed) = egress(
+            live.port(),
+            caps,
+            &is_tag,
+            batch,
+            &mut outputs.pool,
+            fix,
+            refused,
+        );
+        let counts = [
+            (DropReason::TxQueueFull, r.tx.queue_full),
+            (DropReason::TxKernelDrop, r.tx.kernel_drop),
+            (DropReason::TxTooLong, r.tx.too_long),
+            (DropReason::TxError, r.tx.error + r.fixup_errors),
+        ];
+        for (reason, n) in counts {
+            if n != 0 {
+                sw.count_port_drop(id, 0, reason, n as u64);
+            }
+        }
+        slot.status.tx_sw_gso += r.sw_gso;
+        slot.status.tx_gso_refused += r.gso_refused;
         if let Some(e) = failed {
             self.port_failed(j as u16, &e);
         }
@@ -540,18 +533,18 @@ impl Runtime {
             };
             let id = i as u16;
             match (&slot.spec, slot.link_up) {
-                (PortSpec::AfPacket { dev }, true) => {
+                (PortSpec::AfPacket { dev, .. }, true) => {
                     let state = match &slot.live {
                         Some(Live::AfPacket(p)) => p.link_state(),
                         _ => sys::link_state(dev),
                     };
                     match state {
-                        Ok(sys::LinkState::Up) => {}
+                        Ok(sys::LinkState::Up) => self.refresh_offloads(id),
                         Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
                         Err(e) => self.link_down(id, &e.to_string()),
                     }
                 }
-                (PortSpec::AfPacket { dev }, false) => {
+                (PortSpec::AfPacket { dev, .. }, false) => {
                     if matches!(sys::link_state(dev), Ok(sys::LinkState::Up)) {
                         let dev = dev.clone();
                         match self.open_afpacket(id, &dev) {
@@ -583,9 +576,65 @@ impl Runtime {
         }
     }
 
+    /// Reads an AF_PACKET port's device offloads again (`ethtool -K` changes them at any
+    /// time) and ages the tag depths whose super-frames the kernel refused; logs a change.
+    fn refresh_offloads(&mut self, id: u16) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        let Some(Live::AfPacket(p)) = slot.live.as_mut() else {
+            return;
+        };
+        match p.refresh_offloads() {
+            Ok(changed) => {
+                let now = offload_status(p.device_offloads());
+                let before = slot.status.offloads.as_ref();
+                let newly: Vec<u8> = now
+                    .refused_tag_depths
+                    .iter()
+                    .copied()
+                    .filter(|d| before.is_none_or(|b| !b.refused_tag_depths.contains(d)))
+                    .collect();
+                if !newly.is_empty() {
+                    tracing::info!(
+                        "port {}: the kernel refused super-frames with {newly:?} tags on {} (its \
+                         device would not segment them); they are segmented in software, the \
+                         direct path is tried again every {} s",
+                        slot.name,
+                        p.name(),
+                        qbridge_io::afpacket::REFUSAL_TICKS
+                    );
+                }
+                if changed {
+                    tracing::info!(
+                        "port {}: device offloads of {} now {} (were {})",
+                        slot.name,
+                        p.name(),
+                        describe_offloads(&now),
+                        slot.status
+                            .offloads
+                            .as_ref()
+                            .map_or_else(|| "unknown".to_owned(), describe_offloads)
+                    );
+                }
+                slot.status.offloads = Some(now);
+            }
+            Err(e) => tracing::debug!("port {}: cannot read device offloads: {e}", slot.name),
+        }
+    }
+
+    /// Copies every port's runtime status (its counters move with every batch) into the
+    /// session, for a show command or a metrics scrape.
+    fn publish_all(&mut self) {
+        for i in 0..self.slots.len() {
+            self.publish_status(i as u16);
+        }
+    }
+
     // ----- control -----
 
     fn execute(&mut self, op: Op) -> Response {
+        self.publish_all();
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
         // A copy to roll back to is needed only when reconciling can fail hard, which is when a
@@ -746,24 +795,30 @@ impl Runtime {
                 slot.status.open = true;
                 tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
             }
-            PortSpec::AfPacket { dev } => {
+            PortSpec::AfPacket { dev, qdisc_bypass } => {
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
-                match open_afpacket_port(name, dev, &filter, want_mtu) {
+                slot.status.qdisc_bypass = Some(*qdisc_bypass);
+                match open_afpacket_port(name, dev, *qdisc_bypass, &filter, want_mtu) {
                     Ok((p, mtu)) => {
+                        let offloads = offload_status(p.device_offloads());
+                        tracing::info!(
+                            "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {}, qdisc \
+                             bypass {}, device offloads {})",
+                            if filter.promisc {
+                                "promiscuous"
+                            } else {
+                                "unicast filter"
+                            },
+                            if *qdisc_bypass { "on" } else { "off" },
+                            describe_offloads(&offloads)
+                        );
                         slot.live = Some(Live::AfPacket(Box::new(p)));
                         slot.filter = Some(filter.clone());
                         slot.status.open = true;
                         slot.status.device_mtu = Some(mtu);
                         slot.status.promisc = Some(filter.promisc);
-                        tracing::info!(
-                            "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {})",
-                            if filter.promisc {
-                                "promiscuous"
-                            } else {
-                                "unicast filter"
-                            }
-                        );
+                        slot.status.offloads = Some(offloads);
                     }
                     Err(e) if e.is_link_down() => {
                         slot.link_up = false;
@@ -808,8 +863,17 @@ impl Runtime {
         let filter = self.rx_filter(pid);
         let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
         let name = self.slot_name(id);
-        let (p, mtu) = open_afpacket_port(&name, dev, &filter, want_mtu)?;
+        let bypass = match self.slots.get(id as usize) {
+            Some(Some(Slot {
+                spec: PortSpec::AfPacket { qdisc_bypass, .. },
+                ..
+            })) => *qdisc_bypass,
+            _ => true,
+        };
+        let (p, mtu) = open_afpacket_port(&name, dev, bypass, &filter, want_mtu)?;
+        let offloads = offload_status(p.device_offloads());
         let mut slot = self.slots[id as usize].take().expect("slot exists");
+        slot.status.offloads = Some(offloads);
         if let Some(old) = slot.live.replace(Live::AfPacket(Box::new(p))) {
             let _ = old.close();
         }
@@ -834,7 +898,7 @@ impl Runtime {
         if self.session.switch().port_link_up(pid) != link_up {
             self.session.switch_mut().set_link_state(pid, link_up);
         }
-        if let (PortSpec::AfPacket { dev }, true) = (&slot.spec, slot.live.is_some()) {
+        if let (PortSpec::AfPacket { dev, .. }, true) = (&slot.spec, slot.live.is_some()) {
             let dev = dev.clone();
             let name = slot.name.clone();
             let max_frame = self.session.switch().port_max_frame(pid);
@@ -939,6 +1003,9 @@ impl Runtime {
                     link_up: sw.port_link_up(id),
                     link_downs: slot.map_or(0, |s| s.link_downs),
                     device_mtu: slot.and_then(|s| s.status.device_mtu),
+                    tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
+                    tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
+                    offloads: slot.and_then(|s| s.status.offloads.clone()),
                 }
             })
             .collect();
@@ -947,6 +1014,117 @@ impl Runtime {
             ports,
         }
     }
+}
+
+/// What [`egress`] did with one port's batch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct EgressReport {
+    /// The port's transmit results, summed over both passes.
+    tx: TxReport,
+    /// Super-frames segmented in software (the port or its device could not take them, or the
+    /// kernel refused them).
+    sw_gso: u64,
+    /// Of `sw_gso`: super-frames the kernel refused whole first.
+    gso_refused: u64,
+    /// Frames that could not be segmented or checksummed (dropped, `tx_error`).
+    fixup_errors: usize,
+}
+
+/// The egress stage of one port, on a batch the switch produced for it:
+///
+/// 1. offload fix-up: a TCP super-frame the port cannot take whole (no TSO, or its device
+///    lacks TSO for the frame's IP version or tag depth, see [`PortCaps::takes_super_frame`])
+///    is segmented in software, at any tag depth; a frame left to checksum (`NEEDS_CSUM`) for
+///    a port without checksum offload gets its checksum completed;
+/// 2. one [`Port::tx_burst_report`];
+/// 3. super-frames the kernel refused whole anyway (see [`TxReport::refused`]) are segmented
+///    and sent at once, in a second burst: never dropped.
+///
+/// `batch` is drained; `fix` and `refused` are scratch batches (empty on entry and on
+/// return). The error is the port's failure, if it failed (its frames are counted as
+/// `error`).
+fn egress(
+    port: &mut dyn Port,
+    caps: PortCaps,
+    is_tag: &dyn Fn(Tpid) -> bool,
+    batch: &mut Batch,
+    pool: &mut BufPool,
+    fix: &mut Batch,
+    refused: &mut Batch,
+) -> (EgressReport, Option<IoError>) {
+    let mut r = EgressReport::default();
+    if !caps.takes_everything() {
+        for mut p in batch.pkts.drain(..) {
+            if !caps.takes_super_frame(p.frame(), &p.offload) {
+                match qbridge_offload::segment(&p, is_tag, pool, &mut fix.pkts) {
+                    Ok(_) => r.sw_gso += 1,
+                    Err(e) => {
+                        tracing::debug!("port {}: cannot segment a frame: {e}", port.name());
+                        r.fixup_errors += 1;
+                    }
+                }
+                pool.put(p);
+                continue;
+            }
+            if p.offload.needs_csum() && !caps.csum {
+                if let Err(e) = qbridge_offload::complete_checksum(&mut p, is_tag) {
+                    tracing::debug!("port {}: cannot complete a checksum: {e}", port.name());
+                    r.fixup_errors += 1;
+                    pool.put(p);
+                    continue;
+                }
+            }
+            fix.push(p);
+        }
+        std::mem::swap(batch, fix);
+    }
+    for pass in 0..2 {
+        let n = batch.len();
+        match port.tx_burst_report(batch, pool, refused) {
+            Ok(t) => add_report(&mut r.tx, &t),
+            Err(e) => {
+                r.tx.error += n;
+                for p in refused.drain() {
+                    pool.put(p);
+                }
+                return (r, Some(e));
+            }
+        }
+        if refused.is_empty() {
+            break;
+        }
+        if pass == 1 {
+            // Segments are not super-frames; a port that refuses them anyway drops them.
+            r.tx.kernel_drop += refused.len();
+            for p in refused.drain() {
+                pool.put(p);
+            }
+            break;
+        }
+        for p in refused.drain() {
+            match qbridge_offload::segment(&p, is_tag, pool, &mut batch.pkts) {
+                Ok(_) => {
+                    r.sw_gso += 1;
+                    r.gso_refused += 1;
+                }
+                Err(e) => {
+                    tracing::debug!("port {}: cannot segment a frame: {e}", port.name());
+                    r.fixup_errors += 1;
+                }
+            }
+            pool.put(p);
+        }
+    }
+    (r, None)
+}
+
+fn add_report(sum: &mut TxReport, t: &TxReport) {
+    sum.sent += t.sent;
+    sum.queue_full += t.queue_full;
+    sum.kernel_drop += t.kernel_drop;
+    sum.too_long += t.too_long;
+    sum.error += t.error;
+    sum.refused += t.refused;
 }
 
 fn close_slot(s: Slot) {
@@ -962,11 +1140,13 @@ fn close_slot(s: Slot) {
 fn open_afpacket_port(
     name: &str,
     dev: &str,
+    qdisc_bypass: bool,
     filter: &RxFilter,
     want_mtu: u32,
 ) -> Result<(AfPacketPort, u32), IoError> {
     let before = sys::get_mtu(dev)?;
     let mut cfg = AfPacketConfig::new(dev);
+    cfg.qdisc_bypass = qdisc_bypass;
     cfg.promisc = filter.promisc;
     cfg.unicast = filter.unicast.clone();
     cfg.device_mtu = Some(want_mtu);
@@ -979,6 +1159,35 @@ fn open_afpacket_port(
         );
     }
     Ok((p, after))
+}
+
+/// A device's offloads as `link show` and the metrics report them.
+fn offload_status(d: DeviceOffloads) -> DeviceOffloadStatus {
+    DeviceOffloadStatus {
+        tso4: d.tso4,
+        tso6: d.tso6,
+        tso_ecn: d.tso_ecn,
+        sg: d.sg,
+        csum4: d.csum4,
+        csum6: d.csum6,
+        refused_tag_depths: (0..8u8)
+            .filter(|&i| d.refused_tags & (1 << i) != 0)
+            .collect(),
+    }
+}
+
+/// `tso4 on tso6 off …` for the log.
+fn describe_offloads(o: &DeviceOffloadStatus) -> String {
+    let on = |b: bool| if b { "on" } else { "off" };
+    format!(
+        "tso4 {} tso6 {} tso_ecn {} sg {} csum4 {} csum6 {}",
+        on(o.tso4),
+        on(o.tso6),
+        on(o.tso_ecn),
+        on(o.sg),
+        on(o.csum4),
+        on(o.csum6)
+    )
 }
 
 /// Whether a request may change the configuration (then the runtime keeps a copy of the
@@ -1007,4 +1216,189 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+    use qbridge_io::MemPort;
+    use qbridge_packet::{OffloadMeta, PacketBuf};
+    use qbridge_wire::{checksum, ipv4, parse_headers, tcp, IpProtocol};
+
+    const PAYLOAD: usize = 20_000;
+    const MSS: u16 = 1448;
+
+    /// A TCP/IPv4 super-frame as a kernel hands it over: C-tag and S-tag, `NEEDS_CSUM`, the
+    /// TCP checksum field holding the pseudo-header sum.
+    fn super_frame() -> PacketBuf {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend([0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 10, 0x08, 0x00]);
+        let l3 = f.len();
+        let ip = ipv4::Repr {
+            src_addr: Ipv4Addr::new(10, 0, 0, 1),
+            dst_addr: Ipv4Addr::new(10, 0, 0, 2),
+            protocol: IpProtocol::Tcp,
+            payload_len: 20 + PAYLOAD,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            ident: 7,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset_bytes: 0,
+            options: Default::default(),
+        };
+        f.resize(l3 + 40 + PAYLOAD, 0);
+        ip.emit(&mut f[l3..]).unwrap();
+        let l4 = l3 + 20;
+        f[l4 + 12] = 0x50;
+        f[l4 + 13] = 0x18;
+        for (i, b) in f[l4 + 20..].iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let pseudo = checksum::pseudo_header_v4(
+            ip.src_addr,
+            ip.dst_addr,
+            IpProtocol::Tcp,
+            (20 + PAYLOAD) as u32,
+        );
+        let off = l4 + tcp::CHECKSUM_OFFSET;
+        f[off..off + 2].copy_from_slice(&checksum::fold(pseudo).to_be_bytes());
+        let mut p = PacketBuf::from_frame(&f);
+        p.offload = OffloadMeta {
+            flags: OffloadMeta::F_NEEDS_CSUM,
+            gso_type: OffloadMeta::GSO_TCPV4,
+            hdr_len: (l4 + 20) as u16,
+            gso_size: MSS,
+            csum_start: l4 as u16,
+            csum_offset: tcp::CHECKSUM_OFFSET as u16,
+        };
+        p
+    }
+
+    fn vnet_caps(device: Option<DeviceOffloads>) -> PortCaps {
+        PortCaps {
+            vnet_hdr: true,
+            tso: true,
+            csum: true,
+            max_frame: 1522,
+            device,
+        }
+    }
+
+    const ALL: DeviceOffloads = DeviceOffloads {
+        tso4: true,
+        tso6: true,
+        tso_ecn: true,
+        sg: true,
+        csum4: true,
+        csum6: true,
+        refused_tags: 0,
+    };
+
+    /// Runs one batch of one super-frame and two plain frames through [`egress`]; returns the
+    /// report and what the port sent.
+    fn run(port: &mut MemPort) -> (EgressReport, Vec<qbridge_io::MemFrame>) {
+        let mut pool = BufPool::new(64);
+        let (mut fix, mut refused) = (Batch::default(), Batch::default());
+        let mut batch = Batch::default();
+        batch.push(PacketBuf::from_frame(&[0u8; 60]));
+        batch.push(super_frame());
+        batch.push(PacketBuf::from_frame(&[1u8; 60]));
+        let caps = port.caps();
+        let is_tag = |t: Tpid| t.is_well_known();
+        let (r, err) = egress(
+            port,
+            caps,
+            &is_tag,
+            &mut batch,
+            &mut pool,
+            &mut fix,
+            &mut refused,
+        );
+        assert!(err.is_none());
+        assert!(batch.is_empty() && fix.is_empty() && refused.is_empty());
+        (r, port.take_sent())
+    }
+
+    /// Every TCP segment sent is at most MSS, carries both tags and valid checksums, and the
+    /// payloads are the super-frame's, in order.
+    fn assert_segments(sent: &[qbridge_io::MemFrame]) {
+        let mut data = Vec::new();
+        let mut segments = 0;
+        for f in sent {
+            let Ok(h) = parse_headers(&f.data, Tpid::is_well_known) else {
+                continue;
+            };
+            if h.l4_proto != Some(IpProtocol::Tcp) {
+                continue;
+            }
+            assert!(!f.offload.is_gso(), "a super-frame was sent");
+            assert_eq!(h.tags.as_slice().len(), 2);
+            let ip = ipv4::Packet::new_checked(&f.data[h.l3_offset..h.l3_end]).unwrap();
+            assert!(ip.verify_checksum());
+            let t = tcp::Packet::new_checked(ip.payload()).unwrap();
+            let pseudo = checksum::pseudo_header_v4(
+                ip.src_addr(),
+                ip.dst_addr(),
+                IpProtocol::Tcp,
+                ip.payload().len() as u32,
+            );
+            assert!(t.verify_checksum(pseudo), "segment {segments}");
+            assert!(t.payload().len() <= usize::from(MSS));
+            data.extend_from_slice(t.payload());
+            segments += 1;
+        }
+        assert_eq!(segments, PAYLOAD.div_ceil(usize::from(MSS)));
+        let want: Vec<u8> = (0..PAYLOAD).map(|i| (i % 251) as u8).collect();
+        assert!(
+            data == want,
+            "segment payloads differ from the super-frame's"
+        );
+    }
+
+    /// ENOBUFS on a super-frame (here the in-memory port playing a qdisc-bypass kernel whose
+    /// device will not segment two tags) leads to software segmentation and an immediate
+    /// resend: nothing dropped, one refusal and one software GSO counted, the plain frames of
+    /// the batch sent as well.
+    #[test]
+    fn refused_super_frame_is_segmented_and_resent() {
+        let mut port = MemPort::with_caps("m0", vnet_caps(Some(ALL)));
+        port.refuse_super_frames = true;
+        let (r, sent) = run(&mut port);
+        assert_eq!(r.tx.dropped(), 0, "{r:?}");
+        assert_eq!(r.fixup_errors, 0);
+        assert_eq!((r.sw_gso, r.gso_refused, r.tx.refused), (1, 1, 1));
+        assert_eq!(r.tx.sent, 2 + 14);
+        assert_eq!(sent.len(), 16);
+        assert_segments(&sent);
+    }
+
+    /// A device without TSO for the frame (TSO off, or a refused tag depth remembered):
+    /// segmented before the send, no refusal; with TSO the super-frame goes out whole.
+    #[test]
+    fn device_features_decide_before_the_send() {
+        for device in [
+            DeviceOffloads { tso4: false, ..ALL },
+            DeviceOffloads { sg: false, ..ALL },
+            DeviceOffloads {
+                refused_tags: qbridge_io::port::depth_bit(2),
+                ..ALL
+            },
+        ] {
+            let mut port = MemPort::with_caps("m0", vnet_caps(Some(device)));
+            port.refuse_super_frames = true;
+            let (r, sent) = run(&mut port);
+            assert_eq!((r.sw_gso, r.gso_refused, r.tx.dropped()), (1, 0, 0));
+            assert_segments(&sent);
+            assert_eq!(port.refused_super_frames, 0, "{device:?}");
+        }
+        for device in [None, Some(ALL), Some(DeviceOffloads { tso6: false, ..ALL })] {
+            let mut port = MemPort::with_caps("m0", vnet_caps(device));
+            let (r, sent) = run(&mut port);
+            assert_eq!((r.sw_gso, r.tx.sent, r.tx.dropped()), (0, 3, 0));
+            assert!(sent[1].offload.is_gso());
+        }
+    }
 }
