@@ -16,6 +16,7 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ping >/dev/null 2>&1 || missing+=(iputils-ping)
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
+command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${missing[*]}" >&2
