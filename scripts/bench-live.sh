@@ -37,7 +37,8 @@
 #
 # Usage (root):  scripts/bench-live.sh
 # Environment:
-#   SECS=5            seconds per test (a full default run takes about 7 SECS + 9 s per setup)
+#   SECS=5            seconds per test (each row takes about 6 SECS + 6 s: the default 7 rows
+#                     about 4 minutes at SECS=5, 3 minutes at SECS=3)
 #   ROUNDS=1          repeat the whole interleaved sequence N times, report medians
 #   SETUPS="..."      subset/order of setups (names above)
 #   QB_VARIANTS="w1:--workers 1 wN:--workers 2"
