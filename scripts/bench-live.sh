@@ -526,9 +526,10 @@ line() { printf '%-16s %6s %6s %6s  %6s %6s  %6s %6s  %7s %7s %5s  %5s %5s  %6s 
         line "$r$mark" "${vals[@]}"
         if [ $has_kb = 1 ] && [ "$r" != kbridge ]; then line "  x kbridge" "${rat[@]}"; fi
     done
-    echo "x kbridge = ratio to the kernel bridge (RTT: lower is better). TCP: receiver's rate; UDP: delivered"
-    echo "payload Mbit/s and frames/s (iperf3 -b 0); 64B: trafgen offered / delivered (hostB rx counter);"
-    echo "cores during TCP-4: the switch process (utime+stime), softirq on the whole machine."
+    if [ $has_kb = 1 ]; then echo "x kbridge = ratio to the kernel bridge (RTT: lower is better)."; fi
+    echo "TCP: receiver's rate; UDP: delivered payload Mbit/s and frames/s (iperf3 -b 0); 64B: trafgen"
+    echo "offered / delivered (hostB rx counter); cores during TCP-4: the switch process (utime+stime),"
+    echo "softirq on the whole machine."
     if grep -qP '\tbusy\t[1-9]' "$results"; then
         echo "* measured while a compiler, cargo or another benchmark's network namespaces were on this machine."
     fi
