@@ -76,6 +76,10 @@ drop_reasons! {
     RxFiltered = "rx_filtered",
     /// A read from the backend was too short to hold a frame (set by I/O layers).
     RxShort = "rx_short",
+    /// The kernel dropped the frame because the port's receive ring was full (AF_PACKET
+    /// `PACKET_STATISTICS`, AF_XDP `XDP_STATISTICS`): the datapath did not keep up. Counted
+    /// about once a second (set by I/O layers).
+    RxRingFull = "rx_ring_full",
     /// The egress port's socket buffer or ring was full (`EAGAIN`; set by I/O layers).
     TxQueueFull = "tx_queue_full",
     /// The kernel took the frame and the device or its peer dropped it (`ENOBUFS`: a veth whose

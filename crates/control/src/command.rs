@@ -48,6 +48,11 @@ pub enum PortSpec {
         ifname: Option<String>,
         netns: Option<String>,
     },
+    /// One end of a patch link (Open vSwitch's patch ports): frames sent on this port are
+    /// received on port `peer`, inside the daemon, with no syscall and no copy. `link add A
+    /// type patch peer B` creates both ends (as `ip link add … type veth peer name …` does);
+    /// deleting either end deletes both.
+    Patch { peer: String },
 }
 
 impl PortSpec {
@@ -57,6 +62,7 @@ impl PortSpec {
             PortSpec::Pcap => "pcap",
             PortSpec::AfPacket { .. } => "afpacket",
             PortSpec::Tap { .. } => "tap",
+            PortSpec::Patch { .. } => "patch",
         }
     }
 }

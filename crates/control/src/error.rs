@@ -41,6 +41,8 @@ pub enum ControlError {
     },
     #[error("\"{0}\" given twice")]
     Duplicate(String),
+    #[error("patch port \"{0}\" cannot be its own peer")]
+    PatchSelfPeer(String),
     #[error(transparent)]
     BadMac(#[from] ParseMacError),
     /// The switch refused the command.

@@ -14,7 +14,7 @@ use qbridge_wire::Tpid;
 const LINK_COMMANDS: &str = "add, set, del or show";
 const VLAN_COMMANDS: &str = "add, del or show";
 const FDB_COMMANDS: &str = "add, replace, del, show or flush";
-const LINK_KINDS: &str = "bridge, pcap, afpacket or tap";
+const LINK_KINDS: &str = "bridge, pcap, afpacket, tap or patch";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
                               fdb_max_learned, group_fwd_mask or fdb_max_entries";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
@@ -373,6 +373,24 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                     ifname: ifname.map(str::to_string),
                     netns: netns.map(str::to_string),
                 },
+            })
+        }
+        "patch" => {
+            let mut peer = None;
+            while let Some(kw) = w.next() {
+                match kw {
+                    "peer" => set_once(&mut peer, kw, w.device("the peer port's name")?)?,
+                    other => return Err(unexpected(other, "peer")),
+                }
+            }
+            let peer = peer
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"peer NAME\" for type patch",
+                })?
+                .to_string();
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::Patch { peer },
             })
         }
         other => Err(ControlError::BadValue {
@@ -845,7 +863,7 @@ mod tests {
         );
         assert_eq!(
             err("link add x type veth"),
-            "invalid link type \"veth\" (expected bridge, pcap, afpacket or tap)"
+            "invalid link type \"veth\" (expected bridge, pcap, afpacket, tap or patch)"
         );
         assert_eq!(
             err("fdb add 02:00:00:00:00:0g dev p1"),

@@ -273,6 +273,9 @@ enum BackendJson<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         netns: Option<&'a str>,
     },
+    Patch {
+        peer: &'a str,
+    },
 }
 
 #[derive(Serialize)]
@@ -297,6 +300,7 @@ fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
             ifname: ifname.as_deref(),
             netns: netns.as_deref(),
         },
+        PortSpec::Patch { peer } => BackendJson::Patch { peer },
     }
 }
 
@@ -340,6 +344,9 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         match session.port_spec(&l.ifname) {
             Some(PortSpec::AfPacket { dev, qdisc_bypass }) => {
                 let _ = write!(s, " dev {dev} qdisc_bypass {}", on_off(*qdisc_bypass));
+            }
+            Some(PortSpec::Patch { peer }) => {
+                let _ = write!(s, " peer {peer}");
             }
             Some(PortSpec::Tap { ifname, netns }) => {
                 if let Some(i) = ifname {

@@ -80,6 +80,15 @@ impl Session {
         Session::default()
     }
 
+    /// A session whose switch counts for `workers` datapath workers (see
+    /// [`Switch::with_workers`]).
+    pub fn with_workers(workers: usize) -> Session {
+        Session {
+            switch: Switch::with_workers(workers),
+            ..Session::default()
+        }
+    }
+
     pub fn switch(&self) -> &Switch {
         &self.switch
     }
@@ -169,7 +178,25 @@ impl Session {
                 sw.set_bridge(id, settings)?;
             }
             LinkCommand::AddPort { name, spec } => {
+                if let PortSpec::Patch { peer } = spec {
+                    if peer == name {
+                        return Err(ControlError::PatchSelfPeer(name.clone()));
+                    }
+                    if sw.exists(peer) {
+                        return Err(qbridge_bridge::ConfigError::DeviceExists(peer.clone()).into());
+                    }
+                }
                 sw.add_port(name, spec.kind(), PortSettings::default())?;
+                if let PortSpec::Patch { peer } = spec {
+                    // Both ends or neither: undo the first if the second is refused.
+                    if let Err(e) = sw.add_port(peer, spec.kind(), PortSettings::default()) {
+                        let _ = sw.del_link(name);
+                        return Err(e.into());
+                    }
+                    let back = PortSpec::Patch { peer: name.clone() };
+                    self.specs.insert(peer.clone(), back);
+                    self.status.remove(peer);
+                }
                 self.specs.insert(name.clone(), spec.clone());
                 self.status.remove(name);
             }
@@ -189,9 +216,21 @@ impl Session {
                 }
             }
             LinkCommand::Del { dev } => {
+                let peer = match self.specs.get(dev) {
+                    Some(PortSpec::Patch { peer }) => Some(peer.clone()),
+                    _ => None,
+                };
                 sw.del_link(dev)?;
                 self.specs.remove(dev);
                 self.status.remove(dev);
+                // A patch link goes as a whole, as a veth pair does.
+                if let Some(peer) = peer {
+                    if sw.exists(&peer) {
+                        sw.del_link(&peer)?;
+                    }
+                    self.specs.remove(&peer);
+                    self.status.remove(&peer);
+                }
             }
             LinkCommand::Show { dev } => {
                 if let Some(d) = dev {

@@ -3,22 +3,23 @@
 //! Start-up order, so that "the socket exists and answers" means ready: take an exclusive
 //! `flock` on `SOCKET.lock` (a second daemon on the same path stops there with a clear
 //! message; the lock dies with the process, so a crash leaves nothing that blocks a restart),
-//! apply the `-batch` file, bind the metrics listener, open every port (the runtime), and only
+//! apply the `-batch` file, bind the metrics listener, open every port (the engine), and only
 //! then create the socket: bound under a temporary name, made mode 0600, and renamed over
 //! `SOCKET` (a stale socket file of a crashed daemon is replaced; we hold the lock, so no live
 //! daemon owns it).
 //!
-//! Threads: the main thread waits for SIGTERM/SIGINT; one datapath thread (the runtime); one
-//! thread accepting control connections and one per connection; one metrics thread. Requests
-//! go to the datapath thread over a channel and are executed there between batches.
-//! On a signal: the socket file is removed, the datapath closes every port (pcap files are
-//! flushed), and the process exits 0.
+//! Threads (see `qbridge_datapath`): the main thread waits for SIGTERM/SIGINT; `--workers`
+//! datapath worker threads; one control-plane thread that owns the configuration; one thread
+//! accepting control connections and one per connection; one metrics thread. Requests go to
+//! the control-plane thread over a channel; it hands each worker the new compiled plan, which
+//! the worker adopts between two batches. On a signal: the socket file is removed, the workers
+//! close every port (pcap files are flushed), and the process exits 0.
 
 use crate::metrics;
 use crate::read_batch;
-use crate::runtime::{Handle, Runtime, RuntimeConfig};
 use anyhow::{bail, Context};
 use qbridge_control::{OutputOptions, Request, Response, Session};
+use qbridge_datapath::{Engine, EngineConfig, Handle};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::fs::{File, OpenOptions};
@@ -37,7 +38,7 @@ const MAX_REQUEST_BYTES: u64 = 64 << 20;
 
 pub const DAEMON_USAGE: &str = "\
 Usage: qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT [--metrics-public]]
-                      [--pcap-dir DIR]
+                      [--pcap-dir DIR] [--workers N]
 
 Runs the switch in the foreground until SIGTERM or SIGINT; logs go to stderr (QBRIDGE_LOG=info
 or debug for more). The control socket (mode 0600) is created once FILE is applied and every
@@ -49,6 +50,8 @@ port is open; 'qbridge OBJECT COMMAND' and 'qbridge -batch FILE' talk to it.
   --metrics-public     allow a non-loopback metrics address
   --pcap-dir DIR       accept pcap ports: each writes DIR/PORT.pcap and, if DIR/PORT.in.pcap
                        exists when the port opens, receives its frames once
+  --workers N          datapath threads (default: the CPUs this process may run on, at most
+                       64); frames of one flow stay on one thread, in order
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
@@ -69,7 +72,11 @@ struct Args {
     metrics: Option<String>,
     metrics_public: bool,
     pcap_dir: Option<PathBuf>,
+    workers: Option<usize>,
 }
+
+/// Most datapath threads `--workers` accepts.
+const MAX_WORKERS: usize = 64;
 
 fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
     let mut a = Args::default();
@@ -91,6 +98,17 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
             "metrics" => a.metrics = Some(value("ADDR:PORT")?),
             "metrics-public" => a.metrics_public = true,
             "pcap-dir" => a.pcap_dir = Some(PathBuf::from(value("a DIR")?)),
+            "workers" => {
+                let v = value("a number of threads")?;
+                let n: usize = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_WORKERS).contains(n))
+                    .with_context(|| {
+                        format!("invalid --workers \"{v}\" (expected 1 to {MAX_WORKERS})")
+                    })?;
+                a.workers = Some(n);
+            }
             "h" | "help" => return Ok(None),
             _ => bail!("unknown option \"{arg}\" (try \"qbridge daemon --help\")"),
         }
@@ -161,7 +179,12 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     }
     let _lock = lock(&socket)?;
 
-    let mut session = Session::new();
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_WORKERS)
+    });
+    let mut session = Session::with_workers(workers);
     if let Some(file) = &args.batch {
         let text = read_batch(file)?;
         let out = session
@@ -176,17 +199,18 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     if let Some(d) = &args.pcap_dir {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
-    let cfg = RuntimeConfig {
+    let cfg = EngineConfig {
         pcap_dir: args.pcap_dir.clone(),
     };
-    let (runtime, handle, warnings) = Runtime::new(session, cfg).map_err(anyhow::Error::msg)?;
+    let (engine, handle, warnings) = Engine::new(session, cfg).map_err(anyhow::Error::msg)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
+    tracing::info!("{} datapath worker threads", engine.workers());
     let datapath = std::thread::Builder::new()
-        .name("qbridge-datapath".into())
-        .spawn(move || runtime.run())
-        .context("cannot start the datapath thread")?;
+        .name("qbridge-control-plane".into())
+        .spawn(move || engine.run())
+        .context("cannot start the control-plane thread")?;
 
     if let Some(l) = metrics_listener {
         let h = handle.clone();
@@ -217,7 +241,7 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_file(&socket);
     handle.shutdown();
     if datapath.join().is_err() {
-        tracing::error!("the datapath thread panicked");
+        tracing::error!("the control-plane thread panicked");
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -9,7 +9,6 @@ mod daemon;
 mod demo;
 mod metrics;
 mod replay;
-mod runtime;
 
 use anyhow::{bail, Context};
 use qbridge_control::{parse_words, OutputOptions, Request, Session};

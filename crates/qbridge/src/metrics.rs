@@ -5,8 +5,8 @@
 //! the datapath thread takes between two batches (see [`Handle::metrics`]), so one scrape is
 //! consistent across ports. Binds to loopback unless `--metrics-public` is given.
 
-use crate::runtime::{Handle, MetricsSnapshot};
 use anyhow::{bail, Context};
+use qbridge_datapath::{Handle, MetricsSnapshot};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -362,7 +362,7 @@ pub fn render(snap: &MetricsSnapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::PortRuntime;
+    use qbridge_datapath::PortRuntime;
     use serde_json::json;
 
     #[test]
@@ -390,6 +390,7 @@ mod tests {
                     ..Default::default()
                 }),
             }],
+            workers: 2,
         };
         let t = render(&snap);
         assert!(

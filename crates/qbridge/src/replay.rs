@@ -139,9 +139,19 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         }
     }
 
+    // Patch links: what leaves one end enters the switch again on the other, in the same batch
+    // time.
+    let mut patch_peer: Vec<Option<u16>> = vec![None; session.switch().port_slots()];
+    for (id, _, spec) in session.ports() {
+        if let PortSpec::Patch { peer } = spec {
+            patch_peer[id.0 as usize] = Some(session.switch().port_id(peer)?.0);
+        }
+    }
     let mut run = Run {
         session: &mut session,
         outputs: &mut outputs,
+        patch_peer,
+        patched: Batch::with_capacity(BATCH_MAX),
         out: Outputs::new(),
         batch: Batch::with_capacity(BATCH_MAX),
         batch_ts: 0,
@@ -234,10 +244,18 @@ struct Run<'a> {
     out: Outputs,
     batch: Batch,
     batch_ts: u64,
-    /// Frames sent on ports that are not pcap ports (nowhere to write them).
+    /// Per port id: the other end, for a patch port.
+    patch_peer: Vec<Option<u16>>,
+    /// Frames crossing a patch link, to be processed again.
+    patched: Batch,
+    /// Frames sent on ports that are neither pcap nor patch ports (nowhere to write them), or
+    /// still crossing patch links after [`PATCH_ROUNDS`] rounds (a loop).
     discarded: u64,
     batches: u64,
 }
+
+/// Most times one batch's frames cross patch links before the rest is discarded.
+const PATCH_ROUNDS: usize = 16;
 
 impl Run<'_> {
     /// Hands the pending batch to the switch and writes what comes out.
@@ -247,18 +265,33 @@ impl Run<'_> {
             .switch_mut()
             .process(ts, &mut self.batch, &mut self.out);
         self.batches += 1;
-        let Outputs { ports, pool } = &mut self.out;
-        for (port, batch) in ports.iter_mut().enumerate() {
-            for pkt in batch.drain() {
-                match self.outputs.get_mut(port).and_then(Option::as_mut) {
-                    Some(o) => {
-                        o.writer.write(ts, pkt.frame())?;
-                        o.frames += 1;
+        for round in 0..=PATCH_ROUNDS {
+            let Outputs { ports, pool } = &mut self.out;
+            for (port, batch) in ports.iter_mut().enumerate() {
+                for mut pkt in batch.drain() {
+                    if let Some(Some(peer)) = self.patch_peer.get(port) {
+                        if round < PATCH_ROUNDS {
+                            pkt.port = *peer;
+                            self.patched.push(pkt);
+                            continue;
+                        }
                     }
-                    None => self.discarded += 1,
+                    match self.outputs.get_mut(port).and_then(Option::as_mut) {
+                        Some(o) => {
+                            o.writer.write(ts, pkt.frame())?;
+                            o.frames += 1;
+                        }
+                        None => self.discarded += 1,
+                    }
+                    pool.put(pkt);
                 }
-                pool.put(pkt);
             }
+            if self.patched.is_empty() {
+                break;
+            }
+            self.session
+                .switch_mut()
+                .process(ts, &mut self.patched, &mut self.out);
         }
         Ok(())
     }

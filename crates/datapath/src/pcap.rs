@@ -1,89 +1,19 @@
-//! The backends a live port can have, behind one enum so the runtime can do per-kind work
-//! (reopen, device MTU, namespace) while the datapath calls the batch [`Port`] interface once
-//! per burst.
-//!
-//! - AF_PACKET ([`AfPacketPort`]) on an interface of the daemon's network namespace.
-//! - TAP ([`TapPort`]), created by the daemon, optionally moved into a namespace.
-//! - pcap ([`PcapPort`]): only with `--pcap-dir DIR`; writes what the switch sends on the port
-//!   to `DIR/PORT.pcap` and, if `DIR/PORT.in.pcap` exists when the port opens, receives its
-//!   frames once, as fast as the loop takes them. For tests and recordings without privileges;
-//!   it reads records into fresh vectors (one allocation per frame), unlike the live backends.
+//! The pcap backend of the daemon: only with `--pcap-dir DIR`. It writes what the switch sends
+//! on the port to `DIR/PORT.pcap` and, if `DIR/PORT.in.pcap` exists when the port opens,
+//! receives its frames once, as fast as the worker takes them. For tests and recordings
+//! without privileges; it reads records into fresh vectors (one allocation per frame), unlike
+//! the live backends. One queue, shared by the workers ([`crate::queue::SharedQueue`]).
 
-use qbridge_io::afpacket::AfPacketPort;
+use crate::queue::Queue;
 use qbridge_io::pcap::{PcapReader, PcapWriter};
-use qbridge_io::tap::TapPort;
 use qbridge_io::{IoError, Port, PortCaps, TxOutcome};
 use qbridge_packet::{Batch, BufPool};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
-
-/// An open backend.
-#[derive(Debug)]
-pub(crate) enum Live {
-    AfPacket(Box<AfPacketPort>),
-    Tap(Box<TapPort>),
-    Pcap(Box<PcapPort>),
-}
-
-impl Live {
-    /// Frames the backend itself dropped so far, cumulative since it was opened: truncated,
-    /// filtered (not for this port), short reads.
-    pub fn drops(&self) -> [u64; 3] {
-        match self {
-            Live::AfPacket(p) => {
-                let s = p.stats();
-                [s.rx_truncated, s.rx_otherhost_filtered, 0]
-            }
-            Live::Tap(p) => [0, 0, p.stats().rx_short],
-            Live::Pcap(_) => [0; 3],
-        }
-    }
-
-    pub fn port(&mut self) -> &mut dyn Port {
-        match self {
-            Live::AfPacket(p) => p.as_mut(),
-            Live::Tap(p) => p.as_mut(),
-            Live::Pcap(p) => p.as_mut(),
-        }
-    }
-
-    pub fn caps(&self) -> PortCaps {
-        match self {
-            Live::AfPacket(p) => p.caps(),
-            Live::Tap(p) => p.caps(),
-            Live::Pcap(p) => p.caps(),
-        }
-    }
-
-    /// The descriptor to wait on, if the backend has one (pcap input has none).
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        match self {
-            Live::AfPacket(p) => Some(p.as_fd()),
-            Live::Tap(p) => Some(p.as_fd()),
-            Live::Pcap(_) => None,
-        }
-    }
-
-    /// Frames that can be received without waiting on a descriptor (pcap input).
-    pub fn rx_pending(&self) -> bool {
-        match self {
-            Live::Pcap(p) => p.input.is_some(),
-            _ => false,
-        }
-    }
-
-    /// Closes the backend, reporting what closing a file can still fail with.
-    pub fn close(self) -> Result<(), IoError> {
-        match self {
-            Live::Pcap(p) => p.writer.finish(),
-            _ => Ok(()),
-        }
-    }
-}
 
 /// A pcap-file port (see the module documentation).
 #[derive(Debug)]
-pub(crate) struct PcapPort {
+pub struct PcapPort {
     name: String,
     writer: PcapWriter,
     input: Option<PcapReader>,
@@ -111,6 +41,32 @@ fn wall_clock_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+impl Queue for PcapPort {
+    fn port(&mut self) -> &mut dyn Port {
+        self
+    }
+
+    fn caps(&self) -> PortCaps {
+        Port::caps(self)
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    fn rx_pending(&self) -> bool {
+        self.input.is_some()
+    }
+
+    fn close(self: Box<Self>) -> Result<(), IoError> {
+        self.writer.finish()
+    }
 }
 
 impl Port for PcapPort {

@@ -1,0 +1,1005 @@
+//! The engine's control side: one thread owns the [`Session`] (switch + configuration) and the
+//! bookkeeping of every port's backend; N worker threads ([`crate::worker`]) own the queues and
+//! forward.
+//!
+//! Control commands arrive over a channel from the socket and metrics threads and are executed
+//! here, never on a worker: a command changes the session, then the backends are reconciled
+//! with it (new ports opened — every queue of every new port before anything is closed; if one
+//! cannot be opened the command is undone —, deleted ports closed, device MTUs raised for
+//! envelope frames, receive filters following the bridge configuration), and then each worker
+//! is sent the new compiled plan together with the queues it gains and loses, in one message
+//! it applies between two batches. A worker therefore never forwards with half a command, and
+//! frames of ports and VLANs a command does not touch are not disturbed. The command returns
+//! once every worker applied it.
+//!
+//! Once a second: FDB ageing (the FDB is shared with the workers and safe to change under
+//! them), the link watch (AF_PACKET ports whose interface went down are closed and retried),
+//! and a tick to every worker (device offloads re-read, kernel drop statistics).
+//!
+//! A worker whose queue fails with a link-down error reports it here; the port goes down for
+//! every worker.
+
+use crate::patch::patch_link;
+use crate::pcap::PcapPort;
+use crate::queue::{Queues, SharedQueue};
+use crate::worker::{QueueEntry, ToWorker, Worker};
+use qbridge_bridge::{FdbFilter, FdbKind, PortId};
+use qbridge_control::{
+    parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
+    LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
+};
+use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
+use qbridge_io::tap::{TapConfig, TapPort};
+use qbridge_io::{sys, DeviceOffloads, IoError};
+use rustix::event::{eventfd, EventfdFlags};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+/// How long a command waits for a worker to apply it before logging it as late.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the socket, metrics and worker threads send to the control thread.
+#[derive(Debug)]
+pub enum Ctl {
+    Request {
+        op: Op,
+        reply: mpsc::Sender<Response>,
+    },
+    Metrics {
+        reply: mpsc::Sender<MetricsSnapshot>,
+    },
+    /// A worker's queue failed with a link-down error (`token` names the port's opening).
+    QueueFailed {
+        token: u64,
+        error: String,
+    },
+    Shutdown,
+}
+
+/// Per-port runtime facts for the metrics endpoint.
+#[derive(Debug, Clone)]
+pub struct PortRuntime {
+    pub name: String,
+    pub running: bool,
+    pub link_up: bool,
+    pub link_downs: u64,
+    pub device_mtu: Option<u32>,
+    /// Super-frames segmented in software for the port, and of those, refused by the kernel.
+    pub tx_sw_gso: u64,
+    pub tx_gso_refused: u64,
+    /// AF_PACKET: the device's offloads as last read.
+    pub offloads: Option<DeviceOffloadStatus>,
+}
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Clone)]
+pub struct MetricsSnapshot {
+    pub stats: serde_json::Value,
+    pub ports: Vec<PortRuntime>,
+    /// Datapath worker threads.
+    pub workers: usize,
+}
+
+/// The other threads' way in.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Ctl>,
+}
+
+impl Handle {
+    /// Runs one request on the control thread and waits for its answer.
+    pub fn call(&self, op: Op) -> Response {
+        let (reply, rx) = mpsc::channel();
+        if self.tx.send(Ctl::Request { op, reply }).is_err() {
+            return Response::err("the daemon is shutting down");
+        }
+        rx.recv()
+            .unwrap_or_else(|_| Response::err("the daemon is shutting down"))
+    }
+
+    pub fn metrics(&self) -> Option<MetricsSnapshot> {
+        let (reply, rx) = mpsc::channel();
+        self.tx.send(Ctl::Metrics { reply }).ok()?;
+        rx.recv().ok()
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Ctl::Shutdown);
+    }
+}
+
+/// Options of the engine that do not come from commands.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    /// Where pcap ports write (`--pcap-dir`); without it pcap ports are refused.
+    pub pcap_dir: Option<PathBuf>,
+}
+
+/// What the workers of one port share with the control thread: counters the control thread
+/// reads for `link show` and metrics.
+#[derive(Debug, Default)]
+pub struct PortShared {
+    pub tx_sw_gso: AtomicU64,
+    pub tx_gso_refused: AtomicU64,
+    /// AF_PACKET: the device's offloads as a worker last read them.
+    offloads: Mutex<Option<DeviceOffloads>>,
+}
+
+impl PortShared {
+    pub(crate) fn lock_offloads(&self) -> MutexGuard<'_, Option<DeviceOffloads>> {
+        self.offloads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Receive filter of an AF_PACKET port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RxFilter {
+    promisc: bool,
+    unicast: Vec<[u8; 6]>,
+}
+
+/// One port's backend as the control thread knows it; its queues live in the workers.
+#[derive(Debug)]
+struct Slot {
+    name: String,
+    spec: PortSpec,
+    /// The workers hold queues of this port (false: closed, waiting for the interface).
+    open: bool,
+    /// `generation << 16 | port id` of the current opening.
+    token: u64,
+    /// The link as the engine last saw it; pushed into the switch (`set_link_state`).
+    link_up: bool,
+    link_downs: u64,
+    /// AF_PACKET: the filter the open sockets have.
+    filter: Option<RxFilter>,
+    status: BackendStatus,
+    shared: Arc<PortShared>,
+}
+
+/// A port's freshly opened queues, one per worker, not yet handed over.
+type Opened = Queues;
+
+#[derive(Debug)]
+struct WorkerLink {
+    mailbox: mpsc::Sender<ToWorker>,
+    wake: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The control thread's state. See the module documentation.
+#[derive(Debug)]
+pub struct Engine {
+    session: Session,
+    slots: Vec<Option<Slot>>,
+    cfg: EngineConfig,
+    ctl: mpsc::Receiver<Ctl>,
+    workers: Vec<WorkerLink>,
+    epoch: Instant,
+    last_tick_ns: u64,
+    generation: u64,
+    /// Queues opened during this reconciliation, waiting to be handed to the workers.
+    attach: Vec<(u16, Opened)>,
+    /// Ports whose queues the workers must close.
+    detach: Vec<u16>,
+    /// The far end's queues of a patch link whose first end was opened in this reconciliation.
+    patch_peers: HashMap<String, Opened>,
+}
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl Engine {
+    /// Starts the workers (as many as the session's switch counts for, see
+    /// [`Session::with_workers`]) and opens the backends of every port of `session`. Fails
+    /// (and opens nothing) when one cannot be opened for a reason other than its interface
+    /// being absent or down; returns the warnings for ports left waiting.
+    pub fn new(
+        session: Session,
+        cfg: EngineConfig,
+    ) -> Result<(Engine, Handle, Vec<String>), String> {
+        let (tx, ctl) = mpsc::channel();
+        let epoch = Instant::now();
+        let mut session = session;
+        let plan = session.switch_mut().plan();
+        let n = session.switch().workers();
+        let mut workers = Vec::with_capacity(n);
+        for index in 0..n {
+            let wake = Arc::new(
+                eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                    .map_err(|e| io_err("eventfd", e))?,
+            );
+            let (mtx, mrx) = mpsc::channel();
+            let w = Worker::new(index, plan.clone(), wake.clone(), mrx, tx.clone(), epoch)
+                .map_err(|e| io_err("epoll", e))?;
+            let thread = std::thread::Builder::new()
+                .name(format!("qbridge-worker{index}"))
+                .spawn(move || w.run())
+                .map_err(|e| io_err("cannot start a worker thread", e))?;
+            workers.push(WorkerLink {
+                mailbox: mtx,
+                wake,
+                thread: Some(thread),
+            });
+        }
+        let mut engine = Engine {
+            session,
+            slots: Vec::new(),
+            cfg,
+            ctl,
+            workers,
+            epoch,
+            last_tick_ns: 0,
+            generation: 0,
+            attach: Vec::new(),
+            detach: Vec::new(),
+            patch_peers: HashMap::new(),
+        };
+        match engine.reconcile() {
+            Ok(warnings) => {
+                engine.publish();
+                Ok((engine, Handle { tx }, warnings))
+            }
+            Err(e) => {
+                engine.stop_workers();
+                Err(e)
+            }
+        }
+    }
+
+    /// Datapath worker threads.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Monotonic nanoseconds since the engine started (never 0).
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Runs until [`Ctl::Shutdown`] (or every handle is gone), then stops the workers, which
+    /// close every queue.
+    pub fn run(mut self) {
+        tracing::debug!("control thread running, {} workers", self.workers.len());
+        loop {
+            let since = self.now_ns().saturating_sub(self.last_tick_ns);
+            let wait = NS_PER_SEC.saturating_sub(since).max(1_000_000);
+            match self.ctl.recv_timeout(Duration::from_nanos(wait)) {
+                Ok(Ctl::Request { op, reply }) => {
+                    let r = self.execute(op);
+                    let _ = reply.send(r);
+                }
+                Ok(Ctl::Metrics { reply }) => {
+                    self.publish_all();
+                    let _ = reply.send(self.metrics());
+                }
+                Ok(Ctl::QueueFailed { token, error }) => {
+                    let id = self
+                        .slots
+                        .iter()
+                        .flatten()
+                        .find(|s| s.token == token && s.open)
+                        .map(|_| (token & 0xffff) as u16);
+                    if let Some(id) = id {
+                        self.link_down(id, &error);
+                        self.publish();
+                    }
+                }
+                Ok(Ctl::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.stop_workers();
+                    tracing::info!("datapath stopped; every port closed");
+                    return;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            let now = self.now_ns();
+            if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
+                self.last_tick_ns = now;
+                let aged = self.session.switch_mut().age(now);
+                if aged > 0 {
+                    tracing::debug!("aged out {aged} FDB entries");
+                }
+                self.housekeeping();
+                self.publish();
+                for w in &self.workers {
+                    send(w, ToWorker::Tick);
+                }
+            }
+        }
+    }
+
+    fn stop_workers(&mut self) {
+        for w in &self.workers {
+            send(w, ToWorker::Stop);
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                if t.join().is_err() {
+                    tracing::error!("a worker thread panicked");
+                }
+            }
+        }
+    }
+
+    // ----- handing changes to the workers -----
+
+    /// Sends every worker the current plan with the queues opened and closed since the last
+    /// call, and waits until each has applied it. Does nothing when neither the plan nor any
+    /// queue changed.
+    fn publish(&mut self) {
+        let plan = self.session.switch_mut().plan();
+        let attach = std::mem::take(&mut self.attach);
+        let detach = std::mem::take(&mut self.detach);
+        let mut per_worker: Vec<Vec<(u16, QueueEntry)>> =
+            (0..self.workers.len()).map(|_| Vec::new()).collect();
+        for (id, queues) in attach {
+            let Some(Some(slot)) = self.slots.get(id as usize) else {
+                for q in queues {
+                    let _ = q.close();
+                }
+                continue;
+            };
+            for (w, q) in queues.into_iter().enumerate() {
+                per_worker[w % self.workers.len()].push((
+                    id,
+                    QueueEntry {
+                        queue: q,
+                        token: slot.token,
+                        shared: slot.shared.clone(),
+                    },
+                ));
+            }
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        for (w, attach) in self.workers.iter().zip(per_worker) {
+            send(
+                w,
+                ToWorker::Update {
+                    plan: plan.clone(),
+                    attach,
+                    detach: detach.clone(),
+                    done: done_tx.clone(),
+                },
+            );
+        }
+        drop(done_tx);
+        for _ in 0..self.workers.len() {
+            if done_rx.recv_timeout(APPLY_TIMEOUT).is_err() {
+                tracing::warn!("a worker did not apply a change within {APPLY_TIMEOUT:?}");
+                break;
+            }
+        }
+    }
+
+    // ----- control -----
+
+    fn execute(&mut self, op: Op) -> Response {
+        self.publish_all();
+        let now = self.now_ns();
+        self.session.switch_mut().set_time(now);
+        // A copy to roll back to is needed only when reconciling can fail hard, which is when a
+        // new port's backend cannot be opened; copying the session (every FDB) before each
+        // `fdb add` would stall the control thread for milliseconds on a large table.
+        let changing = changes(&op);
+        let before = may_open_ports(&op).then(|| self.session.clone());
+        let r = match op {
+            Op::Command { out, words } => {
+                parse_words(&words).and_then(|cmd| self.session.execute(&cmd, out))
+            }
+            Op::Batch { out, text } => self.session.execute_batch(&text, out),
+        };
+        if !changing {
+            return match r {
+                Ok(output) => Response::ok(output, Vec::new()),
+                Err(e) => Response::err(e.to_string()),
+            };
+        }
+        let resp = self.commit(r, before);
+        self.publish();
+        resp
+    }
+
+    /// After a command that may have changed the configuration: reconcile the backends, or
+    /// undo the command when a backend cannot be opened.
+    fn commit(&mut self, r: Result<String, ControlError>, before: Option<Session>) -> Response {
+        match r {
+            Err(e) => Response::err(e.to_string()),
+            Ok(output) => match self.reconcile() {
+                Ok(warnings) => {
+                    for w in &warnings {
+                        tracing::warn!("{w}");
+                    }
+                    Response::ok(output, warnings)
+                }
+                Err(e) => match before {
+                    Some(before) => {
+                        self.session = before;
+                        if let Err(e2) = self.reconcile() {
+                            tracing::error!(
+                                "cannot restore the backends after a failed command: {e2}"
+                            );
+                        }
+                        Response::err(e)
+                    }
+                    // Not expected: only opening a new port fails hard.
+                    None => {
+                        Response::err(format!("{e} (the configuration change itself was applied)"))
+                    }
+                },
+            },
+        }
+    }
+
+    /// Brings the backends in line with the session. Opens every new port first; if one
+    /// fails hard, closes what it opened and returns the error with nothing else changed.
+    /// The queues opened and the ports closed are handed to the workers by the next
+    /// [`Engine::publish`].
+    fn reconcile(&mut self) -> Result<Vec<String>, String> {
+        let mut warnings = Vec::new();
+        let wanted: Vec<(PortId, String, PortSpec)> = self
+            .session
+            .ports()
+            .into_iter()
+            .map(|(id, n, s)| (id, n.to_owned(), s.clone()))
+            .collect();
+        // Phase 1: open what is new or changed.
+        let mut opened: Vec<(u16, Slot, Option<Opened>)> = Vec::new();
+        for (id, name, spec) in &wanted {
+            let same = matches!(self.slots.get(id.0 as usize),
+                Some(Some(s)) if s.name == *name && s.spec == *spec);
+            if same {
+                continue;
+            }
+            match self.open_slot(*id, name, spec) {
+                Ok((slot, queues, warning)) => {
+                    warnings.extend(warning);
+                    opened.push((id.0, slot, queues));
+                }
+                Err(e) => {
+                    for (_, _, queues) in opened {
+                        close_queues(queues.unwrap_or_default());
+                    }
+                    for (_, queues) in self.patch_peers.drain() {
+                        close_queues(queues);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for (_, queues) in self.patch_peers.drain() {
+            close_queues(queues);
+        }
+        // Phase 2: close what is gone or replaced, install the new.
+        for i in 0..self.slots.len() {
+            let keep = matches!(&self.slots[i], Some(s)
+                if wanted.iter().any(|(id, n, sp)| id.0 as usize == i && *n == s.name && *sp == s.spec));
+            if !keep {
+                if let Some(s) = self.slots[i].take() {
+                    tracing::info!("port {}: closed", s.name);
+                    if s.open {
+                        self.detach.push(i as u16);
+                    }
+                }
+            }
+        }
+        for (id, mut slot, queues) in opened {
+            let i = id as usize;
+            if self.slots.len() <= i {
+                self.slots.resize_with(i + 1, || None);
+            }
+            self.generation += 1;
+            slot.token = (self.generation << 16) | u64::from(id);
+            self.detach.retain(|&d| d != id);
+            if let Some(q) = queues {
+                self.attach.push((id, q));
+            }
+            self.slots[i] = Some(slot);
+        }
+        // Phase 3: link state, device MTU and receive filters follow the configuration.
+        for (id, _, _) in &wanted {
+            self.sync_port(id.0, &mut warnings);
+        }
+        Ok(warnings)
+    }
+
+    fn open_slot(
+        &mut self,
+        id: PortId,
+        name: &str,
+        spec: &PortSpec,
+    ) -> Result<(Slot, Option<Opened>, Option<String>), String> {
+        let mut slot = Slot {
+            name: name.to_owned(),
+            spec: spec.clone(),
+            open: false,
+            token: 0,
+            link_up: true,
+            link_downs: 0,
+            filter: None,
+            status: BackendStatus::default(),
+            shared: Arc::new(PortShared::default()),
+        };
+        let n = self.workers.len();
+        let receiver = id.0 as usize % n;
+        let mut warning = None;
+        let queues = match spec {
+            PortSpec::Pcap => {
+                let Some(dir) = &self.cfg.pcap_dir else {
+                    return Err(format!(
+                        "pcap port {name} needs a directory: start the daemon with --pcap-dir DIR \
+                         (or use 'qbridge replay' for pcap files)"
+                    ));
+                };
+                let p = PcapPort::open(dir, name).map_err(|e| format!("port {name}: {e}"))?;
+                tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
+                Some(
+                    SharedQueue::split(Box::new(p), n, receiver)
+                        .map_err(|e| format!("port {name}: {e}"))?,
+                )
+            }
+            PortSpec::AfPacket { dev, qdisc_bypass } => {
+                let filter = self.rx_filter(id);
+                let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
+                slot.status.qdisc_bypass = Some(*qdisc_bypass);
+                match open_afpacket_queues(name, dev, *qdisc_bypass, &filter, want_mtu, n, receiver)
+                {
+                    Ok((queues, mtu, offloads)) => {
+                        let offloads = offload_status(offloads);
+                        tracing::info!(
+                            "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {}, qdisc \
+                             bypass {}, device offloads {})",
+                            if filter.promisc {
+                                "promiscuous"
+                            } else {
+                                "unicast filter"
+                            },
+                            if *qdisc_bypass { "on" } else { "off" },
+                            describe_offloads(&offloads)
+                        );
+                        slot.filter = Some(filter.clone());
+                        slot.status.device_mtu = Some(mtu);
+                        slot.status.promisc = Some(filter.promisc);
+                        slot.status.offloads = Some(offloads);
+                        Some(queues)
+                    }
+                    Err(e) if e.is_link_down() => {
+                        slot.link_up = false;
+                        slot.status.error = Some(e.to_string());
+                        warning = Some(format!(
+                            "port {name}: {e}; the port stays down and is opened when {dev} is up"
+                        ));
+                        None
+                    }
+                    Err(e) => return Err(format!("port {name}: {e}")),
+                }
+            }
+            PortSpec::Tap { ifname, netns } => {
+                let mut cfg = TapConfig::new(Some(ifname.as_deref().unwrap_or(name)));
+                cfg.netns = netns.clone();
+                let mtu = self.session.switch().port_settings(id).mtu;
+                if mtu != 1500 {
+                    cfg.device_mtu = Some(mtu);
+                }
+                let p = TapPort::open(cfg).map_err(|e| format!("port {name}: {e}"))?;
+                if Some(p.ifname()) != ifname.as_deref() {
+                    slot.status.ifname = Some(p.ifname().to_owned());
+                }
+                tracing::info!(
+                    "port {name}: TAP {}{}",
+                    p.ifname(),
+                    netns
+                        .as_deref()
+                        .map(|n| format!(" in netns {n}"))
+                        .unwrap_or_default()
+                );
+                Some(
+                    SharedQueue::split(Box::new(p), n, receiver)
+                        .map_err(|e| format!("port {name}: {e}"))?,
+                )
+            }
+            PortSpec::Patch { peer } => {
+                let queues = match self.patch_peers.remove(name) {
+                    Some(q) => q,
+                    None => {
+                        let (mine, theirs) = patch_link(name, peer, n);
+                        self.patch_peers.insert(peer.clone(), theirs);
+                        tracing::info!("port {name}: patch link to {peer}");
+                        mine
+                    }
+                };
+                Some(queues)
+            }
+        };
+        slot.open = queues.is_some();
+        slot.status.open = slot.open;
+        Ok((slot, queues, warning))
+    }
+
+    /// (Re)opens the AF_PACKET sockets of port `id` with the filter and MTU the configuration
+    /// asks for now; the new queues replace the old ones in the workers at the next publish.
+    fn open_afpacket(&mut self, id: u16, dev: &str) -> Result<(), IoError> {
+        let pid = PortId(id);
+        let filter = self.rx_filter(pid);
+        let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
+        let n = self.workers.len();
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return Ok(());
+        };
+        let bypass = match &slot.spec {
+            PortSpec::AfPacket { qdisc_bypass, .. } => *qdisc_bypass,
+            _ => true,
+        };
+        let (queues, mtu, offloads) = open_afpacket_queues(
+            &slot.name,
+            dev,
+            bypass,
+            &filter,
+            want_mtu,
+            n,
+            id as usize % n,
+        )?;
+        slot.status.offloads = Some(offload_status(offloads));
+        *slot.shared.lock_offloads() = Some(offloads);
+        slot.open = true;
+        slot.status.open = true;
+        slot.status.device_mtu = Some(mtu);
+        slot.status.promisc = Some(filter.promisc);
+        slot.filter = Some(filter);
+        self.generation += 1;
+        slot.token = (self.generation << 16) | u64::from(id);
+        self.detach.retain(|&d| d != id);
+        self.attach.retain(|(a, _)| *a != id);
+        self.attach.push((id, queues));
+        self.publish_status(id);
+        Ok(())
+    }
+
+    /// Marks port `id` down (once): the switch stops using it and forgets its learned
+    /// addresses; AF_PACKET sockets are closed and reopened by the link watch.
+    fn link_down(&mut self, id: u16, why: &str) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        if !slot.link_up {
+            return;
+        }
+        slot.link_up = false;
+        slot.link_downs += 1;
+        if let PortSpec::AfPacket { .. } = slot.spec {
+            if slot.open {
+                self.detach.push(id);
+            }
+            slot.open = false;
+            slot.status.open = false;
+            slot.filter = None;
+        }
+        slot.status.error = Some(why.to_owned());
+        tracing::warn!(
+            "port {}: link down ({why}); retrying every second",
+            slot.name
+        );
+        self.session.switch_mut().set_link_state(PortId(id), false);
+        self.publish_status(id);
+    }
+
+    fn link_up(&mut self, id: u16) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        if slot.link_up {
+            return;
+        }
+        slot.link_up = true;
+        slot.status.error = None;
+        tracing::info!("port {}: link up; forwarding resumes", slot.name);
+        self.session.switch_mut().set_link_state(PortId(id), true);
+        self.publish_status(id);
+    }
+
+    fn publish_status(&mut self, id: u16) {
+        if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
+            slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
+            slot.status.tx_gso_refused = slot.shared.tx_gso_refused.load(Ordering::Relaxed);
+            if let Some(o) = *slot.shared.lock_offloads() {
+                slot.status.offloads = Some(offload_status(o));
+            }
+            let st = slot.status.clone();
+            let name = slot.name.clone();
+            self.session.set_backend_status(&name, st);
+        }
+    }
+
+    // ----- link watch -----
+
+    /// Once a second: AF_PACKET ports whose interface is not up (gone, admin down, no carrier)
+    /// go down; ports that are down are reopened when their interface is up again.
+    fn housekeeping(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(slot) = &self.slots[i] else {
+                continue;
+            };
+            let id = i as u16;
+            match (&slot.spec, slot.link_up) {
+                (PortSpec::AfPacket { dev, .. }, true) => match sys::link_state(dev) {
+                    Ok(sys::LinkState::Up) => {}
+                    Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
+                    Err(e) => self.link_down(id, &e.to_string()),
+                },
+                (PortSpec::AfPacket { dev, .. }, false) => {
+                    if matches!(sys::link_state(dev), Ok(sys::LinkState::Up)) {
+                        let dev = dev.clone();
+                        match self.open_afpacket(id, &dev) {
+                            Ok(()) => self.link_up(id),
+                            Err(e) => tracing::debug!("port {id}: reopen failed: {e}"),
+                        }
+                    }
+                }
+                (PortSpec::Tap { netns, .. }, false) => {
+                    let ifname = slot
+                        .status
+                        .ifname
+                        .clone()
+                        .unwrap_or_else(|| slot.name.clone());
+                    let state = match netns {
+                        Some(ns) => {
+                            let n = ifname.clone();
+                            qbridge_io::netns::run_in_netns(ns, move || sys::link_state(&n))
+                                .and_then(|r| r)
+                        }
+                        None => sys::link_state(&ifname),
+                    };
+                    if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
+                        self.link_up(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Copies every port's runtime status (its counters move with every batch) into the
+    /// session, for a show command or a metrics scrape.
+    fn publish_all(&mut self) {
+        for i in 0..self.slots.len() {
+            self.publish_status(i as u16);
+        }
+    }
+
+    /// After a command: push the link state into the switch, raise the device MTU if the
+    /// port's largest frame grew, and reopen AF_PACKET sockets whose receive filter changed.
+    fn sync_port(&mut self, id: u16, warnings: &mut Vec<String>) {
+        let pid = PortId(id);
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
+        let link_up = slot.link_up;
+        if self.session.switch().port_link_up(pid) != link_up {
+            self.session.switch_mut().set_link_state(pid, link_up);
+        }
+        if let (PortSpec::AfPacket { dev, .. }, true) = (&slot.spec, slot.open) {
+            let dev = dev.clone();
+            let name = slot.name.clone();
+            let max_frame = self.session.switch().port_max_frame(pid);
+            let want = max_frame.saturating_sub(14);
+            let have = slot.status.device_mtu.unwrap_or(0);
+            let filter_now = slot.filter.clone();
+            if want > have {
+                match sys::raise_mtu(&dev, want) {
+                    Ok(m) => {
+                        tracing::info!(
+                            "port {name}: device MTU of {dev} raised from {have} to {m} \
+                             (largest frame {max_frame} bytes)"
+                        );
+                        if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                            s.status.device_mtu = Some(m);
+                        }
+                    }
+                    Err(e) => warnings.push(format!(
+                        "port {name}: cannot raise the MTU of {dev} to {want}: {e}"
+                    )),
+                }
+            }
+            let filter = self.rx_filter(pid);
+            if filter_now.as_ref() != Some(&filter) {
+                tracing::info!(
+                    "port {name}: receive filter now {}; reopening the sockets",
+                    if filter.promisc {
+                        "promiscuous".to_string()
+                    } else {
+                        format!("{} unicast addresses", filter.unicast.len())
+                    }
+                );
+                if let Err(e) = self.open_afpacket(id, &dev) {
+                    warnings.push(format!("port {name}: cannot reopen on {dev}: {e}"));
+                }
+            }
+        }
+        self.publish_status(id);
+    }
+
+    /// What port `id` must receive. Promiscuous when it learns or floods, or when another
+    /// port of its bridge learns or floods (then frames for addresses behind that port, or for
+    /// unknown addresses, must come in here); otherwise only the unicast addresses of the
+    /// bridge's FDB entries on other ports (besides broadcast, multicast and the interface's
+    /// own address, which the kernel always delivers).
+    fn rx_filter(&self, id: PortId) -> RxFilter {
+        let sw = self.session.switch();
+        let Some(bid) = sw.port_master(id) else {
+            return RxFilter {
+                promisc: false,
+                unicast: Vec::new(),
+            };
+        };
+        let members: Vec<PortId> = sw
+            .port_ids()
+            .map(|(p, _)| p)
+            .filter(|&p| sw.port_master(p) == Some(bid))
+            .collect();
+        let me = sw.port_settings(id);
+        let needs = me.learning
+            || me.flood
+            || members.iter().any(|&p| {
+                let s = sw.port_settings(p);
+                p != id && (s.learning || s.flood)
+            });
+        if needs {
+            return RxFilter {
+                promisc: true,
+                unicast: Vec::new(),
+            };
+        }
+        let filter = FdbFilter {
+            bridge: Some(sw.bridge_name(bid).to_owned()),
+            dev: None,
+            vlan: None,
+        };
+        let my_name = sw.port_name(id).unwrap_or_default();
+        let mut unicast: Vec<[u8; 6]> = sw
+            .fdb_entries(&filter)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.ifname != my_name && e.kind != FdbKind::Permanent)
+            .map(|e| e.mac.0)
+            .collect();
+        unicast.sort_unstable();
+        unicast.dedup();
+        RxFilter {
+            promisc: false,
+            unicast,
+        }
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        let sw = self.session.switch();
+        let ports = sw
+            .port_ids()
+            .map(|(id, name)| {
+                let slot = self.slots.get(id.0 as usize).and_then(Option::as_ref);
+                PortRuntime {
+                    name: name.to_owned(),
+                    running: sw.port_running(id),
+                    link_up: sw.port_link_up(id),
+                    link_downs: slot.map_or(0, |s| s.link_downs),
+                    device_mtu: slot.and_then(|s| s.status.device_mtu),
+                    tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
+                    tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
+                    offloads: slot.and_then(|s| s.status.offloads.clone()),
+                }
+            })
+            .collect();
+        MetricsSnapshot {
+            stats: self.session.stats_json(),
+            ports,
+            workers: self.workers.len(),
+        }
+    }
+}
+
+/// Sends a worker a message and wakes it.
+fn send(w: &WorkerLink, msg: ToWorker) {
+    if w.mailbox.send(msg).is_ok() {
+        let _ = rustix::io::write(&*w.wake, &1u64.to_ne_bytes());
+    }
+}
+
+fn close_queues(queues: Opened) {
+    for q in queues {
+        let name = q.name().to_owned();
+        if let Err(e) = q.close() {
+            tracing::warn!("port {name}: {e}");
+        }
+    }
+}
+
+/// Opens port `name`'s AF_PACKET queues on `dev` for `workers` workers, raising the device MTU
+/// to `want_mtu` (never lowering it). Returns the queues (worker order), the device MTU now in
+/// force and the device's offloads.
+fn open_afpacket_queues(
+    name: &str,
+    dev: &str,
+    qdisc_bypass: bool,
+    filter: &RxFilter,
+    want_mtu: u32,
+    workers: usize,
+    receiver: usize,
+) -> Result<(Opened, u32, DeviceOffloads), IoError> {
+    let before = sys::get_mtu(dev)?;
+    let mut cfg = AfPacketConfig::new(dev);
+    cfg.qdisc_bypass = qdisc_bypass;
+    cfg.promisc = filter.promisc;
+    cfg.unicast = filter.unicast.clone();
+    cfg.device_mtu = Some(want_mtu);
+    let p = AfPacketPort::open(cfg)?;
+    let offloads = p.device_offloads();
+    let after = sys::get_mtu(dev).unwrap_or(before.max(want_mtu));
+    if after != before {
+        tracing::info!(
+            "port {name}: device MTU of {dev} raised from {before} to {after} for envelope \
+             frames (the kernel allows only 4 bytes of slack, for 0x8100 only)"
+        );
+    }
+    let queues = SharedQueue::split(Box::new(p), workers, receiver)?;
+    Ok((queues, after, offloads))
+}
+
+/// A device's offloads as `link show` and the metrics report them.
+fn offload_status(d: DeviceOffloads) -> DeviceOffloadStatus {
+    DeviceOffloadStatus {
+        tso4: d.tso4,
+        tso6: d.tso6,
+        tso_ecn: d.tso_ecn,
+        sg: d.sg,
+        csum4: d.csum4,
+        csum6: d.csum6,
+        refused_tag_depths: (0..8u8)
+            .filter(|&i| d.refused_tags & (1 << i) != 0)
+            .collect(),
+    }
+}
+
+/// `tso4 on tso6 off …` for the log.
+fn describe_offloads(o: &DeviceOffloadStatus) -> String {
+    let on = |b: bool| if b { "on" } else { "off" };
+    format!(
+        "tso4 {} tso6 {} tso_ecn {} sg {} csum4 {} csum6 {}",
+        on(o.tso4),
+        on(o.tso6),
+        on(o.tso_ecn),
+        on(o.sg),
+        on(o.csum4),
+        on(o.csum6)
+    )
+}
+
+/// Whether a request may change the configuration.
+fn changes(op: &Op) -> bool {
+    match op {
+        Op::Command { words, .. } => parse_words(words).is_ok_and(|c| !is_show(&c)),
+        Op::Batch { .. } => true,
+    }
+}
+
+/// Commands that can open a backend: adding a port, or a batch (which may add ports).
+fn may_open_ports(op: &Op) -> bool {
+    match op {
+        Op::Command { words, .. } => parse_words(words)
+            .is_ok_and(|c| matches!(c, Command::Link(LinkCommand::AddPort { .. }))),
+        Op::Batch { .. } => true,
+    }
+}
+
+/// Commands that only read.
+fn is_show(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Link(LinkCommand::Show { .. })
+            | Command::Vlan(VlanCommand::Show { .. })
+            | Command::Fdb(FdbCommand::Show { .. })
+    )
+}

@@ -1,0 +1,311 @@
+//! The backend interface the engine drives: a [`Queue`] is one receive/transmit path of a port,
+//! owned by one worker thread.
+//!
+//! A port has one queue per worker when its backend can spread receive work (AF_PACKET sockets
+//! joined in one fanout group, TAP queues, patch links), or a single queue that one worker
+//! receives on and every worker transmits through ([`SharedQueue`]: pcap, a one-queue TAP).
+//! A queue says what it can take ([`Queue::caps`]), how to wait for it ([`Queue::fd`], or
+//! [`Queue::rx_pending`] for queues with frames waiting and no descriptor), and what it dropped
+//! before the switch saw a frame, by name ([`BackendDrops`]). Once a second its worker calls
+//! [`Queue::tick`] (device offloads re-read, kernel drop statistics folded in).
+//!
+//! Buffer ownership is [`Port`]'s: see `qbridge_io::port`.
+
+use qbridge_bridge::DropReason;
+use qbridge_io::afpacket::AfPacketPort;
+use qbridge_io::tap::TapPort;
+use qbridge_io::{DeviceOffloads, IoError, Port, PortCaps, TxOutcome, TxReport};
+use qbridge_packet::{Batch, BufPool};
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A port's queues, one per worker, in worker order.
+pub type Queues = Vec<Box<dyn Queue>>;
+
+/// Frames a backend dropped before they reached the switch, cumulative since the queue was
+/// opened, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendDrops {
+    /// Longer than the receive slot; cut short (`rx_truncated`).
+    pub rx_truncated: u64,
+    /// Unicast for another host, delivered by a device that does not filter (`rx_filtered`).
+    pub rx_filtered: u64,
+    /// A read too short to hold a frame (`rx_short`).
+    pub rx_short: u64,
+    /// Dropped by the kernel because the receive ring was full (`rx_ring_full`).
+    pub rx_ring_full: u64,
+}
+
+impl BackendDrops {
+    /// Each count with the switch drop reason it is counted under.
+    pub fn by_reason(&self) -> [(DropReason, u64); 4] {
+        [
+            (DropReason::RxTruncated, self.rx_truncated),
+            (DropReason::RxFiltered, self.rx_filtered),
+            (DropReason::RxShort, self.rx_short),
+            (DropReason::RxRingFull, self.rx_ring_full),
+        ]
+    }
+}
+
+/// What a queue's once-a-second [`Queue::tick`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// The device's transmit offloads as read now (AF_PACKET), refusals included.
+    pub offloads: Option<DeviceOffloads>,
+    /// Whether the device's features (refusals aside) changed since the last tick.
+    pub offloads_changed: bool,
+}
+
+/// One receive/transmit path of a port, owned by one worker (see the module documentation).
+pub trait Queue: Send + fmt::Debug {
+    /// The batch interface.
+    fn port(&mut self) -> &mut dyn Port;
+
+    /// What the queue can take (offloads, largest frame).
+    fn caps(&self) -> PortCaps;
+
+    /// The backend's name for logs (the interface name for live ports).
+    fn name(&self) -> &str;
+
+    /// The descriptor that becomes readable when frames wait (`None`: the queue has none, or
+    /// this worker does not receive on it).
+    fn fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Frames that can be received without waiting on a descriptor (pcap input, patch links).
+    fn rx_pending(&self) -> bool {
+        false
+    }
+
+    /// What the backend dropped so far, by reason (cumulative since it was opened).
+    fn drops(&self) -> BackendDrops {
+        BackendDrops::default()
+    }
+
+    /// Once a second: re-read what may change under the queue (device offloads, kernel drop
+    /// statistics).
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        Ok(Tick::default())
+    }
+
+    /// Closes the queue, reporting what closing can still fail with (a pcap file's flush).
+    fn close(self: Box<Self>) -> Result<(), IoError> {
+        Ok(())
+    }
+}
+
+impl Queue for AfPacketPort {
+    fn port(&mut self) -> &mut dyn Port {
+        self
+    }
+
+    fn caps(&self) -> PortCaps {
+        Port::caps(self)
+    }
+
+    fn name(&self) -> &str {
+        Port::name(self)
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        let s = self.stats();
+        BackendDrops {
+            rx_truncated: s.rx_truncated,
+            rx_filtered: s.rx_otherhost_filtered,
+            ..BackendDrops::default()
+        }
+    }
+
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        let changed = self.refresh_offloads()?;
+        Ok(Tick {
+            offloads: Some(self.device_offloads()),
+            offloads_changed: changed,
+        })
+    }
+}
+
+impl Queue for TapPort {
+    fn port(&mut self) -> &mut dyn Port {
+        self
+    }
+
+    fn caps(&self) -> PortCaps {
+        Port::caps(self)
+    }
+
+    fn name(&self) -> &str {
+        Port::name(self)
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        BackendDrops {
+            rx_short: self.stats().rx_short,
+            ..BackendDrops::default()
+        }
+    }
+}
+
+/// A backend with one queue, shared by every worker: the worker chosen to receive polls it,
+/// every worker transmits through it. A mutex serialises the bursts (taken once per burst,
+/// never per frame); for single-queue backends only (pcap, a TAP opened with one queue).
+pub struct SharedQueue {
+    inner: Arc<Mutex<Box<dyn Queue>>>,
+    /// This worker receives on the queue: a duplicate of the backend's descriptor to wait on.
+    rx_fd: Option<OwnedFd>,
+    receives: bool,
+    /// A view of the queue for `port()`; locks per call.
+    view: SharedPort,
+}
+
+impl fmt::Debug for SharedQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedQueue")
+            .field("receives", &self.receives)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`Port`] over the shared queue: each call takes the lock for its burst.
+struct SharedPort {
+    inner: Arc<Mutex<Box<dyn Queue>>>,
+    receives: bool,
+    name: String,
+}
+
+fn lock(q: &Mutex<Box<dyn Queue>>) -> MutexGuard<'_, Box<dyn Queue>> {
+    // A worker that panicked while holding the lock left a queue whose state is still a valid
+    // socket or file: keep using it.
+    q.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Port for SharedPort {
+    fn rx_burst(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+    ) -> Result<usize, IoError> {
+        if !self.receives {
+            return Ok(0);
+        }
+        lock(&self.inner).port().rx_burst(batch, pool, max)
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        lock(&self.inner).port().tx_burst(batch, pool)
+    }
+
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        lock(&self.inner)
+            .port()
+            .tx_burst_report(batch, pool, refused)
+    }
+
+    fn caps(&self) -> PortCaps {
+        lock(&self.inner).caps()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl SharedQueue {
+    /// Shares `queue` among `workers` workers; worker `receiver` receives on it. Returns one
+    /// handle per worker, in worker order.
+    pub fn split(
+        queue: Box<dyn Queue>,
+        workers: usize,
+        receiver: usize,
+    ) -> Result<Vec<Box<dyn Queue>>, IoError> {
+        let name = queue.name().to_owned();
+        let mut fd = queue
+            .fd()
+            .map(|f| f.try_clone_to_owned())
+            .transpose()
+            .map_err(|source| IoError::Sys {
+                op: "dup",
+                ifname: name.clone(),
+                source,
+            })?;
+        let inner = Arc::new(Mutex::new(queue));
+        let mut out: Vec<Box<dyn Queue>> = Vec::with_capacity(workers);
+        for w in 0..workers.max(1) {
+            let receives = w == receiver;
+            out.push(Box::new(SharedQueue {
+                inner: inner.clone(),
+                rx_fd: if receives { fd.take() } else { None },
+                receives,
+                view: SharedPort {
+                    inner: inner.clone(),
+                    receives,
+                    name: name.clone(),
+                },
+            }));
+        }
+        Ok(out)
+    }
+}
+
+impl Queue for SharedQueue {
+    fn port(&mut self) -> &mut dyn Port {
+        &mut self.view
+    }
+
+    fn caps(&self) -> PortCaps {
+        lock(&self.inner).caps()
+    }
+
+    fn name(&self) -> &str {
+        &self.view.name
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.rx_fd.as_ref().map(|f| f.as_fd())
+    }
+
+    fn rx_pending(&self) -> bool {
+        self.receives && lock(&self.inner).rx_pending()
+    }
+
+    fn drops(&self) -> BackendDrops {
+        if self.receives {
+            lock(&self.inner).drops()
+        } else {
+            BackendDrops::default()
+        }
+    }
+
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        if self.receives {
+            lock(&self.inner).tick()
+        } else {
+            Ok(Tick::default())
+        }
+    }
+
+    fn close(self: Box<Self>) -> Result<(), IoError> {
+        let SharedQueue { inner, view, .. } = *self;
+        drop(view);
+        // The last handle closes the backend.
+        match Arc::try_unwrap(inner) {
+            Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()).close(),
+            Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! A datapath worker: one thread that owns one queue of each port (or a share of a
+//! single-queue port), and forwards what its queues receive with the plan it was last given.
+//!
+//! Loop: `epoll_wait` on its queues' descriptors and its wake-up eventfd (timeout 0 when a
+//! queue without a descriptor has frames waiting, else at most 100 ms) → per ready queue one
+//! `rx_burst` of up to [`BURST`] frames → [`Plan::process`] → for each output batch the
+//! [`egress`] stage and one transmit burst on *this worker's* queue of the egress port → the
+//! queue's backend drops, by name, into the switch's counters (this worker's block).
+//!
+//! Between loop turns the worker reads its mailbox: a new plan together with the queues it
+//! brings and takes away (applied at once, so a worker never forwards with a plan whose ports
+//! it has no queue for), a once-a-second tick, or stop. Frames of one flow reach one worker
+//! (the fanout hash, or a single-queue port's one receiver), which forwards them in order.
+//!
+//! A queue that fails with a link-down error is reported to the control thread, which takes
+//! the port down for every worker; the worker stops polling it at once.
+
+use crate::egress::{egress, EgressReport};
+use crate::engine::{Ctl, PortShared};
+use crate::queue::{BackendDrops, Queue};
+use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
+use qbridge_io::IoError;
+use qbridge_packet::Batch;
+use qbridge_wire::Tpid;
+use rustix::event::{epoll, Timespec};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+/// Most frames taken from one queue per receive.
+pub const BURST: usize = 256;
+/// Longest wait in `epoll_wait`.
+const POLL_TIMEOUT_MS: i64 = 100;
+/// epoll token of the wake-up eventfd; queue tokens are `generation << 16 | port id`.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// A queue handed to a worker, with the port's shared counters.
+#[derive(Debug)]
+pub(crate) struct QueueEntry {
+    pub queue: Box<dyn Queue>,
+    /// `generation << 16 | port id`: tells this opening of the port from any other.
+    pub token: u64,
+    pub shared: Arc<PortShared>,
+}
+
+/// What the control thread sends a worker.
+#[derive(Debug)]
+pub(crate) enum ToWorker {
+    /// Forward with `plan` from now on; first install the `attach` queues (replacing the
+    /// port's queue if it had one) and close the queues of the `detach` ports. `done` is
+    /// answered once applied.
+    Update {
+        plan: Arc<Plan>,
+        attach: Vec<(u16, QueueEntry)>,
+        detach: Vec<u16>,
+        done: mpsc::Sender<()>,
+    },
+    /// Once a second: every queue's [`Queue::tick`].
+    Tick,
+    /// Close every queue and end the thread.
+    Stop,
+}
+
+#[derive(Debug)]
+struct Entry {
+    queue: Box<dyn Queue>,
+    token: u64,
+    shared: Arc<PortShared>,
+    /// Backend drops already counted into the switch.
+    seen: BackendDrops,
+    /// Reported failed: not polled until the control thread replaces or removes it.
+    failed: bool,
+}
+
+/// One worker's state; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    index: usize,
+    plan: Arc<Plan>,
+    core: qbridge_bridge::Worker,
+    epoll: OwnedFd,
+    wake: Arc<OwnedFd>,
+    mailbox: mpsc::Receiver<ToWorker>,
+    control: mpsc::Sender<Ctl>,
+    queues: Vec<Option<Entry>>,
+    ready: Vec<u16>,
+    outputs: Outputs,
+    rx: Batch,
+    fix: Batch,
+    refused: Batch,
+    epoch: Instant,
+}
+
+impl Worker {
+    pub fn new(
+        index: usize,
+        plan: Arc<Plan>,
+        wake: Arc<OwnedFd>,
+        mailbox: mpsc::Receiver<ToWorker>,
+        control: mpsc::Sender<Ctl>,
+        epoch: Instant,
+    ) -> Result<Worker, rustix::io::Errno> {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &ep,
+            &*wake,
+            epoll::EventData::new_u64(WAKE_TOKEN),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(Worker {
+            index,
+            plan,
+            core: qbridge_bridge::Worker::new(index),
+            epoll: ep,
+            wake,
+            mailbox,
+            control,
+            queues: Vec::new(),
+            ready: Vec::with_capacity(64),
+            outputs: Outputs::new(),
+            rx: Batch::with_capacity(BURST),
+            fix: Batch::with_capacity(BURST),
+            refused: Batch::with_capacity(BURST),
+            epoch,
+        })
+    }
+
+    /// Monotonic nanoseconds since the engine started (never 0), the clock of every worker.
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Runs until [`ToWorker::Stop`] (or the control thread is gone).
+    pub fn run(mut self) {
+        tracing::debug!("worker {} running", self.index);
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
+        loop {
+            let pending = self
+                .queues
+                .iter()
+                .flatten()
+                .any(|e| !e.failed && e.queue.rx_pending());
+            let timeout = Timespec {
+                tv_sec: 0,
+                tv_nsec: if pending {
+                    0
+                } else {
+                    POLL_TIMEOUT_MS * 1_000_000
+                },
+            };
+            events.clear();
+            if let Err(e) = epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&timeout),
+            ) {
+                if e != rustix::io::Errno::INTR {
+                    tracing::error!("worker {}: epoll_wait: {e}", self.index);
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            self.ready.clear();
+            let mut woken = false;
+            for ev in &events {
+                let token = ev.data.u64();
+                if token == WAKE_TOKEN {
+                    woken = true;
+                    continue;
+                }
+                let id = (token & 0xffff) as u16;
+                if let Some(Some(e)) = self.queues.get(id as usize) {
+                    if e.token == token && !e.failed {
+                        self.ready.push(id);
+                    }
+                }
+            }
+            if pending {
+                for (i, e) in self.queues.iter().enumerate() {
+                    if let Some(e) = e {
+                        if !e.failed && e.queue.rx_pending() && !self.ready.contains(&(i as u16)) {
+                            self.ready.push(i as u16);
+                        }
+                    }
+                }
+            }
+            for i in 0..self.ready.len() {
+                let id = self.ready[i];
+                self.service_rx(id);
+            }
+            if woken {
+                let mut buf = [0u8; 8];
+                let _ = rustix::io::read(&*self.wake, &mut buf);
+            }
+            loop {
+                match self.mailbox.try_recv() {
+                    Ok(ToWorker::Update {
+                        plan,
+                        attach,
+                        detach,
+                        done,
+                    }) => {
+                        self.update(plan, attach, detach);
+                        let _ = done.send(());
+                    }
+                    Ok(ToWorker::Tick) => self.tick(),
+                    Ok(ToWorker::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
+                        self.close_all();
+                        return;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+        }
+    }
+
+    fn update(&mut self, plan: Arc<Plan>, attach: Vec<(u16, QueueEntry)>, detach: Vec<u16>) {
+        for id in detach {
+            if let Some(e) = self.queues.get_mut(id as usize).and_then(Option::take) {
+                self.close_entry(e);
+            }
+        }
+        for (id, q) in attach {
+            let i = id as usize;
+            if self.queues.len() <= i {
+                self.queues.resize_with(i + 1, || None);
+            }
+            if let Some(old) = self.queues[i].take() {
+                self.close_entry(old);
+            }
+            if let Some(fd) = q.queue.fd() {
+                if let Err(e) = epoll::add(
+                    &self.epoll,
+                    fd,
+                    epoll::EventData::new_u64(q.token),
+                    epoll::EventFlags::IN,
+                ) {
+                    tracing::error!("worker {}: epoll_ctl for port {id}: {e}", self.index);
+                }
+            }
+            self.queues[i] = Some(Entry {
+                queue: q.queue,
+                token: q.token,
+                shared: q.shared,
+                seen: BackendDrops::default(),
+                failed: false,
+            });
+        }
+        self.plan = plan;
+    }
+
+    fn close_entry(&mut self, mut e: Entry) {
+        // Count what the backend dropped since the last burst before it goes.
+        fold_drops(&self.plan, self.index, &mut e);
+        if let Some(fd) = e.queue.fd() {
+            let _ = epoll::delete(&self.epoll, fd);
+        }
+        let name = e.queue.name().to_owned();
+        if let Err(err) = e.queue.close() {
+            tracing::warn!("port {name}: {err}");
+        }
+    }
+
+    fn close_all(&mut self) {
+        let entries: Vec<Entry> = self.queues.iter_mut().filter_map(Option::take).collect();
+        for e in entries {
+            self.close_entry(e);
+        }
+        tracing::debug!("worker {} stopped", self.index);
+    }
+
+    fn tick(&mut self) {
+        for i in 0..self.queues.len() {
+            let Some(Some(e)) = self.queues.get_mut(i) else {
+                continue;
+            };
+            if e.failed {
+                continue;
+            }
+            match e.queue.tick() {
+                Ok(t) => {
+                    if let Some(now) = t.offloads {
+                        let mut o = e.shared.lock_offloads();
+                        let before = *o;
+                        *o = Some(now);
+                        drop(o);
+                        let newly = now.refused_tags & !before.map_or(0, |b| b.refused_tags);
+                        if newly != 0 {
+                            tracing::info!(
+                                "port {}: the kernel refused super-frames with tag depths \
+                                 {:?} (its device would not segment them); they are segmented \
+                                 in software, the direct path is tried again every {} s",
+                                e.queue.name(),
+                                depths(newly),
+                                qbridge_io::afpacket::REFUSAL_TICKS
+                            );
+                        }
+                        if t.offloads_changed {
+                            tracing::info!(
+                                "port {}: device offloads changed: {now:?}",
+                                e.queue.name()
+                            );
+                        }
+                    }
+                }
+                Err(err) => tracing::debug!("port {}: tick: {err}", e.queue.name()),
+            }
+            fold_drops(&self.plan, self.index, e);
+        }
+    }
+
+    /// One receive burst on queue `id`, forwarded and transmitted.
+    fn service_rx(&mut self, id: u16) {
+        let Some(Some(e)) = self.queues.get_mut(id as usize) else {
+            return;
+        };
+        debug_assert!(self.rx.is_empty());
+        let received = e
+            .queue
+            .port()
+            .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST);
+        fold_drops(&self.plan, self.index, e);
+        match received {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(err) => {
+                for p in self.rx.drain() {
+                    self.outputs.pool.put(p);
+                }
+                self.failed(id, &err);
+                return;
+            }
+        }
+        for p in self.rx.pkts.iter_mut() {
+            p.port = id;
+        }
+        let now = self.now_ns();
+        self.plan
+            .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        for j in 0..self.outputs.ports.len() {
+            if !self.outputs.ports[j].is_empty() {
+                self.tx_port(j);
+            }
+        }
+    }
+
+    /// The egress stage of port `j` on this worker's queue of it.
+    fn tx_port(&mut self, j: usize) {
+        let id = PortId(j as u16);
+        let batch = &mut self.outputs.ports[j];
+        let entry = match self.queues.get_mut(j) {
+            Some(Some(e)) if !e.failed => e,
+            _ => {
+                // The plan forwards only to running ports, and a worker gets a port's queue
+                // with the plan that starts using it; a frame here means the queue failed
+                // within this batch.
+                let n = batch.len() as u64;
+                self.plan.count_drop(id, self.index, DropReason::TxError, n);
+                for p in batch.drain() {
+                    self.outputs.pool.put(p);
+                }
+                return;
+            }
+        };
+        let tpid = self.plan.port_tpid(id);
+        let is_tag = |t: Tpid| t == tpid || t.is_well_known();
+        let caps = entry.queue.caps();
+        let (r, failed) = egress(
+            entry.queue.port(),
+            caps,
+            &is_tag,
+            batch,
+            &mut self.outputs.pool,
+            &mut self.fix,
+            &mut self.refused,
+        );
+        count_egress(&self.plan, id, self.index, &r);
+        if r.sw_gso != 0 {
+            entry
+                .shared
+                .tx_sw_gso
+                .fetch_add(r.sw_gso, Ordering::Relaxed);
+            entry
+                .shared
+                .tx_gso_refused
+                .fetch_add(r.gso_refused, Ordering::Relaxed);
+        }
+        if let Some(err) = failed {
+            self.failed(j as u16, &err);
+        }
+    }
+
+    /// A burst failed. A link-down error is reported to the control thread (which takes the
+    /// port down on every worker) and the queue is not polled any more; anything else is
+    /// logged and the queue stays.
+    fn failed(&mut self, id: u16, err: &IoError) {
+        let Some(Some(e)) = self.queues.get_mut(id as usize) else {
+            return;
+        };
+        if err.is_link_down() {
+            e.failed = true;
+            if let Some(fd) = e.queue.fd() {
+                let _ = epoll::delete(&self.epoll, fd);
+            }
+            let _ = self.control.send(Ctl::QueueFailed {
+                token: e.token,
+                error: err.to_string(),
+            });
+        } else {
+            tracing::warn!("port {}: {err}", e.queue.name());
+        }
+    }
+}
+
+/// Counts the queue's new backend drops into the switch (worker `worker`'s counter block).
+fn fold_drops(plan: &Plan, worker: usize, e: &mut Entry) {
+    let now = e.queue.drops();
+    if now == e.seen {
+        return;
+    }
+    let id = PortId((e.token & 0xffff) as u16);
+    let before = e.seen.by_reason();
+    for (k, (reason, n)) in now.by_reason().into_iter().enumerate() {
+        let delta = n.saturating_sub(before[k].1);
+        if delta != 0 {
+            plan.count_drop(id, worker, reason, delta);
+        }
+    }
+    e.seen = now;
+}
+
+/// Counts an egress report's drops into the switch.
+fn count_egress(plan: &Plan, id: PortId, worker: usize, r: &EgressReport) {
+    let counts = [
+        (DropReason::TxQueueFull, r.tx.queue_full),
+        (DropReason::TxKernelDrop, r.tx.kernel_drop),
+        (DropReason::TxTooLong, r.tx.too_long),
+        (DropReason::TxError, r.tx.error + r.fixup_errors),
+    ];
+    for (reason, n) in counts {
+        if n != 0 {
+            plan.count_drop(id, worker, reason, n as u64);
+        }
+    }
+}
+
+fn depths(mask: u8) -> Vec<u8> {
+    (0..8u8).filter(|&i| mask & (1 << i) != 0).collect()
+}
