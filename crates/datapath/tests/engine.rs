@@ -1,0 +1,172 @@
+//! The whole engine without privileges: pcap ports and patch links, two worker threads, and
+//! commands through the engine's handle while it runs.
+
+use qbridge_control::{Op, OutputOptions, Session};
+use qbridge_datapath::{Engine, EngineConfig, Handle};
+use qbridge_io::pcap::{PcapReader, PcapWriter};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const FRAMES: usize = 500;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qbridge-engine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An untagged IPv4/UDP frame from host A to host B whose payload carries `seq`.
+fn customer_frame(seq: u32) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 0xb, 0x02, 0, 0, 0, 0, 0xa, 0x08, 0x00];
+    f.extend([0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend([10, 0, 0, 1, 10, 0, 0, 2]);
+    f.extend([0x30, 0x39, 0x30, 0x39, 0, 12, 0, 0]);
+    f.extend(seq.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
+
+fn call(h: &Handle, words: &str) -> String {
+    let r = h.call(Op::Command {
+        out: OutputOptions {
+            json: true,
+            stats: true,
+            pretty: false,
+        },
+        words: words.split_whitespace().map(str::to_owned).collect(),
+    });
+    assert!(r.ok, "{words}: {:?}", r.error);
+    r.output.unwrap_or_default()
+}
+
+fn rx_frames(h: &Handle, port: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(&call(h, &format!("link show dev {port}"))).unwrap();
+    v[0]["stats"]["rx_frames"].as_u64().unwrap_or(0)
+}
+
+fn read_all(path: &Path) -> Vec<Vec<u8>> {
+    let mut r = PcapReader::open(path).unwrap();
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        out.push(rec.data);
+    }
+    out
+}
+
+/// host ─ CE (802.1Q) ─patch─ PE (802.1ad) ─ trunk, on two workers: every customer frame
+/// leaves the trunk once, in order, with S-tag 100 outside C-tag 10; then deleting one end
+/// of the patch link deletes both.
+#[test]
+fn provider_path_through_a_patch_link_on_two_workers() {
+    let d = dir("patch");
+    let mut w = PcapWriter::create(&d.join("host.in.pcap")).unwrap();
+    for seq in 0..FRAMES as u32 {
+        w.write(u64::from(seq) * 1000, &customer_frame(seq))
+            .unwrap();
+    }
+    w.finish().unwrap();
+
+    let mut session = Session::with_workers(2);
+    session
+        .execute_batch(
+            "link add ce type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+             link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0\n\
+             link add trunk type pcap\n\
+             link add ce-up type patch peer pe-cust\n\
+             link set dev ce-up master ce\n\
+             link set dev pe-cust master pe\n\
+             link set dev trunk master pe\n\
+             vlan add vid 10 dev ce-up\n\
+             vlan add vid 100 dev pe-cust pvid untagged\n\
+             vlan add vid 100 dev trunk\n",
+            OutputOptions::default(),
+        )
+        .unwrap();
+    let (engine, h, warnings) = Engine::new(
+        session,
+        EngineConfig {
+            pcap_dir: Some(d.clone()),
+        },
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(engine.workers(), 2);
+    let t = std::thread::spawn(move || engine.run());
+
+    // The host port joins while the engine runs (one batch: its input file is read as soon
+    // as it opens).
+    let r = h.call(Op::Batch {
+        out: OutputOptions::default(),
+        text: "link add host type pcap\n\
+               link set dev host master ce\n\
+               vlan add vid 10 dev host pvid untagged\n"
+            .into(),
+    });
+    assert!(r.ok, "{:?}", r.error);
+    let t0 = Instant::now();
+    while rx_frames(&h, "pe-cust") < FRAMES as u64 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "frames did not cross: {}",
+            call(&h, "link show")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let links: serde_json::Value = serde_json::from_str(&call(&h, "link show")).unwrap();
+    let show = links.to_string();
+    assert!(
+        show.contains("\"peer\":\"pe-cust\"") && show.contains("\"peer\":\"ce-up\""),
+        "{show}"
+    );
+    assert_eq!(rx_frames(&h, "host"), FRAMES as u64);
+    assert_eq!(rx_frames(&h, "pe-cust"), FRAMES as u64);
+
+    call(&h, "link del ce-up");
+    let links = call(&h, "link show");
+    assert!(
+        !links.contains("ce-up") && !links.contains("pe-cust"),
+        "{links}"
+    );
+    h.shutdown();
+    t.join().unwrap();
+
+    let out = read_all(&d.join("trunk.pcap"));
+    assert_eq!(out.len(), FRAMES, "frames on the trunk");
+    for (seq, f) in out.iter().enumerate() {
+        let inner = customer_frame(seq as u32);
+        let mut want = inner[..12].to_vec();
+        want.extend([0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 10]);
+        want.extend(&inner[12..]);
+        assert_eq!(f, &want, "frame {seq}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A patch port cannot name itself or an existing device, and a refused second end leaves
+/// no first end behind.
+#[test]
+fn patch_ports_are_created_and_refused_as_pairs() {
+    let mut s = Session::new();
+    let o = OutputOptions::default();
+    let e = s
+        .execute_line("link add a type patch peer a", o)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "patch port \"a\" cannot be its own peer");
+    s.execute_line("link add br0 type bridge", o).unwrap();
+    let e = s
+        .execute_line("link add a type patch peer br0", o)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "device \"br0\" already exists");
+    let e = s
+        .execute_line("link add a type patch peer bad/name", o)
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid device name"), "{e}");
+    assert!(!s.switch().exists("a"), "half a patch link was left");
+    s.execute_line("link add a type patch peer name b", o)
+        .unwrap();
+    assert!(s.switch().exists("b"));
+    s.execute_line("link del b", o).unwrap();
+    assert!(!s.switch().exists("a") && !s.switch().exists("b"));
+}
