@@ -343,6 +343,19 @@ struct Writer {
     port_queue: Vec<VecDeque<(u64, u32)>>,
     next_stamp: u32,
     max_entries: usize,
+    /// Learned entries that moved to another port, ever (see [`Fdb::moves`]).
+    moves: u64,
+    /// The latest of those moves.
+    last_move: Option<FdbMove>,
+}
+
+/// A learned address that moved from one port to another: what the MAC-flapping watch logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdbMove {
+    pub mac: MacAddr,
+    pub vid: u16,
+    pub from: u16,
+    pub to: u16,
 }
 
 /// The forwarding database of one bridge: lock-free lookups and refreshes, one lock for every
@@ -394,6 +407,8 @@ impl Fdb {
             port_queue: Vec::new(),
             next_stamp: 1,
             max_entries,
+            moves: 0,
+            last_move: None,
         })
     }
 
@@ -409,6 +424,13 @@ impl Fdb {
         // A panic while holding the lock cannot leave the table inconsistent for readers (every
         // store is a complete slot state); carry on with what is there.
         self.w.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves of learned entries so far, and the latest one (for the MAC-flapping watch; takes
+    /// the writer's lock, call it about once a second).
+    pub fn moves(&self) -> (u64, Option<FdbMove>) {
+        let w = self.lock();
+        (w.moves, w.last_move)
     }
 
     pub fn len(&self) -> usize {
@@ -686,6 +708,13 @@ impl Writer {
             self.count_learned(port, stamp, key);
         }
         self.set_meta(i, port, s.flags, stamp);
+        self.moves += 1;
+        self.last_move = Some(FdbMove {
+            mac: key_mac(key),
+            vid: key_fid(key),
+            from: s.port,
+            to: port,
+        });
         Learned::Moved
     }
 

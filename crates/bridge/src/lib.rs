@@ -26,6 +26,6 @@ mod vlanset;
 pub use config::{BridgeSettings, PortSettings, VlanProtocol};
 pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
-pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind};
+pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind, FdbMove};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker};
 pub use vlanset::VlanSet;

@@ -17,7 +17,7 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbKind,
-    TableCache, F_PERMANENT, F_STATIC, F_STICKY,
+    FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
@@ -576,6 +576,20 @@ impl Switch {
 
     pub fn vlan_counters(&self, id: BridgeId, vid: u16) -> VlanCounters {
         self.bridge(id).vlan_counters.sum(vid)
+    }
+
+    /// Moves of learned FDB entries between ports of bridge `id` so far (a MAC address seen on
+    /// another port than its entry's), and the latest move with its ports' names.
+    pub fn fdb_moves(&self, id: BridgeId) -> (u64, Option<(FdbMove, String, String)>) {
+        let (n, last) = self.bridge(id).fdb.moves();
+        let named = last.map(|m| {
+            let name = |p: u16| {
+                self.port_name(PortId(p))
+                    .map_or_else(|| format!("#{p}"), str::to_owned)
+            };
+            (m, name(m.from), name(m.to))
+        });
+        (n, named)
     }
 
     /// Number of FDB entries in bridge `id`, and how many of them were learned.

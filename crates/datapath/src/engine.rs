@@ -41,6 +41,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
+/// FDB moves per second in one bridge from which a MAC address is reported as flapping.
+pub const FLAP_MOVES_PER_SEC: u64 = 50;
+/// At most one flapping report per bridge in this long.
+const FLAP_LOG_INTERVAL_NS: u64 = 10 * NS_PER_SEC;
 /// How long a command waits for a worker to apply it before logging it as late.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -189,6 +193,8 @@ pub struct Engine {
     detach: Vec<u16>,
     /// The far end's queues of a patch link whose first end was opened in this reconciliation.
     patch_peers: HashMap<String, Opened>,
+    /// Per bridge id: FDB moves counted at the last tick, and when flapping was last logged.
+    flaps: HashMap<u16, (u64, u64)>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -240,6 +246,7 @@ impl Engine {
             attach: Vec::new(),
             detach: Vec::new(),
             patch_peers: HashMap::new(),
+            flaps: HashMap::new(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -306,6 +313,7 @@ impl Engine {
                     tracing::debug!("aged out {aged} FDB entries");
                 }
                 self.housekeeping();
+                self.flap_watch(now);
                 self.publish();
                 for w in &self.workers {
                     send(w, ToWorker::Tick);
@@ -759,6 +767,33 @@ impl Engine {
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Once a second: a bridge whose learned addresses moved between ports more than
+    /// [`FLAP_MOVES_PER_SEC`] times in the last second has a MAC address flapping — most
+    /// likely a forwarding loop (qbridge has no STP). Logged, naming the address, VLAN and
+    /// ports of the latest move, at most once per bridge every 10 s.
+    fn flap_watch(&mut self, now: u64) {
+        let sw = self.session.switch();
+        for (bid, bname) in sw.bridge_ids() {
+            let (moves, last) = sw.fdb_moves(bid);
+            let st = self.flaps.entry(bid.0).or_insert((moves, 0));
+            let delta = moves.saturating_sub(st.0);
+            st.0 = moves;
+            if delta < FLAP_MOVES_PER_SEC || (st.1 != 0 && now - st.1 < FLAP_LOG_INTERVAL_NS) {
+                continue;
+            }
+            st.1 = now;
+            if let Some((m, from, to)) = last {
+                tracing::warn!(
+                    "bridge {bname}: MAC {} in VLAN {} is flapping between ports {from} and \
+                     {to} ({delta} address moves in the last second): a forwarding loop? \
+                     (qbridge runs no STP)",
+                    m.mac,
+                    m.vid
+                );
             }
         }
     }
