@@ -16,9 +16,11 @@
 #              PE customer port vlan_mode=dot1q-tunnel tag=100 (patch, S-tag 0x88a8), PE trunk
 #              trunks=100 on a veth pair with MTU 1508; other_config:vlan-limit=2
 #   qb-plain   qbridge: one 802.1Q bridge, two untagged AF_PACKET ports
-#   qb-qinq    qbridge: the provider network of scripts/provider-network.batch (4 bridges, 8
-#              ports, 802.1ad S-VLAN 100 over C-VLAN 10, 5 veth hops)
-#   (also available: ovs-qinq-txoff)
+#   qb-qinq    qbridge: the provider network of scripts/provider-network.batch (4 bridges, 4
+#              AF_PACKET ports and 2 patch links, 802.1ad S-VLAN 100 over C-VLAN 10, 3 veth
+#              hops), the same shape as ovs-qinq
+#   (also available: ovs-qinq-txoff; qb-qinq-veth, the provider network with veths instead
+#   of patch links, scripts/provider-network-veth.batch, 8 AF_PACKET ports, 5 veth hops)
 #
 # Per setup:
 #   RTT        ping -i 0.01 -c 200 (idle switch), p50 and p99 of the per-packet times, µs
@@ -65,7 +67,7 @@ me=bench-live.sh
 case "$secs" in ''|*[!0-9]*) echo "$me: SECS must be whole seconds" >&2; exit 1 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "$me: ROUNDS must be a positive number" >&2; exit 1 ;; esac
 for s in $setups; do
-    case "$s" in veth|kbridge|ovs|ovs-txoff|ovs-qinq|ovs-qinq-txoff|qb-plain|qb-qinq) ;;
+    case "$s" in veth|kbridge|ovs|ovs-txoff|ovs-qinq|ovs-qinq-txoff|qb-plain|qb-qinq|qb-qinq-veth) ;;
         *) echo "$me: unknown setup '$s'" >&2; exit 1 ;; esac
 done
 want_ovs=0; want_qb=0
@@ -279,9 +281,13 @@ EOF
         start_qbridge "$tmp/plain.batch" "$var" "$row" || return 1 ;;
     qb-qinq)
         hosts a0 b0
+        veth sw t1 sw t2
+        start_qbridge scripts/provider-network.batch "$var" "$row" || return 1 ;;
+    qb-qinq-veth)
+        hosts a0 b0
         local l
         for l in "c1u p1c" "t1 t2" "p2c c2u"; do set -- $l; veth sw "$1" sw "$2"; done
-        start_qbridge scripts/provider-network.batch "$var" "$row" || return 1 ;;
+        start_qbridge scripts/provider-network-veth.batch "$var" "$row" || return 1 ;;
     esac
     case "$kind" in *-txoff)
         ip netns exec "$p-a" ethtool -K eth0 tx off >/dev/null

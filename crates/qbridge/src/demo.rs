@@ -44,8 +44,8 @@ replays the pcap example in DIR/provider-bridge instead (default: the repository
 ";
 
 /// The daemon's configuration: see the module doc for the picture. Interface names in the
-/// switch namespace: `a0`..`d0` face the hosts, `c1u`-`p1c` joins CE1 to PE1 (and so on),
-/// `t1`-`t2` is the trunk.
+/// switch namespace: `a0`..`d0` face the hosts, `t1`-`t2` is the trunk; each CE's uplink is a
+/// patch link to its PE's customer port, inside the daemon.
 const BATCH: &str = include_str!("../../../examples/provider-network.batch");
 
 /// Host name, address, the switch-side interface, and what it is.
@@ -61,14 +61,8 @@ const HOSTS: [(&str, &str, &str, &str); 4] = [
     ("hostD", "10.10.0.2/24", "d0", "customer 2, site 2"),
 ];
 
-/// Switch-internal links: CE uplink - PE customer port, and the trunk.
-const LINKS: [(&str, &str); 5] = [
-    ("c1u", "p1c"),
-    ("c3u", "p1d"),
-    ("t1", "t2"),
-    ("p2c", "c2u"),
-    ("p2d", "c4u"),
-];
+/// Switch-internal veth links: the trunk (CE-PE links are patch links in the daemon).
+const LINKS: [(&str, &str); 1] = [("t1", "t2")];
 
 #[derive(Debug)]
 struct Args {
@@ -291,7 +285,10 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
         veth(&sw, a, &sw, b)?;
     }
     println!("   hosts keep the kernel defaults: MTU 1500, TSO and checksum offload on");
-    println!("   switch namespace {sw}: 6 bridges, 14 AF_PACKET ports, trunk t1 = t2\n");
+    println!(
+        "   switch namespace {sw}: 6 bridges, 6 AF_PACKET ports, 4 patch links (CE uplink = PE \
+         customer port), trunk t1 = t2\n"
+    );
 
     lab.check()?;
     let batch = lab.dir.join("provider.batch");

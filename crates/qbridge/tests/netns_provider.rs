@@ -30,8 +30,7 @@ struct Provider {
 }
 
 /// The daemon's configuration. Interface names (in the switch namespace): `a0`, `b0`, `c0`,
-/// `d0` face the hosts; `c1u`-`p1c` joins CE1 to PE1 (`c3u`-`p1d` CE3, `p2c`-`c2u` PE2 to CE2,
-/// `p2d`-`c4u` PE2 to CE4); `t1`-`t2` is the 802.1ad trunk.
+/// `d0` face the hosts; `t1`-`t2` is the 802.1ad trunk; each CE joins its PE by a patch link.
 const BATCH: &str = include_str!("../../../examples/provider-network.batch");
 
 fn build() -> Provider {
@@ -41,15 +40,8 @@ fn build() -> Provider {
     let b = lab.host("hostB", "10.10.0.2/24", &sw, "b0").unwrap();
     let c = lab.host("hostC", "10.10.0.1/24", &sw, "c0").unwrap();
     let d = lab.host("hostD", "10.10.0.2/24", &sw, "d0").unwrap();
-    for (x, y) in [
-        ("c1u", "p1c"),
-        ("c3u", "p1d"),
-        ("t1", "t2"),
-        ("p2c", "c2u"),
-        ("p2d", "c4u"),
-    ] {
-        lab.veth(&sw, x, &sw, y).unwrap();
-    }
+    // CE uplinks and PE customer ports are patch links inside the daemon; the trunk is a veth.
+    lab.veth(&sw, "t1", &sw, "t2").unwrap();
     let ctl = lab.daemon(&sw, BATCH).unwrap();
     Provider {
         lab,
