@@ -205,6 +205,7 @@ fn live_vlan_changes_and_link_loss_on_veth() {
         .arg(&cfg)
         .arg("--socket")
         .arg(&lab.socket)
+        .args(["--workers", "2"])
         .env("QBRIDGE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&lab.log).unwrap())

@@ -9,7 +9,7 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use support::{assert_ping, ping, skip_reason, Ctl, Host, Star};
 
 const ENTRIES: usize = 20_000;

@@ -177,6 +177,9 @@ fn next_id() -> u32 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Worker threads of every test daemon (see [`Lab::daemon_args`]).
+pub const TEST_WORKERS: usize = 2;
+
 /// A host: a namespace with one interface (`eth0`) and an IPv4 address.
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -331,8 +334,17 @@ impl Lab {
         self.daemon_args(ns, batch, &[])
     }
 
-    /// As [`Lab::daemon`], with extra daemon options (e.g. `--pcap-dir DIR`).
+    /// As [`Lab::daemon`], with extra daemon options (e.g. `--pcap-dir DIR`). Unless `extra`
+    /// says otherwise, the daemon runs [`TEST_WORKERS`] worker threads, whatever the machine's
+    /// CPU count, so every namespace test forwards across workers (ports are received by
+    /// different workers, learning on one is used by another).
     pub fn daemon_args(&mut self, ns: &str, batch: &str, extra: &[&str]) -> Result<Ctl> {
+        let workers = TEST_WORKERS.to_string();
+        let default_workers: &[&str] = if extra.contains(&"--workers") {
+            &[]
+        } else {
+            &["--workers", &workers]
+        };
         let n = self.daemons.len();
         let batch_path = self.dir.join(format!("d{n}.batch"));
         let socket = self.dir.join(format!("d{n}.sock"));
@@ -349,6 +361,7 @@ impl Lab {
             .arg("--socket")
             .arg(&socket)
             .args(extra)
+            .args(default_workers)
             .env(
                 "QBRIDGE_LOG",
                 std::env::var("QBRIDGE_LOG").unwrap_or_else(|_| "info".into()),
