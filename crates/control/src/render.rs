@@ -406,6 +406,11 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
                     "    gso: tx_sw_gso {} tx_gso_refused {}",
                     rt.tx_sw_gso, rt.tx_gso_refused
                 );
+                if !rt.rx_frames_by_worker.is_empty() {
+                    let by: Vec<String> =
+                        rt.rx_frames_by_worker.iter().map(u64::to_string).collect();
+                    let _ = writeln!(s, "    workers: rx_frames {}", by.join(" "));
+                }
             }
         }
     }

@@ -45,6 +45,10 @@ pub struct BackendStatus {
     /// Of `tx_sw_gso`: super-frames the kernel refused whole (`ENOBUFS` on a qdisc-bypass
     /// socket, the device would not segment them), segmented and resent at once. Not drops.
     pub tx_gso_refused: u64,
+    /// Frames received on this port by each datapath worker (index = worker), since the
+    /// port was added: how the port's load spreads over the workers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rx_frames_by_worker: Vec<u64>,
 }
 
 /// A device's transmit offloads as the daemon last read them (`ethtool -k` names in the docs).

@@ -77,6 +77,8 @@ pub struct PortRuntime {
     /// Super-frames segmented in software for the port, and of those, refused by the kernel.
     pub tx_sw_gso: u64,
     pub tx_gso_refused: u64,
+    /// Frames received on the port by each worker.
+    pub rx_frames_by_worker: Vec<u64>,
     /// AF_PACKET: the device's offloads as last read.
     pub offloads: Option<DeviceOffloadStatus>,
 }
@@ -131,11 +133,20 @@ pub struct EngineConfig {
 pub struct PortShared {
     pub tx_sw_gso: AtomicU64,
     pub tx_gso_refused: AtomicU64,
+    /// Frames received on the port, per worker (written once per burst by that worker).
+    pub rx_frames_by_worker: Box<[AtomicU64]>,
     /// AF_PACKET: the device's offloads as a worker last read them.
     offloads: Mutex<Option<DeviceOffloads>>,
 }
 
 impl PortShared {
+    fn new(workers: usize) -> PortShared {
+        PortShared {
+            rx_frames_by_worker: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            ..PortShared::default()
+        }
+    }
+
     pub(crate) fn lock_offloads(&self) -> MutexGuard<'_, Option<DeviceOffloads>> {
         self.offloads.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -531,7 +542,7 @@ impl Engine {
             link_downs: 0,
             filter: None,
             status: BackendStatus::default(),
-            shared: Arc::new(PortShared::default()),
+            shared: Arc::new(PortShared::new(self.workers.len())),
         };
         let n = self.workers.len();
         let receiver = id.0 as usize % n;
@@ -714,6 +725,12 @@ impl Engine {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
             slot.status.tx_gso_refused = slot.shared.tx_gso_refused.load(Ordering::Relaxed);
+            slot.status.rx_frames_by_worker = slot
+                .shared
+                .rx_frames_by_worker
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect();
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }
@@ -924,6 +941,9 @@ impl Engine {
                     device_mtu: slot.and_then(|s| s.status.device_mtu),
                     tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
                     tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
+                    rx_frames_by_worker: slot
+                        .map(|s| s.status.rx_frames_by_worker.clone())
+                        .unwrap_or_default(),
                     offloads: slot.and_then(|s| s.status.offloads.clone()),
                 }
             })

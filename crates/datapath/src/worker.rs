@@ -322,7 +322,11 @@ impl Worker {
         fold_drops(&self.plan, self.index, e);
         match received {
             Ok(0) => return,
-            Ok(_) => {}
+            Ok(n) => {
+                if let Some(c) = e.shared.rx_frames_by_worker.get(self.index) {
+                    c.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
             Err(err) => {
                 for p in self.rx.drain() {
                     self.outputs.pool.put(p);

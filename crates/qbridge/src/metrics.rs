@@ -241,6 +241,28 @@ pub fn render(snap: &MetricsSnapshot) -> String {
     }
     family(
         &mut o,
+        "qbridge_port_worker_rx_frames_total",
+        "counter",
+        "Frames received on the port by each datapath worker thread.",
+    );
+    for p in &snap.ports {
+        for (w, n) in p.rx_frames_by_worker.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "qbridge_port_worker_rx_frames_total{{port=\"{}\",worker=\"{w}\"}} {n}",
+                esc(&p.name)
+            );
+        }
+    }
+    family(
+        &mut o,
+        "qbridge_workers",
+        "gauge",
+        "Datapath worker threads.",
+    );
+    let _ = writeln!(o, "qbridge_workers {}", snap.workers);
+    family(
+        &mut o,
         "qbridge_port_tx_gso_refused_total",
         "counter",
         "TCP super-frames the kernel refused whole (its device would not segment them), \
@@ -383,6 +405,7 @@ mod tests {
                 link_downs: 1,
                 device_mtu: Some(1504),
                 tx_sw_gso: 7,
+                rx_frames_by_worker: vec![2, 1],
                 tx_gso_refused: 2,
                 offloads: Some(qbridge_control::DeviceOffloadStatus {
                     tso4: false,
@@ -404,6 +427,8 @@ mod tests {
         assert!(t.contains("qbridge_port_link_down_events_total{port=\"p1\"} 1\n"));
         assert!(t.contains("# TYPE qbridge_port_drops_total counter\n"));
         assert!(t.contains("qbridge_port_tx_sw_gso_total{port=\"p1\"} 7\n"));
+        assert!(t.contains("qbridge_port_worker_rx_frames_total{port=\"p1\",worker=\"1\"} 1\n"));
+        assert!(t.contains("qbridge_workers 2\n"));
         assert!(t.contains("qbridge_port_tx_gso_refused_total{port=\"p1\"} 2\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso4\"} 0\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso6\"} 1\n"));
