@@ -21,7 +21,7 @@
 
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
-use crate::queue::{Queues, SharedQueue};
+use crate::queue::{distribute, Queues};
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{FdbFilter, FdbKind, PortId};
 use qbridge_control::{
@@ -545,7 +545,6 @@ impl Engine {
             shared: Arc::new(PortShared::new(self.workers.len())),
         };
         let n = self.workers.len();
-        let receiver = id.0 as usize % n;
         let mut warning = None;
         let queues = match spec {
             PortSpec::Pcap => {
@@ -558,7 +557,7 @@ impl Engine {
                 let p = PcapPort::open(dir, name).map_err(|e| format!("port {name}: {e}"))?;
                 tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
                 Some(
-                    SharedQueue::split(Box::new(p), n, receiver)
+                    distribute(vec![Box::new(p)], n, id.0 as usize)
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }
@@ -566,8 +565,15 @@ impl Engine {
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
-                match open_afpacket_queues(name, dev, *qdisc_bypass, &filter, want_mtu, n, receiver)
-                {
+                match open_afpacket_queues(
+                    name,
+                    dev,
+                    *qdisc_bypass,
+                    &filter,
+                    want_mtu,
+                    n,
+                    id.0 as usize,
+                ) {
                     Ok((queues, mtu, offloads)) => {
                         let offloads = offload_status(offloads);
                         tracing::info!(
@@ -618,7 +624,7 @@ impl Engine {
                         .unwrap_or_default()
                 );
                 Some(
-                    SharedQueue::split(Box::new(p), n, receiver)
+                    distribute(vec![Box::new(p)], n, id.0 as usize)
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }
@@ -982,7 +988,7 @@ fn open_afpacket_queues(
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
-    receiver: usize,
+    rotate: usize,
 ) -> Result<(Opened, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
     let mut cfg = AfPacketConfig::new(dev);
@@ -999,7 +1005,7 @@ fn open_afpacket_queues(
              frames (the kernel allows only 4 bytes of slack, for 0x8100 only)"
         );
     }
-    let queues = SharedQueue::split(Box::new(p), workers, receiver)?;
+    let queues = distribute(vec![Box::new(p)], workers, rotate)?;
     Ok((queues, after, offloads))
 }
 

@@ -225,6 +225,33 @@ impl Port for SharedPort {
     }
 }
 
+/// Spreads a port's backend queues over `workers` workers, returning one queue per worker in
+/// worker order. As many queues as workers: worker `i` owns queue `i`. Fewer: queue `i` is
+/// shared ([`SharedQueue`]) by workers `i`, `i + n`, `i + 2n`, …, and received by the first of
+/// them — except a single queue, received by worker `rotate % workers`, so that single-queue
+/// ports of different ids land on different workers. More queues than workers is refused.
+pub fn distribute(queues: Queues, workers: usize, rotate: usize) -> Result<Queues, IoError> {
+    let workers = workers.max(1);
+    let n = queues.len();
+    if n == workers {
+        return Ok(queues);
+    }
+    if n == 0 || n > workers {
+        return Err(IoError::Invalid(format!(
+            "{n} queues cannot be spread over {workers} workers (1 to {workers})"
+        )));
+    }
+    let mut slots: Vec<Option<Box<dyn Queue>>> = (0..workers).map(|_| None).collect();
+    for (i, q) in queues.into_iter().enumerate() {
+        let sharers: Vec<usize> = (i..workers).step_by(n).collect();
+        let receiver = if n == 1 { rotate % workers } else { i };
+        for (w, handle) in SharedQueue::split_among(q, &sharers, receiver)? {
+            slots[w] = Some(handle);
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
 impl SharedQueue {
     /// Shares `queue` among `workers` workers; worker `receiver` receives on it. Returns one
     /// handle per worker, in worker order.
@@ -232,7 +259,21 @@ impl SharedQueue {
         queue: Box<dyn Queue>,
         workers: usize,
         receiver: usize,
-    ) -> Result<Vec<Box<dyn Queue>>, IoError> {
+    ) -> Result<Queues, IoError> {
+        let all: Vec<usize> = (0..workers.max(1)).collect();
+        Ok(Self::split_among(queue, &all, receiver)?
+            .into_iter()
+            .map(|(_, q)| q)
+            .collect())
+    }
+
+    /// Shares `queue` among the workers `sharers`; worker `receiver` (one of them) receives on
+    /// it. Returns (worker, handle) pairs.
+    pub fn split_among(
+        queue: Box<dyn Queue>,
+        sharers: &[usize],
+        receiver: usize,
+    ) -> Result<Vec<(usize, Box<dyn Queue>)>, IoError> {
         let name = queue.name().to_owned();
         let mut fd = queue
             .fd()
@@ -244,19 +285,22 @@ impl SharedQueue {
                 source,
             })?;
         let inner = Arc::new(Mutex::new(queue));
-        let mut out: Vec<Box<dyn Queue>> = Vec::with_capacity(workers);
-        for w in 0..workers.max(1) {
+        let mut out: Vec<(usize, Box<dyn Queue>)> = Vec::with_capacity(sharers.len());
+        for &w in sharers {
             let receives = w == receiver;
-            out.push(Box::new(SharedQueue {
-                inner: inner.clone(),
-                rx_fd: if receives { fd.take() } else { None },
-                receives,
-                view: SharedPort {
+            out.push((
+                w,
+                Box::new(SharedQueue {
                     inner: inner.clone(),
+                    rx_fd: if receives { fd.take() } else { None },
                     receives,
-                    name: name.clone(),
-                },
-            }));
+                    view: SharedPort {
+                        inner: inner.clone(),
+                        receives,
+                        name: name.clone(),
+                    },
+                }),
+            ));
         }
         Ok(out)
     }
@@ -307,5 +351,78 @@ impl Queue for SharedQueue {
             Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()).close(),
             Err(_) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qbridge_io::MemPort;
+    use qbridge_packet::PacketBuf;
+
+    impl Queue for MemPort {
+        fn port(&mut self) -> &mut dyn Port {
+            self
+        }
+        fn caps(&self) -> PortCaps {
+            Port::caps(self)
+        }
+        fn name(&self) -> &str {
+            Port::name(self)
+        }
+        fn fd(&self) -> Option<BorrowedFd<'_>> {
+            None
+        }
+        fn rx_pending(&self) -> bool {
+            self.pending_rx() > 0
+        }
+    }
+
+    fn mem(name: &str) -> Box<dyn Queue> {
+        let mut m = MemPort::new(name);
+        m.inject(&[1u8; 60]);
+        Box::new(m)
+    }
+
+    /// Sends one frame on worker `w`'s handle; returns the sent count.
+    fn send(q: &mut [Box<dyn Queue>], w: usize) -> usize {
+        let mut pool = BufPool::new(4);
+        let mut b = Batch::default();
+        b.push(PacketBuf::from_frame(&[2u8; 60]));
+        q[w].port().tx_burst(&mut b, &mut pool).unwrap().sent
+    }
+
+    #[test]
+    fn queues_spread_over_workers() {
+        // As many queues as workers: each its own.
+        let q = distribute(vec![mem("a"), mem("b")], 2, 0).unwrap();
+        assert_eq!((q[0].name(), q[1].name()), ("a", "b"));
+        assert!(q[0].rx_pending() && q[1].rx_pending());
+
+        // One queue, four workers: every worker transmits, worker rotate % 4 receives.
+        let mut q = distribute(vec![mem("one")], 4, 6).unwrap();
+        let receivers: Vec<bool> = q.iter().map(|h| h.rx_pending()).collect();
+        assert_eq!(receivers, [false, false, true, false]);
+        for w in 0..4 {
+            assert_eq!(send(&mut q, w), 1);
+        }
+        let mut rx = Batch::default();
+        let mut pool = BufPool::new(4);
+        assert_eq!(q[0].port().rx_burst(&mut rx, &mut pool, 8).unwrap(), 0);
+        assert_eq!(q[2].port().rx_burst(&mut rx, &mut pool, 8).unwrap(), 1);
+
+        // Two queues, four workers: q0 shared by workers 0 and 2, q1 by 1 and 3.
+        let q = distribute(vec![mem("q0"), mem("q1")], 4, 0).unwrap();
+        let names: Vec<&str> = q.iter().map(|h| h.name()).collect();
+        assert_eq!(names, ["q0", "q1", "q0", "q1"]);
+        let receivers: Vec<bool> = q.iter().map(|h| h.rx_pending()).collect();
+        assert_eq!(receivers, [true, true, false, false]);
+
+        let e = distribute(vec![mem("a"), mem("b"), mem("c")], 2, 0).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("3 queues cannot be spread over 2 workers"),
+            "{e}"
+        );
     }
 }
