@@ -48,6 +48,14 @@ pub enum PortSpec {
         ifname: Option<String>,
         netns: Option<String>,
     },
+    /// AF_XDP sockets on host interface `dev`: one per device queue `0..queues`, spread over
+    /// the datapath workers, fed by an XDP program attached in `mode`.
+    AfXdp {
+        dev: String,
+        queues: u32,
+        mode: XdpAttach,
+        zerocopy: bool,
+    },
     /// One end of a patch link (Open vSwitch's patch ports): frames sent on this port are
     /// received on port `peer`, inside the daemon, with no syscall and no copy. `link add A
     /// type patch peer B` creates both ends (as `ip link add … type veth peer name …` does);
@@ -63,6 +71,26 @@ impl PortSpec {
             PortSpec::AfPacket { .. } => "afpacket",
             PortSpec::Tap { .. } => "tap",
             PortSpec::Patch { .. } => "patch",
+            PortSpec::AfXdp { .. } => "afxdp",
+        }
+    }
+}
+
+/// Where an AF_XDP port's XDP program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpAttach {
+    /// In the driver (`XDP_FLAGS_DRV_MODE`): veth and drivers with XDP support.
+    Native,
+    /// After the kernel built its socket buffer (`XDP_FLAGS_SKB_MODE`, generic XDP): any
+    /// device, slower.
+    Skb,
+}
+
+impl XdpAttach {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XdpAttach::Native => "native",
+            XdpAttach::Skb => "skb",
         }
     }
 }

@@ -32,7 +32,7 @@ pub mod session;
 
 pub use command::{
     BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, OutputOptions, PortOptions,
-    PortSpec, VidRange, VlanCommand,
+    PortSpec, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

@@ -14,7 +14,9 @@ use qbridge_wire::Tpid;
 const LINK_COMMANDS: &str = "add, set, del or show";
 const VLAN_COMMANDS: &str = "add, del or show";
 const FDB_COMMANDS: &str = "add, replace, del, show or flush";
-const LINK_KINDS: &str = "bridge, pcap, afpacket, tap or patch";
+/// Most device queues an AF_XDP port binds (`queues N`).
+const MAX_XDP_QUEUES: u64 = 64;
+const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap or patch";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
                               fdb_max_learned, group_fwd_mask or fdb_max_entries";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
@@ -372,6 +374,59 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                 spec: PortSpec::Tap {
                     ifname: ifname.map(str::to_string),
                     netns: netns.map(str::to_string),
+                },
+            })
+        }
+        "afxdp" => {
+            let (mut dev, mut queues, mut mode, mut zc) = (None, None, None, None);
+            while let Some(kw) = w.next() {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
+                    "queues" => {
+                        let v = w.value(kw, "a number of device queues")?;
+                        let n = parse_uint("queues", v, 0xffff)?;
+                        if !(1..=MAX_XDP_QUEUES).contains(&n) {
+                            return Err(ControlError::BadValue {
+                                what: "queues",
+                                value: v.to_string(),
+                                expected: "a number from 1 to 64",
+                            });
+                        }
+                        set_once(&mut queues, kw, n as u32)?;
+                    }
+                    "mode" => {
+                        let v = match w.value(kw, "native or skb")? {
+                            "native" => XdpAttach::Native,
+                            "skb" => XdpAttach::Skb,
+                            other => {
+                                return Err(ControlError::BadValue {
+                                    what: "mode",
+                                    value: other.to_string(),
+                                    expected: "native or skb",
+                                })
+                            }
+                        };
+                        set_once(&mut mode, kw, v)?;
+                    }
+                    "zerocopy" => {
+                        let v = parse_on_off("zerocopy", w.value(kw, ON_OFF)?)?;
+                        set_once(&mut zc, kw, v)?;
+                    }
+                    other => return Err(unexpected(other, "dev, queues, mode or zerocopy")),
+                }
+            }
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev IFNAME\" for type afxdp",
+                })?
+                .to_string();
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::AfXdp {
+                    dev,
+                    queues: queues.unwrap_or(1),
+                    mode: mode.unwrap_or(XdpAttach::Native),
+                    zerocopy: zc.unwrap_or(false),
                 },
             })
         }
@@ -858,12 +913,59 @@ mod tests {
             "\"qdisc_bypass\" given twice"
         );
         assert_eq!(
+            p("link add x1 type afxdp dev eth0 queues 2 mode skb zerocopy off").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "x1".into(),
+                spec: PortSpec::AfXdp {
+                    dev: "eth0".into(),
+                    queues: 2,
+                    mode: XdpAttach::Skb,
+                    zerocopy: false
+                }
+            })
+        );
+        assert_eq!(
+            p("link add x1 type afxdp dev eth0").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "x1".into(),
+                spec: PortSpec::AfXdp {
+                    dev: "eth0".into(),
+                    queues: 1,
+                    mode: XdpAttach::Native,
+                    zerocopy: false
+                }
+            })
+        );
+        assert_eq!(
+            err("link add x1 type afxdp dev eth0 queues 0"),
+            "invalid queues \"0\" (expected a number from 1 to 64)"
+        );
+        assert_eq!(
+            err("link add x1 type afxdp dev eth0 mode fast"),
+            "invalid mode \"fast\" (expected native or skb)"
+        );
+        assert_eq!(
+            err("link add x1 type afxdp queues 2"),
+            "missing \"dev IFNAME\" for type afxdp"
+        );
+        assert_eq!(
+            p("link add pa type patch peer name pb").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "pa".into(),
+                spec: PortSpec::Patch { peer: "pb".into() }
+            })
+        );
+        assert_eq!(
+            err("link add pa type patch"),
+            "missing \"peer NAME\" for type patch"
+        );
+        assert_eq!(
             err("link add p1 type afpacket dev eth0 bypass off"),
             "unexpected \"bypass\" (expected dev or qdisc_bypass)"
         );
         assert_eq!(
             err("link add x type veth"),
-            "invalid link type \"veth\" (expected bridge, pcap, afpacket, tap or patch)"
+            "invalid link type \"veth\" (expected bridge, pcap, afpacket, afxdp, tap or patch)"
         );
         assert_eq!(
             err("fdb add 02:00:00:00:00:0g dev p1"),

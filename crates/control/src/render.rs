@@ -276,6 +276,12 @@ enum BackendJson<'a> {
     Patch {
         peer: &'a str,
     },
+    Afxdp {
+        dev: &'a str,
+        queues: u32,
+        mode: &'static str,
+        zerocopy: bool,
+    },
 }
 
 #[derive(Serialize)]
@@ -301,6 +307,17 @@ fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
             netns: netns.as_deref(),
         },
         PortSpec::Patch { peer } => BackendJson::Patch { peer },
+        PortSpec::AfXdp {
+            dev,
+            queues,
+            mode,
+            zerocopy,
+        } => BackendJson::Afxdp {
+            dev,
+            queues: *queues,
+            mode: mode.as_str(),
+            zerocopy: *zerocopy,
+        },
     }
 }
 
@@ -347,6 +364,19 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             }
             Some(PortSpec::Patch { peer }) => {
                 let _ = write!(s, " peer {peer}");
+            }
+            Some(PortSpec::AfXdp {
+                dev,
+                queues,
+                mode,
+                zerocopy,
+            }) => {
+                let _ = write!(
+                    s,
+                    " dev {dev} queues {queues} mode {} zerocopy {}",
+                    mode.as_str(),
+                    on_off(*zerocopy)
+                );
             }
             Some(PortSpec::Tap { ifname, netns }) => {
                 if let Some(i) = ifname {

@@ -628,6 +628,9 @@ impl Engine {
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }
+            PortSpec::AfXdp { .. } => {
+                return Err(format!("port {name}: AF_XDP ports are not built yet"));
+            }
             PortSpec::Patch { peer } => {
                 let queues = match self.patch_peers.remove(name) {
                     Some(q) => q,
