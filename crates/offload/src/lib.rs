@@ -1,5 +1,6 @@
 //! Offloads done in software where a port cannot do them: checksum completion for frames that
-//! carry `NEEDS_CSUM`, and TCP segmentation (GSO) of super-frames, at any VLAN tag depth. Also
+//! carry `NEEDS_CSUM`, TCP segmentation (GSO) of super-frames, and its inverse, coalescing of
+//! TCP segments into super-frames (GRO) for ports that take them, at any VLAN tag depth. Also
 //! the mapping between the virtio-net header's bytes and [`OffloadMeta`].
 //!
 //! Every offset comes from [`qbridge_wire::parse_headers`]; the metadata's `csum_start` and
@@ -12,10 +13,12 @@
 #![forbid(unsafe_code)]
 
 pub mod csum;
+pub mod gro;
 pub mod gso;
 pub mod vnet;
 
 pub use csum::{complete_checksum, complete_checksum_in_place};
+pub use gro::{EndReason, Gro, GroLimits, GroStats, PassReason, MAX_OPEN_FLOWS};
 pub use gso::{segment, segment_into_batch, MAX_SEGMENTS};
 pub use vnet::{meta_from_vnet, read_vnet_header, vnet_from_meta, write_vnet_header};
 
