@@ -433,8 +433,8 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             if let Some(rt) = session.backend_status(&l.ifname) {
                 let _ = writeln!(
                     s,
-                    "    gso: tx_sw_gso {} tx_gso_refused {}",
-                    rt.tx_sw_gso, rt.tx_gso_refused
+                    "    gso: tx_sw_gso {} tx_gso_refused {} tx_gro_frames {} tx_gro_segments {}",
+                    rt.tx_sw_gso, rt.tx_gso_refused, rt.tx_gro_frames, rt.tx_gro_segments
                 );
                 if !rt.rx_frames_by_worker.is_empty() {
                     let by: Vec<String> =

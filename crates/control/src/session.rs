@@ -45,6 +45,10 @@ pub struct BackendStatus {
     /// Of `tx_sw_gso`: super-frames the kernel refused whole (`ENOBUFS` on a qdisc-bypass
     /// socket, the device would not segment them), segmented and resent at once. Not drops.
     pub tx_gso_refused: u64,
+    /// Receive coalescing for this port (it takes super-frames): super-frames the daemon made
+    /// of TCP segments of one flow, and the segments merged into them. Not drops.
+    pub tx_gro_frames: u64,
+    pub tx_gro_segments: u64,
     /// Frames received on this port by each datapath worker (index = worker), since the
     /// port was added: how the port's load spreads over the workers.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -1,11 +1,22 @@
 //! The egress stage: what happens to one port's output batch between the switch and the
-//! port's transmit call. Offload fix-up (software segmentation of super-frames the port or its
-//! device cannot take, checksum completion), the burst itself, and super-frames the kernel
-//! refused whole segmented and resent at once: never dropped.
+//! port's transmit call. Receive coalescing (GRO) for a port that takes super-frames, offload
+//! fix-up (software segmentation of super-frames the port or its device cannot take, checksum
+//! completion), the burst itself, and super-frames the kernel refused whole segmented and
+//! resent at once: never dropped.
 
 use qbridge_io::{IoError, Port, PortCaps, TxReport};
+use qbridge_offload::{Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::Tpid;
+
+/// A worker's reusable state for [`egress`]: scratch batches and the GRO table. After
+/// warm-up nothing in it allocates.
+#[derive(Debug, Default)]
+pub struct EgressScratch {
+    fix: Batch,
+    refused: Batch,
+    gro: Gro,
+}
 
 /// What [`egress`] did with one port's batch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -19,10 +30,18 @@ pub struct EgressReport {
     pub gso_refused: u64,
     /// Frames that could not be segmented or checksummed (dropped, `tx_error`).
     pub fixup_errors: usize,
+    /// GRO: super-frames made, and the segments merged into them.
+    pub gro_frames: u64,
+    pub gro_segments: u64,
 }
 
 /// The egress stage of one port, on a batch the switch produced for it:
 ///
+/// 0. receive coalescing: for a port that takes every super-frame whole and leaves checksums
+///    to the kernel ([`PortCaps::takes_everything`]: a TAP, an AF_PACKET socket whose device
+///    has TSO), consecutive TCP segments of one flow in the batch are merged into super-frames
+///    ([`Gro`], any tag depth, checksums verified), so a segmented sender still reaches the
+///    host as super-frames;
 /// 1. offload fix-up: a TCP super-frame the port cannot take whole (no TSO, or its device
 ///    lacks TSO for the frame's IP version or tag depth, see [`PortCaps::takes_super_frame`])
 ///    is segmented in software, at any tag depth; a frame left to checksum (`NEEDS_CSUM`) for
@@ -31,20 +50,25 @@ pub struct EgressReport {
 /// 3. super-frames the kernel refused whole anyway (see [`TxReport::refused`]) are segmented
 ///    and sent at once, in a second burst: never dropped.
 ///
-/// `batch` is drained; `fix` and `refused` are scratch batches (empty on entry and on
-/// return). The error is the port's failure, if it failed (its frames are counted as
-/// `error`).
+/// `batch` is drained. The error is the port's failure, if it failed (its frames are counted
+/// as `error`).
 pub fn egress(
     port: &mut dyn Port,
     caps: PortCaps,
     is_tag: &dyn Fn(Tpid) -> bool,
     batch: &mut Batch,
     pool: &mut BufPool,
-    fix: &mut Batch,
-    refused: &mut Batch,
+    scratch: &mut EgressScratch,
 ) -> (EgressReport, Option<IoError>) {
+    let EgressScratch { fix, refused, gro } = scratch;
     let mut r = EgressReport::default();
-    if !caps.takes_everything() {
+    if caps.takes_everything() {
+        if batch.len() > 1 {
+            let g = gro.coalesce(batch, pool, is_tag, GroLimits::default());
+            r.gro_frames = g.super_frames;
+            r.gro_segments = g.segments_merged;
+        }
+    } else {
         for mut p in batch.pkts.drain(..) {
             if !caps.takes_super_frame(p.frame(), &p.offload) {
                 match qbridge_offload::segment(&p, is_tag, pool, &mut fix.pkts) {
@@ -201,24 +225,16 @@ mod tests {
     /// report and what the port sent.
     fn run(port: &mut MemPort) -> (EgressReport, Vec<qbridge_io::MemFrame>) {
         let mut pool = BufPool::new(64);
-        let (mut fix, mut refused) = (Batch::default(), Batch::default());
+        let mut scratch = EgressScratch::default();
         let mut batch = Batch::default();
         batch.push(PacketBuf::from_frame(&[0u8; 60]));
         batch.push(super_frame());
         batch.push(PacketBuf::from_frame(&[1u8; 60]));
         let caps = port.caps();
         let is_tag = |t: Tpid| t.is_well_known();
-        let (r, err) = egress(
-            port,
-            caps,
-            &is_tag,
-            &mut batch,
-            &mut pool,
-            &mut fix,
-            &mut refused,
-        );
+        let (r, err) = egress(port, caps, &is_tag, &mut batch, &mut pool, &mut scratch);
         assert!(err.is_none());
-        assert!(batch.is_empty() && fix.is_empty() && refused.is_empty());
+        assert!(batch.is_empty() && scratch.fix.is_empty() && scratch.refused.is_empty());
         (r, port.take_sent())
     }
 

@@ -77,6 +77,9 @@ pub struct PortRuntime {
     /// Super-frames segmented in software for the port, and of those, refused by the kernel.
     pub tx_sw_gso: u64,
     pub tx_gso_refused: u64,
+    /// GRO super-frames made for the port and segments merged into them.
+    pub tx_gro_frames: u64,
+    pub tx_gro_segments: u64,
     /// Frames received on the port by each worker.
     pub rx_frames_by_worker: Vec<u64>,
     /// AF_PACKET: the device's offloads as last read.
@@ -133,6 +136,9 @@ pub struct EngineConfig {
 pub struct PortShared {
     pub tx_sw_gso: AtomicU64,
     pub tx_gso_refused: AtomicU64,
+    /// GRO: super-frames made for the port, and the segments merged into them.
+    pub tx_gro_frames: AtomicU64,
+    pub tx_gro_segments: AtomicU64,
     /// Frames received on the port, per worker (written once per burst by that worker).
     pub rx_frames_by_worker: Box<[AtomicU64]>,
     /// AF_PACKET: the device's offloads as a worker last read them.
@@ -734,6 +740,8 @@ impl Engine {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
             slot.status.tx_gso_refused = slot.shared.tx_gso_refused.load(Ordering::Relaxed);
+            slot.status.tx_gro_frames = slot.shared.tx_gro_frames.load(Ordering::Relaxed);
+            slot.status.tx_gro_segments = slot.shared.tx_gro_segments.load(Ordering::Relaxed);
             slot.status.rx_frames_by_worker = slot
                 .shared
                 .rx_frames_by_worker
@@ -950,6 +958,8 @@ impl Engine {
                     device_mtu: slot.and_then(|s| s.status.device_mtu),
                     tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
                     tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
+                    tx_gro_frames: slot.map_or(0, |s| s.status.tx_gro_frames),
+                    tx_gro_segments: slot.map_or(0, |s| s.status.tx_gro_segments),
                     rx_frames_by_worker: slot
                         .map(|s| s.status.rx_frames_by_worker.clone())
                         .unwrap_or_default(),

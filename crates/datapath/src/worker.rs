@@ -15,7 +15,7 @@
 //! A queue that fails with a link-down error is reported to the control thread, which takes
 //! the port down for every worker; the worker stops polling it at once.
 
-use crate::egress::{egress, EgressReport};
+use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
 use crate::queue::{BackendDrops, Queue};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
@@ -87,8 +87,7 @@ pub(crate) struct Worker {
     ready: Vec<u16>,
     outputs: Outputs,
     rx: Batch,
-    fix: Batch,
-    refused: Batch,
+    scratch: EgressScratch,
     epoch: Instant,
 }
 
@@ -120,8 +119,7 @@ impl Worker {
             ready: Vec::with_capacity(64),
             outputs: Outputs::new(),
             rx: Batch::with_capacity(BURST),
-            fix: Batch::with_capacity(BURST),
-            refused: Batch::with_capacity(BURST),
+            scratch: EgressScratch::default(),
             epoch,
         })
     }
@@ -375,10 +373,19 @@ impl Worker {
             &is_tag,
             batch,
             &mut self.outputs.pool,
-            &mut self.fix,
-            &mut self.refused,
+            &mut self.scratch,
         );
         count_egress(&self.plan, id, self.index, &r);
+        if r.gro_frames != 0 {
+            entry
+                .shared
+                .tx_gro_frames
+                .fetch_add(r.gro_frames, Ordering::Relaxed);
+            entry
+                .shared
+                .tx_gro_segments
+                .fetch_add(r.gro_segments, Ordering::Relaxed);
+        }
         if r.sw_gso != 0 {
             entry
                 .shared

@@ -241,6 +241,34 @@ pub fn render(snap: &MetricsSnapshot) -> String {
     }
     family(
         &mut o,
+        "qbridge_port_tx_gro_frames_total",
+        "counter",
+        "TCP super-frames made for the port from segments of one flow (GRO; not drops).",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_tx_gro_frames_total{{port=\"{}\"}} {}",
+            esc(&p.name),
+            p.tx_gro_frames
+        );
+    }
+    family(
+        &mut o,
+        "qbridge_port_tx_gro_segments_total",
+        "counter",
+        "TCP segments merged into those super-frames (GRO).",
+    );
+    for p in &snap.ports {
+        let _ = writeln!(
+            o,
+            "qbridge_port_tx_gro_segments_total{{port=\"{}\"}} {}",
+            esc(&p.name),
+            p.tx_gro_segments
+        );
+    }
+    family(
+        &mut o,
         "qbridge_port_worker_rx_frames_total",
         "counter",
         "Frames received on the port by each datapath worker thread.",
@@ -406,6 +434,8 @@ mod tests {
                 device_mtu: Some(1504),
                 tx_sw_gso: 7,
                 rx_frames_by_worker: vec![2, 1],
+                tx_gro_frames: 3,
+                tx_gro_segments: 9,
                 tx_gso_refused: 2,
                 offloads: Some(qbridge_control::DeviceOffloadStatus {
                     tso4: false,
@@ -429,6 +459,7 @@ mod tests {
         assert!(t.contains("qbridge_port_tx_sw_gso_total{port=\"p1\"} 7\n"));
         assert!(t.contains("qbridge_port_worker_rx_frames_total{port=\"p1\",worker=\"1\"} 1\n"));
         assert!(t.contains("qbridge_workers 2\n"));
+        assert!(t.contains("qbridge_port_tx_gro_segments_total{port=\"p1\"} 9\n"));
         assert!(t.contains("qbridge_port_tx_gso_refused_total{port=\"p1\"} 2\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso4\"} 0\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso6\"} 1\n"));
