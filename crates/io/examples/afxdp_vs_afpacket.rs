@@ -39,8 +39,8 @@ impl std::fmt::Display for Backend {
 
 /// The receiving port, whichever backend.
 enum Rx {
-    Packet(AfPacketPort),
-    Xdp(Box<AfXdpPort>),
+    Packet(Box<AfPacketPort>),
+    Xdp(AfXdpPort),
 }
 
 impl Rx {
@@ -102,12 +102,14 @@ fn run(backend: Backend, frame: &[u8], secs: f64) {
     let v = common::VethPair::new().expect("veth pair");
     let a = v.a.clone();
     let mut rx = run_in_netns(&v.ns_a.name, move || match backend {
-        Backend::AfPacket => AfPacketPort::open(AfPacketConfig::new(&a)).map(Rx::Packet),
+        Backend::AfPacket => {
+            AfPacketPort::open(AfPacketConfig::new(&a)).map(|p| Rx::Packet(Box::new(p)))
+        }
         Backend::AfXdp(mode) => AfXdpPort::open(AfXdpConfig {
             mode,
             ..AfXdpConfig::new(&a, 0)
         })
-        .map(|p| Rx::Xdp(Box::new(p))),
+        .map(Rx::Xdp),
     })
     .unwrap()
     .unwrap();
