@@ -40,7 +40,7 @@ impl std::fmt::Display for Backend {
 /// The receiving port, whichever backend.
 enum Rx {
     Packet(Box<AfPacketPort>),
-    Xdp(AfXdpPort),
+    Xdp(Box<AfXdpPort>),
 }
 
 impl Rx {
@@ -109,7 +109,7 @@ fn run(backend: Backend, frame: &[u8], secs: f64) {
             mode,
             ..AfXdpConfig::new(&a, 0)
         })
-        .map(Rx::Xdp),
+        .map(|p| Rx::Xdp(Box::new(p))),
     })
     .unwrap()
     .unwrap();
