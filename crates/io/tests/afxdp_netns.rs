@@ -388,3 +388,122 @@ fn interface_removal_is_link_down() {
     assert!(matches!(&rx, Err(e) if e.is_link_down()), "rx {rx:?}");
     assert!(port.link_state().is_err());
 }
+
+// ----- a tag that exists only as skb metadata -----
+
+/// Attaches to `ifname` (calling thread's namespace) a tcx egress program that pushes an
+/// 0x88a8 tag with VID 100 on every frame with `bpf_skb_vlan_push`: the kernel keeps a tag
+/// pushed so as skb metadata (`vlan_tci`, "hardware accelerated") as long as the device
+/// offers VLAN insertion, which veth does. This is how a host's own VLAN offload hands a veth
+/// a tag: not in the frame bytes. Returns the link (detaches on drop).
+fn attach_tcx_vlan_push(ifname: &str) -> std::os::fd::OwnedFd {
+    use qbridge_io::afxdp::Insn;
+    use std::os::fd::FromRawFd;
+    let insns = [
+        Insn::mov64_imm(2, i32::from(0x88a8u16.to_be())),
+        Insn::mov64_imm(3, 100),
+        Insn::call(18),        // bpf_skb_vlan_push(skb, proto, tci)
+        Insn::mov64_imm(0, 0), // TCX_PASS
+        Insn::exit(),
+    ];
+    let license = b"Dual MIT/GPL\0";
+    // union bpf_attr for BPF_PROG_LOAD, as u32 words: prog_type SCHED_CLS (3), insn_cnt,
+    // insns (u64), license (u64), then zeros up to expected_attach_type (word 17) =
+    // BPF_TCX_EGRESS (47).
+    let mut load = [0u32; 18];
+    load[0] = 3;
+    load[1] = insns.len() as u32;
+    load[2..4].copy_from_slice(&split(insns.as_ptr() as u64));
+    load[4..6].copy_from_slice(&split(license.as_ptr() as u64));
+    load[17] = 47;
+    let prog = bpf(5, &mut load).expect("BPF_PROG_LOAD tcx");
+    let ifindex = qbridge_io::sys::ifindex(ifname).unwrap();
+    // BPF_LINK_CREATE: prog_fd, target_ifindex, attach_type, flags, then tcx's zeros.
+    let mut link = [0u32; 8];
+    link[0] = prog as u32;
+    link[1] = ifindex;
+    link[2] = 47;
+    let fd = bpf(28, &mut link).expect("BPF_LINK_CREATE tcx egress");
+    // SAFETY: `prog` is a descriptor bpf() just returned to us; the link holds the program.
+    unsafe { libc::close(prog) };
+    // SAFETY: `fd` is a fresh descriptor bpf() returned, owned by nobody else.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+fn split(v: u64) -> [u32; 2] {
+    if cfg!(target_endian = "little") {
+        [v as u32, (v >> 32) as u32]
+    } else {
+        [(v >> 32) as u32, v as u32]
+    }
+}
+
+fn bpf(cmd: i32, attr: &mut [u32]) -> std::io::Result<i32> {
+    // SAFETY: `attr` is a live, zero-padded prefix of union bpf_attr of the size passed;
+    // the pointers in it point to arrays the caller keeps alive across the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(attr) as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc as i32)
+}
+
+/// The frame is sent with an inline 0x8100 tag; the sender's egress pushes an 0x88a8 tag as
+/// metadata. AF_PACKET on the receiver sees both (the backend writes the metadata tag back);
+/// XDP, in skb and in native mode, sees only the bytes: the 0x88a8 tag is lost. With VLAN
+/// insertion turned off on the sending veth (`txvlan off`, `tx-vlan-stag-hw-insert off`) the
+/// kernel writes the tag into the frame before the veth, and XDP sees both.
+#[test]
+fn metadata_only_tag_is_lost_on_xdp_paths_unless_sender_inserts_it() {
+    skip_unless_root!();
+    let inner = tagged_frame(&[(0x8100, 10)], 60);
+    let full = tagged_frame(&[(0x88a8, 100), (0x8100, 10)], 60);
+    let cases = [
+        (None, true, "both tags"),
+        (Some(XdpMode::Skb), true, "inner tag only"),
+        (Some(XdpMode::Native), true, "inner tag only"),
+        (Some(XdpMode::Skb), false, "both tags"),
+        (Some(XdpMode::Native), false, "both tags"),
+    ];
+    for (backend, txvlan, want) in cases {
+        let v = VethPair::new().unwrap();
+        if !txvlan {
+            ethtool_off(&v.ns_b.name, &v.b, &["txvlan", "tx-vlan-stag-hw-insert"]);
+        }
+        let b = v.b.clone();
+        let _link = run_in_netns(&v.ns_b.name, move || attach_tcx_vlan_push(&b)).unwrap();
+        let send = |v: &VethPair| {
+            let (b, f) = (v.b.clone(), inner.clone());
+            run_in_netns(&v.ns_b.name, move || raw_send(&b, &f))
+                .unwrap()
+                .unwrap();
+        };
+        let frames = [inner.clone(), full.clone()];
+        let got = match backend {
+            None => {
+                let mut p = open_packet(&v.ns_a.name, &v.a);
+                send(&v);
+                receive(&mut p, packet_wait, &frames, 1)
+            }
+            Some(mode) => {
+                let mut p = open_xdp(&v.ns_a.name, cfg(&v.a, mode));
+                send(&v);
+                receive(&mut p, xdp_wait, &frames, 1)
+            }
+        };
+        let seen = match got.first() {
+            Some(f) if *f == full => "both tags",
+            Some(f) if *f == inner => "inner tag only",
+            _ => "nothing",
+        };
+        let who = backend.map_or("af_packet".to_string(), |m| format!("af_xdp {m}"));
+        assert_eq!(seen, want, "{who}, sender txvlan {txvlan}");
+    }
+}
