@@ -12,6 +12,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod afpacket;
+#[cfg(target_os = "linux")]
+pub mod afxdp;
 pub mod error;
 pub mod mem;
 #[cfg(target_os = "linux")]

@@ -477,6 +477,12 @@ pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     }
 }
 
+/// A datagram socket in the calling thread's network namespace, for interface ioctls on
+/// behalf of a socket that takes none itself (AF_XDP).
+pub(crate) fn control_socket(ifname: &str) -> Result<OwnedFd, IoError> {
+    ctl_socket(ifname)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
