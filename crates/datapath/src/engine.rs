@@ -26,9 +26,10 @@ use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{FdbFilter, FdbKind, PortId};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
-    LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
+    LinkCommand, Op, PortSpec, Response, Session, VlanCommand, XdpAttach,
 };
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
+use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use rustix::event::{eventfd, EventfdFlags};
@@ -634,8 +635,23 @@ impl Engine {
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }
-            PortSpec::AfXdp { .. } => {
-                return Err(format!("port {name}: AF_XDP ports are not built yet"));
+            PortSpec::AfXdp { dev, .. } => {
+                let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
+                match open_afxdp_queues(spec, want_mtu, n, id.0 as usize) {
+                    Ok(queues) => {
+                        tracing::info!("port {name}: AF_XDP on {dev} ({})", describe_spec(spec));
+                        Some(queues)
+                    }
+                    Err(e) if e.is_link_down() => {
+                        slot.link_up = false;
+                        slot.status.error = Some(e.to_string());
+                        warning = Some(format!(
+                            "port {name}: {e}; the port stays down and is opened when {dev} is up"
+                        ));
+                        None
+                    }
+                    Err(e) => return Err(format!("port {name}: {e}")),
+                }
             }
             PortSpec::Patch { peer } => {
                 let queues = match self.patch_peers.remove(name) {
@@ -653,6 +669,36 @@ impl Engine {
         slot.open = queues.is_some();
         slot.status.open = slot.open;
         Ok((slot, queues, warning))
+    }
+
+    /// (Re)opens the queues of device port `id` (AF_PACKET, AF_XDP) as the configuration asks
+    /// for now; the new queues replace the old ones in the workers at the next publish.
+    fn reopen_device(&mut self, id: u16, dev: &str) -> Result<(), IoError> {
+        let spec = match self.slots.get(id as usize) {
+            Some(Some(s)) => s.spec.clone(),
+            _ => return Ok(()),
+        };
+        if let PortSpec::AfXdp { .. } = spec {
+            let want_mtu = self
+                .session
+                .switch()
+                .port_max_frame(PortId(id))
+                .saturating_sub(14);
+            let queues = open_afxdp_queues(&spec, want_mtu, self.workers.len(), id as usize)?;
+            let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+                return Ok(());
+            };
+            slot.open = true;
+            slot.status.open = true;
+            self.generation += 1;
+            slot.token = (self.generation << 16) | u64::from(id);
+            self.detach.retain(|&d| d != id);
+            self.attach.retain(|(a, _)| *a != id);
+            self.attach.push((id, queues));
+            self.publish_status(id);
+            return Ok(());
+        }
+        self.open_afpacket(id, dev)
     }
 
     /// (Re)opens the AF_PACKET sockets of port `id` with the filter and MTU the configuration
@@ -705,7 +751,7 @@ impl Engine {
         }
         slot.link_up = false;
         slot.link_downs += 1;
-        if let PortSpec::AfPacket { .. } = slot.spec {
+        if let PortSpec::AfPacket { .. } | PortSpec::AfXdp { .. } = slot.spec {
             if slot.open {
                 self.detach.push(id);
             }
@@ -768,15 +814,17 @@ impl Engine {
             };
             let id = i as u16;
             match (&slot.spec, slot.link_up) {
-                (PortSpec::AfPacket { dev, .. }, true) => match sys::link_state(dev) {
-                    Ok(sys::LinkState::Up) => {}
-                    Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
-                    Err(e) => self.link_down(id, &e.to_string()),
-                },
-                (PortSpec::AfPacket { dev, .. }, false) => {
+                (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => {
+                    match sys::link_state(dev) {
+                        Ok(sys::LinkState::Up) => {}
+                        Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
+                        Err(e) => self.link_down(id, &e.to_string()),
+                    }
+                }
+                (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, false) => {
                     if matches!(sys::link_state(dev), Ok(sys::LinkState::Up)) {
                         let dev = dev.clone();
-                        match self.open_afpacket(id, &dev) {
+                        match self.reopen_device(id, &dev) {
                             Ok(()) => self.link_up(id),
                             Err(e) => tracing::debug!("port {id}: reopen failed: {e}"),
                         }
@@ -1020,6 +1068,61 @@ fn open_afpacket_queues(
     }
     let queues = distribute(vec![Box::new(p)], workers, rotate)?;
     Ok((queues, after, offloads))
+}
+
+/// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
+/// queue, spread over the workers.
+fn open_afxdp_queues(
+    spec: &PortSpec,
+    want_mtu: u32,
+    workers: usize,
+    rotate: usize,
+) -> Result<Opened, IoError> {
+    let PortSpec::AfXdp {
+        dev,
+        queues,
+        mode,
+        zerocopy,
+    } = spec
+    else {
+        return Err(IoError::Invalid("not an AF_XDP port".into()));
+    };
+    if *queues as usize > workers {
+        return Err(IoError::Invalid(format!(
+            "queues {queues} is more than the daemon's {workers} workers (--workers)"
+        )));
+    }
+    let mode = match mode {
+        XdpAttach::Native => XdpMode::Native,
+        XdpAttach::Skb => XdpMode::Skb,
+    };
+    let prog = XdpProgram::attach(dev, mode)?;
+    let mut opened: Opened = Vec::new();
+    for q in 0..*queues {
+        let mut cfg = AfXdpConfig::new(dev, q);
+        cfg.mode = mode;
+        cfg.zerocopy = *zerocopy;
+        cfg.device_mtu = Some(want_mtu);
+        opened.push(Box::new(AfXdpPort::open_with(cfg, &prog)?));
+    }
+    distribute(opened, workers, rotate)
+}
+
+/// `queues 2 mode native zerocopy off` for the log.
+fn describe_spec(spec: &PortSpec) -> String {
+    match spec {
+        PortSpec::AfXdp {
+            queues,
+            mode,
+            zerocopy,
+            ..
+        } => format!(
+            "queues {queues} mode {} zerocopy {}",
+            mode.as_str(),
+            if *zerocopy { "on" } else { "off" }
+        ),
+        other => other.kind().to_owned(),
+    }
 }
 
 /// A device's offloads as `link show` and the metrics report them.

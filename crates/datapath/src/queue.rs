@@ -13,6 +13,7 @@
 
 use qbridge_bridge::DropReason;
 use qbridge_io::afpacket::AfPacketPort;
+use qbridge_io::afxdp::AfXdpPort;
 use qbridge_io::tap::TapPort;
 use qbridge_io::{DeviceOffloads, IoError, Port, PortCaps, TxOutcome, TxReport};
 use qbridge_packet::{Batch, BufPool};
@@ -127,6 +128,41 @@ impl Queue for AfPacketPort {
             offloads: Some(self.device_offloads()),
             offloads_changed: changed,
         })
+    }
+}
+
+impl Queue for AfXdpPort {
+    fn port(&mut self) -> &mut dyn Port {
+        self
+    }
+
+    fn caps(&self) -> PortCaps {
+        Port::caps(self)
+    }
+
+    fn name(&self) -> &str {
+        Port::name(self)
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    /// The kernel's counters (read by [`Queue::tick`]) with the port's own: frames longer than
+    /// a UMEM frame are dropped by the kernel (`rx_dropped`) and count as truncated; a full RX
+    /// ring or an empty fill ring as `rx_ring_full`.
+    fn drops(&self) -> BackendDrops {
+        let s = self.stats();
+        BackendDrops {
+            rx_truncated: s.rx_truncated + s.kernel.rx_dropped,
+            rx_ring_full: s.kernel.rx_ring_full + s.kernel.rx_fill_ring_empty_descs,
+            ..BackendDrops::default()
+        }
+    }
+
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        self.read_kernel_stats()?;
+        Ok(Tick::default())
     }
 }
 
