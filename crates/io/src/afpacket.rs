@@ -47,6 +47,11 @@
 //! of them, by flow hash ([`FanoutMode::Hash`]: whole flows, in order, also through 802.1ad +
 //! 802.1Q tags; docs/decisions.md 16).
 //!
+//! Frames the kernel drops because the receive ring is full never reach user space; the kernel
+//! counts them per socket (`PACKET_STATISTICS`, reset on every read).
+//! [`AfPacketPort::poll_kernel_stats`] (one syscall; once a second, not per burst) adds them to
+//! [`AfPacketStats::rx_ring_full`].
+//!
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
 #![allow(unsafe_code)]
 
@@ -79,6 +84,7 @@ const PACKET_OTHERHOST: u8 = 3;
 const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
 const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_STATISTICS: libc::c_int = 6;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -294,6 +300,14 @@ pub struct AfPacketStats {
     /// (a veth, or a NIC without a unicast filter, delivers them), dropped because their
     /// destination is not in [`AfPacketConfig::unicast`].
     pub rx_otherhost_filtered: u64,
+    /// Frames the kernel dropped for this socket because the receive ring had no free slot
+    /// (or block): `tp_drops` of `PACKET_STATISTICS`, summed over every
+    /// [`AfPacketPort::poll_kernel_stats`]. (The kernel also counts here the rare frame it
+    /// could not copy for lack of memory.) Only as fresh as the last poll.
+    pub rx_ring_full: u64,
+    /// TPACKET_V3 only: times the ring froze — every block was in user space, so the kernel
+    /// dropped frames until one came back (`tp_freeze_q_cnt`). Only as fresh as the last poll.
+    pub rx_ring_frozen: u64,
 }
 
 /// The mmap'ed receive ring (V3 blocks or V2 slots).
@@ -699,6 +713,8 @@ impl AfPacketPort {
     /// interface's namespace (see [`crate::netns::run_in_netns`]).
     pub fn reopen(&mut self) -> Result<(), IoError> {
         let fresh = AfPacketPort::open(self.cfg.clone())?;
+        // The old socket's last drops, before it closes (best effort: it may be dead).
+        let _ = self.poll_kernel_stats();
         let (stats, ticks) = (self.stats, self.refused_ticks);
         *self = fresh;
         self.stats = stats;
@@ -709,6 +725,35 @@ impl AfPacketPort {
 
     pub fn config(&self) -> &AfPacketConfig {
         &self.cfg
+    }
+
+    /// Reads the kernel's counters for this socket (`getsockopt(PACKET_STATISTICS)`: one
+    /// syscall) and adds them to [`AfPacketPort::stats`] (`rx_ring_full`, `rx_ring_frozen`).
+    /// The kernel resets its counters on every read, so each drop is counted exactly once,
+    /// however often this is called. A syscall: call it about once a second (the daemon's
+    /// housekeeping tick, with [`AfPacketPort::refresh_offloads`]), not per burst.
+    pub fn poll_kernel_stats(&mut self) -> Result<(), IoError> {
+        // struct tpacket_stats_v3 {tp_packets, tp_drops, tp_freeze_q_cnt}; a V2 socket
+        // writes only the first two (struct tpacket_stats).
+        let mut st = [0u32; 3];
+        let want = match self.ring.version {
+            RingVersion::V3 => 12,
+            RingVersion::V2 => 8,
+        };
+        let fd = self.fd.as_raw_fd();
+        let got = sys::getsockopt_raw(fd, libc::SOL_PACKET, PACKET_STATISTICS, &mut st)
+            .map_err(|e| sys::sys_err("getsockopt(PACKET_STATISTICS)", &self.cfg.ifname, e))?;
+        if got < want {
+            return Err(IoError::Invalid(format!(
+                "{}: PACKET_STATISTICS returned {got} bytes, expected {want}",
+                self.cfg.ifname
+            )));
+        }
+        self.stats.rx_ring_full += u64::from(st[1]);
+        if self.ring.version == RingVersion::V3 {
+            self.stats.rx_ring_frozen += u64::from(st[2]);
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> AfPacketStats {
