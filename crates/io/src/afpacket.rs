@@ -42,6 +42,16 @@
 //! plain down/up the kernel resumes the socket by itself; after the interface was deleted and
 //! recreated only `reopen` helps.)
 //!
+//! Several workers on one interface: each opens its own port with the same
+//! [`AfPacketConfig::fanout`] group, and the kernel hands every received frame to exactly one
+//! of them, by flow hash ([`FanoutMode::Hash`]: whole flows, in order, also through 802.1ad +
+//! 802.1Q tags; docs/decisions.md 17).
+//!
+//! Frames the kernel drops because the receive ring is full never reach user space; the kernel
+//! counts them per socket (`PACKET_STATISTICS`, reset on every read).
+//! [`AfPacketPort::poll_kernel_stats`] (one syscall; once a second, not per burst) adds them to
+//! [`AfPacketStats::rx_ring_full`].
+//!
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
 #![allow(unsafe_code)]
 
@@ -73,6 +83,8 @@ const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const PACKET_OTHERHOST: u8 = 3;
 const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_STATISTICS: libc::c_int = 6;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -170,6 +182,74 @@ pub struct AfPacketConfig {
     /// V3 only: milliseconds after which the kernel hands over a partly filled block: the
     /// worst-case added latency at low rates.
     pub block_timeout_ms: u32,
+    /// Join a `PACKET_FANOUT` group after binding, so several sockets on one interface (one
+    /// per worker thread) share its frames instead of each receiving all of them.
+    pub fanout: Option<Fanout>,
+}
+
+/// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
+/// and the kernel hands each received frame to exactly one of them.
+///
+/// The group id namespace is the network namespace: sockets bound to the same device with the
+/// same id and mode share a group, whatever process owns them; a socket whose id is taken by a
+/// group of another mode fails to join (`EINVAL`). [`fanout_group_for`] picks ids that do not
+/// collide within one process and rarely between processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fanout {
+    pub group: u16,
+    pub mode: FanoutMode,
+}
+
+/// How the kernel picks a group member for a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FanoutMode {
+    /// `PACKET_FANOUT_HASH`: by the kernel's symmetric flow hash (the flow dissector, which
+    /// reads through 0x8100 and 0x88a8 tags to the L3 addresses and L4 ports; checked by
+    /// `tests/fanout_netns.rs`, docs/decisions.md 17). Every frame of a flow goes to one
+    /// socket, in order: the mode for a switch. No rollover: moving a flow's frames to
+    /// another socket when its ring is full would reorder the flow.
+    Hash,
+    /// `PACKET_FANOUT_CPU`: by the CPU that received the frame (follows the device's RSS or
+    /// RPS, which may or may not read through stacked tags).
+    Cpu,
+    /// `PACKET_FANOUT_LB`: round robin; reorders flows.
+    LoadBalance,
+    /// `PACKET_FANOUT_QM`: by the device's receive queue (`skb_get_rx_queue`).
+    QueueMapping,
+}
+
+impl FanoutMode {
+    /// The `PACKET_FANOUT_*` type number (`<linux/if_packet.h>`).
+    pub fn kernel_type(self) -> u16 {
+        match self {
+            FanoutMode::Hash => 0,
+            FanoutMode::LoadBalance => 1,
+            FanoutMode::Cpu => 2,
+            FanoutMode::QueueMapping => 5,
+        }
+    }
+}
+
+impl Fanout {
+    /// The `PACKET_FANOUT` option value: group id in the low 16 bits, type and flags above.
+    /// No flags: no `ROLLOVER` (reorders flows), no `DEFRAG` (a switch must forward IP
+    /// fragments as they came; the kernel hashes every fragment of a datagram by its
+    /// addresses only, so fragments stay together anyway).
+    pub fn option_value(&self) -> u32 {
+        u32::from(self.group) | u32::from(self.mode.kernel_type()) << 16
+    }
+}
+
+/// A fanout group id for port `port_id` of this process: `port_id` plus a per-process offset
+/// derived from the pid, modulo 2^16. Distinct port ids of one process (fewer than 65 536)
+/// never share an id; two processes attached to the *same* device in the same namespace (the
+/// only case where ids meet, as a group belongs to one device) collide with probability
+/// about 1 in 65 536 per port pair.
+pub fn fanout_group_for(port_id: u32) -> u16 {
+    let pid = std::process::id();
+    // A multiplicative hash spreads neighbouring pids far apart.
+    let salt = (pid.wrapping_mul(0x9e37_79b1) >> 16) as u16;
+    salt.wrapping_add(port_id as u16)
 }
 
 impl AfPacketConfig {
@@ -190,6 +270,7 @@ impl AfPacketConfig {
             block_bytes: 1 << 20,
             block_count: 32,
             block_timeout_ms: 1,
+            fanout: None,
         }
     }
 }
@@ -219,6 +300,14 @@ pub struct AfPacketStats {
     /// (a veth, or a NIC without a unicast filter, delivers them), dropped because their
     /// destination is not in [`AfPacketConfig::unicast`].
     pub rx_otherhost_filtered: u64,
+    /// Frames the kernel dropped for this socket because the receive ring had no free slot
+    /// (or block): `tp_drops` of `PACKET_STATISTICS`, summed over every
+    /// [`AfPacketPort::poll_kernel_stats`]. (The kernel also counts here the rare frame it
+    /// could not copy for lack of memory.) Only as fresh as the last poll.
+    pub rx_ring_full: u64,
+    /// TPACKET_V3 only: times the ring froze — every block was in user space, so the kernel
+    /// dropped frames until one came back (`tp_freeze_q_cnt`). Only as fresh as the last poll.
+    pub rx_ring_frozen: u64,
 }
 
 /// The mmap'ed receive ring (V3 blocks or V2 slots).
@@ -511,6 +600,17 @@ impl AfPacketPort {
         if rc < 0 {
             return Err(errno_err("bind(AF_PACKET)", &name));
         }
+        if let Some(f) = cfg.fanout {
+            // Only a bound socket may join. Until it has joined it receives every frame, as
+            // any socket does; the engine opens its workers' sockets before forwarding starts.
+            sys::setsockopt_int(
+                s,
+                libc::SOL_PACKET,
+                PACKET_FANOUT,
+                f.option_value() as libc::c_int,
+            )
+            .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
+        }
         let membership = |mr_type: libc::c_int, addr: Option<[u8; 6]>| {
             let mut mr = libc::packet_mreq {
                 mr_ifindex: ifindex as i32,
@@ -613,6 +713,8 @@ impl AfPacketPort {
     /// interface's namespace (see [`crate::netns::run_in_netns`]).
     pub fn reopen(&mut self) -> Result<(), IoError> {
         let fresh = AfPacketPort::open(self.cfg.clone())?;
+        // The old socket's last drops, before it closes (best effort: it may be dead).
+        let _ = self.poll_kernel_stats();
         let (stats, ticks) = (self.stats, self.refused_ticks);
         *self = fresh;
         self.stats = stats;
@@ -623,6 +725,35 @@ impl AfPacketPort {
 
     pub fn config(&self) -> &AfPacketConfig {
         &self.cfg
+    }
+
+    /// Reads the kernel's counters for this socket (`getsockopt(PACKET_STATISTICS)`: one
+    /// syscall) and adds them to [`AfPacketPort::stats`] (`rx_ring_full`, `rx_ring_frozen`).
+    /// The kernel resets its counters on every read, so each drop is counted exactly once,
+    /// however often this is called. A syscall: call it about once a second (the daemon's
+    /// housekeeping tick, with [`AfPacketPort::refresh_offloads`]), not per burst.
+    pub fn poll_kernel_stats(&mut self) -> Result<(), IoError> {
+        // struct tpacket_stats_v3 {tp_packets, tp_drops, tp_freeze_q_cnt}; a V2 socket
+        // writes only the first two (struct tpacket_stats).
+        let mut st = [0u32; 3];
+        let want = match self.ring.version {
+            RingVersion::V3 => 12,
+            RingVersion::V2 => 8,
+        };
+        let fd = self.fd.as_raw_fd();
+        let got = sys::getsockopt_raw(fd, libc::SOL_PACKET, PACKET_STATISTICS, &mut st)
+            .map_err(|e| sys::sys_err("getsockopt(PACKET_STATISTICS)", &self.cfg.ifname, e))?;
+        if got < want {
+            return Err(IoError::Invalid(format!(
+                "{}: PACKET_STATISTICS returned {got} bytes, expected {want}",
+                self.cfg.ifname
+            )));
+        }
+        self.stats.rx_ring_full += u64::from(st[1]);
+        if self.ring.version == RingVersion::V3 {
+            self.stats.rx_ring_frozen += u64::from(st[2]);
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> AfPacketStats {

@@ -436,6 +436,23 @@ pub(crate) fn setsockopt_raw<T: Copy>(
     Ok(())
 }
 
+/// getsockopt into a plain-old-data value; returns how many bytes the kernel wrote.
+pub(crate) fn getsockopt_raw<T: Copy>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &mut T,
+) -> io::Result<usize> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` points to a live, writable `T` and `len` holds its size; the kernel
+    // writes at most `len` bytes and stores the length written back into `len`.
+    let rc = unsafe { libc::getsockopt(fd, level, name, (value as *mut T).cast(), &mut len) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(len as usize)
+}
+
 /// Reads and clears the socket's pending error (`SO_ERROR`).
 pub(crate) fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
     let mut v: libc::c_int = 0;

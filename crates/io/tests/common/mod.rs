@@ -186,3 +186,45 @@ pub fn tcp_sink(
         got
     })
 }
+
+/// Sends every frame on `ifname` through one plain AF_PACKET socket, in the calling thread's
+/// namespace; returns how many were sent (stops at the first error).
+pub fn raw_send_all(ifname: &str, frames: &[Vec<u8>]) -> Result<usize, std::io::Error> {
+    let idx = qbridge_io::sys::ifindex(ifname).map_err(std::io::Error::other)?;
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: all-zero is a valid sockaddr_ll.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = idx as i32;
+    sll.sll_halen = 6;
+    let mut sent = 0;
+    let mut err = None;
+    for f in frames {
+        // SAFETY: `f` and `sll` are live for the call, lengths match.
+        let rc = unsafe {
+            libc::sendto(
+                fd,
+                f.as_ptr().cast(),
+                f.len(),
+                0,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc < 0 {
+            err = Some(std::io::Error::last_os_error());
+            break;
+        }
+        sent += 1;
+    }
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    match err {
+        Some(e) => Err(e),
+        None => Ok(sent),
+    }
+}
