@@ -28,7 +28,7 @@ use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
     LinkCommand, Op, PortSpec, Response, Session, VlanCommand, XdpAttach,
 };
-use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
+use qbridge_io::afpacket::{fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::{sys, DeviceOffloads, IoError};
@@ -1039,9 +1039,11 @@ fn close_queues(queues: Opened) {
     }
 }
 
-/// Opens port `name`'s AF_PACKET queues on `dev` for `workers` workers, raising the device MTU
-/// to `want_mtu` (never lowering it). Returns the queues (worker order), the device MTU now in
-/// force and the device's offloads.
+/// Opens port `name`'s AF_PACKET queues on `dev`: one socket per worker, all in one
+/// `PACKET_FANOUT_HASH` group (the kernel's flow hash reads through stacked tags to L4, so a
+/// flow stays on one worker; docs/decisions.md 17), raising the device MTU to `want_mtu`
+/// (never lowering it). Returns the queues (worker order), the device MTU now in force and
+/// the device's offloads.
 fn open_afpacket_queues(
     name: &str,
     dev: &str,
@@ -1049,7 +1051,7 @@ fn open_afpacket_queues(
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
-    rotate: usize,
+    port_id: usize,
 ) -> Result<(Opened, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
     let mut cfg = AfPacketConfig::new(dev);
@@ -1057,8 +1059,21 @@ fn open_afpacket_queues(
     cfg.promisc = filter.promisc;
     cfg.unicast = filter.unicast.clone();
     cfg.device_mtu = Some(want_mtu);
-    let p = AfPacketPort::open(cfg)?;
-    let offloads = p.device_offloads();
+    if workers > 1 {
+        cfg.fanout = Some(Fanout {
+            group: fanout_group_for(port_id as u32),
+            mode: FanoutMode::Hash,
+        });
+    }
+    let mut queues: Opened = Vec::with_capacity(workers);
+    let mut offloads = DeviceOffloads::default();
+    for w in 0..workers.max(1) {
+        let p = AfPacketPort::open(cfg.clone())?;
+        if w == 0 {
+            offloads = p.device_offloads();
+        }
+        queues.push(Box::new(p));
+    }
     let after = sys::get_mtu(dev).unwrap_or(before.max(want_mtu));
     if after != before {
         tracing::info!(
@@ -1066,7 +1081,6 @@ fn open_afpacket_queues(
              frames (the kernel allows only 4 bytes of slack, for 0x8100 only)"
         );
     }
-    let queues = distribute(vec![Box::new(p)], workers, rotate)?;
     Ok((queues, after, offloads))
 }
 

@@ -118,11 +118,13 @@ impl Queue for AfPacketPort {
         BackendDrops {
             rx_truncated: s.rx_truncated,
             rx_filtered: s.rx_otherhost_filtered,
+            rx_ring_full: s.rx_ring_full,
             ..BackendDrops::default()
         }
     }
 
     fn tick(&mut self) -> Result<Tick, IoError> {
+        self.poll_kernel_stats()?;
         let changed = self.refresh_offloads()?;
         Ok(Tick {
             offloads: Some(self.device_offloads()),
