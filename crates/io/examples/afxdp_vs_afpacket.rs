@@ -65,8 +65,11 @@ impl Rx {
             Rx::Xdp(p) => {
                 let k = p.read_kernel_stats().unwrap();
                 format!(
-                    "ring_full {} fill_empty {} dropped {}",
-                    k.rx_ring_full, k.rx_fill_ring_empty_descs, k.rx_dropped
+                    "ring_full {} fill_empty {} dropped {} (fill-ring kicks {})",
+                    k.rx_ring_full,
+                    k.rx_fill_ring_empty_descs,
+                    k.rx_dropped,
+                    p.stats().rx_kicks
                 )
             }
         }

@@ -33,23 +33,34 @@
 //! (`TX_BATCH_SIZE`), answering `EAGAIN` while more wait: a burst of N frames costs
 //! ⌈N/32⌉ kicks there. [`AfXdpStats`] counts the kicks.
 //!
-//! VLAN tags (checked on veth, kernel 6.18, native and skb mode; see
-//! `crates/io/tests/afxdp_netns.rs` and docs/decisions.md 16): XDP sees the frame as it is in
-//! the buffer, before the stack's `skb_vlan_untag`, so a tag stack written in the frame by the
-//! sender (an 802.1ad + 802.1Q stack from an AF_PACKET socket, a qbridge port, a kernel
-//! without tag offload) arrives on the RX ring whole and in order: nothing to restore, unlike
-//! AF_PACKET, which sees the frame after the stack took the outer tag out. On transmit the
-//! frame leaves as written. What XDP cannot see is a tag that exists only as skb metadata
-//! (`vlan_tci`, set by a sender's VLAN offload on the same host, e.g. a tc `vlan push`): the
-//! XDP buffer has no such field (only the `bpf_xdp_metadata_rx_vlan_tag` kfunc reads it), and
-//! such a frame arrives without that tag. [`AfXdpStats::rx_vlan_missing`] cannot count what
-//! is invisible; the netns test records the behaviour.
+//! VLAN tags (checked on veth, kernel 6.18, skb and native mode: `crates/io/tests/afxdp_netns.rs`,
+//! docs/decisions.md 16). XDP sees the frame's bytes before the stack's `skb_vlan_untag`, so
+//! every tag written in the frame — an 802.1ad + 802.1Q stack from an AF_PACKET socket, a
+//! qbridge port, any sender without VLAN offload — arrives on the RX ring whole and in order:
+//! nothing is stripped and nothing needs restoring (AF_PACKET, which sees the frame after
+//! the stack took the outer tag into metadata, must put it back). Transmit sends the bytes as
+//! written. What XDP cannot see is a tag that exists only as skb metadata: one pushed by a
+//! sender whose device offers VLAN insertion (a veth does: `txvlan`,
+//! `tx-vlan-stag-hw-insert`), e.g. a host's VLAN device or a tc/BPF `vlan push` on the peer,
+//! or (by the same logic; no NIC here to test) a tag a NIC's `rxvlan` offload stripped into
+//! the receive descriptor. XDP's buffer has no
+//! such field (only the `bpf_xdp_metadata_rx_vlan_tag` kfunc, native mode, reads it), so that
+//! tag is lost — the port cannot notice or count it. Remedy: turn those offloads off on the
+//! devices feeding an AF_XDP port (`ethtool -K PEER txvlan off tx-vlan-stag-hw-insert off`,
+//! `ethtool -K NIC rxvlan off rx-vlan-stag-hw-parse off`); then the kernel writes the tag into
+//! the bytes and it arrives (tested for the veth case).
 //!
-//! Sizes: no scatter-gather (`XDP_USE_SG` is not set), so a frame fits one UMEM frame; the
-//! kernel drops longer ones on receive (counted in [`XdpKernelStats::rx_dropped`]), and
-//! transmit refuses frames longer than [`PortCaps::max_frame`] (counted as `too_long`). No
-//! virtio-net header: no TSO, no checksum offload; the caller segments and completes
-//! checksums before transmit.
+//! Checksums and sizes: no virtio-net header, so no TSO and no checksum offload either way;
+//! the caller segments and completes checksums before transmit ([`PortCaps`] says so). On
+//! receive a frame whose checksum the sending host left to the device (`CHECKSUM_PARTIAL`: a
+//! veth peer with `tx` checksum offload on, the default) arrives with that checksum
+//! incomplete and nothing to say so; the receiving host then drops it. Hosts behind an AF_XDP
+//! port must compute their own checksums (`ethtool -K PEER tx off`, which also turns TSO off;
+//! measured: without it no TCP connection is established through two AF_XDP ports, with it
+//! ping and a 2 MB stream pass). No scatter-gather (`XDP_USE_SG` is not set), so a frame fits
+//! one UMEM frame after [`XDP_PACKET_HEADROOM`]; the kernel drops longer ones on receive
+//! (counted in [`XdpKernelStats::rx_dropped`]), and transmit refuses frames longer than
+//! [`PortCaps::max_frame`] (counted as `too_long`).
 //!
 //! Namespaces: create the program and the ports on a thread in the interface's namespace
 //! ([`crate::netns::run_in_netns`]); afterwards any thread may use them.
