@@ -271,6 +271,12 @@ impl Ring {
             // SAFETY: `o + 4 <= map_len` (checked above): inside the mapping.
             Ok(unsafe { NonNull::new_unchecked(map.as_ptr().add(o as usize)) })
         };
+        if off.desc % 8 != 0 {
+            return Err(IoError::Invalid(format!(
+                "{ifname}: {what}: descriptors at offset {} are not 8-byte aligned",
+                off.desc
+            )));
+        }
         let mut ring = Ring {
             map,
             map_len,
@@ -681,6 +687,31 @@ impl AfXdpPort {
         })
     }
 
+    /// Attaches one program to `cfg.ifname` and opens a port on each of the queues
+    /// `0..queues` with `cfg` (its `queue_id` is ignored): `link add … type afxdp dev IF
+    /// queues N`. Hand one port to each worker; the program lives as long as any of them.
+    pub fn open_queues(cfg: &AfXdpConfig, queues: u32) -> Result<Vec<AfXdpPort>, IoError> {
+        cfg.validate()?;
+        if queues == 0 || queues > MAX_QUEUES {
+            return Err(IoError::Invalid(format!(
+                "{}: {queues} queues (1 to {MAX_QUEUES})",
+                cfg.ifname
+            )));
+        }
+        let prog = XdpProgram::attach(&cfg.ifname, cfg.mode)?;
+        (0..queues)
+            .map(|queue_id| {
+                AfXdpPort::open_with(
+                    AfXdpConfig {
+                        queue_id,
+                        ..cfg.clone()
+                    },
+                    &prog,
+                )
+            })
+            .collect()
+    }
+
     pub fn config(&self) -> &AfXdpConfig {
         &self.cfg
     }
@@ -1045,6 +1076,14 @@ mod tests {
             ..ok
         })
         .contains("zero-copy needs native"));
+    }
+
+    #[test]
+    fn thread_bounds() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<AfXdpPort>();
+        send_sync::<XdpProgram>();
     }
 
     #[test]
