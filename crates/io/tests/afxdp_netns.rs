@@ -507,3 +507,88 @@ fn metadata_only_tag_is_lost_on_xdp_paths_unless_sender_inserts_it() {
         assert_eq!(seen, want, "{who}, sender txvlan {txvlan}");
     }
 }
+
+/// A veth with 4 queues served by 4 ports from [`AfXdpPort::open_queues`] (one program):
+/// every frame the peer sends arrives exactly once, on whichever queue the kernel chose.
+#[test]
+fn four_queues_share_one_program() {
+    skip_unless_root!();
+    for mode in MODES {
+        let ns_a = common::Netns::new().unwrap();
+        let ns_b = common::Netns::new().unwrap();
+        let (a, b) = (common::unique("qa"), common::unique("qb"));
+        ns_a.ip(&[
+            "link",
+            "add",
+            &a,
+            "numtxqueues",
+            "4",
+            "numrxqueues",
+            "4",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b,
+            "numtxqueues",
+            "4",
+            "numrxqueues",
+            "4",
+            "netns",
+            &ns_b.name,
+        ])
+        .unwrap();
+        ns_a.ip(&["link", "set", &a, "up"]).unwrap();
+        ns_b.ip(&["link", "set", &b, "up"]).unwrap();
+        let a2 = a.clone();
+        let mut ports = run_in_netns(&ns_a.name, move || {
+            AfXdpPort::open_queues(&cfg(&a2, mode), 4)
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(ports.len(), 4);
+        assert_eq!(Arc::strong_count(ports[0].program()), 4);
+        // Distinct frames: the payload's first two bytes number them.
+        let frames: Vec<Vec<u8>> = (0..200u16)
+            .map(|i| {
+                let mut f = tagged_frame(&[(0x88a8, 100), (0x8100, 10)], 60);
+                f[22..24].copy_from_slice(&i.to_be_bytes());
+                f
+            })
+            .collect();
+        let (b2, fs) = (b.clone(), frames.clone());
+        run_in_netns(&ns_b.name, move || {
+            for f in &fs {
+                raw_send(&b2, f).unwrap();
+            }
+        })
+        .unwrap();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut per_queue = [0usize; 4];
+        let mut pool = BufPool::new(256);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while got.len() < frames.len() && Instant::now() < deadline {
+            for (q, p) in ports.iter_mut().enumerate() {
+                let mut batch = Batch::default();
+                p.rx_burst(&mut batch, &mut pool, 64).unwrap();
+                for f in batch.drain() {
+                    if frames.iter().any(|x| x[..] == *f.frame()) {
+                        per_queue[q] += 1;
+                        got.push(f.frame().to_vec());
+                    }
+                    pool.put(f);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        got.sort();
+        got.dedup();
+        assert_eq!(
+            got.len(),
+            frames.len(),
+            "mode {mode}: per queue {per_queue:?}"
+        );
+        assert_eq!(per_queue.iter().sum::<usize>(), frames.len());
+        eprintln!("mode {mode}: frames per queue {per_queue:?}");
+    }
+}
