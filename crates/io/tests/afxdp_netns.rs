@@ -592,3 +592,57 @@ fn four_queues_share_one_program() {
         eprintln!("mode {mode}: frames per queue {per_queue:?}");
     }
 }
+
+/// Drops by name, at the edges of the rings: a burst longer than the TX ring sends what fits
+/// (batch sizes N-1, N, N+1 of an 8-entry ring) and counts the rest as queue-full; a received
+/// frame longer than a UMEM frame's room (2048 - 256 bytes) is dropped by the kernel and
+/// counted in its `rx_dropped`, and the frames around it arrive.
+#[test]
+fn ring_and_umem_limits_are_counted() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    for dev in [(&v.ns_a, &v.a), (&v.ns_b, &v.b)] {
+        dev.0.ip(&["link", "set", dev.1, "mtu", "2000"]).unwrap();
+    }
+    let small = AfXdpConfig {
+        frame_count: 16,
+        rx_ring_size: 8,
+        tx_ring_size: 8,
+        ..cfg(&v.a, XdpMode::Skb)
+    };
+    let mut port = open_xdp(&v.ns_a.name, small);
+    assert_eq!(port.caps().max_frame, 2048 - 256);
+    let mut pool = BufPool::new(64);
+    let frame = tagged_frame(&[(0x8100, 5)], 60);
+    for (n, sent) in [(7usize, 7usize), (8, 8), (9, 8)] {
+        // Let the previous burst complete so all 8 UMEM frames are free again.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut batch = Batch::default();
+        let _ = port.tx_burst(&mut batch, &mut pool);
+        for _ in 0..n {
+            batch.push(PacketBuf::from_frame(&frame));
+        }
+        let before = port.stats().tx_queue_full;
+        let out = port.tx_burst(&mut batch, &mut pool).unwrap();
+        assert_eq!((out.sent, out.queue_full), (sent, n - sent), "burst of {n}");
+        assert_eq!(port.stats().tx_queue_full - before, (n - sent) as u64);
+    }
+
+    let frames = [
+        tagged_frame(&[], 100),
+        tagged_frame(&[(0x88a8, 1), (0x8100, 2)], 1900),
+        tagged_frame(&[], 101),
+    ];
+    let (b, fs) = (v.b.clone(), frames.to_vec());
+    run_in_netns(&v.ns_b.name, move || {
+        for f in &fs {
+            raw_send(&b, f).unwrap();
+        }
+    })
+    .unwrap();
+    let want = [frames[0].clone(), frames[2].clone()];
+    let got = receive(&mut port, xdp_wait, &frames, 2);
+    assert_eq!(got, want);
+    let k = port.read_kernel_stats().unwrap();
+    assert_eq!(k.rx_dropped, 1, "{k:?}");
+}
