@@ -62,6 +62,12 @@
 //! (counted in [`XdpKernelStats::rx_dropped`]), and transmit refuses frames longer than
 //! [`PortCaps::max_frame`] (counted as `too_long`).
 //!
+//! Link loss: an interface that goes down or away turns into [`IoError::LinkDown`] from a
+//! burst (the kernel sets `ENETDOWN` on the socket). A deleted interface takes its XDP
+//! program with it, so there is no `reopen`: drop the interface's ports and program, and
+//! open them again (a fresh [`XdpProgram`]) when it is back; [`AfXdpPort::open_with`] waits
+//! out the kernel's deferred release of a queue just closed.
+//!
 //! Namespaces: create the program and the ports on a thread in the interface's namespace
 //! ([`crate::netns::run_in_netns`]); afterwards any thread may use them.
 //!
@@ -175,15 +181,19 @@ impl AfXdpConfig {
 /// The kernel's counters for one socket (`getsockopt(SOL_XDP, XDP_STATISTICS)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct XdpKernelStats {
-    /// Received frames dropped for another reason (among them: longer than a UMEM frame).
+    /// Received frames the kernel dropped, all causes: the fill ring empty (below) and
+    /// frames longer than a UMEM frame's room among them (both measured).
     pub rx_dropped: u64,
     /// Fill-ring descriptors the kernel found invalid.
     pub rx_invalid_descs: u64,
     /// TX-ring descriptors the kernel found invalid.
     pub tx_invalid_descs: u64,
-    /// Received frames dropped because the RX ring was full (the caller reads too slowly).
+    /// Received frames dropped because the RX ring was full. The port gives the kernel
+    /// exactly as many receive frames as the RX ring holds, so this stays 0: a caller that
+    /// reads too slowly shows as `rx_fill_ring_empty_descs` instead.
     pub rx_ring_full: u64,
-    /// Times the fill ring was empty when a frame arrived (the frame is dropped).
+    /// Times the fill ring was empty when a frame arrived (the frame is dropped): every
+    /// receive frame is waiting in the RX ring for the caller.
     pub rx_fill_ring_empty_descs: u64,
     /// Kicks that found the TX ring empty.
     pub tx_ring_empty_descs: u64,
