@@ -646,3 +646,23 @@ fn ring_and_umem_limits_are_counted() {
     let k = port.read_kernel_stats().unwrap();
     assert_eq!(k.rx_dropped, 1, "{k:?}");
 }
+
+/// veth has no AF_XDP zero-copy: asking for it fails at open with a message that says so,
+/// and leaves the queue free for a copy-mode port.
+#[test]
+fn zerocopy_on_veth_is_refused_clearly() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    let a = v.a.clone();
+    run_in_netns(&v.ns_a.name, move || {
+        let prog = XdpProgram::attach(&a, XdpMode::Native).unwrap();
+        let zc = AfXdpConfig {
+            zerocopy: true,
+            ..cfg(&a, XdpMode::Native)
+        };
+        let e = AfXdpPort::open_with(zc, &prog).unwrap_err();
+        assert!(e.to_string().contains("zero-copy"), "{e}");
+        AfXdpPort::open_with(cfg(&a, XdpMode::Native), &prog).unwrap();
+    })
+    .unwrap();
+}
