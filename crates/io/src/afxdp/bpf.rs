@@ -478,9 +478,10 @@ fn load_redirect(map_fd: RawFd, ifname: &str) -> Result<OwnedFd, IoError> {
 mod tests {
     use super::*;
 
-    /// The program's bytes against what clang emits for libxdp's default program
-    /// (`llvm-objdump -d` of `bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS)`),
-    /// with map fd 7.
+    /// The program's bytes, written out by hand from the eBPF instruction set
+    /// (Documentation/bpf/standardization/instruction-set.rst) in the form `llvm-objdump -d`
+    /// prints, with map fd 7. (That the kernel's verifier accepts the program is checked by
+    /// every namespace test.)
     #[test]
     #[cfg(target_endian = "little")]
     fn redirect_program_encoding() {
