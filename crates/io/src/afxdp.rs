@@ -568,82 +568,7 @@ impl AfXdpPort {
         };
         sys::setsockopt_raw(s, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
             .map_err(|e| sys::sys_err("XDP_UMEM_REG", &name, e))?;
-        let comp_size = (cfg.frame_count - cfg.rx_ring_size).next_power_of_two();
-        for (opt, size, what) in [
-            (
-                libc::XDP_UMEM_FILL_RING,
-                cfg.rx_ring_size,
-                "XDP_UMEM_FILL_RING",
-            ),
-            (
-                libc::XDP_UMEM_COMPLETION_RING,
-                comp_size,
-                "XDP_UMEM_COMPLETION_RING",
-            ),
-            (libc::XDP_RX_RING, cfg.rx_ring_size, "XDP_RX_RING"),
-            (libc::XDP_TX_RING, cfg.tx_ring_size, "XDP_TX_RING"),
-        ] {
-            sys::setsockopt_int(s, libc::SOL_XDP, opt, size as libc::c_int)
-                .map_err(|e| sys::sys_err(what, &name, e))?;
-        }
-        // SAFETY: all-zero is a valid xdp_mmap_offsets.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` and `len` are live and sized as the kernel expects.
-        let rc = unsafe {
-            libc::getsockopt(
-                s,
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 {
-            return Err(errno_err("XDP_MMAP_OFFSETS", &name));
-        }
-        if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
-            return Err(IoError::Invalid(format!(
-                "{name}: kernel without ring flags (XDP_MMAP_OFFSETS of {len} bytes; need \
-                 Linux >= 5.4)"
-            )));
-        }
-        let mut fill = Ring::map(
-            s,
-            &off.fr,
-            cfg.rx_ring_size,
-            8,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            "mmap(fill ring)",
-            &name,
-        )?;
-        let comp = Ring::map(
-            s,
-            &off.cr,
-            comp_size,
-            8,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            "mmap(completion ring)",
-            &name,
-        )?;
-        let rx = Ring::map(
-            s,
-            &off.rx,
-            cfg.rx_ring_size,
-            16,
-            libc::XDP_PGOFF_RX_RING as u64,
-            "mmap(rx ring)",
-            &name,
-        )?;
-        let tx = Ring::map(
-            s,
-            &off.tx,
-            cfg.tx_ring_size,
-            16,
-            libc::XDP_PGOFF_TX_RING as u64,
-            "mmap(tx ring)",
-            &name,
-        )?;
+        let [mut fill, comp, rx, tx] = create_rings(s, &cfg)?;
         // Frames 0..rx_ring_size receive; the rest transmit.
         let fs = u64::from(cfg.frame_size);
         fill.free(cfg.rx_ring_size);
@@ -918,6 +843,90 @@ impl AfXdpPort {
         }
         Ok(r)
     }
+}
+
+/// Sizes the four rings of socket `s` (fill and RX: `rx_ring_size`; TX: `tx_ring_size`;
+/// completion: room for every transmit frame, so the kernel never finds it full), asks the
+/// kernel where their fields are, and maps them: `[fill, completion, rx, tx]`.
+fn create_rings(s: RawFd, cfg: &AfXdpConfig) -> Result<[Ring; 4], IoError> {
+    let name = &cfg.ifname;
+    let comp_size = (cfg.frame_count - cfg.rx_ring_size).next_power_of_two();
+    for (opt, size, what) in [
+        (
+            libc::XDP_UMEM_FILL_RING,
+            cfg.rx_ring_size,
+            "XDP_UMEM_FILL_RING",
+        ),
+        (
+            libc::XDP_UMEM_COMPLETION_RING,
+            comp_size,
+            "XDP_UMEM_COMPLETION_RING",
+        ),
+        (libc::XDP_RX_RING, cfg.rx_ring_size, "XDP_RX_RING"),
+        (libc::XDP_TX_RING, cfg.tx_ring_size, "XDP_TX_RING"),
+    ] {
+        sys::setsockopt_int(s, libc::SOL_XDP, opt, size as libc::c_int)
+            .map_err(|e| sys::sys_err(what, name, e))?;
+    }
+    // SAFETY: all-zero is a valid xdp_mmap_offsets.
+    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `off` and `len` are live and sized as the kernel expects.
+    let rc = unsafe {
+        libc::getsockopt(
+            s,
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(errno_err("XDP_MMAP_OFFSETS", name));
+    }
+    if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+        return Err(IoError::Invalid(format!(
+            "{name}: kernel without ring flags (XDP_MMAP_OFFSETS of {len} bytes; need \
+             Linux >= 5.4)"
+        )));
+    }
+    let fill = Ring::map(
+        s,
+        &off.fr,
+        cfg.rx_ring_size,
+        8,
+        libc::XDP_UMEM_PGOFF_FILL_RING,
+        "mmap(fill ring)",
+        name,
+    )?;
+    let comp = Ring::map(
+        s,
+        &off.cr,
+        comp_size,
+        8,
+        libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        "mmap(completion ring)",
+        name,
+    )?;
+    let rx = Ring::map(
+        s,
+        &off.rx,
+        cfg.rx_ring_size,
+        16,
+        libc::XDP_PGOFF_RX_RING as u64,
+        "mmap(rx ring)",
+        name,
+    )?;
+    let tx = Ring::map(
+        s,
+        &off.tx,
+        cfg.tx_ring_size,
+        16,
+        libc::XDP_PGOFF_TX_RING as u64,
+        "mmap(tx ring)",
+        name,
+    )?;
+    Ok([fill, comp, rx, tx])
 }
 
 /// Binds socket `s`. A queue whose previous socket was closed a moment ago stays busy until
