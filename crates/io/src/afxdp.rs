@@ -33,23 +33,40 @@
 //! (`TX_BATCH_SIZE`), answering `EAGAIN` while more wait: a burst of N frames costs
 //! ⌈N/32⌉ kicks there. [`AfXdpStats`] counts the kicks.
 //!
-//! VLAN tags (checked on veth, kernel 6.18, native and skb mode; see
-//! `crates/io/tests/afxdp_netns.rs` and docs/decisions.md 16): XDP sees the frame as it is in
-//! the buffer, before the stack's `skb_vlan_untag`, so a tag stack written in the frame by the
-//! sender (an 802.1ad + 802.1Q stack from an AF_PACKET socket, a qbridge port, a kernel
-//! without tag offload) arrives on the RX ring whole and in order: nothing to restore, unlike
-//! AF_PACKET, which sees the frame after the stack took the outer tag out. On transmit the
-//! frame leaves as written. What XDP cannot see is a tag that exists only as skb metadata
-//! (`vlan_tci`, set by a sender's VLAN offload on the same host, e.g. a tc `vlan push`): the
-//! XDP buffer has no such field (only the `bpf_xdp_metadata_rx_vlan_tag` kfunc reads it), and
-//! such a frame arrives without that tag. [`AfXdpStats::rx_vlan_missing`] cannot count what
-//! is invisible; the netns test records the behaviour.
+//! VLAN tags (checked on veth, kernel 6.18, skb and native mode: `crates/io/tests/afxdp_netns.rs`,
+//! docs/decisions.md 18). XDP sees the frame's bytes before the stack's `skb_vlan_untag`, so
+//! every tag written in the frame — an 802.1ad + 802.1Q stack from an AF_PACKET socket, a
+//! qbridge port, any sender without VLAN offload — arrives on the RX ring whole and in order:
+//! nothing is stripped and nothing needs restoring (AF_PACKET, which sees the frame after
+//! the stack took the outer tag into metadata, must put it back). Transmit sends the bytes as
+//! written. What XDP cannot see is a tag that exists only as skb metadata: one pushed by a
+//! sender whose device offers VLAN insertion (a veth does: `txvlan`,
+//! `tx-vlan-stag-hw-insert`), e.g. a host's VLAN device or a tc/BPF `vlan push` on the peer,
+//! or (by the same logic; no NIC here to test) a tag a NIC's `rxvlan` offload stripped into
+//! the receive descriptor. XDP's buffer has no
+//! such field (only the `bpf_xdp_metadata_rx_vlan_tag` kfunc, native mode, reads it), so that
+//! tag is lost — the port cannot notice or count it. Remedy: turn those offloads off on the
+//! devices feeding an AF_XDP port (`ethtool -K PEER txvlan off tx-vlan-stag-hw-insert off`,
+//! `ethtool -K NIC rxvlan off rx-vlan-stag-hw-parse off`); then the kernel writes the tag into
+//! the bytes and it arrives (tested for the veth case).
 //!
-//! Sizes: no scatter-gather (`XDP_USE_SG` is not set), so a frame fits one UMEM frame; the
-//! kernel drops longer ones on receive (counted in [`XdpKernelStats::rx_dropped`]), and
-//! transmit refuses frames longer than [`PortCaps::max_frame`] (counted as `too_long`). No
-//! virtio-net header: no TSO, no checksum offload; the caller segments and completes
-//! checksums before transmit.
+//! Checksums and sizes: no virtio-net header, so no TSO and no checksum offload either way;
+//! the caller segments and completes checksums before transmit ([`PortCaps`] says so). On
+//! receive a frame whose checksum the sending host left to the device (`CHECKSUM_PARTIAL`: a
+//! veth peer with `tx` checksum offload on, the default) arrives with that checksum
+//! incomplete and nothing to say so; the receiving host then drops it. Hosts behind an AF_XDP
+//! port must compute their own checksums (`ethtool -K PEER tx off`, which also turns TSO off;
+//! measured: without it no TCP connection is established through two AF_XDP ports, with it
+//! ping and a 2 MB stream pass). No scatter-gather (`XDP_USE_SG` is not set), so a frame fits
+//! one UMEM frame after [`XDP_PACKET_HEADROOM`]; the kernel drops longer ones on receive
+//! (counted in [`XdpKernelStats::rx_dropped`]), and transmit refuses frames longer than
+//! [`PortCaps::max_frame`] (counted as `too_long`).
+//!
+//! Link loss: an interface that goes down or away turns into [`IoError::LinkDown`] from a
+//! burst (the kernel sets `ENETDOWN` on the socket). A deleted interface takes its XDP
+//! program with it, so there is no `reopen`: drop the interface's ports and program, and
+//! open them again (a fresh [`XdpProgram`]) when it is back; [`AfXdpPort::open_with`] waits
+//! out the kernel's deferred release of a queue just closed.
 //!
 //! Namespaces: create the program and the ports on a thread in the interface's namespace
 //! ([`crate::netns::run_in_netns`]); afterwards any thread may use them.
@@ -164,15 +181,19 @@ impl AfXdpConfig {
 /// The kernel's counters for one socket (`getsockopt(SOL_XDP, XDP_STATISTICS)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct XdpKernelStats {
-    /// Received frames dropped for another reason (among them: longer than a UMEM frame).
+    /// Received frames the kernel dropped, all causes: the fill ring empty (below) and
+    /// frames longer than a UMEM frame's room among them (both measured).
     pub rx_dropped: u64,
     /// Fill-ring descriptors the kernel found invalid.
     pub rx_invalid_descs: u64,
     /// TX-ring descriptors the kernel found invalid.
     pub tx_invalid_descs: u64,
-    /// Received frames dropped because the RX ring was full (the caller reads too slowly).
+    /// Received frames dropped because the RX ring was full. The port gives the kernel
+    /// exactly as many receive frames as the RX ring holds, so this stays 0: a caller that
+    /// reads too slowly shows as `rx_fill_ring_empty_descs` instead.
     pub rx_ring_full: u64,
-    /// Times the fill ring was empty when a frame arrived (the frame is dropped).
+    /// Times the fill ring was empty when a frame arrived (the frame is dropped): every
+    /// receive frame is waiting in the RX ring for the caller.
     pub rx_fill_ring_empty_descs: u64,
     /// Kicks that found the TX ring empty.
     pub tx_ring_empty_descs: u64,
@@ -260,6 +281,12 @@ impl Ring {
             // SAFETY: `o + 4 <= map_len` (checked above): inside the mapping.
             Ok(unsafe { NonNull::new_unchecked(map.as_ptr().add(o as usize)) })
         };
+        if off.desc % 8 != 0 {
+            return Err(IoError::Invalid(format!(
+                "{ifname}: {what}: descriptors at offset {} are not 8-byte aligned",
+                off.desc
+            )));
+        }
         let mut ring = Ring {
             map,
             map_len,
@@ -541,82 +568,7 @@ impl AfXdpPort {
         };
         sys::setsockopt_raw(s, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
             .map_err(|e| sys::sys_err("XDP_UMEM_REG", &name, e))?;
-        let comp_size = (cfg.frame_count - cfg.rx_ring_size).next_power_of_two();
-        for (opt, size, what) in [
-            (
-                libc::XDP_UMEM_FILL_RING,
-                cfg.rx_ring_size,
-                "XDP_UMEM_FILL_RING",
-            ),
-            (
-                libc::XDP_UMEM_COMPLETION_RING,
-                comp_size,
-                "XDP_UMEM_COMPLETION_RING",
-            ),
-            (libc::XDP_RX_RING, cfg.rx_ring_size, "XDP_RX_RING"),
-            (libc::XDP_TX_RING, cfg.tx_ring_size, "XDP_TX_RING"),
-        ] {
-            sys::setsockopt_int(s, libc::SOL_XDP, opt, size as libc::c_int)
-                .map_err(|e| sys::sys_err(what, &name, e))?;
-        }
-        // SAFETY: all-zero is a valid xdp_mmap_offsets.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` and `len` are live and sized as the kernel expects.
-        let rc = unsafe {
-            libc::getsockopt(
-                s,
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 {
-            return Err(errno_err("XDP_MMAP_OFFSETS", &name));
-        }
-        if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
-            return Err(IoError::Invalid(format!(
-                "{name}: kernel without ring flags (XDP_MMAP_OFFSETS of {len} bytes; need \
-                 Linux >= 5.4)"
-            )));
-        }
-        let mut fill = Ring::map(
-            s,
-            &off.fr,
-            cfg.rx_ring_size,
-            8,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            "mmap(fill ring)",
-            &name,
-        )?;
-        let comp = Ring::map(
-            s,
-            &off.cr,
-            comp_size,
-            8,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            "mmap(completion ring)",
-            &name,
-        )?;
-        let rx = Ring::map(
-            s,
-            &off.rx,
-            cfg.rx_ring_size,
-            16,
-            libc::XDP_PGOFF_RX_RING as u64,
-            "mmap(rx ring)",
-            &name,
-        )?;
-        let tx = Ring::map(
-            s,
-            &off.tx,
-            cfg.tx_ring_size,
-            16,
-            libc::XDP_PGOFF_TX_RING as u64,
-            "mmap(tx ring)",
-            &name,
-        )?;
+        let [mut fill, comp, rx, tx] = create_rings(s, &cfg)?;
         // Frames 0..rx_ring_size receive; the rest transmit.
         let fs = u64::from(cfg.frame_size);
         fill.free(cfg.rx_ring_size);
@@ -668,6 +620,31 @@ impl AfXdpPort {
             mtu,
             stats: AfXdpStats::default(),
         })
+    }
+
+    /// Attaches one program to `cfg.ifname` and opens a port on each of the queues
+    /// `0..queues` with `cfg` (its `queue_id` is ignored): `link add … type afxdp dev IF
+    /// queues N`. Hand one port to each worker; the program lives as long as any of them.
+    pub fn open_queues(cfg: &AfXdpConfig, queues: u32) -> Result<Vec<AfXdpPort>, IoError> {
+        cfg.validate()?;
+        if queues == 0 || queues > MAX_QUEUES {
+            return Err(IoError::Invalid(format!(
+                "{}: {queues} queues (1 to {MAX_QUEUES})",
+                cfg.ifname
+            )));
+        }
+        let prog = XdpProgram::attach(&cfg.ifname, cfg.mode)?;
+        (0..queues)
+            .map(|queue_id| {
+                AfXdpPort::open_with(
+                    AfXdpConfig {
+                        queue_id,
+                        ..cfg.clone()
+                    },
+                    &prog,
+                )
+            })
+            .collect()
     }
 
     pub fn config(&self) -> &AfXdpConfig {
@@ -868,6 +845,90 @@ impl AfXdpPort {
     }
 }
 
+/// Sizes the four rings of socket `s` (fill and RX: `rx_ring_size`; TX: `tx_ring_size`;
+/// completion: room for every transmit frame, so the kernel never finds it full), asks the
+/// kernel where their fields are, and maps them: `[fill, completion, rx, tx]`.
+fn create_rings(s: RawFd, cfg: &AfXdpConfig) -> Result<[Ring; 4], IoError> {
+    let name = &cfg.ifname;
+    let comp_size = (cfg.frame_count - cfg.rx_ring_size).next_power_of_two();
+    for (opt, size, what) in [
+        (
+            libc::XDP_UMEM_FILL_RING,
+            cfg.rx_ring_size,
+            "XDP_UMEM_FILL_RING",
+        ),
+        (
+            libc::XDP_UMEM_COMPLETION_RING,
+            comp_size,
+            "XDP_UMEM_COMPLETION_RING",
+        ),
+        (libc::XDP_RX_RING, cfg.rx_ring_size, "XDP_RX_RING"),
+        (libc::XDP_TX_RING, cfg.tx_ring_size, "XDP_TX_RING"),
+    ] {
+        sys::setsockopt_int(s, libc::SOL_XDP, opt, size as libc::c_int)
+            .map_err(|e| sys::sys_err(what, name, e))?;
+    }
+    // SAFETY: all-zero is a valid xdp_mmap_offsets.
+    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `off` and `len` are live and sized as the kernel expects.
+    let rc = unsafe {
+        libc::getsockopt(
+            s,
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(errno_err("XDP_MMAP_OFFSETS", name));
+    }
+    if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+        return Err(IoError::Invalid(format!(
+            "{name}: kernel without ring flags (XDP_MMAP_OFFSETS of {len} bytes; need \
+             Linux >= 5.4)"
+        )));
+    }
+    let fill = Ring::map(
+        s,
+        &off.fr,
+        cfg.rx_ring_size,
+        8,
+        libc::XDP_UMEM_PGOFF_FILL_RING,
+        "mmap(fill ring)",
+        name,
+    )?;
+    let comp = Ring::map(
+        s,
+        &off.cr,
+        comp_size,
+        8,
+        libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        "mmap(completion ring)",
+        name,
+    )?;
+    let rx = Ring::map(
+        s,
+        &off.rx,
+        cfg.rx_ring_size,
+        16,
+        libc::XDP_PGOFF_RX_RING as u64,
+        "mmap(rx ring)",
+        name,
+    )?;
+    let tx = Ring::map(
+        s,
+        &off.tx,
+        cfg.tx_ring_size,
+        16,
+        libc::XDP_PGOFF_TX_RING as u64,
+        "mmap(tx ring)",
+        name,
+    )?;
+    Ok([fill, comp, rx, tx])
+}
+
 /// Binds socket `s`. A queue whose previous socket was closed a moment ago stays busy until
 /// the kernel's deferred release ran (`EBUSY`, measured: a few milliseconds), so `EBUSY` is
 /// retried for up to [`BIND_BUSY_RETRY_MS`]; after that another socket holds the queue.
@@ -1034,6 +1095,14 @@ mod tests {
             ..ok
         })
         .contains("zero-copy needs native"));
+    }
+
+    #[test]
+    fn thread_bounds() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<AfXdpPort>();
+        send_sync::<XdpProgram>();
     }
 
     #[test]

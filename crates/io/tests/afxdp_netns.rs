@@ -507,3 +507,162 @@ fn metadata_only_tag_is_lost_on_xdp_paths_unless_sender_inserts_it() {
         assert_eq!(seen, want, "{who}, sender txvlan {txvlan}");
     }
 }
+
+/// A veth with 4 queues served by 4 ports from [`AfXdpPort::open_queues`] (one program):
+/// every frame the peer sends arrives exactly once, on whichever queue the kernel chose.
+#[test]
+fn four_queues_share_one_program() {
+    skip_unless_root!();
+    for mode in MODES {
+        let ns_a = common::Netns::new().unwrap();
+        let ns_b = common::Netns::new().unwrap();
+        let (a, b) = (common::unique("qa"), common::unique("qb"));
+        ns_a.ip(&[
+            "link",
+            "add",
+            &a,
+            "numtxqueues",
+            "4",
+            "numrxqueues",
+            "4",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b,
+            "numtxqueues",
+            "4",
+            "numrxqueues",
+            "4",
+            "netns",
+            &ns_b.name,
+        ])
+        .unwrap();
+        ns_a.ip(&["link", "set", &a, "up"]).unwrap();
+        ns_b.ip(&["link", "set", &b, "up"]).unwrap();
+        let a2 = a.clone();
+        let mut ports = run_in_netns(&ns_a.name, move || {
+            AfXdpPort::open_queues(&cfg(&a2, mode), 4)
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(ports.len(), 4);
+        assert_eq!(Arc::strong_count(ports[0].program()), 4);
+        // Distinct frames: the payload's first two bytes number them.
+        let frames: Vec<Vec<u8>> = (0..200u16)
+            .map(|i| {
+                let mut f = tagged_frame(&[(0x88a8, 100), (0x8100, 10)], 60);
+                f[22..24].copy_from_slice(&i.to_be_bytes());
+                f
+            })
+            .collect();
+        let (b2, fs) = (b.clone(), frames.clone());
+        run_in_netns(&ns_b.name, move || {
+            for f in &fs {
+                raw_send(&b2, f).unwrap();
+            }
+        })
+        .unwrap();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut per_queue = [0usize; 4];
+        let mut pool = BufPool::new(256);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while got.len() < frames.len() && Instant::now() < deadline {
+            for (q, p) in ports.iter_mut().enumerate() {
+                let mut batch = Batch::default();
+                p.rx_burst(&mut batch, &mut pool, 64).unwrap();
+                for f in batch.drain() {
+                    if frames.iter().any(|x| x[..] == *f.frame()) {
+                        per_queue[q] += 1;
+                        got.push(f.frame().to_vec());
+                    }
+                    pool.put(f);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        got.sort();
+        got.dedup();
+        assert_eq!(
+            got.len(),
+            frames.len(),
+            "mode {mode}: per queue {per_queue:?}"
+        );
+        assert_eq!(per_queue.iter().sum::<usize>(), frames.len());
+        eprintln!("mode {mode}: frames per queue {per_queue:?}");
+    }
+}
+
+/// Drops by name, at the edges of the rings: a burst longer than the TX ring sends what fits
+/// (batch sizes N-1, N, N+1 of an 8-entry ring) and counts the rest as queue-full; a received
+/// frame longer than a UMEM frame's room (2048 - 256 bytes) is dropped by the kernel and
+/// counted in its `rx_dropped`, and the frames around it arrive.
+#[test]
+fn ring_and_umem_limits_are_counted() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    for dev in [(&v.ns_a, &v.a), (&v.ns_b, &v.b)] {
+        dev.0.ip(&["link", "set", dev.1, "mtu", "2000"]).unwrap();
+    }
+    let small = AfXdpConfig {
+        frame_count: 16,
+        rx_ring_size: 8,
+        tx_ring_size: 8,
+        ..cfg(&v.a, XdpMode::Skb)
+    };
+    let mut port = open_xdp(&v.ns_a.name, small);
+    assert_eq!(port.caps().max_frame, 2048 - 256);
+    let mut pool = BufPool::new(64);
+    let frame = tagged_frame(&[(0x8100, 5)], 60);
+    for (n, sent) in [(7usize, 7usize), (8, 8), (9, 8)] {
+        // Let the previous burst complete so all 8 UMEM frames are free again.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut batch = Batch::default();
+        let _ = port.tx_burst(&mut batch, &mut pool);
+        for _ in 0..n {
+            batch.push(PacketBuf::from_frame(&frame));
+        }
+        let before = port.stats().tx_queue_full;
+        let out = port.tx_burst(&mut batch, &mut pool).unwrap();
+        assert_eq!((out.sent, out.queue_full), (sent, n - sent), "burst of {n}");
+        assert_eq!(port.stats().tx_queue_full - before, (n - sent) as u64);
+    }
+
+    let frames = [
+        tagged_frame(&[], 100),
+        tagged_frame(&[(0x88a8, 1), (0x8100, 2)], 1900),
+        tagged_frame(&[], 101),
+    ];
+    let (b, fs) = (v.b.clone(), frames.to_vec());
+    run_in_netns(&v.ns_b.name, move || {
+        for f in &fs {
+            raw_send(&b, f).unwrap();
+        }
+    })
+    .unwrap();
+    let want = [frames[0].clone(), frames[2].clone()];
+    let got = receive(&mut port, xdp_wait, &frames, 2);
+    assert_eq!(got, want);
+    let k = port.read_kernel_stats().unwrap();
+    assert_eq!(k.rx_dropped, 1, "{k:?}");
+}
+
+/// veth has no AF_XDP zero-copy: asking for it fails at open with a message that says so,
+/// and leaves the queue free for a copy-mode port.
+#[test]
+fn zerocopy_on_veth_is_refused_clearly() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    let a = v.a.clone();
+    run_in_netns(&v.ns_a.name, move || {
+        let prog = XdpProgram::attach(&a, XdpMode::Native).unwrap();
+        let zc = AfXdpConfig {
+            zerocopy: true,
+            ..cfg(&a, XdpMode::Native)
+        };
+        let e = AfXdpPort::open_with(zc, &prog).unwrap_err();
+        assert!(e.to_string().contains("zero-copy"), "{e}");
+        AfXdpPort::open_with(cfg(&a, XdpMode::Native), &prog).unwrap();
+    })
+    .unwrap();
+}
