@@ -47,6 +47,10 @@
 //! of them, by flow hash ([`FanoutMode::Hash`]: whole flows, in order, also through 802.1ad +
 //! 802.1Q tags; docs/decisions.md 16).
 //!
+//! Receive filters change without reopening: a port's sockets share an [`RxFilterHandle`]
+//! (promiscuous mode and accepted unicast addresses, held as memberships of one extra,
+//! unbound socket), which the control plane changes address by address while workers receive.
+//!
 //! Frames the kernel drops because the receive ring is full never reach user space; the kernel
 //! counts them per socket (`PACKET_STATISTICS`, reset on every read).
 //! [`AfPacketPort::poll_kernel_stats`] (one syscall; once a second, not per burst) adds them to
@@ -55,10 +59,12 @@
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
 #![allow(unsafe_code)]
 
+use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 
@@ -185,6 +191,11 @@ pub struct AfPacketConfig {
     /// Join a `PACKET_FANOUT` group after binding, so several sockets on one interface (one
     /// per worker thread) share its frames instead of each receiving all of them.
     pub fanout: Option<Fanout>,
+    /// The port's receive filter, shared by every socket of the port (one per worker) and
+    /// changed by the control plane while the workers run: promiscuous mode and the accepted
+    /// unicast addresses. When given, [`AfPacketConfig::promisc`] and
+    /// [`AfPacketConfig::unicast`] are ignored and the socket joins no membership itself.
+    pub filter: Option<Arc<RxFilterHandle>>,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
@@ -271,6 +282,7 @@ impl AfPacketConfig {
             block_count: 32,
             block_timeout_ms: 1,
             fanout: None,
+            filter: None,
         }
     }
 }
@@ -298,7 +310,8 @@ pub struct AfPacketStats {
     pub rx_vlan_restored: u64,
     /// Without `promisc`: unicast frames for another host that the device let through anyway
     /// (a veth, or a NIC without a unicast filter, delivers them), dropped because their
-    /// destination is not in [`AfPacketConfig::unicast`].
+    /// destination is not in [`AfPacketConfig::unicast`] (or, with a shared
+    /// [`AfPacketConfig::filter`], not in its accepted set).
     pub rx_otherhost_filtered: u64,
     /// Frames the kernel dropped for this socket because the receive ring had no free slot
     /// (or block): `tp_drops` of `PACKET_STATISTICS`, summed over every
@@ -308,6 +321,276 @@ pub struct AfPacketStats {
     /// TPACKET_V3 only: times the ring froze — every block was in user space, so the kernel
     /// dropped frames until one came back (`tp_freeze_q_cnt`). Only as fresh as the last poll.
     pub rx_ring_frozen: u64,
+}
+
+/// A MAC address as the key of the accepted set (the 6 bytes, big-endian, in a u64).
+fn mac_key(mac: [u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&mac);
+    u64::from_be_bytes(b)
+}
+
+fn fmt_mac(mac: [u8; 6]) -> String {
+    mac.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// Adds or drops one `PACKET_MR_*` membership of socket `fd` on interface `ifindex`.
+fn membership(
+    fd: RawFd,
+    ifindex: u32,
+    ifname: &str,
+    add: bool,
+    mr_type: libc::c_int,
+    addr: Option<[u8; 6]>,
+) -> Result<(), IoError> {
+    let mut mr = libc::packet_mreq {
+        mr_ifindex: ifindex as i32,
+        mr_type: mr_type as u16,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    if let Some(a) = addr {
+        mr.mr_alen = 6;
+        mr.mr_address[..6].copy_from_slice(&a);
+    }
+    let (opt, what) = if add {
+        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
+    } else {
+        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP")
+    };
+    sys::setsockopt_raw(fd, libc::SOL_PACKET, opt, &mr).map_err(|e| match addr {
+        Some(a) => IoError::Sys {
+            op: what,
+            ifname: format!("{ifname} (unicast {})", fmt_mac(a)),
+            source: e,
+        },
+        None => sys::sys_err(what, ifname, e),
+    })
+}
+
+/// The receive filter of one port, shared by all of its sockets (`Arc<RxFilterHandle>` in
+/// each socket's [`AfPacketConfig::filter`]) and changed by the control plane while workers
+/// receive, without reopening anything.
+///
+/// It owns one extra AF_PACKET socket of protocol 0 that is never bound, so it receives
+/// nothing; it only holds the port's device memberships: `PACKET_MR_PROMISC`, and one
+/// `PACKET_MR_UNICAST` per accepted address. Memberships are device-level and refcounted by
+/// the kernel, so one socket's memberships serve every socket of the port, and closing the
+/// handle (dropping its last `Arc`) removes them all. A change touches only what changed:
+/// [`RxFilterHandle::set_unicast`] adds and drops one membership per changed address.
+///
+/// A device without a unicast filter (a veth, many virtual devices) delivers frames for other
+/// hosts anyway (`PACKET_OTHERHOST`); without promiscuous mode each socket drops those whose
+/// destination is not in the accepted set and counts them
+/// ([`AfPacketStats::rx_otherhost_filtered`]). Readers take the set's read lock once per
+/// burst, and only in a burst that holds such a frame; control operations are serialised
+/// among themselves and hold the write lock only to insert or remove one address. (An
+/// `RwLock` rather than a copy-on-write snapshot: a snapshot per added address would copy the
+/// whole set each time, O(n²) for a 20 000-entry FDB added address by address.)
+///
+/// Open it in the interface's namespace (see [`crate::netns::run_in_netns`]), like the port.
+#[derive(Debug)]
+pub struct RxFilterHandle {
+    ifname: String,
+    ifindex: u32,
+    fd: OwnedFd,
+    /// Serialises control operations (membership changes and their publication).
+    ctl: Mutex<()>,
+    promisc: AtomicBool,
+    unicast: RwLock<HashSet<u64>>,
+}
+
+impl PartialEq for RxFilterHandle {
+    /// Identity: two handles are the same filter only if they are the same object.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for RxFilterHandle {}
+
+impl RxFilterHandle {
+    /// Opens the membership socket for `ifname`: no promiscuous mode, no unicast address.
+    pub fn open(ifname: &str) -> Result<Arc<RxFilterHandle>, IoError> {
+        let ifindex = sys::ifindex(ifname)?;
+        // Protocol 0 and never bound: the socket receives nothing.
+        // SAFETY: socket(2) takes no pointers.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(errno_err(
+                "socket(AF_PACKET) for the receive filter",
+                ifname,
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Arc::new(RxFilterHandle {
+            ifname: ifname.to_owned(),
+            ifindex,
+            fd,
+            ctl: Mutex::new(()),
+            promisc: AtomicBool::new(false),
+            unicast: RwLock::new(HashSet::new()),
+        }))
+    }
+
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    fn lock_ctl(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_set(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<u64>> {
+        self.unicast.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_set(&self) -> RwLockReadGuard<'_, HashSet<u64>> {
+        self.unicast.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn member(
+        &self,
+        add: bool,
+        mr_type: libc::c_int,
+        addr: Option<[u8; 6]>,
+    ) -> Result<(), IoError> {
+        membership(
+            self.fd.as_raw_fd(),
+            self.ifindex,
+            &self.ifname,
+            add,
+            mr_type,
+            addr,
+        )
+    }
+
+    /// Whether the port receives every frame.
+    pub fn promisc(&self) -> bool {
+        self.promisc.load(Ordering::Relaxed)
+    }
+
+    /// Turns promiscuous mode on or off (one membership change; nothing when unchanged).
+    pub fn set_promisc(&self, on: bool) -> Result<(), IoError> {
+        let _ctl = self.lock_ctl();
+        if self.promisc() == on {
+            return Ok(());
+        }
+        if on {
+            self.member(true, libc::PACKET_MR_PROMISC, None)?;
+            self.promisc.store(true, Ordering::Relaxed);
+        } else {
+            // Sockets stop taking other hosts' frames first, then the device stops sending.
+            self.promisc.store(false, Ordering::Relaxed);
+            self.member(false, libc::PACKET_MR_PROMISC, None)?;
+        }
+        Ok(())
+    }
+
+    /// Accepts `mac` (one `PACKET_MR_UNICAST` membership). Returns false if it was already.
+    pub fn add_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        let _ctl = self.lock_ctl();
+        self.add_locked(mac)
+    }
+
+    fn add_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        if self.read_set().contains(&mac_key(mac)) {
+            return Ok(false);
+        }
+        self.member(true, libc::PACKET_MR_UNICAST, Some(mac))?;
+        self.write_set().insert(mac_key(mac));
+        Ok(true)
+    }
+
+    /// Stops accepting `mac`. Returns false if it was not accepted.
+    pub fn del_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        let _ctl = self.lock_ctl();
+        self.del_locked(mac)
+    }
+
+    fn del_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        if !self.write_set().remove(&mac_key(mac)) {
+            return Ok(false);
+        }
+        if let Err(e) = self.member(false, libc::PACKET_MR_UNICAST, Some(mac)) {
+            // Still a member: keep the software filter in step with the device.
+            self.write_set().insert(mac_key(mac));
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Makes `macs` the accepted set, touching only the difference: one membership added per
+    /// new address, one dropped per address no longer listed. Returns (added, removed). On an
+    /// error the set holds every change made before it.
+    pub fn set_unicast(&self, macs: &[[u8; 6]]) -> Result<(usize, usize), IoError> {
+        let _ctl = self.lock_ctl();
+        let want: HashSet<u64> = macs.iter().map(|&m| mac_key(m)).collect();
+        let gone: Vec<u64> = self.read_set().difference(&want).copied().collect();
+        let mut removed = 0;
+        for k in gone {
+            let b = k.to_be_bytes();
+            if self.del_locked([b[2], b[3], b[4], b[5], b[6], b[7]])? {
+                removed += 1;
+            }
+        }
+        let mut added = 0;
+        for &m in macs {
+            if self.add_locked(m)? {
+                added += 1;
+            }
+        }
+        Ok((added, removed))
+    }
+
+    /// Whether `mac` is accepted now.
+    pub fn accepts(&self, mac: [u8; 6]) -> bool {
+        self.read_set().contains(&mac_key(mac))
+    }
+
+    /// How many unicast addresses are accepted.
+    pub fn unicast_len(&self) -> usize {
+        self.read_set().len()
+    }
+}
+
+/// Per burst: how frames for other hosts (`PACKET_OTHERHOST`) are judged.
+enum Otherhost<'a> {
+    /// Promiscuous: take them all.
+    TakeAll,
+    /// The port's own [`AfPacketConfig::unicast`] (no shared filter).
+    Config,
+    /// The shared filter's set, read-locked at the first such frame of the burst.
+    Shared {
+        handle: &'a RxFilterHandle,
+        set: Option<RwLockReadGuard<'a, HashSet<u64>>>,
+    },
+}
+
+impl<'a> Otherhost<'a> {
+    fn for_burst(promisc: bool, filter: Option<&'a RxFilterHandle>) -> Otherhost<'a> {
+        match filter {
+            Some(h) if h.promisc() => Otherhost::TakeAll,
+            Some(h) => Otherhost::Shared {
+                handle: h,
+                set: None,
+            },
+            None if promisc => Otherhost::TakeAll,
+            None => Otherhost::Config,
+        }
+    }
+
+    fn accepts(&mut self, dst: Option<[u8; 6]>, config: &[[u8; 6]]) -> bool {
+        let Some(dst) = dst else { return false };
+        match self {
+            Otherhost::TakeAll => true,
+            Otherhost::Config => config.contains(&dst),
+            Otherhost::Shared { handle, set } => set
+                .get_or_insert_with(|| handle.read_set())
+                .contains(&mac_key(dst)),
+        }
+    }
 }
 
 /// The mmap'ed receive ring (V3 blocks or V2 slots).
@@ -611,25 +894,13 @@ impl AfPacketPort {
             )
             .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
         }
-        let membership = |mr_type: libc::c_int, addr: Option<[u8; 6]>| {
-            let mut mr = libc::packet_mreq {
-                mr_ifindex: ifindex as i32,
-                mr_type: mr_type as u16,
-                mr_alen: 0,
-                mr_address: [0; 8],
-            };
-            if let Some(a) = addr {
-                mr.mr_alen = 6;
-                mr.mr_address[..6].copy_from_slice(&a);
-            }
-            sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
-                .map_err(|e| sys::sys_err("PACKET_ADD_MEMBERSHIP", &name, e))
-        };
-        if cfg.promisc {
-            membership(libc::PACKET_MR_PROMISC, None)?;
-        } else {
-            for a in &cfg.unicast {
-                membership(libc::PACKET_MR_UNICAST, Some(*a))?;
+        if cfg.filter.is_none() {
+            if cfg.promisc {
+                membership(s, ifindex, &name, true, libc::PACKET_MR_PROMISC, None)?;
+            } else {
+                for a in &cfg.unicast {
+                    membership(s, ifindex, &name, true, libc::PACKET_MR_UNICAST, Some(*a))?;
+                }
             }
         }
         let caps = PortCaps {
@@ -884,7 +1155,13 @@ impl AfPacketPort {
 
     /// Copies the frame whose `tpacket3_hdr` starts at `pkt` (inside the current block) into
     /// a pooled buffer; `None` when the frame is skipped (counted).
-    fn take_frame(&mut self, pkt: *const u8, room: usize, pool: &mut BufPool) -> Option<PacketBuf> {
+    fn take_frame(
+        &mut self,
+        pkt: *const u8,
+        room: usize,
+        pool: &mut BufPool,
+        otherhost: &mut Otherhost<'_>,
+    ) -> Option<PacketBuf> {
         let r = &self.ring;
         // Offsets are ABI offsets within the packet header, which the kernel places inside the
         // block; `room` bounds the frame. (Pointer arithmetic only; reads are checked below.)
@@ -899,7 +1176,7 @@ impl AfPacketPort {
             self.stats.rx_outgoing_skipped += 1;
             return None;
         }
-        if pkttype == PACKET_OTHERHOST && !self.cfg.promisc {
+        if pkttype == PACKET_OTHERHOST && !matches!(otherhost, Otherhost::TakeAll) {
             // SAFETY: the header is in the block; the destination MAC is the frame's first 6
             // bytes, inside the frame when the kernel's snap length covers them.
             let dst = unsafe {
@@ -908,7 +1185,7 @@ impl AfPacketPort {
                 (snap >= 6 && mac + 6 <= room)
                     .then(|| std::ptr::read_unaligned(at(mac) as *const [u8; 6]))
             };
-            if !dst.is_some_and(|d| self.cfg.unicast.contains(&d)) {
+            if !otherhost.accepts(dst, &self.cfg.unicast) {
                 self.stats.rx_otherhost_filtered += 1;
                 return None;
             }
@@ -958,7 +1235,13 @@ impl AfPacketPort {
     }
 
     /// Walks V3 blocks: frames of a block the kernel handed over, the block returned once read.
-    fn rx_v3(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+    fn rx_v3(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+        otherhost: &mut Otherhost<'_>,
+    ) -> usize {
         let mut n = 0;
         while n < max {
             if !self.ring.reading {
@@ -994,7 +1277,7 @@ impl AfPacketPort {
             } else {
                 0
             };
-            if let Some(p) = self.take_frame(pkt, room, pool) {
+            if let Some(p) = self.take_frame(pkt, room, pool, otherhost) {
                 batch.push(p);
                 n += 1;
             }
@@ -1009,7 +1292,13 @@ impl AfPacketPort {
     }
 
     /// Walks V2 slots: each slot is handed over, read and returned on its own.
-    fn rx_v2(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+    fn rx_v2(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+        otherhost: &mut Otherhost<'_>,
+    ) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = self.ring.slot_ptr(self.ring.slot);
@@ -1017,7 +1306,7 @@ impl AfPacketPort {
             if self.ring.status_word(status_at).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
                 break;
             }
-            if let Some(p) = self.take_frame(pkt, self.ring.slot_bytes, pool) {
+            if let Some(p) = self.take_frame(pkt, self.ring.slot_bytes, pool, otherhost) {
                 batch.push(p);
                 n += 1;
             }
@@ -1116,10 +1405,16 @@ impl Port for AfPacketPort {
         pool: &mut BufPool,
         max: usize,
     ) -> Result<usize, IoError> {
+        // The shared filter moves out of the config for the burst, so the burst can borrow it
+        // (and its set's read guard) while the port is borrowed mutably; no atomic operation.
+        let filter = self.cfg.filter.take();
+        let mut otherhost = Otherhost::for_burst(self.cfg.promisc, filter.as_deref());
         let n = match self.ring.version {
-            RingVersion::V3 => self.rx_v3(batch, pool, max),
-            RingVersion::V2 => self.rx_v2(batch, pool, max),
+            RingVersion::V3 => self.rx_v3(batch, pool, max, &mut otherhost),
+            RingVersion::V2 => self.rx_v2(batch, pool, max, &mut otherhost),
         };
+        drop(otherhost);
+        self.cfg.filter = filter;
         if n == 0 {
             // Idle: the one place a pending socket error (interface down or gone) shows up.
             let err = sys::take_socket_error(self.fd.as_raw_fd())
