@@ -1,9 +1,11 @@
 //! AF_PACKET port: a Linux interface (veth, physical NIC) as a switch port.
 //!
 //! Receive uses a memory-mapped ring, one ring walk per burst without syscalls: TPACKET_V2 by
-//! default (fixed 64.5 KiB slots handed over as soon as each is filled), or TPACKET_V3 (blocks of
-//! variable-size frames handed over whole — denser, but a partly filled block waits for its
-//! timer: ~0.9 ms added per hop at low rates, see docs/decisions.md 12). Transmit uses `sendmmsg(2)`: one
+//! default (fixed 2 KiB slots handed over as soon as each is filled; 8192 of them, 16 MiB; a
+//! longer frame — a TCP super-frame — comes whole through the socket queue, one `recv` each;
+//! docs/decisions.md 18), or TPACKET_V3 (blocks of variable-size frames handed over whole —
+//! denser, but a partly filled block waits for its timer: ~0.9 ms added per hop at low rates,
+//! see docs/decisions.md 12). [`AfPacketConfig::with_ring_frames`] sizes the ring per port. Transmit uses `sendmmsg(2)`: one
 //! syscall — one kick — per batch, each message a virtio-net header and the frame in two
 //! iovecs. Chosen over a TPACKET_V2/V3 transmit ring because the ring needs a `send()` kick per
 //! batch anyway, copies the frame into the ring just as `sendmmsg` copies it into an skb, and
@@ -91,6 +93,11 @@ const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_COPY_THRESH: libc::c_int = 7;
+const TP_STATUS_COPY: u32 = 1 << 1;
+/// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
+/// Ethernet header and tags.
+const COPY_BUF_BYTES: usize = VNET_HDR_LEN + 65_535 + 14 + 4 * 8;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -155,8 +162,11 @@ pub enum RingVersion {
     /// (`block_timeout_ms`) fires, which adds up to that much latency at low rates (measured
     /// here: ~0.9 ms median per hop with 1 ms).
     V3,
-    /// TPACKET_V2: fixed slots of [`V2_SLOT_BYTES`], each handed over as soon as it is filled
-    /// (no added latency), at the price of memory: one 64 KiB slot per frame, however small.
+    /// TPACKET_V2: fixed slots of [`AfPacketConfig::slot_bytes`], each handed over as soon as
+    /// it is filled (no added latency). A frame longer than a slot (a TCP super-frame, a jumbo
+    /// frame) is not lost: the kernel queues the whole frame on the socket as well
+    /// (`PACKET_COPY_THRESH`), marks its truncated slot `TP_STATUS_COPY`, and the port reads
+    /// it from there with one `recv` (counted in [`AfPacketStats::rx_copied`]).
     V2,
 }
 
@@ -181,10 +191,17 @@ pub struct AfPacketConfig {
     /// Receive ring version.
     pub ring: RingVersion,
     /// Receive ring: bytes per block (a multiple of the page size, at least 128 KiB so a
-    /// super-frame fits) and number of blocks. A V2 ring cuts each block into slots of
-    /// [`V2_SLOT_BYTES`].
+    /// super-frame fits a V3 block) and number of blocks. The ring's memory is their product,
+    /// pinned in the kernel for the socket's life. See [`AfPacketConfig::with_ring_frames`].
     pub block_bytes: u32,
     pub block_count: u32,
+    /// V2 only: bytes per slot (a multiple of 16, from 256 to `block_bytes`). A slot holds
+    /// the frame header, the virtio-net header and a frame of up to `slot_bytes -`
+    /// [`V2_SLOT_OVERHEAD`] bytes; longer frames arrive through the socket's queue (one extra
+    /// `recv` each). Default [`V2_SLOT_BYTES`]: every frame up to 1972 bytes (1500-byte MTU,
+    /// envelope frames, any tag stack) in the ring; [`V2_SUPER_SLOT_BYTES`] fits 64 KB
+    /// super-frames in the ring too, at 32 times the memory per frame.
+    pub slot_bytes: u32,
     /// V3 only: milliseconds after which the kernel hands over a partly filled block: the
     /// worst-case added latency at low rates.
     pub block_timeout_ms: u32,
@@ -264,11 +281,13 @@ pub fn fanout_group_for(port_id: u32) -> u16 {
 }
 
 impl AfPacketConfig {
-    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, a TPACKET_V2 ring of 32 blocks
-    /// of 1 MiB (480 slots of 64.5 KiB, 32 MiB per port). V2 because V3 holds a partly filled
-    /// block until its timer fires: measured here ~0.9 ms added per hop at low rates against
-    /// ~20 µs for V2 — a ping through four switch hops would pay it eight times. Use
-    /// [`RingVersion::V3`] for ports that only ever run loaded.
+    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, a TPACKET_V2 ring of
+    /// [`DEFAULT_RING_FRAMES`] slots of 2 KiB (16 blocks of 1 MiB: 16 MiB per socket; longer
+    /// frames through the socket queue, see [`RingVersion::V2`]). V2 because V3 holds a partly
+    /// filled block until its timer fires: measured here ~0.9 ms added per hop at low rates
+    /// against ~20 µs for V2 — a ping through four switch hops would pay it eight times
+    /// (docs/decisions.md 12, 18). Use [`RingVersion::V3`] for ports that only ever run
+    /// loaded.
     pub fn new(ifname: &str) -> AfPacketConfig {
         AfPacketConfig {
             ifname: ifname.to_owned(),
@@ -279,17 +298,62 @@ impl AfPacketConfig {
             qdisc_bypass: true,
             ring: RingVersion::V2,
             block_bytes: 1 << 20,
-            block_count: 32,
+            block_count: DEFAULT_RING_FRAMES / ((1 << 20) / V2_SLOT_BYTES),
+            slot_bytes: V2_SLOT_BYTES,
             block_timeout_ms: 1,
             fanout: None,
             filter: None,
         }
     }
+
+    /// Sizes the receive ring for at least `frames` frames: for V2, `frames` slots (whole
+    /// blocks of `block_bytes`); for V3, `frames` x [`V2_SLOT_BYTES`] bytes of blocks, which
+    /// holds at least as many frames of up to 1972 bytes and far more small ones. Memory per
+    /// socket: about `frames` x `slot_bytes` (V2) or `frames` x 2 KiB (V3). At least one block.
+    pub fn with_ring_frames(mut self, frames: u32) -> AfPacketConfig {
+        let per_block = match self.ring {
+            RingVersion::V2 => (self.block_bytes / self.slot_bytes.max(1)).max(1),
+            RingVersion::V3 => (self.block_bytes / V2_SLOT_BYTES).max(1),
+        };
+        self.block_count = frames.div_ceil(per_block).max(1);
+        self
+    }
+
+    /// Frames the ring holds for sure: V2 slots; for V3, frames of up to 1972 bytes.
+    pub fn ring_frames(&self) -> u32 {
+        match self.ring {
+            RingVersion::V2 => self.block_bytes / self.slot_bytes.max(1) * self.block_count,
+            RingVersion::V3 => self.block_bytes / V2_SLOT_BYTES * self.block_count,
+        }
+    }
+
+    /// Bytes of ring memory per socket (`block_bytes` x `block_count`).
+    pub fn ring_bytes(&self) -> u64 {
+        u64::from(self.block_bytes) * u64::from(self.block_count)
+    }
 }
 
-/// Bytes per V2 ring slot: a 64 KB super-frame with tags, virtio-net header and the frame
-/// header (a multiple of TPACKET_ALIGNMENT).
-pub const V2_SLOT_BYTES: u32 = 65_536 + 512;
+/// Default bytes per V2 ring slot: frames up to 2048 - [`V2_SLOT_OVERHEAD`] = 1972 bytes
+/// stay in the ring.
+pub const V2_SLOT_BYTES: u32 = 2048;
+
+/// A V2 slot big enough for a 64 KB super-frame with tags, virtio-net header and the frame
+/// header (the slot of every V2 ring before docs/decisions.md 18).
+pub const V2_SUPER_SLOT_BYTES: u32 = 65_536 + 512;
+
+/// Bytes of a V2 slot before the frame: `tpacket2_hdr` and `sockaddr_ll` (52, aligned to 16
+/// with the kernel's 16-byte minimum MAC room: 80), then the 10-byte virtio-net header, less
+/// the 14-byte Ethernet header the kernel counts inside that room.
+pub const V2_SLOT_OVERHEAD: u32 = 76;
+
+/// Default ring size in frames (V2 slots): 8192, 16 MiB per socket with 2 KiB slots. A
+/// 64-byte flood at 1 Mframe/s fills it in 8 ms; the old 64.5 KiB slots held 480 frames in
+/// 32 MiB.
+pub const DEFAULT_RING_FRAMES: u32 = 8192;
+
+/// Receive buffer asked for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` up to `rmem_max`) so frames
+/// longer than a V2 slot can wait in the socket queue: about 60 super-frames.
+const COPY_QUEUE_BYTES: libc::c_int = 4 << 20;
 
 /// Refreshes ([`AfPacketPort::refresh_offloads`], once a second in the daemon) during which a
 /// tag depth whose super-frame the kernel refused stays marked in
@@ -304,8 +368,11 @@ pub struct AfPacketStats {
     /// Frames the socket saw leaving the interface and skipped (kernels without
     /// `PACKET_IGNORE_OUTGOING`).
     pub rx_outgoing_skipped: u64,
-    /// Frames cut short by the ring (longer than a block); dropped.
+    /// Frames cut short by the ring (longer than a V3 block; or longer than a V2 slot while
+    /// the socket queue for such frames was full); dropped.
     pub rx_truncated: u64,
+    /// V2: frames longer than a slot, read whole from the socket queue (one `recv` each).
+    pub rx_copied: u64,
     /// VLAN tags put back into received frames.
     pub rx_vlan_restored: u64,
     /// Without `promisc`: unicast frames for another host that the device let through anyway
@@ -723,6 +790,8 @@ pub struct AfPacketPort {
     ring: RxRing,
     caps: PortCaps,
     tx: TxScratch,
+    /// V2: where a frame longer than a slot is read from the socket queue.
+    copy_buf: Vec<u8>,
     stats: AfPacketStats,
     /// Where the offload features sit in the kernel's feature bitmap (`None`: the names could
     /// not be read; the device is then taken to segment nothing).
@@ -748,6 +817,17 @@ impl AfPacketPort {
             return Err(IoError::Invalid(format!(
                 "ring of {} blocks of {} bytes: blocks must be >= 128 KiB and page multiples",
                 cfg.block_count, cfg.block_bytes
+            )));
+        }
+        if cfg.ring == RingVersion::V2
+            && (cfg.slot_bytes < 256
+                || cfg.slot_bytes % 16 != 0
+                || cfg.slot_bytes > cfg.block_bytes)
+        {
+            return Err(IoError::Invalid(format!(
+                "{name}: ring slots of {} bytes: must be a multiple of 16 from 256 to the block \
+                 size ({})",
+                cfg.slot_bytes, cfg.block_bytes
             )));
         }
         // Protocol 0: receive nothing until bound to the interface below.
@@ -782,7 +862,7 @@ impl AfPacketPort {
                 "PACKET_VNET_HDR",
             )?;
         }
-        let slots_per_block = (cfg.block_bytes / V2_SLOT_BYTES) as usize;
+        let slots_per_block = (cfg.block_bytes / cfg.slot_bytes.max(1)) as usize;
         match cfg.ring {
             RingVersion::V3 => {
                 opt(
@@ -813,11 +893,26 @@ impl AfPacketPort {
                 let req = libc::tpacket_req {
                     tp_block_size: cfg.block_bytes,
                     tp_block_nr: cfg.block_count,
-                    tp_frame_size: V2_SLOT_BYTES,
+                    tp_frame_size: cfg.slot_bytes,
                     tp_frame_nr: slots_per_block as u32 * cfg.block_count,
                 };
                 sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
                     .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+                // Frames longer than a slot: queued whole on the socket too (any non-zero
+                // threshold turns it on), with room for them in the receive buffer.
+                opt(
+                    libc::SOL_PACKET,
+                    PACKET_COPY_THRESH,
+                    1,
+                    "PACKET_COPY_THRESH",
+                )?;
+                if sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, COPY_QUEUE_BYTES)
+                    .is_err()
+                {
+                    // Without CAP_NET_ADMIN: as much as rmem_max allows.
+                    let _ =
+                        sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_RCVBUF, COPY_QUEUE_BYTES);
+                }
             }
         }
         let len = cfg.block_bytes as usize * cfg.block_count as usize;
@@ -842,7 +937,7 @@ impl AfPacketPort {
                 RingVersion::V3 => V3_LAYOUT,
                 RingVersion::V2 => V2_LAYOUT,
             },
-            slot_bytes: V2_SLOT_BYTES as usize,
+            slot_bytes: cfg.slot_bytes as usize,
             slots_per_block,
             slot_count: slots_per_block * cfg.block_count as usize,
             slot: 0,
@@ -913,12 +1008,17 @@ impl AfPacketPort {
             device: None,
         };
         let feature_bits = sys::feature_bits_via(s, &name).ok();
+        let copy_buf = match cfg.ring {
+            RingVersion::V2 => vec![0; COPY_BUF_BYTES],
+            RingVersion::V3 => Vec::new(),
+        };
         let mut port = AfPacketPort {
             cfg,
             fd,
             ring,
             caps,
             tx: TxScratch::default(),
+            copy_buf,
             stats: AfPacketStats::default(),
             feature_bits,
             offloads: DeviceOffloads::default(),
@@ -1195,17 +1295,40 @@ impl AfPacketPort {
         let status = r.read_u32(at(r.layout.status));
         let mac = r.read_u16(at(r.layout.mac)) as usize;
         let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
-        if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
-            self.stats.rx_truncated += 1;
-            return None;
-        }
-        // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
-        // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
-        let (vnet, data) = unsafe {
-            (
-                std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
-                std::slice::from_raw_parts(at(mac), snaplen),
-            )
+        let copied = r.version == RingVersion::V2 && status & TP_STATUS_COPY != 0;
+        let (vnet, data) = if copied {
+            // The slot holds the head of a frame longer than a slot; the whole frame (the
+            // outer tag still in the slot's header) is next in the socket queue, which holds
+            // nothing else: one skb per TP_STATUS_COPY slot, in ring order.
+            // SAFETY: `copy_buf` is a live, writable buffer of the length passed.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.copy_buf.as_mut_ptr().cast(),
+                    self.copy_buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
+                self.stats.rx_truncated += 1;
+                return None;
+            }
+            self.stats.rx_copied += 1;
+            let n = n as usize;
+            (&self.copy_buf[..vnet_len], &self.copy_buf[vnet_len..n])
+        } else {
+            if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
+                self.stats.rx_truncated += 1;
+                return None;
+            }
+            // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
+            // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
+            unsafe {
+                (
+                    std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
+                    std::slice::from_raw_parts(at(mac), snaplen),
+                )
+            }
         };
         let mut p = pool.get();
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
