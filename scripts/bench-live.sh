@@ -19,6 +19,9 @@
 #   qb-qinq    qbridge: the provider network of scripts/provider-network.batch (4 bridges, 4
 #              AF_PACKET ports and 2 patch links, 802.1ad S-VLAN 100 over C-VLAN 10, 3 veth
 #              hops), the same shape as ovs-qinq
+#   qb-plain-xdp, qb-qinq-xdp
+#              the same with AF_XDP ports (type afxdp, native mode) instead of AF_PACKET; the
+#              hosts' tx offloads are off (AF_XDP carries no checksum metadata: docs/daemon.md)
 #   (also available: ovs-qinq-txoff; qb-qinq-veth, the provider network with veths instead
 #   of patch links, scripts/provider-network-veth.batch, 8 AF_PACKET ports, 5 veth hops)
 #
@@ -61,13 +64,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${SECS:-5}
 rounds=${ROUNDS:-1}
-setups=${SETUPS:-veth kbridge ovs ovs-txoff ovs-qinq qb-plain qb-qinq}
+setups=${SETUPS:-veth kbridge ovs ovs-txoff ovs-qinq qb-plain qb-qinq qb-plain-xdp qb-qinq-xdp}
 me=bench-live.sh
 [ "$(id -u)" = 0 ] || { echo "$me: needs root (network namespaces)" >&2; exit 1; }
 case "$secs" in ''|*[!0-9]*) echo "$me: SECS must be whole seconds" >&2; exit 1 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "$me: ROUNDS must be a positive number" >&2; exit 1 ;; esac
 for s in $setups; do
-    case "$s" in veth|kbridge|ovs|ovs-txoff|ovs-qinq|ovs-qinq-txoff|qb-plain|qb-qinq|qb-qinq-veth) ;;
+    case "$s" in veth|kbridge|ovs|ovs-txoff|ovs-qinq|ovs-qinq-txoff|qb-plain|qb-qinq|qb-qinq-veth|qb-plain-xdp|qb-qinq-xdp) ;;
         *) echo "$me: unknown setup '$s'" >&2; exit 1 ;; esac
 done
 want_ovs=0; want_qb=0
@@ -192,8 +195,10 @@ switch_pid=""; switch_kind=""; qb_sock=""; qb_log=""
 start_qbridge() {  # start_qbridge BATCHFILE VARIANT-INDEX ROW
     local batch=$tmp/qb.batch log sock=$tmp/qb.sock
     log=$tmp/qb-${3//\//_}.log
-    if [ -n "${QB_PORT_TYPE:-}" ]; then
-        sed "s/ type afpacket dev / type $QB_PORT_TYPE dev /" "$1" >"$batch"
+    local ptype=${QB_PORT_TYPE:-}
+    case "$3" in qb-*-xdp*) ptype=afxdp ;; esac
+    if [ -n "$ptype" ]; then
+        sed "s/ type afpacket dev / type $ptype dev /" "$1" >"$batch"
     else
         cp "$1" "$batch"
     fi
@@ -269,7 +274,7 @@ build() {  # build KIND VARIANT-INDEX ROW
             -- set interface pe2-c1 type=patch options:peer=ce2-up \
             -- add-port ce2 ce2-up trunks=10 -- set interface ce2-up type=patch options:peer=pe2-c1 \
             -- add-port ce2 b0 tag=10 ;;
-    qb-plain)
+    qb-plain|qb-plain-xdp)
         hosts s1 s2
         cat >"$tmp/plain.batch" <<EOF
 link add br0 type bridge vlan_filtering 1
@@ -279,7 +284,7 @@ link set dev p1 master br0
 link set dev p2 master br0
 EOF
         start_qbridge "$tmp/plain.batch" "$var" "$row" || return 1 ;;
-    qb-qinq)
+    qb-qinq|qb-qinq-xdp)
         hosts a0 b0
         veth sw t1 sw t2
         start_qbridge scripts/provider-network.batch "$var" "$row" || return 1 ;;
@@ -289,7 +294,7 @@ EOF
         for l in "c1u p1c" "t1 t2" "p2c c2u"; do set -- $l; veth sw "$1" sw "$2"; done
         start_qbridge scripts/provider-network-veth.batch "$var" "$row" || return 1 ;;
     esac
-    case "$kind" in *-txoff)
+    case "$kind" in *-txoff|*-xdp)
         ip netns exec "$p-a" ethtool -K eth0 tx off >/dev/null
         ip netns exec "$p-b" ethtool -K eth0 tx off >/dev/null ;;
     esac

@@ -1,9 +1,11 @@
 //! AF_PACKET port: a Linux interface (veth, physical NIC) as a switch port.
 //!
 //! Receive uses a memory-mapped ring, one ring walk per burst without syscalls: TPACKET_V2 by
-//! default (fixed 64.5 KiB slots handed over as soon as each is filled), or TPACKET_V3 (blocks of
-//! variable-size frames handed over whole — denser, but a partly filled block waits for its
-//! timer: ~0.9 ms added per hop at low rates, see docs/decisions.md 12). Transmit uses `sendmmsg(2)`: one
+//! default (fixed 2 KiB slots handed over as soon as each is filled; 8192 of them, 16 MiB; a
+//! longer frame — a TCP super-frame — comes whole through the socket queue, one `recv` each;
+//! docs/decisions.md 20), or TPACKET_V3 (blocks of variable-size frames handed over whole —
+//! denser, but a partly filled block waits for its timer: ~0.9 ms added per hop at low rates,
+//! see docs/decisions.md 12). [`AfPacketConfig::with_ring_frames`] sizes the ring per port. Transmit uses `sendmmsg(2)`: one
 //! syscall — one kick — per batch, each message a virtio-net header and the frame in two
 //! iovecs. Chosen over a TPACKET_V2/V3 transmit ring because the ring needs a `send()` kick per
 //! batch anyway, copies the frame into the ring just as `sendmmsg` copies it into an skb, and
@@ -47,6 +49,10 @@
 //! of them, by flow hash ([`FanoutMode::Hash`]: whole flows, in order, also through 802.1ad +
 //! 802.1Q tags; docs/decisions.md 17).
 //!
+//! Receive filters change without reopening: a port's sockets share an [`RxFilterHandle`]
+//! (promiscuous mode and accepted unicast addresses, held as memberships of one extra,
+//! unbound socket), which the control plane changes address by address while workers receive.
+//!
 //! Frames the kernel drops because the receive ring is full never reach user space; the kernel
 //! counts them per socket (`PACKET_STATISTICS`, reset on every read).
 //! [`AfPacketPort::poll_kernel_stats`] (one syscall; once a second, not per burst) adds them to
@@ -55,10 +61,12 @@
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
 #![allow(unsafe_code)]
 
+use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 
@@ -85,6 +93,11 @@ const PACKET_OUTGOING: u8 = 4;
 const TPID_8021Q: u16 = 0x8100;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_COPY_THRESH: libc::c_int = 7;
+const TP_STATUS_COPY: u32 = 1 << 1;
+/// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
+/// Ethernet header and tags.
+const COPY_BUF_BYTES: usize = VNET_HDR_LEN + 65_535 + 14 + 4 * 8;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -149,8 +162,11 @@ pub enum RingVersion {
     /// (`block_timeout_ms`) fires, which adds up to that much latency at low rates (measured
     /// here: ~0.9 ms median per hop with 1 ms).
     V3,
-    /// TPACKET_V2: fixed slots of [`V2_SLOT_BYTES`], each handed over as soon as it is filled
-    /// (no added latency), at the price of memory: one 64 KiB slot per frame, however small.
+    /// TPACKET_V2: fixed slots of [`AfPacketConfig::slot_bytes`], each handed over as soon as
+    /// it is filled (no added latency). A frame longer than a slot (a TCP super-frame, a jumbo
+    /// frame) is not lost: the kernel queues the whole frame on the socket as well
+    /// (`PACKET_COPY_THRESH`), marks its truncated slot `TP_STATUS_COPY`, and the port reads
+    /// it from there with one `recv` (counted in [`AfPacketStats::rx_copied`]).
     V2,
 }
 
@@ -175,16 +191,28 @@ pub struct AfPacketConfig {
     /// Receive ring version.
     pub ring: RingVersion,
     /// Receive ring: bytes per block (a multiple of the page size, at least 128 KiB so a
-    /// super-frame fits) and number of blocks. A V2 ring cuts each block into slots of
-    /// [`V2_SLOT_BYTES`].
+    /// super-frame fits a V3 block) and number of blocks. The ring's memory is their product,
+    /// pinned in the kernel for the socket's life. See [`AfPacketConfig::with_ring_frames`].
     pub block_bytes: u32,
     pub block_count: u32,
+    /// V2 only: bytes per slot (a multiple of 16, from 256 to `block_bytes`). A slot holds
+    /// the frame header, the virtio-net header and a frame of up to `slot_bytes -`
+    /// [`V2_SLOT_OVERHEAD`] bytes; longer frames arrive through the socket's queue (one extra
+    /// `recv` each). Default [`V2_SLOT_BYTES`]: every frame up to 1972 bytes (1500-byte MTU,
+    /// envelope frames, any tag stack) in the ring; [`V2_SUPER_SLOT_BYTES`] fits 64 KB
+    /// super-frames in the ring too, at 32 times the memory per frame.
+    pub slot_bytes: u32,
     /// V3 only: milliseconds after which the kernel hands over a partly filled block: the
     /// worst-case added latency at low rates.
     pub block_timeout_ms: u32,
     /// Join a `PACKET_FANOUT` group after binding, so several sockets on one interface (one
     /// per worker thread) share its frames instead of each receiving all of them.
     pub fanout: Option<Fanout>,
+    /// The port's receive filter, shared by every socket of the port (one per worker) and
+    /// changed by the control plane while the workers run: promiscuous mode and the accepted
+    /// unicast addresses. When given, [`AfPacketConfig::promisc`] and
+    /// [`AfPacketConfig::unicast`] are ignored and the socket joins no membership itself.
+    pub filter: Option<Arc<RxFilterHandle>>,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
@@ -253,11 +281,13 @@ pub fn fanout_group_for(port_id: u32) -> u16 {
 }
 
 impl AfPacketConfig {
-    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, a TPACKET_V2 ring of 32 blocks
-    /// of 1 MiB (480 slots of 64.5 KiB, 32 MiB per port). V2 because V3 holds a partly filled
-    /// block until its timer fires: measured here ~0.9 ms added per hop at low rates against
-    /// ~20 µs for V2 — a ping through four switch hops would pay it eight times. Use
-    /// [`RingVersion::V3`] for ports that only ever run loaded.
+    /// Defaults: promiscuous, virtio-net headers, qdisc bypass, a TPACKET_V2 ring of
+    /// [`DEFAULT_RING_FRAMES`] slots of 2 KiB (16 blocks of 1 MiB: 16 MiB per socket; longer
+    /// frames through the socket queue, see [`RingVersion::V2`]). V2 because V3 holds a partly
+    /// filled block until its timer fires: measured here ~0.9 ms added per hop at low rates
+    /// against ~20 µs for V2 — a ping through four switch hops would pay it eight times
+    /// (docs/decisions.md 12, 20). Use [`RingVersion::V3`] for ports that only ever run
+    /// loaded.
     pub fn new(ifname: &str) -> AfPacketConfig {
         AfPacketConfig {
             ifname: ifname.to_owned(),
@@ -268,16 +298,62 @@ impl AfPacketConfig {
             qdisc_bypass: true,
             ring: RingVersion::V2,
             block_bytes: 1 << 20,
-            block_count: 32,
+            block_count: DEFAULT_RING_FRAMES / ((1 << 20) / V2_SLOT_BYTES),
+            slot_bytes: V2_SLOT_BYTES,
             block_timeout_ms: 1,
             fanout: None,
+            filter: None,
         }
+    }
+
+    /// Sizes the receive ring for at least `frames` frames: for V2, `frames` slots (whole
+    /// blocks of `block_bytes`); for V3, `frames` x [`V2_SLOT_BYTES`] bytes of blocks, which
+    /// holds at least as many frames of up to 1972 bytes and far more small ones. Memory per
+    /// socket: about `frames` x `slot_bytes` (V2) or `frames` x 2 KiB (V3). At least one block.
+    pub fn with_ring_frames(mut self, frames: u32) -> AfPacketConfig {
+        let per_block = match self.ring {
+            RingVersion::V2 => (self.block_bytes / self.slot_bytes.max(1)).max(1),
+            RingVersion::V3 => (self.block_bytes / V2_SLOT_BYTES).max(1),
+        };
+        self.block_count = frames.div_ceil(per_block).max(1);
+        self
+    }
+
+    /// Frames the ring holds for sure: V2 slots; for V3, frames of up to 1972 bytes.
+    pub fn ring_frames(&self) -> u32 {
+        match self.ring {
+            RingVersion::V2 => self.block_bytes / self.slot_bytes.max(1) * self.block_count,
+            RingVersion::V3 => self.block_bytes / V2_SLOT_BYTES * self.block_count,
+        }
+    }
+
+    /// Bytes of ring memory per socket (`block_bytes` x `block_count`).
+    pub fn ring_bytes(&self) -> u64 {
+        u64::from(self.block_bytes) * u64::from(self.block_count)
     }
 }
 
-/// Bytes per V2 ring slot: a 64 KB super-frame with tags, virtio-net header and the frame
-/// header (a multiple of TPACKET_ALIGNMENT).
-pub const V2_SLOT_BYTES: u32 = 65_536 + 512;
+/// Default bytes per V2 ring slot: frames up to 2048 - [`V2_SLOT_OVERHEAD`] = 1972 bytes
+/// stay in the ring.
+pub const V2_SLOT_BYTES: u32 = 2048;
+
+/// A V2 slot big enough for a 64 KB super-frame with tags, virtio-net header and the frame
+/// header (the slot of every V2 ring before docs/decisions.md 20).
+pub const V2_SUPER_SLOT_BYTES: u32 = 65_536 + 512;
+
+/// Bytes of a V2 slot before the frame: `tpacket2_hdr` and `sockaddr_ll` (52, aligned to 16
+/// with the kernel's 16-byte minimum MAC room: 80), then the 10-byte virtio-net header, less
+/// the 14-byte Ethernet header the kernel counts inside that room.
+pub const V2_SLOT_OVERHEAD: u32 = 76;
+
+/// Default ring size in frames (V2 slots): 8192, 16 MiB per socket with 2 KiB slots. A
+/// 64-byte flood at 1 Mframe/s fills it in 8 ms; the old 64.5 KiB slots held 480 frames in
+/// 32 MiB.
+pub const DEFAULT_RING_FRAMES: u32 = 8192;
+
+/// Receive buffer asked for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` up to `rmem_max`) so frames
+/// longer than a V2 slot can wait in the socket queue: about 60 super-frames.
+const COPY_QUEUE_BYTES: libc::c_int = 4 << 20;
 
 /// Refreshes ([`AfPacketPort::refresh_offloads`], once a second in the daemon) during which a
 /// tag depth whose super-frame the kernel refused stays marked in
@@ -292,13 +368,17 @@ pub struct AfPacketStats {
     /// Frames the socket saw leaving the interface and skipped (kernels without
     /// `PACKET_IGNORE_OUTGOING`).
     pub rx_outgoing_skipped: u64,
-    /// Frames cut short by the ring (longer than a block); dropped.
+    /// Frames cut short by the ring (longer than a V3 block; or longer than a V2 slot while
+    /// the socket queue for such frames was full); dropped.
     pub rx_truncated: u64,
+    /// V2: frames longer than a slot, read whole from the socket queue (one `recv` each).
+    pub rx_copied: u64,
     /// VLAN tags put back into received frames.
     pub rx_vlan_restored: u64,
     /// Without `promisc`: unicast frames for another host that the device let through anyway
     /// (a veth, or a NIC without a unicast filter, delivers them), dropped because their
-    /// destination is not in [`AfPacketConfig::unicast`].
+    /// destination is not in [`AfPacketConfig::unicast`] (or, with a shared
+    /// [`AfPacketConfig::filter`], not in its accepted set).
     pub rx_otherhost_filtered: u64,
     /// Frames the kernel dropped for this socket because the receive ring had no free slot
     /// (or block): `tp_drops` of `PACKET_STATISTICS`, summed over every
@@ -308,6 +388,276 @@ pub struct AfPacketStats {
     /// TPACKET_V3 only: times the ring froze — every block was in user space, so the kernel
     /// dropped frames until one came back (`tp_freeze_q_cnt`). Only as fresh as the last poll.
     pub rx_ring_frozen: u64,
+}
+
+/// A MAC address as the key of the accepted set (the 6 bytes, big-endian, in a u64).
+fn mac_key(mac: [u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&mac);
+    u64::from_be_bytes(b)
+}
+
+fn fmt_mac(mac: [u8; 6]) -> String {
+    mac.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// Adds or drops one `PACKET_MR_*` membership of socket `fd` on interface `ifindex`.
+fn membership(
+    fd: RawFd,
+    ifindex: u32,
+    ifname: &str,
+    add: bool,
+    mr_type: libc::c_int,
+    addr: Option<[u8; 6]>,
+) -> Result<(), IoError> {
+    let mut mr = libc::packet_mreq {
+        mr_ifindex: ifindex as i32,
+        mr_type: mr_type as u16,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    if let Some(a) = addr {
+        mr.mr_alen = 6;
+        mr.mr_address[..6].copy_from_slice(&a);
+    }
+    let (opt, what) = if add {
+        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
+    } else {
+        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP")
+    };
+    sys::setsockopt_raw(fd, libc::SOL_PACKET, opt, &mr).map_err(|e| match addr {
+        Some(a) => IoError::Sys {
+            op: what,
+            ifname: format!("{ifname} (unicast {})", fmt_mac(a)),
+            source: e,
+        },
+        None => sys::sys_err(what, ifname, e),
+    })
+}
+
+/// The receive filter of one port, shared by all of its sockets (`Arc<RxFilterHandle>` in
+/// each socket's [`AfPacketConfig::filter`]) and changed by the control plane while workers
+/// receive, without reopening anything.
+///
+/// It owns one extra AF_PACKET socket of protocol 0 that is never bound, so it receives
+/// nothing; it only holds the port's device memberships: `PACKET_MR_PROMISC`, and one
+/// `PACKET_MR_UNICAST` per accepted address. Memberships are device-level and refcounted by
+/// the kernel, so one socket's memberships serve every socket of the port, and closing the
+/// handle (dropping its last `Arc`) removes them all. A change touches only what changed:
+/// [`RxFilterHandle::set_unicast`] adds and drops one membership per changed address.
+///
+/// A device without a unicast filter (a veth, many virtual devices) delivers frames for other
+/// hosts anyway (`PACKET_OTHERHOST`); without promiscuous mode each socket drops those whose
+/// destination is not in the accepted set and counts them
+/// ([`AfPacketStats::rx_otherhost_filtered`]). Readers take the set's read lock once per
+/// burst, and only in a burst that holds such a frame; control operations are serialised
+/// among themselves and hold the write lock only to insert or remove one address. (An
+/// `RwLock` rather than a copy-on-write snapshot: a snapshot per added address would copy the
+/// whole set each time, O(n²) for a 20 000-entry FDB added address by address.)
+///
+/// Open it in the interface's namespace (see [`crate::netns::run_in_netns`]), like the port.
+#[derive(Debug)]
+pub struct RxFilterHandle {
+    ifname: String,
+    ifindex: u32,
+    fd: OwnedFd,
+    /// Serialises control operations (membership changes and their publication).
+    ctl: Mutex<()>,
+    promisc: AtomicBool,
+    unicast: RwLock<HashSet<u64>>,
+}
+
+impl PartialEq for RxFilterHandle {
+    /// Identity: two handles are the same filter only if they are the same object.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for RxFilterHandle {}
+
+impl RxFilterHandle {
+    /// Opens the membership socket for `ifname`: no promiscuous mode, no unicast address.
+    pub fn open(ifname: &str) -> Result<Arc<RxFilterHandle>, IoError> {
+        let ifindex = sys::ifindex(ifname)?;
+        // Protocol 0 and never bound: the socket receives nothing.
+        // SAFETY: socket(2) takes no pointers.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(errno_err(
+                "socket(AF_PACKET) for the receive filter",
+                ifname,
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Arc::new(RxFilterHandle {
+            ifname: ifname.to_owned(),
+            ifindex,
+            fd,
+            ctl: Mutex::new(()),
+            promisc: AtomicBool::new(false),
+            unicast: RwLock::new(HashSet::new()),
+        }))
+    }
+
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    fn lock_ctl(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_set(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<u64>> {
+        self.unicast.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_set(&self) -> RwLockReadGuard<'_, HashSet<u64>> {
+        self.unicast.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn member(
+        &self,
+        add: bool,
+        mr_type: libc::c_int,
+        addr: Option<[u8; 6]>,
+    ) -> Result<(), IoError> {
+        membership(
+            self.fd.as_raw_fd(),
+            self.ifindex,
+            &self.ifname,
+            add,
+            mr_type,
+            addr,
+        )
+    }
+
+    /// Whether the port receives every frame.
+    pub fn promisc(&self) -> bool {
+        self.promisc.load(Ordering::Relaxed)
+    }
+
+    /// Turns promiscuous mode on or off (one membership change; nothing when unchanged).
+    pub fn set_promisc(&self, on: bool) -> Result<(), IoError> {
+        let _ctl = self.lock_ctl();
+        if self.promisc() == on {
+            return Ok(());
+        }
+        if on {
+            self.member(true, libc::PACKET_MR_PROMISC, None)?;
+            self.promisc.store(true, Ordering::Relaxed);
+        } else {
+            // Sockets stop taking other hosts' frames first, then the device stops sending.
+            self.promisc.store(false, Ordering::Relaxed);
+            self.member(false, libc::PACKET_MR_PROMISC, None)?;
+        }
+        Ok(())
+    }
+
+    /// Accepts `mac` (one `PACKET_MR_UNICAST` membership). Returns false if it was already.
+    pub fn add_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        let _ctl = self.lock_ctl();
+        self.add_locked(mac)
+    }
+
+    fn add_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        if self.read_set().contains(&mac_key(mac)) {
+            return Ok(false);
+        }
+        self.member(true, libc::PACKET_MR_UNICAST, Some(mac))?;
+        self.write_set().insert(mac_key(mac));
+        Ok(true)
+    }
+
+    /// Stops accepting `mac`. Returns false if it was not accepted.
+    pub fn del_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        let _ctl = self.lock_ctl();
+        self.del_locked(mac)
+    }
+
+    fn del_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
+        if !self.write_set().remove(&mac_key(mac)) {
+            return Ok(false);
+        }
+        if let Err(e) = self.member(false, libc::PACKET_MR_UNICAST, Some(mac)) {
+            // Still a member: keep the software filter in step with the device.
+            self.write_set().insert(mac_key(mac));
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Makes `macs` the accepted set, touching only the difference: one membership added per
+    /// new address, one dropped per address no longer listed. Returns (added, removed). On an
+    /// error the set holds every change made before it.
+    pub fn set_unicast(&self, macs: &[[u8; 6]]) -> Result<(usize, usize), IoError> {
+        let _ctl = self.lock_ctl();
+        let want: HashSet<u64> = macs.iter().map(|&m| mac_key(m)).collect();
+        let gone: Vec<u64> = self.read_set().difference(&want).copied().collect();
+        let mut removed = 0;
+        for k in gone {
+            let b = k.to_be_bytes();
+            if self.del_locked([b[2], b[3], b[4], b[5], b[6], b[7]])? {
+                removed += 1;
+            }
+        }
+        let mut added = 0;
+        for &m in macs {
+            if self.add_locked(m)? {
+                added += 1;
+            }
+        }
+        Ok((added, removed))
+    }
+
+    /// Whether `mac` is accepted now.
+    pub fn accepts(&self, mac: [u8; 6]) -> bool {
+        self.read_set().contains(&mac_key(mac))
+    }
+
+    /// How many unicast addresses are accepted.
+    pub fn unicast_len(&self) -> usize {
+        self.read_set().len()
+    }
+}
+
+/// Per burst: how frames for other hosts (`PACKET_OTHERHOST`) are judged.
+enum Otherhost<'a> {
+    /// Promiscuous: take them all.
+    TakeAll,
+    /// The port's own [`AfPacketConfig::unicast`] (no shared filter).
+    Config,
+    /// The shared filter's set, read-locked at the first such frame of the burst.
+    Shared {
+        handle: &'a RxFilterHandle,
+        set: Option<RwLockReadGuard<'a, HashSet<u64>>>,
+    },
+}
+
+impl<'a> Otherhost<'a> {
+    fn for_burst(promisc: bool, filter: Option<&'a RxFilterHandle>) -> Otherhost<'a> {
+        match filter {
+            Some(h) if h.promisc() => Otherhost::TakeAll,
+            Some(h) => Otherhost::Shared {
+                handle: h,
+                set: None,
+            },
+            None if promisc => Otherhost::TakeAll,
+            None => Otherhost::Config,
+        }
+    }
+
+    fn accepts(&mut self, dst: Option<[u8; 6]>, config: &[[u8; 6]]) -> bool {
+        let Some(dst) = dst else { return false };
+        match self {
+            Otherhost::TakeAll => true,
+            Otherhost::Config => config.contains(&dst),
+            Otherhost::Shared { handle, set } => set
+                .get_or_insert_with(|| handle.read_set())
+                .contains(&mac_key(dst)),
+        }
+    }
 }
 
 /// The mmap'ed receive ring (V3 blocks or V2 slots).
@@ -440,6 +790,8 @@ pub struct AfPacketPort {
     ring: RxRing,
     caps: PortCaps,
     tx: TxScratch,
+    /// V2: where a frame longer than a slot is read from the socket queue.
+    copy_buf: Vec<u8>,
     stats: AfPacketStats,
     /// Where the offload features sit in the kernel's feature bitmap (`None`: the names could
     /// not be read; the device is then taken to segment nothing).
@@ -465,6 +817,17 @@ impl AfPacketPort {
             return Err(IoError::Invalid(format!(
                 "ring of {} blocks of {} bytes: blocks must be >= 128 KiB and page multiples",
                 cfg.block_count, cfg.block_bytes
+            )));
+        }
+        if cfg.ring == RingVersion::V2
+            && (cfg.slot_bytes < 256
+                || cfg.slot_bytes % 16 != 0
+                || cfg.slot_bytes > cfg.block_bytes)
+        {
+            return Err(IoError::Invalid(format!(
+                "{name}: ring slots of {} bytes: must be a multiple of 16 from 256 to the block \
+                 size ({})",
+                cfg.slot_bytes, cfg.block_bytes
             )));
         }
         // Protocol 0: receive nothing until bound to the interface below.
@@ -499,7 +862,7 @@ impl AfPacketPort {
                 "PACKET_VNET_HDR",
             )?;
         }
-        let slots_per_block = (cfg.block_bytes / V2_SLOT_BYTES) as usize;
+        let slots_per_block = (cfg.block_bytes / cfg.slot_bytes.max(1)) as usize;
         match cfg.ring {
             RingVersion::V3 => {
                 opt(
@@ -530,11 +893,26 @@ impl AfPacketPort {
                 let req = libc::tpacket_req {
                     tp_block_size: cfg.block_bytes,
                     tp_block_nr: cfg.block_count,
-                    tp_frame_size: V2_SLOT_BYTES,
+                    tp_frame_size: cfg.slot_bytes,
                     tp_frame_nr: slots_per_block as u32 * cfg.block_count,
                 };
                 sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
                     .map_err(|e| sys::sys_err("PACKET_RX_RING", &name, e))?;
+                // Frames longer than a slot: queued whole on the socket too (any non-zero
+                // threshold turns it on), with room for them in the receive buffer.
+                opt(
+                    libc::SOL_PACKET,
+                    PACKET_COPY_THRESH,
+                    1,
+                    "PACKET_COPY_THRESH",
+                )?;
+                if sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, COPY_QUEUE_BYTES)
+                    .is_err()
+                {
+                    // Without CAP_NET_ADMIN: as much as rmem_max allows.
+                    let _ =
+                        sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_RCVBUF, COPY_QUEUE_BYTES);
+                }
             }
         }
         let len = cfg.block_bytes as usize * cfg.block_count as usize;
@@ -559,7 +937,7 @@ impl AfPacketPort {
                 RingVersion::V3 => V3_LAYOUT,
                 RingVersion::V2 => V2_LAYOUT,
             },
-            slot_bytes: V2_SLOT_BYTES as usize,
+            slot_bytes: cfg.slot_bytes as usize,
             slots_per_block,
             slot_count: slots_per_block * cfg.block_count as usize,
             slot: 0,
@@ -611,25 +989,13 @@ impl AfPacketPort {
             )
             .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
         }
-        let membership = |mr_type: libc::c_int, addr: Option<[u8; 6]>| {
-            let mut mr = libc::packet_mreq {
-                mr_ifindex: ifindex as i32,
-                mr_type: mr_type as u16,
-                mr_alen: 0,
-                mr_address: [0; 8],
-            };
-            if let Some(a) = addr {
-                mr.mr_alen = 6;
-                mr.mr_address[..6].copy_from_slice(&a);
-            }
-            sys::setsockopt_raw(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
-                .map_err(|e| sys::sys_err("PACKET_ADD_MEMBERSHIP", &name, e))
-        };
-        if cfg.promisc {
-            membership(libc::PACKET_MR_PROMISC, None)?;
-        } else {
-            for a in &cfg.unicast {
-                membership(libc::PACKET_MR_UNICAST, Some(*a))?;
+        if cfg.filter.is_none() {
+            if cfg.promisc {
+                membership(s, ifindex, &name, true, libc::PACKET_MR_PROMISC, None)?;
+            } else {
+                for a in &cfg.unicast {
+                    membership(s, ifindex, &name, true, libc::PACKET_MR_UNICAST, Some(*a))?;
+                }
             }
         }
         let caps = PortCaps {
@@ -642,12 +1008,17 @@ impl AfPacketPort {
             device: None,
         };
         let feature_bits = sys::feature_bits_via(s, &name).ok();
+        let copy_buf = match cfg.ring {
+            RingVersion::V2 => vec![0; COPY_BUF_BYTES],
+            RingVersion::V3 => Vec::new(),
+        };
         let mut port = AfPacketPort {
             cfg,
             fd,
             ring,
             caps,
             tx: TxScratch::default(),
+            copy_buf,
             stats: AfPacketStats::default(),
             feature_bits,
             offloads: DeviceOffloads::default(),
@@ -884,7 +1255,13 @@ impl AfPacketPort {
 
     /// Copies the frame whose `tpacket3_hdr` starts at `pkt` (inside the current block) into
     /// a pooled buffer; `None` when the frame is skipped (counted).
-    fn take_frame(&mut self, pkt: *const u8, room: usize, pool: &mut BufPool) -> Option<PacketBuf> {
+    fn take_frame(
+        &mut self,
+        pkt: *const u8,
+        room: usize,
+        pool: &mut BufPool,
+        otherhost: &mut Otherhost<'_>,
+    ) -> Option<PacketBuf> {
         let r = &self.ring;
         // Offsets are ABI offsets within the packet header, which the kernel places inside the
         // block; `room` bounds the frame. (Pointer arithmetic only; reads are checked below.)
@@ -899,7 +1276,7 @@ impl AfPacketPort {
             self.stats.rx_outgoing_skipped += 1;
             return None;
         }
-        if pkttype == PACKET_OTHERHOST && !self.cfg.promisc {
+        if pkttype == PACKET_OTHERHOST && !matches!(otherhost, Otherhost::TakeAll) {
             // SAFETY: the header is in the block; the destination MAC is the frame's first 6
             // bytes, inside the frame when the kernel's snap length covers them.
             let dst = unsafe {
@@ -908,7 +1285,7 @@ impl AfPacketPort {
                 (snap >= 6 && mac + 6 <= room)
                     .then(|| std::ptr::read_unaligned(at(mac) as *const [u8; 6]))
             };
-            if !dst.is_some_and(|d| self.cfg.unicast.contains(&d)) {
+            if !otherhost.accepts(dst, &self.cfg.unicast) {
                 self.stats.rx_otherhost_filtered += 1;
                 return None;
             }
@@ -918,17 +1295,40 @@ impl AfPacketPort {
         let status = r.read_u32(at(r.layout.status));
         let mac = r.read_u16(at(r.layout.mac)) as usize;
         let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
-        if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
-            self.stats.rx_truncated += 1;
-            return None;
-        }
-        // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
-        // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
-        let (vnet, data) = unsafe {
-            (
-                std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
-                std::slice::from_raw_parts(at(mac), snaplen),
-            )
+        let copied = r.version == RingVersion::V2 && status & TP_STATUS_COPY != 0;
+        let (vnet, data) = if copied {
+            // The slot holds the head of a frame longer than a slot; the whole frame (the
+            // outer tag still in the slot's header) is next in the socket queue, which holds
+            // nothing else: one skb per TP_STATUS_COPY slot, in ring order.
+            // SAFETY: `copy_buf` is a live, writable buffer of the length passed.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.copy_buf.as_mut_ptr().cast(),
+                    self.copy_buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
+                self.stats.rx_truncated += 1;
+                return None;
+            }
+            self.stats.rx_copied += 1;
+            let n = n as usize;
+            (&self.copy_buf[..vnet_len], &self.copy_buf[vnet_len..n])
+        } else {
+            if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
+                self.stats.rx_truncated += 1;
+                return None;
+            }
+            // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
+            // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
+            unsafe {
+                (
+                    std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
+                    std::slice::from_raw_parts(at(mac), snaplen),
+                )
+            }
         };
         let mut p = pool.get();
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
@@ -958,7 +1358,13 @@ impl AfPacketPort {
     }
 
     /// Walks V3 blocks: frames of a block the kernel handed over, the block returned once read.
-    fn rx_v3(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+    fn rx_v3(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+        otherhost: &mut Otherhost<'_>,
+    ) -> usize {
         let mut n = 0;
         while n < max {
             if !self.ring.reading {
@@ -994,7 +1400,7 @@ impl AfPacketPort {
             } else {
                 0
             };
-            if let Some(p) = self.take_frame(pkt, room, pool) {
+            if let Some(p) = self.take_frame(pkt, room, pool, otherhost) {
                 batch.push(p);
                 n += 1;
             }
@@ -1009,7 +1415,13 @@ impl AfPacketPort {
     }
 
     /// Walks V2 slots: each slot is handed over, read and returned on its own.
-    fn rx_v2(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+    fn rx_v2(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+        otherhost: &mut Otherhost<'_>,
+    ) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = self.ring.slot_ptr(self.ring.slot);
@@ -1017,7 +1429,7 @@ impl AfPacketPort {
             if self.ring.status_word(status_at).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
                 break;
             }
-            if let Some(p) = self.take_frame(pkt, self.ring.slot_bytes, pool) {
+            if let Some(p) = self.take_frame(pkt, self.ring.slot_bytes, pool, otherhost) {
                 batch.push(p);
                 n += 1;
             }
@@ -1116,10 +1528,16 @@ impl Port for AfPacketPort {
         pool: &mut BufPool,
         max: usize,
     ) -> Result<usize, IoError> {
+        // The shared filter moves out of the config for the burst, so the burst can borrow it
+        // (and its set's read guard) while the port is borrowed mutably; no atomic operation.
+        let filter = self.cfg.filter.take();
+        let mut otherhost = Otherhost::for_burst(self.cfg.promisc, filter.as_deref());
         let n = match self.ring.version {
-            RingVersion::V3 => self.rx_v3(batch, pool, max),
-            RingVersion::V2 => self.rx_v2(batch, pool, max),
+            RingVersion::V3 => self.rx_v3(batch, pool, max, &mut otherhost),
+            RingVersion::V2 => self.rx_v2(batch, pool, max, &mut otherhost),
         };
+        drop(otherhost);
+        self.cfg.filter = filter;
         if n == 0 {
             // Idle: the one place a pending socket error (interface down or gone) shows up.
             let err = sys::take_socket_error(self.fd.as_raw_fd())

@@ -14,9 +14,18 @@
 //! one `writev(2)` per transmitted frame (header + frame, no copy). The descriptor is
 //! nonblocking; a burst stops at `EAGAIN`.
 //!
+//! Several workers: [`TapPort::open_queues`] creates the device with `IFF_MULTI_QUEUE` and
+//! attaches [`TapConfig::queues`] descriptors (one `TUNSETIFF` each, same name), one
+//! [`TapPort`] per queue, each owned by one worker. The kernel spreads the frames it sends
+//! into the TAP over the queues by flow hash (its `tun_select_queue`); a frame written on any
+//! queue enters the kernel the same way. All queues are attached before the device moves into
+//! [`TapConfig::netns`]: `TUNSETIFF` finds the device by name in the opener's namespace, so
+//! after the move it would create a new device instead.
+//!
 //! Link loss: a TAP that is set down refuses writes with `EIO`, one whose device went away
 //! answers `EBADFD`; both are reported as [`IoError::LinkDown`]. The device lives as long as
-//! the port (it is not persistent), so closing the port removes the interface.
+//! the port (it is not persistent), so closing the port — every queue of it — removes the
+//! interface.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -47,6 +56,9 @@ pub struct TapConfig {
     pub offload: bool,
     /// Device MTU to set (after the move); `None`: the default 1500.
     pub device_mtu: Option<u32>,
+    /// Queues ([`TapPort::open_queues`]): 1 (the default) opens a single-queue device as
+    /// [`TapPort::open`] does; more creates it with `IFF_MULTI_QUEUE` (at most 256).
+    pub queues: usize,
 }
 
 impl TapConfig {
@@ -57,8 +69,47 @@ impl TapConfig {
             vnet_hdr_len: VNET_HDR_LEN,
             offload: true,
             device_mtu: None,
+            queues: 1,
         }
     }
+}
+
+/// Most queues a tun device takes (the kernel's `MAX_TAP_QUEUES`).
+pub const MAX_TAP_QUEUES: usize = 256;
+
+/// One `TUNSETIFF` on a fresh `/dev/net/tun` descriptor: creates the device `want` (empty:
+/// the kernel picks `tap%d`) or attaches another queue to it. Returns the descriptor and the
+/// device's name.
+fn attach_queue(want: &str, flags: libc::c_int) -> Result<(OwnedFd, String), IoError> {
+    let path = c"/dev/net/tun";
+    // SAFETY: `path` is a NUL-terminated string literal.
+    let raw = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(IoError::File {
+            path: "/dev/net/tun".into(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut req = if want.is_empty() {
+        let mut r = IfReq::new("x")?;
+        r.name = [0; sys::IFNAMSIZ];
+        r
+    } else {
+        IfReq::new(want)?
+    };
+    req.set_flags(flags as i16);
+    // SAFETY: `req` is a live, correctly sized ifreq the kernel reads and writes back.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) } < 0 {
+        return Err(sys::sys_err("TUNSETIFF", want, io::Error::last_os_error()));
+    }
+    Ok((fd, req.name()))
 }
 
 /// Counters the port keeps itself.
@@ -73,6 +124,7 @@ pub struct TapStats {
 pub struct TapPort {
     cfg: TapConfig,
     ifname: String,
+    queue: usize,
     fd: OwnedFd,
     caps: PortCaps,
     scratch: Vec<u8>,
@@ -80,47 +132,57 @@ pub struct TapPort {
 }
 
 impl TapPort {
-    /// Creates the TAP device, configures offloads, moves it and sets it up.
+    /// Creates the TAP device, configures offloads, moves it and sets it up: a single-queue
+    /// device ([`TapConfig::queues`] must be 1; see [`TapPort::open_queues`]).
     pub fn open(cfg: TapConfig) -> Result<TapPort, IoError> {
+        if cfg.queues != 1 {
+            return Err(IoError::Invalid(format!(
+                "TapPort::open opens one queue, not {}: use TapPort::open_queues",
+                cfg.queues
+            )));
+        }
+        let mut q = TapPort::open_queues(cfg)?;
+        Ok(q.remove(0))
+    }
+
+    /// Creates the TAP device with [`TapConfig::queues`] queues (`IFF_MULTI_QUEUE` when more
+    /// than one), configures offloads, moves it and sets it up. Returns one port per queue,
+    /// queue 0 first; each is an independent [`Port`] for one worker. The device goes away
+    /// when the last of them is dropped.
+    pub fn open_queues(cfg: TapConfig) -> Result<Vec<TapPort>, IoError> {
         if cfg.vnet_hdr_len != 10 && cfg.vnet_hdr_len != 12 {
             return Err(IoError::Invalid(format!(
                 "virtio-net header length {} (must be 10 or 12)",
                 cfg.vnet_hdr_len
             )));
         }
-        let want = cfg.ifname.clone().unwrap_or_default();
-        let path = c"/dev/net/tun";
-        // SAFETY: `path` is a NUL-terminated string literal.
-        let raw = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            return Err(IoError::File {
-                path: "/dev/net/tun".into(),
-                source: io::Error::last_os_error(),
-            });
+        if cfg.queues == 0 || cfg.queues > MAX_TAP_QUEUES {
+            return Err(IoError::Invalid(format!(
+                "{} TAP queues (must be 1 to {MAX_TAP_QUEUES})",
+                cfg.queues
+            )));
         }
-        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut req = if want.is_empty() {
-            let mut r = IfReq::new("x")?;
-            r.name = [0; sys::IFNAMSIZ];
-            r
-        } else {
-            IfReq::new(&want)?
-        };
-        req.set_flags((libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as i16);
-        // SAFETY: `req` is a live, correctly sized ifreq the kernel reads and writes back.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) } < 0 {
-            return Err(sys::sys_err("TUNSETIFF", &want, io::Error::last_os_error()));
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
+        if cfg.queues > 1 {
+            flags |= libc::IFF_MULTI_QUEUE;
         }
-        let ifname = req.name();
+        let (first, ifname) = attach_queue(cfg.ifname.as_deref().unwrap_or(""), flags)?;
+        let mut fds = vec![first];
+        // Every queue before the move: after it the name is not found in this namespace.
+        for _ in 1..cfg.queues {
+            let (fd, name) = attach_queue(&ifname, flags)?;
+            if name != ifname {
+                return Err(IoError::Invalid(format!(
+                    "TUNSETIFF for another queue of {ifname} attached to {name}"
+                )));
+            }
+            fds.push(fd);
+        }
         let hdr_len = cfg.vnet_hdr_len as libc::c_int;
+        // Per device in the kernel, set through the first queue.
+        let fd0 = fds[0].as_raw_fd();
         // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which is live.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &hdr_len as *const _) } < 0 {
+        if unsafe { libc::ioctl(fd0, libc::TUNSETVNETHDRSZ, &hdr_len as *const _) } < 0 {
             return Err(sys::sys_err(
                 "TUNSETVNETHDRSZ",
                 &ifname,
@@ -130,7 +192,7 @@ impl TapPort {
         if cfg.offload {
             let flags = (libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6) as libc::c_ulong;
             // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is touched.
-            if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, flags) } < 0 {
+            if unsafe { libc::ioctl(fd0, libc::TUNSETOFFLOAD, flags) } < 0 {
                 return Err(sys::sys_err(
                     "TUNSETOFFLOAD",
                     &ifname,
@@ -175,14 +237,24 @@ impl TapPort {
             // The TAP's reader (a VM, a container's kernel) takes what it announced.
             device: None,
         };
-        Ok(TapPort {
-            cfg,
-            ifname,
-            fd,
-            caps,
-            scratch: vec![0; 12 + TAP_MAX_FRAME],
-            stats: TapStats::default(),
-        })
+        Ok(fds
+            .into_iter()
+            .enumerate()
+            .map(|(queue, fd)| TapPort {
+                cfg: cfg.clone(),
+                ifname: ifname.clone(),
+                queue,
+                fd,
+                caps,
+                scratch: vec![0; 12 + TAP_MAX_FRAME],
+                stats: TapStats::default(),
+            })
+            .collect())
+    }
+
+    /// Which queue of the device this port is (0 for a single-queue device).
+    pub fn queue(&self) -> usize {
+        self.queue
     }
 
     /// The interface name (the kernel's choice when none was given).

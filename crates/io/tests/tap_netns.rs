@@ -267,3 +267,160 @@ fn tap_down_is_link_down() {
     assert!(e.is_link_down(), "{e}");
     assert!(batch.is_empty());
 }
+
+/// A TAP with 2 queues (host A's interface, moved into its own namespace after both queues
+/// were attached) joined to an AF_PACKET port on a veth to host B: 8 TCP connections from A
+/// to B arrive byte-exact. Host A's kernel spreads its frames over both queues (by flow),
+/// and the frames coming back from B are written alternately on queue 0 and queue 1, so
+/// every connection's ACKs cross both queues into A's kernel.
+#[test]
+fn multiqueue_tap_carries_tcp_on_both_queues() {
+    skip_unless_root!();
+    use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort};
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let host_a = Netns::new().unwrap();
+    let v = common::VethPair::new().unwrap(); // middle (ns_a) -- host B (ns_b)
+    let name = common::unique("qt");
+    let mut cfg = TapConfig::new(Some(&name));
+    cfg.netns = Some(host_a.name.clone());
+    cfg.queues = 2;
+    let queues = TapPort::open_queues(cfg).unwrap();
+    assert_eq!(queues.len(), 2);
+    assert!(queues.iter().all(|q| q.ifname() == name));
+    assert_eq!(
+        (queues[0].queue(), queues[1].queue()),
+        (0, 1),
+        "queue numbers"
+    );
+    host_a
+        .ip(&["addr", "add", "10.81.0.1/24", "dev", &name])
+        .unwrap();
+    v.ns_b
+        .ip(&["addr", "add", "10.81.0.2/24", "dev", &v.b])
+        .unwrap();
+    let af = run_in_netns(&v.ns_a.name, || {
+        AfPacketPort::open(AfPacketConfig::new(&v.a))
+    })
+    .unwrap()
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let fwd = std::thread::spawn(move || {
+        let mut taps = queues;
+        let mut af = af;
+        let mut pool = BufPool::new(1024);
+        let mut batch = Batch::with_capacity(64);
+        let mut from_queue = [0usize; 2];
+        let mut to_queue = [0usize; 2];
+        let mut dropped = 0;
+        let mut next = 0;
+        while !stop2.load(Ordering::Relaxed) {
+            let mut idle = true;
+            for (q, tap) in taps.iter_mut().enumerate() {
+                let n = tap.rx_burst(&mut batch, &mut pool, 64).unwrap();
+                if n > 0 {
+                    idle = false;
+                    from_queue[q] += n;
+                    dropped += af.tx_burst(&mut batch, &mut pool).unwrap().dropped();
+                }
+            }
+            let n = af.rx_burst(&mut batch, &mut pool, 64).unwrap();
+            if n > 0 {
+                idle = false;
+                to_queue[next] += n;
+                dropped += taps[next]
+                    .tx_burst(&mut batch, &mut pool)
+                    .unwrap()
+                    .dropped();
+                next ^= 1;
+            }
+            if idle {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        (from_queue, to_queue, dropped)
+    });
+
+    const CONNS: usize = 8;
+    const EACH: usize = 1 << 20;
+    let listener = run_in_netns(&v.ns_b.name, || std::net::TcpListener::bind("10.81.0.2:0"))
+        .unwrap()
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let sinks: Vec<_> = (0..CONNS)
+            .map(|_| {
+                let (mut s, _) = listener.accept().unwrap();
+                std::thread::spawn(move || {
+                    use std::io::Read;
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let mut got = Vec::with_capacity(EACH);
+                    s.read_to_end(&mut got).unwrap();
+                    got
+                })
+            })
+            .collect();
+        sinks
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let pattern = |c: usize| -> Vec<u8> {
+        (0..EACH)
+            .map(|i| (i.wrapping_mul(40503).wrapping_add(c * 7919) >> 7) as u8)
+            .collect()
+    };
+    let ns_a = host_a.name.clone();
+    let clients: Vec<_> = (0..CONNS)
+        .map(|c| {
+            let ns = ns_a.clone();
+            std::thread::spawn(move || {
+                let mut s = run_in_netns(&ns, || std::net::TcpStream::connect(addr))
+                    .unwrap()
+                    .unwrap();
+                // The first 8 bytes name the connection, for the check on B's side.
+                s.write_all(&(c as u64).to_be_bytes()).unwrap();
+                s.write_all(&pattern(c)).unwrap();
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let got = server.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let (from_queue, to_queue, dropped) = fwd.join().unwrap();
+    eprintln!(
+        "{CONNS} connections of {EACH} bytes: frames from queue 0/1 {from_queue:?}, written to \
+         queue 0/1 {to_queue:?}, {dropped} dropped"
+    );
+    assert_eq!(got.len(), CONNS);
+    let mut seen = [false; CONNS];
+    for g in &got {
+        assert_eq!(g.len(), 8 + EACH);
+        let c = u64::from_be_bytes(g[..8].try_into().unwrap()) as usize;
+        assert!(c < CONNS && !seen[c], "connection {c} twice");
+        seen[c] = true;
+        assert!(g[8..] == pattern(c)[..], "connection {c} corrupted");
+    }
+    assert!(
+        from_queue.iter().all(|&n| n > 0),
+        "the kernel used only one queue: {from_queue:?}"
+    );
+    assert!(to_queue.iter().all(|&n| n > 0), "{to_queue:?}");
+}
+
+/// `TapPort::open` stays single-queue; `open_queues` refuses 0 and more than 256 queues.
+#[test]
+fn tap_queue_counts_are_checked() {
+    let mut cfg = TapConfig::new(Some("qbnever0"));
+    cfg.queues = 2;
+    assert!(TapPort::open(cfg.clone()).is_err());
+    cfg.queues = 0;
+    assert!(TapPort::open_queues(cfg.clone()).is_err());
+    cfg.queues = 257;
+    assert!(TapPort::open_queues(cfg).is_err());
+}
