@@ -28,7 +28,9 @@ use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
     LinkCommand, Op, PortSpec, Response, Session, VlanCommand, XdpAttach,
 };
-use qbridge_io::afpacket::{fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode};
+use qbridge_io::afpacket::{
+    fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
+};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::{sys, DeviceOffloads, IoError};
@@ -178,8 +180,10 @@ struct Slot {
     /// The link as the engine last saw it; pushed into the switch (`set_link_state`).
     link_up: bool,
     link_downs: u64,
-    /// AF_PACKET: the filter the open sockets have.
+    /// AF_PACKET: the filter the open sockets have, and the handle that holds it (shared by
+    /// the port's sockets, changed in place).
     filter: Option<RxFilter>,
+    filter_handle: Option<Arc<RxFilterHandle>>,
     status: BackendStatus,
     shared: Arc<PortShared>,
 }
@@ -548,6 +552,7 @@ impl Engine {
             link_up: true,
             link_downs: 0,
             filter: None,
+            filter_handle: None,
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
         };
@@ -581,7 +586,8 @@ impl Engine {
                     n,
                     id.0 as usize,
                 ) {
-                    Ok((queues, mtu, offloads)) => {
+                    Ok((queues, handle, mtu, offloads)) => {
+                        slot.filter_handle = Some(handle);
                         let offloads = offload_status(offloads);
                         tracing::info!(
                             "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {}, qdisc \
@@ -715,7 +721,7 @@ impl Engine {
             PortSpec::AfPacket { qdisc_bypass, .. } => *qdisc_bypass,
             _ => true,
         };
-        let (queues, mtu, offloads) = open_afpacket_queues(
+        let (queues, handle, mtu, offloads) = open_afpacket_queues(
             &slot.name,
             dev,
             bypass,
@@ -724,6 +730,7 @@ impl Engine {
             n,
             id as usize % n,
         )?;
+        slot.filter_handle = Some(handle);
         slot.status.offloads = Some(offload_status(offloads));
         *slot.shared.lock_offloads() = Some(offloads);
         slot.open = true;
@@ -758,6 +765,7 @@ impl Engine {
             slot.open = false;
             slot.status.open = false;
             slot.filter = None;
+            slot.filter_handle = None;
         }
         slot.status.error = Some(why.to_owned());
         tracing::warn!(
@@ -924,20 +932,55 @@ impl Engine {
             }
             let filter = self.rx_filter(pid);
             if filter_now.as_ref() != Some(&filter) {
-                tracing::info!(
-                    "port {name}: receive filter now {}; reopening the sockets",
+                self.change_filter(id, filter, warnings);
+            }
+        }
+        self.publish_status(id);
+    }
+
+    /// Changes AF_PACKET port `id`'s receive filter in place: promiscuous mode on or off, and
+    /// one membership added or dropped per changed unicast address, through the handle its
+    /// sockets share — nothing is reopened, no frame is lost.
+    fn change_filter(&mut self, id: u16, filter: RxFilter, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        let Some(h) = slot.filter_handle.clone() else {
+            return;
+        };
+        let unicast: &[[u8; 6]] = if filter.promisc { &[] } else { &filter.unicast };
+        // Promiscuous first when turning it on, last when turning it off: the port never
+        // accepts less than either filter in between.
+        let r = if filter.promisc {
+            h.set_promisc(true).and_then(|()| h.set_unicast(unicast))
+        } else {
+            h.set_unicast(unicast)
+                .and_then(|c| h.set_promisc(false).map(|()| c))
+        };
+        match r {
+            Ok((added, removed)) => {
+                tracing::debug!(
+                    "port {}: receive filter now {} ({added} unicast addresses added, {removed} \
+                     removed)",
+                    slot.name,
                     if filter.promisc {
                         "promiscuous".to_string()
                     } else {
                         format!("{} unicast addresses", filter.unicast.len())
                     }
                 );
-                if let Err(e) = self.open_afpacket(id, &dev) {
-                    warnings.push(format!("port {name}: cannot reopen on {dev}: {e}"));
-                }
+                slot.status.promisc = Some(filter.promisc);
+                slot.filter = Some(filter);
+            }
+            Err(e) => {
+                warnings.push(format!(
+                    "port {}: cannot change the receive filter: {e}",
+                    slot.name
+                ));
+                // Known state unknown: make the next command try again.
+                slot.filter = None;
             }
         }
-        self.publish_status(id);
     }
 
     /// What port `id` must receive. Promiscuous when it learns or floods, or when another
@@ -1052,12 +1095,16 @@ fn open_afpacket_queues(
     want_mtu: u32,
     workers: usize,
     port_id: usize,
-) -> Result<(Opened, u32, DeviceOffloads), IoError> {
+) -> Result<(Opened, Arc<RxFilterHandle>, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
+    let handle = RxFilterHandle::open(dev)?;
+    handle.set_promisc(filter.promisc)?;
+    if !filter.promisc {
+        handle.set_unicast(&filter.unicast)?;
+    }
     let mut cfg = AfPacketConfig::new(dev);
     cfg.qdisc_bypass = qdisc_bypass;
-    cfg.promisc = filter.promisc;
-    cfg.unicast = filter.unicast.clone();
+    cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
     if workers > 1 {
         cfg.fanout = Some(Fanout {
@@ -1081,7 +1128,7 @@ fn open_afpacket_queues(
              frames (the kernel allows only 4 bytes of slack, for 0x8100 only)"
         );
     }
-    Ok((queues, after, offloads))
+    Ok((queues, handle, after, offloads))
 }
 
 /// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
