@@ -620,24 +620,35 @@ impl Engine {
             PortSpec::Tap { ifname, netns } => {
                 let mut cfg = TapConfig::new(Some(ifname.as_deref().unwrap_or(name)));
                 cfg.netns = netns.clone();
+                // One queue per worker (IFF_MULTI_QUEUE): the kernel picks a queue per flow
+                // for what it sends into the TAP, so each worker reads its own.
+                cfg.queues = n;
                 let mtu = self.session.switch().port_settings(id).mtu;
                 if mtu != 1500 {
                     cfg.device_mtu = Some(mtu);
                 }
-                let p = TapPort::open(cfg).map_err(|e| format!("port {name}: {e}"))?;
-                if Some(p.ifname()) != ifname.as_deref() {
-                    slot.status.ifname = Some(p.ifname().to_owned());
+                let ports = TapPort::open_queues(cfg).map_err(|e| format!("port {name}: {e}"))?;
+                let tap_name = ports
+                    .first()
+                    .map(|p| p.ifname().to_owned())
+                    .unwrap_or_default();
+                if Some(tap_name.as_str()) != ifname.as_deref() {
+                    slot.status.ifname = Some(tap_name.clone());
                 }
                 tracing::info!(
-                    "port {name}: TAP {}{}",
-                    p.ifname(),
+                    "port {name}: TAP {tap_name}{} with {} queues",
                     netns
                         .as_deref()
                         .map(|n| format!(" in netns {n}"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    ports.len()
                 );
+                let queues: Queues = ports
+                    .into_iter()
+                    .map(|p| Box::new(p) as Box<dyn crate::queue::Queue>)
+                    .collect();
                 Some(
-                    distribute(vec![Box::new(p)], n, id.0 as usize)
+                    distribute(queues, n, id.0 as usize)
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }

@@ -135,3 +135,62 @@ fn flows_stay_in_order_and_spread_over_workers() {
         "the flows were not spread over both workers: {by_worker:?}"
     );
 }
+
+/// A TAP port on a 2-worker daemon has a queue per worker (`IFF_MULTI_QUEUE`): a host behind
+/// the TAP (in its own namespace) opens 16 TCP connections to a host behind an AF_PACKET port;
+/// every byte arrives, and both workers received from the TAP.
+#[test]
+fn tap_queues_spread_over_workers() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let _serial = support::serial();
+    let mut lab = support::Lab::new("tapmq");
+    let sw = lab.netns("sw").unwrap();
+    let h1 = lab.host("h1", "10.97.0.1/24", &sw, "s1").unwrap();
+    let tap_ns = lab.netns("vm").unwrap();
+    let batch = format!(
+        "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+         link add p1 type afpacket dev s1\n\
+         link add vm0 type tap ifname qbtap0 netns {tap_ns}\n\
+         link set dev p1 master br0\nlink set dev vm0 master br0\n\
+         vlan add vid 10 dev p1 pvid untagged\nvlan add vid 10 dev vm0 pvid untagged\n"
+    );
+    let ctl = lab.daemon(&sw, &batch).expect("daemon");
+    support::ip_in(&tap_ns, &["addr", "add", "10.97.0.2/24", "dev", "qbtap0"]).unwrap();
+    support::ip_in(&tap_ns, &["link", "set", "qbtap0", "up"]).unwrap();
+    let vm = Host {
+        name: "vm".into(),
+        ns: tap_ns.clone(),
+        ifname: "qbtap0".into(),
+        ip: "10.97.0.2".into(),
+        mac: support::mac_of(&tap_ns, "qbtap0").unwrap(),
+    };
+    assert_ping(&vm, &h1, 3);
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (vm, h1) = (vm.clone(), h1.clone());
+            std::thread::spawn(move || {
+                support::tcp_transfer(&vm, &h1, 1 << 20, Duration::from_secs(60))
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("TCP from behind the TAP: {e}"));
+    }
+    let vm0 = ctl.json(&["-s", "link", "show", "dev", "vm0"]).unwrap()[0].clone();
+    let by_worker: Vec<u64> = vm0["runtime"]["rx_frames_by_worker"]
+        .as_array()
+        .expect("rx_frames_by_worker")
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    eprintln!("TAP vm0 received by worker: {by_worker:?}");
+    assert!(
+        by_worker.len() == 2 && by_worker.iter().all(|&n| n > 0),
+        "the TAP's queues were not read by both workers: {by_worker:?}"
+    );
+}
