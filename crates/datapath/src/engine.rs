@@ -21,7 +21,7 @@
 
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
-use crate::queue::{distribute, Queues};
+use crate::queue::{distribute, Queues, XdpQueue};
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{FdbFilter, FdbKind, PortId};
 use qbridge_control::{
@@ -1168,6 +1168,11 @@ fn open_afxdp_queues(
         XdpAttach::Native => XdpMode::Native,
         XdpAttach::Skb => XdpMode::Skb,
     };
+    // XDP takes what the device receives: the device must receive everything (a veth does
+    // anyway; a NIC filters unicast without promiscuous mode). The membership lives as long
+    // as the handle, which the queues keep.
+    let promisc = RxFilterHandle::open(dev)?;
+    promisc.set_promisc(true)?;
     let prog = XdpProgram::attach(dev, mode)?;
     let mut opened: Opened = Vec::new();
     for q in 0..*queues {
@@ -1175,7 +1180,10 @@ fn open_afxdp_queues(
         cfg.mode = mode;
         cfg.zerocopy = *zerocopy;
         cfg.device_mtu = Some(want_mtu);
-        opened.push(Box::new(AfXdpPort::open_with(cfg, &prog)?));
+        opened.push(Box::new(XdpQueue {
+            port: AfXdpPort::open_with(cfg, &prog)?,
+            promisc: promisc.clone(),
+        }));
     }
     distribute(opened, workers, rotate)
 }

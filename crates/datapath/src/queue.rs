@@ -12,7 +12,7 @@
 //! Buffer ownership is [`Port`]'s: see `qbridge_io::port`.
 
 use qbridge_bridge::DropReason;
-use qbridge_io::afpacket::AfPacketPort;
+use qbridge_io::afpacket::{AfPacketPort, RxFilterHandle};
 use qbridge_io::afxdp::AfXdpPort;
 use qbridge_io::tap::TapPort;
 use qbridge_io::{DeviceOffloads, IoError, Port, PortCaps, TxOutcome, TxReport};
@@ -133,28 +133,35 @@ impl Queue for AfPacketPort {
     }
 }
 
-impl Queue for AfXdpPort {
+/// An AF_XDP socket as a queue, holding the membership that keeps its device promiscuous.
+#[derive(Debug)]
+pub struct XdpQueue {
+    pub port: AfXdpPort,
+    pub promisc: Arc<RxFilterHandle>,
+}
+
+impl Queue for XdpQueue {
     fn port(&mut self) -> &mut dyn Port {
-        self
+        &mut self.port
     }
 
     fn caps(&self) -> PortCaps {
-        Port::caps(self)
+        Port::caps(&self.port)
     }
 
     fn name(&self) -> &str {
-        Port::name(self)
+        Port::name(&self.port)
     }
 
     fn fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.as_fd())
+        Some(self.port.as_fd())
     }
 
     /// The kernel's counters (read by [`Queue::tick`]) with the port's own: frames longer than
     /// a UMEM frame are dropped by the kernel (`rx_dropped`) and count as truncated; a full RX
     /// ring or an empty fill ring as `rx_ring_full`.
     fn drops(&self) -> BackendDrops {
-        let s = self.stats();
+        let s = self.port.stats();
         BackendDrops {
             rx_truncated: s.rx_truncated + s.kernel.rx_dropped,
             rx_ring_full: s.kernel.rx_ring_full + s.kernel.rx_fill_ring_empty_descs,
@@ -163,7 +170,7 @@ impl Queue for AfXdpPort {
     }
 
     fn tick(&mut self) -> Result<Tick, IoError> {
-        self.read_kernel_stats()?;
+        self.port.read_kernel_stats()?;
         Ok(Tick::default())
     }
 }
