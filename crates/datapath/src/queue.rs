@@ -157,14 +157,18 @@ impl Queue for XdpQueue {
         Some(self.port.as_fd())
     }
 
-    /// The kernel's counters (read by [`Queue::tick`]) with the port's own: frames longer than
-    /// a UMEM frame are dropped by the kernel (`rx_dropped`) and count as truncated; a full RX
-    /// ring or an empty fill ring as `rx_ring_full`.
+    /// The kernel's counters (read by [`Queue::tick`]) with the port's own. The kernel's
+    /// `rx_dropped` counts every receive drop of the socket — a full RX ring and an empty fill
+    /// ring (each also counted on its own) and a frame longer than a UMEM frame — so a full
+    /// ring or an empty fill ring counts as `rx_ring_full`, the rest of `rx_dropped` as
+    /// `rx_truncated` (measured: 206 951 ring-full drops showed as 206 951 in both counters).
     fn drops(&self) -> BackendDrops {
         let s = self.port.stats();
+        let k = s.kernel;
+        let ring = k.rx_ring_full + k.rx_fill_ring_empty_descs;
         BackendDrops {
-            rx_truncated: s.rx_truncated + s.kernel.rx_dropped,
-            rx_ring_full: s.kernel.rx_ring_full + s.kernel.rx_fill_ring_empty_descs,
+            rx_truncated: s.rx_truncated + k.rx_dropped.saturating_sub(ring),
+            rx_ring_full: ring,
             ..BackendDrops::default()
         }
     }
