@@ -41,7 +41,13 @@ pub enum PortSpec {
     /// An AF_PACKET socket bound to host interface `dev`. `qdisc_bypass` (default on): send
     /// straight to the driver (`PACKET_QDISC_BYPASS`), skipping the qdisc and the taps, so
     /// `tcpdump` on `dev` does not see what qbridge sends; off: through the qdisc.
-    AfPacket { dev: String, qdisc_bypass: bool },
+    /// `ring_frames`: receive ring slots per socket (the daemon opens one socket per worker);
+    /// `None`: the daemon's default for its worker count.
+    AfPacket {
+        dev: String,
+        qdisc_bypass: bool,
+        ring_frames: Option<u32>,
+    },
     /// A TAP device named `ifname` (default: the port's name), moved into network namespace
     /// `netns` if given.
     Tap {

@@ -14,6 +14,10 @@ use qbridge_wire::Tpid;
 const LINK_COMMANDS: &str = "add, set, del or show";
 const VLAN_COMMANDS: &str = "add, del or show";
 const FDB_COMMANDS: &str = "add, replace, del, show or flush";
+/// Receive ring slots per AF_PACKET socket (`ring_frames N`).
+const MIN_RING_FRAMES: u64 = 64;
+const MAX_RING_FRAMES: u64 = 1 << 20;
+const RING_FRAMES: &str = "a number of frames from 64 to 1048576";
 /// Most device queues an AF_XDP port binds (`queues N`).
 const MAX_XDP_QUEUES: u64 = 64;
 const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap or patch";
@@ -336,7 +340,7 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             })
         }
         "afpacket" => {
-            let (mut dev, mut bypass) = (None, None);
+            let (mut dev, mut bypass, mut ring) = (None, None, None);
             while let Some(kw) = w.next() {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
@@ -344,7 +348,19 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                         let v = parse_on_off("qdisc_bypass", w.value(kw, ON_OFF)?)?;
                         set_once(&mut bypass, kw, v)?;
                     }
-                    other => return Err(unexpected(other, "dev or qdisc_bypass")),
+                    "ring_frames" => {
+                        let v = w.value(kw, RING_FRAMES)?;
+                        let n = parse_uint("ring_frames", v, 0xffff_ffff)?;
+                        if !(MIN_RING_FRAMES..=MAX_RING_FRAMES).contains(&n) {
+                            return Err(ControlError::BadValue {
+                                what: "ring_frames",
+                                value: v.to_string(),
+                                expected: RING_FRAMES,
+                            });
+                        }
+                        set_once(&mut ring, kw, n as u32)?;
+                    }
+                    other => return Err(unexpected(other, "dev, qdisc_bypass or ring_frames")),
                 }
             }
             let dev = dev
@@ -357,6 +373,7 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                 spec: PortSpec::AfPacket {
                     dev,
                     qdisc_bypass: bypass.unwrap_or(true),
+                    ring_frames: ring,
                 },
             })
         }
@@ -804,7 +821,8 @@ mod tests {
                 name: "p1".into(),
                 spec: PortSpec::AfPacket {
                     dev: "eth0".into(),
-                    qdisc_bypass: true
+                    qdisc_bypass: true,
+                    ring_frames: None
                 }
             })
         );
@@ -814,7 +832,8 @@ mod tests {
                 name: "p1".into(),
                 spec: PortSpec::AfPacket {
                     dev: "eth0".into(),
-                    qdisc_bypass: false
+                    qdisc_bypass: false,
+                    ring_frames: None
                 }
             })
         );
@@ -913,6 +932,21 @@ mod tests {
             "\"qdisc_bypass\" given twice"
         );
         assert_eq!(
+            p("link add p1 type afpacket dev eth0 ring_frames 4096").unwrap(),
+            Command::Link(LinkCommand::AddPort {
+                name: "p1".into(),
+                spec: PortSpec::AfPacket {
+                    dev: "eth0".into(),
+                    qdisc_bypass: true,
+                    ring_frames: Some(4096)
+                }
+            })
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 ring_frames 10"),
+            "invalid ring_frames \"10\" (expected a number of frames from 64 to 1048576)"
+        );
+        assert_eq!(
             p("link add x1 type afxdp dev eth0 queues 2 mode skb zerocopy off").unwrap(),
             Command::Link(LinkCommand::AddPort {
                 name: "x1".into(),
@@ -961,7 +995,7 @@ mod tests {
         );
         assert_eq!(
             err("link add p1 type afpacket dev eth0 bypass off"),
-            "unexpected \"bypass\" (expected dev or qdisc_bypass)"
+            "unexpected \"bypass\" (expected dev, qdisc_bypass or ring_frames)"
         );
         assert_eq!(
             err("link add x type veth"),

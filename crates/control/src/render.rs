@@ -266,6 +266,8 @@ enum BackendJson<'a> {
     Afpacket {
         dev: &'a str,
         qdisc_bypass: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ring_frames: Option<u32>,
     },
     Tap {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -298,9 +300,14 @@ struct LinkJson<'a> {
 fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
     match spec {
         PortSpec::Pcap => BackendJson::Pcap,
-        PortSpec::AfPacket { dev, qdisc_bypass } => BackendJson::Afpacket {
+        PortSpec::AfPacket {
+            dev,
+            qdisc_bypass,
+            ring_frames,
+        } => BackendJson::Afpacket {
             dev,
             qdisc_bypass: *qdisc_bypass,
+            ring_frames: *ring_frames,
         },
         PortSpec::Tap { ifname, netns } => BackendJson::Tap {
             ifname: ifname.as_deref(),
@@ -359,8 +366,15 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             continue;
         }
         match session.port_spec(&l.ifname) {
-            Some(PortSpec::AfPacket { dev, qdisc_bypass }) => {
+            Some(PortSpec::AfPacket {
+                dev,
+                qdisc_bypass,
+                ring_frames,
+            }) => {
                 let _ = write!(s, " dev {dev} qdisc_bypass {}", on_off(*qdisc_bypass));
+                if let Some(n) = ring_frames {
+                    let _ = write!(s, " ring_frames {n}");
+                }
             }
             Some(PortSpec::Patch { peer }) => {
                 let _ = write!(s, " peer {peer}");
@@ -466,6 +480,9 @@ fn runtime_text(s: &mut String, rt: &BackendStatus, link_up: bool) {
     }
     if let Some(b) = rt.qdisc_bypass {
         let _ = write!(s, " qdisc_bypass {}", on_off(b));
+    }
+    if let Some(n) = rt.ring_frames {
+        let _ = write!(s, " ring_frames {n}");
     }
     if let Some(e) = &rt.error {
         let _ = write!(s, " (error: {e})");

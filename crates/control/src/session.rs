@@ -36,6 +36,9 @@ pub struct BackendStatus {
     /// AF_PACKET: whether the socket sends straight to the driver (`PACKET_QDISC_BYPASS`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qdisc_bypass: Option<bool>,
+    /// AF_PACKET: receive ring slots per socket (one socket per worker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring_frames: Option<u32>,
     /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offloads: Option<DeviceOffloadStatus>,

@@ -573,7 +573,13 @@ impl Engine {
                         .map_err(|e| format!("port {name}: {e}"))?,
                 )
             }
-            PortSpec::AfPacket { dev, qdisc_bypass } => {
+            PortSpec::AfPacket {
+                dev,
+                qdisc_bypass,
+                ring_frames,
+            } => {
+                let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n));
+                slot.status.ring_frames = Some(ring);
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
@@ -581,6 +587,7 @@ impl Engine {
                     name,
                     dev,
                     *qdisc_bypass,
+                    ring,
                     &filter,
                     want_mtu,
                     n,
@@ -728,19 +735,28 @@ impl Engine {
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };
-        let bypass = match &slot.spec {
-            PortSpec::AfPacket { qdisc_bypass, .. } => *qdisc_bypass,
-            _ => true,
+        let (bypass, ring) = match &slot.spec {
+            PortSpec::AfPacket {
+                qdisc_bypass,
+                ring_frames,
+                ..
+            } => (
+                *qdisc_bypass,
+                ring_frames.unwrap_or_else(|| default_ring_frames(n)),
+            ),
+            _ => (true, default_ring_frames(n)),
         };
         let (queues, handle, mtu, offloads) = open_afpacket_queues(
             &slot.name,
             dev,
             bypass,
+            ring,
             &filter,
             want_mtu,
             n,
-            id as usize % n,
+            id as usize,
         )?;
+        slot.status.ring_frames = Some(ring);
         slot.filter_handle = Some(handle);
         slot.status.offloads = Some(offload_status(offloads));
         *slot.shared.lock_offloads() = Some(offloads);
@@ -1098,10 +1114,12 @@ fn close_queues(queues: Opened) {
 /// flow stays on one worker; docs/decisions.md 17), raising the device MTU to `want_mtu`
 /// (never lowering it). Returns the queues (worker order), the device MTU now in force and
 /// the device's offloads.
+#[allow(clippy::too_many_arguments)]
 fn open_afpacket_queues(
     name: &str,
     dev: &str,
     qdisc_bypass: bool,
+    ring_frames: u32,
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
@@ -1113,7 +1131,7 @@ fn open_afpacket_queues(
     if !filter.promisc {
         handle.set_unicast(&filter.unicast)?;
     }
-    let mut cfg = AfPacketConfig::new(dev);
+    let mut cfg = AfPacketConfig::new(dev).with_ring_frames(ring_frames);
     cfg.qdisc_bypass = qdisc_bypass;
     cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
@@ -1140,6 +1158,13 @@ fn open_afpacket_queues(
         );
     }
     Ok((queues, handle, after, offloads))
+}
+
+/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`): 16 384
+/// frames per port (32 MiB of 2 KiB slots), shared out over the workers' sockets, at least
+/// 2048 per socket. The kernel holds a burst of that many frames while a worker is busy.
+pub fn default_ring_frames(workers: usize) -> u32 {
+    (16_384 / workers.max(1) as u32).max(2048)
 }
 
 /// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
