@@ -8,8 +8,8 @@
 //! its flow (MAC addresses, the whole tag stack — TPIDs and TCIs —, EtherType, IP addresses,
 //! TCP ports). The batch is walked once in order; each frame is either pushed to the output in
 //! place, or merged into the open head of its flow, whose buffer receives its payload. The
-//! table is searched linearly (a port pair compare rejects almost every entry); when it is full
-//! the oldest head is closed. A second vector holds the batch while it is rebuilt; both keep
+//! table is searched linearly, a 64-bit key mixed from the addresses and ports rejecting almost
+//! every entry; when it is full the oldest head (furthest back in the output) is closed. A second vector holds the batch while it is rebuilt; both keep
 //! their capacity, so after warm-up a call allocates nothing.
 //!
 //! **What is merged.** A segment joins the open head of its flow when, as in Linux's
@@ -250,6 +250,8 @@ enum Csum {
 /// One TCP segment that may be merged: what the header walk found.
 #[derive(Clone, Copy, Debug)]
 struct Seg {
+    /// Addresses and ports mixed: a quick reject for [`find`], not an identity.
+    key: u64,
     family: Family,
     l3: usize,
     l4: usize,
@@ -343,7 +345,7 @@ impl Gro {
                 Class::InFlow(r, key) => {
                     if let Some(i) = find(runs, out, &pkt, &key) {
                         st.ended[EndReason::Interrupted as usize] += 1;
-                        close(runs.remove(i), out, &mut st);
+                        close(runs.swap_remove(i), out, &mut st);
                     }
                     pass(out, pkt, r, &mut st);
                     continue;
@@ -355,7 +357,7 @@ impl Gro {
                         let run = runs[i];
                         if same_addrs(&run.first, out[run.out].frame(), &key, f) {
                             st.ended[EndReason::Interrupted as usize] += 1;
-                            close(runs.remove(i), out, &mut st);
+                            close(runs.swap_remove(i), out, &mut st);
                         } else {
                             i += 1;
                         }
@@ -386,7 +388,7 @@ impl Gro {
                     Ok(()) => {
                         if seg.csum == Csum::Verify && !tcp_checksum_ok(&seg, pkt.frame()) {
                             st.ended[EndReason::Interrupted as usize] += 1;
-                            close(runs.remove(i), out, &mut st);
+                            close(runs.swap_remove(i), out, &mut st);
                             pass(out, pkt, PassReason::BadChecksum, &mut st);
                             continue;
                         }
@@ -400,17 +402,17 @@ impl Gro {
                             st.segments_merged += 1;
                             pool.put(pkt);
                             if r.psh || seg.payload_len() < r.gso_size {
-                                close(runs.remove(i), out, &mut st);
+                                close(runs.swap_remove(i), out, &mut st);
                             }
                             continue;
                         }
                         // The head is bad: it stays as it came; this segment starts a run.
-                        runs.remove(i);
+                        runs.swap_remove(i);
                         st.passed[PassReason::BadChecksum as usize] += 1;
                     }
                     Err(reason) => {
                         st.ended[reason as usize] += 1;
-                        close(runs.remove(i), out, &mut st);
+                        close(runs.swap_remove(i), out, &mut st);
                     }
                 }
             }
@@ -421,8 +423,10 @@ impl Gro {
                 continue;
             }
             if runs.len() == MAX_OPEN_FLOWS {
+                // The oldest run is the one furthest back in the output.
+                let oldest = (0..runs.len()).min_by_key(|&i| runs[i].out).unwrap_or(0);
                 st.ended[EndReason::Evicted as usize] += 1;
-                close(runs.remove(0), out, &mut st);
+                close(runs.swap_remove(oldest), out, &mut st);
             }
             runs.push(Run {
                 out: out.len(),
@@ -465,6 +469,7 @@ fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
     }
     let l3 = h.l3_offset;
     let mut seg = Seg {
+        key: 0,
         family,
         l3,
         l4: 0,
@@ -515,6 +520,7 @@ fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
     seg.l4 = l4;
     seg.hdr_len = hdr_len;
     seg.ports = u32::from(t.src_port()) << 16 | u32::from(t.dst_port());
+    seg.key = flow_key(&seg);
     seg.seq = t.seq_number();
     seg.ack = t.ack_number();
     seg.window = t.window_len();
@@ -554,6 +560,12 @@ fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
     Class::Candidate(seg)
 }
 
+fn flow_key(seg: &Seg) -> u64 {
+    let a = seg.src ^ seg.dst.rotate_left(32);
+    let k = (a as u64) ^ ((a >> 64) as u64).rotate_left(7) ^ u64::from(seg.ports) << 17;
+    (k ^ seg.l3 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// Same MAC addresses, tag stack, EtherType and IP addresses.
 fn same_addrs(a: &Seg, fa: &[u8], b: &Seg, fb: &[u8]) -> bool {
     a.l3 == b.l3 && a.src == b.src && a.dst == b.dst && fa[..a.l3] == fb[..b.l3]
@@ -562,7 +574,8 @@ fn same_addrs(a: &Seg, fa: &[u8], b: &Seg, fb: &[u8]) -> bool {
 /// The open run of `seg`'s flow, if any.
 fn find(runs: &[Run], out: &[PacketBuf], pkt: &PacketBuf, seg: &Seg) -> Option<usize> {
     runs.iter().position(|r| {
-        r.first.ports == seg.ports
+        r.first.key == seg.key
+            && r.first.ports == seg.ports
             && r.first.family == seg.family
             && same_addrs(&r.first, out[r.out].frame(), seg, pkt.frame())
     })
