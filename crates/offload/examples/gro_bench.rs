@@ -5,6 +5,10 @@
 //! ```text
 //! cargo run --release -p qbridge-offload --example gro_bench [-- --seconds 2]
 //! ```
+//!
+//! `--case N --rounds R [--no-gro]` runs case N (from 0, in the order printed) for exactly R
+//! batches and prints nothing: run it under callgrind with two values of R and divide the
+//! difference by the segments to get instructions per segment (docs/benchmarks.md).
 
 use qbridge_offload::{segment, Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
@@ -67,8 +71,15 @@ fn batch_frames(v6: bool, flows: usize, mss: u16) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Runs the port loop for `secs`; returns (segments per second, super-frames per batch).
-fn measure(frames: &[Vec<u8>], meta_flags: u8, with_gro: bool, secs: f64) -> (f64, f64) {
+/// How long to run: for a time, or for a number of batches.
+#[derive(Clone, Copy)]
+enum Stop {
+    After(Duration),
+    Rounds(u64),
+}
+
+/// Runs the port loop; returns (segments per second, frames out per batch).
+fn measure(frames: &[Vec<u8>], meta_flags: u8, with_gro: bool, stop: Stop) -> (f64, f64) {
     let mut gro = Gro::new();
     let mut pool = BufPool::new(4 * BATCH);
     let mut batch = Batch::with_capacity(BATCH);
@@ -76,9 +87,12 @@ fn measure(frames: &[Vec<u8>], meta_flags: u8, with_gro: bool, secs: f64) -> (f6
     let mut rounds = 0u64;
     let mut outs = 0u64;
     let start = Instant::now();
-    let limit = Duration::from_secs_f64(secs);
     loop {
-        for _ in 0..64 {
+        let n = match stop {
+            Stop::After(_) => 64,
+            Stop::Rounds(r) => r,
+        };
+        for _ in 0..n {
             for f in frames {
                 let mut p = pool.get();
                 p.set_frame(f);
@@ -100,8 +114,9 @@ fn measure(frames: &[Vec<u8>], meta_flags: u8, with_gro: bool, secs: f64) -> (f6
             segs += frames.len() as u64;
             rounds += 1;
         }
-        if start.elapsed() >= limit {
-            break;
+        match stop {
+            Stop::After(limit) if start.elapsed() < limit => {}
+            _ => break,
         }
     }
     let t = start.elapsed().as_secs_f64();
@@ -110,27 +125,30 @@ fn measure(frames: &[Vec<u8>], meta_flags: u8, with_gro: bool, secs: f64) -> (f6
 
 fn main() {
     let mut secs = 1.0;
+    let mut case = 0;
+    let mut rounds: Option<u64> = None;
+    let mut with_gro = true;
     let mut args = std::env::args().skip(1);
+    let number = |v: Option<String>, what: &str| -> f64 {
+        v.and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{what} takes a number"))
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--seconds" => {
-                secs = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--seconds takes a number")
-            }
+            "--seconds" => secs = number(args.next(), "--seconds"),
+            "--case" => case = number(args.next(), "--case") as usize,
+            "--rounds" => rounds = Some(number(args.next(), "--rounds") as u64),
+            "--no-gro" => with_gro = false,
             "-h" | "--help" => {
-                println!("gro_bench [--seconds S]: segments/s through Gro::coalesce, batch 64");
+                println!(
+                    "gro_bench [--seconds S] | [--case N --rounds R [--no-gro]]: \
+                     segments/s through Gro::coalesce, batch {BATCH}"
+                );
                 return;
             }
             other => panic!("unknown argument {other}"),
         }
     }
-    println!("batch {BATCH}, S+C tags, TCP timestamps; {secs} s per row");
-    println!(
-        "{:<44} {:>12} {:>12} {:>10} {:>11}",
-        "case", "Mseg/s", "ns/seg", "out/batch", "GRO ns/seg"
-    );
     let cases: [(&str, bool, usize, u16, u8); 6] = [
         (
             "IPv4, 2 flows, MSS 1448, checksums summed",
@@ -163,10 +181,26 @@ fn main() {
         ("IPv4, 2 flows, MSS 536, checksums summed", false, 2, 536, 0),
         ("IPv4, 64 flows (nothing to merge)", false, 64, 1448, 0),
     ];
+    if let Some(rounds) = rounds {
+        let (_, v6, flows, mss, meta) = cases[case];
+        measure(
+            &batch_frames(v6, flows, mss),
+            meta,
+            with_gro,
+            Stop::Rounds(rounds),
+        );
+        return;
+    }
+    println!("batch {BATCH}, S+C tags, TCP timestamps; {secs} s per row");
+    println!(
+        "{:<44} {:>12} {:>12} {:>10} {:>11}",
+        "case", "Mseg/s", "ns/seg", "out/batch", "GRO ns/seg"
+    );
     for (name, v6, flows, mss, meta) in cases {
         let frames = batch_frames(v6, flows, mss);
-        let (base, _) = measure(&frames, meta, false, secs);
-        let (rate, outs) = measure(&frames, meta, true, secs);
+        let stop = Stop::After(Duration::from_secs_f64(secs));
+        let (base, _) = measure(&frames, meta, false, stop);
+        let (rate, outs) = measure(&frames, meta, true, stop);
         let gro_ns = 1e9 / rate - 1e9 / base;
         println!(
             "{name:<44} {:>12.2} {:>12.1} {:>10.1} {:>11.1}",

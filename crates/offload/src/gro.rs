@@ -229,8 +229,72 @@ impl GroStats {
 /// Reusable GRO state: the open-run table and the batch scratch. One per worker thread.
 #[derive(Debug, Default)]
 pub struct Gro {
-    runs: Vec<Run>,
+    runs: Table,
     input: Vec<PacketBuf>,
+}
+
+/// The open runs, with their keys apart so that [`Table::find`] compares keys in one tight
+/// branch-free loop and looks only at runs whose key matches. Order is not kept: removal moves the last entry in.
+#[derive(Debug, Default)]
+struct Table {
+    /// `keys[i]` is `runs[i].first.key` for `i < runs.len()`; the rest is stale.
+    keys: [u64; MAX_OPEN_FLOWS],
+    runs: Vec<Run>,
+}
+
+const _: () = assert!(MAX_OPEN_FLOWS <= 64, "Table::find's match mask is a u64");
+
+impl Table {
+    fn with_capacity(n: usize) -> Table {
+        Table {
+            keys: [0; MAX_OPEN_FLOWS],
+            runs: Vec::with_capacity(n),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    fn clear(&mut self) {
+        self.runs.clear();
+    }
+
+    /// The caller keeps `len() < MAX_OPEN_FLOWS`.
+    fn push(&mut self, run: Run) {
+        self.keys[self.runs.len()] = run.first.key;
+        self.runs.push(run);
+    }
+
+    fn remove(&mut self, i: usize) -> Run {
+        let last = self.runs.len() - 1;
+        self.keys[i] = self.keys[last];
+        self.runs.swap_remove(i)
+    }
+
+    fn pop(&mut self) -> Option<Run> {
+        self.runs.pop()
+    }
+
+    /// The open run of `seg`'s flow (frame `f`), if any.
+    fn find(&self, out: &[PacketBuf], f: &[u8], seg: &Seg) -> Option<usize> {
+        let mut mask = 0u64;
+        for (i, &k) in self.keys[..self.runs.len()].iter().enumerate() {
+            mask |= u64::from(k == seg.key) << i;
+        }
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let r = &self.runs[i];
+            if r.first.ports == seg.ports
+                && r.first.family == seg.family
+                && same_addrs(&r.first, out[r.out].frame(), seg, f)
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,7 +314,7 @@ enum Csum {
 /// One TCP segment that may be merged: what the header walk found.
 #[derive(Clone, Copy, Debug)]
 struct Seg {
-    /// Addresses and ports mixed: a quick reject for [`find`], not an identity.
+    /// Addresses and ports mixed: a quick reject for [`Table::find`], not an identity.
     key: u64,
     family: Family,
     l3: usize,
@@ -310,7 +374,7 @@ enum Class {
 impl Gro {
     pub fn new() -> Gro {
         Gro {
-            runs: Vec::with_capacity(MAX_OPEN_FLOWS),
+            runs: Table::with_capacity(MAX_OPEN_FLOWS),
             input: Vec::new(),
         }
     }
@@ -343,9 +407,9 @@ impl Gro {
                     continue;
                 }
                 Class::InFlow(r, key) => {
-                    if let Some(i) = find(runs, out, &pkt, &key) {
+                    if let Some(i) = runs.find(out, pkt.frame(), &key) {
                         st.ended[EndReason::Interrupted as usize] += 1;
-                        close(runs.swap_remove(i), out, &mut st);
+                        close(runs.remove(i), out, &mut st);
                     }
                     pass(out, pkt, r, &mut st);
                     continue;
@@ -354,10 +418,10 @@ impl Gro {
                     let f = pkt.frame();
                     let mut i = 0;
                     while i < runs.len() {
-                        let run = runs[i];
+                        let run = runs.runs[i];
                         if same_addrs(&run.first, out[run.out].frame(), &key, f) {
                             st.ended[EndReason::Interrupted as usize] += 1;
-                            close(runs.swap_remove(i), out, &mut st);
+                            close(runs.remove(i), out, &mut st);
                         } else {
                             i += 1;
                         }
@@ -366,7 +430,7 @@ impl Gro {
                     continue;
                 }
                 Class::Unknown => {
-                    for run in runs.drain(..) {
+                    while let Some(run) = runs.pop() {
                         st.ended[EndReason::Interrupted as usize] += 1;
                         close(run, out, &mut st);
                     }
@@ -375,8 +439,8 @@ impl Gro {
                 }
             };
 
-            if let Some(i) = find(runs, out, &pkt, &seg) {
-                let run = runs[i];
+            if let Some(i) = runs.find(out, pkt.frame(), &seg) {
+                let run = runs.runs[i];
                 match can_join(
                     &run,
                     &seg,
@@ -388,7 +452,7 @@ impl Gro {
                     Ok(()) => {
                         if seg.csum == Csum::Verify && !tcp_checksum_ok(&seg, pkt.frame()) {
                             st.ended[EndReason::Interrupted as usize] += 1;
-                            close(runs.swap_remove(i), out, &mut st);
+                            close(runs.remove(i), out, &mut st);
                             pass(out, pkt, PassReason::BadChecksum, &mut st);
                             continue;
                         }
@@ -396,23 +460,23 @@ impl Gro {
                             || run.first.csum == Csum::Trusted
                             || tcp_checksum_ok(&run.first, out[run.out].frame());
                         if head_ok {
-                            let r = &mut runs[i];
+                            let r = &mut runs.runs[i];
                             r.verified = true;
                             merge(r, &mut out[r.out], &seg, &pkt);
                             st.segments_merged += 1;
                             pool.put(pkt);
                             if r.psh || seg.payload_len() < r.gso_size {
-                                close(runs.swap_remove(i), out, &mut st);
+                                close(runs.remove(i), out, &mut st);
                             }
                             continue;
                         }
                         // The head is bad: it stays as it came; this segment starts a run.
-                        runs.swap_remove(i);
+                        runs.remove(i);
                         st.passed[PassReason::BadChecksum as usize] += 1;
                     }
                     Err(reason) => {
                         st.ended[reason as usize] += 1;
-                        close(runs.swap_remove(i), out, &mut st);
+                        close(runs.remove(i), out, &mut st);
                     }
                 }
             }
@@ -424,9 +488,11 @@ impl Gro {
             }
             if runs.len() == MAX_OPEN_FLOWS {
                 // The oldest run is the one furthest back in the output.
-                let oldest = (0..runs.len()).min_by_key(|&i| runs[i].out).unwrap_or(0);
+                let oldest = (0..runs.len())
+                    .min_by_key(|&i| runs.runs[i].out)
+                    .unwrap_or(0);
                 st.ended[EndReason::Evicted as usize] += 1;
-                close(runs.swap_remove(oldest), out, &mut st);
+                close(runs.remove(oldest), out, &mut st);
             }
             runs.push(Run {
                 out: out.len(),
@@ -440,7 +506,7 @@ impl Gro {
             });
             out.push(pkt);
         }
-        for run in runs.drain(..) {
+        while let Some(run) = runs.pop() {
             close(run, out, &mut st);
         }
         st.frames_out = out.len() as u64;
@@ -569,16 +635,6 @@ fn flow_key(seg: &Seg) -> u64 {
 /// Same MAC addresses, tag stack, EtherType and IP addresses.
 fn same_addrs(a: &Seg, fa: &[u8], b: &Seg, fb: &[u8]) -> bool {
     a.l3 == b.l3 && a.src == b.src && a.dst == b.dst && fa[..a.l3] == fb[..b.l3]
-}
-
-/// The open run of `seg`'s flow, if any.
-fn find(runs: &[Run], out: &[PacketBuf], pkt: &PacketBuf, seg: &Seg) -> Option<usize> {
-    runs.iter().position(|r| {
-        r.first.key == seg.key
-            && r.first.ports == seg.ports
-            && r.first.family == seg.family
-            && same_addrs(&r.first, out[r.out].frame(), seg, pkt.frame())
-    })
 }
 
 /// Whether `seg` (frame `f`) continues `run` (first segment's frame `head`).
