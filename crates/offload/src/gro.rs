@@ -8,9 +8,10 @@
 //! its flow (MAC addresses, the whole tag stack — TPIDs and TCIs —, EtherType, IP addresses,
 //! TCP ports). The batch is walked once in order; each frame is either pushed to the output in
 //! place, or merged into the open head of its flow, whose buffer receives its payload. The
-//! table is searched linearly, a 64-bit key mixed from the addresses and ports rejecting almost
-//! every entry; when it is full the oldest head (furthest back in the output) is closed. A second vector holds the batch while it is rebuilt; both keep
-//! their capacity, so after warm-up a call allocates nothing.
+//! table is searched linearly, a 64-bit key mixed from the addresses and ports rejecting
+//! almost every entry; when it is full the oldest head (furthest back in the output) is
+//! closed. A second vector holds the batch while it is rebuilt; both keep their capacity, so
+//! after warm-up a call allocates nothing. One `Gro` per worker thread; no locks, no I/O.
 //!
 //! **What is merged.** A segment joins the open head of its flow when, as in Linux's
 //! `tcp_gro_receive`: it is IPv4 without options or fragmentation, or IPv6 with TCP directly
@@ -22,7 +23,8 @@
 //! head's (`gso_size`, the first segment's payload length); the merged IP packet stays within
 //! [`GroLimits::max_ip_bytes`] (at most 65535) and [`GroLimits::max_segments`]. A segment
 //! shorter than `gso_size`, or with PSH, is merged and ends the run (PSH is kept on the
-//! super-frame, which GSO puts back on the last segment).
+//! super-frame, which GSO puts back on the last segment). With DF, merged segments' IPv4
+//! identifiers are not kept: GSO numbers them up from the first again.
 //!
 //! **Checksums.** A segment takes part in a merge only if its checksums are good: the IPv4
 //! header checksum is always verified; the TCP checksum is verified over the segment unless
@@ -56,7 +58,9 @@
 //! **Buffers.** Merged segments' buffers go back to the caller's [`BufPool`]; the head's buffer
 //! grows to hold the super-frame (`PacketBuf` has no `reserve`, so a buffer grows by doubling
 //! the first time it heads a run, then keeps its capacity). **Cost:** one header walk per
-//! frame, one checksum pass per merged segment unless trusted, one copy of each merged payload.
+//! frame, one checksum pass per merged segment unless trusted, one copy of each merged payload
+//! (measured in `docs/benchmarks.md`: ~2600 instructions per 1448-byte segment summed, ~1100
+//! trusted).
 //!
 //! [`segment`]: crate::segment
 
