@@ -21,6 +21,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     fi
 fi
 
+# Targets are the [[bin]]s of fuzz/Cargo.toml: parse_headers, gso, gro, pipeline.
 targets=$(cargo +nightly fuzz list --fuzz-dir fuzz)
 status=0
 for t in $targets; do

@@ -1,5 +1,6 @@
-//! Replays the `gso` fuzz target's seeds and regressions (`fuzz/seeds/gso`,
-//! `fuzz/regressions/gso`) on stable, with the same oracle as the target.
+//! Replays the `gso` and `gro` fuzz targets' seeds and regressions (`fuzz/seeds/<target>`,
+//! `fuzz/regressions/<target>`) on stable, with the same oracles as the targets (`gro`'s is
+//! the target's own code, included).
 
 use qbridge_offload::{complete_checksum, read_vnet_header, segment};
 use qbridge_packet::{BufPool, PacketBuf};
@@ -73,5 +74,31 @@ fn seeds_segment_and_verify() {
 fn regressions_do_not_panic() {
     for (_name, data) in files("regressions/gso") {
         let _ = run(&data);
+    }
+}
+
+mod gro {
+    use qbridge_offload::{read_vnet_header, segment, Gro, GroLimits};
+    use qbridge_packet::{Batch, BufPool, PacketBuf};
+    use qbridge_wire::{ipv4, ipv6, parse_headers, tcp, virtio::HeaderKind, EtherType, Tpid};
+
+    include!("../../../fuzz/fuzz_targets/gro_oracle.rs");
+
+    #[test]
+    fn seeds_coalesce_and_verify() {
+        let seeds = super::files("seeds/gro");
+        assert!(!seeds.is_empty(), "fuzz/seeds/gro is missing");
+        for (name, data) in seeds {
+            // Seeds are segment trains of valid super-frames: each makes super-frames.
+            let made = run(&data).unwrap_or(0);
+            assert!(made >= 1, "seed {name}: {made} super-frames");
+        }
+    }
+
+    #[test]
+    fn regressions_do_not_panic() {
+        for (_name, data) in super::files("regressions/gro") {
+            let _ = run(&data);
+        }
     }
 }
