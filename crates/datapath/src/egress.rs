@@ -65,7 +65,12 @@ pub fn egress(
     if caps.takes_everything() {
         // Nothing to coalesce unless two frames are not super-frames already (a TSO sender's
         // stream is all super-frames): a look at the metadata, not the headers.
-        let plain = batch.pkts.iter().filter(|p| !p.offload.is_gso()).take(2).count();
+        let plain = batch
+            .pkts
+            .iter()
+            .filter(|p| !p.offload.is_gso())
+            .take(2)
+            .count();
         if plain == 2 {
             let g = gro.coalesce(batch, pool, is_tag, GroLimits::default());
             r.gro_frames = g.super_frames;
