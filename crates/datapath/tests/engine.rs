@@ -170,3 +170,79 @@ fn patch_ports_are_created_and_refused_as_pairs() {
     s.execute_line("link del b", o).unwrap();
     assert!(!s.switch().exists("a") && !s.switch().exists("b"));
 }
+
+/// Learning on one worker is used by another: port `a` (id 0, received by worker 0) sends
+/// from MAC A; then port `b` (id 3, received by worker 1) sends to MAC A, which must leave on
+/// `a` only — not be flooded to `c` and `d`.
+#[test]
+fn an_address_learned_on_one_worker_is_known_to_the_other() {
+    let d = dir("learn");
+    let mac_a = [0x02, 0, 0, 0, 0, 0xa];
+    let mac_b = [0x02, 0, 0, 0, 0, 0xb];
+    let frame = |dst: [u8; 6], src: [u8; 6], tag: u8| {
+        let mut f = dst.to_vec();
+        f.extend(src);
+        f.extend([0x88, 0xb5, tag]);
+        f.resize(60, 0);
+        f
+    };
+    let mut w = PcapWriter::create(&d.join("a.in.pcap")).unwrap();
+    w.write(1, &frame([0xff; 6], mac_a, 1)).unwrap();
+    w.finish().unwrap();
+    let mut w = PcapWriter::create(&d.join("b.in.pcap")).unwrap();
+    for i in 0..10 {
+        w.write(2 + i, &frame(mac_a, mac_b, 2)).unwrap();
+    }
+    w.finish().unwrap();
+
+    let mut session = Session::with_workers(2);
+    session
+        .execute_batch(
+            "link add br0 type bridge\n\
+             link add a type pcap\nlink add c type pcap\nlink add d type pcap\n\
+             link set dev a master br0\nlink set dev c master br0\nlink set dev d master br0\n",
+            OutputOptions::default(),
+        )
+        .unwrap();
+    let (engine, h, _) = Engine::new(
+        session,
+        EngineConfig {
+            pcap_dir: Some(d.clone()),
+        },
+    )
+    .unwrap();
+    let t = std::thread::spawn(move || engine.run());
+    let t0 = Instant::now();
+    while !call(&h, "fdb show").contains("02:00:00:00:00:0a") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "A was not learned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = h.call(Op::Batch {
+        out: OutputOptions::default(),
+        text: "link add b type pcap\nlink set dev b master br0\n".into(),
+    });
+    assert!(r.ok, "{:?}", r.error);
+    let links: serde_json::Value = serde_json::from_str(&call(&h, "link show dev b")).unwrap();
+    assert_eq!(links[0]["port"]["id"], 3, "b must be port 3 (worker 1)");
+    while rx_frames(&h, "b") < 10 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "b's frames did not arrive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let by_worker = |port: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&call(&h, &format!("link show dev {port}"))).unwrap();
+        v[0]["runtime"]["rx_frames_by_worker"].clone()
+    };
+    assert_eq!(by_worker("a"), serde_json::json!([1, 0]));
+    assert_eq!(by_worker("b"), serde_json::json!([0, 10]));
+    h.shutdown();
+    t.join().unwrap();
+    let a_out = read_all(&d.join("a.pcap"));
+    assert_eq!(a_out.len(), 10, "every frame to A leaves on a");
+    assert!(a_out.iter().all(|f| f == &frame(mac_a, mac_b, 2)));
+    for port in ["c", "d"] {
+        let out = read_all(&d.join(format!("{port}.pcap")));
+        assert_eq!(out.len(), 1, "{port} saw only A's broadcast: {out:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
