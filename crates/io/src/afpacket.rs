@@ -94,6 +94,8 @@ const TPID_8021Q: u16 = 0x8100;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_COPY_THRESH: libc::c_int = 7;
+/// Classic BPF `ret #k`: with k = 0, drop the frame.
+const BPF_RET_K: u16 = 0x06;
 const TP_STATUS_COPY: u32 = 1 << 1;
 /// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
 /// Ethernet header and tags.
@@ -962,6 +964,25 @@ impl AfPacketPort {
         // Best effort (Linux >= 4.20); rx_burst also skips PACKET_OUTGOING frames.
         let _ = sys::setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
 
+        // Only a bound socket may join a fanout group, and from bind until it has joined it
+        // receives every frame — duplicates of what the group's members already get. A
+        // drop-all filter closes that window: nothing enters the ring until the socket has
+        // joined (frames hashed to it between the join and the filter's removal, a few
+        // microseconds, are dropped instead; none is delivered twice).
+        let mut drop_all = [libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        if cfg.fanout.is_some() {
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: drop_all.as_mut_ptr(),
+            };
+            sys::setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+                .map_err(|e| sys::sys_err("SO_ATTACH_FILTER", &name, e))?;
+        }
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -979,8 +1000,6 @@ impl AfPacketPort {
             return Err(errno_err("bind(AF_PACKET)", &name));
         }
         if let Some(f) = cfg.fanout {
-            // Only a bound socket may join. Until it has joined it receives every frame, as
-            // any socket does; the engine opens its workers' sockets before forwarding starts.
             sys::setsockopt_int(
                 s,
                 libc::SOL_PACKET,
@@ -988,6 +1007,8 @@ impl AfPacketPort {
                 f.option_value() as libc::c_int,
             )
             .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
+            sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
+                .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
         }
         if cfg.filter.is_none() {
             if cfg.promisc {
