@@ -461,7 +461,8 @@ fn membership(
 #[derive(Debug)]
 pub struct RxFilterHandle {
     ifname: String,
-    ifindex: u32,
+    /// The device's index when the memberships were last made ([`RxFilterHandle::reattach`]).
+    ifindex: AtomicU32,
     fd: OwnedFd,
     /// Serialises control operations (membership changes and their publication).
     ctl: Mutex<()>,
@@ -495,7 +496,7 @@ impl RxFilterHandle {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         Ok(Arc::new(RxFilterHandle {
             ifname: ifname.to_owned(),
-            ifindex,
+            ifindex: AtomicU32::new(ifindex),
             fd,
             ctl: Mutex::new(()),
             promisc: AtomicBool::new(false),
@@ -525,14 +526,47 @@ impl RxFilterHandle {
         mr_type: libc::c_int,
         addr: Option<[u8; 6]>,
     ) -> Result<(), IoError> {
+        let ifindex = self.ifindex.load(Ordering::Relaxed);
         membership(
             self.fd.as_raw_fd(),
-            self.ifindex,
+            ifindex,
             &self.ifname,
             add,
             mr_type,
             addr,
         )
+    }
+
+    /// Makes the memberships again on the device now named [`RxFilterHandle::ifname`]: after
+    /// the interface was deleted and recreated (the kernel dropped the old device's
+    /// memberships with it), alongside [`AfPacketPort::reopen`]. Call it from a thread in the
+    /// interface's namespace. Memberships still held on the old index (the device was not
+    /// deleted after all) are dropped first, so nothing is counted twice. One syscall per
+    /// accepted address.
+    pub fn reattach(&self) -> Result<(), IoError> {
+        let _ctl = self.lock_ctl();
+        let fresh = sys::ifindex(&self.ifname)?;
+        let keys: Vec<u64> = self.read_set().iter().copied().collect();
+        let promisc = self.promisc();
+        let unkey = |k: u64| {
+            let b = k.to_be_bytes();
+            [b[2], b[3], b[4], b[5], b[6], b[7]]
+        };
+        // Best effort: a deleted device took its memberships with it (EADDRNOTAVAIL here).
+        if promisc {
+            let _ = self.member(false, libc::PACKET_MR_PROMISC, None);
+        }
+        for &k in &keys {
+            let _ = self.member(false, libc::PACKET_MR_UNICAST, Some(unkey(k)));
+        }
+        self.ifindex.store(fresh, Ordering::Relaxed);
+        if promisc {
+            self.member(true, libc::PACKET_MR_PROMISC, None)?;
+        }
+        for &k in &keys {
+            self.member(true, libc::PACKET_MR_UNICAST, Some(unkey(k)))?;
+        }
+        Ok(())
     }
 
     /// Whether the port receives every frame.
