@@ -1040,7 +1040,16 @@ impl AfPacketPort {
                 PACKET_FANOUT,
                 f.option_value() as libc::c_int,
             )
-            .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
+            .map_err(|e| match e.raw_os_error() {
+                // EINVAL: the id belongs to a group of another mode (or another device's
+                // group with other flags); ENOSPC: the group is full.
+                Some(libc::EINVAL | libc::ENOSPC) => IoError::Sys {
+                    op: "PACKET_FANOUT",
+                    ifname: format!("{name} (group {}, {:?})", f.group, f.mode),
+                    source: e,
+                },
+                _ => sys::sys_err("PACKET_FANOUT", &name, e),
+            })?;
             sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
                 .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
         }

@@ -373,3 +373,68 @@ fn joining_a_busy_group_duplicates_nothing() {
     assert_eq!(ports.len(), 4);
     assert_eq!(dups, 0, "frames delivered twice");
 }
+
+/// The other modes join and deliver every frame exactly once; a socket asking for an id that
+/// a group of another mode holds is refused with an error naming the group.
+#[test]
+fn other_fanout_modes_deliver_each_frame_once() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    for (i, mode) in [
+        FanoutMode::Cpu,
+        FanoutMode::LoadBalance,
+        FanoutMode::QueueMapping,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let group = fanout_group_for(20 + i as u32);
+        let mut ports: Vec<AfPacketPort> = (0..2)
+            .map(|_| {
+                let mut cfg = AfPacketConfig::new(&v.a);
+                cfg.fanout = Some(Fanout { group, mode });
+                run_in_netns(&v.ns_a.name, move || AfPacketPort::open(cfg))
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        let frames: Vec<Vec<u8>> = (0..FLOWS)
+            .map(|flow| flow_frame(&[(0x88a8, 1)], L4::Ipv4Tcp, Vary::SourcePort, flow, 0))
+            .collect();
+        let (b, ns) = (v.b.clone(), v.ns_b.name.clone());
+        run_in_netns(&ns, || send_all(&b, &frames)).unwrap();
+        let mut seen = Vec::new();
+        let mut pool = BufPool::new(256);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut per_socket = [0usize; 2];
+        while Instant::now() < deadline && seen.len() < frames.len() {
+            for (k, p) in ports.iter_mut().enumerate() {
+                let mut batch = Batch::with_capacity(64);
+                per_socket[k] += p.rx_burst(&mut batch, &mut pool, 64).unwrap();
+                seen.extend(batch.drain().filter_map(|f| flow_of(f.frame())));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seen.sort();
+        let want: Vec<(u16, u32)> = (0..FLOWS).map(|f| (f, 0)).collect();
+        assert_eq!(seen, want, "{mode:?}");
+        eprintln!("{mode:?}: frames per socket {per_socket:?}");
+        if mode == FanoutMode::LoadBalance {
+            assert!(per_socket.iter().all(|&n| n > 0), "{per_socket:?}");
+        }
+        // The same id with another mode: refused, naming the group.
+        let mut cfg = AfPacketConfig::new(&v.a);
+        cfg.fanout = Some(Fanout {
+            group,
+            mode: FanoutMode::Hash,
+        });
+        let e = run_in_netns(&v.ns_a.name, move || AfPacketPort::open(cfg))
+            .unwrap()
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("PACKET_FANOUT") && msg.contains(&format!("group {group}")),
+            "{msg}"
+        );
+    }
+}
