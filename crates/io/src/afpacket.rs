@@ -65,14 +65,16 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLockReadGuard};
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 
 use crate::port::{
     depth_bit, kernel_tag_depth, DeviceOffloads, Port, PortCaps, TxOutcome, TxReport,
 };
+pub use crate::rxfilter::RxFilterHandle;
+use crate::rxfilter::{mac_key, membership};
 use crate::sys::{self, FeatureBits, LinkState};
 use crate::IoError;
 
@@ -94,6 +96,8 @@ const TPID_8021Q: u16 = 0x8100;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_COPY_THRESH: libc::c_int = 7;
+/// Classic BPF `ret #k`: with k = 0, drop the frame.
+const BPF_RET_K: u16 = 0x06;
 const TP_STATUS_COPY: u32 = 1 << 1;
 /// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
 /// Ethernet header and tags.
@@ -388,238 +392,6 @@ pub struct AfPacketStats {
     /// TPACKET_V3 only: times the ring froze — every block was in user space, so the kernel
     /// dropped frames until one came back (`tp_freeze_q_cnt`). Only as fresh as the last poll.
     pub rx_ring_frozen: u64,
-}
-
-/// A MAC address as the key of the accepted set (the 6 bytes, big-endian, in a u64).
-fn mac_key(mac: [u8; 6]) -> u64 {
-    let mut b = [0u8; 8];
-    b[2..].copy_from_slice(&mac);
-    u64::from_be_bytes(b)
-}
-
-fn fmt_mac(mac: [u8; 6]) -> String {
-    mac.map(|b| format!("{b:02x}")).join(":")
-}
-
-/// Adds or drops one `PACKET_MR_*` membership of socket `fd` on interface `ifindex`.
-fn membership(
-    fd: RawFd,
-    ifindex: u32,
-    ifname: &str,
-    add: bool,
-    mr_type: libc::c_int,
-    addr: Option<[u8; 6]>,
-) -> Result<(), IoError> {
-    let mut mr = libc::packet_mreq {
-        mr_ifindex: ifindex as i32,
-        mr_type: mr_type as u16,
-        mr_alen: 0,
-        mr_address: [0; 8],
-    };
-    if let Some(a) = addr {
-        mr.mr_alen = 6;
-        mr.mr_address[..6].copy_from_slice(&a);
-    }
-    let (opt, what) = if add {
-        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
-    } else {
-        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP")
-    };
-    sys::setsockopt_raw(fd, libc::SOL_PACKET, opt, &mr).map_err(|e| match addr {
-        Some(a) => IoError::Sys {
-            op: what,
-            ifname: format!("{ifname} (unicast {})", fmt_mac(a)),
-            source: e,
-        },
-        None => sys::sys_err(what, ifname, e),
-    })
-}
-
-/// The receive filter of one port, shared by all of its sockets (`Arc<RxFilterHandle>` in
-/// each socket's [`AfPacketConfig::filter`]) and changed by the control plane while workers
-/// receive, without reopening anything.
-///
-/// It owns one extra AF_PACKET socket of protocol 0 that is never bound, so it receives
-/// nothing; it only holds the port's device memberships: `PACKET_MR_PROMISC`, and one
-/// `PACKET_MR_UNICAST` per accepted address. Memberships are device-level and refcounted by
-/// the kernel, so one socket's memberships serve every socket of the port, and closing the
-/// handle (dropping its last `Arc`) removes them all. A change touches only what changed:
-/// [`RxFilterHandle::set_unicast`] adds and drops one membership per changed address.
-///
-/// A device without a unicast filter (a veth, many virtual devices) delivers frames for other
-/// hosts anyway (`PACKET_OTHERHOST`); without promiscuous mode each socket drops those whose
-/// destination is not in the accepted set and counts them
-/// ([`AfPacketStats::rx_otherhost_filtered`]). Readers take the set's read lock once per
-/// burst, and only in a burst that holds such a frame; control operations are serialised
-/// among themselves and hold the write lock only to insert or remove one address. (An
-/// `RwLock` rather than a copy-on-write snapshot: a snapshot per added address would copy the
-/// whole set each time, O(n²) for a 20 000-entry FDB added address by address.)
-///
-/// Open it in the interface's namespace (see [`crate::netns::run_in_netns`]), like the port.
-#[derive(Debug)]
-pub struct RxFilterHandle {
-    ifname: String,
-    ifindex: u32,
-    fd: OwnedFd,
-    /// Serialises control operations (membership changes and their publication).
-    ctl: Mutex<()>,
-    promisc: AtomicBool,
-    unicast: RwLock<HashSet<u64>>,
-}
-
-impl PartialEq for RxFilterHandle {
-    /// Identity: two handles are the same filter only if they are the same object.
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self, other)
-    }
-}
-
-impl Eq for RxFilterHandle {}
-
-impl RxFilterHandle {
-    /// Opens the membership socket for `ifname`: no promiscuous mode, no unicast address.
-    pub fn open(ifname: &str) -> Result<Arc<RxFilterHandle>, IoError> {
-        let ifindex = sys::ifindex(ifname)?;
-        // Protocol 0 and never bound: the socket receives nothing.
-        // SAFETY: socket(2) takes no pointers.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(errno_err(
-                "socket(AF_PACKET) for the receive filter",
-                ifname,
-            ));
-        }
-        // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        Ok(Arc::new(RxFilterHandle {
-            ifname: ifname.to_owned(),
-            ifindex,
-            fd,
-            ctl: Mutex::new(()),
-            promisc: AtomicBool::new(false),
-            unicast: RwLock::new(HashSet::new()),
-        }))
-    }
-
-    pub fn ifname(&self) -> &str {
-        &self.ifname
-    }
-
-    fn lock_ctl(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write_set(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<u64>> {
-        self.unicast.write().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn read_set(&self) -> RwLockReadGuard<'_, HashSet<u64>> {
-        self.unicast.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn member(
-        &self,
-        add: bool,
-        mr_type: libc::c_int,
-        addr: Option<[u8; 6]>,
-    ) -> Result<(), IoError> {
-        membership(
-            self.fd.as_raw_fd(),
-            self.ifindex,
-            &self.ifname,
-            add,
-            mr_type,
-            addr,
-        )
-    }
-
-    /// Whether the port receives every frame.
-    pub fn promisc(&self) -> bool {
-        self.promisc.load(Ordering::Relaxed)
-    }
-
-    /// Turns promiscuous mode on or off (one membership change; nothing when unchanged).
-    pub fn set_promisc(&self, on: bool) -> Result<(), IoError> {
-        let _ctl = self.lock_ctl();
-        if self.promisc() == on {
-            return Ok(());
-        }
-        if on {
-            self.member(true, libc::PACKET_MR_PROMISC, None)?;
-            self.promisc.store(true, Ordering::Relaxed);
-        } else {
-            // Sockets stop taking other hosts' frames first, then the device stops sending.
-            self.promisc.store(false, Ordering::Relaxed);
-            self.member(false, libc::PACKET_MR_PROMISC, None)?;
-        }
-        Ok(())
-    }
-
-    /// Accepts `mac` (one `PACKET_MR_UNICAST` membership). Returns false if it was already.
-    pub fn add_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
-        let _ctl = self.lock_ctl();
-        self.add_locked(mac)
-    }
-
-    fn add_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
-        if self.read_set().contains(&mac_key(mac)) {
-            return Ok(false);
-        }
-        self.member(true, libc::PACKET_MR_UNICAST, Some(mac))?;
-        self.write_set().insert(mac_key(mac));
-        Ok(true)
-    }
-
-    /// Stops accepting `mac`. Returns false if it was not accepted.
-    pub fn del_unicast(&self, mac: [u8; 6]) -> Result<bool, IoError> {
-        let _ctl = self.lock_ctl();
-        self.del_locked(mac)
-    }
-
-    fn del_locked(&self, mac: [u8; 6]) -> Result<bool, IoError> {
-        if !self.write_set().remove(&mac_key(mac)) {
-            return Ok(false);
-        }
-        if let Err(e) = self.member(false, libc::PACKET_MR_UNICAST, Some(mac)) {
-            // Still a member: keep the software filter in step with the device.
-            self.write_set().insert(mac_key(mac));
-            return Err(e);
-        }
-        Ok(true)
-    }
-
-    /// Makes `macs` the accepted set, touching only the difference: one membership added per
-    /// new address, one dropped per address no longer listed. Returns (added, removed). On an
-    /// error the set holds every change made before it.
-    pub fn set_unicast(&self, macs: &[[u8; 6]]) -> Result<(usize, usize), IoError> {
-        let _ctl = self.lock_ctl();
-        let want: HashSet<u64> = macs.iter().map(|&m| mac_key(m)).collect();
-        let gone: Vec<u64> = self.read_set().difference(&want).copied().collect();
-        let mut removed = 0;
-        for k in gone {
-            let b = k.to_be_bytes();
-            if self.del_locked([b[2], b[3], b[4], b[5], b[6], b[7]])? {
-                removed += 1;
-            }
-        }
-        let mut added = 0;
-        for &m in macs {
-            if self.add_locked(m)? {
-                added += 1;
-            }
-        }
-        Ok((added, removed))
-    }
-
-    /// Whether `mac` is accepted now.
-    pub fn accepts(&self, mac: [u8; 6]) -> bool {
-        self.read_set().contains(&mac_key(mac))
-    }
-
-    /// How many unicast addresses are accepted.
-    pub fn unicast_len(&self) -> usize {
-        self.read_set().len()
-    }
 }
 
 /// Per burst: how frames for other hosts (`PACKET_OTHERHOST`) are judged.
@@ -962,6 +734,25 @@ impl AfPacketPort {
         // Best effort (Linux >= 4.20); rx_burst also skips PACKET_OUTGOING frames.
         let _ = sys::setsockopt_int(s, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
 
+        // Only a bound socket may join a fanout group, and from bind until it has joined it
+        // receives every frame — duplicates of what the group's members already get. A
+        // drop-all filter closes that window: nothing enters the ring until the socket has
+        // joined (frames hashed to it between the join and the filter's removal, a few
+        // microseconds, are dropped instead; none is delivered twice).
+        let mut drop_all = [libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        if cfg.fanout.is_some() {
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: drop_all.as_mut_ptr(),
+            };
+            sys::setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+                .map_err(|e| sys::sys_err("SO_ATTACH_FILTER", &name, e))?;
+        }
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -979,15 +770,24 @@ impl AfPacketPort {
             return Err(errno_err("bind(AF_PACKET)", &name));
         }
         if let Some(f) = cfg.fanout {
-            // Only a bound socket may join. Until it has joined it receives every frame, as
-            // any socket does; the engine opens its workers' sockets before forwarding starts.
             sys::setsockopt_int(
                 s,
                 libc::SOL_PACKET,
                 PACKET_FANOUT,
                 f.option_value() as libc::c_int,
             )
-            .map_err(|e| sys::sys_err("PACKET_FANOUT", &name, e))?;
+            .map_err(|e| match e.raw_os_error() {
+                // EINVAL: the id belongs to a group of another mode (or another device's
+                // group with other flags); ENOSPC: the group is full.
+                Some(libc::EINVAL | libc::ENOSPC) => IoError::Sys {
+                    op: "PACKET_FANOUT",
+                    ifname: format!("{name} (group {}, {:?})", f.group, f.mode),
+                    source: e,
+                },
+                _ => sys::sys_err("PACKET_FANOUT", &name, e),
+            })?;
+            sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
+                .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
         }
         if cfg.filter.is_none() {
             if cfg.promisc {

@@ -2,7 +2,8 @@
 //!
 //! Owns the byte-level formats and syscalls that move frames in and out of the switch:
 //! classic pcap files ([`pcap`]), an in-memory port for tests ([`mem`]), and on Linux live
-//! AF_PACKET ([`afpacket`]) and TAP ([`tap`]) ports, with the interface ioctls they share
+//! AF_PACKET ([`afpacket`], with a receive filter its sockets share: [`rxfilter`]) and TAP
+//! ([`tap`]) ports, with the interface ioctls they share
 //! ([`sys`]) and a helper to open ports inside a network namespace ([`netns`]). Every port
 //! speaks the batch [`Port`] interface; the bridge core never sees which backend is behind it,
 //! and this crate never sees the bridge (only the binary wires them).
@@ -20,6 +21,8 @@ pub mod mem;
 pub mod netns;
 pub mod pcap;
 pub mod port;
+#[cfg(target_os = "linux")]
+pub mod rxfilter;
 #[cfg(target_os = "linux")]
 pub mod sys;
 #[cfg(target_os = "linux")]

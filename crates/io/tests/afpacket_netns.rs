@@ -275,7 +275,19 @@ fn two_ports_carry_a_verified_tcp_stream_v2_ring() {
     forward_tcp_stream(RingVersion::V2);
 }
 
+#[test]
+fn two_ports_carry_a_verified_tcp_stream_v2_super_slots() {
+    skip_unless_root!();
+    forward_tcp_stream_with(RingVersion::V2, V2_SUPER_SLOT_BYTES);
+}
+
 fn forward_tcp_stream(ring: RingVersion) {
+    forward_tcp_stream_with(ring, qbridge_io::afpacket::V2_SLOT_BYTES);
+}
+
+/// `slot_bytes`: V2 slot size (2 KiB: super-frames through the socket queue; 64.5 KiB: in
+/// the ring).
+fn forward_tcp_stream_with(ring: RingVersion, slot_bytes: u32) {
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -295,8 +307,13 @@ fn forward_tcp_stream(ring: RingVersion) {
         .ns_b
         .ip(&["addr", "add", "10.79.0.2/24", "dev", &right.b])
         .unwrap();
-    let p1 = open_in(&mid.name, ring_cfg(&left.b, ring));
-    let p2 = open_in(&mid.name, ring_cfg(&right.a, ring));
+    let cfg = |ifname: &str| {
+        let mut c = ring_cfg(ifname, ring);
+        c.slot_bytes = slot_bytes;
+        c
+    };
+    let p1 = open_in(&mid.name, cfg(&left.b));
+    let p2 = open_in(&mid.name, cfg(&right.a));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -347,8 +364,13 @@ fn forward_tcp_stream(ring: RingVersion) {
     stop.store(true, Ordering::Relaxed);
     let (frames, gso, dropped) = fwd.join().unwrap();
     eprintln!(
-        "{ring:?}: 16 MB in {secs:.3} s ({:.2} Gbit/s, debug build); {frames} frames forwarded, {gso} super-frames, {dropped} dropped",
-        TOTAL as f64 * 8.0 / secs / 1e9
+        "{ring:?} (V2 slots {slot_bytes} B): 16 MB in {secs:.3} s ({:.2} Gbit/s, {} build); {frames} frames forwarded, {gso} super-frames, {dropped} dropped",
+        TOTAL as f64 * 8.0 / secs / 1e9,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
     );
     assert_eq!(got.len(), TOTAL);
     assert!(got == pattern, "stream corrupted");
@@ -743,4 +765,86 @@ fn ring_memory_per_socket() {
         );
         drop(ports);
     }
+}
+
+/// The device's promiscuity count (`ip -d link show`): a veth has no unicast filter, so a
+/// unicast membership makes it promiscuous (one count), as does `PACKET_MR_PROMISC`.
+fn promiscuity(ns: &str, dev: &str) -> u32 {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show", "dev", dev])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "promiscuity" {
+            return words.next().unwrap().parse().unwrap();
+        }
+    }
+    panic!("no promiscuity in {text}")
+}
+
+/// A shared filter's memberships live on the device: dropping the handle removes them, and
+/// after the interface was deleted and recreated `reattach` makes them again (with the port's
+/// `reopen`), so the filter keeps working.
+#[test]
+fn shared_filter_reattaches_after_interface_recreation() {
+    skip_unless_root!();
+    use qbridge_io::afpacket::RxFilterHandle;
+    let v = VethPair::new().unwrap();
+    let (ns_a, a) = (v.ns_a.name.clone(), v.a.clone());
+    let filter = run_in_netns(&ns_a, || RxFilterHandle::open(&a))
+        .unwrap()
+        .unwrap();
+    let ours = [0x02, 0xaa, 0, 0, 0, 7];
+    filter.add_unicast(ours).unwrap();
+    assert_eq!(
+        promiscuity(&ns_a, &a),
+        1,
+        "unicast membership not on the device"
+    );
+    filter.set_promisc(true).unwrap();
+    assert_eq!(promiscuity(&ns_a, &a), 2);
+    filter.set_promisc(false).unwrap();
+    let mut cfg = AfPacketConfig::new(&v.a);
+    cfg.filter = Some(filter.clone());
+    let mut port = open_in(&ns_a, cfg);
+
+    v.ns_a.ip(&["link", "del", &v.a]).unwrap();
+    v.ns_a
+        .ip(&[
+            "link",
+            "add",
+            &v.a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &v.b,
+            "netns",
+            &v.ns_b.name,
+        ])
+        .unwrap();
+    v.ns_a.ip(&["link", "set", &v.a, "up"]).unwrap();
+    v.ns_b.ip(&["link", "set", &v.b, "up"]).unwrap();
+    assert_eq!(promiscuity(&ns_a, &a), 0);
+    run_in_netns(&ns_a, || port.reopen()).unwrap().unwrap();
+    run_in_netns(&ns_a, || filter.reattach()).unwrap().unwrap();
+    assert_eq!(promiscuity(&ns_a, &a), 1, "membership not made again");
+
+    let mut to_ours = tagged_frame(&[(0x88a8, 5)], 50);
+    to_ours[..6].copy_from_slice(&ours);
+    let mut to_other = to_ours.clone();
+    to_other[5] = 8;
+    let (b, frames) = (v.b.clone(), vec![to_other.clone(), to_ours.clone()]);
+    run_in_netns(&v.ns_b.name, move || common::raw_send_all(&b, &frames))
+        .unwrap()
+        .unwrap();
+    let got = receive_matching(&mut port, &to_ours);
+    assert!(got.is_some(), "frame to the accepted address lost");
+    assert!(port.stats().rx_otherhost_filtered >= 1);
+
+    drop(port);
+    drop(filter);
+    assert_eq!(promiscuity(&ns_a, &a), 0, "memberships outlived the filter");
 }
