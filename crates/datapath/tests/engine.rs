@@ -225,7 +225,10 @@ fn an_address_learned_on_one_worker_is_known_to_the_other() {
     let links: serde_json::Value = serde_json::from_str(&call(&h, "link show dev b")).unwrap();
     assert_eq!(links[0]["port"]["id"], 3, "b must be port 3 (worker 1)");
     while rx_frames(&h, "b") < 10 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "b's frames did not arrive");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "b's frames did not arrive"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let by_worker = |port: &str| {

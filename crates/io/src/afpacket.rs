@@ -69,6 +69,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLockReadGuard};
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::HeaderKind;
 
 use crate::port::{
     depth_bit, kernel_tag_depth, DeviceOffloads, Port, PortCaps, TxOutcome, TxReport,
@@ -1284,28 +1285,26 @@ fn settle(
     r
 }
 
-/// `struct virtio_net_hdr` (10 bytes, little-endian fields) to [`OffloadMeta`].
+/// `struct virtio_net_hdr` (10 bytes, little-endian fields) to [`OffloadMeta`], through the one
+/// codec of the project (`qbridge_offload::read_vnet_header`, the one the fuzz targets and the
+/// offload tests exercise). `h` is at least [`VNET_HDR_LEN`] bytes wherever it is called (a
+/// ring slot's header, a TAP read checked for length); a shorter one reads as no metadata.
 pub fn vnet_to_meta(h: &[u8]) -> OffloadMeta {
-    let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
-    OffloadMeta {
-        flags: h[0],
-        gso_type: h[1],
-        hdr_len: u16_at(2),
-        gso_size: u16_at(4),
-        csum_start: u16_at(6),
-        csum_offset: u16_at(8),
+    match qbridge_offload::read_vnet_header(h, HeaderKind::Legacy) {
+        Ok((m, _)) => m,
+        Err(_) => {
+            debug_assert!(false, "virtio-net header of {} bytes", h.len());
+            OffloadMeta::default()
+        }
     }
 }
 
-/// [`OffloadMeta`] to `struct virtio_net_hdr`.
+/// [`OffloadMeta`] to `struct virtio_net_hdr`, through the same codec
+/// (`qbridge_offload::write_vnet_header`).
 pub fn meta_to_vnet(m: &OffloadMeta) -> [u8; VNET_HDR_LEN] {
     let mut h = [0u8; VNET_HDR_LEN];
-    h[0] = m.flags;
-    h[1] = m.gso_type;
-    h[2..4].copy_from_slice(&m.hdr_len.to_le_bytes());
-    h[4..6].copy_from_slice(&m.gso_size.to_le_bytes());
-    h[6..8].copy_from_slice(&m.csum_start.to_le_bytes());
-    h[8..10].copy_from_slice(&m.csum_offset.to_le_bytes());
+    // Cannot fail: the buffer is exactly the legacy header's length.
+    let _ = qbridge_offload::write_vnet_header(m, HeaderKind::Legacy, &mut h);
     h
 }
 
