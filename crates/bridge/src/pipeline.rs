@@ -194,23 +194,15 @@ impl Plan {
             tables.resize_with(self.bridges.len(), TableCache::default);
         }
         let n = rx.pkts.len();
-        meta.clear();
-        meta.resize(n, FrameMeta::DROPPED);
+        // Grown, never shrunk or cleared: stage 1 writes every entry of the batch.
+        if meta.len() < n {
+            meta.resize(n, FrameMeta::DROPPED);
+        }
         let meta = &mut meta[..n];
         let pkts = &rx.pkts[..n];
         let mut i = 0;
         while i < n {
-            let in_port = pkts[i].port;
-            let run = pkts[i..].iter().take_while(|p| p.port == in_port).count();
-            self.ingress(
-                wi,
-                tables,
-                now_ns,
-                in_port as usize,
-                &pkts[i..i + run],
-                &mut meta[i..i + run],
-            );
-            i += run;
+            i += self.ingress(wi, tables, now_ns, &pkts[i..], &mut meta[i..]);
         }
         match meta.first() {
             Some(first) if first.dest < DEST_FLOOD && meta.iter().all(|m| m.dest == first.dest) => {
@@ -275,46 +267,44 @@ impl Plan {
         }
     }
 
-    /// Stages 1-3 for a run of frames from port `in_id`: classify every frame, warm the FDB,
-    /// then learn and decide frame by frame. Fills `meta` (one per frame).
+    /// Stages 1-3 for the run of frames at the start of `pkts` that share one ingress port:
+    /// classify every frame, warm the FDB, then learn and decide frame by frame. Fills `meta`
+    /// (one per frame of the run) and returns the run's length.
     fn ingress(
         &self,
         wi: usize,
         tables: &mut [TableCache],
         now_ns: u64,
-        in_id: usize,
         pkts: &[PacketBuf],
         meta: &mut [FrameMeta],
-    ) {
-        let n = pkts.len() as u64;
-        let Some(Some(inp)) = self.ports.get(in_id) else {
-            if let Some(u) = &self.unknown_port_drops {
-                u.writer(wi).add(n);
-            }
-            return;
+    ) -> usize {
+        let Some(first) = pkts.first() else {
+            return 0;
+        };
+        let in_port = first.port;
+        let in_id = in_port as usize;
+        let bridge = match self.ports.get(in_id) {
+            Some(Some(inp)) if inp.running => inp.master.and_then(|b| {
+                let br = self.bridges.get(b as usize)?.as_deref()?;
+                Some((inp, b, br, tables.get_mut(b as usize)?))
+            }),
+            _ => None,
+        };
+        let Some((inp, bi, br, cache)) = bridge else {
+            return self.ingress_dropped(wi, pkts, meta);
         };
         let c = inp.counters.writer(wi);
-        c.rx_frames.add(n);
-        if !inp.running {
-            c.rx_bytes.add(pkts.iter().map(|p| p.len() as u64).sum());
-            c.drops[DropReason::PortDown as usize].add(n);
-            return;
-        }
-        let bridge = inp.master.and_then(|b| {
-            let br = self.bridges.get(b as usize)?.as_deref()?;
-            Some((b, br, tables.get_mut(b as usize)?))
-        });
-        let Some((bi, br, cache)) = bridge else {
-            c.rx_bytes.add(pkts.iter().map(|p| p.len() as u64).sum());
-            c.drops[DropReason::NoBridge as usize].add(n);
-            return;
-        };
 
-        // Stage 1: classify.
+        // Stage 1: classify, up to the end of the run.
         let mut rx_bytes = 0u64;
         let mut vlan_rx = Tally::new();
         let mut live = 0usize;
+        let mut n = 0usize;
         for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+            if pkt.port != in_port {
+                break;
+            }
+            n += 1;
             let len = pkt.len() as u64;
             rx_bytes += len;
             *m = classify(br, bi, inp, c, pkt);
@@ -325,13 +315,15 @@ impl Plan {
                 }
             }
         }
+        c.rx_frames.add(n as u64);
         c.rx_bytes.add(rx_bytes);
         if let Some(run) = vlan_rx.take() {
             count_vlan_rx(&br.vlan_counters, wi, run);
         }
         if live == 0 {
-            return;
+            return n;
         }
+        let meta = &mut meta[..n];
 
         // Stage 2: warm a large FDB table.
         let mut table: &Table = cache.get(&br.fdb);
@@ -403,6 +395,44 @@ impl Plan {
                 }
             };
         }
+        n
+    }
+
+    /// A run from a port that is unknown, not running or in no bridge: every frame of it is
+    /// counted and dropped. Returns the run's length.
+    #[cold]
+    #[inline(never)]
+    fn ingress_dropped(&self, wi: usize, pkts: &[PacketBuf], meta: &mut [FrameMeta]) -> usize {
+        let in_port = pkts.first().map_or(0, |p| p.port);
+        let mut n = 0usize;
+        let mut bytes = 0u64;
+        for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+            if pkt.port != in_port {
+                break;
+            }
+            n += 1;
+            bytes += pkt.len() as u64;
+            *m = FrameMeta::DROPPED;
+        }
+        match self.ports.get(in_port as usize) {
+            Some(Some(inp)) => {
+                let c = inp.counters.writer(wi);
+                c.rx_frames.add(n as u64);
+                c.rx_bytes.add(bytes);
+                let reason = if inp.running {
+                    DropReason::NoBridge
+                } else {
+                    DropReason::PortDown
+                };
+                c.drops[reason as usize].add(n as u64);
+            }
+            _ => {
+                if let Some(u) = &self.unknown_port_drops {
+                    u.writer(wi).add(n as u64);
+                }
+            }
+        }
+        n
     }
 
     /// Stage 4: rewrite, size-check, count and move every frame of the batch, in order.
@@ -611,16 +641,14 @@ fn drop_dest(counters: &PortCells, reason: DropReason) -> u16 {
     DEST_DROP
 }
 
+/// Bytes 0..8, 4..12 and 12..16 of a frame header as big-endian words.
 #[inline(always)]
-fn be64(b: &[u8; 18], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(w)
-}
-
-#[inline(always)]
-fn be16(b: &[u8; 18], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
+    let (a, rest) = h.split_at(8);
+    let w0 = u64::from_be_bytes(a.try_into().unwrap_or_default());
+    let w1 = u64::from_be_bytes(h[4..12].try_into().unwrap_or_default());
+    let tag = u32::from_be_bytes(rest[4..8].try_into().unwrap_or_default());
+    (w0, w1, tag)
 }
 
 /// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
@@ -633,20 +661,19 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
     if wire_len(pkt, inp.tpid) > inp.max_frame as usize {
         return drop(c, DropReason::Oversize);
     }
-    // The first 18 bytes (two MACs and one tag), zero-padded for 14..17-byte frames whose tag
-    // is checked against `len` below: one bounds check for the whole header.
+    // The first 16 bytes as words: MACs as 48-bit integers (the class tests below are single
+    // compares), and the outer tag (TPID and TCI). A 14..15-byte frame is zero-padded; its tag
+    // is checked against `len` below.
     let frame = pkt.frame();
-    let hdr: [u8; 18] = match frame.first_chunk::<18>() {
-        Some(h) => *h,
+    let (w0, w1, tag) = match frame.first_chunk::<16>() {
+        Some(h) => header_words(h),
         None => {
-            let mut h = [0u8; 18];
-            let n = frame.len().min(18);
+            let mut h = [0u8; 16];
+            let n = frame.len().min(16);
             h[..n].copy_from_slice(&frame[..n]);
-            h
+            header_words(&h)
         }
     };
-    // MACs as 48-bit integers (two 8-byte loads): the class tests below are single compares.
-    let (w0, w1) = (be64(&hdr, 0), be64(&hdr, 4));
     let dst = w0 >> 16;
     let src = w1 & MAC_BROADCAST;
     if src & MAC_GROUP_BIT != 0 || src == 0 {
@@ -677,11 +704,11 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
         flood: FloodClass::Unknown,
     };
     if filtering {
-        if be16(&hdr, 12) == inp.tpid {
+        if (tag >> 16) as u16 == inp.tpid {
             if len < 18 {
                 return drop(c, DropReason::Runt);
             }
-            let tci = be16(&hdr, 14);
+            let tci = tag as u16;
             m.vid = match tci & 0x0fff {
                 0x0fff => return drop(c, DropReason::ReservedVid),
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
