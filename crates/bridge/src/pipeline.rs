@@ -340,6 +340,9 @@ impl Plan {
         // once. Refreshes within one batch all write the same `now_ns`, so skipping them is
         // exact. 0 is never a key.
         let mut last_learned = 0u64;
+        // The (egress port << 12 | VID) that last passed the unicast checks: the port records
+        // do not change within a batch, so the next frame to it in that VID passes too.
+        let mut allowed = u32::MAX;
         for m in meta.iter_mut() {
             if m.dest == DEST_DROP {
                 continue;
@@ -386,7 +389,18 @@ impl Plan {
             } else {
                 match table.find(fid_key(m.dst, m.vid)) {
                     Some((_, entry)) if !(ageing_off && entry.ages()) => {
-                        unicast(&self.ports, inp, in_id, c, &entry, m)
+                        let to = (entry.port as u32) << 12 | m.vid as u32;
+                        if entry.flags & F_PERMANENT != 0 {
+                            drop_dest(c, DropReason::Local)
+                        } else if to == allowed {
+                            entry.port
+                        } else {
+                            let d = unicast(&self.ports, inp, in_id, c, &entry, m);
+                            if d != DEST_DROP {
+                                allowed = to;
+                            }
+                            d
+                        }
                     }
                     _ => {
                         m.flood = FloodClass::Unknown;
@@ -730,7 +744,8 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
     m
 }
 
-/// Stage 3 for a known unicast destination: the checks on the way to port `entry.port`.
+/// Stage 3 for a known unicast destination that is not local: the checks on the way to port
+/// `entry.port`.
 #[inline(always)]
 fn unicast(
     ports: &Ports,
@@ -740,9 +755,6 @@ fn unicast(
     entry: &Slot,
     m: &FrameMeta,
 ) -> u16 {
-    if entry.flags & F_PERMANENT != 0 {
-        return drop_dest(c, DropReason::Local);
-    }
     let e = entry.port as usize;
     if e == in_id && !inp.settings.hairpin {
         return drop_dest(c, DropReason::SamePort);
