@@ -150,16 +150,14 @@ impl Tally {
     }
 }
 
-#[cold]
-#[inline(never)]
+#[inline(always)]
 fn count_vlan_rx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
     let v = set.writer(wi, run.0 as u16);
     v.rx_frames.add(run.1);
     v.rx_bytes.add(run.2);
 }
 
-#[cold]
-#[inline(never)]
+#[inline(always)]
 fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
     let v = set.writer(wi, run.0 as u16);
     v.tx_frames.add(run.1);
@@ -563,8 +561,7 @@ impl Plan {
     }
 }
 
-#[cold]
-#[inline(never)]
+#[inline(always)]
 fn count_vlan_tx_keyed(plan: &Plan, wi: usize, run: (usize, u64, u64)) {
     if let Some(Some(br)) = plan.bridges.get(run.0 >> 12) {
         count_vlan_tx(&br.vlan_counters, wi, (run.0 & 0x0fff, run.1, run.2));
