@@ -205,13 +205,17 @@ fn pack(port: u16, flags: u8, stamp: u32) -> u64 {
 pub(crate) struct Table {
     slots: Box<[AtomicSlot]>,
     id: u64,
+    /// 64 - log2(slots): the shift that turns a hashed key into a home slot.
+    shift: u32,
 }
 
 impl Table {
     fn new(cap: usize) -> Table {
+        debug_assert!(cap.is_power_of_two() && cap > 1);
         Table {
             slots: (0..cap).map(|_| AtomicSlot::default()).collect(),
             id: NEXT_TABLE_ID.fetch_add(1, Relaxed),
+            shift: 64 - cap.trailing_zeros(),
         }
     }
 
@@ -229,8 +233,7 @@ impl Table {
     /// Home slot of `key`. Fibonacci hashing: the top bits of the product are well mixed.
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
-        let bits = self.slots.len().trailing_zeros();
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
     /// The entry of `key`, if present, and its slot index. A reader racing with the writer
@@ -238,6 +241,13 @@ impl Table {
     /// reads of the key that agree.
     #[inline(always)]
     pub fn find(&self, key: u64) -> Option<(usize, Slot)> {
+        self.find_at(key).map(|(i, _, s)| (i, s))
+    }
+
+    /// [`Table::find`], also handing back the slot itself (for a refresh without a second
+    /// index).
+    #[inline(always)]
+    fn find_at(&self, key: u64) -> Option<(usize, &AtomicSlot, Slot)> {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
@@ -249,6 +259,7 @@ impl Table {
                 if s.key.load(Acquire) == key {
                     return Some((
                         i,
+                        s,
                         Slot {
                             key,
                             seen_ns,
@@ -475,12 +486,15 @@ impl Fdb {
         bridge_limit: u32,
         port_limit: u32,
     ) -> Learned {
-        if let Some((i, s)) = table.find(key) {
+        if let Some((_, slot, s)) = table.find_at(key) {
             if s.flags & F_PERMANENT != 0 {
                 return Learned::Kept;
             }
             if s.port == port {
-                table.refresh(i, now_ns);
+                // A reader's refresh, as `Table::refresh`.
+                if s.seen_ns != now_ns {
+                    slot.seen_ns.store(now_ns, Relaxed);
+                }
                 return Learned::Kept;
             }
         }

@@ -1,9 +1,28 @@
-//! The batch pipeline: classify, filter, learn, look up, rewrite, size-check, queue.
+//! The batch pipeline, in stages over the whole batch (VPP style): classify, learn and look up,
+//! then act per destination.
 //!
-//! One call handles a whole batch; each frame is decided once and its buffer moves to exactly
-//! one place: an output batch, or back to the pool with a counted [`DropReason`]. Flooding sends
-//! pool copies to all targets but the last, which gets the original buffer. Nothing here
-//! allocates after warm-up, takes a lock, makes a syscall or calls through a `dyn`.
+//! 1. **Ingress classification** (per run of frames from one ingress port, which resolves the
+//!    port, its bridge and the FDB table once per run): size and source checks, link-local
+//!    groups, VLAN classification and the ingress filter. Pure functions of the frame and the
+//!    port's compiled state. The result is one [`FrameMeta`] per frame in the worker's scratch
+//!    array (the frame's parsed MACs, VID, tag state): later stages never re-read the header.
+//! 2. **FDB warming** (large tables only): touch the home slots of every classified frame's
+//!    source and destination keys, from the same [`FrameMeta`]s, so the cache misses overlap.
+//! 3. **Learn and decide**, in frame order (frame *i*'s source is learned before frame *i*'s
+//!    destination is looked up and after frame *i − 1*'s, exactly as one frame at a time):
+//!    learning, FDB lookup, the unicast checks; the verdict is an egress port, "flood", or a
+//!    counted drop.
+//! 4. **Egress**, in frame order: the tag rewrite (pop, push or rewrite in place of the 4 tag
+//!    bytes), the egress size check, the transmit counters, and the move of each buffer into its
+//!    output batch or back to the pool. When every frame of the batch goes to one port, the
+//!    whole batch moves at once (a vector swap or append).
+//!
+//! Counters are summed per run (rx per ingress run, tx per egress run, VLAN rx/tx per VID run)
+//! and written once per run; drops are counted where decided. Each buffer moves to exactly one
+//! place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
+//! the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
+//! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
+//! `dyn`.
 //!
 //! Order of checks (the reference model follows the same order, see docs/semantics.md):
 //! port down, no bridge, runt, oversize (ingress), invalid source MAC, link-local group,
@@ -11,10 +30,10 @@
 //! forwarding: local, same port, egress filter, egress down, isolation, or flooding; and per copy
 //! the oversize check on the egress port after the tag rewrite.
 
-use crate::cells::PortCells;
+use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Learned, Table, TableCache, F_PERMANENT};
+use crate::fdb::{Learned, Slot, Table, TableCache, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::parse_headers;
@@ -34,27 +53,126 @@ fn fid_key(mac: u64, fid: u16) -> u64 {
     mac | ((fid as u64 & 0x0fff) << 48)
 }
 
-/// What the frame's bridge tag looks like on ingress.
-#[derive(Clone, Copy)]
-struct Class {
-    /// VID (FID); 0 on a VLAN-unaware bridge.
-    vid: u16,
-    /// The frame carries a bridge tag at offset 12 (tagged or priority-tagged).
-    tagged: bool,
-    /// PCP and DEI bits to keep when the tag is rewritten.
-    tci_hi: u16,
-}
+/// [`FrameMeta::dest`] of a frame that was dropped (and counted).
+const DEST_DROP: u16 = u16::MAX;
+/// [`FrameMeta::dest`] of a frame to flood (class in [`FrameMeta::flood`]).
+const DEST_FLOOD: u16 = u16::MAX - 1;
+const _: () = assert!(crate::switch::MAX_PORTS < DEST_FLOOD as usize);
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FloodClass {
     Unknown,
     Broadcast,
     Multicast,
 }
 
-/// Where a frame goes after the decision: one port (the buffer moves there), or nowhere (it was
-/// dropped and counted, and goes back to the pool).
-type Verdict = Option<usize>;
+/// What the ingress stages decided about one frame: the batch's per-frame metadata (VPP's
+/// buffer opaque), kept in [`Worker`] beside the batch, index for index.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FrameMeta {
+    /// Destination MAC as a 48-bit integer.
+    dst: u64,
+    /// Source MAC as a 48-bit integer.
+    src: u64,
+    /// Egress port id, [`DEST_FLOOD`], or [`DEST_DROP`].
+    dest: u16,
+    /// VID (FID); 0 on a VLAN-unaware bridge.
+    vid: u16,
+    /// PCP and DEI bits to keep when the tag is rewritten (0 when untagged).
+    tci_hi: u16,
+    /// Bridge id of the ingress port.
+    bridge: u16,
+    /// The frame carries a bridge tag at offset 12 (tagged or priority-tagged).
+    tagged: bool,
+    /// The bridge filters VLANs (tags are rewritten on egress).
+    filtering: bool,
+    flood: FloodClass,
+}
+
+const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
+
+impl FrameMeta {
+    const DROPPED: FrameMeta = FrameMeta {
+        dst: 0,
+        src: 0,
+        dest: DEST_DROP,
+        vid: 0,
+        tci_hi: 0,
+        bridge: 0,
+        tagged: false,
+        filtering: false,
+        flood: FloodClass::Unknown,
+    };
+}
+
+/// Frames and bytes of a run of frames with one key (a port id, a VID), written to the
+/// counters once per run instead of once per frame.
+struct Tally {
+    key: usize,
+    frames: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    const NONE: usize = usize::MAX;
+
+    fn new() -> Tally {
+        Tally {
+            key: Tally::NONE,
+            frames: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Adds a frame of `bytes` under `key`; when the key changes, returns the finished run.
+    #[inline(always)]
+    fn add(&mut self, key: usize, bytes: u64) -> Option<(usize, u64, u64)> {
+        if key == self.key {
+            self.frames += 1;
+            self.bytes += bytes;
+            return None;
+        }
+        let done = self.take();
+        *self = Tally {
+            key,
+            frames: 1,
+            bytes,
+        };
+        done
+    }
+
+    /// The run so far, if any; the tally is empty afterwards.
+    #[inline(always)]
+    fn take(&mut self) -> Option<(usize, u64, u64)> {
+        let done = (self.key != Tally::NONE).then_some((self.key, self.frames, self.bytes));
+        self.key = Tally::NONE;
+        done
+    }
+}
+
+#[inline(always)]
+fn count_vlan_rx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
+    let v = set.writer(wi, run.0 as u16);
+    v.rx_frames.add(run.1);
+    v.rx_bytes.add(run.2);
+}
+
+#[inline(always)]
+fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
+    let v = set.writer(wi, run.0 as u16);
+    v.tx_frames.add(run.1);
+    v.tx_bytes.add(run.2);
+}
+
+#[cold]
+#[inline(never)]
+fn count_port_tx(ports: &Ports, wi: usize, run: (usize, u64, u64)) {
+    if let Some(Some(p)) = ports.get(run.0) {
+        let c = p.counters.writer(wi);
+        c.tx_frames.add(run.1);
+        c.tx_bytes.add(run.2);
+    }
+}
 
 impl Plan {
     /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
@@ -63,40 +181,314 @@ impl Plan {
     /// [`Worker`] and [`Outputs`].
     pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         out.ensure(self.ports.len());
-        let Plan {
-            bridges,
-            ports,
-            unknown_port_drops,
-        } = self;
         let Worker {
             index,
             scratch,
             tables,
+            meta,
         } = w;
         let wi = *index;
-        if tables.len() < bridges.len() {
-            tables.resize_with(bridges.len(), TableCache::default);
+        if tables.len() < self.bridges.len() {
+            tables.resize_with(self.bridges.len(), TableCache::default);
         }
-        if rx.len() > 1 {
-            warm_fdb(bridges, ports, tables, &rx.pkts);
+        let n = rx.pkts.len();
+        // Grown, never shrunk or cleared: stage 1 writes every entry of the batch.
+        if meta.len() < n {
+            meta.resize(n, FrameMeta::DROPPED);
         }
-        for mut pkt in rx.pkts.drain(..) {
-            let in_id = pkt.port as usize;
-            let verdict = match ports.get(in_id) {
-                Some(Some(inp)) => {
-                    let (br, cache) = match inp.master {
-                        Some(b) => (bridges[b as usize].as_deref(), tables.get_mut(b as usize)),
-                        None => (None, None),
-                    };
-                    forward(
-                        br, cache, ports, inp, in_id, wi, scratch, now_ns, &mut pkt, out,
-                    )
+        let meta = &mut meta[..n];
+        let pkts = &rx.pkts[..n];
+        let mut i = 0;
+        while i < n {
+            i += self.ingress(wi, tables, now_ns, &pkts[i..], &mut meta[i..]);
+        }
+        match meta.first() {
+            Some(first) if first.dest < DEST_FLOOD && meta.iter().all(|m| m.dest == first.dest) => {
+                self.egress_one_port(wi, first.dest as usize, meta, rx, out)
+            }
+            _ => self.egress_stage(wi, scratch, meta, rx, out),
+        }
+    }
+
+    /// Stage 4 when every frame of the batch goes to port `e` (the common case: one flow
+    /// direction, or a port pair): rewrite and check in place, then move the whole batch at
+    /// once.
+    fn egress_one_port(
+        &self,
+        wi: usize,
+        e: usize,
+        meta: &mut [FrameMeta],
+        rx: &mut Batch,
+        out: &mut Outputs,
+    ) {
+        let ep = self.ports[e]
+            .as_deref()
+            .expect("decided egress port exists");
+        let mut bytes = 0u64;
+        let mut sent = 0u64;
+        let mut vlan_tx = Tally::new();
+        for (pkt, m) in rx.pkts.iter_mut().zip(meta.iter_mut()) {
+            if egress(ep, wi, m, pkt) {
+                let len = pkt.len() as u64;
+                bytes += len;
+                sent += 1;
+                let vkey = (m.bridge as usize) << 12 | m.vid as usize;
+                if let Some(run) = vlan_tx.add(vkey, len) {
+                    count_vlan_tx_keyed(self, wi, run);
                 }
-                _ => {
-                    if let Some(u) = unknown_port_drops {
-                        u.writer(wi).add(1);
+                pkt.port = e as u16;
+            } else {
+                m.dest = DEST_DROP;
+            }
+        }
+        if let Some(run) = vlan_tx.take() {
+            count_vlan_tx_keyed(self, wi, run);
+        }
+        let c = ep.counters.writer(wi);
+        c.tx_frames.add(sent);
+        c.tx_bytes.add(bytes);
+        let q = &mut out.ports[e].pkts;
+        if sent == rx.pkts.len() as u64 {
+            if q.is_empty() {
+                std::mem::swap(q, &mut rx.pkts);
+            } else {
+                q.append(&mut rx.pkts);
+            }
+            return;
+        }
+        for (pkt, m) in rx.pkts.drain(..).zip(meta.iter()) {
+            if m.dest == DEST_DROP {
+                out.pool.put(pkt);
+            } else {
+                out.ports[e].push(pkt);
+            }
+        }
+    }
+
+    /// Stages 1-3 for the run of frames at the start of `pkts` that share one ingress port:
+    /// classify every frame, warm the FDB, then learn and decide frame by frame. Fills `meta`
+    /// (one per frame of the run) and returns the run's length.
+    fn ingress(
+        &self,
+        wi: usize,
+        tables: &mut [TableCache],
+        now_ns: u64,
+        pkts: &[PacketBuf],
+        meta: &mut [FrameMeta],
+    ) -> usize {
+        let Some(first) = pkts.first() else {
+            return 0;
+        };
+        let in_port = first.port;
+        let in_id = in_port as usize;
+        let bridge = match self.ports.get(in_id) {
+            Some(Some(inp)) if inp.running => inp.master.and_then(|b| {
+                let br = self.bridges.get(b as usize)?.as_deref()?;
+                Some((inp, b, br, tables.get_mut(b as usize)?))
+            }),
+            _ => None,
+        };
+        let Some((inp, bi, br, cache)) = bridge else {
+            return self.ingress_dropped(wi, pkts, meta);
+        };
+        let c = inp.counters.writer(wi);
+
+        // Stage 1: classify, up to the end of the run.
+        let mut rx_bytes = 0u64;
+        let mut vlan_rx = Tally::new();
+        let mut live = 0usize;
+        let mut n = 0usize;
+        for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+            if pkt.port != in_port {
+                break;
+            }
+            n += 1;
+            let len = pkt.len() as u64;
+            rx_bytes += len;
+            *m = classify(br, bi, inp, c, pkt);
+            if m.dest != DEST_DROP {
+                live += 1;
+                if let Some(run) = vlan_rx.add(m.vid as usize, len) {
+                    count_vlan_rx(&br.vlan_counters, wi, run);
+                }
+            }
+        }
+        c.rx_frames.add(n as u64);
+        c.rx_bytes.add(rx_bytes);
+        if let Some(run) = vlan_rx.take() {
+            count_vlan_rx(&br.vlan_counters, wi, run);
+        }
+        if live == 0 {
+            return n;
+        }
+        let meta = &mut meta[..n];
+
+        // Stage 2: warm a large FDB table.
+        let mut table: &Table = cache.get(&br.fdb);
+        if live > 1 && table.capacity() >= FDB_WARM_MIN_SLOTS {
+            warm_fdb(table, meta);
+        }
+
+        // Stage 3: learn and decide, frame by frame.
+        // ageing_time 0 makes every dynamic entry expire at once: nothing is learned and dynamic
+        // entries are not used, so the bridge floods like a hub (as Linux does).
+        let ageing_off = br.settings.ageing_time_ns == 0;
+        let learning = inp.settings.learning && !ageing_off;
+        // The key learned (or refreshed) last on this port: a burst from one source learns
+        // once. Refreshes within one batch all write the same `now_ns`, so skipping them is
+        // exact. 0 is never a key.
+        let mut last_learned = 0u64;
+        // The (egress port << 12 | VID) that last passed the unicast checks: the port records
+        // do not change within a batch, so the next frame to it in that VID passes too.
+        let mut allowed = u32::MAX;
+        for m in meta.iter_mut() {
+            if m.dest == DEST_DROP {
+                continue;
+            }
+            if learning {
+                let key = fid_key(m.src, m.vid);
+                if key != last_learned {
+                    last_learned = key;
+                    let learned = br.fdb.learn(
+                        table,
+                        key,
+                        in_id as u16,
+                        now_ns,
+                        br.settings.fdb_max_learned,
+                        inp.settings.fdb_max_learned,
+                    );
+                    match learned {
+                        Learned::Kept => {}
+                        Learned::New => table = cache.get(&br.fdb),
+                        Learned::Moved => {
+                            c.fdb_moves.add(1);
+                            table = cache.get(&br.fdb);
+                        }
+                        Learned::Refused => {
+                            c.fdb_learn_refused.add(1);
+                            // Not learned: the next frame from this source tries again.
+                            last_learned = 0;
+                        }
+                        Learned::NewEvicting { port } => {
+                            if let Some(Some(v)) = self.ports.get(port as usize) {
+                                v.counters.writer(wi).fdb_evictions.add(1);
+                            }
+                            table = cache.get(&br.fdb);
+                        }
                     }
-                    None
+                }
+            }
+            m.dest = if m.dst == MAC_BROADCAST {
+                m.flood = FloodClass::Broadcast;
+                DEST_FLOOD
+            } else if m.dst & MAC_GROUP_BIT != 0 {
+                m.flood = FloodClass::Multicast;
+                DEST_FLOOD
+            } else {
+                match table.find(fid_key(m.dst, m.vid)) {
+                    Some((_, entry)) if !(ageing_off && entry.ages()) => {
+                        let to = (entry.port as u32) << 12 | m.vid as u32;
+                        if entry.flags & F_PERMANENT != 0 {
+                            drop_dest(c, DropReason::Local)
+                        } else if to == allowed {
+                            entry.port
+                        } else {
+                            let d = unicast(&self.ports, inp, in_id, c, &entry, m);
+                            if d != DEST_DROP {
+                                allowed = to;
+                            }
+                            d
+                        }
+                    }
+                    _ => {
+                        m.flood = FloodClass::Unknown;
+                        DEST_FLOOD
+                    }
+                }
+            };
+        }
+        n
+    }
+
+    /// A run from a port that is unknown, not running or in no bridge: every frame of it is
+    /// counted and dropped. Returns the run's length.
+    #[cold]
+    #[inline(never)]
+    fn ingress_dropped(&self, wi: usize, pkts: &[PacketBuf], meta: &mut [FrameMeta]) -> usize {
+        let in_port = pkts.first().map_or(0, |p| p.port);
+        let mut n = 0usize;
+        let mut bytes = 0u64;
+        for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+            if pkt.port != in_port {
+                break;
+            }
+            n += 1;
+            bytes += pkt.len() as u64;
+            *m = FrameMeta::DROPPED;
+        }
+        match self.ports.get(in_port as usize) {
+            Some(Some(inp)) => {
+                let c = inp.counters.writer(wi);
+                c.rx_frames.add(n as u64);
+                c.rx_bytes.add(bytes);
+                let reason = if inp.running {
+                    DropReason::NoBridge
+                } else {
+                    DropReason::PortDown
+                };
+                c.drops[reason as usize].add(n as u64);
+            }
+            _ => {
+                if let Some(u) = &self.unknown_port_drops {
+                    u.writer(wi).add(n as u64);
+                }
+            }
+        }
+        n
+    }
+
+    /// Stage 4: rewrite, size-check, count and move every frame of the batch, in order.
+    fn egress_stage(
+        &self,
+        wi: usize,
+        scratch: &mut Vec<u16>,
+        meta: &[FrameMeta],
+        rx: &mut Batch,
+        out: &mut Outputs,
+    ) {
+        let ports = &self.ports[..];
+        let mut port_tx = Tally::new();
+        let mut vlan_tx = Tally::new();
+        // The egress port of the previous unicast frame, resolved once per run.
+        let mut cur: Option<(usize, &Port)> = None;
+        for (mut pkt, m) in rx.pkts.drain(..).zip(meta) {
+            let verdict = match m.dest {
+                DEST_DROP => None,
+                DEST_FLOOD => self.flood(wi, scratch, m, &mut pkt, out),
+                e => {
+                    let e = e as usize;
+                    let ep = match cur {
+                        Some((ce, ep)) if ce == e => ep,
+                        _ => {
+                            let ep = ports[e].as_deref().expect("decided egress port exists");
+                            cur = Some((e, ep));
+                            ep
+                        }
+                    };
+                    if egress(ep, wi, m, &mut pkt) {
+                        let len = pkt.len() as u64;
+                        if let Some(run) = port_tx.add(e, len) {
+                            count_port_tx(ports, wi, run);
+                        }
+                        let vkey = (m.bridge as usize) << 12 | m.vid as usize;
+                        if let Some(run) = vlan_tx.add(vkey, len) {
+                            count_vlan_tx_keyed(self, wi, run);
+                        }
+                        pkt.port = e as u16;
+                        Some(e)
+                    } else {
+                        None
+                    }
                 }
             };
             match verdict {
@@ -104,48 +496,116 @@ impl Plan {
                 None => out.pool.put(pkt),
             }
         }
+        if let Some(run) = port_tx.take() {
+            count_port_tx(ports, wi, run);
+        }
+        if let Some(run) = vlan_tx.take() {
+            count_vlan_tx_keyed(self, wi, run);
+        }
     }
+
+    /// Floods to the VID's member ports that the flags, isolation and hairpin allow: pool copies
+    /// to all targets but the last, which gets the original buffer (returned as the verdict).
+    #[inline(never)]
+    fn flood(
+        &self,
+        wi: usize,
+        scratch: &mut Vec<u16>,
+        m: &FrameMeta,
+        pkt: &mut PacketBuf,
+        out: &mut Outputs,
+    ) -> Option<usize> {
+        let ports = &self.ports[..];
+        let in_id = pkt.port as usize;
+        let inp = ports[in_id].as_deref().expect("ingress port exists");
+        let br = self.bridges[m.bridge as usize]
+            .as_deref()
+            .expect("ingress bridge exists");
+        let list = &br.flood[m.vid as usize & 0x0fff];
+        scratch.clear();
+        for &p in list.iter() {
+            let Some(ep) = ports[p as usize].as_deref() else {
+                continue;
+            };
+            let s = &ep.settings;
+            let allowed = match m.flood {
+                FloodClass::Unknown => s.flood,
+                FloodClass::Broadcast => s.bcast_flood,
+                FloodClass::Multicast => s.mcast_flood,
+            };
+            if !allowed
+                || !ep.running
+                || (p as usize == in_id && !inp.settings.hairpin)
+                || (inp.settings.isolated && s.isolated)
+            {
+                continue;
+            }
+            scratch.push(p);
+        }
+        let Some((&last, rest)) = scratch.split_last() else {
+            inp.counters.writer(wi).drop(DropReason::NoDestination);
+            return None;
+        };
+        for &p in rest {
+            let mut copy = out.pool.get();
+            copy.copy_from(pkt);
+            let ep = ports[p as usize].as_deref().expect("listed port exists");
+            if flood_copy(br, ep, p as usize, wi, m, &mut copy) {
+                out.ports[p as usize].push(copy);
+            } else {
+                out.pool.put(copy);
+            }
+        }
+        let ep = ports[last as usize].as_deref().expect("listed port exists");
+        flood_copy(br, ep, last as usize, wi, m, pkt).then_some(last as usize)
+    }
+}
+
+#[inline(always)]
+fn count_vlan_tx_keyed(plan: &Plan, wi: usize, run: (usize, u64, u64)) {
+    if let Some(Some(br)) = plan.bridges.get(run.0 >> 12) {
+        count_vlan_tx(&br.vlan_counters, wi, (run.0 & 0x0fff, run.1, run.2));
+    }
+}
+
+/// [`egress`] for one flooded copy, counted at once (flood targets change every copy, so
+/// there is no run to sum).
+#[inline(always)]
+fn flood_copy(
+    br: &Bridge,
+    ep: &Port,
+    e: usize,
+    wi: usize,
+    m: &FrameMeta,
+    pkt: &mut PacketBuf,
+) -> bool {
+    if !egress(ep, wi, m, pkt) {
+        return false;
+    }
+    let c = ep.counters.writer(wi);
+    let len = pkt.len() as u64;
+    c.tx_frames.add(1);
+    c.tx_bytes.add(len);
+    let vc = br.vlan_counters.writer(wi, m.vid);
+    vc.tx_frames.add(1);
+    vc.tx_bytes.add(len);
+    pkt.port = e as u16;
+    true
 }
 
 /// Tables smaller than this stay in cache and are not worth a warming pass.
 const FDB_WARM_MIN_SLOTS: usize = 1 << 17;
 
-/// First pass over a batch: touch the FDB home slots of every frame's source and destination
-/// so the misses of a large table overlap (memory-level parallelism) before the main pass,
-/// which then finds them cached. Reads only; every decision is made in the main pass.
+/// Touches the FDB home slots of every classified frame's source and destination so the misses
+/// of a large table overlap (memory-level parallelism) before stage 3, which then finds them
+/// cached. Reads only.
 #[inline(never)]
-fn warm_fdb(
-    bridges: &[Option<Arc<Bridge>>],
-    ports: &Ports,
-    tables: &mut [TableCache],
-    pkts: &[PacketBuf],
-) {
+fn warm_fdb(t: &Table, meta: &[FrameMeta]) {
     let mut acc = 0u64;
-    for pkt in pkts {
-        let Some(Some(inp)) = ports.get(pkt.port as usize) else {
-            continue;
-        };
-        let Some(b) = inp.master else { continue };
-        let Some(Some(br)) = bridges.get(b as usize) else {
-            continue;
-        };
-        let t = tables[b as usize].get(&br.fdb);
-        if t.capacity() < FDB_WARM_MIN_SLOTS {
-            continue;
+    for m in meta {
+        if m.dest != DEST_DROP {
+            acc ^= t.touch(fid_key(m.src, m.vid)) ^ t.touch(fid_key(m.dst, m.vid));
         }
-        let Some(h) = pkt.frame().first_chunk::<16>() else {
-            continue;
-        };
-        let dst = u64::from_be_bytes([0, 0, h[0], h[1], h[2], h[3], h[4], h[5]]);
-        let src = u64::from_be_bytes([0, 0, h[6], h[7], h[8], h[9], h[10], h[11]]);
-        let vid = if !br.settings.vlan_filtering {
-            0
-        } else if u16::from_be_bytes([h[12], h[13]]) == inp.tpid {
-            u16::from_be_bytes([h[14], h[15]]) & 0x0fff
-        } else {
-            inp.pvid
-        };
-        acc ^= t.touch(fid_key(src, vid)) ^ t.touch(fid_key(dst, vid));
     }
     std::hint::black_box(acc);
 }
@@ -180,54 +640,53 @@ fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
 
 #[cold]
 #[inline(never)]
-fn drop(counters: &PortCells, reason: DropReason) -> Verdict {
+fn drop(counters: &PortCells, reason: DropReason) -> FrameMeta {
     counters.drop(reason);
-    None
+    FrameMeta::DROPPED
 }
 
-#[inline(always)]
-fn be16(b: &[u8; 18], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+#[cold]
+#[inline(never)]
+fn drop_dest(counters: &PortCells, reason: DropReason) -> u16 {
+    counters.drop(reason);
+    DEST_DROP
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Bytes 0..8, 4..12 and 12..16 of a frame header as big-endian words.
 #[inline(always)]
-fn forward(
-    br: Option<&Bridge>,
-    cache: Option<&mut TableCache>,
-    ports: &Ports,
-    inp: &Port,
-    in_id: usize,
-    wi: usize,
-    scratch: &mut Vec<u16>,
-    now_ns: u64,
-    pkt: &mut PacketBuf,
-    out: &mut Outputs,
-) -> Verdict {
+fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
+    let (a, rest) = h.split_at(8);
+    let w0 = u64::from_be_bytes(a.try_into().unwrap_or_default());
+    let w1 = u64::from_be_bytes(h[4..12].try_into().unwrap_or_default());
+    let tag = u32::from_be_bytes(rest[4..8].try_into().unwrap_or_default());
+    (w0, w1, tag)
+}
+
+/// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
+#[inline(always)]
+fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) -> FrameMeta {
     let len = pkt.len();
-    let c = inp.counters.writer(wi);
-    c.rx_frames.add(1);
-    c.rx_bytes.add(len as u64);
-    if !inp.running {
-        return drop(c, DropReason::PortDown);
-    }
-    let (Some(br), Some(cache)) = (br, cache) else {
-        return drop(c, DropReason::NoBridge);
-    };
     if len < 14 {
         return drop(c, DropReason::Runt);
     }
     if wire_len(pkt, inp.tpid) > inp.max_frame as usize {
         return drop(c, DropReason::Oversize);
     }
-    // The first 18 bytes (two MACs and one tag), zero-padded for 14..17-byte frames whose tag
-    // is checked against `len` below: one bounds check for the whole header.
-    let mut hdr = [0u8; 18];
-    let n = len.min(18);
-    hdr[..n].copy_from_slice(&pkt.frame()[..n]);
-    // MACs as 48-bit integers: the class tests below are single compares.
-    let dst = u64::from_be_bytes([0, 0, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5]]);
-    let src = u64::from_be_bytes([0, 0, hdr[6], hdr[7], hdr[8], hdr[9], hdr[10], hdr[11]]);
+    // The first 16 bytes as words: MACs as 48-bit integers (the class tests below are single
+    // compares), and the outer tag (TPID and TCI). A 14..15-byte frame is zero-padded; its tag
+    // is checked against `len` below.
+    let frame = pkt.frame();
+    let (w0, w1, tag) = match frame.first_chunk::<16>() {
+        Some(h) => header_words(h),
+        None => {
+            let mut h = [0u8; 16];
+            let n = frame.len().min(16);
+            h[..n].copy_from_slice(&frame[..n]);
+            header_words(&h)
+        }
+    };
+    let dst = w0 >> 16;
+    let src = w1 & MAC_BROADCAST;
     if src & MAC_GROUP_BIT != 0 || src == 0 {
         return drop(c, DropReason::InvalidSrcMac);
     }
@@ -244,222 +703,100 @@ fn forward(
         }
     }
     let filtering = br.settings.vlan_filtering;
-    let class = if filtering {
-        let class = if be16(&hdr, 12) == inp.tpid {
+    let mut m = FrameMeta {
+        dst,
+        src,
+        dest: DEST_FLOOD,
+        vid: 0,
+        tci_hi: 0,
+        bridge: bi,
+        tagged: false,
+        filtering,
+        flood: FloodClass::Unknown,
+    };
+    if filtering {
+        if (tag >> 16) as u16 == inp.tpid {
             if len < 18 {
                 return drop(c, DropReason::Runt);
             }
-            let tci = be16(&hdr, 14);
-            let vid = match tci & 0x0fff {
+            let tci = tag as u16;
+            m.vid = match tci & 0x0fff {
                 0x0fff => return drop(c, DropReason::ReservedVid),
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
                 v => v,
             };
-            Class {
-                vid,
-                tagged: true,
-                tci_hi: tci & 0xf000,
-            }
+            m.tagged = true;
+            m.tci_hi = tci & 0xf000;
         } else {
             if inp.pvid == 0 {
                 return drop(c, DropReason::NoPvid);
             }
-            Class {
-                vid: inp.pvid,
-                tagged: false,
-                tci_hi: 0,
-            }
-        };
-        if !inp.member.contains(class.vid) {
+            m.vid = inp.pvid;
+        }
+        if !inp.member.contains(m.vid) {
             return drop(c, DropReason::VlanNotMember);
         }
-        class
-    } else {
-        Class {
-            vid: 0,
-            tagged: false,
-            tci_hi: 0,
-        }
-    };
-    let vc = br.vlan_counters.writer(wi, class.vid);
-    vc.rx_frames.add(1);
-    vc.rx_bytes.add(len as u64);
-
-    // ageing_time 0 makes every dynamic entry expire at once: nothing is learned and dynamic
-    // entries are not used, so the bridge floods like a hub (as Linux does).
-    let ageing_off = br.settings.ageing_time_ns == 0;
-    let mut table: &Table = cache.get(&br.fdb);
-    if inp.settings.learning && !ageing_off {
-        let learned = br.fdb.learn(
-            table,
-            fid_key(src, class.vid),
-            in_id as u16,
-            now_ns,
-            br.settings.fdb_max_learned,
-            inp.settings.fdb_max_learned,
-        );
-        match learned {
-            Learned::Kept => {}
-            Learned::New => table = cache.get(&br.fdb),
-            Learned::Moved => {
-                c.fdb_moves.add(1);
-                table = cache.get(&br.fdb);
-            }
-            Learned::Refused => c.fdb_learn_refused.add(1),
-            Learned::NewEvicting { port } => {
-                if let Some(Some(v)) = ports.get(port as usize) {
-                    v.counters.writer(wi).fdb_evictions.add(1);
-                }
-                table = cache.get(&br.fdb);
-            }
-        }
     }
-
-    let flood_class = if dst == MAC_BROADCAST {
-        FloodClass::Broadcast
-    } else if dst & MAC_GROUP_BIT != 0 {
-        FloodClass::Multicast
-    } else {
-        match table.find(fid_key(dst, class.vid)) {
-            Some((_, entry)) if !(ageing_off && entry.ages()) => {
-                if entry.flags & F_PERMANENT != 0 {
-                    return drop(c, DropReason::Local);
-                }
-                let e = entry.port as usize;
-                if e == in_id && !inp.settings.hairpin {
-                    return drop(c, DropReason::SamePort);
-                }
-                let Some(ep) = ports[e].as_deref() else {
-                    return drop(c, DropReason::EgressDown);
-                };
-                if filtering && !ep.member.contains(class.vid) {
-                    return drop(c, DropReason::EgressNotMember);
-                }
-                if !ep.running {
-                    return drop(c, DropReason::EgressDown);
-                }
-                if inp.settings.isolated && ep.settings.isolated {
-                    return drop(c, DropReason::Isolated);
-                }
-                return egress(br, ep, e, wi, class, filtering, pkt);
-            }
-            _ => FloodClass::Unknown,
-        }
-    };
-    flood(
-        br,
-        ports,
-        inp,
-        in_id,
-        wi,
-        scratch,
-        class,
-        filtering,
-        flood_class,
-        pkt,
-        out,
-    )
+    m
 }
 
-/// Floods to the VID's member ports that the flags, isolation and hairpin allow: pool copies to
-/// all targets but the last, which gets the original buffer (returned as the verdict).
-#[allow(clippy::too_many_arguments)]
-#[inline(never)]
-fn flood(
-    br: &Bridge,
+/// Stage 3 for a known unicast destination that is not local: the checks on the way to port
+/// `entry.port`.
+#[inline(always)]
+fn unicast(
     ports: &Ports,
     inp: &Port,
     in_id: usize,
-    wi: usize,
-    scratch: &mut Vec<u16>,
-    class: Class,
-    filtering: bool,
-    flood_class: FloodClass,
-    pkt: &mut PacketBuf,
-    out: &mut Outputs,
-) -> Verdict {
-    let list = &br.flood[class.vid as usize & 0x0fff];
-    scratch.clear();
-    for &p in list.iter() {
-        let Some(ep) = ports[p as usize].as_deref() else {
-            continue;
-        };
-        let s = &ep.settings;
-        let allowed = match flood_class {
-            FloodClass::Unknown => s.flood,
-            FloodClass::Broadcast => s.bcast_flood,
-            FloodClass::Multicast => s.mcast_flood,
-        };
-        if !allowed
-            || !ep.running
-            || (p as usize == in_id && !inp.settings.hairpin)
-            || (inp.settings.isolated && s.isolated)
-        {
-            continue;
-        }
-        scratch.push(p);
+    c: &PortCells,
+    entry: &Slot,
+    m: &FrameMeta,
+) -> u16 {
+    let e = entry.port as usize;
+    if e == in_id && !inp.settings.hairpin {
+        return drop_dest(c, DropReason::SamePort);
     }
-    let Some((&last, rest)) = scratch.split_last() else {
-        return drop(inp.counters.writer(wi), DropReason::NoDestination);
+    let Some(Some(ep)) = ports.get(e) else {
+        return drop_dest(c, DropReason::EgressDown);
     };
-    for &p in rest {
-        let mut copy = out.pool.get();
-        copy.copy_from(pkt);
-        let ep = ports[p as usize].as_deref().expect("listed port exists");
-        match egress(br, ep, p as usize, wi, class, filtering, &mut copy) {
-            Some(e) => out.ports[e].push(copy),
-            None => out.pool.put(copy),
-        }
+    if m.filtering && !ep.member.contains(m.vid) {
+        return drop_dest(c, DropReason::EgressNotMember);
     }
-    let ep = ports[last as usize].as_deref().expect("listed port exists");
-    egress(br, ep, last as usize, wi, class, filtering, pkt)
+    if !ep.running {
+        return drop_dest(c, DropReason::EgressDown);
+    }
+    if inp.settings.isolated && ep.settings.isolated {
+        return drop_dest(c, DropReason::Isolated);
+    }
+    entry.port
 }
 
-/// Rewrites the bridge tag for egress port `ep` and checks the size; counts the frame.
-#[allow(clippy::too_many_arguments)]
+/// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
+/// counted on the egress port). Returns whether the frame may leave.
 #[inline(always)]
-fn egress(
-    br: &Bridge,
-    ep: &Port,
-    e: usize,
-    wi: usize,
-    class: Class,
-    filtering: bool,
-    pkt: &mut PacketBuf,
-) -> Verdict {
-    if filtering {
-        if ep.untagged.contains(class.vid) {
-            if class.tagged {
+fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
+    if m.filtering {
+        if ep.untagged.contains(m.vid) {
+            if m.tagged {
                 pkt.remove_tag(12);
                 pkt.offload.shift_headers(-4);
             }
         } else {
-            let tci = class.tci_hi | class.vid;
-            let tag = [
-                (ep.tpid >> 8) as u8,
-                ep.tpid as u8,
-                (tci >> 8) as u8,
-                tci as u8,
-            ];
-            if class.tagged {
-                pkt.frame_mut()[12..16].copy_from_slice(&tag);
+            let tci = m.tci_hi | m.vid;
+            let tag = ((ep.tpid as u32) << 16 | tci as u32).to_be_bytes();
+            if m.tagged {
+                if let Some(t) = pkt.frame_mut().get_mut(12..16) {
+                    t.copy_from_slice(&tag);
+                }
             } else {
                 pkt.insert_tag(12, tag);
                 pkt.offload.shift_headers(4);
             }
         }
     }
-    let len = pkt.len();
-    let c = ep.counters.writer(wi);
     if wire_len(pkt, ep.tpid) > ep.max_frame as usize {
-        return drop(c, DropReason::Oversize);
+        drop(ep.counters.writer(wi), DropReason::Oversize);
+        return false;
     }
-    c.tx_frames.add(1);
-    c.tx_bytes.add(len as u64);
-    let vc = br.vlan_counters.writer(wi, class.vid);
-    vc.tx_frames.add(1);
-    vc.tx_bytes.add(len as u64);
-    pkt.port = e as u16;
-    Some(e)
+    true
 }

@@ -291,6 +291,9 @@ pub struct Worker {
     pub(crate) scratch: Vec<u16>,
     /// FDB table per bridge id.
     pub(crate) tables: Vec<TableCache>,
+    /// The batch's per-frame decisions (one per received frame), filled by the ingress
+    /// stages and read by the egress stage; kept to avoid allocating per batch.
+    pub(crate) meta: Vec<crate::pipeline::FrameMeta>,
 }
 
 impl Worker {
@@ -300,6 +303,7 @@ impl Worker {
             index,
             scratch: Vec::new(),
             tables: Vec::new(),
+            meta: Vec::new(),
         }
     }
 
