@@ -46,6 +46,9 @@ use std::time::{Duration, Instant};
 const NS_PER_SEC: u64 = 1_000_000_000;
 /// FDB moves per second in one bridge from which a MAC address is reported as flapping.
 pub const FLAP_MOVES_PER_SEC: u64 = 50;
+/// Most unicast addresses an AF_PACKET port's receive filter holds; with more, the port goes
+/// promiscuous (see `rx_filter`).
+pub const UNICAST_FILTER_MAX: usize = 4096;
 /// At most one flapping report per bridge in this long.
 const FLAP_LOG_INTERVAL_NS: u64 = 10 * NS_PER_SEC;
 /// How long a command waits for a worker to apply it before logging it as late.
@@ -1014,7 +1017,8 @@ impl Engine {
     /// port of its bridge learns or floods (then frames for addresses behind that port, or for
     /// unknown addresses, must come in here); otherwise only the unicast addresses of the
     /// bridge's FDB entries on other ports (besides broadcast, multicast and the interface's
-    /// own address, which the kernel always delivers).
+    /// own address, which the kernel always delivers) — up to [`UNICAST_FILTER_MAX`] of them,
+    /// promiscuous beyond.
     fn rx_filter(&self, id: PortId) -> RxFilter {
         let sw = self.session.switch();
         let Some(bid) = sw.port_master(id) else {
@@ -1056,6 +1060,16 @@ impl Engine {
             .collect();
         unicast.sort_unstable();
         unicast.dedup();
+        if unicast.len() > UNICAST_FILTER_MAX {
+            // As a NIC whose unicast filter overflows: every address costs the kernel a walk
+            // of the device's address list, so past this many the port takes everything and
+            // the bridge sorts it out (frames for nobody are dropped by the bridge then,
+            // counted there, instead of as `rx_filtered`).
+            return RxFilter {
+                promisc: true,
+                unicast: Vec::new(),
+            };
+        }
         RxFilter {
             promisc: false,
             unicast,
