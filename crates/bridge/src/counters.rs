@@ -77,7 +77,8 @@ drop_reasons! {
     /// A read from the backend was too short to hold a frame (set by I/O layers).
     RxShort = "rx_short",
     /// The kernel dropped the frame because the port's receive ring was full (AF_PACKET
-    /// `PACKET_STATISTICS`, AF_XDP `XDP_STATISTICS`): the datapath did not keep up. Counted
+    /// `PACKET_STATISTICS`, or its socket queue for frames longer than a ring slot; AF_XDP
+    /// `XDP_STATISTICS`, ring full or fill ring empty): the datapath did not keep up. Counted
     /// about once a second (set by I/O layers).
     RxRingFull = "rx_ring_full",
     /// The egress port's socket buffer or ring was full (`EAGAIN`; set by I/O layers).

@@ -118,7 +118,7 @@ impl Queue for AfPacketPort {
         BackendDrops {
             rx_truncated: s.rx_truncated,
             rx_filtered: s.rx_otherhost_filtered,
-            rx_ring_full: s.rx_ring_full,
+            rx_ring_full: s.rx_ring_full + s.rx_copy_queue_full,
             ..BackendDrops::default()
         }
     }

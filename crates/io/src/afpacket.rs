@@ -373,9 +373,12 @@ pub struct AfPacketStats {
     /// Frames the socket saw leaving the interface and skipped (kernels without
     /// `PACKET_IGNORE_OUTGOING`).
     pub rx_outgoing_skipped: u64,
-    /// Frames cut short by the ring (longer than a V3 block; or longer than a V2 slot while
-    /// the socket queue for such frames was full); dropped.
+    /// Frames cut short by the ring (longer than a V3 block); dropped.
     pub rx_truncated: u64,
+    /// V2: frames longer than a slot that the kernel could not queue whole on the socket
+    /// because its receive queue was full (the port did not keep up); dropped. The daemon
+    /// counts them with the ring's own drops, as `rx_ring_full`.
+    pub rx_copy_queue_full: u64,
     /// V2: frames longer than a slot, read whole from the socket queue (one `recv` each).
     pub rx_copied: u64,
     /// VLAN tags put back into received frames.
@@ -1118,6 +1121,13 @@ impl AfPacketPort {
             let n = n as usize;
             (&self.copy_buf[..vnet_len], &self.copy_buf[vnet_len..n])
         } else {
+            if snaplen < wire_len && r.version == RingVersion::V2 && mac + snaplen <= room {
+                // Longer than a slot, and the kernel did not queue it whole (no
+                // TP_STATUS_COPY): the socket's receive queue was full. The kernel dropped the
+                // frame because this port did not keep up, as when the ring is full.
+                self.stats.rx_copy_queue_full += 1;
+                return None;
+            }
             if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
                 self.stats.rx_truncated += 1;
                 return None;
