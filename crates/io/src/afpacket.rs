@@ -357,8 +357,11 @@ pub const V2_SLOT_OVERHEAD: u32 = 76;
 pub const DEFAULT_RING_FRAMES: u32 = 8192;
 
 /// Receive buffer asked for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` up to `rmem_max`) so frames
-/// longer than a V2 slot can wait in the socket queue: about 60 super-frames.
-const COPY_QUEUE_BYTES: libc::c_int = 4 << 20;
+/// longer than a V2 slot can wait in the socket queue: about 480 64 KB super-frames, what the
+/// ring of 64.5 KiB slots held before (memory is taken only while frames wait). With 4 MiB
+/// (60 super-frames) 16 TCP streams through one port overflowed it (measured: 53 566
+/// retransmits in 3 s, `scripts/bench-live.sh`, qb-plain).
+const COPY_QUEUE_BYTES: libc::c_int = 32 << 20;
 
 /// Refreshes ([`AfPacketPort::refresh_offloads`], once a second in the daemon) during which a
 /// tag depth whose super-frame the kernel refused stays marked in
