@@ -616,15 +616,10 @@ impl Engine {
                         slot.status.offloads = Some(offloads);
                         Some(queues)
                     }
-                    Err(e) if e.is_link_down() => {
-                        slot.link_up = false;
-                        slot.status.error = Some(e.to_string());
-                        warning = Some(format!(
-                            "port {name}: {e}; the port stays down and is opened when {dev} is up"
-                        ));
+                    Err(e) => {
+                        warning = Some(open_failed(&mut slot, dev, e)?);
                         None
                     }
-                    Err(e) => return Err(format!("port {name}: {e}")),
                 }
             }
             PortSpec::Tap { ifname, netns } => {
@@ -669,15 +664,10 @@ impl Engine {
                         tracing::info!("port {name}: AF_XDP on {dev} ({})", describe_spec(spec));
                         Some(queues)
                     }
-                    Err(e) if e.is_link_down() => {
-                        slot.link_up = false;
-                        slot.status.error = Some(e.to_string());
-                        warning = Some(format!(
-                            "port {name}: {e}; the port stays down and is opened when {dev} is up"
-                        ));
+                    Err(e) => {
+                        warning = Some(open_failed(&mut slot, dev, e)?);
                         None
                     }
-                    Err(e) => return Err(format!("port {name}: {e}")),
                 }
             }
             PortSpec::Patch { peer } => {
@@ -1105,6 +1095,20 @@ impl Engine {
             workers: self.workers.len(),
         }
     }
+}
+
+/// A device port that could not be opened: if its interface is only absent or down, the port
+/// stays down (link watch) and the warning says so; any other failure is the command's error.
+fn open_failed(slot: &mut Slot, dev: &str, e: IoError) -> Result<String, String> {
+    if !e.is_link_down() {
+        return Err(format!("port {}: {e}", slot.name));
+    }
+    slot.link_up = false;
+    slot.status.error = Some(e.to_string());
+    Ok(format!(
+        "port {}: {e}; the port stays down and is opened when {dev} is up",
+        slot.name
+    ))
 }
 
 /// Sends a worker a message and wakes it.
