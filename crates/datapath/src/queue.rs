@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// A port's queues, one per worker, in worker order.
 pub type Queues = Vec<Box<dyn Queue>>;
 
+/// A queue handle and the worker it is for.
+pub type WorkerQueue = (usize, Box<dyn Queue>);
+
 /// Frames a backend dropped before they reached the switch, cumulative since the queue was
 /// opened, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -322,7 +325,7 @@ impl SharedQueue {
         queue: Box<dyn Queue>,
         sharers: &[usize],
         receiver: usize,
-    ) -> Result<Vec<(usize, Box<dyn Queue>)>, IoError> {
+    ) -> Result<Vec<WorkerQueue>, IoError> {
         let name = queue.name().to_owned();
         let mut fd = queue
             .fd()
@@ -334,7 +337,7 @@ impl SharedQueue {
                 source,
             })?;
         let inner = Arc::new(Mutex::new(queue));
-        let mut out: Vec<(usize, Box<dyn Queue>)> = Vec::with_capacity(sharers.len());
+        let mut out: Vec<WorkerQueue> = Vec::with_capacity(sharers.len());
         for &w in sharers {
             let receives = w == receiver;
             out.push((
