@@ -23,7 +23,7 @@ use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues, XdpQueue};
 use crate::worker::{QueueEntry, ToWorker, Worker};
-use qbridge_bridge::{FdbFilter, FdbKind, PortId};
+use qbridge_bridge::{FdbFilter, FdbKind, Plan, PortId};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
     LinkCommand, Op, PortSpec, Response, Session, VlanCommand, XdpAttach,
@@ -220,6 +220,8 @@ pub struct Engine {
     patch_peers: HashMap<String, Opened>,
     /// Per bridge id: FDB moves counted at the last tick, and when flapping was last logged.
     flaps: HashMap<u16, (u64, u64)>,
+    /// The plan the workers forward with.
+    published: Option<Arc<Plan>>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -272,6 +274,7 @@ impl Engine {
             detach: Vec::new(),
             patch_peers: HashMap::new(),
             flaps: HashMap::new(),
+            published: Some(plan),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -367,6 +370,11 @@ impl Engine {
     /// queue changed.
     fn publish(&mut self) {
         let plan = self.session.switch_mut().plan();
+        let same_plan = self.published.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan));
+        if same_plan && self.attach.is_empty() && self.detach.is_empty() {
+            return;
+        }
+        self.published = Some(plan.clone());
         let attach = std::mem::take(&mut self.attach);
         let detach = std::mem::take(&mut self.detach);
         let mut per_worker: Vec<Vec<(u16, QueueEntry)>> =
