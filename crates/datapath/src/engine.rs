@@ -670,6 +670,7 @@ impl Engine {
                 match open_afxdp_queues(spec, want_mtu, n, id.0 as usize) {
                     Ok(queues) => {
                         tracing::info!("port {name}: AF_XDP on {dev} ({})", describe_spec(spec));
+                        slot.status.device_mtu = sys::get_mtu(dev).ok();
                         Some(queues)
                     }
                     Err(e) => {
@@ -715,6 +716,7 @@ impl Engine {
             };
             slot.open = true;
             slot.status.open = true;
+            slot.status.device_mtu = sys::get_mtu(dev).ok();
             self.generation += 1;
             slot.token = (self.generation << 16) | u64::from(id);
             self.detach.retain(|&d| d != id);
@@ -925,7 +927,8 @@ impl Engine {
     }
 
     /// After a command: push the link state into the switch, raise the device MTU if the
-    /// port's largest frame grew, and reopen AF_PACKET sockets whose receive filter changed.
+    /// port's largest frame grew (AF_PACKET, AF_XDP), and change an AF_PACKET port's receive
+    /// filter in place if it must change.
     fn sync_port(&mut self, id: u16, warnings: &mut Vec<String>) {
         let pid = PortId(id);
         let Some(Some(slot)) = self.slots.get(id as usize) else {
@@ -935,7 +938,12 @@ impl Engine {
         if self.session.switch().port_link_up(pid) != link_up {
             self.session.switch_mut().set_link_state(pid, link_up);
         }
-        if let (PortSpec::AfPacket { dev, .. }, true) = (&slot.spec, slot.open) {
+        let device = match (&slot.spec, slot.open) {
+            (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => Some(dev),
+            _ => None,
+        };
+        if let Some(dev) = device {
+            let is_afpacket = matches!(slot.spec, PortSpec::AfPacket { .. });
             let dev = dev.clone();
             let name = slot.name.clone();
             let max_frame = self.session.switch().port_max_frame(pid);
@@ -959,7 +967,7 @@ impl Engine {
                 }
             }
             let filter = self.rx_filter(pid);
-            if filter_now.as_ref() != Some(&filter) {
+            if is_afpacket && filter_now.as_ref() != Some(&filter) {
                 self.change_filter(id, filter, warnings);
             }
         }
