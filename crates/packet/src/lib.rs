@@ -314,6 +314,14 @@ impl BufPool {
         }
     }
 
+    /// A buffer holding a copy of `src` (frame and metadata): what [`BufPool::get`] followed by
+    /// [`PacketBuf::copy_from`] gives, without resetting fields the copy overwrites.
+    pub fn get_copy(&mut self, src: &PacketBuf) -> PacketBuf {
+        let mut p = self.free.pop().unwrap_or_default();
+        p.copy_from(src);
+        p
+    }
+
     pub fn put(&mut self, p: PacketBuf) {
         if self.free.len() < self.limit {
             self.free.push(p);
@@ -356,6 +364,25 @@ mod tests {
             expect.splice(12..12, [0x81, 0, 0, i as u8]);
         }
         assert_eq!(p.frame(), &expect[..]);
+    }
+
+    #[test]
+    fn pool_copy_is_a_fresh_copy() {
+        let mut pool = BufPool::new(4);
+        let mut used = PacketBuf::from_frame(&frame());
+        assert!(used.insert_tag(12, [0x81, 0, 0, 1]));
+        used.port = 3;
+        used.time_ns = 9;
+        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        pool.put(used);
+        let src = PacketBuf::from_frame(&[7u8; 20]);
+        let c = pool.get_copy(&src);
+        assert_eq!(c.frame(), src.frame());
+        assert_eq!(
+            (c.port, c.time_ns, c.offload),
+            (0, 0, OffloadMeta::default())
+        );
+        assert_eq!(c.headroom(), HEADROOM);
     }
 
     #[test]
