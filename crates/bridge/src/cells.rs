@@ -130,28 +130,32 @@ pub struct VlanCells {
     pub tx_bytes: Cell,
 }
 
-/// A bridge's per-VID counters: 4096 [`VlanCells`] per writer.
+/// A bridge's per-VID counters: 4096 [`VlanCells`] per writer, in one array (writer-major), so
+/// finding a cell is one multiply-free index and one bounds check.
 #[derive(Debug)]
-pub struct VlanCounterSet(Box<[Box<[VlanCells]>]>);
+pub struct VlanCounterSet {
+    cells: Box<[VlanCells]>,
+    writers: usize,
+}
 
 impl VlanCounterSet {
     pub fn new(writers: usize) -> Arc<VlanCounterSet> {
-        Arc::new(VlanCounterSet(
-            (0..writers.max(1))
-                .map(|_| (0..4096).map(|_| VlanCells::default()).collect())
-                .collect(),
-        ))
+        let writers = writers.max(1);
+        Arc::new(VlanCounterSet {
+            cells: (0..writers << 12).map(|_| VlanCells::default()).collect(),
+            writers,
+        })
     }
 
     /// The cells of `vid` for writer `w` (clamped as in [`PortCounterSet::writer`]).
     #[inline(always)]
     pub fn writer(&self, w: usize, vid: u16) -> &VlanCells {
-        &self.0[w.min(self.0.len() - 1)][vid as usize & 0x0fff]
+        &self.cells[w.min(self.writers - 1) << 12 | (vid as usize & 0x0fff)]
     }
 
     pub fn sum(&self, vid: u16) -> VlanCounters {
         let mut c = VlanCounters::default();
-        for b in self.0.iter() {
+        for b in self.cells.chunks_exact(4096) {
             let v = &b[vid as usize & 0x0fff];
             c.rx_frames += v.rx_frames.get();
             c.rx_bytes += v.rx_bytes.get();

@@ -547,8 +547,7 @@ impl Plan {
             return None;
         };
         for &p in rest {
-            let mut copy = out.pool.get();
-            copy.copy_from(pkt);
+            let mut copy = out.pool.get_copy(pkt);
             let ep = ports[p as usize].as_deref().expect("listed port exists");
             if flood_copy(br, ep, p as usize, wi, m, &mut copy) {
                 out.ports[p as usize].push(copy);

@@ -74,13 +74,17 @@ impl OffloadMeta {
 #[derive(Clone, Debug)]
 pub struct PacketBuf {
     data: Vec<u8>,
-    start: usize,
+    /// Offset of the frame's first byte in `data` (u32: keeps the struct at 48 bytes, which
+    /// every move of a buffer between batches and pools copies).
+    start: u32,
     /// Ingress port (set by the receiving port) or egress port (set by the core).
     pub port: u16,
     /// Receive time in nanoseconds, on the clock the core was handed.
     pub time_ns: u64,
     pub offload: OffloadMeta,
 }
+
+const _: () = assert!(core::mem::size_of::<PacketBuf>() == 48);
 
 impl Default for PacketBuf {
     fn default() -> Self {
@@ -99,7 +103,7 @@ impl PacketBuf {
         data.resize(HEADROOM, 0);
         PacketBuf {
             data,
-            start: HEADROOM,
+            start: HEADROOM as u32,
             port: 0,
             time_ns: 0,
             offload: OffloadMeta::default(),
@@ -136,7 +140,7 @@ impl PacketBuf {
         } else {
             self.data.resize(HEADROOM, 0);
         }
-        self.start = HEADROOM;
+        self.start = HEADROOM as u32;
     }
 
     /// Makes the frame `len` bytes long, zero-filled, and returns it for a receiver to fill.
@@ -146,8 +150,14 @@ impl PacketBuf {
         &mut self.data[HEADROOM..]
     }
 
+    /// Offset of the frame in `data`.
+    #[inline(always)]
+    fn off(&self) -> usize {
+        self.start as usize
+    }
+
     pub fn len(&self) -> usize {
-        self.data.len() - self.start
+        self.data.len() - self.off()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,15 +165,16 @@ impl PacketBuf {
     }
 
     pub fn headroom(&self) -> usize {
-        self.start
+        self.off()
     }
 
     pub fn frame(&self) -> &[u8] {
-        &self.data[self.start..]
+        &self.data[self.off()..]
     }
 
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        &mut self.data[self.start..]
+        let s = self.off();
+        &mut self.data[s..]
     }
 
     /// Inserts `tag` (4 wire bytes) at byte offset `at` of the frame (12 for the outermost
@@ -171,16 +182,16 @@ impl PacketBuf {
     /// the frame length; returns false (frame unchanged) otherwise.
     #[inline]
     pub fn insert_tag(&mut self, at: usize, tag: [u8; TAG_LEN]) -> bool {
-        if at == 12 && self.start >= TAG_LEN {
+        if at == 12 && self.off() >= TAG_LEN {
             // The common case, outermost tag: a fixed 12-byte move the compiler keeps in
             // registers instead of a memmove call, on one slice (one bounds check).
-            let s = self.start - TAG_LEN;
+            let s = self.off() - TAG_LEN;
             if let Some(w) = self.data.get_mut(s..s + 16) {
                 let mut addrs = [0u8; 12];
                 addrs.copy_from_slice(&w[4..16]);
                 w[..12].copy_from_slice(&addrs);
                 w[12..].copy_from_slice(&tag);
-                self.start = s;
+                self.start = s as u32;
                 return true;
             }
         }
@@ -191,18 +202,19 @@ impl PacketBuf {
         if at > self.len() {
             return false;
         }
-        if self.start < TAG_LEN {
+        if self.off() < TAG_LEN {
             // Out of headroom: one shift of the whole frame restores it.
             let len = self.len();
-            let old = self.start;
+            let old = self.off();
             self.data.resize(HEADROOM + len, 0);
             self.data.copy_within(old..old + len, HEADROOM);
-            self.start = HEADROOM;
+            self.start = HEADROOM as u32;
         }
-        let s = self.start;
+        let s = self.off();
         self.data.copy_within(s..s + at, s - TAG_LEN);
-        self.start = s - TAG_LEN;
-        self.data[self.start + at..self.start + at + TAG_LEN].copy_from_slice(&tag);
+        self.start = (s - TAG_LEN) as u32;
+        let s = self.off();
+        self.data[s + at..s + at + TAG_LEN].copy_from_slice(&tag);
         true
     }
 
@@ -213,24 +225,24 @@ impl PacketBuf {
         if at + TAG_LEN > self.len() {
             return false;
         }
-        let s = self.start;
+        let s = self.off();
         if at == 12 {
             if let Some(w) = self.data.get_mut(s..s + 16) {
                 let mut addrs = [0u8; 12];
                 addrs.copy_from_slice(&w[..12]);
                 w[TAG_LEN..].copy_from_slice(&addrs);
-                self.start = s + TAG_LEN;
+                self.start = (s + TAG_LEN) as u32;
                 return true;
             }
         }
         self.data.copy_within(s..s + at, s + TAG_LEN);
-        self.start = s + TAG_LEN;
+        self.start = (s + TAG_LEN) as u32;
         true
     }
 
     /// Truncates the frame to `len` bytes.
     pub fn truncate(&mut self, len: usize) {
-        self.data.truncate(self.start + len);
+        self.data.truncate(self.off() + len);
     }
 
     /// Appends bytes at the end of the frame.
@@ -302,6 +314,14 @@ impl BufPool {
         }
     }
 
+    /// A buffer holding a copy of `src` (frame and metadata): what [`BufPool::get`] followed by
+    /// [`PacketBuf::copy_from`] gives, without resetting fields the copy overwrites.
+    pub fn get_copy(&mut self, src: &PacketBuf) -> PacketBuf {
+        let mut p = self.free.pop().unwrap_or_default();
+        p.copy_from(src);
+        p
+    }
+
     pub fn put(&mut self, p: PacketBuf) {
         if self.free.len() < self.limit {
             self.free.push(p);
@@ -344,6 +364,25 @@ mod tests {
             expect.splice(12..12, [0x81, 0, 0, i as u8]);
         }
         assert_eq!(p.frame(), &expect[..]);
+    }
+
+    #[test]
+    fn pool_copy_is_a_fresh_copy() {
+        let mut pool = BufPool::new(4);
+        let mut used = PacketBuf::from_frame(&frame());
+        assert!(used.insert_tag(12, [0x81, 0, 0, 1]));
+        used.port = 3;
+        used.time_ns = 9;
+        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        pool.put(used);
+        let src = PacketBuf::from_frame(&[7u8; 20]);
+        let c = pool.get_copy(&src);
+        assert_eq!(c.frame(), src.frame());
+        assert_eq!(
+            (c.port, c.time_ns, c.offload),
+            (0, 0, OffloadMeta::default())
+        );
+        assert_eq!(c.headroom(), HEADROOM);
     }
 
     #[test]
