@@ -100,9 +100,9 @@ const PACKET_COPY_THRESH: libc::c_int = 7;
 /// Classic BPF `ret #k`: with k = 0, drop the frame.
 const BPF_RET_K: u16 = 0x06;
 const TP_STATUS_COPY: u32 = 1 << 1;
-/// Largest frame read from the socket queue: a 64 KB IP packet, Ethernet header and eight
-/// tags.
-const MAX_COPIED_FRAME: usize = 65_535 + 14 + 4 * 8;
+/// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
+/// Ethernet header and tags.
+const COPY_BUF_BYTES: usize = VNET_HDR_LEN + 65_535 + 14 + 4 * 8;
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -569,6 +569,8 @@ pub struct AfPacketPort {
     ring: RxRing,
     caps: PortCaps,
     tx: TxScratch,
+    /// V2: where a frame longer than a slot is read from the socket queue.
+    copy_buf: Vec<u8>,
     stats: AfPacketStats,
     /// Where the offload features sit in the kernel's feature bitmap (`None`: the names could
     /// not be read; the device is then taken to segment nothing).
@@ -813,12 +815,17 @@ impl AfPacketPort {
             device: None,
         };
         let feature_bits = sys::feature_bits_via(s, &name).ok();
+        let copy_buf = match cfg.ring {
+            RingVersion::V2 => vec![0; COPY_BUF_BYTES],
+            RingVersion::V3 => Vec::new(),
+        };
         let mut port = AfPacketPort {
             cfg,
             fd,
             ring,
             caps,
             tx: TxScratch::default(),
+            copy_buf,
             stats: AfPacketStats::default(),
             feature_bits,
             offloads: DeviceOffloads::default(),
@@ -1096,100 +1103,70 @@ impl AfPacketPort {
         let mac = r.read_u16(at(r.layout.mac)) as usize;
         let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
         let copied = r.version == RingVersion::V2 && status & TP_STATUS_COPY != 0;
-        let mut p = pool.get();
-        let mut vnet_copy = [0u8; VNET_HDR_LEN];
-        let vnet: &[u8] = if copied {
+        let (vnet, data) = if copied {
             // The slot holds the head of a frame longer than a slot; the whole frame (the
             // outer tag still in the slot's header) is next in the socket queue, which holds
-            // nothing else: one skb per TP_STATUS_COPY slot, in ring order. It is read straight
-            // into the pooled buffer (the virtio-net header beside it): one copy, not two.
-            if wire_len > MAX_COPIED_FRAME {
-                // Longer than any frame an interface hands over (a 64 KB IP packet, the
-                // Ethernet header and eight tags): taken off the queue unread, so the next
-                // copied slot still meets its own frame.
-                // SAFETY: a zero-length receive writes nothing; the null pointer is not read.
-                unsafe {
-                    libc::recv(
-                        self.fd.as_raw_fd(),
-                        std::ptr::null_mut(),
-                        0,
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                pool.put(p);
-                self.stats.rx_truncated += 1;
-                return None;
-            }
-            let buf = p.frame_mut_with_len(wire_len);
-            let mut iov = [
-                libc::iovec {
-                    iov_base: vnet_copy.as_mut_ptr().cast(),
-                    iov_len: vnet_len,
-                },
-                libc::iovec {
-                    iov_base: buf.as_mut_ptr().cast(),
-                    iov_len: wire_len,
-                },
-            ];
-            // SAFETY: msghdr is plain old data; all-zero is a valid value.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = iov.as_mut_ptr();
-            msg.msg_iovlen = iov.len() as _;
-            // SAFETY: `msg` points at two live, writable buffers of the lengths given (the
-            // header array and the buffer's frame, both alive until the call returns).
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-            if n < 0 || n as usize != vnet_len + wire_len || msg.msg_flags & libc::MSG_TRUNC != 0 {
-                pool.put(p);
+            // nothing else: one skb per TP_STATUS_COPY slot, in ring order.
+            // SAFETY: `copy_buf` is a live, writable buffer of the length passed.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.copy_buf.as_mut_ptr().cast(),
+                    self.copy_buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
                 self.stats.rx_truncated += 1;
                 return None;
             }
             self.stats.rx_copied += 1;
-            &vnet_copy[..vnet_len]
+            let n = n as usize;
+            (&self.copy_buf[..vnet_len], &self.copy_buf[vnet_len..n])
         } else {
             if snaplen < wire_len && r.version == RingVersion::V2 && mac + snaplen <= room {
                 // Longer than a slot, and the kernel did not queue it whole (no
                 // TP_STATUS_COPY): the socket's receive queue was full. The kernel dropped the
                 // frame because this port did not keep up, as when the ring is full.
-                pool.put(p);
                 self.stats.rx_copy_queue_full += 1;
                 return None;
             }
             if snaplen < wire_len || mac < vnet_len || mac + snaplen > room {
-                pool.put(p);
                 self.stats.rx_truncated += 1;
                 return None;
             }
             // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
             // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
-            let (vnet, data) = unsafe {
+            unsafe {
                 (
                     std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
                     std::slice::from_raw_parts(at(mac), snaplen),
                 )
-            };
-            // One copy out of the ring.
-            p.set_frame(data);
-            vnet
+            }
         };
+        let mut p = pool.get();
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
             + u64::from(r.read_u32(at(r.layout.nsec)));
         if vnet_len != 0 {
             p.offload = vnet_to_meta(vnet);
         }
-        if status & TP_STATUS_VLAN_VALID != 0 && p.len() >= 12 {
+        if status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 {
             let tci = r.read_tci(at(r.layout.vlan_tci));
             let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
                 r.read_u16(at(r.layout.vlan_tpid))
             } else {
                 TPID_8021Q
             };
-            // The tag goes back into the headroom: the 12 address bytes move, the frame body
-            // does not (no zero-fill either).
+            // One copy out of the ring, then the tag goes back into the headroom: the 12
+            // address bytes move, the frame body does not (no zero-fill either).
+            p.set_frame(data);
             let [t0, t1] = tpid.to_be_bytes();
             let [c0, c1] = tci.to_be_bytes();
             p.insert_tag(12, [t0, t1, c0, c1]);
             p.offload.shift_headers(4);
             self.stats.rx_vlan_restored += 1;
+        } else {
+            p.set_frame(data);
         }
         Some(p)
     }
