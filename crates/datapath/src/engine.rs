@@ -370,7 +370,10 @@ impl Engine {
     /// queue changed.
     fn publish(&mut self) {
         let plan = self.session.switch_mut().plan();
-        let same_plan = self.published.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan));
+        let same_plan = self
+            .published
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &plan));
         if same_plan && self.attach.is_empty() && self.detach.is_empty() {
             return;
         }
