@@ -14,6 +14,7 @@
 //!
 //! The binary keeps only the wiring (arguments, control socket, metrics endpoint, signals).
 
+mod backends;
 pub mod egress;
 mod engine;
 pub mod patch;
@@ -21,6 +22,7 @@ pub mod pcap;
 pub mod queue;
 mod worker;
 
+pub use backends::default_ring_frames;
 pub use engine::{Ctl, Engine, EngineConfig, Handle, MetricsSnapshot, PortRuntime, PortShared};
 pub use queue::{BackendDrops, Queue, Queues, SharedQueue, Tick};
 pub use worker::BURST;

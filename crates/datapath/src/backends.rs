@@ -1,0 +1,163 @@
+//! Opening the device backends of a port — AF_PACKET sockets in a fanout group with a shared
+//! receive filter, AF_XDP sockets under one XDP program — and how their state is shown. Called
+//! by the engine's control thread only; the queues it returns are handed to the workers.
+
+use crate::engine::{Opened, RxFilter};
+use crate::queue::{distribute, XdpQueue};
+use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
+use qbridge_io::afpacket::{
+    fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
+};
+use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
+use qbridge_io::{sys, DeviceOffloads, IoError};
+use std::sync::Arc;
+
+/// Opens port `name`'s AF_PACKET queues on `dev`: one socket per worker, all in one
+/// `PACKET_FANOUT_HASH` group (the kernel's flow hash reads through stacked tags to L4, so a
+/// flow stays on one worker; docs/decisions.md 17), raising the device MTU to `want_mtu`
+/// (never lowering it). Returns the queues (worker order), the device MTU now in force and
+/// the device's offloads.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn open_afpacket_queues(
+    name: &str,
+    dev: &str,
+    qdisc_bypass: bool,
+    ring_frames: u32,
+    filter: &RxFilter,
+    want_mtu: u32,
+    workers: usize,
+    port_id: usize,
+) -> Result<(Opened, Arc<RxFilterHandle>, u32, DeviceOffloads), IoError> {
+    let before = sys::get_mtu(dev)?;
+    let handle = RxFilterHandle::open(dev)?;
+    handle.set_promisc(filter.promisc)?;
+    if !filter.promisc {
+        handle.set_unicast(&filter.unicast)?;
+    }
+    let mut cfg = AfPacketConfig::new(dev).with_ring_frames(ring_frames);
+    cfg.qdisc_bypass = qdisc_bypass;
+    cfg.filter = Some(handle.clone());
+    cfg.device_mtu = Some(want_mtu);
+    if workers > 1 {
+        cfg.fanout = Some(Fanout {
+            group: fanout_group_for(port_id as u32),
+            mode: FanoutMode::Hash,
+        });
+    }
+    let mut queues: Opened = Vec::with_capacity(workers);
+    let mut offloads = DeviceOffloads::default();
+    for w in 0..workers.max(1) {
+        let p = AfPacketPort::open(cfg.clone())?;
+        if w == 0 {
+            offloads = p.device_offloads();
+        }
+        queues.push(Box::new(p));
+    }
+    let after = sys::get_mtu(dev).unwrap_or(before.max(want_mtu));
+    if after != before {
+        tracing::info!(
+            "port {name}: device MTU of {dev} raised from {before} to {after} for envelope \
+             frames (the kernel allows only 4 bytes of slack, for 0x8100 only)"
+        );
+    }
+    Ok((queues, handle, after, offloads))
+}
+
+/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`): 16 384
+/// frames per port (32 MiB of 2 KiB slots), shared out over the workers' sockets, at least
+/// 2048 per socket. The kernel holds a burst of that many frames while a worker is busy.
+pub fn default_ring_frames(workers: usize) -> u32 {
+    (16_384 / workers.max(1) as u32).max(2048)
+}
+
+/// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
+/// queue, spread over the workers.
+pub(crate) fn open_afxdp_queues(
+    spec: &PortSpec,
+    want_mtu: u32,
+    workers: usize,
+    rotate: usize,
+) -> Result<Opened, IoError> {
+    let PortSpec::AfXdp {
+        dev,
+        queues,
+        mode,
+        zerocopy,
+    } = spec
+    else {
+        return Err(IoError::Invalid("not an AF_XDP port".into()));
+    };
+    if *queues as usize > workers {
+        return Err(IoError::Invalid(format!(
+            "queues {queues} is more than the daemon's {workers} workers (--workers)"
+        )));
+    }
+    let mode = match mode {
+        XdpAttach::Native => XdpMode::Native,
+        XdpAttach::Skb => XdpMode::Skb,
+    };
+    // XDP takes what the device receives: the device must receive everything (a veth does
+    // anyway; a NIC filters unicast without promiscuous mode). The membership lives as long
+    // as the handle, which the queues keep.
+    let promisc = RxFilterHandle::open(dev)?;
+    promisc.set_promisc(true)?;
+    let prog = XdpProgram::attach(dev, mode)?;
+    let mut opened: Opened = Vec::new();
+    for q in 0..*queues {
+        let mut cfg = AfXdpConfig::new(dev, q);
+        cfg.mode = mode;
+        cfg.zerocopy = *zerocopy;
+        cfg.device_mtu = Some(want_mtu);
+        opened.push(Box::new(XdpQueue {
+            port: AfXdpPort::open_with(cfg, &prog)?,
+            promisc: promisc.clone(),
+        }));
+    }
+    distribute(opened, workers, rotate)
+}
+
+/// `queues 2 mode native zerocopy off` for the log.
+pub(crate) fn describe_spec(spec: &PortSpec) -> String {
+    match spec {
+        PortSpec::AfXdp {
+            queues,
+            mode,
+            zerocopy,
+            ..
+        } => format!(
+            "queues {queues} mode {} zerocopy {}",
+            mode.as_str(),
+            if *zerocopy { "on" } else { "off" }
+        ),
+        other => other.kind().to_owned(),
+    }
+}
+
+/// A device's offloads as `link show` and the metrics report them.
+pub(crate) fn offload_status(d: DeviceOffloads) -> DeviceOffloadStatus {
+    DeviceOffloadStatus {
+        tso4: d.tso4,
+        tso6: d.tso6,
+        tso_ecn: d.tso_ecn,
+        sg: d.sg,
+        csum4: d.csum4,
+        csum6: d.csum6,
+        refused_tag_depths: (0..8u8)
+            .filter(|&i| d.refused_tags & (1 << i) != 0)
+            .collect(),
+    }
+}
+
+/// `tso4 on tso6 off …` for the log.
+pub(crate) fn describe_offloads(o: &DeviceOffloadStatus) -> String {
+    let on = |b: bool| if b { "on" } else { "off" };
+    format!(
+        "tso4 {} tso6 {} tso_ecn {} sg {} csum4 {} csum6 {}",
+        on(o.tso4),
+        on(o.tso6),
+        on(o.tso_ecn),
+        on(o.sg),
+        on(o.csum4),
+        on(o.csum6)
+    )
+}
