@@ -32,7 +32,9 @@ OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
            [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
            [group_fwd_mask N] [fdb_max_entries N]
   link set dev BR type bridge [same options as link add]
-  link add NAME type pcap | type afpacket dev IFNAME | type tap [ifname IF] [netns NS]
+  link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
+           | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
+           | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
   link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
            [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
            [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
