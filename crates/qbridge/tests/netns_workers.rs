@@ -130,6 +130,8 @@ fn flows_stay_in_order_and_spread_over_workers() {
         ctl.stats_text()
     );
     assert_eq!(by_worker.len(), 2);
+    // The default ring: 16 384 frames per port, shared over the 2 workers' sockets.
+    assert_eq!(p1["runtime"]["ring_frames"], 8192, "{p1}");
     assert!(
         by_worker.iter().all(|&n| n > u64::from(PER_FLOW)),
         "the flows were not spread over both workers: {by_worker:?}"
