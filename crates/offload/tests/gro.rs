@@ -9,29 +9,8 @@ use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
 use std::collections::HashMap;
 
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const PSH: u8 = 0x08;
-const ACK: u8 = 0x10;
-const CWR: u8 = 0x80;
-
-fn ones_sum(parts: &[&[u8]]) -> u16 {
-    let mut all = Vec::new();
-    for p in parts {
-        all.extend_from_slice(p);
-    }
-    if all.len() % 2 == 1 {
-        all.push(0);
-    }
-    let mut s: u64 = 0;
-    for w in all.chunks(2) {
-        s += u64::from(w[0]) << 8 | u64::from(w[1]);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
+mod common;
+use common::{ones_sum, ACK, CWR, FIN, PSH, SYN};
 
 /// One direction of a TCP connection, as the segments' headers show it.
 #[derive(Clone, Debug)]

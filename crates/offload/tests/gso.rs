@@ -7,30 +7,10 @@ use qbridge_offload::{segment, segment_into_batch, OffloadError, MAX_SEGMENTS};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::{parse_headers, EtherType, Tpid};
 
-const TCP_FLAGS_AT: usize = 13;
-const FIN: u8 = 0x01;
-const PSH: u8 = 0x08;
-const ACK: u8 = 0x10;
-const CWR: u8 = 0x80;
+mod common;
+use common::{ones_sum, ACK, CWR, FIN, PSH};
 
-/// RFC 1071 written out plainly, independent of `qbridge_wire::checksum`.
-fn ones_sum(parts: &[&[u8]]) -> u16 {
-    let mut all = Vec::new();
-    for p in parts {
-        all.extend_from_slice(p);
-    }
-    if all.len() % 2 == 1 {
-        all.push(0);
-    }
-    let mut s: u64 = 0;
-    for w in all.chunks(2) {
-        s += u64::from(w[0]) << 8 | u64::from(w[1]);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
+const TCP_FLAGS_AT: usize = 13;
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
