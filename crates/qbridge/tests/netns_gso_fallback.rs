@@ -69,6 +69,26 @@ fn counter(p: &Value, key: &str) -> u64 {
     p["runtime"][key].as_u64().unwrap_or(0)
 }
 
+/// The provider network of `examples/provider-network.batch` in a fresh lab: four hosts, the
+/// trunk veth `t1`-`t2` (CE uplinks and PE customer ports are patch links inside the daemon),
+/// the daemon running. Returns the lab, the switch namespace, hostA, hostB and the daemon.
+fn provider_network(name: &str) -> (Lab, String, Host, Host, Ctl) {
+    let mut lab = Lab::new(name);
+    let sw = lab.netns("sw").unwrap();
+    let a = lab.host("hostA", "10.10.0.1/24", &sw, "a0").unwrap();
+    let b = lab.host("hostB", "10.10.0.2/24", &sw, "b0").unwrap();
+    lab.host("hostC", "10.10.0.1/24", &sw, "c0").unwrap();
+    lab.host("hostD", "10.10.0.2/24", &sw, "d0").unwrap();
+    lab.veth(&sw, "t1", &sw, "t2").unwrap();
+    let ctl = lab
+        .daemon(
+            &sw,
+            include_str!("../../../examples/provider-network.batch"),
+        )
+        .unwrap();
+    (lab, sw, a, b, ctl)
+}
+
 /// Customer 1 of the provider network over a trunk veth without TSO.
 #[test]
 fn provider_trunk_without_tso() {
@@ -77,20 +97,7 @@ fn provider_trunk_without_tso() {
         return;
     }
     let _serial = support::serial();
-    let mut lab = Lab::new("gso-tso-off");
-    let sw = lab.netns("sw").unwrap();
-    let a = lab.host("hostA", "10.10.0.1/24", &sw, "a0").unwrap();
-    let b = lab.host("hostB", "10.10.0.2/24", &sw, "b0").unwrap();
-    let _c = lab.host("hostC", "10.10.0.1/24", &sw, "c0").unwrap();
-    let _d = lab.host("hostD", "10.10.0.2/24", &sw, "d0").unwrap();
-    // CE uplinks and PE customer ports are patch links inside the daemon; the trunk is a veth.
-    lab.veth(&sw, "t1", &sw, "t2").unwrap();
-    let ctl = lab
-        .daemon(
-            &sw,
-            include_str!("../../../examples/provider-network.batch"),
-        )
-        .unwrap();
+    let (mut lab, sw, a, b, ctl) = provider_network("gso-tso-off");
     let before = port(&ctl, "pe1-trunk");
     assert_eq!(
         before["runtime"]["offloads"]["tso4"], true,
@@ -142,25 +149,13 @@ fn segmented_sender_is_coalesced_towards_a_tso_trunk() {
         return;
     }
     let _serial = support::serial();
-    let mut lab = Lab::new("gro");
-    let sw = lab.netns("sw").unwrap();
-    let a = lab.host("hostA", "10.10.0.1/24", &sw, "a0").unwrap();
-    let b = lab.host("hostB", "10.10.0.2/24", &sw, "b0").unwrap();
-    let _c = lab.host("hostC", "10.10.0.1/24", &sw, "c0").unwrap();
-    let _d = lab.host("hostD", "10.10.0.2/24", &sw, "d0").unwrap();
-    lab.veth(&sw, "t1", &sw, "t2").unwrap();
+    let (mut lab, _sw, a, b, ctl) = provider_network("gro");
     exec_in(
         &a.ns,
         "ethtool",
         &["-K", "eth0", "tso", "off", "gso", "off"],
     )
     .unwrap();
-    let ctl = lab
-        .daemon(
-            &sw,
-            include_str!("../../../examples/provider-network.batch"),
-        )
-        .unwrap();
     assert_ping(&a, &b, 3);
     let r = tcp_transfer(&a, &b, BYTES, Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("TCP from a segmenting sender: {e}\n{}", ctl.stats_text()));
