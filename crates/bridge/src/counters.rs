@@ -55,8 +55,8 @@ drop_reasons! {
     NoPvid = "no_pvid",
     /// Ingress filter: the frame's VID is not a member of the port.
     VlanNotMember = "vlan_not_member",
-    /// Destination is a permanent (local) FDB entry: for the bridge itself, which has no host
-    /// port in qbridge.
+    /// Destination is a permanent (local) FDB entry, for the bridge itself, and the bridge has
+    /// no host port (`link set dev BR up` gives it one; then such frames go to the host).
     Local = "local",
     /// Known unicast destination is the ingress port and the port is not hairpin.
     SamePort = "same_port",
@@ -90,6 +90,9 @@ drop_reasons! {
     /// The kernel refused the frame as longer than the device's MTU allows (`EMSGSIZE`; set by
     /// I/O layers).
     TxTooLong = "tx_too_long",
+    /// A frame crossed more bridges inside the daemon than a stack of devices allows (a loop
+    /// of VLAN devices on host ports enslaved to each other's bridges).
+    StackLoop = "stack_loop",
     /// The egress port failed to send for another reason, or the frame could not be segmented
     /// or checksummed in software for a port without those offloads (set by I/O layers).
     TxError = "tx_error",

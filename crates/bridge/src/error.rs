@@ -49,4 +49,23 @@ pub enum ConfigError {
     BadFdbMaxEntries(u32),
     #[error("too many ports (limit {0})")]
     TooManyPorts(usize),
+    #[error("\"{0}\" is its bridge's own interface: it cannot join another bridge")]
+    HostPortMaster(String),
+    #[error("device \"{0}\" is busy: a macvlan's lower device cannot be a bridge port, nor a bridge port carry macvlans (as on Linux)")]
+    MacvlanLowerBusy(String),
+    #[error("device \"{0}\" is busy: a passthru macvlan takes its lower device whole, alone")]
+    PassthruBusy(String),
+    #[error("address {mac} is in use by macvlan \"{dev}\" on the same lower device")]
+    MacvlanAddressInUse { mac: MacAddr, dev: String },
+    #[error("invalid MAC address {0}: a device address must be unicast and not all-zero")]
+    BadDeviceMac(MacAddr),
+    #[error("too many stacked devices on \"{dev}\" (at most {max})")]
+    StackTooDeep { dev: String, max: usize },
+    #[error("VLAN {vid} (protocol 0x{tpid:04x}) already exists on \"{lower}\" as \"{dev}\"")]
+    VlanDeviceExists {
+        lower: String,
+        tpid: u16,
+        vid: u16,
+        dev: String,
+    },
 }

@@ -20,6 +20,7 @@ pub mod counters;
 pub mod error;
 pub mod fdb;
 mod pipeline;
+pub mod stack;
 pub mod switch;
 mod vlanset;
 
@@ -27,5 +28,6 @@ pub use config::{BridgeSettings, PortSettings, VlanProtocol};
 pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind, FdbMove};
+pub use stack::{MacvlanMode, Role};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker};
 pub use vlanset::VlanSet;

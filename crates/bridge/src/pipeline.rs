@@ -175,17 +175,24 @@ fn count_port_tx(ports: &Ports, wi: usize, run: (usize, u64, u64)) {
 }
 
 impl Plan {
-    /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
-    /// `now_ns` as worker `w`, appending what leaves to `out.ports[egress]`. `rx` is left
-    /// empty. Any number of workers may call this on one plan at once, each with its own
-    /// [`Worker`] and [`Outputs`].
-    pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+    /// The bridge pipeline: forwards every frame of `rx` (each buffer's `port` is its
+    /// ingress bridge port) at time `now_ns` as worker `w`, appending what leaves to
+    /// `out.ports[egress]`. `rx` is left empty. [`Plan::process`] calls it directly when no
+    /// device is stacked on any port (`crate::stack`).
+    pub(crate) fn process_flat(
+        &self,
+        w: &mut Worker,
+        now_ns: u64,
+        rx: &mut Batch,
+        out: &mut Outputs,
+    ) {
         out.ensure(self.ports.len());
         let Worker {
             index,
             scratch,
             tables,
             meta,
+            ..
         } = w;
         let wi = *index;
         if tables.len() < self.bridges.len() {
@@ -389,7 +396,7 @@ impl Plan {
                     Some((_, entry)) if !(ageing_off && entry.ages()) => {
                         let to = (entry.port as u32) << 12 | m.vid as u32;
                         if entry.flags & F_PERMANENT != 0 {
-                            drop_dest(c, DropReason::Local)
+                            local(&self.ports, br, inp, in_id, c, m)
                         } else if to == allowed {
                             entry.port
                         } else {
@@ -615,7 +622,7 @@ fn warm_fdb(t: &Table, meta: &[FrameMeta]) {
 /// virtio-net header is not trusted: Linux fills it with the length of the skb's linear part,
 /// which can include payload.
 #[inline(always)]
-fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
+pub(crate) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
     if pkt.offload.is_gso() {
         gso_segment_len(pkt, tpid)
     } else {
@@ -689,17 +696,8 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
     if src & MAC_GROUP_BIT != 0 || src == 0 {
         return drop(c, DropReason::InvalidSrcMac);
     }
-    if dst & !0xf == LINK_LOCAL_BASE {
-        let group = (dst & 0xf) as u8;
-        let mut mask = br.settings.group_fwd_mask;
-        if br.settings.vlan_protocol == VlanProtocol::Dot1Ad {
-            mask |= GROUP_FWD_8021AD;
-        }
-        // No STP in qbridge: 01-80-C2-00-00-00 is forwarded, as by a Linux bridge with STP off.
-        let forwarded = group == 0 || (group != 1 && mask & (1 << group) != 0);
-        if !forwarded {
-            return drop(c, DropReason::LinkLocal);
-        }
+    if dst & !0xf == LINK_LOCAL_BASE && !link_local_forwarded(br, (dst & 0xf) as u8) {
+        return drop(c, DropReason::LinkLocal);
     }
     let filtering = br.settings.vlan_filtering;
     let mut m = FrameMeta {
@@ -738,6 +736,48 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
         }
     }
     m
+}
+
+/// Whether bridge `br` forwards link-local group 01-80-C2-00-00-0`group`. No STP in qbridge:
+/// 01-80-C2-00-00-00 is forwarded, as by a Linux bridge with STP off; MAC pause (01) never.
+#[inline(always)]
+pub(crate) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
+    let mut mask = br.settings.group_fwd_mask;
+    if br.settings.vlan_protocol == VlanProtocol::Dot1Ad {
+        mask |= GROUP_FWD_8021AD;
+    }
+    group == 0 || (group != 1 && mask & (1 << group) != 0)
+}
+
+/// Stage 3 for a destination that is a permanent (local) entry: the bridge itself. To its host
+/// port when it has one, with the checks on the way to any port; else dropped as `local`.
+#[cold]
+#[inline(never)]
+fn local(
+    ports: &Ports,
+    br: &Bridge,
+    inp: &Port,
+    in_id: usize,
+    c: &PortCells,
+    m: &FrameMeta,
+) -> u16 {
+    let Some(h) = br.host else {
+        return drop_dest(c, DropReason::Local);
+    };
+    let e = h as usize;
+    if e == in_id && !inp.settings.hairpin {
+        return drop_dest(c, DropReason::SamePort);
+    }
+    let Some(Some(ep)) = ports.get(e) else {
+        return drop_dest(c, DropReason::EgressDown);
+    };
+    if m.filtering && !ep.member.contains(m.vid) {
+        return drop_dest(c, DropReason::EgressNotMember);
+    }
+    if !ep.running {
+        return drop_dest(c, DropReason::EgressDown);
+    }
+    h
 }
 
 /// Stage 3 for a known unicast destination that is not local: the checks on the way to port

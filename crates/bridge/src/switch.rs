@@ -19,6 +19,7 @@ use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbKind,
     FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
+use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::{MacAddr, Tpid};
@@ -55,6 +56,8 @@ pub(crate) struct Bridge {
     /// touches.
     pub flood: Box<[Arc<[u16]>]>,
     pub vlan_counters: Arc<VlanCounterSet>,
+    /// The bridge's host port (its own interface, `link set dev BR up`), if it has one.
+    pub host: Option<u16>,
 }
 
 /// A port as the datapath sees it; shared like [`Bridge`].
@@ -79,6 +82,12 @@ pub(crate) struct Port {
     /// Distinguishes this port from earlier ports that had the same id.
     pub generation: u32,
     pub counters: Arc<PortCounterSet>,
+    /// What the port is: a device, a bridge's host port, or a device stacked on another port.
+    pub role: Role,
+    /// The host-side MAC address of a stacked device or host port (48-bit integer; 0: none).
+    pub mac: u64,
+    /// Compiled: the devices stacked on this port, for the receive path.
+    pub uppers: Option<Arc<Uppers>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,12 +144,50 @@ pub struct LinkView {
     pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    /// The lower port of a stacked device (`ip link`'s `eth0.100@eth0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// The host-side MAC address of a stacked device or of a bridge's host port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// As `ip -j -d link show`: `{"info_kind":"vlan","info_data":{"protocol":"802.1ad","id":100}}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub linkinfo: Option<LinkInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bridge: Option<BridgeSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<PortView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<PortCounters>,
+}
+
+/// A stacked device's kind and data, named as `ip -j -d link show` names them.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkInfo {
+    pub info_kind: &'static str,
+    pub info_data: LinkInfoData,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkInfoData {
+    /// VLAN devices: "802.1Q", "802.1ad", or the TPID in hex.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// VLAN devices: the VID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u16>,
+    /// Macvlan endpoints: the mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
+}
+
+/// A TPID as ip-link(8) names a VLAN protocol.
+pub fn tpid_name(tpid: u16) -> String {
+    match tpid {
+        0x8100 => "802.1Q".to_string(),
+        0x88a8 => "802.1ad".to_string(),
+        t => format!("0x{t:04x}"),
+    }
 }
 
 /// Port settings with the values in force.
@@ -241,6 +288,8 @@ pub struct Plan {
     pub(crate) bridges: Vec<Option<Arc<Bridge>>>,
     pub(crate) ports: Vec<Option<Arc<Port>>>,
     pub(crate) unknown_port_drops: Option<Arc<CellSet>>,
+    /// Some port is a stacked device or a host port: frames take the stacked path.
+    pub(crate) stacked: bool,
 }
 
 impl Plan {
@@ -294,6 +343,8 @@ pub struct Worker {
     /// The batch's per-frame decisions (one per received frame), filled by the ingress
     /// stages and read by the egress stage; kept to avoid allocating per batch.
     pub(crate) meta: Vec<crate::pipeline::FrameMeta>,
+    /// Scratch of the stacked path (taken while it runs).
+    pub(crate) stack: Option<Box<crate::stack::Scratch>>,
 }
 
 impl Worker {
@@ -304,6 +355,7 @@ impl Worker {
             scratch: Vec::new(),
             tables: Vec::new(),
             meta: Vec::new(),
+            stack: None,
         }
     }
 
@@ -416,6 +468,7 @@ impl Switch {
             bridges: self.bridges.clone(),
             ports: self.ports.clone(),
             unknown_port_drops: Some(self.unknown_port_drops.clone()),
+            stacked: self.ports.iter().flatten().any(|p| p.role != Role::Device),
         });
         self.plan = Some(p.clone());
         p
@@ -632,6 +685,7 @@ impl Switch {
             ports: Vec::new(),
             flood: (0..4096).map(|_| empty.clone()).collect(),
             vlan_counters: VlanCounterSet::new(self.workers + 1),
+            host: None,
         }));
         self.names
             .insert(name.to_string(), Link::Bridge(idx as u16));
@@ -730,6 +784,9 @@ impl Switch {
             running: true,
             generation,
             counters: PortCounterSet::new(self.workers + 1),
+            role: Role::Device,
+            mac: 0,
+            uppers: None,
         }));
         self.names.insert(name.to_string(), Link::Port(idx as u16));
         self.recompile_port(PortId(idx as u16));
@@ -766,29 +823,40 @@ impl Switch {
         if current == master.map(|b| b.0) {
             return Ok(());
         }
+        if let Role::Host { .. } = self.port(id).role {
+            return Err(ConfigError::HostPortMaster(self.port(id).name.clone()));
+        }
+        if master.is_some() && self.has_macvlans(id) {
+            return Err(ConfigError::MacvlanLowerBusy(self.port(id).name.clone()));
+        }
         if let Some(b) = current {
             self.detach(id, BridgeId(b));
         }
         if let Some(b) = master {
-            let pvid = self.bridge(b).settings.default_pvid;
-            let port = self.port_mut(id);
-            port.master = Some(b.0);
-            port.member = VlanSet::default();
-            port.untagged = VlanSet::default();
-            port.pvid = 0;
-            if pvid != 0 {
-                port.member.insert(pvid);
-                port.untagged.insert(pvid);
-                port.pvid = pvid;
-            }
-            self.bridge_mut(b).ports.push(id.0);
-            self.recompile_port(id);
-            let vids: Vec<u16> = std::iter::once(0)
-                .chain(self.port(id).member.iter())
-                .collect();
-            self.recompile_flood(b, vids);
+            self.set_master_unchecked(id, b);
         }
         Ok(())
+    }
+
+    /// Attaches port `id` (in no bridge) to bridge `b` with the bridge's default PVID.
+    fn set_master_unchecked(&mut self, id: PortId, b: BridgeId) {
+        let pvid = self.bridge(b).settings.default_pvid;
+        let port = self.port_mut(id);
+        port.master = Some(b.0);
+        port.member = VlanSet::default();
+        port.untagged = VlanSet::default();
+        port.pvid = 0;
+        if pvid != 0 {
+            port.member.insert(pvid);
+            port.untagged.insert(pvid);
+            port.pvid = pvid;
+        }
+        self.bridge_mut(b).ports.push(id.0);
+        self.recompile_port(id);
+        let vids: Vec<u16> = std::iter::once(0)
+            .chain(self.port(id).member.iter())
+            .collect();
+        self.recompile_flood(b, vids);
     }
 
     fn detach(&mut self, id: PortId, b: BridgeId) {
@@ -806,26 +874,330 @@ impl Switch {
         self.recompile_port(id);
     }
 
-    /// `link del dev NAME`. Deleting a bridge detaches its ports.
-    pub fn del_link(&mut self, name: &str) -> Result<(), ConfigError> {
+    /// `link del dev NAME`. Deleting a bridge detaches its ports and deletes its host port;
+    /// deleting a port deletes the devices stacked on it (as unregistering `eth0` deletes
+    /// `eth0.100`). Returns the names of the ports deleted, the stacked ones first.
+    pub fn del_link(&mut self, name: &str) -> Result<Vec<String>, ConfigError> {
+        let mut gone = Vec::new();
         match self.link(name)? {
             Link::Port(p) => {
-                if let Some(b) = self.port(PortId(p)).master {
-                    self.detach(PortId(p), BridgeId(b));
+                if let Role::Host { .. } = self.port(PortId(p)).role {
+                    return Err(ConfigError::NotAPort(name.to_string()));
                 }
-                self.plan = None;
-                self.ports[p as usize] = None;
+                self.del_port(PortId(p), &mut gone);
             }
             Link::Bridge(b) => {
+                if let Some(h) = self.bridge(BridgeId(b)).host {
+                    self.del_port(PortId(h), &mut gone);
+                }
                 for p in self.bridge(BridgeId(b)).ports.clone() {
                     self.detach(PortId(p), BridgeId(b));
                 }
                 self.plan = None;
                 self.bridges[b as usize] = None;
+                self.names.remove(name);
             }
         }
-        self.names.remove(name);
+        Ok(gone)
+    }
+
+    /// Deletes port `id` and, first, every device stacked on it.
+    fn del_port(&mut self, id: PortId, gone: &mut Vec<String>) {
+        for up in self.stacked_on(id) {
+            self.del_port(up, gone);
+        }
+        let port = self.port(id);
+        let (name, role) = (port.name.clone(), port.role);
+        if let Some(b) = port.master {
+            self.detach(id, BridgeId(b));
+        }
+        self.plan = None;
+        self.ports[id.0 as usize] = None;
+        match role {
+            Role::Host { bridge } => {
+                if let Some(Some(b)) = self.bridges.get_mut(bridge as usize) {
+                    Arc::make_mut(b).host = None;
+                }
+            }
+            _ => {
+                self.names.remove(&name);
+            }
+        }
+        if let Some(lower) = role.lower() {
+            self.recompile_uppers(PortId(lower));
+        }
+        gone.push(name);
+    }
+
+    // ----- stacked devices -----
+
+    /// The ports stacked directly on port `id` (VLAN devices, macvlan endpoints), in id order.
+    pub fn stacked_on(&self, id: PortId) -> Vec<PortId> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_deref()?;
+                (p.role.lower() == Some(id.0)).then_some(PortId(i as u16))
+            })
+            .collect()
+    }
+
+    fn has_macvlans(&self, id: PortId) -> bool {
+        self.ports
+            .iter()
+            .flatten()
+            .any(|p| matches!(p.role, Role::Macvlan { lower, .. } if lower == id.0))
+    }
+
+    /// Devices between port `id` and the device at the bottom of its stack (0 for a device).
+    fn stack_depth(&self, id: PortId) -> usize {
+        let mut depth = 0;
+        let mut cur = self.port(id).role;
+        while let Some(l) = cur.lower() {
+            depth += 1;
+            cur = self.port(PortId(l)).role;
+            if depth > MAX_STACK_DEPTH {
+                break;
+            }
+        }
+        depth
+    }
+
+    /// Tags the deepest chain of VLAN devices stacked on port `id` pushes on the way down.
+    fn tags_above(&self, id: PortId) -> u32 {
+        self.stacked_on(id)
+            .into_iter()
+            .map(|u| {
+                let own = matches!(self.port(u).role, Role::Vlan { .. }) as u32;
+                own + self.tags_above(u)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// What port `id` is: a device, a host port, or a device stacked on another port.
+    pub fn port_role(&self, id: PortId) -> Role {
+        self.port(id).role
+    }
+
+    /// The host-side MAC address of a stacked device or host port.
+    pub fn port_mac(&self, id: PortId) -> Option<MacAddr> {
+        let m = self.port(id).mac;
+        (m != 0).then(|| {
+            let b = m.to_be_bytes();
+            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+        })
+    }
+
+    /// The host port of bridge `b`, if it has one.
+    pub fn host_port(&self, b: BridgeId) -> Option<PortId> {
+        self.bridge(b).host.map(PortId)
+    }
+
+    /// Checks what every stacked device needs: a name, a lower port that can take it, a MAC.
+    fn check_stacked(&self, name: &str, lower: PortId, mac: MacAddr) -> Result<(), ConfigError> {
+        check_name(name)?;
+        if self.names.contains_key(name) {
+            return Err(ConfigError::DeviceExists(name.to_string()));
+        }
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadDeviceMac(mac));
+        }
+        if self.stack_depth(lower) + 1 > MAX_STACK_DEPTH {
+            return Err(ConfigError::StackTooDeep {
+                dev: self.port(lower).name.clone(),
+                max: MAX_STACK_DEPTH,
+            });
+        }
+        if let Some(Role::Macvlan {
+            mode: MacvlanMode::Passthru,
+            ..
+        }) = self.stacked_on(lower).first().map(|&u| self.port(u).role)
+        {
+            return Err(ConfigError::PassthruBusy(self.port(lower).name.clone()));
+        }
         Ok(())
+    }
+
+    /// `link add link LOWER name NAME type vlan [protocol P] id VID`: a VLAN sub-interface of
+    /// port `lower` (any role: a device, a host port, another VLAN device) with the tag
+    /// `tpid`/`vid`, whose host side has address `mac`.
+    pub fn add_vlan_device(
+        &mut self,
+        name: &str,
+        lower: PortId,
+        tpid: Tpid,
+        vid: u32,
+        mac: MacAddr,
+    ) -> Result<PortId, ConfigError> {
+        let vid = check_vid(vid)?;
+        check_tpid(tpid)?;
+        self.check_stacked(name, lower, mac)?;
+        let key = (tpid.0 as u32) << 16 | vid as u32;
+        if let Some(&other) = self
+            .port(lower)
+            .uppers
+            .as_ref()
+            .and_then(|u| u.vlans.get(&key))
+        {
+            return Err(ConfigError::VlanDeviceExists {
+                lower: self.port(lower).name.clone(),
+                tpid: tpid.0,
+                vid,
+                dev: self.port(PortId(other)).name.clone(),
+            });
+        }
+        let id = self.add_port(name, "vlan", PortSettings::default())?;
+        self.set_role(
+            id,
+            Role::Vlan {
+                lower: lower.0,
+                tpid: tpid.0,
+                vid,
+            },
+            mac,
+        );
+        Ok(id)
+    }
+
+    /// `link add link LOWER name NAME type macvlan mode MODE`: a macvlan endpoint on port
+    /// `lower` with address `mac`. Refused on a bridge port and next to a passthru endpoint
+    /// (as Linux does), for a passthru endpoint next to any other, and for an address another
+    /// endpoint of `lower` has.
+    pub fn add_macvlan(
+        &mut self,
+        name: &str,
+        lower: PortId,
+        mode: MacvlanMode,
+        mac: MacAddr,
+    ) -> Result<PortId, ConfigError> {
+        self.check_stacked(name, lower, mac)?;
+        if self.port(lower).master.is_some() {
+            return Err(ConfigError::MacvlanLowerBusy(self.port(lower).name.clone()));
+        }
+        let siblings = self.stacked_on(lower);
+        let key = mac_u64(mac);
+        for &u in &siblings {
+            let p = self.port(u);
+            if matches!(p.role, Role::Macvlan { .. }) {
+                if mode == MacvlanMode::Passthru {
+                    return Err(ConfigError::PassthruBusy(self.port(lower).name.clone()));
+                }
+                if p.mac == key {
+                    return Err(ConfigError::MacvlanAddressInUse {
+                        mac,
+                        dev: p.name.clone(),
+                    });
+                }
+            }
+        }
+        let id = self.add_port(name, "macvlan", PortSettings::default())?;
+        self.set_role(
+            id,
+            Role::Macvlan {
+                lower: lower.0,
+                mode,
+            },
+            mac,
+        );
+        Ok(id)
+    }
+
+    /// `link set dev BR up`: gives bridge `b` its host port (the bridge's own interface, whose
+    /// host side has address `mac`), joined with the bridge's default PVID, and installs `mac`
+    /// as a permanent (local) FDB entry in each of its VLANs, as Linux does for `br0`. Returns
+    /// the existing host port if there is one.
+    pub fn add_host_port(&mut self, b: BridgeId, mac: MacAddr) -> Result<PortId, ConfigError> {
+        if let Some(h) = self.bridge(b).host {
+            return Ok(PortId(h));
+        }
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadDeviceMac(mac));
+        }
+        let name = self.bridge(b).name.clone();
+        let idx = match self.ports.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                if self.ports.len() >= MAX_PORTS {
+                    return Err(ConfigError::TooManyPorts(MAX_PORTS));
+                }
+                self.ports.push(None);
+                self.ports.len() - 1
+            }
+        };
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        self.plan = None;
+        self.ports[idx] = Some(Arc::new(Port {
+            name,
+            kind: "host".to_string(),
+            master: None,
+            settings: PortSettings::default(),
+            member: VlanSet::default(),
+            untagged: VlanSet::default(),
+            pvid: 0,
+            tpid: 0x8100,
+            max_frame: 0,
+            link_up: true,
+            running: true,
+            generation,
+            counters: PortCounterSet::new(self.workers + 1),
+            role: Role::Host { bridge: b.0 },
+            mac: mac_u64(mac),
+            uppers: None,
+        }));
+        let id = PortId(idx as u16);
+        self.bridge_mut(b).host = Some(id.0);
+        self.recompile_port(id);
+        self.set_master_unchecked(id, b);
+        self.sync_host_fdb(id);
+        Ok(id)
+    }
+
+    fn set_role(&mut self, id: PortId, role: Role, mac: MacAddr) {
+        let p = self.port_mut(id);
+        p.role = role;
+        p.mac = mac_u64(mac);
+        if let Some(l) = role.lower() {
+            self.recompile_uppers(PortId(l));
+        }
+    }
+
+    /// Rebuilds the receive table of the devices stacked on `lower`, and the frame size of
+    /// every port below (a VLAN device adds a tag's envelope allowance to each).
+    fn recompile_uppers(&mut self, lower: PortId) {
+        let mut up = Uppers::default();
+        for u in self.stacked_on(lower) {
+            let p = self.port(u);
+            match p.role {
+                Role::Vlan { tpid, vid, .. } => {
+                    up.vlans.insert((tpid as u32) << 16 | vid as u32, u.0);
+                }
+                Role::Macvlan { mode, .. } => up.macvlans.push((p.mac, u.0, mode)),
+                Role::Device | Role::Host { .. } => {}
+            }
+        }
+        let empty = up.vlans.is_empty() && up.macvlans.is_empty();
+        self.port_mut(lower).uppers = (!empty).then(|| Arc::new(up));
+        let mut cur = Some(lower);
+        while let Some(id) = cur {
+            self.recompile_port(id);
+            cur = self.port(id).role.lower().map(PortId);
+        }
+    }
+
+    /// The host port's address as a permanent entry in each of its VLANs (and VLAN 0).
+    fn sync_host_fdb(&mut self, id: PortId) {
+        let Some(mac) = self.port_mac(id) else {
+            return;
+        };
+        if self.port(id).master.is_none() {
+            return;
+        }
+        // Cannot fail for lack of room: permanent entries evict learned ones, and a full table
+        // of user entries only refuses (the host port still learns its address then).
+        let _ = self.fdb_add(mac, id, None, FdbKind::Permanent, false, true);
     }
 
     // ----- VLANs -----
@@ -868,10 +1240,14 @@ impl Switch {
         }
         self.recompile_port(id);
         self.recompile_flood(b, start..=end);
+        if let Role::Host { .. } = self.port(id).role {
+            self.sync_host_fdb(id);
+        }
         Ok(())
     }
 
-    /// `vlan del vid V[-V2] dev NAME`: also flushes the port's dynamic entries in those VLANs.
+    /// `vlan del vid V[-V2] dev NAME`: also flushes the port's dynamic entries in those VLANs
+    /// (on a host port, its own address's permanent entries in them too).
     pub fn vlan_del(&mut self, id: PortId, start: u32, end: u32) -> Result<(), ConfigError> {
         let (start, end) = check_range(start, end)?;
         let b = self.attached(id)?;
@@ -891,6 +1267,14 @@ impl Switch {
             }
         }
         self.flush_port_vlans(id, start, end);
+        if let Role::Host { .. } = self.port(id).role {
+            let mac = self.port(id).mac;
+            self.bridge(b).fdb.remove_where(|s| {
+                s.port == id.0
+                    && s.key & 0xffff_ffff_ffff == mac
+                    && (start..=end).contains(&key_fid(s.key))
+            });
+        }
         self.recompile_port(id);
         self.recompile_flood(b, start..=end);
         Ok(())
@@ -1177,49 +1561,98 @@ impl Switch {
 
     // ----- views -----
 
-    /// All links (bridges first, then ports), for `link show`.
+    /// All links (bridges first, then ports), for `link show`. A bridge's host port shows
+    /// in the bridge's entry.
     pub fn links(&self, with_stats: bool) -> Vec<LinkView> {
         let mut out = Vec::new();
-        for (_, name) in self.bridge_ids() {
-            let b = self.bridge(self.bridge_id(name).expect("listed"));
+        for (bid, name) in self.bridge_ids() {
+            let b = self.bridge(bid);
+            let host = b.host.map(PortId);
             out.push(LinkView {
                 ifname: name.to_string(),
                 kind: "bridge".to_string(),
                 master: None,
+                link: None,
+                address: host.and_then(|h| self.port_mac(h)).map(|m| m.to_string()),
+                linkinfo: None,
                 bridge: Some(b.settings.clone()),
-                port: None,
-                stats: None,
+                port: host.map(|h| self.port_view(h)),
+                stats: with_stats
+                    .then(|| host.map(|h| self.port(h).counters.sum()))
+                    .flatten(),
             });
         }
         for (id, name) in self.port_ids() {
             let p = self.port(id);
-            let protocol = p
-                .master
-                .map(|b| self.bridge(BridgeId(b)).settings.vlan_protocol)
-                .unwrap_or_default();
+            if let Role::Host { .. } = p.role {
+                continue;
+            }
+            let linkinfo = match p.role {
+                Role::Vlan { tpid, vid, .. } => Some(LinkInfo {
+                    info_kind: "vlan",
+                    info_data: LinkInfoData {
+                        protocol: Some(tpid_name(tpid)),
+                        id: Some(vid),
+                        mode: None,
+                    },
+                }),
+                Role::Macvlan { mode, .. } => Some(LinkInfo {
+                    info_kind: "macvlan",
+                    info_data: LinkInfoData {
+                        protocol: None,
+                        id: None,
+                        mode: Some(mode.as_str()),
+                    },
+                }),
+                Role::Device | Role::Host { .. } => None,
+            };
             out.push(LinkView {
                 ifname: name.to_string(),
                 kind: p.kind.clone(),
                 master: p.master.map(|b| self.bridge(BridgeId(b)).name.clone()),
+                link: p.role.lower().map(|l| self.port(PortId(l)).name.clone()),
+                address: self.port_mac(id).map(|m| m.to_string()),
+                linkinfo,
                 bridge: None,
-                port: Some(PortView {
-                    id: id.0,
-                    settings: p.settings.clone(),
-                    envhdr_effective: p.settings.effective_envhdr(protocol, has_tagged(p)),
-                    tpid_effective: format!("0x{:04x}", p.tpid),
-                    max_frame: p.max_frame,
-                    link_up: p.link_up,
-                }),
+                port: Some(self.port_view(id)),
                 stats: with_stats.then(|| p.counters.sum()),
             });
         }
         out
     }
 
+    fn port_view(&self, id: PortId) -> PortView {
+        let p = self.port(id);
+        PortView {
+            id: id.0,
+            settings: p.settings.clone(),
+            envhdr_effective: self.envhdr(id),
+            tpid_effective: format!("0x{:04x}", p.tpid),
+            max_frame: p.max_frame,
+            link_up: p.link_up,
+        }
+    }
+
     // ----- compilation -----
 
     /// Recompiles port `id`'s own compiled fields (TPID, largest frame, running); the port is
     /// copied only if one of them changes. A port that stops running loses its dynamic entries.
+    /// The envelope allowance in force on port `id`: its `envhdr len`, or automatically the
+    /// bridge's rule ([`PortSettings::effective_envhdr`]) plus 4 bytes per tag the VLAN devices
+    /// stacked on it push (so `eth0.100.10`'s 1500-byte packets leave `eth0` as 1522 bytes).
+    fn envhdr(&self, id: PortId) -> u32 {
+        let p = self.port(id);
+        let protocol = match p.master {
+            Some(b) => self.bridge(BridgeId(b)).settings.vlan_protocol,
+            None => VlanProtocol::Dot1Q,
+        };
+        let base = p.settings.effective_envhdr(protocol, has_tagged(p));
+        match (p.settings.envhdr_len, &p.uppers) {
+            (None, Some(_)) => base + 4 * self.tags_above(id),
+            _ => base,
+        }
+    }
+
     fn recompile_port(&mut self, id: PortId) {
         let p = self.port(id);
         let protocol = match p.master {
@@ -1227,7 +1660,7 @@ impl Switch {
             None => VlanProtocol::Dot1Q,
         };
         let tpid = p.settings.tpid.unwrap_or(protocol.tpid()).0;
-        let envhdr = p.settings.effective_envhdr(protocol, has_tagged(p));
+        let envhdr = self.envhdr(id);
         let max_frame = 14 + p.settings.mtu + envhdr;
         let running = p.settings.up && p.link_up;
         let was_running = p.running;
@@ -1284,6 +1717,12 @@ impl Switch {
             }
         }
     }
+}
+
+fn mac_u64(mac: MacAddr) -> u64 {
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&mac.0);
+    u64::from_be_bytes(b)
 }
 
 fn has_tagged(p: &Port) -> bool {
