@@ -1292,7 +1292,14 @@ impl Switch {
     /// VLAN configuration of every attached port (or of `dev` only), for `vlan show`.
     pub fn vlans(&self, dev: Option<&str>) -> Result<Vec<VlanView>, ConfigError> {
         let only = match dev {
-            Some(d) => Some(self.port_id(d)?),
+            // A bridge's own VLANs are its host port's.
+            Some(d) => match self.link(d)? {
+                Link::Bridge(b) => match self.bridge(BridgeId(b)).host {
+                    Some(h) => Some(PortId(h)),
+                    None => return Err(ConfigError::NotAPort(d.to_string())),
+                },
+                Link::Port(p) => Some(PortId(p)),
+            },
             None => None,
         };
         let mut out = Vec::new();

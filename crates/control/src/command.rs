@@ -5,7 +5,7 @@
 //! attached, is the MTU in range) are the [`Switch`](qbridge_bridge::Switch)'s job when the
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
-use qbridge_bridge::{FdbFlushKind, FdbKind, VlanProtocol};
+use qbridge_bridge::{FdbFlushKind, FdbKind, MacvlanMode, VlanProtocol};
 use qbridge_wire::{MacAddr, Tpid};
 
 /// One command: `OBJECT COMMAND ARGS…`.
@@ -21,7 +21,8 @@ pub enum Command {
 pub enum LinkCommand {
     /// `link add NAME type bridge [OPTIONS]`
     AddBridge { name: String, opts: BridgeOptions },
-    /// `link add NAME type pcap|afpacket dev IF [qdisc_bypass on|off]|tap [ifname IF] [netns NS]`
+    /// `link add NAME type pcap|afpacket dev IF [qdisc_bypass on|off]|tap [ifname IF] [netns NS]`,
+    /// `link add link LOWER name NAME type vlan|macvlan …`
     AddPort { name: String, spec: PortSpec },
     /// `link set dev BR type bridge [OPTIONS]`
     SetBridge { dev: String, opts: BridgeOptions },
@@ -67,6 +68,33 @@ pub enum PortSpec {
     /// type patch peer B` creates both ends (as `ip link add … type veth peer name …` does);
     /// deleting either end deletes both.
     Patch { peer: String },
+    /// A VLAN sub-interface of port (or VLAN device, or bridge host port) `link`, as ip-link(8)
+    /// `type vlan`: a TAP named after the port (in `netns` if given) whose frames leave `link`
+    /// with the tag `protocol`/`id` pushed outermost, and which receives `link`'s frames that
+    /// carry that outer tag, with the tag removed. `address`: the TAP's MAC (default: a random
+    /// locally administered one, fixed at creation).
+    Vlan {
+        link: String,
+        protocol: Tpid,
+        id: u16,
+        netns: Option<String>,
+        address: Option<MacAddr>,
+    },
+    /// A macvlan endpoint on port `link` (ip-link(8) `type macvlan mode …`): a TAP named after
+    /// the port (in `netns` if given) that receives `link`'s frames for its address.
+    Macvlan {
+        link: String,
+        mode: MacvlanMode,
+        netns: Option<String>,
+        address: Option<MacAddr>,
+    },
+    /// A bridge's own interface (`link set dev BR up [ifname IF] [netns NS] [address MAC]`): a
+    /// TAP named `ifname` (default: the bridge's name). Not a `link add` kind.
+    Host {
+        ifname: Option<String>,
+        netns: Option<String>,
+        address: Option<MacAddr>,
+    },
 }
 
 impl PortSpec {
@@ -78,6 +106,22 @@ impl PortSpec {
             PortSpec::Tap { .. } => "tap",
             PortSpec::Patch { .. } => "patch",
             PortSpec::AfXdp { .. } => "afxdp",
+            PortSpec::Vlan { .. } => "vlan",
+            PortSpec::Macvlan { .. } => "macvlan",
+            PortSpec::Host { .. } => "host",
+        }
+    }
+
+    /// The TAP a stacked device or host port shows the host: its name and namespace.
+    pub fn host_tap<'a>(&'a self, port: &'a str) -> Option<(&'a str, Option<&'a str>)> {
+        match self {
+            PortSpec::Vlan { netns, .. } | PortSpec::Macvlan { netns, .. } => {
+                Some((port, netns.as_deref()))
+            }
+            PortSpec::Host { ifname, netns, .. } => {
+                Some((ifname.as_deref().unwrap_or(port), netns.as_deref()))
+            }
+            _ => None,
         }
     }
 }
@@ -139,6 +183,10 @@ pub struct PortOptions {
     /// `Some(None)`: `tpid default` (the bridge's `vlan_protocol`).
     pub tpid: Option<Option<Tpid>>,
     pub fdb_max_learned: Option<u32>,
+    /// A bridge's host port only (`link set dev BR up ifname IF netns NS address MAC`).
+    pub ifname: Option<String>,
+    pub netns: Option<String>,
+    pub address: Option<MacAddr>,
 }
 
 impl PortOptions {
@@ -154,15 +202,21 @@ impl PortOptions {
 /// `vlan …` (bridge-vlan(8)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VlanCommand {
-    /// `vlan add vid V[-V2] dev NAME [pvid] [untagged]`
+    /// `vlan add vid V[-V2] dev NAME [pvid] [untagged] [self|master]`; `self` with a bridge's
+    /// name: its host port.
     Add {
         dev: String,
         vids: VidRange,
         pvid: bool,
         untagged: bool,
+        self_: bool,
     },
-    /// `vlan del vid V[-V2] dev NAME`
-    Del { dev: String, vids: VidRange },
+    /// `vlan del vid V[-V2] dev NAME [self|master]`
+    Del {
+        dev: String,
+        vids: VidRange,
+        self_: bool,
+    },
     /// `vlan show [dev NAME]`
     Show { dev: Option<String> },
 }

@@ -45,6 +45,20 @@ pub enum ControlError {
     PatchSelfPeer(String),
     #[error(transparent)]
     BadMac(#[from] ParseMacError),
+    #[error("bridge \"{0}\" has no host port (\"link set dev {0} up\" gives it one)")]
+    NoHostPort(String),
+    #[error("\"{0}\" is a bridge: its own VLANs need \"self\" (vlan add vid V dev {0} self)")]
+    BridgeNeedsSelf(String),
+    #[error("\"self\" applies to a bridge's host port; \"{0}\" is a port (omit \"self\")")]
+    SelfOnPort(String),
+    #[error("{0} only apply to a bridge's host port (link set dev BR up …)")]
+    HostOnlyOptions(&'static str),
+    #[error(
+        "the host port of \"{0}\" exists: its ifname, netns and address are fixed at creation"
+    )]
+    HostPortFixed(String),
+    #[error("\"master\" does not apply to bridge \"{0}\"'s host port")]
+    HostPortMaster(String),
     /// The switch refused the command.
     #[error(transparent)]
     Config(#[from] ConfigError),

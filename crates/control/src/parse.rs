@@ -8,8 +8,8 @@
 use crate::command::*;
 use crate::error::ControlError;
 use qbridge_bridge::switch::check_vid;
-use qbridge_bridge::{ConfigError, FdbFlushKind, FdbKind, VlanProtocol};
-use qbridge_wire::Tpid;
+use qbridge_bridge::{ConfigError, FdbFlushKind, FdbKind, MacvlanMode, VlanProtocol};
+use qbridge_wire::{MacAddr, Tpid};
 
 const LINK_COMMANDS: &str = "add, set, del or show";
 const VLAN_COMMANDS: &str = "add, del or show";
@@ -20,11 +20,12 @@ const MAX_RING_FRAMES: u64 = 1 << 20;
 const RING_FRAMES: &str = "a number of frames from 64 to 1048576";
 /// Most device queues an AF_XDP port binds (`queues N`).
 const MAX_XDP_QUEUES: u64 = 64;
-const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap or patch";
+const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
                               fdb_max_learned, group_fwd_mask or fdb_max_entries";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
-                            bcast_flood, isolated, hairpin, mtu, envhdr, tpid or fdb_max_learned";
+                            bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
+                            ifname, netns or address";
 const ON_OFF: &str = "on or off";
 
 /// Splits a line into words, dropping a trailing `#` comment.
@@ -316,18 +317,42 @@ fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
 }
 
 fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
-    let name = w.device("device name after \"link add\"")?.to_string();
-    match w.next() {
-        Some("type") => {}
-        Some(other) => return Err(unexpected(other, "type")),
-        None => {
-            return Err(ControlError::MissingArgument {
-                what: "\"type KIND\"",
-            })
+    // ip-link(8): `link add [link DEV] [name] NAME type KIND …`, `link DEV` before or after
+    // the name.
+    let (mut name, mut link) = (None, None);
+    loop {
+        match w.next() {
+            Some("type") => break,
+            Some(kw @ "link") => set_once(&mut link, kw, w.value(kw, "the lower device's name")?)?,
+            Some(kw @ "name") => set_once(&mut name, kw, w.value(kw, "a device name")?)?,
+            Some(other) if name.is_none() && other != "dev" => name = Some(other),
+            Some("dev") if name.is_none() => name = Some(w.value("dev", "a device name")?),
+            Some(other) => return Err(unexpected(other, "type")),
+            None if name.is_none() => {
+                return Err(ControlError::MissingArgument {
+                    what: "device name after \"link add\"",
+                })
+            }
+            None => {
+                return Err(ControlError::MissingArgument {
+                    what: "\"type KIND\"",
+                })
+            }
         }
     }
+    let name = name
+        .ok_or(ControlError::MissingArgument {
+            what: "device name after \"link add\"",
+        })?
+        .to_string();
     let kind = w.value("type", LINK_KINDS)?;
+    if let Some(link) = link {
+        return parse_stacked(w, name, link.to_string(), kind);
+    }
     match kind {
+        "vlan" | "macvlan" => Err(ControlError::MissingArgument {
+            what: "\"link LOWER\" (the device to stack on) before the name",
+        }),
         "bridge" => Ok(LinkCommand::AddBridge {
             name,
             opts: parse_bridge_options(w)?,
@@ -473,6 +498,102 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
     }
 }
 
+/// `… type vlan [protocol P] id VID [netns NS] [address MAC]` or
+/// `… type macvlan mode MODE [netns NS] [address MAC]`, after `link add link LOWER NAME`.
+fn parse_stacked(
+    w: &mut Words<'_>,
+    name: String,
+    link: String,
+    kind: &str,
+) -> Result<LinkCommand, ControlError> {
+    let (mut protocol, mut id, mut mode, mut netns, mut address) = (None, None, None, None, None);
+    let vlan = match kind {
+        "vlan" => true,
+        "macvlan" => false,
+        other => {
+            return Err(ControlError::BadValue {
+                what: "link type with \"link LOWER\"",
+                value: other.to_string(),
+                expected: "vlan or macvlan",
+            })
+        }
+    };
+    let expected = if vlan {
+        "protocol, id, netns or address"
+    } else {
+        "mode, netns or address"
+    };
+    while let Some(kw) = w.next() {
+        match kw {
+            "protocol" if vlan => {
+                let v = w.value(kw, "802.1Q, 802.1ad or 0xHHHH")?;
+                let t = parse_tpid(v)?.ok_or_else(|| ControlError::BadValue {
+                    what: "protocol",
+                    value: v.to_string(),
+                    expected: "802.1Q, 802.1ad or 0xHHHH",
+                })?;
+                set_once(&mut protocol, kw, t)?;
+            }
+            "id" if vlan => set_once(&mut id, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+            "mode" if !vlan => {
+                let v = w.value(kw, MACVLAN_MODES)?;
+                let m = match v {
+                    "private" => MacvlanMode::Private,
+                    "vepa" => MacvlanMode::Vepa,
+                    "bridge" => MacvlanMode::Bridge,
+                    "passthru" => MacvlanMode::Passthru,
+                    other => {
+                        return Err(ControlError::BadValue {
+                            what: "macvlan mode",
+                            value: other.to_string(),
+                            expected: MACVLAN_MODES,
+                        })
+                    }
+                };
+                set_once(&mut mode, kw, m)?;
+            }
+            "netns" => set_once(
+                &mut netns,
+                kw,
+                w.value(kw, "a network namespace")?.to_string(),
+            )?,
+            "address" => {
+                let v = w.value(kw, "a MAC address")?;
+                let m: MacAddr = v.parse().map_err(|_| ControlError::BadValue {
+                    what: "address",
+                    value: v.to_string(),
+                    expected: "a MAC address (aa:bb:cc:dd:ee:ff)",
+                })?;
+                set_once(&mut address, kw, m)?;
+            }
+            other => return Err(unexpected(other, expected)),
+        }
+    }
+    let spec = if vlan {
+        PortSpec::Vlan {
+            link,
+            protocol: protocol.unwrap_or(Tpid(0x8100)),
+            id: id.ok_or(ControlError::MissingArgument {
+                what: "\"id VID\" for type vlan",
+            })?,
+            netns,
+            address,
+        }
+    } else {
+        PortSpec::Macvlan {
+            link,
+            mode: mode.ok_or(ControlError::MissingArgument {
+                what: "\"mode private|vepa|bridge|passthru\" for type macvlan",
+            })?,
+            netns,
+            address,
+        }
+    };
+    Ok(LinkCommand::AddPort { name, spec })
+}
+
+const MACVLAN_MODES: &str = "private, vepa, bridge or passthru";
+
 fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError> {
     let mut o = BridgeOptions::default();
     while let Some(kw) = w.next() {
@@ -574,6 +695,21 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 let v = parse_u32("fdb_max_learned", w.value(kw, "a number, 0 for no limit")?)?;
                 set_once(&mut o.fdb_max_learned, kw, v)?;
             }
+            "ifname" => set_once(&mut o.ifname, kw, w.value(kw, "a TAP name")?.to_string())?,
+            "netns" => set_once(
+                &mut o.netns,
+                kw,
+                w.value(kw, "a network namespace")?.to_string(),
+            )?,
+            "address" => {
+                let v = w.value(kw, "a MAC address")?;
+                let m: MacAddr = v.parse().map_err(|_| ControlError::BadValue {
+                    what: "address",
+                    value: v.to_string(),
+                    expected: "a MAC address (aa:bb:cc:dd:ee:ff)",
+                })?;
+                set_once(&mut o.address, kw, m)?;
+            }
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }
@@ -593,10 +729,11 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
         "add" | "del" | "delete" => {
             let add = cmd == "add";
             let (mut vids, mut dev, mut pvid, mut untagged) = (None, None, None, None);
+            let mut target = None;
             let expected = if add {
-                "vid, dev, pvid or untagged"
+                "vid, dev, pvid, untagged, self or master"
             } else {
-                "vid or dev"
+                "vid, dev, self or master"
             };
             while let Some(kw) = w.next() {
                 match kw {
@@ -607,6 +744,8 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
                     "pvid" if add => set_once(&mut pvid, kw, true)?,
                     "untagged" if add => set_once(&mut untagged, kw, true)?,
+                    "self" => set_once(&mut target, "self/master", true)?,
+                    "master" => set_once(&mut target, "self/master", false)?,
                     other => return Err(unexpected(other, expected)),
                 }
             }
@@ -618,15 +757,17 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                     what: "\"dev NAME\"",
                 })?
                 .to_string();
+            let self_ = target.unwrap_or(false);
             Ok(if add {
                 VlanCommand::Add {
                     dev,
                     vids,
                     pvid: pvid.is_some(),
                     untagged: untagged.is_some(),
+                    self_,
                 }
             } else {
-                VlanCommand::Del { dev, vids }
+                VlanCommand::Del { dev, vids, self_ }
             })
         }
         "show" | "list" => {
@@ -850,6 +991,105 @@ mod tests {
     }
 
     #[test]
+    fn stacked_devices() {
+        let Command::Link(LinkCommand::AddPort { name, spec }) =
+            p("link add link eth0.100 name eth0.100.10 type vlan protocol 802.1Q id 10").unwrap()
+        else {
+            panic!("not a port")
+        };
+        assert_eq!(name, "eth0.100.10");
+        assert_eq!(
+            spec,
+            PortSpec::Vlan {
+                link: "eth0.100".into(),
+                protocol: Tpid(0x8100),
+                id: 10,
+                netns: None,
+                address: None,
+            }
+        );
+        // ip-link(8) word orders: name before link, `name` omitted, 802.1ad, a raw TPID.
+        for line in [
+            "link add eth0.100 link eth0 type vlan protocol 802.1ad id 100",
+            "link add link eth0 eth0.100 type vlan protocol 802.1ad id 100",
+        ] {
+            let Command::Link(LinkCommand::AddPort { name, spec }) = p(line).unwrap() else {
+                panic!("{line}")
+            };
+            assert_eq!(name, "eth0.100", "{line}");
+            assert!(matches!(
+                spec,
+                PortSpec::Vlan {
+                    protocol: Tpid(0x88a8),
+                    id: 100,
+                    ..
+                }
+            ));
+        }
+        let Command::Link(LinkCommand::AddPort { spec, .. }) =
+            p("link add link eth0 name x type vlan protocol 0x9100 id 7 netns h1 address 02:00:00:00:00:09")
+                .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            spec,
+            PortSpec::Vlan {
+                link: "eth0".into(),
+                protocol: Tpid(0x9100),
+                id: 7,
+                netns: Some("h1".into()),
+                address: Some("02:00:00:00:00:09".parse().unwrap()),
+            }
+        );
+        let Command::Link(LinkCommand::AddPort { spec, .. }) =
+            p("link add link eth0 name mv1 type macvlan mode vepa").unwrap()
+        else {
+            panic!()
+        };
+        assert!(matches!(
+            spec,
+            PortSpec::Macvlan {
+                mode: MacvlanMode::Vepa,
+                ..
+            }
+        ));
+        assert_eq!(
+            err("link add link eth0 name x type vlan"),
+            "missing \"id VID\" for type vlan"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type macvlan mode hub"),
+            "invalid macvlan mode \"hub\" (expected private, vepa, bridge or passthru)"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type vlan id 10 mode vepa"),
+            "unexpected \"mode\" (expected protocol, id, netns or address)"
+        );
+        assert_eq!(
+            err("link add x type vlan id 10"),
+            "missing \"link LOWER\" (the device to stack on) before the name"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type tap"),
+            "invalid link type with \"link LOWER\" \"tap\" (expected vlan or macvlan)"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type vlan protocol default id 3"),
+            "invalid protocol \"default\" (expected 802.1Q, 802.1ad or 0xHHHH)"
+        );
+        let Command::Link(LinkCommand::SetPort { dev, opts }) =
+            p("link set dev br0 up ifname br0h netns h1").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(dev, "br0");
+        assert_eq!(opts.up, Some(true));
+        assert_eq!(opts.ifname.as_deref(), Some("br0h"));
+        assert_eq!(opts.netns.as_deref(), Some("h1"));
+    }
+
+    #[test]
     fn vlan_and_fdb() {
         assert_eq!(
             p("vlan add dev p1 vid 10-20 untagged").unwrap(),
@@ -857,7 +1097,18 @@ mod tests {
                 dev: "p1".into(),
                 vids: VidRange { start: 10, end: 20 },
                 pvid: false,
-                untagged: true
+                untagged: true,
+                self_: false,
+            })
+        );
+        assert_eq!(
+            p("vlan add vid 10 dev br0 self pvid").unwrap(),
+            Command::Vlan(VlanCommand::Add {
+                dev: "br0".into(),
+                vids: VidRange { start: 10, end: 10 },
+                pvid: true,
+                untagged: false,
+                self_: true,
             })
         );
         let Command::Fdb(FdbCommand::Add {
@@ -908,7 +1159,7 @@ mod tests {
         assert_eq!(
             err("link set dev p1 learnin off"),
             "unexpected \"learnin\" (expected master, nomaster, up, down, learning, flood, \
-             mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid or fdb_max_learned)"
+             mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, ifname, netns or address)"
         );
         assert_eq!(
             err("link set dev p1 flood maybe"),
@@ -999,7 +1250,7 @@ mod tests {
         );
         assert_eq!(
             err("link add x type veth"),
-            "invalid link type \"veth\" (expected bridge, pcap, afpacket, afxdp, tap or patch)"
+            "invalid link type \"veth\" (expected bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan)"
         );
         assert_eq!(
             err("fdb add 02:00:00:00:00:0g dev p1"),

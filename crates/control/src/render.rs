@@ -286,19 +286,38 @@ enum BackendJson<'a> {
     },
 }
 
+/// The TAP of a stacked device or host port, as `backend` in `link show -j`.
+#[derive(Serialize)]
+struct HostTapJson<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    ifname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    netns: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum AnyBackendJson<'a> {
+    Port(BackendJson<'a>),
+    HostTap(HostTapJson<'a>),
+}
+
 #[derive(Serialize)]
 struct LinkJson<'a> {
     #[serde(flatten)]
     link: &'a LinkView,
     #[serde(skip_serializing_if = "Option::is_none")]
-    backend: Option<BackendJson<'a>>,
+    backend: Option<AnyBackendJson<'a>>,
     /// Only from a running daemon: the backend's state.
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a BackendStatus>,
 }
 
-fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
-    match spec {
+/// A port's backend for `link show -j`; for a VLAN device, a macvlan endpoint or a host port
+/// the TAP it shows the host (`link`, `linkinfo` and `address` are in the link itself).
+fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
+    AnyBackendJson::Port(match spec {
         PortSpec::Pcap => BackendJson::Pcap,
         PortSpec::AfPacket {
             dev,
@@ -325,7 +344,15 @@ fn backend_json(spec: &PortSpec) -> BackendJson<'_> {
             mode: mode.as_str(),
             zerocopy: *zerocopy,
         },
-    }
+        PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
+            let (ifname, netns) = spec.host_tap(port).unwrap_or((port, None));
+            return AnyBackendJson::HostTap(HostTapJson {
+                kind: "tap",
+                ifname,
+                netns,
+            });
+        }
+    })
 }
 
 /// `link show [dev NAME]`: bridges first, then ports in id order.
@@ -341,7 +368,9 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             .iter()
             .map(|l| LinkJson {
                 link: l,
-                backend: session.port_spec(&l.ifname).map(backend_json),
+                backend: session
+                    .port_spec(&l.ifname)
+                    .map(|spec| backend_json(spec, &l.ifname)),
                 runtime: session.backend_status(&l.ifname),
             })
             .collect();
@@ -363,44 +392,80 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
                 b.group_fwd_mask,
                 b.fdb_max_entries,
             );
-            continue;
-        }
-        match session.port_spec(&l.ifname) {
-            Some(PortSpec::AfPacket {
-                dev,
-                qdisc_bypass,
-                ring_frames,
-            }) => {
-                let _ = write!(s, " dev {dev} qdisc_bypass {}", on_off(*qdisc_bypass));
-                if let Some(n) = ring_frames {
-                    let _ = write!(s, " ring_frames {n}");
-                }
+            if l.port.is_none() {
+                continue;
             }
-            Some(PortSpec::Patch { peer }) => {
-                let _ = write!(s, " peer {peer}");
-            }
-            Some(PortSpec::AfXdp {
-                dev,
-                queues,
-                mode,
-                zerocopy,
-            }) => {
-                let _ = write!(
-                    s,
-                    " dev {dev} queues {queues} mode {} zerocopy {}",
-                    mode.as_str(),
-                    on_off(*zerocopy)
-                );
-            }
-            Some(PortSpec::Tap { ifname, netns }) => {
-                if let Some(i) = ifname {
-                    let _ = write!(s, " ifname {i}");
-                }
+            s.push_str("    host port:");
+            if let Some((ifname, netns)) = session
+                .port_spec(&l.ifname)
+                .and_then(|spec| spec.host_tap(&l.ifname))
+            {
+                let _ = write!(s, " ifname {ifname}");
                 if let Some(n) = netns {
                     let _ = write!(s, " netns {n}");
                 }
             }
-            _ => {}
+            if let Some(a) = &l.address {
+                let _ = write!(s, " address {a}");
+            }
+        } else {
+            match session.port_spec(&l.ifname) {
+                Some(PortSpec::AfPacket {
+                    dev,
+                    qdisc_bypass,
+                    ring_frames,
+                }) => {
+                    let _ = write!(s, " dev {dev} qdisc_bypass {}", on_off(*qdisc_bypass));
+                    if let Some(n) = ring_frames {
+                        let _ = write!(s, " ring_frames {n}");
+                    }
+                }
+                Some(PortSpec::Patch { peer }) => {
+                    let _ = write!(s, " peer {peer}");
+                }
+                Some(PortSpec::AfXdp {
+                    dev,
+                    queues,
+                    mode,
+                    zerocopy,
+                }) => {
+                    let _ = write!(
+                        s,
+                        " dev {dev} queues {queues} mode {} zerocopy {}",
+                        mode.as_str(),
+                        on_off(*zerocopy)
+                    );
+                }
+                Some(PortSpec::Tap { ifname, netns }) => {
+                    if let Some(i) = ifname {
+                        let _ = write!(s, " ifname {i}");
+                    }
+                    if let Some(n) = netns {
+                        let _ = write!(s, " netns {n}");
+                    }
+                }
+                Some(PortSpec::Vlan { netns, .. } | PortSpec::Macvlan { netns, .. }) => {
+                    if let Some(lower) = &l.link {
+                        let _ = write!(s, " link {lower}");
+                    }
+                    if let Some(info) = &l.linkinfo {
+                        let d = &info.info_data;
+                        if let (Some(p), Some(id)) = (&d.protocol, d.id) {
+                            let _ = write!(s, " protocol {p} id {id}");
+                        }
+                        if let Some(m) = d.mode {
+                            let _ = write!(s, " mode {m}");
+                        }
+                    }
+                    if let Some(n) = netns {
+                        let _ = write!(s, " netns {n}");
+                    }
+                    if let Some(a) = &l.address {
+                        let _ = write!(s, " address {a}");
+                    }
+                }
+                _ => {}
+            }
         }
         if let Some(m) = &l.master {
             let _ = write!(s, " master {m}");

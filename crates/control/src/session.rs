@@ -12,6 +12,7 @@ use crate::error::ControlError;
 use crate::parse::parse_line;
 use crate::render;
 use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch};
+use qbridge_wire::MacAddr;
 use std::collections::BTreeMap;
 
 /// What a running daemon knows about a port's backend, shown by `link show`. Offline sessions
@@ -189,6 +190,35 @@ impl Session {
                 sw.set_bridge(id, settings)?;
             }
             LinkCommand::AddPort { name, spec } => {
+                if let PortSpec::Vlan {
+                    link,
+                    protocol,
+                    id,
+                    address,
+                    ..
+                } = spec
+                {
+                    let lower = resolve_lower(sw, link)?;
+                    let mac = address.unwrap_or_else(|| random_mac(name));
+                    sw.add_vlan_device(name, lower, *protocol, (*id).into(), mac)?;
+                    self.specs.insert(name.clone(), spec.clone());
+                    self.status.remove(name);
+                    return Ok(String::new());
+                }
+                if let PortSpec::Macvlan {
+                    link,
+                    mode,
+                    address,
+                    ..
+                } = spec
+                {
+                    let lower = resolve_lower(sw, link)?;
+                    let mac = address.unwrap_or_else(|| random_mac(name));
+                    sw.add_macvlan(name, lower, *mode, mac)?;
+                    self.specs.insert(name.clone(), spec.clone());
+                    self.status.remove(name);
+                    return Ok(String::new());
+                }
                 if let PortSpec::Patch { peer } = spec {
                     if peer == name {
                         return Err(ControlError::PatchSelfPeer(name.clone()));
@@ -211,7 +241,13 @@ impl Session {
                 self.specs.insert(name.clone(), spec.clone());
                 self.status.remove(name);
             }
+            LinkCommand::SetPort { dev, opts } if sw.is_bridge(dev) => {
+                return self.set_host_port(dev, opts);
+            }
             LinkCommand::SetPort { dev, opts } => {
+                if opts.ifname.is_some() || opts.netns.is_some() || opts.address.is_some() {
+                    return Err(ControlError::HostOnlyOptions("ifname, netns and address"));
+                }
                 let id = sw.port_id(dev)?;
                 let master = match &opts.master {
                     Some(MasterChange::Set(br)) => Some(Some(sw.bridge_id(br)?)),
@@ -231,16 +267,16 @@ impl Session {
                     Some(PortSpec::Patch { peer }) => Some(peer.clone()),
                     _ => None,
                 };
-                sw.del_link(dev)?;
-                self.specs.remove(dev);
-                self.status.remove(dev);
+                let mut gone = sw.del_link(dev)?;
                 // A patch link goes as a whole, as a veth pair does.
                 if let Some(peer) = peer {
                     if sw.exists(&peer) {
-                        sw.del_link(&peer)?;
+                        gone.extend(sw.del_link(&peer)?);
                     }
-                    self.specs.remove(&peer);
-                    self.status.remove(&peer);
+                }
+                for name in gone {
+                    self.specs.remove(&name);
+                    self.status.remove(&name);
                 }
             }
             LinkCommand::Show { dev } => {
@@ -263,12 +299,13 @@ impl Session {
                 vids,
                 pvid,
                 untagged,
+                self_,
             } => {
-                let id = sw.port_id(dev)?;
+                let id = vlan_target(sw, dev, *self_)?;
                 sw.vlan_add(id, vids.start.into(), vids.end.into(), *pvid, *untagged)?;
             }
-            VlanCommand::Del { dev, vids } => {
-                let id = sw.port_id(dev)?;
+            VlanCommand::Del { dev, vids, self_ } => {
+                let id = vlan_target(sw, dev, *self_)?;
                 sw.vlan_del(id, vids.start.into(), vids.end.into())?;
             }
             VlanCommand::Show { dev } => {
@@ -293,11 +330,11 @@ impl Session {
                 sticky,
                 replace,
             } => {
-                let id = sw.port_id(dev)?;
+                let id = port_or_host(sw, dev)?;
                 sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, *replace)?;
             }
             FdbCommand::Del { mac, dev, vlan } => {
-                let id = sw.port_id(dev)?;
+                let id = port_or_host(sw, dev)?;
                 sw.fdb_del(*mac, id, vlan.map(u32::from))?;
             }
             FdbCommand::Show { br, dev, vlan } => {
@@ -321,6 +358,91 @@ impl Session {
     pub fn stats_json(&self) -> serde_json::Value {
         render::stats_json(self)
     }
+}
+
+impl Session {
+    /// `link set dev BR [up|down] [ifname IF] [netns NS] [address MAC] [mtu …]`: the bridge's
+    /// host port. `up` creates it the first time (a TAP named `ifname`, default the bridge's
+    /// name, in `netns`); its TAP name, namespace and address are fixed from then on.
+    fn set_host_port(&mut self, dev: &str, opts: &PortOptions) -> Result<String, ControlError> {
+        let sw = &mut self.switch;
+        let b = sw.bridge_id(dev)?;
+        if opts.master.is_some() {
+            return Err(ControlError::HostPortMaster(dev.to_string()));
+        }
+        let id = match sw.host_port(b) {
+            Some(id) => {
+                if opts.ifname.is_some() || opts.netns.is_some() || opts.address.is_some() {
+                    return Err(ControlError::HostPortFixed(dev.to_string()));
+                }
+                id
+            }
+            None => {
+                if opts.up != Some(true) {
+                    return Err(ControlError::NoHostPort(dev.to_string()));
+                }
+                // Validate the other settings before creating anything.
+                let settings = merge_port(PortSettings::default(), opts);
+                let mut probe = sw.clone();
+                let mac = opts.address.unwrap_or_else(|| random_mac(dev));
+                let id = probe.add_host_port(b, mac)?;
+                probe.set_port(id, settings)?;
+                *sw = probe;
+                self.specs.insert(
+                    dev.to_string(),
+                    PortSpec::Host {
+                        ifname: opts.ifname.clone(),
+                        netns: opts.netns.clone(),
+                        address: opts.address,
+                    },
+                );
+                self.status.remove(dev);
+                return Ok(String::new());
+            }
+        };
+        let settings = merge_port(sw.port_settings(id).clone(), opts);
+        sw.set_port(id, settings)?;
+        Ok(String::new())
+    }
+}
+
+/// The port a stacked device goes on: a port, or a bridge's host port.
+fn resolve_lower(sw: &Switch, name: &str) -> Result<PortId, ControlError> {
+    if sw.is_bridge(name) {
+        let b = sw.bridge_id(name)?;
+        return sw
+            .host_port(b)
+            .ok_or_else(|| ControlError::NoHostPort(name.to_string()));
+    }
+    Ok(sw.port_id(name)?)
+}
+
+/// A port, or with a bridge's name its host port (`fdb add MAC dev br0`).
+fn port_or_host(sw: &Switch, name: &str) -> Result<PortId, ControlError> {
+    resolve_lower(sw, name)
+}
+
+/// `vlan … dev NAME [self]`: a port without `self`, a bridge's host port with it.
+fn vlan_target(sw: &Switch, dev: &str, self_: bool) -> Result<PortId, ControlError> {
+    match (sw.is_bridge(dev), self_) {
+        (true, true) => resolve_lower(sw, dev),
+        (true, false) => Err(ControlError::BridgeNeedsSelf(dev.to_string())),
+        (false, true) => Err(ControlError::SelfOnPort(dev.to_string())),
+        (false, false) => Ok(sw.port_id(dev)?),
+    }
+}
+
+/// A random locally administered unicast address for a device created without `address`
+/// (as the kernel gives a new TAP or macvlan), fixed from then on.
+fn random_mac(seed: &str) -> MacAddr {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(seed.as_bytes());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    let b = h.finish().to_be_bytes();
+    MacAddr([(b[0] & 0xfe) | 0x02, b[1], b[2], b[3], b[4], b[5]])
 }
 
 fn merge_bridge(mut s: BridgeSettings, o: &BridgeOptions) -> BridgeSettings {

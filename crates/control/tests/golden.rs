@@ -285,7 +285,7 @@ fn batch_errors_carry_line_numbers() {
     );
     assert_eq!(
         batch_err("vlan add vid 5 dev br0\n"),
-        "line 18: device \"br0\" is a bridge, not a port"
+        "line 18: \"br0\" is a bridge: its own VLANs need \"self\" (vlan add vid V dev br0 self)"
     );
     assert_eq!(
         batch_err("link set dev p1 type bridge vlan_filtering 0\n"),
@@ -393,5 +393,150 @@ fn link_del_and_nomaster() {
         run(&mut s, "link show p1", TEXT),
         "p1: pcap state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) max_frame 1518\n    \
          learning on flood on mcast_flood on bcast_flood on isolated off hairpin off fdb_max_learned 0\n"
+    );
+}
+
+const STACK: &str = "\
+link add eth0 type afpacket dev veth0
+link add link eth0 name eth0.100 type vlan protocol 802.1ad id 100 address 02:00:00:00:01:00
+link add link eth0.100 name eth0.100.10 type vlan id 10 netns h1 address 02:00:00:00:01:10
+link add brh type bridge vlan_filtering 1
+link set dev brh up address 02:00:00:00:0b:00
+vlan add vid 10 dev brh self
+link add link brh name brh.10 type vlan id 10 address 02:00:00:00:0b:10
+link add up0 type afpacket dev veth1
+link add link up0 name mv0 type macvlan mode vepa address 02:00:00:00:0a:01
+";
+
+fn stack_session() -> Session {
+    let mut s = Session::new();
+    s.execute_batch(STACK, TEXT).expect("stack applies");
+    s
+}
+
+#[test]
+fn stacked_devices_in_link_show() {
+    let mut s = stack_session();
+    assert_eq!(
+        run(&mut s, "link show dev eth0.100.10", TEXT)
+            .lines()
+            .next()
+            .unwrap(),
+        "eth0.100.10: vlan link eth0.100 protocol 802.1Q id 10 netns h1 \
+         address 02:00:00:00:01:10 state UP mtu 1500 envhdr len auto (4) tpid default (0x8100) \
+         max_frame 1518"
+    );
+    // eth0 carries two tags of the devices above it: 8 more bytes of envelope.
+    assert!(
+        run(&mut s, "link show dev eth0", TEXT).contains("envhdr len auto (12)"),
+        "{}",
+        run(&mut s, "link show dev eth0", TEXT)
+    );
+    assert_eq!(
+        run(&mut s, "link show dev mv0", TEXT)
+            .lines()
+            .next()
+            .unwrap(),
+        "mv0: macvlan link up0 mode vepa address 02:00:00:00:0a:01 state UP mtu 1500 \
+         envhdr len auto (4) tpid default (0x8100) max_frame 1518"
+    );
+    let br = run(&mut s, "link show dev brh", TEXT);
+    assert!(
+        br.contains("\n    host port: ifname brh address 02:00:00:00:0b:00 state UP"),
+        "{br}"
+    );
+    // As `ip -j -d link show`: the lower device and linkinfo.info_data.
+    let j: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev eth0.100", JSON)).unwrap();
+    assert_eq!(j[0]["link"], "eth0");
+    assert_eq!(j[0]["linkinfo"]["info_kind"], "vlan");
+    assert_eq!(j[0]["linkinfo"]["info_data"]["protocol"], "802.1ad");
+    assert_eq!(j[0]["linkinfo"]["info_data"]["id"], 100);
+    assert_eq!(j[0]["address"], "02:00:00:00:01:00");
+    assert_eq!(j[0]["backend"]["type"], "tap");
+    assert_eq!(j[0]["backend"]["ifname"], "eth0.100");
+    // The host port's VLANs show under the bridge's name; the bridge's address is local in each.
+    let v = run(&mut s, "vlan show dev brh", TEXT);
+    assert!(v.contains("brh") && v.contains("10"), "{v}");
+    let f = run(&mut s, "fdb show br brh", TEXT);
+    assert!(
+        f.contains("02:00:00:00:0b:00 dev brh vlan 10 master brh permanent"),
+        "{f}"
+    );
+}
+
+#[test]
+fn deleting_a_lower_device_deletes_what_is_stacked_on_it() {
+    let mut s = stack_session();
+    run(&mut s, "link del dev eth0.100", TEXT);
+    assert!(s.port_spec("eth0.100.10").is_none());
+    let e = s
+        .execute_line("link show dev eth0.100.10", TEXT)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "device \"eth0.100.10\" does not exist");
+    run(&mut s, "link del dev brh", TEXT);
+    assert!(s.port_spec("brh.10").is_none() && s.port_spec("brh").is_none());
+}
+
+#[test]
+fn stacked_device_errors() {
+    let mut s = stack_session();
+    let err = |s: &mut Session, line: &str| s.execute_line(line, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(
+            &mut s,
+            "link add link eth0 name dup type vlan protocol 802.1ad id 100"
+        ),
+        "VLAN 100 (protocol 0x88a8) already exists on \"eth0\" as \"eth0.100\""
+    );
+    assert_eq!(
+        err(&mut s, "link add link nope name x type vlan id 5"),
+        "device \"nope\" does not exist"
+    );
+    s.execute_line("link add br9 type bridge", TEXT).unwrap();
+    assert_eq!(
+        err(&mut s, "link add link br9 name br9.5 type vlan id 5"),
+        "bridge \"br9\" has no host port (\"link set dev br9 up\" gives it one)"
+    );
+    assert_eq!(
+        err(&mut s, "vlan add vid 5 dev br9"),
+        "\"br9\" is a bridge: its own VLANs need \"self\" (vlan add vid V dev br9 self)"
+    );
+    assert_eq!(
+        err(&mut s, "vlan add vid 5 dev br9 self"),
+        "bridge \"br9\" has no host port (\"link set dev br9 up\" gives it one)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev eth0 ifname x"),
+        "ifname, netns and address only apply to a bridge's host port (link set dev BR up …)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev brh ifname other"),
+        "the host port of \"brh\" exists: its ifname, netns and address are fixed at creation"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev brh master br9"),
+        "\"master\" does not apply to bridge \"brh\"'s host port"
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "link add link up0 name mv1 type macvlan mode bridge address 02:00:00:00:0a:01"
+        ),
+        "address 02:00:00:00:0a:01 is in use by macvlan \"mv0\" on the same lower device"
+    );
+    s.execute_line("link set dev eth0 master brh", TEXT)
+        .unwrap();
+    assert_eq!(
+        err(&mut s, "link add link eth0 name mv9 type macvlan mode private"),
+        "device \"eth0\" is busy: a macvlan's lower device cannot be a bridge port, nor a bridge port carry macvlans (as on Linux)"
+    );
+    // A down host port stays; `down` on a bridge without one says so.
+    s.execute_line("link set dev brh down", TEXT).unwrap();
+    assert!(run(&mut s, "link show dev brh", TEXT)
+        .contains("host port: ifname brh address 02:00:00:00:0b:00 state DOWN"));
+    assert_eq!(
+        err(&mut s, "link set dev br9 down"),
+        "bridge \"br9\" has no host port (\"link set dev br9 up\" gives it one)"
     );
 }

@@ -635,39 +635,18 @@ impl Engine {
                 }
             }
             PortSpec::Tap { ifname, netns } => {
-                let mut cfg = TapConfig::new(Some(ifname.as_deref().unwrap_or(name)));
-                cfg.netns = netns.clone();
-                // One queue per worker (IFF_MULTI_QUEUE): the kernel picks a queue per flow
-                // for what it sends into the TAP, so each worker reads its own.
-                cfg.queues = n;
-                let mtu = self.session.switch().port_settings(id).mtu;
-                if mtu != 1500 {
-                    cfg.device_mtu = Some(mtu);
+                let ifname = ifname.as_deref().unwrap_or(name);
+                let (queues, tap_name) = self.open_tap(id, name, ifname, netns.as_deref(), None)?;
+                if tap_name != ifname {
+                    slot.status.ifname = Some(tap_name);
                 }
-                let ports = TapPort::open_queues(cfg).map_err(|e| format!("port {name}: {e}"))?;
-                let tap_name = ports
-                    .first()
-                    .map(|p| p.ifname().to_owned())
-                    .unwrap_or_default();
-                if Some(tap_name.as_str()) != ifname.as_deref() {
-                    slot.status.ifname = Some(tap_name.clone());
-                }
-                tracing::info!(
-                    "port {name}: TAP {tap_name}{} with {} queues",
-                    netns
-                        .as_deref()
-                        .map(|n| format!(" in netns {n}"))
-                        .unwrap_or_default(),
-                    ports.len()
-                );
-                let queues: Queues = ports
-                    .into_iter()
-                    .map(|p| Box::new(p) as Box<dyn crate::queue::Queue>)
-                    .collect();
-                Some(
-                    distribute(queues, n, id.0 as usize)
-                        .map_err(|e| format!("port {name}: {e}"))?,
-                )
+                Some(queues)
+            }
+            PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
+                let (ifname, netns) = spec.host_tap(name).unwrap_or((name, None));
+                let mac = self.session.switch().port_mac(id).map(|m| m.0);
+                let (queues, _) = self.open_tap(id, name, ifname, netns, mac)?;
+                Some(queues)
             }
             PortSpec::AfXdp { dev, .. } => {
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
@@ -699,6 +678,46 @@ impl Engine {
         slot.open = queues.is_some();
         slot.status.open = slot.open;
         Ok((slot, queues, warning))
+    }
+
+    /// Creates TAP `ifname` (in `netns`) with one queue per worker for port `id`; returns the
+    /// queues and the TAP's name. `mac`: the address to give it (stacked devices, host ports).
+    fn open_tap(
+        &self,
+        id: PortId,
+        name: &str,
+        ifname: &str,
+        netns: Option<&str>,
+        mac: Option<[u8; 6]>,
+    ) -> Result<(Opened, String), String> {
+        let n = self.workers.len();
+        let mut cfg = TapConfig::new(Some(ifname));
+        cfg.netns = netns.map(str::to_owned);
+        // One queue per worker (IFF_MULTI_QUEUE): the kernel picks a queue per flow for what
+        // it sends into the TAP, so each worker reads its own.
+        cfg.queues = n;
+        cfg.mac = mac;
+        let mtu = self.session.switch().port_settings(id).mtu;
+        if mtu != 1500 {
+            cfg.device_mtu = Some(mtu);
+        }
+        let ports = TapPort::open_queues(cfg).map_err(|e| format!("port {name}: {e}"))?;
+        let tap_name = ports
+            .first()
+            .map(|p| p.ifname().to_owned())
+            .unwrap_or_default();
+        tracing::info!(
+            "port {name}: TAP {tap_name}{} with {} queues",
+            netns.map(|n| format!(" in netns {n}")).unwrap_or_default(),
+            ports.len()
+        );
+        let queues: Queues = ports
+            .into_iter()
+            .map(|p| Box::new(p) as Box<dyn crate::queue::Queue>)
+            .collect();
+        let opened =
+            distribute(queues, n, id.0 as usize).map_err(|e| format!("port {name}: {e}"))?;
+        Ok((opened, tap_name))
     }
 
     /// (Re)opens the queues of device port `id` (AF_PACKET, AF_XDP) as the configuration asks
@@ -872,12 +891,18 @@ impl Engine {
                         }
                     }
                 }
-                (PortSpec::Tap { netns, .. }, false) => {
-                    let ifname = slot
-                        .status
-                        .ifname
-                        .clone()
-                        .unwrap_or_else(|| slot.name.clone());
+                (
+                    PortSpec::Tap { netns, .. }
+                    | PortSpec::Vlan { netns, .. }
+                    | PortSpec::Macvlan { netns, .. }
+                    | PortSpec::Host { netns, .. },
+                    false,
+                ) => {
+                    let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
+                        slot.spec
+                            .host_tap(&slot.name)
+                            .map_or(slot.name.clone(), |(i, _)| i.to_owned())
+                    });
                     let state = match netns {
                         Some(ns) => {
                             let n = ifname.clone();

@@ -225,6 +225,43 @@ pub(crate) fn link_state_via(fd: RawFd, ifname: &str) -> Result<LinkState, IoErr
     })
 }
 
+/// `struct ifreq` with `ifr_hwaddr` (a `struct sockaddr`) for SIOCSIFHWADDR.
+#[repr(C)]
+struct IfReqHw {
+    name: [libc::c_char; IFNAMSIZ],
+    family: libc::sa_family_t,
+    data: [u8; 14],
+    _pad: [u8; 8],
+}
+
+const _: () = assert!(std::mem::size_of::<IfReqHw>() == 40);
+
+/// Sets the MAC address of `ifname` (SIOCSIFHWADDR; a TAP takes it while down or up).
+pub fn set_mac(ifname: &str, mac: [u8; 6]) -> Result<(), IoError> {
+    let base = IfReq::new(ifname)?;
+    let mut r = IfReqHw {
+        name: base.name,
+        family: libc::ARPHRD_ETHER,
+        data: [0; 14],
+        _pad: [0; 8],
+    };
+    r.data[..6].copy_from_slice(&mac);
+    let fd = ctl_socket(ifname)?;
+    // SAFETY: `r` is a properly sized, initialised `struct ifreq` the kernel reads for the
+    // duration of the call.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::SIOCSIFHWADDR as _,
+            &mut r as *mut IfReqHw,
+        )
+    };
+    if rc < 0 {
+        return Err(sys_err("SIOCSIFHWADDR", ifname, io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// Sets `IFF_UP` on `ifname`.
 pub fn set_up(ifname: &str) -> Result<(), IoError> {
     set_up_via(ctl_socket(ifname)?.as_raw_fd(), ifname)

@@ -59,6 +59,8 @@ pub struct TapConfig {
     /// Queues ([`TapPort::open_queues`]): 1 (the default) opens a single-queue device as
     /// [`TapPort::open`] does; more creates it with `IFF_MULTI_QUEUE` (at most 256).
     pub queues: usize,
+    /// The device's MAC address; `None`: the kernel's random one.
+    pub mac: Option<[u8; 6]>,
 }
 
 impl TapConfig {
@@ -70,6 +72,7 @@ impl TapConfig {
             offload: true,
             device_mtu: None,
             queues: 1,
+            mac: None,
         }
     }
 }
@@ -203,6 +206,9 @@ impl TapPort {
         let setup = |name: &str| -> Result<(), IoError> {
             if let Some(mtu) = cfg.device_mtu {
                 sys::raise_mtu(name, mtu)?;
+            }
+            if let Some(mac) = cfg.mac {
+                sys::set_mac(name, mac)?;
             }
             sys::set_up(name)
         };
