@@ -27,7 +27,7 @@ use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
 use crate::worker::{QueueEntry, ToWorker, Worker};
-use qbridge_bridge::{FdbFilter, FdbKind, Plan, PortId};
+use qbridge_bridge::{FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
     LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
@@ -1054,7 +1054,52 @@ impl Engine {
     /// bridge's FDB entries on other ports (besides broadcast, multicast and the interface's
     /// own address, which the kernel always delivers) — up to [`UNICAST_FILTER_MAX`] of them,
     /// promiscuous beyond.
+    ///
+    /// Devices stacked on the port add their host-side addresses (a VLAN device's, a macvlan
+    /// endpoint's: seeds S6, no promiscuous mode for sub-interfaces); one that is a bridge port,
+    /// or a passthru macvlan, makes the port promiscuous.
     fn rx_filter(&self, id: PortId) -> RxFilter {
+        let mut f = self.bridge_rx_filter(id);
+        if f.promisc {
+            return f;
+        }
+        let sw = self.session.switch();
+        let mut todo = sw.stacked_on(id);
+        if todo.is_empty() {
+            return f;
+        }
+        while let Some(u) = todo.pop() {
+            let passthru = matches!(
+                sw.port_role(u),
+                Role::Macvlan {
+                    mode: MacvlanMode::Passthru,
+                    ..
+                }
+            );
+            if passthru || sw.port_master(u).is_some() {
+                return RxFilter {
+                    promisc: true,
+                    unicast: Vec::new(),
+                };
+            }
+            if let Some(m) = sw.port_mac(u) {
+                f.unicast.push(m.0);
+            }
+            todo.extend(sw.stacked_on(u));
+        }
+        f.unicast.sort_unstable();
+        f.unicast.dedup();
+        if f.unicast.len() > UNICAST_FILTER_MAX {
+            f = RxFilter {
+                promisc: true,
+                unicast: Vec::new(),
+            };
+        }
+        f
+    }
+
+    /// [`Engine::rx_filter`] for the port's own bridge.
+    fn bridge_rx_filter(&self, id: PortId) -> RxFilter {
         let sw = self.session.switch();
         let Some(bid) = sw.port_master(id) else {
             return RxFilter {
