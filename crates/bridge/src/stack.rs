@@ -176,6 +176,15 @@ impl Plan {
         let mut s = w.stack.take().unwrap_or_default();
         s.stage.ensure(self.ports.len());
         let wi = w.index;
+        // The common case, frames of bridge ports with nothing stacked on them: to the bridge
+        // as one batch.
+        let plain = rx.pkts.iter().all(|p| {
+            matches!(self.ports.get(p.port as usize), Some(Some(port))
+                if port.role == Role::Device && port.uppers.is_none())
+        });
+        if plain && s.bridge_in.is_empty() {
+            std::mem::swap(&mut s.bridge_in.pkts, &mut rx.pkts);
+        }
         for pkt in rx.pkts.drain(..) {
             let p = pkt.port;
             match self.ports.get(p as usize).and_then(|p| p.as_deref()) {

@@ -3,7 +3,13 @@
 //! ```text
 //! hostA ─ CE1 (802.1Q, access 10) ─ PE1 (802.1ad, S-VLAN 100) ═╗         ╔═ PE2 ─ CE2 ─ hostB
 //! hostC ─ CE3 (802.1Q, access 10) ─ PE1 (802.1ad, S-VLAN 200) ═╩═ trunk ═╩═ PE2 ─ CE4 ─ hostD
+//!                                    PE1 ═ trunk t3 = t4 ─┬─ s100 (802.1ad 100) ─ s100.10 (802.1Q 10): hostE
+//!                                                         └─ s200 (802.1ad 200) ─ s200.10 (802.1Q 10): hostF
 //! ```
+//!
+//! Hosts E and F have only the stacked VLAN device qbridge gives them (a TAP in their
+//! namespace, the seeds' `eth0.100.10`): one endpoint per customer, same address, kept apart by
+//! the S-VLAN. E reaches customer 1's hostB, F customer 2's hostD.
 //!
 //! Six bridges in one `qbridge daemon` (this same executable) running in a switch namespace;
 //! the hosts are namespaces with the kernel's own TCP/IP stack at its defaults (MTU 1500, TSO
@@ -62,7 +68,35 @@ const HOSTS: [(&str, &str, &str, &str); 4] = [
 ];
 
 /// Switch-internal veth links: the trunk (CE-PE links are patch links in the daemon).
-const LINKS: [(&str, &str); 1] = [("t1", "t2")];
+const LINKS: [(&str, &str); 2] = [("t1", "t2"), ("t3", "t4")];
+
+/// Hosts E and F have no interface of their own: each gets a stacked VLAN device made by
+/// qbridge (a TAP in its namespace), C-VLAN 10 inside its customer's S-VLAN, on the far end of
+/// a second PE1 trunk (`t3` = `t4`). Same address for both: the S-VLAN keeps them apart.
+/// (name, address, TAP, S-VLAN, what it reaches)
+const STACKED_HOSTS: [(&str, &str, &str, u16, usize); 2] = [
+    ("hostE", "10.10.0.5/24", "s100.10", 100, 1),
+    ("hostF", "10.10.0.5/24", "s200.10", 200, 3),
+];
+
+/// The lines that give hosts E and F their stacked devices (`NS_E`, `NS_F`: their namespaces).
+fn stacked_batch(ns_e: &str, ns_f: &str) -> String {
+    format!(
+        "
+# Hosts E and F: PE1's second trunk t3 carries both S-VLANs to t4, where qbridge stacks a
+# VLAN device per customer (802.1ad S-VLAN) and on it one for C-VLAN 10, a TAP in the host.
+link add pe1-trunk2 type afpacket dev t3
+link set dev pe1-trunk2 master pe1
+vlan add vid 100 dev pe1-trunk2
+vlan add vid 200 dev pe1-trunk2
+link add far-trunk type afpacket dev t4
+link add link far-trunk name s100 type vlan protocol 802.1ad id 100
+link add link s100 name s100.10 type vlan protocol 802.1Q id 10 netns {ns_e}
+link add link far-trunk name s200 type vlan protocol 802.1ad id 200
+link add link s200 name s200.10 type vlan protocol 802.1Q id 10 netns {ns_f}
+"
+    )
+}
 
 #[derive(Debug)]
 struct Args {
@@ -281,20 +315,33 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
         println!("   {name}  {cidr:<13} {mac}  netns {ns:<24} {what}");
         hosts.push(Host { name, ns, ip: addr });
     }
+    let mut stacked = Vec::new();
+    for (name, cidr, tap, svid, _) in STACKED_HOSTS {
+        lab.check()?;
+        let ns = lab.add_netns(name)?;
+        let addr = cidr.split('/').next().unwrap_or(cidr).to_owned();
+        println!(
+            "   {name}  {cidr:<13} TAP {tap:<9} netns {ns:<24} customer {}: C-VLAN 10 in \
+             S-VLAN {svid}, a stacked VLAN device qbridge made",
+            svid / 100
+        );
+        stacked.push(Host { name, ns, ip: addr });
+    }
     for (a, b) in LINKS {
         veth(&sw, a, &sw, b)?;
     }
     println!("   hosts keep the kernel defaults: MTU 1500, TSO and checksum offload on");
     println!(
-        "   switch namespace {sw}: 6 bridges, 6 AF_PACKET ports, 4 patch links (CE uplink = PE \
-         customer port), trunk t1 = t2\n"
+        "   switch namespace {sw}: 6 bridges, 8 AF_PACKET ports, 4 patch links (CE uplink = PE \
+         customer port), trunk t1 = t2, second PE1 trunk t3 = t4 with 4 VLAN devices\n"
     );
 
     lab.check()?;
     let batch = lab.dir.join("provider.batch");
     let socket = lab.dir.join("qbridge.sock");
     let log = lab.dir.join("daemon.log");
-    std::fs::write(&batch, BATCH).context("cannot write the batch file")?;
+    let text = format!("{BATCH}{}", stacked_batch(&stacked[0].ns, &stacked[1].ns));
+    std::fs::write(&batch, text).context("cannot write the batch file")?;
     let exe = std::env::current_exe().context("cannot find the qbridge executable")?;
     let log_file = std::fs::File::create(&log).context("cannot create the daemon log")?;
     let child = Command::new("ip")
@@ -342,10 +389,24 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
     let cap2 = TrunkCapture::start(&sw, "t2", lab.stop.clone())?;
     let (a, b, c, d) = (&hosts[0], &hosts[1], &hosts[2], &hosts[3]);
 
+    for ((_, cidr, tap, _, _), h) in STACKED_HOSTS.iter().zip(&stacked) {
+        ip(&["-n", &h.ns, "addr", "add", cidr, "dev", tap])?;
+    }
     println!("== ping");
     for (x, y) in [(a, b), (c, d)] {
         lab.check()?;
         println!("   {} -> {} ({}): {}", x.name, y.name, y.ip, ping(x, &y.ip));
+    }
+    for ((_, _, tap, _, reach), x) in STACKED_HOSTS.iter().zip(&stacked) {
+        lab.check()?;
+        let y = &hosts[*reach];
+        println!(
+            "   {} -> {} ({}) over its stacked device {tap}: {}",
+            x.name,
+            y.name,
+            y.ip,
+            ping(x, &y.ip)
+        );
     }
     lab.check()?;
     println!(
