@@ -35,13 +35,19 @@ OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
+  link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
+           [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
+                                           a VLAN device, or a bridge = its host port)
+  link add link LOWER name NAME type macvlan mode private|vepa|bridge|passthru
+           [netns NS] [address MAC]
+  link set dev BR up|down [ifname IF] [netns NS] [address MAC]   (the bridge's own TAP)
   link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
            [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
            [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
   link del dev NAME
   link show [dev NAME]
-  vlan add vid V[-V2] dev NAME [pvid] [untagged]
-  vlan del vid V[-V2] dev NAME
+  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
+  vlan del vid V[-V2] dev NAME [self]
   vlan show [dev NAME]
   fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
   fdb del MAC dev NAME [vlan V]
