@@ -11,15 +11,16 @@
 //! 3. **Learn and decide**, in frame order (frame *i*'s source is learned before frame *i*'s
 //!    destination is looked up and after frame *i − 1*'s, exactly as one frame at a time):
 //!    learning, FDB lookup, the unicast checks; the verdict is an egress port, "flood", or a
-//!    counted drop.
-//! 4. **Egress**, in frame order: the tag rewrite (pop, push or rewrite in place of the 4 tag
-//!    bytes), the egress size check, the transmit counters, and the move of each buffer into its
-//!    output batch or back to the pool. When every frame of the batch goes to one port, the
-//!    whole batch moves at once (a vector swap or append).
+//!    counted drop. A frame to one egress port gets its egress work here too, while its
+//!    metadata is at hand: the tag rewrite (pop, push or rewrite in place of the 4 tag bytes),
+//!    the egress size check and the transmit tallies.
+//! 4. **Move**, in frame order: each buffer into its output batch or back to the pool, flood
+//!    copies made and rewritten per target. When one transmit tally run holds every frame of
+//!    the batch (all to one port), the whole batch moves at once (a vector swap or append).
 //!
-//! Counters are summed per run (rx per ingress run, tx per egress run, VLAN rx/tx per VID run)
-//! and written once per run; drops are counted where decided. Each buffer moves to exactly one
-//! place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
+//! Counters are summed per run (rx per ingress run, tx per egress port run, VLAN rx/tx per VID
+//! run) and written once per run; drops are counted where decided. Each buffer moves to exactly
+//! one place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
 //! the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
 //! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
 //! `dyn`.
