@@ -11,15 +11,16 @@
 //! 3. **Learn and decide**, in frame order (frame *i*'s source is learned before frame *i*'s
 //!    destination is looked up and after frame *i − 1*'s, exactly as one frame at a time):
 //!    learning, FDB lookup, the unicast checks; the verdict is an egress port, "flood", or a
-//!    counted drop.
-//! 4. **Egress**, in frame order: the tag rewrite (pop, push or rewrite in place of the 4 tag
-//!    bytes), the egress size check, the transmit counters, and the move of each buffer into its
-//!    output batch or back to the pool. When every frame of the batch goes to one port, the
-//!    whole batch moves at once (a vector swap or append).
+//!    counted drop. A frame to one egress port gets its egress work here too, while its
+//!    metadata is at hand: the tag rewrite (pop, push or rewrite in place of the 4 tag bytes),
+//!    the egress size check and the transmit tallies.
+//! 4. **Move**, in frame order: each buffer into its output batch or back to the pool, flood
+//!    copies made and rewritten per target. When one transmit tally run holds every frame of
+//!    the batch (all to one port), the whole batch moves at once (a vector swap or append).
 //!
-//! Counters are summed per run (rx per ingress run, tx per egress run, VLAN rx/tx per VID run)
-//! and written once per run; drops are counted where decided. Each buffer moves to exactly one
-//! place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
+//! Counters are summed per run (rx per ingress run, tx per egress port run, VLAN rx/tx per VID
+//! run) and written once per run; drops are counted where decided. Each buffer moves to exactly
+//! one place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
 //! the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
 //! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
 //! `dyn`.
@@ -57,7 +58,9 @@ fn fid_key(mac: u64, fid: u16) -> u64 {
 const DEST_DROP: u16 = u16::MAX;
 /// [`FrameMeta::dest`] of a frame to flood (class in [`FrameMeta::flood`]).
 const DEST_FLOOD: u16 = u16::MAX - 1;
-const _: () = assert!(crate::switch::MAX_PORTS < DEST_FLOOD as usize);
+/// Not a [`FrameMeta::dest`]: the frames of a run or batch do not all share one destination.
+const DEST_MIXED: u16 = u16::MAX - 2;
+const _: () = assert!(crate::switch::MAX_PORTS < DEST_MIXED as usize);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FloodClass {
@@ -204,87 +207,45 @@ impl Plan {
             meta.resize(n, FrameMeta::DROPPED);
         }
         let meta = &mut meta[..n];
-        let pkts = &rx.pkts[..n];
+        let pkts = &mut rx.pkts[..n];
+        // The destination every frame so far shares (an egress port, flood or drop), or
+        // DEST_MIXED.
+        let mut one = DEST_MIXED;
         let mut i = 0;
         while i < n {
-            i += self.ingress(wi, tables, now_ns, &pkts[i..], &mut meta[i..]);
+            let (len, to) = self.ingress(wi, tables, now_ns, &mut pkts[i..], &mut meta[i..]);
+            one = if i == 0 || to == one { to } else { DEST_MIXED };
+            i += len;
         }
-        match meta.first() {
-            Some(first) if first.dest < DEST_FLOOD && meta.iter().all(|m| m.dest == first.dest) => {
-                self.egress_one_port(wi, first.dest as usize, meta, rx, out)
-            }
-            _ => self.egress_stage(wi, scratch, meta, rx, out),
-        }
-    }
-
-    /// Stage 4 when every frame of the batch goes to port `e` (the common case: one flow
-    /// direction, or a port pair): rewrite and check in place, then move the whole batch at
-    /// once.
-    fn egress_one_port(
-        &self,
-        wi: usize,
-        e: usize,
-        meta: &mut [FrameMeta],
-        rx: &mut Batch,
-        out: &mut Outputs,
-    ) {
-        let ep = self.ports[e]
-            .as_deref()
-            .expect("decided egress port exists");
-        let mut bytes = 0u64;
-        let mut sent = 0u64;
-        let mut vlan_tx = Tally::new();
-        for (pkt, m) in rx.pkts.iter_mut().zip(meta.iter_mut()) {
-            if egress(ep, wi, m, pkt) {
-                let len = pkt.len() as u64;
-                bytes += len;
-                sent += 1;
-                let vkey = (m.bridge as usize) << 12 | m.vid as usize;
-                if let Some(run) = vlan_tx.add(vkey, len) {
-                    count_vlan_tx_keyed(self, wi, run);
-                }
-                pkt.port = e as u16;
-            } else {
-                m.dest = DEST_DROP;
-            }
-        }
-        if let Some(run) = vlan_tx.take() {
-            count_vlan_tx_keyed(self, wi, run);
-        }
-        let c = ep.counters.writer(wi);
-        c.tx_frames.add(sent);
-        c.tx_bytes.add(bytes);
-        let q = &mut out.ports[e].pkts;
-        if sent == rx.pkts.len() as u64 {
+        if one < DEST_MIXED {
+            // Every frame goes to port `one`, already rewritten and counted: the whole batch
+            // moves at once.
+            let q = &mut out.ports[one as usize].pkts;
             if q.is_empty() {
                 std::mem::swap(q, &mut rx.pkts);
             } else {
                 q.append(&mut rx.pkts);
             }
-            return;
-        }
-        for (pkt, m) in rx.pkts.drain(..).zip(meta.iter()) {
-            if m.dest == DEST_DROP {
-                out.pool.put(pkt);
-            } else {
-                out.ports[e].push(pkt);
-            }
+        } else {
+            self.egress_stage(wi, scratch, meta, rx, out);
         }
     }
 
     /// Stages 1-3 for the run of frames at the start of `pkts` that share one ingress port:
-    /// classify every frame, warm the FDB, then learn and decide frame by frame. Fills `meta`
-    /// (one per frame of the run) and returns the run's length.
+    /// classify every frame, warm the FDB, then learn and decide frame by frame, and rewrite,
+    /// size-check and count a frame whose destination is one port. Fills `meta` (one per frame
+    /// of the run) and returns the run's length and the destination all its frames share (or
+    /// [`DEST_MIXED`]).
     fn ingress(
         &self,
         wi: usize,
         tables: &mut [TableCache],
         now_ns: u64,
-        pkts: &[PacketBuf],
+        pkts: &mut [PacketBuf],
         meta: &mut [FrameMeta],
-    ) -> usize {
+    ) -> (usize, u16) {
         let Some(first) = pkts.first() else {
-            return 0;
+            return (0, DEST_MIXED);
         };
         let in_port = first.port;
         let in_id = in_port as usize;
@@ -326,9 +287,10 @@ impl Plan {
             count_vlan_rx(&br.vlan_counters, wi, run);
         }
         if live == 0 {
-            return n;
+            return (n, DEST_DROP);
         }
         let meta = &mut meta[..n];
+        let pkts = &mut pkts[..n];
 
         // Stage 2: warm a large FDB table.
         let mut table: &Table = cache.get(&br.fdb);
@@ -345,83 +307,120 @@ impl Plan {
         // once. Refreshes within one batch all write the same `now_ns`, so skipping them is
         // exact. 0 is never a key.
         let mut last_learned = 0u64;
-        // The (egress port << 12 | VID) that last passed the unicast checks: the port records
-        // do not change within a batch, so the next frame to it in that VID passes too.
+        // The (egress port << 12 | VID) that last passed the unicast checks, and that port:
+        // the port records do not change within a batch, so the next frame to it in that VID
+        // passes too. u32::MAX matches no frame (`allowed_port` is then unused).
         let mut allowed = u32::MAX;
-        for m in meta.iter_mut() {
-            if m.dest == DEST_DROP {
-                continue;
-            }
-            if learning {
-                let key = fid_key(m.src, m.vid);
-                if key != last_learned {
-                    last_learned = key;
-                    let learned = br.fdb.learn(
-                        table,
-                        key,
-                        in_id as u16,
-                        now_ns,
-                        br.settings.fdb_max_learned,
-                        inp.settings.fdb_max_learned,
-                    );
-                    match learned {
-                        Learned::Kept => {}
-                        Learned::New => table = cache.get(&br.fdb),
-                        Learned::Moved => {
-                            c.fdb_moves.add(1);
-                            table = cache.get(&br.fdb);
-                        }
-                        Learned::Refused => {
-                            c.fdb_learn_refused.add(1);
-                            // Not learned: the next frame from this source tries again.
-                            last_learned = 0;
-                        }
-                        Learned::NewEvicting { port } => {
-                            if let Some(Some(v)) = self.ports.get(port as usize) {
-                                v.counters.writer(wi).fdb_evictions.add(1);
+        let mut allowed_port: &Port = inp;
+        let mut port_tx = Tally::new();
+        let mut vlan_tx = Tally::new();
+        for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
+            if m.dest != DEST_DROP {
+                if learning {
+                    let key = fid_key(m.src, m.vid);
+                    if key != last_learned {
+                        last_learned = key;
+                        let learned = br.fdb.learn(
+                            table,
+                            key,
+                            in_id as u16,
+                            now_ns,
+                            br.settings.fdb_max_learned,
+                            inp.settings.fdb_max_learned,
+                        );
+                        match learned {
+                            Learned::Kept => {}
+                            Learned::New => table = cache.get(&br.fdb),
+                            Learned::Moved => {
+                                c.fdb_moves.add(1);
+                                table = cache.get(&br.fdb);
                             }
-                            table = cache.get(&br.fdb);
+                            Learned::Refused => {
+                                c.fdb_learn_refused.add(1);
+                                // Not learned: the next frame from this source tries again.
+                                last_learned = 0;
+                            }
+                            Learned::NewEvicting { port } => {
+                                if let Some(Some(v)) = self.ports.get(port as usize) {
+                                    v.counters.writer(wi).fdb_evictions.add(1);
+                                }
+                                table = cache.get(&br.fdb);
+                            }
                         }
                     }
                 }
-            }
-            m.dest = if m.dst == MAC_BROADCAST {
-                m.flood = FloodClass::Broadcast;
-                DEST_FLOOD
-            } else if m.dst & MAC_GROUP_BIT != 0 {
-                m.flood = FloodClass::Multicast;
-                DEST_FLOOD
-            } else {
-                match table.find(fid_key(m.dst, m.vid)) {
-                    Some((_, entry)) if !(ageing_off && entry.ages()) => {
-                        let to = (entry.port as u32) << 12 | m.vid as u32;
-                        if entry.flags & F_PERMANENT != 0 {
-                            local(&self.ports, br, inp, in_id, c, m)
-                        } else if to == allowed {
-                            entry.port
-                        } else {
-                            let d = unicast(&self.ports, inp, in_id, c, &entry, m);
-                            if d != DEST_DROP {
-                                allowed = to;
+                m.dest = if m.dst == MAC_BROADCAST {
+                    m.flood = FloodClass::Broadcast;
+                    DEST_FLOOD
+                } else if m.dst & MAC_GROUP_BIT != 0 {
+                    m.flood = FloodClass::Multicast;
+                    DEST_FLOOD
+                } else {
+                    match table.find(fid_key(m.dst, m.vid)) {
+                        Some((_, entry)) if !(ageing_off && entry.ages()) => {
+                            let to = (entry.port as u32) << 12 | m.vid as u32;
+                            let (ep, e) = if entry.flags & F_PERMANENT != 0 {
+                                local(&self.ports, br, inp, in_id, c, m)
+                            } else if to == allowed {
+                                (Some(allowed_port), entry.port)
+                            } else {
+                                let ep = unicast(&self.ports, inp, in_id, c, &entry, m);
+                                if let Some(ep) = ep {
+                                    allowed = to;
+                                    allowed_port = ep;
+                                }
+                                (ep, entry.port)
+                            };
+                            // Stage 4's per-frame work for one egress port, done here while
+                            // the frame's metadata is at hand.
+                            match ep {
+                                Some(ep) if egress(ep, wi, m, pkt) => {
+                                    let len = pkt.len() as u64;
+                                    if let Some(run) = port_tx.add(e as usize, len) {
+                                        count_port_tx(&self.ports, wi, run);
+                                    }
+                                    if let Some(run) = vlan_tx.add(m.vid as usize, len) {
+                                        count_vlan_tx(&br.vlan_counters, wi, run);
+                                    }
+                                    pkt.port = e;
+                                    e
+                                }
+                                _ => DEST_DROP,
                             }
-                            d
+                        }
+                        _ => {
+                            m.flood = FloodClass::Unknown;
+                            DEST_FLOOD
                         }
                     }
-                    _ => {
-                        m.flood = FloodClass::Unknown;
-                        DEST_FLOOD
-                    }
-                }
-            };
+                };
+            }
         }
-        n
+        // One tally run that holds every frame: they all go to that port.
+        let one = if port_tx.frames == n as u64 {
+            port_tx.key as u16
+        } else {
+            DEST_MIXED
+        };
+        if let Some(run) = port_tx.take() {
+            count_port_tx(&self.ports, wi, run);
+        }
+        if let Some(run) = vlan_tx.take() {
+            count_vlan_tx(&br.vlan_counters, wi, run);
+        }
+        (n, one)
     }
 
     /// A run from a port that is unknown, not running or in no bridge: every frame of it is
     /// counted and dropped. Returns the run's length.
     #[cold]
     #[inline(never)]
-    fn ingress_dropped(&self, wi: usize, pkts: &[PacketBuf], meta: &mut [FrameMeta]) -> usize {
+    fn ingress_dropped(
+        &self,
+        wi: usize,
+        pkts: &[PacketBuf],
+        meta: &mut [FrameMeta],
+    ) -> (usize, u16) {
         let in_port = pkts.first().map_or(0, |p| p.port);
         let mut n = 0usize;
         let mut bytes = 0u64;
@@ -451,10 +450,12 @@ impl Plan {
                 }
             }
         }
-        n
+        (n, DEST_DROP)
     }
 
-    /// Stage 4: rewrite, size-check, count and move every frame of the batch, in order.
+    /// Stage 4 when the frames do not all go to one port: floods, and moves every frame of the
+    /// batch, in order, into its output batch or back to the pool (a frame to one port was
+    /// rewritten and counted in stage 3).
     fn egress_stage(
         &self,
         wi: usize,
@@ -463,51 +464,16 @@ impl Plan {
         rx: &mut Batch,
         out: &mut Outputs,
     ) {
-        let ports = &self.ports[..];
-        let mut port_tx = Tally::new();
-        let mut vlan_tx = Tally::new();
-        // The egress port of the previous unicast frame, resolved once per run.
-        let mut cur: Option<(usize, &Port)> = None;
         for (mut pkt, m) in rx.pkts.drain(..).zip(meta) {
             let verdict = match m.dest {
                 DEST_DROP => None,
                 DEST_FLOOD => self.flood(wi, scratch, m, &mut pkt, out),
-                e => {
-                    let e = e as usize;
-                    let ep = match cur {
-                        Some((ce, ep)) if ce == e => ep,
-                        _ => {
-                            let ep = ports[e].as_deref().expect("decided egress port exists");
-                            cur = Some((e, ep));
-                            ep
-                        }
-                    };
-                    if egress(ep, wi, m, &mut pkt) {
-                        let len = pkt.len() as u64;
-                        if let Some(run) = port_tx.add(e, len) {
-                            count_port_tx(ports, wi, run);
-                        }
-                        let vkey = (m.bridge as usize) << 12 | m.vid as usize;
-                        if let Some(run) = vlan_tx.add(vkey, len) {
-                            count_vlan_tx_keyed(self, wi, run);
-                        }
-                        pkt.port = e as u16;
-                        Some(e)
-                    } else {
-                        None
-                    }
-                }
+                e => Some(e as usize),
             };
             match verdict {
                 Some(e) => out.ports[e].push(pkt),
                 None => out.pool.put(pkt),
             }
-        }
-        if let Some(run) = port_tx.take() {
-            count_port_tx(ports, wi, run);
-        }
-        if let Some(run) = vlan_tx.take() {
-            count_vlan_tx_keyed(self, wi, run);
         }
     }
 
@@ -564,13 +530,6 @@ impl Plan {
         }
         let ep = ports[last as usize].as_deref().expect("listed port exists");
         flood_copy(br, ep, last as usize, wi, m, pkt).then_some(last as usize)
-    }
-}
-
-#[inline(always)]
-fn count_vlan_tx_keyed(plan: &Plan, wi: usize, run: (usize, u64, u64)) {
-    if let Some(Some(br)) = plan.bridges.get(run.0 >> 12) {
-        count_vlan_tx(&br.vlan_counters, wi, (run.0 & 0x0fff, run.1, run.2));
     }
 }
 
@@ -653,9 +612,9 @@ fn drop(counters: &PortCells, reason: DropReason) -> FrameMeta {
 
 #[cold]
 #[inline(never)]
-fn drop_dest(counters: &PortCells, reason: DropReason) -> u16 {
+fn drop_port<'a>(counters: &PortCells, reason: DropReason) -> Option<&'a Port> {
     counters.drop(reason);
-    DEST_DROP
+    None
 }
 
 /// Bytes 0..8, 4..12 and 12..16 of a frame header as big-endian words.
@@ -751,63 +710,64 @@ pub(crate) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
 
 /// Stage 3 for a destination that is a permanent (local) entry: the bridge itself. To its host
 /// port when it has one, with the checks on the way to any port; else dropped as `local`.
+/// Returns the port (`None`: dropped, counted) and its id.
 #[cold]
 #[inline(never)]
-fn local(
-    ports: &Ports,
+fn local<'a>(
+    ports: &'a Ports,
     br: &Bridge,
     inp: &Port,
     in_id: usize,
     c: &PortCells,
     m: &FrameMeta,
-) -> u16 {
+) -> (Option<&'a Port>, u16) {
     let Some(h) = br.host else {
-        return drop_dest(c, DropReason::Local);
+        return (drop_port(c, DropReason::Local), 0);
     };
     let e = h as usize;
     if e == in_id && !inp.settings.hairpin {
-        return drop_dest(c, DropReason::SamePort);
+        return (drop_port(c, DropReason::SamePort), h);
     }
     let Some(Some(ep)) = ports.get(e) else {
-        return drop_dest(c, DropReason::EgressDown);
+        return (drop_port(c, DropReason::EgressDown), h);
     };
     if m.filtering && !ep.member.contains(m.vid) {
-        return drop_dest(c, DropReason::EgressNotMember);
+        return (drop_port(c, DropReason::EgressNotMember), h);
     }
     if !ep.running {
-        return drop_dest(c, DropReason::EgressDown);
+        return (drop_port(c, DropReason::EgressDown), h);
     }
-    h
+    (Some(ep), h)
 }
 
 /// Stage 3 for a known unicast destination that is not local: the checks on the way to port
-/// `entry.port`.
+/// `entry.port`. Returns that port, or `None` when the frame is dropped (and counted).
 #[inline(always)]
-fn unicast(
-    ports: &Ports,
+fn unicast<'a>(
+    ports: &'a Ports,
     inp: &Port,
     in_id: usize,
     c: &PortCells,
     entry: &Slot,
     m: &FrameMeta,
-) -> u16 {
+) -> Option<&'a Port> {
     let e = entry.port as usize;
     if e == in_id && !inp.settings.hairpin {
-        return drop_dest(c, DropReason::SamePort);
+        return drop_port(c, DropReason::SamePort);
     }
     let Some(Some(ep)) = ports.get(e) else {
-        return drop_dest(c, DropReason::EgressDown);
+        return drop_port(c, DropReason::EgressDown);
     };
     if m.filtering && !ep.member.contains(m.vid) {
-        return drop_dest(c, DropReason::EgressNotMember);
+        return drop_port(c, DropReason::EgressNotMember);
     }
     if !ep.running {
-        return drop_dest(c, DropReason::EgressDown);
+        return drop_port(c, DropReason::EgressDown);
     }
     if inp.settings.isolated && ep.settings.isolated {
-        return drop_dest(c, DropReason::Isolated);
+        return drop_port(c, DropReason::Isolated);
     }
-    entry.port
+    Some(ep)
 }
 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is

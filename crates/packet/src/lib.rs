@@ -125,6 +125,25 @@ impl PacketBuf {
         self.offload = OffloadMeta::default();
     }
 
+    /// This buffer's allocation as a [`reset`](PacketBuf::reset) buffer, built as a new value
+    /// rather than field by field (a pool's `get` writes it straight into its destination).
+    #[inline(always)]
+    fn recycled(self) -> PacketBuf {
+        let mut data = self.data;
+        if data.len() >= HEADROOM {
+            data.truncate(HEADROOM);
+        } else {
+            data.resize(HEADROOM, 0);
+        }
+        PacketBuf {
+            data,
+            start: HEADROOM as u32,
+            port: 0,
+            time_ns: 0,
+            offload: OffloadMeta::default(),
+        }
+    }
+
     /// Replaces the contents with a copy of `frame` (headroom restored).
     pub fn set_frame(&mut self, frame: &[u8]) {
         self.restore_headroom();
@@ -306,10 +325,7 @@ impl BufPool {
 
     pub fn get(&mut self) -> PacketBuf {
         match self.free.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
+            Some(p) => p.recycled(),
             None => PacketBuf::new(),
         }
     }
