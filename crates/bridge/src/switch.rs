@@ -757,6 +757,22 @@ impl Switch {
             return Err(ConfigError::DeviceExists(name.to_string()));
         }
         check_port_settings(&settings)?;
+        let id = self.new_port(name, kind, settings, Role::Device, 0)?;
+        let idx = id.0 as usize;
+        self.names.insert(name.to_string(), Link::Port(idx as u16));
+        self.recompile_port(PortId(idx as u16));
+        Ok(PortId(idx as u16))
+    }
+
+    /// A new port record in the first free slot (not named in `names`, not compiled).
+    fn new_port(
+        &mut self,
+        name: &str,
+        kind: &str,
+        settings: PortSettings,
+        role: Role,
+        mac: u64,
+    ) -> Result<PortId, ConfigError> {
         let idx = match self.ports.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -784,12 +800,10 @@ impl Switch {
             running: true,
             generation,
             counters: PortCounterSet::new(self.workers + 1),
-            role: Role::Device,
-            mac: 0,
+            role,
+            mac,
             uppers: None,
         }));
-        self.names.insert(name.to_string(), Link::Port(idx as u16));
-        self.recompile_port(PortId(idx as u16));
         Ok(PortId(idx as u16))
     }
 
@@ -1116,38 +1130,14 @@ impl Switch {
             return Err(ConfigError::BadDeviceMac(mac));
         }
         let name = self.bridge(b).name.clone();
-        let idx = match self.ports.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                if self.ports.len() >= MAX_PORTS {
-                    return Err(ConfigError::TooManyPorts(MAX_PORTS));
-                }
-                self.ports.push(None);
-                self.ports.len() - 1
-            }
-        };
-        let generation = self.next_generation;
-        self.next_generation = self.next_generation.wrapping_add(1).max(1);
-        self.plan = None;
-        self.ports[idx] = Some(Arc::new(Port {
-            name,
-            kind: "host".to_string(),
-            master: None,
-            settings: PortSettings::default(),
-            member: VlanSet::default(),
-            untagged: VlanSet::default(),
-            pvid: 0,
-            tpid: 0x8100,
-            max_frame: 0,
-            link_up: true,
-            running: true,
-            generation,
-            counters: PortCounterSet::new(self.workers + 1),
-            role: Role::Host { bridge: b.0 },
-            mac: mac_u64(mac),
-            uppers: None,
-        }));
-        let id = PortId(idx as u16);
+        let settings = PortSettings::default();
+        let id = self.new_port(
+            &name,
+            "host",
+            settings,
+            Role::Host { bridge: b.0 },
+            mac_u64(mac),
+        )?;
         self.bridge_mut(b).host = Some(id.0);
         self.recompile_port(id);
         self.set_master_unchecked(id, b);

@@ -506,7 +506,9 @@ fn stacked_vlans_interoperate_with_open_vswitch() {
     assert!(assert_stack(&on_tb, &b.mac, &C10, "OVS customer port tb") > 0);
     assert!(assert_stack(&at_b, &a.mac, &C10, "B's eth0") > 0);
     assert!(
-        at_b.tcp_frames > 0 && at_b.max_tcp_segment_l3 == 1500,
+        // Full-size segments: OVS's userspace TSO picks its own segment size under load
+        // (1494 seen once, 1500 usually), so "near 1500", not exactly.
+        at_b.tcp_frames > 0 && (1400..=1500).contains(&at_b.max_tcp_segment_l3),
         "B: largest TCP segment L3 {} bytes in {} frames",
         at_b.max_tcp_segment_l3,
         at_b.tcp_frames
