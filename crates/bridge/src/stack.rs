@@ -370,60 +370,60 @@ impl Plan {
                     pkt.port = p;
                     return s.bridge_in.push(pkt);
                 }
-                Role::Vlan { .. } | Role::Macvlan { .. } | Role::Host { .. } => {
+                Role::Vlan { .. } | Role::Macvlan { .. } => {
                     return self.to_host(wi, port, p, pkt, out);
+                }
+                // Never stacked on anything, so only reached by its own bridge's output.
+                Role::Host { .. } => {
+                    pkt.port = p;
+                    return out.ports[p as usize].push(pkt);
                 }
             }
         }
     }
 
     /// What the bridge sends to its host port: to a VLAN device of the host port whose tag it
-    /// carries, else to the host.
-    fn deliver_host(&self, wi: usize, h: u16, pkt: PacketBuf, s: &mut Scratch, out: &mut Outputs) {
-        let Some(Some(hp)) = self.ports.get(h as usize) else {
-            return out.pool.put(pkt);
-        };
-        match hp.uppers.as_deref() {
-            Some(up) if vlan_child(up, pkt.frame()).is_some() || !up.macvlans.is_empty() => {
-                self.receive_from_host_port(wi, h, hp, pkt, s, out)
-            }
-            _ => {
-                let mut pkt = pkt;
-                pkt.port = h;
-                out.ports[h as usize].push(pkt);
-            }
-        }
-    }
-
-    /// The stacked devices of a host port take what the bridge sends to the host.
-    fn receive_from_host_port(
+    /// carries, or to the macvlan endpoints on it that take it, else to the host.
+    fn deliver_host(
         &self,
         wi: usize,
         h: u16,
-        hp: &Port,
         mut pkt: PacketBuf,
         s: &mut Scratch,
         out: &mut Outputs,
     ) {
-        let up = hp.uppers.as_deref().expect("checked by the caller");
-        if let Some(child) = vlan_child(up, pkt.frame()) {
-            pkt.remove_tag(12);
-            pkt.offload.shift_headers(-4);
-            return self.receive(wi, child, pkt, s, out);
-        }
-        let Some(mut pkt) = self.macvlan_receive(wi, hp, up, pkt, s, out) else {
-            return;
+        let Some(Some(hp)) = self.ports.get(h as usize) else {
+            return self.drop_unknown(wi, pkt, out);
         };
+        if let Some(up) = hp.uppers.as_deref() {
+            if let Some(child) = vlan_child(up, pkt.frame()) {
+                pkt.remove_tag(12);
+                pkt.offload.shift_headers(-4);
+                return self.receive(wi, child, pkt, s, out);
+            }
+            if !up.macvlans.is_empty() {
+                match self.macvlan_receive(wi, hp, up, pkt, s, out) {
+                    Some(back) => pkt = back,
+                    None => return,
+                }
+            }
+        }
         pkt.port = h;
         out.ports[h as usize].push(pkt);
     }
 
+    /// A frame for a port id that names no port in this plan (an I/O layer's mistake): counted
+    /// with the switch's `unknown_port_drops`, as the bridge pipeline counts them.
+    #[cold]
+    fn drop_unknown(&self, wi: usize, pkt: PacketBuf, out: &mut Outputs) {
+        if let Some(u) = &self.unknown_port_drops {
+            u.writer(wi).add(1);
+        }
+        out.pool.put(pkt);
+    }
+
     /// Writes `pkt` to the host side of stacked device `p` (its TAP), counted as `p`'s rx.
     fn to_host(&self, wi: usize, port: &Port, p: u16, mut pkt: PacketBuf, out: &mut Outputs) {
-        if matches!(port.role, Role::Host { .. }) {
-            pkt.port = p;
-            return out.ports[p as usize].push(pkt);
-        }
         count_rx(port, wi, pkt.len());
         if !port.running {
             port.counters.writer(wi).drop(DropReason::PortDown);
@@ -509,7 +509,7 @@ impl Plan {
     ) {
         for _ in 0..=MAX_STACK_DEPTH {
             let Some(Some(port)) = self.ports.get(p as usize) else {
-                return out.pool.put(pkt);
+                return self.drop_unknown(wi, pkt, out);
             };
             if let Role::Host { .. } = port.role {
                 // A device on the host port sends into the bridge, as the host does (the

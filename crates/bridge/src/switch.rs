@@ -957,6 +957,11 @@ impl Switch {
             .collect()
     }
 
+    /// Whether any device is stacked on port `id` (compiled: no scan).
+    pub fn has_stacked(&self, id: PortId) -> bool {
+        self.port(id).uppers.is_some()
+    }
+
     fn has_macvlans(&self, id: PortId) -> bool {
         self.ports
             .iter()

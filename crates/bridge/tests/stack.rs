@@ -1,6 +1,9 @@
 //! Devices stacked on ports: VLAN sub-interfaces at any depth, a bridge's host port and its VLAN
 //! devices, macvlan endpoints in each mode. Exact frames out of each queue, and counters.
 
+mod common;
+
+use common::{frame, mac};
 use qbridge_bridge::{
     BridgeSettings, ConfigError, DropReason, FdbFilter, MacvlanMode, Outputs, PortId, PortSettings,
     Switch, VlanProtocol,
@@ -8,31 +11,9 @@ use qbridge_bridge::{
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{MacAddr, Tpid};
 
-fn mac(n: u8) -> MacAddr {
-    MacAddr([2, 0, 0, 0, 0, n])
-}
-
 const BCAST: MacAddr = MacAddr([0xff; 6]);
 const AD: Tpid = Tpid(0x88a8);
 const Q: Tpid = Tpid(0x8100);
-
-/// An Ethernet frame: dst, src, tags (tpid, tci), ethertype 0x0800, payload padded to `len`.
-fn frame(dst: MacAddr, src: MacAddr, tags: &[(u16, u16)], len: usize) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst.0);
-    f.extend_from_slice(&src.0);
-    for &(tpid, tci) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&[0x08, 0x00]);
-    let mut i = 0u8;
-    while f.len() < len {
-        f.push(i);
-        i = i.wrapping_add(1);
-    }
-    f
-}
 
 /// The same frame with its tags replaced (same payload).
 fn retag(f: &[u8], old_tags: usize, tags: &[(u16, u16)]) -> Vec<u8> {

@@ -552,20 +552,12 @@ fn parse_stacked(
                 };
                 set_once(&mut mode, kw, m)?;
             }
-            "netns" => set_once(
-                &mut netns,
+            "netns" => set_once(&mut netns, kw, w.value(kw, NETNS)?.to_string())?,
+            "address" => set_once(
+                &mut address,
                 kw,
-                w.value(kw, "a network namespace")?.to_string(),
+                parse_address(w.value(kw, "a MAC address")?)?,
             )?,
-            "address" => {
-                let v = w.value(kw, "a MAC address")?;
-                let m: MacAddr = v.parse().map_err(|_| ControlError::BadValue {
-                    what: "address",
-                    value: v.to_string(),
-                    expected: "a MAC address (aa:bb:cc:dd:ee:ff)",
-                })?;
-                set_once(&mut address, kw, m)?;
-            }
             other => return Err(unexpected(other, expected)),
         }
     }
@@ -593,6 +585,16 @@ fn parse_stacked(
 }
 
 const MACVLAN_MODES: &str = "private, vepa, bridge or passthru";
+const NETNS: &str = "a network namespace";
+
+/// The value of `address` (a device's MAC).
+fn parse_address(v: &str) -> Result<MacAddr, ControlError> {
+    v.parse().map_err(|_| ControlError::BadValue {
+        what: "address",
+        value: v.to_string(),
+        expected: "a MAC address (aa:bb:cc:dd:ee:ff)",
+    })
+}
 
 fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError> {
     let mut o = BridgeOptions::default();
@@ -696,20 +698,12 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 set_once(&mut o.fdb_max_learned, kw, v)?;
             }
             "ifname" => set_once(&mut o.ifname, kw, w.value(kw, "a TAP name")?.to_string())?,
-            "netns" => set_once(
-                &mut o.netns,
+            "netns" => set_once(&mut o.netns, kw, w.value(kw, NETNS)?.to_string())?,
+            "address" => set_once(
+                &mut o.address,
                 kw,
-                w.value(kw, "a network namespace")?.to_string(),
+                parse_address(w.value(kw, "a MAC address")?)?,
             )?,
-            "address" => {
-                let v = w.value(kw, "a MAC address")?;
-                let m: MacAddr = v.parse().map_err(|_| ControlError::BadValue {
-                    what: "address",
-                    value: v.to_string(),
-                    expected: "a MAC address (aa:bb:cc:dd:ee:ff)",
-                })?;
-                set_once(&mut o.address, kw, m)?;
-            }
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }

@@ -1060,14 +1060,11 @@ impl Engine {
     /// or a passthru macvlan, makes the port promiscuous.
     fn rx_filter(&self, id: PortId) -> RxFilter {
         let mut f = self.bridge_rx_filter(id);
-        if f.promisc {
-            return f;
-        }
         let sw = self.session.switch();
-        let mut todo = sw.stacked_on(id);
-        if todo.is_empty() {
+        if f.promisc || !sw.has_stacked(id) {
             return f;
         }
+        let mut todo = sw.stacked_on(id);
         while let Some(u) = todo.pop() {
             let passthru = matches!(
                 sw.port_role(u),
