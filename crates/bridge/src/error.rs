@@ -49,6 +49,10 @@ pub enum ConfigError {
     BadFdbMaxEntries(u32),
     #[error("too many ports (limit {0})")]
     TooManyPorts(usize),
+    #[error("index {index} is out of range (0-{max})")]
+    BadPortIndex { index: u16, max: usize },
+    #[error("index {index} is taken by \"{dev}\"")]
+    PortIndexBusy { index: u16, dev: String },
     #[error("\"{0}\" is its bridge's own interface: it cannot join another bridge")]
     HostPortMaster(String),
     #[error("device \"{0}\" is busy: a macvlan's lower device cannot be a bridge port, nor a bridge port carry macvlans (as on Linux)")]

@@ -29,5 +29,5 @@ pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind, FdbMove};
 pub use stack::{MacvlanMode, Role};
-pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker};
+pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker, MAX_PORTS};
 pub use vlanset::VlanSet;

@@ -242,6 +242,8 @@ pub struct Switch {
     /// Frames handed in with a port id that names no port (an I/O layer's mistake), per worker.
     pub(crate) unknown_port_drops: Arc<CellSet>,
     next_generation: u32,
+    /// The slot the next port takes (`link add … index N`), instead of the first free one.
+    next_index: Option<u16>,
     /// The published plan, `None` after a change.
     plan: Option<Arc<Plan>>,
     /// The datapath state of [`Switch::process`] (worker 0).
@@ -275,6 +277,7 @@ impl Clone for Switch {
             workers: self.workers,
             unknown_port_drops: self.unknown_port_drops.clone(),
             next_generation: self.next_generation,
+            next_index: self.next_index,
             plan: None,
             worker: Worker::new(0),
         }
@@ -448,6 +451,7 @@ impl Switch {
             workers,
             unknown_port_drops: CellSet::new(workers + 1),
             next_generation: 1,
+            next_index: None,
             plan: None,
             worker: Worker::new(0),
         }
@@ -567,12 +571,22 @@ impl Switch {
             .map(|p| p.kind.as_str())
     }
 
-    /// Ids and names of all ports, in id order.
+    /// Ids and names of all ports, in the order they were created (as Linux lists devices by
+    /// ifindex; ids are slots and are reused, so id order is not creation order). Creation
+    /// order puts every stacked device after its lower device, and a saved configuration
+    /// replayed into a fresh switch lists its ports in the same order.
     pub fn port_ids(&self) -> impl Iterator<Item = (PortId, &str)> {
-        self.ports
+        let mut ids: Vec<(u32, PortId, &str)> = self
+            .ports
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (PortId(i as u16), p.name.as_str())))
+            .filter_map(|(i, p)| {
+                p.as_ref()
+                    .map(|p| (p.generation, PortId(i as u16), p.name.as_str()))
+            })
+            .collect();
+        ids.sort_unstable_by_key(|&(g, ..)| g);
+        ids.into_iter().map(|(_, id, name)| (id, name))
     }
 
     /// Highest port id + 1: the size an output table needs.
@@ -764,7 +778,29 @@ impl Switch {
         Ok(PortId(idx as u16))
     }
 
-    /// A new port record in the first free slot (not named in `names`, not compiled).
+    /// `link add … index N`: the next port created takes id `index` (as ip-link(8)'s `index`
+    /// asks for an ifindex), so a saved configuration restores every port under its id. Fails
+    /// if the id is taken or out of range; the reservation is used by the next port created.
+    pub fn reserve_port_index(&mut self, index: u16) -> Result<(), ConfigError> {
+        let i = usize::from(index);
+        if i >= MAX_PORTS {
+            return Err(ConfigError::BadPortIndex {
+                index,
+                max: MAX_PORTS - 1,
+            });
+        }
+        if let Some(Some(p)) = self.ports.get(i) {
+            return Err(ConfigError::PortIndexBusy {
+                index,
+                dev: p.name.clone(),
+            });
+        }
+        self.next_index = Some(index);
+        Ok(())
+    }
+
+    /// A new port record in the first free slot, or the one [`Switch::reserve_port_index`]
+    /// reserved (not named in `names`, not compiled).
     fn new_port(
         &mut self,
         name: &str,
@@ -773,15 +809,24 @@ impl Switch {
         role: Role,
         mac: u64,
     ) -> Result<PortId, ConfigError> {
-        let idx = match self.ports.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                if self.ports.len() >= MAX_PORTS {
-                    return Err(ConfigError::TooManyPorts(MAX_PORTS));
+        let idx = match self.next_index.take() {
+            Some(i) => {
+                let i = usize::from(i);
+                if self.ports.len() <= i {
+                    self.ports.resize_with(i + 1, || None);
                 }
-                self.ports.push(None);
-                self.ports.len() - 1
+                i
             }
+            None => match self.ports.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    if self.ports.len() >= MAX_PORTS {
+                        return Err(ConfigError::TooManyPorts(MAX_PORTS));
+                    }
+                    self.ports.push(None);
+                    self.ports.len() - 1
+                }
+            },
         };
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
@@ -1414,6 +1459,9 @@ impl Switch {
         vlan: Option<u32>,
     ) -> Result<Vec<u16>, ConfigError> {
         Ok(match vlan {
+            // `vlan 0`: the VLAN-0 entry alone (a qbridge extension; Linux refuses vlan 0 and
+            // has no way to name that entry on a VLAN-filtering bridge).
+            Some(0) => vec![0],
             Some(v) => {
                 let vid = check_vid(v)?;
                 // Linux refuses an entry in a VLAN the port does not carry ("unconfigured vlan"),
@@ -1487,7 +1535,8 @@ impl Switch {
         }))
     }
 
-    /// FDB entries matching `filter`, sorted by bridge, port, VLAN and MAC.
+    /// FDB entries matching `filter`, sorted by bridge, port (in creation order, as
+    /// [`Switch::port_ids`]), VLAN and MAC.
     pub fn fdb_entries(&self, filter: &FdbFilter) -> Result<Vec<FdbEntryView>, ConfigError> {
         let only_bridge = filter
             .bridge
@@ -1520,7 +1569,8 @@ impl Switch {
                     added_by_user: !s.is_learned(),
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };
-                keyed.push(((bid.0, s.port, fid, key_mac(s.key)), view));
+                let created = self.port(PortId(s.port)).generation;
+                keyed.push(((bid.0, created, fid, key_mac(s.key)), view));
             }
         }
         keyed.sort_unstable_by_key(|k| k.0);

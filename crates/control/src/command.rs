@@ -14,6 +14,8 @@ pub enum Command {
     Link(LinkCommand),
     Vlan(VlanCommand),
     Fdb(FdbCommand),
+    /// `show running-config`: the configuration as a batch file that recreates it.
+    ShowRunningConfig,
 }
 
 /// `link …` (ip-link(8)).
@@ -23,7 +25,14 @@ pub enum LinkCommand {
     AddBridge { name: String, opts: BridgeOptions },
     /// `link add NAME type pcap|afpacket dev IF [qdisc_bypass on|off]|tap [ifname IF] [netns NS]`,
     /// `link add link LOWER name NAME type vlan|macvlan …`
-    AddPort { name: String, spec: PortSpec },
+    /// `index N` (ip-link(8)): the port id to take instead of the first free one;
+    /// `peer_index`: the same for a patch link's other end (`peer NAME index M`).
+    AddPort {
+        name: String,
+        spec: PortSpec,
+        index: Option<u16>,
+        peer_index: Option<u16>,
+    },
     /// `link set dev BR type bridge [OPTIONS]`
     SetBridge { dev: String, opts: BridgeOptions },
     /// `link set dev NAME [master BR|nomaster] [up|down] [learning on|off] …`
@@ -187,6 +196,8 @@ pub struct PortOptions {
     pub ifname: Option<String>,
     pub netns: Option<String>,
     pub address: Option<MacAddr>,
+    /// A bridge's host port only, when `up` creates it: the port id to take.
+    pub index: Option<u16>,
 }
 
 impl PortOptions {

@@ -54,11 +54,27 @@ pub enum ControlError {
     #[error("{0} only apply to a bridge's host port (link set dev BR up …)")]
     HostOnlyOptions(&'static str),
     #[error(
-        "the host port of \"{0}\" exists: its ifname, netns and address are fixed at creation"
+        "the host port of \"{0}\" exists: its ifname, netns, address and index are fixed at creation"
     )]
     HostPortFixed(String),
     #[error("\"master\" does not apply to bridge \"{0}\"'s host port")]
     HostPortMaster(String),
+    /// A second port on a host interface (or TAP name) another port already uses: every
+    /// frame would be received twice.
+    #[error("{what} \"{ifname}\"{ns} is already used by port \"{port}\" (a device can be a port once)")]
+    InterfaceTaken {
+        what: &'static str,
+        ifname: String,
+        ns: String,
+        port: String,
+    },
+    /// `qbridge apply`: a device exists with another kind or backend than the file asks for.
+    #[error("\"{name}\" exists as {have}, not {want}: delete it first (link del dev {name})")]
+    ExistsDifferent {
+        name: String,
+        have: String,
+        want: String,
+    },
     /// The switch refused the command.
     #[error(transparent)]
     Config(#[from] ConfigError),

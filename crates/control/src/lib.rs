@@ -28,6 +28,7 @@ pub mod error;
 pub mod parse;
 pub mod protocol;
 pub mod render;
+pub mod running;
 pub mod session;
 
 pub use command::{

@@ -61,6 +61,19 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         "link" => parse_link(&mut w).map(Command::Link),
         "vlan" => parse_vlan(&mut w).map(Command::Vlan),
         "fdb" => parse_fdb(&mut w).map(Command::Fdb),
+        "show" => {
+            match w.next() {
+                Some("running-config") => {}
+                Some(other) => return Err(unexpected(other, "running-config")),
+                None => {
+                    return Err(ControlError::MissingArgument {
+                        what: "\"running-config\" after \"show\"",
+                    })
+                }
+            }
+            w.end("nothing after \"running-config\"")?;
+            Ok(Command::ShowRunningConfig)
+        }
         other => Err(ControlError::UnknownObject(other.to_string())),
     }
 }
@@ -172,6 +185,15 @@ fn parse_vid(s: &str) -> Result<u16, ControlError> {
 }
 
 /// `V` or `V-V2`.
+/// `fdb add|del … vlan V`: a VID, or 0 for the VLAN-0 entry alone (qbridge extension: the
+/// entry `fdb add` without `vlan` makes next to the per-VLAN ones on a VLAN-filtering bridge).
+fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
+    if s == "0" {
+        return Ok(0);
+    }
+    parse_vid(s)
+}
+
 fn parse_vid_range(s: &str) -> Result<VidRange, ControlError> {
     match s.split_once('-') {
         Some((a, b)) => Ok(VidRange {
@@ -319,10 +341,11 @@ fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
 fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
     // ip-link(8): `link add [link DEV] [name] NAME type KIND …`, `link DEV` before or after
     // the name.
-    let (mut name, mut link) = (None, None);
+    let (mut name, mut link, mut index) = (None, None, None);
     loop {
         match w.next() {
             Some("type") => break,
+            Some(kw @ "index") => set_once(&mut index, kw, parse_index(w.value(kw, INDEX)?)?)?,
             Some(kw @ "link") => set_once(&mut link, kw, w.value(kw, "the lower device's name")?)?,
             Some(kw @ "name") => set_once(&mut name, kw, w.value(kw, "a device name")?)?,
             Some(other) if name.is_none() && other != "dev" => name = Some(other),
@@ -346,6 +369,39 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
         })?
         .to_string();
     let kind = w.value("type", LINK_KINDS)?;
+    let mut cmd = parse_link_kind(w, name, link, kind)?;
+    match &mut cmd {
+        LinkCommand::AddPort { index: slot, .. } => *slot = index,
+        _ if index.is_some() => {
+            return Err(unexpected("index", "\"type KIND\" (a bridge takes no index)"))
+        }
+        _ => {}
+    }
+    Ok(cmd)
+}
+
+/// The words of `index N`: a port id.
+const INDEX: &str = "a port id (0-4095)";
+
+fn parse_index(s: &str) -> Result<u16, ControlError> {
+    let n = parse_uint("index", s, 0xffff)?;
+    if n as usize >= qbridge_bridge::MAX_PORTS {
+        return Err(ControlError::BadValue {
+            what: "index",
+            value: s.to_string(),
+            expected: INDEX,
+        });
+    }
+    Ok(n as u16)
+}
+
+/// `link add … type KIND ARGS`, after the name (and `link LOWER`).
+fn parse_link_kind(
+    w: &mut Words<'_>,
+    name: String,
+    link: Option<&str>,
+    kind: &str,
+) -> Result<LinkCommand, ControlError> {
     if let Some(link) = link {
         return parse_stacked(w, name, link.to_string(), kind);
     }
@@ -362,6 +418,8 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             Ok(LinkCommand::AddPort {
                 name,
                 spec: PortSpec::Pcap,
+                index: None,
+                peer_index: None,
             })
         }
         "afpacket" => {
@@ -400,6 +458,8 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                     qdisc_bypass: bypass.unwrap_or(true),
                     ring_frames: ring,
                 },
+                index: None,
+                peer_index: None,
             })
         }
         "tap" => {
@@ -417,6 +477,8 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                     ifname: ifname.map(str::to_string),
                     netns: netns.map(str::to_string),
                 },
+                index: None,
+                peer_index: None,
             })
         }
         "afxdp" => {
@@ -470,13 +532,19 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
                     mode: mode.unwrap_or(XdpAttach::Native),
                     zerocopy: zc.unwrap_or(false),
                 },
+                index: None,
+                peer_index: None,
             })
         }
         "patch" => {
-            let mut peer = None;
+            let (mut peer, mut peer_index) = (None, None);
             while let Some(kw) = w.next() {
                 match kw {
                     "peer" => set_once(&mut peer, kw, w.device("the peer port's name")?)?,
+                    "index" if peer.is_some() => {
+                        let i = parse_index(w.value(kw, INDEX)?)?;
+                        set_once(&mut peer_index, kw, i)?;
+                    }
                     other => return Err(unexpected(other, "peer")),
                 }
             }
@@ -488,6 +556,8 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             Ok(LinkCommand::AddPort {
                 name,
                 spec: PortSpec::Patch { peer },
+                index: None,
+                peer_index,
             })
         }
         other => Err(ControlError::BadValue {
@@ -581,7 +651,12 @@ fn parse_stacked(
             address,
         }
     };
-    Ok(LinkCommand::AddPort { name, spec })
+    Ok(LinkCommand::AddPort {
+        name,
+        spec,
+        index: None,
+        peer_index: None,
+    })
 }
 
 const MACVLAN_MODES: &str = "private, vepa, bridge or passthru";
@@ -704,6 +779,7 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 kw,
                 parse_address(w.value(kw, "a MAC address")?)?,
             )?,
+            "index" => set_once(&mut o.index, kw, parse_index(w.value(kw, INDEX)?)?)?,
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }
@@ -801,7 +877,7 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             while let Some(kw) = w.next() {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
-                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    "vlan" => set_once(&mut vlan, kw, parse_fdb_vid(w.value(kw, "a vid")?)?)?,
                     "static" | "dynamic" | "permanent" | "local" => {
                         let k = match kw {
                             "static" => FdbKind::Static,
@@ -958,7 +1034,9 @@ mod tests {
                     dev: "eth0".into(),
                     qdisc_bypass: true,
                     ring_frames: None
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(
@@ -969,7 +1047,9 @@ mod tests {
                     dev: "eth0".into(),
                     qdisc_bypass: false,
                     ring_frames: None
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(
@@ -979,14 +1059,16 @@ mod tests {
                 spec: PortSpec::Tap {
                     ifname: None,
                     netns: Some("ns1".into())
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
     }
 
     #[test]
     fn stacked_devices() {
-        let Command::Link(LinkCommand::AddPort { name, spec }) =
+        let Command::Link(LinkCommand::AddPort { name, spec, .. }) =
             p("link add link eth0.100 name eth0.100.10 type vlan protocol 802.1Q id 10").unwrap()
         else {
             panic!("not a port")
@@ -1007,7 +1089,7 @@ mod tests {
             "link add eth0.100 link eth0 type vlan protocol 802.1ad id 100",
             "link add link eth0 eth0.100 type vlan protocol 802.1ad id 100",
         ] {
-            let Command::Link(LinkCommand::AddPort { name, spec }) = p(line).unwrap() else {
+            let Command::Link(LinkCommand::AddPort { name, spec, .. }) = p(line).unwrap() else {
                 panic!("{line}")
             };
             assert_eq!(name, "eth0.100", "{line}");
@@ -1184,7 +1266,9 @@ mod tests {
                     dev: "eth0".into(),
                     qdisc_bypass: true,
                     ring_frames: Some(4096)
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(
@@ -1200,7 +1284,9 @@ mod tests {
                     queues: 2,
                     mode: XdpAttach::Skb,
                     zerocopy: false
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(
@@ -1212,7 +1298,9 @@ mod tests {
                     queues: 1,
                     mode: XdpAttach::Native,
                     zerocopy: false
-                }
+                },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(
@@ -1231,7 +1319,9 @@ mod tests {
             p("link add pa type patch peer name pb").unwrap(),
             Command::Link(LinkCommand::AddPort {
                 name: "pa".into(),
-                spec: PortSpec::Patch { peer: "pb".into() }
+                spec: PortSpec::Patch { peer: "pb".into() },
+                index: None,
+                peer_index: None,
             })
         );
         assert_eq!(

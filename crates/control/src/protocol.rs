@@ -69,6 +69,9 @@ pub struct Request {
     pub batch: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opts: Option<WireOptions>,
+    /// With `batch`: apply it as `qbridge apply` does (re-applying changes nothing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apply: bool,
 }
 
 /// What a valid request asks for.
@@ -81,6 +84,8 @@ pub enum Op {
     },
     /// A batch, all-or-nothing.
     Batch { out: OutputOptions, text: String },
+    /// A batch applied idempotently (`qbridge apply`, [`crate::Session::apply_batch`]).
+    Apply { out: OutputOptions, text: String },
 }
 
 impl Request {
@@ -90,6 +95,7 @@ impl Request {
             args: Some(args.to_vec()),
             batch: None,
             opts: None,
+            apply: false,
         }
     }
 
@@ -99,6 +105,15 @@ impl Request {
             args: None,
             batch: Some(text.to_owned()),
             opts: Some(out.into()),
+            apply: false,
+        }
+    }
+
+    /// `qbridge apply FILE`: `text` applied idempotently.
+    pub fn apply(text: &str, out: OutputOptions) -> Request {
+        Request {
+            apply: true,
+            ..Request::batch(text, out)
         }
     }
 
@@ -120,6 +135,9 @@ impl Request {
             ));
         }
         match (r.args, r.batch) {
+            (Some(_), None) if r.apply => {
+                Err("malformed request: \"apply\" goes with \"batch\"".into())
+            }
             (Some(args), None) => {
                 if r.opts.is_some() {
                     return Err(
@@ -136,6 +154,10 @@ impl Request {
                     words: words.to_vec(),
                 })
             }
+            (None, Some(text)) if r.apply => Ok(Op::Apply {
+                out: r.opts.unwrap_or_default().into(),
+                text,
+            }),
             (None, Some(text)) => Ok(Op::Batch {
                 out: r.opts.unwrap_or_default().into(),
                 text,

@@ -85,6 +85,8 @@ pub struct Session {
     switch: Switch,
     specs: BTreeMap<String, PortSpec>,
     status: BTreeMap<String, BackendStatus>,
+    /// `qbridge apply`: what exists already is not an error (see [`Session::apply_batch`]).
+    may_exist: bool,
 }
 
 impl Session {
@@ -168,18 +170,41 @@ impl Session {
         Ok(output)
     }
 
+    /// `qbridge apply FILE`: applies a batch all-or-nothing like [`Session::execute_batch`],
+    /// but so that applying it again changes nothing and is not an error (Open vSwitch's
+    /// `--may-exist` and `--if-exists`): `link add` of a device that exists with the same kind
+    /// and backend does nothing (a bridge takes the options given), one that exists as
+    /// something else is an error naming both; `link del`, `vlan del` and `fdb del` of what is
+    /// not there do nothing; `fdb add` of an entry that exists replaces it; a bridge's host
+    /// port that exists accepts its own `ifname`, `netns`, `address` and `index` again.
+    pub fn apply_batch(&mut self, text: &str, out: OutputOptions) -> Result<String, ControlError> {
+        self.may_exist = true;
+        let r = self.execute_batch(text, out);
+        self.may_exist = false;
+        r
+    }
+
     /// Executes one command; returns its output (empty for commands that change state).
     pub fn execute(&mut self, cmd: &Command, out: OutputOptions) -> Result<String, ControlError> {
         match cmd {
             Command::Link(c) => self.link(c, out),
             Command::Vlan(c) => self.vlan(c, out),
             Command::Fdb(c) => self.fdb(c, out),
+            Command::ShowRunningConfig => Ok(self.running_config()),
         }
     }
 
     fn link(&mut self, cmd: &LinkCommand, out: OutputOptions) -> Result<String, ControlError> {
         let sw = &mut self.switch;
         match cmd {
+            LinkCommand::AddBridge { name, opts } if self.may_exist && sw.exists(name) => {
+                let id = match sw.bridge_id(name) {
+                    Ok(id) => id,
+                    Err(_) => return Err(self.exists_different(name, "a bridge")),
+                };
+                let settings = merge_bridge(sw.bridge_settings(id).clone(), opts);
+                sw.set_bridge(id, settings)?;
+            }
             LinkCommand::AddBridge { name, opts } => {
                 let settings = merge_bridge(BridgeSettings::default(), opts);
                 sw.add_bridge(name, settings)?;
@@ -189,64 +214,22 @@ impl Session {
                 let settings = merge_bridge(sw.bridge_settings(id).clone(), opts);
                 sw.set_bridge(id, settings)?;
             }
-            LinkCommand::AddPort { name, spec } => {
-                if let PortSpec::Vlan {
-                    link,
-                    protocol,
-                    id,
-                    address,
-                    ..
-                } = spec
-                {
-                    let lower = resolve_lower(sw, link)?;
-                    let mac = address.unwrap_or_else(|| random_mac(name));
-                    sw.add_vlan_device(name, lower, *protocol, (*id).into(), mac)?;
-                    self.specs.insert(name.clone(), spec.clone());
-                    self.status.remove(name);
-                    return Ok(String::new());
-                }
-                if let PortSpec::Macvlan {
-                    link,
-                    mode,
-                    address,
-                    ..
-                } = spec
-                {
-                    let lower = resolve_lower(sw, link)?;
-                    let mac = address.unwrap_or_else(|| random_mac(name));
-                    sw.add_macvlan(name, lower, *mode, mac)?;
-                    self.specs.insert(name.clone(), spec.clone());
-                    self.status.remove(name);
-                    return Ok(String::new());
-                }
-                if let PortSpec::Patch { peer } = spec {
-                    if peer == name {
-                        return Err(ControlError::PatchSelfPeer(name.clone()));
-                    }
-                    if sw.exists(peer) {
-                        return Err(qbridge_bridge::ConfigError::DeviceExists(peer.clone()).into());
-                    }
-                }
-                sw.add_port(name, spec.kind(), PortSettings::default())?;
-                if let PortSpec::Patch { peer } = spec {
-                    // Both ends or neither: undo the first if the second is refused.
-                    if let Err(e) = sw.add_port(peer, spec.kind(), PortSettings::default()) {
-                        let _ = sw.del_link(name);
-                        return Err(e.into());
-                    }
-                    let back = PortSpec::Patch { peer: name.clone() };
-                    self.specs.insert(peer.clone(), back);
-                    self.status.remove(peer);
-                }
-                self.specs.insert(name.clone(), spec.clone());
-                self.status.remove(name);
-            }
+            LinkCommand::AddPort {
+                name,
+                spec,
+                index,
+                peer_index,
+            } => return self.add_port(name, spec, *index, *peer_index),
             LinkCommand::SetPort { dev, opts } if sw.is_bridge(dev) => {
                 return self.set_host_port(dev, opts);
             }
             LinkCommand::SetPort { dev, opts } => {
-                if opts.ifname.is_some() || opts.netns.is_some() || opts.address.is_some() {
-                    return Err(ControlError::HostOnlyOptions("ifname, netns and address"));
+                if opts.ifname.is_some()
+                    || opts.netns.is_some()
+                    || opts.address.is_some()
+                    || opts.index.is_some()
+                {
+                    return Err(ControlError::HostOnlyOptions("ifname, netns, address and index"));
                 }
                 let id = sw.port_id(dev)?;
                 let master = match &opts.master {
@@ -262,6 +245,7 @@ impl Session {
                     sw.set_master(id, m)?;
                 }
             }
+            LinkCommand::Del { dev } if self.may_exist && !sw.exists(dev) => {}
             LinkCommand::Del { dev } => {
                 let peer = match self.specs.get(dev) {
                     Some(PortSpec::Patch { peer }) => Some(peer.clone()),
@@ -306,7 +290,24 @@ impl Session {
             }
             VlanCommand::Del { dev, vids, self_ } => {
                 let id = vlan_target(sw, dev, *self_)?;
-                sw.vlan_del(id, vids.start.into(), vids.end.into())?;
+                if self.may_exist {
+                    // Only the VIDs the port carries, in runs.
+                    let mut run: Option<(u16, u16)> = None;
+                    let mut runs = Vec::new();
+                    for vid in vids.start..=vids.end {
+                        if sw.vlan_membership(id, vid).is_some() {
+                            run = Some(run.map_or((vid, vid), |(a, _)| (a, vid)));
+                        } else if let Some(r) = run.take() {
+                            runs.push(r);
+                        }
+                    }
+                    runs.extend(run);
+                    for (a, b) in runs {
+                        sw.vlan_del(id, a.into(), b.into())?;
+                    }
+                } else {
+                    sw.vlan_del(id, vids.start.into(), vids.end.into())?;
+                }
             }
             VlanCommand::Show { dev } => {
                 return if out.stats {
@@ -331,11 +332,15 @@ impl Session {
                 replace,
             } => {
                 let id = port_or_host(sw, dev)?;
-                sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, *replace)?;
+                let replace = *replace || self.may_exist;
+                sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, replace)?;
             }
             FdbCommand::Del { mac, dev, vlan } => {
                 let id = port_or_host(sw, dev)?;
-                sw.fdb_del(*mac, id, vlan.map(u32::from))?;
+                match sw.fdb_del(*mac, id, vlan.map(u32::from)) {
+                    Err(qbridge_bridge::ConfigError::NoSuchFdbEntry { .. }) if self.may_exist => {}
+                    r => r?,
+                }
             }
             FdbCommand::Show { br, dev, vlan } => {
                 let filter = FdbFilter {
@@ -353,6 +358,12 @@ impl Session {
         Ok(String::new())
     }
 
+    /// The whole configuration as a batch file that recreates it on a fresh switch (see
+    /// [`crate::running`]).
+    pub fn running_config(&self) -> String {
+        crate::running::running_config(self)
+    }
+
     /// Per-port counters with drops by reason (every reason, zeros included), per-VLAN counters
     /// of each bridge, and the switch-level `unknown_port_drops`, as one JSON value.
     pub fn stats_json(&self) -> serde_json::Value {
@@ -361,18 +372,148 @@ impl Session {
 }
 
 impl Session {
+    /// `link add NAME … type KIND …` of a port (any backend, a stacked device, a patch link).
+    fn add_port(
+        &mut self,
+        name: &str,
+        spec: &PortSpec,
+        index: Option<u16>,
+        peer_index: Option<u16>,
+    ) -> Result<String, ControlError> {
+        if self.may_exist && self.switch.exists(name) {
+            return match self.specs.get(name) {
+                Some(have) if same_spec(have, spec, self.port_address(name)) => Ok(String::new()),
+                _ => Err(self.exists_different(name, &describe_spec(spec))),
+            };
+        }
+        self.check_interface(name, spec)?;
+        if let PortSpec::Patch { peer } = spec {
+            if peer == name {
+                return Err(ControlError::PatchSelfPeer(name.to_string()));
+            }
+            if self.switch.exists(peer) {
+                return Err(qbridge_bridge::ConfigError::DeviceExists(peer.clone()).into());
+            }
+        }
+        // On a copy: a patch link is both ends or neither, and an index reservation must not
+        // outlive a refused command.
+        let mut sw = self.switch.clone();
+        if let Some(i) = index {
+            sw.reserve_port_index(i)?;
+        }
+        match spec {
+            PortSpec::Vlan {
+                link,
+                protocol,
+                id,
+                address,
+                ..
+            } => {
+                let lower = resolve_lower(&sw, link)?;
+                let mac = address.unwrap_or_else(|| random_mac(name));
+                sw.add_vlan_device(name, lower, *protocol, (*id).into(), mac)?;
+            }
+            PortSpec::Macvlan {
+                link,
+                mode,
+                address,
+                ..
+            } => {
+                let lower = resolve_lower(&sw, link)?;
+                let mac = address.unwrap_or_else(|| random_mac(name));
+                sw.add_macvlan(name, lower, *mode, mac)?;
+            }
+            PortSpec::Patch { peer } => {
+                sw.add_port(name, spec.kind(), PortSettings::default())?;
+                if let Some(i) = peer_index {
+                    sw.reserve_port_index(i)?;
+                }
+                sw.add_port(peer, spec.kind(), PortSettings::default())?;
+                let back = PortSpec::Patch {
+                    peer: name.to_string(),
+                };
+                self.specs.insert(peer.clone(), back);
+                self.status.remove(peer);
+            }
+            _ => {
+                sw.add_port(name, spec.kind(), PortSettings::default())?;
+            }
+        }
+        self.switch = sw;
+        self.specs.insert(name.to_string(), spec.clone());
+        self.status.remove(name);
+        Ok(String::new())
+    }
+
+    /// The MAC address of port (or bridge host port) `name`, if it has one of its own.
+    fn port_address(&self, name: &str) -> Option<MacAddr> {
+        let sw = &self.switch;
+        let id = resolve_lower(sw, name).ok()?;
+        sw.port_mac(id)
+    }
+
+    fn exists_different(&self, name: &str, want: &str) -> ControlError {
+        let have = match self.specs.get(name) {
+            _ if self.switch.is_bridge(name) => "a bridge".to_string(),
+            Some(spec) => describe_spec(spec),
+            None => "another device".to_string(),
+        };
+        ControlError::ExistsDifferent {
+            name: name.to_string(),
+            have,
+            want: want.to_string(),
+        }
+    }
+
+    /// Refuses a port on a host interface (or a TAP name, in its namespace) that another port
+    /// uses: as Linux gives a device one master and `ovs-vsctl add-port` refuses a port twice.
+    fn check_interface(&self, name: &str, spec: &PortSpec) -> Result<(), ControlError> {
+        let Some(want) = host_interface(name, spec) else {
+            return Ok(());
+        };
+        for (other, ospec) in &self.specs {
+            let Some(have) = host_interface(other, ospec) else {
+                continue;
+            };
+            if have.netns == want.netns && have.ifname == want.ifname {
+                return Err(ControlError::InterfaceTaken {
+                    what: want.what,
+                    ifname: want.ifname.to_string(),
+                    ns: want
+                        .netns
+                        .map(|n| format!(" in netns {n}"))
+                        .unwrap_or_default(),
+                    port: other.clone(),
+                });
+            }
+        }
+        if let PortSpec::Patch { peer } = spec {
+            for (other, ospec) in &self.specs {
+                if let PortSpec::Patch { peer: p } = ospec {
+                    if p == peer {
+                        return Err(qbridge_bridge::ConfigError::DeviceExists(other.clone()).into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `link set dev BR [up|down] [ifname IF] [netns NS] [address MAC] [mtu …]`: the bridge's
     /// host port. `up` creates it the first time (a TAP named `ifname`, default the bridge's
     /// name, in `netns`); its TAP name, namespace and address are fixed from then on.
     fn set_host_port(&mut self, dev: &str, opts: &PortOptions) -> Result<String, ControlError> {
-        let sw = &mut self.switch;
-        let b = sw.bridge_id(dev)?;
+        let b = self.switch.bridge_id(dev)?;
         if opts.master.is_some() {
             return Err(ControlError::HostPortMaster(dev.to_string()));
         }
-        let id = match sw.host_port(b) {
+        let id = match self.switch.host_port(b) {
             Some(id) => {
-                if opts.ifname.is_some() || opts.netns.is_some() || opts.address.is_some() {
+                let fixed_given = opts.ifname.is_some()
+                    || opts.netns.is_some()
+                    || opts.address.is_some()
+                    || opts.index.is_some();
+                if fixed_given && !(self.may_exist && self.host_port_matches(dev, id, opts)) {
                     return Err(ControlError::HostPortFixed(dev.to_string()));
                 }
                 id
@@ -383,26 +524,138 @@ impl Session {
                 }
                 // Validate the other settings before creating anything.
                 let settings = merge_port(PortSettings::default(), opts);
+                let spec = PortSpec::Host {
+                    ifname: opts.ifname.clone(),
+                    netns: opts.netns.clone(),
+                    address: opts.address,
+                };
+                self.check_interface(dev, &spec)?;
+                let sw = &mut self.switch;
                 let mut probe = sw.clone();
+                if let Some(i) = opts.index {
+                    probe.reserve_port_index(i)?;
+                }
                 let mac = opts.address.unwrap_or_else(|| random_mac(dev));
                 let id = probe.add_host_port(b, mac)?;
                 probe.set_port(id, settings)?;
                 *sw = probe;
-                self.specs.insert(
-                    dev.to_string(),
-                    PortSpec::Host {
-                        ifname: opts.ifname.clone(),
-                        netns: opts.netns.clone(),
-                        address: opts.address,
-                    },
-                );
+                self.specs.insert(dev.to_string(), spec);
                 self.status.remove(dev);
                 return Ok(String::new());
             }
         };
+        let sw = &mut self.switch;
         let settings = merge_port(sw.port_settings(id).clone(), opts);
         sw.set_port(id, settings)?;
         Ok(String::new())
+    }
+}
+
+impl Session {
+    /// Whether the `ifname`, `netns`, `address` and `index` given for existing host port `id`
+    /// of bridge `dev` are the ones it has.
+    fn host_port_matches(&self, dev: &str, id: PortId, opts: &PortOptions) -> bool {
+        let Some(PortSpec::Host { ifname, netns, .. }) = self.specs.get(dev) else {
+            return false;
+        };
+        let tap = ifname.as_deref().unwrap_or(dev);
+        opts.ifname.as_deref().is_none_or(|i| i == tap)
+            && opts.netns.as_deref().is_none_or(|n| Some(n) == netns.as_deref())
+            && opts.address.is_none_or(|a| Some(a) == self.switch.port_mac(id))
+            && opts.index.is_none_or(|i| i == id.0)
+    }
+}
+
+/// A host interface a port holds: an AF_PACKET/AF_XDP device, or the TAP it creates.
+struct HostInterface<'a> {
+    what: &'static str,
+    ifname: &'a str,
+    /// `None`: the daemon's own namespace.
+    netns: Option<&'a str>,
+}
+
+fn host_interface<'a>(name: &'a str, spec: &'a PortSpec) -> Option<HostInterface<'a>> {
+    let (what, ifname, netns) = match spec {
+        PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => ("interface", &**dev, None),
+        PortSpec::Tap { ifname, netns } => {
+            let tap = ifname.as_deref().unwrap_or(name);
+            if tap.contains('%') {
+                // The kernel picks a free name.
+                return None;
+            }
+            ("interface", tap, netns.as_deref())
+        }
+        PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
+            let (tap, netns) = spec.host_tap(name)?;
+            ("interface", tap, netns)
+        }
+        PortSpec::Pcap | PortSpec::Patch { .. } => return None,
+    };
+    Some(HostInterface {
+        what,
+        ifname,
+        netns,
+    })
+}
+
+/// Whether an existing port's backend is the one a `link add` asks for (`apply`). A stacked
+/// device created without `address` has a random one; a request without `address` matches
+/// any, one with it must name the device's `mac`.
+fn same_spec(have: &PortSpec, want: &PortSpec, mac: Option<MacAddr>) -> bool {
+    let address_ok = |a: &Option<MacAddr>| a.is_none_or(|a| Some(a) == mac);
+    match (have, want) {
+        (
+            PortSpec::Vlan {
+                link,
+                protocol,
+                id,
+                netns,
+                ..
+            },
+            PortSpec::Vlan {
+                link: l2,
+                protocol: p2,
+                id: i2,
+                netns: n2,
+                address,
+            },
+        ) => link == l2 && protocol == p2 && id == i2 && netns == n2 && address_ok(address),
+        (
+            PortSpec::Macvlan {
+                link, mode, netns, ..
+            },
+            PortSpec::Macvlan {
+                link: l2,
+                mode: m2,
+                netns: n2,
+                address,
+            },
+        ) => link == l2 && mode == m2 && netns == n2 && address_ok(address),
+        (a, b) => a == b,
+    }
+}
+
+/// How `apply`'s messages name a backend: "an afpacket port on eth0", "a vlan device".
+fn describe_spec(spec: &PortSpec) -> String {
+    match spec {
+        PortSpec::AfPacket { dev, .. } => format!("an afpacket port on {dev}"),
+        PortSpec::AfXdp { dev, .. } => format!("an afxdp port on {dev}"),
+        PortSpec::Tap { ifname, .. } => match ifname {
+            Some(i) => format!("a tap port (ifname {i})"),
+            None => "a tap port".to_string(),
+        },
+        PortSpec::Patch { peer } => format!("a patch port (peer {peer})"),
+        PortSpec::Vlan {
+            link, protocol, id, ..
+        } => format!(
+            "a vlan device on {link} (protocol {} id {id})",
+            qbridge_bridge::switch::tpid_name(protocol.0)
+        ),
+        PortSpec::Macvlan { link, mode, .. } => {
+            format!("a macvlan on {link} (mode {})", mode.as_str())
+        }
+        PortSpec::Host { .. } => "a bridge's host port".to_string(),
+        PortSpec::Pcap => "a pcap port".to_string(),
     }
 }
 

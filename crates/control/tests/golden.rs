@@ -512,7 +512,7 @@ fn stacked_device_errors() {
     );
     assert_eq!(
         err(&mut s, "link set dev brh ifname other"),
-        "the host port of \"brh\" exists: its ifname, netns and address are fixed at creation"
+        "the host port of \"brh\" exists: its ifname, netns, address and index are fixed at creation"
     );
     assert_eq!(
         err(&mut s, "link set dev brh master br9"),

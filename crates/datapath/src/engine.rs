@@ -131,10 +131,12 @@ impl Handle {
 }
 
 /// Options of the engine that do not come from commands.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct EngineConfig {
     /// Where pcap ports write (`--pcap-dir`); without it pcap ports are refused.
     pub pcap_dir: Option<PathBuf>,
+    /// `--state FILE`: the running configuration is written there after each change.
+    pub state: Option<crate::state::StateFile>,
 }
 
 /// What the workers of one port share with the control thread: counters the control thread
@@ -438,6 +440,7 @@ impl Engine {
                 parse_words(&words).and_then(|cmd| self.session.execute(&cmd, out))
             }
             Op::Batch { out, text } => self.session.execute_batch(&text, out),
+            Op::Apply { out, text } => self.session.apply_batch(&text, out),
         };
         if !changing {
             return match r {
@@ -445,9 +448,29 @@ impl Engine {
                 Err(e) => Response::err(e.to_string()),
             };
         }
-        let resp = self.commit(r, before);
+        let mut resp = self.commit(r, before);
         self.publish();
+        if resp.ok {
+            self.save_state(&mut resp);
+        }
         resp
+    }
+
+    /// `--state FILE`: writes the running configuration if a command changed it. A failed
+    /// write does not undo the change (it is in force); the reply says it was not saved.
+    fn save_state(&mut self, resp: &mut Response) {
+        let Some(state) = &mut self.cfg.state else {
+            return;
+        };
+        let text = self.session.running_config();
+        if let Err(e) = state.save(&text) {
+            let w = format!(
+                "the change is in force but was not saved to {}: {e}",
+                state.path().display()
+            );
+            tracing::error!("{w}");
+            resp.warnings.push(w);
+        }
     }
 
     /// After a command that may have changed the configuration: reconcile the backends, or
@@ -1218,7 +1241,7 @@ fn close_queues(queues: Opened) {
 fn changes(op: &Op) -> bool {
     match op {
         Op::Command { words, .. } => parse_words(words).is_ok_and(|c| !is_show(&c)),
-        Op::Batch { .. } => true,
+        Op::Batch { .. } | Op::Apply { .. } => true,
     }
 }
 
@@ -1227,7 +1250,7 @@ fn may_open_ports(op: &Op) -> bool {
     match op {
         Op::Command { words, .. } => parse_words(words)
             .is_ok_and(|c| matches!(c, Command::Link(LinkCommand::AddPort { .. }))),
-        Op::Batch { .. } => true,
+        Op::Batch { .. } | Op::Apply { .. } => true,
     }
 }
 
@@ -1238,5 +1261,6 @@ fn is_show(cmd: &Command) -> bool {
         Command::Link(LinkCommand::Show { .. })
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
+            | Command::ShowRunningConfig
     )
 }

@@ -20,6 +20,7 @@ mod engine;
 pub mod patch;
 pub mod pcap;
 pub mod queue;
+pub mod state;
 mod worker;
 
 pub use backends::default_ring_frames;

@@ -88,6 +88,7 @@ fn provider_path_through_a_patch_link_on_two_workers() {
         session,
         EngineConfig {
             pcap_dir: Some(d.clone()),
+            ..EngineConfig::default()
         },
     )
     .unwrap();
@@ -208,6 +209,7 @@ fn an_address_learned_on_one_worker_is_known_to_the_other() {
         session,
         EngineConfig {
             pcap_dir: Some(d.clone()),
+            ..EngineConfig::default()
         },
     )
     .unwrap();

@@ -63,6 +63,7 @@ fn a_loop_through_a_patch_link_is_logged_as_flapping() {
         session,
         EngineConfig {
             pcap_dir: Some(d.clone()),
+            ..EngineConfig::default()
         },
     )
     .unwrap();

@@ -19,6 +19,7 @@ use crate::metrics;
 use crate::read_batch;
 use anyhow::{bail, Context};
 use qbridge_control::{OutputOptions, Request, Response, Session};
+use qbridge_datapath::state::StateFile;
 use qbridge_datapath::{Engine, EngineConfig, Handle};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -38,7 +39,7 @@ const MAX_REQUEST_BYTES: u64 = 64 << 20;
 
 pub const DAEMON_USAGE: &str = "\
 Usage: qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT [--metrics-public]]
-                      [--pcap-dir DIR] [--workers N]
+                      [--pcap-dir DIR] [--workers N] [--state FILE]
 
 Runs the switch in the foreground until SIGTERM or SIGINT; logs go to stderr (QBRIDGE_LOG=info
 or debug for more). The control socket (mode 0600) is created once FILE is applied and every
@@ -52,6 +53,9 @@ port is open; 'qbridge OBJECT COMMAND' and 'qbridge -batch FILE' talk to it.
                        exists when the port opens, receives its frames once
   --workers N          datapath threads (default: the CPUs this process may run on, at most
                        64); frames of one flow stay on one thread, in order
+  --state FILE         keep the configuration in FILE: restored at start (before -batch,
+                       which is then applied as 'qbridge apply' does: what exists is kept),
+                       rewritten atomically after every change (see docs/daemon.md)
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
@@ -73,6 +77,7 @@ struct Args {
     metrics_public: bool,
     pcap_dir: Option<PathBuf>,
     workers: Option<usize>,
+    state: Option<PathBuf>,
 }
 
 /// Most datapath threads `--workers` accepts.
@@ -98,6 +103,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
             "metrics" => a.metrics = Some(value("ADDR:PORT")?),
             "metrics-public" => a.metrics_public = true,
             "pcap-dir" => a.pcap_dir = Some(PathBuf::from(value("a DIR")?)),
+            "state" => a.state = Some(PathBuf::from(value("a FILE")?)),
             "workers" => {
                 let v = value("a number of threads")?;
                 let n: usize = v
@@ -146,6 +152,30 @@ fn lock(socket: &Path) -> anyhow::Result<Lock> {
     }
 }
 
+/// `--state FILE`: restores the configuration FILE holds (a missing file is an empty state: the
+/// first start). A file that does not apply stops the daemon: starting without the saved
+/// configuration would silently forward with another one.
+fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::info!("state file {} does not exist yet: starting empty", path.display());
+            return Ok(StateFile::new(path.to_path_buf(), None));
+        }
+        Err(e) => bail!("cannot read the state file {}: {e}", path.display()),
+    };
+    session
+        .execute_batch(&text, OutputOptions::default())
+        .with_context(|| {
+            format!(
+                "state file {} does not apply; fix it or move it away to start empty",
+                path.display()
+            )
+        })?;
+    tracing::info!("restored the configuration from {}", path.display());
+    Ok(StateFile::new(path.to_path_buf(), Some(text)))
+}
+
 /// Binds the control socket under a temporary name, makes it 0600 and renames it into place.
 fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
     let mut tmp = path.as_os_str().to_owned();
@@ -185,11 +215,20 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
             .min(MAX_WORKERS)
     });
     let mut session = Session::with_workers(workers);
+    let mut state = match &args.state {
+        Some(path) => Some(restore_state(&mut session, path)?),
+        None => None,
+    };
     if let Some(file) = &args.batch {
         let text = read_batch(file)?;
-        let out = session
-            .execute_batch(&text, OutputOptions::default())
-            .with_context(|| format!("batch file {file}"))?;
+        let o = OutputOptions::default();
+        // With a state file the batch re-applies over the restored state: what exists is kept.
+        let out = if state.is_some() {
+            session.apply_batch(&text, o)
+        } else {
+            session.execute_batch(&text, o)
+        }
+        .with_context(|| format!("batch file {file}"))?;
         std::io::stdout().write_all(out.as_bytes())?;
     }
     let metrics_listener = match &args.metrics {
@@ -199,8 +238,14 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     if let Some(d) = &args.pcap_dir {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
+    if let Some(st) = &mut state {
+        // The batch may have changed the restored state; the file follows at once.
+        st.save(&session.running_config())
+            .with_context(|| format!("cannot write the state file {}", st.path().display()))?;
+    }
     let cfg = EngineConfig {
         pcap_dir: args.pcap_dir.clone(),
+        state,
     };
     let (engine, handle, warnings) = Engine::new(session, cfg).map_err(anyhow::Error::msg)?;
     for w in warnings {

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
        qbridge [OPTIONS] -batch FILE
+       qbridge [OPTIONS] apply FILE     (a batch that may be re-applied: what exists is kept)
        qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT] [--pcap-dir DIR]
        qbridge replay -batch CONFIG --in PORT=FILE.pcap [--in ...] --out DIR
        qbridge demo [--seconds N] [--examples DIR]   (live Q-in-Q network in namespaces)
@@ -53,6 +54,7 @@ OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
   fdb del MAC dev NAME [vlan V]
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [dynamic|static]
+  show running-config      (the whole configuration as a batch file that recreates it)
 'dev' may be omitted where iproute2 allows it (link set p1 learning off).
 
 Differences from iproute2: ageing_time is in seconds (decimals allowed), not centiseconds.
@@ -163,6 +165,22 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 print!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
             }
+            "apply" => {
+                let [_, file] = rest else {
+                    bail!("usage: qbridge [-n] [--socket PATH] apply FILE ('-' reads stdin)");
+                };
+                if batch.is_some() {
+                    bail!("apply takes its FILE itself: qbridge apply FILE");
+                }
+                let text = read_batch(file)?;
+                if !offline {
+                    let socket = daemon::socket_path(socket.as_deref());
+                    return client::run(&socket, &Request::apply(&text, out));
+                }
+                let output = Session::new().apply_batch(&text, out)?;
+                write_stdout(&output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             _ => {}
         }
     }
@@ -211,11 +229,15 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             session.execute(&cmd, out)?
         }
     };
+    write_stdout(&output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_stdout(output: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(output.as_bytes())
-        .context("cannot write to stdout")?;
-    Ok(ExitCode::SUCCESS)
+        .context("cannot write to stdout")
 }
 
 /// The text of a batch file; `-` is standard input.

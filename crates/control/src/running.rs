@@ -1,0 +1,328 @@
+//! `qbridge show running-config`: the whole configuration as a batch file that recreates it.
+//!
+//! Fed to a fresh daemon (`qbridge -batch FILE`, or the daemon's `--state FILE`), the file
+//! gives the same `link show -j`, `vlan show -j` and `fdb show -j`. What it holds, in the
+//! order a fresh switch needs it:
+//! 1. every bridge with all its options (explicit, so a later change of a default cannot
+//!    change a saved switch);
+//! 2. every port in creation order (a stacked device after its lower device) with its backend,
+//!    its port id (`index N`, so ids and the worker each port's queues go to survive) and the
+//!    address of a device that has one (a random one stays the same); a bridge's host port as
+//!    `link set dev BR up …`; a patch link once, with both ends' ids;
+//! 3. every port's settings and master in one `link set` line;
+//! 4. every VLAN of every bridge port, after removing the default PVID a port got on joining
+//!    if it no longer has it; runs of VIDs with the same flags as one range;
+//! 5. every FDB entry added by a command (static, permanent, and dynamic ones added with
+//!    `fdb add … dynamic`), but not learned entries, nor the permanent entries a host port
+//!    gets for its own address (its VLANs recreate them).
+//!
+//! Counters, learned entries and backend state are not configuration and are not saved.
+
+use crate::command::{PortSpec, XdpAttach};
+use crate::session::Session;
+use qbridge_bridge::switch::tpid_name;
+use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, Role, Switch};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// The running configuration of `session` as batch-file text.
+pub fn running_config(session: &Session) -> String {
+    let sw = session.switch();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# qbridge {} running configuration: 'qbridge -batch FILE' on a fresh daemon recreates it",
+        env!("CARGO_PKG_VERSION")
+    );
+    for (b, name) in sw.bridge_ids() {
+        let s = sw.bridge_settings(b);
+        let _ = writeln!(
+            out,
+            "link add {name} type bridge vlan_filtering {} vlan_protocol {} vlan_default_pvid {} \
+             ageing_time {} fdb_max_learned {} group_fwd_mask {} fdb_max_entries {}",
+            u8::from(s.vlan_filtering),
+            s.vlan_protocol.as_str(),
+            s.default_pvid,
+            seconds(s.ageing_time_ns),
+            s.fdb_max_learned,
+            s.group_fwd_mask,
+            s.fdb_max_entries
+        );
+    }
+    let ports: Vec<(PortId, String)> = sw.port_ids().map(|(id, n)| (id, n.to_owned())).collect();
+    let mut done = BTreeSet::new();
+    for (id, name) in &ports {
+        if done.contains(name) {
+            continue;
+        }
+        if let Some(line) = create_line(session, *id, name, &mut done) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    for (id, name) in &ports {
+        out.push_str(&settings_line(sw, *id, name));
+        out.push('\n');
+    }
+    for (id, name) in &ports {
+        vlan_lines(sw, *id, name, &mut out);
+    }
+    fdb_lines(sw, &mut out);
+    out
+}
+
+/// An ageing time in seconds as the grammar reads it: `300`, `1.5`, `0.000000001`.
+fn seconds(ns: u64) -> String {
+    let (s, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    if frac == 0 {
+        return s.to_string();
+    }
+    let f = format!("{frac:09}");
+    format!("{s}.{}", f.trim_end_matches('0'))
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The name a command uses for port `id` as a lower device: a host port is its bridge.
+fn lower_name(sw: &Switch, id: PortId) -> String {
+    match sw.port_role(id) {
+        Role::Host { bridge } => sw.bridge_name(BridgeId(bridge)).to_string(),
+        _ => sw.port_name(id).unwrap_or_default().to_string(),
+    }
+}
+
+/// The line that creates port `id` (`None` for a port without a backend spec).
+fn create_line(
+    session: &Session,
+    id: PortId,
+    name: &str,
+    done: &mut BTreeSet<String>,
+) -> Option<String> {
+    let sw = session.switch();
+    let spec = session.port_spec(name)?;
+    done.insert(name.to_string());
+    let index = id.0;
+    let mut l = match spec {
+        PortSpec::Pcap => format!("link add {name} index {index} type pcap"),
+        PortSpec::AfPacket {
+            dev,
+            qdisc_bypass,
+            ring_frames,
+        } => {
+            let mut l = format!(
+                "link add {name} index {index} type afpacket dev {dev} qdisc_bypass {}",
+                on_off(*qdisc_bypass)
+            );
+            if let Some(r) = ring_frames {
+                let _ = write!(l, " ring_frames {r}");
+            }
+            l
+        }
+        PortSpec::Tap { ifname, netns } => {
+            let mut l = format!("link add {name} index {index} type tap");
+            if let Some(i) = ifname {
+                let _ = write!(l, " ifname {i}");
+            }
+            if let Some(n) = netns {
+                let _ = write!(l, " netns {n}");
+            }
+            l
+        }
+        PortSpec::AfXdp {
+            dev,
+            queues,
+            mode,
+            zerocopy,
+        } => format!(
+            "link add {name} index {index} type afxdp dev {dev} queues {queues} mode {} zerocopy {}",
+            match mode {
+                XdpAttach::Native => "native",
+                XdpAttach::Skb => "skb",
+            },
+            on_off(*zerocopy)
+        ),
+        PortSpec::Patch { peer } => {
+            done.insert(peer.clone());
+            let peer_index = sw.port_id(peer).ok()?.0;
+            format!("link add {name} index {index} type patch peer {peer} index {peer_index}")
+        }
+        PortSpec::Vlan { netns, .. } | PortSpec::Macvlan { netns, .. } => {
+            let lower = lower_name(sw, PortId(sw.port_role(id).lower()?));
+            let mut l = match sw.port_role(id) {
+                Role::Vlan { tpid, vid, .. } => format!(
+                    "link add link {lower} name {name} index {index} type vlan protocol {} id {vid}",
+                    tpid_name(tpid)
+                ),
+                Role::Macvlan { mode, .. } => format!(
+                    "link add link {lower} name {name} index {index} type macvlan mode {}",
+                    mode.as_str()
+                ),
+                Role::Device | Role::Host { .. } => return None,
+            };
+            if let Some(n) = netns {
+                let _ = write!(l, " netns {n}");
+            }
+            l
+        }
+        PortSpec::Host { ifname, netns, .. } => {
+            let mut l = format!("link set dev {name} up index {index}");
+            if let Some(i) = ifname {
+                let _ = write!(l, " ifname {i}");
+            }
+            if let Some(n) = netns {
+                let _ = write!(l, " netns {n}");
+            }
+            l
+        }
+    };
+    if let Some(mac) = sw.port_mac(id) {
+        let _ = write!(l, " address {mac}");
+    }
+    Some(l)
+}
+
+/// `link set dev NAME [master BR] …every setting…`.
+fn settings_line(sw: &Switch, id: PortId, name: &str) -> String {
+    let s = sw.port_settings(id);
+    let mut l = format!("link set dev {name}");
+    if let Some(b) = sw.port_master(id) {
+        if !matches!(sw.port_role(id), Role::Host { .. }) {
+            let _ = write!(l, " master {}", sw.bridge_name(b));
+        }
+    }
+    let _ = write!(
+        l,
+        " {} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} hairpin {} mtu {}",
+        if s.up { "up" } else { "down" },
+        on_off(s.learning),
+        on_off(s.flood),
+        on_off(s.mcast_flood),
+        on_off(s.bcast_flood),
+        on_off(s.isolated),
+        on_off(s.hairpin),
+        s.mtu
+    );
+    match s.envhdr_len {
+        Some(n) => {
+            let _ = write!(l, " envhdr len {n}");
+        }
+        None => l.push_str(" envhdr len auto"),
+    }
+    match s.tpid {
+        Some(t) => {
+            let _ = write!(l, " tpid 0x{:04x}", t.0);
+        }
+        None => l.push_str(" tpid default"),
+    }
+    let _ = write!(l, " fdb_max_learned {}", s.fdb_max_learned);
+    l
+}
+
+/// The VLAN lines of bridge port `id`: the default PVID it got on joining removed if it no
+/// longer has it, then its VIDs, runs with equal flags as ranges, the PVID alone.
+fn vlan_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
+    let Some(b) = sw.port_master(id) else {
+        return;
+    };
+    let self_ = if matches!(sw.port_role(id), Role::Host { .. }) {
+        " self"
+    } else {
+        ""
+    };
+    let default_pvid = sw.bridge_settings(b).default_pvid;
+    if default_pvid != 0 && sw.vlan_membership(id, default_pvid).is_none() {
+        let _ = writeln!(out, "vlan del vid {default_pvid} dev {name}{self_}");
+    }
+    // (first, last, untagged) runs of non-PVID VIDs.
+    let mut run: Option<(u16, u16, bool)> = None;
+    let flush = |run: Option<(u16, u16, bool)>, out: &mut String| {
+        if let Some((a, z, untagged)) = run {
+            let vids = if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            };
+            let flag = if untagged { " untagged" } else { "" };
+            let _ = writeln!(out, "vlan add vid {vids} dev {name}{flag}{self_}");
+        }
+    };
+    for vid in 1..=4094u16 {
+        match sw.vlan_membership(id, vid) {
+            Some((true, untagged)) => {
+                flush(run.take(), out);
+                let flag = if untagged { " untagged" } else { "" };
+                let _ = writeln!(out, "vlan add vid {vid} dev {name} pvid{flag}{self_}");
+            }
+            Some((false, untagged)) => match run {
+                Some((a, z, u)) if z + 1 == vid && u == untagged => run = Some((a, vid, u)),
+                _ => {
+                    flush(run.take(), out);
+                    run = Some((vid, vid, untagged));
+                }
+            },
+            None => flush(run.take(), out),
+        }
+    }
+    flush(run, out);
+}
+
+/// Every FDB entry a command added, except a host port's own address.
+fn fdb_lines(sw: &Switch, out: &mut String) {
+    let Ok(entries) = sw.fdb_entries(&FdbFilter::default()) else {
+        return;
+    };
+    for e in entries.iter().filter(|e| e.added_by_user) {
+        let Ok(id) = resolve(sw, &e.ifname, &e.master) else {
+            continue;
+        };
+        let host = matches!(sw.port_role(id), Role::Host { .. });
+        if host && e.kind == FdbKind::Permanent && sw.port_mac(id) == Some(e.mac) {
+            continue;
+        }
+        let filtering = sw
+            .port_master(id)
+            .is_some_and(|b| sw.bridge_settings(b).vlan_filtering);
+        let vlan = match e.vlan {
+            Some(v) => format!(" vlan {v}"),
+            // The VLAN-0 entry alone; without `vlan` a filtering bridge adds one per VLAN.
+            None if filtering => " vlan 0".to_string(),
+            None => String::new(),
+        };
+        let kind = match e.kind {
+            FdbKind::Static => "static",
+            FdbKind::Dynamic => "dynamic",
+            FdbKind::Permanent => "permanent",
+        };
+        let sticky = if e.sticky { " sticky" } else { "" };
+        let _ = writeln!(out, "fdb add {} dev {}{vlan} {kind}{sticky}", e.mac, e.ifname);
+    }
+}
+
+/// The port an FDB entry's `ifname` names: a port, or (a host port's name being its bridge's)
+/// the host port of bridge `master`.
+fn resolve(sw: &Switch, ifname: &str, master: &str) -> Result<PortId, ()> {
+    if let Ok(id) = sw.port_id(ifname) {
+        return Ok(id);
+    }
+    let b = sw.bridge_id(master).map_err(|_| ())?;
+    sw.host_port(b).ok_or(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_trip_the_grammar() {
+        assert_eq!(seconds(300_000_000_000), "300");
+        assert_eq!(seconds(1_500_000_000), "1.5");
+        assert_eq!(seconds(1), "0.000000001");
+        assert_eq!(seconds(0), "0");
+    }
+}
