@@ -34,6 +34,8 @@ use qbridge_control::{
 };
 use qbridge_io::afpacket::RxFilterHandle;
 use qbridge_io::tap::{TapConfig, TapPort};
+use qbridge_io::iflock::{self, IfaceLock, LockError};
+use qbridge_io::netns::run_in_netns;
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use rustix::event::{eventfd, EventfdFlags};
 use std::collections::HashMap;
@@ -225,6 +227,10 @@ pub struct Engine {
     flaps: HashMap<u16, (u64, u64)>,
     /// The plan the workers forward with.
     published: Option<Arc<Plan>>,
+    /// Host interfaces the ports hold (AF_PACKET, AF_XDP), locked against other daemons.
+    iface_locks: HashMap<String, IfaceLock>,
+    /// The lock directory could not be used (warned once; interfaces go unlocked).
+    locks_unavailable: bool,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -278,6 +284,8 @@ impl Engine {
             patch_peers: HashMap::new(),
             flaps: HashMap::new(),
             published: Some(plan),
+            iface_locks: HashMap::new(),
+            locks_unavailable: false,
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -536,6 +544,13 @@ impl Engine {
                     for (_, queues) in self.patch_peers.drain() {
                         close_queues(queues);
                     }
+                    let slots = &self.slots;
+                    self.iface_locks.retain(|dev, _| {
+                        slots
+                            .iter()
+                            .flatten()
+                            .any(|s| device_of(&s.spec) == Some(dev.as_str()))
+                    });
                     return Err(e);
                 }
             }
@@ -543,6 +558,9 @@ impl Engine {
         for (_, queues) in self.patch_peers.drain() {
             close_queues(queues);
         }
+        // Interfaces no port uses any more are free for another daemon.
+        self.iface_locks
+            .retain(|dev, _| wanted.iter().any(|(_, _, sp)| device_of(sp) == Some(dev.as_str())));
         // Phase 2: close what is gone or replaced, install the new.
         for i in 0..self.slots.len() {
             let keep = matches!(&self.slots[i], Some(s)
@@ -596,6 +614,9 @@ impl Engine {
         };
         let n = self.workers.len();
         let mut warning = None;
+        if let Some(dev) = device_of(spec) {
+            self.lock_interface(dev, name)?;
+        }
         let queues = match spec {
             PortSpec::Pcap => {
                 let Some(dir) = &self.cfg.pcap_dir else {
@@ -703,6 +724,45 @@ impl Engine {
         Ok((slot, queues, warning))
     }
 
+    /// Takes host interface `dev`'s lock for port `name` unless a port of this daemon holds it.
+    /// Another daemon holding it is an error; a lock directory that cannot be used is a
+    /// warning (once), and the interface goes unlocked.
+    fn lock_interface(&mut self, dev: &str, name: &str) -> Result<(), String> {
+        if self.iface_locks.contains_key(dev) {
+            return Ok(());
+        }
+        match iflock::lock_interface(dev, name) {
+            Ok(l) => {
+                self.iface_locks.insert(dev.to_owned(), l);
+                Ok(())
+            }
+            Err(e @ LockError::Busy { .. }) => Err(format!("port {name}: {e}")),
+            Err(e @ LockError::Unavailable(_)) => {
+                if !self.locks_unavailable {
+                    self.locks_unavailable = true;
+                    tracing::warn!(
+                        "{e}; interfaces are not protected against a second daemon                          (set QBRIDGE_LOCK_DIR to a writable directory)"
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a port of this daemon owns the TAP `ifname` in `netns` (then it is ours to
+    /// reopen, not someone else's interface).
+    fn owns_tap(&self, ifname: &str, netns: Option<&str>) -> bool {
+        self.slots.iter().flatten().any(|s| {
+            let tap = match &s.spec {
+                PortSpec::Tap { ifname, netns } => {
+                    Some((ifname.as_deref().unwrap_or(&s.name), netns.as_deref()))
+                }
+                spec => spec.host_tap(&s.name),
+            };
+            tap == Some((ifname, netns))
+        })
+    }
+
     /// Creates TAP `ifname` (in `netns`) with one queue per worker for port `id`; returns the
     /// queues and the TAP's name. `mac`: the address to give it (stacked devices, host ports).
     fn open_tap(
@@ -713,6 +773,20 @@ impl Engine {
         netns: Option<&str>,
         mac: Option<[u8; 6]>,
     ) -> Result<(Opened, String), String> {
+        // TUNSETIFF on an existing name would join someone else's TAP (or fail on another
+        // kind of device): qbridge creates its TAPs itself.
+        if !ifname.contains('%') && !self.owns_tap(ifname, netns) {
+            let exists = match netns {
+                None => sys::ifindex(ifname).is_ok(),
+                Some(ns) => run_in_netns(ns, || sys::ifindex(ifname).is_ok()).unwrap_or(false),
+            };
+            if exists {
+                return Err(format!(
+                    "port {name}: interface {ifname} already exists{}; qbridge creates its TAP                      itself (delete that interface or choose another name)",
+                    netns.map(|n| format!(" in netns {n}")).unwrap_or_default()
+                ));
+            }
+        }
         let n = self.workers.len();
         let mut cfg = TapConfig::new(Some(ifname));
         cfg.netns = netns.map(str::to_owned);
@@ -1234,6 +1308,14 @@ fn close_queues(queues: Opened) {
         if let Err(e) = q.close() {
             tracing::warn!("port {name}: {e}");
         }
+    }
+}
+
+/// The host interface a port's backend binds to (AF_PACKET, AF_XDP).
+fn device_of(spec: &PortSpec) -> Option<&str> {
+    match spec {
+        PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => Some(dev),
+        _ => None,
     }
 }
 

@@ -16,6 +16,8 @@ pub mod afpacket;
 #[cfg(target_os = "linux")]
 pub mod afxdp;
 pub mod error;
+#[cfg(target_os = "linux")]
+pub mod iflock;
 pub mod mem;
 #[cfg(target_os = "linux")]
 pub mod netns;

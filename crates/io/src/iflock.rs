@@ -1,0 +1,138 @@
+//! One switch per interface, across daemons: a lock file per host interface.
+//!
+//! Two qbridge daemons (or two ports of one) on the same interface would each receive every
+//! frame and send it on: every frame twice. Linux gives a device one master and
+//! `ovs-vsctl add-port` refuses a port twice; qbridge takes an exclusive `flock` on
+//! `DIR/NETNS-IFNAME.lock` while a port uses the interface (DIR: `$QBRIDGE_LOCK_DIR`, else
+//! `/run/qbridge/interfaces`; NETNS: the inode of the daemon's network namespace, so the same
+//! name in two namespaces is two interfaces). The file says who holds it. The lock dies with
+//! the process: a crashed daemon leaves nothing that blocks a restart.
+
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+/// Where the lock files live unless `$QBRIDGE_LOCK_DIR` says otherwise.
+pub const DEFAULT_LOCK_DIR: &str = "/run/qbridge/interfaces";
+
+/// A held interface lock; dropping it releases the interface.
+#[derive(Debug)]
+pub struct IfaceLock {
+    _file: File,
+    ifname: String,
+}
+
+impl IfaceLock {
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+}
+
+/// Why an interface could not be locked.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it; what its lock file says (`pid N port P`).
+    Busy { ifname: String, holder: String },
+    /// The lock directory or file cannot be used (not a conflict: the caller may go on).
+    Unavailable(String),
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Busy { ifname, holder } => write!(
+                f,
+                "interface {ifname} is already a port of another qbridge daemon ({holder}); \
+                 a device can be a port of one switch only"
+            ),
+            LockError::Unavailable(why) => write!(f, "cannot lock: {why}"),
+        }
+    }
+}
+
+fn lock_dir() -> PathBuf {
+    match std::env::var_os("QBRIDGE_LOCK_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(DEFAULT_LOCK_DIR),
+    }
+}
+
+/// Locks host interface `ifname` (in the calling thread's network namespace) for port `port`.
+pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> {
+    let unavailable = |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what}: {e}"));
+    let ns = std::fs::metadata("/proc/thread-self/ns/net")
+        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
+        .map_err(|e| unavailable("/proc/self/ns/net", e))?
+        .ino();
+    let dir = lock_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| unavailable(&dir.display().to_string(), e))?;
+    let path = dir.join(format!("{ns}-{ifname}.lock"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&path)
+        .map_err(|e| unavailable(&path.display().to_string(), e))?;
+    // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let err = std::io::Error::last_os_error();
+    match rc {
+        0 => {}
+        _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(LockError::Busy {
+                ifname: ifname.to_owned(),
+                holder: if holder.is_empty() {
+                    format!("lock {}", path.display())
+                } else {
+                    holder.to_owned()
+                },
+            });
+        }
+        _ => return Err(unavailable(&path.display().to_string(), err)),
+    }
+    let who = format!("pid {} port {port}\n", std::process::id());
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(who.as_bytes()));
+    Ok(IfaceLock {
+        _file: file,
+        ifname: ifname.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_one_interface_is_refused_and_names_the_holder() {
+        let dir = std::env::temp_dir().join(format!("qbridge-iflock-{}", std::process::id()));
+        std::env::set_var("QBRIDGE_LOCK_DIR", &dir);
+        let a = lock_interface("ethX", "p1").unwrap();
+        // flock is per open file: a second open in this process conflicts like another daemon.
+        let e = lock_interface("ethX", "p2").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "interface ethX is already a port of another qbridge daemon (pid {} port p1); \
+                 a device can be a port of one switch only",
+                std::process::id()
+            )
+        );
+        let b = lock_interface("ethY", "p2").unwrap();
+        drop(a);
+        let _a2 = lock_interface("ethX", "p3").unwrap();
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
