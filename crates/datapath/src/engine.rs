@@ -741,7 +741,8 @@ impl Engine {
                 if !self.locks_unavailable {
                     self.locks_unavailable = true;
                     tracing::warn!(
-                        "{e}; interfaces are not protected against a second daemon                          (set QBRIDGE_LOCK_DIR to a writable directory)"
+                        "{e}; interfaces are not protected against a second daemon \
+                         (set QBRIDGE_LOCK_DIR to a writable directory)"
                     );
                 }
                 Ok(())
@@ -782,7 +783,8 @@ impl Engine {
             };
             if exists {
                 return Err(format!(
-                    "port {name}: interface {ifname} already exists{}; qbridge creates its TAP                      itself (delete that interface or choose another name)",
+                    "port {name}: interface {ifname} already exists{}; qbridge creates its TAP \
+                     itself (delete that interface or choose another name)",
                     netns.map(|n| format!(" in netns {n}")).unwrap_or_default()
                 ));
             }

@@ -406,6 +406,14 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// Stops daemon `n` (0 = first started) with SIGTERM (SIGKILL after 5 s); returns
+    /// whether it exited cleanly. The others keep their numbers.
+    pub fn stop_daemon(&mut self, n: usize) -> bool {
+        self.daemons
+            .get_mut(n)
+            .is_some_and(|d| stop_child(&mut d.child))
+    }
+
     /// Stops every daemon with SIGTERM (SIGKILL after 5 s); returns whether all exited
     /// cleanly (status 0) by themselves.
     pub fn stop_daemons(&mut self) -> bool {
