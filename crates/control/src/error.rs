@@ -61,7 +61,9 @@ pub enum ControlError {
     HostPortMaster(String),
     /// A second port on a host interface (or TAP name) another port already uses: every
     /// frame would be received twice.
-    #[error("{what} \"{ifname}\"{ns} is already used by port \"{port}\" (a device can be a port once)")]
+    #[error(
+        "{what} \"{ifname}\"{ns} is already used by port \"{port}\" (a device can be a port once)"
+    )]
     InterfaceTaken {
         what: &'static str,
         ifname: String,

@@ -373,7 +373,10 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
     match &mut cmd {
         LinkCommand::AddPort { index: slot, .. } => *slot = index,
         _ if index.is_some() => {
-            return Err(unexpected("index", "\"type KIND\" (a bridge takes no index)"))
+            return Err(unexpected(
+                "index",
+                "\"type KIND\" (a bridge takes no index)",
+            ))
         }
         _ => {}
     }

@@ -300,7 +300,11 @@ fn fdb_lines(sw: &Switch, out: &mut String) {
             FdbKind::Permanent => "permanent",
         };
         let sticky = if e.sticky { " sticky" } else { "" };
-        let _ = writeln!(out, "fdb add {} dev {}{vlan} {kind}{sticky}", e.mac, e.ifname);
+        let _ = writeln!(
+            out,
+            "fdb add {} dev {}{vlan} {kind}{sticky}",
+            e.mac, e.ifname
+        );
     }
 }
 

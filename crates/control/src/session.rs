@@ -229,7 +229,9 @@ impl Session {
                     || opts.address.is_some()
                     || opts.index.is_some()
                 {
-                    return Err(ControlError::HostOnlyOptions("ifname, netns, address and index"));
+                    return Err(ControlError::HostOnlyOptions(
+                        "ifname, netns, address and index",
+                    ));
                 }
                 let id = sw.port_id(dev)?;
                 let master = match &opts.master {
@@ -560,8 +562,13 @@ impl Session {
         };
         let tap = ifname.as_deref().unwrap_or(dev);
         opts.ifname.as_deref().is_none_or(|i| i == tap)
-            && opts.netns.as_deref().is_none_or(|n| Some(n) == netns.as_deref())
-            && opts.address.is_none_or(|a| Some(a) == self.switch.port_mac(id))
+            && opts
+                .netns
+                .as_deref()
+                .is_none_or(|n| Some(n) == netns.as_deref())
+            && opts
+                .address
+                .is_none_or(|a| Some(a) == self.switch.port_mac(id))
             && opts.index.is_none_or(|i| i == id.0)
     }
 }

@@ -77,16 +77,24 @@ fn running_config_recreates_a_rich_configuration() {
     let text = s.running_config();
     // Slots were reused (p0 and x1 deleted): ids are kept with `index`.
     assert!(
-        text.contains("link add link p1 name p1.10 index 0 type vlan protocol 802.1Q id 10 address "),
+        text.contains(
+            "link add link p1 name p1.10 index 0 type vlan protocol 802.1Q id 10 address "
+        ),
         "{text}"
     );
-    assert!(text.contains("link add pa index 5 type patch peer pb index 6\n"), "{text}");
+    assert!(
+        text.contains("link add pa index 5 type patch peer pb index 6\n"),
+        "{text}"
+    );
     // The VLAN-0 entry alone survives the deletion of its VLAN-100 twin.
     assert!(
         text.contains("fdb add 02:00:00:00:00:bb dev p2 vlan 0 static\n"),
         "{text}"
     );
-    assert!(!text.contains("02:00:00:00:00:bb dev p2 vlan 100 "), "{text}");
+    assert!(
+        !text.contains("02:00:00:00:00:bb dev p2 vlan 100 "),
+        "{text}"
+    );
     // Learned entries and a host port's own address are not configuration.
     assert!(!text.contains("fdb add 02:00:00:00:00:01 "), "{text}");
     assert!(text.contains("vlan add vid 200-249 dev p2\nvlan add vid 251-300 dev p2\n"));
@@ -109,7 +117,10 @@ fn running_config_is_a_command() {
         ]
     );
     assert!(out.starts_with("# qbridge "));
-    let e = s.execute_line("show running", TEXT).unwrap_err().to_string();
+    let e = s
+        .execute_line("show running", TEXT)
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "unexpected \"running\" (expected running-config)");
 }
 
@@ -162,7 +173,9 @@ fn apply_names_what_differs() {
         TEXT,
     )
     .unwrap();
-    assert!(s.running_config().contains("link add br0 type bridge vlan_filtering 1 "));
+    assert!(s
+        .running_config()
+        .contains("link add br0 type bridge vlan_filtering 1 "));
 }
 
 #[test]
@@ -188,7 +201,8 @@ fn a_host_interface_is_a_port_once() {
         "interface \"vm1\" in netns blue is already used by port \"t1\" (a device can be a port once)"
     );
     // The same TAP name in another namespace is another interface.
-    s.execute_line("link add t3 type tap ifname vm1", TEXT).unwrap();
+    s.execute_line("link add t3 type tap ifname vm1", TEXT)
+        .unwrap();
     // A VLAN device's TAP is named after it.
     assert_eq!(
         err(&mut s, "link add link p1 name vm1 type vlan id 5"),
@@ -199,7 +213,8 @@ fn a_host_interface_is_a_port_once() {
         "interface \"eth1\" is already used by port \"p1\" (a device can be a port once)"
     );
     // Patch peers are names in the switch, checked as such.
-    s.execute_line("link add pa type patch peer pb", TEXT).unwrap();
+    s.execute_line("link add pa type patch peer pb", TEXT)
+        .unwrap();
     assert_eq!(
         err(&mut s, "link add pc type patch peer pb"),
         "device \"pb\" already exists"
@@ -213,7 +228,8 @@ fn a_host_interface_is_a_port_once() {
         err(&mut s, "link add p9 index 4096 type pcap"),
         "invalid index \"4096\" (expected a port id (0-4095))"
     );
-    s.execute_line("link add p9 index 100 type pcap", TEXT).unwrap();
+    s.execute_line("link add p9 index 100 type pcap", TEXT)
+        .unwrap();
     let j: serde_json::Value =
         serde_json::from_str(&s.execute_line("link show p9", JSON).unwrap()).unwrap();
     assert_eq!(j[0]["port"]["id"], 100);

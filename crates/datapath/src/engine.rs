@@ -33,9 +33,9 @@ use qbridge_control::{
     LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
 };
 use qbridge_io::afpacket::RxFilterHandle;
-use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::iflock::{self, IfaceLock, LockError};
 use qbridge_io::netns::run_in_netns;
+use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use rustix::event::{eventfd, EventfdFlags};
 use std::collections::HashMap;
@@ -559,8 +559,11 @@ impl Engine {
             close_queues(queues);
         }
         // Interfaces no port uses any more are free for another daemon.
-        self.iface_locks
-            .retain(|dev, _| wanted.iter().any(|(_, _, sp)| device_of(sp) == Some(dev.as_str())));
+        self.iface_locks.retain(|dev, _| {
+            wanted
+                .iter()
+                .any(|(_, _, sp)| device_of(sp) == Some(dev.as_str()))
+        });
         // Phase 2: close what is gone or replaced, install the new.
         for i in 0..self.slots.len() {
             let keep = matches!(&self.slots[i], Some(s)

@@ -63,7 +63,8 @@ fn lock_dir() -> PathBuf {
 
 /// Locks host interface `ifname` (in the calling thread's network namespace) for port `port`.
 pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> {
-    let unavailable = |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what}: {e}"));
+    let unavailable =
+        |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what}: {e}"));
     let ns = std::fs::metadata("/proc/thread-self/ns/net")
         .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
         .map_err(|e| unavailable("/proc/self/ns/net", e))?

@@ -159,7 +159,10 @@ fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::info!("state file {} does not exist yet: starting empty", path.display());
+            tracing::info!(
+                "state file {} does not exist yet: starting empty",
+                path.display()
+            );
             return Ok(StateFile::new(path.to_path_buf(), None));
         }
         Err(e) => bail!("cannot read the state file {}: {e}", path.display()),

@@ -33,7 +33,9 @@ fn an_interface_is_a_port_of_one_switch_once() {
     let a = lab.daemon(&sw, A).unwrap();
 
     // In one daemon: refused at once, nothing changed.
-    let e = a.cmd(&["link", "add", "p3", "type", "afpacket", "dev", "s1"]).unwrap_err();
+    let e = a
+        .cmd(&["link", "add", "p3", "type", "afpacket", "dev", "s1"])
+        .unwrap_err();
     assert!(
         e.contains("interface \"s1\" is already used by port \"p1\" (a device can be a port once)"),
         "{e}"
@@ -50,14 +52,32 @@ fn an_interface_is_a_port_of_one_switch_once() {
     );
 
     // A second daemon with free interfaces starts; the same refusals come as command errors.
-    let b = lab.daemon(&sw, "link add l0 type tap ifname qbt-b0\n").unwrap();
-    let e = b.cmd(&["link", "add", "q1", "type", "afxdp", "dev", "s2"]).unwrap_err();
-    assert!(e.contains("interface s2 is already a port of another qbridge daemon"), "{e}");
+    let b = lab
+        .daemon(&sw, "link add l0 type tap ifname qbt-b0\n")
+        .unwrap();
+    let e = b
+        .cmd(&["link", "add", "q1", "type", "afxdp", "dev", "s2"])
+        .unwrap_err();
+    assert!(
+        e.contains("interface s2 is already a port of another qbridge daemon"),
+        "{e}"
+    );
     // TAP names: daemon A's TAP, and a veth that is not a TAP at all.
     for (args, ifname) in [
-        (vec!["link", "add", "t2", "type", "tap", "ifname", "qbt-a0"], "qbt-a0"),
-        (vec!["link", "add", "t3", "type", "tap", "ifname", "s2"], "s2"),
-        (vec!["link", "add", "link", "l0", "name", "s1", "type", "vlan", "id", "5"], "s1"),
+        (
+            vec!["link", "add", "t2", "type", "tap", "ifname", "qbt-a0"],
+            "qbt-a0",
+        ),
+        (
+            vec!["link", "add", "t3", "type", "tap", "ifname", "s2"],
+            "s2",
+        ),
+        (
+            vec![
+                "link", "add", "link", "l0", "name", "s1", "type", "vlan", "id", "5",
+            ],
+            "s1",
+        ),
     ] {
         let e = b.cmd(&args).unwrap_err();
         assert!(
