@@ -7,5 +7,14 @@
 # Usage: scripts/demo.sh [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -q -p qbridge
+if [ -x target/release/qbridge ]; then
+    echo "demo.sh: bringing target/release/qbridge up to date (cargo build --release)…" >&2
+else
+    echo "demo.sh: building qbridge in release mode (cargo build --release; the first build" \
+        "takes a few minutes on 2 cores, cargo shows its progress below)…" >&2
+fi
+t0=$SECONDS
+cargo build --release --locked -p qbridge
+echo "demo.sh: built in $((SECONDS - t0)) s; starting 'qbridge demo' (it says what it does as" \
+    "it goes)" >&2
 exec target/release/qbridge demo --examples examples "$@"

@@ -54,7 +54,7 @@ run() {
     return "${PIPESTATUS[0]}"
 }
 
-run cargo test --workspace --locked || status=1
+run cargo test --workspace --locked --no-fail-fast || status=1
 
 # The differential property tests again, optimised, with many more cases (5000 scenarios per
 # property, about 100 frames each; about 20 s here). DIFF_CASES overrides.

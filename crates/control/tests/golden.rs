@@ -508,7 +508,7 @@ fn stacked_device_errors() {
     );
     assert_eq!(
         err(&mut s, "link set dev eth0 ifname x"),
-        "ifname, netns and address only apply to a bridge's host port (link set dev BR up …)"
+        "ifname, netns, address and index only apply to a bridge's host port (link set dev BR up …)"
     );
     assert_eq!(
         err(&mut s, "link set dev brh ifname other"),

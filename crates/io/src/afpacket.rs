@@ -26,7 +26,7 @@
 //! kernel's qdisc path segments in software itself, and `tcpdump` on the interface sees what
 //! was sent (the bypass skips the taps).
 //!
-//! Facts this module respects (DESIGN.md section 4):
+//! Facts this module respects (`docs/architecture.md`, "Linux facts the backends rely on"):
 //! * The kernel strips the outermost VLAN tag (0x8100 or 0x88a8) on receive and reports it in
 //!   `tp_vlan_tci` / `tp_vlan_tpid`. [`AfPacketPort::rx_burst`] puts it back at offset 12 with
 //!   the reported TPID (0x8100 only when the kernel did not report one), inner tags untouched,

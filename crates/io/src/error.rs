@@ -47,11 +47,14 @@ pub enum IoError {
     /// No interface of that name exists.
     #[error("no interface named {ifname:?}")]
     NoSuchInterface { ifname: String },
+    /// Access to a device file was refused; the message says what is needed.
+    #[error("{0}")]
+    Access(String),
     /// A bad argument (interface name too long, bad namespace name, ...).
     #[error("invalid argument: {0}")]
     Invalid(String),
     /// A syscall failed for another reason.
-    #[error("{op} on {ifname}: {source}")]
+    #[error("{op} on {ifname}: {source}{}", permission_hint(op, source))]
     Sys {
         op: &'static str,
         ifname: String,
@@ -67,5 +70,22 @@ impl IoError {
             self,
             IoError::LinkDown { .. } | IoError::NoSuchInterface { .. }
         )
+    }
+}
+
+/// For a refused syscall: the capability it needs (the daemon may run without full root with
+/// the capabilities `docs/operating.md` lists).
+fn permission_hint(op: &str, e: &std::io::Error) -> &'static str {
+    if !matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+        return "";
+    }
+    if op.starts_with("socket(AF_PACKET") || op.starts_with("socket(AF_XDP") {
+        " (needs CAP_NET_RAW; see docs/operating.md)"
+    } else if op.starts_with("setns") {
+        " (moving into a network namespace needs CAP_SYS_ADMIN; see docs/operating.md)"
+    } else if op.starts_with("bpf") {
+        " (loading the XDP program needs CAP_BPF and CAP_NET_ADMIN; see docs/operating.md)"
+    } else {
+        " (needs CAP_NET_ADMIN; see docs/operating.md)"
     }
 }

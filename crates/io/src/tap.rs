@@ -93,9 +93,16 @@ fn attach_queue(want: &str, flags: libc::c_int) -> Result<(OwnedFd, String), IoE
         )
     };
     if raw < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EACCES) {
+            return Err(IoError::Access(format!(
+                "/dev/net/tun: {e}: TAP ports need read and write access to /dev/net/tun \
+                 (mode 0666 on most distributions) and CAP_NET_ADMIN; see docs/operating.md"
+            )));
+        }
         return Err(IoError::File {
             path: "/dev/net/tun".into(),
-            source: io::Error::last_os_error(),
+            source: e,
         });
     }
     // SAFETY: `raw` is a fresh descriptor owned by nobody else.

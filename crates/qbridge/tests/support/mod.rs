@@ -339,6 +339,18 @@ impl Lab {
     /// CPU count, so every namespace test forwards across workers (ports are received by
     /// different workers, learning on one is used by another).
     pub fn daemon_args(&mut self, ns: &str, batch: &str, extra: &[&str]) -> Result<Ctl> {
+        self.daemon_wrapped(ns, &[], batch, extra)
+    }
+
+    /// As [`Lab::daemon_args`], the daemon started through `wrapper` (a command that runs its
+    /// arguments, e.g. `setpriv --reuid nobody …`) inside `ns`.
+    pub fn daemon_wrapped(
+        &mut self,
+        ns: &str,
+        wrapper: &[&str],
+        batch: &str,
+        extra: &[&str],
+    ) -> Result<Ctl> {
         let workers = TEST_WORKERS.to_string();
         let default_workers: &[&str] = if extra.contains(&"--workers") {
             &[]
@@ -354,6 +366,7 @@ impl Lab {
         let log_err = log_file.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new("ip")
             .args(["netns", "exec", ns])
+            .args(wrapper)
             .arg(qbridge_bin())
             .arg("daemon")
             .arg("-batch")
@@ -404,6 +417,11 @@ impl Lab {
             .get(n)
             .map(|d| std::fs::read_to_string(&d.log).unwrap_or_default())
             .unwrap_or_default()
+    }
+
+    /// Daemons started so far (including any that exited).
+    pub fn daemons(&self) -> usize {
+        self.daemons.len()
     }
 
     /// Stops daemon `n` (0 = first started) with SIGTERM (SIGKILL after 5 s); returns
