@@ -108,7 +108,9 @@ impl FdbFlushMatch {
         };
         kind_ok
             && self.sticky.is_none_or(|v| (s.flags & F_STICKY != 0) == v)
-            && self.added_by_user.is_none_or(|v| (s.flags & F_USER != 0) == v)
+            && self
+                .added_by_user
+                .is_none_or(|v| (s.flags & F_USER != 0) == v)
     }
 }
 

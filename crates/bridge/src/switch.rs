@@ -16,8 +16,8 @@ use crate::config::{
 use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
-    fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind,
-    FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
+    fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
+    FdbKind, FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::vlanset::VlanSet;

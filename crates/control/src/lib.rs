@@ -29,10 +29,12 @@ pub mod parse;
 pub mod protocol;
 pub mod render;
 pub mod session;
+pub mod usage;
+pub mod words;
 
 pub use command::{
-    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, OutputOptions, PortOptions,
-    PortSpec, VidRange, VlanCommand, XdpAttach,
+    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, Object, OutputOptions,
+    PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

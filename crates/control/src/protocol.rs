@@ -35,6 +35,9 @@ pub struct WireOptions {
     pub json: bool,
     pub stats: bool,
     pub pretty: bool,
+    /// Sent only when set, so that a line without `-c` reads the same to an older daemon.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compress_vlans: bool,
 }
 
 impl From<OutputOptions> for WireOptions {
@@ -43,6 +46,7 @@ impl From<OutputOptions> for WireOptions {
             json: o.json,
             stats: o.stats,
             pretty: o.pretty,
+            compress_vlans: o.compress_vlans,
         }
     }
 }
@@ -53,6 +57,7 @@ impl From<WireOptions> for OutputOptions {
             json: o.json,
             stats: o.stats,
             pretty: o.pretty,
+            compress_vlans: o.compress_vlans,
         }
     }
 }

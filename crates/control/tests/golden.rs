@@ -6,11 +6,13 @@ const TEXT: OutputOptions = OutputOptions {
     json: false,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 
 const SETUP: &str = "\
