@@ -1354,9 +1354,11 @@ mod tests {
             err("route show"),
             "unknown object \"route\" (expected link, vlan or fdb)"
         );
+        // "learnin" abbreviates learning now (iproute2's matches()); a word that is no
+        // keyword still lists them.
         assert_eq!(
-            err("link set dev p1 learnin off"),
-            "unexpected \"learnin\" (expected master, nomaster, up, down, learning, flood, \
+            err("link set dev p1 frob off"),
+            "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
              mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, ifname, netns or address)"
         );
         assert_eq!(
@@ -1393,7 +1395,7 @@ mod tests {
         );
         assert_eq!(
             err("link add p1 type afpacket dev eth0 ring_frames 10"),
-            "invalid ring_frames \"10\" (expected a number of frames from 64 to 1048576)"
+            "ring_frames 10 is out of range (64-1048576 frames)"
         );
         assert_eq!(
             p("link add x1 type afxdp dev eth0 queues 2 mode skb zerocopy off").unwrap(),
@@ -1421,7 +1423,7 @@ mod tests {
         );
         assert_eq!(
             err("link add x1 type afxdp dev eth0 queues 0"),
-            "invalid queues \"0\" (expected a number from 1 to 64)"
+            "queues 0 is out of range (1-64)"
         );
         assert_eq!(
             err("link add x1 type afxdp dev eth0 mode fast"),
@@ -1461,7 +1463,255 @@ mod tests {
         );
         assert_eq!(
             err("fdb"),
-            "missing command after \"fdb\" (expected add, replace, del, show or flush)"
+            "missing command after \"fdb\" (expected add, replace, del, show, flush or help)"
         );
+    }
+
+    #[test]
+    fn abbreviations_as_iproute2() {
+        // Objects and commands: ip/ip.c, bridge/bridge.c, do_iplink, do_vlan, do_fdb.
+        assert_eq!(p("l sh p1").unwrap(), p("link show dev p1").unwrap());
+        assert_eq!(p("l ls").unwrap(), p("link show").unwrap());
+        assert_eq!(
+            p("l s p1 le off").unwrap(),
+            p("link set dev p1 learning off").unwrap()
+        );
+        assert_eq!(p("l d p1").unwrap(), p("link del dev p1").unwrap());
+        assert_eq!(p("v s").unwrap(), p("vlan show").unwrap());
+        assert_eq!(
+            p("v a vid 10 dev p1").unwrap(),
+            p("vlan add vid 10 dev p1").unwrap()
+        );
+        assert_eq!(p("f s").unwrap(), p("fdb show").unwrap());
+        assert_eq!(
+            p("f r 02:00:00:00:00:01 dev p1 st sti").unwrap(),
+            p("fdb replace 02:00:00:00:00:01 dev p1 static sticky").unwrap()
+        );
+        // Keywords by matches(): link add, type bridge options, bridge_slave options.
+        assert_eq!(
+            p("link add br0 ty bridge v 1 vlan_p 802.1ad vlan_d 0 a 10 g 0x4000").unwrap(),
+            p(
+                "link add br0 type bridge vlan_filtering 1 vlan_protocol 802.1ad \
+               vlan_default_pvid 0 ageing_time 10 group_fwd_mask 0x4000"
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            p("link set p1 ma br0 fl off mc off b off i on h on").unwrap(),
+            p(
+                "link set p1 master br0 flood off mcast_flood off bcast_flood off isolated on \
+               hairpin on"
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            p("link set br0 ty bridge vlan_f 0").unwrap(),
+            p("link set dev br0 type bridge vlan_filtering 0").unwrap()
+        );
+        assert_eq!(
+            // `t` is txqueuelen in iproute2, so `type` needs `ty`.
+            p("link add l eth0 name eth0.5 t vlan p 802.1ad i 5")
+                .unwrap_err()
+                .to_string(),
+            "unexpected \"t\" (expected type)"
+        );
+        assert_eq!(
+            p("link add l eth0 eth0.5 ty vlan p 802.1ad i 5").unwrap(),
+            p("link add link eth0 name eth0.5 type vlan protocol 802.1ad id 5").unwrap()
+        );
+        // strcmp words are whole words only: fdb flush, mtu, vlan add's keywords.
+        assert_eq!(
+            err("fdb fl dev br0"),
+            "unknown command \"fl\" for fdb (expected add, replace, del, show, flush or help)"
+        );
+        assert_eq!(
+            err("link set p1 mt 9000"),
+            "unexpected \"mt\" (did you mean \"mtu\"?)"
+        );
+        assert_eq!(
+            err("vlan add vi 10 dev p1"),
+            "unexpected \"vi\" (did you mean \"vid\"?)"
+        );
+        // Two chains with no order between them: an error naming both.
+        assert_eq!(
+            err("link set p1 m br0"),
+            "ambiguous \"m\" (could be master or mcast_flood)"
+        );
+        // Not a prefix, or longer than the word.
+        assert_eq!(
+            err("link showx"),
+            "unknown command \"showx\" for link (did you mean \"show\"?)"
+        );
+    }
+
+    #[test]
+    fn did_you_mean() {
+        assert_eq!(
+            err("link shwo"),
+            "unknown command \"shwo\" for link (did you mean \"show\"?)"
+        );
+        assert_eq!(
+            err("lnik show"),
+            "unknown object \"lnik\" (did you mean \"link\"?)"
+        );
+        assert_eq!(
+            err("link add br0 type bridge vlan_filtring 1"),
+            "unexpected \"vlan_filtring\" (did you mean \"vlan_filtering\"?)"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 dynamc"),
+            "unexpected \"dynamc\" (did you mean \"dynamic\"?)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 qdisc_bypas on"),
+            "unexpected \"qdisc_bypas\" (did you mean \"qdisc_bypass\"?)"
+        );
+    }
+
+    #[test]
+    fn help_words() {
+        assert_eq!(p("help").unwrap(), Command::Help(None));
+        assert_eq!(p("h").unwrap(), Command::Help(None));
+        assert_eq!(p("help vlan").unwrap(), Command::Help(Some(Object::Vlan)));
+        assert_eq!(p("link help").unwrap(), Command::Help(Some(Object::Link)));
+        assert_eq!(p("vlan he").unwrap(), Command::Help(Some(Object::Vlan)));
+        assert_eq!(p("fdb help").unwrap(), Command::Help(Some(Object::Fdb)));
+        assert_eq!(
+            err("fdb help me"),
+            "unexpected \"me\" (expected nothing after \"help\")"
+        );
+    }
+
+    #[test]
+    fn numbers_are_reported_as_typed() {
+        assert_eq!(
+            err("vlan add vid 99999999999999999999 dev p1"),
+            "vid 99999999999999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 4294967296 dev p1"),
+            "vid 4294967296 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 5000 dev p1"),
+            "vid 5000 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid -1 dev p1"),
+            "invalid vid \"-1\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 10- dev p1"),
+            "invalid vid \"10-\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 1-2-3 dev p1"),
+            "invalid vid \"1-2-3\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 10-99999999999 dev p1"),
+            "vid 99999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("fdb show vlan 99999999999999999999"),
+            "vid 99999999999999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("link set p1 mtu 99999999999999999999"),
+            "mtu 99999999999999999999 is out of range (68-65535)"
+        );
+        assert_eq!(
+            err("link set p1 mtu 0x1ffffffff"),
+            "mtu 0x1ffffffff is out of range (68-65535)"
+        );
+        assert_eq!(
+            err("link set p1 envhdr len 4294967296"),
+            "envhdr len 4294967296 is out of range (0-482)"
+        );
+        assert_eq!(
+            err("link set p1 fdb_max_learned 4294967296"),
+            "fdb_max_learned 4294967296 is out of range (0-4294967295)"
+        );
+        assert_eq!(
+            err("link set br0 type bridge fdb_max_entries 99999999999"),
+            "fdb_max_entries 99999999999 is out of range (1-16777216)"
+        );
+        assert_eq!(
+            err("link set br0 type bridge group_fwd_mask 0x10000"),
+            "group_fwd_mask 0x10000 is out of range (0-0xffff)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 ring_frames 99999999999999999999"),
+            "ring_frames 99999999999999999999 is out of range (64-1048576 frames)"
+        );
+        assert_eq!(
+            err("link add x1 type afxdp dev eth0 queues 65536"),
+            "queues 65536 is out of range (1-64)"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type vlan id 99999999999"),
+            "vid 99999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("link set p1 mtu -5"),
+            "invalid mtu \"-5\" (expected a number, decimal or 0x hexadecimal)"
+        );
+        assert_eq!(
+            err("link add br0 type bridge ageing_time 99999999999999999999"),
+            "ageing_time 99999999999999999999 is out of range (0 or 1-1000000 seconds)"
+        );
+    }
+
+    #[test]
+    fn vlan_show_vid_and_fdb_flush_words() {
+        assert_eq!(
+            p("vlan show dev p1 vid 10").unwrap(),
+            Command::Vlan(VlanCommand::Show {
+                dev: Some("p1".into()),
+                vid: Some(10)
+            })
+        );
+        let flush = |line: &str| match p(line).unwrap() {
+            Command::Fdb(FdbCommand::Flush { which, .. }) => which,
+            c => panic!("{c:?}"),
+        };
+        let kinds = |m: FdbFlushMatch| (m.dynamic, m.static_, m.permanent);
+        assert_eq!(kinds(flush("fdb flush dev br0")), (true, true, false));
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 permanent")),
+            (false, false, true)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 nostatic")),
+            (true, false, true)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 nodynamic nopermanent")),
+            (false, true, false)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 dynamic")),
+            (true, false, false)
+        );
+        let m = flush("fdb flush dev p1 vlan 10 master nosticky added_by_user");
+        assert_eq!((m.sticky, m.added_by_user), (Some(false), Some(true)));
+        assert_eq!(
+            err("fdb flush dev br0 static dynamic"),
+            "\"dynamic\" contradicts \"static\": together they select no entries"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 static static"),
+            "\"static\" given twice"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 sticky nosticky"),
+            "\"[no]sticky\" given twice"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 extern_learn"),
+            "\"extern_learn\" is not supported by qbridge (its FDB entries have no such \
+             attribute)"
+        );
+        assert_eq!(err("fdb flush permanent"), "missing \"dev NAME\"");
     }
 }

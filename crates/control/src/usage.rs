@@ -3,8 +3,7 @@
 
 use crate::command::Object;
 
-const LINK: &str = "\
-  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
+const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
            [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
            [group_fwd_mask N] [fdb_max_entries N]
   link set dev BR type bridge [same options as link add]
@@ -24,14 +23,13 @@ const LINK: &str = "\
   link show [dev NAME]
 ";
 
-const VLAN: &str = "\
-  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
+const VLAN: &str =
+    "  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
   vlan del vid V[-V2] dev NAME [self]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
 ";
 
-const FDB: &str = "\
-  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
+const FDB: &str = "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
   fdb del MAC dev NAME [vlan V]
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
