@@ -279,6 +279,24 @@ mod tests {
     }
 
     #[test]
+    fn compress_vlans_travels_only_when_set() {
+        let plain = Request::batch("vlan show\n", OutputOptions::default()).to_line();
+        assert!(!plain.contains("compress"), "{plain}");
+        let out = OutputOptions {
+            compress_vlans: true,
+            ..OutputOptions::default()
+        };
+        let line = Request::batch("vlan show\n", out).to_line();
+        assert!(line.contains("\"compress_vlans\":true"), "{line}");
+        assert!(matches!(Request::parse(&line), Ok(Op::Batch { out: o, .. }) if o == out));
+        let args: Vec<String> = ["-c", "vlan", "show"].map(String::from).to_vec();
+        assert!(matches!(
+            Request::parse(&Request::command(&args).to_line()),
+            Ok(Op::Command { out: o, .. }) if o.compress_vlans
+        ));
+    }
+
+    #[test]
     fn response_lines() {
         let r = Response::err("line 7: vid 4095 is reserved");
         assert_eq!(
