@@ -9,7 +9,7 @@ pub enum ConfigError {
     NoSuchDevice(String),
     #[error("device \"{0}\" already exists")]
     DeviceExists(String),
-    #[error("invalid device name \"{0}\" (1 to 15 characters, no '/', whitespace or ':')")]
+    #[error("invalid device name \"{0}\" (1 to 15 bytes, no '/', whitespace or ':')")]
     BadName(String),
     #[error("device \"{0}\" is not a bridge")]
     NotABridge(String),

@@ -75,6 +75,45 @@ pub enum FdbFlushKind {
     Static,
 }
 
+/// Which entries `fdb flush` removes, as bridge-fdb(8)'s `[no]permanent`, `[no]static`,
+/// `[no]dynamic`, `[no]sticky` and `[no]added_by_user`: an entry goes when its kind is one of
+/// those selected and each flag given matches. [`FdbFlushKind`] is the common subset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdbFlushMatch {
+    pub dynamic: bool,
+    pub static_: bool,
+    pub permanent: bool,
+    pub sticky: Option<bool>,
+    pub added_by_user: Option<bool>,
+}
+
+impl From<FdbFlushKind> for FdbFlushMatch {
+    fn from(k: FdbFlushKind) -> Self {
+        FdbFlushMatch {
+            dynamic: k != FdbFlushKind::Static,
+            static_: k != FdbFlushKind::Dynamic,
+            permanent: false,
+            sticky: None,
+            added_by_user: None,
+        }
+    }
+}
+
+impl FdbFlushMatch {
+    pub(crate) fn selects(&self, s: &Slot) -> bool {
+        let kind_ok = match s.kind() {
+            FdbKind::Dynamic => self.dynamic,
+            FdbKind::Static => self.static_,
+            FdbKind::Permanent => self.permanent,
+        };
+        kind_ok
+            && self.sticky.is_none_or(|v| (s.flags & F_STICKY != 0) == v)
+            && self
+                .added_by_user
+                .is_none_or(|v| (s.flags & F_USER != 0) == v)
+    }
+}
+
 /// An FDB entry as shown to users.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FdbEntryView {

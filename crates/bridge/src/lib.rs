@@ -27,7 +27,7 @@ mod vlanset;
 pub use config::{BridgeSettings, PortSettings, VlanProtocol};
 pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
-pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbKind, FdbMove};
+pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use stack::{MacvlanMode, Role};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker, MAX_PORTS};
 pub use vlanset::VlanSet;

@@ -16,8 +16,8 @@ use crate::config::{
 use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
-    fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbKind,
-    FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
+    fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
+    FdbKind, FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::vlanset::VlanSet;
@@ -1516,6 +1516,17 @@ impl Switch {
         vlan: Option<u32>,
         which: FdbFlushKind,
     ) -> Result<usize, ConfigError> {
+        self.fdb_flush_matching(dev, vlan, which.into())
+    }
+
+    /// `fdb flush dev DEV [vlan V]` with bridge-fdb(8)'s kind and flag words: removes the
+    /// entries `which` selects (permanent ones only when it selects them).
+    pub fn fdb_flush_matching(
+        &mut self,
+        dev: &str,
+        vlan: Option<u32>,
+        which: FdbFlushMatch,
+    ) -> Result<usize, ConfigError> {
         let vid = vlan.map(check_vid).transpose()?;
         let (b, port) = match self.link(dev)? {
             Link::Bridge(b) => (BridgeId(b), None),
@@ -1523,15 +1534,9 @@ impl Switch {
         };
         let fdb = &self.bridge(b).fdb;
         Ok(fdb.remove_where(|s| {
-            if s.flags & F_PERMANENT != 0 {
-                return false;
-            }
-            let kind_ok = match which {
-                FdbFlushKind::All => true,
-                FdbFlushKind::Dynamic => s.kind() == FdbKind::Dynamic,
-                FdbFlushKind::Static => s.kind() == FdbKind::Static,
-            };
-            kind_ok && port.is_none_or(|p| s.port == p) && vid.is_none_or(|v| key_fid(s.key) == v)
+            which.selects(s)
+                && port.is_none_or(|p| s.port == p)
+                && vid.is_none_or(|v| key_fid(s.key) == v)
         }))
     }
 

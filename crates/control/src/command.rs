@@ -5,7 +5,7 @@
 //! attached, is the MTU in range) are the [`Switch`](qbridge_bridge::Switch)'s job when the
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
-use qbridge_bridge::{FdbFlushKind, FdbKind, MacvlanMode, VlanProtocol};
+use qbridge_bridge::{FdbFlushMatch, FdbKind, MacvlanMode, VlanProtocol};
 use qbridge_wire::{MacAddr, Tpid};
 
 /// One command: `OBJECT COMMAND ARGS…`.
@@ -16,6 +16,26 @@ pub enum Command {
     Fdb(FdbCommand),
     /// `show running-config`: the configuration as a batch file that recreates it.
     ShowRunningConfig,
+    /// `help`, `OBJECT help`: the usage of every object, or of one.
+    Help(Option<Object>),
+}
+
+/// The objects of the grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Object {
+    Link,
+    Vlan,
+    Fdb,
+}
+
+impl Object {
+    pub fn name(self) -> &'static str {
+        match self {
+            Object::Link => "link",
+            Object::Vlan => "vlan",
+            Object::Fdb => "fdb",
+        }
+    }
 }
 
 /// `link …` (ip-link(8)).
@@ -228,8 +248,11 @@ pub enum VlanCommand {
         vids: VidRange,
         self_: bool,
     },
-    /// `vlan show [dev NAME]`
-    Show { dev: Option<String> },
+    /// `vlan show [dev NAME] [vid V]`
+    Show {
+        dev: Option<String>,
+        vid: Option<u16>,
+    },
 }
 
 /// `V` or `V-V2`; both ends in 1-4094. The order of the ends is checked by the switch.
@@ -264,32 +287,58 @@ pub enum FdbCommand {
         dev: Option<String>,
         vlan: Option<u16>,
     },
-    /// `fdb flush dev NAME [vlan V] [dynamic|static]`
+    /// `fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
+    /// [[no]added_by_user]`
     Flush {
         dev: String,
         vlan: Option<u16>,
-        kind: FdbFlushKind,
+        which: FdbFlushMatch,
     },
 }
 
-/// Output flags: `-j` JSON, `-s` statistics, `-p` pretty JSON.
+/// Output flags: `-j` JSON, `-s` statistics, `-p` pretty JSON, `-c` compressed VLAN ranges.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutputOptions {
     pub json: bool,
     pub stats: bool,
     pub pretty: bool,
+    /// `vlan show` prints runs of VIDs with the same flags as one range (`10-20`).
+    pub compress_vlans: bool,
 }
 
 impl OutputOptions {
-    /// Sets the flag named by `opt` (an option word without its dashes: `j`, `json`, `s`,
-    /// `stats`, `statistics`, `p`, `pretty`); false if `opt` is not an output option.
+    /// Sets the flag named by `opt` (an option word without its dashes); false if `opt` is not
+    /// an output option. As bridge/bridge.c `main`, any prefix of `json`, `stats`,
+    /// `statistics` and `pretty` names it, and `compressvlans` from `com`; `c` is
+    /// `compressvlans` too (iproute2 reads it as `-color`, which qbridge does not have).
     pub fn set(&mut self, opt: &str) -> bool {
-        match opt {
-            "j" | "json" => self.json = true,
-            "s" | "stats" | "statistics" => self.stats = true,
-            "p" | "pretty" => self.pretty = true,
-            _ => return false,
+        let abbreviates = |word: &str, min: usize| opt.len() >= min && word.starts_with(opt);
+        if abbreviates("json", 1) {
+            self.json = true;
+        } else if abbreviates("stats", 1) || abbreviates("statistics", 1) {
+            self.stats = true;
+        } else if abbreviates("pretty", 1) {
+            self.pretty = true;
+        } else if opt == "c" || abbreviates("compressvlans", 3) {
+            self.compress_vlans = true;
+        } else {
+            return false;
         }
         true
+    }
+
+    /// The options as command-line words (`-j`, `-s`, `-p`, `-c`), to send to the daemon.
+    pub fn words(&self) -> Vec<String> {
+        let flags = [
+            (self.json, "-j"),
+            (self.stats, "-s"),
+            (self.pretty, "-p"),
+            (self.compress_vlans, "-c"),
+        ];
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, w)| w.to_string())
+            .collect()
     }
 }

@@ -13,17 +13,41 @@ pub enum ControlError {
         object: &'static str,
         expected: &'static str,
     },
-    #[error("unknown object \"{0}\" (expected link, vlan or fdb)")]
-    UnknownObject(String),
-    #[error("unknown command \"{word}\" for {object} (expected {expected})")]
+    /// `hint`: `did you mean "link"?` for a near miss, else the objects there are.
+    #[error("unknown object \"{word}\" ({hint})")]
+    UnknownObject { word: String, hint: String },
+    /// `hint`: `did you mean "show"?` for a near miss, else the commands there are.
+    #[error("unknown command \"{word}\" for {object} ({hint})")]
     UnknownCommand {
         object: &'static str,
         word: String,
-        expected: &'static str,
+        hint: String,
     },
     /// A word the grammar does not allow at this point.
     #[error("unexpected \"{word}\" (expected {expected})")]
     Unexpected { word: String, expected: String },
+    /// A keyword typed nearly right.
+    #[error("unexpected \"{word}\" (did you mean \"{suggestion}\"?)")]
+    NearMiss {
+        word: String,
+        suggestion: &'static str,
+    },
+    /// An abbreviation of two keywords iproute2 puts in no order.
+    #[error("ambiguous \"{word}\" (could be {candidates})")]
+    Ambiguous { word: String, candidates: String },
+    /// An iproute2 word qbridge has nothing to apply to.
+    #[error("\"{word}\" is not supported by qbridge ({why})")]
+    NotSupported { word: String, why: &'static str },
+    /// Two words that together select nothing (`fdb flush … static dynamic`).
+    #[error("\"{word}\" contradicts \"{earlier}\": together they select no entries")]
+    Contradicts { word: String, earlier: String },
+    /// A number beyond what its keyword allows, reported as typed.
+    #[error("{what} {value} is out of range ({range})")]
+    OutOfRange {
+        what: &'static str,
+        value: String,
+        range: &'static str,
+    },
     /// A keyword that needs a value came last.
     #[error("\"{keyword}\" needs a value ({expected})")]
     MissingValue {

@@ -6,7 +6,8 @@
 //! - [`Session`]: executes commands against the switch and records each port's backend
 //!   ([`PortSpec`]); batches are all-or-nothing,
 //! - [`render`]: text and JSON output of the show commands,
-//! - [`protocol`]: the control-socket messages between the CLI and the daemon.
+//! - [`protocol`]: the control-socket messages between the CLI and the daemon,
+//! - [`words`]: iproute2's abbreviation rules and "did you mean"; [`usage`]: the help texts.
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
@@ -15,7 +16,7 @@
 //! permanent address are for the bridge itself and are dropped as `local`; use `static` for a
 //! forwarding entry.
 //!
-//! Output notes: `vlan show` lists one VID per line (iproute2 without `-c`) and leaves out
+//! Output notes: `vlan show` lists one VID per line (with `-c`, ranges) and leaves out
 //! ports with no VLAN; `vlan show -s` shows the per-VLAN counters of each bridge (qbridge
 //! counts per bridge and VID, not per port); `fdb show -s` adds `updated N` (seconds since the
 //! entry was added or last refreshed; iproute2 prints `used N/M`, and qbridge does not track
@@ -30,10 +31,12 @@ pub mod protocol;
 pub mod render;
 pub mod running;
 pub mod session;
+pub mod usage;
+pub mod words;
 
 pub use command::{
-    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, OutputOptions, PortOptions,
-    PortSpec, VidRange, VlanCommand, XdpAttach,
+    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, Object, OutputOptions,
+    PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

@@ -3,21 +3,24 @@
 //! Parsing is purely syntactic and needs no switch: it checks that keywords are known, that
 //! values are numbers, MACs, VIDs (1-4094) or the words allowed, and that nothing is given
 //! twice. Keywords after the object and command may come in any order, as in iproute2. A word
-//! starting with `#` ends the line (comment).
+//! starting with `#` ends the line (comment). Objects, commands and keywords may be abbreviated
+//! where iproute2 allows it ([`crate::words`]); a near miss is answered with "did you mean".
 
 use crate::command::*;
 use crate::error::ControlError;
+use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
 use qbridge_bridge::switch::check_vid;
-use qbridge_bridge::{ConfigError, FdbFlushKind, FdbKind, MacvlanMode, VlanProtocol};
+use qbridge_bridge::{ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, VlanProtocol};
 use qbridge_wire::{MacAddr, Tpid};
 
-const LINK_COMMANDS: &str = "add, set, del or show";
-const VLAN_COMMANDS: &str = "add, del or show";
-const FDB_COMMANDS: &str = "add, replace, del, show or flush";
+const LINK_COMMANDS: &str = "add, set, del, show or help";
+const VLAN_COMMANDS: &str = "add, del, show or help";
+const FDB_COMMANDS: &str = "add, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;
 const MAX_RING_FRAMES: u64 = 1 << 20;
 const RING_FRAMES: &str = "a number of frames from 64 to 1048576";
+const RING_RANGE: &str = "64-1048576 frames";
 /// Most device queues an AF_XDP port binds (`queues N`).
 const MAX_XDP_QUEUES: u64 = 64;
 const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
@@ -27,6 +30,7 @@ const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_f
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
                             ifname, netns or address";
 const ON_OFF: &str = "on or off";
+const U32_RANGE: &str = "0-4294967295";
 
 /// Splits a line into words, dropping a trailing `#` comment.
 pub fn split_words(line: &str) -> Vec<&str> {
@@ -52,29 +56,129 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         words: &words,
         pos: 0,
     };
-    let Some(object) = w.next() else {
+    let Some(word) = w.next() else {
         return Err(ControlError::MissingArgument {
             what: "object (link, vlan or fdb)",
         });
     };
-    match object {
-        "link" => parse_link(&mut w).map(Command::Link),
-        "vlan" => parse_vlan(&mut w).map(Command::Vlan),
-        "fdb" => parse_fdb(&mut w).map(Command::Fdb),
-        "show" => {
-            match w.next() {
-                Some("running-config") => {}
-                Some(other) => return Err(unexpected(other, "running-config")),
-                None => {
-                    return Err(ControlError::MissingArgument {
-                        what: "\"running-config\" after \"show\"",
-                    })
-                }
-            }
-            w.end("nothing after \"running-config\"")?;
-            Ok(Command::ShowRunningConfig)
+    let object = match lookup(word, words::OBJECTS) {
+        Lookup::Found("link") => Object::Link,
+        Lookup::Found("vlan") => Object::Vlan,
+        Lookup::Found("fdb") => Object::Fdb,
+        Lookup::Found("show") => return parse_show(&mut w),
+        Lookup::Found(_) => return parse_help(&mut w),
+        Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
+        Lookup::Unknown(near) => {
+            return Err(ControlError::UnknownObject {
+                word: word.to_string(),
+                hint: hint(near, "link, vlan or fdb"),
+            })
         }
-        other => Err(ControlError::UnknownObject(other.to_string())),
+    };
+    // `OBJECT help`, as `ip link help` and `bridge fdb help`.
+    if w.peek()
+        .is_some_and(|c| lookup(c, commands_of(object)) == Lookup::Found("help"))
+    {
+        w.next();
+        w.end("nothing after \"help\"")?;
+        return Ok(Command::Help(Some(object)));
+    }
+    match object {
+        Object::Link => parse_link(&mut w).map(Command::Link),
+        Object::Vlan => parse_vlan(&mut w).map(Command::Vlan),
+        Object::Fdb => parse_fdb(&mut w).map(Command::Fdb),
+    }
+}
+
+fn commands_of(object: Object) -> &'static [Kw] {
+    match object {
+        Object::Link => words::LINK_COMMANDS,
+        Object::Vlan => words::VLAN_COMMANDS,
+        Object::Fdb => words::FDB_COMMANDS,
+    }
+}
+
+/// `show running-config`.
+fn parse_show(w: &mut Words<'_>) -> Result<Command, ControlError> {
+    match w.next() {
+        Some("running-config") => {}
+        Some(other) => return Err(refuse(other, &[exact("running-config")], "running-config")),
+        None => {
+            return Err(ControlError::MissingArgument {
+                what: "\"running-config\" after \"show\"",
+            })
+        }
+    }
+    w.end("nothing after \"running-config\"")?;
+    Ok(Command::ShowRunningConfig)
+}
+
+/// `help [OBJECT]`.
+fn parse_help(w: &mut Words<'_>) -> Result<Command, ControlError> {
+    let Some(word) = w.next() else {
+        return Ok(Command::Help(None));
+    };
+    let object = match keyword(word, &words::OBJECTS[..3], "link, vlan or fdb")? {
+        "link" => Object::Link,
+        "vlan" => Object::Vlan,
+        _ => Object::Fdb,
+    };
+    w.end("nothing after the object")?;
+    Ok(Command::Help(Some(object)))
+}
+
+fn hint(near: Option<&str>, expected: &str) -> String {
+    match near {
+        Some(s) => format!("did you mean \"{s}\"?"),
+        None => format!("expected {expected}"),
+    }
+}
+
+fn ambiguous(word: &str, candidates: &[&str]) -> ControlError {
+    ControlError::Ambiguous {
+        word: word.to_string(),
+        candidates: or_list(candidates),
+    }
+}
+
+/// The keyword `word` names in `table` (whole or abbreviated), or the error for a word that
+/// names none: a near miss, an ambiguous abbreviation, or `expected`.
+fn keyword(word: &str, table: &[Kw], expected: &str) -> Result<&'static str, ControlError> {
+    match lookup(word, table) {
+        Lookup::Found(k) => Ok(k),
+        Lookup::Ambiguous(c) => Err(ambiguous(word, &c)),
+        Lookup::Unknown(Some(near)) => Err(ControlError::NearMiss {
+            word: word.to_string(),
+            suggestion: near,
+        }),
+        Lookup::Unknown(None) => Err(unexpected(word, expected)),
+    }
+}
+
+/// The error for `word` where the grammar takes none of `table` (a keyword out of place, or a
+/// near miss of one).
+fn refuse(word: &str, table: &[Kw], expected: &str) -> ControlError {
+    match keyword(word, table, expected) {
+        Ok(_) => unexpected(word, expected),
+        Err(e) => e,
+    }
+}
+
+/// The command `word` names for `object`.
+fn command(
+    object: &'static str,
+    word: &str,
+    table: &[Kw],
+    expected: &'static str,
+) -> Result<&'static str, ControlError> {
+    match lookup(word, table) {
+        Lookup::Found(k) => Ok(k),
+        Lookup::Ambiguous(c) => Err(ambiguous(word, &c)),
+        Lookup::Unknown(near) => Err(ControlError::UnknownCommand {
+            object,
+            word: word.to_string(),
+            hint: hint(near, expected),
+        }),
     }
 }
 
@@ -113,6 +217,15 @@ impl<'a> Words<'a> {
         }
     }
 
+    /// The next word as a keyword of `table` (see [`keyword`]); `None` at the end.
+    fn next_kw(
+        &mut self,
+        table: &[Kw],
+        expected: &str,
+    ) -> Result<Option<&'static str>, ControlError> {
+        self.next().map(|w| keyword(w, table, expected)).transpose()
+    }
+
     fn end(&mut self, expected: &str) -> Result<(), ControlError> {
         match self.next() {
             None => Ok(()),
@@ -136,55 +249,72 @@ fn set_once<T>(slot: &mut Option<T>, kw: &str, v: T) -> Result<(), ControlError>
     Ok(())
 }
 
-/// An unsigned number, decimal or `0x` hexadecimal.
-fn parse_uint(what: &'static str, s: &str, max: u64) -> Result<u64, ControlError> {
-    let expected = match max {
-        0xffff => "a number from 0 to 65535",
-        _ => "a number from 0 to 4294967295",
-    };
+/// An unsigned number, decimal or `0x` hexadecimal, at most `max`; `range` names the values
+/// the keyword takes, for the message when the number is beyond `max` (reported as typed).
+fn parse_uint(
+    what: &'static str,
+    s: &str,
+    max: u64,
+    range: &'static str,
+) -> Result<u64, ControlError> {
     let bad = || ControlError::BadValue {
         what,
         value: s.to_string(),
-        expected,
+        expected: "a number, decimal or 0x hexadecimal",
+    };
+    let out_of_range = || ControlError::OutOfRange {
+        what,
+        value: s.to_string(),
+        range,
     };
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) if !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()) => {
-            u64::from_str_radix(hex, 16).map_err(|_| bad())?
+            u64::from_str_radix(hex, 16).map_err(|_| out_of_range())?
         }
         Some(_) => return Err(bad()),
         None if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) => {
-            s.parse::<u64>().map_err(|_| bad())?
+            s.parse::<u64>().map_err(|_| out_of_range())?
         }
         None => return Err(bad()),
     };
     if v > max {
-        return Err(bad());
+        return Err(out_of_range());
     }
     Ok(v)
 }
 
-fn parse_u32(what: &'static str, s: &str) -> Result<u32, ControlError> {
-    parse_uint(what, s, u32::MAX as u64).map(|v| v as u32)
+/// A 32-bit number; `range` as [`parse_uint`]. Values in 32 bits but out of `range` are the
+/// switch's to refuse.
+fn parse_u32(what: &'static str, s: &str, range: &'static str) -> Result<u32, ControlError> {
+    parse_uint(what, s, u32::MAX as u64, range).map(|v| v as u32)
 }
 
-fn parse_u16(what: &'static str, s: &str) -> Result<u16, ControlError> {
-    parse_uint(what, s, u16::MAX as u64).map(|v| v as u16)
+fn parse_u16(what: &'static str, s: &str, range: &'static str) -> Result<u16, ControlError> {
+    parse_uint(what, s, u16::MAX as u64, range).map(|v| v as u16)
 }
 
-/// A VID for membership or FDB entries: 1-4094 (the switch's own check names the error).
+const VID_EXPECTED: &str = "a number from 1 to 4094";
+
+/// A VID for membership or FDB entries: 1-4094 (the switch's own check names the error; a
+/// number too large for it is reported as typed).
 fn parse_vid(s: &str) -> Result<u16, ControlError> {
     if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
         return Err(ControlError::BadValue {
             what: "vid",
             value: s.to_string(),
-            expected: "a number from 1 to 4094",
+            expected: VID_EXPECTED,
         });
     }
-    let v = s.parse::<u32>().unwrap_or(u32::MAX);
-    Ok(check_vid(v)?)
+    match s.parse::<u32>() {
+        Ok(v) => Ok(check_vid(v)?),
+        Err(_) => Err(ControlError::OutOfRange {
+            what: "vid",
+            value: s.to_string(),
+            range: "1-4094",
+        }),
+    }
 }
 
-/// `V` or `V-V2`.
 /// `fdb add|del … vlan V`: a VID, or 0 for the VLAN-0 entry alone (qbridge extension: the
 /// entry `fdb add` without `vlan` makes next to the per-VLAN ones on a VLAN-filtering bridge).
 fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
@@ -194,17 +324,21 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
     parse_vid(s)
 }
 
+/// `V` or `V-V2`.
 fn parse_vid_range(s: &str) -> Result<VidRange, ControlError> {
-    match s.split_once('-') {
-        Some((a, b)) => Ok(VidRange {
-            start: parse_vid(a)?,
-            end: parse_vid(b)?,
-        }),
-        None => {
-            let v = parse_vid(s)?;
-            Ok(VidRange { start: v, end: v })
-        }
+    let (start, end) = s.split_once('-').unwrap_or((s, s));
+    let digits = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit());
+    if !digits(start) || !digits(end) {
+        return Err(ControlError::BadValue {
+            what: "vid",
+            value: s.to_string(),
+            expected: "V or V-V2, numbers from 1 to 4094",
+        });
     }
+    Ok(VidRange {
+        start: parse_vid(start)?,
+        end: parse_vid(end)?,
+    })
 }
 
 fn parse_on_off(kw: &'static str, s: &str) -> Result<bool, ControlError> {
@@ -299,11 +433,13 @@ fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             expected: LINK_COMMANDS,
         });
     };
-    match cmd {
+    match command("link", cmd, words::LINK_COMMANDS, LINK_COMMANDS)? {
         "add" => parse_link_add(w),
         "set" => {
             let dev = w.device("device name after \"link set\"")?.to_string();
-            if w.peek() == Some("type") {
+            if w.peek()
+                .is_some_and(|t| lookup(t, words::LINK_SET_TYPE) == Lookup::Found("type"))
+            {
                 w.next();
                 match w.value("type", "bridge or bridge_slave")? {
                     "bridge" => {
@@ -317,12 +453,13 @@ fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             let opts = parse_port_options(w)?;
             Ok(LinkCommand::SetPort { dev, opts })
         }
-        "del" | "delete" => {
+        "delete" => {
             let dev = w.device("device name after \"link del\"")?.to_string();
             w.end("nothing after the device name")?;
             Ok(LinkCommand::Del { dev })
         }
-        "show" | "list" => {
+        // show, lst, list ("help" was taken by `parse_words`)
+        _ => {
             let dev = match w.peek() {
                 None => None,
                 Some(_) => Some(w.device("device name")?.to_string()),
@@ -330,11 +467,6 @@ fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
             w.end("nothing after the device name")?;
             Ok(LinkCommand::Show { dev })
         }
-        other => Err(ControlError::UnknownCommand {
-            object: "link",
-            word: other.to_string(),
-            expected: LINK_COMMANDS,
-        }),
     }
 }
 
@@ -343,20 +475,27 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
     // the name.
     let (mut name, mut link, mut index) = (None, None, None);
     loop {
-        match w.next() {
-            Some("type") => break,
-            Some(kw @ "index") => set_once(&mut index, kw, parse_index(w.value(kw, INDEX)?)?)?,
-            Some(kw @ "link") => set_once(&mut link, kw, w.value(kw, "the lower device's name")?)?,
-            Some(kw @ "name") => set_once(&mut name, kw, w.value(kw, "a device name")?)?,
-            Some(other) if name.is_none() && other != "dev" => name = Some(other),
-            Some("dev") if name.is_none() => name = Some(w.value("dev", "a device name")?),
-            Some(other) => return Err(unexpected(other, "type")),
-            None if name.is_none() => {
+        let word = w.next();
+        let kw = word.and_then(|wd| match lookup(wd, words::LINK_ADD) {
+            Lookup::Found(k) => Some(k),
+            _ => None,
+        });
+        match (kw, word) {
+            (Some("type"), _) => break,
+            (Some(kw @ "link"), _) => {
+                set_once(&mut link, kw, w.value(kw, "the lower device's name")?)?
+            }
+            (Some(kw @ "name"), _) => set_once(&mut name, kw, w.value(kw, "a device name")?)?,
+            (Some(kw @ "index"), _) => set_once(&mut index, kw, parse_index(w.value(kw, INDEX)?)?)?,
+            (Some("dev"), _) if name.is_none() => name = Some(w.value("dev", "a device name")?),
+            (None, Some(other)) if name.is_none() => name = Some(other),
+            (_, Some(other)) => return Err(refuse(other, words::LINK_ADD, "type")),
+            (_, None) if name.is_none() => {
                 return Err(ControlError::MissingArgument {
                     what: "device name after \"link add\"",
                 })
             }
-            None => {
+            (_, None) => {
                 return Err(ControlError::MissingArgument {
                     what: "\"type KIND\"",
                 })
@@ -387,15 +526,8 @@ fn parse_link_add(w: &mut Words<'_>) -> Result<LinkCommand, ControlError> {
 const INDEX: &str = "a port id (0-4095)";
 
 fn parse_index(s: &str) -> Result<u16, ControlError> {
-    let n = parse_uint("index", s, 0xffff)?;
-    if n as usize >= qbridge_bridge::MAX_PORTS {
-        return Err(ControlError::BadValue {
-            what: "index",
-            value: s.to_string(),
-            expected: INDEX,
-        });
-    }
-    Ok(n as u16)
+    const _: () = assert!(qbridge_bridge::MAX_PORTS == 4096);
+    parse_uint("index", s, 4095, "0-4095").map(|n| n as u16)
 }
 
 /// `link add … type KIND ARGS`, after the name (and `link LOWER`).
@@ -427,7 +559,8 @@ fn parse_link_kind(
         }
         "afpacket" => {
             let (mut dev, mut bypass, mut ring) = (None, None, None);
-            while let Some(kw) = w.next() {
+            let table = [exact("dev"), exact("qdisc_bypass"), exact("ring_frames")];
+            while let Some(kw) = w.next_kw(&table, "dev, qdisc_bypass or ring_frames")? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
                     "qdisc_bypass" => {
@@ -436,12 +569,12 @@ fn parse_link_kind(
                     }
                     "ring_frames" => {
                         let v = w.value(kw, RING_FRAMES)?;
-                        let n = parse_uint("ring_frames", v, 0xffff_ffff)?;
-                        if !(MIN_RING_FRAMES..=MAX_RING_FRAMES).contains(&n) {
-                            return Err(ControlError::BadValue {
+                        let n = parse_uint("ring_frames", v, MAX_RING_FRAMES, RING_RANGE)?;
+                        if n < MIN_RING_FRAMES {
+                            return Err(ControlError::OutOfRange {
                                 what: "ring_frames",
                                 value: v.to_string(),
-                                expected: RING_FRAMES,
+                                range: RING_RANGE,
                             });
                         }
                         set_once(&mut ring, kw, n as u32)?;
@@ -467,7 +600,8 @@ fn parse_link_kind(
         }
         "tap" => {
             let (mut ifname, mut netns) = (None, None);
-            while let Some(kw) = w.next() {
+            let table = [exact("ifname"), exact("netns")];
+            while let Some(kw) = w.next_kw(&table, "ifname or netns")? {
                 match kw {
                     "ifname" => set_once(&mut ifname, kw, w.value(kw, "a TAP device name")?)?,
                     "netns" => set_once(&mut netns, kw, w.value(kw, "a network namespace")?)?,
@@ -486,17 +620,23 @@ fn parse_link_kind(
         }
         "afxdp" => {
             let (mut dev, mut queues, mut mode, mut zc) = (None, None, None, None);
-            while let Some(kw) = w.next() {
+            let table = [
+                exact("dev"),
+                exact("queues"),
+                exact("mode"),
+                exact("zerocopy"),
+            ];
+            while let Some(kw) = w.next_kw(&table, "dev, queues, mode or zerocopy")? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a host interface name")?)?,
                     "queues" => {
                         let v = w.value(kw, "a number of device queues")?;
-                        let n = parse_uint("queues", v, 0xffff)?;
-                        if !(1..=MAX_XDP_QUEUES).contains(&n) {
-                            return Err(ControlError::BadValue {
+                        let n = parse_uint("queues", v, MAX_XDP_QUEUES, "1-64")?;
+                        if n == 0 {
+                            return Err(ControlError::OutOfRange {
                                 what: "queues",
                                 value: v.to_string(),
-                                expected: "a number from 1 to 64",
+                                range: "1-64",
                             });
                         }
                         set_once(&mut queues, kw, n as u32)?;
@@ -541,7 +681,7 @@ fn parse_link_kind(
         }
         "patch" => {
             let (mut peer, mut peer_index) = (None, None);
-            while let Some(kw) = w.next() {
+            while let Some(kw) = w.next_kw(&[exact("peer"), exact("index")], "peer")? {
                 match kw {
                     "peer" => set_once(&mut peer, kw, w.device("the peer port's name")?)?,
                     "index" if peer.is_some() => {
@@ -596,7 +736,12 @@ fn parse_stacked(
     } else {
         "mode, netns or address"
     };
-    while let Some(kw) = w.next() {
+    let table = if vlan {
+        words::VLAN_DEVICE_OPTIONS
+    } else {
+        words::MACVLAN_OPTIONS
+    };
+    while let Some(kw) = w.next_kw(table, expected)? {
         match kw {
             "protocol" if vlan => {
                 let v = w.value(kw, "802.1Q, 802.1ad or 0xHHHH")?;
@@ -676,7 +821,7 @@ fn parse_address(v: &str) -> Result<MacAddr, ControlError> {
 
 fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError> {
     let mut o = BridgeOptions::default();
-    while let Some(kw) = w.next() {
+    while let Some(kw) = w.next_kw(words::BRIDGE_OPTIONS, BRIDGE_OPTIONS)? {
         match kw {
             "vlan_filtering" => {
                 let v = match w.value(kw, "0 or 1")? {
@@ -706,15 +851,18 @@ fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError
                 set_once(&mut o.ageing_time_ns, kw, v)?;
             }
             "fdb_max_learned" => {
-                let v = parse_u32("fdb_max_learned", w.value(kw, "a number, 0 for no limit")?)?;
+                let v = w.value(kw, "a number, 0 for no limit")?;
+                let v = parse_u32("fdb_max_learned", v, U32_RANGE)?;
                 set_once(&mut o.fdb_max_learned, kw, v)?;
             }
             "group_fwd_mask" => {
-                let v = parse_u16("group_fwd_mask", w.value(kw, "a 16-bit mask")?)?;
+                let v = w.value(kw, "a 16-bit mask")?;
+                let v = parse_u16("group_fwd_mask", v, "0-0xffff")?;
                 set_once(&mut o.group_fwd_mask, kw, v)?;
             }
             "fdb_max_entries" => {
-                let v = parse_u32("fdb_max_entries", w.value(kw, "a number of entries")?)?;
+                let v = w.value(kw, "a number of entries")?;
+                let v = parse_u32("fdb_max_entries", v, "1-16777216")?;
                 set_once(&mut o.fdb_max_entries, kw, v)?;
             }
             other => return Err(unexpected(other, BRIDGE_OPTIONS)),
@@ -725,7 +873,7 @@ fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError
 
 fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
     let mut o = PortOptions::default();
-    while let Some(kw) = w.next() {
+    while let Some(kw) = w.next_kw(words::PORT_OPTIONS, PORT_OPTIONS)? {
         match kw {
             "master" => {
                 let br = w.value(kw, "a bridge name")?;
@@ -751,7 +899,7 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 set_once(slot, kw, v)?;
             }
             "mtu" => {
-                let v = parse_u32("mtu", w.value(kw, "a number of bytes")?)?;
+                let v = parse_u32("mtu", w.value(kw, "a number of bytes")?, "68-65535")?;
                 set_once(&mut o.mtu, kw, v)?;
             }
             "envhdr" => {
@@ -763,7 +911,7 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 let v = if s == "auto" {
                     None
                 } else {
-                    Some(parse_u32("envhdr len", s)?)
+                    Some(parse_u32("envhdr len", s, "0-482")?)
                 };
                 set_once(&mut o.envhdr_len, "envhdr", v)?;
             }
@@ -772,7 +920,8 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 set_once(&mut o.tpid, kw, v)?;
             }
             "fdb_max_learned" => {
-                let v = parse_u32("fdb_max_learned", w.value(kw, "a number, 0 for no limit")?)?;
+                let v = w.value(kw, "a number, 0 for no limit")?;
+                let v = parse_u32("fdb_max_learned", v, U32_RANGE)?;
                 set_once(&mut o.fdb_max_learned, kw, v)?;
             }
             "ifname" => set_once(&mut o.ifname, kw, w.value(kw, "a TAP name")?.to_string())?,
@@ -798,17 +947,17 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
             expected: VLAN_COMMANDS,
         });
     };
-    match cmd {
-        "add" | "del" | "delete" => {
+    match command("vlan", cmd, words::VLAN_COMMANDS, VLAN_COMMANDS)? {
+        cmd @ ("add" | "delete") => {
             let add = cmd == "add";
             let (mut vids, mut dev, mut pvid, mut untagged) = (None, None, None, None);
             let mut target = None;
-            let expected = if add {
-                "vid, dev, pvid, untagged, self or master"
+            let (table, expected) = if add {
+                (words::VLAN_ADD, "vid, dev, pvid, untagged, self or master")
             } else {
-                "vid, dev, self or master"
+                (words::VLAN_DEL, "vid, dev, self or master")
             };
-            while let Some(kw) = w.next() {
+            while let Some(kw) = w.next_kw(table, expected)? {
                 match kw {
                     "vid" => {
                         let r = parse_vid_range(w.value(kw, "V or V-V2")?)?;
@@ -843,21 +992,18 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                 VlanCommand::Del { dev, vids, self_ }
             })
         }
-        "show" | "list" => {
-            let mut dev = None;
-            while let Some(kw) = w.next() {
+        // show, lst, list
+        _ => {
+            let (mut dev, mut vid) = (None, None);
+            while let Some(kw) = w.next_kw(words::VLAN_SHOW, "dev or vid")? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?.to_string())?,
-                    other => return Err(unexpected(other, "dev")),
+                    "vid" => set_once(&mut vid, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    other => return Err(unexpected(other, "dev or vid")),
                 }
             }
-            Ok(VlanCommand::Show { dev })
+            Ok(VlanCommand::Show { dev, vid })
         }
-        other => Err(ControlError::UnknownCommand {
-            object: "vlan",
-            word: other.to_string(),
-            expected: VLAN_COMMANDS,
-        }),
     }
 }
 
@@ -870,14 +1016,15 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             expected: FDB_COMMANDS,
         });
     };
-    match cmd {
-        "add" | "replace" | "del" | "delete" => {
+    match command("fdb", cmd, words::FDB_COMMANDS, FDB_COMMANDS)? {
+        cmd @ ("add" | "replace" | "delete") => {
             let mac_word = w.next().ok_or(ControlError::MissingArgument {
                 what: "MAC address",
             })?;
             let mac = mac_word.parse()?;
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
-            while let Some(kw) = w.next() {
+            let expected = "dev, vlan, static, dynamic, permanent, sticky or master";
+            while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
                     "vlan" => set_once(&mut vlan, kw, parse_fdb_vid(w.value(kw, "a vid")?)?)?,
@@ -895,12 +1042,7 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     "sticky" => set_once(&mut sticky, kw, true)?,
                     // All qbridge FDB entries are the bridge's ("master") entries.
                     "master" => {}
-                    other => {
-                        return Err(unexpected(
-                            other,
-                            "dev, vlan, static, dynamic, permanent, sticky or master",
-                        ))
-                    }
+                    other => return Err(unexpected(other, expected)),
                 }
             }
             let dev = dev
@@ -921,9 +1063,9 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                 _ => FdbCommand::Del { mac, dev, vlan },
             })
         }
-        "show" | "list" => {
+        "show" | "lst" | "list" => {
             let (mut br, mut dev, mut vlan) = (None, None, None);
-            while let Some(kw) = w.next() {
+            while let Some(kw) = w.next_kw(words::FDB_SHOW, "br, dev or vlan")? {
                 match kw {
                     "br" => set_once(&mut br, kw, w.value(kw, "a bridge name")?.to_string())?,
                     "dev" | "brport" => {
@@ -935,34 +1077,92 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             }
             Ok(FdbCommand::Show { br, dev, vlan })
         }
-        "flush" => {
-            let (mut dev, mut vlan, mut kind) = (None, None, None);
-            while let Some(kw) = w.next() {
-                match kw {
-                    "dev" => set_once(&mut dev, kw, w.value(kw, "a bridge or port name")?)?,
-                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
-                    "dynamic" => set_once(&mut kind, "dynamic/static", FdbFlushKind::Dynamic)?,
-                    "static" => set_once(&mut kind, "dynamic/static", FdbFlushKind::Static)?,
-                    other => return Err(unexpected(other, "dev, vlan, dynamic or static")),
-                }
-            }
-            let dev = dev
-                .ok_or(ControlError::MissingArgument {
-                    what: "\"dev NAME\"",
-                })?
-                .to_string();
-            Ok(FdbCommand::Flush {
-                dev,
-                vlan,
-                kind: kind.unwrap_or_default(),
-            })
-        }
-        other => Err(ControlError::UnknownCommand {
-            object: "fdb",
-            word: other.to_string(),
-            expected: FDB_COMMANDS,
-        }),
+        // flush
+        _ => parse_fdb_flush(w),
     }
+}
+
+/// `fdb flush dev NAME [vlan V] [KIND AND FLAG WORDS]`: bridge/fdb.c `fdb_flush`. Each kind
+/// word narrows the kinds flushed (`static` and `dynamic` together select nothing and are
+/// refused); without one, dynamic and static entries go, never permanent ones.
+fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
+    const EXPECTED: &str = "dev, vlan, [no]permanent, [no]static, [no]dynamic, [no]sticky \
+                            or [no]added_by_user";
+    let (mut dev, mut vlan) = (None, None);
+    // Dynamic, static, permanent: still selected; the word that last narrowed them.
+    let mut kinds = [true; 3];
+    let mut narrowed_by: Option<&str> = None;
+    let (mut sticky, mut by_user) = (None, None);
+    let mut seen: Vec<&str> = Vec::new();
+    while let Some(word) = w.next() {
+        if words::FDB_FLUSH_UNSUPPORTED.contains(&word) {
+            return Err(ControlError::NotSupported {
+                word: word.to_string(),
+                why: "its FDB entries have no such attribute",
+            });
+        }
+        let kw = keyword(word, words::FDB_FLUSH, EXPECTED)?;
+        if seen.contains(&kw) {
+            return Err(ControlError::Duplicate(kw.to_string()));
+        }
+        seen.push(kw);
+        let only: Option<[bool; 3]> = match kw {
+            "dev" => {
+                dev = Some(w.value(kw, "a bridge or port name")?);
+                None
+            }
+            "vlan" => {
+                vlan = Some(parse_vid(w.value(kw, "a vid")?)?);
+                None
+            }
+            // Every qbridge entry is the bridge's; the device given decides what is flushed.
+            "master" | "self" => None,
+            "permanent" => Some([false, false, true]),
+            "nopermanent" => Some([true, true, false]),
+            "static" => Some([false, true, false]),
+            "nostatic" => Some([true, false, true]),
+            "dynamic" => Some([true, false, false]),
+            "nodynamic" => Some([false, true, true]),
+            "sticky" | "nosticky" => {
+                set_once(&mut sticky, "[no]sticky", kw == "sticky")?;
+                None
+            }
+            _ => {
+                set_once(&mut by_user, "[no]added_by_user", kw == "added_by_user")?;
+                None
+            }
+        };
+        if let Some(only) = only {
+            let next = [0, 1, 2].map(|i| kinds[i] && only[i]);
+            if next == [false; 3] {
+                return Err(ControlError::Contradicts {
+                    word: kw.to_string(),
+                    earlier: narrowed_by.unwrap_or_default().to_string(),
+                });
+            }
+            kinds = next;
+            narrowed_by = Some(kw);
+        }
+    }
+    let dev = dev
+        .ok_or(ControlError::MissingArgument {
+            what: "\"dev NAME\"",
+        })?
+        .to_string();
+    if narrowed_by.is_none() {
+        kinds[2] = false;
+    }
+    Ok(FdbCommand::Flush {
+        dev,
+        vlan,
+        which: FdbFlushMatch {
+            dynamic: kinds[0],
+            static_: kinds[1],
+            permanent: kinds[2],
+            sticky,
+            added_by_user: by_user,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -1235,9 +1435,11 @@ mod tests {
             err("route show"),
             "unknown object \"route\" (expected link, vlan or fdb)"
         );
+        // "learnin" abbreviates learning now (iproute2's matches()); a word that is no
+        // keyword still lists them.
         assert_eq!(
-            err("link set dev p1 learnin off"),
-            "unexpected \"learnin\" (expected master, nomaster, up, down, learning, flood, \
+            err("link set dev p1 frob off"),
+            "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
              mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, ifname, netns or address)"
         );
         assert_eq!(
@@ -1276,7 +1478,7 @@ mod tests {
         );
         assert_eq!(
             err("link add p1 type afpacket dev eth0 ring_frames 10"),
-            "invalid ring_frames \"10\" (expected a number of frames from 64 to 1048576)"
+            "ring_frames 10 is out of range (64-1048576 frames)"
         );
         assert_eq!(
             p("link add x1 type afxdp dev eth0 queues 2 mode skb zerocopy off").unwrap(),
@@ -1308,7 +1510,7 @@ mod tests {
         );
         assert_eq!(
             err("link add x1 type afxdp dev eth0 queues 0"),
-            "invalid queues \"0\" (expected a number from 1 to 64)"
+            "queues 0 is out of range (1-64)"
         );
         assert_eq!(
             err("link add x1 type afxdp dev eth0 mode fast"),
@@ -1350,7 +1552,255 @@ mod tests {
         );
         assert_eq!(
             err("fdb"),
-            "missing command after \"fdb\" (expected add, replace, del, show or flush)"
+            "missing command after \"fdb\" (expected add, replace, del, show, flush or help)"
         );
+    }
+
+    #[test]
+    fn abbreviations_as_iproute2() {
+        // Objects and commands: ip/ip.c, bridge/bridge.c, do_iplink, do_vlan, do_fdb.
+        assert_eq!(p("l sh p1").unwrap(), p("link show dev p1").unwrap());
+        assert_eq!(p("l ls").unwrap(), p("link show").unwrap());
+        assert_eq!(
+            p("l s p1 le off").unwrap(),
+            p("link set dev p1 learning off").unwrap()
+        );
+        assert_eq!(p("l d p1").unwrap(), p("link del dev p1").unwrap());
+        assert_eq!(p("v s").unwrap(), p("vlan show").unwrap());
+        assert_eq!(
+            p("v a vid 10 dev p1").unwrap(),
+            p("vlan add vid 10 dev p1").unwrap()
+        );
+        assert_eq!(p("f s").unwrap(), p("fdb show").unwrap());
+        assert_eq!(
+            p("f r 02:00:00:00:00:01 dev p1 st sti").unwrap(),
+            p("fdb replace 02:00:00:00:00:01 dev p1 static sticky").unwrap()
+        );
+        // Keywords by matches(): link add, type bridge options, bridge_slave options.
+        assert_eq!(
+            p("link add br0 ty bridge v 1 vlan_p 802.1ad vlan_d 0 a 10 g 0x4000").unwrap(),
+            p(
+                "link add br0 type bridge vlan_filtering 1 vlan_protocol 802.1ad \
+               vlan_default_pvid 0 ageing_time 10 group_fwd_mask 0x4000"
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            p("link set p1 ma br0 fl off mc off b off i on h on").unwrap(),
+            p(
+                "link set p1 master br0 flood off mcast_flood off bcast_flood off isolated on \
+               hairpin on"
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            p("link set br0 ty bridge vlan_f 0").unwrap(),
+            p("link set dev br0 type bridge vlan_filtering 0").unwrap()
+        );
+        assert_eq!(
+            // `t` is txqueuelen in iproute2, so `type` needs `ty`.
+            p("link add l eth0 name eth0.5 t vlan p 802.1ad i 5")
+                .unwrap_err()
+                .to_string(),
+            "unexpected \"t\" (expected type)"
+        );
+        assert_eq!(
+            p("link add l eth0 eth0.5 ty vlan p 802.1ad i 5").unwrap(),
+            p("link add link eth0 name eth0.5 type vlan protocol 802.1ad id 5").unwrap()
+        );
+        // strcmp words are whole words only: fdb flush, mtu, vlan add's keywords.
+        assert_eq!(
+            err("fdb fl dev br0"),
+            "unknown command \"fl\" for fdb (expected add, replace, del, show, flush or help)"
+        );
+        assert_eq!(
+            err("link set p1 mt 9000"),
+            "unexpected \"mt\" (did you mean \"mtu\"?)"
+        );
+        assert_eq!(
+            err("vlan add vi 10 dev p1"),
+            "unexpected \"vi\" (did you mean \"vid\"?)"
+        );
+        // Two chains with no order between them: an error naming both.
+        assert_eq!(
+            err("link set p1 m br0"),
+            "ambiguous \"m\" (could be master or mcast_flood)"
+        );
+        // Not a prefix, or longer than the word.
+        assert_eq!(
+            err("link showx"),
+            "unknown command \"showx\" for link (did you mean \"show\"?)"
+        );
+    }
+
+    #[test]
+    fn did_you_mean() {
+        assert_eq!(
+            err("link shwo"),
+            "unknown command \"shwo\" for link (did you mean \"show\"?)"
+        );
+        assert_eq!(
+            err("lnik show"),
+            "unknown object \"lnik\" (did you mean \"link\"?)"
+        );
+        assert_eq!(
+            err("link add br0 type bridge vlan_filtring 1"),
+            "unexpected \"vlan_filtring\" (did you mean \"vlan_filtering\"?)"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 dynamc"),
+            "unexpected \"dynamc\" (did you mean \"dynamic\"?)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 qdisc_bypas on"),
+            "unexpected \"qdisc_bypas\" (did you mean \"qdisc_bypass\"?)"
+        );
+    }
+
+    #[test]
+    fn help_words() {
+        assert_eq!(p("help").unwrap(), Command::Help(None));
+        assert_eq!(p("h").unwrap(), Command::Help(None));
+        assert_eq!(p("help vlan").unwrap(), Command::Help(Some(Object::Vlan)));
+        assert_eq!(p("link help").unwrap(), Command::Help(Some(Object::Link)));
+        assert_eq!(p("vlan he").unwrap(), Command::Help(Some(Object::Vlan)));
+        assert_eq!(p("fdb help").unwrap(), Command::Help(Some(Object::Fdb)));
+        assert_eq!(
+            err("fdb help me"),
+            "unexpected \"me\" (expected nothing after \"help\")"
+        );
+    }
+
+    #[test]
+    fn numbers_are_reported_as_typed() {
+        assert_eq!(
+            err("vlan add vid 99999999999999999999 dev p1"),
+            "vid 99999999999999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 4294967296 dev p1"),
+            "vid 4294967296 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 5000 dev p1"),
+            "vid 5000 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("vlan add vid -1 dev p1"),
+            "invalid vid \"-1\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 10- dev p1"),
+            "invalid vid \"10-\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 1-2-3 dev p1"),
+            "invalid vid \"1-2-3\" (expected V or V-V2, numbers from 1 to 4094)"
+        );
+        assert_eq!(
+            err("vlan add vid 10-99999999999 dev p1"),
+            "vid 99999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("fdb show vlan 99999999999999999999"),
+            "vid 99999999999999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("link set p1 mtu 99999999999999999999"),
+            "mtu 99999999999999999999 is out of range (68-65535)"
+        );
+        assert_eq!(
+            err("link set p1 mtu 0x1ffffffff"),
+            "mtu 0x1ffffffff is out of range (68-65535)"
+        );
+        assert_eq!(
+            err("link set p1 envhdr len 4294967296"),
+            "envhdr len 4294967296 is out of range (0-482)"
+        );
+        assert_eq!(
+            err("link set p1 fdb_max_learned 4294967296"),
+            "fdb_max_learned 4294967296 is out of range (0-4294967295)"
+        );
+        assert_eq!(
+            err("link set br0 type bridge fdb_max_entries 99999999999"),
+            "fdb_max_entries 99999999999 is out of range (1-16777216)"
+        );
+        assert_eq!(
+            err("link set br0 type bridge group_fwd_mask 0x10000"),
+            "group_fwd_mask 0x10000 is out of range (0-0xffff)"
+        );
+        assert_eq!(
+            err("link add p1 type afpacket dev eth0 ring_frames 99999999999999999999"),
+            "ring_frames 99999999999999999999 is out of range (64-1048576 frames)"
+        );
+        assert_eq!(
+            err("link add x1 type afxdp dev eth0 queues 65536"),
+            "queues 65536 is out of range (1-64)"
+        );
+        assert_eq!(
+            err("link add link eth0 name x type vlan id 99999999999"),
+            "vid 99999999999 is out of range (1-4094)"
+        );
+        assert_eq!(
+            err("link set p1 mtu -5"),
+            "invalid mtu \"-5\" (expected a number, decimal or 0x hexadecimal)"
+        );
+        assert_eq!(
+            err("link add br0 type bridge ageing_time 99999999999999999999"),
+            "ageing_time 99999999999999999999 is out of range (0 or 1-1000000 seconds)"
+        );
+    }
+
+    #[test]
+    fn vlan_show_vid_and_fdb_flush_words() {
+        assert_eq!(
+            p("vlan show dev p1 vid 10").unwrap(),
+            Command::Vlan(VlanCommand::Show {
+                dev: Some("p1".into()),
+                vid: Some(10)
+            })
+        );
+        let flush = |line: &str| match p(line).unwrap() {
+            Command::Fdb(FdbCommand::Flush { which, .. }) => which,
+            c => panic!("{c:?}"),
+        };
+        let kinds = |m: FdbFlushMatch| (m.dynamic, m.static_, m.permanent);
+        assert_eq!(kinds(flush("fdb flush dev br0")), (true, true, false));
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 permanent")),
+            (false, false, true)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 nostatic")),
+            (true, false, true)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 nodynamic nopermanent")),
+            (false, true, false)
+        );
+        assert_eq!(
+            kinds(flush("fdb flush dev br0 dynamic")),
+            (true, false, false)
+        );
+        let m = flush("fdb flush dev p1 vlan 10 master nosticky added_by_user");
+        assert_eq!((m.sticky, m.added_by_user), (Some(false), Some(true)));
+        assert_eq!(
+            err("fdb flush dev br0 static dynamic"),
+            "\"dynamic\" contradicts \"static\": together they select no entries"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 static static"),
+            "\"static\" given twice"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 sticky nosticky"),
+            "\"[no]sticky\" given twice"
+        );
+        assert_eq!(
+            err("fdb flush dev br0 extern_learn"),
+            "\"extern_learn\" is not supported by qbridge (its FDB entries have no such \
+             attribute)"
+        );
+        assert_eq!(err("fdb flush permanent"), "missing \"dev NAME\"");
     }
 }

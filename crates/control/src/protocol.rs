@@ -35,6 +35,9 @@ pub struct WireOptions {
     pub json: bool,
     pub stats: bool,
     pub pretty: bool,
+    /// Sent only when set, so that a line without `-c` reads the same to an older daemon.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compress_vlans: bool,
 }
 
 impl From<OutputOptions> for WireOptions {
@@ -43,6 +46,7 @@ impl From<OutputOptions> for WireOptions {
             json: o.json,
             stats: o.stats,
             pretty: o.pretty,
+            compress_vlans: o.compress_vlans,
         }
     }
 }
@@ -53,6 +57,7 @@ impl From<WireOptions> for OutputOptions {
             json: o.json,
             stats: o.stats,
             pretty: o.pretty,
+            compress_vlans: o.compress_vlans,
         }
     }
 }
@@ -293,6 +298,24 @@ mod tests {
         assert!(Request::parse("not json")
             .unwrap_err()
             .starts_with("malformed request"));
+    }
+
+    #[test]
+    fn compress_vlans_travels_only_when_set() {
+        let plain = Request::batch("vlan show\n", OutputOptions::default()).to_line();
+        assert!(!plain.contains("compress"), "{plain}");
+        let out = OutputOptions {
+            compress_vlans: true,
+            ..OutputOptions::default()
+        };
+        let line = Request::batch("vlan show\n", out).to_line();
+        assert!(line.contains("\"compress_vlans\":true"), "{line}");
+        assert!(matches!(Request::parse(&line), Ok(Op::Batch { out: o, .. }) if o == out));
+        let args: Vec<String> = ["-c", "vlan", "show"].map(String::from).to_vec();
+        assert!(matches!(
+            Request::parse(&Request::command(&args).to_line()),
+            Ok(Op::Command { out: o, .. }) if o.compress_vlans
+        ));
     }
 
     #[test]

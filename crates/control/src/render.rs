@@ -44,19 +44,23 @@ fn on_off(b: bool) -> &'static str {
 
 // ----- fdb -----
 
-/// One `bridge -j fdb show` object: key names and order as iproute2.
+/// One `bridge -j fdb show` object: key names and order as bridge/fdb.c `print_fdb` (mac,
+/// ifname, vlan, with `-s` `used` and `updated` from `fdb_print_stats`, flags, master, state).
 #[derive(Serialize)]
 struct FdbJson<'a> {
     mac: String,
     ifname: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     vlan: Option<u16>,
+    /// Seconds since the entry was last refreshed (`-s` only). qbridge does not track when an
+    /// entry was last used as a destination: `used` is the same number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated: Option<u64>,
     flags: Vec<&'static str>,
     master: &'a str,
     state: &'static str,
-    /// Seconds since the entry was added or last refreshed (`-s` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    updated: Option<u64>,
 }
 
 /// iproute2's names for the entry kinds: learned and `dynamic` entries have no state word.
@@ -77,10 +81,11 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
                 mac: e.mac.to_string(),
                 ifname: &e.ifname,
                 vlan: e.vlan,
+                used: out.stats.then_some(e.idle_ns / 1_000_000_000),
+                updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
                 flags: if e.sticky { vec!["sticky"] } else { vec![] },
                 master: &e.master,
                 state: fdb_state(e.kind),
-                updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
             })
             .collect();
         return to_json(&v, out);
@@ -109,31 +114,89 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
 
 // ----- vlan -----
 
+/// bridge/vlan.c: `%-16s  ` (IFNAMSIZ and two spaces) before the VID.
 const PORT_COL: usize = 18;
 
+/// The header `vlan show` prints even when there is nothing under it (bridge/vlan.c
+/// `vlan_show`), without iproute2's trailing spaces.
 fn vlan_header(s: &mut String) {
     let _ = writeln!(s, "{:<PORT_COL$}vlan-id", "port");
 }
 
-/// `vlan show`: iproute2's table, one VID per line.
-pub fn vlans(sw: &Switch, dev: Option<&str>, out: OutputOptions) -> Result<String, ControlError> {
-    let views: Vec<_> = sw
-        .vlans(dev)?
-        .into_iter()
-        .filter(|v| !v.vlans.is_empty())
+/// One entry of `bridge -j vlan show`: bridge/vlan.c `print_vlan_info` — `vlan`, `vlanEnd`
+/// for a range (`-c`, lib/json_print.c `print_range`), `flags` only when there are some
+/// (lib/bridge.c `bridge_print_vlan_flags`).
+#[derive(Serialize)]
+struct VlanJson {
+    vlan: u16,
+    #[serde(rename = "vlanEnd", skip_serializing_if = "Option::is_none")]
+    vlan_end: Option<u16>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    flags: Vec<&'static str>,
+}
+
+#[derive(Serialize)]
+struct PortVlansJson<'a> {
+    ifname: &'a str,
+    vlans: Vec<VlanJson>,
+}
+
+/// A port's VLANs as entries: one per VID, or with `compress` runs of consecutive VIDs with
+/// the same flags as one range (the kernel's `RTEXT_FILTER_BRVLAN_COMPRESSED`; the PVID has
+/// a flag no other VID has, so it stands alone). With `vid`, only the entry that holds it.
+fn vlan_entries(
+    view: &qbridge_bridge::VlanView,
+    compress: bool,
+    vid: Option<u16>,
+) -> Vec<VlanJson> {
+    let mut out: Vec<VlanJson> = Vec::new();
+    for e in &view.vlans {
+        if let Some(last) = out.last_mut() {
+            let end = last.vlan_end.unwrap_or(last.vlan);
+            if compress && e.vlan == end + 1 && last.flags == e.flags {
+                last.vlan_end = Some(e.vlan);
+                continue;
+            }
+        }
+        out.push(VlanJson {
+            vlan: e.vlan,
+            vlan_end: None,
+            flags: e.flags.clone(),
+        });
+    }
+    out.retain(|e| vid.is_none_or(|v| (e.vlan..=e.vlan_end.unwrap_or(e.vlan)).contains(&v)));
+    out
+}
+
+/// `vlan show [dev NAME] [vid V]`: iproute2's table, one VID per line, or one range per line
+/// with `-c` (bridge/vlan.c `print_vlan_info`).
+pub fn vlans(
+    sw: &Switch,
+    dev: Option<&str>,
+    vid: Option<u16>,
+    out: OutputOptions,
+) -> Result<String, ControlError> {
+    let views = sw.vlans(dev)?;
+    let ports: Vec<PortVlansJson<'_>> = views
+        .iter()
+        .map(|v| PortVlansJson {
+            ifname: &v.ifname,
+            vlans: vlan_entries(v, out.compress_vlans, vid),
+        })
+        .filter(|p| !p.vlans.is_empty())
         .collect();
     if out.json {
-        return Ok(to_json(&views, out));
+        return Ok(to_json(&ports, out));
     }
     let mut s = String::new();
-    if views.is_empty() {
-        return Ok(s);
-    }
     vlan_header(&mut s);
-    for v in &views {
-        for (i, e) in v.vlans.iter().enumerate() {
-            let name = if i == 0 { v.ifname.as_str() } else { "" };
+    for p in &ports {
+        for (i, e) in p.vlans.iter().enumerate() {
+            let name = if i == 0 { p.ifname } else { "" };
             let mut line = format!("{name:<PORT_COL$}{}", e.vlan);
+            if let Some(end) = e.vlan_end {
+                let _ = write!(line, "-{end}");
+            }
             for f in &e.flags {
                 line.push(' ');
                 line.push_str(f);
@@ -145,9 +208,12 @@ pub fn vlans(sw: &Switch, dev: Option<&str>, out: OutputOptions) -> Result<Strin
     Ok(s)
 }
 
+/// One entry of `bridge -j -s vlan show`: lib/bridge.c `bridge_print_vlan_stats` (`vid`,
+/// then `bridge_print_vlan_stats_only`'s counters). qbridge's counters are per bridge and VID,
+/// which have no flags: `flags` is never printed.
 #[derive(Serialize)]
 struct VlanStatsJson {
-    vlan: u16,
+    vid: u16,
     rx_bytes: u64,
     rx_packets: u64,
     tx_bytes: u64,
@@ -181,11 +247,12 @@ fn bridge_vids(sw: &Switch, bid: qbridge_bridge::BridgeId) -> BTreeSet<u16> {
     vids
 }
 
-/// `vlan show -s [dev NAME]`: per-VLAN counters of each bridge (of NAME's bridge, and only
-/// NAME's VIDs, when NAME is a port).
+/// `vlan show -s [dev NAME] [vid V]`: per-VLAN counters of each bridge (of NAME's bridge, and
+/// only NAME's VIDs, when NAME is a port).
 pub fn vlan_stats(
     sw: &Switch,
     dev: Option<&str>,
+    vid: Option<u16>,
     out: OutputOptions,
 ) -> Result<String, ControlError> {
     let (only_bridge, only_port) = match dev {
@@ -200,7 +267,9 @@ pub fn vlan_stats(
         return Ok(if out.json {
             to_json(&Vec::<()>::new(), out)
         } else {
-            String::new()
+            let mut s = String::new();
+            vlan_header(&mut s);
+            s
         });
     }
     let mut all = Vec::new();
@@ -210,11 +279,12 @@ pub fn vlan_stats(
         }
         let vlans: Vec<VlanStatsJson> = bridge_vids(sw, bid)
             .into_iter()
+            .filter(|&v| vid.is_none_or(|only| only == v))
             .filter(|&vid| only_port.is_none_or(|p| sw.vlan_membership(p, vid).is_some()))
             .map(|vid| {
                 let c = sw.vlan_counters(bid, vid);
                 VlanStatsJson {
-                    vlan: vid,
+                    vid,
                     rx_bytes: c.rx_bytes,
                     rx_packets: c.rx_frames,
                     tx_bytes: c.tx_bytes,
@@ -233,14 +303,11 @@ pub fn vlan_stats(
         return Ok(to_json(&all, out));
     }
     let mut s = String::new();
-    if all.is_empty() {
-        return Ok(s);
-    }
     vlan_header(&mut s);
     for b in &all {
         for (i, v) in b.vlans.iter().enumerate() {
             let name = if i == 0 { b.ifname } else { "" };
-            let _ = writeln!(s, "{name:<PORT_COL$}{}", v.vlan);
+            let _ = writeln!(s, "{name:<PORT_COL$}{}", v.vid);
             let pad = "";
             let _ = writeln!(
                 s,
@@ -303,15 +370,158 @@ enum AnyBackendJson<'a> {
     HostTap(HostTapJson<'a>),
 }
 
+/// One `link show -j` object: the keys of `ip -j -d link show` where qbridge has the thing
+/// (ip/ipaddress.c `print_linkinfo`: ifname, mtu, master, operstate, link, address,
+/// linkinfo), then qbridge's own (`kind`, `bridge`, `port`, `stats`, `backend`, `runtime`).
 #[derive(Serialize)]
 struct LinkJson<'a> {
-    #[serde(flatten)]
-    link: &'a LinkView,
+    ifname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mtu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    master: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operstate: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    address: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linkinfo: Option<LinkInfoJson<'a>>,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bridge: Option<&'a qbridge_bridge::BridgeSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<&'a qbridge_bridge::switch::PortView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stats: Option<&'a PortCounters>,
     #[serde(skip_serializing_if = "Option::is_none")]
     backend: Option<AnyBackendJson<'a>>,
     /// Only from a running daemon: the backend's state.
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a BackendStatus>,
+}
+
+/// `linkinfo` of `ip -j -d link show`: the device's kind and data, and as a bridge port the
+/// port's (`info_slave_kind` "bridge").
+#[derive(Serialize)]
+struct LinkInfoJson<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    info_kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    info_data: Option<InfoDataJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    info_slave_kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    info_slave_data: Option<SlaveDataJson>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum InfoDataJson<'a> {
+    Bridge(BridgeDataJson),
+    Stacked(&'a qbridge_bridge::switch::LinkInfoData),
+}
+
+/// A bridge's `info_data`: ip/iplink_bridge.c `bridge_print_opt`, its keys in its order, the
+/// ones qbridge has; `ageing_time` in centiseconds as the kernel gives it, `group_fwd_mask` a
+/// `%#llx` string (`print_0xhex`). `fdb_max_entries` is qbridge's.
+#[derive(Serialize)]
+struct BridgeDataJson {
+    ageing_time: u64,
+    vlan_filtering: u8,
+    vlan_protocol: &'static str,
+    fdb_n_learned: usize,
+    fdb_max_learned: u32,
+    vlan_default_pvid: u16,
+    group_fwd_mask: String,
+    fdb_max_entries: u32,
+}
+
+/// A bridge port's `info_slave_data`: ip/iplink_bridge_slave.c `bridge_slave_print_opt`
+/// (`print_on_off`: booleans in JSON), the ones qbridge has, in its order.
+#[derive(Serialize)]
+struct SlaveDataJson {
+    hairpin: bool,
+    learning: bool,
+    flood: bool,
+    mcast_flood: bool,
+    bcast_flood: bool,
+    isolated: bool,
+}
+
+/// The `%#llx` of iproute2's `print_0xhex`: `0` for zero, else `0x…`.
+fn hex_0x(v: u16) -> String {
+    if v == 0 {
+        "0".to_string()
+    } else {
+        format!("{v:#x}")
+    }
+}
+
+fn link_json<'a>(session: &'a Session, l: &'a LinkView) -> LinkJson<'a> {
+    let sw = session.switch();
+    let bridge_data = l.bridge.as_ref().map(|b| {
+        let learned = sw
+            .bridge_id(&l.ifname)
+            .map(|id| sw.fdb_len(id).1)
+            .unwrap_or(0);
+        InfoDataJson::Bridge(BridgeDataJson {
+            ageing_time: b.ageing_time_ns / 10_000_000,
+            vlan_filtering: u8::from(b.vlan_filtering),
+            vlan_protocol: b.vlan_protocol.as_str(),
+            fdb_n_learned: learned,
+            fdb_max_learned: b.fdb_max_learned,
+            vlan_default_pvid: b.default_pvid,
+            group_fwd_mask: hex_0x(b.group_fwd_mask),
+            fdb_max_entries: b.fdb_max_entries,
+        })
+    });
+    let (info_kind, info_data) = match (&l.linkinfo, bridge_data) {
+        (_, Some(b)) => (Some("bridge"), Some(b)),
+        (Some(i), None) => (Some(i.info_kind), Some(InfoDataJson::Stacked(&i.info_data))),
+        (None, None) => (None, None),
+    };
+    let slave = match (&l.master, &l.port) {
+        (Some(_), Some(p)) if l.bridge.is_none() => Some(SlaveDataJson {
+            hairpin: p.settings.hairpin,
+            learning: p.settings.learning,
+            flood: p.settings.flood,
+            mcast_flood: p.settings.mcast_flood,
+            bcast_flood: p.settings.bcast_flood,
+            isolated: p.settings.isolated,
+        }),
+        _ => None,
+    };
+    let linkinfo = (info_kind.is_some() || slave.is_some()).then(|| LinkInfoJson {
+        info_kind,
+        info_data,
+        info_slave_kind: slave.as_ref().map(|_| "bridge"),
+        info_slave_data: slave,
+    });
+    LinkJson {
+        ifname: &l.ifname,
+        mtu: l.port.as_ref().map(|p| p.settings.mtu),
+        master: l.master.as_deref(),
+        operstate: l.port.as_ref().map(|p| {
+            if p.settings.up && p.link_up {
+                "UP"
+            } else {
+                "DOWN"
+            }
+        }),
+        link: l.link.as_deref(),
+        address: l.address.as_deref(),
+        linkinfo,
+        kind: &l.kind,
+        bridge: l.bridge.as_ref(),
+        port: l.port.as_ref(),
+        stats: l.stats.as_ref(),
+        backend: session
+            .port_spec(&l.ifname)
+            .map(|spec| backend_json(spec, &l.ifname)),
+        runtime: session.backend_status(&l.ifname),
+    }
 }
 
 /// A port's backend for `link show -j`; for a VLAN device, a macvlan endpoint or a host port
@@ -364,16 +574,7 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         .filter(|l| dev.is_none_or(|d| d == l.ifname))
         .collect();
     if out.json {
-        let v: Vec<LinkJson<'_>> = views
-            .iter()
-            .map(|l| LinkJson {
-                link: l,
-                backend: session
-                    .port_spec(&l.ifname)
-                    .map(|spec| backend_json(spec, &l.ifname)),
-                runtime: session.backend_status(&l.ifname),
-            })
-            .collect();
+        let v: Vec<LinkJson<'_>> = views.iter().map(|l| link_json(session, l)).collect();
         return to_json(&v, out);
     }
     let mut s = String::new();

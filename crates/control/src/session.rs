@@ -191,6 +191,8 @@ impl Session {
             Command::Vlan(c) => self.vlan(c, out),
             Command::Fdb(c) => self.fdb(c, out),
             Command::ShowRunningConfig => Ok(self.running_config()),
+            Command::Help(Some(o)) => Ok(crate::usage::object(*o)),
+            Command::Help(None) => Ok(crate::usage::all()),
         }
     }
 
@@ -311,11 +313,11 @@ impl Session {
                     sw.vlan_del(id, vids.start.into(), vids.end.into())?;
                 }
             }
-            VlanCommand::Show { dev } => {
+            VlanCommand::Show { dev, vid } => {
                 return if out.stats {
-                    render::vlan_stats(sw, dev.as_deref(), out)
+                    render::vlan_stats(sw, dev.as_deref(), *vid, out)
                 } else {
-                    render::vlans(sw, dev.as_deref(), out)
+                    render::vlans(sw, dev.as_deref(), *vid, out)
                 };
             }
         }
@@ -353,8 +355,8 @@ impl Session {
                 let entries = sw.fdb_entries(&filter)?;
                 return Ok(render::fdb(&entries, out));
             }
-            FdbCommand::Flush { dev, vlan, kind } => {
-                sw.fdb_flush(dev, vlan.map(u32::from), *kind)?;
+            FdbCommand::Flush { dev, vlan, which } => {
+                sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
             }
         }
         Ok(String::new())

@@ -1,16 +1,18 @@
 //! Golden tests of the command-line output (text and JSON) and of error messages.
 
-use qbridge_control::{ControlError, OutputOptions, Session};
+use qbridge_control::{ControlError, Object, OutputOptions, Session};
 
 const TEXT: OutputOptions = OutputOptions {
     json: false,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 
 const SETUP: &str = "\
@@ -138,10 +140,10 @@ br0               10
             }
         ),
         "[{\"ifname\":\"br0\",\"vlans\":[\
-         {\"vlan\":1,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
-         {\"vlan\":10,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
-         {\"vlan\":11,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
-         {\"vlan\":12,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0}]}]\n"
+         {\"vid\":1,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vid\":10,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vid\":11,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0},\
+         {\"vid\":12,\"rx_bytes\":0,\"rx_packets\":0,\"tx_bytes\":0,\"tx_packets\":0}]}]\n"
     );
 }
 
@@ -231,7 +233,12 @@ p4: afpacket dev eth2 qdisc_bypass off state UP mtu 1500 envhdr len auto (4) tpi
 fn empty_session_shows_nothing() {
     let mut s = Session::new();
     assert_eq!(run(&mut s, "link show", TEXT), "");
-    assert_eq!(run(&mut s, "vlan show", TEXT), "");
+    // bridge/vlan.c `vlan_show` prints its header before the dump, even an empty one.
+    assert_eq!(
+        run(&mut s, "vlan show", TEXT),
+        "port              vlan-id\n"
+    );
+    assert_eq!(run(&mut s, "vlan show", JSON), "[]\n");
     assert_eq!(run(&mut s, "fdb show", TEXT), "");
     assert_eq!(run(&mut s, "link show", JSON), "[]\n");
     assert_eq!(run(&mut s, "fdb show", JSON), "[]\n");
@@ -305,7 +312,7 @@ fn batch_errors_carry_line_numbers() {
     );
     assert_eq!(
         batch_err("vlan show dev p1 extra\n"),
-        "line 18: unexpected \"extra\" (expected dev)"
+        "line 18: unexpected \"extra\" (expected dev or vid)"
     );
     let e = {
         let mut s = session();
@@ -315,7 +322,7 @@ fn batch_errors_carry_line_numbers() {
     assert!(matches!(e.root(), ControlError::UnknownCommand { .. }));
     assert_eq!(
         e.to_string(),
-        "line 2: unknown command \"frob\" for link (expected add, set, del or show)"
+        "line 2: unknown command \"frob\" for link (expected add, set, del, show or help)"
     );
 }
 
@@ -539,4 +546,244 @@ fn stacked_device_errors() {
         err(&mut s, "link set dev br9 down"),
         "bridge \"br9\" has no host port (\"link set dev br9 up\" gives it one)"
     );
+}
+
+const COMPRESS: OutputOptions = OutputOptions {
+    compress_vlans: true,
+    ..TEXT
+};
+
+/// bridge/vlan.c `print_vlan_info` with `-c`: runs of VIDs with the same flags as
+/// `START-END` (lib/json_print.c `print_range`: `vlan` and `vlanEnd` in JSON); `flags` left out
+/// when a VID has none (lib/bridge.c `bridge_print_vlan_flags`).
+#[test]
+fn vlan_show_compressed_and_by_vid() {
+    let mut s = session();
+    run(&mut s, "vlan add vid 20-30 dev p1", TEXT);
+    run(&mut s, "vlan add vid 31 dev p1 untagged", TEXT);
+    assert_eq!(
+        run(&mut s, "vlan show", COMPRESS),
+        "\
+port              vlan-id
+p1                10 PVID Egress Untagged
+                  20-30
+                  31 Egress Untagged
+p2                10-12
+p3                1 PVID Egress Untagged
+"
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            "vlan show dev p1",
+            OutputOptions {
+                compress_vlans: true,
+                ..JSON
+            }
+        ),
+        "[{\"ifname\":\"p1\",\"vlans\":[\
+         {\"vlan\":10,\"flags\":[\"PVID\",\"Egress Untagged\"]},\
+         {\"vlan\":20,\"vlanEnd\":30},\
+         {\"vlan\":31,\"flags\":[\"Egress Untagged\"]}]}]\n"
+    );
+    // Without -c: one VID per entry, no `flags` key where there are none.
+    assert_eq!(
+        run(&mut s, "vlan show dev p2", JSON),
+        "[{\"ifname\":\"p2\",\"vlans\":[{\"vlan\":10},{\"vlan\":11},{\"vlan\":12}]}]\n"
+    );
+    // `vid V` (bridge/vlan.c `filter_vlan_check`): the entry holding V, the whole range
+    // with -c; ports without it are left out.
+    assert_eq!(
+        run(&mut s, "vlan show vid 11", TEXT),
+        "port              vlan-id\np2                11\n"
+    );
+    assert_eq!(
+        run(&mut s, "vlan show vid 25", COMPRESS),
+        "port              vlan-id\np1                20-30\n"
+    );
+    assert_eq!(
+        run(&mut s, "vlan show vid 99", TEXT),
+        "port              vlan-id\n"
+    );
+    assert_eq!(run(&mut s, "vlan show vid 99", JSON), "[]\n");
+    let stats = OutputOptions {
+        stats: true,
+        ..TEXT
+    };
+    assert_eq!(
+        run(&mut s, "vlan show vid 12", stats),
+        "\
+port              vlan-id
+br0               12
+                    RX: 0 bytes 0 packets
+                    TX: 0 bytes 0 packets
+"
+    );
+}
+
+/// bridge/fdb.c `print_fdb` with `-s`: `used` and `updated` (`fdb_print_stats`) after the
+/// VLAN and before `flags`.
+#[test]
+fn fdb_show_json_stats() {
+    let mut s = session();
+    assert_eq!(
+        run(
+            &mut s,
+            "fdb show dev p1",
+            OutputOptions {
+                stats: true,
+                ..JSON
+            }
+        ),
+        "[{\"mac\":\"02:00:00:00:00:01\",\"ifname\":\"p1\",\"vlan\":10,\"used\":0,\"updated\":0,\
+         \"flags\":[],\"master\":\"br0\",\"state\":\"static\"}]\n"
+    );
+}
+
+/// `ip -j -d link show` (ip/ipaddress.c `print_linkinfo`): ifname, mtu, master, operstate,
+/// then `linkinfo` — a bridge's `info_data` as ip/iplink_bridge.c `bridge_print_opt`
+/// (ageing_time in centiseconds, vlan_filtering 0/1, group_fwd_mask a `%#llx` string), a
+/// port's `info_slave_data` as ip/iplink_bridge_slave.c `bridge_slave_print_opt` (booleans).
+#[test]
+fn link_show_json_as_ip_d() {
+    let mut s = session();
+    run(
+        &mut s,
+        "link set dev br0 type bridge group_fwd_mask 0x4000 fdb_max_learned 7",
+        TEXT,
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show", JSON)).expect("valid JSON");
+    assert_eq!(
+        v[0]["linkinfo"],
+        serde_json::json!({
+            "info_kind": "bridge",
+            "info_data": {
+                "ageing_time": 150,
+                "vlan_filtering": 1,
+                "vlan_protocol": "802.1Q",
+                "fdb_n_learned": 0,
+                "fdb_max_learned": 7,
+                "vlan_default_pvid": 1,
+                "group_fwd_mask": "0x4000",
+                "fdb_max_entries": 2097152
+            }
+        })
+    );
+    assert!(v[0].get("mtu").is_none() && v[0].get("operstate").is_none());
+    let p3 = &v[3];
+    assert_eq!(p3["ifname"], "p3");
+    assert_eq!(p3["mtu"], 1500);
+    assert_eq!(p3["master"], "br0");
+    assert_eq!(p3["operstate"], "DOWN");
+    assert_eq!(
+        p3["linkinfo"],
+        serde_json::json!({
+            "info_slave_kind": "bridge",
+            "info_slave_data": {
+                "hairpin": false,
+                "learning": true,
+                "flood": true,
+                "mcast_flood": true,
+                "bcast_flood": true,
+                "isolated": false
+            }
+        })
+    );
+    // Key order as ip prints it, qbridge's own keys after.
+    let text = run(&mut s, "link show dev p2", JSON);
+    assert!(
+        text.starts_with(
+            "[{\"ifname\":\"p2\",\"mtu\":9000,\"master\":\"br0\",\"operstate\":\"UP\",\
+             \"linkinfo\":{\"info_slave_kind\":\"bridge\",\"info_slave_data\":{\"hairpin\":false,\
+             \"learning\":false,"
+        ),
+        "{text}"
+    );
+    run(
+        &mut s,
+        "link set dev br0 type bridge group_fwd_mask 0",
+        TEXT,
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev br0", JSON)).unwrap();
+    assert_eq!(v[0]["linkinfo"]["info_data"]["group_fwd_mask"], "0");
+    // A stacked device keeps its kind and data, and is a bridge port as well.
+    let mut s = stack_session();
+    run(&mut s, "link set dev eth0.100 master brh", TEXT);
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev eth0.100", JSON)).unwrap();
+    assert_eq!(v[0]["linkinfo"]["info_kind"], "vlan");
+    assert_eq!(v[0]["linkinfo"]["info_data"]["id"], 100);
+    assert_eq!(v[0]["linkinfo"]["info_slave_kind"], "bridge");
+}
+
+/// bridge-fdb(8) `flush … [no]permanent [no]static [no]dynamic [no]sticky`.
+#[test]
+fn fdb_flush_kinds() {
+    let mut s = session();
+    run(&mut s, "fdb flush dev br0", TEXT);
+    assert_eq!(
+        run(&mut s, "fdb show", TEXT),
+        "02:00:00:00:00:03 dev p2 vlan 12 master br0 permanent\n"
+    );
+    run(&mut s, "fdb flush dev p2 permanent", TEXT);
+    assert_eq!(run(&mut s, "fdb show", TEXT), "");
+
+    let mut s = session();
+    run(&mut s, "fdb flush dev p2 nodynamic nosticky", TEXT);
+    assert_eq!(
+        run(&mut s, "fdb show", TEXT),
+        "\
+02:00:00:00:00:01 dev p1 vlan 10 master br0 static
+02:00:00:00:00:02 dev p2 vlan 11 sticky master br0 static
+02:00:00:00:00:04 dev p2 vlan 12 master br0
+"
+    );
+    run(&mut s, "fdb flush dev br0 vlan 12 nostatic", TEXT);
+    assert_eq!(
+        run(&mut s, "fdb show", TEXT),
+        "\
+02:00:00:00:00:01 dev p1 vlan 10 master br0 static
+02:00:00:00:00:02 dev p2 vlan 11 sticky master br0 static
+"
+    );
+}
+
+#[test]
+fn abbreviated_commands_run() {
+    let mut s = session();
+    assert_eq!(
+        run(&mut s, "f s dev p1", TEXT),
+        run(&mut s, "fdb show dev p1", TEXT)
+    );
+    assert_eq!(run(&mut s, "v s", TEXT), run(&mut s, "vlan show", TEXT));
+    assert_eq!(
+        run(&mut s, "l sh p2", TEXT),
+        run(&mut s, "link show dev p2", TEXT)
+    );
+    run(&mut s, "l s p2 le on", TEXT);
+    assert!(run(&mut s, "link show dev p2", TEXT).contains("learning on"));
+}
+
+#[test]
+fn help_comes_from_the_usage_source() {
+    let mut s = Session::new();
+    let h = run(&mut s, "vlan help", TEXT);
+    assert!(
+        h.starts_with("Usage: qbridge [OPTIONS] vlan COMMAND [ARGS...]\n  vlan add vid"),
+        "{h}"
+    );
+    assert!(h.contains("  vlan show [dev NAME] [vid V]"), "{h}");
+    assert!(!h.contains("fdb add"), "{h}");
+    let all = run(&mut s, "help", TEXT);
+    for o in [Object::Link, Object::Vlan, Object::Fdb] {
+        let body = qbridge_control::usage::object(o);
+        let commands = body.split_once('\n').unwrap().1;
+        let commands = commands.split("'dev' may be omitted").next().unwrap();
+        assert!(
+            all.contains(commands),
+            "{o:?} help is not in the full usage"
+        );
+    }
 }

@@ -101,7 +101,7 @@ proptest! {
         s.execute_batch(SETUP, OutputOptions::default()).unwrap();
         let text: String = lines.iter().map(|l| l.join(" ") + "\n").collect();
         let show = |s: &mut Session| -> String {
-            let j = OutputOptions { json: true, stats: true, pretty: false };
+            let j = OutputOptions { json: true, stats: true, ..OutputOptions::default() };
             ["link show", "vlan show", "fdb show"]
                 .iter()
                 .map(|c| s.execute_line(c, j).unwrap())

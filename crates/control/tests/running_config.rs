@@ -8,11 +8,13 @@ const TEXT: OutputOptions = OutputOptions {
     json: false,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
     stats: false,
     pretty: false,
+    compress_vlans: false,
 };
 
 /// The three views a restored switch must reproduce exactly.
@@ -226,7 +228,7 @@ fn a_host_interface_is_a_port_once() {
     );
     assert_eq!(
         err(&mut s, "link add p9 index 4096 type pcap"),
-        "invalid index \"4096\" (expected a port id (0-4095))"
+        "index 4096 is out of range (0-4095)"
     );
     s.execute_line("link add p9 index 100 type pcap", TEXT)
         .unwrap();

@@ -32,7 +32,7 @@ fn call(h: &Handle, words: &str) -> String {
         out: OutputOptions {
             json: true,
             stats: true,
-            pretty: false,
+            ..OutputOptions::default()
         },
         words: words.split_whitespace().map(str::to_owned).collect(),
     });

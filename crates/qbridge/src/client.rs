@@ -17,11 +17,7 @@ pub fn run(socket: &Path, req: &Request) -> anyhow::Result<ExitCode> {
     if !resp.ok {
         bail!("{}", resp.error.unwrap_or_else(|| "failed".into()));
     }
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(resp.output.unwrap_or_default().as_bytes())
-        .context("cannot write to stdout")?;
-    Ok(ExitCode::SUCCESS)
+    crate::print_stdout(&resp.output.unwrap_or_default())
 }
 
 /// One request, one response.

@@ -11,52 +11,31 @@ mod metrics;
 mod replay;
 
 use anyhow::{bail, Context};
-use qbridge_control::{parse_words, OutputOptions, Request, Session};
+use qbridge_control::{parse_words, usage, Command, OutputOptions, Request, Session};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-const USAGE: &str = "\
+/// `qbridge --help`: this head, every object's commands ([`usage::commands`], the text
+/// `qbridge OBJECT help` prints too), then [`USAGE_TAIL`].
+const USAGE_HEAD: &str = "\
 Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
        qbridge [OPTIONS] -batch FILE
        qbridge [OPTIONS] apply FILE     (a batch that may be re-applied: what exists is kept)
        qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT] [--pcap-dir DIR]
        qbridge replay -batch CONFIG --in PORT=FILE.pcap [--in ...] --out DIR
        qbridge demo [--seconds N] [--examples DIR]   (live Q-in-Q network in namespaces)
+       qbridge [OBJECT] help
 
 OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
+         -c, -com[pressvlans]  vlan show: runs of VIDs as ranges (10-20)
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
          --socket PATH  the daemon's control socket     -n, -offline  no daemon (see below)
-         -h[elp]  -V[ersion]
+         -h[elp]  -V[ersion]      (options may be abbreviated, and take one or two dashes)
 
 OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
-  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
-           [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
-           [group_fwd_mask N] [fdb_max_entries N]
-  link set dev BR type bridge [same options as link add]
-  link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
-           | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
-           | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
-  link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
-           [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
-                                           a VLAN device, or a bridge = its host port)
-  link add link LOWER name NAME type macvlan mode private|vepa|bridge|passthru
-           [netns NS] [address MAC]
-  link set dev BR up|down [ifname IF] [netns NS] [address MAC]   (the bridge's own TAP)
-  link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
-           [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
-           [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
-  link del dev NAME
-  link show [dev NAME]
-  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
-  vlan del vid V[-V2] dev NAME [self]
-  vlan show [dev NAME]
-  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
-  fdb del MAC dev NAME [vlan V]
-  fdb show [br BR] [dev NAME] [vlan V]
-  fdb flush dev NAME [vlan V] [dynamic|static]
-  show running-config      (the whole configuration as a batch file that recreates it)
-'dev' may be omitted where iproute2 allows it (link set p1 learning off).
+";
 
+const USAGE_TAIL: &str = "
 Differences from iproute2: ageing_time is in seconds (decimals allowed), not centiseconds.
 As in iproute2, 'fdb add' without static or dynamic adds a permanent (local) entry: frames
 to it are for the bridge itself and are dropped; use 'static' for a forwarding entry.
@@ -72,6 +51,29 @@ all-or-nothing. With no daemon there: 'qbridge: no daemon at PATH (start one wit
 Errors go to stderr as 'qbridge: line 7: vid 4095 is reserved'; the exit code is 1.
 Logs go to stderr; set QBRIDGE_LOG (e.g. QBRIDGE_LOG=debug) to see more.
 ";
+
+fn usage_text() -> String {
+    format!("{USAGE_HEAD}{}{USAGE_TAIL}", usage::commands())
+}
+
+/// Writes `text` to stdout. A reader that went away (`qbridge fdb show | head -1`) is not an
+/// error: iproute2 dies of SIGPIPE without a word, qbridge exits quietly with success.
+pub(crate) fn print_stdout(text: &str) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("cannot write to stdout"),
+    }
+}
+
+/// An option word (without its dashes) abbreviates `word` as iproute2's `matches()` allows.
+fn abbreviates(opt: &str, word: &str) -> bool {
+    !opt.is_empty() && word.starts_with(opt)
+}
 
 fn main() -> ExitCode {
     init_tracing();
@@ -111,6 +113,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             i += 1;
             continue;
         }
+        // In bridge/bridge.c `main`'s order: -help, -Version, …, -batch.
         match opt {
             "n" | "offline" => offline = true,
             "socket" => {
@@ -118,18 +121,14 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 let path = args.get(i).context("option --socket needs a PATH")?;
                 socket = Some(path.clone());
             }
-            "b" | "batch" => {
+            o if abbreviates(o, "help") => return print_stdout(&usage_text()),
+            o if abbreviates(o, "Version") || o == "version" => {
+                return print_stdout(&format!("qbridge {}\n", env!("CARGO_PKG_VERSION")));
+            }
+            o if abbreviates(o, "batch") => {
                 i += 1;
                 let file = args.get(i).context("option -batch needs a FILE")?;
                 batch = Some(file.clone());
-            }
-            "h" | "help" => {
-                print!("{USAGE}");
-                return Ok(ExitCode::SUCCESS);
-            }
-            "V" | "Version" | "version" => {
-                println!("qbridge {}", env!("CARGO_PKG_VERSION"));
-                return Ok(ExitCode::SUCCESS);
             }
             _ => bail!("unknown option \"{arg}\" (try \"qbridge -help\")"),
         }
@@ -161,10 +160,6 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 }
                 return demo::main(&rest[1..]);
             }
-            "help" => {
-                print!("{USAGE}");
-                return Ok(ExitCode::SUCCESS);
-            }
             "apply" => {
                 let [_, file] = rest else {
                     bail!("usage: qbridge [-n] [--socket PATH] apply FILE ('-' reads stdin)");
@@ -178,8 +173,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                     return client::run(&socket, &Request::apply(&text, out));
                 }
                 let output = Session::new().apply_batch(&text, out)?;
-                write_stdout(&output)?;
-                return Ok(ExitCode::SUCCESS);
+                return print_stdout(&output);
             }
             _ => {}
         }
@@ -194,14 +188,11 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 rest[0]
             ),
             (None, _) => {
-                // Syntax errors are reported here, without a round trip.
-                parse_words(rest)?;
-                let mut words: Vec<String> = Vec::new();
-                for (on, flag) in [(out.json, "-j"), (out.stats, "-s"), (out.pretty, "-p")] {
-                    if on {
-                        words.push(flag.to_string());
-                    }
+                // Syntax errors are reported here, without a round trip; help needs no daemon.
+                if let Command::Help(topic) = parse_words(rest)? {
+                    return print_help(topic);
                 }
+                let mut words = out.words();
                 words.extend(rest.iter().cloned());
                 Request::command(&words)
             }
@@ -220,24 +211,27 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             rest[0]
         ),
         (None, true) => {
-            eprint!("{USAGE}");
+            eprint!("{}", usage_text());
             return Ok(ExitCode::from(2));
         }
         (None, false) => {
             tracing::debug!("offline: running against an empty in-process session");
             let cmd = parse_words(rest)?;
+            if let Command::Help(topic) = cmd {
+                return print_help(topic);
+            }
             session.execute(&cmd, out)?
         }
     };
-    write_stdout(&output)?;
-    Ok(ExitCode::SUCCESS)
+    print_stdout(&output)
 }
 
-fn write_stdout(output: &str) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(output.as_bytes())
-        .context("cannot write to stdout")
+/// `qbridge help` (the whole usage) or `qbridge OBJECT help`.
+fn print_help(topic: Option<qbridge_control::Object>) -> anyhow::Result<ExitCode> {
+    match topic {
+        Some(o) => print_stdout(&usage::object(o)),
+        None => print_stdout(&usage_text()),
+    }
 }
 
 /// The text of a batch file; `-` is standard input.

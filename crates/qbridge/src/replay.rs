@@ -204,7 +204,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         OutputOptions {
             json: true,
             pretty: true,
-            stats: false,
+            ..OutputOptions::default()
         },
     )?;
     std::fs::write(&fdb_path, fdb)

@@ -395,3 +395,203 @@ fn bad_batch_stops_the_start_before_the_socket_exists() {
         stderr(&o)
     );
 }
+
+/// Runs qbridge with `stdin` on its standard input.
+fn run_with_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run qbridge");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Runs qbridge with its stdout a pipe whose reader is gone (`qbridge … | head -0`).
+fn run_into_closed_pipe(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run qbridge");
+    drop(child.stdout.take());
+    let mut input = child.stdin.take().unwrap();
+    // The batch may be refused half-read if qbridge is already gone: that is not the test.
+    let _ = input.write_all(stdin.as_bytes());
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// More output than a pipe holds (64 KiB), so that writing it must meet the closed pipe.
+fn long_batch() -> String {
+    let mut b = String::from("link add br0 type bridge vlan_filtering 1\n");
+    for i in 0..40 {
+        b.push_str(&format!(
+            "link add p{i} type pcap\nlink set p{i} master br0\n"
+        ));
+    }
+    for _ in 0..60 {
+        b.push_str("link show\n");
+    }
+    b
+}
+
+#[test]
+fn help_version_and_messages_without_a_daemon() {
+    let no_daemon = tmp("nodaemon").join("none.sock");
+    let ok = |args: &[&str]| {
+        let o = Command::new(BIN)
+            .arg("--socket")
+            .arg(&no_daemon)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // Help at every level, on stdout, exit 0, no daemon needed.
+    let all = ok(&["help"]);
+    assert!(
+        all.starts_with("Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\n"),
+        "{all}"
+    );
+    assert_eq!(ok(&["-h"]), all);
+    assert_eq!(ok(&["--help"]), all);
+    for (o, words) in [
+        (qbridge_control::Object::Link, ["link", "help"]),
+        (qbridge_control::Object::Vlan, ["vlan", "help"]),
+        (qbridge_control::Object::Fdb, ["f", "h"]),
+    ] {
+        let text = ok(&words);
+        assert_eq!(text, qbridge_control::usage::object(o));
+        assert!(all.contains(text.lines().nth(1).unwrap()), "{text}");
+    }
+    let version = format!("qbridge {}\n", env!("CARGO_PKG_VERSION"));
+    for v in ["-V", "--version", "-Version", "-Ver"] {
+        assert_eq!(ok(&[v]), version, "{v}");
+    }
+    // Grammar errors, the same with and without -n.
+    for offline in [true, false] {
+        let err = |args: &[&str]| {
+            let mut c = Command::new(BIN);
+            c.arg("--socket").arg(&no_daemon);
+            if offline {
+                c.arg("-n");
+            }
+            let o = c.args(args).output().unwrap();
+            assert_eq!(o.status.code(), Some(1), "{args:?}");
+            stderr(&o)
+        };
+        assert_eq!(
+            err(&["link", "shwo"]),
+            "qbridge: unknown command \"shwo\" for link (did you mean \"show\"?)\n"
+        );
+        assert_eq!(
+            err(&["link", "add", "br0", "type", "bridge", "vlan_filtring", "1"]),
+            "qbridge: unexpected \"vlan_filtring\" (did you mean \"vlan_filtering\"?)\n"
+        );
+        assert_eq!(
+            err(&["vlan", "add", "vid", "99999999999999999999", "dev", "p1"]),
+            "qbridge: vid 99999999999999999999 is out of range (1-4094)\n"
+        );
+        assert_eq!(
+            err(&["vlan", "add", "vid", "-1", "dev", "p1"]),
+            "qbridge: invalid vid \"-1\" (expected V or V-V2, numbers from 1 to 4094)\n"
+        );
+    }
+    let o = Command::new(BIN)
+        .args(["-n", "link", "add", "abcdefghijklmnop", "type", "pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stderr(&o),
+        "qbridge: invalid device name \"abcdefghijklmnop\" (1 to 15 bytes, no '/', whitespace or ':')\n"
+    );
+    // 8 two-byte characters are 16 bytes: too long, though 8 characters.
+    let o = Command::new(BIN)
+        .args(["-n", "link", "add", "éééééééé", "type", "pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("1 to 15 bytes"), "{}", stderr(&o));
+    // vlan show prints its header with nothing under it.
+    assert_eq!(
+        String::from_utf8(
+            Command::new(BIN)
+                .args(["-n", "vlan", "show"])
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .unwrap(),
+        "port              vlan-id\n"
+    );
+    // -c / -compressvlans, offline.
+    let batch = "link add br0 type bridge vlan_filtering 1\nlink add p1 type pcap\n\
+                 link set p1 master br0\nvlan add vid 10-20 dev p1\nv s\n";
+    for c in ["-c", "-compressvlans", "--com"] {
+        let o = run_with_stdin(&["-n", c, "-batch", "-"], batch);
+        assert!(o.status.success(), "{c}: {}", stderr(&o));
+        assert_eq!(
+            String::from_utf8(o.stdout).unwrap(),
+            "port              vlan-id\np1                1 PVID Egress Untagged\n                  10-20\n",
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn closed_stdout_is_quiet() {
+    let batch = long_batch();
+    let o = run_into_closed_pipe(&["-n", "-batch", "-"], &batch);
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
+    assert_eq!(stderr(&o), "");
+    let o = run_into_closed_pipe(&["-h"], "");
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
+    assert_eq!(stderr(&o), "");
+
+    // The same through the daemon.
+    let dir = tmp("pipe");
+    let pcaps = dir.join("pcap");
+    std::fs::create_dir_all(&pcaps).unwrap();
+    let mut d = Daemon::start(
+        &dir,
+        &batch.replace("link show\n", ""),
+        &["--pcap-dir", pcaps.to_str().unwrap()],
+    );
+    let o = Command::new(BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["-s", "-j", "-p", "link", "show"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(|mut c| {
+            drop(c.stdout.take());
+            c.wait_with_output().unwrap()
+        })
+        .unwrap();
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
+    assert_eq!(stderr(&o), "");
+    // -c and abbreviations reach the daemon.
+    d.ok(&["vlan", "add", "vid", "10-20", "dev", "p1"]);
+    assert_eq!(
+        d.ok(&["-c", "v", "s", "dev", "p1"]),
+        "port              vlan-id\np1                1 PVID Egress Untagged\n                  10-20\n"
+    );
+    assert_eq!(
+        d.ok(&["-com", "-j", "vlan", "show", "vid", "15"]),
+        "[{\"ifname\":\"p1\",\"vlans\":[{\"vlan\":10,\"vlanEnd\":20}]}]\n"
+    );
+    assert!(d.stop().success());
+}

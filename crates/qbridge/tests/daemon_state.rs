@@ -59,6 +59,7 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
+        let _ = child.wait();
         Err(format!(
             "no socket after 20 s: {}",
             std::fs::read_to_string(&log).unwrap_or_default()

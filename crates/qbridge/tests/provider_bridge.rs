@@ -199,7 +199,13 @@ fn offline_command_runs_against_an_empty_session() {
     // Syntax errors are found by the CLI itself, daemon or not.
     let o = qbridge(&["link", "set", "dev", "p1", "lerning", "off"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).starts_with("qbridge: unexpected \"lerning\" (expected master, nomaster"));
+    assert_eq!(
+        stderr(&o),
+        "qbridge: unexpected \"lerning\" (did you mean \"learning\"?)\n"
+    );
+    let o = qbridge(&["link", "set", "dev", "p1", "frob", "off"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("qbridge: unexpected \"frob\" (expected master, nomaster"));
 }
 
 #[test]

@@ -1,0 +1,82 @@
+//! Usage text of each object: the one source of `qbridge help`, `qbridge OBJECT help` and
+//! the command list in `qbridge --help`, so that they cannot drift apart.
+
+use crate::command::Object;
+
+const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
+           [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
+           [group_fwd_mask N] [fdb_max_entries N]
+  link set dev BR type bridge [same options as link add]
+  link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
+           | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
+           | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
+  link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
+           [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
+                                           a VLAN device, or a bridge = its host port)
+  link add link LOWER name NAME type macvlan mode private|vepa|bridge|passthru
+           [netns NS] [address MAC]
+  link set dev BR up|down [ifname IF] [netns NS] [address MAC]   (the bridge's own TAP)
+  link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
+           [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
+           [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
+  link del dev NAME
+  link show [dev NAME]
+";
+
+const VLAN: &str =
+    "  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
+  vlan del vid V[-V2] dev NAME [self]
+  vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
+";
+
+const FDB: &str = "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
+  fdb del MAC dev NAME [vlan V]
+  fdb show [br BR] [dev NAME] [vlan V]
+  fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
+            [[no]added_by_user]     (default: dynamic and static entries, not permanent)
+";
+
+const SHOW: &str =
+    "  show running-config      (the whole configuration as a batch file that recreates it)
+";
+
+const NOTES: &str = "\
+'dev' may be omitted where iproute2 allows it (link set p1 learning off). Words may be
+abbreviated where iproute2 allows it: 'qbridge l s p1 le off' is 'link set p1 learning off',
+'qbridge f sh' is 'fdb show'.
+'link add NAME index N …' (and 'peer NAME2 index M') picks the port id, as ip-link(8) does.
+";
+
+/// The commands of one object.
+fn commands_of(o: Object) -> &'static str {
+    match o {
+        Object::Link => LINK,
+        Object::Vlan => VLAN,
+        Object::Fdb => FDB,
+    }
+}
+
+/// Every object's commands and the notes on `dev` and abbreviations (the body of
+/// `qbridge --help`).
+pub fn commands() -> String {
+    format!("{LINK}{VLAN}{FDB}{SHOW}{NOTES}")
+}
+
+/// `qbridge OBJECT help`.
+pub fn object(o: Object) -> String {
+    format!(
+        "Usage: qbridge [OPTIONS] {} COMMAND [ARGS...]\n{}{NOTES}",
+        o.name(),
+        commands_of(o)
+    )
+}
+
+/// `help` in a batch or sent to the daemon: `qbridge [OPTIONS] OBJECT COMMAND` and the
+/// commands of every object.
+pub fn all() -> String {
+    format!(
+        "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
+         fdb | show | help }}\n{}",
+        commands()
+    )
+}
