@@ -1,0 +1,128 @@
+//! `scripts/install.sh` into a staging directory (no privileges needed): every file in place,
+//! the man page generated from the binary's own help and readable by man(1), the completion
+//! completing, the service running the daemon with two capabilities.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_qbridge");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn stage() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-stage");
+    let _ = std::fs::remove_dir_all(&d);
+    let out = Command::new(repo().join("scripts/install.sh"))
+        .args(["--prefix", "/usr", "--destdir"])
+        .arg(&d)
+        .arg("--bin")
+        .arg(BIN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn install_puts_every_piece_in_place() {
+    let d = stage();
+    let bin = d.join("usr/bin/qbridge");
+    let v = Command::new(&bin).arg("-V").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout),
+        format!("qbridge {}\n", env!("CARGO_PKG_VERSION"))
+    );
+
+    // The man page holds the help texts, and man(1) formats it.
+    let man = d.join("usr/share/man/man8/qbridge.8");
+    let page = read(&man);
+    assert!(page.starts_with(".TH QBRIDGE 8 "), "{page}");
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output().unwrap().stdout).unwrap();
+    let first_command = help.lines().find(|l| l.starts_with("  link add ")).unwrap();
+    assert!(page.contains(first_command), "{first_command}");
+    assert!(
+        page.contains("--state FILE"),
+        "daemon --help is in the page"
+    );
+    if Command::new("man").arg("--version").output().is_ok() {
+        let out = Command::new("man")
+            .args(["-l", "-P", "cat"])
+            .arg(&man)
+            .env("MANWIDTH", "100")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("QBRIDGE(8)") && text.contains("link add NAME type bridge"));
+    }
+
+    // The completion completes objects, commands and keywords.
+    let comp = d.join("usr/share/bash-completion/completions/qbridge");
+    let complete = |line: &str| -> String {
+        let script = format!(
+            "source {}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+             _qbridge; echo \"${{COMPREPLY[*]}}\"",
+            comp.display()
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(complete("qbridge li"), "link");
+    assert_eq!(complete("qbridge vlan a"), "add");
+    assert_eq!(complete("qbridge link set dev p1 le"), "learning");
+    assert_eq!(complete("qbridge link set dev p1 learning ''"), "on off");
+    assert_eq!(complete("qbridge show r"), "running-config");
+
+    // The service: user qbridge, two capabilities, the installed binary, state and socket group.
+    let unit = read(&d.join("etc/systemd/system/qbridge.service"));
+    for line in [
+        "User=qbridge",
+        "AmbientCapabilities=CAP_NET_RAW CAP_NET_ADMIN",
+        "CapabilityBoundingSet=CAP_NET_RAW CAP_NET_ADMIN",
+        "Type=notify",
+        "ExecStart=/usr/bin/qbridge daemon --socket /run/qbridge/qbridge.sock --socket-group \
+         qbridge --state /var/lib/qbridge/state -batch /etc/qbridge/qbridge.conf",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line}\n{unit}");
+    }
+    assert!(read(&d.join("etc/sysusers.d/qbridge.conf")).contains("\nu qbridge "));
+    // The shipped configuration file is a valid (empty) batch.
+    let conf = d.join("etc/qbridge/qbridge.conf");
+    let out = Command::new(BIN)
+        .args(["-n", "-batch"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A second install keeps the administrator's configuration.
+    std::fs::write(&conf, "link add br0 type bridge\n").unwrap();
+    let out = Command::new(repo().join("scripts/install.sh"))
+        .args(["--prefix", "/usr", "--destdir"])
+        .arg(&d)
+        .arg("--bin")
+        .arg(BIN)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(read(&conf), "link add br0 type bridge\n");
+}
