@@ -55,6 +55,9 @@ drop_reasons! {
     NoPvid = "no_pvid",
     /// Ingress filter: the frame's VID is not a member of the port.
     VlanNotMember = "vlan_not_member",
+    /// A `dot1q-tunnel` port with `cvlans`: the frame's customer VLAN (its 0x8100 outer tag's
+    /// VID, 0 when it has none) is not in the list.
+    CvlanNotAllowed = "cvlan_not_allowed",
     /// Destination is a permanent (local) FDB entry, for the bridge itself, and the bridge has
     /// no host port (`link set dev BR up` gives it one; then such frames go to the host).
     Local = "local",

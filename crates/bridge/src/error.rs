@@ -49,6 +49,8 @@ pub enum ConfigError {
     BadFdbMaxEntries(u32),
     #[error("too many ports (limit {0})")]
     TooManyPorts(usize),
+    #[error("{0}")]
+    BadVlanMode(String),
     #[error("index {index} is out of range (0-{max})")]
     BadPortIndex { index: u16, max: usize },
     #[error("index {index} is taken by \"{dev}\"")]

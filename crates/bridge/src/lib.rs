@@ -22,6 +22,7 @@ pub mod fdb;
 mod pipeline;
 pub mod stack;
 pub mod switch;
+pub mod vlanmode;
 mod vlanset;
 
 pub use config::{BridgeSettings, PortSettings, VlanProtocol};
@@ -30,4 +31,5 @@ pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use stack::{MacvlanMode, Role};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker, MAX_PORTS};
+pub use vlanmode::{VidList, VlanMode, VlanModeKind};
 pub use vlanset::VlanSet;

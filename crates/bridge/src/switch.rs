@@ -20,11 +20,12 @@ use crate::fdb::{
     FdbKind, FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
+use crate::vlanmode::VlanMode;
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::{MacAddr, Tpid};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Index of a port in the switch; stable while the port exists.
@@ -88,6 +89,12 @@ pub(crate) struct Port {
     pub mac: u64,
     /// Compiled: the devices stacked on this port, for the receive path.
     pub uppers: Option<Arc<Uppers>>,
+    /// `link set dev P vlan_mode …` as configured (cleared when the port leaves its bridge).
+    pub vlan_mode: Option<VlanMode>,
+    /// Compiled: `vlan_mode dot1q-tunnel`: every frame entering is untagged to the bridge.
+    pub tunnel: bool,
+    /// Compiled: the customer VLANs a tunnel port admits (VID 0: untagged); `None`: all.
+    pub cvlans: Option<Box<VlanSet>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +208,9 @@ pub struct PortView {
     pub max_frame: u32,
     /// The backend's link (carrier) state.
     pub link_up: bool,
+    /// `vlan_mode` as configured, if one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan_mode: Option<VlanMode>,
 }
 
 /// One port's VLAN configuration, for `vlan show`.
@@ -848,6 +858,9 @@ impl Switch {
             role,
             mac,
             uppers: None,
+            vlan_mode: None,
+            tunnel: false,
+            cvlans: None,
         }));
         Ok(PortId(idx as u16))
     }
@@ -929,6 +942,9 @@ impl Switch {
         port.member = VlanSet::default();
         port.untagged = VlanSet::default();
         port.pvid = 0;
+        port.vlan_mode = None;
+        port.tunnel = false;
+        port.cvlans = None;
         self.recompile_flood(b, vids);
         self.recompile_port(id);
     }
@@ -1320,6 +1336,43 @@ impl Switch {
         Ok(())
     }
 
+    /// `link set dev P vlan_mode MODE [tag V] [trunks LIST] [cvlans LIST]`: replaces the
+    /// port's membership, untagged set and PVID with what the mode compiles into (see
+    /// [`VlanMode`]), and makes it a tunnel port or not. VLANs the port leaves lose its
+    /// dynamic entries, as with `vlan del`. The port must be in a bridge.
+    pub fn set_vlan_mode(&mut self, id: PortId, mode: VlanMode) -> Result<(), ConfigError> {
+        mode.check().map_err(ConfigError::BadVlanMode)?;
+        let b = self.attached(id)?;
+        let c = mode.compile();
+        let old = self.port(id).member.clone();
+        let port = self.port_mut(id);
+        port.member = c.member;
+        port.untagged = c.untagged;
+        port.pvid = c.pvid;
+        port.tunnel = c.tunnel.is_some();
+        port.cvlans = c.tunnel.flatten().map(Box::new);
+        port.vlan_mode = Some(mode);
+        let new = self.port(id).member.clone();
+        let gone: Vec<u16> = old.iter().filter(|&v| !new.contains(v)).collect();
+        let changed: BTreeSet<u16> = old.iter().chain(new.iter()).collect();
+        if !gone.is_empty() {
+            let mac = self.port(id).mac;
+            let host = matches!(self.port(id).role, Role::Host { .. });
+            let gone_set: BTreeSet<u16> = gone.iter().copied().collect();
+            self.bridge(b).fdb.remove_where(|s| {
+                s.port == id.0
+                    && gone_set.contains(&key_fid(s.key))
+                    && (s.ages() || (host && s.key & 0xffff_ffff_ffff == mac))
+            });
+        }
+        self.recompile_port(id);
+        self.recompile_flood(b, changed);
+        if let Role::Host { .. } = self.port(id).role {
+            self.sync_host_fdb(id);
+        }
+        Ok(())
+    }
+
     /// Removes the port's dynamic entries in VIDs `start..=end` (one walk of the table).
     fn flush_port_vlans(&mut self, id: PortId, start: u16, end: u16) {
         if let Some(b) = self.port(id).master {
@@ -1371,6 +1424,11 @@ impl Switch {
             });
         }
         Ok(out)
+    }
+
+    /// The `vlan_mode` port `id` was given, if any (cleared when it leaves its bridge).
+    pub fn port_vlan_mode(&self, id: PortId) -> Option<&VlanMode> {
+        self.port(id).vlan_mode.as_ref()
     }
 
     /// Membership of `vid` on port `id`: `None` if not a member, else `(is_pvid, untagged)`.
@@ -1687,6 +1745,7 @@ impl Switch {
             tpid_effective: format!("0x{:04x}", p.tpid),
             max_frame: p.max_frame,
             link_up: p.link_up,
+            vlan_mode: p.vlan_mode.clone(),
         }
     }
 

@@ -5,7 +5,7 @@
 //! attached, is the MTU in range) are the [`Switch`](qbridge_bridge::Switch)'s job when the
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
-use qbridge_bridge::{FdbFlushMatch, FdbKind, MacvlanMode, VlanProtocol};
+use qbridge_bridge::{FdbFlushMatch, FdbKind, MacvlanMode, VidList, VlanModeKind, VlanProtocol};
 use qbridge_wire::{MacAddr, Tpid};
 
 /// One command: `OBJECT COMMAND ARGS…`.
@@ -218,6 +218,11 @@ pub struct PortOptions {
     pub address: Option<MacAddr>,
     /// A bridge's host port only, when `up` creates it: the port id to take.
     pub index: Option<u16>,
+    /// `vlan_mode MODE [tag V] [trunks LIST] [cvlans LIST]` (Open vSwitch's port modes).
+    pub vlan_mode: Option<VlanModeKind>,
+    pub tag: Option<u16>,
+    pub trunks: Option<VidList>,
+    pub cvlans: Option<VidList>,
 }
 
 impl PortOptions {

@@ -101,6 +101,8 @@ pub enum ControlError {
         have: String,
         want: String,
     },
+    #[error("tag, trunks and cvlans go with vlan_mode (link set dev P vlan_mode access tag 10)")]
+    VlanModeWords,
     /// The switch refused the command.
     #[error(transparent)]
     Config(#[from] ConfigError),

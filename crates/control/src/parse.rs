@@ -10,7 +10,9 @@ use crate::command::*;
 use crate::error::ControlError;
 use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
 use qbridge_bridge::switch::check_vid;
-use qbridge_bridge::{ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, VlanProtocol};
+use qbridge_bridge::{
+    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, VidList, VlanModeKind, VlanProtocol,
+};
 use qbridge_wire::{MacAddr, Tpid};
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
@@ -28,7 +30,7 @@ const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, 
                               fdb_max_learned, group_fwd_mask or fdb_max_entries";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
-                            ifname, netns or address";
+                            ifname, netns, address, index, vlan_mode, tag, trunks or cvlans";
 const ON_OFF: &str = "on or off";
 const U32_RANGE: &str = "0-4294967295";
 
@@ -322,6 +324,31 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
         return Ok(0);
     }
     parse_vid(s)
+}
+
+const VLAN_MODES: &str = "access, trunk, native-untagged, native-tagged or dot1q-tunnel";
+const VID_LIST: &str = "VIDs and ranges, e.g. 10,20-30";
+
+/// `10,20-30`: VIDs 1-4094, and 0 (untagged) where `zero` allows it.
+fn parse_vid_list(what: &'static str, s: &str, zero: bool) -> Result<VidList, ControlError> {
+    let mut ranges = Vec::new();
+    for part in s.split(',') {
+        let r = if zero && part == "0" {
+            VidRange { start: 0, end: 0 }
+        } else {
+            parse_vid_range(part).map_err(|_| ControlError::BadValue {
+                what,
+                value: s.to_string(),
+                expected: if zero {
+                    "VIDs 0 (untagged) to 4094 and ranges, e.g. 0,10,20-30"
+                } else {
+                    "VIDs 1 to 4094 and ranges, e.g. 10,20-30"
+                },
+            })?
+        };
+        ranges.push((r.start, r.end));
+    }
+    Ok(VidList::new(ranges))
 }
 
 /// `V` or `V-V2`.
@@ -932,6 +959,24 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 parse_address(w.value(kw, "a MAC address")?)?,
             )?,
             "index" => set_once(&mut o.index, kw, parse_index(w.value(kw, INDEX)?)?)?,
+            "vlan_mode" => {
+                let v = w.value(kw, VLAN_MODES)?;
+                let m = VlanModeKind::from_name(v).ok_or_else(|| ControlError::BadValue {
+                    what: "vlan_mode",
+                    value: v.to_string(),
+                    expected: VLAN_MODES,
+                })?;
+                set_once(&mut o.vlan_mode, kw, m)?;
+            }
+            "tag" => set_once(&mut o.tag, kw, parse_vid(w.value(kw, "a VID (1-4094)")?)?)?,
+            "trunks" => {
+                let v = parse_vid_list("trunks", w.value(kw, VID_LIST)?, false)?;
+                set_once(&mut o.trunks, kw, v)?;
+            }
+            "cvlans" => {
+                let v = parse_vid_list("cvlans", w.value(kw, VID_LIST)?, true)?;
+                set_once(&mut o.cvlans, kw, v)?;
+            }
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }

@@ -705,6 +705,9 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             on_off(st.hairpin),
             st.fdb_max_learned,
         );
+        if let Some(mode) = &p.vlan_mode {
+            let _ = writeln!(s, "    {mode}");
+        }
         if let Some(rt) = session.backend_status(&l.ifname) {
             runtime_text(&mut s, rt, p.link_up);
         }

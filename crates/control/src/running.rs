@@ -221,6 +221,9 @@ fn settings_line(sw: &Switch, id: PortId, name: &str) -> String {
         None => l.push_str(" tpid default"),
     }
     let _ = write!(l, " fdb_max_learned {}", s.fdb_max_learned);
+    if let Some(mode) = sw.port_vlan_mode(id) {
+        let _ = write!(l, " {mode}");
+    }
     l
 }
 
@@ -235,10 +238,44 @@ fn vlan_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
     } else {
         ""
     };
-    let default_pvid = sw.bridge_settings(b).default_pvid;
-    if default_pvid != 0 && sw.vlan_membership(id, default_pvid).is_none() {
-        let _ = writeln!(out, "vlan del vid {default_pvid} dev {name}{self_}");
+    // What the port has after its settings line: the VLANs its mode compiles into, else the
+    // default PVID it got on joining. Those it no longer has go first, in runs.
+    let baseline: Vec<u16> = match sw.port_vlan_mode(id) {
+        Some(mode) => mode.membership().0.iter().collect(),
+        None => {
+            let d = sw.bridge_settings(b).default_pvid;
+            if d == 0 {
+                Vec::new()
+            } else {
+                vec![d]
+            }
+        }
+    };
+    let mut gone: Option<(u16, u16)> = None;
+    let del = |r: Option<(u16, u16)>, out: &mut String| {
+        if let Some((a, z)) = r {
+            let vids = if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            };
+            let _ = writeln!(out, "vlan del vid {vids} dev {name}{self_}");
+        }
+    };
+    for vid in baseline {
+        if sw.vlan_membership(id, vid).is_some() {
+            del(gone.take(), out);
+            continue;
+        }
+        gone = match gone {
+            Some((a, z)) if z + 1 == vid => Some((a, vid)),
+            g => {
+                del(g, out);
+                Some((vid, vid))
+            }
+        };
     }
+    del(gone, out);
     // (first, last, untagged) runs of non-PVID VIDs.
     let mut run: Option<(u16, u16, bool)> = None;
     let flush = |run: Option<(u16, u16, bool)>, out: &mut String| {

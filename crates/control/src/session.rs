@@ -11,7 +11,7 @@ use crate::command::*;
 use crate::error::ControlError;
 use crate::parse::parse_line;
 use crate::render;
-use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch};
+use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch, VlanMode};
 use qbridge_wire::MacAddr;
 use std::collections::BTreeMap;
 
@@ -241,6 +241,19 @@ impl Session {
                     Some(MasterChange::Unset) => Some(None),
                     None => None,
                 };
+                if let Some(mode) = vlan_mode_of(opts)? {
+                    // Master first (joining resets the VLANs), then the settings, then the
+                    // mode; on a copy, so that a refusal changes nothing.
+                    let mut probe = sw.clone();
+                    if let Some(m) = master {
+                        probe.set_master(id, m)?;
+                    }
+                    let settings = merge_port(probe.port_settings(id).clone(), opts);
+                    probe.set_port(id, settings)?;
+                    probe.set_vlan_mode(id, mode)?;
+                    *sw = probe;
+                    return Ok(String::new());
+                }
                 if !opts.only_master() {
                     let settings = merge_port(sw.port_settings(id).clone(), opts);
                     sw.set_port(id, settings)?;
@@ -548,9 +561,18 @@ impl Session {
                 return Ok(String::new());
             }
         };
+        let mode = vlan_mode_of(opts)?;
         let sw = &mut self.switch;
         let settings = merge_port(sw.port_settings(id).clone(), opts);
-        sw.set_port(id, settings)?;
+        match mode {
+            Some(mode) => {
+                let mut probe = sw.clone();
+                probe.set_port(id, settings)?;
+                probe.set_vlan_mode(id, mode)?;
+                *sw = probe;
+            }
+            None => sw.set_port(id, settings)?,
+        }
         Ok(String::new())
     }
 }
@@ -573,6 +595,23 @@ impl Session {
                 .is_none_or(|a| Some(a) == self.switch.port_mac(id))
             && opts.index.is_none_or(|i| i == id.0)
     }
+}
+
+/// `vlan_mode MODE [tag V] [trunks LIST] [cvlans LIST]` of a `link set`, if given; `tag`,
+/// `trunks` and `cvlans` only go with it.
+fn vlan_mode_of(opts: &PortOptions) -> Result<Option<VlanMode>, ControlError> {
+    let Some(mode) = opts.vlan_mode else {
+        if opts.tag.is_some() || opts.trunks.is_some() || opts.cvlans.is_some() {
+            return Err(ControlError::VlanModeWords);
+        }
+        return Ok(None);
+    };
+    Ok(Some(VlanMode {
+        mode,
+        tag: opts.tag,
+        trunks: opts.trunks.clone(),
+        cvlans: opts.cvlans.clone(),
+    }))
 }
 
 /// A host interface a port holds: an AF_PACKET/AF_XDP device, or the TAP it creates.

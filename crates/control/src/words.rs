@@ -205,6 +205,10 @@ pub const PORT_OPTIONS: &[Kw] = &[
     exact("netns"),
     kw("address", 1),
     exact("index"),
+    exact("vlan_mode"),
+    exact("tag"),
+    exact("trunks"),
+    exact("cvlans"),
 ];
 
 /// `… type vlan` options: ip/iplink_vlan.c `vlan_parse_opt` (protocol, id by matches) and
