@@ -197,6 +197,8 @@ struct Port {
     /// Member VIDs → egress untagged.
     vlans: BTreeMap<u16, bool>,
     pvid: Option<u16>,
+    /// `vlan_mode dot1q-tunnel` (R-G): `Some(cvlans)`, where `None` admits every customer VLAN.
+    tunnel: Option<Option<BTreeSet<u16>>>,
     counters: Counters,
 }
 
@@ -389,6 +391,7 @@ impl Model {
             master: None,
             vlans: BTreeMap::new(),
             pvid: None,
+            tunnel: None,
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -437,6 +440,7 @@ impl Model {
             p.master = None;
             p.vlans.clear();
             p.pvid = None;
+            p.tunnel = None;
         }
         if let Some(b) = master {
             let default_pvid = self.bridge(b).settings.default_pvid;
@@ -458,6 +462,74 @@ impl Model {
             Some(b) => Ok(b),
             None => refuse("port has no master"),
         }
+    }
+
+    /// `link set dev NAME vlan_mode MODE [tag V] [trunks L] [cvlans L]` (R-G1): the port's
+    /// VLANs become exactly what the mode says; VLANs it leaves lose its dynamic entries.
+    pub fn set_vlan_mode(&mut self, id: u16, mode: &qbridge_bridge::VlanMode) -> Res<()> {
+        use qbridge_bridge::VlanModeKind as K;
+        let b = self.attached(id)?;
+        let tag = match (mode.mode, mode.tag) {
+            (K::Trunk, None) => None,
+            (K::Trunk, Some(_)) => return refuse("trunk takes no tag"),
+            (_, None) => return refuse("mode needs a tag"),
+            (_, Some(t)) => Some(check_vid(t as u32)?),
+        };
+        let list = |l: &Option<qbridge_bridge::VidList>, lo: u16| -> Res<Option<BTreeSet<u16>>> {
+            let Some(l) = l else { return Ok(None) };
+            let mut set = BTreeSet::new();
+            for &(a, z) in l.ranges() {
+                if a < lo || z > 4094 || a > z {
+                    return refuse("vid list out of range");
+                }
+                set.extend(a..=z);
+            }
+            Ok(Some(set))
+        };
+        let trunk_like = matches!(mode.mode, K::Trunk | K::NativeUntagged | K::NativeTagged);
+        if mode.trunks.is_some() && !trunk_like {
+            return refuse("trunks on a mode that has none");
+        }
+        if mode.cvlans.is_some() && mode.mode != K::Dot1qTunnel {
+            return refuse("cvlans on a mode that has none");
+        }
+        let trunks = list(&mode.trunks, 1)?.unwrap_or_else(|| (1..=4094).collect());
+        let cvlans = list(&mode.cvlans, 0)?;
+        let mut vlans = BTreeMap::new();
+        let mut pvid = None;
+        let mut tunnel = None;
+        match mode.mode {
+            K::Access | K::Dot1qTunnel => {
+                let t = tag.unwrap_or(0);
+                vlans.insert(t, true);
+                pvid = Some(t);
+                if mode.mode == K::Dot1qTunnel {
+                    tunnel = Some(cvlans);
+                }
+            }
+            K::Trunk => vlans.extend(trunks.iter().map(|&v| (v, false))),
+            K::NativeUntagged | K::NativeTagged => {
+                let t = tag.unwrap_or(0);
+                vlans.extend(trunks.iter().map(|&v| (v, false)));
+                vlans.insert(t, mode.mode == K::NativeUntagged);
+                pvid = Some(t);
+            }
+        }
+        let gone: BTreeSet<u16> = self
+            .port(id)
+            .vlans
+            .keys()
+            .filter(|v| !vlans.contains_key(v))
+            .copied()
+            .collect();
+        let p = self.port_mut(id);
+        p.vlans = vlans;
+        p.pvid = pvid;
+        p.tunnel = tunnel;
+        self.bridge_mut(b)
+            .fdb
+            .retain(|&(fid, _), en| !(en.port == id && gone.contains(&fid) && en.is_dynamic()));
+        Ok(())
     }
 
     /// `vlan add vid S-E dev NAME [pvid] [untagged]`: re-adding replaces the flags.
@@ -765,7 +837,26 @@ impl Model {
         // R4: classification and ingress filter (VLAN-filtering bridges only).
         let filtering = settings.vlan_filtering;
         let class = if filtering {
-            let class = if be16(&f.bytes, 12) == self.port_tpid(in_id) {
+            let class = if let Some(cvlans) = &inp.tunnel {
+                // R-G2: a tunnel port: every frame is untagged to the bridge; its customer
+                // VLAN (a 0x8100 outer tag's VID, else 0) must be admitted.
+                let cvid = if len >= 18 && be16(&f.bytes, 12) == 0x8100 {
+                    be16(&f.bytes, 14) & 0x0fff
+                } else {
+                    0
+                };
+                if cvlans.as_ref().is_some_and(|c| !c.contains(&cvid)) {
+                    return self.drop_on(in_id, DropReason::CvlanNotAllowed);
+                }
+                match inp.pvid {
+                    Some(p) => Class {
+                        vid: p,
+                        tagged: false,
+                        pcp_dei: 0,
+                    },
+                    None => return self.drop_on(in_id, DropReason::NoPvid),
+                }
+            } else if be16(&f.bytes, 12) == self.port_tpid(in_id) {
                 if len < 18 {
                     return self.drop_on(in_id, DropReason::Runt);
                 }

@@ -267,6 +267,54 @@ fn vlan_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// `vlan_mode` with small lists over the scenario's VIDs; sometimes ill-formed (a trunk with a
+/// tag, a mode without one), which both must refuse alike.
+fn vlan_mode_op(nports: usize) -> impl Strategy<Value = Op> {
+    use qbridge_bridge::{VidList, VlanMode, VlanModeKind as K};
+    let list = |lo: u16| {
+        prop::collection::vec((lo..=NVID as u16, 0u16..3), 1..3).prop_map(|r| {
+            VidList::new(
+                r.into_iter()
+                    .map(|(a, n)| (a, (a + n).min(NVID as u16)))
+                    .collect(),
+            )
+        })
+    };
+    (
+        0..nports,
+        prop_oneof![
+            1 => Just(K::Access),
+            1 => Just(K::Trunk),
+            1 => Just(K::NativeUntagged),
+            1 => Just(K::NativeTagged),
+            3 => Just(K::Dot1qTunnel),
+        ],
+        prop_oneof![6 => vid().prop_map(|v| Some(v as u16)), 1 => Just(None)],
+        // Mostly short trunk lists: "all 4094" is costly to compile in debug builds.
+        prop_oneof![6 => list(1).prop_map(Some), 1 => Just(None)],
+        prop::option::of(list(0)),
+    )
+        .prop_map(|(port, mode, tag, trunks, cvlans)| {
+            let tag = if mode == K::Trunk && tag.is_some() {
+                None
+            } else {
+                tag
+            };
+            let trunks =
+                trunks.filter(|_| matches!(mode, K::Trunk | K::NativeUntagged | K::NativeTagged));
+            let cvlans = cvlans.filter(|_| mode == K::Dot1qTunnel);
+            Op::VlanMode {
+                port,
+                mode: VlanMode {
+                    mode,
+                    tag,
+                    trunks,
+                    cvlans,
+                },
+            }
+        })
+}
+
 fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
     (
         unicast(),
@@ -304,6 +352,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         8 => advance(),
         4 => Just(Op::Age),
         2 => vlan_op(nports),
+        1 => vlan_mode_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
             .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
@@ -341,8 +390,10 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 })
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
-            let setup =
-                prop::collection::vec(prop_oneof![4 => vlan_op(np), 2 => fdb_add(np)], 0..=np * 3);
+            let setup = prop::collection::vec(
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => fdb_add(np)],
+                0..=np * 3,
+            );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);
             (Just(bridges), Just(ports), setup, run).prop_map(|(bridges, ports, setup, run)| {
                 Scenario {

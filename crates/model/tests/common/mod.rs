@@ -97,6 +97,11 @@ pub enum Op {
         bridge: usize,
         max: u32,
     },
+    /// `link set dev P vlan_mode …` (§G).
+    VlanMode {
+        port: usize,
+        mode: qbridge_bridge::VlanMode,
+    },
 }
 
 #[derive(Clone)]
@@ -250,6 +255,11 @@ impl Pair {
                 let a = self.sw.vlan_add(pid(port), start, end, pvid, untagged);
                 let b = self.model.vlan_add(port as u16, start, end, pvid, untagged);
                 self.same_outcome("vlan add", a, b)?;
+            }
+            Op::VlanMode { port, mode } => {
+                let a = self.sw.set_vlan_mode(pid(*port), mode.clone());
+                let b = self.model.set_vlan_mode(*port as u16, mode);
+                self.same_outcome("vlan_mode", a, b)?;
             }
             &Op::VlanDel { port, start, end } => {
                 let a = self.sw.vlan_del(pid(port), start, end);
