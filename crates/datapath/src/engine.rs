@@ -23,6 +23,7 @@ use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
     open_afxdp_queues,
 };
+use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
@@ -30,7 +31,7 @@ use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
-    LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
+    LinkCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session, VlanCommand,
 };
 use qbridge_io::afpacket::RxFilterHandle;
 use qbridge_io::tap::{TapConfig, TapPort};
@@ -64,6 +65,12 @@ pub enum Ctl {
     },
     Metrics {
         reply: mpsc::Sender<MetricsSnapshot>,
+    },
+    /// A monitor connection: queue the events of `objects` on `events` from now on.
+    Monitor {
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+        events: mpsc::SyncSender<String>,
     },
     /// A worker's queue failed with a link-down error (`token` names the port's opening).
     QueueFailed {
@@ -123,6 +130,24 @@ impl Handle {
         let (reply, rx) = mpsc::channel();
         self.tx.send(Ctl::Metrics { reply }).ok()?;
         rx.recv().ok()
+    }
+
+    /// Starts a monitor (see [`crate::monitor`]): the event lines, text or JSON as `out`
+    /// says, each ending in a newline. `None` when the engine has stopped.
+    pub fn monitor(
+        &self,
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+    ) -> Option<mpsc::Receiver<String>> {
+        let (events, rx) = mpsc::sync_channel(MONITOR_QUEUE_LINES);
+        self.tx
+            .send(Ctl::Monitor {
+                objects,
+                out,
+                events,
+            })
+            .ok()?;
+        Some(rx)
     }
 
     pub fn shutdown(&self) {
@@ -223,6 +248,8 @@ pub struct Engine {
     flaps: HashMap<u16, (u64, u64)>,
     /// The plan the workers forward with.
     published: Option<Arc<Plan>>,
+    /// `qbridge monitor` connections.
+    monitors: Monitors,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -276,6 +303,7 @@ impl Engine {
             patch_peers: HashMap::new(),
             flaps: HashMap::new(),
             published: Some(plan),
+            monitors: Monitors::default(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -310,6 +338,15 @@ impl Engine {
                 Ok(Ctl::Request { op, reply }) => {
                     let r = self.execute(op);
                     let _ = reply.send(r);
+                    self.monitors.notify(&self.session);
+                }
+                Ok(Ctl::Monitor {
+                    objects,
+                    out,
+                    events,
+                }) => {
+                    self.monitors
+                        .add(&self.session, Monitor::new(objects, out, events));
                 }
                 Ok(Ctl::Metrics { reply }) => {
                     self.publish_all();
@@ -325,6 +362,7 @@ impl Engine {
                     if let Some(id) = id {
                         self.link_down(id, &error);
                         self.publish();
+                        self.monitors.notify(&self.session);
                     }
                 }
                 Ok(Ctl::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -344,6 +382,7 @@ impl Engine {
                 self.housekeeping();
                 self.flap_watch(now);
                 self.publish();
+                self.monitors.notify(&self.session);
                 for w in &self.workers {
                     send(w, ToWorker::Tick);
                 }

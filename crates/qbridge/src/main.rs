@@ -5,6 +5,7 @@
 //! `-batch FILE`); subcommands with their own flags (`replay`) use clap.
 
 mod client;
+mod control_socket;
 mod daemon;
 mod demo;
 mod metrics;
@@ -53,6 +54,7 @@ OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
   fdb del MAC dev NAME [vlan V]
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [dynamic|static]
+  monitor [link|fdb|vlan|all]...   (changes as they happen, as 'bridge monitor'; -j: JSON lines)
 'dev' may be omitted where iproute2 allows it (link set p1 learning off).
 
 Differences from iproute2: ageing_time is in seconds (decimals allowed), not centiseconds.
@@ -72,7 +74,6 @@ Logs go to stderr; set QBRIDGE_LOG (e.g. QBRIDGE_LOG=debug) to see more.
 ";
 
 fn main() -> ExitCode {
-    init_tracing();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(args) {
         Ok(code) => code,
@@ -83,12 +84,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr at `$QBRIDGE_LOG`, else `default` (the daemon: info; the rest: warn);
+/// colours only on a terminal.
+fn init_tracing(default: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("QBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_env("QBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }
@@ -134,6 +139,11 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let rest = &args[i..];
+    init_tracing(if rest.first().is_some_and(|w| w == "daemon") {
+        "info"
+    } else {
+        "warn"
+    });
 
     if let Some(first) = rest.first() {
         match first.as_str() {
@@ -158,6 +168,13 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                     bail!("options go after \"demo\": qbridge demo [--seconds N]");
                 }
                 return demo::main(&rest[1..]);
+            }
+            "monitor" if !offline => {
+                if batch.is_some() {
+                    bail!("-batch FILE cannot be combined with monitor");
+                }
+                let socket = daemon::socket_path(socket.as_deref());
+                return client::monitor(&socket, out, &rest[1..]);
             }
             "help" => {
                 print!("{USAGE}");
