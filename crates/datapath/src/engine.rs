@@ -215,6 +215,24 @@ struct Slot {
     filter_handle: Option<Arc<RxFilterHandle>>,
     status: BackendStatus,
     shared: Arc<PortShared>,
+    /// Warnings given about this port, per condition (`"mtu"`, `"filter"`): a warning is given
+    /// once, not again with every later command, until its text changes or the condition
+    /// clears.
+    warned: HashMap<&'static str, String>,
+}
+
+impl Slot {
+    /// Adds `msg` to `warnings` unless it was given already for `condition`.
+    fn warn_once(&mut self, condition: &'static str, msg: String, warnings: &mut Vec<String>) {
+        if self.warned.get(condition) != Some(&msg) {
+            self.warned.insert(condition, msg.clone());
+            warnings.push(msg);
+        }
+    }
+
+    fn clear_warning(&mut self, condition: &'static str) {
+        self.warned.remove(condition);
+    }
 }
 
 /// A port's freshly opened queues, one per worker, not yet handed over.
@@ -609,6 +627,7 @@ impl Engine {
             filter_handle: None,
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
+            warned: HashMap::new(),
         };
         let n = self.workers.len();
         let mut warning = None;
@@ -666,6 +685,9 @@ impl Engine {
                         slot.status.promisc = Some(filter.promisc);
                         slot.status.offloads = Some(offloads);
                         Some(queues)
+                    }
+                    Err(e @ IoError::MtuAboveMax { .. }) => {
+                        return Err(self.mtu_error(id, dev, want_mtu, &e));
                     }
                     Err(e) => {
                         warning = Some(open_failed(&mut slot, dev, e)?);
@@ -882,6 +904,98 @@ impl Engine {
         self.publish_status(id);
     }
 
+    /// Why port `pid` needs a device MTU of `want`: `mtu 1500 + 8 bytes for two VLAN tags,
+    /// envhdr len auto`.
+    fn mtu_need(&self, pid: PortId, want: u32) -> String {
+        let sw = self.session.switch();
+        let st = sw.port_settings(pid);
+        let extra = want.saturating_sub(st.mtu);
+        let what = match (extra, extra % 4) {
+            (0, _) => "no VLAN tag".to_string(),
+            (4, _) => "one VLAN tag".to_string(),
+            (8, _) => "two VLAN tags".to_string(),
+            (n, 0) => format!("{} VLAN tags", n / 4),
+            _ => "the envelope".to_string(),
+        };
+        let envhdr = match st.envhdr_len {
+            Some(n) => format!("envhdr len {n}"),
+            None => "envhdr len auto".to_string(),
+        };
+        format!("mtu {} + {extra} bytes for {what}, {envhdr}", st.mtu)
+    }
+
+    /// The message for a device MTU port `pid` could not get: which MTU, why it is needed, and
+    /// the device's maximum when the kernel tells it.
+    fn mtu_error(&self, pid: PortId, dev: &str, want: u32, e: &IoError) -> String {
+        let name = self.session.switch().port_name(pid).unwrap_or("?");
+        let need = self.mtu_need(pid, want);
+        match e {
+            IoError::MtuAboveMax { .. } => {
+                let why = match sys::mtu_limit(dev) {
+                    Ok(l) => match (l.kind.as_deref(), &l.lower, l.max()) {
+                        (Some("vxlan"), Some((ul, ul_mtu)), Some(max)) => format!(
+                            "max {max} ({ul}'s MTU {ul_mtu} less {} bytes of VXLAN \
+                             encapsulation: raise {ul}'s MTU to {} first, or lower the port's \
+                             mtu)",
+                            l.vxlan_overhead(),
+                            want + l.vxlan_overhead()
+                        ),
+                        (_, Some((lower, lower_mtu)), _) => format!(
+                            "above what {dev} takes over its lower device {lower} (MTU \
+                             {lower_mtu}): raise {lower}'s MTU first, or lower the port's mtu"
+                        ),
+                        (_, None, Some(max)) => format!("max {max}"),
+                        _ => "above the device's maximum".to_string(),
+                    },
+                    Err(_) => "above the device's maximum (for a tunnel device: its underlay's \
+                               MTU less the encapsulation)"
+                        .to_string(),
+                };
+                format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {why}")
+            }
+            e => format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {e}"),
+        }
+    }
+
+    /// Creates again the TAP of port `id` (a TAP port, a VLAN device, a macvlan endpoint, a
+    /// host port) after its interface was deleted from outside, as it was first made (name,
+    /// namespace, MAC address, MTU); its new queues replace the old ones at the next publish.
+    fn reopen_tap(&mut self, id: u16) -> Result<(), String> {
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return Ok(());
+        };
+        let (name, spec) = (slot.name.clone(), slot.spec.clone());
+        let pid = PortId(id);
+        let (queues, _) = match &spec {
+            PortSpec::Tap { ifname, netns } => self.open_tap(
+                pid,
+                &name,
+                ifname.as_deref().unwrap_or(&name),
+                netns.as_deref(),
+                None,
+            )?,
+            PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
+                let (ifname, netns) = spec.host_tap(&name).unwrap_or((&name, None));
+                let mac = self.session.switch().port_mac(pid).map(|m| m.0);
+                self.open_tap(pid, &name, ifname, netns, mac)?
+            }
+            _ => return Ok(()),
+        };
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            close_queues(queues);
+            return Ok(());
+        };
+        slot.open = true;
+        slot.status.open = true;
+        self.generation += 1;
+        slot.token = (self.generation << 16) | u64::from(id);
+        self.detach.retain(|&d| d != id);
+        self.attach.retain(|(a, _)| *a != id);
+        self.attach.push((id, queues));
+        tracing::info!("port {name}: its TAP was deleted; created it again");
+        Ok(())
+    }
+
     fn publish_status(&mut self, id: u16) {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
@@ -935,7 +1049,7 @@ impl Engine {
                     | PortSpec::Vlan { netns, .. }
                     | PortSpec::Macvlan { netns, .. }
                     | PortSpec::Host { netns, .. },
-                    false,
+                    up,
                 ) => {
                     let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
                         slot.spec
@@ -950,7 +1064,18 @@ impl Engine {
                         }
                         None => sys::link_state(&ifname),
                     };
-                    if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
+                    let gone = matches!(state, Err(IoError::NoSuchInterface { .. }));
+                    if up {
+                        // Workers see a deleted TAP too (EBADFD), but only if they poll it.
+                        if gone {
+                            self.link_down(id, &format!("TAP {ifname} was deleted"));
+                        }
+                    } else if gone {
+                        match self.reopen_tap(id) {
+                            Ok(()) => self.link_up(id),
+                            Err(e) => tracing::debug!("port {id}: cannot create its TAP: {e}"),
+                        }
+                    } else if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
                         self.link_up(id);
                     }
                 }
@@ -1027,12 +1152,18 @@ impl Engine {
                         );
                         if let Some(Some(s)) = self.slots.get_mut(id as usize) {
                             s.status.device_mtu = Some(m);
+                            s.clear_warning("mtu");
                         }
                     }
-                    Err(e) => warnings.push(format!(
-                        "port {name}: cannot raise the MTU of {dev} to {want}: {e}"
-                    )),
+                    Err(e) => {
+                        let msg = self.mtu_error(pid, &dev, want, &e);
+                        if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                            s.warn_once("mtu", msg, warnings);
+                        }
+                    }
                 }
+            } else if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                s.clear_warning("mtu");
             }
             let filter = self.rx_filter(pid);
             if is_afpacket && filter_now.as_ref() != Some(&filter) {
@@ -1063,6 +1194,7 @@ impl Engine {
         };
         match r {
             Ok((added, removed)) => {
+                slot.clear_warning("filter");
                 tracing::debug!(
                     "port {}: receive filter now {} ({added} unicast addresses added, {removed} \
                      removed)",
@@ -1077,10 +1209,8 @@ impl Engine {
                 slot.filter = Some(filter);
             }
             Err(e) => {
-                warnings.push(format!(
-                    "port {}: cannot change the receive filter: {e}",
-                    slot.name
-                ));
+                let msg = format!("port {}: cannot change the receive filter: {e}", slot.name);
+                slot.warn_once("filter", msg, warnings);
                 // Known state unknown: make the next command try again.
                 slot.filter = None;
             }
