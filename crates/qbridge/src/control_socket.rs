@@ -177,10 +177,11 @@ impl Server {
     fn set_state(&self, id: u64, state: State) {
         let mut t = lock(&self.table);
         if let Some(e) = t.entry(id) {
-            e.state = state;
-            if state == State::Idle {
+            // Idle since the end of its last request, or since it was accepted.
+            if state == State::Idle && e.state != State::Idle {
                 e.since = Instant::now();
             }
+            e.state = state;
         }
     }
 
