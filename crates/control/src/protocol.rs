@@ -144,7 +144,10 @@ impl MonitorObject {
 pub enum Incoming {
     Op(Op),
     /// `len` bytes of batch text follow the header line.
-    BatchStream { out: OutputOptions, len: u64 },
+    BatchStream {
+        out: OutputOptions,
+        len: u64,
+    },
     Monitor {
         out: OutputOptions,
         objects: Vec<MonitorObject>,
@@ -442,7 +445,9 @@ mod tests {
                 len: 42
             }
         );
-        assert!(Request::parse(&line).unwrap_err().contains("need a connection"));
+        assert!(Request::parse(&line)
+            .unwrap_err()
+            .contains("need a connection"));
         let m = Request::monitor(&[MonitorObject::Fdb], OutputOptions::default()).to_line();
         assert!(m.contains("\"monitor\":[\"fdb\"]"), "{m}");
         assert_eq!(

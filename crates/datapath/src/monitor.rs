@@ -123,6 +123,9 @@ fn object_name(o: MonitorObject) -> &'static str {
     }
 }
 
+/// An FDB entry's identity: bridge, VID, MAC address.
+type FdbKey = (String, Option<u16>, [u8; 6]);
+
 /// The watched state at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Observed {
@@ -131,7 +134,7 @@ pub(crate) struct Observed {
     /// Per (port, VID): the flags.
     vlans: Option<BTreeMap<(String, u16), Vec<&'static str>>>,
     /// Per (bridge, VID, MAC): the entry (its idle time zeroed).
-    fdb: Option<BTreeMap<(String, Option<u16>, [u8; 6]), FdbEntryView>>,
+    fdb: Option<BTreeMap<FdbKey, FdbEntryView>>,
 }
 
 impl Observed {

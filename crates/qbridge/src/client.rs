@@ -71,9 +71,7 @@ pub fn call(socket: &Path, req: &Request) -> anyhow::Result<Response> {
     match (sent, resp) {
         (_, Ok(resp)) => Ok(resp),
         // The daemon's answer, if there is one, says more than the write error.
-        (Err(e), Err(_)) => {
-            Err(e).with_context(|| format!("cannot send to {}", socket.display()))
-        }
+        (Err(e), Err(_)) => Err(e).with_context(|| format!("cannot send to {}", socket.display())),
         (Ok(()), Err(e)) => Err(e),
     }
 }

@@ -70,7 +70,10 @@ impl RateLimit {
     /// `Some(suppressed)` when a message may be logged now (`suppressed`: how many were not
     /// since the last one), `None` when it must be counted and left out.
     pub fn check(&mut self, now: Instant) -> Option<u64> {
-        if self.last.is_some_and(|l| now.duration_since(l) < self.interval) {
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < self.interval)
+        {
             self.suppressed += 1;
             return None;
         }
@@ -617,8 +620,11 @@ pub fn accept_loop(listener: UnixListener, handle: Handle, cfg: SocketConfig) {
                 backoff = BACKOFF_MIN;
                 server.admit(stream);
             }
-            Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionAborted) => {
-            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                ) => {}
             Err(e) => {
                 let errno = rustix::io::Errno::from_io_error(&e);
                 let out_of_fds = matches!(
@@ -668,7 +674,10 @@ mod tests {
     fn lines_are_bounded() {
         let mut line = Vec::new();
         let mut r = std::io::Cursor::new(b"abc\ndefgh\nxy".to_vec());
-        assert!(matches!(read_line(&mut r, &mut line, 8), Ok(LineRead::Line)));
+        assert!(matches!(
+            read_line(&mut r, &mut line, 8),
+            Ok(LineRead::Line)
+        ));
         assert_eq!(line, b"abc\n");
         line.clear();
         assert!(matches!(
@@ -677,7 +686,10 @@ mod tests {
         ));
         line.clear();
         let mut r = std::io::Cursor::new(b"xy".to_vec());
-        assert!(matches!(read_line(&mut r, &mut line, 8), Ok(LineRead::Line)));
+        assert!(matches!(
+            read_line(&mut r, &mut line, 8),
+            Ok(LineRead::Line)
+        ));
         line.clear();
         assert!(matches!(read_line(&mut r, &mut line, 8), Ok(LineRead::Eof)));
     }

@@ -232,7 +232,11 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         .context("cannot install signal handlers")?;
     raise_fd_limit();
     let socket = socket_path(args.socket.as_deref());
-    let gid = args.socket_group.as_deref().map(resolve_group).transpose()?;
+    let gid = args
+        .socket_group
+        .as_deref()
+        .map(resolve_group)
+        .transpose()?;
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -371,7 +375,7 @@ fn raise_fd_limit() {
     if l.current < l.maximum {
         let from = l.current;
         l.current = l.maximum;
-        match setrlimit(Resource::Nofile, l.clone()) {
+        match setrlimit(Resource::Nofile, l) {
             Ok(()) => tracing::debug!("open files limit raised from {from:?} to {:?}", l.maximum),
             Err(e) => tracing::debug!("cannot raise the open files limit: {e}"),
         }

@@ -232,7 +232,8 @@ fn malformed_and_huge_requests_get_answers() {
 
     // Invalid UTF-8: an error reply, logged; the connection goes on.
     let mut s = UnixStream::connect(&d.socket).unwrap();
-    s.write_all(b"{\"args\":[\"link\",\"sh\xffow\"]}\n").unwrap();
+    s.write_all(b"{\"args\":[\"link\",\"sh\xffow\"]}\n")
+        .unwrap();
     assert_eq!(
         read_reply(&s),
         err_line("malformed request: not valid UTF-8 (at byte 19 of the line)")
@@ -294,7 +295,11 @@ fn malformed_and_huge_requests_get_answers() {
     assert!(out.ends_with("                  77\n"), "{out}");
     // An error in such a batch names its line; nothing is applied.
     let bad = dir.join("bad.batch");
-    std::fs::write(&bad, format!("{comment}{comment}vlan add vid 78 dev p2\nvlan add vid 4095 dev p2\n")).unwrap();
+    std::fs::write(
+        &bad,
+        format!("{comment}{comment}vlan add vid 78 dev p2\nvlan add vid 4095 dev p2\n"),
+    )
+    .unwrap();
     let o = d.cli(&["-batch", bad.to_str().unwrap()]);
     assert_eq!(
         String::from_utf8_lossy(&o.stderr),
@@ -339,7 +344,8 @@ fn many_large_requests_hold_bounded_memory() {
         .skip(1)
         .step_by(2)
         .filter(|s| {
-            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
             let mut line = String::new();
             BufReader::new(*s).read_line(&mut line).is_ok()
                 && line.contains("bytes of batches on other connections")
@@ -447,7 +453,9 @@ fn signals_are_handled_and_systemd_is_told() {
     for sig in ["HUP", "USR1", "USR2", "PIPE"] {
         d.signal(sig);
     }
-    eventually("signals logged", || d.log_text().contains("SIGUSR2: ignored"));
+    eventually("signals logged", || {
+        d.log_text().contains("SIGUSR2: ignored")
+    });
     assert!(d.ok(&["link", "show"]).contains("p2: pcap"));
     d.forwards();
     let log = d.log_text();
@@ -587,7 +595,16 @@ fn monitor_streams_changes() {
     std::thread::sleep(Duration::from_millis(300));
 
     d.ok(&["vlan", "add", "vid", "10", "dev", "p2"]);
-    d.ok(&["fdb", "add", "02:00:00:00:00:01", "dev", "p2", "vlan", "10", "static"]);
+    d.ok(&[
+        "fdb",
+        "add",
+        "02:00:00:00:00:01",
+        "dev",
+        "p2",
+        "vlan",
+        "10",
+        "static",
+    ]);
     d.forwards(); // probe1 joins br0; its frame's source is learned on it
     d.ok(&["fdb", "flush", "dev", "probe1"]);
     d.ok(&["fdb", "del", "02:00:00:00:00:01", "dev", "p2", "vlan", "10"]);

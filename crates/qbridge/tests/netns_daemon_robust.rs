@@ -88,8 +88,21 @@ fn mtu_warning_is_precise_and_given_once() {
     ip_in(
         &sw,
         &[
-            "link", "add", "vx0", "type", "vxlan", "id", "42", "local", "10.95.0.1", "remote",
-            "10.95.0.2", "dstport", "4789", "dev", "ul",
+            "link",
+            "add",
+            "vx0",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "local",
+            "10.95.0.1",
+            "remote",
+            "10.95.0.2",
+            "dstport",
+            "4789",
+            "dev",
+            "ul",
         ],
     )
     .unwrap();
@@ -130,13 +143,19 @@ fn mtu_warning_is_precise_and_given_once() {
     );
     // Commands about other ports do not repeat it.
     assert_eq!(cli(&["vlan", "add", "vid", "11", "dev", "p1"]), "");
-    assert_eq!(cli(&["fdb", "add", "02:00:00:00:00:01", "dev", "p1", "static"]), "");
+    assert_eq!(
+        cli(&["fdb", "add", "02:00:00:00:00:01", "dev", "p1", "static"]),
+        ""
+    );
     // A tagged VLAN on the trunk: the need changed, so a new warning, once.
     assert_eq!(
         cli(&["vlan", "add", "vid", "10", "dev", "t1"]),
         warning(1508, "two VLAN tags")
     );
     assert_eq!(cli(&["vlan", "add", "vid", "12", "dev", "p1"]), "");
-    assert_eq!(lab.daemon_log(0).matches("cannot raise vx0's MTU").count(), 2);
+    assert_eq!(
+        lab.daemon_log(0).matches("cannot raise vx0's MTU").count(),
+        2
+    );
     assert!(lab.stop_daemons(), "daemon exit");
 }
