@@ -934,7 +934,7 @@ impl Engine {
                 let why = match sys::mtu_limit(dev) {
                     Ok(l) => match (l.kind.as_deref(), &l.lower, l.max()) {
                         (Some("vxlan"), Some((ul, ul_mtu)), Some(max)) => format!(
-                            "max {max} ({ul}'s MTU {ul_mtu} less {} bytes of VXLAN \
+                            "max {max} (underlay {ul}'s MTU {ul_mtu} less {} bytes of VXLAN \
                              encapsulation: raise {ul}'s MTU to {} first, or lower the port's \
                              mtu)",
                             l.vxlan_overhead(),

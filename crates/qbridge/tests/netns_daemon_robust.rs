@@ -131,7 +131,7 @@ fn mtu_warning_is_precise_and_given_once() {
         let extra = mtu - 1500;
         format!(
             "qbridge: warning: port t1: cannot raise vx0's MTU to {mtu} (mtu 1500 + {extra} \
-             bytes for {tags}, envhdr len auto): max 1450 (ul's MTU 1500 less 50 bytes of \
+             bytes for {tags}, envhdr len auto): max 1450 (underlay ul's MTU 1500 less 50 bytes of \
              VXLAN encapsulation: raise ul's MTU to {} first, or lower the port's mtu)\n",
             mtu + 50
         )
