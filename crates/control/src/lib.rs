@@ -40,5 +40,8 @@ pub use command::{
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};
-pub use protocol::{Op, Request, Response, WireOptions, PROTOCOL_VERSION};
+pub use protocol::{
+    batch_too_long, Incoming, MonitorObject, Op, Request, Response, WireOptions, MAX_BATCH_BYTES,
+    MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION,
+};
 pub use session::{BackendStatus, DeviceOffloadStatus, Session};

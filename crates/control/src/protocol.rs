@@ -14,6 +14,14 @@
 //! {"v":1,"ok":false,"error":"line 7: vid 4095 is reserved"}
 //! ```
 //!
+//! A batch can also be streamed: a header line `{"v":1,"batch_len":N,"opts":{…}}` followed by
+//! exactly N bytes of batch text (not JSON, any number of lines), answered with one response
+//! line. This is what the CLI sends; the daemon holds at most [`MAX_BATCH_BYTES`] of it.
+//!
+//! `{"v":1,"monitor":["fdb","link","vlan"],"opts":{"json":false}}` turns the connection into a
+//! stream: the daemon answers `{"v":1,"ok":true,"output":""}` and from then on sends one event
+//! per line, exactly as `qbridge monitor` prints it (text, or one JSON object per line).
+//!
 //! `args` may start with the output options `-j`, `-s`, `-p` (long forms too), exactly as on the
 //! command line. A response may carry `warnings` (things the daemon did or could not do that do
 //! not make the command fail, e.g. an interface that does not exist yet).
@@ -23,6 +31,21 @@ use serde::{Deserialize, Serialize};
 
 /// The version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest request line the daemon reads (a command, or a batch sent in one line).
+pub const MAX_REQUEST_LINE_BYTES: usize = 1 << 20;
+
+/// Largest streamed batch (`batch_len`). The CLI checks it too, so an over-long batch file is
+/// refused with this message on both sides.
+pub const MAX_BATCH_BYTES: u64 = 256 << 20;
+
+/// The message for a batch of `len` bytes over [`MAX_BATCH_BYTES`].
+pub fn batch_too_long(len: u64) -> String {
+    format!(
+        "batch of {len} bytes is over the limit of {MAX_BATCH_BYTES} bytes ({} MiB); split it",
+        MAX_BATCH_BYTES >> 20
+    )
+}
 
 fn version() -> u32 {
     PROTOCOL_VERSION
@@ -77,6 +100,68 @@ pub struct Request {
     /// With `batch`: apply it as `qbridge apply` does (re-applying changes nothing).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub apply: bool,
+    /// A streamed batch: this many bytes of batch text follow the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_len: Option<u64>,
+    /// Turn the connection into an event stream of these objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<Vec<MonitorObject>>,
+}
+
+/// What `qbridge monitor` can watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MonitorObject {
+    Link,
+    Fdb,
+    Vlan,
+}
+
+impl MonitorObject {
+    pub const ALL: [MonitorObject; 3] =
+        [MonitorObject::Link, MonitorObject::Fdb, MonitorObject::Vlan];
+
+    /// `link`, `fdb`, `vlan`; `all` is every one.
+    pub fn parse_words(words: &[String]) -> Result<Vec<MonitorObject>, String> {
+        if words.is_empty() {
+            return Ok(MonitorObject::ALL.to_vec());
+        }
+        let mut v = Vec::new();
+        for w in words {
+            match w.as_str() {
+                "link" => v.push(MonitorObject::Link),
+                "fdb" => v.push(MonitorObject::Fdb),
+                "vlan" => v.push(MonitorObject::Vlan),
+                "all" => v.extend(MonitorObject::ALL),
+                _ => {
+                    return Err(format!(
+                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan or all)"
+                    ))
+                }
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+}
+
+/// A request line as the daemon's socket reads it: an operation the control plane runs, or
+/// one that needs the connection itself (a streamed batch, a monitor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Op(Op),
+    /// `len` bytes of batch text follow the header line.
+    BatchStream {
+        out: OutputOptions,
+        len: u64,
+        /// Applied as `qbridge apply` does.
+        apply: bool,
+    },
+    Monitor {
+        out: OutputOptions,
+        objects: Vec<MonitorObject>,
+    },
 }
 
 /// What a valid request asks for.
@@ -101,6 +186,33 @@ impl Request {
             batch: None,
             opts: None,
             apply: false,
+            batch_len: None,
+            monitor: None,
+        }
+    }
+
+    /// The header of a streamed batch of `len` bytes; `apply`: applied as `qbridge apply`.
+    pub fn batch_stream(len: u64, out: OutputOptions, apply: bool) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            args: None,
+            batch: None,
+            opts: Some(out.into()),
+            apply,
+            batch_len: Some(len),
+            monitor: None,
+        }
+    }
+
+    pub fn monitor(objects: &[MonitorObject], out: OutputOptions) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            args: None,
+            batch: None,
+            opts: Some(out.into()),
+            apply: false,
+            batch_len: None,
+            monitor: Some(objects.to_vec()),
         }
     }
 
@@ -111,6 +223,8 @@ impl Request {
             batch: Some(text.to_owned()),
             opts: Some(out.into()),
             apply: false,
+            batch_len: None,
+            monitor: None,
         }
     }
 
@@ -129,8 +243,19 @@ impl Request {
         s
     }
 
-    /// Parses one request line and checks version and shape.
+    /// Parses one request line and checks version and shape; refuses the forms that need the
+    /// connection (a streamed batch, a monitor; see [`Request::parse_incoming`]).
     pub fn parse(line: &str) -> Result<Op, String> {
+        match Request::parse_incoming(line)? {
+            Incoming::Op(op) => Ok(op),
+            Incoming::BatchStream { .. } | Incoming::Monitor { .. } => {
+                Err("malformed request: \"batch_len\" and \"monitor\" need a connection".into())
+            }
+        }
+    }
+
+    /// Parses one request line as the daemon's socket reads it.
+    pub fn parse_incoming(line: &str) -> Result<Incoming, String> {
         let r: Request =
             serde_json::from_str(line).map_err(|e| format!("malformed request: {e}"))?;
         if r.v != PROTOCOL_VERSION {
@@ -139,6 +264,38 @@ impl Request {
                 r.v
             ));
         }
+        let out: OutputOptions = r.opts.unwrap_or_default().into();
+        match (r.batch_len, r.monitor.clone()) {
+            (Some(_), Some(_)) => {
+                return Err("malformed request: give only one of \"batch_len\" and \"monitor\"".into())
+            }
+            (Some(_), None) | (None, Some(_)) if r.args.is_some() || r.batch.is_some() => {
+                return Err(
+                    "malformed request: \"batch_len\" and \"monitor\" go without \"args\" and \"batch\""
+                        .into(),
+                )
+            }
+            (Some(len), None) => {
+                return Ok(Incoming::BatchStream {
+                    out,
+                    len,
+                    apply: r.apply,
+                })
+            }
+            (None, Some(objects)) => {
+                let objects = if objects.is_empty() {
+                    MonitorObject::ALL.to_vec()
+                } else {
+                    objects
+                };
+                return Ok(Incoming::Monitor { out, objects });
+            }
+            (None, None) => {}
+        }
+        Request::parse_op(r).map(Incoming::Op)
+    }
+
+    fn parse_op(r: Request) -> Result<Op, String> {
         match (r.args, r.batch) {
             (Some(_), None) if r.apply => {
                 Err("malformed request: \"apply\" goes with \"batch\"".into())
@@ -327,5 +484,53 @@ mod tests {
         );
         let ok = Response::ok("x\n".into(), vec![]);
         assert_eq!(Response::parse(&ok.to_line()).unwrap(), ok);
+    }
+
+    #[test]
+    fn stream_and_monitor_requests() {
+        let line = Request::batch_stream(42, OutputOptions::default(), false).to_line();
+        assert_eq!(
+            line,
+            "{\"v\":1,\"opts\":{\"json\":false,\"stats\":false,\"pretty\":false},\"batch_len\":42}\n"
+        );
+        assert_eq!(
+            Request::parse_incoming(&line).unwrap(),
+            Incoming::BatchStream {
+                out: OutputOptions::default(),
+                len: 42,
+                apply: false,
+            }
+        );
+        let line = Request::batch_stream(7, OutputOptions::default(), true).to_line();
+        assert_eq!(
+            Request::parse_incoming(&line).unwrap(),
+            Incoming::BatchStream {
+                out: OutputOptions::default(),
+                len: 7,
+                apply: true,
+            }
+        );
+        assert!(Request::parse(&line)
+            .unwrap_err()
+            .contains("need a connection"));
+        let m = Request::monitor(&[MonitorObject::Fdb], OutputOptions::default()).to_line();
+        assert!(m.contains("\"monitor\":[\"fdb\"]"), "{m}");
+        assert_eq!(
+            Request::parse_incoming("{\"monitor\":[]}").unwrap(),
+            Incoming::Monitor {
+                out: OutputOptions::default(),
+                objects: MonitorObject::ALL.to_vec()
+            }
+        );
+        assert!(Request::parse_incoming("{\"monitor\":[\"x\"]}").is_err());
+        assert!(
+            Request::parse_incoming("{\"monitor\":[\"fdb\"],\"args\":[\"link\",\"show\"]}")
+                .is_err()
+        );
+        let w: Vec<String> = ["fdb", "all"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            MonitorObject::parse_words(&w).unwrap(),
+            MonitorObject::ALL.to_vec()
+        );
     }
 }

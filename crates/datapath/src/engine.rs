@@ -23,6 +23,7 @@ use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
     open_afxdp_queues,
 };
+use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
@@ -30,7 +31,7 @@ use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
-    LinkCommand, Op, PortSpec, Response, Session, VlanCommand,
+    LinkCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session, VlanCommand,
 };
 use qbridge_io::afpacket::RxFilterHandle;
 use qbridge_io::iflock::{self, IfaceLock, LockError};
@@ -66,6 +67,12 @@ pub enum Ctl {
     },
     Metrics {
         reply: mpsc::Sender<MetricsSnapshot>,
+    },
+    /// A monitor connection: queue the events of `objects` on `events` from now on.
+    Monitor {
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+        events: mpsc::SyncSender<String>,
     },
     /// A worker's queue failed with a link-down error (`token` names the port's opening).
     QueueFailed {
@@ -125,6 +132,24 @@ impl Handle {
         let (reply, rx) = mpsc::channel();
         self.tx.send(Ctl::Metrics { reply }).ok()?;
         rx.recv().ok()
+    }
+
+    /// Starts a monitor (see [`crate::monitor`]): the event lines, text or JSON as `out`
+    /// says, each ending in a newline. `None` when the engine has stopped.
+    pub fn monitor(
+        &self,
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+    ) -> Option<mpsc::Receiver<String>> {
+        let (events, rx) = mpsc::sync_channel(MONITOR_QUEUE_LINES);
+        self.tx
+            .send(Ctl::Monitor {
+                objects,
+                out,
+                events,
+            })
+            .ok()?;
+        Some(rx)
     }
 
     pub fn shutdown(&self) {
@@ -194,6 +219,24 @@ struct Slot {
     filter_handle: Option<Arc<RxFilterHandle>>,
     status: BackendStatus,
     shared: Arc<PortShared>,
+    /// Warnings given about this port, per condition (`"mtu"`, `"filter"`): a warning is given
+    /// once, not again with every later command, until its text changes or the condition
+    /// clears.
+    warned: HashMap<&'static str, String>,
+}
+
+impl Slot {
+    /// Adds `msg` to `warnings` unless it was given already for `condition`.
+    fn warn_once(&mut self, condition: &'static str, msg: String, warnings: &mut Vec<String>) {
+        if self.warned.get(condition) != Some(&msg) {
+            self.warned.insert(condition, msg.clone());
+            warnings.push(msg);
+        }
+    }
+
+    fn clear_warning(&mut self, condition: &'static str) {
+        self.warned.remove(condition);
+    }
 }
 
 /// A port's freshly opened queues, one per worker, not yet handed over.
@@ -231,6 +274,8 @@ pub struct Engine {
     iface_locks: HashMap<String, IfaceLock>,
     /// The lock directory could not be used (warned once; interfaces go unlocked).
     locks_unavailable: bool,
+    /// `qbridge monitor` connections.
+    monitors: Monitors,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -286,6 +331,7 @@ impl Engine {
             published: Some(plan),
             iface_locks: HashMap::new(),
             locks_unavailable: false,
+            monitors: Monitors::default(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -320,6 +366,15 @@ impl Engine {
                 Ok(Ctl::Request { op, reply }) => {
                     let r = self.execute(op);
                     let _ = reply.send(r);
+                    self.monitors.notify(&self.session);
+                }
+                Ok(Ctl::Monitor {
+                    objects,
+                    out,
+                    events,
+                }) => {
+                    self.monitors
+                        .add(&self.session, Monitor::new(objects, out, events));
                 }
                 Ok(Ctl::Metrics { reply }) => {
                     self.publish_all();
@@ -335,6 +390,7 @@ impl Engine {
                     if let Some(id) = id {
                         self.link_down(id, &error);
                         self.publish();
+                        self.monitors.notify(&self.session);
                     }
                 }
                 Ok(Ctl::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -354,6 +410,7 @@ impl Engine {
                 self.housekeeping();
                 self.flap_watch(now);
                 self.publish();
+                self.monitors.notify(&self.session);
                 for w in &self.workers {
                     send(w, ToWorker::Tick);
                 }
@@ -614,6 +671,7 @@ impl Engine {
             filter_handle: None,
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
+            warned: HashMap::new(),
         };
         let n = self.workers.len();
         let mut warning = None;
@@ -674,6 +732,9 @@ impl Engine {
                         slot.status.promisc = Some(filter.promisc);
                         slot.status.offloads = Some(offloads);
                         Some(queues)
+                    }
+                    Err(e @ IoError::MtuAboveMax { .. }) => {
+                        return Err(self.mtu_error(id, dev, want_mtu, &e));
                     }
                     Err(e) => {
                         warning = Some(open_failed(&mut slot, dev, e)?);
@@ -945,6 +1006,98 @@ impl Engine {
         self.publish_status(id);
     }
 
+    /// Why port `pid` needs a device MTU of `want`: `mtu 1500 + 8 bytes for two VLAN tags,
+    /// envhdr len auto`.
+    fn mtu_need(&self, pid: PortId, want: u32) -> String {
+        let sw = self.session.switch();
+        let st = sw.port_settings(pid);
+        let extra = want.saturating_sub(st.mtu);
+        let what = match (extra, extra % 4) {
+            (0, _) => "no VLAN tag".to_string(),
+            (4, _) => "one VLAN tag".to_string(),
+            (8, _) => "two VLAN tags".to_string(),
+            (n, 0) => format!("{} VLAN tags", n / 4),
+            _ => "the envelope".to_string(),
+        };
+        let envhdr = match st.envhdr_len {
+            Some(n) => format!("envhdr len {n}"),
+            None => "envhdr len auto".to_string(),
+        };
+        format!("mtu {} + {extra} bytes for {what}, {envhdr}", st.mtu)
+    }
+
+    /// The message for a device MTU port `pid` could not get: which MTU, why it is needed, and
+    /// the device's maximum when the kernel tells it.
+    fn mtu_error(&self, pid: PortId, dev: &str, want: u32, e: &IoError) -> String {
+        let name = self.session.switch().port_name(pid).unwrap_or("?");
+        let need = self.mtu_need(pid, want);
+        match e {
+            IoError::MtuAboveMax { .. } => {
+                let why = match sys::mtu_limit(dev) {
+                    Ok(l) => match (l.kind.as_deref(), &l.lower, l.max()) {
+                        (Some("vxlan"), Some((ul, ul_mtu)), Some(max)) => format!(
+                            "max {max} (underlay {ul}'s MTU {ul_mtu} less {} bytes of VXLAN \
+                             encapsulation: raise {ul}'s MTU to {} first, or lower the port's \
+                             mtu)",
+                            l.vxlan_overhead(),
+                            want + l.vxlan_overhead()
+                        ),
+                        (_, Some((lower, lower_mtu)), _) => format!(
+                            "above what {dev} takes over its lower device {lower} (MTU \
+                             {lower_mtu}): raise {lower}'s MTU first, or lower the port's mtu"
+                        ),
+                        (_, None, Some(max)) => format!("max {max}"),
+                        _ => "above the device's maximum".to_string(),
+                    },
+                    Err(_) => "above the device's maximum (for a tunnel device: its underlay's \
+                               MTU less the encapsulation)"
+                        .to_string(),
+                };
+                format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {why}")
+            }
+            e => format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {e}"),
+        }
+    }
+
+    /// Creates again the TAP of port `id` (a TAP port, a VLAN device, a macvlan endpoint, a
+    /// host port) after its interface was deleted from outside, as it was first made (name,
+    /// namespace, MAC address, MTU); its new queues replace the old ones at the next publish.
+    fn reopen_tap(&mut self, id: u16) -> Result<(), String> {
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return Ok(());
+        };
+        let (name, spec) = (slot.name.clone(), slot.spec.clone());
+        let pid = PortId(id);
+        let (queues, _) = match &spec {
+            PortSpec::Tap { ifname, netns } => self.open_tap(
+                pid,
+                &name,
+                ifname.as_deref().unwrap_or(&name),
+                netns.as_deref(),
+                None,
+            )?,
+            PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
+                let (ifname, netns) = spec.host_tap(&name).unwrap_or((&name, None));
+                let mac = self.session.switch().port_mac(pid).map(|m| m.0);
+                self.open_tap(pid, &name, ifname, netns, mac)?
+            }
+            _ => return Ok(()),
+        };
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            close_queues(queues);
+            return Ok(());
+        };
+        slot.open = true;
+        slot.status.open = true;
+        self.generation += 1;
+        slot.token = (self.generation << 16) | u64::from(id);
+        self.detach.retain(|&d| d != id);
+        self.attach.retain(|(a, _)| *a != id);
+        self.attach.push((id, queues));
+        tracing::info!("port {name}: its TAP was deleted; created it again");
+        Ok(())
+    }
+
     fn publish_status(&mut self, id: u16) {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
@@ -998,7 +1151,7 @@ impl Engine {
                     | PortSpec::Vlan { netns, .. }
                     | PortSpec::Macvlan { netns, .. }
                     | PortSpec::Host { netns, .. },
-                    false,
+                    up,
                 ) => {
                     let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
                         slot.spec
@@ -1013,7 +1166,18 @@ impl Engine {
                         }
                         None => sys::link_state(&ifname),
                     };
-                    if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
+                    let gone = matches!(state, Err(IoError::NoSuchInterface { .. }));
+                    if up {
+                        // Workers see a deleted TAP too (EBADFD), but only if they poll it.
+                        if gone {
+                            self.link_down(id, &format!("TAP {ifname} was deleted"));
+                        }
+                    } else if gone {
+                        match self.reopen_tap(id) {
+                            Ok(()) => self.link_up(id),
+                            Err(e) => tracing::debug!("port {id}: cannot create its TAP: {e}"),
+                        }
+                    } else if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
                         self.link_up(id);
                     }
                 }
@@ -1090,12 +1254,18 @@ impl Engine {
                         );
                         if let Some(Some(s)) = self.slots.get_mut(id as usize) {
                             s.status.device_mtu = Some(m);
+                            s.clear_warning("mtu");
                         }
                     }
-                    Err(e) => warnings.push(format!(
-                        "port {name}: cannot raise the MTU of {dev} to {want}: {e}"
-                    )),
+                    Err(e) => {
+                        let msg = self.mtu_error(pid, &dev, want, &e);
+                        if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                            s.warn_once("mtu", msg, warnings);
+                        }
+                    }
                 }
+            } else if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                s.clear_warning("mtu");
             }
             let filter = self.rx_filter(pid);
             if is_afpacket && filter_now.as_ref() != Some(&filter) {
@@ -1126,6 +1296,7 @@ impl Engine {
         };
         match r {
             Ok((added, removed)) => {
+                slot.clear_warning("filter");
                 tracing::debug!(
                     "port {}: receive filter now {} ({added} unicast addresses added, {removed} \
                      removed)",
@@ -1140,10 +1311,8 @@ impl Engine {
                 slot.filter = Some(filter);
             }
             Err(e) => {
-                warnings.push(format!(
-                    "port {}: cannot change the receive filter: {e}",
-                    slot.name
-                ));
+                let msg = format!("port {}: cannot change the receive filter: {e}", slot.name);
+                slot.warn_once("filter", msg, warnings);
                 // Known state unknown: make the next command try again.
                 slot.filter = None;
             }

@@ -181,6 +181,171 @@ pub(crate) fn set_mtu_via(fd: RawFd, ifname: &str, mtu: u32) -> Result<(), IoErr
     }
 }
 
+/// What limits the MTU of a device, as the kernel tells it (`ip -d link show`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MtuLimit {
+    /// `IFLA_MAX_MTU` (`maxmtu`): the device's static maximum. A tunnel device checks its
+    /// underlay on top of it.
+    pub max_mtu: Option<u32>,
+    /// `IFLA_INFO_KIND`: `vxlan`, `veth`, …
+    pub kind: Option<String>,
+    /// The lower device (`IFLA_LINK`: a VXLAN device's `dev`) and its MTU.
+    pub lower: Option<(String, u32)>,
+    /// A VXLAN device with an IPv6 local or remote address (70 bytes of encapsulation, not 50).
+    pub vxlan_ipv6: bool,
+}
+
+impl MtuLimit {
+    /// The largest MTU the device takes, when it can be told: a VXLAN device's underlay MTU
+    /// less its encapsulation, else `maxmtu`.
+    pub fn max(&self) -> Option<u32> {
+        match (self.kind.as_deref(), &self.lower) {
+            (Some("vxlan"), Some((_, m))) => Some(m.saturating_sub(self.vxlan_overhead())),
+            _ => self.max_mtu,
+        }
+    }
+
+    /// Bytes a VXLAN device adds: outer Ethernet, IP, UDP and VXLAN headers.
+    pub fn vxlan_overhead(&self) -> u32 {
+        if self.vxlan_ipv6 {
+            70
+        } else {
+            50
+        }
+    }
+}
+
+/// Attributes `(type, payload)` of a netlink attribute stream.
+fn rtattrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        let len = u16::from_ne_bytes([*b.first()?, *b.get(1)?]) as usize;
+        let ty = u16::from_ne_bytes([*b.get(2)?, *b.get(3)?]) & 0x3fff;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        let payload = &b[4..len];
+        b = &b[((len + 3) & !3).min(b.len())..];
+        Some((ty, payload))
+    })
+}
+
+fn u32_of(p: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(p.get(0..4)?.try_into().ok()?))
+}
+
+/// The name and MTU of interface `index`.
+fn lower_of(index: u32) -> Option<(String, u32)> {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `name` is IF_NAMESIZE bytes, as if_indextoname(3) requires.
+    let r = unsafe { libc::if_indextoname(index, name.as_mut_ptr()) };
+    if r.is_null() {
+        return None;
+    }
+    let bytes: Vec<u8> = name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    let lname = String::from_utf8_lossy(&bytes).into_owned();
+    let m = get_mtu(&lname).ok()?;
+    Some((lname, m))
+}
+
+/// What limits the MTU of `ifname`: one `RTM_GETLINK` on a netlink socket, in the calling
+/// thread's namespace. For messages: the ioctl that refuses an MTU does not say why.
+pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
+    const HDR: usize = 16; // struct nlmsghdr
+    const IFI: usize = 16; // struct ifinfomsg
+    const IFLA_LINK: u16 = 5;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_MAX_MTU: u16 = 51;
+    const IFLA_INFO_KIND: u16 = 1;
+    const IFLA_INFO_DATA: u16 = 2;
+    const IFLA_VXLAN_LINK: u16 = 3;
+    const IFLA_VXLAN_GROUP6: u16 = 16;
+    const IFLA_VXLAN_LOCAL6: u16 = 17;
+    let index = ifindex(ifname)?;
+    let err = |op: &'static str| sys_err(op, ifname, io::Error::last_os_error());
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(err("socket(AF_NETLINK)"));
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = [0u8; HDR + IFI];
+    req[0..4].copy_from_slice(&((HDR + IFI) as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    req[HDR] = libc::AF_UNSPEC as u8;
+    req[HDR + 4..HDR + 8].copy_from_slice(&(index as i32).to_ne_bytes());
+    // SAFETY: `req` is a live buffer of the length given; the kernel only reads it.
+    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if n < 0 {
+        return Err(err("send(RTM_GETLINK)"));
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    // SAFETY: `buf` is a live, writable buffer of the length given.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(err("recv(RTM_GETLINK)"));
+    }
+    let msg = &buf[..n as usize];
+    let ty = msg.get(4..6).map(|x| u16::from_ne_bytes([x[0], x[1]]));
+    let len = msg.get(0..4).and_then(u32_of).unwrap_or(0) as usize;
+    if ty != Some(libc::RTM_NEWLINK) || len < HDR + IFI || len > msg.len() {
+        return Err(IoError::Invalid(format!(
+            "{ifname}: no RTM_NEWLINK answer from the kernel"
+        )));
+    }
+    let mut l = MtuLimit::default();
+    for (ty, p) in rtattrs(&msg[HDR + IFI..len]) {
+        match ty {
+            IFLA_MAX_MTU => l.max_mtu = u32_of(p),
+            IFLA_LINK => {
+                if let Some(i) = u32_of(p).filter(|&i| i != 0 && i != index) {
+                    l.lower = lower_of(i).or(l.lower);
+                }
+            }
+            IFLA_LINKINFO => {
+                for (ity, ip) in rtattrs(p) {
+                    match ity {
+                        IFLA_INFO_KIND => {
+                            let k = ip.split(|&b| b == 0).next().unwrap_or_default();
+                            l.kind = Some(String::from_utf8_lossy(k).into_owned());
+                        }
+                        IFLA_INFO_DATA if l.kind.as_deref() == Some("vxlan") => {
+                            for (t, v) in rtattrs(ip) {
+                                match t {
+                                    IFLA_VXLAN_GROUP6 | IFLA_VXLAN_LOCAL6 => {
+                                        l.vxlan_ipv6 |= v.iter().any(|&b| b != 0);
+                                    }
+                                    IFLA_VXLAN_LINK => {
+                                        if let Some(i) = u32_of(v).filter(|&i| i != 0) {
+                                            l.lower = lower_of(i);
+                                        }
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(l)
+}
+
 /// Raises the device MTU of `ifname` to at least `mtu`; never lowers it. Returns the MTU now
 /// in force.
 pub fn raise_mtu(ifname: &str, mtu: u32) -> Result<u32, IoError> {

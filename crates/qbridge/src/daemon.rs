@@ -4,49 +4,64 @@
 //! `flock` on `SOCKET.lock` (a second daemon on the same path stops there with a clear
 //! message; the lock dies with the process, so a crash leaves nothing that blocks a restart),
 //! apply the `-batch` file, bind the metrics listener, open every port (the engine), and only
-//! then create the socket: bound under a temporary name, made mode 0600, and renamed over
-//! `SOCKET` (a stale socket file of a crashed daemon is replaced; we hold the lock, so no live
-//! daemon owns it).
+//! then create the socket: bound under a temporary name, made mode 0600 (0660 and the group
+//! of `--socket-group`), and renamed over `SOCKET` (a stale socket file of a crashed daemon is
+//! replaced; we hold the lock, so no live daemon owns it). Then one `ready` line at info (the
+//! daemon's default level) and `READY=1` to systemd when `NOTIFY_SOCKET` is set.
 //!
-//! Threads (see `qbridge_datapath`): the main thread waits for SIGTERM/SIGINT; `--workers`
-//! datapath worker threads; one control-plane thread that owns the configuration; one thread
-//! accepting control connections and one per connection; one metrics thread. Requests go to
-//! the control-plane thread over a channel; it hands each worker the new compiled plan, which
-//! the worker adopts between two batches. On a signal: the socket file is removed, the workers
-//! close every port (pcap files are flushed), and the process exits 0.
+//! Threads (see `qbridge_datapath`): the main thread waits for signals; `--workers` datapath
+//! worker threads; one control-plane thread that owns the configuration; the control socket's
+//! threads ([`crate::control_socket`]: limits on connections, memory and idle time); the
+//! metrics threads. Requests go to the control-plane thread over a channel; it hands each
+//! worker the new compiled plan, which the worker adopts between two batches.
+//!
+//! Signals: SIGTERM or SIGINT: `STOPPING=1` to systemd, the socket file is removed, the workers
+//! close every port (pcap files are flushed), and the process exits 0. SIGHUP: [`on_sighup`]
+//! re-applies the `-batch` file as `qbridge apply` does (logs go to stderr, so there is no log
+//! file to reopen). SIGUSR1:
+//! every port's counters to the log. SIGUSR2: logged and ignored. SIGPIPE is ignored (Rust's
+//! runtime does so before `main`): a client that goes away is an `EPIPE` on its connection.
 
+use crate::control_socket::{self, SocketConfig};
 use crate::metrics;
 use crate::read_batch;
 use anyhow::{bail, Context};
-use qbridge_control::{OutputOptions, Request, Response, Session};
+use qbridge_control::{Op, OutputOptions, Session};
 use qbridge_datapath::state::StateFile;
 use qbridge_datapath::{Engine, EngineConfig, Handle};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Where the CLI and the daemon meet unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/qbridge/qbridge.sock";
 /// Environment variable that overrides [`DEFAULT_SOCKET`] (the `--socket` option wins).
 pub const SOCKET_ENV: &str = "QBRIDGE_SOCKET";
-/// Longest request line accepted (a batch file travels in one line).
-const MAX_REQUEST_BYTES: u64 = 64 << 20;
-
 pub const DAEMON_USAGE: &str = "\
-Usage: qbridge daemon [-batch FILE] [--socket PATH] [--metrics ADDR:PORT [--metrics-public]]
-                      [--pcap-dir DIR] [--workers N] [--state FILE]
+Usage: qbridge daemon [-batch FILE] [--socket PATH] [--socket-group GROUP]
+                      [--metrics ADDR:PORT [--metrics-public]] [--pcap-dir DIR] [--workers N]
+                      [--idle-timeout SECONDS] [--state FILE]
 
-Runs the switch in the foreground until SIGTERM or SIGINT; logs go to stderr (QBRIDGE_LOG=info
-or debug for more). The control socket (mode 0600) is created once FILE is applied and every
-port is open; 'qbridge OBJECT COMMAND' and 'qbridge -batch FILE' talk to it.
+Runs the switch in the foreground until SIGTERM or SIGINT; logs go to stderr, at info by
+default (QBRIDGE_LOG=warn for less, debug for more), one 'ready' line once it serves. The
+control socket (mode 0600) is created once FILE is applied and every port is open;
+'qbridge OBJECT COMMAND' and 'qbridge -batch FILE' talk to it. Started by systemd
+(NOTIFY_SOCKET set, Type=notify) it sends READY=1 then, and STOPPING=1 on SIGTERM/SIGINT.
+SIGHUP: re-applies the -batch file as 'qbridge apply' does. SIGUSR1: every port's counters to the log.
+SIGUSR2, SIGPIPE: ignored.
 
   -batch FILE          apply FILE (one command per line) before serving; '-' reads stdin
   --socket PATH        control socket (default: $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock)
+  --socket-group GROUP the control socket belongs to GROUP (a name or number) with mode 0660,
+                       so its members may use qbridge without root
+  --idle-timeout SECONDS  close a control connection without a request for this long
+                       (default 60); at most 64 connections, 16 of them monitors
   --metrics ADDR:PORT  serve Prometheus text format on http://ADDR:PORT/metrics
   --metrics-public     allow a non-loopback metrics address
   --pcap-dir DIR       accept pcap ports: each writes DIR/PORT.pcap and, if DIR/PORT.in.pcap
@@ -78,6 +93,8 @@ struct Args {
     pcap_dir: Option<PathBuf>,
     workers: Option<usize>,
     state: Option<PathBuf>,
+    socket_group: Option<String>,
+    idle_timeout: Option<Duration>,
 }
 
 /// Most datapath threads `--workers` accepts.
@@ -104,6 +121,18 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
             "metrics-public" => a.metrics_public = true,
             "pcap-dir" => a.pcap_dir = Some(PathBuf::from(value("a DIR")?)),
             "state" => a.state = Some(PathBuf::from(value("a FILE")?)),
+            "socket-group" => a.socket_group = Some(value("a GROUP")?),
+            "idle-timeout" => {
+                let v = value("a number of seconds")?;
+                let secs: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                    .with_context(|| {
+                        format!("invalid --idle-timeout \"{v}\" (expected seconds, 0 to 86400)")
+                    })?;
+                a.idle_timeout = Some(Duration::from_secs_f64(secs));
+            }
             "workers" => {
                 let v = value("a number of threads")?;
                 let n: usize = v
@@ -179,15 +208,43 @@ fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile
     Ok(StateFile::new(path.to_path_buf(), Some(text)))
 }
 
-/// Binds the control socket under a temporary name, makes it 0600 and renames it into place.
-fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
+/// The group id of `group`: a number, or a name in /etc/group.
+fn resolve_group(group: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let text = std::fs::read_to_string("/etc/group").context("cannot read /etc/group")?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let gid = f.nth(1)?.parse::<u32>().ok()?;
+            Some((name, gid))
+        })
+        .find(|(name, _)| *name == group)
+        .map(|(_, gid)| gid)
+        .with_context(|| format!("--socket-group: no group named \"{group}\" in /etc/group"))
+}
+
+/// Binds the control socket under a temporary name, gives it its group and mode (0600, or
+/// 0660 with `--socket-group`) and renames it into place.
+fn bind_socket(path: &Path, gid: Option<u32>) -> anyhow::Result<UnixListener> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let listener = UnixListener::bind(&tmp)
         .with_context(|| format!("cannot create the control socket {}", tmp.display()))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+    let mode = if let Some(gid) = gid {
+        std::os::unix::fs::chown(&tmp, None, Some(gid)).with_context(|| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("--socket-group: cannot give {} group {gid}", tmp.display())
+        })?;
+        0o660
+    } else {
+        0o600
+    };
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("cannot chmod {}", tmp.display()))?;
     if path.exists() {
         tracing::info!("replacing stale socket {}", path.display());
@@ -205,8 +262,15 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     // Before anything else, so a signal during start-up is not fatal halfway.
-    let mut signals = Signals::new([SIGTERM, SIGINT]).context("cannot install signal handlers")?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
+        .context("cannot install signal handlers")?;
+    raise_fd_limit();
     let socket = socket_path(args.socket.as_deref());
+    let gid = args
+        .socket_group
+        .as_deref()
+        .map(resolve_group)
+        .transpose()?;
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -234,6 +298,11 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("batch file {file}"))?;
         std::io::stdout().write_all(out.as_bytes())?;
     }
+    let ports: Vec<String> = session
+        .ports()
+        .into_iter()
+        .map(|(_, name, _)| name.to_owned())
+        .collect();
     let metrics_listener = match &args.metrics {
         Some(a) => Some(metrics::bind(metrics::resolve(a, args.metrics_public)?)?),
         None => None,
@@ -254,38 +323,59 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    tracing::info!("{} datapath worker threads", engine.workers());
+    let workers = engine.workers();
     let datapath = std::thread::Builder::new()
         .name("qbridge-control-plane".into())
         .spawn(move || engine.run())
         .context("cannot start the control-plane thread")?;
 
+    let mut metrics_note = String::new();
     if let Some(l) = metrics_listener {
         let h = handle.clone();
-        tracing::info!("metrics on http://{}/metrics", l.local_addr()?);
+        metrics_note = format!(", metrics on http://{}/metrics", l.local_addr()?);
         std::thread::Builder::new()
             .name("qbridge-metrics".into())
             .spawn(move || metrics::serve(l, h))
             .context("cannot start the metrics thread")?;
     }
 
-    let listener = bind_socket(&socket)?;
+    let listener = bind_socket(&socket, gid)?;
     let h = handle.clone();
+    let socket_cfg = SocketConfig {
+        idle_timeout: args
+            .idle_timeout
+            .unwrap_or(control_socket::DEFAULT_IDLE_TIMEOUT),
+    };
     std::thread::Builder::new()
         .name("qbridge-control".into())
-        .spawn(move || accept_loop(listener, h))
+        .spawn(move || control_socket::accept_loop(listener, h, socket_cfg))
         .context("cannot start the control thread")?;
-    tracing::info!("qbridge daemon ready; control socket {}", socket.display());
-
-    let sig = signals.forever().next();
     tracing::info!(
-        "signal {}: shutting down",
-        match sig {
-            Some(SIGTERM) => "SIGTERM",
-            Some(SIGINT) => "SIGINT",
-            _ => "?",
-        }
+        "qbridge daemon ready: control socket {}, {} ports ({}), {workers} datapath workers{}",
+        socket.display(),
+        ports.len(),
+        if ports.is_empty() {
+            "none".to_string()
+        } else {
+            ports.join(" ")
+        },
+        metrics_note
     );
+    sd_notify("READY=1\nSTATUS=serving");
+
+    let name = loop {
+        match signals.forever().next() {
+            Some(SIGHUP) => on_sighup(&handle, args.batch.as_deref()),
+            Some(SIGUSR1) => log_counters(&handle),
+            Some(SIGUSR2) => tracing::info!("SIGUSR2: ignored"),
+            Some(SIGTERM) => break "SIGTERM",
+            Some(SIGINT) => break "SIGINT",
+            Some(_) => {}
+            None => break "?",
+        }
+    };
+    tracing::info!("signal {name}: shutting down");
+    sd_notify("STOPPING=1");
     let _ = std::fs::remove_file(&socket);
     handle.shutdown();
     if datapath.join().is_err() {
@@ -295,55 +385,90 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn accept_loop(listener: UnixListener, handle: Handle) {
-    for conn in listener.incoming() {
-        match conn {
-            Ok(c) => {
-                let h = handle.clone();
-                let r = std::thread::Builder::new()
-                    .name("qbridge-conn".into())
-                    .spawn(move || {
-                        if let Err(e) = serve_conn(c, &h) {
-                            tracing::debug!("control connection: {e}");
-                        }
-                    });
-                if let Err(e) = r {
-                    tracing::warn!("cannot start a connection thread: {e}");
+/// SIGHUP (`systemctl reload`): re-applies the `-batch` file as `qbridge apply` does, so an
+/// edited file takes effect without a restart; a file that does not apply changes nothing
+/// (logged). Logs go to stderr, so there is no log file to reopen.
+fn on_sighup(handle: &Handle, batch: Option<&str>) {
+    match batch {
+        None => tracing::info!("SIGHUP: no -batch file to re-apply"),
+        Some("-") => tracing::warn!("SIGHUP: the -batch file was stdin; nothing to re-read"),
+        Some(file) => match read_batch(file) {
+            Err(e) => tracing::error!("SIGHUP: {e:#}; nothing changed"),
+            Ok(text) => {
+                let r = handle.call(Op::Apply {
+                    out: OutputOptions::default(),
+                    text,
+                });
+                for w in &r.warnings {
+                    tracing::warn!("SIGHUP: {w}");
+                }
+                match r.error {
+                    None => tracing::info!("SIGHUP: re-applied {file}"),
+                    Some(e) => tracing::error!("SIGHUP: {file}: {e}; nothing changed"),
                 }
             }
-            Err(e) => tracing::warn!("control socket accept: {e}"),
+        },
+    }
+}
+
+/// SIGUSR1: one log line per port with its frame counters, drops and link state.
+fn log_counters(handle: &Handle) {
+    let Some(snap) = handle.metrics() else {
+        return;
+    };
+    tracing::info!("SIGUSR1: counters of {} ports", snap.ports.len());
+    for p in &snap.ports {
+        let c = &snap.stats["ports"][&p.name];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        let drops: u64 = c["drops"]
+            .as_object()
+            .map_or(0, |d| d.values().filter_map(|v| v.as_u64()).sum());
+        tracing::info!(
+            "SIGUSR1: port {}: rx {} frames {} bytes, tx {} frames {} bytes, {drops} drops, \
+             link {}",
+            p.name,
+            n("rx_frames"),
+            n("rx_bytes"),
+            n("tx_frames"),
+            n("tx_bytes"),
+            if p.link_up { "up" } else { "down" }
+        );
+    }
+}
+
+/// Raises the soft limit of open files to the hard limit (each port queue, connection and
+/// metrics scrape takes one).
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        let from = l.current;
+        l.current = l.maximum;
+        match setrlimit(Resource::Nofile, l) {
+            Ok(()) => tracing::debug!("open files limit raised from {from:?} to {:?}", l.maximum),
+            Err(e) => tracing::debug!("cannot raise the open files limit: {e}"),
         }
     }
 }
 
-/// Answers each request line of one connection, in order, until the client closes it.
-fn serve_conn(conn: UnixStream, handle: &Handle) -> std::io::Result<()> {
-    let mut w = conn.try_clone()?;
-    let mut r = BufReader::new(conn);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = Read::take(&mut r, MAX_REQUEST_BYTES).read_line(&mut line)?;
-        if n == 0 {
-            return Ok(());
-        }
-        let resp = if !line.ends_with('\n') && n as u64 >= MAX_REQUEST_BYTES {
-            Response::err(format!(
-                "request longer than {MAX_REQUEST_BYTES} bytes; closing the connection"
-            ))
-        } else {
-            match Request::parse(line.trim_end()) {
-                Ok(op) => {
-                    tracing::debug!("request: {op:?}");
-                    handle.call(op)
-                }
-                Err(e) => Response::err(e),
-            }
+/// Tells systemd (`Type=notify`) about the daemon's state: one datagram to `$NOTIFY_SOCKET`
+/// (a path, or `@name` in the abstract namespace). Nothing when it is not set.
+fn sd_notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let r = UnixDatagram::unbound().and_then(|sock| {
+        let addr = match path.as_bytes().strip_prefix(b"@") {
+            Some(name) => SocketAddr::from_abstract_name(name)?,
+            None => SocketAddr::from_pathname(&path)?,
         };
-        w.write_all(resp.to_line().as_bytes())?;
-        if n as u64 >= MAX_REQUEST_BYTES {
-            return Ok(());
-        }
+        sock.send_to_addr(state.as_bytes(), &addr)
+    });
+    if let Err(e) = r {
+        tracing::warn!("cannot notify systemd at {}: {e}", path.to_string_lossy());
     }
 }
 

@@ -5,6 +5,7 @@
 //! `-batch FILE`); subcommands with their own flags (`replay`) use clap.
 
 mod client;
+mod control_socket;
 mod daemon;
 mod demo;
 mod metrics;
@@ -76,7 +77,6 @@ fn abbreviates(opt: &str, word: &str) -> bool {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(args) {
         Ok(code) => code,
@@ -87,12 +87,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr at `$QBRIDGE_LOG`, else `default` (the daemon: info; the rest: warn);
+/// colours only on a terminal.
+fn init_tracing(default: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("QBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_env("QBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }
@@ -135,6 +139,11 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let rest = &args[i..];
+    init_tracing(if rest.first().is_some_and(|w| w == "daemon") {
+        "info"
+    } else {
+        "warn"
+    });
 
     if let Some(first) = rest.first() {
         match first.as_str() {
@@ -159,6 +168,13 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                     bail!("options go after \"demo\": qbridge demo [--seconds N]");
                 }
                 return demo::main(&rest[1..]);
+            }
+            "monitor" if !offline => {
+                if batch.is_some() {
+                    bail!("-batch FILE cannot be combined with monitor");
+                }
+                let socket = daemon::socket_path(socket.as_deref());
+                return client::monitor(&socket, out, &rest[1..]);
             }
             "apply" => {
                 let [_, file] = rest else {

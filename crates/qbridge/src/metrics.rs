@@ -1,7 +1,9 @@
 //! `--metrics ADDR:PORT`: Prometheus text format (version 0.0.4) on `GET /metrics`.
 //!
-//! A minimal HTTP/1.x responder on its own thread: one request per connection, answered and
-//! closed; anything but `GET /metrics` (or `/`) gets 404 or 405. The counters are a snapshot
+//! A minimal HTTP/1.x responder: one request per connection, answered and closed; anything but
+//! `GET /metrics` (or `/`) gets 404 or 405. Each connection has its own thread, at most
+//! [`MAX_SCRAPES`] at once (more get `503` at once), and [`REQUEST_DEADLINE`] to send its
+//! request head and take the answer, so a slow client delays nobody else. The counters are a snapshot
 //! the datapath thread takes between two batches (see [`Handle::metrics`]), so one scrape is
 //! consistent across ports. Binds to loopback unless `--metrics-public` is given.
 
@@ -11,7 +13,9 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Resolves `ADDR:PORT` and refuses a non-loopback address unless `public`.
 pub fn resolve(addr: &str, public: bool) -> anyhow::Result<SocketAddr> {
@@ -35,26 +39,74 @@ pub fn bind(sa: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(sa).with_context(|| format!("--metrics: cannot listen on {sa}"))
 }
 
+/// Scrapes served at once.
+pub const MAX_SCRAPES: usize = 16;
+/// A scrape's whole request head must arrive, and its answer be taken, within this.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Serves scrapes until the process ends.
 pub fn serve(listener: TcpListener, handle: Handle) {
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut backoff = Duration::from_millis(10);
     for conn in listener.incoming() {
-        match conn {
-            Ok(c) => {
-                if let Err(e) = answer(c, &handle) {
+        let c = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait rather than spin.
+                tracing::debug!("metrics accept: {e}");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(10);
+        if active.fetch_add(1, Ordering::AcqRel) >= MAX_SCRAPES {
+            active.fetch_sub(1, Ordering::AcqRel);
+            busy(c);
+            continue;
+        }
+        let (h, a) = (handle.clone(), active.clone());
+        let r = std::thread::Builder::new()
+            .name("qbridge-scrape".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                if let Err(e) = answer(c, &h) {
                     tracing::debug!("metrics connection: {e}");
                 }
-            }
-            Err(e) => tracing::debug!("metrics accept: {e}"),
+                a.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = r {
+            active.fetch_sub(1, Ordering::AcqRel);
+            tracing::debug!("metrics: cannot start a thread: {e}");
         }
     }
 }
 
+/// `503` without reading the request: too many scrapes at once.
+fn busy(mut c: TcpStream) {
+    let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+    let body = format!("more than {MAX_SCRAPES} scrapes at once\n");
+    let _ = c.write_all(
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: \
+             {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+}
+
 fn answer(mut c: TcpStream, handle: &Handle) -> std::io::Result<()> {
-    c.set_read_timeout(Some(Duration::from_secs(2)))?;
-    c.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    c.set_write_timeout(Some(REQUEST_DEADLINE))?;
     let mut buf = [0u8; 4096];
     let mut len = 0;
     while len < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        c.set_read_timeout(Some(left))?;
         let n = c.read(&mut buf[len..])?;
         if n == 0 {
             break;

@@ -295,7 +295,9 @@ fn provider_trunk_over_vxlan() {
         Ok(_) => panic!("the daemon started with t1 unable to take 1508-byte frames"),
     };
     assert!(
-        e.contains("MTU 1508 is above the device's maximum") && e.contains("underlay"),
+        e.contains("cannot raise t1's MTU to 1508")
+            && e.contains("max 1450")
+            && e.contains("underlay"),
         "unclear error: {e}"
     );
     lab.stop_daemons();

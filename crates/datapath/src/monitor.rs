@@ -1,0 +1,387 @@
+//! `qbridge monitor`: changes of links, VLAN memberships and FDB entries, as event lines for
+//! the monitor connections.
+//!
+//! The control thread keeps the last [`Observed`] state of the objects some monitor watches and,
+//! after every command, every link event and once a second (after FDB ageing), compares it with
+//! the state now; each difference is one event. Workers learn addresses without telling the
+//! control thread, so learned entries (and moves) are seen by this comparison within a second;
+//! an entry learned and gone again within one second is not reported. The comparison costs a
+//! walk of the FDB per second while a monitor watches `fdb`, and nothing without monitors.
+//!
+//! Text lines are those of the show commands (`fdb show`, a `vlan show` row with its port
+//! name, the first line of `link show` with the port's link state), `Deleted ` before a
+//! removal, as `bridge monitor` prints them; with `-j` one JSON object per line, the show
+//! command's object with `"object"` (`link`, `fdb`, `vlan`) and, for a removal, `"deleted":true`.
+//!
+//! Each monitor has a bounded queue ([`MONITOR_QUEUE_LINES`]); the control thread never waits
+//! for a monitor. Events that do not fit are counted and reported as one `N events lost` line
+//! (`{"object":"lost","events":N}`) as soon as there is room again.
+
+use qbridge_bridge::{FdbEntryView, FdbFilter};
+use qbridge_control::{render, MonitorObject, OutputOptions, Session};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, TrySendError};
+
+/// Event lines queued per monitor before events are lost.
+pub const MONITOR_QUEUE_LINES: usize = 4096;
+
+/// One monitor connection as the control thread sees it.
+#[derive(Debug)]
+pub(crate) struct Monitor {
+    objects: Vec<MonitorObject>,
+    out: OutputOptions,
+    tx: mpsc::SyncSender<String>,
+    lost: u64,
+}
+
+impl Monitor {
+    pub(crate) fn new(
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+        tx: mpsc::SyncSender<String>,
+    ) -> Monitor {
+        Monitor {
+            objects,
+            out,
+            tx,
+            lost: 0,
+        }
+    }
+
+    /// Queues `ev` if the monitor watches its object; false when the monitor is gone.
+    fn send(&mut self, ev: &Event) -> bool {
+        if !self.objects.contains(&ev.object) {
+            return true;
+        }
+        if self.lost > 0 {
+            let line = if self.out.json {
+                format!("{}\n", json!({"object": "lost", "events": self.lost}))
+            } else {
+                format!("{} events lost\n", self.lost)
+            };
+            match self.tx.try_send(line) {
+                Ok(()) => self.lost = 0,
+                Err(TrySendError::Full(_)) => {
+                    self.lost += 1;
+                    return true;
+                }
+                Err(TrySendError::Disconnected(_)) => return false,
+            }
+        }
+        match self.tx.try_send(ev.line(self.out)) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.lost += 1;
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
+/// One change.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Event {
+    object: MonitorObject,
+    deleted: bool,
+    text: String,
+    json: Value,
+}
+
+impl Event {
+    fn line(&self, out: OutputOptions) -> String {
+        if out.json {
+            let mut v = self.json.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("object".into(), json!(object_name(self.object)));
+                if self.deleted {
+                    o.insert("deleted".into(), json!(true));
+                }
+            }
+            let mut s = if out.pretty {
+                serde_json::to_string_pretty(&v)
+            } else {
+                serde_json::to_string(&v)
+            }
+            .unwrap_or_default();
+            s.push('\n');
+            s
+        } else if self.deleted {
+            format!("Deleted {}\n", self.text)
+        } else {
+            format!("{}\n", self.text)
+        }
+    }
+}
+
+fn object_name(o: MonitorObject) -> &'static str {
+    match o {
+        MonitorObject::Link => "link",
+        MonitorObject::Fdb => "fdb",
+        MonitorObject::Vlan => "vlan",
+    }
+}
+
+/// An FDB entry's identity: bridge, VID, MAC address.
+type FdbKey = (String, Option<u16>, [u8; 6]);
+
+/// The watched state at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Observed {
+    /// Per link name: its text line and JSON object.
+    links: Option<BTreeMap<String, (String, Value)>>,
+    /// Per (port, VID): the flags.
+    vlans: Option<BTreeMap<(String, u16), Vec<&'static str>>>,
+    /// Per (bridge, VID, MAC): the entry (its idle time zeroed).
+    fdb: Option<BTreeMap<FdbKey, FdbEntryView>>,
+}
+
+impl Observed {
+    /// The state of `objects` in `session` now.
+    pub(crate) fn take(session: &Session, objects: &[MonitorObject]) -> Observed {
+        let mut o = Observed::default();
+        if objects.contains(&MonitorObject::Link) {
+            o.links = Some(links(session));
+        }
+        if objects.contains(&MonitorObject::Vlan) {
+            let mut m = BTreeMap::new();
+            for v in session.switch().vlans(None).unwrap_or_default() {
+                for e in v.vlans {
+                    m.insert((v.ifname.clone(), e.vlan), e.flags);
+                }
+            }
+            o.vlans = Some(m);
+        }
+        if objects.contains(&MonitorObject::Fdb) {
+            let m = session
+                .switch()
+                .fdb_entries(&FdbFilter::default())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut e| {
+                    e.idle_ns = 0;
+                    ((e.master.clone(), e.vlan, e.mac.0), e)
+                })
+                .collect();
+            o.fdb = Some(m);
+        }
+        o
+    }
+
+    /// The events that lead from `self` to `now`: additions and changes (links, VLANs, FDB
+    /// entries) first, then removals (FDB entries, VLANs, links).
+    pub(crate) fn diff(&self, now: &Observed) -> Vec<Event> {
+        let mut adds = Vec::new();
+        let mut dels = Vec::new();
+        if let (Some(a), Some(b)) = (&self.links, &now.links) {
+            let (x, y) = diff_maps(a, b, |_, (text, json)| Event {
+                object: MonitorObject::Link,
+                deleted: false,
+                text: text.clone(),
+                json: json.clone(),
+            });
+            adds.extend(x);
+            dels.push(y);
+        }
+        if let (Some(a), Some(b)) = (&self.vlans, &now.vlans) {
+            let (x, y) = diff_maps(a, b, |(port, vid), flags| {
+                let mut text = format!("{port} {vid}");
+                for f in flags {
+                    text.push(' ');
+                    text.push_str(f);
+                }
+                Event {
+                    object: MonitorObject::Vlan,
+                    deleted: false,
+                    text,
+                    json: json!({"ifname": port, "vlan": vid, "flags": flags}),
+                }
+            });
+            adds.extend(x);
+            dels.push(y);
+        }
+        if let (Some(a), Some(b)) = (&self.fdb, &now.fdb) {
+            let (x, y) = diff_maps(a, b, |_, e| fdb_event(e));
+            adds.extend(x);
+            dels.push(y);
+        }
+        for d in dels.into_iter().rev() {
+            adds.extend(d);
+        }
+        adds
+    }
+}
+
+/// Events for keys added or changed in `b`, and (separately) for keys gone from `a`.
+fn diff_maps<K: Ord, V: PartialEq>(
+    a: &BTreeMap<K, V>,
+    b: &BTreeMap<K, V>,
+    ev: impl Fn(&K, &V) -> Event,
+) -> (Vec<Event>, Vec<Event>) {
+    let mut adds = Vec::new();
+    for (k, v) in b {
+        if a.get(k) != Some(v) {
+            adds.push(ev(k, v));
+        }
+    }
+    let mut dels = Vec::new();
+    for (k, v) in a {
+        if !b.contains_key(k) {
+            let mut e = ev(k, v);
+            e.deleted = true;
+            dels.push(e);
+        }
+    }
+    (adds, dels)
+}
+
+fn fdb_event(e: &FdbEntryView) -> Event {
+    let entries = std::slice::from_ref(e);
+    let text = render::fdb(entries, OutputOptions::default());
+    let json = render::fdb(
+        entries,
+        OutputOptions {
+            json: true,
+            ..OutputOptions::default()
+        },
+    );
+    let json: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+    Event {
+        object: MonitorObject::Fdb,
+        deleted: false,
+        text: text.trim_end().to_owned(),
+        json: json.get(0).cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// Every link's monitor line (the first line of `link show`, and the port's link state) and
+/// its JSON object (`link show -j`'s, without the runtime counters).
+fn links(session: &Session) -> BTreeMap<String, (String, Value)> {
+    let text = render::links(session, None, OutputOptions::default());
+    let json = render::links(
+        session,
+        None,
+        OutputOptions {
+            json: true,
+            ..OutputOptions::default()
+        },
+    );
+    let mut objects: BTreeMap<String, Value> = BTreeMap::new();
+    if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&json) {
+        for mut v in a {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("runtime");
+            }
+            if let Some(name) = v["ifname"].as_str() {
+                objects.insert(name.to_owned(), v.clone());
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with(' ')) {
+        let Some((name, _)) = line.split_once(": ") else {
+            continue;
+        };
+        let obj = objects.remove(name).unwrap_or(Value::Null);
+        let mut line = line.to_owned();
+        if let Some(up) = obj["port"]["link_up"].as_bool() {
+            line.push_str(if up { " link up" } else { " link down" });
+        }
+        m.insert(name.to_owned(), (line, obj));
+    }
+    m
+}
+
+/// The monitors of one engine and the state they were last told about.
+#[derive(Debug, Default)]
+pub(crate) struct Monitors {
+    list: Vec<Monitor>,
+    last: Observed,
+}
+
+impl Monitors {
+    fn objects(&self) -> Vec<MonitorObject> {
+        let mut v: Vec<MonitorObject> = self
+            .list
+            .iter()
+            .flat_map(|m| m.objects.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Adds a monitor; it hears of changes from now on.
+    pub(crate) fn add(&mut self, session: &Session, m: Monitor) {
+        self.notify(session);
+        self.list.push(m);
+        self.last = Observed::take(session, &self.objects());
+    }
+
+    /// Tells every monitor what changed since the last call.
+    pub(crate) fn notify(&mut self, session: &Session) {
+        if self.list.is_empty() {
+            return;
+        }
+        let now = Observed::take(session, &self.objects());
+        let events = self.last.diff(&now);
+        self.last = now;
+        if events.is_empty() {
+            return;
+        }
+        let before = self.list.len();
+        self.list.retain_mut(|m| events.iter().all(|e| m.send(e)));
+        if self.list.len() != before {
+            tracing::debug!("{} monitors gone", before - self.list.len());
+            self.last = Observed::take(session, &self.objects());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qbridge_control::parse_line;
+
+    fn run(s: &mut Session, line: &str) {
+        let cmd = parse_line(line).unwrap().unwrap();
+        s.execute(&cmd, OutputOptions::default()).unwrap();
+    }
+
+    #[test]
+    fn events_in_order_and_lost_lines() {
+        let mut s = Session::new();
+        run(&mut s, "link add br0 type bridge vlan_filtering 1");
+        run(&mut s, "link add p1 type pcap");
+        let (tx, rx) = mpsc::sync_channel(2);
+        let mut ms = Monitors::default();
+        ms.add(
+            &s,
+            Monitor::new(MonitorObject::ALL.to_vec(), OutputOptions::default(), tx),
+        );
+        run(&mut s, "link set dev p1 master br0");
+        run(&mut s, "fdb add 02:00:00:00:00:01 dev p1 vlan 1 static");
+        ms.notify(&s);
+        let got: Vec<String> = rx.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                "p1: pcap master br0 state UP mtu 1500 envhdr len auto (4) tpid default \
+                 (0x8100) max_frame 1518 link up\n",
+                "p1 1 PVID Egress Untagged\n",
+            ]
+        );
+        // The third event did not fit: one "lost" line once there is room again.
+        run(&mut s, "fdb del 02:00:00:00:00:01 dev p1 vlan 1");
+        ms.notify(&s);
+        let got: Vec<String> = rx.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                "1 events lost\n",
+                "Deleted 02:00:00:00:00:01 dev p1 vlan 1 master br0 static\n"
+            ]
+        );
+    }
+}
