@@ -139,9 +139,9 @@ impl VlanMode {
         match (needs_tag, self.tag) {
             (true, None) => return Err(format!("vlan_mode {m} needs \"tag VID\"")),
             (false, Some(_)) => {
-                return Err(format!(
-                    "vlan_mode trunk takes no \"tag\" (native-untagged or native-tagged give a trunk a native VLAN)"
-                ))
+                return Err("vlan_mode trunk takes no \"tag\" (native-untagged or \
+                            native-tagged give a trunk a native VLAN)"
+                    .to_string())
             }
             _ => {}
         }

@@ -38,6 +38,7 @@ const FDB: &str = "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|perma
 
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
+  monitor [link|fdb|vlan|all]...   (changes as they happen, as 'bridge monitor'; -j: JSON lines)
 ";
 
 const NOTES: &str = "\
@@ -76,7 +77,7 @@ pub fn object(o: Object) -> String {
 pub fn all() -> String {
     format!(
         "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
-         fdb | show | help }}\n{}",
+         fdb | show | monitor | help }}\n{}",
         commands()
     )
 }
