@@ -3,104 +3,15 @@
 
 mod common;
 
-use common::{frame, mac};
+use common::{frame, mac, nothing, only, retag, Rig};
 use qbridge_bridge::{
-    BridgeSettings, ConfigError, DropReason, FdbFilter, MacvlanMode, Outputs, PortId, PortSettings,
-    Switch, VlanProtocol,
+    BridgeSettings, ConfigError, DropReason, FdbFilter, MacvlanMode, PortId, VlanProtocol,
 };
-use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{MacAddr, Tpid};
 
 const BCAST: MacAddr = MacAddr([0xff; 6]);
 const AD: Tpid = Tpid(0x88a8);
 const Q: Tpid = Tpid(0x8100);
-
-/// The same frame with its tags replaced (same payload).
-fn retag(f: &[u8], old_tags: usize, tags: &[(u16, u16)]) -> Vec<u8> {
-    let mut out = f[..12].to_vec();
-    for &(tpid, tci) in tags {
-        out.extend_from_slice(&tpid.to_be_bytes());
-        out.extend_from_slice(&tci.to_be_bytes());
-    }
-    out.extend_from_slice(&f[12 + 4 * old_tags..]);
-    out
-}
-
-struct Rig {
-    sw: Switch,
-    out: Outputs,
-}
-
-impl Rig {
-    fn new() -> Rig {
-        Rig {
-            sw: Switch::new(),
-            out: Outputs::new(),
-        }
-    }
-
-    fn device(&mut self, name: &str) -> PortId {
-        self.sw
-            .add_port(name, "mem", PortSettings::default())
-            .unwrap()
-    }
-
-    fn bridge(&mut self, name: &str, protocol: VlanProtocol) {
-        let s = BridgeSettings {
-            vlan_filtering: true,
-            vlan_protocol: protocol,
-            ..Default::default()
-        };
-        self.sw.add_bridge(name, s).unwrap();
-    }
-
-    fn enslave(&mut self, p: PortId, br: &str) {
-        let b = self.sw.bridge_id(br).unwrap();
-        self.sw.set_master(p, Some(b)).unwrap();
-    }
-
-    /// Frames in from the queues of `frames` (one batch); what left each queue, by port id.
-    fn send(&mut self, frames: &[(PortId, Vec<u8>)]) -> Vec<Vec<Vec<u8>>> {
-        let mut b = Batch::default();
-        for (p, f) in frames {
-            let mut pkt = PacketBuf::from_frame(f);
-            pkt.port = p.0;
-            b.push(pkt);
-        }
-        self.sw.process(1, &mut b, &mut self.out);
-        let mut res = Vec::new();
-        for (i, q) in self.out.ports.iter_mut().enumerate() {
-            let frames: Vec<Vec<u8>> = q
-                .drain()
-                .map(|p| {
-                    assert_eq!(p.port as usize, i, "buffer port is its queue");
-                    p.frame().to_vec()
-                })
-                .collect();
-            res.push(frames);
-        }
-        res
-    }
-
-    fn drops(&self, p: PortId, r: DropReason) -> u64 {
-        self.sw.port_counters(p).drops[r as usize]
-    }
-}
-
-fn only(out: &[Vec<Vec<u8>>], p: PortId) -> Vec<Vec<u8>> {
-    for (i, q) in out.iter().enumerate() {
-        if i != p.0 as usize {
-            assert!(q.is_empty(), "unexpected frames on port {i}: {q:02x?}");
-        }
-    }
-    out.get(p.0 as usize).cloned().unwrap_or_default()
-}
-
-fn nothing(out: &[Vec<Vec<u8>>]) {
-    for (i, q) in out.iter().enumerate() {
-        assert!(q.is_empty(), "unexpected frames on port {i}");
-    }
-}
 
 #[test]
 fn stacked_vlan_devices_push_outermost_last_and_pop_on_receive() {

@@ -19,6 +19,8 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link set dev NAME [master BR | nomaster] [up | down] [learning on|off] [flood on|off]
            [mcast_flood on|off] [bcast_flood on|off] [isolated on|off] [hairpin on|off]
            [mtu N] [envhdr len N|auto] [tpid 0xHHHH|default] [fdb_max_learned N]
+  link set dev NAME vlan_mode access|trunk|native-untagged|native-tagged|dot1q-tunnel
+           [tag V] [trunks LIST] [cvlans LIST]      (LIST: 10,20-30; cvlans may hold 0)
   link del dev NAME
   link show [dev NAME]
 ";

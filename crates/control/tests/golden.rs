@@ -787,3 +787,51 @@ fn help_comes_from_the_usage_source() {
         );
     }
 }
+
+#[test]
+fn vlan_modes_show_and_refuse() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad\n\
+         link add c1 type pcap\nlink add t1 type pcap\n\
+         link set dev c1 master pe vlan_mode dot1q-tunnel tag 100 cvlans 0,10-20\n\
+         link set dev t1 master pe vlan_mode native-tagged tag 5 trunks 100-101\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "vlan show", TEXT),
+        "port              vlan-id\nc1                100 PVID Egress Untagged\n\
+         t1                5 PVID\n                  100\n                  101\n"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev c1", JSON)).unwrap();
+    assert_eq!(
+        j[0]["port"]["vlan_mode"],
+        serde_json::json!({"mode": "dot1q-tunnel", "tag": 100, "cvlans": "0,10-20"})
+    );
+    assert!(run(&mut s, "link show dev t1", TEXT)
+        .contains("\n    vlan_mode native-tagged tag 5 trunks 100-101\n"));
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "link set dev c1 tag 5"),
+        "tag, trunks and cvlans go with vlan_mode (link set dev P vlan_mode access tag 10)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev c1 vlan_mode accss tag 5"),
+        "invalid vlan_mode \"accss\" (expected access, trunk, native-untagged, native-tagged or dot1q-tunnel)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev c1 vlan_mode trunk trunks 0-5"),
+        "invalid trunks \"0-5\" (expected VIDs 1 to 4094 and ranges, e.g. 10,20-30)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev c1 vlan_mode access tag 7 cvlans 3"),
+        "\"cvlans\" applies to vlan_mode dot1q-tunnel only, not access"
+    );
+    // A refused mode with `master` in the same line changes nothing, the master included.
+    s.execute_line("link add x type pcap", TEXT).unwrap();
+    err(&mut s, "link set dev x master pe vlan_mode trunk tag 4");
+    let j: serde_json::Value = serde_json::from_str(&run(&mut s, "link show dev x", JSON)).unwrap();
+    assert!(j[0].get("master").is_none(), "{j}");
+}

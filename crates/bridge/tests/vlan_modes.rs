@@ -1,0 +1,184 @@
+//! Port VLAN modes (`docs/semantics.md` §G): what each mode compiles into, and a
+//! `dot1q-tunnel` port's frames exactly as they leave each port.
+
+mod common;
+
+use common::{frame, mac, nothing, only, retag, Rig};
+use qbridge_bridge::{ConfigError, DropReason, VidList, VlanMode, VlanModeKind as K, VlanProtocol};
+
+fn mode(
+    m: K,
+    tag: Option<u16>,
+    trunks: Option<&[(u16, u16)]>,
+    cvlans: Option<&[(u16, u16)]>,
+) -> VlanMode {
+    VlanMode {
+        mode: m,
+        tag,
+        trunks: trunks.map(|r| VidList::new(r.to_vec())),
+        cvlans: cvlans.map(|r| VidList::new(r.to_vec())),
+    }
+}
+
+/// `(vid, pvid, untagged)` of every VLAN of port `name`.
+fn vlans(r: &Rig, name: &str) -> Vec<(u16, bool, bool)> {
+    let id = r.sw.port_id(name).unwrap();
+    (1..=4094)
+        .filter_map(|v| r.sw.vlan_membership(id, v).map(|(p, u)| (v, p, u)))
+        .collect()
+}
+
+#[test]
+fn modes_compile_into_membership() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let p = r.device("p");
+    r.enslave(p, "br0");
+    r.sw.set_vlan_mode(p, mode(K::Access, Some(10), None, None))
+        .unwrap();
+    assert_eq!(vlans(&r, "p"), [(10, true, true)]);
+    r.sw.set_vlan_mode(p, mode(K::NativeUntagged, Some(5), Some(&[(20, 21)]), None))
+        .unwrap();
+    assert_eq!(
+        vlans(&r, "p"),
+        [(5, true, true), (20, false, false), (21, false, false)]
+    );
+    r.sw.set_vlan_mode(p, mode(K::NativeTagged, Some(5), Some(&[(20, 20)]), None))
+        .unwrap();
+    assert_eq!(vlans(&r, "p"), [(5, true, false), (20, false, false)]);
+    r.sw.set_vlan_mode(p, mode(K::Trunk, None, None, None))
+        .unwrap();
+    assert_eq!(vlans(&r, "p").len(), 4094);
+    assert!(vlans(&r, "p").iter().all(|&(_, pv, u)| !pv && !u));
+    // Refusals change nothing.
+    let e =
+        r.sw.set_vlan_mode(p, mode(K::Trunk, Some(3), None, None))
+            .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "vlan_mode trunk takes no \"tag\" (native-untagged or native-tagged give a trunk a native VLAN)"
+    );
+    let e =
+        r.sw.set_vlan_mode(p, mode(K::Access, None, None, None))
+            .unwrap_err();
+    assert_eq!(e.to_string(), "vlan_mode access needs \"tag VID\"");
+    let e =
+        r.sw.set_vlan_mode(p, mode(K::Access, Some(3), None, Some(&[(0, 0)])))
+            .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "\"cvlans\" applies to vlan_mode dot1q-tunnel only, not access"
+    );
+    assert_eq!(vlans(&r, "p").len(), 4094);
+    // A port in no bridge has no VLANs to set.
+    let q = r.device("q");
+    assert!(matches!(
+        r.sw.set_vlan_mode(q, mode(K::Access, Some(3), None, None)),
+        Err(ConfigError::NoMaster(_))
+    ));
+    // Leaving the bridge clears the mode.
+    r.sw.set_master(p, None).unwrap();
+    assert!(r.sw.port_vlan_mode(p).is_none());
+}
+
+/// An 802.1ad provider bridge: a customer port in `dot1q-tunnel` for S-VLAN 100 and a trunk.
+/// Untagged, C-tagged and even S-tagged customer frames all get S-tag 100 on the trunk; on the
+/// way back exactly one tag comes off. `cvlans 0,10` admits untagged frames and C-VLAN 10 only.
+#[test]
+fn dot1q_tunnel_pushes_on_every_frame_and_filters_cvlans() {
+    let mut r = Rig::new();
+    r.bridge("pe", VlanProtocol::Dot1Ad);
+    let cust = r.device("cust");
+    let trunk = r.device("trunk");
+    r.enslave(cust, "pe");
+    r.enslave(trunk, "pe");
+    r.sw.set_vlan_mode(
+        cust,
+        mode(K::Dot1qTunnel, Some(100), None, Some(&[(0, 0), (10, 10)])),
+    )
+    .unwrap();
+    r.sw.set_vlan_mode(trunk, mode(K::Trunk, None, Some(&[(100, 100)]), None))
+        .unwrap();
+
+    let dst = mac(0x20);
+    for tags in [
+        vec![],
+        vec![(0x8100, 10)],
+        vec![(0x8100, 0x2000 | 10), (0x8100, 7)],
+    ] {
+        let f = frame(dst, mac(1), &tags, 90);
+        let out = r.send(&[(cust, f.clone())]);
+        let mut want_tags = vec![(0x88a8, 100)];
+        want_tags.extend(&tags);
+        assert_eq!(
+            only(&out, trunk),
+            vec![retag(&f, tags.len(), &want_tags)],
+            "{tags:x?}"
+        );
+    }
+    // C-VLAN 20 is not admitted, nor a frame whose outer tag is an S-tag (its customer VLAN
+    // is 0 only when untagged or not C-tagged: 0x88a8 outside counts as 0, admitted here).
+    let f = frame(dst, mac(1), &[(0x8100, 20)], 90);
+    nothing(&r.send(&[(cust, f)]));
+    assert_eq!(r.drops(cust, DropReason::CvlanNotAllowed), 1);
+    let f = frame(dst, mac(1), &[(0x88a8, 555)], 90);
+    let out = r.send(&[(cust, f.clone())]);
+    assert_eq!(
+        only(&out, trunk),
+        vec![retag(&f, 1, &[(0x88a8, 100), (0x88a8, 555)])],
+        "an S-tagged customer frame is tunnelled too"
+    );
+
+    // Back from the trunk: S-tag 100 off, the customer's tags untouched.
+    let back = frame(mac(1), dst, &[(0x88a8, 100), (0x8100, 10)], 100);
+    let out = r.send(&[(trunk, back.clone())]);
+    assert_eq!(only(&out, cust), vec![retag(&back, 1, &[])]);
+    // Other S-VLANs do not reach the tunnel port.
+    let other = frame(mac(1), dst, &[(0x88a8, 200)], 100);
+    nothing(&r.send(&[(trunk, other)]));
+    assert_eq!(r.drops(trunk, DropReason::VlanNotMember), 1);
+}
+
+/// Access and trunk modes on an 802.1Q bridge: untagged on the access port, tagged on the
+/// trunk; the trunk drops untagged frames (`no_pvid`), the access port tagged ones of another
+/// VID (`vlan_not_member`); a native-untagged trunk takes untagged frames into its native VLAN.
+#[test]
+fn access_trunk_and_native_vlans() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let acc = r.device("acc");
+    let tr = r.device("tr");
+    let nat = r.device("nat");
+    for p in [acc, tr, nat] {
+        r.enslave(p, "br0");
+    }
+    r.sw.set_vlan_mode(acc, mode(K::Access, Some(10), None, None))
+        .unwrap();
+    r.sw.set_vlan_mode(tr, mode(K::Trunk, None, Some(&[(10, 20)]), None))
+        .unwrap();
+    r.sw.set_vlan_mode(
+        nat,
+        mode(K::NativeUntagged, Some(10), Some(&[(30, 30)]), None),
+    )
+    .unwrap();
+
+    let bc = qbridge_wire::MacAddr([0xff; 6]);
+    let f = frame(bc, mac(1), &[], 80);
+    let out = r.send(&[(acc, f.clone())]);
+    assert_eq!(out[tr.0 as usize], vec![retag(&f, 0, &[(0x8100, 10)])]);
+    assert_eq!(
+        out[nat.0 as usize],
+        vec![f.clone()],
+        "native VLAN leaves untagged"
+    );
+
+    nothing(&r.send(&[(tr, frame(bc, mac(2), &[], 80))]));
+    assert_eq!(r.drops(tr, DropReason::NoPvid), 1);
+    nothing(&r.send(&[(acc, frame(bc, mac(1), &[(0x8100, 11)], 80))]));
+    assert_eq!(r.drops(acc, DropReason::VlanNotMember), 1);
+
+    let u = frame(bc, mac(3), &[], 80);
+    let out = r.send(&[(nat, u.clone())]);
+    assert_eq!(out[acc.0 as usize], vec![u.clone()]);
+    assert_eq!(out[tr.0 as usize], vec![retag(&u, 0, &[(0x8100, 10)])]);
+}
