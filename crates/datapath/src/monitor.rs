@@ -270,8 +270,15 @@ fn links(session: &Session) -> BTreeMap<String, (String, Value)> {
     let mut objects: BTreeMap<String, Value> = BTreeMap::new();
     if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&json) {
         for mut v in a {
+            // Counters are not link changes (`bridge monitor` reports neither).
             if let Some(o) = v.as_object_mut() {
                 o.remove("runtime");
+            }
+            if let Some(d) = v
+                .pointer_mut("/linkinfo/info_data")
+                .and_then(Value::as_object_mut)
+            {
+                d.remove("fdb_n_learned");
             }
             if let Some(name) = v["ifname"].as_str() {
                 objects.insert(name.to_owned(), v.clone());

@@ -459,8 +459,13 @@ fn signals_are_handled_and_systemd_is_told() {
     assert!(d.ok(&["link", "show"]).contains("p2: pcap"));
     d.forwards();
     let log = d.log_text();
+    // SIGHUP re-applies the -batch file as `qbridge apply` does: unchanged here, a no-op.
+    let hup = format!(
+        "INFO SIGHUP: re-applied {}\n",
+        dir.join("cfg.batch").display()
+    );
+    assert!(log.contains(&hup), "no {hup:?} in:\n{log}");
     for line in [
-        "INFO SIGHUP: nothing to reload\n",
         "INFO SIGUSR1: counters of 2 ports\n",
         "INFO SIGUSR1: port p1: rx 0 frames 0 bytes, tx 0 frames 0 bytes, 0 drops, link up\n",
         "INFO SIGUSR2: ignored\n",
