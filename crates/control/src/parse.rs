@@ -1485,7 +1485,8 @@ mod tests {
         assert_eq!(
             err("link set dev p1 frob off"),
             "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
-             mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, ifname, netns or address)"
+             mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
+             ifname, netns, address, index, vlan_mode, tag, trunks or cvlans)"
         );
         assert_eq!(
             err("link set dev p1 flood maybe"),
