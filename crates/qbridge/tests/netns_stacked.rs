@@ -16,7 +16,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{assert_ping, ping, tcp_transfer, Capture, Ctl, Host, Lab};
+use support::{assert_ping, host_on, ping, tcp_transfer, Capture, Ctl, Host, Lab};
 
 struct Stack {
     _lab: Lab,
@@ -50,23 +50,6 @@ const HOST_B: &str = "\
 link add eth0 type afpacket dev eth0
 link add link eth0 name eth0.10 type vlan id 10
 ";
-
-/// Gives `dev` in `ns` address `cidr` (the daemon made the TAP) and returns it as a host.
-fn host_on(name: &str, ns: &str, dev: &str, cidr: &str) -> Host {
-    support::ip_in(ns, &["addr", "add", cidr, "dev", dev]).unwrap();
-    let _ = support::exec_in(
-        ns,
-        "sysctl",
-        &["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")],
-    );
-    Host {
-        name: name.to_owned(),
-        ns: ns.to_owned(),
-        ifname: dev.to_owned(),
-        ip: cidr.split('/').next().unwrap_or(cidr).to_owned(),
-        mac: support::mac_of(ns, dev).unwrap(),
-    }
-}
 
 fn build() -> Stack {
     let mut lab = Lab::new("stacked");

@@ -559,6 +559,23 @@ pub fn ping(from: &Host, to_ip: &str, count: u32) -> PingReport {
     r
 }
 
+/// Gives `dev` in `ns` address `cidr` (the daemon made the TAP) and returns it as a host.
+pub fn host_on(name: &str, ns: &str, dev: &str, cidr: &str) -> Host {
+    ip_in(ns, &["addr", "add", cidr, "dev", dev]).unwrap();
+    let _ = exec_in(
+        ns,
+        "sysctl",
+        &["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")],
+    );
+    Host {
+        name: name.to_owned(),
+        ns: ns.to_owned(),
+        ifname: dev.to_owned(),
+        ip: cidr.split('/').next().unwrap_or(cidr).to_owned(),
+        mac: mac_of(ns, dev).unwrap(),
+    }
+}
+
 /// Pings and asserts that every echo came back.
 pub fn assert_ping(from: &Host, to: &Host, count: u32) -> PingReport {
     let r = ping(from, &to.ip, count);
