@@ -169,7 +169,10 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 }
                 return demo::main(&rest[1..]);
             }
-            "monitor" if !offline => {
+            "monitor" if offline => {
+                bail!("monitor streams a running daemon's changes: it cannot run with -n")
+            }
+            "monitor" => {
                 if batch.is_some() {
                     bail!("-batch FILE cannot be combined with monitor");
                 }
