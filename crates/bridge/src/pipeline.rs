@@ -671,24 +671,19 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
         flood: FloodClass::Unknown,
     };
     if filtering {
-        if inp.tunnel {
-            // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the
-            // port's VLAN and gets the bridge tag on top.
-            if let Some(cvlans) = &inp.cvlans {
-                let cvid = if (tag >> 16) as u16 == 0x8100 && len >= 18 {
-                    tag as u16 & 0x0fff
-                } else {
-                    0
-                };
-                if !cvlans.contains(cvid) {
-                    return drop(c, DropReason::CvlanNotAllowed);
-                }
+        // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
+        // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.
+        if let Some(cvlans) = &inp.cvlans {
+            let cvid = if (tag >> 16) as u16 == 0x8100 && len >= 18 {
+                tag as u16 & 0x0fff
+            } else {
+                0
+            };
+            if !cvlans.contains(cvid) {
+                return drop(c, DropReason::CvlanNotAllowed);
             }
-            if inp.pvid == 0 {
-                return drop(c, DropReason::NoPvid);
-            }
-            m.vid = inp.pvid;
-        } else if (tag >> 16) as u16 == inp.tpid {
+        }
+        if !inp.tunnel && (tag >> 16) as u16 == inp.tpid {
             if len < 18 {
                 return drop(c, DropReason::Runt);
             }

@@ -34,7 +34,7 @@ pub fn format_secs(ns: u64) -> String {
     format!("{s}.{}", f.trim_end_matches('0'))
 }
 
-fn on_off(b: bool) -> &'static str {
+pub(crate) fn on_off(b: bool) -> &'static str {
     if b {
         "on"
     } else {

@@ -19,6 +19,7 @@
 //! Counters, learned entries and backend state are not configuration and are not saved.
 
 use crate::command::{PortSpec, XdpAttach};
+use crate::render::{self, on_off};
 use crate::session::Session;
 use qbridge_bridge::switch::tpid_name;
 use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, Role, Switch};
@@ -73,20 +74,7 @@ pub fn running_config(session: &Session) -> String {
 
 /// An ageing time in seconds as the grammar reads it: `300`, `1.5`, `0.000000001`.
 fn seconds(ns: u64) -> String {
-    let (s, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
-    if frac == 0 {
-        return s.to_string();
-    }
-    let f = format!("{frac:09}");
-    format!("{s}.{}", f.trim_end_matches('0'))
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
+    render::format_secs(ns)
 }
 
 /// The name a command uses for port `id` as a lower device: a host port is its bridge.

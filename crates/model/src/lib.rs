@@ -837,9 +837,9 @@ impl Model {
         // R4: classification and ingress filter (VLAN-filtering bridges only).
         let filtering = settings.vlan_filtering;
         let class = if filtering {
-            let class = if let Some(cvlans) = &inp.tunnel {
-                // R-G2: a tunnel port: every frame is untagged to the bridge; its customer
-                // VLAN (a 0x8100 outer tag's VID, else 0) must be admitted.
+            // R-G2: on a tunnel port every frame is untagged to the bridge, once its customer
+            // VLAN (a 0x8100 outer tag's VID, else 0) is admitted.
+            if let Some(cvlans) = &inp.tunnel {
                 let cvid = if len >= 18 && be16(&f.bytes, 12) == 0x8100 {
                     be16(&f.bytes, 14) & 0x0fff
                 } else {
@@ -848,15 +848,8 @@ impl Model {
                 if cvlans.as_ref().is_some_and(|c| !c.contains(&cvid)) {
                     return self.drop_on(in_id, DropReason::CvlanNotAllowed);
                 }
-                match inp.pvid {
-                    Some(p) => Class {
-                        vid: p,
-                        tagged: false,
-                        pcp_dei: 0,
-                    },
-                    None => return self.drop_on(in_id, DropReason::NoPvid),
-                }
-            } else if be16(&f.bytes, 12) == self.port_tpid(in_id) {
+            }
+            let class = if inp.tunnel.is_none() && be16(&f.bytes, 12) == self.port_tpid(in_id) {
                 if len < 18 {
                     return self.drop_on(in_id, DropReason::Runt);
                 }
