@@ -246,9 +246,7 @@ pub fn drive(s: &mut Scenario, out: &mut Outputs, batch: &mut Batch, frames: u64
         sent += bs as u64;
         for port in out.ports.iter_mut() {
             got += port.len() as u64;
-            for pkt in port.pkts.drain(..) {
-                out.pool.put(pkt);
-            }
+            out.pool.put_all(port);
         }
     }
     (sent, got)

@@ -812,7 +812,7 @@ impl AfXdpPort {
         self.reap_completions();
         let room = self.tx.free(batch.len() as u32) as usize;
         let max = self.caps.max_frame;
-        for p in batch.drain() {
+        for p in batch.iter() {
             let len = p.len();
             if len > max {
                 r.too_long += 1;
@@ -833,8 +833,9 @@ impl AfXdpPort {
                     }
                 }
             }
-            pool.put(p);
         }
+        // Every frame is copied into the UMEM or dropped: the buffers go back at once.
+        pool.put_all(batch);
         if r.sent > 0 {
             self.tx.submit();
             if self.tx.needs_wakeup() {

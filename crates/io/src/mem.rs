@@ -119,14 +119,17 @@ impl MemPort {
         }
         let mut out = TxReport::default();
         let room = self.tx_capacity.unwrap_or(usize::MAX);
-        for p in batch.drain() {
+        // Frames handed back to the caller (by index), moved out after the pass; every other
+        // buffer goes back to the pool at once, as the live backends do.
+        let mut handed_back = Vec::new();
+        for (i, p) in batch.iter().enumerate() {
             if out.sent >= room {
                 out.queue_full += 1;
             } else if p.offload.is_gso() && self.refuse_super_frames {
                 self.refused_super_frames += 1;
-                if let Some(r) = refused.as_deref_mut() {
+                if refused.is_some() {
                     out.refused += 1;
-                    r.push(p);
+                    handed_back.push(i);
                     continue;
                 }
                 out.kernel_drop += 1;
@@ -144,8 +147,17 @@ impl MemPort {
                 });
                 out.sent += 1;
             }
-            pool.put(p);
         }
+        if let Some(r) = refused.as_deref_mut().filter(|_| !handed_back.is_empty()) {
+            for (i, p) in batch.drain().enumerate() {
+                if handed_back.contains(&i) {
+                    r.push(p);
+                } else {
+                    pool.put(p);
+                }
+            }
+        }
+        pool.put_all(batch);
         Ok(out)
     }
 }
