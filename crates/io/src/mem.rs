@@ -173,12 +173,12 @@ impl Port for MemPort {
             return Err(self.down_error());
         }
         let n = max.min(self.rx.len());
-        for f in self.rx.drain(..n) {
-            let mut p = pool.get();
+        let base = batch.len();
+        pool.get_into(batch, n);
+        for (p, f) in batch.pkts[base..].iter_mut().zip(self.rx.drain(..n)) {
             p.set_frame(&f.data);
             p.offload = f.offload;
             p.time_ns = f.time_ns;
-            batch.push(p);
         }
         Ok(n)
     }
