@@ -111,7 +111,7 @@ impl MemPort {
         &mut self,
         batch: &mut Batch,
         pool: &mut BufPool,
-        mut refused: Option<&mut Batch>,
+        refused: Option<&mut Batch>,
     ) -> Result<TxReport, IoError> {
         if self.link_down {
             recycle(batch, pool);
@@ -148,7 +148,7 @@ impl MemPort {
                 out.sent += 1;
             }
         }
-        if let Some(r) = refused.as_deref_mut().filter(|_| !handed_back.is_empty()) {
+        if let Some(r) = refused.filter(|_| !handed_back.is_empty()) {
             for (i, p) in batch.drain().enumerate() {
                 if handed_back.contains(&i) {
                     r.push(p);
