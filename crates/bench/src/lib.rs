@@ -234,11 +234,10 @@ pub fn drive(s: &mut Scenario, out: &mut Outputs, batch: &mut Batch, frames: u64
     let mut ring = 0usize;
     let mut now = 1_000_000u64;
     while sent < frames {
-        for _ in 0..bs {
-            let mut b = out.pool.get();
+        out.pool.get_into(batch, bs);
+        for b in batch.pkts.iter_mut() {
             b.set_frame(&s.frames[ring]);
             b.port = s.ingress.0;
-            batch.push(b);
             ring = (ring + 1) & (RING - 1);
         }
         now += 1000;
@@ -246,9 +245,7 @@ pub fn drive(s: &mut Scenario, out: &mut Outputs, batch: &mut Batch, frames: u64
         sent += bs as u64;
         for port in out.ports.iter_mut() {
             got += port.len() as u64;
-            for pkt in port.pkts.drain(..) {
-                out.pool.put(pkt);
-            }
+            out.pool.put_all(port);
         }
     }
     (sent, got)

@@ -107,9 +107,7 @@ pub fn egress(
             Ok(t) => add_report(&mut r.tx, &t),
             Err(e) => {
                 r.tx.error += n;
-                for p in refused.drain() {
-                    pool.put(p);
-                }
+                pool.put_all(refused);
                 return (r, Some(e));
             }
         }
@@ -119,9 +117,7 @@ pub fn egress(
         if pass == 1 {
             // Segments are not super-frames; a port that refuses them anyway drops them.
             r.tx.kernel_drop += refused.len();
-            for p in refused.drain() {
-                pool.put(p);
-            }
+            pool.put_all(refused);
             break;
         }
         for p in refused.drain() {

@@ -88,10 +88,8 @@ impl Port for PatchQueue {
         outbox.pkts.extend(batch.pkts.drain(..n));
         self.outbox.waiting.store(outbox.len(), Ordering::Relaxed);
         out.sent = n;
-        for p in batch.drain() {
-            pool.put(p);
-            out.queue_full += 1;
-        }
+        out.queue_full = batch.len();
+        pool.put_all(batch);
         Ok(out)
     }
 

@@ -326,9 +326,7 @@ impl Worker {
                 }
             }
             Err(err) => {
-                for p in self.rx.drain() {
-                    self.outputs.pool.put(p);
-                }
+                self.outputs.pool.put_all(&mut self.rx);
                 self.failed(id, &err);
                 return;
             }
@@ -358,9 +356,7 @@ impl Worker {
                 // within this batch.
                 let n = batch.len() as u64;
                 self.plan.count_drop(id, self.index, DropReason::TxError, n);
-                for p in batch.drain() {
-                    self.outputs.pool.put(p);
-                }
+                self.outputs.pool.put_all(batch);
                 return;
             }
         };

@@ -1270,30 +1270,42 @@ fn settle(
     errnos: &[i32],
     pool: &mut BufPool,
     mut refusals: Option<&mut [u8; 8]>,
-    mut refused: Option<&mut Batch>,
+    refused: Option<&mut Batch>,
 ) -> TxReport {
     let mut r = TxReport::default();
-    for (i, p) in batch.drain().enumerate() {
-        let code = errnos.get(i).copied().unwrap_or(libc::EIO);
-        match code {
+    let code = |i: usize| errnos.get(i).copied().unwrap_or(libc::EIO);
+    let takes_refused = refusals.is_some() && refused.is_some();
+    for (i, p) in batch.iter().enumerate() {
+        match code(i) {
             0 => r.sent += 1,
             libc::EAGAIN => r.queue_full += 1,
             libc::ENOBUFS if p.offload.is_gso() && refusals.is_some() => {
                 if let Some(ticks) = refusals.as_deref_mut() {
                     ticks[kernel_tag_depth(p.frame()).min(7)] = REFUSAL_TICKS;
                 }
-                if let Some(out) = refused.as_deref_mut() {
+                if takes_refused {
                     r.refused += 1;
-                    out.push(p);
-                    continue;
+                } else {
+                    r.kernel_drop += 1;
                 }
-                r.kernel_drop += 1;
             }
             libc::ENOBUFS => r.kernel_drop += 1,
             libc::EMSGSIZE => r.too_long += 1,
             _ => r.error += 1,
         }
-        pool.put(p);
+    }
+    match refused {
+        // Refused super-frames move to the caller, in order; every other buffer goes back.
+        Some(out) if r.refused > 0 => {
+            for (i, p) in batch.drain().enumerate() {
+                if code(i) == libc::ENOBUFS && p.offload.is_gso() {
+                    out.push(p);
+                } else {
+                    pool.put(p);
+                }
+            }
+        }
+        _ => pool.put_all(batch),
     }
     r
 }

@@ -83,7 +83,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use qbridge_packet::{Batch, BufPool, PacketBuf};
+use qbridge_packet::{Batch, BufPool};
 
 pub use bpf::{redirect_program, Insn, XdpMode, XdpProgram, MAX_QUEUES};
 
@@ -812,7 +812,7 @@ impl AfXdpPort {
         self.reap_completions();
         let room = self.tx.free(batch.len() as u32) as usize;
         let max = self.caps.max_frame;
-        for p in batch.drain() {
+        for p in batch.iter() {
             let len = p.len();
             if len > max {
                 r.too_long += 1;
@@ -833,8 +833,9 @@ impl AfXdpPort {
                     }
                 }
             }
-            pool.put(p);
         }
+        // Every frame is copied into the UMEM or dropped: the buffers go back at once.
+        pool.put_all(batch);
         if r.sent > 0 {
             self.tx.submit();
             if self.tx.needs_wakeup() {
@@ -1003,20 +1004,26 @@ impl Port for AfXdpPort {
         let mut n = 0;
         // The fill ring has a slot for every receive frame, so giving each back cannot fail.
         self.fill.free(ready);
+        // One buffer per ready frame in one call; those of skipped frames go back below.
+        let base = batch.len();
+        pool.get_into(batch, ready as usize);
         for i in 0..ready {
             let d = self.rx.peek_desc(i);
             let whole = d.options & XDP_PKT_CONTD == 0
                 && (d.addr & !chunk) + u64::from(d.len) <= u64::from(self.cfg.frame_size);
             match self.umem.bytes(d.addr, d.len as usize).filter(|_| whole) {
                 Some(frame) => {
-                    let mut p: PacketBuf = pool.get();
-                    p.set_frame(frame);
-                    batch.push(p);
+                    batch.pkts[base + n].set_frame(frame);
                     n += 1;
                 }
                 None => self.stats.rx_truncated += 1,
             }
             self.fill.push_addr(d.addr & chunk);
+        }
+        while batch.len() > base + n {
+            if let Some(p) = batch.pkts.pop() {
+                pool.put(p);
+            }
         }
         if ready > 0 {
             self.rx.release(ready);

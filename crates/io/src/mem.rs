@@ -111,7 +111,7 @@ impl MemPort {
         &mut self,
         batch: &mut Batch,
         pool: &mut BufPool,
-        mut refused: Option<&mut Batch>,
+        refused: Option<&mut Batch>,
     ) -> Result<TxReport, IoError> {
         if self.link_down {
             recycle(batch, pool);
@@ -119,14 +119,17 @@ impl MemPort {
         }
         let mut out = TxReport::default();
         let room = self.tx_capacity.unwrap_or(usize::MAX);
-        for p in batch.drain() {
+        // Frames handed back to the caller (by index), moved out after the pass; every other
+        // buffer goes back to the pool at once, as the live backends do.
+        let mut handed_back = Vec::new();
+        for (i, p) in batch.iter().enumerate() {
             if out.sent >= room {
                 out.queue_full += 1;
             } else if p.offload.is_gso() && self.refuse_super_frames {
                 self.refused_super_frames += 1;
-                if let Some(r) = refused.as_deref_mut() {
+                if refused.is_some() {
                     out.refused += 1;
-                    r.push(p);
+                    handed_back.push(i);
                     continue;
                 }
                 out.kernel_drop += 1;
@@ -144,8 +147,17 @@ impl MemPort {
                 });
                 out.sent += 1;
             }
-            pool.put(p);
         }
+        if let Some(r) = refused.filter(|_| !handed_back.is_empty()) {
+            for (i, p) in batch.drain().enumerate() {
+                if handed_back.contains(&i) {
+                    r.push(p);
+                } else {
+                    pool.put(p);
+                }
+            }
+        }
+        pool.put_all(batch);
         Ok(out)
     }
 }
@@ -161,12 +173,12 @@ impl Port for MemPort {
             return Err(self.down_error());
         }
         let n = max.min(self.rx.len());
-        for f in self.rx.drain(..n) {
-            let mut p = pool.get();
+        let base = batch.len();
+        pool.get_into(batch, n);
+        for (p, f) in batch.pkts[base..].iter_mut().zip(self.rx.drain(..n)) {
             p.set_frame(&f.data);
             p.offload = f.offload;
             p.time_ns = f.time_ns;
-            batch.push(p);
         }
         Ok(n)
     }

@@ -256,12 +256,11 @@ pub trait Port {
     fn name(&self) -> &str;
 }
 
-/// Returns every buffer of `batch` to `pool`; for the error paths of `tx_burst`.
+/// Returns every buffer of `batch` to `pool` in one move ([`BufPool::put_all`]); for the
+/// transmit paths once every frame is settled, and their error paths.
 pub(crate) fn recycle(batch: &mut Batch, pool: &mut BufPool) -> usize {
     let n = batch.len();
-    for p in batch.drain() {
-        pool.put(p);
-    }
+    pool.put_all(batch);
     n
 }
 
