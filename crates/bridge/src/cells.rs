@@ -46,6 +46,7 @@ pub struct PortCells {
     pub fdb_evictions: Cell,
     pub fdb_moves: Cell,
     pub drops: [Cell; DropReason::COUNT],
+    pub rx_pcp: [Cell; 8],
 }
 
 impl PortCells {
@@ -63,6 +64,9 @@ impl PortCells {
         c.fdb_evictions += self.fdb_evictions.get();
         c.fdb_moves += self.fdb_moves.get();
         for (d, cell) in c.drops.iter_mut().zip(&self.drops) {
+            *d += cell.get();
+        }
+        for (d, cell) in c.rx_pcp.iter_mut().zip(&self.rx_pcp) {
             *d += cell.get();
         }
     }

@@ -75,6 +75,50 @@ impl Default for BridgeSettings {
     }
 }
 
+/// How a port sets the priority (PCP) and drop eligibility (DEI) of frames that enter it
+/// untagged to the bridge, i.e. the tag pushed on them (`pcp_mode`, `docs/semantics.md` §H).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PcpMode {
+    /// PCP `default_pcp`, DEI 0: nothing read from the frame (Linux's behaviour, with 0).
+    #[default]
+    Keep,
+    /// PCP and DEI of the frame's own outer tag, if it has one; else `default_pcp`, DEI 0.
+    Copy,
+    /// Always this PCP, DEI 0.
+    Fixed(u8),
+    /// The outer tag's PCP through this table (DEI copied); untagged: `default_pcp`, DEI 0.
+    Map([u8; 8]),
+}
+
+impl std::fmt::Display for PcpMode {
+    /// The words of `pcp_mode …`: `keep`, `copy`, `fixed 5`, `map 0:1,5:5` (only the entries
+    /// that are not the identity; `map` alone is the identity).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PcpMode::Keep => f.write_str("keep"),
+            PcpMode::Copy => f.write_str("copy"),
+            PcpMode::Fixed(n) => write!(f, "fixed {n}"),
+            PcpMode::Map(m) => {
+                let pairs: Vec<String> = (0..8u8)
+                    .filter(|&i| m[i as usize] != i)
+                    .map(|i| format!("{i}:{}", m[i as usize]))
+                    .collect();
+                if pairs.is_empty() {
+                    f.write_str("map 0:0")
+                } else {
+                    write!(f, "map {}", pairs.join(","))
+                }
+            }
+        }
+    }
+}
+
+impl Serialize for PcpMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One port's settings (`ip link set dev NAME …`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PortSettings {
@@ -99,6 +143,10 @@ pub struct PortSettings {
     pub fdb_max_learned: u32,
     /// Administrative and link state; a down port neither receives nor sends.
     pub up: bool,
+    /// PCP and DEI of frames entering untagged to the bridge (`pcp_mode`).
+    pub pcp_mode: PcpMode,
+    /// PCP of frames that carry no tag to read it from (0-7).
+    pub default_pcp: u8,
 }
 
 impl Default for PortSettings {
@@ -115,6 +163,8 @@ impl Default for PortSettings {
             tpid: None,
             fdb_max_learned: 0,
             up: true,
+            pcp_mode: PcpMode::Keep,
+            default_pcp: 0,
         }
     }
 }

@@ -117,6 +117,9 @@ pub struct PortCounters {
     pub fdb_moves: u64,
     #[serde(serialize_with = "ser_drops")]
     pub drops: [u64; DropReason::COUNT],
+    /// Frames that passed ingress on a VLAN-filtering bridge, by their priority (PCP) in the
+    /// bridge: the bridge tag's, or what `pcp_mode` gave an untagged frame.
+    pub rx_pcp: [u64; 8],
 }
 
 fn ser_drops<S: serde::Serializer>(d: &[u64; DropReason::COUNT], s: S) -> Result<S::Ok, S::Error> {
@@ -142,6 +145,7 @@ impl Default for PortCounters {
             fdb_evictions: 0,
             fdb_moves: 0,
             drops: [0; DropReason::COUNT],
+            rx_pcp: [0; 8],
         }
     }
 }

@@ -51,6 +51,8 @@ pub enum ConfigError {
     TooManyPorts(usize),
     #[error("{0}")]
     BadVlanMode(String),
+    #[error("PCP {0} is out of range (0-7)")]
+    BadPcp(u8),
     #[error("index {index} is out of range (0-{max})")]
     BadPortIndex { index: u16, max: usize },
     #[error("index {index} is taken by \"{dev}\"")]

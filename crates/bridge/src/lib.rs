@@ -25,7 +25,7 @@ pub mod switch;
 pub mod vlanmode;
 mod vlanset;
 
-pub use config::{BridgeSettings, PortSettings, VlanProtocol};
+pub use config::{BridgeSettings, PcpMode, PortSettings, VlanProtocol};
 pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};

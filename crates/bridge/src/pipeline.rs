@@ -37,7 +37,7 @@ use crate::counters::DropReason;
 use crate::fdb::{Learned, Slot, Table, TableCache, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
-use qbridge_wire::parse_headers;
+use qbridge_wire::{parse_headers, Tpid};
 use std::sync::Arc;
 
 type Ports = [Option<Arc<Port>>];
@@ -701,10 +701,17 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
                 return drop(c, DropReason::NoPvid);
             }
             m.vid = inp.pvid;
+            // `pcp_mode`: the priority of the tag the frame will get.
+            m.tci_hi = if inp.pcp_inner && len >= 18 && Tpid((tag >> 16) as u16).is_well_known() {
+                inp.pcp_table[(tag as u16 >> 12) as usize]
+            } else {
+                inp.pcp_untagged
+            };
         }
         if !inp.member.contains(m.vid) {
             return drop(c, DropReason::VlanNotMember);
         }
+        c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
     }
     m
 }

@@ -10,7 +10,7 @@
 
 use crate::cells::{CellSet, PortCounterSet, VlanCounterSet};
 use crate::config::{
-    BridgeSettings, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES, GROUP_FWD_RESTRICTED,
+    BridgeSettings, PcpMode, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES, GROUP_FWD_RESTRICTED,
     MAX_ENVELOPE_FRAME,
 };
 use crate::counters::{DropReason, PortCounters, VlanCounters};
@@ -95,6 +95,13 @@ pub(crate) struct Port {
     pub tunnel: bool,
     /// Compiled: the customer VLANs a tunnel port admits (VID 0: untagged); `None`: all.
     pub cvlans: Option<Box<VlanSet>>,
+    /// Compiled `pcp_mode`: whether a frame untagged to the bridge takes its PCP and DEI from
+    /// its own outer tag (through `pcp_table`, indexed by that tag's PCP and DEI bits).
+    pub pcp_inner: bool,
+    /// Compiled `pcp_mode`: the PCP/DEI bits (TCI bits 12-15) of a frame untagged to the bridge
+    /// that has no tag to read them from (or whose mode reads none).
+    pub pcp_untagged: u16,
+    pub pcp_table: [u16; 16],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -420,7 +427,39 @@ fn check_bridge_settings(s: &BridgeSettings) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `pcp_mode` and `default_pcp` as the classifier reads them: (read the frame's own tag,
+/// TCI bits 12-15 for a frame with none, TCI bits 12-15 by the frame's tag's bits 12-15).
+fn compile_pcp(mode: PcpMode, default_pcp: u8) -> (bool, u16, [u16; 16]) {
+    let untagged = u16::from(default_pcp) << 13;
+    let mut table = [0u16; 16];
+    for (i, t) in table.iter_mut().enumerate() {
+        let (pcp, dei) = ((i >> 1) as u16, (i & 1) as u16);
+        *t = match mode {
+            PcpMode::Map(m) => u16::from(m[pcp as usize]) << 13 | dei << 12,
+            _ => pcp << 13 | dei << 12,
+        };
+    }
+    match mode {
+        PcpMode::Keep => (false, untagged, table),
+        PcpMode::Fixed(n) => (false, u16::from(n) << 13, table),
+        PcpMode::Copy | PcpMode::Map(_) => (true, untagged, table),
+    }
+}
+
 fn check_port_settings(s: &PortSettings) -> Result<(), ConfigError> {
+    let bad_pcp = |n: u8| n > 7;
+    match s.pcp_mode {
+        PcpMode::Fixed(n) if bad_pcp(n) => return Err(ConfigError::BadPcp(n)),
+        PcpMode::Map(m) => {
+            if let Some(&n) = m.iter().find(|&&n| bad_pcp(n)) {
+                return Err(ConfigError::BadPcp(n));
+            }
+        }
+        _ => {}
+    }
+    if bad_pcp(s.default_pcp) {
+        return Err(ConfigError::BadPcp(s.default_pcp));
+    }
     if !(68..=65535).contains(&s.mtu) {
         return Err(ConfigError::BadMtu(s.mtu));
     }
@@ -861,6 +900,9 @@ impl Switch {
             vlan_mode: None,
             tunnel: false,
             cvlans: None,
+            pcp_inner: false,
+            pcp_untagged: 0,
+            pcp_table: [0; 16],
         }));
         Ok(PortId(idx as u16))
     }
@@ -1781,11 +1823,18 @@ impl Switch {
         let running = p.settings.up && p.link_up;
         let was_running = p.running;
         let master = p.master;
-        if (p.tpid, p.max_frame, p.running) != (tpid, max_frame, running) {
+        let (pcp_inner, pcp_untagged, pcp_table) =
+            compile_pcp(p.settings.pcp_mode, p.settings.default_pcp);
+        if (p.tpid, p.max_frame, p.running) != (tpid, max_frame, running)
+            || (p.pcp_inner, p.pcp_untagged, p.pcp_table) != (pcp_inner, pcp_untagged, pcp_table)
+        {
             let p = self.port_mut(id);
             p.tpid = tpid;
             p.max_frame = max_frame;
             p.running = running;
+            p.pcp_inner = pcp_inner;
+            p.pcp_untagged = pcp_untagged;
+            p.pcp_table = pcp_table;
         }
         if was_running && !running {
             if let Some(b) = master {

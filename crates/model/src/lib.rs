@@ -93,6 +93,8 @@ pub struct Counters {
     pub fdb_moves: u64,
     /// Only reasons that happened.
     pub drops: BTreeMap<DropReason, u64>,
+    /// R-H3: frames past ingress on a VLAN-filtering bridge, by PCP.
+    pub rx_pcp: [u64; 8],
 }
 
 /// Per-VLAN counters of a bridge (VID 0 on a VLAN-unaware bridge).
@@ -202,6 +204,25 @@ struct Port {
     counters: Counters,
 }
 
+/// R-H: the PCP and DEI (TCI bits 12-15) a frame entering untagged to the bridge gets from its
+/// port's `pcp_mode`: read from the frame's outer tag (any well-known TPID) in `copy` and
+/// `map`, else `default_pcp` with DEI 0; `fixed N` always N.
+fn untagged_pcp(s: &PortSettings, frame: &[u8]) -> u16 {
+    use qbridge_bridge::PcpMode;
+    let outer = (frame.len() >= 18
+        && qbridge_wire::Tpid(be16(frame, 12)).is_well_known())
+    .then(|| be16(frame, 14));
+    let default = u16::from(s.default_pcp) << 13;
+    match (s.pcp_mode, outer) {
+        (PcpMode::Fixed(n), _) => u16::from(n) << 13,
+        (PcpMode::Copy, Some(tci)) => tci & 0xf000,
+        (PcpMode::Map(m), Some(tci)) => {
+            u16::from(m[(tci >> 13) as usize]) << 13 | (tci & 0x1000)
+        }
+        _ => default,
+    }
+}
+
 /// The whole switch: bridges, ports, clock.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
@@ -244,6 +265,14 @@ fn check_port_settings(s: &PortSettings) -> Res<()> {
         if t.0 < 0x0600 || [0x0800, 0x0806, 0x86dd].contains(&t.0) {
             return refuse("tpid is an EtherType of a network protocol or a length");
         }
+    }
+    let pcps: Vec<u8> = match s.pcp_mode {
+        qbridge_bridge::PcpMode::Fixed(n) => vec![n],
+        qbridge_bridge::PcpMode::Map(m) => m.to_vec(),
+        _ => vec![],
+    };
+    if s.default_pcp > 7 || pcps.iter().any(|&n| n > 7) {
+        return refuse("pcp out of range");
     }
     Ok(())
 }
@@ -875,7 +904,7 @@ impl Model {
                     Some(p) => Class {
                         vid: p,
                         tagged: false,
-                        pcp_dei: 0,
+                        pcp_dei: untagged_pcp(&inp.settings, &f.bytes),
                     },
                     None => return self.drop_on(in_id, DropReason::NoPvid),
                 }
@@ -883,6 +912,8 @@ impl Model {
             if !inp.vlans.contains_key(&class.vid) {
                 return self.drop_on(in_id, DropReason::VlanNotMember);
             }
+            // R-H3: counted by the priority the frame has in the bridge.
+            self.port_mut(in_id).counters.rx_pcp[(class.pcp_dei >> 13) as usize] += 1;
             class
         } else {
             Class {

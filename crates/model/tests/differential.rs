@@ -15,7 +15,7 @@ mod common;
 use common::{Hex, Op, Pair, PortSpec, Scenario, S};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use qbridge_bridge::{BridgeSettings, FdbKind, PortSettings, VlanProtocol};
+use qbridge_bridge::{BridgeSettings, FdbKind, PcpMode, PortSettings, VlanProtocol};
 use qbridge_packet::OffloadMeta;
 use qbridge_wire::{MacAddr, Tpid};
 
@@ -101,9 +101,28 @@ fn port_settings() -> impl Strategy<Value = PortSettings> {
             1 => Just(Some(Tpid(0x9abc))),
         ],
         prop_oneof![3 => Just(0u32), 1 => 1u32..=3],
+        (
+            prop_oneof![
+                4 => Just(PcpMode::Keep),
+                2 => Just(PcpMode::Copy),
+                1 => (0u8..8).prop_map(PcpMode::Fixed),
+                2 => any::<[u8; 8]>().prop_map(|m| PcpMode::Map(m.map(|x| x & 7))),
+            ],
+            prop_oneof![3 => Just(0u8), 1 => 0u8..8],
+        ),
     )
         .prop_map(
-            |(learning, [flood, mcast, bcast], isolated, hairpin, mtu, envhdr, tpid, lim)| {
+            |(
+                learning,
+                [flood, mcast, bcast],
+                isolated,
+                hairpin,
+                mtu,
+                envhdr,
+                tpid,
+                lim,
+                (pcp_mode, default_pcp),
+            )| {
                 PortSettings {
                     learning,
                     flood,
@@ -116,6 +135,8 @@ fn port_settings() -> impl Strategy<Value = PortSettings> {
                     tpid,
                     fdb_max_learned: lim,
                     up: true,
+                    pcp_mode,
+                    default_pcp,
                 }
             },
         )

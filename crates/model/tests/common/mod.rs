@@ -504,6 +504,7 @@ impl Pair {
                 f.fdb_learn_refused,
                 f.fdb_evictions,
                 f.fdb_moves,
+                f.rx_pcp,
             );
             let model = (
                 m.rx_frames,
@@ -513,11 +514,12 @@ impl Pair {
                 m.fdb_learn_refused,
                 m.fdb_evictions,
                 m.fdb_moves,
+                m.rx_pcp,
             );
             if fast != model {
                 errs += &format!(
                     "p{p} counters differ {when} (rx_frames, rx_bytes, tx_frames, tx_bytes, \
-                     refused, evictions, moves)\n  fast path: {fast:?}\n  model:     {model:?}\n"
+                     refused, evictions, moves, rx_pcp)\n  fast path: {fast:?}\n  model:     {model:?}\n"
                 );
             }
             for &r in DropReason::ALL {
