@@ -10,8 +10,8 @@
 
 use crate::cells::{CellSet, PortCounterSet, VlanCounterSet};
 use crate::config::{
-    BridgeSettings, PcpMode, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES, GROUP_FWD_RESTRICTED,
-    MAX_ENVELOPE_FRAME,
+    BridgeSettings, PcpMode, PortSettings, VlanProtocol, FDB_LIMIT_MAX_ENTRIES,
+    GROUP_FWD_RESTRICTED, MAX_ENVELOPE_FRAME,
 };
 use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;

@@ -5,7 +5,9 @@
 //! attached, is the MTU in range) are the [`Switch`](qbridge_bridge::Switch)'s job when the
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
-use qbridge_bridge::{FdbFlushMatch, FdbKind, MacvlanMode, VidList, VlanModeKind, VlanProtocol};
+use qbridge_bridge::{
+    FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, VidList, VlanModeKind, VlanProtocol,
+};
 use qbridge_wire::{MacAddr, Tpid};
 
 /// One command: `OBJECT COMMAND ARGS…`.
@@ -223,6 +225,9 @@ pub struct PortOptions {
     pub tag: Option<u16>,
     pub trunks: Option<VidList>,
     pub cvlans: Option<VidList>,
+    /// `pcp_mode keep|copy|fixed N|map LIST`, `default_pcp N`.
+    pub pcp_mode: Option<PcpMode>,
+    pub default_pcp: Option<u8>,
 }
 
 impl PortOptions {

@@ -11,7 +11,7 @@ use crate::error::ControlError;
 use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
 use qbridge_bridge::switch::check_vid;
 use qbridge_bridge::{
-    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, VidList, VlanModeKind, VlanProtocol,
+    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, VidList, VlanModeKind, VlanProtocol,
 };
 use qbridge_wire::{MacAddr, Tpid};
 
@@ -30,7 +30,8 @@ const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, 
                               fdb_max_learned, group_fwd_mask or fdb_max_entries";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
-                            ifname, netns, address, index, vlan_mode, tag, trunks or cvlans";
+                            ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, \
+                            pcp_mode or default_pcp";
 const ON_OFF: &str = "on or off";
 const U32_RANGE: &str = "0-4294967295";
 
@@ -324,6 +325,28 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
         return Ok(0);
     }
     parse_vid(s)
+}
+
+const PCP_MODES: &str = "keep, copy, fixed N or map LIST";
+const PCP_MAP: &str = "FROM:TO pairs of PCPs, e.g. 0:1,5:5";
+
+fn parse_pcp(s: &str) -> Result<u8, ControlError> {
+    parse_uint("PCP", s, 7, "0-7").map(|n| n as u8)
+}
+
+/// `0:1,5:5`: inner PCP → pushed PCP; PCPs not named map to themselves.
+fn parse_pcp_map(s: &str) -> Result<[u8; 8], ControlError> {
+    let mut m = [0, 1, 2, 3, 4, 5, 6, 7];
+    for pair in s.split(',') {
+        let bad = || ControlError::BadValue {
+            what: "pcp map",
+            value: s.to_string(),
+            expected: PCP_MAP,
+        };
+        let (a, b) = pair.split_once(':').ok_or_else(bad)?;
+        m[parse_pcp(a)? as usize] = parse_pcp(b)?;
+    }
+    Ok(m)
 }
 
 const VLAN_MODES: &str = "access, trunk, native-untagged, native-tagged or dot1q-tunnel";
@@ -977,6 +1000,26 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 let v = parse_vid_list("cvlans", w.value(kw, VID_LIST)?, true)?;
                 set_once(&mut o.cvlans, kw, v)?;
             }
+            "pcp_mode" => {
+                let v = match w.value(kw, PCP_MODES)? {
+                    "keep" => PcpMode::Keep,
+                    "copy" => PcpMode::Copy,
+                    "fixed" => PcpMode::Fixed(parse_pcp(w.value("fixed", "a PCP (0-7)")?)?),
+                    "map" => PcpMode::Map(parse_pcp_map(w.value("map", PCP_MAP)?)?),
+                    other => {
+                        return Err(ControlError::BadValue {
+                            what: "pcp_mode",
+                            value: other.to_string(),
+                            expected: PCP_MODES,
+                        })
+                    }
+                };
+                set_once(&mut o.pcp_mode, kw, v)?;
+            }
+            "default_pcp" => {
+                let v = parse_pcp(w.value(kw, "a PCP (0-7)")?)?;
+                set_once(&mut o.default_pcp, kw, v)?;
+            }
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }
@@ -1486,7 +1529,8 @@ mod tests {
             err("link set dev p1 frob off"),
             "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
              mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
-             ifname, netns, address, index, vlan_mode, tag, trunks or cvlans)"
+             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, pcp_mode or \
+             default_pcp)"
         );
         assert_eq!(
             err("link set dev p1 flood maybe"),

@@ -7,7 +7,7 @@
 use crate::command::{OutputOptions, PortSpec};
 use crate::error::ControlError;
 use crate::session::{BackendStatus, Session};
-use qbridge_bridge::{DropReason, FdbEntryView, FdbKind, LinkView, PortCounters, Switch};
+use qbridge_bridge::{DropReason, FdbEntryView, FdbKind, LinkView, PcpMode, PortCounters, Switch};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -708,6 +708,13 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         if let Some(mode) = &p.vlan_mode {
             let _ = writeln!(s, "    {mode}");
         }
+        if st.pcp_mode != PcpMode::Keep || st.default_pcp != 0 {
+            let _ = writeln!(
+                s,
+                "    pcp_mode {} default_pcp {}",
+                st.pcp_mode, st.default_pcp
+            );
+        }
         if let Some(rt) = session.backend_status(&l.ifname) {
             runtime_text(&mut s, rt, p.link_up);
         }
@@ -797,6 +804,16 @@ fn port_stats_text(s: &mut String, c: &PortCounters) {
         "    fdb: learn_refused {} evictions {} moves {}",
         c.fdb_learn_refused, c.fdb_evictions, c.fdb_moves
     );
+    if c.rx_pcp.iter().any(|&n| n != 0) {
+        let by: Vec<String> = c
+            .rx_pcp
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n != 0)
+            .map(|(p, n)| format!("{p}:{n}"))
+            .collect();
+        let _ = writeln!(s, "    pcp: rx {}", by.join(" "));
+    }
 }
 
 // ----- stats.json -----

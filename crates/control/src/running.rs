@@ -208,7 +208,11 @@ fn settings_line(sw: &Switch, id: PortId, name: &str) -> String {
         }
         None => l.push_str(" tpid default"),
     }
-    let _ = write!(l, " fdb_max_learned {}", s.fdb_max_learned);
+    let _ = write!(
+        l,
+        " fdb_max_learned {} pcp_mode {} default_pcp {}",
+        s.fdb_max_learned, s.pcp_mode, s.default_pcp
+    );
     if let Some(mode) = sw.port_vlan_mode(id) {
         let _ = write!(l, " {mode}");
     }

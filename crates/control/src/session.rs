@@ -798,5 +798,11 @@ fn merge_port(mut s: PortSettings, o: &PortOptions) -> PortSettings {
     if let Some(v) = o.fdb_max_learned {
         s.fdb_max_learned = v;
     }
+    if let Some(v) = o.pcp_mode {
+        s.pcp_mode = v;
+    }
+    if let Some(v) = o.default_pcp {
+        s.default_pcp = v;
+    }
     s
 }

@@ -209,6 +209,8 @@ pub const PORT_OPTIONS: &[Kw] = &[
     exact("tag"),
     exact("trunks"),
     exact("cvlans"),
+    exact("pcp_mode"),
+    exact("default_pcp"),
 ];
 
 /// `… type vlan` options: ip/iplink_vlan.c `vlan_parse_opt` (protocol, id by matches) and

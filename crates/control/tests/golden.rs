@@ -835,3 +835,36 @@ fn vlan_modes_show_and_refuse() {
     let j: serde_json::Value = serde_json::from_str(&run(&mut s, "link show dev x", JSON)).unwrap();
     assert!(j[0].get("master").is_none(), "{j}");
 }
+
+#[test]
+fn pcp_mode_words_show_and_count() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1\nlink add c1 type pcap\n\
+         link set dev c1 master pe pcp_mode map 0:1,5:6 default_pcp 3\n",
+        TEXT,
+    )
+    .unwrap();
+    assert!(run(&mut s, "link show dev c1", TEXT)
+        .contains("\n    pcp_mode map 0:1,5:6 default_pcp 3\n"));
+    let j: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "link show dev c1", JSON)).unwrap();
+    assert_eq!(j[0]["port"]["pcp_mode"], "map 0:1,5:6");
+    assert_eq!(j[0]["port"]["default_pcp"], 3);
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "link set dev c1 pcp_mode fixed 8"),
+        "PCP 8 is out of range (0-7)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev c1 pcp_mode map 1-2"),
+        "invalid pcp map \"1-2\" (expected FROM:TO pairs of PCPs, e.g. 0:1,5:5)"
+    );
+    assert_eq!(
+        err(&mut s, "link set dev c1 pcp_mode fancy"),
+        "invalid pcp_mode \"fancy\" (expected keep, copy, fixed N or map LIST)"
+    );
+    s.execute_line("link set dev c1 pcp_mode keep default_pcp 0", TEXT)
+        .unwrap();
+    assert!(!run(&mut s, "link show dev c1", TEXT).contains("pcp_mode"));
+}

@@ -115,7 +115,8 @@ fn running_config_is_a_command() {
              ageing_time 300 fdb_max_learned 0 group_fwd_mask 0 fdb_max_entries 2097152",
             "link add p1 index 0 type pcap",
             "link set dev p1 up learning on flood on mcast_flood on bcast_flood on isolated off \
-             hairpin off mtu 1500 envhdr len auto tpid default fdb_max_learned 0",
+             hairpin off mtu 1500 envhdr len auto tpid default fdb_max_learned 0 pcp_mode keep \
+             default_pcp 0",
         ]
     );
     assert!(out.starts_with("# qbridge "));
@@ -263,6 +264,17 @@ fn command() -> impl Strategy<Value = String> {
             "link set dev {p} learning {} mtu {mtu}",
             if l { "on" } else { "off" }
         )),
+        (port.clone(), prop::sample::select(vec!["keep", "copy", "fixed 5", "map 0:1,5:5,7:0"]), 0u8..8)
+            .prop_map(|(p, m, d)| format!("link set dev {p} pcp_mode {m} default_pcp {d}")),
+        (port.clone(), prop::sample::select(vec![
+            "access tag 3",
+            "trunk trunks 2-5",
+            "native-untagged tag 2 trunks 4,6",
+            "native-tagged tag 7",
+            "dot1q-tunnel tag 4 cvlans 0,2-3",
+            "dot1q-tunnel tag 5",
+        ]))
+            .prop_map(|(p, m)| format!("link set dev {p} vlan_mode {m}")),
         bridge.clone().prop_map(|b| format!("link set dev {b} up")),
         (port.clone(), vid.clone(), vid.clone(), any::<bool>(), any::<bool>()).prop_map(
             |(p, a, z, pvid, u)| {

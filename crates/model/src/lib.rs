@@ -209,16 +209,13 @@ struct Port {
 /// `map`, else `default_pcp` with DEI 0; `fixed N` always N.
 fn untagged_pcp(s: &PortSettings, frame: &[u8]) -> u16 {
     use qbridge_bridge::PcpMode;
-    let outer = (frame.len() >= 18
-        && qbridge_wire::Tpid(be16(frame, 12)).is_well_known())
-    .then(|| be16(frame, 14));
+    let outer = (frame.len() >= 18 && qbridge_wire::Tpid(be16(frame, 12)).is_well_known())
+        .then(|| be16(frame, 14));
     let default = u16::from(s.default_pcp) << 13;
     match (s.pcp_mode, outer) {
         (PcpMode::Fixed(n), _) => u16::from(n) << 13,
         (PcpMode::Copy, Some(tci)) => tci & 0xf000,
-        (PcpMode::Map(m), Some(tci)) => {
-            u16::from(m[(tci >> 13) as usize]) << 13 | (tci & 0x1000)
-        }
+        (PcpMode::Map(m), Some(tci)) => u16::from(m[(tci >> 13) as usize]) << 13 | (tci & 0x1000),
         _ => default,
     }
 }
