@@ -147,6 +147,12 @@ pub struct PortSettings {
     pub pcp_mode: PcpMode,
     /// PCP of frames that carry no tag to read it from (0-7).
     pub default_pcp: u8,
+    /// Forwards only frames whose source has an FDB entry on this port (802.1X-style port
+    /// security, Linux's `locked`).
+    pub locked: bool,
+    /// MAC authentication bypass: on a locked port, an unknown source gets a `locked` FDB
+    /// entry (shown, not forwarding) for an authoriser to replace with a static one.
+    pub mab: bool,
 }
 
 impl Default for PortSettings {
@@ -165,6 +171,8 @@ impl Default for PortSettings {
             up: true,
             pcp_mode: PcpMode::Keep,
             default_pcp: 0,
+            locked: false,
+            mab: false,
         }
     }
 }

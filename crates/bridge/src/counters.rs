@@ -58,6 +58,9 @@ drop_reasons! {
     /// A `dot1q-tunnel` port with `cvlans`: the frame's customer VLAN (its 0x8100 outer tag's
     /// VID, 0 when it has none) is not in the list.
     CvlanNotAllowed = "cvlan_not_allowed",
+    /// A locked port received a frame whose source has no FDB entry on it (or only a
+    /// `locked` one).
+    PortLocked = "port_locked",
     /// Destination is a permanent (local) FDB entry, for the bridge itself, and the bridge has
     /// no host port (`link set dev BR up` gives it one; then such frames go to the host).
     Local = "local",

@@ -53,6 +53,10 @@ pub enum ConfigError {
     BadVlanMode(String),
     #[error("PCP {0} is out of range (0-7)")]
     BadPcp(u8),
+    #[error("mab needs a locked port (locked on), as in Linux")]
+    MabNeedsLocked,
+    #[error("mab needs learning on (it learns locked entries), as in Linux")]
+    MabNeedsLearning,
     #[error("index {index} is out of range (0-{max})")]
     BadPortIndex { index: u16, max: usize },
     #[error("index {index} is taken by \"{dev}\"")]

@@ -124,6 +124,8 @@ pub struct FdbEntryView {
     pub master: String,
     pub kind: FdbKind,
     pub sticky: bool,
+    /// Learned on a locked port with `mab on`: not used for forwarding.
+    pub locked: bool,
     /// Added with `fdb add` rather than learned.
     pub added_by_user: bool,
     /// Nanoseconds since the entry was last refreshed (dynamic entries).
@@ -142,6 +144,9 @@ pub(crate) const F_STATIC: u8 = 1;
 pub(crate) const F_PERMANENT: u8 = 2;
 pub(crate) const F_STICKY: u8 = 4;
 pub(crate) const F_USER: u8 = 8;
+/// Learned on a locked port with `mab on` from an unknown source: shown, not used for
+/// forwarding, until a command replaces it (`docs/semantics.md` §I).
+pub(crate) const F_LOCKED: u8 = 16;
 
 /// One slot of the table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -166,9 +171,10 @@ impl Slot {
         }
     }
 
-    /// Counted against `fdb_max_learned` and a candidate for fair eviction.
+    /// Counted against `fdb_max_learned` and a candidate for fair eviction (locked entries
+    /// are learned ones).
     pub fn is_learned(&self) -> bool {
-        self.flags == 0
+        self.flags & !F_LOCKED == 0
     }
 
     pub fn ages(&self) -> bool {
@@ -529,7 +535,7 @@ impl Fdb {
             if s.flags & F_PERMANENT != 0 {
                 return Learned::Kept;
             }
-            if s.port == port {
+            if s.port == port && s.flags & F_LOCKED == 0 {
                 // A reader's refresh, as `Table::refresh`.
                 if s.seen_ns != now_ns {
                     slot.seen_ns.store(now_ns, Relaxed);
@@ -552,6 +558,33 @@ impl Fdb {
     ) -> Learned {
         let mut w = self.lock();
         let r = w.learn(key, port, now_ns, bridge_limit, port_limit);
+        self.publish(&w);
+        r
+    }
+
+    /// A locked port with `mab on` saw `key` from a source it does not admit: a new source
+    /// gets a locked entry (within the learning limits); a locked entry of this port is
+    /// refreshed; anything else is left alone. Takes the writer's lock (a slow path).
+    #[cold]
+    #[inline(never)]
+    pub fn learn_mab(
+        &self,
+        key: u64,
+        port: u16,
+        now_ns: u64,
+        bridge_limit: u32,
+        port_limit: u32,
+    ) -> Learned {
+        let mut w = self.lock();
+        let r = match w.table.find(key) {
+            None => w.learn_new_with(key, port, F_LOCKED, now_ns, bridge_limit, port_limit),
+            Some((i, s)) => {
+                if s.port == port && s.flags & F_LOCKED != 0 {
+                    w.table.refresh(i, now_ns);
+                }
+                Learned::Kept
+            }
+        };
         self.publish(&w);
         r
     }
@@ -690,7 +723,7 @@ impl Writer {
         s.meta.store(pack(port, flags, stamp), Relaxed);
         s.key.store(key, Release);
         self.len += 1;
-        if flags == 0 {
+        if flags & !F_LOCKED == 0 {
             self.count_learned(port, stamp, key);
         }
     }
@@ -712,7 +745,7 @@ impl Writer {
             let t = &self.table;
             q.retain(|&(k, st)| {
                 t.find(k)
-                    .is_some_and(|(_, s)| s.stamp == st && s.port == port && s.flags == 0)
+                    .is_some_and(|(_, s)| s.stamp == st && s.port == port && s.is_learned())
             });
         }
     }
@@ -749,18 +782,24 @@ impl Writer {
             return Learned::Kept;
         }
         self.table.refresh(i, now_ns);
+        // Learned from a port (unlocked, or a locked port that admitted the source): a locked
+        // entry becomes an ordinary one, as Linux's `br_fdb_update` clears `locked`.
+        let flags = s.flags & !F_LOCKED;
         if s.port == port || s.flags & F_STICKY != 0 {
+            if flags != s.flags && s.port == port {
+                self.set_meta(i, s.port, flags, s.stamp);
+            }
             return Learned::Kept;
         }
         let mut stamp = s.stamp;
-        if s.flags == 0 {
+        if s.is_learned() {
             // A fresh stamp: on its new port the entry is the youngest, whatever its age on a
             // port it was learned on before (its old queue place there is now stale).
             stamp = self.next_stamp();
             self.uncount_learned(s.port);
             self.count_learned(port, stamp, key);
         }
-        self.set_meta(i, port, s.flags, stamp);
+        self.set_meta(i, port, flags, stamp);
         self.moves += 1;
         self.last_move = Some(FdbMove {
             mac: key_mac(key),
@@ -779,6 +818,18 @@ impl Writer {
         bridge_limit: u32,
         port_limit: u32,
     ) -> Learned {
+        self.learn_new_with(key, port, 0, now_ns, bridge_limit, port_limit)
+    }
+
+    fn learn_new_with(
+        &mut self,
+        key: u64,
+        port: u16,
+        flags: u8,
+        now_ns: u64,
+        bridge_limit: u32,
+        port_limit: u32,
+    ) -> Learned {
         if bridge_limit != 0 && self.learned >= bridge_limit as usize {
             return Learned::Refused;
         }
@@ -792,7 +843,7 @@ impl Writer {
                 None => return Learned::Refused,
             }
         }
-        self.insert_new(key, port, 0, now_ns);
+        self.insert_new(key, port, flags, now_ns);
         outcome
     }
 

@@ -34,7 +34,7 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Learned, Slot, Table, TableCache, F_PERMANENT};
+use crate::fdb::{Learned, Slot, Table, TableCache, F_LOCKED, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
@@ -314,8 +314,16 @@ impl Plan {
         let mut allowed_port: &Port = inp;
         let mut port_tx = Tally::new();
         let mut vlan_tx = Tally::new();
+        let locked = inp.settings.locked;
         for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
             if m.dest != DEST_DROP {
+                if locked
+                    && !locked_admits(&self.ports, wi, br, table, inp, in_id as u16, m, now_ns)
+                {
+                    m.dest = DEST_DROP;
+                    table = cache.get(&br.fdb);
+                    continue;
+                }
                 if learning {
                     let key = fid_key(m.src, m.vid);
                     if key != last_learned {
@@ -357,7 +365,9 @@ impl Plan {
                     DEST_FLOOD
                 } else {
                     match table.find(fid_key(m.dst, m.vid)) {
-                        Some((_, entry)) if !(ageing_off && entry.ages()) => {
+                        Some((_, entry))
+                            if !(ageing_off && entry.ages()) && entry.flags & F_LOCKED == 0 =>
+                        {
                             let to = (entry.port as u32) << 12 | m.vid as u32;
                             let (ep, e) = if entry.flags & F_PERMANENT != 0 {
                                 local(&self.ports, br, inp, in_id, c, m)
@@ -714,6 +724,46 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
         c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
     }
     m
+}
+
+/// A locked port (`locked on`, Linux's `br_handle_frame_finish`): a frame passes only if its
+/// source has an FDB entry on this port that is not `locked` (and not the bridge's own). An
+/// unknown source on a port with `mab on` gets a locked entry; a locked entry of this port is
+/// refreshed. Either way the frame is dropped (`port_locked`).
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn locked_admits(
+    ports: &[Option<Arc<Port>>],
+    wi: usize,
+    br: &Bridge,
+    table: &Table,
+    inp: &Port,
+    in_id: u16,
+    m: &FrameMeta,
+    now_ns: u64,
+) -> bool {
+    let c = inp.counters.writer(wi);
+    let key = fid_key(m.src, m.vid);
+    let mab = match table.find(key) {
+        Some((_, e)) if e.port == in_id && e.flags & (F_LOCKED | F_PERMANENT) == 0 => return true,
+        None => inp.settings.mab,
+        Some((_, e)) => inp.settings.mab && e.port == in_id && e.flags & F_LOCKED != 0,
+    };
+    if mab {
+        let limits = (br.settings.fdb_max_learned, inp.settings.fdb_max_learned);
+        match br.fdb.learn_mab(key, in_id, now_ns, limits.0, limits.1) {
+            Learned::Refused => c.fdb_learn_refused.add(1),
+            Learned::NewEvicting { port } => {
+                if let Some(Some(v)) = ports.get(port as usize) {
+                    v.counters.writer(wi).fdb_evictions.add(1);
+                }
+            }
+            _ => {}
+        }
+    }
+    c.drop(DropReason::PortLocked);
+    false
 }
 
 /// Whether bridge `br` forwards link-local group 01-80-C2-00-00-0`group`. No STP in qbridge:

@@ -17,7 +17,7 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
-    FdbKind, FdbMove, TableCache, F_PERMANENT, F_STATIC, F_STICKY,
+    FdbKind, FdbMove, TableCache, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::vlanmode::VlanMode;
@@ -447,6 +447,13 @@ fn compile_pcp(mode: PcpMode, default_pcp: u8) -> (bool, u16, [u16; 16]) {
 }
 
 fn check_port_settings(s: &PortSettings) -> Result<(), ConfigError> {
+    // As Linux's `br_setport`: MAB needs a locked port that learns.
+    if s.mab && !s.locked {
+        return Err(ConfigError::MabNeedsLocked);
+    }
+    if s.mab && !s.learning {
+        return Err(ConfigError::MabNeedsLearning);
+    }
     let bad_pcp = |n: u8| n > 7;
     match s.pcp_mode {
         PcpMode::Fixed(n) if bad_pcp(n) => return Err(ConfigError::BadPcp(n)),
@@ -1671,6 +1678,7 @@ impl Switch {
                     master: bname.to_string(),
                     kind: s.kind(),
                     sticky: s.flags & F_STICKY != 0,
+                    locked: s.flags & F_LOCKED != 0,
                     added_by_user: !s.is_learned(),
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };

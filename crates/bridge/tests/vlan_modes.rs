@@ -182,3 +182,102 @@ fn access_trunk_and_native_vlans() {
     assert_eq!(out[acc.0 as usize], vec![u.clone()]);
     assert_eq!(out[tr.0 as usize], vec![retag(&u, 0, &[(0x8100, 10)])]);
 }
+
+/// A locked port (`docs/semantics.md` §I): only sources with an entry on it pass; with `mab`
+/// an unknown source gets a `locked` entry that does not forward (frames to it flood), until a
+/// static entry replaces it; learning elsewhere unlocks it.
+#[test]
+fn locked_port_and_mab() {
+    use qbridge_bridge::{FdbFilter, FdbKind, PortSettings};
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let lp = r.device("lp");
+    let a = r.device("a");
+    let b = r.device("b");
+    for p in [lp, a, b] {
+        r.enslave(p, "br0");
+    }
+    let locked = PortSettings {
+        locked: true,
+        ..Default::default()
+    };
+    r.sw.set_port(lp, locked.clone()).unwrap();
+    let host = mac(0x31);
+    let f = frame(mac(0x41), host, &[], 80);
+    nothing(&r.send(&[(lp, f.clone())]));
+    assert_eq!(r.drops(lp, DropReason::PortLocked), 1);
+    assert!(
+        r.sw.fdb_entries(&FdbFilter::default()).unwrap().is_empty(),
+        "no learning"
+    );
+
+    // MAB: the unknown source becomes a locked entry; frames to it are flooded, not sent.
+    r.sw.set_port(
+        lp,
+        PortSettings {
+            mab: true,
+            ..locked.clone()
+        },
+    )
+    .unwrap();
+    nothing(&r.send(&[(lp, f.clone())]));
+    let e = r.sw.fdb_entries(&FdbFilter::default()).unwrap();
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].locked && !e[0].added_by_user && e[0].ifname == "lp",
+        "{e:?}"
+    );
+    let to_host = frame(host, mac(0x41), &[], 80);
+    let out = r.send(&[(a, to_host.clone())]);
+    assert_eq!(
+        out[b.0 as usize],
+        vec![to_host.clone()],
+        "flooded: the locked entry is unused"
+    );
+    assert_eq!(out[lp.0 as usize], vec![to_host.clone()]);
+
+    // The authoriser's static entry replaces it: the host's frames pass, frames to it are
+    // sent to it alone.
+    r.sw.fdb_add(host, lp, Some(1), FdbKind::Static, false, true)
+        .unwrap();
+    // (mac 0x41 was learned on `a` from the frame above.)
+    assert_eq!(only(&r.send(&[(lp, f.clone())]), a), vec![f.clone()]);
+    assert_eq!(
+        only(&r.send(&[(a, to_host.clone())]), lp),
+        vec![to_host.clone()]
+    );
+    // An entry on another port does not admit the source on the locked one.
+    let other = mac(0x32);
+    r.send(&[(a, frame(mac(0x41), other, &[], 80))]);
+    nothing(&r.send(&[(lp, frame(mac(0x41), other, &[], 80))]));
+    assert_eq!(r.drops(lp, DropReason::PortLocked), 3);
+
+    // Refusals, as Linux: mab without locked, mab without learning.
+    let e =
+        r.sw.set_port(
+            lp,
+            PortSettings {
+                mab: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mab needs a locked port (locked on), as in Linux"
+    );
+    let e =
+        r.sw.set_port(
+            lp,
+            PortSettings {
+                mab: true,
+                learning: false,
+                ..locked
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mab needs learning on (it learns locked entries), as in Linux"
+    );
+}

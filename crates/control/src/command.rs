@@ -228,6 +228,9 @@ pub struct PortOptions {
     /// `pcp_mode keep|copy|fixed N|map LIST`, `default_pcp N`.
     pub pcp_mode: Option<PcpMode>,
     pub default_pcp: Option<u8>,
+    /// `locked on|off`, `mab on|off` (Linux's port security).
+    pub locked: Option<bool>,
+    pub mab: Option<bool>,
 }
 
 impl PortOptions {

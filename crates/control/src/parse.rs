@@ -31,7 +31,7 @@ const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, 
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
                             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, \
-                            pcp_mode or default_pcp";
+                            pcp_mode, default_pcp, locked or mab";
 const ON_OFF: &str = "on or off";
 const U32_RANGE: &str = "0-4294967295";
 
@@ -936,8 +936,11 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
             "nomaster" => set_once(&mut o.master, "master/nomaster", MasterChange::Unset)?,
             "up" => set_once(&mut o.up, "up/down", true)?,
             "down" => set_once(&mut o.up, "up/down", false)?,
-            "learning" | "flood" | "mcast_flood" | "bcast_flood" | "isolated" | "hairpin" => {
+            "learning" | "flood" | "mcast_flood" | "bcast_flood" | "isolated" | "hairpin"
+            | "locked" | "mab" => {
                 let (slot, name) = match kw {
+                    "locked" => (&mut o.locked, "locked"),
+                    "mab" => (&mut o.mab, "mab"),
                     "learning" => (&mut o.learning, "learning"),
                     "flood" => (&mut o.flood, "flood"),
                     "mcast_flood" => (&mut o.mcast_flood, "mcast_flood"),
@@ -1529,8 +1532,8 @@ mod tests {
             err("link set dev p1 frob off"),
             "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
              mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
-             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, pcp_mode or \
-             default_pcp)"
+             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, pcp_mode, \
+             default_pcp, locked or mab)"
         );
         assert_eq!(
             err("link set dev p1 flood maybe"),

@@ -83,7 +83,10 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
                 vlan: e.vlan,
                 used: out.stats.then_some(e.idle_ns / 1_000_000_000),
                 updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
-                flags: if e.sticky { vec!["sticky"] } else { vec![] },
+                flags: [(e.sticky, "sticky"), (e.locked, "locked")]
+                    .into_iter()
+                    .filter_map(|(on, f)| on.then_some(f))
+                    .collect(),
                 master: &e.master,
                 state: fdb_state(e.kind),
             })
@@ -101,6 +104,9 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
         }
         if e.sticky {
             s.push_str(" sticky");
+        }
+        if e.locked {
+            s.push_str(" locked");
         }
         let _ = write!(s, " master {}", e.master);
         let state = fdb_state(e.kind);
@@ -707,6 +713,9 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
         );
         if let Some(mode) = &p.vlan_mode {
             let _ = writeln!(s, "    {mode}");
+        }
+        if st.locked || st.mab {
+            let _ = writeln!(s, "    locked {} mab {}", on_off(st.locked), on_off(st.mab));
         }
         if st.pcp_mode != PcpMode::Keep || st.default_pcp != 0 {
             let _ = writeln!(

@@ -210,8 +210,12 @@ fn settings_line(sw: &Switch, id: PortId, name: &str) -> String {
     }
     let _ = write!(
         l,
-        " fdb_max_learned {} pcp_mode {} default_pcp {}",
-        s.fdb_max_learned, s.pcp_mode, s.default_pcp
+        " fdb_max_learned {} pcp_mode {} default_pcp {} locked {} mab {}",
+        s.fdb_max_learned,
+        s.pcp_mode,
+        s.default_pcp,
+        on_off(s.locked),
+        on_off(s.mab)
     );
     if let Some(mode) = sw.port_vlan_mode(id) {
         let _ = write!(l, " {mode}");

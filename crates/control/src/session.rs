@@ -773,6 +773,8 @@ fn merge_bridge(mut s: BridgeSettings, o: &BridgeOptions) -> BridgeSettings {
 
 fn merge_port(mut s: PortSettings, o: &PortOptions) -> PortSettings {
     let flags = [
+        (o.locked, &mut s.locked),
+        (o.mab, &mut s.mab),
         (o.up, &mut s.up),
         (o.learning, &mut s.learning),
         (o.flood, &mut s.flood),

@@ -22,6 +22,7 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link set dev NAME vlan_mode access|trunk|native-untagged|native-tagged|dot1q-tunnel
            [tag V] [trunks LIST] [cvlans LIST]      (LIST: 10,20-30; cvlans may hold 0)
   link set dev NAME pcp_mode keep|copy|fixed N|map FROM:TO,… [default_pcp N]
+  link set dev NAME locked on|off [mab on|off]      (port security, as Linux's bridge)
   link del dev NAME
   link show [dev NAME]
 ";

@@ -211,6 +211,9 @@ pub const PORT_OPTIONS: &[Kw] = &[
     exact("cvlans"),
     exact("pcp_mode"),
     exact("default_pcp"),
+    // bridge/link.c `bridge link set`: locked and mab by strcmp.
+    exact("locked"),
+    exact("mab"),
 ];
 
 /// `… type vlan` options: ip/iplink_vlan.c `vlan_parse_opt` (protocol, id by matches) and

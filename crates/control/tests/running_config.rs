@@ -116,7 +116,7 @@ fn running_config_is_a_command() {
             "link add p1 index 0 type pcap",
             "link set dev p1 up learning on flood on mcast_flood on bcast_flood on isolated off \
              hairpin off mtu 1500 envhdr len auto tpid default fdb_max_learned 0 pcp_mode keep \
-             default_pcp 0",
+             default_pcp 0 locked off mab off",
         ]
     );
     assert!(out.starts_with("# qbridge "));
@@ -266,6 +266,11 @@ fn command() -> impl Strategy<Value = String> {
         )),
         (port.clone(), prop::sample::select(vec!["keep", "copy", "fixed 5", "map 0:1,5:5,7:0"]), 0u8..8)
             .prop_map(|(p, m, d)| format!("link set dev {p} pcp_mode {m} default_pcp {d}")),
+        (port.clone(), any::<bool>(), any::<bool>()).prop_map(|(p, l, m)| format!(
+            "link set dev {p} locked {} mab {}",
+            if l { "on" } else { "off" },
+            if m { "on" } else { "off" }
+        )),
         (port.clone(), prop::sample::select(vec![
             "access tag 3",
             "trunk trunks 2-5",

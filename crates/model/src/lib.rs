@@ -116,6 +116,7 @@ pub struct FdbRow {
     pub mac: MacAddr,
     pub kind: FdbKindOrd,
     pub sticky: bool,
+    pub locked: bool,
     pub added_by_user: bool,
     pub idle_ns: u64,
 }
@@ -162,6 +163,8 @@ struct Entry {
     kind: FdbKindOrd,
     sticky: bool,
     added_by_user: bool,
+    /// R-I: learned on a locked port with `mab on`; never used for forwarding.
+    locked: bool,
     seen_ns: u64,
     /// When the entry was learned on its current port (a sequence number, not a time): the
     /// order of fair eviction.
@@ -270,6 +273,9 @@ fn check_port_settings(s: &PortSettings) -> Res<()> {
     };
     if s.default_pcp > 7 || pcps.iter().any(|&n| n > 7) {
         return refuse("pcp out of range");
+    }
+    if s.mab && !(s.locked && s.learning) {
+        return refuse("mab needs locked and learning");
     }
     Ok(())
 }
@@ -679,6 +685,7 @@ impl Model {
                 kind: kind.into(),
                 sticky,
                 added_by_user: true,
+                locked: false,
                 seen_ns: now,
                 learned_seq,
             };
@@ -790,6 +797,7 @@ impl Model {
                     mac,
                     kind: e.kind,
                     sticky: e.sticky,
+                    locked: e.locked,
                     added_by_user: e.added_by_user,
                     idle_ns: self.now_ns.saturating_sub(e.seen_ns),
                 });
@@ -927,6 +935,20 @@ impl Model {
         vc.rx_frames += 1;
         vc.rx_bytes += len as u64;
 
+        // R-I: a locked port forwards only sources with an (unlocked, not permanent) entry on
+        // it; with `mab` an unknown source gets a locked entry, a locked one is refreshed.
+        if inp.settings.locked {
+            let e = self.bridge(b).fdb.get(&(class.vid, src)).cloned();
+            let admitted = e
+                .as_ref()
+                .is_some_and(|e| e.port == in_id && !e.locked && e.kind != FdbKindOrd::Permanent);
+            if !admitted {
+                if inp.settings.mab {
+                    self.learn_mab(b, in_id, src, class.vid, now);
+                }
+                return self.drop_on(in_id, DropReason::PortLocked);
+            }
+        }
         // R5: learning, after the ingress filter.
         if inp.settings.learning {
             self.learn(b, in_id, src, class.vid, now);
@@ -939,7 +961,8 @@ impl Model {
             // it exists, so none is used: the bridge floods like a hub (Linux).
             let ageing_off = self.bridge(b).settings.ageing_time_ns == 0;
             let found = self.bridge(b).fdb.get(&(class.vid, dst)).cloned();
-            let found = found.filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic));
+            let found =
+                found.filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic) && !e.locked);
             if let Some(e) = found {
                 if e.kind == FdbKindOrd::Permanent {
                     return self.drop_on(in_id, DropReason::Local);
@@ -1004,13 +1027,46 @@ impl Model {
                 return; // our own address seen as a source: never changed
             }
             e.seen_ns = now;
-            if e.port != port && !e.sticky {
+            // Learning from a port makes a locked entry an ordinary one (Linux clears it).
+            if e.port == port {
+                e.locked = false;
+            } else if !e.sticky {
                 e.port = port;
+                e.locked = false;
                 e.learned_seq = seq;
                 self.port_mut(port).counters.fdb_moves += 1;
             }
             return;
         }
+        self.insert_learned(b, port, src, fid, now, seq, false);
+    }
+
+    /// R-I: `mab` on a locked port: an unknown source gets a locked entry (within the learning
+    /// limits, evicting fairly like learning); this port's locked entry is refreshed.
+    fn learn_mab(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) {
+        if let Some(e) = self.bridge_mut(b).fdb.get_mut(&(fid, src)) {
+            if e.port == port && e.locked {
+                e.seen_ns = now;
+            }
+            return;
+        }
+        let seq = self.next_seq();
+        self.insert_learned(b, port, src, fid, now, seq, true);
+    }
+
+    /// A new learned entry, if the limits and the table's size allow (else refused, counted).
+    #[allow(clippy::too_many_arguments)]
+    fn insert_learned(
+        &mut self,
+        b: u16,
+        port: u16,
+        src: MacAddr,
+        fid: u16,
+        now: u64,
+        seq: u64,
+        locked: bool,
+    ) {
+        let settings = self.bridge(b).settings.clone();
         let fdb = &self.bridge(b).fdb;
         let learned_total = fdb.values().filter(|e| e.is_learned()).count();
         let learned_here = fdb
@@ -1034,6 +1090,7 @@ impl Model {
             kind: FdbKindOrd::Dynamic,
             sticky: false,
             added_by_user: false,
+            locked,
             seen_ns: now,
             learned_seq: seq,
         };

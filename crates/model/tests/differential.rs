@@ -109,6 +109,8 @@ fn port_settings() -> impl Strategy<Value = PortSettings> {
                 2 => any::<[u8; 8]>().prop_map(|m| PcpMode::Map(m.map(|x| x & 7))),
             ],
             prop_oneof![3 => Just(0u8), 1 => 0u8..8],
+            prop::bool::weighted(0.15),
+            prop::bool::weighted(0.6),
         ),
     )
         .prop_map(
@@ -121,7 +123,7 @@ fn port_settings() -> impl Strategy<Value = PortSettings> {
                 envhdr,
                 tpid,
                 lim,
-                (pcp_mode, default_pcp),
+                (pcp_mode, default_pcp, locked, mab),
             )| {
                 PortSettings {
                     learning,
@@ -137,6 +139,9 @@ fn port_settings() -> impl Strategy<Value = PortSettings> {
                     up: true,
                     pcp_mode,
                     default_pcp,
+                    locked,
+                    // MAB needs a locked port that learns (refusals: unit tests).
+                    mab: mab && locked && learning,
                 }
             },
         )

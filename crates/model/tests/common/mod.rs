@@ -472,6 +472,7 @@ pub fn fdb_rows(sw: &Switch) -> Vec<FdbRow> {
                 mac: e.mac,
                 kind: e.kind.into(),
                 sticky: e.sticky,
+                locked: e.locked,
                 added_by_user: e.added_by_user,
                 idle_ns: e.idle_ns,
             })
