@@ -961,8 +961,9 @@ impl Model {
             // it exists, so none is used: the bridge floods like a hub (Linux).
             let ageing_off = self.bridge(b).settings.ageing_time_ns == 0;
             let found = self.bridge(b).fdb.get(&(class.vid, dst)).cloned();
-            let found =
-                found.filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic) && !e.locked);
+            let found = found
+                .filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic))
+                .filter(|e| !e.locked);
             if let Some(e) = found {
                 if e.kind == FdbKindOrd::Permanent {
                     return self.drop_on(in_id, DropReason::Local);
