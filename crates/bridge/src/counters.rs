@@ -61,6 +61,9 @@ drop_reasons! {
     /// A locked port received a frame whose source has no FDB entry on it (or only a
     /// `locked` one).
     PortLocked = "port_locked",
+    /// Known unicast between two ports whose private-VLAN roles in the frame's VLAN do not
+    /// talk (isolated to isolated, or to another community).
+    Pvlan = "pvlan",
     /// Destination is a permanent (local) FDB entry, for the bridge itself, and the bridge has
     /// no host port (`link set dev BR up` gives it one; then such frames go to the host).
     Local = "local",

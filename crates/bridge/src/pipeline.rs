@@ -36,6 +36,7 @@ use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
 use crate::fdb::{Learned, Slot, Table, TableCache, F_LOCKED, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
+use crate::vlanmode::pvlan_allows;
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
 use std::sync::Arc;
@@ -520,6 +521,7 @@ impl Plan {
                 || !ep.running
                 || (p as usize == in_id && !inp.settings.hairpin)
                 || (inp.settings.isolated && s.isolated)
+                || ((inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid))
             {
                 continue;
             }
@@ -836,7 +838,17 @@ fn unicast<'a>(
     if inp.settings.isolated && ep.settings.isolated {
         return drop_port(c, DropReason::Isolated);
     }
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
+        return drop_port(c, DropReason::Pvlan);
+    }
     Some(ep)
+}
+
+/// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.
+#[inline(always)]
+fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
+    let code = |p: &Port| p.pvlan.as_ref().map_or(0, |t| t[usize::from(vid & 0x0fff)]);
+    pvlan_allows(code(inp), code(ep))
 }
 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is

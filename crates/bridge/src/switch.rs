@@ -20,7 +20,7 @@ use crate::fdb::{
     FdbKind, FdbMove, TableCache, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
-use crate::vlanmode::VlanMode;
+use crate::vlanmode::{PvlanRole, VlanMode};
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::{MacAddr, Tpid};
@@ -102,6 +102,8 @@ pub(crate) struct Port {
     /// that has no tag to read them from (or whose mode reads none).
     pub pcp_untagged: u16,
     pub pcp_table: [u16; 16],
+    /// Private-VLAN roles by VID ([`PvlanRole::code`]); `None`: no role in any VLAN.
+    pub pvlan: Option<Arc<[u32]>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -425,6 +427,22 @@ fn check_bridge_settings(s: &BridgeSettings) -> Result<(), ConfigError> {
         return Err(ConfigError::BadFdbMaxEntries(s.fdb_max_entries));
     }
     Ok(())
+}
+
+/// Sets the private-VLAN code of `start..=end` on `port` (0 clears); the table goes away when
+/// no VLAN has a role.
+fn set_pvlan_codes(port: &mut Port, start: u16, end: u16, code: u32) {
+    if port.pvlan.is_none() && code == 0 {
+        return;
+    }
+    let mut t: Vec<u32> = match &port.pvlan {
+        Some(t) => t.to_vec(),
+        None => vec![0; 4096],
+    };
+    for v in start..=end {
+        t[usize::from(v)] = code;
+    }
+    port.pvlan = t.iter().any(|&c| c != 0).then(|| Arc::from(t));
 }
 
 /// `pcp_mode` and `default_pcp` as the classifier reads them: (read the frame's own tag,
@@ -910,6 +928,7 @@ impl Switch {
             pcp_inner: false,
             pcp_untagged: 0,
             pcp_table: [0; 16],
+            pvlan: None,
         }));
         Ok(PortId(idx as u16))
     }
@@ -994,6 +1013,7 @@ impl Switch {
         port.vlan_mode = None;
         port.tunnel = false;
         port.cvlans = None;
+        port.pvlan = None;
         self.recompile_flood(b, vids);
         self.recompile_port(id);
     }
@@ -1371,6 +1391,7 @@ impl Switch {
                 port.pvid = 0;
             }
         }
+        set_pvlan_codes(port, start, end, 0);
         self.flush_port_vlans(id, start, end);
         if let Role::Host { .. } = self.port(id).role {
             let mac = self.port(id).mac;
@@ -1403,6 +1424,9 @@ impl Switch {
         port.vlan_mode = Some(mode);
         let new = self.port(id).member.clone();
         let gone: Vec<u16> = old.iter().filter(|&v| !new.contains(v)).collect();
+        for &v in &gone {
+            set_pvlan_codes(self.port_mut(id), v, v, 0);
+        }
         let changed: BTreeSet<u16> = old.iter().chain(new.iter()).collect();
         if !gone.is_empty() {
             let mac = self.port(id).mac;
@@ -1420,6 +1444,35 @@ impl Switch {
             self.sync_host_fdb(id);
         }
         Ok(())
+    }
+
+    /// `vlan set dev P vid V[-V2] pvlan ROLE|none`: P's private-VLAN role in those VLANs,
+    /// which P must carry.
+    pub fn set_pvlan(
+        &mut self,
+        id: PortId,
+        start: u32,
+        end: u32,
+        role: Option<PvlanRole>,
+    ) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start, end)?;
+        self.attached(id)?;
+        let port = self.port(id);
+        if let Some(vid) = (start..=end).find(|&v| !port.member.contains(v)) {
+            return Err(ConfigError::VlanNotConfigured {
+                dev: port.name.clone(),
+                vid,
+            });
+        }
+        let code = role.map_or(0, PvlanRole::code);
+        set_pvlan_codes(self.port_mut(id), start, end, code);
+        Ok(())
+    }
+
+    /// Port `id`'s private-VLAN role in `vid`.
+    pub fn port_pvlan(&self, id: PortId, vid: u16) -> Option<PvlanRole> {
+        let t = self.port(id).pvlan.as_ref()?;
+        PvlanRole::from_code(t[usize::from(vid & 0x0fff)])
     }
 
     /// Removes the port's dynamic entries in VIDs `start..=end` (one walk of the table).

@@ -265,3 +265,52 @@ mod tests {
             .is_err());
     }
 }
+
+/// A port's role in a private VLAN (`vlan set dev P vid V pvlan …`, OpenBSD veb's and Cisco's
+/// words; `docs/semantics.md` §J).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PvlanRole {
+    /// Talks to every port of the VLAN.
+    Promiscuous,
+    /// Talks only to promiscuous ports (and ports without a role).
+    Isolated,
+    /// Talks to its community and to promiscuous ports (and ports without a role).
+    Community(u16),
+}
+
+impl PvlanRole {
+    /// The compiled code: 0 no role, 1 promiscuous, 2 isolated, 3 + N community N.
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            PvlanRole::Promiscuous => 1,
+            PvlanRole::Isolated => 2,
+            PvlanRole::Community(n) => 3 + u32::from(n),
+        }
+    }
+
+    pub(crate) fn from_code(c: u32) -> Option<PvlanRole> {
+        match c {
+            0 => None,
+            1 => Some(PvlanRole::Promiscuous),
+            2 => Some(PvlanRole::Isolated),
+            n => Some(PvlanRole::Community((n - 3) as u16)),
+        }
+    }
+}
+
+impl std::fmt::Display for PvlanRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PvlanRole::Promiscuous => f.write_str("promiscuous"),
+            PvlanRole::Isolated => f.write_str("isolated"),
+            PvlanRole::Community(n) => write!(f, "community {n}"),
+        }
+    }
+}
+
+/// Whether a frame may go from a port with private-VLAN code `from` to one with `to` (codes
+/// of [`PvlanRole::code`]; 0, no role, talks to everyone like a promiscuous port).
+#[inline(always)]
+pub(crate) fn pvlan_allows(from: u32, to: u32) -> bool {
+    from <= 1 || to <= 1 || (from >= 3 && from == to)
+}

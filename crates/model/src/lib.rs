@@ -14,7 +14,7 @@
 //!
 //! Cost: every frame scans the FDB and the ports; fine for tests, useless for traffic.
 
-use qbridge_bridge::{BridgeSettings, DropReason, FdbKind, PortSettings, VlanProtocol};
+use qbridge_bridge::{BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, VlanProtocol};
 use qbridge_wire::MacAddr;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -204,6 +204,8 @@ struct Port {
     pvid: Option<u16>,
     /// `vlan_mode dot1q-tunnel` (R-G): `Some(cvlans)`, where `None` admits every customer VLAN.
     tunnel: Option<Option<BTreeSet<u16>>>,
+    /// R-J: private-VLAN role per VID.
+    pvlan: BTreeMap<u16, PvlanRole>,
     counters: Counters,
 }
 
@@ -220,6 +222,17 @@ fn untagged_pcp(s: &PortSettings, frame: &[u8]) -> u16 {
         (PcpMode::Copy, Some(tci)) => tci & 0xf000,
         (PcpMode::Map(m), Some(tci)) => u16::from(m[(tci >> 13) as usize]) << 13 | (tci & 0x1000),
         _ => default,
+    }
+}
+
+/// R-J: whether private-VLAN roles let a frame go from a port with role `from` to one with
+/// `to` (no role talks like a promiscuous port).
+fn pvlan_talks(from: Option<&PvlanRole>, to: Option<&PvlanRole>) -> bool {
+    use PvlanRole::*;
+    match (from, to) {
+        (None | Some(Promiscuous), _) | (_, None | Some(Promiscuous)) => true,
+        (Some(Community(a)), Some(Community(b))) => a == b,
+        _ => false,
     }
 }
 
@@ -424,6 +437,7 @@ impl Model {
             vlans: BTreeMap::new(),
             pvid: None,
             tunnel: None,
+            pvlan: BTreeMap::new(),
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -473,6 +487,7 @@ impl Model {
             p.vlans.clear();
             p.pvid = None;
             p.tunnel = None;
+            p.pvlan.clear();
         }
         if let Some(b) = master {
             let default_pvid = self.bridge(b).settings.default_pvid;
@@ -558,9 +573,27 @@ impl Model {
         p.vlans = vlans;
         p.pvid = pvid;
         p.tunnel = tunnel;
+        p.pvlan.retain(|v, _| !gone.contains(v));
         self.bridge_mut(b)
             .fdb
             .retain(|&(fid, _), en| !(en.port == id && gone.contains(&fid) && en.is_dynamic()));
+        Ok(())
+    }
+
+    /// `vlan set dev NAME vid S-E pvlan ROLE|none` (R-J): every VID must be configured.
+    pub fn set_pvlan(&mut self, id: u16, start: u32, end: u32, role: Option<PvlanRole>) -> Res<()> {
+        let (s, e) = vid_range(start, end)?;
+        self.attached(id)?;
+        if (s..=e).any(|v| !self.is_member(id, v)) {
+            return refuse("vid not configured");
+        }
+        let p = self.port_mut(id);
+        for vid in s..=e {
+            match role {
+                Some(r) => p.pvlan.insert(vid, r),
+                None => p.pvlan.remove(&vid),
+            };
+        }
         Ok(())
     }
 
@@ -601,6 +634,7 @@ impl Model {
         let p = self.port_mut(id);
         for vid in s..=e {
             p.vlans.remove(&vid);
+            p.pvlan.remove(&vid);
             if p.pvid == Some(vid) {
                 p.pvid = None;
             }
@@ -981,6 +1015,9 @@ impl Model {
                 if inp.settings.isolated && ep.settings.isolated {
                     return self.drop_on(in_id, DropReason::Isolated);
                 }
+                if !pvlan_talks(inp.pvlan.get(&class.vid), ep.pvlan.get(&class.vid)) {
+                    return self.drop_on(in_id, DropReason::Pvlan);
+                }
                 return self.egress(b, e.port, class, &f, out);
             }
         }
@@ -1005,6 +1042,7 @@ impl Model {
                     && s.up
                     && (p != in_id || inp.settings.hairpin)
                     && !(inp.settings.isolated && s.isolated)
+                    && pvlan_talks(inp.pvlan.get(&class.vid), ep.pvlan.get(&class.vid))
             })
             .collect();
         if targets.is_empty() {

@@ -341,6 +341,29 @@ fn vlan_mode_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// Private-VLAN roles over the scenario's VIDs (two communities, so that both "same" and
+/// "other" communities occur).
+fn pvlan_op(nports: usize) -> impl Strategy<Value = Op> {
+    use qbridge_bridge::PvlanRole as R;
+    (
+        0..nports,
+        vid(),
+        0u32..3,
+        prop_oneof![
+            1 => Just(None),
+            2 => Just(Some(R::Promiscuous)),
+            3 => Just(Some(R::Isolated)),
+            3 => (1u16..=2).prop_map(|n| Some(R::Community(n))),
+        ],
+    )
+        .prop_map(|(port, start, span, role)| Op::Pvlan {
+            port,
+            start,
+            end: (start + span).min(NVID),
+            role,
+        })
+}
+
 fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
     (
         unicast(),
@@ -379,6 +402,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         4 => Just(Op::Age),
         2 => vlan_op(nports),
         1 => vlan_mode_op(nports),
+        1 => pvlan_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
             .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
@@ -417,7 +441,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => fdb_add(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => fdb_add(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

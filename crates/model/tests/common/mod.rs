@@ -97,6 +97,13 @@ pub enum Op {
         bridge: usize,
         max: u32,
     },
+    /// `vlan set dev P vid S-E pvlan …` (§J).
+    Pvlan {
+        port: usize,
+        start: u32,
+        end: u32,
+        role: Option<qbridge_bridge::PvlanRole>,
+    },
     /// `link set dev P vlan_mode …` (§G).
     VlanMode {
         port: usize,
@@ -255,6 +262,16 @@ impl Pair {
                 let a = self.sw.vlan_add(pid(port), start, end, pvid, untagged);
                 let b = self.model.vlan_add(port as u16, start, end, pvid, untagged);
                 self.same_outcome("vlan add", a, b)?;
+            }
+            &Op::Pvlan {
+                port,
+                start,
+                end,
+                role,
+            } => {
+                let a = self.sw.set_pvlan(pid(port), start, end, role);
+                let b = self.model.set_pvlan(port as u16, start, end, role);
+                self.same_outcome("pvlan", a, b)?;
             }
             Op::VlanMode { port, mode } => {
                 let a = self.sw.set_vlan_mode(pid(*port), mode.clone());
