@@ -233,6 +233,9 @@ pub struct VlanView {
 pub struct VlanEntryView {
     pub vlan: u16,
     pub flags: Vec<&'static str>,
+    /// The port's private-VLAN role in this VLAN (`vlan set … pvlan`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pvlan: Option<String>,
 }
 
 /// Counter-block index of the control plane (configuration operations that count, such as
@@ -1517,7 +1520,15 @@ impl Switch {
                     if p.untagged.contains(vid) {
                         flags.push("Egress Untagged");
                     }
-                    VlanEntryView { vlan: vid, flags }
+                    VlanEntryView {
+                        vlan: vid,
+                        flags,
+                        pvlan: p
+                            .pvlan
+                            .as_ref()
+                            .and_then(|t| PvlanRole::from_code(t[usize::from(vid)]))
+                            .map(|r| r.to_string()),
+                    }
                 })
                 .collect();
             out.push(VlanView {

@@ -6,7 +6,7 @@
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
 use qbridge_bridge::{
-    FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, VidList, VlanModeKind, VlanProtocol,
+    FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, VlanModeKind, VlanProtocol,
 };
 use qbridge_wire::{MacAddr, Tpid};
 
@@ -259,6 +259,13 @@ pub enum VlanCommand {
     Del {
         dev: String,
         vids: VidRange,
+        self_: bool,
+    },
+    /// `vlan set vid V[-V2] dev NAME pvlan promiscuous|isolated|community N|none [self]`
+    Set {
+        dev: String,
+        vids: VidRange,
+        pvlan: Option<PvlanRole>,
         self_: bool,
     },
     /// `vlan show [dev NAME] [vid V]`

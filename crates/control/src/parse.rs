@@ -11,12 +11,13 @@ use crate::error::ControlError;
 use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
 use qbridge_bridge::switch::check_vid;
 use qbridge_bridge::{
-    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, VidList, VlanModeKind, VlanProtocol,
+    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, VlanModeKind,
+    VlanProtocol,
 };
 use qbridge_wire::{MacAddr, Tpid};
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
-const VLAN_COMMANDS: &str = "add, del, show or help";
+const VLAN_COMMANDS: &str = "add, del, set, show or help";
 const FDB_COMMANDS: &str = "add, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;
@@ -326,6 +327,8 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
     }
     parse_vid(s)
 }
+
+const PVLAN_ROLES: &str = "promiscuous, isolated, community N or none";
 
 const PCP_MODES: &str = "keep, copy, fixed N or map LIST";
 const PCP_MAP: &str = "FROM:TO pairs of PCPs, e.g. 0:1,5:5";
@@ -1081,6 +1084,60 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                 }
             } else {
                 VlanCommand::Del { dev, vids, self_ }
+            })
+        }
+        "set" => {
+            let (mut vids, mut dev, mut role, mut self_) = (None, None, None, None);
+            let expected = "vid, dev, pvlan or self";
+            while let Some(kw) = w.next_kw(words::VLAN_SET, expected)? {
+                match kw {
+                    "vid" => {
+                        let r = parse_vid_range(w.value(kw, "V or V-V2")?)?;
+                        set_once(&mut vids, kw, r)?;
+                    }
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
+                    "self" => set_once(&mut self_, kw, true)?,
+                    "pvlan" => {
+                        let r = match w.value(kw, PVLAN_ROLES)? {
+                            "promiscuous" => Some(PvlanRole::Promiscuous),
+                            "isolated" => Some(PvlanRole::Isolated),
+                            "none" => None,
+                            "community" => {
+                                let n = w.value("community", "a community number")?;
+                                Some(PvlanRole::Community(parse_uint(
+                                    "community",
+                                    n,
+                                    65000,
+                                    "0-65000",
+                                )?
+                                    as u16))
+                            }
+                            other => {
+                                return Err(ControlError::BadValue {
+                                    what: "pvlan",
+                                    value: other.to_string(),
+                                    expected: PVLAN_ROLES,
+                                })
+                            }
+                        };
+                        set_once(&mut role, kw, r)?;
+                    }
+                    other => return Err(unexpected(other, expected)),
+                }
+            }
+            Ok(VlanCommand::Set {
+                dev: dev
+                    .ok_or(ControlError::MissingArgument {
+                        what: "\"dev NAME\"",
+                    })?
+                    .to_string(),
+                vids: vids.ok_or(ControlError::MissingArgument {
+                    what: "\"vid V[-V2]\"",
+                })?,
+                pvlan: role.ok_or(ControlError::MissingArgument {
+                    what: "\"pvlan promiscuous|isolated|community N|none\"",
+                })?,
+                self_: self_.is_some(),
             })
         }
         // show, lst, list

@@ -139,6 +139,9 @@ struct VlanJson {
     vlan_end: Option<u16>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     flags: Vec<&'static str>,
+    /// qbridge's: the private-VLAN role (`vlan set … pvlan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pvlan: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -159,7 +162,7 @@ fn vlan_entries(
     for e in &view.vlans {
         if let Some(last) = out.last_mut() {
             let end = last.vlan_end.unwrap_or(last.vlan);
-            if compress && e.vlan == end + 1 && last.flags == e.flags {
+            if compress && e.vlan == end + 1 && last.flags == e.flags && last.pvlan == e.pvlan {
                 last.vlan_end = Some(e.vlan);
                 continue;
             }
@@ -168,6 +171,7 @@ fn vlan_entries(
             vlan: e.vlan,
             vlan_end: None,
             flags: e.flags.clone(),
+            pvlan: e.pvlan.clone(),
         });
     }
     out.retain(|e| vid.is_none_or(|v| (e.vlan..=e.vlan_end.unwrap_or(e.vlan)).contains(&v)));
@@ -206,6 +210,9 @@ pub fn vlans(
             for f in &e.flags {
                 line.push(' ');
                 line.push_str(f);
+            }
+            if let Some(r) = &e.pvlan {
+                let _ = write!(line, " pvlan {r}");
             }
             s.push_str(&line);
             s.push('\n');

@@ -22,7 +22,7 @@ use crate::command::{PortSpec, XdpAttach};
 use crate::render::{self, on_off};
 use crate::session::Session;
 use qbridge_bridge::switch::tpid_name;
-use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, Role, Switch};
+use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, PvlanRole, Role, Switch};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -67,6 +67,7 @@ pub fn running_config(session: &Session) -> String {
     }
     for (id, name) in &ports {
         vlan_lines(sw, *id, name, &mut out);
+        pvlan_lines(sw, *id, name, &mut out);
     }
     fdb_lines(sw, &mut out);
     out
@@ -300,6 +301,40 @@ fn vlan_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
                 }
             },
             None => flush(run.take(), out),
+        }
+    }
+    flush(run, out);
+}
+
+/// `vlan set vid V[-V2] dev NAME pvlan ROLE`: runs of VIDs with the same role.
+fn pvlan_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
+    if sw.port_master(id).is_none() {
+        return;
+    }
+    let self_ = if matches!(sw.port_role(id), Role::Host { .. }) {
+        " self"
+    } else {
+        ""
+    };
+    let mut run: Option<(u16, u16, PvlanRole)> = None;
+    let flush = |run: Option<(u16, u16, PvlanRole)>, out: &mut String| {
+        if let Some((a, z, r)) = run {
+            let vids = if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            };
+            let _ = writeln!(out, "vlan set vid {vids} dev {name} pvlan {r}{self_}");
+        }
+    };
+    for vid in 1..=4094u16 {
+        match (sw.port_pvlan(id, vid), run) {
+            (Some(r), Some((a, z, rr))) if rr == r && z + 1 == vid => run = Some((a, vid, r)),
+            (Some(r), _) => {
+                flush(run.take(), out);
+                run = Some((vid, vid, r));
+            }
+            (None, _) => flush(run.take(), out),
         }
     }
     flush(run, out);

@@ -326,6 +326,15 @@ impl Session {
                     sw.vlan_del(id, vids.start.into(), vids.end.into())?;
                 }
             }
+            VlanCommand::Set {
+                dev,
+                vids,
+                pvlan,
+                self_,
+            } => {
+                let id = vlan_target(sw, dev, *self_)?;
+                sw.set_pvlan(id, vids.start.into(), vids.end.into(), *pvlan)?;
+            }
             VlanCommand::Show { dev, vid } => {
                 return if out.stats {
                     render::vlan_stats(sw, dev.as_deref(), *vid, out)

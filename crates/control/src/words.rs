@@ -139,8 +139,12 @@ pub const VLAN_COMMANDS: &[Kw] = &[
     kw("show", 1),
     kw("lst", 1),
     kw("list", 2),
+    kw("set", 2),
     kw("help", 1),
 ];
+
+/// `vlan set` options: qbridge's (iproute2's `vlan set` takes other options).
+pub const VLAN_SET: &[Kw] = &[exact("vid"), exact("dev"), exact("pvlan"), exact("self")];
 
 /// `fdb` commands: bridge/fdb.c `do_fdb` (add, append, replace, delete, get, show, lst, list,
 /// help; `flush` by strcmp).

@@ -868,3 +868,36 @@ fn pcp_mode_words_show_and_count() {
         .unwrap();
     assert!(!run(&mut s, "link show dev c1", TEXT).contains("pcp_mode"));
 }
+
+#[test]
+fn pvlan_roles_show_and_refuse() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add br0 type bridge vlan_filtering 1\nlink add p1 type pcap\n\
+         link set dev p1 master br0\nvlan add vid 10-12 dev p1\n\
+         vlan set vid 10-11 dev p1 pvlan community 7\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "vlan show dev p1", TEXT),
+        "port              vlan-id\np1                1 PVID Egress Untagged\n\
+         \x20                 10 pvlan community 7\n                  11 pvlan community 7\n\
+         \x20                 12\n"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "vlan show dev p1", JSON)).unwrap();
+    assert_eq!(j[0]["vlans"][1]["pvlan"], "community 7");
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "vlan set vid 20 dev p1 pvlan isolated"),
+        "vid 20 is not configured on device \"p1\""
+    );
+    assert_eq!(
+        err(&mut s, "vlan set vid 10 dev p1 pvlan secluded"),
+        "invalid pvlan \"secluded\" (expected promiscuous, isolated, community N or none)"
+    );
+    s.execute_line("vlan set vid 10-11 dev p1 pvlan none", TEXT)
+        .unwrap();
+    assert!(!run(&mut s, "vlan show dev p1", TEXT).contains("pvlan"));
+}

@@ -266,6 +266,10 @@ fn command() -> impl Strategy<Value = String> {
         )),
         (port.clone(), prop::sample::select(vec!["keep", "copy", "fixed 5", "map 0:1,5:5,7:0"]), 0u8..8)
             .prop_map(|(p, m, d)| format!("link set dev {p} pcp_mode {m} default_pcp {d}")),
+        (port.clone(), vid.clone(), prop::sample::select(vec![
+            "isolated", "promiscuous", "community 2", "community 3", "none",
+        ]))
+            .prop_map(|(p, v, r)| format!("vlan set vid {v}-{} dev {p} pvlan {r}", v + 1)),
         (port.clone(), any::<bool>(), any::<bool>()).prop_map(|(p, l, m)| format!(
             "link set dev {p} locked {} mab {}",
             if l { "on" } else { "off" },
