@@ -53,6 +53,10 @@ pub enum ConfigError {
     BadVlanMode(String),
     #[error("PCP {0} is out of range (0-7)")]
     BadPcp(u8),
+    #[error("{0}")]
+    VlanMapConflict(String),
+    #[error("no vlan map of vid {vid} on {dev}")]
+    NoVlanMap { dev: String, vid: u16 },
     #[error("mab needs a locked port (locked on), as in Linux")]
     MabNeedsLocked,
     #[error("mab needs learning on (it learns locked entries), as in Linux")]

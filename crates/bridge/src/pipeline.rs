@@ -704,7 +704,11 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
                 0x0fff => return drop(c, DropReason::ReservedVid),
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
-                v => v,
+                v => match &inp.vid_in {
+                    // `vlan map … translate`: the wire VID's VLAN inside the bridge.
+                    Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
+                    _ => v,
+                },
             };
             m.tagged = true;
             m.tci_hi = tci & 0xf000;
@@ -862,7 +866,11 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
                 pkt.offload.shift_headers(-4);
             }
         } else {
-            let tci = m.tci_hi | m.vid;
+            let vid = match &ep.vid_out {
+                Some(t) if t[usize::from(m.vid)] != 0 => t[usize::from(m.vid)],
+                _ => m.vid,
+            };
+            let tci = m.tci_hi | vid;
             let tag = ((ep.tpid as u32) << 16 | tci as u32).to_be_bytes();
             if m.tagged {
                 if let Some(t) = pkt.frame_mut().get_mut(12..16) {

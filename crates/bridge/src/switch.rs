@@ -104,6 +104,10 @@ pub(crate) struct Port {
     pub pcp_table: [u16; 16],
     /// Private-VLAN roles by VID ([`PvlanRole::code`]); `None`: no role in any VLAN.
     pub pvlan: Option<Arc<[u32]>>,
+    /// `vlan map … translate` (1:1), by VID: the VID inside the bridge of a wire VID
+    /// (`vid_in`) and the wire VID of a VID inside (`vid_out`); 0: the same. `None`: no map.
+    pub vid_in: Option<Arc<[u16]>>,
+    pub vid_out: Option<Arc<[u16]>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -430,6 +434,19 @@ fn check_bridge_settings(s: &BridgeSettings) -> Result<(), ConfigError> {
         return Err(ConfigError::BadFdbMaxEntries(s.fdb_max_entries));
     }
     Ok(())
+}
+
+/// Sets entry `v` of a VID map (0 clears); the map goes away when empty.
+fn set_map(map: &mut Option<Arc<[u16]>>, v: u16, to: u16) {
+    if map.is_none() && to == 0 {
+        return;
+    }
+    let mut t: Vec<u16> = match map {
+        Some(t) => t.to_vec(),
+        None => vec![0; 4096],
+    };
+    t[usize::from(v)] = to;
+    *map = t.iter().any(|&x| x != 0).then(|| Arc::from(t));
 }
 
 /// Sets the private-VLAN code of `start..=end` on `port` (0 clears); the table goes away when
@@ -932,6 +949,8 @@ impl Switch {
             pcp_untagged: 0,
             pcp_table: [0; 16],
             pvlan: None,
+            vid_in: None,
+            vid_out: None,
         }));
         Ok(PortId(idx as u16))
     }
@@ -1470,6 +1489,65 @@ impl Switch {
         let code = role.map_or(0, PvlanRole::code);
         set_pvlan_codes(self.port_mut(id), start, end, code);
         Ok(())
+    }
+
+    /// `vlan map add dev P vid A translate B`: frames tagged A on P's wire are in VLAN B inside
+    /// the bridge, and frames of VLAN B leave P tagged A. One map per wire VID and per VID
+    /// inside: a map that would reuse either is refused naming the one in the way. Maps stay
+    /// when the port leaves its bridge (they are the port's, like its settings).
+    pub fn vlan_map_add(&mut self, id: PortId, wire: u16, inside: u16) -> Result<(), ConfigError> {
+        let wire = check_vid(wire.into())?;
+        let inside = check_vid(inside.into())?;
+        let p = self.port(id);
+        let get = |t: &Option<Arc<[u16]>>, v: u16| t.as_ref().map_or(0, |t| t[usize::from(v)]);
+        let taken_in = get(&p.vid_in, wire);
+        if taken_in != 0 {
+            return Err(ConfigError::VlanMapConflict(format!(
+                "vid {wire} on {} is translated to {taken_in} already (vlan map del dev {} vid {wire} first)",
+                p.name, p.name
+            )));
+        }
+        let taken_out = get(&p.vid_out, inside);
+        if taken_out != 0 {
+            return Err(ConfigError::VlanMapConflict(format!(
+                "{inside} on {} is already the translation of vid {taken_out}",
+                p.name
+            )));
+        }
+        let port = self.port_mut(id);
+        set_map(&mut port.vid_in, wire, inside);
+        set_map(&mut port.vid_out, inside, wire);
+        Ok(())
+    }
+
+    /// `vlan map del dev P vid A`: removes the map of wire VID A.
+    pub fn vlan_map_del(&mut self, id: PortId, wire: u16) -> Result<(), ConfigError> {
+        let p = self.port(id);
+        let inside = p
+            .vid_in
+            .as_ref()
+            .map_or(0, |t| t[usize::from(wire & 0x0fff)]);
+        if inside == 0 {
+            return Err(ConfigError::NoVlanMap {
+                dev: p.name.clone(),
+                vid: wire,
+            });
+        }
+        let port = self.port_mut(id);
+        set_map(&mut port.vid_in, wire, 0);
+        set_map(&mut port.vid_out, inside, 0);
+        Ok(())
+    }
+
+    /// Port `id`'s 1:1 maps: (wire VID, VID inside), by wire VID.
+    pub fn vlan_maps(&self, id: PortId) -> Vec<(u16, u16)> {
+        let Some(t) = self.port(id).vid_in.as_ref() else {
+            return Vec::new();
+        };
+        (1..4095u16)
+            .filter(|&v| t[usize::from(v)] != 0)
+            .map(|v| (v, t[usize::from(v)]))
+            .collect()
     }
 
     /// Port `id`'s private-VLAN role in `vid`.

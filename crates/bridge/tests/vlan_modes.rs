@@ -281,3 +281,39 @@ fn locked_port_and_mab() {
         "mab needs learning on (it learns locked entries), as in Linux"
     );
 }
+
+/// 1:1 VLAN translation (`docs/semantics.md` §K): VID 10 on `cust`'s wire is VLAN 100 inside;
+/// frames leave the trunk tagged 100 and come back to `cust` tagged 10; an untranslated VID
+/// on `cust` is its own VLAN.
+#[test]
+fn vlan_translation_both_ways() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let cust = r.device("cust");
+    let trunk = r.device("trunk");
+    r.enslave(cust, "br0");
+    r.enslave(trunk, "br0");
+    for p in [cust, trunk] {
+        r.sw.vlan_add(p, 100, 100, false, false).unwrap();
+    }
+    r.sw.vlan_map_add(cust, 10, 100).unwrap();
+    let f = frame(mac(0x50), mac(1), &[(0x8100, 0x6000 | 10)], 80);
+    assert_eq!(
+        only(&r.send(&[(cust, f.clone())]), trunk),
+        vec![retag(&f, 1, &[(0x8100, 0x6000 | 100)])],
+        "VID 10 in, VLAN 100 out, PCP kept"
+    );
+    let back = frame(mac(1), mac(0x50), &[(0x8100, 100)], 80);
+    assert_eq!(
+        only(&r.send(&[(trunk, back.clone())]), cust),
+        vec![retag(&back, 1, &[(0x8100, 10)])]
+    );
+    // VID 100 itself on cust's wire is not a map: VLAN 100 too, and it leaves the trunk as 100.
+    let raw = frame(mac(0x50), mac(2), &[(0x8100, 100)], 80);
+    assert_eq!(only(&r.send(&[(cust, raw.clone())]), trunk), vec![raw]);
+    assert_eq!(r.sw.vlan_maps(cust), [(10, 100)]);
+    r.sw.vlan_map_del(cust, 10).unwrap();
+    let f = frame(mac(0x50), mac(3), &[(0x8100, 10)], 80);
+    nothing(&r.send(&[(cust, f)]));
+    assert_eq!(r.drops(cust, DropReason::VlanNotMember), 1);
+}

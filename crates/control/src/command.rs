@@ -268,6 +268,12 @@ pub enum VlanCommand {
         pvlan: Option<PvlanRole>,
         self_: bool,
     },
+    /// `vlan map add dev NAME vid A translate B`
+    MapAdd { dev: String, wire: u16, inside: u16 },
+    /// `vlan map del dev NAME vid A`
+    MapDel { dev: String, wire: u16 },
+    /// `vlan map show [dev NAME]`
+    MapShow { dev: Option<String> },
     /// `vlan show [dev NAME] [vid V]`
     Show {
         dev: Option<String>,

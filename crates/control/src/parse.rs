@@ -17,7 +17,7 @@ use qbridge_bridge::{
 use qbridge_wire::{MacAddr, Tpid};
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
-const VLAN_COMMANDS: &str = "add, del, set, show or help";
+const VLAN_COMMANDS: &str = "add, del, set, map, show or help";
 const FDB_COMMANDS: &str = "add, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;
@@ -326,6 +326,50 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
         return Ok(0);
     }
     parse_vid(s)
+}
+
+/// `vlan map add dev P vid A translate B | del dev P vid A | show [dev P]`.
+fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
+    const MAP_COMMANDS: &str = "add, del or show";
+    let Some(cmd) = w.next() else {
+        return Err(ControlError::MissingArgument {
+            what: "\"add\", \"del\" or \"show\" after \"vlan map\"",
+        });
+    };
+    let cmd = command("vlan map", cmd, words::VLAN_MAP_COMMANDS, MAP_COMMANDS)?;
+    let (mut dev, mut vid, mut to) = (None, None, None);
+    let expected = match cmd {
+        "add" => "dev, vid or translate",
+        "del" => "dev or vid",
+        _ => "dev",
+    };
+    while let Some(kw) = w.next_kw(words::VLAN_MAP, expected)? {
+        match kw {
+            "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?.to_string())?,
+            "vid" if cmd != "show" => set_once(&mut vid, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+            "translate" if cmd == "add" => {
+                set_once(&mut to, kw, parse_vid(w.value(kw, "a vid")?)?)?
+            }
+            other => return Err(unexpected(other, expected)),
+        }
+    }
+    if cmd == "show" {
+        return Ok(VlanCommand::MapShow { dev });
+    }
+    let dev = dev.ok_or(ControlError::MissingArgument {
+        what: "\"dev NAME\"",
+    })?;
+    let wire = vid.ok_or(ControlError::MissingArgument { what: "\"vid A\"" })?;
+    Ok(match cmd {
+        "add" => VlanCommand::MapAdd {
+            dev,
+            wire,
+            inside: to.ok_or(ControlError::MissingArgument {
+                what: "\"translate B\"",
+            })?,
+        },
+        _ => VlanCommand::MapDel { dev, wire },
+    })
 }
 
 const PVLAN_ROLES: &str = "promiscuous, isolated, community N or none";
@@ -1086,6 +1130,7 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                 VlanCommand::Del { dev, vids, self_ }
             })
         }
+        "map" => parse_vlan_map(w),
         "set" => {
             let (mut vids, mut dev, mut role, mut self_) = (None, None, None, None);
             let expected = "vid, dev, pvlan or self";

@@ -221,6 +221,39 @@ pub fn vlans(
     Ok(s)
 }
 
+/// `vlan map show [dev NAME]`: `p1 vid 10 translate 100`; JSON
+/// `[{"ifname":"p1","vid":10,"translate":100}]`.
+pub fn vlan_maps(
+    sw: &Switch,
+    dev: Option<&str>,
+    out: OutputOptions,
+) -> Result<String, ControlError> {
+    let only = dev.map(|d| sw.port_id(d)).transpose()?;
+    let mut rows = Vec::new();
+    for (id, name) in sw.port_ids() {
+        if only.is_some_and(|o| o != id) {
+            continue;
+        }
+        for (wire, inside) in sw.vlan_maps(id) {
+            rows.push(json!({"ifname": name, "vid": wire, "translate": inside}));
+        }
+    }
+    if out.json {
+        return Ok(to_json(&rows, out));
+    }
+    let mut s = String::new();
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{} vid {} translate {}",
+            r["ifname"].as_str().unwrap_or(""),
+            r["vid"],
+            r["translate"]
+        );
+    }
+    Ok(s)
+}
+
 /// One entry of `bridge -j -s vlan show`: lib/bridge.c `bridge_print_vlan_stats` (`vid`,
 /// then `bridge_print_vlan_stats_only`'s counters). qbridge's counters are per bridge and VID,
 /// which have no flags: `flags` is never printed.

@@ -68,6 +68,9 @@ pub fn running_config(session: &Session) -> String {
     for (id, name) in &ports {
         vlan_lines(sw, *id, name, &mut out);
         pvlan_lines(sw, *id, name, &mut out);
+        for (wire, inside) in sw.vlan_maps(*id) {
+            let _ = writeln!(out, "vlan map add dev {name} vid {wire} translate {inside}");
+        }
     }
     fdb_lines(sw, &mut out);
     out

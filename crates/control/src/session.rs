@@ -335,6 +335,21 @@ impl Session {
                 let id = vlan_target(sw, dev, *self_)?;
                 sw.set_pvlan(id, vids.start.into(), vids.end.into(), *pvlan)?;
             }
+            VlanCommand::MapAdd { dev, wire, inside } => {
+                let id = sw.port_id(dev)?;
+                let same = sw.vlan_maps(id).contains(&(*wire, *inside));
+                if !(self.may_exist && same) {
+                    sw.vlan_map_add(id, *wire, *inside)?;
+                }
+            }
+            VlanCommand::MapDel { dev, wire } => {
+                let id = sw.port_id(dev)?;
+                match sw.vlan_map_del(id, *wire) {
+                    Err(qbridge_bridge::ConfigError::NoVlanMap { .. }) if self.may_exist => {}
+                    r => r?,
+                }
+            }
+            VlanCommand::MapShow { dev } => return render::vlan_maps(sw, dev.as_deref(), out),
             VlanCommand::Show { dev, vid } => {
                 return if out.stats {
                     render::vlan_stats(sw, dev.as_deref(), *vid, out)

@@ -31,6 +31,8 @@ const VLAN: &str =
     "  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
   vlan del vid V[-V2] dev NAME [self]
   vlan set vid V[-V2] dev NAME pvlan promiscuous|isolated|community N|none [self]
+  vlan map add dev NAME vid A translate B    (A on NAME's wire is VLAN B inside, both ways)
+  vlan map del dev NAME vid A               vlan map show [dev NAME]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
 ";
 

@@ -140,8 +140,15 @@ pub const VLAN_COMMANDS: &[Kw] = &[
     kw("lst", 1),
     kw("list", 2),
     kw("set", 2),
+    kw("map", 1),
     kw("help", 1),
 ];
+
+/// `vlan map` commands (qbridge's).
+pub const VLAN_MAP_COMMANDS: &[Kw] = &[kw("add", 1), kw("del", 1), kw("show", 1)];
+
+/// `vlan map add|del|show` options.
+pub const VLAN_MAP: &[Kw] = &[exact("dev"), exact("vid"), exact("translate")];
 
 /// `vlan set` options: qbridge's (iproute2's `vlan set` takes other options).
 pub const VLAN_SET: &[Kw] = &[exact("vid"), exact("dev"), exact("pvlan"), exact("self")];

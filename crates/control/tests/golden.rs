@@ -901,3 +901,38 @@ fn pvlan_roles_show_and_refuse() {
         .unwrap();
     assert!(!run(&mut s, "vlan show dev p1", TEXT).contains("pvlan"));
 }
+
+#[test]
+fn vlan_maps_show_and_refuse() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add br0 type bridge vlan_filtering 1\nlink add p1 type pcap\n\
+         link set dev p1 master br0\nvlan add vid 100 dev p1\n\
+         vlan map add dev p1 vid 10 translate 100\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "vlan map show", TEXT),
+        "p1 vid 10 translate 100\n"
+    );
+    assert_eq!(
+        run(&mut s, "vlan map show dev p1", JSON),
+        "[{\"ifname\":\"p1\",\"translate\":100,\"vid\":10}]\n"
+    );
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "vlan map add dev p1 vid 10 translate 200"),
+        "vid 10 on p1 is translated to 100 already (vlan map del dev p1 vid 10 first)"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map add dev p1 vid 20 translate 100"),
+        "100 on p1 is already the translation of vid 10"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map del dev p1 vid 20"),
+        "no vlan map of vid 20 on p1"
+    );
+    s.execute_line("vlan map del dev p1 vid 10", TEXT).unwrap();
+    assert_eq!(run(&mut s, "vlan map show", TEXT), "");
+}

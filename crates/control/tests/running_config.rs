@@ -270,6 +270,8 @@ fn command() -> impl Strategy<Value = String> {
             "isolated", "promiscuous", "community 2", "community 3", "none",
         ]))
             .prop_map(|(p, v, r)| format!("vlan set vid {v}-{} dev {p} pvlan {r}", v + 1)),
+        (port.clone(), vid.clone(), vid.clone())
+            .prop_map(|(p, a, b)| format!("vlan map add dev {p} vid {a} translate {}", b + 10)),
         (port.clone(), any::<bool>(), any::<bool>()).prop_map(|(p, l, m)| format!(
             "link set dev {p} locked {} mab {}",
             if l { "on" } else { "off" },

@@ -1517,6 +1517,7 @@ fn is_show(cmd: &Command) -> bool {
         Command::Link(LinkCommand::Show { .. })
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
+            | Command::Vlan(VlanCommand::MapShow { .. })
             | Command::ShowRunningConfig
     )
 }

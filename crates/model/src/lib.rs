@@ -206,6 +206,9 @@ struct Port {
     tunnel: Option<Option<BTreeSet<u16>>>,
     /// R-J: private-VLAN role per VID.
     pvlan: BTreeMap<u16, PvlanRole>,
+    /// R-K: 1:1 VLAN translation, wire VID → VID inside, and back.
+    vid_in: BTreeMap<u16, u16>,
+    vid_out: BTreeMap<u16, u16>,
     counters: Counters,
 }
 
@@ -438,6 +441,8 @@ impl Model {
             pvid: None,
             tunnel: None,
             pvlan: BTreeMap::new(),
+            vid_in: BTreeMap::new(),
+            vid_out: BTreeMap::new(),
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -577,6 +582,31 @@ impl Model {
         self.bridge_mut(b)
             .fdb
             .retain(|&(fid, _), en| !(en.port == id && gone.contains(&fid) && en.is_dynamic()));
+        Ok(())
+    }
+
+    /// `vlan map add dev NAME vid A translate B` (R-K): one map per wire VID and per VID
+    /// inside.
+    pub fn vlan_map_add(&mut self, id: u16, wire: u16, inside: u16) -> Res<()> {
+        check_vid(wire.into())?;
+        check_vid(inside.into())?;
+        let p = self.port(id);
+        if p.vid_in.contains_key(&wire) || p.vid_out.contains_key(&inside) {
+            return refuse("map conflicts");
+        }
+        let p = self.port_mut(id);
+        p.vid_in.insert(wire, inside);
+        p.vid_out.insert(inside, wire);
+        Ok(())
+    }
+
+    /// `vlan map del dev NAME vid A`.
+    pub fn vlan_map_del(&mut self, id: u16, wire: u16) -> Res<()> {
+        let p = self.port_mut(id);
+        let Some(inside) = p.vid_in.remove(&wire) else {
+            return refuse("no such map");
+        };
+        p.vid_out.remove(&inside);
         Ok(())
     }
 
@@ -931,7 +961,8 @@ impl Model {
                         None => return self.drop_on(in_id, DropReason::NoPvid),
                     }
                 } else {
-                    vid
+                    // R-K: a translated wire VID is its VLAN inside.
+                    inp.vid_in.get(&vid).copied().unwrap_or(vid)
                 };
                 Class {
                     vid,
@@ -1175,7 +1206,13 @@ impl Model {
                     meta = meta.moved_by(-4);
                 }
             } else {
-                let tci = class.pcp_dei | class.vid;
+                let vid = self
+                    .port(e)
+                    .vid_out
+                    .get(&class.vid)
+                    .copied()
+                    .unwrap_or(class.vid);
+                let tci = class.pcp_dei | vid;
                 let mut tag = Vec::new();
                 tag.extend_from_slice(&self.port_tpid(e).to_be_bytes());
                 tag.extend_from_slice(&tci.to_be_bytes());

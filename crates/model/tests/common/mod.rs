@@ -97,6 +97,12 @@ pub enum Op {
         bridge: usize,
         max: u32,
     },
+    /// `vlan map add|del dev P vid A [translate B]` (§K).
+    VlanMap {
+        port: usize,
+        wire: u16,
+        inside: Option<u16>,
+    },
     /// `vlan set dev P vid S-E pvlan …` (§J).
     Pvlan {
         port: usize,
@@ -262,6 +268,19 @@ impl Pair {
                 let a = self.sw.vlan_add(pid(port), start, end, pvid, untagged);
                 let b = self.model.vlan_add(port as u16, start, end, pvid, untagged);
                 self.same_outcome("vlan add", a, b)?;
+            }
+            &Op::VlanMap { port, wire, inside } => {
+                let (a, b) = match inside {
+                    Some(i) => (
+                        self.sw.vlan_map_add(pid(port), wire, i),
+                        self.model.vlan_map_add(port as u16, wire, i),
+                    ),
+                    None => (
+                        self.sw.vlan_map_del(pid(port), wire),
+                        self.model.vlan_map_del(port as u16, wire),
+                    ),
+                };
+                self.same_outcome("vlan map", a, b)?;
             }
             &Op::Pvlan {
                 port,
