@@ -6,7 +6,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use qbridge_bridge::{BridgeSettings, Outputs, PortSettings, Switch, VlanProtocol};
+use qbridge_bridge::{
+    BridgeSettings, Outputs, PcpMode, PortSettings, PvlanRole, Switch, VidList, VlanMode,
+    VlanModeKind, VlanProtocol,
+};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::Tpid;
 
@@ -75,6 +78,15 @@ fuzz_target!(|data: &[u8]| {
             },
             tpid,
             fdb_max_learned: (b.u8() % 4) as u32,
+            pcp_mode: match b.u8() % 4 {
+                0 => PcpMode::Keep,
+                1 => PcpMode::Copy,
+                2 => PcpMode::Fixed(b.u8() % 8),
+                _ => PcpMode::Map([7, 6, 5, 4, 3, 2, 1, 0]),
+            },
+            default_pcp: b.u8() % 8,
+            locked: f & 128 != 0,
+            mab: f & 128 != 0 && f & 1 != 0 && b.u8() % 2 == 0,
         };
         let id = sw.add_port(&format!("p{i}"), "fuzz", ps).expect("valid port");
         if b.u8() % 8 != 0 {
@@ -83,6 +95,33 @@ fuzz_target!(|data: &[u8]| {
                 let vid = (b.u8() % 6) as u32 + 1;
                 let m = b.u8();
                 let _ = sw.vlan_add(id, vid, vid, m & 1 != 0, m & 2 != 0);
+                // The provider features of docs/semantics.md §G-§K, now and then.
+                match m >> 4 {
+                    0 => {
+                        let cvlans = VidList::new(vec![(0, 0), (vid as u16, vid as u16)]);
+                        let _ = sw.set_vlan_mode(
+                            id,
+                            VlanMode {
+                                mode: VlanModeKind::Dot1qTunnel,
+                                tag: Some(vid as u16),
+                                trunks: None,
+                                cvlans: (m & 4 != 0).then_some(cvlans),
+                            },
+                        );
+                    }
+                    1 => {
+                        let role = match m & 3 {
+                            0 => PvlanRole::Isolated,
+                            1 => PvlanRole::Promiscuous,
+                            n => PvlanRole::Community(u16::from(n)),
+                        };
+                        let _ = sw.set_pvlan(id, vid, vid, Some(role));
+                    }
+                    2 => {
+                        let _ = sw.vlan_map_add(id, (m % 6) as u16 + 1, vid as u16);
+                    }
+                    _ => {}
+                }
             }
         }
         ids.push(id);
