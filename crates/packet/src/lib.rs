@@ -358,16 +358,17 @@ impl BufPool {
     /// goes where is unspecified): one pass over the free list's tail, no per-buffer pop or
     /// push bookkeeping. A receive path that knows how many frames are waiting calls it once
     /// and fills the buffers in place.
+    #[inline]
     pub fn get_into(&mut self, batch: &mut Batch, n: usize) {
         let take = n.min(self.free.len());
         let from = self.free.len() - take;
         batch.pkts.reserve(n);
-        batch
-            .pkts
-            .extend(self.free.drain(from..).map(PacketBuf::recycled));
-        batch
-            .pkts
-            .resize_with(batch.pkts.len() + (n - take), PacketBuf::new);
+        for p in self.free.drain(from..) {
+            batch.pkts.push(p.recycled());
+        }
+        for _ in take..n {
+            batch.pkts.push(PacketBuf::new());
+        }
     }
 
     pub fn available(&self) -> usize {
