@@ -515,7 +515,7 @@ impl Fdb {
     /// Learns `key` on `port` at `now_ns`, from a datapath worker holding `table` (its cached
     /// current table). The common cases — the entry is there on this port, or must not change
     /// — take no lock; a new entry or a move takes the writer's lock.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn learn(
         &self,
         table: &Table,
@@ -525,24 +525,38 @@ impl Fdb {
         bridge_limit: u32,
         port_limit: u32,
     ) -> Learned {
+        if Fdb::learn_kept(table, key, port, now_ns) {
+            return Learned::Kept;
+        }
+        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+    }
+
+    /// The lock-free half of learning `key` on `port` at `now_ns` in `table` (a worker's
+    /// cached current table): true when the entry is there on this port (refreshed) or must
+    /// not change (permanent), which is [`Learned::Kept`]; false when the writer must act, by
+    /// [`Fdb::learn_locked`] with the limits (read only then, off the per-frame path).
+    #[inline(always)]
+    pub fn learn_kept(table: &Table, key: u64, port: u16, now_ns: u64) -> bool {
         if let Some((_, slot, s)) = table.find_at(key) {
             if s.flags & F_PERMANENT != 0 {
-                return Learned::Kept;
+                return true;
             }
             if s.port == port {
                 // A reader's refresh, as `Table::refresh`.
                 if s.seen_ns != now_ns {
                     slot.seen_ns.store(now_ns, Relaxed);
                 }
-                return Learned::Kept;
+                return true;
             }
         }
-        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+        false
     }
 
+    /// Learning that [`Fdb::learn_kept`] could not finish: a new entry or a move, under the
+    /// writer's lock, with the `fdb_max_learned` limits of the bridge and the port.
     #[cold]
     #[inline(never)]
-    fn learn_locked(
+    pub fn learn_locked(
         &self,
         key: u64,
         port: u16,

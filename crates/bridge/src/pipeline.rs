@@ -34,7 +34,7 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Learned, Slot, Table, TableCache, F_PERMANENT};
+use crate::fdb::{Fdb, Learned, Slot, Table, TableCache, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::parse_headers;
@@ -320,14 +320,11 @@ impl Plan {
                     let key = fid_key(m.src, m.vid);
                     if key != last_learned {
                         last_learned = key;
-                        let learned = br.fdb.learn(
-                            table,
-                            key,
-                            in_id as u16,
-                            now_ns,
-                            br.settings.fdb_max_learned,
-                            inp.settings.fdb_max_learned,
-                        );
+                        let learned = if Fdb::learn_kept(table, key, in_id as u16, now_ns) {
+                            Learned::Kept
+                        } else {
+                            learn_locked(br, inp, key, in_id as u16, now_ns)
+                        };
                         match learned {
                             Learned::Kept => {}
                             Learned::New => table = cache.get(&br.fdb),
@@ -556,6 +553,20 @@ fn flood_copy(
     vc.tx_bytes.add(len);
     pkt.port = e as u16;
     true
+}
+
+/// Stage 3's learning when the lock-free half did not finish it: the writer's path, which alone
+/// reads the learning limits of the bridge and the ingress port.
+#[cold]
+#[inline(never)]
+fn learn_locked(br: &Bridge, inp: &Port, key: u64, port: u16, now_ns: u64) -> Learned {
+    br.fdb.learn_locked(
+        key,
+        port,
+        now_ns,
+        br.settings.fdb_max_learned,
+        inp.settings.fdb_max_learned,
+    )
 }
 
 /// Tables smaller than this stay in cache and are not worth a warming pass.
