@@ -34,7 +34,7 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Fdb, Learned, Slot, Table, TableCache, F_PERMANENT};
+use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::parse_headers;
@@ -293,7 +293,7 @@ impl Plan {
         let pkts = &mut pkts[..n];
 
         // Stage 2: warm a large FDB table.
-        let mut table: &Table = cache.get(&br.fdb);
+        let mut table: TableView = cache.get(&br.fdb).view();
         if live > 1 && table.capacity() >= FDB_WARM_MIN_SLOTS {
             warm_fdb(table, meta);
         }
@@ -327,10 +327,10 @@ impl Plan {
                         };
                         match learned {
                             Learned::Kept => {}
-                            Learned::New => table = cache.get(&br.fdb),
+                            Learned::New => table = cache.get(&br.fdb).view(),
                             Learned::Moved => {
                                 c.fdb_moves.add(1);
-                                table = cache.get(&br.fdb);
+                                table = cache.get(&br.fdb).view();
                             }
                             Learned::Refused => {
                                 c.fdb_learn_refused.add(1);
@@ -341,7 +341,7 @@ impl Plan {
                                 if let Some(Some(v)) = self.ports.get(port as usize) {
                                     v.counters.writer(wi).fdb_evictions.add(1);
                                 }
-                                table = cache.get(&br.fdb);
+                                table = cache.get(&br.fdb).view();
                             }
                         }
                     }
@@ -576,7 +576,7 @@ const FDB_WARM_MIN_SLOTS: usize = 1 << 17;
 /// of a large table overlap (memory-level parallelism) before stage 3, which then finds them
 /// cached. Reads only.
 #[inline(never)]
-fn warm_fdb(t: &Table, meta: &[FrameMeta]) {
+fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
     let mut acc = 0u64;
     for m in meta {
         if m.dest != DEST_DROP {
