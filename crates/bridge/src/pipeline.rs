@@ -370,9 +370,9 @@ impl Plan {
                             };
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match ep {
-                                Some(ep) if egress(ep, wi, m, pkt) => {
-                                    let len = pkt.len() as u64;
+                            match ep.and_then(|ep| egress(ep, wi, m, pkt)) {
+                                Some(len) => {
+                                    let len = len as u64;
                                     if let Some(run) = port_tx.add(e as usize, len) {
                                         count_port_tx(&self.ports, wi, run);
                                     }
@@ -382,7 +382,7 @@ impl Plan {
                                     pkt.port = e;
                                     e
                                 }
-                                _ => DEST_DROP,
+                                None => DEST_DROP,
                             }
                         }
                         _ => {
@@ -541,11 +541,11 @@ fn flood_copy(
     m: &FrameMeta,
     pkt: &mut PacketBuf,
 ) -> bool {
-    if !egress(ep, wi, m, pkt) {
+    let Some(len) = egress(ep, wi, m, pkt) else {
         return false;
-    }
+    };
     let c = ep.counters.writer(wi);
-    let len = pkt.len() as u64;
+    let len = len as u64;
     c.tx_frames.add(1);
     c.tx_bytes.add(len);
     let vc = br.vlan_counters.writer(wi, m.vid);
@@ -794,9 +794,9 @@ fn unicast<'a>(
 }
 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
-/// counted on the egress port). Returns whether the frame may leave.
+/// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
-fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
+fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
     if m.filtering {
         if ep.untagged.contains(m.vid) {
             if m.tagged {
@@ -816,9 +816,15 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
             }
         }
     }
-    if wire_len(pkt, ep.tpid) > ep.max_frame as usize {
+    let len = pkt.len();
+    let on_wire = if pkt.offload.is_gso() {
+        gso_segment_len(pkt, ep.tpid)
+    } else {
+        len
+    };
+    if on_wire > ep.max_frame as usize {
         drop(ep.counters.writer(wi), DropReason::Oversize);
-        return false;
+        return None;
     }
-    true
+    Some(len)
 }
