@@ -242,6 +242,13 @@ fn pack(port: u16, flags: u8, stamp: u32) -> u64 {
     port as u64 | (flags as u64) << 16 | (stamp as u64) << 32
 }
 
+/// Home slot of `key` in a table of `1 << (64 - shift)` slots. Fibonacci hashing: the top bits
+/// of the product are well mixed.
+#[inline(always)]
+fn home(key: u64, shift: u32) -> usize {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> shift) as usize
+}
+
 /// One power-of-two array of slots. Readers hold it through an `Arc` (see [`TableCache`]); a
 /// slot only ever goes from empty to used and from used to tombstone or to another used state,
 /// never back to empty, so a probe that meets an empty slot may stop. A rebuild makes a new
@@ -269,16 +276,10 @@ impl Table {
         self.slots.len() - 1
     }
 
-    /// Number of slots.
-    #[inline(always)]
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Home slot of `key`. Fibonacci hashing: the top bits of the product are well mixed.
+    /// Home slot of `key`.
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+        home(key, self.shift)
     }
 
     /// The entry of `key`, if present, and its slot index. A reader racing with the writer
@@ -286,15 +287,55 @@ impl Table {
     /// reads of the key that agree.
     #[inline(always)]
     pub fn find(&self, key: u64) -> Option<(usize, Slot)> {
+        self.view().find(key)
+    }
+
+    /// The slots and the shift of this table, as a copyable value: a worker takes it once per
+    /// batch (and again when learning replaced the table), so its lookups keep them in locals
+    /// instead of reloading them through the table.
+    #[inline(always)]
+    pub fn view(&self) -> TableView<'_> {
+        TableView {
+            slots: &self.slots,
+            shift: self.shift,
+        }
+    }
+}
+
+/// A [`Table`]'s slots and shift (see [`Table::view`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableView<'a> {
+    slots: &'a [AtomicSlot],
+    shift: u32,
+}
+
+impl<'a> TableView<'a> {
+    /// Number of slots.
+    #[inline(always)]
+    pub fn capacity(self) -> usize {
+        self.slots.len()
+    }
+
+    /// [`Table::find`].
+    #[inline(always)]
+    pub fn find(self, key: u64) -> Option<(usize, Slot)> {
         self.find_at(key).map(|(i, _, s)| (i, s))
+    }
+
+    /// Reads the home slot of `key` and returns its key: a load the caller issues early, for
+    /// many keys at once, so that the cache misses overlap instead of stalling one by one (a
+    /// software prefetch without `unsafe`).
+    #[inline(always)]
+    pub fn touch(self, key: u64) -> u64 {
+        self.slots[home(key, self.shift)].key.load(Relaxed)
     }
 
     /// [`Table::find`], also handing back the slot itself (for a refresh without a second
     /// index).
     #[inline(always)]
-    fn find_at(&self, key: u64) -> Option<(usize, &AtomicSlot, Slot)> {
-        let mask = self.mask();
-        let mut i = self.home(key);
+    fn find_at(self, key: u64) -> Option<(usize, &'a AtomicSlot, Slot)> {
+        let mask = self.slots.len().wrapping_sub(1);
+        let mut i = home(key, self.shift);
         loop {
             let s = &self.slots[i];
             let k = s.key.load(Acquire);
@@ -320,7 +361,9 @@ impl Table {
             i = (i + 1) & mask;
         }
     }
+}
 
+impl Table {
     /// Refreshes the last-seen time of slot `i` (a reader's write; skipped when unchanged so a
     /// busy entry's cache line is not written once per frame).
     #[inline(always)]
@@ -329,14 +372,6 @@ impl Table {
         if s.load(Relaxed) != now_ns {
             s.store(now_ns, Relaxed);
         }
-    }
-
-    /// Reads the home slot of `key` and returns its key: a load the caller issues early, for
-    /// many keys at once, so that the cache misses overlap instead of stalling one by one (a
-    /// software prefetch without `unsafe`).
-    #[inline(always)]
-    pub fn touch(&self, key: u64) -> u64 {
-        self.slots[self.home(key)].key.load(Relaxed)
     }
 
     fn get_slot(&self, i: usize) -> Option<Slot> {
@@ -521,7 +556,7 @@ impl Fdb {
     /// Learns `key` on `port` at `now_ns`, from a datapath worker holding `table` (its cached
     /// current table). The common cases — the entry is there on this port, or must not change
     /// — take no lock; a new entry or a move takes the writer's lock.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn learn(
         &self,
         table: &Table,
@@ -531,24 +566,38 @@ impl Fdb {
         bridge_limit: u32,
         port_limit: u32,
     ) -> Learned {
+        if Fdb::learn_kept(table.view(), key, port, now_ns) {
+            return Learned::Kept;
+        }
+        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+    }
+
+    /// The lock-free half of learning `key` on `port` at `now_ns` in `table` (a worker's
+    /// cached current table): true when the entry is there on this port (refreshed) or must
+    /// not change (permanent), which is [`Learned::Kept`]; false when the writer must act, by
+    /// [`Fdb::learn_locked`] with the limits (read only then, off the per-frame path).
+    #[inline(always)]
+    pub fn learn_kept(table: TableView<'_>, key: u64, port: u16, now_ns: u64) -> bool {
         if let Some((_, slot, s)) = table.find_at(key) {
             if s.flags & F_PERMANENT != 0 {
-                return Learned::Kept;
+                return true;
             }
             if s.port == port && s.flags & F_LOCKED == 0 {
                 // A reader's refresh, as `Table::refresh`.
                 if s.seen_ns != now_ns {
                     slot.seen_ns.store(now_ns, Relaxed);
                 }
-                return Learned::Kept;
+                return true;
             }
         }
-        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+        false
     }
 
+    /// Learning that [`Fdb::learn_kept`] could not finish: a new entry or a move, under the
+    /// writer's lock, with the `fdb_max_learned` limits of the bridge and the port.
     #[cold]
     #[inline(never)]
-    fn learn_locked(
+    pub fn learn_locked(
         &self,
         key: u64,
         port: u16,

@@ -34,7 +34,7 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Learned, Slot, Table, TableCache, F_LOCKED, F_PERMANENT};
+use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use crate::vlanmode::pvlan_allows;
 use qbridge_packet::{Batch, PacketBuf};
@@ -294,7 +294,7 @@ impl Plan {
         let pkts = &mut pkts[..n];
 
         // Stage 2: warm a large FDB table.
-        let mut table: &Table = cache.get(&br.fdb);
+        let mut table: TableView = cache.get(&br.fdb).view();
         if live > 1 && table.capacity() >= FDB_WARM_MIN_SLOTS {
             warm_fdb(table, meta);
         }
@@ -322,27 +322,24 @@ impl Plan {
                     && !locked_admits(&self.ports, wi, br, table, inp, in_id as u16, m, now_ns)
                 {
                     m.dest = DEST_DROP;
-                    table = cache.get(&br.fdb);
+                    table = cache.get(&br.fdb).view();
                     continue;
                 }
                 if learning {
                     let key = fid_key(m.src, m.vid);
                     if key != last_learned {
                         last_learned = key;
-                        let learned = br.fdb.learn(
-                            table,
-                            key,
-                            in_id as u16,
-                            now_ns,
-                            br.settings.fdb_max_learned,
-                            inp.settings.fdb_max_learned,
-                        );
+                        let learned = if Fdb::learn_kept(table, key, in_id as u16, now_ns) {
+                            Learned::Kept
+                        } else {
+                            learn_locked(br, inp, key, in_id as u16, now_ns)
+                        };
                         match learned {
                             Learned::Kept => {}
-                            Learned::New => table = cache.get(&br.fdb),
+                            Learned::New => table = cache.get(&br.fdb).view(),
                             Learned::Moved => {
                                 c.fdb_moves.add(1);
-                                table = cache.get(&br.fdb);
+                                table = cache.get(&br.fdb).view();
                             }
                             Learned::Refused => {
                                 c.fdb_learn_refused.add(1);
@@ -353,7 +350,7 @@ impl Plan {
                                 if let Some(Some(v)) = self.ports.get(port as usize) {
                                     v.counters.writer(wi).fdb_evictions.add(1);
                                 }
-                                table = cache.get(&br.fdb);
+                                table = cache.get(&br.fdb).view();
                             }
                         }
                     }
@@ -384,9 +381,9 @@ impl Plan {
                             };
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match ep {
-                                Some(ep) if egress(ep, wi, m, pkt) => {
-                                    let len = pkt.len() as u64;
+                            match ep.and_then(|ep| egress(ep, wi, m, pkt)) {
+                                Some(len) => {
+                                    let len = len as u64;
                                     if let Some(run) = port_tx.add(e as usize, len) {
                                         count_port_tx(&self.ports, wi, run);
                                     }
@@ -396,7 +393,7 @@ impl Plan {
                                     pkt.port = e;
                                     e
                                 }
-                                _ => DEST_DROP,
+                                None => DEST_DROP,
                             }
                         }
                         _ => {
@@ -556,11 +553,11 @@ fn flood_copy(
     m: &FrameMeta,
     pkt: &mut PacketBuf,
 ) -> bool {
-    if !egress(ep, wi, m, pkt) {
+    let Some(len) = egress(ep, wi, m, pkt) else {
         return false;
-    }
+    };
     let c = ep.counters.writer(wi);
-    let len = pkt.len() as u64;
+    let len = len as u64;
     c.tx_frames.add(1);
     c.tx_bytes.add(len);
     let vc = br.vlan_counters.writer(wi, m.vid);
@@ -570,6 +567,20 @@ fn flood_copy(
     true
 }
 
+/// Stage 3's learning when the lock-free half did not finish it: the writer's path, which alone
+/// reads the learning limits of the bridge and the ingress port.
+#[cold]
+#[inline(never)]
+fn learn_locked(br: &Bridge, inp: &Port, key: u64, port: u16, now_ns: u64) -> Learned {
+    br.fdb.learn_locked(
+        key,
+        port,
+        now_ns,
+        br.settings.fdb_max_learned,
+        inp.settings.fdb_max_learned,
+    )
+}
+
 /// Tables smaller than this stay in cache and are not worth a warming pass.
 const FDB_WARM_MIN_SLOTS: usize = 1 << 17;
 
@@ -577,7 +588,7 @@ const FDB_WARM_MIN_SLOTS: usize = 1 << 17;
 /// of a large table overlap (memory-level parallelism) before stage 3, which then finds them
 /// cached. Reads only.
 #[inline(never)]
-fn warm_fdb(t: &Table, meta: &[FrameMeta]) {
+fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
     let mut acc = 0u64;
     for m in meta {
         if m.dest != DEST_DROP {
@@ -743,7 +754,7 @@ fn locked_admits(
     ports: &[Option<Arc<Port>>],
     wi: usize,
     br: &Bridge,
-    table: &Table,
+    table: TableView<'_>,
     inp: &Port,
     in_id: u16,
     m: &FrameMeta,
@@ -856,9 +867,9 @@ fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
 }
 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
-/// counted on the egress port). Returns whether the frame may leave.
+/// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
-fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
+fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
     if m.filtering {
         if ep.untagged.contains(m.vid) {
             if m.tagged {
@@ -882,9 +893,15 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
             }
         }
     }
-    if wire_len(pkt, ep.tpid) > ep.max_frame as usize {
+    let len = pkt.len();
+    let on_wire = if pkt.offload.is_gso() {
+        gso_segment_len(pkt, ep.tpid)
+    } else {
+        len
+    };
+    if on_wire > ep.max_frame as usize {
         drop(ep.counters.writer(wi), DropReason::Oversize);
-        return false;
+        return None;
     }
-    true
+    Some(len)
 }
