@@ -131,8 +131,8 @@ type FdbKey = (String, Option<u16>, [u8; 6]);
 pub(crate) struct Observed {
     /// Per link name: its text line and JSON object.
     links: Option<BTreeMap<String, (String, Value)>>,
-    /// Per (port, VID): the flags.
-    vlans: Option<BTreeMap<(String, u16), Vec<&'static str>>>,
+    /// Per (port, VID): the flags and the private-VLAN role.
+    vlans: Option<BTreeMap<(String, u16), (Vec<&'static str>, Option<String>)>>,
     /// Per (bridge, VID, MAC): the entry (its idle time zeroed).
     fdb: Option<BTreeMap<FdbKey, FdbEntryView>>,
 }
@@ -148,7 +148,7 @@ impl Observed {
             let mut m = BTreeMap::new();
             for v in session.switch().vlans(None).unwrap_or_default() {
                 for e in v.vlans {
-                    m.insert((v.ifname.clone(), e.vlan), e.flags);
+                    m.insert((v.ifname.clone(), e.vlan), (e.flags, e.pvlan));
                 }
             }
             o.vlans = Some(m);
@@ -185,17 +185,23 @@ impl Observed {
             dels.push(y);
         }
         if let (Some(a), Some(b)) = (&self.vlans, &now.vlans) {
-            let (x, y) = diff_maps(a, b, |(port, vid), flags| {
+            let (x, y) = diff_maps(a, b, |(port, vid), (flags, pvlan)| {
                 let mut text = format!("{port} {vid}");
                 for f in flags {
                     text.push(' ');
                     text.push_str(f);
                 }
+                let mut json = json!({"ifname": port, "vlan": vid, "flags": flags});
+                if let Some(r) = pvlan {
+                    text.push_str(" pvlan ");
+                    text.push_str(r);
+                    json["pvlan"] = json!(r);
+                }
                 Event {
                     object: MonitorObject::Vlan,
                     deleted: false,
                     text,
-                    json: json!({"ifname": port, "vlan": vid, "flags": flags}),
+                    json,
                 }
             });
             adds.extend(x);
