@@ -64,6 +64,13 @@ drop_reasons! {
     /// Known unicast between two ports whose private-VLAN roles in the frame's VLAN do not
     /// talk (isolated to isolated, or to another community).
     Pvlan = "pvlan",
+    /// A new source over the port's `fdb_max_learned` in the frame's VLAN (`violation
+    /// protect`).
+    MacLimit = "mac_limit",
+    /// The same with `violation restrict` (the daemon also logs it).
+    MacLimitRestrict = "mac_limit_restrict",
+    /// The same with `violation shutdown` (the daemon also takes the port down).
+    MacLimitShutdown = "mac_limit_shutdown",
     /// Destination is a permanent (local) FDB entry, for the bridge itself, and the bridge has
     /// no host port (`link set dev BR up` gives it one; then such frames go to the host).
     Local = "local",

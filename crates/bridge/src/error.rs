@@ -55,6 +55,8 @@ pub enum ConfigError {
     BadPcp(u8),
     #[error("{0}")]
     VlanMapConflict(String),
+    #[error("fdb_max_learned {0} is out of range (0-16777215)")]
+    BadVlanLimit(u32),
     #[error("no vlan map of vid {vid} on {dev}")]
     NoVlanMap { dev: String, vid: u16 },
     #[error("mab needs a locked port (locked on), as in Linux")]

@@ -47,7 +47,7 @@
 
 use qbridge_wire::MacAddr;
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
@@ -209,6 +209,9 @@ pub(crate) enum Learned {
     Moved,
     /// A `fdb_max_learned` limit refused it.
     Refused,
+    /// The port's `fdb_max_learned` in this VLAN (`vlan set … fdb_max_learned`) refused it: the
+    /// frame is dropped (`docs/semantics.md` §L).
+    RefusedVlan,
     /// New, after evicting the oldest learned entry of `port` (table full).
     NewEvicting {
         port: u16,
@@ -430,6 +433,8 @@ struct Writer {
     learned: usize,
     /// Learned entries per port id.
     port_learned: Vec<u32>,
+    /// Learned entries per (port id, FID), for the per-VLAN limits.
+    vlan_learned: HashMap<(u16, u16), u32>,
     /// Learned keys per port id in learning order, with the stamp they were learned with.
     port_queue: Vec<VecDeque<(u64, u32)>>,
     next_stamp: u32,
@@ -495,6 +500,7 @@ impl Fdb {
             tombs: 0,
             learned: 0,
             port_learned: Vec::new(),
+            vlan_learned: HashMap::new(),
             port_queue: Vec::new(),
             next_stamp: 1,
             max_entries,
@@ -569,7 +575,7 @@ impl Fdb {
         if Fdb::learn_kept(table.view(), key, port, now_ns) {
             return Learned::Kept;
         }
-        self.learn_locked(key, port, now_ns, bridge_limit, port_limit)
+        self.learn_locked(key, port, now_ns, bridge_limit, port_limit, 0)
     }
 
     /// The lock-free half of learning `key` on `port` at `now_ns` in `table` (a worker's
@@ -604,9 +610,10 @@ impl Fdb {
         now_ns: u64,
         bridge_limit: u32,
         port_limit: u32,
+        vlan_limit: u32,
     ) -> Learned {
         let mut w = self.lock();
-        let r = w.learn(key, port, now_ns, bridge_limit, port_limit);
+        let r = w.learn(key, port, now_ns, bridge_limit, port_limit, vlan_limit);
         self.publish(&w);
         r
     }
@@ -623,10 +630,12 @@ impl Fdb {
         now_ns: u64,
         bridge_limit: u32,
         port_limit: u32,
+        vlan_limit: u32,
     ) -> Learned {
         let mut w = self.lock();
+        let limits = (bridge_limit, port_limit, vlan_limit);
         let r = match w.table.find(key) {
-            None => w.learn_new_with(key, port, F_LOCKED, now_ns, bridge_limit, port_limit),
+            None => w.learn_new_with(key, port, F_LOCKED, now_ns, limits),
             Some((i, s)) => {
                 if s.port == port && s.flags & F_LOCKED != 0 {
                     w.table.refresh(i, now_ns);
@@ -787,6 +796,7 @@ impl Writer {
         self.ensure_port(port);
         self.learned += 1;
         self.port_learned[port as usize] += 1;
+        *self.vlan_learned.entry((port, key_fid(key))).or_insert(0) += 1;
         let q = &mut self.port_queue[port as usize];
         q.push_back((key, stamp));
         // Drop stale queue entries now and then so the queue stays O(live entries).
@@ -799,16 +809,22 @@ impl Writer {
         }
     }
 
-    fn uncount_learned(&mut self, port: u16) {
+    fn uncount_learned(&mut self, port: u16, key: u64) {
         self.learned -= 1;
         self.port_learned[port as usize] -= 1;
+        if let Some(n) = self.vlan_learned.get_mut(&(port, key_fid(key))) {
+            *n -= 1;
+            if *n == 0 {
+                self.vlan_learned.remove(&(port, key_fid(key)));
+            }
+        }
     }
 
     /// Removes the entry in slot `i` (a tombstone takes its place).
     fn remove_at(&mut self, i: usize) -> Slot {
         let removed = self.table.get_slot(i).expect("slot in use");
         if removed.is_learned() {
-            self.uncount_learned(removed.port);
+            self.uncount_learned(removed.port, removed.key);
         }
         self.table.slots[i].key.store(TOMBSTONE, Release);
         self.len -= 1;
@@ -823,9 +839,11 @@ impl Writer {
         now_ns: u64,
         bridge_limit: u32,
         port_limit: u32,
+        vlan_limit: u32,
     ) -> Learned {
         let Some((i, s)) = self.table.find(key) else {
-            return self.learn_new(key, port, now_ns, bridge_limit, port_limit);
+            let limits = (bridge_limit, port_limit, vlan_limit);
+            return self.learn_new_with(key, port, 0, now_ns, limits);
         };
         if s.flags & F_PERMANENT != 0 {
             return Learned::Kept;
@@ -845,7 +863,7 @@ impl Writer {
             // A fresh stamp: on its new port the entry is the youngest, whatever its age on a
             // port it was learned on before (its old queue place there is now stale).
             stamp = self.next_stamp();
-            self.uncount_learned(s.port);
+            self.uncount_learned(s.port, key);
             self.count_learned(port, stamp, key);
         }
         self.set_meta(i, port, flags, stamp);
@@ -859,26 +877,24 @@ impl Writer {
         Learned::Moved
     }
 
-    fn learn_new(
-        &mut self,
-        key: u64,
-        port: u16,
-        now_ns: u64,
-        bridge_limit: u32,
-        port_limit: u32,
-    ) -> Learned {
-        self.learn_new_with(key, port, 0, now_ns, bridge_limit, port_limit)
-    }
-
+    /// A new learned entry within the limits `(bridge, port, port in this VLAN)` (0: none).
+    /// The per-VLAN limit is checked first: it drops the frame, the others only refuse.
     fn learn_new_with(
         &mut self,
         key: u64,
         port: u16,
         flags: u8,
         now_ns: u64,
-        bridge_limit: u32,
-        port_limit: u32,
+        (bridge_limit, port_limit, vlan_limit): (u32, u32, u32),
     ) -> Learned {
+        if vlan_limit != 0
+            && self
+                .vlan_learned
+                .get(&(port, key_fid(key)))
+                .is_some_and(|&n| n >= vlan_limit)
+        {
+            return Learned::RefusedVlan;
+        }
         if bridge_limit != 0 && self.learned >= bridge_limit as usize {
             return Learned::Refused;
         }
@@ -932,7 +948,7 @@ impl Writer {
                 return Err(AddError::Exists(old.port));
             }
             if old.is_learned() {
-                self.uncount_learned(old.port);
+                self.uncount_learned(old.port, key);
             }
             self.table.slots[i].seen_ns.store(now_ns, Relaxed);
             self.set_meta(i, port, flags, old.stamp);

@@ -31,5 +31,5 @@ pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use stack::{MacvlanMode, Role};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker, MAX_PORTS};
-pub use vlanmode::{PvlanRole, VidList, VlanMode, VlanModeKind};
+pub use vlanmode::{PvlanRole, VidList, Violation, VlanMode, VlanModeKind};
 pub use vlanset::VlanSet;

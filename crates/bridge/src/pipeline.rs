@@ -34,9 +34,10 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
+use crate::fdb::{key_fid, Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
+use crate::switch::violation_of;
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
-use crate::vlanmode::pvlan_allows;
+use crate::vlanmode::{pvlan_allows, Violation};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
 use std::sync::Arc;
@@ -346,6 +347,12 @@ impl Plan {
                                 // Not learned: the next frame from this source tries again.
                                 last_learned = 0;
                             }
+                            Learned::RefusedVlan => {
+                                mac_limit_drop(inp, c, m.vid);
+                                last_learned = 0;
+                                m.dest = DEST_DROP;
+                                continue;
+                            }
                             Learned::NewEvicting { port } => {
                                 if let Some(Some(v)) = self.ports.get(port as usize) {
                                     v.counters.writer(wi).fdb_evictions.add(1);
@@ -578,7 +585,31 @@ fn learn_locked(br: &Bridge, inp: &Port, key: u64, port: u16, now_ns: u64) -> Le
         now_ns,
         br.settings.fdb_max_learned,
         inp.settings.fdb_max_learned,
+        vlan_limit(inp, key),
     )
+}
+
+/// The ingress port's learning limit in the VLAN of `key` (0: none).
+fn vlan_limit(inp: &Port, key: u64) -> u32 {
+    inp.vlan_limits
+        .as_ref()
+        .map_or(0, |t| t[usize::from(key_fid(key))] & 0x00ff_ffff)
+}
+
+/// A frame from a new source over its port's limit in its VLAN: dropped under the violation
+/// mode's reason (the daemon acts on `restrict` and `shutdown`).
+#[cold]
+#[inline(never)]
+fn mac_limit_drop(inp: &Port, c: &PortCells, vid: u16) {
+    let code = inp
+        .vlan_limits
+        .as_ref()
+        .map_or(0, |t| t[usize::from(vid & 0x0fff)]);
+    c.drop(match violation_of(code) {
+        Violation::Protect => DropReason::MacLimit,
+        Violation::Restrict => DropReason::MacLimitRestrict,
+        Violation::Shutdown => DropReason::MacLimitShutdown,
+    });
 }
 
 /// Tables smaller than this stay in cache and are not worth a warming pass.
@@ -769,8 +800,11 @@ fn locked_admits(
     };
     if mab {
         let limits = (br.settings.fdb_max_learned, inp.settings.fdb_max_learned);
-        match br.fdb.learn_mab(key, in_id, now_ns, limits.0, limits.1) {
-            Learned::Refused => c.fdb_learn_refused.add(1),
+        match br
+            .fdb
+            .learn_mab(key, in_id, now_ns, limits.0, limits.1, vlan_limit(inp, key))
+        {
+            Learned::Refused | Learned::RefusedVlan => c.fdb_learn_refused.add(1),
             Learned::NewEvicting { port } => {
                 if let Some(Some(v)) = ports.get(port as usize) {
                     v.counters.writer(wi).fdb_evictions.add(1);

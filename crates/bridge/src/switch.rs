@@ -20,7 +20,7 @@ use crate::fdb::{
     FdbKind, FdbMove, TableCache, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
-use crate::vlanmode::{PvlanRole, VlanMode};
+use crate::vlanmode::{PvlanRole, Violation, VlanMode};
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::{MacAddr, Tpid};
@@ -108,6 +108,8 @@ pub(crate) struct Port {
     /// (`vid_in`) and the wire VID of a VID inside (`vid_out`); 0: the same. `None`: no map.
     pub vid_in: Option<Arc<[u16]>>,
     pub vid_out: Option<Arc<[u16]>>,
+    /// `vlan set … fdb_max_learned N violation V`, by VID: `V << 24 | N` (0: no limit).
+    pub vlan_limits: Option<Arc<[u32]>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -447,6 +449,30 @@ fn set_map(map: &mut Option<Arc<[u16]>>, v: u16, to: u16) {
     };
     t[usize::from(v)] = to;
     *map = t.iter().any(|&x| x != 0).then(|| Arc::from(t));
+}
+
+/// The violation mode of a per-VLAN limit code.
+pub(crate) fn violation_of(code: u32) -> Violation {
+    match code >> 24 {
+        0 => Violation::Protect,
+        1 => Violation::Restrict,
+        _ => Violation::Shutdown,
+    }
+}
+
+/// Sets the per-VLAN limit code of `start..=end` on `port` (0 clears).
+fn set_limit_codes(port: &mut Port, start: u16, end: u16, code: u32) {
+    if port.vlan_limits.is_none() && code == 0 {
+        return;
+    }
+    let mut t: Vec<u32> = match &port.vlan_limits {
+        Some(t) => t.to_vec(),
+        None => vec![0; 4096],
+    };
+    for v in start..=end {
+        t[usize::from(v)] = code;
+    }
+    port.vlan_limits = t.iter().any(|&c| c != 0).then(|| Arc::from(t));
 }
 
 /// Sets the private-VLAN code of `start..=end` on `port` (0 clears); the table goes away when
@@ -951,6 +977,7 @@ impl Switch {
             pvlan: None,
             vid_in: None,
             vid_out: None,
+            vlan_limits: None,
         }));
         Ok(PortId(idx as u16))
     }
@@ -1036,6 +1063,7 @@ impl Switch {
         port.tunnel = false;
         port.cvlans = None;
         port.pvlan = None;
+        port.vlan_limits = None;
         self.recompile_flood(b, vids);
         self.recompile_port(id);
     }
@@ -1414,6 +1442,7 @@ impl Switch {
             }
         }
         set_pvlan_codes(port, start, end, 0);
+        set_limit_codes(port, start, end, 0);
         self.flush_port_vlans(id, start, end);
         if let Role::Host { .. } = self.port(id).role {
             let mac = self.port(id).mac;
@@ -1448,6 +1477,7 @@ impl Switch {
         let gone: Vec<u16> = old.iter().filter(|&v| !new.contains(v)).collect();
         for &v in &gone {
             set_pvlan_codes(self.port_mut(id), v, v, 0);
+            set_limit_codes(self.port_mut(id), v, v, 0);
         }
         let changed: BTreeSet<u16> = old.iter().chain(new.iter()).collect();
         if !gone.is_empty() {
@@ -1548,6 +1578,44 @@ impl Switch {
             .filter(|&v| t[usize::from(v)] != 0)
             .map(|v| (v, t[usize::from(v)]))
             .collect()
+    }
+
+    /// `vlan set vid V[-V2] dev P fdb_max_learned N [violation V]`: at most N learned entries
+    /// of P in each of those VLANs (0: no limit); a new source beyond it is dropped as the
+    /// violation mode says. The VLANs must be configured on P.
+    pub fn set_vlan_limit(
+        &mut self,
+        id: PortId,
+        start: u32,
+        end: u32,
+        limit: u32,
+        violation: Violation,
+    ) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start, end)?;
+        self.attached(id)?;
+        if limit > 0x00ff_ffff {
+            return Err(ConfigError::BadVlanLimit(limit));
+        }
+        let port = self.port(id);
+        if let Some(vid) = (start..=end).find(|&v| !port.member.contains(v)) {
+            return Err(ConfigError::VlanNotConfigured {
+                dev: port.name.clone(),
+                vid,
+            });
+        }
+        let code = if limit == 0 {
+            0
+        } else {
+            (violation as u32) << 24 | limit
+        };
+        set_limit_codes(self.port_mut(id), start, end, code);
+        Ok(())
+    }
+
+    /// Port `id`'s learning limit in `vid`, if it has one.
+    pub fn port_vlan_limit(&self, id: PortId, vid: u16) -> Option<(u32, Violation)> {
+        let code = self.port(id).vlan_limits.as_ref()?[usize::from(vid & 0x0fff)];
+        (code != 0).then(|| (code & 0x00ff_ffff, violation_of(code)))
     }
 
     /// Port `id`'s private-VLAN role in `vid`.

@@ -314,3 +314,27 @@ impl std::fmt::Display for PvlanRole {
 pub(crate) fn pvlan_allows(from: u32, to: u32) -> bool {
     from <= 1 || to <= 1 || (from >= 3 && from == to)
 }
+
+/// What a port does with a frame from a new source when its `fdb_max_learned` in the frame's
+/// VLAN is reached (`vlan set … fdb_max_learned N violation …`, `docs/semantics.md` §L).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Violation {
+    /// Drop the frame (counted as `mac_limit`).
+    #[default]
+    Protect,
+    /// Drop it (`mac_limit_restrict`) and log, at most once per 10 s per port.
+    Restrict,
+    /// Drop it (`mac_limit_shutdown`) and take the port down until `link set dev P up`.
+    Shutdown,
+}
+
+impl Violation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Violation::Protect => "protect",
+            Violation::Restrict => "restrict",
+            Violation::Shutdown => "shutdown",
+        }
+    }
+}

@@ -14,7 +14,9 @@
 //!
 //! Cost: every frame scans the FDB and the ports; fine for tests, useless for traffic.
 
-use qbridge_bridge::{BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, VlanProtocol};
+use qbridge_bridge::{
+    BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, Violation, VlanProtocol,
+};
 use qbridge_wire::MacAddr;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -206,6 +208,8 @@ struct Port {
     tunnel: Option<Option<BTreeSet<u16>>>,
     /// R-J: private-VLAN role per VID.
     pvlan: BTreeMap<u16, PvlanRole>,
+    /// R-L: learning limit and violation mode per VID.
+    vlan_limits: BTreeMap<u16, (u32, Violation)>,
     /// R-K: 1:1 VLAN translation, wire VID → VID inside, and back.
     vid_in: BTreeMap<u16, u16>,
     vid_out: BTreeMap<u16, u16>,
@@ -443,6 +447,7 @@ impl Model {
             pvlan: BTreeMap::new(),
             vid_in: BTreeMap::new(),
             vid_out: BTreeMap::new(),
+            vlan_limits: BTreeMap::new(),
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -493,6 +498,7 @@ impl Model {
             p.pvid = None;
             p.tunnel = None;
             p.pvlan.clear();
+            p.vlan_limits.clear();
         }
         if let Some(b) = master {
             let default_pvid = self.bridge(b).settings.default_pvid;
@@ -579,9 +585,38 @@ impl Model {
         p.pvid = pvid;
         p.tunnel = tunnel;
         p.pvlan.retain(|v, _| !gone.contains(v));
+        p.vlan_limits.retain(|v, _| !gone.contains(v));
         self.bridge_mut(b)
             .fdb
             .retain(|&(fid, _), en| !(en.port == id && gone.contains(&fid) && en.is_dynamic()));
+        Ok(())
+    }
+
+    /// `vlan set dev NAME vid S-E fdb_max_learned N [violation V]` (R-L; 0 removes).
+    pub fn set_vlan_limit(
+        &mut self,
+        id: u16,
+        start: u32,
+        end: u32,
+        limit: u32,
+        violation: Violation,
+    ) -> Res<()> {
+        let (s, e) = vid_range(start, end)?;
+        self.attached(id)?;
+        if limit > 0x00ff_ffff {
+            return refuse("limit out of range");
+        }
+        if (s..=e).any(|v| !self.is_member(id, v)) {
+            return refuse("vid not configured");
+        }
+        let p = self.port_mut(id);
+        for vid in s..=e {
+            if limit == 0 {
+                p.vlan_limits.remove(&vid);
+            } else {
+                p.vlan_limits.insert(vid, (limit, violation));
+            }
+        }
         Ok(())
     }
 
@@ -665,6 +700,7 @@ impl Model {
         for vid in s..=e {
             p.vlans.remove(&vid);
             p.pvlan.remove(&vid);
+            p.vlan_limits.remove(&vid);
             if p.pvid == Some(vid) {
                 p.pvid = None;
             }
@@ -1014,9 +1050,19 @@ impl Model {
                 return self.drop_on(in_id, DropReason::PortLocked);
             }
         }
-        // R5: learning, after the ingress filter.
+        // R5: learning, after the ingress filter; R-L: a new source over the port's limit in
+        // this VLAN is dropped.
         if inp.settings.learning {
-            self.learn(b, in_id, src, class.vid, now);
+            if let Some(v) = self.learn(b, in_id, src, class.vid, now) {
+                return self.drop_on(
+                    in_id,
+                    match v {
+                        Violation::Protect => DropReason::MacLimit,
+                        Violation::Restrict => DropReason::MacLimitRestrict,
+                        Violation::Shutdown => DropReason::MacLimitShutdown,
+                    },
+                );
+            }
         }
 
         // R7: forwarding.
@@ -1085,16 +1131,18 @@ impl Model {
     }
 
     /// R5: (source MAC, FID) → port.
-    fn learn(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) {
+    /// Learns `src` in `fid` on `port`; `Some(mode)` when the port's limit in that VLAN refused
+    /// a new source (R-L: the frame is dropped).
+    fn learn(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) -> Option<Violation> {
         let settings = self.bridge(b).settings.clone();
         if settings.ageing_time_ns == 0 {
             // Linux: `ageing_time 0` means "always flood", nothing is learned.
-            return;
+            return None;
         }
         let seq = self.next_seq();
         if let Some(e) = self.bridge_mut(b).fdb.get_mut(&(fid, src)) {
             if e.kind == FdbKindOrd::Permanent {
-                return; // our own address seen as a source: never changed
+                return None; // our own address seen as a source: never changed
             }
             e.seen_ns = now;
             // Learning from a port makes a locked entry an ordinary one (Linux clears it).
@@ -1106,9 +1154,12 @@ impl Model {
                 e.learned_seq = seq;
                 self.port_mut(port).counters.fdb_moves += 1;
             }
-            return;
+            return None;
         }
-        self.insert_learned(b, port, src, fid, now, seq, false);
+        if self.insert_learned(b, port, src, fid, now, seq, false) {
+            return self.port(port).vlan_limits.get(&fid).map(|&(_, v)| v);
+        }
+        None
     }
 
     /// R-I: `mab` on a locked port: an unknown source gets a locked entry (within the learning
@@ -1121,7 +1172,9 @@ impl Model {
             return;
         }
         let seq = self.next_seq();
-        self.insert_learned(b, port, src, fid, now, seq, true);
+        if self.insert_learned(b, port, src, fid, now, seq, true) {
+            self.port_mut(port).counters.fdb_learn_refused += 1;
+        }
     }
 
     /// A new learned entry, if the limits and the table's size allow (else refused, counted).
@@ -1135,9 +1188,18 @@ impl Model {
         now: u64,
         seq: u64,
         locked: bool,
-    ) {
+    ) -> bool {
         let settings = self.bridge(b).settings.clone();
         let fdb = &self.bridge(b).fdb;
+        if let Some(&(limit, _)) = self.port(port).vlan_limits.get(&fid) {
+            let here = fdb
+                .iter()
+                .filter(|((f, _), e)| *f == fid && e.is_learned() && e.port == port)
+                .count();
+            if here >= limit as usize {
+                return true;
+            }
+        }
         let learned_total = fdb.values().filter(|e| e.is_learned()).count();
         let learned_here = fdb
             .values()
@@ -1149,11 +1211,11 @@ impl Model {
             || (port_limit != 0 && learned_here >= port_limit)
         {
             self.port_mut(port).counters.fdb_learn_refused += 1;
-            return;
+            return false;
         }
         if fdb.len() >= settings.fdb_max_entries as usize && !self.evict_one(b) {
             self.port_mut(port).counters.fdb_learn_refused += 1;
-            return;
+            return false;
         }
         let entry = Entry {
             port,
@@ -1165,6 +1227,7 @@ impl Model {
             learned_seq: seq,
         };
         self.bridge_mut(b).fdb.insert((fid, src), entry);
+        false
     }
 
     /// Fair eviction: the port with the most learned entries (ties: lowest port id) loses its

@@ -364,6 +364,25 @@ fn pvlan_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// Per-VLAN learning limits (small, so that they are reached) with each violation mode.
+fn vlan_limit_op(nports: usize) -> impl Strategy<Value = Op> {
+    use qbridge_bridge::Violation as V;
+    (
+        0..nports,
+        vid(),
+        0u32..2,
+        prop_oneof![1 => Just(0u32), 3 => 1u32..=3],
+        prop::sample::select(vec![V::Protect, V::Restrict, V::Shutdown]),
+    )
+        .prop_map(|(port, start, span, limit, violation)| Op::VlanLimit {
+            port,
+            start,
+            end: (start + span).min(NVID),
+            limit,
+            violation,
+        })
+}
+
 /// 1:1 VLAN maps over the scenario's VIDs (conflicts occur: few VIDs).
 fn vlan_map_op(nports: usize) -> impl Strategy<Value = Op> {
     (
@@ -418,6 +437,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => vlan_mode_op(nports),
         1 => pvlan_op(nports),
         1 => vlan_map_op(nports),
+        1 => vlan_limit_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
             .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
@@ -456,7 +476,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => fdb_add(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

@@ -97,6 +97,14 @@ pub enum Op {
         bridge: usize,
         max: u32,
     },
+    /// `vlan set dev P vid S-E fdb_max_learned N violation V` (§L).
+    VlanLimit {
+        port: usize,
+        start: u32,
+        end: u32,
+        limit: u32,
+        violation: qbridge_bridge::Violation,
+    },
     /// `vlan map add|del dev P vid A [translate B]` (§K).
     VlanMap {
         port: usize,
@@ -268,6 +276,21 @@ impl Pair {
                 let a = self.sw.vlan_add(pid(port), start, end, pvid, untagged);
                 let b = self.model.vlan_add(port as u16, start, end, pvid, untagged);
                 self.same_outcome("vlan add", a, b)?;
+            }
+            &Op::VlanLimit {
+                port,
+                start,
+                end,
+                limit,
+                violation,
+            } => {
+                let a = self
+                    .sw
+                    .set_vlan_limit(pid(port), start, end, limit, violation);
+                let b = self
+                    .model
+                    .set_vlan_limit(port as u16, start, end, limit, violation);
+                self.same_outcome("vlan limit", a, b)?;
             }
             &Op::VlanMap { port, wire, inside } => {
                 let (a, b) = match inside {
