@@ -242,6 +242,11 @@ pub struct VlanEntryView {
     /// The port's private-VLAN role in this VLAN (`vlan set … pvlan`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pvlan: Option<String>,
+    /// The port's learning limit in this VLAN (`vlan set … fdb_max_learned`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fdb_max_learned: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation: Option<Violation>,
 }
 
 /// Counter-block index of the control plane (configuration operations that count, such as
@@ -449,6 +454,12 @@ fn set_map(map: &mut Option<Arc<[u16]>>, v: u16, to: u16) {
     };
     t[usize::from(v)] = to;
     *map = t.iter().any(|&x| x != 0).then(|| Arc::from(t));
+}
+
+/// Port `p`'s learning limit in `vid`, if it has one.
+fn limit_of(p: &Port, vid: u16) -> Option<(u32, Violation)> {
+    let code = p.vlan_limits.as_ref()?[usize::from(vid & 0x0fff)];
+    (code != 0).then(|| (code & 0x00ff_ffff, violation_of(code)))
 }
 
 /// The violation mode of a per-VLAN limit code.
@@ -1614,8 +1625,7 @@ impl Switch {
 
     /// Port `id`'s learning limit in `vid`, if it has one.
     pub fn port_vlan_limit(&self, id: PortId, vid: u16) -> Option<(u32, Violation)> {
-        let code = self.port(id).vlan_limits.as_ref()?[usize::from(vid & 0x0fff)];
-        (code != 0).then(|| (code & 0x00ff_ffff, violation_of(code)))
+        limit_of(self.port(id), vid)
     }
 
     /// Port `id`'s private-VLAN role in `vid`.
@@ -1674,6 +1684,8 @@ impl Switch {
                             .as_ref()
                             .and_then(|t| PvlanRole::from_code(t[usize::from(vid)]))
                             .map(|r| r.to_string()),
+                        fdb_max_learned: limit_of(p, vid).map(|(n, _)| n),
+                        violation: limit_of(p, vid).map(|(_, v)| v),
                     }
                 })
                 .collect();

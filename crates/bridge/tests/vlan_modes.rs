@@ -317,3 +317,45 @@ fn vlan_translation_both_ways() {
     nothing(&r.send(&[(cust, f)]));
     assert_eq!(r.drops(cust, DropReason::VlanNotMember), 1);
 }
+
+/// A learning limit per (port, VLAN) (`docs/semantics.md` §L): the first sources are learned
+/// and forwarded, a new one beyond the limit is dropped under its violation's name; known
+/// sources and other VLANs go on.
+#[test]
+fn per_vlan_learning_limit() {
+    use qbridge_bridge::Violation;
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let p = r.device("p");
+    let q = r.device("q");
+    r.enslave(p, "br0");
+    r.enslave(q, "br0");
+    for x in [p, q] {
+        r.sw.vlan_add(x, 10, 10, false, false).unwrap();
+    }
+    r.sw.set_vlan_limit(p, 10, 10, 2, Violation::Restrict)
+        .unwrap();
+    assert_eq!(r.sw.port_vlan_limit(p, 10), Some((2, Violation::Restrict)));
+    let bc = qbridge_wire::MacAddr([0xff; 6]);
+    let from = |n: u8, vid: u16| frame(bc, mac(n), &[(0x8100, vid)], 70);
+    for n in [1, 2] {
+        assert_eq!(only(&r.send(&[(p, from(n, 10))]), q).len(), 1);
+    }
+    nothing(&r.send(&[(p, from(3, 10))]));
+    assert_eq!(r.drops(p, DropReason::MacLimitRestrict), 1);
+    // Known sources pass; VLAN 1 (untagged, no limit) takes new sources.
+    assert_eq!(only(&r.send(&[(p, from(1, 10))]), q).len(), 1);
+    let untagged = frame(bc, mac(3), &[], 70);
+    assert_eq!(only(&r.send(&[(p, untagged)]), q).len(), 1);
+    // Ageing frees room: the limit counts learned entries, not sources ever seen.
+    r.sw.age(400_000_000_000);
+    assert_eq!(only(&r.send(&[(p, from(3, 10))]), q).len(), 1);
+    // `0` removes the limit; a VLAN the port does not carry is refused.
+    r.sw.set_vlan_limit(p, 10, 10, 0, Violation::Protect)
+        .unwrap();
+    assert_eq!(r.sw.port_vlan_limit(p, 10), None);
+    assert!(r
+        .sw
+        .set_vlan_limit(p, 20, 20, 1, Violation::Protect)
+        .is_err());
+}

@@ -6,7 +6,8 @@
 //! command is executed. `Option` fields mean "not given on the command line: keep what is there".
 
 use qbridge_bridge::{
-    FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, VlanModeKind, VlanProtocol,
+    FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, Violation, VlanModeKind,
+    VlanProtocol,
 };
 use qbridge_wire::{MacAddr, Tpid};
 
@@ -262,10 +263,13 @@ pub enum VlanCommand {
         self_: bool,
     },
     /// `vlan set vid V[-V2] dev NAME pvlan promiscuous|isolated|community N|none [self]`
+    /// `… fdb_max_learned N [violation protect|restrict|shutdown]`; `pvlan` and the limit are
+    /// each optional, one is required. `pvlan: Some(None)`: `pvlan none`.
     Set {
         dev: String,
         vids: VidRange,
-        pvlan: Option<PvlanRole>,
+        pvlan: Option<Option<PvlanRole>>,
+        limit: Option<(u32, Violation)>,
         self_: bool,
     },
     /// `vlan map add dev NAME vid A translate B`

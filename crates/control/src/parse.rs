@@ -11,8 +11,8 @@ use crate::error::ControlError;
 use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
 use qbridge_bridge::switch::check_vid;
 use qbridge_bridge::{
-    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, VlanModeKind,
-    VlanProtocol,
+    ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, Violation,
+    VlanModeKind, VlanProtocol,
 };
 use qbridge_wire::{MacAddr, Tpid};
 
@@ -371,6 +371,8 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
         _ => VlanCommand::MapDel { dev, wire },
     })
 }
+
+const VIOLATIONS: &str = "protect, restrict or shutdown";
 
 const PVLAN_ROLES: &str = "promiscuous, isolated, community N or none";
 
@@ -1133,7 +1135,8 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
         "map" => parse_vlan_map(w),
         "set" => {
             let (mut vids, mut dev, mut role, mut self_) = (None, None, None, None);
-            let expected = "vid, dev, pvlan or self";
+            let (mut limit, mut violation) = (None, None);
+            let expected = "vid, dev, pvlan, fdb_max_learned, violation or self";
             while let Some(kw) = w.next_kw(words::VLAN_SET, expected)? {
                 match kw {
                     "vid" => {
@@ -1167,8 +1170,38 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                         };
                         set_once(&mut role, kw, r)?;
                     }
+                    "fdb_max_learned" => {
+                        let v = w.value(kw, "a number, 0 for no limit")?;
+                        let n = parse_uint("fdb_max_learned", v, 0x00ff_ffff, "0-16777215")?;
+                        set_once(&mut limit, kw, n as u32)?;
+                    }
+                    "violation" => {
+                        let v = match w.value(kw, VIOLATIONS)? {
+                            "protect" => Violation::Protect,
+                            "restrict" => Violation::Restrict,
+                            "shutdown" => Violation::Shutdown,
+                            other => {
+                                return Err(ControlError::BadValue {
+                                    what: "violation",
+                                    value: other.to_string(),
+                                    expected: VIOLATIONS,
+                                })
+                            }
+                        };
+                        set_once(&mut violation, kw, v)?;
+                    }
                     other => return Err(unexpected(other, expected)),
                 }
+            }
+            if violation.is_some() && limit.is_none() {
+                return Err(ControlError::MissingArgument {
+                    what: "\"fdb_max_learned N\" with \"violation\"",
+                });
+            }
+            if role.is_none() && limit.is_none() {
+                return Err(ControlError::MissingArgument {
+                    what: "\"pvlan ROLE\" or \"fdb_max_learned N\"",
+                });
             }
             Ok(VlanCommand::Set {
                 dev: dev
@@ -1179,9 +1212,8 @@ fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
                 vids: vids.ok_or(ControlError::MissingArgument {
                     what: "\"vid V[-V2]\"",
                 })?,
-                pvlan: role.ok_or(ControlError::MissingArgument {
-                    what: "\"pvlan promiscuous|isolated|community N|none\"",
-                })?,
+                pvlan: role,
+                limit: limit.map(|n| (n, violation.unwrap_or_default())),
                 self_: self_.is_some(),
             })
         }

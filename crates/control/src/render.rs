@@ -142,6 +142,11 @@ struct VlanJson {
     /// qbridge's: the private-VLAN role (`vlan set … pvlan`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pvlan: Option<String>,
+    /// qbridge's: the learning limit (`vlan set … fdb_max_learned N violation V`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fdb_max_learned: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    violation: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -162,7 +167,13 @@ fn vlan_entries(
     for e in &view.vlans {
         if let Some(last) = out.last_mut() {
             let end = last.vlan_end.unwrap_or(last.vlan);
-            if compress && e.vlan == end + 1 && last.flags == e.flags && last.pvlan == e.pvlan {
+            if compress
+                && e.vlan == end + 1
+                && last.flags == e.flags
+                && last.pvlan == e.pvlan
+                && last.fdb_max_learned == e.fdb_max_learned
+                && last.violation == e.violation.map(|v| v.as_str())
+            {
                 last.vlan_end = Some(e.vlan);
                 continue;
             }
@@ -172,6 +183,8 @@ fn vlan_entries(
             vlan_end: None,
             flags: e.flags.clone(),
             pvlan: e.pvlan.clone(),
+            fdb_max_learned: e.fdb_max_learned,
+            violation: e.violation.map(|v| v.as_str()),
         });
     }
     out.retain(|e| vid.is_none_or(|v| (e.vlan..=e.vlan_end.unwrap_or(e.vlan)).contains(&v)));
@@ -213,6 +226,9 @@ pub fn vlans(
             }
             if let Some(r) = &e.pvlan {
                 let _ = write!(line, " pvlan {r}");
+            }
+            if let (Some(n), Some(v)) = (e.fdb_max_learned, e.violation) {
+                let _ = write!(line, " fdb_max_learned {n} violation {v}");
             }
             s.push_str(&line);
             s.push('\n');

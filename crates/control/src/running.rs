@@ -68,6 +68,7 @@ pub fn running_config(session: &Session) -> String {
     for (id, name) in &ports {
         vlan_lines(sw, *id, name, &mut out);
         pvlan_lines(sw, *id, name, &mut out);
+        limit_lines(sw, *id, name, &mut out);
         for (wire, inside) in sw.vlan_maps(*id) {
             let _ = writeln!(out, "vlan map add dev {name} vid {wire} translate {inside}");
         }
@@ -341,6 +342,27 @@ fn pvlan_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
         }
     }
     flush(run, out);
+}
+
+/// `vlan set vid V dev NAME fdb_max_learned N violation M`, one line per VID that has one.
+fn limit_lines(sw: &Switch, id: PortId, name: &str, out: &mut String) {
+    if sw.port_master(id).is_none() {
+        return;
+    }
+    let self_ = if matches!(sw.port_role(id), Role::Host { .. }) {
+        " self"
+    } else {
+        ""
+    };
+    for vid in 1..=4094u16 {
+        if let Some((n, v)) = sw.port_vlan_limit(id, vid) {
+            let _ = writeln!(
+                out,
+                "vlan set vid {vid} dev {name} fdb_max_learned {n} violation {}{self_}",
+                v.as_str()
+            );
+        }
+    }
 }
 
 /// Every FDB entry a command added, except a host port's own address.

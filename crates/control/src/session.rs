@@ -330,10 +330,20 @@ impl Session {
                 dev,
                 vids,
                 pvlan,
+                limit,
                 self_,
             } => {
                 let id = vlan_target(sw, dev, *self_)?;
-                sw.set_pvlan(id, vids.start.into(), vids.end.into(), *pvlan)?;
+                let (a, z) = (vids.start.into(), vids.end.into());
+                // Both on a copy: a refusal of the second changes nothing.
+                let mut probe = sw.clone();
+                if let Some(role) = pvlan {
+                    probe.set_pvlan(id, a, z, *role)?;
+                }
+                if let Some((n, v)) = limit {
+                    probe.set_vlan_limit(id, a, z, *n, *v)?;
+                }
+                *sw = probe;
             }
             VlanCommand::MapAdd { dev, wire, inside } => {
                 let id = sw.port_id(dev)?;

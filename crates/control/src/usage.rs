@@ -30,7 +30,8 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
 const VLAN: &str =
     "  vlan add vid V[-V2] dev NAME [pvid] [untagged] [self]   (self: a bridge's host port)
   vlan del vid V[-V2] dev NAME [self]
-  vlan set vid V[-V2] dev NAME pvlan promiscuous|isolated|community N|none [self]
+  vlan set vid V[-V2] dev NAME [pvlan promiscuous|isolated|community N|none]
+           [fdb_max_learned N [violation protect|restrict|shutdown]] [self]
   vlan map add dev NAME vid A translate B    (A on NAME's wire is VLAN B inside, both ways)
   vlan map del dev NAME vid A               vlan map show [dev NAME]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)

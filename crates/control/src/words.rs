@@ -151,7 +151,14 @@ pub const VLAN_MAP_COMMANDS: &[Kw] = &[kw("add", 1), kw("del", 1), kw("show", 1)
 pub const VLAN_MAP: &[Kw] = &[exact("dev"), exact("vid"), exact("translate")];
 
 /// `vlan set` options: qbridge's (iproute2's `vlan set` takes other options).
-pub const VLAN_SET: &[Kw] = &[exact("vid"), exact("dev"), exact("pvlan"), exact("self")];
+pub const VLAN_SET: &[Kw] = &[
+    exact("vid"),
+    exact("dev"),
+    exact("pvlan"),
+    exact("fdb_max_learned"),
+    exact("violation"),
+    exact("self"),
+];
 
 /// `fdb` commands: bridge/fdb.c `do_fdb` (add, append, replace, delete, get, show, lst, list,
 /// help; `flush` by strcmp).

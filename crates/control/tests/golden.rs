@@ -936,3 +936,46 @@ fn vlan_maps_show_and_refuse() {
     s.execute_line("vlan map del dev p1 vid 10", TEXT).unwrap();
     assert_eq!(run(&mut s, "vlan map show", TEXT), "");
 }
+
+#[test]
+fn vlan_limits_show_and_refuse() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add br0 type bridge vlan_filtering 1\nlink add p1 type pcap\n\
+         link set dev p1 master br0\nvlan add vid 10-11 dev p1\n\
+         vlan set vid 10-11 dev p1 fdb_max_learned 4 violation shutdown\n",
+        TEXT,
+    )
+    .unwrap();
+    assert!(run(&mut s, "vlan show dev p1", TEXT)
+        .contains("\n                  10 fdb_max_learned 4 violation shutdown\n"));
+    let j: serde_json::Value =
+        serde_json::from_str(&run(&mut s, "vlan show dev p1", JSON)).unwrap();
+    assert_eq!(j[0]["vlans"][1]["fdb_max_learned"], 4);
+    assert_eq!(j[0]["vlans"][1]["violation"], "shutdown");
+    assert!(s
+        .running_config()
+        .contains("vlan set vid 11 dev p1 fdb_max_learned 4 violation shutdown\n"));
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "vlan set vid 10 dev p1 violation protect"),
+        "missing \"fdb_max_learned N\" with \"violation\""
+    );
+    assert_eq!(
+        err(&mut s, "vlan set vid 10 dev p1"),
+        "missing \"pvlan ROLE\" or \"fdb_max_learned N\""
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "vlan set vid 10 dev p1 fdb_max_learned 2 violation loud"
+        ),
+        "invalid violation \"loud\" (expected protect, restrict or shutdown)"
+    );
+    // Default violation: protect.
+    s.execute_line("vlan set vid 10 dev p1 fdb_max_learned 2", TEXT)
+        .unwrap();
+    assert!(
+        run(&mut s, "vlan show dev p1", TEXT).contains(" 10 fdb_max_learned 2 violation protect")
+    );
+}

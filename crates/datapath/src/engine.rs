@@ -28,7 +28,7 @@ use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
 use crate::worker::{QueueEntry, ToWorker, Worker};
-use qbridge_bridge::{FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
+use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
     LinkCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session, VlanCommand,
@@ -268,6 +268,9 @@ pub struct Engine {
     patch_peers: HashMap<String, Opened>,
     /// Per bridge id: FDB moves counted at the last tick, and when flapping was last logged.
     flaps: HashMap<u16, (u64, u64)>,
+    /// Per port name: `mac_limit_restrict` and `mac_limit_shutdown` drops seen at the last tick,
+    /// and when a restrict event was last logged.
+    mac_limits: HashMap<String, (u64, u64, u64)>,
     /// The plan the workers forward with.
     published: Option<Arc<Plan>>,
     /// Host interfaces the ports hold (AF_PACKET, AF_XDP), locked against other daemons.
@@ -328,6 +331,7 @@ impl Engine {
             detach: Vec::new(),
             patch_peers: HashMap::new(),
             flaps: HashMap::new(),
+            mac_limits: HashMap::new(),
             published: Some(plan),
             iface_locks: HashMap::new(),
             locks_unavailable: false,
@@ -409,6 +413,7 @@ impl Engine {
                 }
                 self.housekeeping();
                 self.flap_watch(now);
+                self.mac_limit_watch(now);
                 self.publish();
                 self.monitors.notify(&self.session);
                 for w in &self.workers {
@@ -1209,6 +1214,56 @@ impl Engine {
                     m.mac,
                     m.vid
                 );
+            }
+        }
+    }
+
+    /// Per-VLAN learning limits (`docs/semantics.md` §L): `violation restrict` drops are
+    /// logged at most once per 10 s per port; a `violation shutdown` drop takes the port down
+    /// (`link set dev P down`, as an operator would), until `link set dev P up`.
+    fn mac_limit_watch(&mut self, now: u64) {
+        let sw = self.session.switch();
+        let mut shut = Vec::new();
+        for (id, name) in sw.port_ids() {
+            let c = sw.port_counters(id);
+            let restrict = c.drops[DropReason::MacLimitRestrict as usize];
+            let shutdown = c.drops[DropReason::MacLimitShutdown as usize];
+            let st = self
+                .mac_limits
+                .entry(name.to_owned())
+                .or_insert((restrict, shutdown, 0));
+            if restrict > st.0 && (st.2 == 0 || now - st.2 >= FLAP_LOG_INTERVAL_NS) {
+                tracing::warn!(
+                    "port {name}: {} frames from new sources over its fdb_max_learned in a VLAN                      dropped (violation restrict; mac_limit_restrict {restrict})",
+                    restrict - st.0
+                );
+                st.0 = restrict;
+                st.2 = now;
+            }
+            if shutdown > st.1 {
+                st.1 = shutdown;
+                if sw.port_settings(id).up {
+                    shut.push(name.to_owned());
+                }
+            }
+        }
+        for name in shut {
+            tracing::warn!(
+                "port {name}: a new source over its fdb_max_learned in a VLAN (violation                  shutdown): port taken down; 'link set dev {name} up' brings it back"
+            );
+            let op = Op::Command {
+                out: OutputOptions::default(),
+                words: vec![
+                    "link".into(),
+                    "set".into(),
+                    "dev".into(),
+                    name,
+                    "down".into(),
+                ],
+            };
+            let r = self.execute(op);
+            if let Some(e) = r.error {
+                tracing::error!("violation shutdown: {e}");
             }
         }
     }
