@@ -1234,7 +1234,8 @@ impl Engine {
                 .or_insert((restrict, shutdown, 0));
             if restrict > st.0 && (st.2 == 0 || now - st.2 >= FLAP_LOG_INTERVAL_NS) {
                 tracing::warn!(
-                    "port {name}: {} frames from new sources over its fdb_max_learned in a VLAN                      dropped (violation restrict; mac_limit_restrict {restrict})",
+                    "port {name}: {} frames from new sources over its fdb_max_learned in a VLAN \
+                     dropped (violation restrict; mac_limit_restrict {restrict})",
                     restrict - st.0
                 );
                 st.0 = restrict;
@@ -1249,7 +1250,8 @@ impl Engine {
         }
         for name in shut {
             tracing::warn!(
-                "port {name}: a new source over its fdb_max_learned in a VLAN (violation                  shutdown): port taken down; 'link set dev {name} up' brings it back"
+                "port {name}: a new source over its fdb_max_learned in a VLAN (violation \
+                 shutdown): port taken down; 'link set dev {name} up' brings it back"
             );
             let op = Op::Command {
                 out: OutputOptions::default(),
