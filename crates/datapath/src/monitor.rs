@@ -123,6 +123,9 @@ fn object_name(o: MonitorObject) -> &'static str {
     }
 }
 
+/// A port's VLAN as `vlan show` prints it: flags, private-VLAN role.
+type VlanState = (Vec<&'static str>, Option<String>);
+
 /// An FDB entry's identity: bridge, VID, MAC address.
 type FdbKey = (String, Option<u16>, [u8; 6]);
 
@@ -132,7 +135,7 @@ pub(crate) struct Observed {
     /// Per link name: its text line and JSON object.
     links: Option<BTreeMap<String, (String, Value)>>,
     /// Per (port, VID): the flags and the private-VLAN role.
-    vlans: Option<BTreeMap<(String, u16), (Vec<&'static str>, Option<String>)>>,
+    vlans: Option<BTreeMap<(String, u16), VlanState>>,
     /// Per (bridge, VID, MAC): the entry (its idle time zeroed).
     fdb: Option<BTreeMap<FdbKey, FdbEntryView>>,
 }
