@@ -1232,6 +1232,10 @@ impl Engine {
                 .mac_limits
                 .entry(name.to_owned())
                 .or_insert((restrict, shutdown, 0));
+            // A port deleted and made again under the same name starts from zero.
+            if restrict < st.0 || shutdown < st.1 {
+                *st = (restrict, shutdown, 0);
+            }
             if restrict > st.0 && (st.2 == 0 || now - st.2 >= FLAP_LOG_INTERVAL_NS) {
                 tracing::warn!(
                     "port {name}: {} frames from new sources over its fdb_max_learned in a VLAN \
@@ -1248,6 +1252,7 @@ impl Engine {
                 }
             }
         }
+        self.mac_limits.retain(|n, _| sw.port_id(n).is_ok());
         for name in shut {
             tracing::warn!(
                 "port {name}: a new source over its fdb_max_learned in a VLAN (violation \
