@@ -755,10 +755,20 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
             m.tagged = true;
             m.tci_hi = tci & 0xf000;
         } else {
-            if inp.pvid == 0 {
+            // `vlan map … cvid C svid S`: a C-tagged frame in a mapped C-VLAN is in S.
+            let svid = match &inp.cvid_in {
+                Some(t) if (tag >> 16) as u16 == 0x8100 && len >= 18 => {
+                    t[usize::from(tag as u16 & 0x0fff)]
+                }
+                _ => 0,
+            };
+            m.vid = if svid != 0 {
+                svid
+            } else if inp.pvid == 0 {
                 return drop(c, DropReason::NoPvid);
-            }
-            m.vid = inp.pvid;
+            } else {
+                inp.pvid
+            };
             // `pcp_mode`: the priority of the tag the frame will get.
             m.tci_hi = if inp.pcp_inner && len >= 18 && Tpid((tag >> 16) as u16).is_well_known() {
                 inp.pcp_table[(tag as u16 >> 12) as usize]
@@ -893,6 +903,26 @@ fn unicast<'a>(
     Some(ep)
 }
 
+/// Selective Q-in-Q on egress port `ep`: whether the frame's inner C-tag (behind the bridge
+/// tag, or outermost when the frame entered untagged to the bridge) has a VID `ep` maps to the
+/// frame's VLAN, so that it leaves without the bridge tag.
+#[cold]
+#[inline(never)]
+fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
+    let at = if m.tagged { 16 } else { 12 };
+    let f = pkt.frame();
+    let Some(t) = ep.cvid_in.as_ref() else {
+        return false;
+    };
+    match f.get(at..at + 4) {
+        Some(c) if c[0] == 0x81 && c[1] == 0x00 => {
+            let cvid = u16::from_be_bytes([c[2], c[3]]) & 0x0fff;
+            t[usize::from(cvid)] == m.vid
+        }
+        _ => false,
+    }
+}
+
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.
 #[inline(always)]
 fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
@@ -905,7 +935,7 @@ fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
 #[inline(always)]
 fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
     if m.filtering {
-        if ep.untagged.contains(m.vid) {
+        if ep.untagged.contains(m.vid) || (ep.cvid_in.is_some() && cvid_untags(ep, m, pkt)) {
             if m.tagged {
                 pkt.remove_tag(12);
                 pkt.offload.shift_headers(-4);

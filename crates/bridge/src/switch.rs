@@ -110,6 +110,8 @@ pub(crate) struct Port {
     pub vid_out: Option<Arc<[u16]>>,
     /// `vlan set … fdb_max_learned N violation V`, by VID: `V << 24 | N` (0: no limit).
     pub vlan_limits: Option<Arc<[u32]>>,
+    /// `vlan map … cvid C svid S` (selective Q-in-Q), by C-VID: the S-VLAN (0: none).
+    pub cvid_in: Option<Arc<[u16]>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -989,6 +991,7 @@ impl Switch {
             vid_in: None,
             vid_out: None,
             vlan_limits: None,
+            cvid_in: None,
         }));
         Ok(PortId(idx as u16))
     }
@@ -1578,6 +1581,73 @@ impl Switch {
         set_map(&mut port.vid_in, wire, 0);
         set_map(&mut port.vid_out, inside, 0);
         Ok(())
+    }
+
+    /// `vlan map add dev P cvid C[-C2] svid S` (selective Q-in-Q): a frame entering P whose
+    /// outer tag is a C-tag (0x8100) with VID in C..C2 is in S-VLAN S, its C-tag kept; a frame
+    /// of S leaving P whose inner C-tag has such a VID loses the S-tag. A C-VID mapped already
+    /// is refused naming its S-VLAN.
+    pub fn cvid_map_add(
+        &mut self,
+        id: PortId,
+        start: u16,
+        end: u16,
+        svid: u16,
+    ) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start.into(), end.into())?;
+        let svid = check_vid(svid.into())?;
+        let p = self.port(id);
+        if let Some(t) = &p.cvid_in {
+            if let Some(c) = (start..=end).find(|&c| t[usize::from(c)] != 0) {
+                return Err(ConfigError::VlanMapConflict(format!(
+                    "cvid {c} on {} is mapped to svid {} already",
+                    p.name,
+                    t[usize::from(c)]
+                )));
+            }
+        }
+        let port = self.port_mut(id);
+        for c in start..=end {
+            set_map(&mut port.cvid_in, c, svid);
+        }
+        Ok(())
+    }
+
+    /// `vlan map del dev P cvid C[-C2]`: every C-VID must be mapped.
+    pub fn cvid_map_del(&mut self, id: PortId, start: u16, end: u16) -> Result<(), ConfigError> {
+        let (start, end) = check_range(start.into(), end.into())?;
+        let p = self.port(id);
+        let mapped = |c: u16| p.cvid_in.as_ref().is_some_and(|t| t[usize::from(c)] != 0);
+        if let Some(c) = (start..=end).find(|&c| !mapped(c)) {
+            return Err(ConfigError::NoVlanMap {
+                dev: p.name.clone(),
+                vid: c,
+            });
+        }
+        let port = self.port_mut(id);
+        for c in start..=end {
+            set_map(&mut port.cvid_in, c, 0);
+        }
+        Ok(())
+    }
+
+    /// Port `id`'s selective Q-in-Q maps as runs: (C-VID first, last, S-VID).
+    pub fn cvid_maps(&self, id: PortId) -> Vec<(u16, u16, u16)> {
+        let Some(t) = self.port(id).cvid_in.as_ref() else {
+            return Vec::new();
+        };
+        let mut out: Vec<(u16, u16, u16)> = Vec::new();
+        for c in 1..4095u16 {
+            let s = t[usize::from(c)];
+            if s == 0 {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.1 + 1 == c && last.2 == s => last.1 = c,
+                _ => out.push((c, c, s)),
+            }
+        }
+        out
     }
 
     /// Port `id`'s 1:1 maps: (wire VID, VID inside), by wire VID.

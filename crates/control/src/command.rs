@@ -276,6 +276,14 @@ pub enum VlanCommand {
     MapAdd { dev: String, wire: u16, inside: u16 },
     /// `vlan map del dev NAME vid A`
     MapDel { dev: String, wire: u16 },
+    /// `vlan map add dev NAME cvid C[-C2] svid S` (selective Q-in-Q)
+    CvidMapAdd {
+        dev: String,
+        cvids: VidRange,
+        svid: u16,
+    },
+    /// `vlan map del dev NAME cvid C[-C2]`
+    CvidMapDel { dev: String, cvids: VidRange },
     /// `vlan map show [dev NAME]`
     MapShow { dev: Option<String> },
     /// `vlan show [dev NAME] [vid V]`

@@ -338,9 +338,10 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
     };
     let cmd = command("vlan map", cmd, words::VLAN_MAP_COMMANDS, MAP_COMMANDS)?;
     let (mut dev, mut vid, mut to) = (None, None, None);
+    let (mut cvids, mut svid) = (None, None);
     let expected = match cmd {
-        "add" => "dev, vid or translate",
-        "del" => "dev or vid",
+        "add" => "dev, vid and translate, or cvid and svid",
+        "del" => "dev, vid or cvid",
         _ => "dev",
     };
     while let Some(kw) = w.next_kw(words::VLAN_MAP, expected)? {
@@ -349,6 +350,12 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
             "vid" if cmd != "show" => set_once(&mut vid, kw, parse_vid(w.value(kw, "a vid")?)?)?,
             "translate" if cmd == "add" => {
                 set_once(&mut to, kw, parse_vid(w.value(kw, "a vid")?)?)?
+            }
+            "cvid" if cmd != "show" => {
+                set_once(&mut cvids, kw, parse_vid_range(w.value(kw, "C or C-C2")?)?)?
+            }
+            "svid" if cmd == "add" => {
+                set_once(&mut svid, kw, parse_vid(w.value(kw, "an S-VID")?)?)?
             }
             other => return Err(unexpected(other, expected)),
         }
@@ -359,6 +366,22 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
     let dev = dev.ok_or(ControlError::MissingArgument {
         what: "\"dev NAME\"",
     })?;
+    if let Some(cvids) = cvids {
+        if vid.is_some() || to.is_some() {
+            return Err(unexpected(
+                "cvid",
+                "either vid A translate B or cvid C svid S",
+            ));
+        }
+        return Ok(match cmd {
+            "add" => VlanCommand::CvidMapAdd {
+                dev,
+                cvids,
+                svid: svid.ok_or(ControlError::MissingArgument { what: "\"svid S\"" })?,
+            },
+            _ => VlanCommand::CvidMapDel { dev, cvids },
+        });
+    }
     let wire = vid.ok_or(ControlError::MissingArgument { what: "\"vid A\"" })?;
     Ok(match cmd {
         "add" => VlanCommand::MapAdd {

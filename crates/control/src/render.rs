@@ -253,19 +253,25 @@ pub fn vlan_maps(
         for (wire, inside) in sw.vlan_maps(id) {
             rows.push(json!({"ifname": name, "vid": wire, "translate": inside}));
         }
+        for (a, z, svid) in sw.cvid_maps(id) {
+            let cvid = if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            };
+            rows.push(json!({"ifname": name, "cvid": cvid, "svid": svid}));
+        }
     }
     if out.json {
         return Ok(to_json(&rows, out));
     }
     let mut s = String::new();
     for r in rows {
-        let _ = writeln!(
-            s,
-            "{} vid {} translate {}",
-            r["ifname"].as_str().unwrap_or(""),
-            r["vid"],
-            r["translate"]
-        );
+        let name = r["ifname"].as_str().unwrap_or("");
+        let _ = match r.get("cvid").and_then(Value::as_str) {
+            Some(c) => writeln!(s, "{name} cvid {c} svid {}", r["svid"]),
+            None => writeln!(s, "{name} vid {} translate {}", r["vid"], r["translate"]),
+        };
     }
     Ok(s)
 }

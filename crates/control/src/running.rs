@@ -72,6 +72,14 @@ pub fn running_config(session: &Session) -> String {
         for (wire, inside) in sw.vlan_maps(*id) {
             let _ = writeln!(out, "vlan map add dev {name} vid {wire} translate {inside}");
         }
+        for (a, z, svid) in sw.cvid_maps(*id) {
+            let cvid = if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            };
+            let _ = writeln!(out, "vlan map add dev {name} cvid {cvid} svid {svid}");
+        }
     }
     fdb_lines(sw, &mut out);
     out

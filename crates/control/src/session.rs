@@ -359,6 +359,23 @@ impl Session {
                     r => r?,
                 }
             }
+            VlanCommand::CvidMapAdd { dev, cvids, svid } => {
+                let id = sw.port_id(dev)?;
+                let same = sw
+                    .cvid_maps(id)
+                    .iter()
+                    .any(|&(a, z, s)| a <= cvids.start && cvids.end <= z && s == *svid);
+                if !(self.may_exist && same) {
+                    sw.cvid_map_add(id, cvids.start, cvids.end, *svid)?;
+                }
+            }
+            VlanCommand::CvidMapDel { dev, cvids } => {
+                let id = sw.port_id(dev)?;
+                match sw.cvid_map_del(id, cvids.start, cvids.end) {
+                    Err(qbridge_bridge::ConfigError::NoVlanMap { .. }) if self.may_exist => {}
+                    r => r?,
+                }
+            }
             VlanCommand::MapShow { dev } => return render::vlan_maps(sw, dev.as_deref(), out),
             VlanCommand::Show { dev, vid } => {
                 return if out.stats {

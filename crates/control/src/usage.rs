@@ -33,7 +33,8 @@ const VLAN: &str =
   vlan set vid V[-V2] dev NAME [pvlan promiscuous|isolated|community N|none]
            [fdb_max_learned N [violation protect|restrict|shutdown]] [self]
   vlan map add dev NAME vid A translate B    (A on NAME's wire is VLAN B inside, both ways)
-  vlan map del dev NAME vid A               vlan map show [dev NAME]
+  vlan map add dev NAME cvid C[-C2] svid S   (selective Q-in-Q: those C-VLANs into S-VLAN S)
+  vlan map del dev NAME vid A | cvid C[-C2]  vlan map show [dev NAME]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
 ";
 

@@ -148,7 +148,13 @@ pub const VLAN_COMMANDS: &[Kw] = &[
 pub const VLAN_MAP_COMMANDS: &[Kw] = &[kw("add", 1), kw("del", 1), kw("show", 1)];
 
 /// `vlan map add|del|show` options.
-pub const VLAN_MAP: &[Kw] = &[exact("dev"), exact("vid"), exact("translate")];
+pub const VLAN_MAP: &[Kw] = &[
+    exact("dev"),
+    exact("vid"),
+    exact("translate"),
+    exact("cvid"),
+    exact("svid"),
+];
 
 /// `vlan set` options: qbridge's (iproute2's `vlan set` takes other options).
 pub const VLAN_SET: &[Kw] = &[

@@ -208,6 +208,8 @@ struct Port {
     tunnel: Option<Option<BTreeSet<u16>>>,
     /// R-J: private-VLAN role per VID.
     pvlan: BTreeMap<u16, PvlanRole>,
+    /// R-K2: selective Q-in-Q, C-VID → S-VLAN.
+    cvid_in: BTreeMap<u16, u16>,
     /// R-L: learning limit and violation mode per VID.
     vlan_limits: BTreeMap<u16, (u32, Violation)>,
     /// R-K: 1:1 VLAN translation, wire VID → VID inside, and back.
@@ -448,6 +450,7 @@ impl Model {
             vid_in: BTreeMap::new(),
             vid_out: BTreeMap::new(),
             vlan_limits: BTreeMap::new(),
+            cvid_in: BTreeMap::new(),
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -632,6 +635,33 @@ impl Model {
         let p = self.port_mut(id);
         p.vid_in.insert(wire, inside);
         p.vid_out.insert(inside, wire);
+        Ok(())
+    }
+
+    /// `vlan map add dev NAME cvid C-C2 svid S` (R-K2): a C-VID mapped already is refused.
+    pub fn cvid_map_add(&mut self, id: u16, start: u16, end: u16, svid: u16) -> Res<()> {
+        let (s, e) = vid_range(start.into(), end.into())?;
+        check_vid(svid.into())?;
+        if (s..=e).any(|c| self.port(id).cvid_in.contains_key(&c)) {
+            return refuse("cvid mapped already");
+        }
+        let p = self.port_mut(id);
+        for c in s..=e {
+            p.cvid_in.insert(c, svid);
+        }
+        Ok(())
+    }
+
+    /// `vlan map del dev NAME cvid C-C2`: every C-VID must be mapped.
+    pub fn cvid_map_del(&mut self, id: u16, start: u16, end: u16) -> Res<()> {
+        let (s, e) = vid_range(start.into(), end.into())?;
+        if (s..=e).any(|c| !self.port(id).cvid_in.contains_key(&c)) {
+            return refuse("cvid not mapped");
+        }
+        let p = self.port_mut(id);
+        for c in s..=e {
+            p.cvid_in.remove(&c);
+        }
         Ok(())
     }
 
@@ -1006,7 +1036,12 @@ impl Model {
                     pcp_dei: tci & 0xf000,
                 }
             } else {
-                match inp.pvid {
+                // R-K2: selective Q-in-Q: a C-tag whose VID the port maps puts the frame in
+                // that S-VLAN; otherwise the PVID.
+                let mapped = (len >= 18 && be16(&f.bytes, 12) == 0x8100)
+                    .then(|| inp.cvid_in.get(&(be16(&f.bytes, 14) & 0x0fff)).copied())
+                    .flatten();
+                match mapped.or(inp.pvid) {
                     Some(p) => Class {
                         vid: p,
                         tagged: false,
@@ -1262,7 +1297,12 @@ impl Model {
         let mut bytes = f.bytes.clone();
         let mut meta = f.meta;
         if self.bridge(b).settings.vlan_filtering {
-            let untagged = self.port(e).vlans[&class.vid];
+            // R-K2: a frame of S whose inner C-tag the port maps to S leaves without the S-tag.
+            let at = if class.tagged { 16 } else { 12 };
+            let cvid_mapped = bytes.len() >= at + 4
+                && be16(&bytes, at) == 0x8100
+                && self.port(e).cvid_in.get(&(be16(&bytes, at + 2) & 0x0fff)) == Some(&class.vid);
+            let untagged = self.port(e).vlans[&class.vid] || cvid_mapped;
             if untagged {
                 if class.tagged {
                     bytes.drain(12..16);

@@ -383,6 +383,22 @@ fn vlan_limit_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// Selective Q-in-Q maps over the scenario's VIDs (overlaps occur).
+fn cvid_map_op(nports: usize) -> impl Strategy<Value = Op> {
+    (
+        0..nports,
+        vid(),
+        0u32..3,
+        prop_oneof![3 => vid().prop_map(|v| Some(v as u16)), 1 => Just(None)],
+    )
+        .prop_map(|(port, start, span, svid)| Op::CvidMap {
+            port,
+            start: start as u16,
+            end: (start + span).min(NVID) as u16,
+            svid,
+        })
+}
+
 /// 1:1 VLAN maps over the scenario's VIDs (conflicts occur: few VIDs).
 fn vlan_map_op(nports: usize) -> impl Strategy<Value = Op> {
     (
@@ -437,6 +453,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => vlan_mode_op(nports),
         1 => pvlan_op(nports),
         1 => vlan_map_op(nports),
+        1 => cvid_map_op(nports),
         1 => vlan_limit_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
@@ -476,7 +493,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

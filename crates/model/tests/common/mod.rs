@@ -105,6 +105,13 @@ pub enum Op {
         limit: u32,
         violation: qbridge_bridge::Violation,
     },
+    /// `vlan map add|del dev P cvid C-C2 [svid S]` (§K).
+    CvidMap {
+        port: usize,
+        start: u16,
+        end: u16,
+        svid: Option<u16>,
+    },
     /// `vlan map add|del dev P vid A [translate B]` (§K).
     VlanMap {
         port: usize,
@@ -291,6 +298,24 @@ impl Pair {
                     .model
                     .set_vlan_limit(port as u16, start, end, limit, violation);
                 self.same_outcome("vlan limit", a, b)?;
+            }
+            &Op::CvidMap {
+                port,
+                start,
+                end,
+                svid,
+            } => {
+                let (a, b) = match svid {
+                    Some(sv) => (
+                        self.sw.cvid_map_add(pid(port), start, end, sv),
+                        self.model.cvid_map_add(port as u16, start, end, sv),
+                    ),
+                    None => (
+                        self.sw.cvid_map_del(pid(port), start, end),
+                        self.model.cvid_map_del(port as u16, start, end),
+                    ),
+                };
+                self.same_outcome("cvid map", a, b)?;
             }
             &Op::VlanMap { port, wire, inside } => {
                 let (a, b) = match inside {
