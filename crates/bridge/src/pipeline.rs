@@ -636,8 +636,8 @@ fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
 /// Returns the run's length and how many of its frames are live (not dropped).
 ///
 /// `PLAIN`: the port uses none of the provider features ([`Port::plain`]), so a frame untagged
-/// to the bridge has PCP 0 and only tagged frames with another PCP are counted one by one; the
-/// rest are counted in `rx_pcp[0]` once per run.
+/// to the bridge has PCP 0: only tagged frames with another PCP are counted one by one (in
+/// [`classify`], which adds them to `counted`); the rest in `rx_pcp[0]` once per run.
 #[inline(always)]
 fn classify_run<const PLAIN: bool>(
     br: &Bridge,
@@ -662,17 +662,9 @@ fn classify_run<const PLAIN: bool>(
         n += 1;
         let len = pkt.len() as u64;
         rx_bytes += len;
-        *m = classify::<PLAIN>(br, bi, inp, c, pkt);
+        *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
         if m.dest != DEST_DROP {
             live += 1;
-            if PLAIN {
-                if m.tci_hi >= 0x2000 {
-                    c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
-                    counted += 1;
-                }
-            } else if m.filtering {
-                c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
-            }
             if let Some(run) = vlan_rx.add(m.vid as usize, len) {
                 count_vlan_rx(&br.vlan_counters, wi, run);
             }
@@ -713,6 +705,7 @@ fn classify<const PLAIN: bool>(
     inp: &Port,
     c: &PortCells,
     pkt: &PacketBuf,
+    counted: &mut usize,
 ) -> FrameMeta {
     let len = pkt.len();
     if len < 14 {
@@ -785,6 +778,17 @@ fn classify<const PLAIN: bool>(
             };
             m.tagged = true;
             m.tci_hi = tci & 0xf000;
+            if PLAIN {
+                // Counted here, where the PCP is at hand; untagged frames (PCP 0) once per run.
+                if !inp.member.contains(m.vid) {
+                    return drop(c, DropReason::VlanNotMember);
+                }
+                if m.tci_hi >= 0x2000 {
+                    c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
+                    *counted += 1;
+                }
+                return m;
+            }
         } else {
             if inp.pvid == 0 {
                 return drop(c, DropReason::NoPvid);
@@ -801,6 +805,9 @@ fn classify<const PLAIN: bool>(
         }
         if !inp.member.contains(m.vid) {
             return drop(c, DropReason::VlanNotMember);
+        }
+        if !PLAIN {
+            c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
         }
     }
     m
