@@ -936,6 +936,16 @@ fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
     pvlan_allows(code(inp), code(ep))
 }
 
+/// `vlan map … translate` on egress: the wire VID of VLAN `vid` through map `t`.
+#[cold]
+#[inline(never)]
+fn vid_out(t: &[u16], vid: u16) -> u16 {
+    match t[usize::from(vid)] {
+        0 => vid,
+        w => w,
+    }
+}
+
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
 /// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
@@ -948,8 +958,8 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
             }
         } else {
             let vid = match &ep.vid_out {
-                Some(t) if t[usize::from(m.vid)] != 0 => t[usize::from(m.vid)],
-                _ => m.vid,
+                None => m.vid,
+                Some(t) => vid_out(t, m.vid),
             };
             let tci = m.tci_hi | vid;
             let tag = ((ep.tpid as u32) << 16 | tci as u32).to_be_bytes();
