@@ -264,30 +264,11 @@ impl Plan {
         let c = inp.counters.writer(wi);
 
         // Stage 1: classify, up to the end of the run.
-        let mut rx_bytes = 0u64;
-        let mut vlan_rx = Tally::new();
-        let mut live = 0usize;
-        let mut n = 0usize;
-        for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
-            if pkt.port != in_port {
-                break;
-            }
-            n += 1;
-            let len = pkt.len() as u64;
-            rx_bytes += len;
-            *m = classify(br, bi, inp, c, pkt);
-            if m.dest != DEST_DROP {
-                live += 1;
-                if let Some(run) = vlan_rx.add(m.vid as usize, len) {
-                    count_vlan_rx(&br.vlan_counters, wi, run);
-                }
-            }
-        }
-        c.rx_frames.add(n as u64);
-        c.rx_bytes.add(rx_bytes);
-        if let Some(run) = vlan_rx.take() {
-            count_vlan_rx(&br.vlan_counters, wi, run);
-        }
+        let (n, live) = if inp.plain {
+            classify_run::<true>(br, bi, inp, c, wi, pkts, meta)
+        } else {
+            classify_run_features(br, bi, inp, c, wi, pkts, meta)
+        };
         if live == 0 {
             return (n, DEST_DROP);
         }
@@ -681,9 +662,82 @@ fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
     (w0, w1, tag)
 }
 
-/// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
+/// Stage 1 for the run of frames at the start of `pkts` from one ingress port: classifies each
+/// into `meta` and counts the run's rx frames and bytes, its VLAN rx and per-PCP rx counters.
+/// Returns the run's length and how many of its frames are live (not dropped).
+///
+/// `PLAIN`: the port uses none of the provider features ([`Port::plain`]), so a frame untagged
+/// to the bridge has PCP 0: only tagged frames with another PCP are counted one by one (in
+/// [`classify`], which adds them to `counted`); the rest in `rx_pcp[0]` once per run.
 #[inline(always)]
-fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) -> FrameMeta {
+fn classify_run<const PLAIN: bool>(
+    br: &Bridge,
+    bi: u16,
+    inp: &Port,
+    c: &PortCells,
+    wi: usize,
+    pkts: &[PacketBuf],
+    meta: &mut [FrameMeta],
+) -> (usize, usize) {
+    let in_port = pkts.first().map_or(0, |p| p.port);
+    let mut rx_bytes = 0u64;
+    let mut vlan_rx = Tally::new();
+    let mut live = 0usize;
+    // Live frames counted in a per-PCP counter one by one (PLAIN).
+    let mut counted = 0usize;
+    let mut n = 0usize;
+    for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+        if pkt.port != in_port {
+            break;
+        }
+        n += 1;
+        let len = pkt.len() as u64;
+        rx_bytes += len;
+        *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
+        if m.dest != DEST_DROP {
+            live += 1;
+            if let Some(run) = vlan_rx.add(m.vid as usize, len) {
+                count_vlan_rx(&br.vlan_counters, wi, run);
+            }
+        }
+    }
+    c.rx_frames.add(n as u64);
+    c.rx_bytes.add(rx_bytes);
+    if PLAIN && br.settings.vlan_filtering && live > counted {
+        c.rx_pcp[0].add((live - counted) as u64);
+    }
+    if let Some(run) = vlan_rx.take() {
+        count_vlan_rx(&br.vlan_counters, wi, run);
+    }
+    (n, live)
+}
+
+/// [`classify_run`] for a port that uses provider features: out of line.
+#[cold]
+#[inline(never)]
+fn classify_run_features(
+    br: &Bridge,
+    bi: u16,
+    inp: &Port,
+    c: &PortCells,
+    wi: usize,
+    pkts: &[PacketBuf],
+    meta: &mut [FrameMeta],
+) -> (usize, usize) {
+    classify_run::<false>(br, bi, inp, c, wi, pkts, meta)
+}
+
+/// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
+/// `PLAIN`: [`Port::plain`] holds (the provider features' tests are left out).
+#[inline(always)]
+fn classify<const PLAIN: bool>(
+    br: &Bridge,
+    bi: u16,
+    inp: &Port,
+    c: &PortCells,
+    pkt: &PacketBuf,
+    counted: &mut usize,
+) -> FrameMeta {
     let len = pkt.len();
     if len < 14 {
         return drop(c, DropReason::Runt);
@@ -727,7 +781,7 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
         // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.
-        if let Some(cvlans) = &inp.cvlans {
+        if let (false, Some(cvlans)) = (PLAIN, &inp.cvlans) {
             let cvid = if (tag >> 16) as u16 == 0x8100 && len >= 18 {
                 tag as u16 & 0x0fff
             } else {
@@ -737,7 +791,7 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
                 return drop(c, DropReason::CvlanNotAllowed);
             }
         }
-        if !inp.tunnel && (tag >> 16) as u16 == inp.tpid {
+        if (PLAIN || !inp.tunnel) && (tag >> 16) as u16 == inp.tpid {
             if len < 18 {
                 return drop(c, DropReason::Runt);
             }
@@ -746,6 +800,7 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
                 0x0fff => return drop(c, DropReason::ReservedVid),
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
+                v if PLAIN => v,
                 v => match &inp.vid_in {
                     // `vlan map … translate`: the wire VID's VLAN inside the bridge.
                     Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
@@ -754,9 +809,21 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
             };
             m.tagged = true;
             m.tci_hi = tci & 0xf000;
+            if PLAIN {
+                // Counted here, where the PCP is at hand; untagged frames (PCP 0) once per run.
+                if !inp.member.contains(m.vid) {
+                    return drop(c, DropReason::VlanNotMember);
+                }
+                if m.tci_hi >= 0x2000 {
+                    c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
+                    *counted += 1;
+                }
+                return m;
+            }
         } else {
             // `vlan map … cvid C svid S`: a C-tagged frame in a mapped C-VLAN is in S.
             let svid = match &inp.cvid_in {
+                _ if PLAIN => 0,
                 Some(t) if (tag >> 16) as u16 == 0x8100 && len >= 18 => {
                     t[usize::from(tag as u16 & 0x0fff)]
                 }
@@ -770,7 +837,9 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
                 inp.pvid
             };
             // `pcp_mode`: the priority of the tag the frame will get.
-            m.tci_hi = if inp.pcp_inner && len >= 18 && Tpid((tag >> 16) as u16).is_well_known() {
+            m.tci_hi = if PLAIN {
+                0
+            } else if inp.pcp_inner && len >= 18 && Tpid((tag >> 16) as u16).is_well_known() {
                 inp.pcp_table[(tag as u16 >> 12) as usize]
             } else {
                 inp.pcp_untagged
@@ -779,7 +848,9 @@ fn classify(br: &Bridge, bi: u16, inp: &Port, c: &PortCells, pkt: &PacketBuf) ->
         if !inp.member.contains(m.vid) {
             return drop(c, DropReason::VlanNotMember);
         }
-        c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
+        if !PLAIN {
+            c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
+        }
     }
     m
 }
@@ -930,6 +1001,16 @@ fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
     pvlan_allows(code(inp), code(ep))
 }
 
+/// `vlan map … translate` on egress: the wire VID of VLAN `vid` through map `t`.
+#[cold]
+#[inline(never)]
+fn vid_out(t: &[u16], vid: u16) -> u16 {
+    match t[usize::from(vid)] {
+        0 => vid,
+        w => w,
+    }
+}
+
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
 /// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
@@ -942,8 +1023,8 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
             }
         } else {
             let vid = match &ep.vid_out {
-                Some(t) if t[usize::from(m.vid)] != 0 => t[usize::from(m.vid)],
-                _ => m.vid,
+                None => m.vid,
+                Some(t) => vid_out(t, m.vid),
             };
             let tci = m.tci_hi | vid;
             let tag = ((ep.tpid as u32) << 16 | tci as u32).to_be_bytes();

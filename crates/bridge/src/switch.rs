@@ -112,6 +112,23 @@ pub(crate) struct Port {
     pub vlan_limits: Option<Arc<[u32]>>,
     /// `vlan map … cvid C svid S` (selective Q-in-Q), by C-VID: the S-VLAN (0: none).
     pub cvid_in: Option<Arc<[u16]>>,
+    /// Compiled ([`Switch::plan`], from the fields above): frames entering this port need none
+    /// of the provider features of its ingress (no tunnel, no `cvlans`, `pcp_mode` keep with
+    /// default PCP 0, no VLAN map in, no selective Q-in-Q, not locked). The pipeline tests it once per run.
+    pub plain: bool,
+}
+
+impl Port {
+    /// What [`Port::plain`] should be.
+    fn is_plain(&self) -> bool {
+        !self.tunnel
+            && self.cvlans.is_none()
+            && !self.pcp_inner
+            && self.pcp_untagged == 0
+            && self.vid_in.is_none()
+            && self.cvid_in.is_none()
+            && !self.settings.locked
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -601,6 +618,21 @@ impl Switch {
         if let Some(p) = &self.plan {
             return p.clone();
         }
+        self.publish()
+    }
+
+    /// [`Switch::plan`] after a change: compiles [`Port::plain`] and publishes a new plan.
+    #[cold]
+    #[inline(never)]
+    fn publish(&mut self) -> Arc<Plan> {
+        // Every change to a port went through `port_mut` (or made a new port) and cleared the
+        // plan, so a port whose flag is stale is not shared with a published plan: no copy.
+        for p in self.ports.iter_mut().flatten() {
+            let plain = p.is_plain();
+            if p.plain != plain {
+                Arc::make_mut(p).plain = plain;
+            }
+        }
         let p = Arc::new(Plan {
             bridges: self.bridges.clone(),
             ports: self.ports.clone(),
@@ -992,6 +1024,7 @@ impl Switch {
             vid_out: None,
             vlan_limits: None,
             cvid_in: None,
+            plain: false,
         }));
         Ok(PortId(idx as u16))
     }
