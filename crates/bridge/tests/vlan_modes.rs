@@ -359,3 +359,58 @@ fn per_vlan_learning_limit() {
         .set_vlan_limit(p, 20, 20, 1, Violation::Protect)
         .is_err());
 }
+
+/// Selective Q-in-Q (`docs/semantics.md` §K): on an 802.1ad bridge, a customer port maps
+/// C-VLANs 10-11 into S-VLAN 100 and C-VLAN 20 into S-VLAN 200; other C-VLANs follow the
+/// port's PVID. C-tags are kept; frames come back with exactly the S-tag removed.
+#[test]
+fn selective_qinq_maps_c_vlans_into_s_vlans() {
+    let mut r = Rig::new();
+    r.bridge("pe", VlanProtocol::Dot1Ad);
+    let cust = r.device("cust");
+    let trunk = r.device("trunk");
+    r.enslave(cust, "pe");
+    r.enslave(trunk, "pe");
+    for (p, v) in [
+        (cust, 100),
+        (cust, 200),
+        (trunk, 100),
+        (trunk, 200),
+        (trunk, 300),
+    ] {
+        r.sw.vlan_add(p, v, v, false, false).unwrap();
+    }
+    r.sw.vlan_add(cust, 300, 300, true, true).unwrap(); // PVID for the rest
+    r.sw.cvid_map_add(cust, 10, 11, 100).unwrap();
+    r.sw.cvid_map_add(cust, 20, 20, 200).unwrap();
+    let e =
+        r.sw.cvid_map_add(cust, 11, 12, 300)
+            .unwrap_err()
+            .to_string();
+    assert_eq!(e, "cvid 11 on cust is mapped to svid 100 already");
+    assert_eq!(r.sw.cvid_maps(cust), [(10, 11, 100), (20, 20, 200)]);
+
+    let dst = mac(0x60);
+    for (c, s) in [(10, 100), (11, 100), (20, 200), (30, 300)] {
+        let f = frame(dst, mac(1), &[(0x8100, c)], 80);
+        assert_eq!(
+            only(&r.send(&[(cust, f.clone())]), trunk),
+            vec![retag(&f, 0, &[(0x88a8, s)])],
+            "C-VLAN {c} into S-VLAN {s}"
+        );
+    }
+    // Back: S-tag removed when the C-VID is mapped to that S-VLAN, kept otherwise.
+    let back = frame(mac(1), dst, &[(0x88a8, 100), (0x8100, 11)], 90);
+    assert_eq!(
+        only(&r.send(&[(trunk, back.clone())]), cust),
+        vec![retag(&back, 1, &[])]
+    );
+    let odd = frame(mac(1), dst, &[(0x88a8, 100), (0x8100, 20)], 90);
+    assert_eq!(
+        only(&r.send(&[(trunk, odd.clone())]), cust),
+        vec![odd],
+        "C-VLAN 20 belongs to S-VLAN 200: S-tag 100 stays"
+    );
+    r.sw.cvid_map_del(cust, 10, 11).unwrap();
+    assert!(r.sw.cvid_map_del(cust, 10, 10).is_err());
+}

@@ -979,3 +979,38 @@ fn vlan_limits_show_and_refuse() {
         run(&mut s, "vlan show dev p1", TEXT).contains(" 10 fdb_max_learned 2 violation protect")
     );
 }
+
+#[test]
+fn selective_qinq_maps_show_and_refuse() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad\nlink add c1 type pcap\n\
+         link set dev c1 master pe\nvlan add vid 100 dev c1\n\
+         vlan map add dev c1 cvid 10-11 svid 100\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "vlan map show", TEXT),
+        "c1 cvid 10-11 svid 100\n"
+    );
+    assert!(s
+        .running_config()
+        .contains("vlan map add dev c1 cvid 10-11 svid 100\n"));
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "vlan map add dev c1 cvid 11-12 svid 200"),
+        "cvid 11 on c1 is mapped to svid 100 already"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map add dev c1 cvid 5"),
+        "missing \"svid S\""
+    );
+    assert_eq!(
+        err(&mut s, "vlan map add dev c1 cvid 5 svid 7 vid 3"),
+        "unexpected \"cvid\" (expected either vid A translate B or cvid C svid S)"
+    );
+    s.execute_line("vlan map del dev c1 cvid 10-11", TEXT)
+        .unwrap();
+    assert_eq!(run(&mut s, "vlan map show", TEXT), "");
+}
