@@ -78,3 +78,85 @@ fn vlan_10_on_one_side_is_vlan_100_on_the_other() {
     }
     assert!(lab.stop_daemons(), "a daemon did not exit cleanly");
 }
+
+/// Selective Q-in-Q with kernel pings (§K5): the customer's C-VLAN 10 goes into S-VLAN 100 and
+/// C-VLAN 20 into S-VLAN 200 on an 802.1ad trunk; the far end has a stacked device per pair.
+#[test]
+fn selective_qinq_puts_each_c_vlan_in_its_s_vlan() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("selqinq");
+    let pe = lab.netns("pe").unwrap();
+    let nc = lab.netns("cust").unwrap();
+    let nf = lab.netns("far").unwrap();
+    lab.veth(&nc, "eth0", &pe, "c1").unwrap();
+    lab.veth(&nf, "eth0", &pe, "t1").unwrap();
+    lab.daemon(
+        &pe,
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad\n\
+         link add c1 type afpacket dev c1\nlink add t1 type afpacket dev t1\n\
+         link set dev c1 master pe\nlink set dev t1 master pe\n\
+         vlan add vid 100 dev c1\nvlan add vid 200 dev c1\n\
+         vlan add vid 100 dev t1\nvlan add vid 200 dev t1\n\
+         vlan map add dev c1 cvid 10 svid 100\nvlan map add dev c1 cvid 20 svid 200\n",
+    )
+    .unwrap();
+    lab.daemon(
+        &nc,
+        "link add eth0 type afpacket dev eth0\n\
+         link add link eth0 name eth0.10 type vlan id 10\n\
+         link add link eth0 name eth0.20 type vlan id 20\n",
+    )
+    .unwrap();
+    lab.daemon(
+        &nf,
+        "link add eth0 type afpacket dev eth0\n\
+         link add link eth0 name s100 type vlan protocol 802.1ad id 100\n\
+         link add link s100 name s100.10 type vlan id 10\n\
+         link add link eth0 name s200 type vlan protocol 802.1ad id 200\n\
+         link add link s200 name s200.20 type vlan id 20\n",
+    )
+    .unwrap();
+    let c10 = host_on("cust/eth0.10", &nc, "eth0.10", "10.82.10.1/24");
+    let c20 = host_on("cust/eth0.20", &nc, "eth0.20", "10.82.20.1/24");
+    let f10 = host_on("far/s100.10", &nf, "s100.10", "10.82.10.2/24");
+    let f20 = host_on("far/s200.20", &nf, "s200.20", "10.82.20.2/24");
+    let at_far = Capture::start(&nf, "eth0", 0).unwrap();
+    let at_cust = Capture::start(&nc, "eth0", 0).unwrap();
+    assert_ping(&c10, &f10, 3);
+    assert_ping(&c20, &f20, 3);
+    let (cf, cc) = (at_far.finish().unwrap(), at_cust.finish().unwrap());
+    let from = |c: &support::Captured, mac: &str| -> Vec<Vec<(u16, u16)>> {
+        let m = support::parse_mac(mac);
+        c.by_src_stack
+            .keys()
+            .filter(|(s, _)| *s == m)
+            .map(|(_, t)| t.clone())
+            .collect()
+    };
+    assert_eq!(
+        from(&cf, &c10.mac),
+        [vec![(0x88a8, 100), (0x8100, 10)]],
+        "{}",
+        cf.summary()
+    );
+    assert_eq!(
+        from(&cf, &c20.mac),
+        [vec![(0x88a8, 200), (0x8100, 20)]],
+        "{}",
+        cf.summary()
+    );
+    // The replies reach the customer with the S-tag removed, the C-tag kept.
+    assert_eq!(
+        from(&cc, &f10.mac),
+        [vec![(0x8100, 10)]],
+        "{}",
+        cc.summary()
+    );
+    assert_eq!(
+        from(&cc, &f20.mac),
+        [vec![(0x8100, 20)]],
+        "{}",
+        cc.summary()
+    );
+    assert!(lab.stop_daemons(), "a daemon did not exit cleanly");
+}
