@@ -50,21 +50,18 @@ fn vlan_10_on_one_side_is_vlan_100_on_the_other() {
     let at_h1 = Capture::start(&n1, "eth0", 0).unwrap();
     assert_ping(&h1, &h2, 5);
     let (c2, c1) = (at_h2.finish().unwrap(), at_h1.finish().unwrap());
-    let from = |c: &support::Captured, mac: &str| -> Vec<Vec<(u16, u16)>> {
-        let m = support::parse_mac(mac);
-        c.by_src_stack
-            .keys()
-            .filter(|(s, _)| *s == m)
-            .map(|(_, t)| t.clone())
-            .collect()
-    };
     assert_eq!(
-        from(&c2, &h1.mac),
+        c2.stacks_from(&h1.mac),
         [vec![(0x8100, 100)]],
         "{}",
         c2.summary()
     );
-    assert_eq!(from(&c1, &h2.mac), [vec![(0x8100, 10)]], "{}", c1.summary());
+    assert_eq!(
+        c1.stacks_from(&h2.mac),
+        [vec![(0x8100, 10)]],
+        "{}",
+        c1.summary()
+    );
     // The FDB knows both hosts in VLAN 100, the VLAN inside.
     let fdb = ctl.json(&["fdb", "show", "br", "br0"]).unwrap();
     for mac in [&h1.mac, &h2.mac] {
@@ -125,35 +122,27 @@ fn selective_qinq_puts_each_c_vlan_in_its_s_vlan() {
     assert_ping(&c10, &f10, 3);
     assert_ping(&c20, &f20, 3);
     let (cf, cc) = (at_far.finish().unwrap(), at_cust.finish().unwrap());
-    let from = |c: &support::Captured, mac: &str| -> Vec<Vec<(u16, u16)>> {
-        let m = support::parse_mac(mac);
-        c.by_src_stack
-            .keys()
-            .filter(|(s, _)| *s == m)
-            .map(|(_, t)| t.clone())
-            .collect()
-    };
     assert_eq!(
-        from(&cf, &c10.mac),
+        cf.stacks_from(&c10.mac),
         [vec![(0x88a8, 100), (0x8100, 10)]],
         "{}",
         cf.summary()
     );
     assert_eq!(
-        from(&cf, &c20.mac),
+        cf.stacks_from(&c20.mac),
         [vec![(0x88a8, 200), (0x8100, 20)]],
         "{}",
         cf.summary()
     );
     // The replies reach the customer with the S-tag removed, the C-tag kept.
     assert_eq!(
-        from(&cc, &f10.mac),
+        cc.stacks_from(&f10.mac),
         [vec![(0x8100, 10)]],
         "{}",
         cc.summary()
     );
     assert_eq!(
-        from(&cc, &f20.mac),
+        cc.stacks_from(&f20.mac),
         [vec![(0x8100, 20)]],
         "{}",
         cc.summary()

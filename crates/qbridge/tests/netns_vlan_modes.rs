@@ -104,22 +104,14 @@ fn dot1q_tunnel_port_carries_a_customer_into_its_s_vlan() {
     assert_ping(&c0, &f0, 5);
     assert_ping(&c10, &f10, 5);
     let got = cap.finish().unwrap();
-    let tags_from = |mac: &str| -> Vec<Vec<(u16, u16)>> {
-        let m = support::parse_mac(mac);
-        got.by_src_stack
-            .keys()
-            .filter(|(src, _)| *src == m)
-            .map(|(_, t)| t.clone())
-            .collect()
-    };
     assert_eq!(
-        tags_from(&c0.mac),
+        got.stacks_from(&c0.mac),
         [vec![(0x88a8, 100)]],
         "{}",
         got.summary()
     );
     assert_eq!(
-        tags_from(&c10.mac),
+        got.stacks_from(&c10.mac),
         [vec![(0x88a8, 100), (0x8100, 10)]],
         "{}",
         got.summary()

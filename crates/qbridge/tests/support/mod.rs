@@ -878,6 +878,18 @@ pub struct Capture {
     handle: Option<JoinHandle<Result<Captured>>>,
 }
 
+impl Captured {
+    /// The tag stacks of the frames from source `mac` (as text, any case).
+    pub fn stacks_from(&self, mac: &str) -> Vec<TagList> {
+        let m = parse_mac(mac);
+        self.by_src_stack
+            .keys()
+            .filter(|(s, _)| *s == m)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+}
+
 impl Capture {
     /// Starts capturing on `ifname` in `ns`; returns once the socket is open. Keeps up to
     /// `keep` decoded frames.
