@@ -8,112 +8,32 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_qbridge");
+mod local;
+
+use local::{Daemon, BIN};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("daemon-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    local::tmp("daemon", name)
 }
 
-/// A daemon child that is killed if the test fails before stopping it.
-struct Daemon {
-    child: Option<Child>,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
-        let cfg = dir.join("cfg.batch");
-        std::fs::write(&cfg, batch).unwrap();
-        let socket = dir.join("ctl.sock");
-        let log = dir.join("daemon.log");
-        let child = Command::new(BIN)
-            .args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
-            .arg(&socket)
-            .args(extra)
-            .env("QBRIDGE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the daemon");
-        let d = Daemon {
-            child: Some(child),
-            socket,
-            log,
-        };
-        d.wait_ready();
-        d
-    }
-
-    fn wait_ready(&self) {
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if UnixStream::connect(&self.socket).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("daemon not ready; log:\n{}", self.log_text());
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run qbridge")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.cli(args);
-        assert!(
-            o.status.success(),
-            "qbridge {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
-    }
-
-    /// SIGTERM; returns the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let st = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "daemon did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// `qbridge daemon -batch BATCH --socket DIR/ctl.sock EXTRA…`, logging at info to
+/// DIR/daemon.log.
+fn start(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
+    let cfg = dir.join("cfg.batch");
+    std::fs::write(&cfg, batch).unwrap();
+    let socket = dir.join("ctl.sock");
+    let log = dir.join("daemon.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
+        .arg(&socket)
+        .args(extra)
+        .env("QBRIDGE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Daemon::spawn(cmd, socket, log).unwrap_or_else(|log| panic!("daemon not ready; log:\n{log}"))
 }
 
 fn stderr(o: &Output) -> String {
@@ -184,7 +104,7 @@ fn daemon_serves_commands_forwards_and_stops_cleanly() {
     write_pcap(&pcaps.join("p2.in.pcap"), &[b_to_a]);
     let metrics_port = 20000 + (std::process::id() % 20000) as u16;
     let maddr = format!("127.0.0.1:{metrics_port}");
-    let mut d = Daemon::start(
+    let mut d = start(
         &dir,
         CONFIG,
         &["--pcap-dir", pcaps.to_str().unwrap(), "--metrics", &maddr],
@@ -349,7 +269,7 @@ fn stale_socket_is_replaced_and_env_names_the_socket() {
     // A leftover from a crashed daemon: a socket file nobody listens on.
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     assert!(socket.exists());
-    let mut d = Daemon::start(&dir, "link add br0 type bridge\n", &[]);
+    let mut d = start(&dir, "link add br0 type bridge\n", &[]);
     let o = Command::new(BIN)
         .env("QBRIDGE_SOCKET", &socket)
         .args(["link", "show"])
@@ -564,7 +484,7 @@ fn closed_stdout_is_quiet() {
     let dir = tmp("pipe");
     let pcaps = dir.join("pcap");
     std::fs::create_dir_all(&pcaps).unwrap();
-    let mut d = Daemon::start(
+    let mut d = start(
         &dir,
         &batch.replace("link show\n", ""),
         &["--pcap-dir", pcaps.to_str().unwrap()],

@@ -12,10 +12,12 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_qbridge");
+mod local;
+
+use local::BIN;
 
 const CONFIG: &str = "\
 link add br0 type bridge vlan_filtering 1
@@ -26,19 +28,31 @@ link set dev p2 master br0
 ";
 
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("robust-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = local::tmp("robust", name);
     std::fs::create_dir_all(d.join("pcap")).unwrap();
     d
 }
 
+/// The shared daemon (`local::Daemon`: start, CLI, signals, stop), with the pcap ports this
+/// file's probes use.
 struct Daemon {
-    child: Option<Child>,
-    socket: PathBuf,
-    log: PathBuf,
+    d: local::Daemon,
     pcaps: PathBuf,
     /// Ports added by [`Daemon::forwards`].
     probes: u32,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = local::Daemon;
+    fn deref(&self) -> &local::Daemon {
+        &self.d
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut local::Daemon {
+        &mut self.d
+    }
 }
 
 impl Daemon {
@@ -71,56 +85,17 @@ impl Daemon {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("start the daemon");
-        let d = Daemon {
-            child: Some(child),
-            socket,
-            log,
+        let d = local::Daemon::spawn(cmd, socket, log)
+            .unwrap_or_else(|log| panic!("daemon not ready; log:\n{log}"));
+        Daemon {
+            d,
             pcaps,
             probes: 0,
-        };
-        let t0 = Instant::now();
-        while UnixStream::connect(&d.socket).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "daemon not ready; log:\n{}",
-                d.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
-        d
     }
 
     fn start(dir: &Path, extra: &[&str]) -> Daemon {
         Daemon::start_with(dir, &[], extra, &[])
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run qbridge")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.cli(args);
-        assert!(
-            o.status.success(),
-            "qbridge {args:?}: {}\nlog:\n{}",
-            String::from_utf8_lossy(&o.stderr),
-            self.log_text()
-        );
-        String::from_utf8(o.stdout).unwrap()
     }
 
     fn tx_frames(&self, port: &str) -> u64 {
@@ -154,28 +129,6 @@ impl Daemon {
         });
     }
 
-    fn signal(&self, sig: &str) {
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
-    /// SIGTERM; the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        self.signal("TERM");
-        let mut child = self.child.take().unwrap();
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// Resident memory, from /proc.
     fn rss_kib(&self) -> u64 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
@@ -192,15 +145,6 @@ impl Daemon {
         let after = &s[s.rfind(')').unwrap() + 2..];
         let f: Vec<&str> = after.split_whitespace().collect();
         f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

@@ -4,126 +4,53 @@
 //! or the new state and never a torn file, and re-applying a batch is a no-op.
 
 use serde_json::Value;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_qbridge");
+mod local;
+
+use local::{Daemon, BIN};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("state-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    local::tmp("state", name)
 }
 
-/// A daemon child, killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
+/// Starts `qbridge daemon --state DIR/state [-batch BATCH]` (pcap ports, one worker);
+/// `Err(log)` if it exits first.
+fn start(dir: &Path, batch: Option<&str>) -> Result<Daemon, String> {
+    let socket = dir.join("ctl.sock");
+    let log = dir.join("daemon.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["daemon", "--workers", "1", "--socket"])
+        .arg(&socket)
+        .arg("--pcap-dir")
+        .arg(dir.join("pcap"))
+        .arg("--state")
+        .arg(dir.join("state"));
+    if let Some(b) = batch {
+        let f = dir.join("cfg.batch");
+        std::fs::write(&f, b).unwrap();
+        cmd.arg("-batch").arg(f);
+    }
+    cmd.env("QBRIDGE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Daemon::spawn(cmd, socket, log)
 }
 
-impl Daemon {
-    /// Starts `qbridge daemon --state STATE [-batch BATCH]`; `Err(log)` if it exits first.
-    fn start(dir: &Path, batch: Option<&str>) -> Result<Daemon, String> {
-        let socket = dir.join("ctl.sock");
-        let log = dir.join("daemon.log");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["daemon", "--workers", "1", "--socket"])
-            .arg(&socket)
-            .arg("--pcap-dir")
-            .arg(dir.join("pcap"))
-            .arg("--state")
-            .arg(dir.join("state"));
-        if let Some(b) = batch {
-            let f = dir.join("cfg.batch");
-            std::fs::write(&f, b).unwrap();
-            cmd.arg("-batch").arg(f);
-        }
-        let mut child = cmd
-            .env("QBRIDGE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the daemon");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if UnixStream::connect(&socket).is_ok() {
-                return Ok(Daemon { child, socket, log });
-            }
-            if let Ok(Some(_)) = child.try_wait() {
-                return Err(std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        Err(format!(
-            "no socket after 20 s: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        ))
-    }
-
-    /// `qbridge --socket S ARGS…`: stdout, or `Err(stderr)`.
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(BIN)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        self.cli(args)
-            .unwrap_or_else(|e| panic!("qbridge {args:?}: {e}"))
-    }
-
-    /// `link show -j`, `vlan show -j`, `fdb show -j`.
-    fn views(&self) -> Vec<Value> {
-        ["link", "vlan", "fdb"]
-            .iter()
-            .map(|o| serde_json::from_str(&self.ok(&["-j", o, "show"])).unwrap())
-            .collect()
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                assert!(st.success(), "daemon exit {st}: {}", self.log());
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("daemon did not stop on SIGTERM");
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
+/// `link show -j`, `vlan show -j`, `fdb show -j`.
+fn views(d: &Daemon) -> Vec<Value> {
+    ["link", "vlan", "fdb"]
+        .iter()
+        .map(|o| serde_json::from_str(&d.ok(&["-j", o, "show"])).unwrap())
+        .collect()
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGTERM; the daemon must exit 0.
+fn stop(mut d: Daemon) {
+    let st = d.stop();
+    assert!(st.success(), "daemon exit {st}: {}", d.log_text());
 }
 
 const BASE: &str = "\
@@ -139,7 +66,7 @@ vlan add vid 100-110 dev p2
 #[test]
 fn state_survives_a_restart_exactly() {
     let dir = tmp("restart");
-    let d = Daemon::start(&dir, Some(BASE)).unwrap();
+    let d = start(&dir, Some(BASE)).unwrap();
     // Changes at run time, slot reuse included (p1 deleted, q1 takes its id). No TAPs (host
     // ports, VLAN devices): this test runs without privileges; the control crate's tests
     // cover them.
@@ -156,21 +83,21 @@ fn state_survives_a_restart_exactly() {
     ] {
         d.ok(&c.split(' ').collect::<Vec<_>>());
     }
-    let before = d.views();
+    let before = views(&d);
     let saved = std::fs::read_to_string(dir.join("state")).unwrap();
     assert_eq!(d.ok(&["show", "running-config"]), saved);
-    d.stop();
+    stop(d);
 
     // A fresh daemon, the state file only.
-    let d = Daemon::start(&dir, None).unwrap();
-    assert_eq!(d.views(), before);
+    let d = start(&dir, None).unwrap();
+    assert_eq!(views(&d), before);
     assert_eq!(std::fs::read_to_string(dir.join("state")).unwrap(), saved);
-    d.stop();
+    stop(d);
 
     // With the same -batch again: applied over the state, what exists is kept (not an error,
     // and it does not undo the run-time changes).
-    let d = Daemon::start(&dir, Some(BASE)).unwrap();
-    let after = d.views();
+    let d = start(&dir, Some(BASE)).unwrap();
+    let after = views(&d);
     // BASE adds p1 again (it was deleted at run time): everything else is as it was.
     let names: Vec<&str> = after[0]
         .as_array()
@@ -180,13 +107,13 @@ fn state_survives_a_restart_exactly() {
         .collect();
     assert!(names.contains(&"p1") && names.contains(&"q1"), "{names:?}");
     assert_eq!(after[2], before[2], "FDB kept");
-    d.stop();
+    stop(d);
 }
 
 #[test]
 fn apply_twice_is_a_no_op_and_a_plain_batch_is_strict() {
     let dir = tmp("apply");
-    let d = Daemon::start(&dir, None).unwrap();
+    let d = start(&dir, None).unwrap();
     let file = dir.join("site.batch");
     std::fs::write(&file, BASE).unwrap();
     let f = file.to_str().unwrap();
@@ -196,10 +123,10 @@ fn apply_twice_is_a_no_op_and_a_plain_batch_is_strict() {
         .unwrap()
         .modified()
         .unwrap();
-    let views1 = d.views();
+    let views1 = views(&d);
     std::thread::sleep(Duration::from_millis(20));
     d.ok(&["apply", f]);
-    assert_eq!(d.views(), views1);
+    assert_eq!(views(&d), views1);
     assert_eq!(std::fs::read(dir.join("state")).unwrap(), state1);
     assert_eq!(
         std::fs::metadata(dir.join("state"))
@@ -209,9 +136,9 @@ fn apply_twice_is_a_no_op_and_a_plain_batch_is_strict() {
         mtime1,
         "an unchanged configuration is not rewritten"
     );
-    let e = d.cli(&["-batch", f]).unwrap_err();
+    let e = d.try_ok(&["-batch", f]).unwrap_err();
     assert_eq!(e, "qbridge: line 1: device \"br0\" already exists\n");
-    d.stop();
+    stop(d);
 }
 
 #[test]
@@ -222,7 +149,7 @@ fn a_bad_state_file_stops_the_daemon_with_the_reason() {
         "link add br0 type bridge\nvlan add vid 5 dev nope\n",
     )
     .unwrap();
-    let log = match Daemon::start(&dir, None) {
+    let log = match start(&dir, None) {
         Ok(_) => panic!("the daemon started with a state file that does not apply"),
         Err(log) => log,
     };
@@ -238,7 +165,7 @@ fn a_bad_state_file_stops_the_daemon_with_the_reason() {
 fn sigkill_during_changes_leaves_the_old_or_the_new_state() {
     let dir = tmp("kill");
     for round in 0..3u64 {
-        let d = Daemon::start(&dir, (round == 0).then_some(BASE)).unwrap();
+        let d = start(&dir, (round == 0).then_some(BASE)).unwrap();
         let start = entries(&std::fs::read_to_string(dir.join("state")).unwrap());
         // A stream of changes on one connection-less CLI loop; the daemon is killed while it
         // runs, at a different moment each round.
@@ -268,6 +195,7 @@ fn sigkill_during_changes_leaves_the_old_or_the_new_state() {
         while Instant::now() < stop_at {
             std::thread::sleep(Duration::from_millis(5));
         }
+        let mut d = d;
         d.kill9();
         let acked = writer.join().unwrap();
         let text = std::fs::read_to_string(dir.join("state")).unwrap();
