@@ -782,6 +782,11 @@ impl Switch {
             .filter_map(|(i, b)| b.as_ref().map(|b| (BridgeId(i as u16), b.name.as_str())))
     }
 
+    /// The ports attached to bridge `b`, in the order they joined (no scan of every port).
+    pub fn bridge_ports(&self, b: BridgeId) -> impl Iterator<Item = PortId> + '_ {
+        self.bridge(b).ports.iter().map(|&p| PortId(p))
+    }
+
     /// Longest frame port `id` accepts and sends (without FCS).
     pub fn port_max_frame(&self, id: PortId) -> u32 {
         self.port(id).max_frame

@@ -128,7 +128,7 @@ impl Session {
         self.status.get(name)
     }
 
-    /// Every port with its id and backend, in port id order.
+    /// Every port with its id and backend, in creation order ([`Switch::port_ids`]).
     pub fn ports(&self) -> Vec<(PortId, &str, &PortSpec)> {
         self.switch
             .port_ids()

@@ -1437,15 +1437,10 @@ impl Engine {
                 unicast: Vec::new(),
             };
         };
-        let members: Vec<PortId> = sw
-            .port_ids()
-            .map(|(p, _)| p)
-            .filter(|&p| sw.port_master(p) == Some(bid))
-            .collect();
         let me = sw.port_settings(id);
         let needs = me.learning
             || me.flood
-            || members.iter().any(|&p| {
+            || sw.bridge_ports(bid).any(|p| {
                 let s = sw.port_settings(p);
                 p != id && (s.learning || s.flood)
             });
