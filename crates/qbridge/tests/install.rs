@@ -11,12 +11,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn stage() -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-stage");
-    let _ = std::fs::remove_dir_all(&d);
+/// `scripts/install.sh --prefix /usr --destdir D --bin BIN`, which must succeed.
+fn install_into(d: &Path) {
     let out = Command::new(repo().join("scripts/install.sh"))
         .args(["--prefix", "/usr", "--destdir"])
-        .arg(&d)
+        .arg(d)
         .arg("--bin")
         .arg(BIN)
         .output()
@@ -26,6 +25,12 @@ fn stage() -> PathBuf {
         "install.sh: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn stage() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-stage");
+    let _ = std::fs::remove_dir_all(&d);
+    install_into(&d);
     d
 }
 
@@ -116,13 +121,6 @@ fn install_puts_every_piece_in_place() {
 
     // A second install keeps the administrator's configuration.
     std::fs::write(&conf, "link add br0 type bridge\n").unwrap();
-    let out = Command::new(repo().join("scripts/install.sh"))
-        .args(["--prefix", "/usr", "--destdir"])
-        .arg(&d)
-        .arg("--bin")
-        .arg(BIN)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    install_into(&d);
     assert_eq!(read(&conf), "link add br0 type bridge\n");
 }

@@ -42,7 +42,6 @@ link add link eth0.100 name eth0.100.20 type vlan id 20
 /// The three namespaces, the daemons and the six addresses.
 struct Net {
     lab: Lab,
-    pe: String,
     nc: String,
     nf: String,
     ctl_pe: Ctl,
@@ -72,7 +71,6 @@ fn build(name: &str, pe_batch: &str) -> Net {
         f10: host_on("far/eth0.100.10", &nf, "eth0.100.10", "10.52.0.2/24"),
         f20: host_on("far/eth0.100.20", &nf, "eth0.100.20", "10.53.0.2/24"),
         lab,
-        pe,
         nc,
         nf,
         ctl_pe,
@@ -85,7 +83,6 @@ fn dot1q_tunnel_port_carries_a_customer_into_its_s_vlan() {
     let n = build("vlanmodes", PE);
     let Net {
         mut lab,
-        pe: _,
         nc,
         nf,
         ctl_pe,
@@ -159,7 +156,16 @@ fn pcp_mode_sets_the_s_tag_priority() {
         "vlan_mode dot1q-tunnel tag 100 cvlans 0,10",
         "vlan_mode dot1q-tunnel tag 100 pcp_mode map 0:6 default_pcp 2",
     );
-    let n = build("pcp", &pe_batch);
+    let Net {
+        mut lab,
+        nf,
+        ctl_pe,
+        c0,
+        c10,
+        f0,
+        f10,
+        ..
+    } = build("pcp", &pe_batch);
     // (S-tag PCP, inner tags' PCPs) of the frames from `from` seen at the far end.
     let pcps = |cap: &support::Captured, from: &Host| -> Vec<(u16, Vec<u16>)> {
         let m = support::parse_mac(&from.mac);
@@ -177,33 +183,27 @@ fn pcp_mode_sets_the_s_tag_priority() {
         v.dedup();
         v
     };
-    let cap = Capture::start(&n.nf, "eth0", 500).unwrap();
-    assert_ping(&n.c0, &n.f0, 3);
-    assert_ping(&n.c10, &n.f10, 3);
+    let cap = Capture::start(&nf, "eth0", 500).unwrap();
+    assert_ping(&c0, &f0, 3);
+    assert_ping(&c10, &f10, 3);
     let got = cap.finish().unwrap();
-    assert_eq!(pcps(&got, &n.c0), [(2, vec![])], "untagged: default_pcp");
-    assert_eq!(
-        pcps(&got, &n.c10),
-        [(6, vec![0])],
-        "C-tag PCP 0 mapped to 6"
-    );
+    assert_eq!(pcps(&got, &c0), [(2, vec![])], "untagged: default_pcp");
+    assert_eq!(pcps(&got, &c10), [(6, vec![0])], "C-tag PCP 0 mapped to 6");
 
-    n.ctl_pe
+    ctl_pe
         .cmd(&["link", "set", "dev", "c1", "pcp_mode", "fixed", "5"])
         .unwrap();
-    let cap = Capture::start(&n.nf, "eth0", 500).unwrap();
-    assert_ping(&n.c0, &n.f0, 3);
-    assert_ping(&n.c10, &n.f10, 3);
+    let cap = Capture::start(&nf, "eth0", 500).unwrap();
+    assert_ping(&c0, &f0, 3);
+    assert_ping(&c10, &f10, 3);
     let got = cap.finish().unwrap();
-    assert_eq!(pcps(&got, &n.c0), [(5, vec![])]);
-    assert_eq!(pcps(&got, &n.c10), [(5, vec![0])]);
+    assert_eq!(pcps(&got, &c0), [(5, vec![])]);
+    assert_eq!(pcps(&got, &c10), [(5, vec![0])]);
     // Counted by priority on the customer port.
-    let v = n.ctl_pe.json(&["-s", "link", "show", "dev", "c1"]).unwrap();
+    let v = ctl_pe.json(&["-s", "link", "show", "dev", "c1"]).unwrap();
     let rx = &v[0]["stats"]["rx_pcp"];
     for p in [2, 5, 6] {
         assert!(rx[p].as_u64().unwrap_or(0) >= 3, "rx_pcp[{p}] in {rx}");
     }
-    let _ = (&n.pe, &n.nc, &n.c20, &n.f20);
-    let mut lab = n.lab;
     assert!(lab.stop_daemons(), "a daemon did not exit cleanly");
 }
