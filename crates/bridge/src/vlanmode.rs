@@ -157,6 +157,13 @@ impl VlanMode {
                 "\"cvlans\" applies to vlan_mode dot1q-tunnel only, not {m}"
             ));
         }
+        for (word, list) in [("trunks", &self.trunks), ("cvlans", &self.cvlans)] {
+            if let Some(&(a, z)) = list.iter().flat_map(|l| l.ranges()).find(|(a, z)| a > z) {
+                return Err(format!(
+                    "{word}: range {a}-{z} is reversed (write it {z}-{a})"
+                ));
+            }
+        }
         if let Some(t) = &self.trunks {
             if t.contains(0) || t.contains(4095) {
                 return Err("trunks are VIDs 1 to 4094".to_string());

@@ -69,6 +69,13 @@ fn modes_compile_into_membership() {
         e.to_string(),
         "\"cvlans\" applies to vlan_mode dot1q-tunnel only, not access"
     );
+    let e =
+        r.sw.set_vlan_mode(p, mode(K::Trunk, None, Some(&[(30, 20)]), None))
+            .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "trunks: range 30-20 is reversed (write it 20-30)"
+    );
     assert_eq!(vlans(&r, "p").len(), 4094);
     // A port in no bridge has no VLANs to set.
     let q = r.device("q");

@@ -441,6 +441,13 @@ fn parse_vid_list(what: &'static str, s: &str, zero: bool) -> Result<VidList, Co
                 },
             })?
         };
+        if r.start > r.end {
+            return Err(ControlError::BadValue {
+                what,
+                value: s.to_string(),
+                expected: "ranges written low-high, e.g. 10,20-30",
+            });
+        }
         ranges.push((r.start, r.end));
     }
     Ok(VidList::new(ranges))

@@ -826,6 +826,10 @@ fn vlan_modes_show_and_refuse() {
         "invalid trunks \"0-5\" (expected VIDs 1 to 4094 and ranges, e.g. 10,20-30)"
     );
     assert_eq!(
+        err(&mut s, "link set dev c1 vlan_mode trunk trunks 30-20"),
+        "invalid trunks \"30-20\" (expected ranges written low-high, e.g. 10,20-30)"
+    );
+    assert_eq!(
         err(&mut s, "link set dev c1 vlan_mode access tag 7 cvlans 3"),
         "\"cvlans\" applies to vlan_mode dot1q-tunnel only, not access"
     );
