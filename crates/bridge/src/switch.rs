@@ -254,7 +254,7 @@ pub struct VlanView {
     pub vlans: Vec<VlanEntryView>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VlanEntryView {
     pub vlan: u16,
     pub flags: Vec<&'static str>,

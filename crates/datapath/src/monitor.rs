@@ -123,8 +123,8 @@ fn object_name(o: MonitorObject) -> &'static str {
     }
 }
 
-/// A port's VLAN as `vlan show` prints it: flags, private-VLAN role.
-type VlanState = (Vec<&'static str>, Option<String>);
+/// A port's VLAN as `vlan show` prints it: the entry (flags, private-VLAN role, limit).
+type VlanState = qbridge_bridge::switch::VlanEntryView;
 
 /// An FDB entry's identity: bridge, VID, MAC address.
 type FdbKey = (String, Option<u16>, [u8; 6]);
@@ -151,7 +151,7 @@ impl Observed {
             let mut m = BTreeMap::new();
             for v in session.switch().vlans(None).unwrap_or_default() {
                 for e in v.vlans {
-                    m.insert((v.ifname.clone(), e.vlan), (e.flags, e.pvlan));
+                    m.insert((v.ifname.clone(), e.vlan), e);
                 }
             }
             o.vlans = Some(m);
@@ -188,17 +188,22 @@ impl Observed {
             dels.push(y);
         }
         if let (Some(a), Some(b)) = (&self.vlans, &now.vlans) {
-            let (x, y) = diff_maps(a, b, |(port, vid), (flags, pvlan)| {
+            let (x, y) = diff_maps(a, b, |(port, vid), e| {
                 let mut text = format!("{port} {vid}");
-                for f in flags {
+                for f in &e.flags {
                     text.push(' ');
                     text.push_str(f);
                 }
-                let mut json = json!({"ifname": port, "vlan": vid, "flags": flags});
-                if let Some(r) = pvlan {
+                let mut json = json!({"ifname": port, "vlan": vid, "flags": e.flags});
+                if let Some(r) = &e.pvlan {
                     text.push_str(" pvlan ");
                     text.push_str(r);
                     json["pvlan"] = json!(r);
+                }
+                if let (Some(n), Some(v)) = (e.fdb_max_learned, e.violation) {
+                    text.push_str(&format!(" fdb_max_learned {n} violation {}", v.as_str()));
+                    json["fdb_max_learned"] = json!(n);
+                    json["violation"] = json!(v.as_str());
                 }
                 Event {
                     object: MonitorObject::Vlan,
