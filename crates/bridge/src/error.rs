@@ -59,6 +59,8 @@ pub enum ConfigError {
     BadVlanLimit(u32),
     #[error("no vlan map of vid {vid} on {dev}")]
     NoVlanMap { dev: String, vid: u16 },
+    #[error("no vlan map of svid {svid} cvid {cvid} on {dev}")]
+    NoTagMap { dev: String, svid: u16, cvid: u16 },
     #[error("mab needs a locked port (locked on), as in Linux")]
     MabNeedsLocked,
     #[error("mab needs learning on (it learns locked entries), as in Linux")]

@@ -22,6 +22,7 @@ pub mod fdb;
 mod pipeline;
 pub mod stack;
 pub mod switch;
+pub mod tagmap;
 pub mod vlanmode;
 mod vlanset;
 
@@ -31,5 +32,6 @@ pub use error::ConfigError;
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use stack::{MacvlanMode, Role};
 pub use switch::{BridgeId, LinkView, Outputs, Plan, PortId, Switch, VlanView, Worker, MAX_PORTS};
+pub use tagmap::TagMap;
 pub use vlanmode::{PvlanRole, VidList, Violation, VlanMode, VlanModeKind};
 pub use vlanset::VlanSet;

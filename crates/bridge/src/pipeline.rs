@@ -37,6 +37,7 @@ use crate::counters::DropReason;
 use crate::fdb::{key_fid, Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
 use crate::switch::violation_of;
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
+use crate::tagmap::TagOp;
 use crate::vlanmode::{pvlan_allows, Violation};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
@@ -92,7 +93,15 @@ pub(crate) struct FrameMeta {
     /// The bridge filters VLANs (tags are rewritten on egress).
     filtering: bool,
     flood: FloodClass,
+    /// A two-tag map's change to the C-tag behind the bridge tag, made once the frame is
+    /// admitted ([`INNER_POP`], [`INNER_SET`] | VID; 0: none).
+    inner_op: u16,
 }
+
+/// [`FrameMeta::inner_op`]: 2:1, the C-tag goes.
+const INNER_POP: u16 = 0x8000;
+/// [`FrameMeta::inner_op`]: 2:2, the C-tag's VID becomes the low 12 bits.
+const INNER_SET: u16 = 0x4000;
 
 const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
 
@@ -107,6 +116,7 @@ impl FrameMeta {
         tagged: false,
         filtering: false,
         flood: FloodClass::Unknown,
+        inner_op: 0,
     };
 }
 
@@ -676,7 +686,7 @@ fn classify_run<const PLAIN: bool>(
     inp: &Port,
     c: &PortCells,
     wi: usize,
-    pkts: &[PacketBuf],
+    pkts: &mut [PacketBuf],
     meta: &mut [FrameMeta],
 ) -> (usize, usize) {
     let in_port = pkts.first().map_or(0, |p| p.port);
@@ -686,7 +696,7 @@ fn classify_run<const PLAIN: bool>(
     // Live frames counted in a per-PCP counter one by one (PLAIN).
     let mut counted = 0usize;
     let mut n = 0usize;
-    for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
+    for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
         if pkt.port != in_port {
             break;
         }
@@ -695,6 +705,9 @@ fn classify_run<const PLAIN: bool>(
         rx_bytes += len;
         *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
         if m.dest != DEST_DROP {
+            if !PLAIN && m.inner_op != 0 {
+                apply_inner_op(m.inner_op, pkt);
+            }
             live += 1;
             if let Some(run) = vlan_rx.add(m.vid as usize, len) {
                 count_vlan_rx(&br.vlan_counters, wi, run);
@@ -721,7 +734,7 @@ fn classify_run_features(
     inp: &Port,
     c: &PortCells,
     wi: usize,
-    pkts: &[PacketBuf],
+    pkts: &mut [PacketBuf],
     meta: &mut [FrameMeta],
 ) -> (usize, usize) {
     classify_run::<false>(br, bi, inp, c, wi, pkts, meta)
@@ -777,6 +790,7 @@ fn classify<const PLAIN: bool>(
         tagged: false,
         filtering,
         flood: FloodClass::Unknown,
+        inner_op: 0,
     };
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
@@ -801,6 +815,7 @@ fn classify<const PLAIN: bool>(
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
                 v if PLAIN => v,
+                v if inp.tag2.is_some() => map_in(inp, v, frame, &mut m.inner_op),
                 v => match &inp.vid_in {
                     // `vlan map … translate`: the wire VID's VLAN inside the bridge.
                     Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
@@ -994,6 +1009,87 @@ fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
     }
 }
 
+/// The VLAN inside the bridge of a frame tagged to the bridge with (wire) VID `v` on a port
+/// with two-tag maps: a 2:1 or 2:2 map of `v` and the C-tag right behind the bridge tag (its
+/// change to that C-tag goes to `op`), else a 1:1 map of `v`, else `v`.
+#[cold]
+#[inline(never)]
+fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
+    let inner = match frame.get(16..20) {
+        Some(c) if c[0] == 0x81 && c[1] == 0x00 && frame.len() >= 22 => {
+            u16::from_be_bytes([c[2], c[3]]) & 0x0fff
+        }
+        _ => 0,
+    };
+    if let Some((vid, o)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
+        *op = match o {
+            TagOp::SetInner(c) => INNER_SET | c,
+            _ => INNER_POP,
+        };
+        return vid;
+    }
+    match &inp.vid_in {
+        Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
+        _ => v,
+    }
+}
+
+/// Makes a two-tag map's change to the C-tag at offset 16 of an admitted frame.
+#[cold]
+#[inline(never)]
+fn apply_inner_op(op: u16, pkt: &mut PacketBuf) {
+    if op & INNER_POP != 0 {
+        if pkt.remove_tag(16) {
+            pkt.offload.shift_headers(-4);
+        }
+    } else if let Some(t) = pkt.frame_mut().get_mut(18..20) {
+        let tci = u16::from_be_bytes([t[0], t[1]]) & 0xf000 | (op & 0x0fff);
+        t.copy_from_slice(&tci.to_be_bytes());
+    }
+}
+
+/// Two-tag maps on egress port `ep` for a frame leaving tagged: a 2:2 map of the frame's VLAN
+/// and its C-tag (behind the bridge tag, or outermost when the frame is untagged to the
+/// bridge) rewrites the C-tag's VID, a 2:1 map of the VLAN pushes a C-tag behind the bridge
+/// tag (PCP and DEI those of the bridge tag); either way the bridge tag gets the map's S-VID.
+/// Returns false (frame untouched) when no map applies.
+#[cold]
+#[inline(never)]
+fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
+    let Some(t) = ep.tag2.as_ref() else {
+        return false;
+    };
+    let at = if m.tagged { 16 } else { 12 };
+    let f = pkt.frame();
+    let inner = match f.get(at..at + 4) {
+        Some(c) if c[0] == 0x81 && c[1] == 0x00 => Some(u16::from_be_bytes([c[2], c[3]]) & 0x0fff),
+        _ => None,
+    };
+    let Some((svid, op)) = t.egress(m.vid, inner) else {
+        return false;
+    };
+    let tag = ((ep.tpid as u32) << 16 | (m.tci_hi | svid) as u32).to_be_bytes();
+    if m.tagged {
+        if let Some(t) = pkt.frame_mut().get_mut(12..16) {
+            t.copy_from_slice(&tag);
+        }
+    } else {
+        pkt.insert_tag(12, tag);
+        pkt.offload.shift_headers(4);
+    }
+    match op {
+        TagOp::SetInner(c) => apply_inner_op(INNER_SET | c, pkt),
+        TagOp::PushInner(c) => {
+            let ctag = (0x8100u32 << 16 | (m.tci_hi | c) as u32).to_be_bytes();
+            if pkt.insert_tag(16, ctag) {
+                pkt.offload.shift_headers(4);
+            }
+        }
+        TagOp::PopInner => {}
+    }
+    true
+}
+
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.
 #[inline(always)]
 fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
@@ -1021,7 +1117,7 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
                 pkt.remove_tag(12);
                 pkt.offload.shift_headers(-4);
             }
-        } else {
+        } else if !(ep.tag2.is_some() && map_out(ep, m, pkt)) {
             let vid = match &ep.vid_out {
                 None => m.vid,
                 Some(t) => vid_out(t, m.vid),

@@ -20,6 +20,7 @@ use crate::fdb::{
     FdbKind, FdbMove, TableCache, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
+use crate::tagmap::{TagMap, TagMaps};
 use crate::vlanmode::{PvlanRole, Violation, VlanMode};
 use crate::vlanset::VlanSet;
 use qbridge_packet::{Batch, BufPool};
@@ -112,6 +113,8 @@ pub(crate) struct Port {
     pub vlan_limits: Option<Arc<[u32]>>,
     /// `vlan map … cvid C svid S` (selective Q-in-Q), by C-VID: the S-VLAN (0: none).
     pub cvid_in: Option<Arc<[u16]>>,
+    /// `vlan map … svid S cvid C translate …` (2:1 and 2:2); `None`: none.
+    pub tag2: Option<Arc<TagMaps>>,
     /// Compiled ([`Switch::plan`], from the fields above): frames entering this port need none
     /// of the provider features of its ingress (no tunnel, no `cvlans`, `pcp_mode` keep with
     /// default PCP 0, no VLAN map in, no selective Q-in-Q, not locked). The pipeline tests it once per run.
@@ -127,6 +130,7 @@ impl Port {
             && self.pcp_untagged == 0
             && self.vid_in.is_none()
             && self.cvid_in.is_none()
+            && self.tag2.is_none()
             && !self.settings.locked
     }
 }
@@ -473,6 +477,14 @@ fn set_map(map: &mut Option<Arc<[u16]>>, v: u16, to: u16) {
     };
     t[usize::from(v)] = to;
     *map = t.iter().any(|&x| x != 0).then(|| Arc::from(t));
+}
+
+/// A two-tag map in the words that add it (for messages).
+fn tag_map_words(m: &TagMap) -> String {
+    match m.inner {
+        None => format!("svid {} cvid {} (translate {})", m.svid, m.cvid, m.vid),
+        Some(c) => format!("svid {} cvid {} (translate {} {c})", m.svid, m.cvid, m.vid),
+    }
 }
 
 /// Port `p`'s learning limit in `vid`, if it has one.
@@ -1029,6 +1041,7 @@ impl Switch {
             vid_out: None,
             vlan_limits: None,
             cvid_in: None,
+            tag2: None,
             plain: false,
         }));
         Ok(PortId(idx as u16))
@@ -1596,6 +1609,13 @@ impl Switch {
                 p.name
             )));
         }
+        if let Some(m) = p.tag2.as_ref().and_then(|t| t.by_inside(inside, 0)) {
+            return Err(ConfigError::VlanMapConflict(format!(
+                "{inside} on {} is already the translation of {}",
+                p.name,
+                tag_map_words(m)
+            )));
+        }
         let port = self.port_mut(id);
         set_map(&mut port.vid_in, wire, inside);
         set_map(&mut port.vid_out, inside, wire);
@@ -1644,6 +1664,18 @@ impl Switch {
                 )));
             }
         }
+        if let Some(m) = p
+            .tag2
+            .as_ref()
+            .and_then(|t| (start..=end).find_map(|c| t.by_inside(svid, c)))
+        {
+            return Err(ConfigError::VlanMapConflict(format!(
+                "svid {svid} cvid {} on {} is already the translation of {}",
+                m.inner.unwrap_or(0),
+                p.name,
+                tag_map_words(m)
+            )));
+        }
         let port = self.port_mut(id);
         for c in start..=end {
             set_map(&mut port.cvid_in, c, svid);
@@ -1667,6 +1699,101 @@ impl Switch {
             set_map(&mut port.cvid_in, c, 0);
         }
         Ok(())
+    }
+
+    /// `vlan map add dev P svid S cvid C translate V` (2:1, `inner` `None`) or `… translate S2
+    /// C2` (2:2): an S-tag S with the C-tag C right behind it on P's wire is VLAN V (one tag
+    /// inside), or S-VLAN S2 with C-tag C2, both ways. Refused naming the map in the way: a
+    /// second map of (S, C); a second way out for VLAN V (a 2:1 map or a 1:1 `translate V`);
+    /// a second way out for (S2, C2) (a 2:2 map or selective Q-in-Q `cvid C2 svid S2`).
+    pub fn tag_map_add(&mut self, id: PortId, map: TagMap) -> Result<(), ConfigError> {
+        let map = TagMap {
+            svid: check_vid(map.svid.into())?,
+            cvid: check_vid(map.cvid.into())?,
+            vid: check_vid(map.vid.into())?,
+            inner: map.inner.map(|c| check_vid(c.into())).transpose()?,
+        };
+        let p = self.port(id);
+        let conflict = |what: String| Err(ConfigError::VlanMapConflict(what));
+        let maps = p.tag2.as_ref();
+        if let Some(m) = maps.and_then(|t| t.by_wire(map.svid, map.cvid)) {
+            return conflict(format!(
+                "svid {} cvid {} on {} is mapped already ({})",
+                map.svid,
+                map.cvid,
+                p.name,
+                tag_map_words(m)
+            ));
+        }
+        match map.inner {
+            None => {
+                if let Some(m) = maps.and_then(|t| t.by_inside(map.vid, 0)) {
+                    return conflict(format!(
+                        "{} on {} is already the translation of {}",
+                        map.vid,
+                        p.name,
+                        tag_map_words(m)
+                    ));
+                }
+                let wire = p.vid_out.as_ref().map_or(0, |t| t[usize::from(map.vid)]);
+                if wire != 0 {
+                    return conflict(format!(
+                        "{} on {} is already the translation of vid {wire}",
+                        map.vid, p.name
+                    ));
+                }
+            }
+            Some(c2) => {
+                if let Some(m) = maps.and_then(|t| t.by_inside(map.vid, c2)) {
+                    return conflict(format!(
+                        "svid {} cvid {c2} on {} is already the translation of {}",
+                        map.vid,
+                        p.name,
+                        tag_map_words(m)
+                    ));
+                }
+                if p.cvid_in.as_ref().is_some_and(|t| t[usize::from(c2)] == map.vid) {
+                    return conflict(format!(
+                        "cvid {c2} svid {} on {} is selective Q-in-Q already (vlan map cvid {c2} svid {})",
+                        map.vid, p.name, map.vid
+                    ));
+                }
+            }
+        }
+        let mut all = maps.map_or_else(Vec::new, |t| t.maps.clone());
+        all.push(map);
+        self.port_mut(id).tag2 = Some(Arc::new(TagMaps::from_maps(all)));
+        self.recompile_port(id);
+        Ok(())
+    }
+
+    /// `vlan map del dev P svid S cvid C`: removes the 2:1 or 2:2 map of (S, C).
+    pub fn tag_map_del(&mut self, id: PortId, svid: u16, cvid: u16) -> Result<(), ConfigError> {
+        let p = self.port(id);
+        let Some(maps) = p.tag2.as_ref().filter(|t| t.by_wire(svid, cvid).is_some()) else {
+            return Err(ConfigError::NoTagMap {
+                dev: p.name.clone(),
+                svid,
+                cvid,
+            });
+        };
+        let rest: Vec<TagMap> = maps
+            .maps
+            .iter()
+            .filter(|m| (m.svid, m.cvid) != (svid, cvid))
+            .copied()
+            .collect();
+        self.port_mut(id).tag2 = (!rest.is_empty()).then(|| Arc::new(TagMaps::from_maps(rest)));
+        self.recompile_port(id);
+        Ok(())
+    }
+
+    /// Port `id`'s 2:1 and 2:2 maps, by (S-VID, C-VID).
+    pub fn tag_maps(&self, id: PortId) -> Vec<TagMap> {
+        self.port(id)
+            .tag2
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.maps.clone())
     }
 
     /// Port `id`'s selective Q-in-Q maps as runs: (C-VID first, last, S-VID).
@@ -2143,6 +2270,11 @@ impl Switch {
             None => VlanProtocol::Dot1Q,
         };
         let base = p.settings.effective_envhdr(protocol, has_tagged(p));
+        // Two-tag maps send frames with two tags.
+        let base = match (p.settings.envhdr_len, &p.tag2) {
+            (None, Some(_)) => base.max(8),
+            _ => base,
+        };
         match (p.settings.envhdr_len, &p.uppers) {
             (None, Some(_)) => base + 4 * self.tags_above(id),
             _ => base,

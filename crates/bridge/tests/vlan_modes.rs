@@ -421,3 +421,102 @@ fn selective_qinq_maps_c_vlans_into_s_vlans() {
     r.sw.cvid_map_del(cust, 10, 11).unwrap();
     assert!(r.sw.cvid_map_del(cust, 10, 10).is_err());
 }
+
+/// 2:1 and 2:2 maps (`docs/semantics.md` §K, rule K3) on the provider-facing port of an
+/// 802.1ad bridge: the exact frames each way, unmatched pairs left alone, and every
+/// contradictory map refused naming the one in the way.
+#[test]
+fn two_tag_maps_both_ways() {
+    use qbridge_bridge::TagMap;
+    let mut r = Rig::new();
+    r.bridge("pe", VlanProtocol::Dot1Ad);
+    let nni = r.device("nni");
+    let lan = r.device("lan");
+    r.enslave(nni, "pe");
+    r.enslave(lan, "pe");
+    for p in [nni, lan] {
+        for v in [100, 200, 500] {
+            r.sw.vlan_add(p, v, v, false, false).unwrap();
+        }
+    }
+    let map = |svid, cvid, vid, inner| TagMap {
+        svid,
+        cvid,
+        vid,
+        inner,
+    };
+    r.sw.tag_map_add(nni, map(100, 10, 500, None)).unwrap();
+    r.sw.tag_map_add(nni, map(100, 11, 200, Some(21))).unwrap();
+    assert_eq!(
+        r.sw.tag_maps(nni),
+        [map(100, 10, 500, None), map(100, 11, 200, Some(21))]
+    );
+    // Two tags of slack for the frames that leave with two.
+    assert_eq!(r.sw.port_max_frame(nni), 14 + 1500 + 8);
+
+    let dst = mac(0x60);
+    // 2:1: S 100 + C 10 is VLAN 500 with one tag, PCP and DEI of the S-tag kept.
+    let f = frame(dst, mac(1), &[(0x88a8, 0xa000 | 100), (0x8100, 0x2000 | 10)], 90);
+    assert_eq!(
+        only(&r.send(&[(nni, f.clone())]), lan),
+        vec![retag(&f, 2, &[(0x88a8, 0xa000 | 500)])]
+    );
+    // … and back: S-tag 100 and a C-tag 10 with the S-tag's PCP.
+    let back = frame(mac(1), dst, &[(0x88a8, 0x6000 | 500)], 90);
+    assert_eq!(
+        only(&r.send(&[(lan, back.clone())]), nni),
+        vec![retag(&back, 1, &[(0x88a8, 0x6000 | 100), (0x8100, 0x6000 | 10)])]
+    );
+    // 2:2: S 100 + C 11 is S-VLAN 200 with C-tag 21 (the C-tag's own PCP kept), both ways.
+    let f = frame(dst, mac(2), &[(0x88a8, 100), (0x8100, 0xe000 | 11)], 90);
+    assert_eq!(
+        only(&r.send(&[(nni, f.clone())]), lan),
+        vec![retag(&f, 2, &[(0x88a8, 200), (0x8100, 0xe000 | 21)])]
+    );
+    let back = frame(mac(2), dst, &[(0x88a8, 200), (0x8100, 0x2000 | 21)], 90);
+    assert_eq!(
+        only(&r.send(&[(lan, back.clone())]), nni),
+        vec![retag(&back, 2, &[(0x88a8, 100), (0x8100, 0x2000 | 11)])]
+    );
+    // Unmatched pairs follow the port's normal rules.
+    let other = frame(mac(3), dst, &[(0x88a8, 200), (0x8100, 22)], 90);
+    assert_eq!(only(&r.send(&[(lan, other.clone())]), nni), vec![other]);
+    let other = frame(dst, mac(3), &[(0x88a8, 100), (0x8100, 12)], 90);
+    assert_eq!(only(&r.send(&[(nni, other.clone())]), lan), vec![other]);
+
+    // Contradictions, each named.
+    let err = |r: &mut Rig, m| r.sw.tag_map_add(nni, m).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut r, map(100, 10, 200, None)),
+        "svid 100 cvid 10 on nni is mapped already (svid 100 cvid 10 (translate 500))"
+    );
+    assert_eq!(
+        err(&mut r, map(101, 10, 500, None)),
+        "500 on nni is already the translation of svid 100 cvid 10 (translate 500)"
+    );
+    assert_eq!(
+        err(&mut r, map(101, 10, 200, Some(21))),
+        "svid 200 cvid 21 on nni is already the translation of svid 100 cvid 11 (translate 200 21)"
+    );
+    assert_eq!(
+        r.sw.vlan_map_add(nni, 7, 500).unwrap_err().to_string(),
+        "500 on nni is already the translation of svid 100 cvid 10 (translate 500)"
+    );
+    assert_eq!(
+        r.sw.cvid_map_add(nni, 20, 21, 200).unwrap_err().to_string(),
+        "svid 200 cvid 21 on nni is already the translation of svid 100 cvid 11 (translate 200 21)"
+    );
+    r.sw.vlan_map_add(nni, 7, 100).unwrap();
+    assert_eq!(
+        err(&mut r, map(101, 10, 100, None)),
+        "100 on nni is already the translation of vid 7"
+    );
+    r.sw.tag_map_del(nni, 100, 10).unwrap();
+    assert_eq!(
+        r.sw.tag_map_del(nni, 100, 10).unwrap_err().to_string(),
+        "no vlan map of svid 100 cvid 10 on nni"
+    );
+    r.sw.tag_map_del(nni, 100, 11).unwrap();
+    assert!(r.sw.tag_maps(nni).is_empty());
+    assert_eq!(r.sw.port_max_frame(nni), 14 + 1500 + 8, "tagged members of an 802.1ad bridge");
+}

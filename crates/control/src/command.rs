@@ -284,6 +284,13 @@ pub enum VlanCommand {
     },
     /// `vlan map del dev NAME cvid C[-C2]`
     CvidMapDel { dev: String, cvids: VidRange },
+    /// `vlan map add dev NAME svid S cvid C translate V` (2:1) or `… translate S2 C2` (2:2)
+    TagMapAdd {
+        dev: String,
+        map: qbridge_bridge::TagMap,
+    },
+    /// `vlan map del dev NAME svid S cvid C`
+    TagMapDel { dev: String, svid: u16, cvid: u16 },
     /// `vlan map show [dev NAME]`
     MapShow { dev: Option<String> },
     /// `vlan show [dev NAME] [vid V]`

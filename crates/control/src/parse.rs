@@ -328,7 +328,9 @@ fn parse_fdb_vid(s: &str) -> Result<u16, ControlError> {
     parse_vid(s)
 }
 
-/// `vlan map add dev P vid A translate B | del dev P vid A | show [dev P]`.
+/// `vlan map add dev P vid A translate B | add dev P cvid C[-C2] svid S | add dev P svid S
+/// cvid C translate V [C2] | del dev P vid A | del dev P cvid C[-C2] | del dev P svid S cvid
+/// C | show [dev P]`.
 fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
     const MAP_COMMANDS: &str = "add, del or show";
     let Some(cmd) = w.next() else {
@@ -338,10 +340,10 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
     };
     let cmd = command("vlan map", cmd, words::VLAN_MAP_COMMANDS, MAP_COMMANDS)?;
     let (mut dev, mut vid, mut to) = (None, None, None);
-    let (mut cvids, mut svid) = (None, None);
+    let (mut cvids, mut svid, mut to_cvid) = (None, None, None);
     let expected = match cmd {
-        "add" => "dev, vid and translate, or cvid and svid",
-        "del" => "dev, vid or cvid",
+        "add" => "dev, vid and translate, cvid and svid, or svid, cvid and translate",
+        "del" => "dev, vid, cvid, or svid and cvid",
         _ => "dev",
     };
     while let Some(kw) = w.next_kw(words::VLAN_MAP, expected)? {
@@ -349,12 +351,17 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
             "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?.to_string())?,
             "vid" if cmd != "show" => set_once(&mut vid, kw, parse_vid(w.value(kw, "a vid")?)?)?,
             "translate" if cmd == "add" => {
-                set_once(&mut to, kw, parse_vid(w.value(kw, "a vid")?)?)?
+                set_once(&mut to, kw, parse_vid(w.value(kw, "a vid")?)?)?;
+                // `translate S2 C2` (2:2): a second number right after the first.
+                if let Some(c2) = w.peek().filter(|v| v.bytes().all(|b| b.is_ascii_digit())) {
+                    w.next();
+                    to_cvid = Some(parse_vid(c2)?);
+                }
             }
             "cvid" if cmd != "show" => {
                 set_once(&mut cvids, kw, parse_vid_range(w.value(kw, "C or C-C2")?)?)?
             }
-            "svid" if cmd == "add" => {
+            "svid" if cmd != "show" => {
                 set_once(&mut svid, kw, parse_vid(w.value(kw, "an S-VID")?)?)?
             }
             other => return Err(unexpected(other, expected)),
@@ -366,6 +373,35 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
     let dev = dev.ok_or(ControlError::MissingArgument {
         what: "\"dev NAME\"",
     })?;
+    if let (Some(cvids), Some(s), true) = (cvids, svid, to.is_some() || cmd == "del") {
+        // 2:1 or 2:2.
+        if vid.is_some() {
+            return Err(unexpected("vid", "svid S cvid C translate V [C2]"));
+        }
+        if cvids.start != cvids.end {
+            return Err(ControlError::BadValue {
+                what: "cvid",
+                value: format!("{}-{}", cvids.start, cvids.end),
+                expected: "one C-VID (ranges are for selective Q-in-Q: cvid C-C2 svid S)",
+            });
+        }
+        return Ok(match (cmd, to) {
+            ("add", Some(v)) => VlanCommand::TagMapAdd {
+                dev,
+                map: qbridge_bridge::TagMap {
+                    svid: s,
+                    cvid: cvids.start,
+                    vid: v,
+                    inner: to_cvid,
+                },
+            },
+            _ => VlanCommand::TagMapDel {
+                dev,
+                svid: s,
+                cvid: cvids.start,
+            },
+        });
+    }
     if let Some(cvids) = cvids {
         if vid.is_some() || to.is_some() {
             return Err(unexpected(

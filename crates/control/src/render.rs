@@ -239,6 +239,14 @@ pub fn vlans(
 
 /// `vlan map show [dev NAME]`: `p1 vid 10 translate 100`; JSON
 /// `[{"ifname":"p1","vid":10,"translate":100}]`.
+/// What a 2:1 or 2:2 map translates to, in the words of `translate`: `V` or `S2 C2`.
+pub fn tag_map_inside(m: &qbridge_bridge::TagMap) -> String {
+    match m.inner {
+        None => m.vid.to_string(),
+        Some(c) => format!("{} {c}", m.vid),
+    }
+}
+
 pub fn vlan_maps(
     sw: &Switch,
     dev: Option<&str>,
@@ -261,6 +269,13 @@ pub fn vlan_maps(
             };
             rows.push(json!({"ifname": name, "cvid": cvid, "svid": svid}));
         }
+        for m in sw.tag_maps(id) {
+            let mut row = json!({"ifname": name, "svid": m.svid, "cvid": m.cvid, "translate": m.vid});
+            if let Some(c) = m.inner {
+                row["translate_cvid"] = json!(c);
+            }
+            rows.push(row);
+        }
     }
     if out.json {
         return Ok(to_json(&rows, out));
@@ -268,9 +283,17 @@ pub fn vlan_maps(
     let mut s = String::new();
     for r in rows {
         let name = r["ifname"].as_str().unwrap_or("");
-        let _ = match r.get("cvid").and_then(Value::as_str) {
-            Some(c) => writeln!(s, "{name} cvid {c} svid {}", r["svid"]),
-            None => writeln!(s, "{name} vid {} translate {}", r["vid"], r["translate"]),
+        let _ = match (r.get("cvid"), r.get("vid")) {
+            (Some(Value::String(c)), _) => writeln!(s, "{name} cvid {c} svid {}", r["svid"]),
+            (Some(c), _) => match r.get("translate_cvid") {
+                Some(c2) => writeln!(
+                    s,
+                    "{name} svid {} cvid {c} translate {} {c2}",
+                    r["svid"], r["translate"]
+                ),
+                None => writeln!(s, "{name} svid {} cvid {c} translate {}", r["svid"], r["translate"]),
+            },
+            _ => writeln!(s, "{name} vid {} translate {}", r["vid"], r["translate"]),
         };
     }
     Ok(s)

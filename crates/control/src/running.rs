@@ -80,6 +80,15 @@ pub fn running_config(session: &Session) -> String {
             };
             let _ = writeln!(out, "vlan map add dev {name} cvid {cvid} svid {svid}");
         }
+        for m in sw.tag_maps(*id) {
+            let _ = writeln!(
+                out,
+                "vlan map add dev {name} svid {} cvid {} translate {}",
+                m.svid,
+                m.cvid,
+                render::tag_map_inside(&m)
+            );
+        }
     }
     fdb_lines(sw, &mut out);
     out

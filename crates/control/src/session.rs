@@ -376,6 +376,20 @@ impl Session {
                     r => r?,
                 }
             }
+            VlanCommand::TagMapAdd { dev, map } => {
+                let id = sw.port_id(dev)?;
+                let same = sw.tag_maps(id).contains(map);
+                if !(self.may_exist && same) {
+                    sw.tag_map_add(id, *map)?;
+                }
+            }
+            VlanCommand::TagMapDel { dev, svid, cvid } => {
+                let id = sw.port_id(dev)?;
+                match sw.tag_map_del(id, *svid, *cvid) {
+                    Err(qbridge_bridge::ConfigError::NoTagMap { .. }) if self.may_exist => {}
+                    r => r?,
+                }
+            }
             VlanCommand::MapShow { dev } => return render::vlan_maps(sw, dev.as_deref(), out),
             VlanCommand::Show { dev, vid } => {
                 return if out.stats {

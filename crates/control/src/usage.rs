@@ -34,7 +34,9 @@ const VLAN: &str =
            [fdb_max_learned N [violation protect|restrict|shutdown]] [self]
   vlan map add dev NAME vid A translate B    (A on NAME's wire is VLAN B inside, both ways)
   vlan map add dev NAME cvid C[-C2] svid S   (selective Q-in-Q: those C-VLANs into S-VLAN S)
-  vlan map del dev NAME vid A | cvid C[-C2]  vlan map show [dev NAME]
+  vlan map add dev NAME svid S cvid C translate V        (2:1: S-tag S + C-tag C are VLAN V)
+  vlan map add dev NAME svid S cvid C translate S2 C2    (2:2: both tags rewritten, both ways)
+  vlan map del dev NAME vid A | cvid C[-C2] | svid S cvid C   vlan map show [dev NAME]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
 ";
 

@@ -1018,3 +1018,49 @@ fn selective_qinq_maps_show_and_refuse() {
         .unwrap();
     assert_eq!(run(&mut s, "vlan map show", TEXT), "");
 }
+
+#[test]
+fn two_tag_maps_show_refuse_and_round_trip() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad\nlink add n1 type pcap\n\
+         link set dev n1 master pe\nvlan add vid 200 dev n1\nvlan add vid 500 dev n1\n\
+         vlan map add dev n1 svid 100 cvid 10 translate 500\n\
+         vlan map add dev n1 svid 100 cvid 11 translate 200 21\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "vlan map show", TEXT),
+        "n1 svid 100 cvid 10 translate 500\nn1 svid 100 cvid 11 translate 200 21\n"
+    );
+    assert_eq!(
+        run(&mut s, "vlan map show dev n1", JSON),
+        "[{\"cvid\":10,\"ifname\":\"n1\",\"svid\":100,\"translate\":500},{\"cvid\":11,\"ifname\":\"n1\",\"svid\":100,\"translate\":200,\"translate_cvid\":21}]\n"
+    );
+    let rc = s.running_config();
+    assert!(rc.contains("vlan map add dev n1 svid 100 cvid 10 translate 500\n"));
+    assert!(rc.contains("vlan map add dev n1 svid 100 cvid 11 translate 200 21\n"));
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "vlan map add dev n1 svid 100 cvid 10-12 translate 5"),
+        "invalid cvid \"10-12\" (expected one C-VID (ranges are for selective Q-in-Q: cvid C-C2 svid S))"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map add dev n1 svid 100 cvid 10 translate 5 6 7"),
+        "unexpected \"7\" (expected dev, vid and translate, cvid and svid, or svid, cvid and translate)"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map add dev n1 svid 101 cvid 10 translate 500"),
+        "500 on n1 is already the translation of svid 100 cvid 10 (translate 500)"
+    );
+    assert_eq!(
+        err(&mut s, "vlan map del dev n1 svid 100 cvid 12"),
+        "no vlan map of svid 100 cvid 12 on n1"
+    );
+    s.execute_line("vlan map del dev n1 svid 100 cvid 10", TEXT)
+        .unwrap();
+    s.execute_line("vlan map del dev n1 svid 100 cvid 11", TEXT)
+        .unwrap();
+    assert_eq!(run(&mut s, "vlan map show", TEXT), "");
+}

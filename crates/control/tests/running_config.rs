@@ -274,6 +274,11 @@ fn command() -> impl Strategy<Value = String> {
             .prop_map(|(p, a, b)| format!("vlan map add dev {p} vid {a} translate {}", b + 10)),
         (port.clone(), vid.clone(), vid.clone())
             .prop_map(|(p, c, s)| format!("vlan map add dev {p} cvid {c}-{} svid {s}", c + 1)),
+        (port.clone(), vid.clone(), vid.clone(), vid.clone(), prop::option::of(vid.clone()))
+            .prop_map(|(p, s, c, v, c2)| format!(
+                "vlan map add dev {p} svid {s} cvid {c} translate {v}{}",
+                c2.map(|c| format!(" {c}")).unwrap_or_default()
+            )),
         (port.clone(), vid.clone(), 0u32..4, prop::sample::select(vec!["protect", "restrict", "shutdown"]))
             .prop_map(|(p, v, n, m)| format!("vlan set vid {v} dev {p} fdb_max_learned {n} violation {m}")),
         (port.clone(), any::<bool>(), any::<bool>()).prop_map(|(p, l, m)| format!(

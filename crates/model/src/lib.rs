@@ -215,7 +215,29 @@ struct Port {
     /// R-K: 1:1 VLAN translation, wire VID → VID inside, and back.
     vid_in: BTreeMap<u16, u16>,
     vid_out: BTreeMap<u16, u16>,
+    /// R-K3: two-tag maps, (S-VID, C-VID) on the wire → (VID inside, inner C-VID inside or
+    /// `None` for 2:1).
+    tag2: BTreeMap<(u16, u16), (u16, Option<u16>)>,
     counters: Counters,
+}
+
+impl Port {
+    /// R-K3 egress: the 2:2 map into (`vid`, `inner`), else the 2:1 map into `vid`: the wire
+    /// (S-VID, C-VID) and whether the C-tag is rewritten (true) or pushed (false).
+    fn tag2_out(&self, vid: u16, inner: Option<u16>) -> Option<(u16, u16, bool)> {
+        let two = inner.and_then(|c| {
+            self.tag2
+                .iter()
+                .find(|(_, &(v, i))| v == vid && i == Some(c))
+        });
+        if let Some((&(sv, cv), _)) = two {
+            return Some((sv, cv, true));
+        }
+        self.tag2
+            .iter()
+            .find(|(_, &(v, i))| v == vid && i.is_none())
+            .map(|(&(sv, cv), _)| (sv, cv, false))
+    }
 }
 
 /// R-H: the PCP and DEI (TCI bits 12-15) a frame entering untagged to the bridge gets from its
@@ -403,7 +425,8 @@ impl Model {
             None => {
                 let any_tagged = p.vlans.values().any(|&untagged| !untagged);
                 let provider = self.protocol_of(p) == VlanProtocol::Dot1Ad && any_tagged;
-                if provider {
+                // R-K3: a port with two-tag maps sends frames with two tags.
+                if provider || !p.tag2.is_empty() {
                     8
                 } else {
                     4
@@ -449,6 +472,7 @@ impl Model {
             pvlan: BTreeMap::new(),
             vid_in: BTreeMap::new(),
             vid_out: BTreeMap::new(),
+            tag2: BTreeMap::new(),
             vlan_limits: BTreeMap::new(),
             cvid_in: BTreeMap::new(),
             counters: Counters::default(),
@@ -629,7 +653,10 @@ impl Model {
         check_vid(wire.into())?;
         check_vid(inside.into())?;
         let p = self.port(id);
-        if p.vid_in.contains_key(&wire) || p.vid_out.contains_key(&inside) {
+        if p.vid_in.contains_key(&wire)
+            || p.vid_out.contains_key(&inside)
+            || p.tag2_out(inside, None).is_some()
+        {
             return refuse("map conflicts");
         }
         let p = self.port_mut(id);
@@ -644,6 +671,9 @@ impl Model {
         check_vid(svid.into())?;
         if (s..=e).any(|c| self.port(id).cvid_in.contains_key(&c)) {
             return refuse("cvid mapped already");
+        }
+        if (s..=e).any(|c| self.port(id).tag2.values().any(|&m| m == (svid, Some(c)))) {
+            return refuse("cvid is the inside of a 2:2 map");
         }
         let p = self.port_mut(id);
         for c in s..=e {
@@ -663,6 +693,38 @@ impl Model {
             p.cvid_in.remove(&c);
         }
         Ok(())
+    }
+
+    /// `vlan map add dev NAME svid S cvid C translate V [C2]` (R-K3): one map per wire pair,
+    /// one way out per VLAN (2:1 or 1:1) and per (VLAN, C-VID) (2:2 or selective Q-in-Q).
+    pub fn tag_map_add(&mut self, id: u16, m: qbridge_bridge::TagMap) -> Res<()> {
+        for v in [m.svid, m.cvid, m.vid].into_iter().chain(m.inner) {
+            check_vid(v.into())?;
+        }
+        let p = self.port(id);
+        if p.tag2.contains_key(&(m.svid, m.cvid)) {
+            return refuse("wire pair mapped already");
+        }
+        let taken = match m.inner {
+            None => p.tag2.values().any(|&x| x == (m.vid, None)) || p.vid_out.contains_key(&m.vid),
+            Some(c2) => {
+                p.tag2.values().any(|&x| x == (m.vid, Some(c2)))
+                    || p.cvid_in.get(&c2) == Some(&m.vid)
+            }
+        };
+        if taken {
+            return refuse("way out taken");
+        }
+        self.port_mut(id).tag2.insert((m.svid, m.cvid), (m.vid, m.inner));
+        Ok(())
+    }
+
+    /// `vlan map del dev NAME svid S cvid C`.
+    pub fn tag_map_del(&mut self, id: u16, svid: u16, cvid: u16) -> Res<()> {
+        match self.port_mut(id).tag2.remove(&(svid, cvid)) {
+            Some(_) => Ok(()),
+            None => refuse("no such map"),
+        }
     }
 
     /// `vlan map del dev NAME vid A`.
@@ -949,7 +1011,7 @@ impl Model {
         out
     }
 
-    fn forward(&mut self, now: u64, f: Frame, out: &mut Vec<Frame>) {
+    fn forward(&mut self, now: u64, mut f: Frame, out: &mut Vec<Frame>) {
         let in_id = f.port;
         if self.ports.get(in_id as usize).is_none_or(|p| p.is_none()) {
             self.unknown_port_drops += 1;
@@ -1000,6 +1062,8 @@ impl Model {
         }
         // R4: classification and ingress filter (VLAN-filtering bridges only).
         let filtering = settings.vlan_filtering;
+        // R-K3: what a two-tag map does to the C-tag (`Some(None)`: removed).
+        let mut inner_op: Option<Option<u16>> = None;
         let class = if filtering {
             // R-G2: on a tunnel port every frame is untagged to the bridge, once its customer
             // VLAN (a 0x8100 outer tag's VID, else 0) is admitted.
@@ -1026,6 +1090,14 @@ impl Model {
                         Some(p) => p,
                         None => return self.drop_on(in_id, DropReason::NoPvid),
                     }
+                } else if let Some(&(inside, inner)) = (len >= 22 && be16(&f.bytes, 16) == 0x8100)
+                    .then(|| inp.tag2.get(&(vid, be16(&f.bytes, 18) & 0x0fff)))
+                    .flatten()
+                {
+                    // R-K3: a mapped (S-VID, C-VID) pair: the C-tag is rewritten (2:2) or
+                    // removed (2:1) once the frame is admitted.
+                    inner_op = Some(inner);
+                    inside
                 } else {
                     // R-K: a translated wire VID is its VLAN inside.
                     inp.vid_in.get(&vid).copied().unwrap_or(vid)
@@ -1052,6 +1124,17 @@ impl Model {
             };
             if !inp.vlans.contains_key(&class.vid) {
                 return self.drop_on(in_id, DropReason::VlanNotMember);
+            }
+            match inner_op {
+                Some(None) => {
+                    f.bytes.drain(16..20);
+                    f.meta = f.meta.moved_by(-4);
+                }
+                Some(Some(c2)) => {
+                    let tci = be16(&f.bytes, 18) & 0xf000 | c2;
+                    f.bytes[18..20].copy_from_slice(&tci.to_be_bytes());
+                }
+                None => {}
             }
             // R-H3: counted by the priority the frame has in the bridge.
             self.port_mut(in_id).counters.rx_pcp[(class.pcp_dei >> 13) as usize] += 1;
@@ -1307,6 +1390,30 @@ impl Model {
                 if class.tagged {
                     bytes.drain(12..16);
                     meta = meta.moved_by(-4);
+                }
+            } else if let Some((svid, cvid, rewrite)) = self.port(e).tag2_out(
+                class.vid,
+                (bytes.len() >= at + 4 && be16(&bytes, at) == 0x8100)
+                    .then(|| be16(&bytes, at + 2) & 0x0fff),
+            ) {
+                // R-K3: the map's S-VID in the bridge tag; the C-tag rewritten (2:2) or pushed
+                // (2:1, with the bridge tag's PCP and DEI).
+                let mut tag = self.port_tpid(e).to_be_bytes().to_vec();
+                tag.extend_from_slice(&(class.pcp_dei | svid).to_be_bytes());
+                if class.tagged {
+                    bytes.splice(12..16, tag);
+                } else {
+                    bytes.splice(12..12, tag);
+                    meta = meta.moved_by(4);
+                }
+                if rewrite {
+                    let tci = be16(&bytes, 18) & 0xf000 | cvid;
+                    bytes[18..20].copy_from_slice(&tci.to_be_bytes());
+                } else {
+                    let mut ctag = 0x8100u16.to_be_bytes().to_vec();
+                    ctag.extend_from_slice(&(class.pcp_dei | cvid).to_be_bytes());
+                    bytes.splice(16..16, ctag);
+                    meta = meta.moved_by(4);
                 }
             } else {
                 let vid = self

@@ -413,6 +413,28 @@ fn vlan_map_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// 2:1 and 2:2 maps over the scenario's VIDs (conflicts with each other and with 1:1 and
+/// selective Q-in-Q maps occur: few VIDs).
+fn tag_map_op(nports: usize) -> impl Strategy<Value = Op> {
+    let v = || vid().prop_map(|v| v as u16);
+    (
+        0..nports,
+        v(),
+        v(),
+        prop_oneof![
+            2 => v().prop_map(|x| Some((x, None))),
+            2 => (v(), v()).prop_map(|(x, c)| Some((x, Some(c)))),
+            1 => Just(None),
+        ],
+    )
+        .prop_map(|(port, svid, cvid, to)| Op::TagMap {
+            port,
+            svid,
+            cvid,
+            to,
+        })
+}
+
 fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
     (
         unicast(),
@@ -454,6 +476,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => pvlan_op(nports),
         1 => vlan_map_op(nports),
         1 => cvid_map_op(nports),
+        1 => tag_map_op(nports),
         1 => vlan_limit_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
@@ -493,7 +516,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

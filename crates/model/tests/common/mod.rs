@@ -118,6 +118,13 @@ pub enum Op {
         wire: u16,
         inside: Option<u16>,
     },
+    /// `vlan map add|del dev P svid S cvid C [translate V [C2]]` (§K, 2:1 and 2:2).
+    TagMap {
+        port: usize,
+        svid: u16,
+        cvid: u16,
+        to: Option<(u16, Option<u16>)>,
+    },
     /// `vlan set dev P vid S-E pvlan …` (§J).
     Pvlan {
         port: usize,
@@ -329,6 +336,32 @@ impl Pair {
                     ),
                 };
                 self.same_outcome("vlan map", a, b)?;
+            }
+            &Op::TagMap {
+                port,
+                svid,
+                cvid,
+                to,
+            } => {
+                let (a, b) = match to {
+                    Some((vid, inner)) => {
+                        let m = qbridge_bridge::TagMap {
+                            svid,
+                            cvid,
+                            vid,
+                            inner,
+                        };
+                        (
+                            self.sw.tag_map_add(pid(port), m),
+                            self.model.tag_map_add(port as u16, m),
+                        )
+                    }
+                    None => (
+                        self.sw.tag_map_del(pid(port), svid, cvid),
+                        self.model.tag_map_del(port as u16, svid, cvid),
+                    ),
+                };
+                self.same_outcome("tag map", a, b)?;
             }
             &Op::Pvlan {
                 port,
