@@ -1752,7 +1752,10 @@ impl Switch {
                         tag_map_words(m)
                     ));
                 }
-                if p.cvid_in.as_ref().is_some_and(|t| t[usize::from(c2)] == map.vid) {
+                if p.cvid_in
+                    .as_ref()
+                    .is_some_and(|t| t[usize::from(c2)] == map.vid)
+                {
                     return conflict(format!(
                         "cvid {c2} svid {} on {} is selective Q-in-Q already (vlan map cvid {c2} svid {})",
                         map.vid, p.name, map.vid

@@ -105,7 +105,10 @@ impl TagMaps {
     /// (`None`: no C-tag there) → the outer VID on the wire and what to do to the C-tag. A 2:2
     /// map of (`vid`, `inner`) comes first, then a 2:1 map of `vid`.
     pub fn egress(&self, vid: u16, inner: Option<u16>) -> Option<(u16, TagOp)> {
-        if let Some(m) = inner.filter(|&c| c != 0).and_then(|c| self.by_inside(vid, c)) {
+        if let Some(m) = inner
+            .filter(|&c| c != 0)
+            .and_then(|c| self.by_inside(vid, c))
+        {
             return Some((m.svid, TagOp::SetInner(m.cvid)));
         }
         self.by_inside(vid, 0)

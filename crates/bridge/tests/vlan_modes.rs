@@ -456,7 +456,12 @@ fn two_tag_maps_both_ways() {
 
     let dst = mac(0x60);
     // 2:1: S 100 + C 10 is VLAN 500 with one tag, PCP and DEI of the S-tag kept.
-    let f = frame(dst, mac(1), &[(0x88a8, 0xa000 | 100), (0x8100, 0x2000 | 10)], 90);
+    let f = frame(
+        dst,
+        mac(1),
+        &[(0x88a8, 0xa000 | 100), (0x8100, 0x2000 | 10)],
+        90,
+    );
     assert_eq!(
         only(&r.send(&[(nni, f.clone())]), lan),
         vec![retag(&f, 2, &[(0x88a8, 0xa000 | 500)])]
@@ -465,7 +470,11 @@ fn two_tag_maps_both_ways() {
     let back = frame(mac(1), dst, &[(0x88a8, 0x6000 | 500)], 90);
     assert_eq!(
         only(&r.send(&[(lan, back.clone())]), nni),
-        vec![retag(&back, 1, &[(0x88a8, 0x6000 | 100), (0x8100, 0x6000 | 10)])]
+        vec![retag(
+            &back,
+            1,
+            &[(0x88a8, 0x6000 | 100), (0x8100, 0x6000 | 10)]
+        )]
     );
     // 2:2: S 100 + C 11 is S-VLAN 200 with C-tag 21 (the C-tag's own PCP kept), both ways.
     let f = frame(dst, mac(2), &[(0x88a8, 100), (0x8100, 0xe000 | 11)], 90);
@@ -518,5 +527,9 @@ fn two_tag_maps_both_ways() {
     );
     r.sw.tag_map_del(nni, 100, 11).unwrap();
     assert!(r.sw.tag_maps(nni).is_empty());
-    assert_eq!(r.sw.port_max_frame(nni), 14 + 1500 + 8, "tagged members of an 802.1ad bridge");
+    assert_eq!(
+        r.sw.port_max_frame(nni),
+        14 + 1500 + 8,
+        "tagged members of an 802.1ad bridge"
+    );
 }

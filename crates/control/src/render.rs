@@ -270,7 +270,8 @@ pub fn vlan_maps(
             rows.push(json!({"ifname": name, "cvid": cvid, "svid": svid}));
         }
         for m in sw.tag_maps(id) {
-            let mut row = json!({"ifname": name, "svid": m.svid, "cvid": m.cvid, "translate": m.vid});
+            let mut row =
+                json!({"ifname": name, "svid": m.svid, "cvid": m.cvid, "translate": m.vid});
             if let Some(c) = m.inner {
                 row["translate_cvid"] = json!(c);
             }
@@ -291,7 +292,11 @@ pub fn vlan_maps(
                     "{name} svid {} cvid {c} translate {} {c2}",
                     r["svid"], r["translate"]
                 ),
-                None => writeln!(s, "{name} svid {} cvid {c} translate {}", r["svid"], r["translate"]),
+                None => writeln!(
+                    s,
+                    "{name} svid {} cvid {c} translate {}",
+                    r["svid"], r["translate"]
+                ),
             },
             _ => writeln!(s, "{name} vid {} translate {}", r["vid"], r["translate"]),
         };

@@ -715,7 +715,9 @@ impl Model {
         if taken {
             return refuse("way out taken");
         }
-        self.port_mut(id).tag2.insert((m.svid, m.cvid), (m.vid, m.inner));
+        self.port_mut(id)
+            .tag2
+            .insert((m.svid, m.cvid), (m.vid, m.inner));
         Ok(())
     }
 

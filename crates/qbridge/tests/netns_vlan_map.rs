@@ -9,7 +9,8 @@
 
 mod support;
 
-use support::{assert_ping, host_on, Capture, Lab};
+use std::time::Duration;
+use support::{assert_ping, host_on, tcp_transfer, Capture, Lab};
 
 const SW: &str = "\
 link add br0 type bridge vlan_filtering 1
@@ -147,5 +148,84 @@ fn selective_qinq_puts_each_c_vlan_in_its_s_vlan() {
         "{}",
         cc.summary()
     );
+    assert!(lab.stop_daemons(), "a daemon did not exit cleanly");
+}
+
+/// 2:1 and 2:2 maps with kernel traffic (§K6): on the provider side a pair S 100 + C 10 is a
+/// single VLAN 500 on the local side (2:1), and S 100 + C 11 is S 200 + C 21 (2:2). Pings and
+/// a verified TCP transfer each way of the 2:1 map; the tags as each side sees them.
+#[test]
+fn two_tag_maps_carry_pairs_to_one_vlan_and_to_another_pair() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("tagmap");
+    let pe = lab.netns("pe").unwrap();
+    let nn = lab.netns("nni").unwrap();
+    let nl = lab.netns("lan").unwrap();
+    lab.veth(&nn, "eth0", &pe, "n1").unwrap();
+    lab.veth(&nl, "eth0", &pe, "l1").unwrap();
+    lab.daemon(
+        &pe,
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad\n\
+         link add n1 type afpacket dev n1\nlink add l1 type afpacket dev l1\n\
+         link set dev n1 master pe\nlink set dev l1 master pe\n\
+         vlan add vid 500 dev n1\nvlan add vid 200 dev n1\n\
+         vlan add vid 500 dev l1\nvlan add vid 200 dev l1\n\
+         vlan map add dev n1 svid 100 cvid 10 translate 500\n\
+         vlan map add dev n1 svid 100 cvid 11 translate 200 21\n",
+    )
+    .unwrap();
+    lab.daemon(
+        &nn,
+        "link add eth0 type afpacket dev eth0\n\
+         link add link eth0 name s100 type vlan protocol 802.1ad id 100\n\
+         link add link s100 name s100.10 type vlan id 10\n\
+         link add link s100 name s100.11 type vlan id 11\n",
+    )
+    .unwrap();
+    lab.daemon(
+        &nl,
+        "link add eth0 type afpacket dev eth0\n\
+         link add link eth0 name s500 type vlan protocol 802.1ad id 500\n\
+         link add link eth0 name s200 type vlan protocol 802.1ad id 200\n\
+         link add link s200 name s200.21 type vlan id 21\n",
+    )
+    .unwrap();
+    let n10 = host_on("nni/s100.10", &nn, "s100.10", "10.83.10.1/24");
+    let n11 = host_on("nni/s100.11", &nn, "s100.11", "10.83.11.1/24");
+    let l500 = host_on("lan/s500", &nl, "s500", "10.83.10.2/24");
+    let l21 = host_on("lan/s200.21", &nl, "s200.21", "10.83.11.2/24");
+    let at_lan = Capture::start(&nl, "eth0", 0).unwrap();
+    let at_nni = Capture::start(&nn, "eth0", 0).unwrap();
+    assert_ping(&n10, &l500, 3);
+    assert_ping(&n11, &l21, 3);
+    let (cl, cn) = (at_lan.finish().unwrap(), at_nni.finish().unwrap());
+    assert_eq!(
+        cl.stacks_from(&n10.mac),
+        [vec![(0x88a8, 500)]],
+        "{}",
+        cl.summary()
+    );
+    assert_eq!(
+        cl.stacks_from(&n11.mac),
+        [vec![(0x88a8, 200), (0x8100, 21)]],
+        "{}",
+        cl.summary()
+    );
+    assert_eq!(
+        cn.stacks_from(&l500.mac),
+        [vec![(0x88a8, 100), (0x8100, 10)]],
+        "{}",
+        cn.summary()
+    );
+    assert_eq!(
+        cn.stacks_from(&l21.mac),
+        [vec![(0x88a8, 100), (0x8100, 11)]],
+        "{}",
+        cn.summary()
+    );
+    for (a, b) in [(&n10, &l500), (&l500, &n10)] {
+        tcp_transfer(a, b, 4 << 20, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{} → {}: {e}", a.name, b.name));
+    }
     assert!(lab.stop_daemons(), "a daemon did not exit cleanly");
 }
