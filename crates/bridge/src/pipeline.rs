@@ -37,7 +37,7 @@ use crate::counters::DropReason;
 use crate::fdb::{key_fid, Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
 use crate::switch::violation_of;
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
-use crate::tagmap::TagOp;
+use crate::tagmap::InnerTag;
 use crate::vlanmode::{pvlan_allows, Violation};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
@@ -1023,7 +1023,7 @@ fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
     };
     if let Some((vid, o)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
         *op = match o {
-            TagOp::SetInner(c) => INNER_SET | c,
+            InnerTag::Set(c) => INNER_SET | c,
             _ => INNER_POP,
         };
         return vid;
@@ -1078,14 +1078,14 @@ fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
         pkt.offload.shift_headers(4);
     }
     match op {
-        TagOp::SetInner(c) => apply_inner_op(INNER_SET | c, pkt),
-        TagOp::PushInner(c) => {
+        InnerTag::Set(c) => apply_inner_op(INNER_SET | c, pkt),
+        InnerTag::Push(c) => {
             let ctag = (0x8100u32 << 16 | (m.tci_hi | c) as u32).to_be_bytes();
             if pkt.insert_tag(16, ctag) {
                 pkt.offload.shift_headers(4);
             }
         }
-        TagOp::PopInner => {}
+        InnerTag::Pop => {}
     }
     true
 }

@@ -22,13 +22,13 @@ pub struct TagMap {
 
 /// What a two-tag map does to a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TagOp {
+pub(crate) enum InnerTag {
     /// 2:1 on ingress: the C-tag goes (the frame is in VLAN `vid` with one tag).
-    PopInner,
+    Pop,
     /// 2:2 on ingress, or on egress: the C-tag's VID becomes this one.
-    SetInner(u16),
+    Set(u16),
     /// 2:1 on egress: a C-tag with this VID goes behind the bridge tag.
-    PushInner(u16),
+    Push(u16),
 }
 
 /// The two-tag maps of a port, compiled for both directions.
@@ -94,26 +94,26 @@ impl TagMaps {
 
     /// Ingress: the frame's outer VID `svid` and inner C-VID `cvid` (the C-tag right behind
     /// the outer tag) → the VID inside and what to do to the C-tag.
-    pub fn ingress(&self, svid: u16, cvid: u16) -> Option<(u16, TagOp)> {
+    pub fn ingress(&self, svid: u16, cvid: u16) -> Option<(u16, InnerTag)> {
         self.by_wire(svid, cvid).map(|m| match m.inner {
-            None => (m.vid, TagOp::PopInner),
-            Some(c2) => (m.vid, TagOp::SetInner(c2)),
+            None => (m.vid, InnerTag::Pop),
+            Some(c2) => (m.vid, InnerTag::Set(c2)),
         })
     }
 
     /// Egress of a frame of VLAN `vid` whose C-tag behind the bridge tag has VID `inner`
     /// (`None`: no C-tag there) → the outer VID on the wire and what to do to the C-tag. A 2:2
     /// map of (`vid`, `inner`) comes first, then a 2:1 map of `vid`.
-    pub fn egress(&self, vid: u16, inner: Option<u16>) -> Option<(u16, TagOp)> {
+    pub fn egress(&self, vid: u16, inner: Option<u16>) -> Option<(u16, InnerTag)> {
         if let Some(m) = inner
             .filter(|&c| c != 0)
             .and_then(|c| self.by_inside(vid, c))
         {
-            return Some((m.svid, TagOp::SetInner(m.cvid)));
+            return Some((m.svid, InnerTag::Set(m.cvid)));
         }
         self.by_inside(vid, 0)
             .filter(|m| m.inner.is_none())
-            .map(|m| (m.svid, TagOp::PushInner(m.cvid)))
+            .map(|m| (m.svid, InnerTag::Push(m.cvid)))
     }
 }
 
@@ -137,13 +137,13 @@ mod tests {
                 inner: Some(21),
             },
         ]);
-        assert_eq!(t.ingress(100, 10), Some((500, TagOp::PopInner)));
-        assert_eq!(t.ingress(100, 11), Some((200, TagOp::SetInner(21))));
+        assert_eq!(t.ingress(100, 10), Some((500, InnerTag::Pop)));
+        assert_eq!(t.ingress(100, 11), Some((200, InnerTag::Set(21))));
         assert_eq!(t.ingress(100, 12), None);
         assert_eq!(t.ingress(101, 10), None);
-        assert_eq!(t.egress(500, None), Some((100, TagOp::PushInner(10))));
-        assert_eq!(t.egress(500, Some(7)), Some((100, TagOp::PushInner(10))));
-        assert_eq!(t.egress(200, Some(21)), Some((100, TagOp::SetInner(11))));
+        assert_eq!(t.egress(500, None), Some((100, InnerTag::Push(10))));
+        assert_eq!(t.egress(500, Some(7)), Some((100, InnerTag::Push(10))));
+        assert_eq!(t.egress(200, Some(21)), Some((100, InnerTag::Set(11))));
         assert_eq!(t.egress(200, Some(22)), None);
         assert_eq!(t.egress(200, None), None);
     }
