@@ -55,6 +55,9 @@ pub struct BridgeSettings {
     /// Size of the FDB (all kinds of entries). A full table evicts the oldest learned entry of
     /// the port holding most learned entries (Open vSwitch's fair eviction). qbridge extension.
     pub fdb_max_entries: u32,
+    /// Learn per (VID, inner C-VID) on a VLAN-filtering bridge: the FDB key includes the VID
+    /// of the C-tag behind the bridge tag (`docs/semantics.md` §K7). qbridge extension.
+    pub learn_inner_vid: bool,
 }
 
 /// Default and largest `fdb_max_entries`.
@@ -71,6 +74,7 @@ impl Default for BridgeSettings {
             fdb_max_learned: 0,
             group_fwd_mask: 0,
             fdb_max_entries: FDB_DEFAULT_MAX_ENTRIES,
+            learn_inner_vid: false,
         }
     }
 }

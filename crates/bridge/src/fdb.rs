@@ -49,10 +49,10 @@ use qbridge_wire::MacAddr;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
-    AtomicU64,
+    AtomicU16, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Kind of an FDB entry, as `bridge fdb` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -120,6 +120,9 @@ pub struct FdbEntryView {
     pub mac: MacAddr,
     /// The VID (FID); `None` on a VLAN-unaware bridge.
     pub vlan: Option<u16>,
+    /// With `learn_inner_vid`: the inner C-VID the entry was learned in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inner_vlan: Option<u16>,
     pub ifname: String,
     pub master: String,
     pub kind: FdbKind,
@@ -182,10 +185,10 @@ impl Slot {
     }
 }
 
-/// Builds the table key from a MAC and a FID.
+/// Builds the table key from a MAC and a FID (a VID, or a [`FIRST_INNER_FID`].. FID).
 #[inline]
 pub fn fdb_key(mac: MacAddr, fid: u16) -> u64 {
-    mac.to_u64() | ((fid as u64 & 0x0fff) << 48)
+    mac.to_u64() | ((fid as u64 & 0x7fff) << 48)
 }
 
 #[inline]
@@ -193,9 +196,79 @@ pub(crate) fn key_mac(key: u64) -> MacAddr {
     MacAddr::from_u64(key & 0xffff_ffff_ffff)
 }
 
+/// The FID of a key: a VID, or a FID of an (S-VID, C-VID) pair (see [`InnerFids`]).
 #[inline]
 pub(crate) fn key_fid(key: u64) -> u16 {
-    (key >> 48) as u16 & 0x0fff
+    (key >> 48) as u16 & 0x7fff
+}
+
+/// The first FID of an (S-VID, C-VID) pair: FIDs below it are VIDs.
+pub(crate) const FIRST_INNER_FID: u16 = 4096;
+/// FIDs stop below bit 15 of the FID field, so that no key has bit 63 (the tombstone) set.
+const INNER_FIDS: usize = 0x8000 - FIRST_INNER_FID as usize;
+
+/// FIDs of (S-VID, C-VID) pairs, for a bridge that learns per inner VID (`learn_inner_vid`,
+/// `docs/semantics.md` §K7): a pair gets the next free FID the first time a frame of it is
+/// classified, and keeps it while the bridge exists. Lookups are lock-free (the datapath); a
+/// new pair takes `alloc`'s lock. At most 28,672 pairs; frames of further pairs learn in
+/// their S-VLAN's own FID (shared learning), which is still correct forwarding.
+#[derive(Debug)]
+pub(crate) struct InnerFids {
+    /// By S-VID: FID by C-VID (0: none yet); a table is made on a pair's first frame.
+    by_svid: Box<[OnceLock<Box<[AtomicU16]>>]>,
+    /// By FID − [`FIRST_INNER_FID`]: `svid << 12 | cvid` (0: unused).
+    pairs: Box<[AtomicU32]>,
+    /// Pairs numbered so far.
+    alloc: Mutex<usize>,
+}
+
+impl InnerFids {
+    fn new() -> InnerFids {
+        InnerFids {
+            by_svid: (0..4096).map(|_| OnceLock::new()).collect(),
+            pairs: (0..INNER_FIDS).map(|_| AtomicU32::new(0)).collect(),
+            alloc: Mutex::new(0),
+        }
+    }
+
+    /// The FID of (`svid`, `cvid`), numbering the pair if it is new; `svid` itself when
+    /// every FID is taken.
+    pub fn fid(&self, svid: u16, cvid: u16) -> u16 {
+        let (s, c) = (usize::from(svid & 0x0fff), usize::from(cvid & 0x0fff));
+        if let Some(t) = self.by_svid[s].get() {
+            let f = t[c].load(Acquire);
+            if f != 0 {
+                return f;
+            }
+        }
+        self.number(s, c).unwrap_or(svid)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn number(&self, s: usize, c: usize) -> Option<u16> {
+        let mut next = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self.by_svid[s].get_or_init(|| (0..4096).map(|_| AtomicU16::new(0)).collect());
+        let f = t[c].load(Acquire);
+        if f != 0 {
+            return Some(f);
+        }
+        if *next >= INNER_FIDS {
+            return None;
+        }
+        self.pairs[*next].store((s << 12 | c) as u32, Release);
+        let f = FIRST_INNER_FID + *next as u16;
+        *next += 1;
+        t[c].store(f, Release);
+        Some(f)
+    }
+
+    /// The (S-VID, C-VID) of FID `fid`, if it is a pair's.
+    pub fn pair(&self, fid: u16) -> Option<(u16, u16)> {
+        let i = usize::from(fid.checked_sub(FIRST_INNER_FID)?);
+        let p = self.pairs.get(i)?.load(Acquire);
+        (p != 0).then_some(((p >> 12) as u16, (p & 0x0fff) as u16))
+    }
 }
 
 /// What learning a source address did.
@@ -220,8 +293,17 @@ pub(crate) enum Learned {
 
 const MIN_SLOTS: usize = 64;
 
+/// The VLAN of `key` and its inner VID (0: none): a pair's FID through `inner`.
+fn vlan_of(inner: Option<&InnerFids>, key: u64) -> (u16, u16) {
+    let fid = key_fid(key);
+    match inner.and_then(|i| i.pair(fid)) {
+        Some(p) => p,
+        None => (fid & 0x0fff, 0),
+    }
+}
+
 /// Key of a deleted slot (a tombstone): probes pass over it, inserts may reuse it. No real key
-/// has bit 63 set (48 MAC bits and 12 FID bits).
+/// has bit 63 set (48 MAC bits and 15 FID bits).
 const TOMBSTONE: u64 = 1 << 63;
 
 /// Source of table ids: every table ever built gets a new one, so a cached table can be checked
@@ -443,6 +525,8 @@ struct Writer {
     moves: u64,
     /// The latest of those moves.
     last_move: Option<FdbMove>,
+    /// The bridge's pairs, once it learns per inner VID (shared with [`Fdb::inner`]).
+    inner: Option<Arc<InnerFids>>,
 }
 
 /// A learned address that moved from one port to another: what the MAC-flapping watch logs.
@@ -462,6 +546,8 @@ pub(crate) struct Fdb {
     current: Mutex<Arc<Table>>,
     current_id: AtomicU64,
     w: Mutex<Writer>,
+    /// FIDs of (S-VID, C-VID) pairs, made when the bridge first learns per inner VID.
+    inner: OnceLock<Arc<InnerFids>>,
 }
 
 impl Clone for Fdb {
@@ -472,7 +558,12 @@ impl Clone for Fdb {
         let mut copy = w.clone();
         copy.table = Arc::new(copy_table(&w.table, w.table.slots.len()));
         copy.tombs = 0;
-        Fdb::from_writer(copy)
+        let f = Fdb::from_writer(copy);
+        // Pairs are only ever added: the copy shares them.
+        if let Some(i) = self.inner.get() {
+            let _ = f.inner.set(i.clone());
+        }
+        f
     }
 }
 
@@ -506,6 +597,7 @@ impl Fdb {
             max_entries,
             moves: 0,
             last_move: None,
+            inner: None,
         })
     }
 
@@ -514,7 +606,28 @@ impl Fdb {
             current: Mutex::new(w.table.clone()),
             current_id: AtomicU64::new(w.table.id),
             w: Mutex::new(w),
+            inner: OnceLock::new(),
         }
+    }
+
+    /// The bridge's (S-VID, C-VID) FIDs, made on first use (`learn_inner_vid on`).
+    pub fn inner_fids(&self) -> &InnerFids {
+        self.inner.get_or_init(|| {
+            let i = Arc::new(InnerFids::new());
+            self.lock().inner = Some(i.clone());
+            i
+        })
+    }
+
+    /// The (S-VID, C-VID) FIDs, if the bridge ever learned per inner VID.
+    #[inline(always)]
+    pub fn inner(&self) -> Option<&InnerFids> {
+        self.inner.get().map(|a| &**a)
+    }
+
+    /// The VLAN of `key` (its S-VLAN for a pair's FID) and its inner VID (0: none).
+    pub fn key_vlan(&self, key: u64) -> (u16, u16) {
+        vlan_of(self.inner(), key)
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -796,7 +909,8 @@ impl Writer {
         self.ensure_port(port);
         self.learned += 1;
         self.port_learned[port as usize] += 1;
-        *self.vlan_learned.entry((port, key_fid(key))).or_insert(0) += 1;
+        let vlan = vlan_of(self.inner.as_deref(), key).0;
+        *self.vlan_learned.entry((port, vlan)).or_insert(0) += 1;
         let q = &mut self.port_queue[port as usize];
         q.push_back((key, stamp));
         // Drop stale queue entries now and then so the queue stays O(live entries).
@@ -812,10 +926,11 @@ impl Writer {
     fn uncount_learned(&mut self, port: u16, key: u64) {
         self.learned -= 1;
         self.port_learned[port as usize] -= 1;
-        if let Some(n) = self.vlan_learned.get_mut(&(port, key_fid(key))) {
+        let vlan = vlan_of(self.inner.as_deref(), key).0;
+        if let Some(n) = self.vlan_learned.get_mut(&(port, vlan)) {
             *n -= 1;
             if *n == 0 {
-                self.vlan_learned.remove(&(port, key_fid(key)));
+                self.vlan_learned.remove(&(port, vlan));
             }
         }
     }
@@ -870,7 +985,7 @@ impl Writer {
         self.moves += 1;
         self.last_move = Some(FdbMove {
             mac: key_mac(key),
-            vid: key_fid(key),
+            vid: vlan_of(self.inner.as_deref(), key).0,
             from: s.port,
             to: port,
         });
@@ -890,7 +1005,7 @@ impl Writer {
         if vlan_limit != 0
             && self
                 .vlan_learned
-                .get(&(port, key_fid(key)))
+                .get(&(port, vlan_of(self.inner.as_deref(), key).0))
                 .is_some_and(|&n| n >= vlan_limit)
         {
             return Learned::RefusedVlan;

@@ -34,7 +34,7 @@
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::counters::DropReason;
-use crate::fdb::{key_fid, Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
+use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
 use crate::switch::violation_of;
 use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use crate::tagmap::InnerTag;
@@ -54,7 +54,7 @@ const LINK_LOCAL_BASE: u64 = 0x0180_c200_0000;
 /// FDB key of a 48-bit MAC in FID `fid` (see `fdb::fdb_key`).
 #[inline(always)]
 fn fid_key(mac: u64, fid: u16) -> u64 {
-    mac | ((fid as u64 & 0x0fff) << 48)
+    mac | ((fid as u64 & 0x7fff) << 48)
 }
 
 /// [`FrameMeta::dest`] of a frame that was dropped (and counted).
@@ -82,8 +82,10 @@ pub(crate) struct FrameMeta {
     src: u64,
     /// Egress port id, [`DEST_FLOOD`], or [`DEST_DROP`].
     dest: u16,
-    /// VID (FID); 0 on a VLAN-unaware bridge.
+    /// VID; 0 on a VLAN-unaware bridge.
     vid: u16,
+    /// FID of the FDB keys: the VID, or with `learn_inner_vid` the FID of (VID, inner C-VID).
+    fid: u16,
     /// PCP and DEI bits to keep when the tag is rewritten (0 when untagged).
     tci_hi: u16,
     /// Bridge id of the ingress port.
@@ -111,6 +113,7 @@ impl FrameMeta {
         src: 0,
         dest: DEST_DROP,
         vid: 0,
+        fid: 0,
         tci_hi: 0,
         bridge: 0,
         tagged: false,
@@ -318,13 +321,13 @@ impl Plan {
                     continue;
                 }
                 if learning {
-                    let key = fid_key(m.src, m.vid);
+                    let key = fid_key(m.src, m.fid);
                     if key != last_learned {
                         last_learned = key;
                         let learned = if Fdb::learn_kept(table, key, in_id as u16, now_ns) {
                             Learned::Kept
                         } else {
-                            learn_locked(br, inp, key, in_id as u16, now_ns)
+                            learn_locked(br, inp, key, m.vid, in_id as u16, now_ns)
                         };
                         match learned {
                             Learned::Kept => {}
@@ -360,7 +363,11 @@ impl Plan {
                     m.flood = FloodClass::Multicast;
                     DEST_FLOOD
                 } else {
-                    match table.find(fid_key(m.dst, m.vid)) {
+                    let mut hit = table.find(fid_key(m.dst, m.fid));
+                    if hit.is_none() && m.fid != m.vid {
+                        hit = user_entry(table, m);
+                    }
+                    match hit {
                         Some((_, entry))
                             if !(ageing_off && entry.ages()) && entry.flags & F_LOCKED == 0 =>
                         {
@@ -569,22 +576,33 @@ fn flood_copy(
 /// reads the learning limits of the bridge and the ingress port.
 #[cold]
 #[inline(never)]
-fn learn_locked(br: &Bridge, inp: &Port, key: u64, port: u16, now_ns: u64) -> Learned {
+fn learn_locked(br: &Bridge, inp: &Port, key: u64, vid: u16, port: u16, now_ns: u64) -> Learned {
     br.fdb.learn_locked(
         key,
         port,
         now_ns,
         br.settings.fdb_max_learned,
         inp.settings.fdb_max_learned,
-        vlan_limit(inp, key),
+        vlan_limit(inp, vid),
     )
 }
 
-/// The ingress port's learning limit in the VLAN of `key` (0: none).
-fn vlan_limit(inp: &Port, key: u64) -> u32 {
+/// The ingress port's learning limit in VLAN `vid` (0: none).
+fn vlan_limit(inp: &Port, vid: u16) -> u32 {
     inp.vlan_limits
         .as_ref()
-        .map_or(0, |t| t[usize::from(key_fid(key))] & 0x00ff_ffff)
+        .map_or(0, |t| t[usize::from(vid & 0x0fff)] & 0x00ff_ffff)
+}
+
+/// `learn_inner_vid`: a destination unknown in its (VID, inner C-VID) FID may have an entry a
+/// user added (or the bridge's own address) in the VLAN's own FID, which applies to every
+/// inner VLAN of it.
+#[cold]
+#[inline(never)]
+fn user_entry<'a>(table: TableView<'a>, m: &FrameMeta) -> Option<(usize, Slot)> {
+    table
+        .find(fid_key(m.dst, m.vid))
+        .filter(|(_, e)| !e.is_learned())
 }
 
 /// A frame from a new source over its port's limit in its VLAN: dropped under the violation
@@ -614,7 +632,7 @@ fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
     let mut acc = 0u64;
     for m in meta {
         if m.dest != DEST_DROP {
-            acc ^= t.touch(fid_key(m.src, m.vid)) ^ t.touch(fid_key(m.dst, m.vid));
+            acc ^= t.touch(fid_key(m.src, m.fid)) ^ t.touch(fid_key(m.dst, m.fid));
         }
     }
     std::hint::black_box(acc);
@@ -705,8 +723,13 @@ fn classify_run<const PLAIN: bool>(
         rx_bytes += len;
         *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
         if m.dest != DEST_DROP {
-            if !PLAIN && m.inner_op != 0 {
-                apply_inner_op(m.inner_op, pkt);
+            if !PLAIN {
+                if m.inner_op != 0 {
+                    apply_inner_op(m.inner_op, pkt);
+                }
+                if m.filtering && br.settings.learn_inner_vid {
+                    m.fid = inner_fid(br, m, pkt);
+                }
             }
             live += 1;
             if let Some(run) = vlan_rx.add(m.vid as usize, len) {
@@ -785,6 +808,7 @@ fn classify<const PLAIN: bool>(
         src,
         dest: DEST_FLOOD,
         vid: 0,
+        fid: 0,
         tci_hi: 0,
         bridge: bi,
         tagged: false,
@@ -833,6 +857,7 @@ fn classify<const PLAIN: bool>(
                     c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
                     *counted += 1;
                 }
+                m.fid = m.vid;
                 return m;
             }
         } else {
@@ -866,6 +891,7 @@ fn classify<const PLAIN: bool>(
         if !PLAIN {
             c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
         }
+        m.fid = m.vid;
     }
     m
 }
@@ -888,7 +914,7 @@ fn locked_admits(
     now_ns: u64,
 ) -> bool {
     let c = inp.counters.writer(wi);
-    let key = fid_key(m.src, m.vid);
+    let key = fid_key(m.src, m.fid);
     let mab = match table.find(key) {
         Some((_, e)) if e.port == in_id && e.flags & (F_LOCKED | F_PERMANENT) == 0 => return true,
         None => inp.settings.mab,
@@ -896,10 +922,14 @@ fn locked_admits(
     };
     if mab {
         let limits = (br.settings.fdb_max_learned, inp.settings.fdb_max_learned);
-        match br
-            .fdb
-            .learn_mab(key, in_id, now_ns, limits.0, limits.1, vlan_limit(inp, key))
-        {
+        match br.fdb.learn_mab(
+            key,
+            in_id,
+            now_ns,
+            limits.0,
+            limits.1,
+            vlan_limit(inp, m.vid),
+        ) {
             Learned::Refused | Learned::RefusedVlan => c.fdb_learn_refused.add(1),
             Learned::NewEvicting { port } => {
                 if let Some(Some(v)) = ports.get(port as usize) {
@@ -1031,6 +1061,25 @@ fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
     match &inp.vid_in {
         Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
         _ => v,
+    }
+}
+
+/// `learn_inner_vid`: the FID of the frame's VLAN and the VID of its C-tag (behind the bridge
+/// tag, or outermost when the frame is untagged to the bridge); the VLAN's own FID when it
+/// has none (or VID 0).
+#[cold]
+#[inline(never)]
+fn inner_fid(br: &Bridge, m: &FrameMeta, pkt: &PacketBuf) -> u16 {
+    let at = if m.tagged { 16 } else { 12 };
+    let f = pkt.frame();
+    match f.get(at..at + 4) {
+        Some(c) if c[0] == 0x81 && c[1] == 0x00 && f.len() >= at + 6 => {
+            match u16::from_be_bytes([c[2], c[3]]) & 0x0fff {
+                0 => m.vid,
+                cvid => br.fdb.inner_fids().fid(m.vid, cvid),
+            }
+        }
+        _ => m.vid,
     }
 }
 

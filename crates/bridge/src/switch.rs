@@ -17,7 +17,7 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
-    FdbKind, FdbMove, TableCache, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
+    FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::tagmap::{TagMap, TagMaps};
@@ -639,8 +639,17 @@ impl Switch {
     fn publish(&mut self) -> Arc<Plan> {
         // Every change to a port went through `port_mut` (or made a new port) and cleared the
         // plan, so a port whose flag is stale is not shared with a published plan: no copy.
+        let inner: Vec<bool> = self
+            .bridges
+            .iter()
+            .map(|b| b.as_ref().is_some_and(|b| b.settings.learn_inner_vid))
+            .collect();
         for p in self.ports.iter_mut().flatten() {
-            let plain = p.is_plain();
+            // A bridge that learns per inner VID reads every frame's C-tag: not plain.
+            let inner_learning = p
+                .master
+                .is_some_and(|b| inner.get(usize::from(b)) == Some(&true));
+            let plain = p.is_plain() && !inner_learning;
             if p.plain != plain {
                 Arc::make_mut(p).plain = plain;
             }
@@ -908,6 +917,12 @@ impl Switch {
             if let Some(c) = self.control_counters(v) {
                 c.fdb_evictions.add(1);
             }
+        }
+        let inner_before = old.vlan_filtering && old.learn_inner_vid;
+        if inner_before && !(settings.vlan_filtering && settings.learn_inner_vid) {
+            // Entries learned per inner VID go with the rule that made them.
+            let fdb = &self.bridge(id).fdb;
+            fdb.remove_where(|s| key_fid(s.key) >= FIRST_INNER_FID);
         }
         self.bridge_mut(id).settings = settings;
         self.recompile_bridge(id);
@@ -1511,10 +1526,11 @@ impl Switch {
         self.flush_port_vlans(id, start, end);
         if let Role::Host { .. } = self.port(id).role {
             let mac = self.port(id).mac;
-            self.bridge(b).fdb.remove_where(|s| {
+            let fdb = &self.bridge(b).fdb;
+            fdb.remove_where(|s| {
                 s.port == id.0
                     && s.key & 0xffff_ffff_ffff == mac
-                    && (start..=end).contains(&key_fid(s.key))
+                    && (start..=end).contains(&fdb.key_vlan(s.key).0)
             });
         }
         self.recompile_port(id);
@@ -1549,9 +1565,10 @@ impl Switch {
             let mac = self.port(id).mac;
             let host = matches!(self.port(id).role, Role::Host { .. });
             let gone_set: BTreeSet<u16> = gone.iter().copied().collect();
-            self.bridge(b).fdb.remove_where(|s| {
+            let fdb = &self.bridge(b).fdb;
+            fdb.remove_where(|s| {
                 s.port == id.0
-                    && gone_set.contains(&key_fid(s.key))
+                    && gone_set.contains(&fdb.key_vlan(s.key).0)
                     && (s.ages() || (host && s.key & 0xffff_ffff_ffff == mac))
             });
         }
@@ -1875,8 +1892,9 @@ impl Switch {
     /// Removes the port's dynamic entries in VIDs `start..=end` (one walk of the table).
     fn flush_port_vlans(&mut self, id: PortId, start: u16, end: u16) {
         if let Some(b) = self.port(id).master {
-            self.bridge(BridgeId(b)).fdb.remove_where(|s| {
-                s.port == id.0 && (start..=end).contains(&key_fid(s.key)) && s.ages()
+            let fdb = &self.bridge(BridgeId(b)).fdb;
+            fdb.remove_where(|s| {
+                s.port == id.0 && (start..=end).contains(&fdb.key_vlan(s.key).0) && s.ages()
             });
         }
     }
@@ -2103,7 +2121,7 @@ impl Switch {
         Ok(fdb.remove_where(|s| {
             which.selects(s)
                 && port.is_none_or(|p| s.port == p)
-                && vid.is_none_or(|v| key_fid(s.key) == v)
+                && vid.is_none_or(|v| fdb.key_vlan(s.key).0 == v)
         }))
     }
 
@@ -2127,13 +2145,14 @@ impl Switch {
                 if only_port.is_some_and(|p| p.0 != s.port) {
                     continue;
                 }
-                let fid = key_fid(s.key);
+                let (fid, inner) = b.fdb.key_vlan(s.key);
                 if filter.vlan.is_some_and(|v| v != fid) {
                     continue;
                 }
                 let view = FdbEntryView {
                     mac: key_mac(s.key),
                     vlan: (fid != 0).then_some(fid),
+                    inner_vlan: (inner != 0).then_some(inner),
                     ifname: self.port(PortId(s.port)).name.clone(),
                     master: bname.to_string(),
                     kind: s.kind(),
@@ -2143,7 +2162,7 @@ impl Switch {
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };
                 let created = self.port(PortId(s.port)).generation;
-                keyed.push(((bid.0, created, fid, key_mac(s.key)), view));
+                keyed.push(((bid.0, created, fid, inner, key_mac(s.key)), view));
             }
         }
         keyed.sort_unstable_by_key(|k| k.0);

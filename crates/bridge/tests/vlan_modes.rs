@@ -533,3 +533,70 @@ fn two_tag_maps_both_ways() {
         "tagged members of an 802.1ad bridge"
     );
 }
+
+/// `learn_inner_vid` (§K7): on an 802.1ad bridge, one MAC behind two ports in two C-VLANs of
+/// one S-VLAN is two entries, and each C-VLAN's frames reach their own port; an entry a user
+/// added in the S-VLAN serves every C-VLAN; turning the rule off removes what it learned.
+#[test]
+fn learning_per_inner_vid() {
+    use qbridge_bridge::{FdbFilter, FdbKind};
+    let mut r = Rig::new();
+    r.bridge("pe", VlanProtocol::Dot1Ad);
+    let b = r.sw.bridge_id("pe").unwrap();
+    let mut s = r.sw.bridge_settings(b).clone();
+    s.learn_inner_vid = true;
+    r.sw.set_bridge(b, s.clone()).unwrap();
+    let (t, x, y) = (r.device("t"), r.device("x"), r.device("y"));
+    for p in [t, x, y] {
+        r.enslave(p, "pe");
+        r.sw.vlan_add(p, 100, 100, false, false).unwrap();
+    }
+    let m = mac(0x77);
+    let bc = qbridge_wire::MacAddr([0xff; 6]);
+    // The same source behind x in C-VLAN 10 and behind y in C-VLAN 20.
+    r.send(&[(x, frame(bc, m, &[(0x88a8, 100), (0x8100, 10)], 80))]);
+    r.send(&[(y, frame(bc, m, &[(0x88a8, 100), (0x8100, 20)], 80))]);
+    let rows: Vec<_> =
+        r.sw.fdb_entries(&FdbFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.ifname, e.vlan, e.inner_vlan))
+            .collect();
+    assert_eq!(
+        rows,
+        [
+            ("x".to_string(), Some(100), Some(10)),
+            ("y".to_string(), Some(100), Some(20)),
+        ]
+    );
+    for (c, to) in [(10, x), (20, y)] {
+        let f = frame(m, mac(1), &[(0x88a8, 100), (0x8100, c)], 80);
+        assert_eq!(only(&r.send(&[(t, f.clone())]), to), vec![f], "C-VLAN {c}");
+    }
+    // A user's entry in S-VLAN 100 itself serves every C-VLAN without an entry of its own.
+    let u = mac(0x55);
+    r.sw.fdb_add(u, y, Some(100), FdbKind::Static, false, false)
+        .unwrap();
+    let f = frame(u, mac(2), &[(0x88a8, 100), (0x8100, 30)], 80);
+    assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
+    // Per-VLAN counts and flushes see the entries in their S-VLAN.
+    assert_eq!(
+        r.sw.fdb_flush("x", Some(100), Default::default()).unwrap(),
+        1
+    );
+    // Off: the entries learned per inner VID go; the user's stays.
+    s.learn_inner_vid = false;
+    r.sw.set_bridge(b, s).unwrap();
+    let rows: Vec<_> =
+        r.sw.fdb_entries(&FdbFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.mac, e.inner_vlan))
+            .collect();
+    assert_eq!(rows, [(u, None)]);
+    // Now one FID per S-VLAN: the source moves between ports as on any bridge.
+    r.send(&[(x, frame(bc, m, &[(0x88a8, 100), (0x8100, 10)], 80))]);
+    r.send(&[(y, frame(bc, m, &[(0x88a8, 100), (0x8100, 20)], 80))]);
+    let f = frame(m, mac(1), &[(0x88a8, 100), (0x8100, 10)], 80);
+    assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
+}

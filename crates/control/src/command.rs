@@ -189,6 +189,8 @@ pub struct BridgeOptions {
     pub fdb_max_learned: Option<u32>,
     pub group_fwd_mask: Option<u16>,
     pub fdb_max_entries: Option<u32>,
+    /// qbridge's: learn per (VID, inner C-VID).
+    pub learn_inner_vid: Option<bool>,
 }
 
 /// `master BR` or `nomaster`.

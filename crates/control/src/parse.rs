@@ -28,7 +28,7 @@ const RING_RANGE: &str = "64-1048576 frames";
 const MAX_XDP_QUEUES: u64 = 64;
 const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
-                              fdb_max_learned, group_fwd_mask or fdb_max_entries";
+                              fdb_max_learned, group_fwd_mask, fdb_max_entries or learn_inner_vid";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
                             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, \
@@ -1029,6 +1029,10 @@ fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError
                 let v = w.value(kw, "a number of entries")?;
                 let v = parse_u32("fdb_max_entries", v, "1-16777216")?;
                 set_once(&mut o.fdb_max_entries, kw, v)?;
+            }
+            "learn_inner_vid" => {
+                let v = parse_on_off("learn_inner_vid", w.value(kw, ON_OFF)?)?;
+                set_once(&mut o.learn_inner_vid, kw, v)?;
             }
             other => return Err(unexpected(other, BRIDGE_OPTIONS)),
         }

@@ -52,6 +52,9 @@ struct FdbJson<'a> {
     ifname: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     vlan: Option<u16>,
+    /// qbridge's: the inner C-VID of an entry learned per inner VID (`learn_inner_vid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inner_vlan: Option<u16>,
     /// Seconds since the entry was last refreshed (`-s` only). qbridge does not track when an
     /// entry was last used as a destination: `used` is the same number.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,6 +84,7 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
                 mac: e.mac.to_string(),
                 ifname: &e.ifname,
                 vlan: e.vlan,
+                inner_vlan: e.inner_vlan,
                 used: out.stats.then_some(e.idle_ns / 1_000_000_000),
                 updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
                 flags: [(e.sticky, "sticky"), (e.locked, "locked")]
@@ -98,6 +102,9 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
         let _ = write!(s, "{} dev {}", e.mac, e.ifname);
         if let Some(v) = e.vlan {
             let _ = write!(s, " vlan {v}");
+        }
+        if let Some(v) = e.inner_vlan {
+            let _ = write!(s, " inner_vlan {v}");
         }
         if out.stats {
             let _ = write!(s, " updated {}", e.idle_ns / 1_000_000_000);
@@ -532,6 +539,8 @@ struct BridgeDataJson {
     vlan_default_pvid: u16,
     group_fwd_mask: String,
     fdb_max_entries: u32,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    learn_inner_vid: bool,
 }
 
 /// A bridge port's `info_slave_data`: ip/iplink_bridge_slave.c `bridge_slave_print_opt`
@@ -571,6 +580,7 @@ fn link_json<'a>(session: &'a Session, l: &'a LinkView) -> LinkJson<'a> {
             vlan_default_pvid: b.default_pvid,
             group_fwd_mask: hex_0x(b.group_fwd_mask),
             fdb_max_entries: b.fdb_max_entries,
+            learn_inner_vid: b.learn_inner_vid,
         })
     });
     let (info_kind, info_data) = match (&l.linkinfo, bridge_data) {
@@ -680,7 +690,7 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
             let _ = writeln!(
                 s,
                 " vlan_filtering {} vlan_protocol {} vlan_default_pvid {} ageing_time {} \
-                 fdb_max_learned {} group_fwd_mask 0x{:x} fdb_max_entries {}",
+                 fdb_max_learned {} group_fwd_mask 0x{:x} fdb_max_entries {}{}",
                 u8::from(b.vlan_filtering),
                 b.vlan_protocol.as_str(),
                 b.default_pvid,
@@ -688,6 +698,11 @@ pub fn links(session: &Session, dev: Option<&str>, out: OutputOptions) -> String
                 b.fdb_max_learned,
                 b.group_fwd_mask,
                 b.fdb_max_entries,
+                if b.learn_inner_vid {
+                    " learn_inner_vid on"
+                } else {
+                    ""
+                },
             );
             if l.port.is_none() {
                 continue;

@@ -49,6 +49,11 @@ pub fn running_config(session: &Session) -> String {
             s.group_fwd_mask,
             s.fdb_max_entries
         );
+        if s.learn_inner_vid {
+            // Shown when on (like `link show`): a line of its own keeps the one above as it
+            // was for every other bridge.
+            let _ = writeln!(out, "link set dev {name} type bridge learn_inner_vid on");
+        }
     }
     let ports: Vec<(PortId, String)> = sw.port_ids().map(|(id, n)| (id, n.to_owned())).collect();
     let mut done = BTreeSet::new();

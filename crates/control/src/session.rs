@@ -833,6 +833,9 @@ fn merge_bridge(mut s: BridgeSettings, o: &BridgeOptions) -> BridgeSettings {
     if let Some(v) = o.fdb_max_entries {
         s.fdb_max_entries = v;
     }
+    if let Some(v) = o.learn_inner_vid {
+        s.learn_inner_vid = v;
+    }
     s
 }
 

@@ -5,7 +5,7 @@ use crate::command::Object;
 
 const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
            [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
-           [group_fwd_mask N] [fdb_max_entries N]
+           [group_fwd_mask N] [fdb_max_entries N] [learn_inner_vid on|off]
   link set dev BR type bridge [same options as link add]
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]

@@ -203,6 +203,7 @@ pub const BRIDGE_OPTIONS: &[Kw] = &[
     exact("fdb_max_learned"),
     kw("group_fwd_mask", 1),
     exact("fdb_max_entries"),
+    exact("learn_inner_vid"),
 ];
 
 /// Options of `link set dev PORT`: ip/iplink.c `iplink_parse` (master, nomaster, address by

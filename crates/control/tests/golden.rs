@@ -1064,3 +1064,30 @@ fn two_tag_maps_show_refuse_and_round_trip() {
         .unwrap();
     assert_eq!(run(&mut s, "vlan map show", TEXT), "");
 }
+
+#[test]
+fn learn_inner_vid_shows_in_link_and_fdb() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad learn_inner_vid on\n",
+        TEXT,
+    )
+    .unwrap();
+    assert!(run(&mut s, "link show dev pe", TEXT)
+        .contains(" fdb_max_entries 2097152 learn_inner_vid on\n"));
+    assert!(run(&mut s, "link show dev pe", JSON).contains("\"learn_inner_vid\":true"));
+    assert!(s
+        .running_config()
+        .contains("link set dev pe type bridge learn_inner_vid on\n"));
+    s.execute_line("link set dev pe type bridge learn_inner_vid off", TEXT)
+        .unwrap();
+    assert!(!run(&mut s, "link show dev pe", TEXT).contains("learn_inner_vid"));
+    let err = s
+        .execute_line("link set dev pe type bridge learn_inner_vid maybe", TEXT)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "invalid learn_inner_vid \"maybe\" (expected on or off)"
+    );
+}

@@ -39,7 +39,7 @@ fn assert_round_trip(s: &mut Session) {
 
 const RICH: &str = "\
 link add br0 type bridge vlan_filtering 1 vlan_protocol 802.1ad ageing_time 1.5 group_fwd_mask 0x4000
-link add br1 type bridge vlan_default_pvid 0 fdb_max_learned 100
+link add br1 type bridge vlan_default_pvid 0 fdb_max_learned 100 learn_inner_vid on
 link add p0 type pcap
 link add p1 type afpacket dev veth1 ring_frames 256 qdisc_bypass off
 link add p2 type tap ifname tapx netns ns1
@@ -255,6 +255,10 @@ fn command() -> impl Strategy<Value = String> {
             )
         }),
         port.clone().prop_map(|p| format!("link add {p} type pcap")),
+        (bridge.clone(), any::<bool>()).prop_map(|(b, on)| format!(
+            "link set dev {b} type bridge learn_inner_vid {}",
+            if on { "on" } else { "off" }
+        )),
         (port.clone(), port.clone()).prop_map(|(p, l)| format!("link add link {l} name {p} type vlan id 5")),
         (port.clone(), dev.clone()).prop_map(|(p, l)| format!("link add link {l} name {p} type macvlan mode vepa")),
         Just("link add pa type patch peer pb".to_string()),

@@ -126,8 +126,8 @@ fn object_name(o: MonitorObject) -> &'static str {
 /// A port's VLAN as `vlan show` prints it: the entry (flags, private-VLAN role, limit).
 type VlanState = qbridge_bridge::switch::VlanEntryView;
 
-/// An FDB entry's identity: bridge, VID, MAC address.
-type FdbKey = (String, Option<u16>, [u8; 6]);
+/// An FDB entry's identity: bridge, VID, inner VID (`learn_inner_vid`), MAC address.
+type FdbKey = (String, Option<u16>, Option<u16>, [u8; 6]);
 
 /// The watched state at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -164,7 +164,7 @@ impl Observed {
                 .into_iter()
                 .map(|mut e| {
                     e.idle_ns = 0;
-                    ((e.master.clone(), e.vlan, e.mac.0), e)
+                    ((e.master.clone(), e.vlan, e.inner_vlan, e.mac.0), e)
                 })
                 .collect();
             o.fdb = Some(m);

@@ -115,6 +115,8 @@ pub struct FdbRow {
     pub port: u16,
     /// The FID; 0 on a VLAN-unaware bridge (and for `fdb add` without `vlan`).
     pub vid: u16,
+    /// The inner C-VID of an entry learned per inner VID (R-K7); 0: none.
+    pub inner: u16,
     pub mac: MacAddr,
     pub kind: FdbKindOrd,
     pub sticky: bool,
@@ -192,9 +194,14 @@ struct Bridge {
     /// Attached ports, in attach order.
     ports: Vec<u16>,
     /// (FID, MAC) → entry.
-    fdb: BTreeMap<(u16, MacAddr), Entry>,
+    /// Keyed by ((VID, inner C-VID or 0), MAC): the inner VID only with `learn_inner_vid`.
+    fdb: BTreeMap<(Fid, MacAddr), Entry>,
     vlan_counters: BTreeMap<u16, VlanCounters>,
 }
+
+/// An FDB entry's filtering identity: (VID, inner C-VID), the inner one 0 unless the bridge
+/// learns per inner VID (R-K7).
+type Fid = (u16, u16);
 
 #[derive(Debug, Clone)]
 struct Port {
@@ -613,9 +620,9 @@ impl Model {
         p.tunnel = tunnel;
         p.pvlan.retain(|v, _| !gone.contains(v));
         p.vlan_limits.retain(|v, _| !gone.contains(v));
-        self.bridge_mut(b)
-            .fdb
-            .retain(|&(fid, _), en| !(en.port == id && gone.contains(&fid) && en.is_dynamic()));
+        self.bridge_mut(b).fdb.retain(|&((fid, _), _), en| {
+            !(en.port == id && gone.contains(&fid) && en.is_dynamic())
+        });
         Ok(())
     }
 
@@ -799,9 +806,9 @@ impl Model {
                 p.pvid = None;
             }
         }
-        self.bridge_mut(b)
-            .fdb
-            .retain(|&(fid, _), en| !(en.port == id && (s..=e).contains(&fid) && en.is_dynamic()));
+        self.bridge_mut(b).fdb.retain(|&((fid, _), _), en| {
+            !(en.port == id && (s..=e).contains(&fid) && en.is_dynamic())
+        });
         Ok(())
     }
 
@@ -844,7 +851,7 @@ impl Model {
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
         let br = self.bridge(b);
-        let exists = |v: u16| br.fdb.contains_key(&(v, mac));
+        let exists = |v: u16| br.fdb.contains_key(&((v, 0), mac));
         if !replace && vids.iter().any(|&v| exists(v)) {
             return refuse("entry exists");
         }
@@ -854,7 +861,9 @@ impl Model {
         let evictable = br
             .fdb
             .iter()
-            .filter(|((v, m), e)| e.is_learned() && !(*m == mac && existing.contains(v)))
+            .filter(|(((v, i), m), e)| {
+                e.is_learned() && !(*m == mac && *i == 0 && existing.contains(v))
+            })
             .count();
         let needed =
             (br.fdb.len() + fresh.len()).saturating_sub(br.settings.fdb_max_entries as usize);
@@ -866,14 +875,14 @@ impl Model {
             let seq = self.next_seq();
             let full = {
                 let br = self.bridge(b);
-                !br.fdb.contains_key(&(v, mac))
+                !br.fdb.contains_key(&((v, 0), mac))
                     && br.fdb.len() >= br.settings.fdb_max_entries as usize
             };
             if full && !self.evict_one(b) {
                 return refuse("fdb full");
             }
             let br = self.bridge_mut(b);
-            let learned_seq = br.fdb.get(&(v, mac)).map_or(seq, |e| e.learned_seq);
+            let learned_seq = br.fdb.get(&((v, 0), mac)).map_or(seq, |e| e.learned_seq);
             let entry = Entry {
                 port: id,
                 kind: kind.into(),
@@ -883,7 +892,7 @@ impl Model {
                 seen_ns: now,
                 learned_seq,
             };
-            br.fdb.insert((v, mac), entry);
+            br.fdb.insert(((v, 0), mac), entry);
         }
         Ok(())
     }
@@ -896,13 +905,13 @@ impl Model {
         let present: Vec<u16> = vids
             .iter()
             .copied()
-            .filter(|&v| br.fdb.get(&(v, mac)).is_some_and(|e| e.port == id))
+            .filter(|&v| br.fdb.get(&((v, 0), mac)).is_some_and(|e| e.port == id))
             .collect();
         if present.is_empty() || (vlan.is_some() && present.len() != vids.len()) {
             return refuse("no such entry");
         }
         for v in present {
-            br.fdb.remove(&(v, mac));
+            br.fdb.remove(&((v, 0), mac));
         }
         Ok(())
     }
@@ -927,7 +936,7 @@ impl Model {
         };
         let br = self.bridge_mut(b);
         let before = br.fdb.len();
-        br.fdb.retain(|&(fid, _), e| {
+        br.fdb.retain(|&((fid, _), _), e| {
             let kind_ok = match which {
                 Flush::All => e.kind != FdbKindOrd::Permanent,
                 Flush::Dynamic => e.kind == FdbKindOrd::Dynamic,
@@ -983,11 +992,12 @@ impl Model {
     pub fn fdb(&self) -> Vec<FdbRow> {
         let mut rows = Vec::new();
         for br in self.bridges.iter().flatten() {
-            for (&(vid, mac), e) in &br.fdb {
+            for (&((vid, inner), mac), e) in &br.fdb {
                 rows.push(FdbRow {
                     bridge: br.name.clone(),
                     port: e.port,
                     vid,
+                    inner,
                     mac,
                     kind: e.kind,
                     sticky: e.sticky,
@@ -1156,16 +1166,29 @@ impl Model {
         vc.rx_frames += 1;
         vc.rx_bytes += len as u64;
 
+        // R-K7: with `learn_inner_vid`, entries are keyed by the VLAN and the VID of the C-tag
+        // behind the bridge tag (or outermost when the frame is untagged to the bridge).
+        let fid: Fid = if filtering && settings.learn_inner_vid {
+            let at = if class.tagged { 16 } else { 12 };
+            let inner = if f.bytes.len() >= at + 6 && be16(&f.bytes, at) == 0x8100 {
+                be16(&f.bytes, at + 2) & 0x0fff
+            } else {
+                0
+            };
+            (class.vid, inner)
+        } else {
+            (class.vid, 0)
+        };
         // R-I: a locked port forwards only sources with an (unlocked, not permanent) entry on
         // it; with `mab` an unknown source gets a locked entry, a locked one is refreshed.
         if inp.settings.locked {
-            let e = self.bridge(b).fdb.get(&(class.vid, src)).cloned();
+            let e = self.bridge(b).fdb.get(&(fid, src)).cloned();
             let admitted = e
                 .as_ref()
                 .is_some_and(|e| e.port == in_id && !e.locked && e.kind != FdbKindOrd::Permanent);
             if !admitted {
                 if inp.settings.mab {
-                    self.learn_mab(b, in_id, src, class.vid, now);
+                    self.learn_mab(b, in_id, src, fid, now);
                 }
                 return self.drop_on(in_id, DropReason::PortLocked);
             }
@@ -1173,7 +1196,7 @@ impl Model {
         // R5: learning, after the ingress filter; R-L: a new source over the port's limit in
         // this VLAN is dropped.
         if inp.settings.learning {
-            if let Some(v) = self.learn(b, in_id, src, class.vid, now) {
+            if let Some(v) = self.learn(b, in_id, src, fid, now) {
                 return self.drop_on(
                     in_id,
                     match v {
@@ -1191,7 +1214,18 @@ impl Model {
             // With `ageing_time 0` every dynamic entry (learned or added) is expired the moment
             // it exists, so none is used: the bridge floods like a hub (Linux).
             let ageing_off = self.bridge(b).settings.ageing_time_ns == 0;
-            let found = self.bridge(b).fdb.get(&(class.vid, dst)).cloned();
+            let fdb = &self.bridge(b).fdb;
+            // R-K7: an entry a user added (or the bridge's own) in the VLAN's own FID applies
+            // to every inner VLAN of it.
+            let found = fdb.get(&(fid, dst)).cloned().or_else(|| {
+                (fid.1 != 0)
+                    .then(|| {
+                        fdb.get(&((fid.0, 0), dst))
+                            .filter(|e| !e.is_learned())
+                            .cloned()
+                    })
+                    .flatten()
+            });
             let found = found
                 .filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic))
                 .filter(|e| !e.locked);
@@ -1253,7 +1287,7 @@ impl Model {
     /// R5: (source MAC, FID) → port.
     /// Learns `src` in `fid` on `port`; `Some(mode)` when the port's limit in that VLAN refused
     /// a new source (R-L: the frame is dropped).
-    fn learn(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) -> Option<Violation> {
+    fn learn(&mut self, b: u16, port: u16, src: MacAddr, fid: Fid, now: u64) -> Option<Violation> {
         let settings = self.bridge(b).settings.clone();
         if settings.ageing_time_ns == 0 {
             // Linux: `ageing_time 0` means "always flood", nothing is learned.
@@ -1277,14 +1311,14 @@ impl Model {
             return None;
         }
         if self.insert_learned(b, port, src, fid, now, seq, false) {
-            return self.port(port).vlan_limits.get(&fid).map(|&(_, v)| v);
+            return self.port(port).vlan_limits.get(&fid.0).map(|&(_, v)| v);
         }
         None
     }
 
     /// R-I: `mab` on a locked port: an unknown source gets a locked entry (within the learning
     /// limits, evicting fairly like learning); this port's locked entry is refreshed.
-    fn learn_mab(&mut self, b: u16, port: u16, src: MacAddr, fid: u16, now: u64) {
+    fn learn_mab(&mut self, b: u16, port: u16, src: MacAddr, fid: Fid, now: u64) {
         if let Some(e) = self.bridge_mut(b).fdb.get_mut(&(fid, src)) {
             if e.port == port && e.locked {
                 e.seen_ns = now;
@@ -1304,17 +1338,17 @@ impl Model {
         b: u16,
         port: u16,
         src: MacAddr,
-        fid: u16,
+        fid: Fid,
         now: u64,
         seq: u64,
         locked: bool,
     ) -> bool {
         let settings = self.bridge(b).settings.clone();
         let fdb = &self.bridge(b).fdb;
-        if let Some(&(limit, _)) = self.port(port).vlan_limits.get(&fid) {
+        if let Some(&(limit, _)) = self.port(port).vlan_limits.get(&fid.0) {
             let here = fdb
                 .iter()
-                .filter(|((f, _), e)| *f == fid && e.is_learned() && e.port == port)
+                .filter(|(((v, _), _), e)| *v == fid.0 && e.is_learned() && e.port == port)
                 .count();
             if here >= limit as usize {
                 return true;

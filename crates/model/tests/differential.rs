@@ -61,9 +61,10 @@ fn bridge_settings(small_tables: bool) -> impl Strategy<Value = BridgeSettings> 
         prop_oneof![3 => Just(0u32), 1 => 1u32..=6],
         prop_oneof![2 => Just(0u16), 1 => any::<u16>().prop_map(|m| m & !7)],
         prop_oneof![3 => Just(1u32 << 21), 1 => max_entries],
+        prop::bool::weighted(0.25),
     )
         .prop_map(
-            |(filtering, ad, default_pvid, ageing_s, max_learned, mask, max_entries)| {
+            |(filtering, ad, default_pvid, ageing_s, max_learned, mask, max_entries, inner)| {
                 BridgeSettings {
                     vlan_filtering: filtering,
                     vlan_protocol: if ad {
@@ -76,6 +77,7 @@ fn bridge_settings(small_tables: bool) -> impl Strategy<Value = BridgeSettings> 
                     fdb_max_learned: max_learned,
                     group_fwd_mask: mask,
                     fdb_max_entries: max_entries,
+                    learn_inner_vid: inner,
                 }
             },
         )

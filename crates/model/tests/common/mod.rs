@@ -586,6 +586,7 @@ pub fn fdb_rows(sw: &Switch) -> Vec<FdbRow> {
                 bridge: e.master.clone(),
                 port: sw.port_id(&e.ifname).expect("port").0,
                 vid: e.vlan.unwrap_or(0),
+                inner: e.inner_vlan.unwrap_or(0),
                 mac: e.mac,
                 kind: e.kind.into(),
                 sticky: e.sticky,
