@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
         group_fwd_mask: b.u16() & !0x0007,
         // 0 (hub: nothing learned) or 1-4 s: the range the bridge accepts, short enough to age.
         ageing_time_ns: (b.u8() % 5) as u64 * 1_000_000_000,
+        learn_inner_vid: flags & 4 != 0,
     };
     let mut sw = Switch::new();
     let br = sw.add_bridge("br0", settings).expect("valid settings");
@@ -119,6 +120,16 @@ fuzz_target!(|data: &[u8]| {
                     }
                     2 => {
                         let _ = sw.vlan_map_add(id, (m % 6) as u16 + 1, vid as u16);
+                    }
+                    3 => {
+                        // 2:1 and 2:2 maps of small VIDs, so the frames' tags hit them.
+                        let map = qbridge_bridge::TagMap {
+                            svid: (m % 4) as u16 + 1,
+                            cvid: (m >> 2) as u16 % 4 + 1,
+                            vid: vid as u16,
+                            inner: (m & 2 != 0).then_some((m & 1) as u16 + 1),
+                        };
+                        let _ = sw.tag_map_add(id, map);
                     }
                     _ => {}
                 }

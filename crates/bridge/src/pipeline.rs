@@ -363,11 +363,7 @@ impl Plan {
                     m.flood = FloodClass::Multicast;
                     DEST_FLOOD
                 } else {
-                    let mut hit = table.find(fid_key(m.dst, m.fid));
-                    if hit.is_none() && m.fid != m.vid {
-                        hit = user_entry(table, m);
-                    }
-                    match hit {
+                    match table.find(fid_key(m.dst, m.fid)) {
                         Some((_, entry))
                             if !(ageing_off && entry.ages()) && entry.flags & F_LOCKED == 0 =>
                         {
@@ -399,6 +395,15 @@ impl Plan {
                                     e
                                 }
                                 None => DEST_DROP,
+                            }
+                        }
+                        None if m.fid != m.vid => {
+                            match self.user_entry(wi, br, table, inp, c, m, pkt, ageing_off) {
+                                Some(e) => e,
+                                None => {
+                                    m.flood = FloodClass::Unknown;
+                                    DEST_FLOOD
+                                }
                             }
                         }
                         _ => {
@@ -594,15 +599,44 @@ fn vlan_limit(inp: &Port, vid: u16) -> u32 {
         .map_or(0, |t| t[usize::from(vid & 0x0fff)] & 0x00ff_ffff)
 }
 
-/// `learn_inner_vid`: a destination unknown in its (VID, inner C-VID) FID may have an entry a
-/// user added (or the bridge's own address) in the VLAN's own FID, which applies to every
-/// inner VLAN of it.
-#[cold]
-#[inline(never)]
-fn user_entry<'a>(table: TableView<'a>, m: &FrameMeta) -> Option<(usize, Slot)> {
-    table
-        .find(fid_key(m.dst, m.vid))
-        .filter(|(_, e)| !e.is_learned())
+impl Plan {
+    /// `learn_inner_vid`: a destination unknown in its (VID, inner C-VID) FID may have an
+    /// entry a user added (or the bridge's own address) in the VLAN's own FID, which applies
+    /// to every inner VLAN of it. Stage 3's work for such a hit, counted at once (off the
+    /// tallies): the destination (a port, or [`DEST_DROP`]); `None` when there is no such
+    /// entry (the frame floods).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn user_entry(
+        &self,
+        wi: usize,
+        br: &Bridge,
+        table: TableView<'_>,
+        inp: &Port,
+        c: &PortCells,
+        m: &FrameMeta,
+        pkt: &mut PacketBuf,
+        ageing_off: bool,
+    ) -> Option<u16> {
+        let (_, entry) = table
+            .find(fid_key(m.dst, m.vid))
+            .filter(|(_, e)| !e.is_learned() && !(ageing_off && e.ages()))?;
+        let in_id = pkt.port as usize;
+        let (ep, e) = if entry.flags & F_PERMANENT != 0 {
+            local(&self.ports, br, inp, in_id, c, m)
+        } else {
+            (unicast(&self.ports, inp, in_id, c, &entry, m), entry.port)
+        };
+        let Some(ep) = ep else {
+            return Some(DEST_DROP);
+        };
+        Some(if flood_copy(br, ep, usize::from(e), wi, m, pkt) {
+            e
+        } else {
+            DEST_DROP
+        })
+    }
 }
 
 /// A frame from a new source over its port's limit in its VLAN: dropped under the violation
