@@ -621,7 +621,7 @@ impl Plan {
     ) -> Option<u16> {
         let (_, entry) = table
             .find(fid_key(m.dst, m.vid))
-            .filter(|(_, e)| !e.is_learned() && !(ageing_off && e.ages()))?;
+            .filter(|(_, e)| !(e.is_learned() || (ageing_off && e.ages())))?;
         let in_id = pkt.port as usize;
         let (ep, e) = if entry.flags & F_PERMANENT != 0 {
             local(&self.ports, br, inp, in_id, c, m)
