@@ -58,6 +58,10 @@ drop_reasons! {
     /// A `dot1q-tunnel` port with `cvlans`: the frame's customer VLAN (its 0x8100 outer tag's
     /// VID, 0 when it has none) is not in the list.
     CvlanNotAllowed = "cvlan_not_allowed",
+    /// A frame tagged, on the wire, with a VLAN the port's `vlan map` sends translated (the
+    /// inside VID of a 1:1 or 2:1 map, or the inside pair of a 2:2 map) and no map of its own:
+    /// the VLAN is not taken untranslated from that port.
+    TranslatedVid = "translated_vid",
     /// A locked port received a frame whose source has no FDB entry on it (or only a
     /// `locked` one).
     PortLocked = "port_locked",

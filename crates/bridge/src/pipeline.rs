@@ -873,12 +873,14 @@ fn classify<const PLAIN: bool>(
                 0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
                 0 => inp.pvid,
                 v if PLAIN => v,
-                v if inp.tag2.is_some() => map_in(inp, v, frame, &mut m.inner_op),
-                v => match &inp.vid_in {
-                    // `vlan map … translate`: the wire VID's VLAN inside the bridge.
-                    Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
-                    _ => v,
-                },
+                // `vlan map`: the wire tags' VLAN inside the bridge.
+                v if inp.tag2.is_some() || inp.vid_in.is_some() => {
+                    match map_in(inp, v, frame, &mut m.inner_op) {
+                        0 => return drop(c, DropReason::TranslatedVid),
+                        vid => vid,
+                    }
+                }
+                v => v,
             };
             m.tagged = true;
             m.tci_hi = tci & 0xf000;
@@ -1074,8 +1076,9 @@ fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
 }
 
 /// The VLAN inside the bridge of a frame tagged to the bridge with (wire) VID `v` on a port
-/// with two-tag maps: a 2:1 or 2:2 map of `v` and the C-tag right behind the bridge tag (its
-/// change to that C-tag goes to `op`), else a 1:1 map of `v`, else `v`.
+/// with VLAN maps: a 2:1 or 2:2 map of `v` and the C-tag right behind the bridge tag (its
+/// change to that C-tag goes to `op`), else a 1:1 map of `v`, else `v` — or 0 when `v` (or
+/// `v` with that C-tag) is what a map sends translated (dropped as `translated_vid`).
 #[cold]
 #[inline(never)]
 fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
@@ -1092,10 +1095,19 @@ fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
         };
         return vid;
     }
-    match &inp.vid_in {
-        Some(t) if t[usize::from(v)] != 0 => t[usize::from(v)],
-        _ => v,
+    if let Some(t) = &inp.vid_in {
+        if t[usize::from(v)] != 0 {
+            return t[usize::from(v)];
+        }
     }
+    let out_1to1 = inp.vid_out.as_ref().is_some_and(|t| t[usize::from(v)] != 0);
+    let out_2 = inp.tag2.as_ref().is_some_and(|t| {
+        t.by_inside(v, 0).is_some() || (inner != 0 && t.by_inside(v, inner).is_some())
+    });
+    if out_1to1 || out_2 {
+        return 0;
+    }
+    v
 }
 
 /// `learn_inner_vid`: the FID of the frame's VLAN and the VID of its C-tag (behind the bridge

@@ -315,9 +315,11 @@ fn vlan_translation_both_ways() {
         only(&r.send(&[(trunk, back.clone())]), cust),
         vec![retag(&back, 1, &[(0x8100, 10)])]
     );
-    // VID 100 itself on cust's wire is not a map: VLAN 100 too, and it leaves the trunk as 100.
+    // VID 100 itself on cust's wire: VLAN 100 leaves cust as 10, so it is not taken
+    // untranslated from it (dropped, named).
     let raw = frame(mac(0x50), mac(2), &[(0x8100, 100)], 80);
-    assert_eq!(only(&r.send(&[(cust, raw.clone())]), trunk), vec![raw]);
+    nothing(&r.send(&[(cust, raw)]));
+    assert_eq!(r.drops(cust, DropReason::TranslatedVid), 1);
     assert_eq!(r.sw.vlan_maps(cust), [(10, 100)]);
     r.sw.vlan_map_del(cust, 10).unwrap();
     let f = frame(mac(0x50), mac(3), &[(0x8100, 10)], 80);
@@ -491,6 +493,18 @@ fn two_tag_maps_both_ways() {
     let other = frame(mac(3), dst, &[(0x88a8, 200), (0x8100, 22)], 90);
     assert_eq!(only(&r.send(&[(lan, other.clone())]), nni), vec![other]);
     let other = frame(dst, mac(3), &[(0x88a8, 100), (0x8100, 12)], 90);
+    assert_eq!(only(&r.send(&[(nni, other.clone())]), lan), vec![other]);
+    // What the maps send translated is not taken untranslated: VLAN 500 and S 200 + C 21.
+    for tags in [
+        &[(0x88a8, 500)][..],
+        &[(0x88a8, 500), (0x8100, 7)],
+        &[(0x88a8, 200), (0x8100, 21)],
+    ] {
+        nothing(&r.send(&[(nni, frame(dst, mac(4), tags, 90))]));
+    }
+    assert_eq!(r.drops(nni, DropReason::TranslatedVid), 3);
+    // S 200 with another C-tag is not a map's: S-VLAN 200 as usual.
+    let other = frame(dst, mac(4), &[(0x88a8, 200), (0x8100, 22)], 90);
     assert_eq!(only(&r.send(&[(nni, other.clone())]), lan), vec![other]);
 
     // Contradictions, each named.

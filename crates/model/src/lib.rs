@@ -1110,9 +1110,22 @@ impl Model {
                     // removed (2:1) once the frame is admitted.
                     inner_op = Some(inner);
                     inside
-                } else {
+                } else if let Some(&inside) = inp.vid_in.get(&vid) {
                     // R-K: a translated wire VID is its VLAN inside.
-                    inp.vid_in.get(&vid).copied().unwrap_or(vid)
+                    inside
+                } else {
+                    // R-K8: a VLAN (or pair) a map sends translated is not taken untranslated.
+                    let inner = (len >= 22 && be16(&f.bytes, 16) == 0x8100)
+                        .then(|| be16(&f.bytes, 18) & 0x0fff)
+                        .filter(|&c| c != 0);
+                    let sent_translated = inp.vid_out.contains_key(&vid)
+                        || inp.tag2.values().any(|&(v, i)| {
+                            v == vid && (i.is_none() || (inner.is_some() && i == inner))
+                        });
+                    if sent_translated {
+                        return self.drop_on(in_id, DropReason::TranslatedVid);
+                    }
+                    vid
                 };
                 Class {
                     vid,
