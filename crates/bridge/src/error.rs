@@ -88,4 +88,6 @@ pub enum ConfigError {
         vid: u16,
         dev: String,
     },
+    #[error(transparent)]
+    Mirror(#[from] crate::mirror::MirrorError),
 }

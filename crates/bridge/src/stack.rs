@@ -164,6 +164,23 @@ impl Plan {
     /// is left empty. Any number of workers may call this on one plan at once, each with its
     /// own [`Worker`] and [`Outputs`].
     pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+        if let Some(m) = &self.mirrors {
+            return self.process_mirrored(m, w, now_ns, rx, out);
+        }
+        if !self.stacked {
+            return self.process_flat(w, now_ns, rx, out);
+        }
+        self.process_stacked(w, now_ns, rx, out);
+    }
+
+    /// [`Plan::process`] without the mirror sessions (what `crate::mirror` wraps).
+    pub(crate) fn process_unmirrored(
+        &self,
+        w: &mut Worker,
+        now_ns: u64,
+        rx: &mut Batch,
+        out: &mut Outputs,
+    ) {
         if !self.stacked {
             return self.process_flat(w, now_ns, rx, out);
         }

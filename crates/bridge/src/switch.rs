@@ -147,6 +147,9 @@ enum Link {
 pub struct Outputs {
     pub ports: Vec<Batch>,
     pub pool: BufPool,
+    /// Copies for the `dst pcap` mirror sessions, by sink index ([`Plan::mirror_sinks`]): the
+    /// caller writes them to their files.
+    pub mirror_sinks: Vec<Batch>,
 }
 
 impl Default for Outputs {
@@ -160,6 +163,7 @@ impl Outputs {
         Outputs {
             ports: Vec::new(),
             pool: BufPool::new(8192),
+            mirror_sinks: Vec::new(),
         }
     }
 
@@ -304,6 +308,8 @@ pub struct Switch {
     plan: Option<Arc<Plan>>,
     /// The datapath state of [`Switch::process`] (worker 0).
     worker: Worker,
+    /// Port mirroring sessions, in creation order (`crate::mirror`).
+    pub(crate) mirrors: Vec<crate::mirror::MirrorSession>,
 }
 
 impl Default for Switch {
@@ -336,6 +342,7 @@ impl Clone for Switch {
             next_index: self.next_index,
             plan: None,
             worker: Worker::new(0),
+            mirrors: self.mirrors.clone(),
         }
     }
 }
@@ -349,6 +356,8 @@ pub struct Plan {
     pub(crate) unknown_port_drops: Option<Arc<CellSet>>,
     /// Some port is a stacked device or a host port: frames take the stacked path.
     pub(crate) stacked: bool,
+    /// Port mirroring sessions, compiled; `None` without any (`crate::mirror`).
+    pub(crate) mirrors: Option<Arc<crate::mirror::Mirrors>>,
 }
 
 impl Plan {
@@ -404,6 +413,8 @@ pub struct Worker {
     pub(crate) meta: Vec<crate::pipeline::FrameMeta>,
     /// Scratch of the stacked path (taken while it runs).
     pub(crate) stack: Option<Box<crate::stack::Scratch>>,
+    /// Scratch of port mirroring (taken while it runs).
+    pub(crate) mirror: Option<Box<crate::mirror::MirrorScratch>>,
 }
 
 impl Worker {
@@ -415,6 +426,7 @@ impl Worker {
             tables: Vec::new(),
             meta: Vec::new(),
             stack: None,
+            mirror: None,
         }
     }
 
@@ -616,6 +628,7 @@ impl Switch {
             next_index: None,
             plan: None,
             worker: Worker::new(0),
+            mirrors: Vec::new(),
         }
     }
 
@@ -659,6 +672,7 @@ impl Switch {
             ports: self.ports.clone(),
             unknown_port_drops: Some(self.unknown_port_drops.clone()),
             stacked: self.ports.iter().flatten().any(|p| p.role != Role::Device),
+            mirrors: self.compile_mirrors(),
         });
         self.plan = Some(p.clone());
         p
@@ -1201,6 +1215,7 @@ impl Switch {
             self.recompile_uppers(PortId(lower));
         }
         gone.push(name);
+        self.mirror_port_gone(id);
     }
 
     // ----- stacked devices -----
@@ -2393,4 +2408,11 @@ fn check_range(start: u32, end: u32) -> Result<(u16, u16), ConfigError> {
         return Err(ConfigError::BadRange { start: s, end: e });
     }
     Ok((s, e))
+}
+
+impl Switch {
+    /// A change to the mirror sessions: the next plan is compiled anew.
+    pub(crate) fn mirrors_changed(&mut self) {
+        self.plan = None;
+    }
 }

@@ -21,6 +21,8 @@ pub enum Command {
     ShowRunningConfig,
     /// `help`, `OBJECT help`: the usage of every object, or of one.
     Help(Option<Object>),
+    /// `mirror …`: port mirroring sessions.
+    Mirror(MirrorCommand),
 }
 
 /// The objects of the grammar.
@@ -29,6 +31,7 @@ pub enum Object {
     Link,
     Vlan,
     Fdb,
+    Mirror,
 }
 
 impl Object {
@@ -37,6 +40,7 @@ impl Object {
             Object::Link => "link",
             Object::Vlan => "vlan",
             Object::Fdb => "fdb",
+            Object::Mirror => "mirror",
         }
     }
 }
@@ -388,4 +392,17 @@ impl OutputOptions {
             .map(|(_, w)| w.to_string())
             .collect()
     }
+}
+
+/// `mirror …` (qbridge's own object; Open vSwitch's mirrors, Cisco's SPAN/RSPAN sessions):
+/// `docs/semantics.md` §M.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MirrorCommand {
+    /// `mirror add NAME src P1[,P2…] [direction rx|tx|both] [vid LIST] dst PORT|pcap FILE
+    /// [rspan VID]`; the direction defaults to `both`.
+    Add(qbridge_bridge::MirrorSpec),
+    /// `mirror del NAME`
+    Del { name: String },
+    /// `mirror show [NAME]`
+    Show { name: Option<String> },
 }

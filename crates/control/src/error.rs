@@ -114,6 +114,13 @@ pub enum ControlError {
         line: usize,
         error: Box<ControlError>,
     },
+    /// `qbridge apply`: a mirror session exists with another configuration than the file's.
+    #[error("mirror \"{name}\" exists as \"{have}\", not \"{want}\": delete it first (mirror del {name})")]
+    MirrorExistsDifferent {
+        name: String,
+        have: String,
+        want: String,
+    },
 }
 
 impl ControlError {

@@ -26,6 +26,7 @@
 
 pub mod command;
 pub mod error;
+pub mod mirror;
 pub mod parse;
 pub mod protocol;
 pub mod render;
@@ -35,8 +36,8 @@ pub mod usage;
 pub mod words;
 
 pub use command::{
-    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, Object, OutputOptions,
-    PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
+    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, MirrorCommand, Object,
+    OutputOptions, PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

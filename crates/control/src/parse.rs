@@ -16,6 +16,8 @@ use qbridge_bridge::{
 };
 use qbridge_wire::{MacAddr, Tpid};
 
+mod mirror;
+
 const LINK_COMMANDS: &str = "add, set, del, show or help";
 const VLAN_COMMANDS: &str = "add, del, set, map, show or help";
 const FDB_COMMANDS: &str = "add, replace, del, show, flush or help";
@@ -62,20 +64,21 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
     };
     let Some(word) = w.next() else {
         return Err(ControlError::MissingArgument {
-            what: "object (link, vlan or fdb)",
+            what: "object (link, vlan, fdb or mirror)",
         });
     };
     let object = match lookup(word, words::OBJECTS) {
         Lookup::Found("link") => Object::Link,
         Lookup::Found("vlan") => Object::Vlan,
         Lookup::Found("fdb") => Object::Fdb,
+        Lookup::Found("mirror") => Object::Mirror,
         Lookup::Found("show") => return parse_show(&mut w),
         Lookup::Found(_) => return parse_help(&mut w),
         Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
         Lookup::Unknown(near) => {
             return Err(ControlError::UnknownObject {
                 word: word.to_string(),
-                hint: hint(near, "link, vlan or fdb"),
+                hint: hint(near, "link, vlan, fdb or mirror"),
             })
         }
     };
@@ -91,6 +94,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Object::Link => parse_link(&mut w).map(Command::Link),
         Object::Vlan => parse_vlan(&mut w).map(Command::Vlan),
         Object::Fdb => parse_fdb(&mut w).map(Command::Fdb),
+        Object::Mirror => mirror::parse_mirror(&mut w).map(Command::Mirror),
     }
 }
 
@@ -99,6 +103,7 @@ fn commands_of(object: Object) -> &'static [Kw] {
         Object::Link => words::LINK_COMMANDS,
         Object::Vlan => words::VLAN_COMMANDS,
         Object::Fdb => words::FDB_COMMANDS,
+        Object::Mirror => words::MIRROR_COMMANDS,
     }
 }
 
@@ -122,9 +127,10 @@ fn parse_help(w: &mut Words<'_>) -> Result<Command, ControlError> {
     let Some(word) = w.next() else {
         return Ok(Command::Help(None));
     };
-    let object = match keyword(word, &words::OBJECTS[..3], "link, vlan or fdb")? {
+    let object = match keyword(word, words::HELP_OBJECTS, "link, vlan, fdb or mirror")? {
         "link" => Object::Link,
         "vlan" => Object::Vlan,
+        "mirror" => Object::Mirror,
         _ => Object::Fdb,
     };
     w.end("nothing after the object")?;
@@ -1728,7 +1734,7 @@ mod tests {
         );
         assert_eq!(
             err("route show"),
-            "unknown object \"route\" (expected link, vlan or fdb)"
+            "unknown object \"route\" (expected link, vlan, fdb or mirror)"
         );
         // "learnin" abbreviates learning now (iproute2's matches()); a word that is no
         // keyword still lists them.

@@ -14,7 +14,8 @@
 //!    if it no longer has it; runs of VIDs with the same flags as one range;
 //! 5. every FDB entry added by a command (static, permanent, and dynamic ones added with
 //!    `fdb add … dynamic`), but not learned entries, nor the permanent entries a host port
-//!    gets for its own address (its VLANs recreate them).
+//!    gets for its own address (its VLANs recreate them);
+//! 6. every mirror session, in creation order (`mirror add …`).
 //!
 //! Counters, learned entries and backend state are not configuration and are not saved.
 
@@ -96,6 +97,7 @@ pub fn running_config(session: &Session) -> String {
         }
     }
     fdb_lines(sw, &mut out);
+    crate::mirror::running_lines(sw, &mut out);
     out
 }
 

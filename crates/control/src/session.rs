@@ -193,6 +193,7 @@ impl Session {
             Command::ShowRunningConfig => Ok(self.running_config()),
             Command::Help(Some(o)) => Ok(crate::usage::object(*o)),
             Command::Help(None) => Ok(crate::usage::all()),
+            Command::Mirror(c) => self.mirror(c, out),
         }
     }
 
@@ -875,4 +876,11 @@ fn merge_port(mut s: PortSettings, o: &PortOptions) -> PortSettings {
         s.default_pcp = v;
     }
     s
+}
+
+impl Session {
+    /// Whether commands run with `apply`'s may-exist meaning (see [`Session::apply_batch`]).
+    pub(crate) fn may_exist(&self) -> bool {
+        self.may_exist
+    }
 }

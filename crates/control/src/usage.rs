@@ -47,6 +47,14 @@ const FDB: &str = "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|perma
             [[no]added_by_user]     (default: dynamic and static entries, not permanent)
 ";
 
+const MIRROR: &str =
+    "  mirror add NAME src PORT[,PORT...] [direction rx|tx|both] [vid LIST] dst PORT|pcap FILE
+           [rspan VID]      (copies of the frames as they passed; dst pcap: a file name in
+                            the daemon's --pcap-dir, or replay's --out)
+  mirror del NAME
+  mirror show [NAME]       (-s: copies sent and dropped; -j: JSON)
+";
+
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
   monitor [link|fdb|vlan|all]...   (changes as they happen, as 'bridge monitor'; -j: JSON lines)
@@ -65,13 +73,14 @@ fn commands_of(o: Object) -> &'static str {
         Object::Link => LINK,
         Object::Vlan => VLAN,
         Object::Fdb => FDB,
+        Object::Mirror => MIRROR,
     }
 }
 
 /// Every object's commands and the notes on `dev` and abbreviations (the body of
 /// `qbridge --help`).
 pub fn commands() -> String {
-    format!("{LINK}{VLAN}{FDB}{SHOW}{NOTES}")
+    format!("{LINK}{VLAN}{FDB}{MIRROR}{SHOW}{NOTES}")
 }
 
 /// `qbridge OBJECT help`.
@@ -88,7 +97,7 @@ pub fn object(o: Object) -> String {
 pub fn all() -> String {
     format!(
         "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
-         fdb | show | monitor | help }}\n{}",
+         fdb | mirror | show | monitor | help }}\n{}",
         commands()
     )
 }

@@ -117,6 +117,7 @@ pub const OBJECTS: &[Kw] = &[
     kw("fdb", 1),
     kw("help", 1),
     exact("show"),
+    kw("mirror", 2),
 ];
 
 /// `link` commands: ip/iplink.c `do_iplink` (add, set, change, replace, delete, show, lst,
@@ -315,6 +316,28 @@ pub const FDB_FLUSH_UNSUPPORTED: &[&str] = &[
     "nooffloaded",
     "router",
     "norouter",
+];
+
+/// Objects `help OBJECT` names: the objects with commands (qbridge's own `mirror` needs
+/// `mi`: iproute2's `bridge m` is `mdb`).
+pub const HELP_OBJECTS: &[Kw] = &[kw("link", 1), kw("vlan", 1), kw("fdb", 1), kw("mirror", 2)];
+
+/// `mirror` commands (qbridge's own object, in the manner of `bridge vlan`'s: `s` is show).
+pub const MIRROR_COMMANDS: &[Kw] = &[
+    kw("add", 1),
+    kw("delete", 1),
+    kw("show", 1),
+    kw("list", 2),
+    kw("help", 1),
+];
+
+/// `mirror add` keywords (qbridge's own: typed whole, `dir` for `direction`).
+pub const MIRROR_ADD: &[Kw] = &[
+    exact("src"),
+    kw("direction", 3),
+    exact("vid"),
+    exact("dst"),
+    exact("rspan"),
 ];
 
 #[cfg(test)]

@@ -308,7 +308,7 @@ fn batch_errors_carry_line_numbers() {
     );
     assert_eq!(
         batch_err("bridge fdb show\n"),
-        "line 18: unknown object \"bridge\" (expected link, vlan or fdb)"
+        "line 18: unknown object \"bridge\" (expected link, vlan, fdb or mirror)"
     );
     assert_eq!(
         batch_err("vlan show dev p1 extra\n"),

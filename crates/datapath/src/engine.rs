@@ -23,6 +23,7 @@ use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
     open_afxdp_queues,
 };
+use crate::mirror::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
@@ -31,7 +32,8 @@ use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
     parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
-    LinkCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session, VlanCommand,
+    LinkCommand, MirrorCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session,
+    VlanCommand,
 };
 use qbridge_io::afpacket::RxFilterHandle;
 use qbridge_io::iflock::{self, IfaceLock, LockError};
@@ -279,6 +281,12 @@ pub struct Engine {
     locks_unavailable: bool,
     /// `qbridge monitor` connections.
     monitors: Monitors,
+    /// Open files of `mirror … dst pcap FILE` sessions, by file name (`crate::mirror`).
+    mirror_files: HashMap<String, Arc<MirrorSink>>,
+    /// Files of deleted sessions, finished once the workers have the plan without them.
+    mirror_closing: Vec<Arc<MirrorSink>>,
+    /// The set of mirror files changed: the workers need them with the next plan.
+    mirror_dirty: bool,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -336,6 +344,9 @@ impl Engine {
             iface_locks: HashMap::new(),
             locks_unavailable: false,
             monitors: Monitors::default(),
+            mirror_files: HashMap::new(),
+            mirror_closing: Vec::new(),
+            mirror_dirty: false,
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -419,6 +430,9 @@ impl Engine {
                 for w in &self.workers {
                     send(w, ToWorker::Tick);
                 }
+                for f in self.mirror_files.values() {
+                    f.flush();
+                }
             }
         }
     }
@@ -447,9 +461,15 @@ impl Engine {
             .published
             .as_ref()
             .is_some_and(|p| Arc::ptr_eq(p, &plan));
-        if same_plan && self.attach.is_empty() && self.detach.is_empty() {
+        if same_plan && self.attach.is_empty() && self.detach.is_empty() && !self.mirror_dirty {
             return;
         }
+        self.mirror_dirty = false;
+        let sinks: Sinks = plan
+            .mirror_sinks()
+            .iter()
+            .map(|f| self.mirror_files.get(f).cloned())
+            .collect();
         self.published = Some(plan.clone());
         let attach = std::mem::take(&mut self.attach);
         let detach = std::mem::take(&mut self.detach);
@@ -482,6 +502,7 @@ impl Engine {
                     attach,
                     detach: detach.clone(),
                     done: done_tx.clone(),
+                    sinks: sinks.clone(),
                 },
             );
         }
@@ -492,6 +513,7 @@ impl Engine {
                 break;
             }
         }
+        self.finish_mirror_files();
     }
 
     // ----- control -----
@@ -579,6 +601,7 @@ impl Engine {
     /// The queues opened and the ports closed are handed to the workers by the next
     /// [`Engine::publish`].
     fn reconcile(&mut self) -> Result<Vec<String>, String> {
+        self.sync_mirror_files()?;
         let mut warnings = Vec::new();
         let wanted: Vec<(PortId, String, PortSpec)> = self
             .session
@@ -691,6 +714,12 @@ impl Engine {
                          (or use 'qbridge replay' for pcap files)"
                     ));
                 };
+                if self.mirror_files.contains_key(&format!("{name}.pcap")) {
+                    return Err(format!(
+                        "pcap port {name}: {}/{name}.pcap is written by a mirror session",
+                        dir.display()
+                    ));
+                }
                 let p = PcapPort::open(dir, name).map_err(|e| format!("port {name}: {e}"))?;
                 tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
                 Some(
@@ -1561,8 +1590,12 @@ fn changes(op: &Op) -> bool {
 /// Commands that can open a backend: adding a port, or a batch (which may add ports).
 fn may_open_ports(op: &Op) -> bool {
     match op {
-        Op::Command { words, .. } => parse_words(words)
-            .is_ok_and(|c| matches!(c, Command::Link(LinkCommand::AddPort { .. }))),
+        Op::Command { words, .. } => parse_words(words).is_ok_and(|c| {
+            matches!(
+                c,
+                Command::Link(LinkCommand::AddPort { .. }) | Command::Mirror(MirrorCommand::Add(_))
+            )
+        }),
         Op::Batch { .. } | Op::Apply { .. } => true,
     }
 }
@@ -1575,6 +1608,68 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
             | Command::Vlan(VlanCommand::MapShow { .. })
+            | Command::Mirror(MirrorCommand::Show { .. })
             | Command::ShowRunningConfig
     )
+}
+
+impl Engine {
+    /// Opens the files of the `dst pcap` mirror sessions that are new and sets aside those of
+    /// sessions that are gone (finished after the next publish). A file that cannot be opened
+    /// — no `--pcap-dir`, a pcap port's own file, an error — fails the command, with nothing
+    /// changed.
+    fn sync_mirror_files(&mut self) -> Result<(), String> {
+        let wanted: Vec<String> = self.session.switch_mut().plan().mirror_sinks().to_vec();
+        let mut opened = Vec::new();
+        for file in &wanted {
+            if self.mirror_files.contains_key(file) {
+                continue;
+            }
+            let Some(dir) = &self.cfg.pcap_dir else {
+                return Err(format!(
+                    "mirror to pcap {file} needs a directory: start the daemon with --pcap-dir \
+                     DIR (or use 'qbridge replay' for pcap files)"
+                ));
+            };
+            let port_file = self
+                .session
+                .ports()
+                .into_iter()
+                .find(|(_, n, spec)| **spec == PortSpec::Pcap && format!("{n}.pcap") == *file);
+            if let Some((_, port, _)) = port_file {
+                return Err(format!(
+                    "mirror to pcap {file}: pcap port {port} writes {}/{file}",
+                    dir.display()
+                ));
+            }
+            let sink = MirrorSink::open(dir, file)?;
+            tracing::info!("mirror: writing {}/{file}", dir.display());
+            opened.push(Arc::new(sink));
+        }
+        for sink in opened {
+            self.mirror_files.insert(sink.file.clone(), sink);
+            self.mirror_dirty = true;
+        }
+        let gone: Vec<String> = self
+            .mirror_files
+            .keys()
+            .filter(|f| !wanted.contains(f))
+            .cloned()
+            .collect();
+        for f in gone {
+            if let Some(sink) = self.mirror_files.remove(&f) {
+                self.mirror_closing.push(sink);
+                self.mirror_dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the files of deleted mirror sessions (the workers no longer write them).
+    fn finish_mirror_files(&mut self) {
+        for sink in self.mirror_closing.drain(..) {
+            sink.finish();
+            tracing::info!("mirror: {} closed", sink.file);
+        }
+    }
 }

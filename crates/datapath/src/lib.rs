@@ -17,6 +17,7 @@
 mod backends;
 pub mod egress;
 mod engine;
+mod mirror;
 pub mod monitor;
 pub mod patch;
 pub mod pcap;

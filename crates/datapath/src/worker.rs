@@ -17,6 +17,7 @@
 
 use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
+use crate::mirror::{write_sinks, Sinks};
 use crate::queue::{BackendDrops, Queue};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::IoError;
@@ -55,6 +56,8 @@ pub(crate) enum ToWorker {
         attach: Vec<(u16, QueueEntry)>,
         detach: Vec<u16>,
         done: mpsc::Sender<()>,
+        /// The files of the plan's `dst pcap` mirror sessions, by sink index.
+        sinks: Sinks,
     },
     /// Once a second: every queue's [`Queue::tick`].
     Tick,
@@ -89,6 +92,8 @@ pub(crate) struct Worker {
     rx: Batch,
     scratch: EgressScratch,
     epoch: Instant,
+    /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror`).
+    sinks: Sinks,
 }
 
 impl Worker {
@@ -121,6 +126,7 @@ impl Worker {
             rx: Batch::with_capacity(BURST),
             scratch: EgressScratch::default(),
             epoch,
+            sinks: Arc::from(Vec::new()),
         })
     }
 
@@ -197,8 +203,10 @@ impl Worker {
                         attach,
                         detach,
                         done,
+                        sinks,
                     }) => {
                         self.update(plan, attach, detach);
+                        self.sinks = sinks;
                         let _ = done.send(());
                     }
                     Ok(ToWorker::Tick) => self.tick(),
@@ -337,6 +345,9 @@ impl Worker {
         let now = self.now_ns();
         self.plan
             .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        if !self.outputs.mirror_sinks.is_empty() {
+            write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);
+        }
         for j in 0..self.outputs.ports.len() {
             if !self.outputs.ports[j].is_empty() {
                 self.tx_port(j);

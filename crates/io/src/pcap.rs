@@ -227,6 +227,11 @@ impl PcapWriter {
             path: path.to_owned(),
             source,
         })?;
+        PcapWriter::with_file(path, file)
+    }
+
+    /// A writer on `file`, opened at `path`: writes the file header.
+    fn with_file(path: &Path, file: File) -> Result<PcapWriter, IoError> {
         let mut w = PcapWriter {
             path: path.to_owned(),
             out: BufWriter::with_capacity(64 * 1024, file),
@@ -281,6 +286,40 @@ impl PcapWriter {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Creates (or truncates) file `file` in directory `dir` without following a symbolic
+    /// link at `dir/file` (`O_NOFOLLOW`): for names a control-socket client gives, which must
+    /// not make a privileged daemon write through a link someone planted. `file` must be a
+    /// plain file name (no `/`).
+    pub fn create_in(dir: &Path, file: &str) -> Result<PcapWriter, IoError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(file);
+        if file.is_empty() || file.contains('/') || file == "." || file == ".." {
+            return Err(IoError::File {
+                path,
+                source: std::io::Error::new(ErrorKind::InvalidInput, "not a plain file name"),
+            });
+        }
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|source| IoError::File {
+                path: path.clone(),
+                source,
+            })?;
+        PcapWriter::with_file(&path, f)
+    }
+
+    /// Writes out what is buffered, so that a reader of the file sees every frame so far.
+    pub fn flush(&mut self) -> Result<(), IoError> {
+        self.out.flush().map_err(|source| IoError::File {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), IoError> {

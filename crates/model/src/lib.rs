@@ -20,6 +20,8 @@ use qbridge_bridge::{
 use qbridge_wire::MacAddr;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod mirror;
+
 /// Offload metadata of a frame, the virtio-net header fields (same meaning as
 /// `qbridge_packet::OffloadMeta`, restated here so that the model shares no code).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -282,6 +284,8 @@ pub struct Model {
     now_ns: u64,
     next_seq: u64,
     unknown_port_drops: u64,
+    /// R-M: mirror sessions, in creation order.
+    mirrors: Vec<mirror::Mirror>,
 }
 
 fn check_vid(v: u32) -> Res<u16> {
@@ -1017,9 +1021,11 @@ impl Model {
     pub fn process(&mut self, now_ns: u64, frames: Vec<Frame>) -> Vec<Frame> {
         self.now_ns = self.now_ns.max(now_ns);
         let mut out = Vec::new();
+        let mirrored = self.mirror_rx(&frames);
         for f in frames {
             self.forward(now_ns, f, &mut out);
         }
+        self.mirror_deliver(mirrored, &mut out);
         out
     }
 

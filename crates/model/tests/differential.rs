@@ -437,6 +437,46 @@ fn tag_map_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// Mirror sessions over the scenario's ports and VIDs: few names (so that deletions hit and
+/// duplicates are refused alike), sometimes ill-formed (a destination among the sources, a
+/// source twice, RSPAN VID 4095).
+fn mirror_op(nports: usize) -> impl Strategy<Value = Op> {
+    use qbridge_bridge::{MirrorDirection as D, VidList};
+    let add = (
+        0..common::MIRROR_NAMES,
+        prop::collection::vec(0..nports, 1..=2),
+        prop::sample::select(vec![D::Rx, D::Tx, D::Both]),
+        prop::option::weighted(
+            0.3,
+            prop::collection::vec((1u16..=NVID as u16, 0u16..3), 1..3).prop_map(|r| {
+                VidList::new(
+                    r.into_iter()
+                        .map(|(a, n)| (a, (a + n).min(NVID as u16)))
+                        .collect(),
+                )
+            }),
+        ),
+        0..nports,
+        prop_oneof![
+            3 => Just(None),
+            2 => (1u16..=NVID as u16).prop_map(Some),
+            1 => Just(Some(4095u16)),
+        ],
+    )
+        .prop_map(|(name, src, direction, vids, dst, rspan)| Op::MirrorAdd {
+            name,
+            src,
+            direction,
+            vids,
+            dst,
+            rspan,
+        });
+    prop_oneof![
+        4 => add,
+        1 => (0..common::MIRROR_NAMES).prop_map(|name| Op::MirrorDel { name }),
+    ]
+}
+
 fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
     (
         unicast(),
@@ -480,6 +520,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => cvid_map_op(nports),
         1 => tag_map_op(nports),
         1 => vlan_limit_op(nports),
+        1 => mirror_op(nports),
         1 => fdb_add(nports),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
             .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
@@ -518,7 +559,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np), 2 => mirror_op(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

@@ -6,7 +6,8 @@
 //! new whole second of capture time (which covers any jump in time) the switch ages its FDB at
 //! that frame's time. Every frame the switch sends on a pcap port is written to `DIR/PORT.pcap`
 //! stamped with the time of the frame that caused it; frames for ports of other kinds are
-//! counted and discarded.
+//! counted and discarded. A mirror session with `dst pcap FILE` writes `DIR/FILE` the same
+//! way (FILE is a plain file name: the switch refuses paths).
 
 use crate::read_batch;
 use anyhow::{anyhow, bail, Context};
@@ -147,7 +148,26 @@ fn replay(args: &Args) -> anyhow::Result<String> {
             patch_peer[id.0 as usize] = Some(session.switch().port_id(peer)?.0);
         }
     }
+    // Mirror sessions to pcap files: DIR/FILE each, by the plan's sink index.
+    let mut sinks = Vec::new();
+    for file in session.switch_mut().plan().mirror_sinks() {
+        let taken = ["fdb.json", "stats.json"].contains(&file.as_str())
+            || session
+                .ports()
+                .iter()
+                .any(|(_, n, spec)| **spec == PortSpec::Pcap && format!("{n}.pcap") == *file);
+        if taken {
+            bail!("mirror to pcap {file}: replay writes that file itself; pick another name");
+        }
+        let path = args.out.join(file);
+        sinks.push(Output {
+            name: file.clone(),
+            writer: PcapWriter::create(&path)?,
+            frames: 0,
+        });
+    }
     let mut run = Run {
+        sinks: &mut sinks,
         session: &mut session,
         outputs: &mut outputs,
         patch_peer,
@@ -195,6 +215,10 @@ fn replay(args: &Args) -> anyhow::Result<String> {
 
     let mut written = Vec::new();
     for o in outputs.into_iter().flatten() {
+        written.push((format!("{}.pcap", o.name), o.frames));
+        o.writer.finish()?;
+    }
+    for o in sinks {
         written.push((o.name, o.frames));
         o.writer.finish()?;
     }
@@ -240,6 +264,8 @@ fn next_input(inputs: &[Input]) -> Option<usize> {
 
 struct Run<'a> {
     session: &'a mut Session,
+    /// Files of the `dst pcap` mirror sessions, by sink index.
+    sinks: &'a mut Vec<Output>,
     outputs: &'a mut Vec<Option<Output>>,
     out: Outputs,
     batch: Batch,
@@ -258,6 +284,23 @@ struct Run<'a> {
 const PATCH_ROUNDS: usize = 16;
 
 impl Run<'_> {
+    /// Writes the copies the mirror sessions left for their pcap files.
+    fn write_sinks(&mut self, ts: u64) -> anyhow::Result<()> {
+        let Outputs {
+            mirror_sinks, pool, ..
+        } = &mut self.out;
+        for (k, batch) in mirror_sinks.iter_mut().enumerate() {
+            for pkt in batch.drain() {
+                if let Some(o) = self.sinks.get_mut(k) {
+                    o.writer.write(ts, pkt.frame())?;
+                    o.frames += 1;
+                }
+                pool.put(pkt);
+            }
+        }
+        Ok(())
+    }
+
     /// Hands the pending batch to the switch and writes what comes out.
     fn flush(&mut self) -> anyhow::Result<()> {
         let ts = self.batch_ts;
@@ -266,7 +309,8 @@ impl Run<'_> {
             .process(ts, &mut self.batch, &mut self.out);
         self.batches += 1;
         for round in 0..=PATCH_ROUNDS {
-            let Outputs { ports, pool } = &mut self.out;
+            self.write_sinks(ts)?;
+            let Outputs { ports, pool, .. } = &mut self.out;
             for (port, batch) in ports.iter_mut().enumerate() {
                 for mut pkt in batch.drain() {
                     if let Some(Some(peer)) = self.patch_peer.get(port) {
@@ -371,7 +415,7 @@ fn summary(s: &SummaryInput<'_>) -> String {
     let files: Vec<String> = s
         .written
         .iter()
-        .map(|(n, f)| format!("{n}.pcap ({f})"))
+        .map(|(n, f)| format!("{n} ({f})"))
         .collect();
     let _ = writeln!(
         out,
