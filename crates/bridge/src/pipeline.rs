@@ -1163,15 +1163,7 @@ fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     let Some((svid, op)) = t.egress(m.vid, inner) else {
         return false;
     };
-    let tag = ((ep.tpid as u32) << 16 | (m.tci_hi | svid) as u32).to_be_bytes();
-    if m.tagged {
-        if let Some(t) = pkt.frame_mut().get_mut(12..16) {
-            t.copy_from_slice(&tag);
-        }
-    } else {
-        pkt.insert_tag(12, tag);
-        pkt.offload.shift_headers(4);
-    }
+    set_bridge_tag(pkt, m.tagged, ep.tpid, m.tci_hi | svid);
     match op {
         InnerTag::Set(c) => apply_inner_op(INNER_SET | c, pkt),
         InnerTag::Push(c) => {
@@ -1202,6 +1194,21 @@ fn vid_out(t: &[u16], vid: u16) -> u16 {
     }
 }
 
+/// Gives the frame the bridge tag `tpid`/`tci` outermost: in place of the one it has
+/// (`tagged`), or pushed.
+#[inline(always)]
+fn set_bridge_tag(pkt: &mut PacketBuf, tagged: bool, tpid: u16, tci: u16) {
+    let tag = ((tpid as u32) << 16 | tci as u32).to_be_bytes();
+    if tagged {
+        if let Some(t) = pkt.frame_mut().get_mut(12..16) {
+            t.copy_from_slice(&tag);
+        }
+    } else {
+        pkt.insert_tag(12, tag);
+        pkt.offload.shift_headers(4);
+    }
+}
+
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
 /// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
@@ -1217,16 +1224,7 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
                 None => m.vid,
                 Some(t) => vid_out(t, m.vid),
             };
-            let tci = m.tci_hi | vid;
-            let tag = ((ep.tpid as u32) << 16 | tci as u32).to_be_bytes();
-            if m.tagged {
-                if let Some(t) = pkt.frame_mut().get_mut(12..16) {
-                    t.copy_from_slice(&tag);
-                }
-            } else {
-                pkt.insert_tag(12, tag);
-                pkt.offload.shift_headers(4);
-            }
+            set_bridge_tag(pkt, m.tagged, ep.tpid, m.tci_hi | vid);
         }
     }
     let len = pkt.len();
