@@ -990,9 +990,16 @@ pub fn stats_json(session: &Session) -> Value {
             json!({ "fdb_entries": entries, "fdb_learned": learned, "vlans": vlans }),
         );
     }
+    let mut mirrors = Map::new();
+    for m in sw.mirrors(true) {
+        if let Some(c) = &m.stats {
+            mirrors.insert(m.name.clone(), json!(c));
+        }
+    }
     json!({
         "ports": ports,
         "bridges": bridges,
+        "mirrors": mirrors,
         "unknown_port_drops": sw.unknown_port_drops(),
     })
 }

@@ -447,6 +447,43 @@ pub fn render(snap: &MetricsSnapshot) -> String {
             num(&bv["fdb_learned"])
         );
     }
+    let mirrors = snap.stats["mirrors"].as_object().unwrap_or(&empty);
+    for (key, name, help) in [
+        (
+            "frames",
+            "qbridge_mirror_frames_total",
+            "Copies the mirror session delivered.",
+        ),
+        (
+            "bytes",
+            "qbridge_mirror_bytes_total",
+            "Bytes of the copies the mirror session delivered.",
+        ),
+    ] {
+        family(&mut o, name, "counter", help);
+        for (m, mv) in mirrors {
+            let _ = writeln!(o, "{name}{{session=\"{}\"}} {}", esc(m), num(&mv[key]));
+        }
+    }
+    family(
+        &mut o,
+        "qbridge_mirror_drops_total",
+        "counter",
+        "Copies of the mirror session not delivered, by reason.",
+    );
+    for (m, mv) in mirrors {
+        if let Some(drops) = mv["drops"].as_object() {
+            for (reason, n) in drops {
+                let _ = writeln!(
+                    o,
+                    "qbridge_mirror_drops_total{{session=\"{}\",reason=\"{}\"}} {}",
+                    esc(m),
+                    esc(reason),
+                    num(n)
+                );
+            }
+        }
+    }
     family(
         &mut o,
         "qbridge_unknown_port_drops_total",
@@ -476,6 +513,7 @@ mod tests {
                     "drops": {"vlan_not_member": 2, "oversize": 0}}},
                 "bridges": {"br0": {"fdb_entries": 1, "fdb_learned": 1,
                     "vlans": {"10": {"rx_frames": 1, "rx_bytes": 60, "tx_frames": 0, "tx_bytes": 0}}}},
+                "mirrors": {"m1": {"frames": 4, "bytes": 256, "drops": {"oversize": 1}}},
                 "unknown_port_drops": 0,
             }),
             ports: vec![PortRuntime {
@@ -515,6 +553,9 @@ mod tests {
         assert!(t.contains("qbridge_port_tx_gso_refused_total{port=\"p1\"} 2\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso4\"} 0\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso6\"} 1\n"));
+        assert!(t.contains("qbridge_mirror_frames_total{session=\"m1\"} 4\n"));
+        assert!(t.contains("qbridge_mirror_bytes_total{session=\"m1\"} 256\n"));
+        assert!(t.contains("qbridge_mirror_drops_total{session=\"m1\",reason=\"oversize\"} 1\n"));
     }
 
     #[test]
