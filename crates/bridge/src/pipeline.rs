@@ -19,9 +19,9 @@
 //!    the batch (all to one port), the whole batch moves at once (a vector swap or append).
 //!
 //! Counters are summed per run (rx per ingress run, tx per egress port run, VLAN rx/tx per VID
-//! run) and written once per run; drops are counted where decided. Each buffer moves to exactly
-//! one place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
-//! the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
+//! run; stage 3 sums per route, see `Route`) and written once per run; drops are counted where
+//! decided. Each buffer moves to exactly one place: an output batch, or back to the pool.
+//! Flooding sends pool copies to all targets but the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
 //! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
 //! `dyn`.
 //!
@@ -169,13 +169,83 @@ fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
     v.tx_bytes.add(run.2);
 }
 
-#[cold]
-#[inline(never)]
-fn count_port_tx(ports: &Ports, wi: usize, run: (usize, u64, u64)) {
-    if let Some(Some(p)) = ports.get(run.0) {
-        let c = p.counters.writer(wi);
-        c.tx_frames.add(run.1);
-        c.tx_bytes.add(run.2);
+/// Where a frame to a known unicast destination goes, and what has been sent that way: the key
+/// of the FDB entry's port and flags and the frame's VID ([`route_key`]) that last passed the
+/// unicast checks, its egress port, and the frames and bytes sent on it since it was taken.
+/// The port records do not change within a batch, so a frame with the same key passes the same
+/// checks: one compare stands for the entry's tests (locked, permanent, ageing off) and the
+/// checks.
+struct Route<'a> {
+    key: u64,
+    port: &'a Port,
+    frames: u64,
+    bytes: u64,
+}
+
+impl Route<'_> {
+    /// A key that matches no entry.
+    const NONE: u64 = u64::MAX;
+}
+
+/// The VID bits of a [`Route::key`].
+const ROUTE_VID: u64 = 0x0fff << 24;
+
+/// [`Route::key`] of FDB entry `entry` for a frame in `vid`: port, flags and VID (never
+/// [`Route::NONE`]).
+#[inline(always)]
+fn route_key(entry: &Slot, vid: u16) -> u64 {
+    entry.port as u64 | (entry.flags as u64) << 16 | (vid as u64 & 0x0fff) << 24
+}
+
+/// Stage 3's transmit state: the current route, and the frames and bytes that routes before it
+/// sent to its port (their VID counters are written when a route is left, the port's when the
+/// port changes).
+struct Tx<'a> {
+    route: Route<'a>,
+    port_frames: u64,
+    port_bytes: u64,
+}
+
+impl<'a> Tx<'a> {
+    /// No route (`port` is unused until one is taken).
+    fn new(port: &'a Port) -> Tx<'a> {
+        Tx {
+            route: Route {
+                key: Route::NONE,
+                port,
+                frames: 0,
+                bytes: 0,
+            },
+            port_frames: 0,
+            port_bytes: 0,
+        }
+    }
+
+    /// Leaves the current route for `key` to port `ep`, counting what it sent.
+    #[inline(always)]
+    fn reroute(&mut self, key: u64, ep: &'a Port, br: &Bridge, wi: usize) {
+        let r = &self.route;
+        if r.frames != 0 {
+            let vid = (r.key >> 24) as usize & 0x0fff;
+            count_vlan_tx(&br.vlan_counters, wi, (vid, r.frames, r.bytes));
+        }
+        self.port_frames += r.frames;
+        self.port_bytes += r.bytes;
+        if key as u16 != r.key as u16 || key == Route::NONE {
+            if self.port_frames != 0 {
+                let c = r.port.counters.writer(wi);
+                c.tx_frames.add(self.port_frames);
+                c.tx_bytes.add(self.port_bytes);
+            }
+            self.port_frames = 0;
+            self.port_bytes = 0;
+        }
+        self.route = Route {
+            key,
+            port: ep,
+            frames: 0,
+            bytes: 0,
+        };
     }
 }
 
@@ -290,13 +360,9 @@ impl Plan {
         // once. Refreshes within one batch all write the same `now_ns`, so skipping them is
         // exact. 0 is never a key.
         let mut last_learned = 0u64;
-        // The (egress port << 12 | VID) that last passed the unicast checks, and that port:
-        // the port records do not change within a batch, so the next frame to it in that VID
-        // passes too. u32::MAX matches no frame (`allowed_port` is then unused).
-        let mut allowed = u32::MAX;
-        let mut allowed_port: &Port = inp;
-        let mut port_tx = Tally::new();
-        let mut vlan_tx = Tally::new();
+        // The route of the last frame that passed the unicast checks, and the frames sent on it
+        // since (see `Route`).
+        let mut tx = Tx::new(inp);
         let locked = inp.settings.locked;
         for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
             if m.dest != DEST_DROP {
@@ -351,40 +417,43 @@ impl Plan {
                     DEST_FLOOD
                 } else {
                     match table.find(fid_key(m.dst, m.vid)) {
-                        Some((_, entry))
-                            if !(ageing_off && entry.ages()) && entry.flags & F_LOCKED == 0 =>
-                        {
-                            let to = (entry.port as u32) << 12 | m.vid as u32;
-                            let (ep, e) = if entry.flags & F_PERMANENT != 0 {
-                                local(&self.ports, br, inp, in_id, c, m)
-                            } else if to == allowed {
-                                (Some(allowed_port), entry.port)
-                            } else {
-                                let ep = unicast(&self.ports, inp, in_id, c, &entry, m);
-                                if let Some(ep) = ep {
-                                    allowed = to;
-                                    allowed_port = ep;
+                        Some((_, entry)) => {
+                            let key = route_key(&entry, m.vid);
+                            if key != tx.route.key {
+                                if (ageing_off && entry.ages()) || entry.flags & F_LOCKED != 0 {
+                                    m.flood = FloodClass::Unknown;
+                                    m.dest = DEST_FLOOD;
+                                    continue;
                                 }
-                                (ep, entry.port)
-                            };
+                                if entry.flags & F_PERMANENT != 0 {
+                                    m.dest = local_out(&self.ports, br, inp, in_id, wi, m, pkt);
+                                    continue;
+                                }
+                                let ep = if (key ^ tx.route.key) & !ROUTE_VID == 0 {
+                                    // The route's entry in another VID: the VID's checks.
+                                    unicast_vid(inp, c, tx.route.port, m)
+                                } else {
+                                    unicast(&self.ports, inp, in_id, c, &entry, m)
+                                };
+                                let Some(ep) = ep else {
+                                    m.dest = DEST_DROP;
+                                    continue;
+                                };
+                                tx.reroute(key, ep, br, wi);
+                            }
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match ep.and_then(|ep| egress(ep, wi, m, pkt)) {
+                            match egress(tx.route.port, wi, m, pkt) {
                                 Some(len) => {
-                                    let len = len as u64;
-                                    if let Some(run) = port_tx.add(e as usize, len) {
-                                        count_port_tx(&self.ports, wi, run);
-                                    }
-                                    if let Some(run) = vlan_tx.add(m.vid as usize, len) {
-                                        count_vlan_tx(&br.vlan_counters, wi, run);
-                                    }
-                                    pkt.port = e;
-                                    e
+                                    tx.route.frames += 1;
+                                    tx.route.bytes += len as u64;
+                                    pkt.port = entry.port;
+                                    entry.port
                                 }
                                 None => DEST_DROP,
                             }
                         }
-                        _ => {
+                        None => {
                             m.flood = FloodClass::Unknown;
                             DEST_FLOOD
                         }
@@ -392,18 +461,14 @@ impl Plan {
                 };
             }
         }
-        // One tally run that holds every frame: they all go to that port.
-        let one = if port_tx.frames == n as u64 {
-            port_tx.key as u16
+        // The port's frames are the route's and those of routes before it to the same port:
+        // when they are all `n`, every frame goes to that port.
+        let one = if tx.port_frames + tx.route.frames == n as u64 {
+            tx.route.key as u16
         } else {
             DEST_MIXED
         };
-        if let Some(run) = port_tx.take() {
-            count_port_tx(&self.ports, wi, run);
-        }
-        if let Some(run) = vlan_tx.take() {
-            count_vlan_tx(&br.vlan_counters, wi, run);
-        }
+        tx.reroute(Route::NONE, inp, br, wi);
         (n, one)
     }
 
@@ -941,6 +1006,26 @@ fn local<'a>(
     (Some(ep), h)
 }
 
+/// Stage 3 and 4 for a frame to a permanent (local) entry ([`local`]): rewritten, size-checked
+/// and counted at once. Returns its destination.
+#[cold]
+#[inline(never)]
+fn local_out(
+    ports: &Ports,
+    br: &Bridge,
+    inp: &Port,
+    in_id: usize,
+    wi: usize,
+    m: &FrameMeta,
+    pkt: &mut PacketBuf,
+) -> u16 {
+    let c = inp.counters.writer(wi);
+    match local(ports, br, inp, in_id, c, m) {
+        (Some(ep), h) if flood_copy(br, ep, h as usize, wi, m, pkt) => h,
+        _ => DEST_DROP,
+    }
+}
+
 /// Stage 3 for a known unicast destination that is not local: the checks on the way to port
 /// `entry.port`. Returns that port, or `None` when the frame is dropped (and counted).
 #[inline(always)]
@@ -967,6 +1052,19 @@ fn unicast<'a>(
     }
     if inp.settings.isolated && ep.settings.isolated {
         return drop_port(c, DropReason::Isolated);
+    }
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
+        return drop_port(c, DropReason::Pvlan);
+    }
+    Some(ep)
+}
+
+/// [`unicast`] for port `ep` when it passed them for the same entry in another VID: the checks
+/// that depend on the VID, in their order there (the others pass again).
+#[inline(always)]
+fn unicast_vid<'a>(inp: &Port, c: &PortCells, ep: &'a Port, m: &FrameMeta) -> Option<&'a Port> {
+    if m.filtering && !ep.member.contains(m.vid) {
+        return drop_port(c, DropReason::EgressNotMember);
     }
     if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
         return drop_port(c, DropReason::Pvlan);
