@@ -585,16 +585,17 @@ impl Fdb {
     #[inline(always)]
     pub fn learn_kept(table: TableView<'_>, key: u64, port: u16, now_ns: u64) -> bool {
         if let Some((_, slot, s)) = table.find_at(key) {
-            if s.flags & F_PERMANENT != 0 {
-                return true;
-            }
-            if s.port == port && s.flags & F_LOCKED == 0 {
+            // This port's entry, neither permanent nor locked (the common case): one compare of
+            // the port and those two flags.
+            const MASK: u32 = 0xffff | ((F_PERMANENT | F_LOCKED) as u32) << 16;
+            if (s.port as u32 | (s.flags as u32) << 16) & MASK == port as u32 {
                 // A reader's refresh, as `Table::refresh`.
                 if s.seen_ns != now_ns {
                     slot.seen_ns.store(now_ns, Relaxed);
                 }
                 return true;
             }
+            return s.flags & F_PERMANENT != 0;
         }
         false
     }
