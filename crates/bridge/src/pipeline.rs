@@ -188,13 +188,13 @@ impl Route<'_> {
 }
 
 /// The VID bits of a [`Route::key`].
-const ROUTE_VID: u64 = 0x0fff << 24;
+const ROUTE_VID: u64 = 0xffff << 24;
 
 /// [`Route::key`] of FDB entry `entry` for a frame in `vid`: port, flags and VID (never
 /// [`Route::NONE`]).
 #[inline(always)]
 fn route_key(entry: &Slot, vid: u16) -> u64 {
-    entry.port as u64 | (entry.flags as u64) << 16 | (vid as u64 & 0x0fff) << 24
+    entry.port as u64 | (entry.flags as u64) << 16 | (vid as u64) << 24
 }
 
 /// Stage 3's transmit state: the current route, and the frames and bytes that routes before it
@@ -226,7 +226,7 @@ impl<'a> Tx<'a> {
     fn reroute(&mut self, key: u64, ep: &'a Port, br: &Bridge, wi: usize) {
         let r = &self.route;
         if r.frames != 0 {
-            let vid = (r.key >> 24) as usize & 0x0fff;
+            let vid = (r.key >> 24) as u16 as usize;
             count_vlan_tx(&br.vlan_counters, wi, (vid, r.frames, r.bytes));
         }
         self.port_frames += r.frames;
