@@ -187,14 +187,17 @@ impl Route<'_> {
     const NONE: u64 = u64::MAX;
 }
 
-/// The VID bits of a [`Route::key`].
-const ROUTE_VID: u64 = 0xffff << 24;
-
-/// [`Route::key`] of FDB entry `entry` for a frame in `vid`: port, flags and VID (never
-/// [`Route::NONE`]).
+/// [`Route::key`] of FDB entry `entry` for a frame in `vid`: VID, port and flags, from the low
+/// bits up (never [`Route::NONE`]).
 #[inline(always)]
 fn route_key(entry: &Slot, vid: u16) -> u64 {
-    entry.port as u64 | (entry.flags as u64) << 16 | (vid as u64) << 24
+    vid as u64 | (entry.port as u64) << 16 | (entry.flags as u64) << 32
+}
+
+/// The egress port of a [`Route::key`].
+#[inline(always)]
+fn route_port(key: u64) -> u16 {
+    (key >> 16) as u16
 }
 
 /// Stage 3's transmit state: the current route, and the frames and bytes that routes before it
@@ -226,12 +229,12 @@ impl<'a> Tx<'a> {
     fn reroute(&mut self, key: u64, ep: &'a Port, br: &Bridge, wi: usize) {
         let r = &self.route;
         if r.frames != 0 {
-            let vid = (r.key >> 24) as u16 as usize;
+            let vid = r.key as u16 as usize;
             count_vlan_tx(&br.vlan_counters, wi, (vid, r.frames, r.bytes));
         }
         self.port_frames += r.frames;
         self.port_bytes += r.bytes;
-        if key as u16 != r.key as u16 || key == Route::NONE {
+        if route_port(key) != route_port(r.key) || key == Route::NONE {
             if self.port_frames != 0 {
                 let c = r.port.counters.writer(wi);
                 c.tx_frames.add(self.port_frames);
@@ -429,7 +432,7 @@ impl Plan {
                                     m.dest = local_out(&self.ports, br, inp, in_id, wi, m, pkt);
                                     continue;
                                 }
-                                let ep = if (key ^ tx.route.key) & !ROUTE_VID == 0 {
+                                let ep = if (key ^ tx.route.key) >> 16 == 0 {
                                     // The route's entry in another VID: the VID's checks.
                                     unicast_vid(inp, c, tx.route.port, m)
                                 } else {
@@ -464,7 +467,7 @@ impl Plan {
         // The port's frames are the route's and those of routes before it to the same port:
         // when they are all `n`, every frame goes to that port.
         let one = if tx.port_frames + tx.route.frames == n as u64 {
-            tx.route.key as u16
+            route_port(tx.route.key)
         } else {
             DEST_MIXED
         };
