@@ -178,6 +178,8 @@ fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
 struct Route<'a> {
     key: u64,
     port: &'a Port,
+    /// What [`egress`] does to the bridge tag of the route's frames ([`route_tag`]).
+    tag: u32,
     frames: u64,
     bytes: u64,
 }
@@ -185,6 +187,34 @@ struct Route<'a> {
 impl Route<'_> {
     /// A key that matches no entry.
     const NONE: u64 = u64::MAX;
+}
+
+/// [`Route::tag`] for frames that leave as they are (a bridge that does not filter VLANs).
+const TAG_KEEP: u32 = u32::MAX - 2;
+/// [`Route::tag`] for frames that leave untagged (the bridge tag popped if they carry one).
+const TAG_POP: u32 = u32::MAX - 1;
+/// [`Route::tag`] for frames whose tag is decided frame by frame (selective Q-in-Q on the
+/// egress port looks at each frame's C-tag): the whole of [`egress`].
+const TAG_FRAME: u32 = u32::MAX;
+
+/// [`Route::tag`] of the frames in VLAN `vid` to port `ep`, as [`egress`] decides: a tag word
+/// (the port's TPID << 16 | the wire VID; PCP and DEI clear, so below every marker) when they
+/// leave tagged, else [`TAG_KEEP`], [`TAG_POP`] or [`TAG_FRAME`].
+#[inline(always)]
+fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
+    if !filtering {
+        TAG_KEEP
+    } else if ep.cvid_in.is_some() {
+        TAG_FRAME
+    } else if ep.untagged.contains(vid) {
+        TAG_POP
+    } else {
+        let vid = match &ep.vid_out {
+            None => vid,
+            Some(t) => vid_out(t, vid),
+        };
+        (ep.tpid as u32) << 16 | (vid & 0x0fff) as u32
+    }
 }
 
 /// [`Route::key`] of FDB entry `entry` for a frame in `vid`: VID, port and flags, from the low
@@ -216,6 +246,7 @@ impl<'a> Tx<'a> {
             route: Route {
                 key: Route::NONE,
                 port,
+                tag: TAG_FRAME,
                 frames: 0,
                 bytes: 0,
             },
@@ -226,7 +257,7 @@ impl<'a> Tx<'a> {
 
     /// Leaves the current route for `key` to port `ep`, counting what it sent.
     #[inline(always)]
-    fn reroute(&mut self, key: u64, ep: &'a Port, br: &Bridge, wi: usize) {
+    fn reroute(&mut self, key: u64, ep: &'a Port, tag: u32, br: &Bridge, wi: usize) {
         let r = &self.route;
         if r.frames != 0 {
             let vid = r.key as u16 as usize;
@@ -246,6 +277,7 @@ impl<'a> Tx<'a> {
         self.route = Route {
             key,
             port: ep,
+            tag,
             frames: 0,
             bytes: 0,
         };
@@ -442,11 +474,12 @@ impl Plan {
                                     m.dest = DEST_DROP;
                                     continue;
                                 };
-                                tx.reroute(key, ep, br, wi);
+                                let tag = route_tag(ep, m.vid, m.filtering);
+                                tx.reroute(key, ep, tag, br, wi);
                             }
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match egress(tx.route.port, wi, m, pkt) {
+                            match egress_route(&tx.route, wi, m, pkt) {
                                 Some(len) => {
                                     tx.route.frames += 1;
                                     tx.route.bytes += len as u64;
@@ -471,7 +504,7 @@ impl Plan {
         } else {
             DEST_MIXED
         };
-        tx.reroute(Route::NONE, inp, br, wi);
+        tx.reroute(Route::NONE, inp, TAG_FRAME, br, wi);
         (n, one)
     }
 
@@ -1139,6 +1172,13 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
             }
         }
     }
+    egress_size(ep, wi, pkt)
+}
+
+/// The egress size check of [`egress`] on a rewritten frame (an oversize frame is counted on
+/// the egress port). Returns the frame's length when it may leave.
+#[inline(always)]
+fn egress_size(ep: &Port, wi: usize, pkt: &PacketBuf) -> Option<usize> {
     let len = pkt.len();
     let on_wire = if pkt.offload.is_gso() {
         gso_segment_len(pkt, ep.tpid)
@@ -1150,4 +1190,40 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
         return None;
     }
     Some(len)
+}
+
+/// [`egress`] for a frame on `route`, with the tag decision taken when the route was
+/// ([`route_tag`]).
+#[inline(always)]
+fn egress_route(route: &Route, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
+    let ep = route.port;
+    match route.tag {
+        TAG_KEEP => {}
+        TAG_POP => {
+            if m.tagged {
+                pkt.remove_tag(12);
+                pkt.offload.shift_headers(-4);
+            }
+        }
+        TAG_FRAME => return egress_frame(ep, wi, m, pkt),
+        tag => {
+            let tag = (tag | m.tci_hi as u32).to_be_bytes();
+            if m.tagged {
+                if let Some(t) = pkt.frame_mut().get_mut(12..16) {
+                    t.copy_from_slice(&tag);
+                }
+            } else {
+                pkt.insert_tag(12, tag);
+                pkt.offload.shift_headers(4);
+            }
+        }
+    }
+    egress_size(ep, wi, pkt)
+}
+
+/// [`egress`], out of line: a route whose frames' tags are decided one by one.
+#[cold]
+#[inline(never)]
+fn egress_frame(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
+    egress(ep, wi, m, pkt)
 }
