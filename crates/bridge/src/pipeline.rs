@@ -451,8 +451,8 @@ impl Plan {
                     m.flood = FloodClass::Multicast;
                     DEST_FLOOD
                 } else {
-                    match table.find(fid_key(m.dst, m.vid)) {
-                        Some((_, entry)) => {
+                    match table.find_entry(fid_key(m.dst, m.vid)) {
+                        Some(entry) => {
                             let key = route_key(&entry, m.vid);
                             if key != tx.route.key {
                                 if (ageing_off && entry.ages()) || entry.flags & F_LOCKED != 0 {
