@@ -134,32 +134,31 @@ pub struct VlanCells {
     pub tx_bytes: Cell,
 }
 
-/// A bridge's per-VID counters: 4096 [`VlanCells`] per writer, in one array (writer-major), so
-/// finding a cell is one multiply-free index and one bounds check.
+/// A bridge's per-VID counters: 4096 [`VlanCells`] per writer, one array per writer, so
+/// finding a cell is the writer's array and the VID masked into it (no second bounds check).
 #[derive(Debug)]
 pub struct VlanCounterSet {
-    cells: Box<[VlanCells]>,
-    writers: usize,
+    cells: Box<[[VlanCells; 4096]]>,
 }
 
 impl VlanCounterSet {
     pub fn new(writers: usize) -> Arc<VlanCounterSet> {
-        let writers = writers.max(1);
         Arc::new(VlanCounterSet {
-            cells: (0..writers << 12).map(|_| VlanCells::default()).collect(),
-            writers,
+            cells: (0..writers.max(1))
+                .map(|_| std::array::from_fn(|_| VlanCells::default()))
+                .collect(),
         })
     }
 
     /// The cells of `vid` for writer `w` (clamped as in [`PortCounterSet::writer`]).
     #[inline(always)]
     pub fn writer(&self, w: usize, vid: u16) -> &VlanCells {
-        &self.cells[w.min(self.writers - 1) << 12 | (vid as usize & 0x0fff)]
+        &self.cells[w.min(self.cells.len() - 1)][vid as usize & 0x0fff]
     }
 
     pub fn sum(&self, vid: u16) -> VlanCounters {
         let mut c = VlanCounters::default();
-        for b in self.cells.chunks_exact(4096) {
+        for b in self.cells.iter() {
             let v = &b[vid as usize & 0x0fff];
             c.rx_frames += v.rx_frames.get();
             c.rx_bytes += v.rx_bytes.get();

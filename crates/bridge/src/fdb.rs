@@ -415,10 +415,23 @@ impl<'a> TableView<'a> {
         self.slots[home(key, self.shift)].key.load(Relaxed)
     }
 
+    /// [`TableView::find`] for a forwarding decision, which does not look at the entry's age:
+    /// the returned [`Slot::seen_ns`] is 0 (not read).
+    #[inline(always)]
+    pub fn find_entry(self, key: u64) -> Option<Slot> {
+        self.find_at_with::<false>(key).map(|(_, _, s)| s)
+    }
+
     /// [`Table::find`], also handing back the slot itself (for a refresh without a second
     /// index).
     #[inline(always)]
     fn find_at(self, key: u64) -> Option<(usize, &'a AtomicSlot, Slot)> {
+        self.find_at_with::<true>(key)
+    }
+
+    /// [`TableView::find_at`]; `SEEN`: read `seen_ns` (else 0).
+    #[inline(always)]
+    fn find_at_with<const SEEN: bool>(self, key: u64) -> Option<(usize, &'a AtomicSlot, Slot)> {
         let mask = self.slots.len().wrapping_sub(1);
         let mut i = home(key, self.shift);
         loop {
@@ -426,7 +439,7 @@ impl<'a> TableView<'a> {
             let k = s.key.load(Acquire);
             if k == key {
                 let meta = s.meta.load(Acquire);
-                let seen_ns = s.seen_ns.load(Relaxed);
+                let seen_ns = if SEEN { s.seen_ns.load(Relaxed) } else { 0 };
                 if s.key.load(Acquire) == key {
                     return Some((
                         i,
@@ -698,16 +711,17 @@ impl Fdb {
     #[inline(always)]
     pub fn learn_kept(table: TableView<'_>, key: u64, port: u16, now_ns: u64) -> bool {
         if let Some((_, slot, s)) = table.find_at(key) {
-            if s.flags & F_PERMANENT != 0 {
-                return true;
-            }
-            if s.port == port && s.flags & F_LOCKED == 0 {
+            // This port's entry, neither permanent nor locked (the common case): one compare of
+            // the port and those two flags.
+            const MASK: u32 = 0xffff | ((F_PERMANENT | F_LOCKED) as u32) << 16;
+            if (s.port as u32 | (s.flags as u32) << 16) & MASK == port as u32 {
                 // A reader's refresh, as `Table::refresh`.
                 if s.seen_ns != now_ns {
                     slot.seen_ns.store(now_ns, Relaxed);
                 }
                 return true;
             }
+            return s.flags & F_PERMANENT != 0;
         }
         false
     }

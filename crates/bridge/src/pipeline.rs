@@ -19,9 +19,9 @@
 //!    the batch (all to one port), the whole batch moves at once (a vector swap or append).
 //!
 //! Counters are summed per run (rx per ingress run, tx per egress port run, VLAN rx/tx per VID
-//! run) and written once per run; drops are counted where decided. Each buffer moves to exactly
-//! one place: an output batch, or back to the pool. Flooding sends pool copies to all targets but
-//! the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
+//! run; stage 3 sums per route, see `Route`) and written once per run; drops are counted where
+//! decided. Each buffer moves to exactly one place: an output batch, or back to the pool.
+//! Flooding sends pool copies to all targets but the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
 //! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
 //! `dyn`.
 //!
@@ -84,8 +84,9 @@ pub(crate) struct FrameMeta {
     dest: u16,
     /// VID; 0 on a VLAN-unaware bridge.
     vid: u16,
-    /// FID of the FDB keys: the VID, or with `learn_inner_vid` the FID of (VID, inner C-VID).
-    fid: u16,
+    /// With `learn_inner_vid`, the FID of (VID, inner C-VID) XOR the VID; 0 otherwise (the
+    /// FID is the VID), so that classification need not write it ([`FrameMeta::fid`]).
+    fid_x: u16,
     /// PCP and DEI bits to keep when the tag is rewritten (0 when untagged).
     tci_hi: u16,
     /// Bridge id of the ingress port.
@@ -95,31 +96,29 @@ pub(crate) struct FrameMeta {
     /// The bridge filters VLANs (tags are rewritten on egress).
     filtering: bool,
     flood: FloodClass,
-    /// A two-tag map's change to the C-tag behind the bridge tag, made once the frame is
-    /// admitted ([`INNER_POP`], [`INNER_SET`] | VID; 0: none).
-    inner_op: u16,
 }
-
-/// [`FrameMeta::inner_op`]: 2:1, the C-tag goes.
-const INNER_POP: u16 = 0x8000;
-/// [`FrameMeta::inner_op`]: 2:2, the C-tag's VID becomes the low 12 bits.
-const INNER_SET: u16 = 0x4000;
 
 const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
 
 impl FrameMeta {
+    /// FID of the frame's FDB keys: its VID, or with `learn_inner_vid` that of (VID, inner
+    /// C-VID).
+    #[inline(always)]
+    fn fid(&self) -> u16 {
+        self.vid ^ self.fid_x
+    }
+
     const DROPPED: FrameMeta = FrameMeta {
         dst: 0,
         src: 0,
         dest: DEST_DROP,
         vid: 0,
-        fid: 0,
+        fid_x: 0,
         tci_hi: 0,
         bridge: 0,
         tagged: false,
         filtering: false,
         flood: FloodClass::Unknown,
-        inner_op: 0,
     };
 }
 
@@ -182,13 +181,118 @@ fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u64)) {
     v.tx_bytes.add(run.2);
 }
 
-#[cold]
-#[inline(never)]
-fn count_port_tx(ports: &Ports, wi: usize, run: (usize, u64, u64)) {
-    if let Some(Some(p)) = ports.get(run.0) {
-        let c = p.counters.writer(wi);
-        c.tx_frames.add(run.1);
-        c.tx_bytes.add(run.2);
+/// Where a frame to a known unicast destination goes, and what has been sent that way: the key
+/// of the FDB entry's port and flags and the frame's VID ([`route_key`]) that last passed the
+/// unicast checks, its egress port, and the frames and bytes sent on it since it was taken.
+/// The port records do not change within a batch, so a frame with the same key passes the same
+/// checks: one compare stands for the entry's tests (locked, permanent, ageing off) and the
+/// checks.
+struct Route<'a> {
+    key: u64,
+    port: &'a Port,
+    /// What [`egress`] does to the bridge tag of the route's frames ([`route_tag`]).
+    tag: u32,
+    frames: u64,
+    bytes: u64,
+}
+
+impl Route<'_> {
+    /// A key that matches no entry.
+    const NONE: u64 = u64::MAX;
+}
+
+/// [`Route::tag`] for frames that leave as they are (a bridge that does not filter VLANs).
+const TAG_KEEP: u32 = u32::MAX - 2;
+/// [`Route::tag`] for frames that leave untagged (the bridge tag popped if they carry one).
+const TAG_POP: u32 = u32::MAX - 1;
+/// [`Route::tag`] for frames whose tag is decided frame by frame (selective Q-in-Q and 2:1/2:2
+/// maps on the egress port look at each frame's C-tag): the whole of [`egress`].
+const TAG_FRAME: u32 = u32::MAX;
+
+/// [`Route::tag`] of the frames in VLAN `vid` to port `ep`, as [`egress`] decides: a tag word
+/// (the port's TPID << 16 | the wire VID; PCP and DEI clear, so below every marker) when they
+/// leave tagged, else [`TAG_KEEP`], [`TAG_POP`] or [`TAG_FRAME`].
+#[inline(always)]
+fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
+    if !filtering {
+        TAG_KEEP
+    } else if ep.cvid_in.is_some() || ep.tag2.is_some() {
+        TAG_FRAME
+    } else if ep.untagged.contains(vid) {
+        TAG_POP
+    } else {
+        let vid = match &ep.vid_out {
+            None => vid,
+            Some(t) => vid_out(t, vid),
+        };
+        (ep.tpid as u32) << 16 | (vid & 0x0fff) as u32
+    }
+}
+
+/// [`Route::key`] of FDB entry `entry` for a frame in `vid`: VID, port and flags, from the low
+/// bits up (never [`Route::NONE`]).
+#[inline(always)]
+fn route_key(entry: &Slot, vid: u16) -> u64 {
+    vid as u64 | (entry.port as u64) << 16 | (entry.flags as u64) << 32
+}
+
+/// The egress port of a [`Route::key`].
+#[inline(always)]
+fn route_port(key: u64) -> u16 {
+    (key >> 16) as u16
+}
+
+/// Stage 3's transmit state: the current route, and the frames and bytes that routes before it
+/// sent to its port (their VID counters are written when a route is left, the port's when the
+/// port changes).
+struct Tx<'a> {
+    route: Route<'a>,
+    port_frames: u64,
+    port_bytes: u64,
+}
+
+impl<'a> Tx<'a> {
+    /// No route (`port` is unused until one is taken).
+    fn new(port: &'a Port) -> Tx<'a> {
+        Tx {
+            route: Route {
+                key: Route::NONE,
+                port,
+                tag: TAG_FRAME,
+                frames: 0,
+                bytes: 0,
+            },
+            port_frames: 0,
+            port_bytes: 0,
+        }
+    }
+
+    /// Leaves the current route for `key` to port `ep`, counting what it sent.
+    #[inline(always)]
+    fn reroute(&mut self, key: u64, ep: &'a Port, tag: u32, br: &Bridge, wi: usize) {
+        let r = &self.route;
+        if r.frames != 0 {
+            let vid = r.key as u16 as usize;
+            count_vlan_tx(&br.vlan_counters, wi, (vid, r.frames, r.bytes));
+        }
+        self.port_frames += r.frames;
+        self.port_bytes += r.bytes;
+        if route_port(key) != route_port(r.key) || key == Route::NONE {
+            if self.port_frames != 0 {
+                let c = r.port.counters.writer(wi);
+                c.tx_frames.add(self.port_frames);
+                c.tx_bytes.add(self.port_bytes);
+            }
+            self.port_frames = 0;
+            self.port_bytes = 0;
+        }
+        self.route = Route {
+            key,
+            port: ep,
+            tag,
+            frames: 0,
+            bytes: 0,
+        };
     }
 }
 
@@ -287,6 +391,57 @@ impl Plan {
         }
         let meta = &mut meta[..n];
         let pkts = &mut pkts[..n];
+        // A bridge that learns per inner VID takes its own copy of stages 2 and 3, so that
+        // the FID is the VID, at no cost, everywhere else.
+        let one = if br.settings.learn_inner_vid && br.settings.vlan_filtering {
+            self.decide_inner(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+        } else {
+            self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+        };
+        (n, one)
+    }
+
+    /// [`Plan::decide`] for a bridge with `learn_inner_vid`: out of line.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_inner(
+        &self,
+        wi: usize,
+        now_ns: u64,
+        br: &Bridge,
+        cache: &mut TableCache,
+        inp: &Port,
+        c: &PortCells,
+        pkts: &mut [PacketBuf],
+        meta: &mut [FrameMeta],
+        live: usize,
+    ) -> u16 {
+        self.decide::<true>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+    }
+
+    /// Stages 2 and 3 for the classified run `pkts` (`live` frames not dropped): warm a large
+    /// FDB table, then learn and decide frame by frame. Returns the destination every frame
+    /// shares, or [`DEST_MIXED`]. `INNER`: the bridge learns per inner VID (the FID is
+    /// [`FrameMeta::fid`], and a destination unknown for its pair may be a user's entry of the
+    /// VLAN); else the FID is the VID.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn decide<const INNER: bool>(
+        &self,
+        wi: usize,
+        now_ns: u64,
+        br: &Bridge,
+        cache: &mut TableCache,
+        inp: &Port,
+        c: &PortCells,
+        pkts: &mut [PacketBuf],
+        meta: &mut [FrameMeta],
+        live: usize,
+    ) -> u16 {
+        let n = pkts.len();
+        let in_id = usize::from(pkts.first().map_or(0, |p| p.port));
+        let fid = |m: &FrameMeta| if INNER { m.fid() } else { m.vid };
 
         // Stage 2: warm a large FDB table.
         let mut table: TableView = cache.get(&br.fdb).view();
@@ -303,13 +458,9 @@ impl Plan {
         // once. Refreshes within one batch all write the same `now_ns`, so skipping them is
         // exact. 0 is never a key.
         let mut last_learned = 0u64;
-        // The (egress port << 12 | VID) that last passed the unicast checks, and that port:
-        // the port records do not change within a batch, so the next frame to it in that VID
-        // passes too. u32::MAX matches no frame (`allowed_port` is then unused).
-        let mut allowed = u32::MAX;
-        let mut allowed_port: &Port = inp;
-        let mut port_tx = Tally::new();
-        let mut vlan_tx = Tally::new();
+        // The route of the last frame that passed the unicast checks, and the frames sent on it
+        // since (see `Route`).
+        let mut tx = Tx::new(inp);
         let locked = inp.settings.locked;
         for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
             if m.dest != DEST_DROP {
@@ -321,7 +472,7 @@ impl Plan {
                     continue;
                 }
                 if learning {
-                    let key = fid_key(m.src, m.fid);
+                    let key = fid_key(m.src, fid(m));
                     if key != last_learned {
                         last_learned = key;
                         let learned = if Fdb::learn_kept(table, key, in_id as u16, now_ns) {
@@ -363,41 +514,45 @@ impl Plan {
                     m.flood = FloodClass::Multicast;
                     DEST_FLOOD
                 } else {
-                    match table.find(fid_key(m.dst, m.fid)) {
-                        Some((_, entry))
-                            if !(ageing_off && entry.ages()) && entry.flags & F_LOCKED == 0 =>
-                        {
-                            let to = (entry.port as u32) << 12 | m.vid as u32;
-                            let (ep, e) = if entry.flags & F_PERMANENT != 0 {
-                                local(&self.ports, br, inp, in_id, c, m)
-                            } else if to == allowed {
-                                (Some(allowed_port), entry.port)
-                            } else {
-                                let ep = unicast(&self.ports, inp, in_id, c, &entry, m);
-                                if let Some(ep) = ep {
-                                    allowed = to;
-                                    allowed_port = ep;
+                    match table.find_entry(fid_key(m.dst, fid(m))) {
+                        Some(entry) => {
+                            let key = route_key(&entry, m.vid);
+                            if key != tx.route.key {
+                                if (ageing_off && entry.ages()) || entry.flags & F_LOCKED != 0 {
+                                    m.flood = FloodClass::Unknown;
+                                    m.dest = DEST_FLOOD;
+                                    continue;
                                 }
-                                (ep, entry.port)
-                            };
+                                if entry.flags & F_PERMANENT != 0 {
+                                    m.dest = local_out(&self.ports, br, inp, in_id, wi, m, pkt);
+                                    continue;
+                                }
+                                let ep = if (key ^ tx.route.key) >> 16 == 0 {
+                                    // The route's entry in another VID: the VID's checks.
+                                    unicast_vid(inp, c, tx.route.port, m)
+                                } else {
+                                    unicast(&self.ports, inp, in_id, c, &entry, m)
+                                };
+                                let Some(ep) = ep else {
+                                    m.dest = DEST_DROP;
+                                    continue;
+                                };
+                                let tag = route_tag(ep, m.vid, m.filtering);
+                                tx.reroute(key, ep, tag, br, wi);
+                            }
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match ep.and_then(|ep| egress(ep, wi, m, pkt)) {
+                            match egress_route(&tx.route, wi, m, pkt) {
                                 Some(len) => {
-                                    let len = len as u64;
-                                    if let Some(run) = port_tx.add(e as usize, len) {
-                                        count_port_tx(&self.ports, wi, run);
-                                    }
-                                    if let Some(run) = vlan_tx.add(m.vid as usize, len) {
-                                        count_vlan_tx(&br.vlan_counters, wi, run);
-                                    }
-                                    pkt.port = e;
-                                    e
+                                    tx.route.frames += 1;
+                                    tx.route.bytes += len as u64;
+                                    pkt.port = entry.port;
+                                    entry.port
                                 }
                                 None => DEST_DROP,
                             }
                         }
-                        None if m.fid != m.vid => {
+                        None if INNER && m.fid_x != 0 => {
                             match self.user_entry(wi, br, table, inp, c, m, pkt, ageing_off) {
                                 Some(e) => e,
                                 None => {
@@ -414,19 +569,15 @@ impl Plan {
                 };
             }
         }
-        // One tally run that holds every frame: they all go to that port.
-        let one = if port_tx.frames == n as u64 {
-            port_tx.key as u16
+        // The port's frames are the route's and those of routes before it to the same port:
+        // when they are all `n`, every frame goes to that port.
+        let one = if tx.port_frames + tx.route.frames == n as u64 {
+            route_port(tx.route.key)
         } else {
             DEST_MIXED
         };
-        if let Some(run) = port_tx.take() {
-            count_port_tx(&self.ports, wi, run);
-        }
-        if let Some(run) = vlan_tx.take() {
-            count_vlan_tx(&br.vlan_counters, wi, run);
-        }
-        (n, one)
+        tx.reroute(Route::NONE, inp, TAG_FRAME, br, wi);
+        one
     }
 
     /// A run from a port that is unknown, not running or in no bridge: every frame of it is
@@ -666,7 +817,7 @@ fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
     let mut acc = 0u64;
     for m in meta {
         if m.dest != DEST_DROP {
-            acc ^= t.touch(fid_key(m.src, m.fid)) ^ t.touch(fid_key(m.dst, m.fid));
+            acc ^= t.touch(fid_key(m.src, m.fid())) ^ t.touch(fid_key(m.dst, m.fid()));
         }
     }
     std::hint::black_box(acc);
@@ -738,7 +889,7 @@ fn classify_run<const PLAIN: bool>(
     inp: &Port,
     c: &PortCells,
     wi: usize,
-    pkts: &mut [PacketBuf],
+    pkts: &[PacketBuf],
     meta: &mut [FrameMeta],
 ) -> (usize, usize) {
     let in_port = pkts.first().map_or(0, |p| p.port);
@@ -748,7 +899,7 @@ fn classify_run<const PLAIN: bool>(
     // Live frames counted in a per-PCP counter one by one (PLAIN).
     let mut counted = 0usize;
     let mut n = 0usize;
-    for (pkt, m) in pkts.iter_mut().zip(meta.iter_mut()) {
+    for (pkt, m) in pkts.iter().zip(meta.iter_mut()) {
         if pkt.port != in_port {
             break;
         }
@@ -757,14 +908,6 @@ fn classify_run<const PLAIN: bool>(
         rx_bytes += len;
         *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
         if m.dest != DEST_DROP {
-            if !PLAIN {
-                if m.inner_op != 0 {
-                    apply_inner_op(m.inner_op, pkt);
-                }
-                if m.filtering && br.settings.learn_inner_vid {
-                    m.fid = inner_fid(br, m, pkt);
-                }
-            }
             live += 1;
             if let Some(run) = vlan_rx.add(m.vid as usize, len) {
                 count_vlan_rx(&br.vlan_counters, wi, run);
@@ -794,7 +937,30 @@ fn classify_run_features(
     pkts: &mut [PacketBuf],
     meta: &mut [FrameMeta],
 ) -> (usize, usize) {
-    classify_run::<false>(br, bi, inp, c, wi, pkts, meta)
+    let (n, live) = classify_run::<false>(br, bi, inp, c, wi, pkts, meta);
+    // On the admitted frames: a two-tag map's change to the C-tag (the map `map_in` found for
+    // the same tags), then the FID of the frame's VLAN and C-tag.
+    let inner_learning = br.settings.vlan_filtering && br.settings.learn_inner_vid;
+    if inp.tag2.is_some() || inner_learning {
+        for (pkt, m) in pkts[..n].iter_mut().zip(meta[..n].iter_mut()) {
+            if m.dest == DEST_DROP {
+                continue;
+            }
+            if let (Some(t), true) = (&inp.tag2, m.tagged) {
+                let f = pkt.frame();
+                let svid = f
+                    .get(14..16)
+                    .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]) & 0x0fff);
+                if let Some((_, op)) = t.ingress(svid, inner_cvid(f)) {
+                    apply_inner_tag(op, pkt);
+                }
+            }
+            if inner_learning {
+                m.fid_x = inner_fid(br, m, pkt) ^ m.vid;
+            }
+        }
+    }
+    (n, live)
 }
 
 /// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
@@ -842,13 +1008,12 @@ fn classify<const PLAIN: bool>(
         src,
         dest: DEST_FLOOD,
         vid: 0,
-        fid: 0,
+        fid_x: 0,
         tci_hi: 0,
         bridge: bi,
         tagged: false,
         filtering,
         flood: FloodClass::Unknown,
-        inner_op: 0,
     };
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
@@ -874,12 +1039,10 @@ fn classify<const PLAIN: bool>(
                 0 => inp.pvid,
                 v if PLAIN => v,
                 // `vlan map`: the wire tags' VLAN inside the bridge.
-                v if inp.tag2.is_some() || inp.vid_in.is_some() => {
-                    match map_in(inp, v, frame, &mut m.inner_op) {
-                        0 => return drop(c, DropReason::TranslatedVid),
-                        vid => vid,
-                    }
-                }
+                v if inp.tag2.is_some() || inp.vid_in.is_some() => match map_in(inp, v, frame) {
+                    0 => return drop(c, DropReason::TranslatedVid),
+                    vid => vid,
+                },
                 v => v,
             };
             m.tagged = true;
@@ -893,7 +1056,6 @@ fn classify<const PLAIN: bool>(
                     c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
                     *counted += 1;
                 }
-                m.fid = m.vid;
                 return m;
             }
         } else {
@@ -927,7 +1089,6 @@ fn classify<const PLAIN: bool>(
         if !PLAIN {
             c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
         }
-        m.fid = m.vid;
     }
     m
 }
@@ -950,7 +1111,7 @@ fn locked_admits(
     now_ns: u64,
 ) -> bool {
     let c = inp.counters.writer(wi);
-    let key = fid_key(m.src, m.fid);
+    let key = fid_key(m.src, m.fid());
     let mab = match table.find(key) {
         Some((_, e)) if e.port == in_id && e.flags & (F_LOCKED | F_PERMANENT) == 0 => return true,
         None => inp.settings.mab,
@@ -1022,6 +1183,26 @@ fn local<'a>(
     (Some(ep), h)
 }
 
+/// Stage 3 and 4 for a frame to a permanent (local) entry ([`local`]): rewritten, size-checked
+/// and counted at once. Returns its destination.
+#[cold]
+#[inline(never)]
+fn local_out(
+    ports: &Ports,
+    br: &Bridge,
+    inp: &Port,
+    in_id: usize,
+    wi: usize,
+    m: &FrameMeta,
+    pkt: &mut PacketBuf,
+) -> u16 {
+    let c = inp.counters.writer(wi);
+    match local(ports, br, inp, in_id, c, m) {
+        (Some(ep), h) if flood_copy(br, ep, h as usize, wi, m, pkt) => h,
+        _ => DEST_DROP,
+    }
+}
+
 /// Stage 3 for a known unicast destination that is not local: the checks on the way to port
 /// `entry.port`. Returns that port, or `None` when the frame is dropped (and counted).
 #[inline(always)]
@@ -1055,6 +1236,19 @@ fn unicast<'a>(
     Some(ep)
 }
 
+/// [`unicast`] for port `ep` when it passed them for the same entry in another VID: the checks
+/// that depend on the VID, in their order there (the others pass again).
+#[inline(always)]
+fn unicast_vid<'a>(inp: &Port, c: &PortCells, ep: &'a Port, m: &FrameMeta) -> Option<&'a Port> {
+    if m.filtering && !ep.member.contains(m.vid) {
+        return drop_port(c, DropReason::EgressNotMember);
+    }
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
+        return drop_port(c, DropReason::Pvlan);
+    }
+    Some(ep)
+}
+
 /// Selective Q-in-Q on egress port `ep`: whether the frame's inner C-tag (behind the bridge
 /// tag, or outermost when the frame entered untagged to the bridge) has a VID `ep` maps to the
 /// frame's VLAN, so that it leaves without the bridge tag.
@@ -1081,18 +1275,9 @@ fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
 /// `v` with that C-tag) is what a map sends translated (dropped as `translated_vid`).
 #[cold]
 #[inline(never)]
-fn map_in(inp: &Port, v: u16, frame: &[u8], op: &mut u16) -> u16 {
-    let inner = match frame.get(16..20) {
-        Some(c) if c[0] == 0x81 && c[1] == 0x00 && frame.len() >= 22 => {
-            u16::from_be_bytes([c[2], c[3]]) & 0x0fff
-        }
-        _ => 0,
-    };
-    if let Some((vid, o)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
-        *op = match o {
-            InnerTag::Set(c) => INNER_SET | c,
-            _ => INNER_POP,
-        };
+fn map_in(inp: &Port, v: u16, frame: &[u8]) -> u16 {
+    let inner = inner_cvid(frame);
+    if let Some((vid, _)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
         return vid;
     }
     if let Some(t) = &inp.vid_in {
@@ -1129,17 +1314,34 @@ fn inner_fid(br: &Bridge, m: &FrameMeta, pkt: &PacketBuf) -> u16 {
     }
 }
 
-/// Makes a two-tag map's change to the C-tag at offset 16 of an admitted frame.
+/// The VID of the C-tag (0x8100) right behind a frame's bridge tag (0: none there).
+fn inner_cvid(frame: &[u8]) -> u16 {
+    match frame.get(16..20) {
+        Some(c) if c[0] == 0x81 && c[1] == 0x00 && frame.len() >= 22 => {
+            u16::from_be_bytes([c[2], c[3]]) & 0x0fff
+        }
+        _ => 0,
+    }
+}
+
+/// Makes a two-tag map's change to the C-tag at offset 16 of a frame: removed, or its VID set
+/// (PCP and DEI kept).
 #[cold]
 #[inline(never)]
-fn apply_inner_op(op: u16, pkt: &mut PacketBuf) {
-    if op & INNER_POP != 0 {
-        if pkt.remove_tag(16) {
-            pkt.offload.shift_headers(-4);
+fn apply_inner_tag(op: InnerTag, pkt: &mut PacketBuf) {
+    match op {
+        InnerTag::Pop => {
+            if pkt.remove_tag(16) {
+                pkt.offload.shift_headers(-4);
+            }
         }
-    } else if let Some(t) = pkt.frame_mut().get_mut(18..20) {
-        let tci = u16::from_be_bytes([t[0], t[1]]) & 0xf000 | (op & 0x0fff);
-        t.copy_from_slice(&tci.to_be_bytes());
+        InnerTag::Set(c) => {
+            if let Some(t) = pkt.frame_mut().get_mut(18..20) {
+                let tci = u16::from_be_bytes([t[0], t[1]]) & 0xf000 | (c & 0x0fff);
+                t.copy_from_slice(&tci.to_be_bytes());
+            }
+        }
+        InnerTag::Push(_) => {}
     }
 }
 
@@ -1165,7 +1367,7 @@ fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     };
     set_bridge_tag(pkt, m.tagged, ep.tpid, m.tci_hi | svid);
     match op {
-        InnerTag::Set(c) => apply_inner_op(INNER_SET | c, pkt),
+        InnerTag::Set(c) => apply_inner_tag(InnerTag::Set(c), pkt),
         InnerTag::Push(c) => {
             let ctag = (0x8100u32 << 16 | (m.tci_hi | c) as u32).to_be_bytes();
             if pkt.insert_tag(16, ctag) {
@@ -1227,6 +1429,13 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
             set_bridge_tag(pkt, m.tagged, ep.tpid, m.tci_hi | vid);
         }
     }
+    egress_size(ep, wi, pkt)
+}
+
+/// The egress size check of [`egress`] on a rewritten frame (an oversize frame is counted on
+/// the egress port). Returns the frame's length when it may leave.
+#[inline(always)]
+fn egress_size(ep: &Port, wi: usize, pkt: &PacketBuf) -> Option<usize> {
     let len = pkt.len();
     let on_wire = if pkt.offload.is_gso() {
         gso_segment_len(pkt, ep.tpid)
@@ -1238,4 +1447,40 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
         return None;
     }
     Some(len)
+}
+
+/// [`egress`] for a frame on `route`, with the tag decision taken when the route was
+/// ([`route_tag`]).
+#[inline(always)]
+fn egress_route(route: &Route, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
+    let ep = route.port;
+    match route.tag {
+        TAG_KEEP => {}
+        TAG_POP => {
+            if m.tagged {
+                pkt.remove_tag(12);
+                pkt.offload.shift_headers(-4);
+            }
+        }
+        TAG_FRAME => return egress_frame(ep, wi, m, pkt),
+        tag => {
+            let tag = (tag | m.tci_hi as u32).to_be_bytes();
+            if m.tagged {
+                if let Some(t) = pkt.frame_mut().get_mut(12..16) {
+                    t.copy_from_slice(&tag);
+                }
+            } else {
+                pkt.insert_tag(12, tag);
+                pkt.offload.shift_headers(4);
+            }
+        }
+    }
+    egress_size(ep, wi, pkt)
+}
+
+/// [`egress`], out of line: a route whose frames' tags are decided one by one.
+#[cold]
+#[inline(never)]
+fn egress_frame(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
+    egress(ep, wi, m, pkt)
 }

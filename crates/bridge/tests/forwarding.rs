@@ -669,6 +669,65 @@ fn config_errors_leave_switch_unchanged() {
     assert_eq!(r.sw.port_settings(a).mtu, 1500);
 }
 
+/// Known unicast frames in one batch whose FDB entries share a port but not the VID or the
+/// entry's kind: each frame gets its own checks (the pipeline remembers the last port, flags and
+/// VID that passed them), and the counters add up per port and per VID.
+#[test]
+fn one_batch_same_port_other_vid_or_entry_kind() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q, true);
+    let a = r.port("a", "br0");
+    let b = r.port("b", "br0");
+    let c = r.port("c", "br0");
+    r.sw.vlan_add(a, 10, 30, false, false).unwrap();
+    r.sw.vlan_add(b, 10, 20, false, false).unwrap();
+    r.sw.vlan_add(c, 10, 20, false, false).unwrap();
+    // mac 9 on b in VLANs 10 and 20, mac 8 on c, mac 7 the bridge's own address on b (no host
+    // port: dropped as local), mac 6 learned on b in VLAN 10.
+    for vid in [10, 20] {
+        r.sw.fdb_add(mac(9), b, Some(vid), FdbKind::Static, false, false)
+            .unwrap();
+        r.sw.fdb_add(mac(8), c, Some(vid), FdbKind::Static, false, false)
+            .unwrap();
+    }
+    r.sw.fdb_add(mac(7), b, Some(10), FdbKind::Permanent, false, false)
+        .unwrap();
+    r.send(b, frame(MacAddr::BROADCAST, mac(6), &[(0x8100, 10)], 64));
+    // b leaves VLAN 20; its static entry there stays (only learned entries are flushed).
+    r.sw.vlan_del(b, 20, 20).unwrap();
+    let br = r.sw.bridge_id("br0").unwrap();
+    assert_eq!(r.sw.fdb_lookup(br, mac(9), 20), Some((b, FdbKind::Static)));
+    let to = |dst: u8, vid: u16| frame(mac(dst), mac(1), &[(0x8100, vid)], 64);
+    let sent = [
+        (9, 10),
+        (9, 20),
+        (9, 10),
+        (7, 10),
+        (6, 10),
+        (8, 20),
+        (8, 10),
+        (9, 10),
+    ];
+    let batch: Vec<_> = sent.iter().map(|&(d, v)| (a, to(d, v))).collect();
+    let out = r.send_batch(&batch);
+    expect(
+        &out,
+        &[
+            (b, vec![to(9, 10), to(9, 10), to(6, 10), to(9, 10)]),
+            (c, vec![to(8, 20), to(8, 10)]),
+        ],
+    );
+    assert_eq!(r.drops(a, DropReason::EgressNotMember), 1);
+    assert_eq!(r.drops(a, DropReason::Local), 1);
+    assert_eq!(r.sw.port_counters(b).tx_frames, 4);
+    assert_eq!(r.sw.port_counters(b).tx_bytes, 4 * 64);
+    // c and VLAN 10 also count the broadcast that taught mac 6 (to a and c).
+    assert_eq!(r.sw.port_counters(c).tx_frames, 1 + 2);
+    assert_eq!(r.sw.vlan_counters(br, 10).tx_frames, 5 + 2);
+    assert_eq!(r.sw.vlan_counters(br, 20).tx_frames, 1);
+    assert_eq!(r.sw.vlan_counters(br, 20).tx_bytes, 64);
+}
+
 #[test]
 fn batch_sizes_keep_per_port_order() {
     for n in [1usize, 31, 32, 33, 255, 256, 257] {
