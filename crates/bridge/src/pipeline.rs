@@ -21,9 +21,9 @@
 //! Counters are summed per run (rx per ingress run, tx per egress port run, VLAN rx/tx per VID
 //! run; stage 3 sums per route, see `Route`) and written once per run; drops are counted where
 //! decided. Each buffer moves to exactly one place: an output batch, or back to the pool.
-//! Flooding sends pool copies to all targets but the last, which gets the original buffer. Nothing here allocates after warm-up, takes a lock
-//! (other than the FDB writer's on a new or moved address), makes a syscall or calls through a
-//! `dyn`.
+//! Flooding sends pool copies to all targets but the last, which gets the original buffer.
+//! Nothing here allocates after warm-up, takes a lock (other than the FDB writer's on a new or
+//! moved address), makes a syscall or calls through a `dyn`.
 //!
 //! Order of checks (the reference model follows the same order, see docs/semantics.md):
 //! port down, no bridge, runt, oversize (ingress), invalid source MAC, link-local group,
