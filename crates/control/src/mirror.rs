@@ -81,7 +81,7 @@ pub fn running_lines(sw: &Switch, out: &mut String) {
 /// `mirror show [NAME]`: one line per session as `mirror add` takes it; with `-s` the copies
 /// delivered and the drops by reason. JSON: an array of sessions (`name`, `src`, `direction`,
 /// `vid`, `dst` or `pcap`, `rspan`, with `-s` `stats`).
-fn show(sw: &Switch, name: Option<&str>, out: OutputOptions) -> Result<String, ControlError> {
+pub fn show(sw: &Switch, name: Option<&str>, out: OutputOptions) -> Result<String, ControlError> {
     if let Some(n) = name {
         if sw.mirror_spec(n).is_none() {
             return Err(qbridge_bridge::ConfigError::from(

@@ -115,13 +115,18 @@ pub enum MonitorObject {
     Link,
     Fdb,
     Vlan,
+    Mirror,
 }
 
 impl MonitorObject {
-    pub const ALL: [MonitorObject; 3] =
-        [MonitorObject::Link, MonitorObject::Fdb, MonitorObject::Vlan];
+    pub const ALL: [MonitorObject; 4] = [
+        MonitorObject::Link,
+        MonitorObject::Fdb,
+        MonitorObject::Vlan,
+        MonitorObject::Mirror,
+    ];
 
-    /// `link`, `fdb`, `vlan`; `all` is every one.
+    /// `link`, `fdb`, `vlan`, `mirror`; `all` is every one.
     pub fn parse_words(words: &[String]) -> Result<Vec<MonitorObject>, String> {
         if words.is_empty() {
             return Ok(MonitorObject::ALL.to_vec());
@@ -132,10 +137,11 @@ impl MonitorObject {
                 "link" => v.push(MonitorObject::Link),
                 "fdb" => v.push(MonitorObject::Fdb),
                 "vlan" => v.push(MonitorObject::Vlan),
+                "mirror" => v.push(MonitorObject::Mirror),
                 "all" => v.extend(MonitorObject::ALL),
                 _ => {
                     return Err(format!(
-                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan or all)"
+                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan, mirror or all)"
                     ))
                 }
             }

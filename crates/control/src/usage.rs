@@ -57,7 +57,7 @@ const MIRROR: &str =
 
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
-  monitor [link|fdb|vlan|all]...   (changes as they happen, as 'bridge monitor'; -j: JSON lines)
+  monitor [link|fdb|vlan|mirror|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
 ";
 
 const NOTES: &str = "\

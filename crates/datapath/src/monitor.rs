@@ -18,7 +18,7 @@
 //! (`{"object":"lost","events":N}`) as soon as there is room again.
 
 use qbridge_bridge::{FdbEntryView, FdbFilter};
-use qbridge_control::{render, MonitorObject, OutputOptions, Session};
+use qbridge_control::{mirror, render, MonitorObject, OutputOptions, Session};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, TrySendError};
@@ -120,6 +120,7 @@ fn object_name(o: MonitorObject) -> &'static str {
         MonitorObject::Link => "link",
         MonitorObject::Fdb => "fdb",
         MonitorObject::Vlan => "vlan",
+        MonitorObject::Mirror => "mirror",
     }
 }
 
@@ -138,6 +139,8 @@ pub(crate) struct Observed {
     vlans: Option<BTreeMap<(String, u16), VlanState>>,
     /// Per (bridge, VID, MAC): the entry (its idle time zeroed).
     fdb: Option<BTreeMap<FdbKey, FdbEntryView>>,
+    /// Per mirror session: its `mirror show` line and JSON object (no counters).
+    mirrors: Option<BTreeMap<String, (String, Value)>>,
 }
 
 impl Observed {
@@ -168,6 +171,9 @@ impl Observed {
                 })
                 .collect();
             o.fdb = Some(m);
+        }
+        if objects.contains(&MonitorObject::Mirror) {
+            o.mirrors = Some(mirrors(session));
         }
         o
     }
@@ -220,6 +226,16 @@ impl Observed {
             adds.extend(x);
             dels.push(y);
         }
+        if let (Some(a), Some(b)) = (&self.mirrors, &now.mirrors) {
+            let (x, y) = diff_maps(a, b, |_, (text, json)| Event {
+                object: MonitorObject::Mirror,
+                deleted: false,
+                text: text.clone(),
+                json: json.clone(),
+            });
+            adds.extend(x);
+            dels.push(y);
+        }
         for d in dels.into_iter().rev() {
             adds.extend(d);
         }
@@ -267,6 +283,37 @@ fn fdb_event(e: &FdbEntryView) -> Event {
         text: text.trim_end().to_owned(),
         json: json.get(0).cloned().unwrap_or(Value::Null),
     }
+}
+
+/// Every mirror session's `mirror show` line and `mirror show -j` object, by name.
+fn mirrors(session: &Session) -> BTreeMap<String, (String, Value)> {
+    let sw = session.switch();
+    let text = mirror::show(sw, None, OutputOptions::default()).unwrap_or_default();
+    let json = mirror::show(
+        sw,
+        None,
+        OutputOptions {
+            json: true,
+            ..OutputOptions::default()
+        },
+    )
+    .unwrap_or_default();
+    let mut objects: BTreeMap<String, Value> = BTreeMap::new();
+    if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&json) {
+        for v in a {
+            if let Some(name) = v["name"].as_str() {
+                objects.insert(name.to_owned(), v.clone());
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if let Some(obj) = objects.remove(name) {
+            m.insert(name.to_owned(), (line.to_owned(), obj));
+        }
+    }
+    m
 }
 
 /// Every link's monitor line (the first line of `link show`, and the port's link state) and
@@ -404,5 +451,35 @@ mod tests {
                 "Deleted 02:00:00:00:00:01 dev p1 vlan 1 master br0 static\n"
             ]
         );
+    }
+
+    #[test]
+    fn mirror_sessions_added_changed_and_deleted() {
+        let mut s = Session::new();
+        run(&mut s, "link add p1 type pcap");
+        run(&mut s, "link add p2 type pcap");
+        let (tx, rx) = mpsc::sync_channel(16);
+        let mut ms = Monitors::default();
+        let json = OutputOptions {
+            json: true,
+            ..OutputOptions::default()
+        };
+        ms.add(&s, Monitor::new(vec![MonitorObject::Mirror], json, tx));
+        run(&mut s, "mirror add m1 src p1 dst p2");
+        ms.notify(&s);
+        run(&mut s, "link del dev p2");
+        ms.notify(&s);
+        let got: Vec<Value> = rx
+            .try_iter()
+            .map(|l| serde_json::from_str(&l).unwrap())
+            .collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0]["object"], "mirror");
+        assert_eq!(got[0]["name"], "m1");
+        assert_eq!(got[0]["dst"], "p2");
+        assert!(got[0].get("deleted").is_none(), "{}", got[0]);
+        // Deleting its destination deletes the session (docs/semantics.md §M7).
+        assert_eq!(got[1]["deleted"], true);
+        assert_eq!(got[1]["name"], "m1");
     }
 }

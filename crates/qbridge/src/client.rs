@@ -86,7 +86,7 @@ fn read_response(r: &mut impl BufRead, socket: &Path) -> anyhow::Result<Response
     Response::parse(line.trim_end()).map_err(anyhow::Error::msg)
 }
 
-/// `qbridge [-j] monitor [link|fdb|vlan|all]…`: prints each event line the daemon sends until
+/// `qbridge [-j] monitor [link|fdb|vlan|mirror|all]…`: prints each event line the daemon sends until
 /// the daemon goes away (exit 1) or stdout is closed (exit 0).
 pub fn monitor(socket: &Path, out: OutputOptions, words: &[String]) -> anyhow::Result<ExitCode> {
     let objects = MonitorObject::parse_words(words).map_err(anyhow::Error::msg)?;
