@@ -139,7 +139,20 @@ pub struct PortCounters {
     pub rx_pcp: [u64; 8],
 }
 
-fn ser_drops<S: serde::Serializer>(d: &[u64; DropReason::COUNT], s: S) -> Result<S::Ok, S::Error> {
+/// `NAME N` for every reason with a count, in [`DropReason::ALL`]'s order (for text output).
+pub fn drop_words(d: &[u64; DropReason::COUNT]) -> Vec<String> {
+    DropReason::ALL
+        .iter()
+        .filter(|r| d[**r as usize] != 0)
+        .map(|r| format!("{} {}", r.name(), d[*r as usize]))
+        .collect()
+}
+
+/// Drop counters as a JSON object of the reasons with a count.
+pub(crate) fn ser_drops<S: serde::Serializer>(
+    d: &[u64; DropReason::COUNT],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(None)?;
     for r in DropReason::ALL {

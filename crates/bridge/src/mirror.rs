@@ -26,7 +26,7 @@
 //! pool copy per mirrored frame; nothing allocates after warm-up.
 
 use crate::cells::Cell;
-use crate::counters::DropReason;
+use crate::counters::{ser_drops, DropReason};
 use crate::error::ConfigError;
 use crate::stack::Role;
 use crate::switch::{Outputs, Plan, Port, PortId, Switch, Worker};
@@ -164,18 +164,6 @@ impl MirrorCounters {
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]
     }
-}
-
-fn ser_drops<S: serde::Serializer>(d: &[u64; DropReason::COUNT], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut m = s.serialize_map(None)?;
-    for r in DropReason::ALL {
-        let v = d[*r as usize];
-        if v != 0 {
-            m.serialize_entry(r.name(), &v)?;
-        }
-    }
-    m.end()
 }
 
 /// One writer's counters of one session (see `crate::cells`).

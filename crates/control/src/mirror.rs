@@ -5,7 +5,8 @@
 use crate::command::{MirrorCommand, OutputOptions};
 use crate::error::ControlError;
 use crate::session::Session;
-use qbridge_bridge::{DropReason, MirrorDst, MirrorSpec, MirrorView, Switch};
+use qbridge_bridge::counters::drop_words;
+use qbridge_bridge::{MirrorDst, MirrorSpec, MirrorView, Switch};
 use std::fmt::Write;
 
 impl Session {
@@ -113,11 +114,7 @@ pub fn show(sw: &Switch, name: Option<&str>, out: OutputOptions) -> Result<Strin
         let _ = writeln!(s, "{}", spec_words(&spec));
         if let Some(c) = &m.stats {
             let _ = writeln!(s, "    TX: {} bytes {} packets", c.bytes, c.frames);
-            let drops: Vec<String> = DropReason::ALL
-                .iter()
-                .filter(|r| c.dropped(**r) != 0)
-                .map(|r| format!("{} {}", r.name(), c.dropped(*r)))
-                .collect();
+            let drops = drop_words(&c.drops);
             let drops = if drops.is_empty() {
                 "none".to_string()
             } else {

@@ -12,7 +12,8 @@
 use crate::read_batch;
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
-use qbridge_bridge::{DropReason, Outputs, PortId};
+use qbridge_bridge::counters::drop_words;
+use qbridge_bridge::{Outputs, PortId};
 use qbridge_control::{OutputOptions, PortSpec, Session};
 use qbridge_io::pcap::{PcapReader, PcapRecord, PcapWriter};
 use qbridge_packet::Batch;
@@ -385,11 +386,7 @@ fn summary(s: &SummaryInput<'_>) -> String {
             .filter(|i| i.port == id)
             .map(|i| i.frames)
             .sum();
-        let drops: Vec<String> = DropReason::ALL
-            .iter()
-            .filter(|r| c.dropped(**r) != 0)
-            .map(|r| format!("{} {}", r.name(), c.dropped(*r)))
-            .collect();
+        let drops = drop_words(&c.drops);
         let drops = if drops.is_empty() {
             "-".to_string()
         } else {
