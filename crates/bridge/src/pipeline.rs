@@ -851,11 +851,18 @@ fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
     }
 }
 
+/// Marks `m`'s frame dropped for `reason`, counted (only [`FrameMeta::dest`] is read of a
+/// dropped frame).
+#[inline(always)]
+fn drop_into(m: &mut FrameMeta, counters: &PortCells, reason: DropReason) {
+    m.dest = DEST_DROP;
+    count_drop(counters, reason);
+}
+
 #[cold]
 #[inline(never)]
-fn drop(counters: &PortCells, reason: DropReason) -> FrameMeta {
+fn count_drop(counters: &PortCells, reason: DropReason) {
     counters.drop(reason);
-    FrameMeta::DROPPED
 }
 
 #[cold]
@@ -906,7 +913,7 @@ fn classify_run<const PLAIN: bool>(
         n += 1;
         let len = pkt.len() as u64;
         rx_bytes += len;
-        *m = classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted);
+        classify::<PLAIN>(br, bi, inp, c, pkt, &mut counted, m);
         if m.dest != DEST_DROP {
             live += 1;
             if let Some(run) = vlan_rx.add(m.vid as usize, len) {
@@ -973,13 +980,14 @@ fn classify<const PLAIN: bool>(
     c: &PortCells,
     pkt: &PacketBuf,
     counted: &mut usize,
-) -> FrameMeta {
+    m: &mut FrameMeta,
+) {
     let len = pkt.len();
     if len < 14 {
-        return drop(c, DropReason::Runt);
+        return drop_into(m, c, DropReason::Runt);
     }
     if wire_len(pkt, inp.tpid) > inp.max_frame as usize {
-        return drop(c, DropReason::Oversize);
+        return drop_into(m, c, DropReason::Oversize);
     }
     // The first 16 bytes as words: MACs as 48-bit integers (the class tests below are single
     // compares), and the outer tag (TPID and TCI). A 14..15-byte frame is zero-padded; its tag
@@ -997,24 +1005,22 @@ fn classify<const PLAIN: bool>(
     let dst = w0 >> 16;
     let src = w1 & MAC_BROADCAST;
     if src & MAC_GROUP_BIT != 0 || src == 0 {
-        return drop(c, DropReason::InvalidSrcMac);
+        return drop_into(m, c, DropReason::InvalidSrcMac);
     }
     if dst & !0xf == LINK_LOCAL_BASE && !link_local_forwarded(br, (dst & 0xf) as u8) {
-        return drop(c, DropReason::LinkLocal);
+        return drop_into(m, c, DropReason::LinkLocal);
     }
     let filtering = br.settings.vlan_filtering;
-    let mut m = FrameMeta {
-        dst,
-        src,
-        dest: DEST_FLOOD,
-        vid: 0,
-        fid_x: 0,
-        tci_hi: 0,
-        bridge: bi,
-        tagged: false,
-        filtering,
-        flood: FloodClass::Unknown,
-    };
+    m.dst = dst;
+    m.src = src;
+    m.dest = DEST_FLOOD;
+    m.vid = 0;
+    m.fid_x = 0;
+    m.tci_hi = 0;
+    m.bridge = bi;
+    m.tagged = false;
+    m.filtering = filtering;
+    m.flood = FloodClass::Unknown;
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
         // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.
@@ -1025,22 +1031,22 @@ fn classify<const PLAIN: bool>(
                 0
             };
             if !cvlans.contains(cvid) {
-                return drop(c, DropReason::CvlanNotAllowed);
+                return drop_into(m, c, DropReason::CvlanNotAllowed);
             }
         }
         if (PLAIN || !inp.tunnel) && (tag >> 16) as u16 == inp.tpid {
             if len < 18 {
-                return drop(c, DropReason::Runt);
+                return drop_into(m, c, DropReason::Runt);
             }
             let tci = tag as u16;
             m.vid = match tci & 0x0fff {
-                0x0fff => return drop(c, DropReason::ReservedVid),
-                0 if inp.pvid == 0 => return drop(c, DropReason::NoPvid),
+                0x0fff => return drop_into(m, c, DropReason::ReservedVid),
+                0 if inp.pvid == 0 => return drop_into(m, c, DropReason::NoPvid),
                 0 => inp.pvid,
                 v if PLAIN => v,
                 // `vlan map`: the wire tags' VLAN inside the bridge.
                 v if inp.tag2.is_some() || inp.vid_in.is_some() => match map_in(inp, v, frame) {
-                    0 => return drop(c, DropReason::TranslatedVid),
+                    0 => return drop_into(m, c, DropReason::TranslatedVid),
                     vid => vid,
                 },
                 v => v,
@@ -1050,13 +1056,13 @@ fn classify<const PLAIN: bool>(
             if PLAIN {
                 // Counted here, where the PCP is at hand; untagged frames (PCP 0) once per run.
                 if !inp.member.contains(m.vid) {
-                    return drop(c, DropReason::VlanNotMember);
+                    return drop_into(m, c, DropReason::VlanNotMember);
                 }
                 if m.tci_hi >= 0x2000 {
                     c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
                     *counted += 1;
                 }
-                return m;
+                return;
             }
         } else {
             // `vlan map … cvid C svid S`: a C-tagged frame in a mapped C-VLAN is in S.
@@ -1070,7 +1076,7 @@ fn classify<const PLAIN: bool>(
             m.vid = if svid != 0 {
                 svid
             } else if inp.pvid == 0 {
-                return drop(c, DropReason::NoPvid);
+                return drop_into(m, c, DropReason::NoPvid);
             } else {
                 inp.pvid
             };
@@ -1084,13 +1090,12 @@ fn classify<const PLAIN: bool>(
             };
         }
         if !inp.member.contains(m.vid) {
-            return drop(c, DropReason::VlanNotMember);
+            return drop_into(m, c, DropReason::VlanNotMember);
         }
         if !PLAIN {
             c.rx_pcp[(m.tci_hi >> 13) as usize].add(1);
         }
     }
-    m
 }
 
 /// A locked port (`locked on`, Linux's `br_handle_frame_finish`): a frame passes only if its
@@ -1443,7 +1448,7 @@ fn egress_size(ep: &Port, wi: usize, pkt: &PacketBuf) -> Option<usize> {
         len
     };
     if on_wire > ep.max_frame as usize {
-        drop(ep.counters.writer(wi), DropReason::Oversize);
+        count_drop(ep.counters.writer(wi), DropReason::Oversize);
         return None;
     }
     Some(len)
