@@ -43,6 +43,24 @@ pub enum ConfigError {
     NoSuchFdbEntry { mac: MacAddr, vid: u16, dev: String },
     #[error("FDB entry {mac} vlan {vid} exists on device \"{dev}\"")]
     FdbEntryExists { mac: MacAddr, vid: u16, dev: String },
+    #[error("FDB entry {mac} vlan {vid} inner_vlan {inner} does not exist on device \"{dev}\"")]
+    NoSuchInnerFdbEntry {
+        mac: MacAddr,
+        vid: u16,
+        inner: u16,
+        dev: String,
+    },
+    #[error("FDB entry {mac} vlan {vid} inner_vlan {inner} exists on device \"{dev}\"")]
+    InnerFdbEntryExists {
+        mac: MacAddr,
+        vid: u16,
+        inner: u16,
+        dev: String,
+    },
+    #[error("inner_vlan needs learn_inner_vid on (and vlan_filtering 1) on bridge \"{0}\"")]
+    InnerVlanOff(String),
+    #[error("bridge \"{0}\" has numbered all the (VID, inner VID) pairs it can (28672)")]
+    InnerFidsFull(String),
     #[error("FDB is full ({0} entries)")]
     FdbFull(usize),
     #[error("fdb_max_entries {0} is out of range (1-16777216)")]

@@ -2000,6 +2000,101 @@ impl Switch {
         }
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
+        self.fdb_add_fids(mac, id, b, vids, kind, sticky, replace)
+    }
+
+    /// `fdb add|replace MAC dev NAME vlan V inner_vlan C …`: an entry for the pair (V, C) on a
+    /// bridge with `learn_inner_vid on` (`docs/semantics.md` §K7), used before the VLAN's own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fdb_add_inner(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: u32,
+        inner: u32,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Result<(), ConfigError> {
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadFdbMac(mac));
+        }
+        let (b, vid, inner, fid) = self.inner_fid_of(id, vlan, inner)?;
+        if !replace && self.bridge(b).fdb.get(fdb_key(mac, fid)).is_some() {
+            let dev = self.port(id).name.clone();
+            return Err(ConfigError::InnerFdbEntryExists {
+                mac,
+                vid,
+                inner,
+                dev,
+            });
+        }
+        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace)
+    }
+
+    /// `fdb del MAC dev NAME vlan V inner_vlan C`.
+    pub fn fdb_del_inner(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: u32,
+        inner: u32,
+    ) -> Result<(), ConfigError> {
+        let (b, vid, inner, fid) = self.inner_fid_of(id, vlan, inner)?;
+        let fdb = &self.bridge(b).fdb;
+        let key = fdb_key(mac, fid);
+        if fdb.get(key).is_none_or(|s| s.port != id.0) {
+            let dev = self.port(id).name.clone();
+            return Err(ConfigError::NoSuchInnerFdbEntry {
+                mac,
+                vid,
+                inner,
+                dev,
+            });
+        }
+        fdb.remove(key);
+        Ok(())
+    }
+
+    /// The bridge, VID, inner VID and FID of `vlan V inner_vlan C` on port `id`: the bridge
+    /// learns per inner VID, the port carries V, and the pair has (or gets) a FID.
+    fn inner_fid_of(
+        &self,
+        id: PortId,
+        vlan: u32,
+        inner: u32,
+    ) -> Result<(BridgeId, u16, u16, u16), ConfigError> {
+        let b = self.attached(id)?;
+        let s = &self.bridge(b).settings;
+        if !(s.learn_inner_vid && s.vlan_filtering) {
+            return Err(ConfigError::InnerVlanOff(self.bridge(b).name.clone()));
+        }
+        let vid = check_vid(vlan)?;
+        let inner = check_vid(inner)?;
+        if !self.port(id).member.contains(vid) {
+            let dev = self.port(id).name.clone();
+            return Err(ConfigError::VlanNotConfigured { dev, vid });
+        }
+        let fid = self.bridge(b).fdb.inner_fids().fid(vid, inner);
+        if fid == vid {
+            return Err(ConfigError::InnerFidsFull(self.bridge(b).name.clone()));
+        }
+        Ok((b, vid, inner, fid))
+    }
+
+    /// Adds (or with `replace` replaces) the user entry of `mac` on port `id` in each of
+    /// `vids` (FIDs) of bridge `b`, all or none.
+    #[allow(clippy::too_many_arguments)]
+    fn fdb_add_fids(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        b: BridgeId,
+        vids: Vec<u16>,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Result<(), ConfigError> {
         let flags = match kind {
             FdbKind::Dynamic => 0,
             FdbKind::Static => F_STATIC,

@@ -593,6 +593,21 @@ fn learning_per_inner_vid() {
         .unwrap();
     let f = frame(u, mac(2), &[(0x88a8, 100), (0x8100, 30)], 80);
     assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
+    // A user's entry for one pair wins over the VLAN's for that pair only.
+    r.sw.fdb_add_inner(u, x, 100, 40, FdbKind::Static, false, false)
+        .unwrap();
+    let f = frame(u, mac(2), &[(0x88a8, 100), (0x8100, 40)], 80);
+    assert_eq!(only(&r.send(&[(t, f.clone())]), x), vec![f]);
+    let f = frame(u, mac(2), &[(0x88a8, 100), (0x8100, 41)], 80);
+    assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
+    assert_eq!(
+        r.sw.fdb_add_inner(u, x, 100, 40, FdbKind::Static, false, false)
+            .unwrap_err()
+            .to_string(),
+        format!("FDB entry {u} vlan 100 inner_vlan 40 exists on device \"x\"")
+    );
+    r.sw.fdb_del_inner(u, x, 100, 40).unwrap();
+    assert!(r.sw.fdb_del_inner(u, x, 100, 40).is_err());
     // Per-VLAN counts and flushes see the entries in their S-VLAN.
     assert_eq!(
         r.sw.fdb_flush("x", Some(100), Default::default()).unwrap(),
@@ -608,6 +623,12 @@ fn learning_per_inner_vid() {
             .map(|e| (e.mac, e.inner_vlan))
             .collect();
     assert_eq!(rows, [(u, None)]);
+    assert_eq!(
+        r.sw.fdb_add_inner(u, x, 100, 40, FdbKind::Static, false, false)
+            .unwrap_err()
+            .to_string(),
+        "inner_vlan needs learn_inner_vid on (and vlan_filtering 1) on bridge \"pe\""
+    );
     // Now one FID per S-VLAN: the source moves between ports as on any bridge.
     r.send(&[(x, frame(bc, m, &[(0x88a8, 100), (0x8100, 10)], 80))]);
     r.send(&[(y, frame(bc, m, &[(0x88a8, 100), (0x8100, 20)], 80))]);

@@ -322,15 +322,19 @@ pub enum FdbCommand {
         mac: MacAddr,
         dev: String,
         vlan: Option<u16>,
+        /// qbridge's `inner_vlan C` (with `vlan V`): the entry of the pair (V, C).
+        inner_vlan: Option<u16>,
         kind: FdbKind,
         sticky: bool,
         replace: bool,
     },
-    /// `fdb del MAC dev NAME [vlan V]` (kind words are accepted and ignored, as in iproute2).
+    /// `fdb del MAC dev NAME [vlan V [inner_vlan C]]` (kind words are accepted and ignored,
+    /// as in iproute2).
     Del {
         mac: MacAddr,
         dev: String,
         vlan: Option<u16>,
+        inner_vlan: Option<u16>,
     },
     /// `fdb show [br BR] [dev NAME] [vlan V]`
     Show {

@@ -1324,11 +1324,15 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             })?;
             let mac = mac_word.parse()?;
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
-            let expected = "dev, vlan, static, dynamic, permanent, sticky or master";
+            let mut inner_vlan = None;
+            let expected = "dev, vlan, inner_vlan, static, dynamic, permanent, sticky or master";
             while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
                     "vlan" => set_once(&mut vlan, kw, parse_fdb_vid(w.value(kw, "a vid")?)?)?,
+                    "inner_vlan" => {
+                        set_once(&mut inner_vlan, kw, parse_vid(w.value(kw, "a C-VID")?)?)?
+                    }
                     "static" | "dynamic" | "permanent" | "local" => {
                         let k = match kw {
                             "static" => FdbKind::Static,
@@ -1351,17 +1355,28 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     what: "\"dev NAME\"",
                 })?
                 .to_string();
+            if inner_vlan.is_some() && matches!(vlan, None | Some(0)) {
+                return Err(ControlError::MissingArgument {
+                    what: "\"vlan V\" (1-4094) with \"inner_vlan\"",
+                });
+            }
             Ok(match cmd {
                 "add" | "replace" => FdbCommand::Add {
                     mac,
                     dev,
                     vlan,
+                    inner_vlan,
                     // iproute2: neither static nor dynamic means permanent.
                     kind: kind.unwrap_or(FdbKind::Permanent),
                     sticky: sticky.is_some(),
                     replace: cmd == "replace",
                 },
-                _ => FdbCommand::Del { mac, dev, vlan },
+                _ => FdbCommand::Del {
+                    mac,
+                    dev,
+                    vlan,
+                    inner_vlan,
+                },
             })
         }
         "show" | "lst" | "list" => {

@@ -405,11 +405,12 @@ fn fdb_lines(sw: &Switch, out: &mut String) {
         let filtering = sw
             .port_master(id)
             .is_some_and(|b| sw.bridge_settings(b).vlan_filtering);
-        let vlan = match e.vlan {
-            Some(v) => format!(" vlan {v}"),
+        let vlan = match (e.vlan, e.inner_vlan) {
+            (Some(v), Some(c)) => format!(" vlan {v} inner_vlan {c}"),
+            (Some(v), None) => format!(" vlan {v}"),
             // The VLAN-0 entry alone; without `vlan` a filtering bridge adds one per VLAN.
-            None if filtering => " vlan 0".to_string(),
-            None => String::new(),
+            (None, _) if filtering => " vlan 0".to_string(),
+            (None, _) => String::new(),
         };
         let kind = match e.kind {
             FdbKind::Static => "static",

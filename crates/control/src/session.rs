@@ -410,18 +410,42 @@ impl Session {
                 mac,
                 dev,
                 vlan,
+                inner_vlan,
                 kind,
                 sticky,
                 replace,
             } => {
                 let id = port_or_host(sw, dev)?;
                 let replace = *replace || self.may_exist;
-                sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, replace)?;
+                match (vlan, inner_vlan) {
+                    (Some(v), Some(c)) => sw.fdb_add_inner(
+                        *mac,
+                        id,
+                        (*v).into(),
+                        (*c).into(),
+                        *kind,
+                        *sticky,
+                        replace,
+                    )?,
+                    _ => sw.fdb_add(*mac, id, vlan.map(u32::from), *kind, *sticky, replace)?,
+                }
             }
-            FdbCommand::Del { mac, dev, vlan } => {
+            FdbCommand::Del {
+                mac,
+                dev,
+                vlan,
+                inner_vlan,
+            } => {
                 let id = port_or_host(sw, dev)?;
-                match sw.fdb_del(*mac, id, vlan.map(u32::from)) {
-                    Err(qbridge_bridge::ConfigError::NoSuchFdbEntry { .. }) if self.may_exist => {}
+                let r = match (vlan, inner_vlan) {
+                    (Some(v), Some(c)) => sw.fdb_del_inner(*mac, id, (*v).into(), (*c).into()),
+                    _ => sw.fdb_del(*mac, id, vlan.map(u32::from)),
+                };
+                match r {
+                    Err(
+                        qbridge_bridge::ConfigError::NoSuchFdbEntry { .. }
+                        | qbridge_bridge::ConfigError::NoSuchInnerFdbEntry { .. },
+                    ) if self.may_exist => {}
                     r => r?,
                 }
             }

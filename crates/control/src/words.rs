@@ -273,6 +273,7 @@ pub const VLAN_SHOW: &[Kw] = &[exact("dev"), exact("vid")];
 pub const FDB_ADD: &[Kw] = &[
     exact("dev"),
     kw("vlan", 1),
+    exact("inner_vlan"),
     kw("static", 1),
     kw("dynamic", 1),
     kw("permanent", 1),

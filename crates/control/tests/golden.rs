@@ -1091,3 +1091,48 @@ fn learn_inner_vid_shows_in_link_and_fdb() {
         "invalid learn_inner_vid \"maybe\" (expected on or off)"
     );
 }
+
+#[test]
+fn fdb_entries_per_inner_vlan() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad learn_inner_vid on\n\
+         link add p1 type pcap\nlink set dev p1 master pe\nvlan add vid 100 dev p1\n\
+         fdb add 02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 10 static\n",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut s, "fdb show dev p1 vlan 100", TEXT),
+        "02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 10 master pe static\n"
+    );
+    assert!(run(&mut s, "fdb show dev p1", JSON).contains("\"vlan\":100,\"inner_vlan\":10,"));
+    assert!(s
+        .running_config()
+        .contains("fdb add 02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 10 static\n"));
+    let err = |s: &mut Session, l: &str| s.execute_line(l, TEXT).unwrap_err().to_string();
+    assert_eq!(
+        err(&mut s, "fdb add 02:00:00:00:00:06 dev p1 inner_vlan 10"),
+        "missing \"vlan V\" (1-4094) with \"inner_vlan\""
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "fdb add 02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 10 static"
+        ),
+        "FDB entry 02:00:00:00:00:05 vlan 100 inner_vlan 10 exists on device \"p1\""
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "fdb del 02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 11"
+        ),
+        "FDB entry 02:00:00:00:00:05 vlan 100 inner_vlan 11 does not exist on device \"p1\""
+    );
+    s.execute_line(
+        "fdb del 02:00:00:00:00:05 dev p1 vlan 100 inner_vlan 10",
+        TEXT,
+    )
+    .unwrap();
+    assert_eq!(run(&mut s, "fdb show dev p1 vlan 100", TEXT), "");
+}

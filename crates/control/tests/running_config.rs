@@ -259,6 +259,8 @@ fn command() -> impl Strategy<Value = String> {
             "link set dev {b} type bridge learn_inner_vid {}",
             if on { "on" } else { "off" }
         )),
+        (mac.clone(), port.clone(), vid.clone(), vid.clone())
+            .prop_map(|(m, p, v, c)| format!("fdb add {m} dev {p} vlan {v} inner_vlan {c} static")),
         (port.clone(), port.clone()).prop_map(|(p, l)| format!("link add link {l} name {p} type vlan id 5")),
         (port.clone(), dev.clone()).prop_map(|(p, l)| format!("link add link {l} name {p} type macvlan mode vepa")),
         Just("link add pa type patch peer pb".to_string()),

@@ -854,20 +854,78 @@ impl Model {
         }
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
+        let fids = vids.into_iter().map(|v| (v, 0)).collect();
+        self.fdb_add_fids(mac, id, b, fids, kind, sticky, replace)
+    }
+
+    /// `fdb add|replace MAC dev NAME vlan V inner_vlan C KIND [sticky]` (R-K7): the pair's
+    /// entry, on a bridge that learns per inner VID, in a VLAN the port carries.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fdb_add_inner(
+        &mut self,
+        mac: MacAddr,
+        id: u16,
+        vlan: u32,
+        inner: u32,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Res<()> {
+        if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
+            return refuse("multicast or zero MAC");
+        }
+        let (b, fid) = self.inner_fid(id, vlan, inner)?;
+        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace)
+    }
+
+    /// `fdb del MAC dev NAME vlan V inner_vlan C`.
+    pub fn fdb_del_inner(&mut self, mac: MacAddr, id: u16, vlan: u32, inner: u32) -> Res<()> {
+        let (b, fid) = self.inner_fid(id, vlan, inner)?;
+        let br = self.bridge_mut(b);
+        if br.fdb.get(&(fid, mac)).is_none_or(|e| e.port != id) {
+            return refuse("no such entry");
+        }
+        br.fdb.remove(&(fid, mac));
+        Ok(())
+    }
+
+    fn inner_fid(&self, id: u16, vlan: u32, inner: u32) -> Res<(u16, Fid)> {
+        let b = self.attached(id)?;
+        let s = &self.bridge(b).settings;
+        if !(s.learn_inner_vid && s.vlan_filtering) {
+            return refuse("learn_inner_vid off");
+        }
+        let vid = check_vid(vlan)?;
+        let inner = check_vid(inner)?;
+        if !self.port(id).vlans.contains_key(&vid) {
+            return refuse("vlan not configured");
+        }
+        Ok((b, (vid, inner)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fdb_add_fids(
+        &mut self,
+        mac: MacAddr,
+        id: u16,
+        b: u16,
+        fids: Vec<Fid>,
+        kind: FdbKind,
+        sticky: bool,
+        replace: bool,
+    ) -> Res<()> {
         let br = self.bridge(b);
-        let exists = |v: u16| br.fdb.contains_key(&((v, 0), mac));
-        if !replace && vids.iter().any(|&v| exists(v)) {
+        let exists = |f: Fid| br.fdb.contains_key(&(f, mac));
+        if !replace && fids.iter().any(|&f| exists(f)) {
             return refuse("entry exists");
         }
         // Keys that exist are replaced first, then new keys are added; the entries being added
         // are never evicted to make room for each other.
-        let (existing, fresh): (Vec<u16>, Vec<u16>) = vids.iter().partition(|&&v| exists(v));
+        let (existing, fresh): (Vec<Fid>, Vec<Fid>) = fids.iter().partition(|&&f| exists(f));
         let evictable = br
             .fdb
             .iter()
-            .filter(|(((v, i), m), e)| {
-                e.is_learned() && !(*m == mac && *i == 0 && existing.contains(v))
-            })
+            .filter(|((f, m), e)| e.is_learned() && !(*m == mac && existing.contains(f)))
             .count();
         let needed =
             (br.fdb.len() + fresh.len()).saturating_sub(br.settings.fdb_max_entries as usize);
@@ -875,18 +933,18 @@ impl Model {
             return refuse("fdb full");
         }
         let now = self.now_ns;
-        for v in existing.into_iter().chain(fresh) {
+        for f in existing.into_iter().chain(fresh) {
             let seq = self.next_seq();
             let full = {
                 let br = self.bridge(b);
-                !br.fdb.contains_key(&((v, 0), mac))
+                !br.fdb.contains_key(&(f, mac))
                     && br.fdb.len() >= br.settings.fdb_max_entries as usize
             };
             if full && !self.evict_one(b) {
                 return refuse("fdb full");
             }
             let br = self.bridge_mut(b);
-            let learned_seq = br.fdb.get(&((v, 0), mac)).map_or(seq, |e| e.learned_seq);
+            let learned_seq = br.fdb.get(&(f, mac)).map_or(seq, |e| e.learned_seq);
             let entry = Entry {
                 port: id,
                 kind: kind.into(),
@@ -896,7 +954,7 @@ impl Model {
                 seen_ns: now,
                 learned_seq,
             };
-            br.fdb.insert(((v, 0), mac), entry);
+            br.fdb.insert((f, mac), entry);
         }
         Ok(())
     }

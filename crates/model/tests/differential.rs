@@ -496,6 +496,31 @@ fn fdb_add(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// `fdb add|del … vlan V inner_vlan C` over the scenario's VIDs (refused on bridges without
+/// `learn_inner_vid`, and for VLANs the port does not carry).
+fn fdb_inner(nports: usize) -> impl Strategy<Value = Op> {
+    (
+        unicast(),
+        0..nports,
+        vid(),
+        vid(),
+        prop_oneof![3 => fdb_kind().prop_map(Some), 1 => Just(None)],
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(
+            |(mac, port, vlan, inner, kind, sticky, replace)| Op::FdbInner {
+                mac,
+                port,
+                vlan,
+                inner,
+                kind,
+                sticky,
+                replace,
+            },
+        )
+}
+
 /// Time steps: k quarter seconds, sometimes plus 1_000_003 ns, so idle times both hit the
 /// `ageing_time` boundary exactly and fall between boundaries.
 fn advance() -> impl Strategy<Value = Op> {
@@ -519,6 +544,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => vlan_map_op(nports),
         1 => cvid_map_op(nports),
         1 => tag_map_op(nports),
+        1 => fdb_inner(nports),
         1 => vlan_limit_op(nports),
         1 => mirror_op(nports),
         1 => fdb_add(nports),
@@ -559,7 +585,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np), 2 => mirror_op(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np), 2 => fdb_inner(np), 2 => mirror_op(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

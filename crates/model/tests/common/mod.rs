@@ -77,6 +77,16 @@ pub enum Op {
         port: usize,
         vlan: Option<u32>,
     },
+    /// `fdb add|replace|del MAC dev P vlan V inner_vlan C …` (§K7); `kind` `None`: del.
+    FdbInner {
+        mac: MacAddr,
+        port: usize,
+        vlan: u32,
+        inner: u32,
+        kind: Option<FdbKind>,
+        sticky: bool,
+        replace: bool,
+    },
     /// `dev` indexes bridges first, then ports.
     FdbFlush {
         dev: usize,
@@ -412,6 +422,29 @@ impl Pair {
                     .model
                     .fdb_add(mac, port as u16, vlan, kind, sticky, replace);
                 self.same_outcome("fdb add", a, b)?;
+            }
+            &Op::FdbInner {
+                mac,
+                port,
+                vlan,
+                inner,
+                kind,
+                sticky,
+                replace,
+            } => {
+                let (a, b) = match kind {
+                    Some(k) => (
+                        self.sw
+                            .fdb_add_inner(mac, pid(port), vlan, inner, k, sticky, replace),
+                        self.model
+                            .fdb_add_inner(mac, port as u16, vlan, inner, k, sticky, replace),
+                    ),
+                    None => (
+                        self.sw.fdb_del_inner(mac, pid(port), vlan, inner),
+                        self.model.fdb_del_inner(mac, port as u16, vlan, inner),
+                    ),
+                };
+                self.same_outcome("fdb inner", a, b)?;
             }
             &Op::FdbDel { mac, port, vlan } => {
                 let a = self.sw.fdb_del(mac, pid(port), vlan);
