@@ -3,7 +3,7 @@
 //! output, errors, all-or-nothing batches), live counters and learning from frames the daemon
 //! forwarded, the single-daemon lock, the metrics endpoint, and a clean SIGTERM exit.
 
-use qbridge_io::pcap::{PcapReader, PcapWriter};
+use qbridge_io::pcap::PcapWriter;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,27 +13,14 @@ use std::time::{Duration, Instant};
 
 mod local;
 
-use local::{Daemon, BIN};
+use local::{read_pcap, Daemon, BIN};
 
 fn tmp(name: &str) -> PathBuf {
     local::tmp("daemon", name)
 }
 
-/// `qbridge daemon -batch BATCH --socket DIR/ctl.sock EXTRA…`, logging at info to
-/// DIR/daemon.log.
 fn start(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
-    let cfg = dir.join("cfg.batch");
-    std::fs::write(&cfg, batch).unwrap();
-    let socket = dir.join("ctl.sock");
-    let log = dir.join("daemon.log");
-    let mut cmd = Command::new(BIN);
-    cmd.args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
-        .arg(&socket)
-        .args(extra)
-        .env("QBRIDGE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
-    Daemon::spawn(cmd, socket, log).unwrap_or_else(|log| panic!("daemon not ready; log:\n{log}"))
+    local::start_daemon(dir, batch, extra)
 }
 
 fn stderr(o: &Output) -> String {
@@ -74,13 +61,6 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
             .unwrap();
     }
     w.finish().unwrap();
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    PcapReader::open(path)
-        .unwrap()
-        .map(|r| r.unwrap().data)
-        .collect()
 }
 
 /// Polls `f` until it returns true or 5 s pass.

@@ -5,28 +5,11 @@
 
 use qbridge_io::pcap::{PcapReader, PcapWriter};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod local;
 
-use local::{Daemon, BIN};
-
-fn start(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
-    let cfg = dir.join("cfg.batch");
-    std::fs::write(&cfg, batch).unwrap();
-    let socket = dir.join("ctl.sock");
-    let log = dir.join("daemon.log");
-    let mut cmd = Command::new(BIN);
-    cmd.args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
-        .arg(&socket)
-        .args(["--workers", "2"])
-        .args(extra)
-        .env("QBRIDGE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
-    Daemon::spawn(cmd, socket, log).unwrap_or_else(|log| panic!("daemon not ready; log:\n{log}"))
-}
+use local::{read_pcap, start_daemon};
 
 fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)]) -> Vec<u8> {
     let mut f = [dst, src].concat();
@@ -37,13 +20,6 @@ fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)]) -> Vec<u8> {
     f.extend_from_slice(&[0x88, 0xb5]);
     f.resize(64, 0xab);
     f
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    PcapReader::open(path)
-        .unwrap()
-        .map(|r| r.unwrap().data)
-        .collect()
 }
 
 const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
@@ -73,7 +49,11 @@ fn mirror_to_a_file_in_the_pcap_dir() {
     w.write(1_700_000_000_000_000_000, &tagged).unwrap();
     w.finish().unwrap();
     // p1 reads p1.in.pcap once it is open; the mirror is in the same batch.
-    let mut d = start(&dir, BATCH, &["--pcap-dir", pcaps.to_str().unwrap()]);
+    let mut d = start_daemon(
+        &dir,
+        BATCH,
+        &["--workers", "2", "--pcap-dir", pcaps.to_str().unwrap()],
+    );
     let t0 = Instant::now();
     loop {
         let s = d.ok(&["-j", "-s", "mirror", "show", "m"]);
@@ -130,7 +110,11 @@ fn mirror_to_a_file_in_the_pcap_dir() {
 #[test]
 fn mirror_to_a_file_needs_the_pcap_dir() {
     let dir = local::tmp("mirror", "nodir");
-    let mut d = start(&dir, "link add p1 type patch peer p2\n", &[]);
+    let mut d = start_daemon(
+        &dir,
+        "link add p1 type patch peer p2\n",
+        &["--workers", "2"],
+    );
     let o = d.cli(&["mirror", "add", "m", "src", "p1", "dst", "pcap", "m.pcap"]);
     assert!(!o.status.success());
     assert_eq!(

@@ -1,5 +1,5 @@
 //! A `qbridge daemon` that an unprivileged test starts (pcap ports, a socket in a temporary
-//! directory), shared by `daemon_cli.rs`, `daemon_robust.rs` and `daemon_state.rs`: start and
+//! directory), shared by `daemon_cli.rs`, `daemon_mirror.rs`, `daemon_robust.rs` and `daemon_state.rs`: start and
 //! wait for the socket, run the CLI against it, signal, stop, kill on drop.
 #![allow(dead_code)]
 
@@ -17,6 +17,31 @@ pub fn tmp(prefix: &str, name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// `qbridge daemon -batch BATCH --socket DIR/ctl.sock EXTRA…` (BATCH written to
+/// DIR/cfg.batch), logging at info to DIR/daemon.log; ready when it returns.
+pub fn start_daemon(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
+    let cfg = dir.join("cfg.batch");
+    std::fs::write(&cfg, batch).unwrap();
+    let socket = dir.join("ctl.sock");
+    let log = dir.join("daemon.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["daemon", "-batch", cfg.to_str().unwrap(), "--socket"])
+        .arg(&socket)
+        .args(extra)
+        .env("QBRIDGE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Daemon::spawn(cmd, socket, log).unwrap_or_else(|log| panic!("daemon not ready; log:\n{log}"))
+}
+
+/// Every record of pcap file `path`.
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    qbridge_io::pcap::PcapReader::open(path)
+        .unwrap()
+        .map(|r| r.unwrap().data)
+        .collect()
 }
 
 /// A daemon child, killed on drop if the test did not stop it.
