@@ -49,7 +49,7 @@ use qbridge_wire::MacAddr;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
-    AtomicU16, AtomicU32, AtomicU64,
+    AtomicBool, AtomicU16, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -220,6 +220,9 @@ pub(crate) struct InnerFids {
     pairs: Box<[AtomicU32]>,
     /// Pairs numbered so far.
     alloc: Mutex<usize>,
+    /// Every FID is taken: a new pair no longer takes `alloc`'s lock (per frame, under a
+    /// flood of new C-VIDs) to learn so.
+    full: AtomicBool,
 }
 
 impl InnerFids {
@@ -228,6 +231,7 @@ impl InnerFids {
             by_svid: (0..4096).map(|_| OnceLock::new()).collect(),
             pairs: (0..INNER_FIDS).map(|_| AtomicU32::new(0)).collect(),
             alloc: Mutex::new(0),
+            full: AtomicBool::new(false),
         }
     }
 
@@ -241,6 +245,9 @@ impl InnerFids {
                 return f;
             }
         }
+        if self.full.load(Relaxed) {
+            return svid;
+        }
         self.number(s, c).unwrap_or(svid)
     }
 
@@ -248,13 +255,14 @@ impl InnerFids {
     #[inline(never)]
     fn number(&self, s: usize, c: usize) -> Option<u16> {
         let mut next = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        if *next >= INNER_FIDS {
+            self.full.store(true, Relaxed);
+            return None;
+        }
         let t = self.by_svid[s].get_or_init(|| (0..4096).map(|_| AtomicU16::new(0)).collect());
         let f = t[c].load(Acquire);
         if f != 0 {
             return Some(f);
-        }
-        if *next >= INNER_FIDS {
-            return None;
         }
         self.pairs[*next].store((s << 12 | c) as u32, Release);
         let f = FIRST_INNER_FID + *next as u16;
@@ -1109,6 +1117,32 @@ mod tests {
     fn learn(f: &Fdb, key: u64, port: u16, now: u64, bl: u32, pl: u32) -> Learned {
         let mut c = TableCache::default();
         f.learn(c.get(f), key, port, now, bl, pl)
+    }
+
+    #[test]
+    fn inner_fids_number_pairs_until_full() {
+        let f = InnerFids::new();
+        let first = f.fid(100, 10);
+        assert_eq!(first, FIRST_INNER_FID);
+        assert_eq!(f.fid(100, 10), first, "a pair keeps its FID");
+        assert_eq!(f.pair(first), Some((100, 10)));
+        let mut n = 1;
+        'fill: for s in 1..4095u16 {
+            for c in 1..4095u16 {
+                if n == INNER_FIDS {
+                    break 'fill;
+                }
+                if (s, c) != (100, 10) {
+                    assert!(f.fid(s, c) >= FIRST_INNER_FID);
+                    n += 1;
+                }
+            }
+        }
+        // Full: a new pair learns in its VLAN; numbered pairs keep their FIDs.
+        assert_eq!(f.fid(4000, 4000), 4000);
+        assert!(f.full.load(Relaxed));
+        assert_eq!(f.fid(100, 10), first);
+        assert_eq!(f.pair(4000), None);
     }
 
     #[test]

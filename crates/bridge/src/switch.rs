@@ -514,35 +514,30 @@ pub(crate) fn violation_of(code: u32) -> Violation {
     }
 }
 
-/// Sets the per-VLAN limit code of `start..=end` on `port` (0 clears).
-fn set_limit_codes(port: &mut Port, start: u16, end: u16, code: u32) {
-    if port.vlan_limits.is_none() && code == 0 {
+/// Sets entries `start..=end` of a per-VID code table (0 clears); the table goes away when
+/// every entry is 0.
+fn set_codes(table: &mut Option<Arc<[u32]>>, start: u16, end: u16, code: u32) {
+    if table.is_none() && code == 0 {
         return;
     }
-    let mut t: Vec<u32> = match &port.vlan_limits {
+    let mut t: Vec<u32> = match table {
         Some(t) => t.to_vec(),
         None => vec![0; 4096],
     };
     for v in start..=end {
         t[usize::from(v)] = code;
     }
-    port.vlan_limits = t.iter().any(|&c| c != 0).then(|| Arc::from(t));
+    *table = t.iter().any(|&c| c != 0).then(|| Arc::from(t));
 }
 
-/// Sets the private-VLAN code of `start..=end` on `port` (0 clears); the table goes away when
-/// no VLAN has a role.
+/// Sets the per-VLAN limit code of `start..=end` on `port` (0 clears).
+fn set_limit_codes(port: &mut Port, start: u16, end: u16, code: u32) {
+    set_codes(&mut port.vlan_limits, start, end, code);
+}
+
+/// Sets the private-VLAN code of `start..=end` on `port` (0 clears).
 fn set_pvlan_codes(port: &mut Port, start: u16, end: u16, code: u32) {
-    if port.pvlan.is_none() && code == 0 {
-        return;
-    }
-    let mut t: Vec<u32> = match &port.pvlan {
-        Some(t) => t.to_vec(),
-        None => vec![0; 4096],
-    };
-    for v in start..=end {
-        t[usize::from(v)] = code;
-    }
-    port.pvlan = t.iter().any(|&c| c != 0).then(|| Arc::from(t));
+    set_codes(&mut port.pvlan, start, end, code);
 }
 
 /// `pcp_mode` and `default_pcp` as the classifier reads them: (read the frame's own tag,
