@@ -1145,6 +1145,8 @@ impl AfPacketPort {
             }
         };
         let mut p = pool.get();
+        // The copy first: `set_frame` resets the metadata.
+        p.set_frame(data);
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
             + u64::from(r.read_u32(at(r.layout.nsec)));
         if vnet_len != 0 {
@@ -1159,14 +1161,11 @@ impl AfPacketPort {
             };
             // One copy out of the ring, then the tag goes back into the headroom: the 12
             // address bytes move, the frame body does not (no zero-fill either).
-            p.set_frame(data);
             let [t0, t1] = tpid.to_be_bytes();
             let [c0, c1] = tci.to_be_bytes();
             p.insert_tag(12, [t0, t1, c0, c1]);
             p.offload.shift_headers(4);
             self.stats.rx_vlan_restored += 1;
-        } else {
-            p.set_frame(data);
         }
         Some(p)
     }

@@ -345,8 +345,8 @@ impl Port for TapPort {
                 continue;
             }
             let mut p = pool.get();
-            p.offload = vnet_to_meta(&self.scratch[..VNET_HDR_LEN]);
             p.set_frame(&self.scratch[hl..len]);
+            p.offload = vnet_to_meta(&self.scratch[..VNET_HDR_LEN]);
             batch.push(p);
             n += 1;
         }

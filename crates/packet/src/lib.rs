@@ -18,6 +18,19 @@ use qbridge_wire::vlan::TAG_LEN;
 /// shift.
 pub const HEADROOM: usize = 64;
 
+/// [`PacketBuf::set_frame`] copies a frame of `SMALL_COPY..=4 * SMALL_COPY` bytes (minimum-size
+/// frames, with or without tags and FCS, up to small TCP segments) as two fixed-size pieces.
+const SMALL_COPY: usize = 32;
+
+/// Copies `src` into `dst` (same length, `N..=2 * N` bytes) as its first and its last `N`
+/// bytes, which overlap: two fixed-size copies the compiler turns into vector moves.
+#[inline(always)]
+fn copy_ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
+    let len = src.len();
+    dst[..N].copy_from_slice(&src[..N]);
+    dst[len - N..].copy_from_slice(&src[len - N..]);
+}
+
 /// Offload metadata, the virtio-net header's fields (`struct virtio_net_hdr`), carried beside
 /// the frame. All offsets count from the first byte of the Ethernet frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,8 +157,30 @@ impl PacketBuf {
         }
     }
 
-    /// Replaces the contents with a copy of `frame` (headroom restored).
+    /// Makes this buffer a freshly received `frame`: a copy of it after [`HEADROOM`], with
+    /// `port`, `time_ns` and `offload` reset (a receive path sets those it knows afterwards).
+    /// Whatever the buffer held before (a frame sent, a pool's stale buffer) is gone.
+    #[inline]
     pub fn set_frame(&mut self, frame: &[u8]) {
+        self.port = 0;
+        self.time_ns = 0;
+        self.offload = OffloadMeta::default();
+        self.start = HEADROOM as u32;
+        let len = frame.len();
+        let end = HEADROOM + len;
+        // A small frame into a buffer that held one at least as long (a recycled buffer, in
+        // steady state): two overlapping fixed-size copies, which compile to a few vector
+        // moves instead of a `memcpy` call; the bytes in between are written by both.
+        if (SMALL_COPY..=4 * SMALL_COPY).contains(&len) && self.data.len() >= end {
+            self.data.truncate(end);
+            let dst = &mut self.data[HEADROOM..end];
+            if len <= 2 * SMALL_COPY {
+                copy_ends::<SMALL_COPY>(dst, frame);
+            } else {
+                copy_ends::<{ 2 * SMALL_COPY }>(dst, frame);
+            }
+            return;
+        }
         self.restore_headroom();
         self.data.extend_from_slice(frame);
     }
@@ -308,23 +343,70 @@ impl Batch {
 }
 
 /// A free list of buffers. `get` reuses a returned buffer when one is there.
+///
+/// A batch returned whole ([`BufPool::put_all`]) is kept whole: its vector goes on a stack of
+/// batches and the caller's batch gets an empty vector in exchange, and a receive path that
+/// asks for exactly that many buffers into an empty batch ([`BufPool::get_into`]) gets the
+/// vector back. At full load, where every burst is a full batch, buffers then go round as
+/// vectors (VPP's buffer vectors), not one 48-byte move each way. A vector is only allocated
+/// when a whole batch comes back and no spare empty vector is at hand, which stops once as
+/// many go round as the port loops use (the pool keeps a spare for every whole batch it can
+/// hold).
 #[derive(Debug, Default)]
 pub struct BufPool {
+    /// Buffers returned one by one, and those of batches taken apart.
     free: Vec<PacketBuf>,
+    /// Batches returned whole, never empty, the last returned on top.
+    stacks: Vec<Vec<PacketBuf>>,
+    /// Buffers in `stacks`.
+    stacked: usize,
+    /// Empty vectors, with their capacity, to hand to batches whose vector is kept.
+    spare: Vec<Vec<PacketBuf>>,
     /// Most buffers kept; extra returned buffers are freed.
     limit: usize,
 }
+
+/// [`BufPool::put_all`] keeps a batch of at least this many buffers whole.
+const WHOLE_MIN: usize = 8;
 
 impl BufPool {
     pub fn new(limit: usize) -> BufPool {
         BufPool {
             free: Vec::with_capacity(limit.min(4096)),
+            stacks: Vec::new(),
+            stacked: 0,
+            spare: Vec::new(),
             limit,
         }
     }
 
+    /// A free buffer as it was returned, if there is one.
+    #[inline]
+    fn pop(&mut self) -> Option<PacketBuf> {
+        if let Some(p) = self.free.pop() {
+            return Some(p);
+        }
+        let top = self.stacks.last_mut()?;
+        let p = top.pop();
+        self.stacked -= 1;
+        if top.is_empty() {
+            if let Some(v) = self.stacks.pop() {
+                self.keep_spare(v);
+            }
+        }
+        p
+    }
+
+    /// Keeps an empty vector for a later [`BufPool::put_all`]: as many as the pool can hold
+    /// whole batches, so that no vector is freed only to be allocated again.
+    fn keep_spare(&mut self, v: Vec<PacketBuf>) {
+        if v.capacity() > 0 && self.spare.len() <= self.limit / WHOLE_MIN {
+            self.spare.push(v);
+        }
+    }
+
     pub fn get(&mut self) -> PacketBuf {
-        match self.free.pop() {
+        match self.pop() {
             Some(p) => p.recycled(),
             None => PacketBuf::new(),
         }
@@ -333,52 +415,80 @@ impl BufPool {
     /// A buffer holding a copy of `src` (frame and metadata): what [`BufPool::get`] followed by
     /// [`PacketBuf::copy_from`] gives, without resetting fields the copy overwrites.
     pub fn get_copy(&mut self, src: &PacketBuf) -> PacketBuf {
-        let mut p = self.free.pop().unwrap_or_default();
+        let mut p = self.pop().unwrap_or_default();
         p.copy_from(src);
         p
     }
 
     pub fn put(&mut self, p: PacketBuf) {
-        if self.free.len() < self.limit {
+        if self.available() < self.limit {
             self.free.push(p);
         }
     }
 
     /// Returns every buffer of `batch` to the pool, leaving it empty: what [`BufPool::put`] of
-    /// each buffer in order does (those beyond the pool's limit are freed), in one move of the
-    /// whole vector instead of one push per buffer. A transmit path calls it once its frames
-    /// are sent.
+    /// each buffer in order does (those beyond the pool's limit are freed), without one push
+    /// per buffer: a batch of [`WHOLE_MIN`] or more is kept as it is, `batch` getting an empty
+    /// vector in exchange (one with at least its capacity when the pool has a spare one). A
+    /// transmit path calls it once its frames are sent.
     pub fn put_all(&mut self, batch: &mut Batch) {
-        let room = self.limit.saturating_sub(self.free.len());
+        let room = self.limit.saturating_sub(self.available());
         batch.pkts.truncate(room);
-        self.free.append(&mut batch.pkts);
+        let n = batch.pkts.len();
+        if n < WHOLE_MIN {
+            self.free.append(&mut batch.pkts);
+            return;
+        }
+        let cap = batch.pkts.capacity();
+        let mut empty = self.spare.pop().unwrap_or_default();
+        empty.reserve(cap);
+        let whole = std::mem::replace(&mut batch.pkts, empty);
+        self.stacked += n;
+        self.stacks.push(whole);
     }
 
-    /// Appends `n` buffers to `batch`, each as [`BufPool::get`] returns it (which free buffer
-    /// goes where is unspecified): one pass over the free list's tail, no per-buffer pop or
-    /// push bookkeeping. A receive path that knows how many frames are waiting calls it once
-    /// and fills the buffers in place.
+    /// Appends `n` buffers to `batch` for a receive path to fill: each holds whatever it held
+    /// when it was returned (frame and metadata), so the caller fills every one it keeps with
+    /// [`PacketBuf::set_frame`] (which resets the metadata) and returns the others. Which free
+    /// buffer goes where is unspecified. Into an empty batch, `n` equal to the last batch
+    /// returned whole takes that batch's vector (its empty one kept for a later
+    /// [`BufPool::put_all`]); else the free buffers' tail moves in one pass.
     #[inline]
     pub fn get_into(&mut self, batch: &mut Batch, n: usize) {
+        if batch.pkts.is_empty() && self.stacks.last().is_some_and(|v| v.len() == n) {
+            if let Some(whole) = self.stacks.pop() {
+                self.stacked -= n;
+                let empty = std::mem::replace(&mut batch.pkts, whole);
+                self.keep_spare(empty);
+                return;
+            }
+        }
         if n == 1 {
             // One frame ready (a lightly loaded port): a pop, without the drain's set-up.
-            let p = self.get();
+            let p = self.pop().unwrap_or_default();
             batch.pkts.push(p);
             return;
         }
+        // Batches taken apart until the loose buffers are enough.
+        while self.free.len() < n {
+            let Some(mut v) = self.stacks.pop() else {
+                break;
+            };
+            self.stacked -= v.len();
+            self.free.append(&mut v);
+            self.keep_spare(v);
+        }
         let take = n.min(self.free.len());
         let from = self.free.len() - take;
-        batch.pkts.reserve(n);
-        for p in self.free.drain(from..) {
-            batch.pkts.push(p.recycled());
-        }
+        batch.pkts.extend(self.free.drain(from..));
         for _ in take..n {
             batch.pkts.push(PacketBuf::new());
         }
     }
 
+    /// Free buffers held.
     pub fn available(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.stacked
     }
 }
 
@@ -455,16 +565,117 @@ mod tests {
             assert!(b.is_empty());
             assert_eq!(bulk.available(), single.available());
 
-            // Every buffer handed out is a reset one, from the pool while it has some.
+            // Buffers come from the pool while it has some, then new ones; `set_frame`
+            // makes each a fresh frame whatever it held.
             let want = bulk.available() + 2;
             bulk.get_into(&mut b, want);
             assert_eq!(b.len(), want);
             assert_eq!(bulk.available(), 0);
-            for p in b.iter() {
-                assert_eq!((p.len(), p.headroom(), p.port), (0, HEADROOM, 0));
+            for p in b.pkts.iter_mut() {
+                p.set_frame(&[5u8; 60]);
+                assert_eq!(
+                    (p.frame(), p.headroom(), p.port),
+                    (&[5u8; 60][..], HEADROOM, 0)
+                );
                 assert_eq!((p.time_ns, p.offload), (0, OffloadMeta::default()));
             }
         }
+    }
+
+    /// A buffer that has been sent: a frame of `len` bytes with a tag pushed and metadata set.
+    fn used(len: usize) -> PacketBuf {
+        let mut p = PacketBuf::from_frame(&vec![0xeeu8; len]);
+        if len >= 12 {
+            assert!(p.insert_tag(12, [0x88, 0xa8, 0, 1]));
+        }
+        p.port = 9;
+        p.time_ns = 77;
+        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p
+    }
+
+    #[test]
+    fn set_frame_over_any_buffer() {
+        // Every length across the small-copy ranges' edges, into buffers that held shorter,
+        // equal and longer frames (and an empty one).
+        for held in [0usize, 14, 31, 60, 64, 100, 128, 200, 1500] {
+            for len in 0..300usize {
+                let f: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+                let mut p = if held == 0 {
+                    PacketBuf::new()
+                } else {
+                    used(held)
+                };
+                p.set_frame(&f);
+                assert_eq!(p.frame(), &f[..], "held {held}, len {len}");
+                assert_eq!((p.headroom(), p.port, p.time_ns), (HEADROOM, 0, 0));
+                assert_eq!(p.offload, OffloadMeta::default());
+            }
+        }
+    }
+
+    #[test]
+    fn whole_batches_go_round_as_vectors() {
+        let mut pool = BufPool::new(100);
+        let mut b = Batch::with_capacity(32);
+        for i in 0..32 {
+            b.push(used(60 + i));
+        }
+        let addrs: Vec<*const u8> = b.iter().map(|p| p.frame().as_ptr()).collect();
+        let vector = b.pkts.as_ptr();
+        pool.put_all(&mut b);
+        assert_eq!((b.len(), pool.available()), (0, 32));
+        assert!(b.pkts.capacity() >= 32, "the batch keeps room for a batch");
+        // Asked for exactly that many into an empty batch: the same vector, same buffers.
+        let mut rx = Batch::with_capacity(32);
+        pool.get_into(&mut rx, 32);
+        assert_eq!((rx.len(), pool.available()), (32, 0));
+        assert_eq!(rx.pkts.as_ptr(), vector);
+        let again: Vec<*const u8> = rx.iter().map(|p| p.frame().as_ptr()).collect();
+        assert_eq!(again, addrs);
+        // The receive batch's own empty vector is now the spare a later put_all hands out.
+        pool.put_all(&mut rx);
+        assert!(rx.pkts.capacity() >= 32);
+        assert_eq!(pool.available(), 32);
+    }
+
+    #[test]
+    fn whole_batches_taken_apart_and_limit() {
+        let mut pool = BufPool::new(40);
+        let mut b = Batch::default();
+        for _ in 0..3 {
+            for i in 0..16 {
+                b.push(used(60 + i));
+            }
+            pool.put_all(&mut b);
+        }
+        // 48 returned, the limit keeps 40 (16 + 16 + 8).
+        assert_eq!(pool.available(), 40);
+        pool.put(used(60));
+        assert_eq!(pool.available(), 40);
+        // Other sizes take batches apart; get and get_copy reach buffers held in batches.
+        let mut rx = Batch::default();
+        pool.get_into(&mut rx, 20);
+        assert_eq!((rx.len(), pool.available()), (20, 20));
+        let g = pool.get();
+        assert_eq!(
+            (g.len(), g.headroom(), g.port, g.time_ns),
+            (0, HEADROOM, 0, 0)
+        );
+        let c = pool.get_copy(&PacketBuf::from_frame(&[1, 2, 3]));
+        assert_eq!(c.frame(), &[1, 2, 3]);
+        assert_eq!(pool.available(), 18);
+        for _ in 0..18 {
+            let _ = pool.get();
+        }
+        assert_eq!(pool.available(), 0);
+        pool.get_into(&mut rx, 5);
+        assert_eq!(rx.len(), 25);
+        // A batch below the whole-batch size goes in loose.
+        let mut small = Batch::default();
+        small.push(used(60));
+        pool.put_all(&mut small);
+        assert_eq!((small.len(), pool.available()), (0, 1));
     }
 
     #[test]
@@ -475,15 +686,12 @@ mod tests {
         used.offload.gso_type = OffloadMeta::GSO_TCPV4;
         pool.put(used);
         let mut b = Batch::with_capacity(2);
-        // From the pool, then (pool empty) a new buffer: both reset.
+        // From the pool, then (pool empty) a new buffer.
         pool.get_into(&mut b, 1);
         assert_eq!(pool.available(), 0);
         pool.get_into(&mut b, 1);
         assert_eq!(b.len(), 2);
-        for p in b.iter() {
-            assert_eq!((p.len(), p.headroom(), p.port), (0, HEADROOM, 0));
-            assert_eq!(p.offload, OffloadMeta::default());
-        }
+        assert_eq!(b.pkts[1].len(), 0);
     }
 
     #[test]
