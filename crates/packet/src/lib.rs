@@ -165,6 +165,12 @@ impl PacketBuf {
         self.port = 0;
         self.time_ns = 0;
         self.offload = OffloadMeta::default();
+        self.copy_frame(frame);
+    }
+
+    /// Replaces the frame with a copy of `frame` after [`HEADROOM`]; metadata untouched.
+    #[inline]
+    fn copy_frame(&mut self, frame: &[u8]) {
         self.start = HEADROOM as u32;
         let len = frame.len();
         let end = HEADROOM + len;
@@ -305,8 +311,9 @@ impl PacketBuf {
     }
 
     /// Makes this buffer a copy of `other` (frame and metadata), reusing this allocation.
+    #[inline]
     pub fn copy_from(&mut self, other: &PacketBuf) {
-        self.set_frame(other.frame());
+        self.copy_frame(other.frame());
         self.port = other.port;
         self.time_ns = other.time_ns;
         self.offload = other.offload;
@@ -381,20 +388,22 @@ impl BufPool {
     }
 
     /// A free buffer as it was returned, if there is one.
-    #[inline]
+    #[inline(always)]
     fn pop(&mut self) -> Option<PacketBuf> {
-        if let Some(p) = self.free.pop() {
-            return Some(p);
+        if self.free.is_empty() {
+            self.unstack();
         }
-        let top = self.stacks.last_mut()?;
-        let p = top.pop();
-        self.stacked -= 1;
-        if top.is_empty() {
-            if let Some(v) = self.stacks.pop() {
-                self.keep_spare(v);
-            }
+        self.free.pop()
+    }
+
+    /// Takes the top batch apart into the loose buffers (its vector becomes a spare).
+    #[inline(never)]
+    fn unstack(&mut self) {
+        if let Some(mut v) = self.stacks.pop() {
+            self.stacked -= v.len();
+            self.free.append(&mut v);
+            self.keep_spare(v);
         }
-        p
     }
 
     /// Keeps an empty vector for a later [`BufPool::put_all`]: as many as the pool can hold
@@ -414,6 +423,7 @@ impl BufPool {
 
     /// A buffer holding a copy of `src` (frame and metadata): what [`BufPool::get`] followed by
     /// [`PacketBuf::copy_from`] gives, without resetting fields the copy overwrites.
+    #[inline(always)]
     pub fn get_copy(&mut self, src: &PacketBuf) -> PacketBuf {
         let mut p = self.pop().unwrap_or_default();
         p.copy_from(src);
@@ -431,12 +441,15 @@ impl BufPool {
     /// per buffer: a batch of [`WHOLE_MIN`] or more is kept as it is, `batch` getting an empty
     /// vector in exchange (one with at least its capacity when the pool has a spare one). A
     /// transmit path calls it once its frames are sent.
+    #[inline]
     pub fn put_all(&mut self, batch: &mut Batch) {
-        let room = self.limit.saturating_sub(self.available());
-        batch.pkts.truncate(room);
         let n = batch.pkts.len();
-        if n < WHOLE_MIN {
-            self.free.append(&mut batch.pkts);
+        if n == 0 {
+            return;
+        }
+        let room = self.limit.saturating_sub(self.available());
+        if n < WHOLE_MIN || n > room {
+            self.put_loose(batch, room);
             return;
         }
         let cap = batch.pkts.capacity();
@@ -445,6 +458,13 @@ impl BufPool {
         let whole = std::mem::replace(&mut batch.pkts, empty);
         self.stacked += n;
         self.stacks.push(whole);
+    }
+
+    /// [`BufPool::put_all`] of a short batch, or of one the pool has no room for whole.
+    #[inline(never)]
+    fn put_loose(&mut self, batch: &mut Batch, room: usize) {
+        batch.pkts.truncate(room);
+        self.free.append(&mut batch.pkts);
     }
 
     /// Appends `n` buffers to `batch` for a receive path to fill: each holds whatever it held
@@ -470,13 +490,8 @@ impl BufPool {
             return;
         }
         // Batches taken apart until the loose buffers are enough.
-        while self.free.len() < n {
-            let Some(mut v) = self.stacks.pop() else {
-                break;
-            };
-            self.stacked -= v.len();
-            self.free.append(&mut v);
-            self.keep_spare(v);
+        while self.free.len() < n && !self.stacks.is_empty() {
+            self.unstack();
         }
         let take = n.min(self.free.len());
         let from = self.free.len() - take;
