@@ -470,17 +470,25 @@ impl BufPool {
     /// Appends `n` buffers to `batch` for a receive path to fill: each holds whatever it held
     /// when it was returned (frame and metadata), so the caller fills every one it keeps with
     /// [`PacketBuf::set_frame`] (which resets the metadata) and returns the others. Which free
-    /// buffer goes where is unspecified. Into an empty batch, `n` equal to the last batch
-    /// returned whole takes that batch's vector (its empty one kept for a later
-    /// [`BufPool::put_all`]); else the free buffers' tail moves in one pass.
+    /// buffer goes where is unspecified. An empty batch asking for [`WHOLE_MIN`] or more takes
+    /// the vector of the last batch returned whole (its own empty one kept for a later
+    /// [`BufPool::put_all`]), then gives back what it has too many or tops up what it lacks
+    /// one buffer at a time; the rest is the free buffers' tail, moved in one pass.
     #[inline]
-    pub fn get_into(&mut self, batch: &mut Batch, n: usize) {
-        if batch.pkts.is_empty() && self.stacks.last().is_some_and(|v| v.len() == n) {
+    pub fn get_into(&mut self, batch: &mut Batch, mut n: usize) {
+        if n >= WHOLE_MIN && batch.pkts.is_empty() && !self.stacks.is_empty() {
             if let Some(whole) = self.stacks.pop() {
-                self.stacked -= n;
+                let have = whole.len();
+                self.stacked -= have;
                 let empty = std::mem::replace(&mut batch.pkts, whole);
                 self.keep_spare(empty);
-                return;
+                if have >= n {
+                    if have > n {
+                        self.free.extend(batch.pkts.drain(n..));
+                    }
+                    return;
+                }
+                n -= have;
             }
         }
         if n == 1 {
@@ -652,6 +660,30 @@ mod tests {
         pool.put_all(&mut rx);
         assert!(rx.pkts.capacity() >= 32);
         assert_eq!(pool.available(), 32);
+
+        // Fewer than the batch: the vector, its extra buffers given back loose.
+        let mut rx = Batch::default();
+        pool.get_into(&mut rx, 20);
+        assert_eq!(rx.pkts.as_ptr(), vector);
+        assert_eq!((rx.len(), pool.available()), (20, 12));
+        // More than the batches: one whole, the loose ones, then new buffers.
+        let mut more = Batch::default();
+        for i in 0..10 {
+            more.push(used(60 + i));
+        }
+        pool.put_all(&mut more);
+        assert_eq!(pool.available(), 22);
+        let mut rx2 = Batch::default();
+        pool.get_into(&mut rx2, 40);
+        assert_eq!((rx2.len(), pool.available()), (40, 0));
+        let mut seen: Vec<*const u8> = rx
+            .iter()
+            .chain(rx2.iter())
+            .map(|p| p.frame().as_ptr())
+            .collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 60, "no buffer handed out twice");
     }
 
     #[test]
