@@ -100,7 +100,16 @@ del_netns() {
     for ns in $(ip netns list | awk '{print $1}' | grep "^$p-" || true); do ip netns del "$ns" 2>/dev/null || true; done
 }
 cleanup() {
+    local rc=$?
     trap - EXIT INT TERM
+    if [ "$rc" != 0 ]; then
+        # A failed run shows what the switches logged (a daemon that died says why here).
+        for f in "$tmp"/qb-*.log "$tmp"/ovs*.log; do
+            [ -s "$f" ] || continue
+            echo "-- tail of $(basename "$f") (exit $rc)" >&2
+            tail -n 30 "$f" >&2
+        done
+    fi
     stop_procs
     del_netns
     if [ -n "$policy_rc" ]; then rm -f /usr/sbin/policy-rc.d; fi

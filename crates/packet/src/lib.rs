@@ -454,7 +454,9 @@ impl BufPool {
         }
         let cap = batch.pkts.capacity();
         let mut empty = self.spare.pop().unwrap_or_default();
-        empty.reserve(cap);
+        // Exactly the capacity the batch had: `reserve` would round up, and capacities going
+        // round could then double at every exchange.
+        empty.reserve_exact(cap);
         let whole = std::mem::replace(&mut batch.pkts, empty);
         self.stacked += n;
         self.stacks.push(whole);
@@ -489,6 +491,8 @@ impl BufPool {
                     return;
                 }
                 n -= have;
+                // Exactly: a vector grown by doubling here would go round doubled.
+                batch.pkts.reserve_exact(n);
             }
         }
         if n == 1 {
@@ -684,6 +688,44 @@ mod tests {
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), 60, "no buffer handed out twice");
+    }
+
+    #[test]
+    fn vector_capacities_stay_bounded() {
+        // Batches of every capacity and fill exchanging vectors with the pool for a long
+        // while: no capacity outgrows the largest a batch asked for (they once doubled at
+        // every exchange and overflowed).
+        let mut pool = BufPool::new(4096);
+        let mut seed = 12345u64;
+        let mut next = |m: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % m
+        };
+        let mut kept: Vec<Batch> = Vec::new();
+        for _ in 0..20_000 {
+            let mut b = Batch::with_capacity(8 + next(300));
+            let n = next(b.pkts.capacity() + 1);
+            pool.get_into(&mut b, n);
+            assert_eq!(b.len(), n);
+            assert!(b.pkts.capacity() <= 308, "capacity {}", b.pkts.capacity());
+            if next(4) == 0 {
+                kept.push(b);
+            } else {
+                pool.put_all(&mut b);
+                assert!(b.pkts.capacity() <= 308, "capacity {}", b.pkts.capacity());
+            }
+            if kept.len() > 8 {
+                for mut k in kept.drain(..) {
+                    pool.put_all(&mut k);
+                }
+            }
+            assert!(pool.available() <= 4096);
+        }
+        for v in pool.stacks.iter().chain(pool.spare.iter()) {
+            assert!(v.capacity() <= 308, "capacity {}", v.capacity());
+        }
     }
 
     #[test]
