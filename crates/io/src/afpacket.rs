@@ -68,7 +68,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLockReadGuard};
 
-use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf, HEADROOM};
 use qbridge_wire::virtio::HeaderKind;
 
 use crate::port::{
@@ -103,6 +103,57 @@ const TP_STATUS_COPY: u32 = 1 << 1;
 /// Largest frame the socket queue can hand over: virtio-net header, 64 KB IP packet,
 /// Ethernet header and tags.
 const COPY_BUF_BYTES: usize = VNET_HDR_LEN + 65_535 + 14 + 4 * 8;
+
+/// V2: reads the frame of `wire_len` bytes (after a `vnet_len`-byte virtio-net header) waiting
+/// in the socket queue of `fd` straight into `buf` after [`HEADROOM`] bytes, and makes it a
+/// pool buffer by exchanging vectors ([`PacketBuf::swap_in_frame`]): the kernel's copy is the
+/// only one (a 64 KB super-frame was copied a second time from a scratch buffer before).
+/// `buf` keeps the pool buffer's old vector for the next frame. `None` when the queue did not
+/// hold a frame of that length.
+fn recv_queued(
+    fd: RawFd,
+    buf: &mut Vec<u8>,
+    vnet_len: usize,
+    wire_len: usize,
+    pool: &mut BufPool,
+) -> Option<PacketBuf> {
+    // The virtio-net header lands in the headroom, right before the frame.
+    let at = HEADROOM - vnet_len;
+    if buf.len() < at {
+        buf.resize(at, 0);
+    }
+    buf.truncate(at);
+    // One byte more than expected, so that a longer frame shows as one.
+    let want = vnet_len + wire_len + 1;
+    buf.reserve(want);
+    // SAFETY: the vector's spare capacity from `at` holds at least `want` bytes (reserved
+    // above), writable and owned by `buf` for the duration of the call.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().add(at).cast(),
+            want,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
+        return None;
+    }
+    // SAFETY: the kernel wrote `n` bytes from `at` (within the capacity); the `at` bytes
+    // before them were initialised above.
+    unsafe { buf.set_len(at + n as usize) };
+    let offload = if vnet_len != 0 {
+        vnet_to_meta(&buf[at..HEADROOM])
+    } else {
+        OffloadMeta::default()
+    };
+    let mut p = pool.get();
+    if !p.swap_in_frame(buf) {
+        return None;
+    }
+    p.offload = offload;
+    Some(p)
+}
 
 /// Byte offsets in the ring's structures (`struct tpacket_block_desc`, `struct tpacket3_hdr`,
 /// `struct tpacket2_hdr`, `struct sockaddr_ll`), which the kernel fixes by ABI.
@@ -569,7 +620,8 @@ pub struct AfPacketPort {
     ring: RxRing,
     caps: PortCaps,
     tx: TxScratch,
-    /// V2: where a frame longer than a slot is read from the socket queue.
+    /// V2: the vector a frame longer than a slot is read into from the socket queue, which
+    /// then becomes a pool buffer's (see [`recv_queued`]).
     copy_buf: Vec<u8>,
     stats: AfPacketStats,
     /// Where the offload features sit in the kernel's feature bitmap (`None`: the names could
@@ -816,7 +868,7 @@ impl AfPacketPort {
         };
         let feature_bits = sys::feature_bits_via(s, &name).ok();
         let copy_buf = match cfg.ring {
-            RingVersion::V2 => vec![0; COPY_BUF_BYTES],
+            RingVersion::V2 => Vec::with_capacity(HEADROOM + COPY_BUF_BYTES),
             RingVersion::V3 => Vec::new(),
         };
         let mut port = AfPacketPort {
@@ -1103,26 +1155,22 @@ impl AfPacketPort {
         let mac = r.read_u16(at(r.layout.mac)) as usize;
         let vnet_len = if self.cfg.vnet_hdr { VNET_HDR_LEN } else { 0 };
         let copied = r.version == RingVersion::V2 && status & TP_STATUS_COPY != 0;
-        let (vnet, data) = if copied {
+        let mut p = if copied {
             // The slot holds the head of a frame longer than a slot; the whole frame (the
             // outer tag still in the slot's header) is next in the socket queue, which holds
             // nothing else: one skb per TP_STATUS_COPY slot, in ring order.
-            // SAFETY: `copy_buf` is a live, writable buffer of the length passed.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.copy_buf.as_mut_ptr().cast(),
-                    self.copy_buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
+            let Some(p) = recv_queued(
+                self.fd.as_raw_fd(),
+                &mut self.copy_buf,
+                vnet_len,
+                wire_len,
+                pool,
+            ) else {
                 self.stats.rx_truncated += 1;
                 return None;
-            }
+            };
             self.stats.rx_copied += 1;
-            let n = n as usize;
-            (&self.copy_buf[..vnet_len], &self.copy_buf[vnet_len..n])
+            p
         } else {
             if snaplen < wire_len && r.version == RingVersion::V2 && mac + snaplen <= room {
                 // Longer than a slot, and the kernel did not queue it whole (no
@@ -1137,22 +1185,23 @@ impl AfPacketPort {
             }
             // SAFETY: `mac - vnet_len .. mac + snaplen` lies inside the block (checked against
             // `room` above) and the kernel does not write a block while it is TP_STATUS_USER.
-            unsafe {
+            let (vnet, data) = unsafe {
                 (
                     std::slice::from_raw_parts(at(mac - vnet_len), vnet_len),
                     std::slice::from_raw_parts(at(mac), snaplen),
                 )
+            };
+            let mut p = pool.get();
+            // The copy first: `set_frame` resets the metadata.
+            p.set_frame(data);
+            if vnet_len != 0 {
+                p.offload = vnet_to_meta(vnet);
             }
+            p
         };
-        let mut p = pool.get();
-        // The copy first: `set_frame` resets the metadata.
-        p.set_frame(data);
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
             + u64::from(r.read_u32(at(r.layout.nsec)));
-        if vnet_len != 0 {
-            p.offload = vnet_to_meta(vnet);
-        }
-        if status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 {
+        if status & TP_STATUS_VLAN_VALID != 0 && p.len() >= 12 {
             let tci = r.read_tci(at(r.layout.vlan_tci));
             let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
                 r.read_u16(at(r.layout.vlan_tpid))

@@ -168,6 +168,23 @@ impl PacketBuf {
         self.copy_frame(frame);
     }
 
+    /// Makes `data[HEADROOM..]` this buffer's frame by exchanging vectors, with the metadata
+    /// reset as by [`PacketBuf::set_frame`]: for a receive path that read the frame straight
+    /// into a vector after [`HEADROOM`] bytes (what precedes it there is headroom, never
+    /// read), so no copy follows the kernel's. `data` gets this buffer's old vector. Returns
+    /// false, changing nothing, when `data` is shorter than [`HEADROOM`].
+    pub fn swap_in_frame(&mut self, data: &mut Vec<u8>) -> bool {
+        if data.len() < HEADROOM {
+            return false;
+        }
+        std::mem::swap(&mut self.data, data);
+        self.start = HEADROOM as u32;
+        self.port = 0;
+        self.time_ns = 0;
+        self.offload = OffloadMeta::default();
+        true
+    }
+
     /// Replaces the frame with a copy of `frame` after [`HEADROOM`]; metadata untouched.
     #[inline]
     fn copy_frame(&mut self, frame: &[u8]) {
@@ -688,6 +705,26 @@ mod tests {
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), 60, "no buffer handed out twice");
+    }
+
+    #[test]
+    fn swap_in_frame_takes_the_vector() {
+        let mut p = used(100);
+        let mut v = vec![0xaau8; HEADROOM];
+        v.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+        let at = v.as_ptr();
+        assert!(p.swap_in_frame(&mut v));
+        assert_eq!(p.frame(), &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+        assert_eq!(p.frame().as_ptr(), at.wrapping_add(HEADROOM), "no copy");
+        assert_eq!((p.headroom(), p.port, p.time_ns), (HEADROOM, 0, 0));
+        assert_eq!(p.offload, OffloadMeta::default());
+        assert!(v.len() >= 100, "the old vector comes back");
+        assert!(p.insert_tag(12, [0x81, 0, 0, 5]));
+        assert_eq!(&p.frame()[12..16], &[0x81, 0, 0, 5]);
+        let mut short = vec![0u8; HEADROOM - 1];
+        let before = p.frame().to_vec();
+        assert!(!p.swap_in_frame(&mut short));
+        assert_eq!(p.frame(), &before[..]);
     }
 
     #[test]
