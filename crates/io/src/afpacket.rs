@@ -119,29 +119,17 @@ fn recv_queued(
 ) -> Option<PacketBuf> {
     // The virtio-net header lands in the headroom, right before the frame.
     let at = HEADROOM - vnet_len;
-    if buf.len() < at {
-        buf.resize(at, 0);
-    }
-    buf.truncate(at);
     // One byte more than expected, so that a longer frame shows as one.
     let want = vnet_len + wire_len + 1;
-    buf.reserve(want);
-    // SAFETY: the vector's spare capacity from `at` holds at least `want` bytes (reserved
-    // above), writable and owned by `buf` for the duration of the call.
+    // SAFETY: `recv` writes at most `len` bytes at `ptr` and returns the count (or -1).
     let n = unsafe {
-        libc::recv(
-            fd,
-            buf.as_mut_ptr().add(at).cast(),
-            want,
-            libc::MSG_DONTWAIT,
-        )
+        sys::read_at(buf, at, want, |ptr, len| {
+            libc::recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT)
+        })
     };
     if n < 0 || (n as usize) < vnet_len || n as usize - vnet_len != wire_len {
         return None;
     }
-    // SAFETY: the kernel wrote `n` bytes from `at` (within the capacity); the `at` bytes
-    // before them were initialised above.
-    unsafe { buf.set_len(at + n as usize) };
     let offload = if vnet_len != 0 {
         vnet_to_meta(&buf[at..HEADROOM])
     } else {

@@ -702,6 +702,37 @@ pub(crate) fn control_socket(ifname: &str) -> Result<OwnedFd, IoError> {
     ctl_socket(ifname)
 }
 
+/// Reads with `read(ptr, len)` into `buf` at offset `at` (the bytes before it kept, zeroed where
+/// `buf` was shorter), with room for `want` bytes: afterwards `buf` is `at + n` bytes long when
+/// `read` returned `n >= 0`, and `at` long otherwise. Returns what `read` returned. A receive
+/// path reads a frame this way straight into the vector that will become a pool buffer's
+/// (`PacketBuf::swap_in_frame`), its headroom in front.
+///
+/// # Safety
+/// `read` must write at most `len` bytes at `ptr` (a `recv(2)`/`read(2)` of `len` bytes into
+/// `ptr` does) and return how many it wrote, or a negative value.
+pub(crate) unsafe fn read_at(
+    buf: &mut Vec<u8>,
+    at: usize,
+    want: usize,
+    read: impl FnOnce(*mut u8, usize) -> isize,
+) -> isize {
+    if buf.len() < at {
+        buf.resize(at, 0);
+    }
+    buf.truncate(at);
+    buf.reserve(want);
+    // SAFETY: `at` is the vector's length, so `ptr .. ptr + want` is inside its capacity.
+    let ptr = unsafe { buf.as_mut_ptr().add(at) };
+    let rc = read(ptr, want);
+    if rc > 0 {
+        // SAFETY: `read` initialised `rc <= want` bytes from `at` (the caller's promise),
+        // inside the capacity; the `at` bytes before them were initialised above.
+        unsafe { buf.set_len(at + (rc as usize).min(want)) };
+    }
+    rc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,8 @@
 //! only, once per port; it spares this crate an rtnetlink client for one message.
 //!
 //! Cost: the tun driver has no batch interface, so a burst is one `read(2)` per received frame
-//! (into a 64 KB scratch buffer, then one copy of the frame's bytes into a pooled buffer) and
+//! (into a 64 KB vector; a frame longer than [`SWAP_MIN_FRAME`] then becomes a pool buffer by
+//! exchanging vectors, a shorter one is copied into a pooled buffer) and
 //! one `writev(2)` per transmitted frame (header + frame, no copy). The descriptor is
 //! nonblocking; a burst stops at `EAGAIN`.
 //!
@@ -32,7 +33,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 
-use qbridge_packet::{Batch, BufPool};
+use qbridge_packet::{Batch, BufPool, HEADROOM};
 
 use crate::afpacket::{meta_to_vnet, vnet_to_meta, VNET_HDR_LEN};
 use crate::netns::run_in_netns;
@@ -42,6 +43,11 @@ use crate::IoError;
 
 /// Largest frame read from a TAP: a 64 KB IP super-frame plus Ethernet header and tags.
 pub const TAP_MAX_FRAME: usize = 65_535 + 14 + 4 * 8;
+
+/// A received frame longer than this becomes a pool buffer by exchanging vectors with the read
+/// buffer; a shorter one is copied (cheaper than growing the vector that comes back, which a
+/// pool buffer of the default 2 KB would need for the next read).
+pub const SWAP_MIN_FRAME: usize = 2048;
 
 /// How to create a TAP port.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,7 +265,7 @@ impl TapPort {
                 queue,
                 fd,
                 caps,
-                scratch: vec![0; 12 + TAP_MAX_FRAME],
+                scratch: Vec::with_capacity(HEADROOM + TAP_MAX_FRAME),
                 stats: TapStats::default(),
             })
             .collect())
@@ -320,15 +326,18 @@ impl Port for TapPort {
         max: usize,
     ) -> Result<usize, IoError> {
         let hl = self.cfg.vnet_hdr_len;
+        // Frames land after HEADROOM bytes, their virtio-net header just before them: a long
+        // one then becomes a pool buffer by exchanging vectors, with no copy after the
+        // kernel's; a short one is copied (the 64 KB vector stays for the next read).
+        let at = HEADROOM - hl;
+        let fd = self.fd.as_raw_fd();
         let mut n = 0;
         while n < max {
-            // SAFETY: `scratch` is a live, writable buffer of the length passed.
+            // SAFETY: `read` writes at most `len` bytes at `ptr` and returns the count (or -1).
             let rc = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    self.scratch.as_mut_ptr().cast(),
-                    self.scratch.len(),
-                )
+                sys::read_at(&mut self.scratch, at, hl + TAP_MAX_FRAME, |ptr, len| {
+                    libc::read(fd, ptr.cast(), len)
+                })
             };
             if rc < 0 {
                 let e = io::Error::last_os_error();
@@ -344,9 +353,12 @@ impl Port for TapPort {
                 self.stats.rx_short += 1;
                 continue;
             }
+            let offload = vnet_to_meta(&self.scratch[at..at + hl.min(VNET_HDR_LEN)]);
             let mut p = pool.get();
-            p.set_frame(&self.scratch[hl..len]);
-            p.offload = vnet_to_meta(&self.scratch[..VNET_HDR_LEN]);
+            if len - hl <= SWAP_MIN_FRAME || !p.swap_in_frame(&mut self.scratch) {
+                p.set_frame(&self.scratch[HEADROOM..]);
+            }
+            p.offload = offload;
             batch.push(p);
             n += 1;
         }
