@@ -370,8 +370,8 @@ impl Batch {
 ///
 /// A batch returned whole ([`BufPool::put_all`]) is kept whole: its vector goes on a stack of
 /// batches and the caller's batch gets an empty vector in exchange, and a receive path that
-/// asks for exactly that many buffers into an empty batch ([`BufPool::get_into`]) gets the
-/// vector back. At full load, where every burst is a full batch, buffers then go round as
+/// asks for buffers into an empty batch ([`BufPool::get_into`]) gets the vector back (with
+/// buffers added or taken off to make the count). At full load buffers then go round as
 /// vectors (VPP's buffer vectors), not one 48-byte move each way. A vector is only allocated
 /// when a whole batch comes back and no spare empty vector is at hand, which stops once as
 /// many go round as the port loops use (the pool keeps a spare for every whole batch it can
@@ -455,9 +455,9 @@ impl BufPool {
 
     /// Returns every buffer of `batch` to the pool, leaving it empty: what [`BufPool::put`] of
     /// each buffer in order does (those beyond the pool's limit are freed), without one push
-    /// per buffer: a batch of [`WHOLE_MIN`] or more is kept as it is, `batch` getting an empty
-    /// vector in exchange (one with at least its capacity when the pool has a spare one). A
-    /// transmit path calls it once its frames are sent.
+    /// per buffer: a batch of [`WHOLE_MIN`] or more that fits is kept as it is, `batch` getting
+    /// an empty vector with at least its capacity in exchange (a spare one when the pool has
+    /// one). A transmit path calls it once its frames are sent.
     #[inline]
     pub fn put_all(&mut self, batch: &mut Batch) {
         let n = batch.pkts.len();
