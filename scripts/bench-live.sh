@@ -36,7 +36,10 @@
 #   64B        trafgen (netsniff-ng, PACKET_TX_RING, qdisc bypass, one CPU) blasts 60-byte
 #              (64 with FCS) UDP frames at hostB's MAC for SECS s: offered = hostA eth0
 #              tx_packets+tx_dropped, delivered = hostB eth0 rx_packets (interface counters, no
-#              userspace receiver), loss = 1 - delivered/offered
+#              userspace receiver), loss = 1 - delivered/offered; hostB drops the frames at
+#              its eth0's ingress hook (nftables netdev table, after the rx counter) so that its
+#              stack's ICMP answers do not load whichever CPU handed it the frame (SINK64=0:
+#              no drop, as before 2026-11-24)
 # and prints one table with ratios to the kernel bridge, plus notes: the drop counters of qbridge
 # and OVS and the warnings in their logs.
 #
@@ -54,7 +57,8 @@
 #   QB_PORT_TYPE      port type written into the qbridge batch files instead of afpacket
 #   QB_BUILD=0        do not run cargo build --release -p qbridge (use target/release/qbridge)
 #   BENCH_JSON=FILE   also write every round's values and the medians as JSON
-# Installs what is missing (iperf3, iputils-ping, jq, ethtool, netsniff-ng, and
+#   SINK64=0          64B test without hostB's ingress drop (hostB's stack answers each frame)
+# Installs what is missing (iperf3, iputils-ping, jq, ethtool, netsniff-ng, nftables, and
 # openvswitch-switch when an ovs setup is asked for, without starting its system service).
 # OVS runs fully private: its own ovsdb-server and ovs-vswitchd, started here inside the
 # switch namespace with database, sockets, pid and log files in the temp dir, never a system OVS.
@@ -125,6 +129,7 @@ command -v ping >/dev/null || need+=(iputils-ping)
 command -v jq >/dev/null || need+=(jq)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v trafgen >/dev/null || need+=(netsniff-ng)
+[ "${SINK64:-1}" = 0 ] || command -v nft >/dev/null || need+=(nftables)
 if [ $want_ovs = 1 ] && ! { command -v ovs-vswitchd && command -v ovsdb-server && command -v ovs-vsctl; } >/dev/null; then
     need+=(openvswitch-switch)
 fi
@@ -387,6 +392,26 @@ blast64() {  # trafgen: 60-byte UDP frames to hostB's MAC, one CPU, SECS s; inte
     local mac tg o0 d0 t0 o1 d1 t1
     mac=$(ip -n "$p-b" -j link show eth0 | jq -r '.[0].address')
     echo "{ eth(da=$mac), ipv4(ttl=64, saddr=10.77.0.1, daddr=10.77.0.2), udp(sp=9, dp=9), fill(0x42, 18) }" >"$tmp/udp64.cfg"
+    # hostB drops the test frames at its device's ingress hook (after its rx counter): without
+    # it hostB's stack answers every frame with an ICMP port unreachable, and that work runs
+    # wherever the frame was handed to hostB's veth - in the kernel bridge's case the sender's
+    # own softirq (trafgen slows down, nothing is lost), in qbridge's the worker's thread (the
+    # worker slows down, frames are lost): the switches would be measured by hostB's stack.
+    local sink=0
+    if [ "${SINK64:-1}" != 0 ] && command -v nft >/dev/null &&
+        ip netns exec "$p-b" nft -f - 2>/dev/null <<'NFT'
+table netdev qbbl_sink {
+    chain in {
+        type filter hook ingress device "eth0" priority 0; policy accept;
+        udp dport 9 counter drop
+    }
+}
+NFT
+    then
+        sink=1
+    elif [ "${SINK64:-1}" != 0 ]; then
+        note "64B: no nftables ingress drop on hostB (hostB's stack answers every frame)"
+    fi
     # -P 1: one sender process; --no-sock-mem, -Q: leave the machine's sysctls and IRQs alone
     ip netns exec "$p-a" timeout -k 2 -s INT $((secs + 2)) trafgen -o eth0 -i "$tmp/udp64.cfg" \
         -P 1 --no-sock-mem -Q -C >"$tmp/trafgen.log" 2>&1 &
@@ -396,6 +421,7 @@ blast64() {  # trafgen: 60-byte UDP frames to hostB's MAC, one CPU, SECS s; inte
     sleep "$secs"
     o1=$(( $(ctr a tx_packets) + $(ctr a tx_dropped) )); d1=$(ctr b rx_packets); t1=$(now_ns)
     reap "$tg"
+    if [ $sink = 1 ]; then ip netns exec "$p-b" nft delete table netdev qbbl_sink 2>/dev/null || true; fi
     if [ $((o1 - o0)) -le 0 ]; then
         note "trafgen sent nothing: $(tail -2 "$tmp/trafgen.log" | tr '\n' ' ')"
         put off -; put del -; put loss -; return
