@@ -83,7 +83,7 @@ impl Port for PcapPort {
         while n < max {
             match reader.next_record() {
                 Ok(Some(rec)) => {
-                    let mut p = pool.get();
+                    let mut p = pool.take();
                     p.set_frame(&rec.data);
                     p.time_ns = rec.ts_ns;
                     batch.push(p);

@@ -135,7 +135,7 @@ fn recv_queued(
     } else {
         OffloadMeta::default()
     };
-    let mut p = pool.get();
+    let mut p = pool.take();
     if !p.swap_in_frame(buf) {
         return None;
     }
@@ -1179,7 +1179,7 @@ impl AfPacketPort {
                     std::slice::from_raw_parts(at(mac), snaplen),
                 )
             };
-            let mut p = pool.get();
+            let mut p = pool.take();
             // The copy first: `set_frame` resets the metadata.
             p.set_frame(data);
             if vnet_len != 0 {

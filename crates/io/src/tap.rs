@@ -354,7 +354,7 @@ impl Port for TapPort {
                 continue;
             }
             let offload = vnet_to_meta(&self.scratch[at..at + hl.min(VNET_HDR_LEN)]);
-            let mut p = pool.get();
+            let mut p = pool.take();
             if len - hl <= SWAP_MIN_FRAME || !p.swap_in_frame(&mut self.scratch) {
                 p.set_frame(&self.scratch[HEADROOM..]);
             }

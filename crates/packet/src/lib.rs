@@ -431,6 +431,15 @@ impl BufPool {
         }
     }
 
+    /// A buffer for a receive path to fill, as [`BufPool::get_into`] hands them out: holding
+    /// whatever it held when it was returned, until [`PacketBuf::set_frame`] or
+    /// [`PacketBuf::swap_in_frame`] (which reset the metadata) fills it — without the reset
+    /// [`BufPool::get`] does, which those would do again.
+    #[inline]
+    pub fn take(&mut self) -> PacketBuf {
+        self.pop().unwrap_or_default()
+    }
+
     pub fn get(&mut self) -> PacketBuf {
         match self.pop() {
             Some(p) => p.recycled(),
@@ -514,7 +523,7 @@ impl BufPool {
         }
         if n == 1 {
             // One frame ready (a lightly loaded port): a pop, without the drain's set-up.
-            let p = self.pop().unwrap_or_default();
+            let p = self.take();
             batch.pkts.push(p);
             return;
         }
@@ -790,7 +799,14 @@ mod tests {
         );
         let c = pool.get_copy(&PacketBuf::from_frame(&[1, 2, 3]));
         assert_eq!(c.frame(), &[1, 2, 3]);
-        assert_eq!(pool.available(), 18);
+        let mut t = pool.take();
+        t.set_frame(&[4, 5]);
+        assert_eq!(
+            (t.frame(), t.port, t.offload),
+            (&[4u8, 5][..], 0, OffloadMeta::default())
+        );
+        assert_eq!(pool.available(), 17);
+        pool.put(t);
         for _ in 0..18 {
             let _ = pool.get();
         }

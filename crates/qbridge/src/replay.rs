@@ -199,7 +199,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
             tracing::debug!(ts_ns = ts, removed, "aged the FDB");
             aged_sec = Some(sec);
         }
-        let mut pkt = run.out.pool.get();
+        let mut pkt = run.out.pool.take();
         pkt.set_frame(&rec.data);
         pkt.port = input.port.0;
         pkt.time_ns = ts;
