@@ -111,6 +111,9 @@ pub struct MetricsSnapshot {
     pub ports: Vec<PortRuntime>,
     /// Datapath worker threads.
     pub workers: usize,
+    /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
+    /// configuration is not on disk); `None` without `--state`.
+    pub state_unsaved: Option<bool>,
 }
 
 /// The other threads' way in.
@@ -1537,6 +1540,7 @@ impl Engine {
             stats: self.session.stats_json(),
             ports,
             workers: self.workers.len(),
+            state_unsaved: self.cfg.state.as_ref().map(|s| !s.is_saved()),
         }
     }
 }

@@ -185,9 +185,9 @@ fn lock(socket: &Path) -> anyhow::Result<Lock> {
 /// first start). A file that does not apply stops the daemon: starting without the saved
 /// configuration would silently forward with another one.
 fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let text = match qbridge_datapath::state::read_state(path) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
             tracing::info!(
                 "state file {} does not exist yet: starting empty",
                 path.display()
@@ -311,9 +311,16 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
     if let Some(st) = &mut state {
-        // The batch may have changed the restored state; the file follows at once.
-        st.save(&session.running_config())
-            .with_context(|| format!("cannot write the state file {}", st.path().display()))?;
+        // The batch may have changed the restored state; the file follows at once. A failed
+        // write is what it is at run time (decision 27): the daemon serves, the old file
+        // stays, the next change tries again, metrics say `qbridge_state_unsaved 1`.
+        if let Err(e) = st.save(&session.running_config()) {
+            tracing::error!(
+                "the configuration is in force but was not saved to {}: {e}; the file keeps \
+                 the previous configuration until a later change is saved",
+                st.path().display()
+            );
+        }
     }
     let cfg = EngineConfig {
         pcap_dir: args.pcap_dir.clone(),

@@ -341,6 +341,16 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Datapath worker threads.",
     );
     let _ = writeln!(o, "qbridge_workers {}", snap.workers);
+    if let Some(unsaved) = snap.state_unsaved {
+        family(
+            &mut o,
+            "qbridge_state_unsaved",
+            "gauge",
+            "1 when the last write of the --state file failed: the running configuration is \
+             not on disk.",
+        );
+        let _ = writeln!(o, "qbridge_state_unsaved {}", u8::from(unsaved));
+    }
     family(
         &mut o,
         "qbridge_port_tx_gso_refused_total",
@@ -534,6 +544,7 @@ mod tests {
                 }),
             }],
             workers: 2,
+            state_unsaved: Some(true),
         };
         let t = render(&snap);
         assert!(
@@ -549,6 +560,7 @@ mod tests {
         assert!(t.contains("qbridge_port_tx_sw_gso_total{port=\"p1\"} 7\n"));
         assert!(t.contains("qbridge_port_worker_rx_frames_total{port=\"p1\",worker=\"1\"} 1\n"));
         assert!(t.contains("qbridge_workers 2\n"));
+        assert!(t.contains("qbridge_state_unsaved 1\n"));
         assert!(t.contains("qbridge_port_tx_gro_segments_total{port=\"p1\"} 9\n"));
         assert!(t.contains("qbridge_port_tx_gso_refused_total{port=\"p1\"} 2\n"));
         assert!(t.contains("qbridge_port_device_offload{port=\"p1\",feature=\"tso4\"} 0\n"));
