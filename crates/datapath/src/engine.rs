@@ -167,6 +167,9 @@ impl Handle {
 pub struct EngineConfig {
     /// Where pcap ports write (`--pcap-dir`); without it pcap ports are refused.
     pub pcap_dir: Option<PathBuf>,
+    /// Who may read the pcap and mirror files the daemon creates in `pcap_dir` (0600, or
+    /// 0640 with the `--socket-group` group).
+    pub file_access: qbridge_io::pcap::FileAccess,
     /// `--state FILE`: the running configuration is written there after each change.
     pub state: Option<crate::state::StateFile>,
 }
@@ -723,7 +726,7 @@ impl Engine {
                         dir.display()
                     ));
                 }
-                let p = PcapPort::open(dir, name).map_err(|e| format!("port {name}: {e}"))?;
+                let p = PcapPort::open(dir, name, self.cfg.file_access).map_err(|e| format!("port {name}: {e}"))?;
                 tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
                 Some(
                     distribute(vec![Box::new(p)], n, id.0 as usize)
@@ -1646,7 +1649,7 @@ impl Engine {
                     dir.display()
                 ));
             }
-            let sink = MirrorSink::open(dir, file)?;
+            let sink = MirrorSink::open(dir, file, self.cfg.file_access)?;
             tracing::info!("mirror: writing {}/{file}", dir.display());
             opened.push(Arc::new(sink));
         }

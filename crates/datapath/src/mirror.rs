@@ -10,7 +10,7 @@
 //! file once no worker can write to it any more.
 
 use qbridge_bridge::{Outputs, Plan};
-use qbridge_io::pcap::PcapWriter;
+use qbridge_io::pcap::{FileAccess, PcapWriter};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -26,8 +26,9 @@ pub(crate) struct MirrorSink {
 pub(crate) type Sinks = Arc<[Option<Arc<MirrorSink>>]>;
 
 impl MirrorSink {
-    pub fn open(dir: &Path, file: &str) -> Result<MirrorSink, String> {
-        let w = PcapWriter::create_in(dir, file).map_err(|e| format!("mirror pcap {file}: {e}"))?;
+    pub fn open(dir: &Path, file: &str, access: FileAccess) -> Result<MirrorSink, String> {
+        let w = PcapWriter::create_in(dir, file, access)
+            .map_err(|e| format!("mirror pcap {file}: {e}"))?;
         Ok(MirrorSink {
             file: file.to_owned(),
             writer: Mutex::new(Some(w)),

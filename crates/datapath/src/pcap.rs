@@ -1,11 +1,13 @@
 //! The pcap backend of the daemon: only with `--pcap-dir DIR`. It writes what the switch sends
 //! on the port to `DIR/PORT.pcap` and, if `DIR/PORT.in.pcap` exists when the port opens,
-//! receives its frames once, as fast as the worker takes them. For tests and recordings
+//! receives its frames once, as fast as the worker takes them. `DIR/PORT.pcap` is created
+//! afresh (`O_EXCL | O_NOFOLLOW`, mode 0600 or 0640 with `--socket-group`), never written
+//! through a link someone planted. For tests and recordings
 //! without privileges; it reads records into fresh vectors (one allocation per frame), unlike
 //! the live backends. One queue, shared by the workers ([`crate::queue::SharedQueue`]).
 
 use crate::queue::Queue;
-use qbridge_io::pcap::{PcapReader, PcapWriter};
+use qbridge_io::pcap::{FileAccess, PcapReader, PcapWriter};
 use qbridge_io::{IoError, Port, PortCaps, TxOutcome};
 use qbridge_packet::{Batch, BufPool};
 use std::os::fd::BorrowedFd;
@@ -20,8 +22,9 @@ pub struct PcapPort {
 }
 
 impl PcapPort {
-    pub fn open(dir: &Path, name: &str) -> Result<PcapPort, IoError> {
-        let writer = PcapWriter::create(&dir.join(format!("{name}.pcap")))?;
+    /// `access`: who may read `DIR/PORT.pcap` (created afresh, never through a link).
+    pub fn open(dir: &Path, name: &str, access: FileAccess) -> Result<PcapPort, IoError> {
+        let writer = PcapWriter::create_in(dir, &format!("{name}.pcap"), access)?;
         let in_path = dir.join(format!("{name}.in.pcap"));
         let input = if in_path.exists() {
             Some(PcapReader::open(&in_path)?)

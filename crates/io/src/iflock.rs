@@ -70,7 +70,14 @@ pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> 
         .map_err(|e| unavailable("/proc/self/ns/net", e))?
         .ino();
     let dir = lock_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| unavailable(&dir.display().to_string(), e))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| unavailable(&dir.display().to_string(), e))?;
+    }
     let path = dir.join(format!("{ns}-{ifname}.lock"));
     let mut file = OpenOptions::new()
         .read(true)
@@ -78,6 +85,7 @@ pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> 
         .create(true)
         .truncate(false)
         .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .map_err(|e| unavailable(&path.display().to_string(), e))?;
     // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.

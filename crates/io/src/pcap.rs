@@ -22,6 +22,25 @@ use std::path::{Path, PathBuf};
 
 use crate::IoError;
 
+/// Who may read a file the daemon creates ([`PcapWriter::create_in`]): its owner only (mode
+/// 0600), or also group `group` (0640; the daemon's `--socket-group`). Captured traffic is
+/// never readable by every local user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileAccess {
+    pub group: Option<u32>,
+}
+
+impl FileAccess {
+    /// 0600, or 0640 with a group.
+    pub fn mode(self) -> u32 {
+        if self.group.is_some() {
+            0o640
+        } else {
+            0o600
+        }
+    }
+}
+
 /// `LINKTYPE_ETHERNET`.
 pub const LINKTYPE_ETHERNET: u32 = 1;
 /// Snap length the writer declares (and the most bytes of a frame it stores).
@@ -288,29 +307,42 @@ impl PcapWriter {
         &self.path
     }
 
-    /// Creates (or truncates) file `file` in directory `dir` without following a symbolic
-    /// link at `dir/file` (`O_NOFOLLOW`): for names a control-socket client gives, which must
-    /// not make a privileged daemon write through a link someone planted. `file` must be a
-    /// plain file name (no `/`).
-    pub fn create_in(dir: &Path, file: &str) -> Result<PcapWriter, IoError> {
-        use std::os::unix::fs::OpenOptionsExt;
+    /// Creates file `file` in directory `dir` afresh, for a privileged daemon writing where
+    /// others may have planted something: whatever is at `dir/file` (a file, a symbolic or a
+    /// hard link) is unlinked, never written through, and the file is created with
+    /// `O_CREAT | O_EXCL | O_NOFOLLOW` (one planted between the two steps makes the create
+    /// fail, never write elsewhere), then given `access` (mode 0600, or group and 0640),
+    /// whatever the umask. `file` must be a plain file name (no `/`).
+    pub fn create_in(dir: &Path, file: &str, access: FileAccess) -> Result<PcapWriter, IoError> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let path = dir.join(file);
+        let err = |source| IoError::File {
+            path: path.clone(),
+            source,
+        };
         if file.is_empty() || file.contains('/') || file == "." || file == ".." {
-            return Err(IoError::File {
-                path,
-                source: std::io::Error::new(ErrorKind::InvalidInput, "not a plain file name"),
-            });
+            return Err(err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                "not a plain file name",
+            )));
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(err(e)),
         }
         let f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .custom_flags(libc::O_NOFOLLOW)
+            .mode(access.mode())
             .open(&path)
-            .map_err(|source| IoError::File {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(err)?;
+        if let Some(gid) = access.group {
+            std::os::unix::fs::fchown(&f, None, Some(gid)).map_err(err)?;
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(access.mode()))
+            .map_err(err)?;
         PcapWriter::with_file(&path, f)
     }
 

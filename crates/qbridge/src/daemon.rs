@@ -167,6 +167,7 @@ fn lock(socket: &Path) -> anyhow::Result<Lock> {
         .truncate(false)
         .write(true)
         .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&path)
         .with_context(|| format!("cannot open lock file {}", path.display()))?;
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
@@ -226,6 +227,34 @@ fn resolve_group(group: &str) -> anyhow::Result<u32> {
         .with_context(|| format!("--socket-group: no group named \"{group}\" in /etc/group"))
 }
 
+/// Creates directory `dir` (and its parents) if missing: the last one with `mode` and group
+/// `gid`, whatever the umask; parents 0755. An existing directory is left as it is.
+fn create_dir(dir: &Path, mode: u32, gid: Option<u32>) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {}
+        // Made meanwhile by someone else: theirs, left as it is.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(dir, None, Some(gid))
+            .with_context(|| format!("cannot give {} group {gid}", dir.display()))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot chmod {}", dir.display()))
+}
+
 /// Binds the control socket under a temporary name, gives it its group and mode (0600, or
 /// 0660 with `--socket-group`) and renames it into place.
 fn bind_socket(path: &Path, gid: Option<u32>) -> anyhow::Result<UnixListener> {
@@ -271,8 +300,13 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(resolve_group)
         .transpose()?;
+    // Nothing the daemon creates is writable by others, whatever umask it was started with
+    // (every file also gets an explicit mode; this covers the socket between its bind and
+    // its chmod, and directories).
+    let old_umask = rustix::process::umask(rustix::fs::Mode::empty());
+    rustix::process::umask(old_umask | rustix::fs::Mode::from_raw_mode(0o022));
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        create_dir(dir, 0o755, None)?;
     }
     let _lock = lock(&socket)?;
 
@@ -307,8 +341,10 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         Some(a) => Some(metrics::bind(metrics::resolve(a, args.metrics_public)?)?),
         None => None,
     };
+    let file_access = qbridge_io::pcap::FileAccess { group: gid };
     if let Some(d) = &args.pcap_dir {
-        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        // Captured traffic: the directory qbridge creates is its owner's (and the group's).
+        create_dir(d, if gid.is_some() { 0o750 } else { 0o700 }, gid)?;
     }
     if let Some(st) = &mut state {
         // The batch may have changed the restored state; the file follows at once. A failed
@@ -324,6 +360,7 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
     }
     let cfg = EngineConfig {
         pcap_dir: args.pcap_dir.clone(),
+        file_access,
         state,
     };
     let (engine, handle, warnings) = Engine::new(session, cfg).map_err(anyhow::Error::msg)?;

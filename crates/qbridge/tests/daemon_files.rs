@@ -176,3 +176,87 @@ exec "$@""#;
     let st = d.stop();
     assert!(st.success(), "{st}: {}", d.log_text());
 }
+
+/// `qbridge daemon` started with umask 000 (`sh -c 'umask 000; exec …'`), a socket in a
+/// directory that does not exist yet, `--pcap-dir DIR` (not existing yet either) and `extra`.
+fn start_umask0(dir: &Path, batch: &str, extra: &[&str]) -> Daemon {
+    let cfg = dir.join("cfg.batch");
+    std::fs::write(&cfg, batch).unwrap();
+    let socket = dir.join("run").join("ctl.sock");
+    let log = dir.join("daemon.log");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "umask 000; exec \"$0\" \"$@\"", BIN])
+        .args(["daemon", "--workers", "1", "-batch"])
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--pcap-dir")
+        .arg(dir.join("pcap"))
+        .args(extra)
+        .env("QBRIDGE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Daemon::spawn(cmd, socket, log).unwrap_or_else(|log| panic!("daemon not ready:\n{log}"))
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Item 13: a pcap port's `DIR/PORT.pcap` planted as a link to another file made the daemon
+/// overwrite that file; pcap and mirror files were 0644 (captured traffic readable by every
+/// local user); under umask 000 the socket directory was 0777. Now files are created afresh
+/// (links replaced, never written through) with 0600, or 0640 and the `--socket-group` group;
+/// directories the daemon makes are 0755 (socket) and 0700/0750 (pcap).
+#[test]
+fn files_the_daemon_creates_are_private_and_never_written_through_links() {
+    use std::os::unix::fs::MetadataExt;
+    const BATCH: &str = "link add br0 type bridge\nlink add p1 type pcap\n\
+                         link set dev p1 master br0\nmirror add m src p1 dst pcap m.pcap\n";
+    let dir = tmp("modes");
+    let pcap = dir.join("pcap");
+    // Planted before the start: p1.pcap a symbolic link, m.pcap a hard link, to a victim.
+    std::fs::create_dir_all(&pcap).unwrap();
+    let victim = dir.join("victim");
+    let hard_victim = pcap.join("victim2");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::write(&hard_victim, "precious too\n").unwrap();
+    std::os::unix::fs::symlink(&victim, pcap.join("p1.pcap")).unwrap();
+    std::fs::hard_link(&hard_victim, pcap.join("m.pcap")).unwrap();
+    std::fs::set_permissions(&pcap, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut d = start_umask0(&dir, BATCH, &[]);
+    d.ok(&["link", "show"]);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(
+        std::fs::read_to_string(&hard_victim).unwrap(),
+        "precious too\n"
+    );
+    for f in ["p1.pcap", "m.pcap"] {
+        let p = pcap.join(f);
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file(), "{f}");
+        assert_eq!(std::fs::metadata(&p).unwrap().nlink(), 1, "{f}");
+        assert_eq!(mode_of(&p), 0o600, "{f}");
+    }
+    assert_eq!(mode_of(&dir.join("run")), 0o755, "socket directory");
+    assert_eq!(mode_of(&dir.join("run").join("ctl.sock")) & 0o777, 0o600);
+    // A port added at run time, and a new mirror file.
+    d.ok(&["link", "add", "p2", "type", "pcap"]);
+    d.ok(&["mirror", "add", "m2", "src", "p2", "dst", "pcap", "m2.pcap"]);
+    assert_eq!(mode_of(&pcap.join("p2.pcap")), 0o600);
+    assert_eq!(mode_of(&pcap.join("m2.pcap")), 0o600);
+    assert!(d.stop().success());
+
+    // With --socket-group: the group may read (this process's own group, so no root needed),
+    // and a pcap directory the daemon makes is 0750.
+    let dir = tmp("modes-group");
+    let gid = std::fs::metadata(&dir).unwrap().gid();
+    let mut d = start_umask0(&dir, BATCH, &["--socket-group", &gid.to_string()]);
+    assert_eq!(mode_of(&dir.join("pcap")), 0o750);
+    assert_eq!(mode_of(&dir.join("run")), 0o755);
+    for f in ["p1.pcap", "m.pcap"] {
+        let p = dir.join("pcap").join(f);
+        assert_eq!(mode_of(&p), 0o640, "{f}");
+        assert_eq!(std::fs::metadata(&p).unwrap().gid(), gid, "{f}");
+    }
+    assert!(d.stop().success());
+}
