@@ -51,6 +51,20 @@ fn version() -> u32 {
     PROTOCOL_VERSION
 }
 
+/// `"v"`: a whole number of at most `u32::MAX`. Read as its JSON text so an error quotes it as
+/// sent (serde_json reads `99999999999999999999999` as the float `1e23`, and its own message
+/// spoke of a floating point number nobody sent).
+fn de_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+    let text = raw.get();
+    text.parse::<u32>().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "\"v\" must be a protocol version, a whole number from 0 to {}, not {text}",
+            u32::MAX
+        ))
+    })
+}
+
 /// Output options as they travel in a `batch` request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -89,7 +103,7 @@ impl From<WireOptions> for OutputOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
-    #[serde(default = "version")]
+    #[serde(default = "version", deserialize_with = "de_version")]
     pub v: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
@@ -356,7 +370,7 @@ pub fn split_output_options(args: &[String]) -> Result<(OutputOptions, &[String]
 /// One response line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
-    #[serde(default = "version")]
+    #[serde(default = "version", deserialize_with = "de_version")]
     pub v: u32,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -440,6 +454,27 @@ mod tests {
             e,
             "protocol version 2 is not supported (this daemon speaks 1)"
         );
+    }
+
+    /// Issue 17 item 16: a version too large for an integer was reported as "invalid type:
+    /// floating point `1e23`, expected u32".
+    #[test]
+    fn an_out_of_range_version_is_quoted_as_sent() {
+        for (v, col) in [("99999999999999999999999", 29), ("4294967296", 16), ("-1", 8)] {
+            let e = Request::parse(&format!("{{\"v\":{v}}}")).unwrap_err();
+            assert_eq!(
+                e,
+                format!(
+                    "malformed request: \"v\" must be a protocol version, a whole number from 0 \
+                     to 4294967295, not {v} at line 1 column {col}"
+                )
+            );
+        }
+        let e = Request::parse("{\"v\":1.5}").unwrap_err();
+        assert!(e.contains("not 1.5 at"), "{e}");
+        let e = Response::parse("{\"v\":1e3,\"ok\":true}").unwrap_err();
+        assert!(e.contains("not 1e3 at"), "{e}");
+        assert!(Response::parse("{\"v\":1,\"ok\":true}").is_ok());
     }
 
     #[test]

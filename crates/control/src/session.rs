@@ -490,7 +490,8 @@ impl Session {
         if self.may_exist && self.switch.exists(name) {
             return match self.specs.get(name) {
                 Some(have) if same_spec(have, spec, self.port_address(name)) => Ok(String::new()),
-                _ => Err(self.exists_different(name, &describe_spec(spec))),
+                Some(have) => Err(self.exists_with_options(name, have, spec)),
+                None => Err(self.exists_different(name, &describe_spec(spec))),
             };
         }
         self.check_interface(name, spec)?;
@@ -569,6 +570,35 @@ impl Session {
             name: name.to_string(),
             have,
             want: want.to_string(),
+        }
+    }
+
+    /// [`Session::exists_different`] for a port that exists with a spec: when the kind and
+    /// device are the same, the options that differ (`an afpacket port on eth1 with
+    /// qdisc_bypass on, not qdisc_bypass off`).
+    fn exists_with_options(&self, name: &str, have: &PortSpec, want: &PortSpec) -> ControlError {
+        let (have_desc, want_desc) = (describe_spec(have), describe_spec(want));
+        if self.switch.is_bridge(name) || have_desc != want_desc {
+            return self.exists_different(name, &want_desc);
+        }
+        let mac = self.port_address(name).map(|m| m.to_string());
+        let (h, w) = (spec_options(have, mac), spec_options(want, None));
+        let (mut hd, mut wd) = (Vec::new(), Vec::new());
+        for ((k, hv), (_, wv)) in h.iter().zip(&w) {
+            // An address not asked for matches any (`same_spec`).
+            if hv != wv && !(*k == "address" && wv.is_none()) {
+                let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(default)".into());
+                hd.push(format!("{k} {}", show(hv)));
+                wd.push(format!("{k} {}", show(wv)));
+            }
+        }
+        if hd.is_empty() {
+            return self.exists_different(name, &want_desc);
+        }
+        ControlError::ExistsDifferent {
+            name: name.to_string(),
+            have: format!("{have_desc} with {}", hd.join(", ")),
+            want: wd.join(", "),
         }
     }
 
@@ -794,6 +824,78 @@ fn describe_spec(spec: &PortSpec) -> String {
         }
         PortSpec::Host { .. } => "a bridge's host port".to_string(),
         PortSpec::Pcap => "a pcap port".to_string(),
+    }
+}
+
+/// A spec's options as `link add` words, in a fixed order per kind (`None`: not given), for
+/// [`Session::exists_with_options`]; `mac`: the address a stacked device has.
+fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Option<String>)> {
+    let s = |v: &dyn ToString| Some(v.to_string());
+    let on_off = |b: bool| Some(if b { "on" } else { "off" }.to_string());
+    let addr = |a: &Option<MacAddr>| a.map(|a| a.to_string()).or(mac.clone());
+    match spec {
+        PortSpec::Pcap => vec![],
+        PortSpec::AfPacket {
+            dev,
+            qdisc_bypass,
+            ring_frames,
+        } => vec![
+            ("dev", s(dev)),
+            ("qdisc_bypass", on_off(*qdisc_bypass)),
+            ("ring_frames", ring_frames.map(|r| r.to_string())),
+        ],
+        PortSpec::AfXdp {
+            dev,
+            queues,
+            mode,
+            zerocopy,
+        } => vec![
+            ("dev", s(dev)),
+            ("queues", s(queues)),
+            (
+                "mode",
+                s(&match mode {
+                    crate::command::XdpAttach::Native => "native",
+                    crate::command::XdpAttach::Skb => "skb",
+                }),
+            ),
+            ("zerocopy", on_off(*zerocopy)),
+        ],
+        PortSpec::Tap { ifname, netns } => vec![("ifname", ifname.clone()), ("netns", netns.clone())],
+        PortSpec::Patch { peer } => vec![("peer", s(peer))],
+        PortSpec::Vlan {
+            link,
+            protocol,
+            id,
+            netns,
+            address,
+        } => vec![
+            ("link", s(link)),
+            ("protocol", s(&qbridge_bridge::switch::tpid_name(protocol.0))),
+            ("id", s(id)),
+            ("netns", netns.clone()),
+            ("address", addr(address)),
+        ],
+        PortSpec::Macvlan {
+            link,
+            mode,
+            netns,
+            address,
+        } => vec![
+            ("link", s(link)),
+            ("mode", s(&mode.as_str())),
+            ("netns", netns.clone()),
+            ("address", addr(address)),
+        ],
+        PortSpec::Host {
+            ifname,
+            netns,
+            address,
+        } => vec![
+            ("ifname", ifname.clone()),
+            ("netns", netns.clone()),
+            ("address", addr(address)),
+        ],
     }
 }
 

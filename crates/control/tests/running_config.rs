@@ -162,6 +162,32 @@ fn apply_names_what_differs() {
         "line 1: \"p1\" exists as an afpacket port on eth1, not an afpacket port on eth2: \
          delete it first (link del dev p1)"
     );
+    // Same kind and device, another option: the message names the option (it said "an
+    // afpacket port on eth1, not an afpacket port on eth1").
+    let e = s
+        .apply_batch(
+            "link add p1 type afpacket dev eth1 qdisc_bypass off\n",
+            TEXT,
+        )
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "line 1: \"p1\" exists as an afpacket port on eth1 with qdisc_bypass on, not \
+         qdisc_bypass off: delete it first (link del dev p1)"
+    );
+    let e = s
+        .apply_batch(
+            "link add p1 type afpacket dev eth1 qdisc_bypass off ring_frames 512\n",
+            TEXT,
+        )
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "line 1: \"p1\" exists as an afpacket port on eth1 with qdisc_bypass on, ring_frames \
+         (default), not qdisc_bypass off, ring_frames 512: delete it first (link del dev p1)"
+    );
     let e = s
         .apply_batch("link add br0 type pcap\n", TEXT)
         .unwrap_err()

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 pub fn run(socket: &Path, req: &Request) -> anyhow::Result<ExitCode> {
     let resp = call(socket, req)?;
     for w in &resp.warnings {
-        eprintln!("qbridge: warning: {w}");
+        eprintln!("qbridge: warning: {}", crate::terminal_safe(w));
     }
     if !resp.ok {
         bail!("{}", resp.error.unwrap_or_else(|| "failed".into()));

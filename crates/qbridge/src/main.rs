@@ -12,7 +12,9 @@ mod metrics;
 mod replay;
 
 use anyhow::{bail, Context};
-use qbridge_control::{parse_words, usage, Command, OutputOptions, Request, Session};
+use qbridge_control::{
+    parse_words, usage, Command, OutputOptions, Request, Session, MAX_BATCH_BYTES,
+};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
@@ -77,14 +79,54 @@ fn abbreviates(opt: &str, word: &str) -> bool {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match utf8_args(std::env::args_os().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("qbridge: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("qbridge: {e:#}");
+            eprintln!("qbridge: {}", terminal_safe(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The arguments as strings; one that is not valid UTF-8 is an error naming it (with its bytes
+/// escaped), where `std::env::args` would panic.
+fn utf8_args(args: impl Iterator<Item = std::ffi::OsString>) -> anyhow::Result<Vec<String>> {
+    args.enumerate()
+        .map(|(i, a)| {
+            a.into_string().map_err(|a| {
+                anyhow::anyhow!(
+                    "argument {} is not valid UTF-8: {a:?} (names and words are UTF-8 text)",
+                    i + 1
+                )
+            })
+        })
+        .collect()
+}
+
+/// `text` with control characters other than newline and tab escaped (`\u{1b}`), for
+/// messages that echo what a user or a daemon sent: an escape sequence in a device name must
+/// not reach the terminal as one.
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Logs to stderr at `$QBRIDGE_LOG`, else `default` (the daemon: info; the rest: warn);
@@ -253,14 +295,34 @@ fn print_help(topic: Option<qbridge_control::Object>) -> anyhow::Result<ExitCode
     }
 }
 
-/// The text of a batch file; `-` is standard input.
+/// The text of a batch file; `-` is standard input. At most [`MAX_BATCH_BYTES`] (what the
+/// daemon takes; `/dev/zero` is refused, not read until memory runs out); text that is not
+/// UTF-8 is refused with the line it is on.
 pub(crate) fn read_batch(file: &str) -> anyhow::Result<String> {
-    if file == "-" {
-        let mut s = String::new();
+    let what = if file == "-" {
+        "the batch from stdin".to_string()
+    } else {
+        format!("batch file {file}")
+    };
+    let mut buf = Vec::new();
+    let r = if file == "-" {
         std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read the batch from stdin")?;
-        return Ok(s);
+            .lock()
+            .take(MAX_BATCH_BYTES + 1)
+            .read_to_end(&mut buf)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(MAX_BATCH_BYTES + 1).read_to_end(&mut buf))
+    };
+    r.with_context(|| format!("cannot read {what}"))?;
+    if buf.len() as u64 > MAX_BATCH_BYTES {
+        bail!(
+            "cannot read {what}: over the limit of {MAX_BATCH_BYTES} bytes ({} MiB); split it",
+            MAX_BATCH_BYTES >> 20
+        );
     }
-    std::fs::read_to_string(file).with_context(|| format!("cannot read batch file {file}"))
+    String::from_utf8(buf).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        anyhow::anyhow!("cannot read {what}: line {line}: not valid UTF-8")
+    })
 }
