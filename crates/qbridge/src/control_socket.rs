@@ -3,8 +3,12 @@
 //!
 //! Limits (docs/daemon.md, "Control socket limits"):
 //! - at most [`MAX_CONNECTIONS`] connections at once. A new one over the limit takes the place
-//!   of the connection idle longest (it gets an error line and is closed); when every
-//!   connection is busy or a monitor, the new one gets an error line and is closed.
+//!   of the connection idle longest (it gets an error line and is closed); when none is idle,
+//!   of a connection whose request is still arriving: one of the client (peer process, by
+//!   `SO_PEERCRED`) that holds the most connections, the one whose request began longest
+//!   ago, so one client sending partial requests on every connection cannot lock the others
+//!   out (decision 28). Only when every connection is a complete request being answered or a
+//!   monitor is the new one refused (an error line, closed).
 //! - at most [`MAX_MONITORS`] of them monitors (they are never idle, so never evicted).
 //! - a connection idle (no request) for `--idle-timeout` (60 s) is closed with an error line.
 //! - a request must arrive whole within [`REQUEST_DEADLINE`] of its first byte.
@@ -43,6 +47,10 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 /// A monitor client that takes nothing for this long is disconnected.
 const MONITOR_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The answer on a connection closed while its request was arriving (see [`Table::evict_partial`]).
+const EVICTED_PARTIAL: &str = "closing this connection: its request was not complete and the \
+     daemon needed room for another (at most 64 connections; the client holding the most \
+     loses its slowest)";
 /// Stack of a connection thread (its buffers are on the heap).
 const CONN_STACK_BYTES: usize = 256 << 10;
 /// Between two warnings of one kind.
@@ -107,7 +115,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 enum State {
     /// Waiting for a request: may be closed to admit another connection.
     Idle,
-    /// Reading a request, waiting for the control plane, or writing the answer.
+    /// A request has begun to arrive and is not complete: may be closed to admit another
+    /// connection when none is idle (see [`Table::evict_partial`]).
+    Reading,
+    /// Waiting for the control plane, or writing the answer.
     Busy,
     Monitor,
 }
@@ -117,9 +128,11 @@ struct Entry {
     id: u64,
     stream: Arc<UnixStream>,
     state: State,
-    /// When the connection last became idle (or was accepted).
+    /// When the connection last became idle (or was accepted), or began reading a request.
     since: Instant,
     evicted: bool,
+    /// The client's process (`SO_PEERCRED`), if the kernel says.
+    peer: Option<i32>,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +156,38 @@ impl Table {
         e.evicted = true;
         let _ = e.stream.shutdown(Shutdown::Read);
         true
+    }
+
+    /// Closes the read side of a connection whose request is still arriving, to admit a new
+    /// one: of the client (peer process) holding the most connections, the one whose request
+    /// began longest ago. False when there is none.
+    fn evict_partial(&mut self) -> bool {
+        let held = |peer: Option<i32>| {
+            self.conns
+                .iter()
+                .filter(|e| !e.evicted && peer.is_some() && e.peer == peer)
+                .count()
+        };
+        let Some(victim) = self
+            .conns
+            .iter()
+            .filter(|e| e.state == State::Reading && !e.evicted)
+            .max_by_key(|e| (held(e.peer), std::cmp::Reverse(e.since)))
+            .map(|e| e.id)
+        else {
+            return false;
+        };
+        let Some(e) = self.entry(victim) else {
+            return false;
+        };
+        e.evicted = true;
+        let _ = e.stream.shutdown(Shutdown::Read);
+        true
+    }
+
+    /// Makes room for a new connection: the one idle longest, else a partial request.
+    fn evict_for_new(&mut self) -> bool {
+        self.evict_longest_idle() || self.evict_partial()
     }
 
     fn entry(&mut self, id: u64) -> Option<&mut Entry> {
@@ -180,8 +225,9 @@ impl Server {
     fn set_state(&self, id: u64, state: State) {
         let mut t = lock(&self.table);
         if let Some(e) = t.entry(id) {
-            // Idle since the end of its last request, or since it was accepted.
-            if state == State::Idle && e.state != State::Idle {
+            // Idle since the end of its last request, or since it was accepted; reading since
+            // the request's first byte.
+            if matches!(state, State::Idle | State::Reading) && e.state != state {
                 e.since = Instant::now();
             }
             e.state = state;
@@ -202,22 +248,26 @@ impl Server {
 
     /// Registers a new connection and starts its thread, or refuses it.
     fn admit(self: &Arc<Self>, stream: UnixStream) {
+        let peer = rustix::net::sockopt::socket_peercred(&stream)
+            .ok()
+            .map(|c| c.pid.as_raw_nonzero().get());
         let stream = Arc::new(stream);
         let id = {
             let mut t = lock(&self.table);
-            if t.conns.len() >= MAX_CONNECTIONS && !t.evict_longest_idle() {
+            let live = t.conns.iter().filter(|e| !e.evicted).count();
+            if live >= MAX_CONNECTIONS && !t.evict_for_new() {
                 drop(t);
                 warn_limited(&self.accept_log, || {
                     format!(
-                        "control socket: {MAX_CONNECTIONS} connections open, none idle; a new \
-                         one is refused"
+                        "control socket: {MAX_CONNECTIONS} connections open, all answering a \
+                         request or monitors; a new one is refused"
                     )
                 });
                 refuse(
                     &stream,
                     &format!(
-                        "the daemon has {MAX_CONNECTIONS} control connections open and none is \
-                         idle; try again"
+                        "the daemon has {MAX_CONNECTIONS} control connections open, each \
+                         answering a request or a monitor; try again"
                     ),
                 );
                 return;
@@ -230,6 +280,7 @@ impl Server {
                 state: State::Idle,
                 since: Instant::now(),
                 evicted: false,
+                peer,
             });
             id
         };
@@ -294,10 +345,14 @@ impl Server {
                 }
                 Err(e) => return Err(e),
             }
-            self.set_state(id, State::Busy);
+            self.set_state(id, State::Reading);
             r.get_mut().deadline = Instant::now() + REQUEST_DEADLINE;
             line.clear();
-            match read_line(&mut r, &mut line, MAX_REQUEST_LINE_BYTES) {
+            let got = read_line(&mut r, &mut line, MAX_REQUEST_LINE_BYTES);
+            if self.evicted(id) {
+                return reply(stream, &Response::err(EVICTED_PARTIAL));
+            }
+            match got {
                 Ok(LineRead::Line) => {}
                 Ok(LineRead::Eof) => return Ok(()),
                 Ok(LineRead::TooLong) => {
@@ -354,12 +409,17 @@ impl Server {
             };
             match incoming {
                 Incoming::Op(op) => {
+                    self.set_state(id, State::Busy);
                     tracing::debug!("request: {op:?}");
                     let resp = self.handle.call(op);
                     reply(stream, &resp)?;
                 }
                 Incoming::BatchStream { out, len, apply } => match self.read_batch(&mut r, len) {
+                    _ if self.evicted(id) => {
+                        return reply(stream, &Response::err(EVICTED_PARTIAL));
+                    }
                     Ok(mut held) => {
+                        self.set_state(id, State::Busy);
                         // `held` keeps the bytes counted until the control plane is done.
                         let text = std::mem::take(&mut held.text);
                         let op = if apply {
@@ -648,7 +708,7 @@ pub fn accept_loop(listener: UnixListener, handle: Handle, cfg: SocketConfig) {
                         }
                     )
                 });
-                if out_of_fds && lock(&server.table).evict_longest_idle() {
+                if out_of_fds && lock(&server.table).evict_for_new() {
                     // Its thread closes it; give it a moment.
                     std::thread::sleep(BACKOFF_MIN);
                     continue;
@@ -673,6 +733,44 @@ mod tests {
         assert_eq!(l.check(t0 + Duration::from_secs(2)), None);
         assert_eq!(l.check(t0 + Duration::from_secs(11)), Some(2));
         assert_eq!(l.check(t0 + Duration::from_secs(12)), None);
+    }
+
+    #[test]
+    fn a_partial_request_of_the_client_holding_most_makes_room() {
+        let mut t = Table::default();
+        let now = Instant::now();
+        let mut keep = Vec::new();
+        // (peer, state, seconds ago)
+        let conns = [
+            (Some(1), State::Reading, 50), // a slow batch of client 1, oldest
+            (Some(2), State::Reading, 10),
+            (Some(2), State::Reading, 20), // client 2 holds most: its oldest goes
+            (Some(2), State::Busy, 30),
+            (None, State::Reading, 40),
+            (Some(3), State::Monitor, 60),
+        ];
+        for (i, (peer, state, ago)) in conns.into_iter().enumerate() {
+            let (a, b) = UnixStream::pair().unwrap();
+            keep.push(b);
+            t.conns.push(Entry {
+                id: i as u64,
+                stream: Arc::new(a),
+                state,
+                since: now - Duration::from_secs(ago),
+                evicted: false,
+                peer,
+            });
+        }
+        assert!(t.evict_for_new());
+        let evicted: Vec<u64> = t.conns.iter().filter(|e| e.evicted).map(|e| e.id).collect();
+        assert_eq!(evicted, vec![2]);
+        assert!(t.evict_for_new());
+        assert!(t.evict_for_new());
+        assert!(t.evict_for_new());
+        // Complete requests and monitors are never closed.
+        assert!(!t.evict_for_new());
+        let evicted: Vec<u64> = t.conns.iter().filter(|e| e.evicted).map(|e| e.id).collect();
+        assert_eq!(evicted, vec![0, 1, 2, 4]);
     }
 
     #[test]

@@ -311,7 +311,14 @@ pub(crate) fn read_batch(file: &str) -> anyhow::Result<String> {
             .take(MAX_BATCH_BYTES + 1)
             .read_to_end(&mut buf)
     } else {
-        std::fs::File::open(file).and_then(|f| f.take(MAX_BATCH_BYTES + 1).read_to_end(&mut buf))
+        let f = std::fs::File::open(file).with_context(|| format!("cannot read {what}"))?;
+        match f.metadata() {
+            Ok(m) if m.is_file() && m.len() > MAX_BATCH_BYTES => {
+                bail!("{}", qbridge_control::batch_too_long(m.len()))
+            }
+            _ => {}
+        }
+        f.take(MAX_BATCH_BYTES + 1).read_to_end(&mut buf)
     };
     r.with_context(|| format!("cannot read {what}"))?;
     if buf.len() as u64 > MAX_BATCH_BYTES {
