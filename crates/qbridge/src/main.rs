@@ -8,6 +8,7 @@ mod client;
 mod control_socket;
 mod daemon;
 mod demo;
+mod memlimit;
 mod metrics;
 mod replay;
 
