@@ -7,6 +7,16 @@
 //! `/run/qbridge/interfaces`; NETNS: the inode of the daemon's network namespace, so the same
 //! name in two namespaces is two interfaces). The file says who holds it. The lock dies with
 //! the process: a crashed daemon leaves nothing that blocks a restart.
+//!
+//! The file is removed when the lock is released (the port goes, the daemon stops), so
+//! `DIR` does not fill up with one file per interface ever used. Removal and locking race:
+//! a daemon could open the file, then the holder unlinks it and unlocks, then the first one
+//! locks the unlinked inode while a third creates a new file at the name and locks that —
+//! two holders. So the holder unlinks *while it holds the lock* (then closes), and a taker,
+//! once its `flock` succeeds, checks that the name still leads to the inode it locked
+//! (`fstat` against `lstat`); if not (the file was removed, or replaced), it drops it and
+//! starts again. Whoever holds the lock on the file the name leads to holds the interface.
+//! A crash still leaves the file behind, unlocked; the next taker uses it.
 
 #![allow(unsafe_code)]
 
@@ -16,15 +26,38 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
+
 /// Where the lock files live unless `$QBRIDGE_LOCK_DIR` says otherwise.
 pub const DEFAULT_LOCK_DIR: &str = "/run/qbridge/interfaces";
 
-/// A held interface lock; dropping it releases the interface.
+/// A held interface lock; dropping it removes the lock file and releases the interface.
 #[derive(Debug)]
 pub struct IfaceLock {
-    _file: File,
+    file: File,
+    path: PathBuf,
     ifname: String,
 }
+
+impl Drop for IfaceLock {
+    fn drop(&mut self) {
+        // Unlinked while still locked (see the module documentation), and only if the name
+        // still leads to our file.
+        if same_file(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether `path` (not followed if a link) is the file `file` has open.
+fn same_file(file: &File, path: &std::path::Path) -> bool {
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Attempts at a lock file removed or replaced under us before giving up.
+const LOCK_ATTEMPTS: usize = 100;
 
 impl IfaceLock {
     pub fn ifname(&self) -> &str {
@@ -79,44 +112,55 @@ pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> 
             .map_err(|e| unavailable(&dir.display().to_string(), e))?;
     }
     let path = dir.join(format!("{ns}-{ifname}.lock"));
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| unavailable(&path.display().to_string(), e))?;
-    // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    let err = std::io::Error::last_os_error();
-    match rc {
-        0 => {}
-        _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            return Err(LockError::Busy {
-                ifname: ifname.to_owned(),
-                holder: if holder.is_empty() {
-                    format!("lock {}", path.display())
-                } else {
-                    holder.to_owned()
-                },
-            });
+    for _ in 0..LOCK_ATTEMPTS {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| unavailable(&path.display().to_string(), e))?;
+        // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let err = std::io::Error::last_os_error();
+        match rc {
+            0 => {}
+            _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(LockError::Busy {
+                    ifname: ifname.to_owned(),
+                    holder: if holder.is_empty() {
+                        format!("lock {}", path.display())
+                    } else {
+                        holder.to_owned()
+                    },
+                });
+            }
+            _ => return Err(unavailable(&path.display().to_string(), err)),
         }
-        _ => return Err(unavailable(&path.display().to_string(), err)),
+        if !same_file(&file, &path) {
+            // Removed (or replaced) by its last holder between our open and our lock.
+            continue;
+        }
+        let who = format!("pid {} port {port}\n", std::process::id());
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(who.as_bytes()));
+        return Ok(IfaceLock {
+            file,
+            path,
+            ifname: ifname.to_owned(),
+        });
     }
-    let who = format!("pid {} port {port}\n", std::process::id());
-    let _ = file
-        .set_len(0)
-        .and_then(|()| file.rewind())
-        .and_then(|()| file.write_all(who.as_bytes()));
-    Ok(IfaceLock {
-        _file: file,
-        ifname: ifname.to_owned(),
-    })
+    Err(LockError::Unavailable(format!(
+        "{}: removed or replaced {LOCK_ATTEMPTS} times while being locked",
+        path.display()
+    )))
 }
 
 #[cfg(test)]
@@ -126,6 +170,7 @@ mod tests {
     #[test]
     fn a_second_lock_on_one_interface_is_refused_and_names_the_holder() {
         let dir = std::env::temp_dir().join(format!("qbridge-iflock-{}", std::process::id()));
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
         std::env::set_var("QBRIDGE_LOCK_DIR", &dir);
         let a = lock_interface("ethX", "p1").unwrap();
         // flock is per open file: a second open in this process conflicts like another daemon.
@@ -144,4 +189,51 @@ mod tests {
         drop(b);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Issue 17 item 17b: lock files were never removed. Now a released lock takes its file
+    /// with it, and the unlink/lock race cannot give two holders: many threads (each lock is
+    /// its own open file, as another daemon's would be) take and release one interface's lock
+    /// in a loop; never are two holding it at once.
+    #[test]
+    fn released_locks_remove_their_file_and_never_have_two_holders() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = std::env::temp_dir().join(format!("qbridge-iflock-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Every lock function reads the directory from the environment: one for this test.
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        std::env::set_var("QBRIDGE_LOCK_DIR", &dir);
+        let l = lock_interface("ethR", "p1").unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        drop(l);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "the lock file stays after its lock is released"
+        );
+        let holders = AtomicUsize::new(0);
+        let taken = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (holders, taken) = (&holders, &taken);
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        if let Ok(l) = lock_interface("ethR", &format!("t{t}")) {
+                            let n = holders.fetch_add(1, Ordering::SeqCst);
+                            assert_eq!(n, 0, "two holders of one interface");
+                            taken.fetch_add(1, Ordering::Relaxed);
+                            // Hold it a moment, as a port does: time for a racing taker.
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            drop(l);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(taken.load(Ordering::Relaxed) > 0);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 }
