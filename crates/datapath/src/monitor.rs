@@ -15,7 +15,8 @@
 //!
 //! Each monitor has a bounded queue ([`MONITOR_QUEUE_LINES`]); the control thread never waits
 //! for a monitor. Events that do not fit are counted and reported as one `N events lost` line
-//! (`{"object":"lost","events":N}`) as soon as there is room again.
+//! (`{"object":"lost","events":N}`) as soon as there is room again: before the next event, or
+//! at the next once-a-second comparison if none comes.
 
 use qbridge_bridge::{FdbEntryView, FdbFilter};
 use qbridge_control::{mirror, render, MonitorObject, OutputOptions, Session};
@@ -54,20 +55,13 @@ impl Monitor {
         if !self.objects.contains(&ev.object) {
             return true;
         }
-        if self.lost > 0 {
-            let line = if self.out.json {
-                format!("{}\n", json!({"object": "lost", "events": self.lost}))
-            } else {
-                format!("{} events lost\n", self.lost)
-            };
-            match self.tx.try_send(line) {
-                Ok(()) => self.lost = 0,
-                Err(TrySendError::Full(_)) => {
-                    self.lost += 1;
-                    return true;
-                }
-                Err(TrySendError::Disconnected(_)) => return false,
+        match self.flush_lost() {
+            Ok(()) => {}
+            Err(TrySendError::Full(())) => {
+                self.lost += 1;
+                return true;
             }
+            Err(TrySendError::Disconnected(())) => return false,
         }
         match self.tx.try_send(ev.line(self.out)) {
             Ok(()) => true,
@@ -76,6 +70,28 @@ impl Monitor {
                 true
             }
             Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
+impl Monitor {
+    /// Queues the `N events lost` line if events were lost (`Full`: still no room).
+    fn flush_lost(&mut self) -> Result<(), TrySendError<()>> {
+        if self.lost == 0 {
+            return Ok(());
+        }
+        let line = if self.out.json {
+            format!("{}\n", json!({"object": "lost", "events": self.lost}))
+        } else {
+            format!("{} events lost\n", self.lost)
+        };
+        match self.tx.try_send(line) {
+            Ok(()) => {
+                self.lost = 0;
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => Err(TrySendError::Full(())),
+            Err(TrySendError::Disconnected(_)) => Err(TrySendError::Disconnected(())),
         }
     }
 }
@@ -396,6 +412,10 @@ impl Monitors {
         let events = self.last.diff(&now);
         self.last = now;
         if events.is_empty() {
+            // A loss is told as soon as there is room (the control thread calls this once a
+            // second), not only before the next event.
+            self.list
+                .retain_mut(|m| !matches!(m.flush_lost(), Err(TrySendError::Disconnected(()))));
             return;
         }
         let before = self.list.len();
@@ -451,6 +471,31 @@ mod tests {
                 "Deleted 02:00:00:00:00:01 dev p1 vlan 1 master br0 static\n"
             ]
         );
+    }
+
+    /// Issue 17 item 17a: the `N events lost` line waited for the next event; now the next
+    /// call with room (once a second) says it, with no new event.
+    #[test]
+    fn a_loss_is_told_without_waiting_for_the_next_event() {
+        let mut s = Session::new();
+        run(&mut s, "link add br0 type bridge vlan_filtering 1");
+        run(&mut s, "link add p1 type pcap");
+        let (tx, rx) = mpsc::sync_channel(2);
+        let mut ms = Monitors::default();
+        ms.add(
+            &s,
+            Monitor::new(MonitorObject::ALL.to_vec(), OutputOptions::default(), tx),
+        );
+        run(&mut s, "link set dev p1 master br0");
+        run(&mut s, "fdb add 02:00:00:00:00:01 dev p1 vlan 1 static");
+        ms.notify(&s);
+        assert_eq!(rx.try_iter().count(), 2, "two lines fit, the third is lost");
+        // Nothing changes any more; the next tick has room.
+        ms.notify(&s);
+        let got: Vec<String> = rx.try_iter().collect();
+        assert_eq!(got, vec!["1 events lost\n"]);
+        ms.notify(&s);
+        assert_eq!(rx.try_iter().count(), 0, "told once");
     }
 
     #[test]
