@@ -460,7 +460,11 @@ mod tests {
     /// floating point `1e23`, expected u32".
     #[test]
     fn an_out_of_range_version_is_quoted_as_sent() {
-        for (v, col) in [("99999999999999999999999", 29), ("4294967296", 16), ("-1", 8)] {
+        for (v, col) in [
+            ("99999999999999999999999", 29),
+            ("4294967296", 16),
+            ("-1", 8),
+        ] {
             let e = Request::parse(&format!("{{\"v\":{v}}}")).unwrap_err();
             assert_eq!(
                 e,

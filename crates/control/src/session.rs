@@ -861,7 +861,9 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             ),
             ("zerocopy", on_off(*zerocopy)),
         ],
-        PortSpec::Tap { ifname, netns } => vec![("ifname", ifname.clone()), ("netns", netns.clone())],
+        PortSpec::Tap { ifname, netns } => {
+            vec![("ifname", ifname.clone()), ("netns", netns.clone())]
+        }
         PortSpec::Patch { peer } => vec![("peer", s(peer))],
         PortSpec::Vlan {
             link,
@@ -871,7 +873,10 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             address,
         } => vec![
             ("link", s(link)),
-            ("protocol", s(&qbridge_bridge::switch::tpid_name(protocol.0))),
+            (
+                "protocol",
+                s(&qbridge_bridge::switch::tpid_name(protocol.0)),
+            ),
             ("id", s(id)),
             ("netns", netns.clone()),
             ("address", addr(address)),

@@ -726,7 +726,8 @@ impl Engine {
                         dir.display()
                     ));
                 }
-                let p = PcapPort::open(dir, name, self.cfg.file_access).map_err(|e| format!("port {name}: {e}"))?;
+                let p = PcapPort::open(dir, name, self.cfg.file_access)
+                    .map_err(|e| format!("port {name}: {e}"))?;
                 tracing::info!("port {name}: pcap, writing {}/{name}.pcap", dir.display());
                 Some(
                     distribute(vec![Box::new(p)], n, id.0 as usize)

@@ -26,7 +26,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
-
 /// Where the lock files live unless `$QBRIDGE_LOCK_DIR` says otherwise.
 pub const DEFAULT_LOCK_DIR: &str = "/run/qbridge/interfaces";
 

@@ -54,7 +54,13 @@ pub fn headroom_under(root: &Path) -> Option<Headroom> {
         }
     };
     if let (Some(path), Some(m)) = (v2, mounts.iter().find(|m| m.fstype == "cgroup2")) {
-        consider(walk(&under(&m.point), &m.root, path, "memory.max", "memory.current"));
+        consider(walk(
+            &under(&m.point),
+            &m.root,
+            path,
+            "memory.max",
+            "memory.current",
+        ));
     }
     if let (Some(path), Some(m)) = (
         v1,
@@ -177,7 +183,8 @@ mod tests {
     }
 
     fn fake(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("qbridge-memlimit-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("qbridge-memlimit-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
     }
@@ -195,7 +202,11 @@ mod tests {
         let cg = "sys/fs/cgroup";
         write(&r, &format!("{cg}/memory.current"), "5000000000\n"); // root: no memory.max
         write(&r, &format!("{cg}/system.slice/memory.max"), "max\n");
-        write(&r, &format!("{cg}/system.slice/memory.current"), "900000000\n");
+        write(
+            &r,
+            &format!("{cg}/system.slice/memory.current"),
+            "900000000\n",
+        );
         let svc = format!("{cg}/system.slice/qbridge.service");
         write(&r, &format!("{svc}/memory.max"), "104857600\n");
         write(&r, &format!("{svc}/memory.current"), "10000000\n");
@@ -229,12 +240,19 @@ mod tests {
         );
         // The mount's root is /process_api: the process's cgroup is "abc" under the mount point.
         let m = "sys/fs/cgroup/mem ory";
-        write(&r, &format!("{m}/memory.limit_in_bytes"), "9223372036854771712\n");
+        write(
+            &r,
+            &format!("{m}/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
         write(&r, &format!("{m}/memory.usage_in_bytes"), "1\n");
         write(&r, &format!("{m}/abc/memory.limit_in_bytes"), "209715200\n");
         write(&r, &format!("{m}/abc/memory.usage_in_bytes"), "9715200\n");
         let h = headroom_under(&r).unwrap();
-        assert_eq!((h.bytes, h.limit, h.usage), (200_000_000, 209_715_200, 9_715_200));
+        assert_eq!(
+            (h.bytes, h.limit, h.usage),
+            (200_000_000, 209_715_200, 9_715_200)
+        );
         // The unified hierarchy has no memory files here: v1 alone counts.
         std::fs::remove_dir_all(&r).unwrap();
         assert_eq!(headroom_under(&r), None);

@@ -27,7 +27,13 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn a_non_utf8_argument_is_an_error_not_a_panic() {
     let bad = std::ffi::OsStr::from_bytes(b"p\xff1");
-    let o = run(&["-n".as_ref(), "link".as_ref(), "show".as_ref(), "dev".as_ref(), bad]);
+    let o = run(&[
+        "-n".as_ref(),
+        "link".as_ref(),
+        "show".as_ref(),
+        "dev".as_ref(),
+        bad,
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(
         stderr(&o),
@@ -41,7 +47,11 @@ fn a_non_utf8_argument_is_an_error_not_a_panic() {
 fn a_non_utf8_batch_file_names_the_line() {
     let dir = tmp("batch");
     let f = dir.join("bad.batch");
-    std::fs::write(&f, b"link add br0 type bridge\n# ok\nlink add p\xe9 type pcap\n").unwrap();
+    std::fs::write(
+        &f,
+        b"link add br0 type bridge\n# ok\nlink add p\xe9 type pcap\n",
+    )
+    .unwrap();
     let o = run(&["-n".as_ref(), "-batch".as_ref(), f.as_os_str()]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
@@ -64,7 +74,11 @@ fn control_characters_are_not_echoed_raw() {
         "\u{1b}[2J\u{1b}[31mred\u{7}".as_ref(),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(!o.stderr.iter().any(|&b| b == 0x1b || b == 0x07), "{:?}", o.stderr);
+    assert!(
+        !o.stderr.iter().any(|&b| b == 0x1b || b == 0x07),
+        "{:?}",
+        o.stderr
+    );
     assert_eq!(
         stderr(&o),
         "qbridge: device \"\\u{1b}[2J\\u{1b}[31mred\\u{7}\" does not exist\n"

@@ -40,7 +40,6 @@ fn skip_unless_root() -> bool {
     true
 }
 
-
 /// `qbridge daemon --state STATE` (one worker, a socket in `dir`) run to its end: the exit
 /// status and stderr, or `None` if it was still running after `limit` (then it is killed).
 fn run_to_exit(dir: &Path, state: &Path, limit: Duration) -> Option<(i32, String)> {
@@ -57,7 +56,12 @@ fn run_to_exit(dir: &Path, state: &Path, limit: Duration) -> Option<(i32, String
     loop {
         if let Some(st) = child.try_wait().unwrap() {
             let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
             return Some((st.code().unwrap_or(-1), err));
         }
         if t0.elapsed() > limit {
@@ -75,7 +79,11 @@ fn run_to_exit(dir: &Path, state: &Path, limit: Duration) -> Option<(i32, String
 fn a_state_file_that_is_not_a_regular_file_is_refused_at_once() {
     let dir = tmp("fifo");
     let fifo = dir.join("state");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let (code, err) = run_to_exit(&dir, &fifo, Duration::from_secs(10))
         .expect("the daemon hangs on a FIFO --state (still running after 10 s)");
     assert_eq!(code, 1, "{err}");
@@ -135,20 +143,28 @@ dd if=/dev/zero of="$1/fill" bs=4096 2>/dev/null
 shift 2
 exec "$@""#;
     let mut cmd = Command::new("unshare");
-    cmd.args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
-        .arg(&full)
-        .arg(dir.join("old-state"))
-        .arg(BIN)
-        .args(["daemon", "--workers", "1", "--socket"])
-        .arg(&socket)
-        .arg("--state")
-        .arg(full.join("state"))
-        .arg("-batch")
-        .arg(dir.join("cfg.batch"))
-        .args(["--metrics", &maddr])
-        .env("QBRIDGE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ])
+    .arg(&full)
+    .arg(dir.join("old-state"))
+    .arg(BIN)
+    .args(["daemon", "--workers", "1", "--socket"])
+    .arg(&socket)
+    .arg("--state")
+    .arg(full.join("state"))
+    .arg("-batch")
+    .arg(dir.join("cfg.batch"))
+    .args(["--metrics", &maddr])
+    .env("QBRIDGE_LOG", "info")
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap());
     let mut d = match Daemon::spawn(cmd, socket, log) {
         Ok(d) => d,
         Err(log) => panic!("the daemon did not start on a full disk:\n{log}"),

@@ -37,7 +37,9 @@ fn make_cgroup(bytes: u64) -> Result<Cgroup, String> {
         })
     };
     let under = |root: &str, point: &Path, path: &str| {
-        let rel = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
+        let rel = path
+            .strip_prefix(root.trim_end_matches('/'))
+            .unwrap_or(path);
         point.join(rel.trim_matches('/')).join(&name)
     };
     // v1: the hierarchy with the memory controller.
@@ -123,14 +125,15 @@ fn a_batch_larger_than_the_memory_cgroup_allows_is_refused_not_fatal() {
     );
     assert!(!o.status.success());
     assert!(
-        err.contains("batch of 100000025 bytes is more than the daemon can hold now: its memory \
-                      limit (")
-            && err.contains("split it"),
+        err.contains(
+            "batch of 100000025 bytes is more than the daemon can hold now: its memory \
+                      limit ("
+        ) && err.contains("split it"),
         "{err}"
     );
     // A batch that fits goes through, and the daemon serves on.
     let small = dir.join("small.batch");
-    std::fs::write(&small, "link add br1 type bridge\n".repeat(1).as_bytes()).unwrap();
+    std::fs::write(&small, "link add br1 type bridge\n").unwrap();
     d.ok(&["-batch", small.to_str().unwrap()]);
     assert!(d.ok(&["link", "show"]).contains("br1"));
     assert!(d.stop().success());
