@@ -429,6 +429,7 @@ impl Engine {
                     tracing::debug!("aged out {aged} FDB entries");
                 }
                 self.housekeeping();
+                self.retry_state();
                 self.flap_watch(now);
                 self.mac_limit_watch(now);
                 self.publish();
@@ -568,6 +569,25 @@ impl Engine {
             );
             tracing::error!("{w}");
             resp.warnings.push(w);
+        }
+    }
+
+    /// Once a second while the `--state` file is not up to date (a write failed, e.g. a full
+    /// disk): tries again, so the file follows as soon as there is room, without waiting for
+    /// the next change.
+    fn retry_state(&mut self) {
+        let Some(state) = &mut self.cfg.state else {
+            return;
+        };
+        if state.is_saved() {
+            return;
+        }
+        match state.save(&self.session.running_config()) {
+            Ok(_) => tracing::info!(
+                "the configuration is saved to {} again",
+                state.path().display()
+            ),
+            Err(e) => tracing::debug!("{}: still not saved: {e}", state.path().display()),
         }
     }
 

@@ -182,8 +182,22 @@ exec "$@""#;
     assert!(d.ok(&["link", "show"]).contains("br1"));
     assert!(scrape(&maddr).contains("qbridge_state_unsaved 1\n"));
 
-    // Room again: the next change is saved, with everything in force.
+    // Room again: the file follows within a second or so, without a change.
     std::fs::remove_file(in_ns("fill")).unwrap();
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(in_ns("state"))
+        .unwrap()
+        .contains("link add br1 type bridge")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not saved once there was room: {}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(scrape(&maddr).contains("qbridge_state_unsaved 0\n"));
+    // And the next change is saved, with everything in force.
     d.ok(&["link", "add", "br2", "type", "bridge"]);
     let saved = std::fs::read_to_string(in_ns("state")).unwrap();
     assert!(saved.contains("link add br1 type bridge"), "{saved}");
