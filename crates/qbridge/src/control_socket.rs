@@ -475,7 +475,10 @@ impl Server {
         // 107 MB of RSS, one of `fdb add` lines at 232 MB), so it is refused before it is
         // read rather than getting the daemon OOM-killed (decision 29).
         if let Some(h) = crate::memlimit::headroom() {
-            let room = h.bytes / BATCH_SHARE_OF_HEADROOM;
+            // Batches other connections are receiving count as used already (they may not
+            // be in the cgroup's usage yet: their bytes are still arriving).
+            let others = self.batch_bytes.load(Ordering::Acquire);
+            let room = h.bytes.saturating_sub(others) / BATCH_SHARE_OF_HEADROOM;
             if len > room {
                 self.log_bad(|| {
                     format!(
@@ -487,11 +490,16 @@ impl Server {
                 });
                 return Err(BatchError::Reply(format!(
                     "batch of {len} bytes is more than the daemon can hold now: its memory \
-                     limit ({} bytes, {}) has {} bytes left, and a batch may take at most \
+                     limit ({} bytes, {}) has {} bytes left{}, and a batch may take at most \
                      1/{BATCH_SHARE_OF_HEADROOM} of that ({room} bytes); split it",
                     h.limit,
                     h.file.display(),
-                    h.bytes
+                    h.bytes,
+                    if others > 0 {
+                        format!(", less {others} for batches arriving on other connections")
+                    } else {
+                        String::new()
+                    }
                 )));
             }
         }
