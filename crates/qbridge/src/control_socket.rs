@@ -3,12 +3,12 @@
 //!
 //! Limits (docs/daemon.md, "Control socket limits"):
 //! - at most [`MAX_CONNECTIONS`] connections at once. A new one over the limit takes the place
-//!   of the connection idle longest (it gets an error line and is closed); when none is idle,
-//!   of a connection whose request is still arriving: one of the client (peer process, by
-//!   `SO_PEERCRED`) that holds the most connections, the one whose request began longest
-//!   ago, so one client sending partial requests on every connection cannot lock the others
-//!   out (decision 28). Only when every connection is a complete request being answered or a
-//!   monitor is the new one refused (an error line, closed).
+//!   of an idle connection or of one whose request is still arriving (it gets an error line
+//!   and is closed): of the client (peer process, by `SO_PEERCRED`) that holds the most
+//!   connections, idle before partial, oldest first — so one client holding every connection
+//!   idle or with partial requests cannot lock the others out (decision 28). Only when every
+//!   connection is a complete request being answered or a monitor is the new one refused (an
+//!   error line, closed).
 //! - at most [`MAX_MONITORS`] of them monitors (they are never idle, so never evicted).
 //! - a connection idle (no request) for `--idle-timeout` (60 s) is closed with an error line.
 //! - a request must arrive whole within [`REQUEST_DEADLINE`] of its first byte.
@@ -47,7 +47,8 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 /// A monitor client that takes nothing for this long is disconnected.
 const MONITOR_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// The answer on a connection closed while its request was arriving (see [`Table::evict_partial`]).
+/// The answer on a connection closed while its request was arriving (see
+/// [`Table::evict_for_new`]).
 const EVICTED_PARTIAL: &str = "closing this connection: its request was not complete and the \
      daemon needed room for another (at most 64 connections; the client holding the most \
      loses its slowest)";
@@ -119,7 +120,7 @@ enum State {
     /// Waiting for a request: may be closed to admit another connection.
     Idle,
     /// A request has begun to arrive and is not complete: may be closed to admit another
-    /// connection when none is idle (see [`Table::evict_partial`]).
+    /// connection (see [`Table::evict_for_new`]).
     Reading,
     /// Waiting for the control plane, or writing the answer.
     Busy,
@@ -145,26 +146,12 @@ struct Table {
 }
 
 impl Table {
-    /// Closes the read side of the connection idle longest (its thread answers with an error
-    /// line and exits); false when every connection is busy or a monitor.
-    fn evict_longest_idle(&mut self) -> bool {
-        let Some(e) = self
-            .conns
-            .iter_mut()
-            .filter(|e| e.state == State::Idle && !e.evicted)
-            .min_by_key(|e| e.since)
-        else {
-            return false;
-        };
-        e.evicted = true;
-        let _ = e.stream.shutdown(Shutdown::Read);
-        true
-    }
-
-    /// Closes the read side of a connection whose request is still arriving, to admit a new
-    /// one: of the client (peer process) holding the most connections, the one whose request
-    /// began longest ago. False when there is none.
-    fn evict_partial(&mut self) -> bool {
+    /// Makes room for a new connection: closes the read side of an idle connection or of one
+    /// whose request is still arriving (its thread answers with an error line and exits),
+    /// taken from the client (peer process) holding the most connections; within it an idle
+    /// one before a partial request, the oldest first. False when every connection is a
+    /// complete request being answered, or a monitor.
+    fn evict_for_new(&mut self) -> bool {
         let held = |peer: Option<i32>| {
             self.conns
                 .iter()
@@ -174,8 +161,14 @@ impl Table {
         let Some(victim) = self
             .conns
             .iter()
-            .filter(|e| e.state == State::Reading && !e.evicted)
-            .max_by_key(|e| (held(e.peer), std::cmp::Reverse(e.since)))
+            .filter(|e| matches!(e.state, State::Idle | State::Reading) && !e.evicted)
+            .max_by_key(|e| {
+                (
+                    held(e.peer),
+                    e.state == State::Idle,
+                    std::cmp::Reverse(e.since),
+                )
+            })
             .map(|e| e.id)
         else {
             return false;
@@ -186,11 +179,6 @@ impl Table {
         e.evicted = true;
         let _ = e.stream.shutdown(Shutdown::Read);
         true
-    }
-
-    /// Makes room for a new connection: the one idle longest, else a partial request.
-    fn evict_for_new(&mut self) -> bool {
-        self.evict_longest_idle() || self.evict_partial()
     }
 
     fn entry(&mut self, id: u64) -> Option<&mut Entry> {
@@ -772,18 +760,19 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_request_of_the_client_holding_most_makes_room() {
+    fn the_client_holding_most_connections_makes_room() {
         let mut t = Table::default();
         let now = Instant::now();
         let mut keep = Vec::new();
         // (peer, state, seconds ago)
         let conns = [
-            (Some(1), State::Reading, 50), // a slow batch of client 1, oldest
-            (Some(2), State::Reading, 10),
-            (Some(2), State::Reading, 20), // client 2 holds most: its oldest goes
-            (Some(2), State::Busy, 30),
-            (None, State::Reading, 40),
-            (Some(3), State::Monitor, 60),
+            (Some(1), State::Reading, 50), // 0: a slow batch of client 1, oldest
+            (Some(2), State::Reading, 10), // 1
+            (Some(2), State::Reading, 20), // 2: client 2 holds most: its oldest goes first
+            (Some(2), State::Busy, 30),    // 3: a complete request: never
+            (None, State::Reading, 40),    // 4: unknown client: last
+            (Some(3), State::Monitor, 60), // 5: a monitor: never
+            (Some(4), State::Idle, 5),     // 6: idle goes before client 1's partial request
         ];
         for (i, (peer, state, ago)) in conns.into_iter().enumerate() {
             let (a, b) = UnixStream::pair().unwrap();
@@ -797,16 +786,18 @@ mod tests {
                 peer,
             });
         }
-        assert!(t.evict_for_new());
-        let evicted: Vec<u64> = t.conns.iter().filter(|e| e.evicted).map(|e| e.id).collect();
-        assert_eq!(evicted, vec![2]);
-        assert!(t.evict_for_new());
-        assert!(t.evict_for_new());
-        assert!(t.evict_for_new());
-        // Complete requests and monitors are never closed.
-        assert!(!t.evict_for_new());
-        let evicted: Vec<u64> = t.conns.iter().filter(|e| e.evicted).map(|e| e.id).collect();
-        assert_eq!(evicted, vec![0, 1, 2, 4]);
+        let mut order = Vec::new();
+        while t.evict_for_new() {
+            let last = t
+                .conns
+                .iter()
+                .filter(|e| e.evicted && !order.contains(&e.id))
+                .map(|e| e.id)
+                .collect::<Vec<_>>();
+            assert_eq!(last.len(), 1);
+            order.push(last[0]);
+        }
+        assert_eq!(order, vec![2, 1, 6, 0, 4]);
     }
 
     #[test]
