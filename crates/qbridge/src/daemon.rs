@@ -65,12 +65,14 @@ SIGUSR2, SIGPIPE: ignored.
   --metrics ADDR:PORT  serve Prometheus text format on http://ADDR:PORT/metrics
   --metrics-public     allow a non-loopback metrics address
   --pcap-dir DIR       accept pcap ports: each writes DIR/PORT.pcap and, if DIR/PORT.in.pcap
-                       exists when the port opens, receives its frames once
+                       exists when the port opens, receives its frames once; files made
+                       afresh, mode 0600 (0640 and GROUP with --socket-group)
   --workers N          datapath threads (default: the CPUs this process may run on, at most
                        64); frames of one flow stay on one thread, in order
   --state FILE         keep the configuration in FILE: restored at start (before -batch,
                        which is then applied as 'qbridge apply' does: what exists is kept),
-                       rewritten atomically after every change (see docs/daemon.md)
+                       rewritten atomically after every change; a regular file of at
+                       most 256 MiB (see docs/operating.md)
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
