@@ -97,6 +97,15 @@ fn a_state_file_that_is_not_a_regular_file_is_refused_at_once() {
     let (code, err) = run_to_exit(&dir, &dir, Duration::from_secs(10)).unwrap();
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not a regular file (a directory)"), "{err}");
+    // /dev/zero was read until memory ran out (not re-run on the old code for that reason).
+    let (code, err) = run_to_exit(&dir, Path::new("/dev/zero"), Duration::from_secs(10)).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "cannot read the state file /dev/zero: not a regular file (a character device)"
+        ),
+        "{err}"
+    );
 }
 
 /// A free TCP port on the loopback for `--metrics`.
