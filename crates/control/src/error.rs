@@ -23,6 +23,11 @@ pub enum ControlError {
         word: String,
         hint: String,
     },
+    /// A word with a control character (an escape sequence, a NUL): no name, value or
+    /// keyword has one, and echoing it would reach a terminal as a command. `word` is shown
+    /// with its control characters escaped (`\u{1b}`).
+    #[error("word \"{word}\" holds a control character (names and values are printable text)")]
+    ControlCharacter { word: String },
     /// A word the grammar does not allow at this point.
     #[error("unexpected \"{word}\" (expected {expected})")]
     Unexpected { word: String, expected: String },
@@ -139,4 +144,17 @@ impl ControlError {
             _ => None,
         }
     }
+}
+
+/// `s` with its control characters escaped (`\u{1b}`), the rest as it is.
+pub fn escape_controls(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -58,6 +58,11 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, ControlError> {
 /// Parses `OBJECT COMMAND ARGS…`.
 pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+    if let Some(bad) = words.iter().find(|w| w.chars().any(char::is_control)) {
+        return Err(ControlError::ControlCharacter {
+            word: crate::error::escape_controls(bad),
+        });
+    }
     let mut w = Words {
         words: &words,
         pos: 0,

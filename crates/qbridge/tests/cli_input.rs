@@ -63,9 +63,11 @@ fn a_non_utf8_batch_file_names_the_line() {
     );
 }
 
-/// A name with an escape sequence was echoed raw in the error, so the terminal obeyed it.
+/// A name with an escape sequence was echoed raw in the error, so the terminal obeyed it;
+/// interface and namespace names with one were taken, and printed raw by `link show` and the
+/// running configuration. Now a word with a control character is refused, shown escaped.
 #[test]
-fn control_characters_are_not_echoed_raw() {
+fn control_characters_are_refused_and_not_echoed_raw() {
     let o = run(&[
         "-n".as_ref(),
         "link".as_ref(),
@@ -81,6 +83,54 @@ fn control_characters_are_not_echoed_raw() {
     );
     assert_eq!(
         stderr(&o),
-        "qbridge: device \"\\u{1b}[2J\\u{1b}[31mred\\u{7}\" does not exist\n"
+        "qbridge: word \"\\u{1b}[2J\\u{1b}[31mred\\u{7}\" holds a control character (names \
+         and values are printable text)\n"
+    );
+    for args in [
+        [
+            "-n",
+            "link",
+            "add",
+            "t1",
+            "type",
+            "tap",
+            "ifname",
+            "a\u{1b}[31mb",
+        ],
+        [
+            "-n",
+            "link",
+            "add",
+            "p1",
+            "type",
+            "afpacket",
+            "dev",
+            "e\u{1b}[33mth",
+        ],
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("holds a control character"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!o.stderr.contains(&0x1b));
+    }
+    // In a batch file too, with its line.
+    let dir = tmp("controls");
+    let f = dir.join("esc.batch");
+    std::fs::write(
+        &f,
+        "link add br0 type bridge\nlink add t1 type tap netns n\x1b[32mx\n",
+    )
+    .unwrap();
+    let o = run(&["-n".as_ref(), "-batch".as_ref(), f.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "qbridge: line 2: word \"n\\u{1b}[32mx\" holds a control character (names and values \
+         are printable text)\n"
     );
 }
