@@ -51,7 +51,7 @@ const MONITOR_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`Table::evict_for_new`]).
 const EVICTED_PARTIAL: &str = "closing this connection: its request was not complete and the \
      daemon needed room for another (at most 64 connections; the client holding the most \
-     loses its slowest)";
+     gives one up)";
 /// A streamed batch may take at most this fraction (1/N) of the memory the process's cgroup
 /// has left ([`crate::memlimit`]).
 const BATCH_SHARE_OF_HEADROOM: u64 = 2;
