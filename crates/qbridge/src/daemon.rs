@@ -15,7 +15,9 @@
 //! metrics threads. Requests go to the control-plane thread over a channel; it hands each
 //! worker the new compiled plan, which the worker adopts between two batches.
 //!
-//! Signals: SIGTERM or SIGINT: `STOPPING=1` to systemd, the socket file is removed, the workers
+//! Signals (read by a `qbridge-signals` thread and handed to the main thread; a SIGTERM or
+//! SIGINT during start-up is acted on once ready, or ends a start-up stuck for 5 s with exit
+//! status 1: [`forward_signals`]): SIGTERM or SIGINT: `STOPPING=1` to systemd, the socket file is removed, the workers
 //! close every port (pcap files are flushed), and the process exits 0. SIGHUP: [`on_sighup`]
 //! re-applies the `-batch` file as `qbridge apply` does (logs go to stderr, so there is no log
 //! file to reopen). SIGUSR1:
@@ -37,6 +39,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the CLI and the daemon meet unless told otherwise.
@@ -293,8 +297,10 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     // Before anything else, so a signal during start-up is not fatal halfway.
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
+    let signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
         .context("cannot install signal handlers")?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let signals = forward_signals(signals, ready.clone())?;
     raise_fd_limit();
     let socket = socket_path(args.socket.as_deref());
     let gid = args
@@ -407,10 +413,11 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         },
         metrics_note
     );
+    ready.store(true, Ordering::Release);
     sd_notify("READY=1\nSTATUS=serving");
 
     let name = loop {
-        match signals.forever().next() {
+        match signals.recv().ok() {
             Some(SIGHUP) => on_sighup(&handle, args.batch.as_deref()),
             Some(SIGUSR1) => log_counters(&handle),
             Some(SIGUSR2) => tracing::info!("SIGUSR2: ignored"),
@@ -429,6 +436,54 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long a start-up may go on after SIGTERM or SIGINT before the process exits without
+/// finishing it (a `-batch` FIFO nobody writes, an interface that never answers).
+const START_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Hands the signals to the main thread through a channel, from a thread of their own. A
+/// SIGTERM or SIGINT that comes before the daemon is ready is acted on once it is (a clean
+/// stop); if start-up has not finished [`START_STOP_GRACE`] later, it is stuck, and the
+/// process exits with status 1 rather than ignoring the signal.
+fn forward_signals(
+    mut signals: Signals,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<std::sync::mpsc::Receiver<i32>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("qbridge-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let stop = matches!(sig, SIGTERM | SIGINT);
+                if stop && !ready.load(Ordering::Acquire) {
+                    let ready = ready.clone();
+                    // Another thread, so a second signal is still forwarded meanwhile.
+                    let _ = std::thread::Builder::new()
+                        .name("qbridge-stop".into())
+                        .spawn(move || {
+                            let t0 = std::time::Instant::now();
+                            while t0.elapsed() < START_STOP_GRACE {
+                                if ready.load(Ordering::Acquire) {
+                                    return;
+                                }
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            eprintln!(
+                                "qbridge: signal {sig} during start-up, which has not finished \
+                                 {} s later; exiting",
+                                START_STOP_GRACE.as_secs()
+                            );
+                            std::process::exit(1);
+                        });
+                }
+                if tx.send(sig).is_err() {
+                    return;
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(rx)
 }
 
 /// SIGHUP (`systemctl reload`): re-applies the `-batch` file as `qbridge apply` does, so an

@@ -299,3 +299,58 @@ fn files_the_daemon_creates_are_private_and_never_written_through_links() {
     }
     assert!(d.stop().success());
 }
+
+/// Item 14's other half: a start-up that hangs (here a `-batch` FIFO nobody writes; before,
+/// a `--state` FIFO) ignored SIGTERM for good. Now a SIGTERM during start-up stops the daemon
+/// once start-up finishes, or after 5 s if it does not.
+#[test]
+fn sigterm_stops_a_start_up_that_hangs() {
+    let dir = tmp("hang");
+    let fifo = dir.join("cfg.batch");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut child = Command::new(BIN)
+        .args(["daemon", "--workers", "1", "--socket"])
+        .arg(dir.join("ctl.sock"))
+        .arg("-batch")
+        .arg(&fifo)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("SIGTERM ignored: still starting 15 s later");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "qbridge: signal 15 during start-up, which has not finished 5 s later; exiting"
+        ),
+        "{err}"
+    );
+}
