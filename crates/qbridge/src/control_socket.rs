@@ -5,7 +5,7 @@
 //! - at most [`MAX_CONNECTIONS`] connections at once. A new one over the limit takes the place
 //!   of an idle connection or of one whose request is still arriving (it gets an error line
 //!   and is closed): of the client (peer process, by `SO_PEERCRED`) that holds the most
-//!   connections, idle before partial, oldest first — so one client holding every connection
+//!   connections, the one idle or reading longest — so one client holding every connection
 //!   idle or with partial requests cannot lock the others out (decision 28). Only when every
 //!   connection is a complete request being answered or a monitor is the new one refused (an
 //!   error line, closed).
@@ -148,9 +148,9 @@ struct Table {
 impl Table {
     /// Makes room for a new connection: closes the read side of an idle connection or of one
     /// whose request is still arriving (its thread answers with an error line and exits),
-    /// taken from the client (peer process) holding the most connections; within it an idle
-    /// one before a partial request, the oldest first. False when every connection is a
-    /// complete request being answered, or a monitor.
+    /// taken from the client (peer process) holding the most connections, the one idle or
+    /// reading longest (so a connection just accepted, not read yet, is the last to go). False
+    /// when every connection is a complete request being answered, or a monitor.
     fn evict_for_new(&mut self) -> bool {
         let held = |peer: Option<i32>| {
             self.conns
@@ -162,13 +162,7 @@ impl Table {
             .conns
             .iter()
             .filter(|e| matches!(e.state, State::Idle | State::Reading) && !e.evicted)
-            .max_by_key(|e| {
-                (
-                    held(e.peer),
-                    e.state == State::Idle,
-                    std::cmp::Reverse(e.since),
-                )
-            })
+            .max_by_key(|e| (held(e.peer), std::cmp::Reverse(e.since)))
             .map(|e| e.id)
         else {
             return false;
@@ -772,7 +766,7 @@ mod tests {
             (Some(2), State::Busy, 30),    // 3: a complete request: never
             (None, State::Reading, 40),    // 4: unknown client: last
             (Some(3), State::Monitor, 60), // 5: a monitor: never
-            (Some(4), State::Idle, 5),     // 6: idle goes before client 1's partial request
+            (Some(4), State::Idle, 5),     // 6: newer than client 1's partial request
         ];
         for (i, (peer, state, ago)) in conns.into_iter().enumerate() {
             let (a, b) = UnixStream::pair().unwrap();
@@ -797,7 +791,7 @@ mod tests {
             assert_eq!(last.len(), 1);
             order.push(last[0]);
         }
-        assert_eq!(order, vec![2, 1, 6, 0, 4]);
+        assert_eq!(order, vec![2, 1, 0, 6, 4]);
     }
 
     #[test]
