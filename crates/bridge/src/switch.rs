@@ -1071,11 +1071,20 @@ impl Switch {
         Ok(PortId(idx as u16))
     }
 
-    /// `link set dev NAME …` on a port.
+    /// `link set dev NAME …` on a port. Turning `mab` off removes the port's `locked`
+    /// entries, as Linux's `br_setport` flushes them (`BR_FDB_LOCKED`).
     pub fn set_port(&mut self, id: PortId, settings: PortSettings) -> Result<(), ConfigError> {
         check_port_settings(&settings)?;
+        let mab_off = self.port(id).settings.mab && !settings.mab;
         self.port_mut(id).settings = settings;
         self.recompile_port(id);
+        if mab_off {
+            if let Some(b) = self.port(id).master {
+                self.bridge(BridgeId(b))
+                    .fdb
+                    .remove_where(|s| s.port == id.0 && s.flags & F_LOCKED != 0);
+            }
+        }
         Ok(())
     }
 

@@ -635,3 +635,68 @@ fn learning_per_inner_vid() {
     let f = frame(m, mac(1), &[(0x88a8, 100), (0x8100, 10)], 80);
     assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
 }
+
+/// Turning `mab` off removes the port's `locked` entries (Linux `br_setport` flushes them with
+/// `BR_FDB_LOCKED`; selftest `bridge_locked_port.sh`, `locked_port_mab_flush`); other entries
+/// of the port and locked entries of other ports stay.
+#[test]
+fn mab_off_flushes_locked_entries() {
+    use qbridge_bridge::{FdbFilter, FdbKind, PortSettings};
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let lp = r.device("lp");
+    let lp2 = r.device("lp2");
+    let a = r.device("a");
+    for p in [lp, lp2, a] {
+        r.enslave(p, "br0");
+    }
+    let mab = PortSettings {
+        locked: true,
+        mab: true,
+        ..Default::default()
+    };
+    r.sw.set_port(lp, mab.clone()).unwrap();
+    r.sw.set_port(lp2, mab.clone()).unwrap();
+    r.send(&[(lp, frame(mac(0x41), mac(0x31), &[], 80))]);
+    r.send(&[(lp, frame(mac(0x41), mac(0x32), &[], 80))]);
+    r.send(&[(lp2, frame(mac(0x41), mac(0x33), &[], 80))]);
+    r.sw.fdb_add(mac(0x34), lp, Some(1), FdbKind::Static, false, false)
+        .unwrap();
+    let locked_on = |r: &Rig, dev: &str| {
+        r.sw.fdb_entries(&FdbFilter::default())
+            .unwrap()
+            .iter()
+            .filter(|e| e.locked && e.ifname == dev)
+            .count()
+    };
+    assert_eq!((locked_on(&r, "lp"), locked_on(&r, "lp2")), (2, 1));
+    // `mab off` (the port stays locked).
+    r.sw.set_port(
+        lp,
+        PortSettings {
+            mab: false,
+            ..mab.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!((locked_on(&r, "lp"), locked_on(&r, "lp2")), (0, 1));
+    let left: Vec<_> = r
+        .sw
+        .fdb_entries(&FdbFilter {
+            dev: Some("lp".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(left.len(), 1, "the static entry stays: {left:?}");
+    assert_eq!(left[0].mac, mac(0x34));
+    // Setting other options with `mab` still on keeps the locked entries.
+    r.sw.set_port(
+        lp2,
+        PortSettings {
+            hairpin: true,
+            ..mab
+        },
+    )
+    .unwrap();
+    assert_eq!(locked_on(&r, "lp2"), 1);
+}

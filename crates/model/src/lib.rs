@@ -508,13 +508,13 @@ impl Model {
     pub fn set_port(&mut self, id: u16, settings: PortSettings) -> Res<()> {
         check_port_settings(&settings)?;
         let went_down = self.port(id).settings.up && !settings.up;
+        // R-I5: `mab` going off removes the port's locked entries (Linux `br_setport`).
+        let mab_off = self.port(id).settings.mab && !settings.mab;
         self.port_mut(id).settings = settings;
-        if went_down {
-            if let Some(b) = self.port(id).master {
-                self.bridge_mut(b)
-                    .fdb
-                    .retain(|_, e| !(e.port == id && e.is_dynamic()));
-            }
+        if let Some(b) = self.port(id).master {
+            self.bridge_mut(b).fdb.retain(|_, e| {
+                !(e.port == id && ((went_down && e.is_dynamic()) || (mab_off && e.locked)))
+            });
         }
         Ok(())
     }
