@@ -1116,6 +1116,14 @@ impl Switch {
         if master.is_some() && self.has_macvlans(id) {
             return Err(ConfigError::MacvlanLowerBusy(self.port(id).name.clone()));
         }
+        if let Some(b) = master {
+            if self.stacked_on_host_of(id, b) {
+                return Err(ConfigError::StackedOnOwnBridge {
+                    dev: self.port(id).name.clone(),
+                    bridge: self.bridge(b).name.clone(),
+                });
+            }
+        }
         if let Some(b) = current {
             self.detach(id, BridgeId(b));
         }
@@ -1246,6 +1254,22 @@ impl Switch {
             .iter()
             .flatten()
             .any(|p| matches!(p.role, Role::Macvlan { lower, .. } if lower == id.0))
+    }
+
+    /// Whether port `id` is a device stacked (at any depth) on bridge `b`'s host port: as a
+    /// port of `b` it would be a loop (Linux: an upper device of its own master, `EBUSY`).
+    fn stacked_on_host_of(&self, id: PortId, b: BridgeId) -> bool {
+        let mut cur = self.port(id).role;
+        for _ in 0..=MAX_STACK_DEPTH {
+            match cur.lower() {
+                Some(l) => cur = self.port(PortId(l)).role,
+                None => break,
+            }
+            if cur == (Role::Host { bridge: b.0 }) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Devices between port `id` and the device at the bottom of its stack (0 for a device).
