@@ -1547,6 +1547,21 @@ impl Model {
                 }
             }
         }
+        // R-G3 (egress): a tunnel port with `cvlans` sends only its customer VLANs (the VID of
+        // the frame's 0x8100 outer tag as it leaves, else 0).
+        if let (true, Some(Some(cvlans))) = (
+            self.bridge(b).settings.vlan_filtering,
+            &self.port(e).tunnel,
+        ) {
+            let cvid = if bytes.len() >= 18 && be16(&bytes, 12) == 0x8100 {
+                be16(&bytes, 14) & 0x0fff
+            } else {
+                0
+            };
+            if !cvlans.contains(&cvid) {
+                return self.drop_on(e, DropReason::EgressCvlanNotAllowed);
+            }
+        }
         let len = bytes.len();
         if meta.wire_len(&bytes, self.port_tpid(e)) > self.port_max_frame(e) as usize {
             return self.drop_on(e, DropReason::Oversize);
