@@ -11,7 +11,11 @@
 //!
 //! **Kinds.** `dynamic` entries are learned (or added by the user) and aged; `static` entries
 //! never age but move when their MAC shows up on another port, as in Linux; `sticky` entries
-//! never move; `permanent` entries are the bridge's own (local) addresses.
+//! never move; `permanent` entries are the bridge's own (local) addresses. `extern_learn`
+//! entries (added by a control plane, Linux's `NTF_EXT_LEARNED`) are dynamic user entries that
+//! never age, survive port down and `vlan del`, and are not learned ones (limits, eviction);
+//! learning the address on another port takes the entry over (moved, no longer
+//! `extern_learn`: then an ordinary dynamic user entry), as Linux's `br_fdb_update` does.
 //!
 //! **Ageing** is a sweep that takes `now` as an argument (`Fdb::age`) and runs off the fast path.
 //! Learning only writes `seen_ns` in the slot it already read.
@@ -85,6 +89,7 @@ pub struct FdbFlushMatch {
     pub permanent: bool,
     pub sticky: Option<bool>,
     pub added_by_user: Option<bool>,
+    pub extern_learn: Option<bool>,
 }
 
 impl From<FdbFlushKind> for FdbFlushMatch {
@@ -95,6 +100,7 @@ impl From<FdbFlushKind> for FdbFlushMatch {
             permanent: false,
             sticky: None,
             added_by_user: None,
+            extern_learn: None,
         }
     }
 }
@@ -111,6 +117,9 @@ impl FdbFlushMatch {
             && self
                 .added_by_user
                 .is_none_or(|v| (s.flags & F_USER != 0) == v)
+            && self
+                .extern_learn
+                .is_none_or(|v| (s.flags & F_EXTERN != 0) == v)
     }
 }
 
@@ -131,6 +140,8 @@ pub struct FdbEntryView {
     pub locked: bool,
     /// Added with `fdb add` rather than learned.
     pub added_by_user: bool,
+    /// Added with `fdb add … extern_learn` (by a control plane): never aged.
+    pub extern_learn: bool,
     /// Nanoseconds since the entry was last refreshed (dynamic entries).
     pub idle_ns: u64,
 }
@@ -150,6 +161,9 @@ pub(crate) const F_USER: u8 = 8;
 /// Learned on a locked port with `mab on` from an unknown source: shown, not used for
 /// forwarding, until a command replaces it (`docs/semantics.md` §I).
 pub(crate) const F_LOCKED: u8 = 16;
+/// Added with `fdb add … extern_learn`: never aged, kept on port down and `vlan del`; cleared
+/// when learning moves the entry to another port.
+pub(crate) const F_EXTERN: u8 = 32;
 
 /// One slot of the table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -181,7 +195,7 @@ impl Slot {
     }
 
     pub fn ages(&self) -> bool {
-        self.flags & (F_STATIC | F_PERMANENT) == 0
+        self.flags & (F_STATIC | F_PERMANENT | F_EXTERN) == 0
     }
 }
 
@@ -995,6 +1009,9 @@ impl Writer {
             }
             return Learned::Kept;
         }
+        // Moving: an externally learned entry is taken over (Linux `br_fdb_update` clears
+        // `BR_FDB_ADDED_BY_EXT_LEARN`); it stays a user entry, and now ages.
+        let flags = flags & !F_EXTERN;
         let mut stamp = s.stamp;
         if s.is_learned() {
             // A fresh stamp: on its new port the entry is the youngest, whatever its age on a

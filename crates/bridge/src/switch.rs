@@ -17,7 +17,8 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
-    FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
+    FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC,
+    F_STICKY,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::tagmap::{TagMap, TagMaps};
@@ -2028,7 +2029,47 @@ impl Switch {
         }
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
-        self.fdb_add_fids(mac, id, b, vids, kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, vids, kind, sticky, replace, false)
+    }
+
+    /// `fdb add|replace MAC dev NAME [vlan V [inner_vlan C]] extern_learn`: an entry a control
+    /// plane learned (Linux `NTF_EXT_LEARNED`): dynamic, added by the user, never aged, kept
+    /// on port down and `vlan del`, not a learned entry (limits, eviction); learning the
+    /// address on another port takes it over. As Linux, it replaces an existing entry of the
+    /// key whatever the command (`add` included), except the bridge's own (permanent) ones.
+    pub fn fdb_add_extern(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: Option<u32>,
+        inner: Option<u32>,
+    ) -> Result<(), ConfigError> {
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadFdbMac(mac));
+        }
+        let (b, vids) = match (vlan, inner) {
+            (Some(v), Some(c)) => {
+                let (b, _, _, fid) = self.inner_fid_of(id, v, c)?;
+                (b, vec![fid])
+            }
+            _ => {
+                let b = self.attached(id)?;
+                (b, self.fdb_vids(id, b, vlan)?)
+            }
+        };
+        let fdb = &self.bridge(b).fdb;
+        if let Some(&fid) = vids.iter().find(|&&v| {
+            fdb.get(fdb_key(mac, v))
+                .is_some_and(|s| s.kind() == FdbKind::Permanent)
+        }) {
+            let (vid, _) = fdb.key_vlan(fdb_key(mac, fid));
+            return Err(ConfigError::FdbEntryExists {
+                mac,
+                vid,
+                dev: self.port(id).name.clone(),
+            });
+        }
+        self.fdb_add_fids(mac, id, b, vids, FdbKind::Dynamic, false, true, true)
     }
 
     /// `fdb add|replace MAC dev NAME vlan V inner_vlan C …`: an entry for the pair (V, C) on a
@@ -2057,7 +2098,7 @@ impl Switch {
                 dev,
             });
         }
-        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace, false)
     }
 
     /// `fdb del MAC dev NAME vlan V inner_vlan C`.
@@ -2111,7 +2152,7 @@ impl Switch {
     }
 
     /// Adds (or with `replace` replaces) the user entry of `mac` on port `id` in each of
-    /// `vids` (FIDs) of bridge `b`, all or none.
+    /// `vids` (FIDs) of bridge `b`, all or none; `extern_learn`: marked so.
     #[allow(clippy::too_many_arguments)]
     fn fdb_add_fids(
         &mut self,
@@ -2122,12 +2163,14 @@ impl Switch {
         kind: FdbKind,
         sticky: bool,
         replace: bool,
+        extern_learn: bool,
     ) -> Result<(), ConfigError> {
         let flags = match kind {
             FdbKind::Dynamic => 0,
             FdbKind::Static => F_STATIC,
             FdbKind::Permanent => F_PERMANENT,
-        } | if sticky { F_STICKY } else { 0 };
+        } | if sticky { F_STICKY } else { 0 }
+            | if extern_learn { F_EXTERN } else { 0 };
         let now = self.now_ns;
         let name = self.port(id).name.clone();
         let fdb = &self.bridge(b).fdb;
@@ -2297,6 +2340,7 @@ impl Switch {
                     sticky: s.flags & F_STICKY != 0,
                     locked: s.flags & F_LOCKED != 0,
                     added_by_user: !s.is_learned(),
+                    extern_learn: s.flags & F_EXTERN != 0,
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };
                 let created = self.port(PortId(s.port)).generation;

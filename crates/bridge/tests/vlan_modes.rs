@@ -680,9 +680,8 @@ fn mab_off_flushes_locked_entries() {
     )
     .unwrap();
     assert_eq!((locked_on(&r, "lp"), locked_on(&r, "lp2")), (0, 1));
-    let left: Vec<_> = r
-        .sw
-        .fdb_entries(&FdbFilter {
+    let left: Vec<_> =
+        r.sw.fdb_entries(&FdbFilter {
             dev: Some("lp".into()),
             ..Default::default()
         })
@@ -734,7 +733,10 @@ fn dot1q_tunnel_cvlans_apply_on_egress() {
     assert!(out[c3.0 as usize].is_empty());
     let untagged = frame(bcast, mac(9), &[(0x88a8, 4094)], 90);
     let out = r.send(&[(trunk, untagged.clone())]);
-    assert!(out[c1.0 as usize].is_empty(), "untagged is not c1's (0 not listed)");
+    assert!(
+        out[c1.0 as usize].is_empty(),
+        "untagged is not c1's (0 not listed)"
+    );
     assert_eq!(out[c2.0 as usize], vec![retag(&untagged, 1, &[])]);
     assert_eq!(out[c3.0 as usize], vec![retag(&untagged, 1, &[])]);
     let c100 = frame(bcast, mac(9), &[(0x88a8, 4094), (0x8100, 100)], 90);
@@ -750,7 +752,11 @@ fn dot1q_tunnel_cvlans_apply_on_egress() {
     r.send(&[(c1, frame(mac(9), host, &[(0x8100, 100)], 90))]);
     let to200 = frame(host, mac(9), &[(0x88a8, 4094), (0x8100, 200)], 90);
     let to300 = frame(host, mac(9), &[(0x88a8, 4094), (0x8100, 300)], 90);
-    let out = r.send(&[(trunk, to200.clone()), (trunk, to300.clone()), (trunk, to200.clone())]);
+    let out = r.send(&[
+        (trunk, to200.clone()),
+        (trunk, to300.clone()),
+        (trunk, to200.clone()),
+    ]);
     assert_eq!(
         only(&out, c1),
         vec![retag(&to200, 1, &[]), retag(&to200, 1, &[])]

@@ -69,6 +69,8 @@ fdb add 02:00:00:00:00:bb dev p2 static
 fdb del 02:00:00:00:00:bb dev p2 vlan 100
 fdb add 02:00:00:00:00:cc dev pa dynamic
 fdb add 02:00:00:00:00:dd dev br0 vlan 10 permanent
+fdb add 02:00:00:00:00:ee dev p1 vlan 10 extern_learn
+fdb add 02:00:00:00:00:ef dev p1 static extern_learn
 ";
 
 #[test]

@@ -375,7 +375,10 @@ impl Run<'_> {
         }
         for name in shut {
             self.session
-                .execute_line(&format!("link set dev {name} down"), OutputOptions::default())
+                .execute_line(
+                    &format!("link set dev {name} down"),
+                    OutputOptions::default(),
+                )
                 .with_context(|| format!("violation shutdown of {name}"))?;
             self.shut.push((name, ts));
         }

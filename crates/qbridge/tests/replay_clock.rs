@@ -187,13 +187,23 @@ fn violation_shutdown_takes_the_port_down_on_capture_time() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary = String::from_utf8(o.stdout).unwrap();
-    let markers = |f: &str| -> Vec<u8> {
-        read_pcap(&out.join(f)).iter().map(|(_, f)| f[59]).collect()
-    };
-    assert_eq!(markers("p2.pcap"), vec![1], "only the frame before the shutdown");
-    assert_eq!(markers("p1.pcap"), Vec::<u8>::new(), "p1 is down: nothing sent");
+    let markers =
+        |f: &str| -> Vec<u8> { read_pcap(&out.join(f)).iter().map(|(_, f)| f[59]).collect() };
+    assert_eq!(
+        markers("p2.pcap"),
+        vec![1],
+        "only the frame before the shutdown"
+    );
+    assert_eq!(
+        markers("p1.pcap"),
+        Vec::<u8>::new(),
+        "p1 is down: nothing sent"
+    );
     let fdb = std::fs::read_to_string(out.join("fdb.json")).unwrap();
-    assert!(!fdb.contains("02:00:00:00:00:0a"), "p1's entries went: {fdb}");
+    assert!(
+        !fdb.contains("02:00:00:00:00:0a"),
+        "p1's entries went: {fdb}"
+    );
     let stats: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("stats.json")).unwrap()).unwrap();
     let p1_drops = &stats["ports"]["p1"]["drops"];

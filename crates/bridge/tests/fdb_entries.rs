@@ -1,0 +1,80 @@
+//! FDB entries that are neither learned nor the usual user kinds: `extern_learn` entries
+//! (a control plane's, Linux `NTF_EXT_LEARNED`) and the local entries of port addresses.
+//! Exact frames out of each port, FDB contents, counters.
+
+mod common;
+
+use common::{frame, mac, only, Rig};
+use qbridge_bridge::{BridgeSettings, DropReason, FdbEntryView, FdbFilter, FdbKind};
+
+const S: u64 = 1_000_000_000;
+
+fn entries(r: &Rig) -> Vec<FdbEntryView> {
+    r.sw.fdb_entries(&FdbFilter::default()).unwrap()
+}
+
+/// `fdb add … extern_learn`: forwards like any entry, never ages, stays on port down, is
+/// not a learned entry (outside `fdb_max_learned`), replaces an existing entry even with
+/// `add`; learning the address on another port takes it over (moved, no longer
+/// `extern_learn`, and then it ages), as Linux's `br_fdb_update`.
+#[test]
+fn extern_learn_entries() {
+    let mut r = Rig::new();
+    r.sw.add_bridge(
+        "br0",
+        BridgeSettings {
+            vlan_filtering: true,
+            fdb_max_learned: 1,
+            ageing_time_ns: 10 * S,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (a, b, c) = (r.device("a"), r.device("b"), r.device("c"));
+    for p in [a, b, c] {
+        r.enslave(p, "br0");
+    }
+    let x = mac(0x51);
+    r.sw.fdb_add_extern(x, b, Some(1), None).unwrap();
+    let e = entries(&r);
+    assert_eq!(e.len(), 1);
+    assert!(e[0].extern_learn && e[0].added_by_user && e[0].kind == FdbKind::Dynamic);
+    let id = r.sw.bridge_id("br0").unwrap();
+    assert_eq!(r.sw.fdb_len(id), (1, 0), "not a learned entry");
+    // Forwarding, and learning still has its one place (fdb_max_learned 1).
+    let to_x = frame(x, mac(1), &[], 80);
+    assert_eq!(only(&r.send(&[(a, to_x.clone())]), b), vec![to_x.clone()]);
+    assert_eq!(r.sw.fdb_len(id), (2, 1));
+    assert_eq!(r.sw.port_counters(a).fdb_learn_refused, 0);
+    // Never aged (mac 1, learned, is), kept on port down and vlan del's flush.
+    assert_eq!(r.sw.age(1000 * S), 1);
+    let mut s = r.sw.port_settings(b).clone();
+    s.up = false;
+    r.sw.set_port(b, s.clone()).unwrap();
+    s.up = true;
+    r.sw.set_port(b, s).unwrap();
+    assert_eq!(entries(&r).len(), 1, "{:?}", entries(&r));
+    // `add` replaces (Linux ignores NLM_F_EXCL for extern_learn): moved to c.
+    r.sw.fdb_add_extern(x, c, Some(1), None).unwrap();
+    assert_eq!(entries(&r)[0].ifname, "c");
+    // A plain `fdb add` of the key is refused: it exists.
+    assert!(r
+        .sw
+        .fdb_add(x, a, Some(1), FdbKind::Static, false, false)
+        .is_err());
+    // Taken over by learning on a: moved, no longer extern_learn, a dynamic user entry that
+    // now ages.
+    let from_x = frame(mac(2), x, &[], 80);
+    r.send(&[(a, from_x)]);
+    let e = entries(&r);
+    let ex = e.iter().find(|e| e.mac == x).unwrap();
+    assert_eq!(ex.ifname, "a");
+    assert!(!ex.extern_learn && ex.added_by_user, "{ex:?}");
+    assert_eq!(r.sw.age(2000 * S), 1);
+    assert!(entries(&r).iter().all(|e| e.mac != x));
+    // The bridge's own (permanent) entry is not replaced.
+    r.sw.fdb_add(mac(0x52), a, Some(1), FdbKind::Permanent, false, false)
+        .unwrap();
+    assert!(r.sw.fdb_add_extern(mac(0x52), b, Some(1), None).is_err());
+    assert_eq!(r.drops(a, DropReason::Local), 0);
+}
