@@ -835,6 +835,31 @@ impl Fdb {
         n
     }
 
+    /// The local entry of a port's own address (`key`) on `port`, as Linux's `fdb_add_local`:
+    /// permanent, not added by the user (`fdb show` says `permanent`; the running
+    /// configuration leaves it out); it replaces any other entry of the key — a learned one
+    /// elsewhere included — but not a permanent one (the first local entry of an address
+    /// stays). Takes room like a learned entry, evicting fairly, and is added even when nothing
+    /// can be evicted (one per port and VLAN). Returns whether it was added, and the port of
+    /// an evicted entry.
+    pub fn add_local(&self, key: u64, port: u16, now_ns: u64) -> (bool, Option<u16>) {
+        let mut w = self.lock();
+        if let Some((i, s)) = w.table.find(key) {
+            if s.flags & F_PERMANENT != 0 {
+                return (false, None);
+            }
+            w.remove_at(i);
+        }
+        let victim = if w.len >= w.max_entries {
+            w.evict_fair()
+        } else {
+            None
+        };
+        w.insert_new(key, port, F_PERMANENT, now_ns);
+        self.tidy(&mut w);
+        (true, victim)
+    }
+
     /// Removes dynamic entries idle for `ageing_ns` or more at `now_ns` (Linux: expired when
     /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
     pub fn age(&self, now_ns: u64, ageing_ns: u64) -> usize {

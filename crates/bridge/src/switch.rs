@@ -18,7 +18,7 @@ use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
     FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC,
-    F_STICKY,
+    F_STICKY, F_USER,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::tagmap::{TagMap, TagMaps};
@@ -89,6 +89,10 @@ pub(crate) struct Port {
     pub role: Role,
     /// The host-side MAC address of a stacked device or host port (48-bit integer; 0: none).
     pub mac: u64,
+    /// A device port's own interface address, as the I/O layer reports it when it opens the
+    /// backend ([`Switch::set_port_address`]; 48-bit integer; 0: none or not known — pcap and
+    /// in-memory ports have none). In a bridge it is a local (permanent) FDB entry.
+    pub if_mac: u64,
     /// Compiled: the devices stacked on this port, for the receive path.
     pub uppers: Option<Arc<Uppers>>,
     /// `link set dev P vlan_mode …` as configured (cleared when the port leaves its bridge).
@@ -1054,6 +1058,7 @@ impl Switch {
             counters: PortCounterSet::new(self.workers + 1),
             role,
             mac,
+            if_mac: 0,
             uppers: None,
             vlan_mode: None,
             tunnel: false,
@@ -1153,6 +1158,7 @@ impl Switch {
             .chain(self.port(id).member.iter())
             .collect();
         self.recompile_flood(b, vids);
+        self.sync_local_fdb(id);
     }
 
     fn detach(&mut self, id: PortId, b: BridgeId) {
@@ -1486,6 +1492,86 @@ impl Switch {
         }
     }
 
+    /// `port`'s address as Linux gives a bridge port's address a local entry: the host port's
+    /// (`mac`) or a device's interface address (`if_mac`); 0: none.
+    fn local_mac(p: &Port) -> u64 {
+        match p.role {
+            Role::Host { .. } => p.mac,
+            Role::Device => p.if_mac,
+            Role::Vlan { .. } | Role::Macvlan { .. } => 0,
+        }
+    }
+
+    /// The I/O layer tells the switch device port `id`'s own interface address (AF_PACKET,
+    /// AF_XDP: the device's; a TAP's interface is the far end of the wire), or none (`None`).
+    /// In a bridge the address is a local (permanent) FDB entry in VLAN 0 and each VLAN of the port, as Linux
+    /// adds one for every port (`br_fdb_add_local`): it replaces a learned entry of that
+    /// address elsewhere, frames to it go up to the host port (or count as `local`), and it is
+    /// not a learned entry. A changed address moves the entries. Ports of other roles keep
+    /// their own addresses; this changes nothing for them.
+    pub fn set_port_address(&mut self, id: PortId, mac: Option<MacAddr>) {
+        let new = mac
+            .filter(|m| !m.is_multicast() && !m.is_zero())
+            .map_or(0, mac_u64);
+        let p = self.port(id);
+        if p.role != Role::Device || p.if_mac == new {
+            return;
+        }
+        let old = p.if_mac;
+        if let (Some(b), true) = (p.master, old != 0) {
+            self.bridge(BridgeId(b)).fdb.remove_where(|s| {
+                s.port == id.0
+                    && s.key & 0xffff_ffff_ffff == old
+                    && s.flags & (F_PERMANENT | F_USER) == F_PERMANENT
+            });
+        }
+        self.port_mut(id).if_mac = new;
+        self.sync_local_fdb(id);
+    }
+
+    /// The address the I/O layer reported for device port `id` ([`Switch::set_port_address`]).
+    pub fn port_address(&self, id: PortId) -> Option<MacAddr> {
+        let m = self.port(id).if_mac;
+        (m != 0).then(|| {
+            let b = m.to_be_bytes();
+            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+        })
+    }
+
+    /// A device port's interface address as a local entry in VLAN 0 and each of its VLANs
+    /// (those it has already are kept).
+    fn sync_local_fdb(&mut self, id: PortId) {
+        let p = self.port(id);
+        let (Some(b), Role::Device, mac) = (p.master, p.role, p.if_mac) else {
+            return;
+        };
+        if mac == 0 {
+            return;
+        }
+        let b = BridgeId(b);
+        let Ok(vids) = self.fdb_vids(id, b, None) else {
+            return;
+        };
+        let now = self.now_ns;
+        let mut victims = Vec::new();
+        let fdb = &self.bridge(b).fdb;
+        for vid in vids {
+            let key = mac | (u64::from(vid) << 48);
+            if fdb
+                .get(key)
+                .is_some_and(|s| s.port == id.0 && s.kind() == FdbKind::Permanent)
+            {
+                continue;
+            }
+            victims.extend(fdb.add_local(key, id.0, now).1);
+        }
+        for v in victims {
+            if let Some(c) = self.control_counters(v) {
+                c.fdb_evictions.add(1);
+            }
+        }
+    }
+
     /// The host port's address as a permanent entry in each of its VLANs (and VLAN 0).
     fn sync_host_fdb(&mut self, id: PortId) {
         let Some(mac) = self.port_mac(id) else {
@@ -1542,6 +1628,7 @@ impl Switch {
         if let Role::Host { .. } = self.port(id).role {
             self.sync_host_fdb(id);
         }
+        self.sync_local_fdb(id);
         Ok(())
     }
 
@@ -1568,12 +1655,18 @@ impl Switch {
         set_pvlan_codes(port, start, end, 0);
         set_limit_codes(port, start, end, 0);
         self.flush_port_vlans(id, start, end);
-        if let Role::Host { .. } = self.port(id).role {
-            let mac = self.port(id).mac;
+        let (mac, host) = (
+            Self::local_mac(self.port(id)),
+            matches!(self.port(id).role, Role::Host { .. }),
+        );
+        if mac != 0 {
+            // Its own address's local entries in those VLANs (Linux
+            // `br_fdb_find_delete_local`).
             let fdb = &self.bridge(b).fdb;
             fdb.remove_where(|s| {
                 s.port == id.0
                     && s.key & 0xffff_ffff_ffff == mac
+                    && (host || s.flags & F_PERMANENT != 0)
                     && (start..=end).contains(&fdb.key_vlan(s.key).0)
             });
         }
@@ -1606,14 +1699,17 @@ impl Switch {
         }
         let changed: BTreeSet<u16> = old.iter().chain(new.iter()).collect();
         if !gone.is_empty() {
-            let mac = self.port(id).mac;
+            let mac = Self::local_mac(self.port(id));
             let host = matches!(self.port(id).role, Role::Host { .. });
             let gone_set: BTreeSet<u16> = gone.iter().copied().collect();
             let fdb = &self.bridge(b).fdb;
             fdb.remove_where(|s| {
                 s.port == id.0
                     && gone_set.contains(&fdb.key_vlan(s.key).0)
-                    && (s.ages() || (host && s.key & 0xffff_ffff_ffff == mac))
+                    && (s.ages()
+                        || (mac != 0
+                            && s.key & 0xffff_ffff_ffff == mac
+                            && (host || s.flags & F_PERMANENT != 0)))
             });
         }
         self.recompile_port(id);
@@ -1621,6 +1717,7 @@ impl Switch {
         if let Role::Host { .. } = self.port(id).role {
             self.sync_host_fdb(id);
         }
+        self.sync_local_fdb(id);
         Ok(())
     }
 
@@ -2339,7 +2436,8 @@ impl Switch {
                     kind: s.kind(),
                     sticky: s.flags & F_STICKY != 0,
                     locked: s.flags & F_LOCKED != 0,
-                    added_by_user: !s.is_learned(),
+                    // Local entries of port addresses are neither learned nor the user's.
+                    added_by_user: s.flags & F_USER != 0,
                     extern_learn: s.flags & F_EXTERN != 0,
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };

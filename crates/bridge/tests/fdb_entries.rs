@@ -78,3 +78,92 @@ fn extern_learn_entries() {
     assert!(r.sw.fdb_add_extern(mac(0x52), b, Some(1), None).is_err());
     assert_eq!(r.drops(a, DropReason::Local), 0);
 }
+
+/// A device port's own interface address (reported by the I/O layer) is a local (permanent)
+/// entry in VLAN 0 and each of its VLANs, as Linux's `br_fdb_add_local`: it replaces a learned
+/// entry of that address on another port; frames to it are the bridge's (`local` without a
+/// host port, up to the host port with one); it is not a learned entry; it follows the port's
+/// VLANs, its address and its membership; another port with the same address keeps the
+/// first port's entry.
+#[test]
+fn port_addresses_are_local_entries() {
+    let mut r = Rig::new();
+    r.sw.add_bridge(
+        "br0",
+        BridgeSettings {
+            vlan_filtering: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (a, b, c) = (r.device("a"), r.device("b"), r.device("c"));
+    for p in [a, b, c] {
+        r.enslave(p, "br0");
+    }
+    let x = mac(0x61);
+    // X learned on b first.
+    r.send(&[(b, frame(mac(9), x, &[], 80))]);
+    let to_x = frame(x, mac(1), &[], 80);
+    r.sw.set_port_address(a, Some(x));
+    assert_eq!(r.sw.port_address(a), Some(x));
+    let local: Vec<(String, Option<u16>, FdbKind, bool)> = entries(&r)
+        .into_iter()
+        .filter(|e| e.mac == x)
+        .map(|e| (e.ifname, e.vlan, e.kind, e.added_by_user))
+        .collect();
+    assert_eq!(
+        local,
+        [
+            ("a".to_string(), None, FdbKind::Permanent, false),
+            ("a".to_string(), Some(1), FdbKind::Permanent, false)
+        ]
+    );
+    let id = r.sw.bridge_id("br0").unwrap();
+    assert_eq!(
+        r.sw.fdb_len(id),
+        (2, 0),
+        "X learned on b was replaced; locals not learned"
+    );
+    // To the port's address: the bridge's own, counted `local` (no host port).
+    assert!(r.send(&[(c, to_x.clone())]).iter().all(|q| q.is_empty()));
+    assert_eq!(r.drops(c, DropReason::Local), 1);
+    // With a host port: up to the host.
+    let host = r.sw.add_host_port(id, mac(0xb0)).unwrap();
+    assert_eq!(
+        only(&r.send(&[(c, to_x.clone())]), host),
+        vec![to_x.clone()]
+    );
+    // Its VLANs: vlan add / del.
+    r.sw.vlan_add(a, 10, 10, false, false).unwrap();
+    let vlans = |r: &Rig| -> Vec<Option<u16>> {
+        entries(r)
+            .into_iter()
+            .filter(|e| e.mac == x)
+            .map(|e| e.vlan)
+            .collect()
+    };
+    assert_eq!(vlans(&r), [None, Some(1), Some(10)]);
+    r.sw.vlan_del(a, 10, 10).unwrap();
+    assert_eq!(vlans(&r), [None, Some(1)]);
+    // Another port with the same address: the first port's entries stay.
+    r.sw.set_port_address(b, Some(x));
+    assert!(entries(&r)
+        .iter()
+        .filter(|e| e.mac == x)
+        .all(|e| e.ifname == "a"));
+    // A new address moves them; the port leaving the bridge takes them along.
+    let y = mac(0x62);
+    r.sw.set_port_address(a, Some(y));
+    assert!(entries(&r).iter().all(|e| e.mac != x || e.ifname != "a"));
+    assert_eq!(
+        entries(&r).iter().filter(|e| e.mac == y).count(),
+        2,
+        "{:?}",
+        entries(&r)
+    );
+    r.sw.set_master(a, None).unwrap();
+    assert!(entries(&r).iter().all(|e| e.mac != y));
+    // Joining again brings them back.
+    r.enslave(a, "br0");
+    assert_eq!(entries(&r).iter().filter(|e| e.mac == y).count(), 2);
+}
