@@ -384,7 +384,7 @@ impl Plan {
         let (n, live) = if inp.plain {
             classify_run::<true>(br, bi, inp, c, wi, pkts, meta)
         } else {
-            classify_run_features(br, bi, inp, c, wi, pkts, meta)
+            return self.ingress_features(wi, now_ns, br, bi, cache, inp, c, pkts, meta);
         };
         if live == 0 {
             return (n, DEST_DROP);
@@ -398,6 +398,44 @@ impl Plan {
         } else {
             self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
         };
+        (n, one)
+    }
+
+    /// [`Plan::ingress`] for a port that is not plain: stages 1-3, within a run of the
+    /// bridge's (S-VID, C-VID) pair epoch when it has pairs (`crate::fdb::InnerFids`: a
+    /// pair's FID is used from classification to the lookup, never after the run).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn ingress_features(
+        &self,
+        wi: usize,
+        now_ns: u64,
+        br: &Bridge,
+        bi: u16,
+        cache: &mut TableCache,
+        inp: &Port,
+        c: &PortCells,
+        pkts: &mut [PacketBuf],
+        meta: &mut [FrameMeta],
+    ) -> (usize, u16) {
+        let inner = br.fdb.inner();
+        if let Some(i) = inner {
+            i.enter(wi);
+        }
+        let (n, live) = classify_run_features(br, bi, inp, c, wi, pkts, meta);
+        let one = if live == 0 {
+            DEST_DROP
+        } else {
+            let (meta, pkts) = (&mut meta[..n], &mut pkts[..n]);
+            if br.settings.learn_inner_vid && br.settings.vlan_filtering {
+                self.decide_inner(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            } else {
+                self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            }
+        };
+        if let Some(i) = inner {
+            i.exit(wi);
+        }
         (n, one)
     }
 

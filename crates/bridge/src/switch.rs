@@ -937,6 +937,7 @@ impl Switch {
             // Entries learned per inner VID go with the rule that made them.
             let fdb = &self.bridge(id).fdb;
             fdb.remove_where(|s| key_fid(s.key) >= FIRST_INNER_FID);
+            fdb.reclaim_inner();
         }
         self.bridge_mut(id).settings = settings;
         self.recompile_bridge(id);
@@ -2396,11 +2397,14 @@ impl Switch {
             Link::Port(p) => (self.attached(PortId(p))?, Some(p)),
         };
         let fdb = &self.bridge(b).fdb;
-        Ok(fdb.remove_where(|s| {
+        let n = fdb.remove_where(|s| {
             which.selects(s)
                 && port.is_none_or(|p| s.port == p)
                 && vid.is_none_or(|v| fdb.key_vlan(s.key).0 == v)
-        }))
+        });
+        // (S-VID, C-VID) pairs left without entries give their FIDs back.
+        fdb.reclaim_inner();
+        Ok(n)
     }
 
     /// FDB entries matching `filter`, sorted by bridge, port (in creation order, as
@@ -2465,8 +2469,17 @@ impl Switch {
         let mut n = 0;
         for b in self.bridges.iter().flatten() {
             n += b.fdb.age(now_ns, b.settings.ageing_time_ns);
+            // Pairs whose entries aged out (or went with a port, a VLAN) give their FIDs back.
+            b.fdb.reclaim_inner();
         }
         n
+    }
+
+    /// `learn_inner_vid`: (S-VID, C-VID) pairs of bridge `id` that hold a FID now, and FIDs
+    /// given back but not yet free (a datapath worker may still be using them); `None`:
+    /// the bridge never learned per inner VID.
+    pub fn inner_fids_in_use(&self, id: BridgeId) -> Option<(usize, usize)> {
+        self.bridge(id).fdb.inner().map(|i| i.in_use())
     }
 
     /// Sets the clock used for entries added by commands and for idle times.

@@ -167,3 +167,61 @@ fn port_addresses_are_local_entries() {
     r.enslave(a, "br0");
     assert_eq!(entries(&r).iter().filter(|e| e.mac == y).count(), 2);
 }
+
+/// `learn_inner_vid`: the 28,672 pair FIDs come back after `fdb flush` (decision 30). All of
+/// them numbered, then flushed: once the datapath has moved on (its next run) and the next
+/// ageing pass ran, a pair never seen before learns per inner VID again, not in its S-VLAN's
+/// shared FID as when FIDs stayed used for good.
+#[test]
+fn inner_vid_pair_fids_come_back_after_a_flush() {
+    use qbridge_bridge::VlanProtocol;
+    let mut r = Rig::new();
+    r.sw.add_bridge(
+        "pe",
+        BridgeSettings {
+            vlan_filtering: true,
+            vlan_protocol: VlanProtocol::Dot1Ad,
+            learn_inner_vid: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (a, b) = (r.device("a"), r.device("b"));
+    for p in [a, b] {
+        r.enslave(p, "pe");
+        r.sw.vlan_add(p, 1, 8, false, false).unwrap();
+    }
+    let id = r.sw.bridge_id("pe").unwrap();
+    let pairs = (1..=8u16).flat_map(|s| (1..=4094u16).map(move |c| (s, c)));
+    let all: Vec<(u16, u16)> = pairs.take(28_672).collect();
+    for chunk in all.chunks(32) {
+        let batch: Vec<_> = chunk
+            .iter()
+            .map(|&(s, c)| (a, frame(mac(9), mac(1), &[(0x88a8, s), (0x8100, c)], 80)))
+            .collect();
+        r.send(&batch);
+    }
+    assert_eq!(r.sw.inner_fids_in_use(id), Some((28_672, 0)));
+    let new_pair = |r: &mut Rig, c: u16| -> Option<u16> {
+        r.send(&[(b, frame(mac(9), mac(2), &[(0x88a8, 8), (0x8100, c)], 80))]);
+        entries(r)
+            .iter()
+            .find(|e| e.mac == mac(2) && e.vlan == Some(8))
+            .map(|e| e.inner_vlan)
+            .expect("learned")
+    };
+    // Full: a new pair learns in S-VLAN 8's own FID.
+    assert_eq!(new_pair(&mut r, 4000), None);
+    r.sw.fdb_flush("pe", None, qbridge_bridge::FdbFlushKind::All)
+        .unwrap();
+    // The datapath moves on (a run of the bridge), ageing reclaims: every FID is free.
+    r.send(&[(a, frame(mac(9), mac(1), &[(0x88a8, 1), (0x8100, 1)], 80))]);
+    r.sw.age(1);
+    let (numbered, retired) = r.sw.inner_fids_in_use(id).unwrap();
+    assert!(numbered <= 1 && retired <= 1, "{numbered} {retired}");
+    assert_eq!(
+        new_pair(&mut r, 4001),
+        Some(4001),
+        "learned per inner VID again"
+    );
+}
