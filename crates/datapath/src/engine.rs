@@ -932,6 +932,9 @@ impl Engine {
             Some(Some(s)) => s.spec.clone(),
             _ => return Ok(()),
         };
+        // A device that came back may have another address: its local FDB entries follow.
+        let mac = sys::get_mac(dev).ok().map(qbridge_wire::MacAddr);
+        self.session.switch_mut().set_port_address(PortId(id), mac);
         if let PortSpec::AfXdp { .. } = spec {
             let want_mtu = self
                 .session
