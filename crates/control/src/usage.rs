@@ -45,7 +45,7 @@ const FDB: &str =
   fdb del MAC dev NAME [vlan V]
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
-            [[no]added_by_user]     (default: dynamic and static entries, not permanent)
+            [[no]added_by_user] [[no]extern_learn]  (default: dynamic and static, not permanent)
 ";
 
 const MIRROR: &str =
