@@ -322,6 +322,10 @@ fn command() -> impl Strategy<Value = String> {
                 format!("fdb add {m} dev {p}{v} {k}{st}")
             }
         ),
+        (mac.clone(), port.clone(), prop::option::of(vid.clone())).prop_map(|(m, p, v)| {
+            let v = v.map(|v| format!(" vlan {v}")).unwrap_or_default();
+            format!("fdb add {m} dev {p}{v} extern_learn")
+        }),
         (mac, port, vid).prop_map(|(m, p, v)| format!("fdb del {m} dev {p} vlan {v}")),
     ]
 }
