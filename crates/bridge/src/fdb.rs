@@ -35,7 +35,7 @@
 //! A fair eviction scans the per-port learned counts (one u32 per port id) to find the port
 //! holding most; ports are few, so this is short, but it is per eviction, not O(1).
 //! On a bridge that learns per inner VID, a flush and each ageing pass walk the table once
-//! more to give unused (S-VID, C-VID) pair FIDs back ([`Fdb::reclaim_inner`]).
+//! more to give unused (S-VID, C-VID) pair FIDs back (`Fdb::reclaim_inner`).
 //!
 //! **Threads.** Shared by every datapath worker and the control plane. Lookups and the refresh
 //! of an entry's last-seen time are lock-free: slots are three `AtomicU64`s (key, last seen,
