@@ -1505,11 +1505,11 @@ impl Switch {
 
     /// The I/O layer tells the switch device port `id`'s own interface address (AF_PACKET,
     /// AF_XDP: the device's; a TAP's interface is the far end of the wire), or none (`None`).
-    /// In a bridge the address is a local (permanent) FDB entry in VLAN 0 and each VLAN of the port, as Linux
-    /// adds one for every port (`br_fdb_add_local`): it replaces a learned entry of that
-    /// address elsewhere, frames to it go up to the host port (or count as `local`), and it is
-    /// not a learned entry. A changed address moves the entries. Ports of other roles keep
-    /// their own addresses; this changes nothing for them.
+    /// In a bridge the address is a local (permanent) FDB entry in VLAN 0 and each VLAN of
+    /// the port, as Linux adds one for every port (`br_fdb_add_local`): it replaces a learned
+    /// entry of that address elsewhere, frames to it go up to the host port (or count as
+    /// `local`), and it is not a learned entry. A changed address moves the entries. Ports
+    /// of other roles keep their own addresses; this changes nothing for them.
     pub fn set_port_address(&mut self, id: PortId, mac: Option<MacAddr>) {
         let new = mac
             .filter(|m| !m.is_multicast() && !m.is_zero())
