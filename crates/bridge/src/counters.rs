@@ -3,7 +3,8 @@
 //! Every frame the core does not forward is counted under exactly one [`DropReason`], on the
 //! port where the decision was made: whole-frame decisions (including `EgressNotMember`,
 //! `EgressDown`, `Isolated`, `SamePort`, `Local`, `NoDestination`) on the receiving port; the
-//! per-copy egress size check (`Oversize` after a tag push) on the port the copy was meant for;
+//! per-copy egress checks (`Oversize` after a tag push, `EgressCvlanNotAllowed`) on the port the
+//! copy was meant for;
 //! `TxQueueFull` and `TxError` by the I/O layer on the transmitting port (also for frames it could
 //! not segment or checksum in software).
 
@@ -58,6 +59,10 @@ drop_reasons! {
     /// A `dot1q-tunnel` port with `cvlans`: the frame's customer VLAN (its 0x8100 outer tag's
     /// VID, 0 when it has none) is not in the list.
     CvlanNotAllowed = "cvlan_not_allowed",
+    /// A copy for a `dot1q-tunnel` port with `cvlans`: its customer VLAN as it would leave
+    /// (the VID of its 0x8100 outer tag once the bridge tag is off, 0 when it has none) is not
+    /// in the list. Counted on that (egress) port, per copy.
+    EgressCvlanNotAllowed = "egress_cvlan_not_allowed",
     /// A frame tagged, on the wire, with a VLAN the port's `vlan map` sends translated (the
     /// inside VID of a 1:1 or 2:1 map, or the inside pair of a 2:2 map) and no map of its own:
     /// the VLAN is not taken untranslated from that port.

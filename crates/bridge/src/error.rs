@@ -89,6 +89,8 @@ pub enum ConfigError {
     PortIndexBusy { index: u16, dev: String },
     #[error("\"{0}\" is its bridge's own interface: it cannot join another bridge")]
     HostPortMaster(String),
+    #[error("\"{dev}\" is stacked on bridge \"{bridge}\"'s own interface: it cannot be a port of {bridge} (a loop; Linux refuses it too)")]
+    StackedOnOwnBridge { dev: String, bridge: String },
     #[error("device \"{0}\" is busy: a macvlan's lower device cannot be a bridge port, nor a bridge port carry macvlans (as on Linux)")]
     MacvlanLowerBusy(String),
     #[error("device \"{0}\" is busy: a passthru macvlan takes its lower device whole, alone")]

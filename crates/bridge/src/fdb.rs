@@ -11,7 +11,11 @@
 //!
 //! **Kinds.** `dynamic` entries are learned (or added by the user) and aged; `static` entries
 //! never age but move when their MAC shows up on another port, as in Linux; `sticky` entries
-//! never move; `permanent` entries are the bridge's own (local) addresses.
+//! never move; `permanent` entries are the bridge's own (local) addresses. `extern_learn`
+//! entries (added by a control plane, Linux's `NTF_EXT_LEARNED`) are dynamic user entries that
+//! never age, survive port down and `vlan del`, and are not learned ones (limits, eviction);
+//! learning the address on another port takes the entry over (moved, no longer
+//! `extern_learn`: then an ordinary dynamic user entry), as Linux's `br_fdb_update` does.
 //!
 //! **Ageing** is a sweep that takes `now` as an argument (`Fdb::age`) and runs off the fast path.
 //! Learning only writes `seen_ns` in the slot it already read.
@@ -30,6 +34,8 @@
 //! table meanwhile).
 //! A fair eviction scans the per-port learned counts (one u32 per port id) to find the port
 //! holding most; ports are few, so this is short, but it is per eviction, not O(1).
+//! On a bridge that learns per inner VID, a flush and each ageing pass walk the table once
+//! more to give unused (S-VID, C-VID) pair FIDs back (`Fdb::reclaim_inner`).
 //!
 //! **Threads.** Shared by every datapath worker and the control plane. Lookups and the refresh
 //! of an entry's last-seen time are lock-free: slots are three `AtomicU64`s (key, last seen,
@@ -50,7 +56,7 @@ use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
     AtomicBool, AtomicU16, AtomicU32, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -85,6 +91,7 @@ pub struct FdbFlushMatch {
     pub permanent: bool,
     pub sticky: Option<bool>,
     pub added_by_user: Option<bool>,
+    pub extern_learn: Option<bool>,
 }
 
 impl From<FdbFlushKind> for FdbFlushMatch {
@@ -95,6 +102,7 @@ impl From<FdbFlushKind> for FdbFlushMatch {
             permanent: false,
             sticky: None,
             added_by_user: None,
+            extern_learn: None,
         }
     }
 }
@@ -111,6 +119,9 @@ impl FdbFlushMatch {
             && self
                 .added_by_user
                 .is_none_or(|v| (s.flags & F_USER != 0) == v)
+            && self
+                .extern_learn
+                .is_none_or(|v| (s.flags & F_EXTERN != 0) == v)
     }
 }
 
@@ -131,6 +142,8 @@ pub struct FdbEntryView {
     pub locked: bool,
     /// Added with `fdb add` rather than learned.
     pub added_by_user: bool,
+    /// Added with `fdb add … extern_learn` (by a control plane): never aged.
+    pub extern_learn: bool,
     /// Nanoseconds since the entry was last refreshed (dynamic entries).
     pub idle_ns: u64,
 }
@@ -150,6 +163,9 @@ pub(crate) const F_USER: u8 = 8;
 /// Learned on a locked port with `mab on` from an unknown source: shown, not used for
 /// forwarding, until a command replaces it (`docs/semantics.md` §I).
 pub(crate) const F_LOCKED: u8 = 16;
+/// Added with `fdb add … extern_learn`: never aged, kept on port down and `vlan del`; cleared
+/// when learning moves the entry to another port.
+pub(crate) const F_EXTERN: u8 = 32;
 
 /// One slot of the table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -181,7 +197,7 @@ impl Slot {
     }
 
     pub fn ages(&self) -> bool {
-        self.flags & (F_STATIC | F_PERMANENT) == 0
+        self.flags & (F_STATIC | F_PERMANENT | F_EXTERN) == 0
     }
 }
 
@@ -208,21 +224,53 @@ pub(crate) const FIRST_INNER_FID: u16 = 4096;
 const INNER_FIDS: usize = 0x8000 - FIRST_INNER_FID as usize;
 
 /// FIDs of (S-VID, C-VID) pairs, for a bridge that learns per inner VID (`learn_inner_vid`,
-/// `docs/semantics.md` §K7): a pair gets the next free FID the first time a frame of it is
-/// classified, and keeps it while the bridge exists. Lookups are lock-free (the datapath); a
-/// new pair takes `alloc`'s lock. At most 28,672 pairs; frames of further pairs learn in
-/// their S-VLAN's own FID (shared learning), which is still correct forwarding.
+/// `docs/semantics.md` §K7): a pair gets a free FID the first time a frame of it is
+/// classified. Lookups are lock-free (the datapath); a new pair takes `alloc`'s lock. At most
+/// 28,672 pairs at once; frames of further pairs learn in their S-VLAN's own FID (shared
+/// learning), which is still correct forwarding.
+///
+/// **Reclaiming** (decision 35). A pair's FID goes back to use once no FDB entry has it
+/// ([`Fdb::reclaim_inner`]: after a flush, each ageing pass, `learn_inner_vid off`), by an
+/// epoch scheme that keeps the per-frame path lock-free and exact. A datapath worker uses a
+/// pair's FID only within one run of frames (classify, learn, look up), and marks that run
+/// in its slot of `active` with the epoch it started in ([`InnerFids::enter`], `exit`: three
+/// atomic operations per run of a port that is not plain, none per frame). Reclaiming unmaps
+/// the pair at once (its next frame numbers it anew) and *retires* its FID in the current
+/// epoch, then starts a new one; a retired FID is free again once no worker is in a run that
+/// began in that epoch or before, and no entry appeared under it meanwhile (a frame
+/// classified just before the unmapping). Until then `pair` still names the pair, so
+/// `fdb show` stays right.
 #[derive(Debug)]
 pub(crate) struct InnerFids {
     /// By S-VID: FID by C-VID (0: none yet); a table is made on a pair's first frame.
     by_svid: Box<[OnceLock<Box<[AtomicU16]>>]>,
     /// By FID − [`FIRST_INNER_FID`]: `svid << 12 | cvid` (0: unused).
     pairs: Box<[AtomicU32]>,
-    /// Pairs numbered so far.
-    alloc: Mutex<usize>,
+    /// Numbering state.
+    alloc: Mutex<Alloc>,
     /// Every FID is taken: a new pair no longer takes `alloc`'s lock (per frame, under a
-    /// flood of new C-VIDs) to learn so.
+    /// flood of new C-VIDs) to learn so. Cleared when FIDs are freed.
     full: AtomicBool,
+    /// The current epoch (from 1).
+    epoch: AtomicU64,
+    /// By worker index: the epoch the worker's current run began in; 0: not in a run.
+    active: Box<[AtomicU64]>,
+    /// A worker with an index beyond `active` ran: retired FIDs are never freed.
+    untracked: AtomicBool,
+}
+
+/// Workers whose runs [`InnerFids`] tracks (the daemon's `--workers` limit).
+const EPOCH_SLOTS: usize = 64;
+
+/// [`InnerFids`]'s numbering state, behind its lock.
+#[derive(Debug, Default)]
+struct Alloc {
+    /// FIDs numbered so far from the start (the next never-used one is `next`).
+    next: usize,
+    /// FIDs free again (reclaimed), used before new ones.
+    free: Vec<u16>,
+    /// FIDs retired, with the epoch they were retired in.
+    retired: Vec<(u64, Vec<u16>)>,
 }
 
 impl InnerFids {
@@ -230,9 +278,73 @@ impl InnerFids {
         InnerFids {
             by_svid: (0..4096).map(|_| OnceLock::new()).collect(),
             pairs: (0..INNER_FIDS).map(|_| AtomicU32::new(0)).collect(),
-            alloc: Mutex::new(0),
+            alloc: Mutex::new(Alloc::default()),
             full: AtomicBool::new(false),
+            epoch: AtomicU64::new(1),
+            active: (0..EPOCH_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            untracked: AtomicBool::new(false),
         }
+    }
+
+    /// A copy with the same numbering (what a batch of commands works on; no worker uses it
+    /// yet).
+    fn deep_copy(&self) -> InnerFids {
+        let a = self.lock_alloc();
+        let c = InnerFids::new();
+        for (s, t) in self.by_svid.iter().enumerate() {
+            if let Some(t) = t.get() {
+                let copy: Box<[AtomicU16]> =
+                    t.iter().map(|f| AtomicU16::new(f.load(Acquire))).collect();
+                let _ = c.by_svid[s].set(copy);
+            }
+        }
+        for (d, p) in c.pairs.iter().zip(self.pairs.iter()) {
+            d.store(p.load(Acquire), Relaxed);
+        }
+        {
+            let mut ca = c.lock_alloc();
+            ca.next = a.next;
+            ca.free = a.free.clone();
+            let retired: Vec<u16> = a.retired.iter().flat_map(|(_, f)| f.clone()).collect();
+            if !retired.is_empty() {
+                ca.retired.push((0, retired));
+            }
+        }
+        c.full.store(self.full.load(Relaxed), Relaxed);
+        c.untracked.store(self.untracked.load(Relaxed), Relaxed);
+        c
+    }
+
+    /// Worker `wi` starts a run that may classify frames by pair: it is in the current epoch
+    /// until [`InnerFids::exit`]. The epoch is read again after the slot is written, so a
+    /// reclaim either sees the slot or the worker sees the new epoch (and what it unmapped).
+    #[inline]
+    pub fn enter(&self, wi: usize) {
+        let Some(slot) = self.active.get(wi) else {
+            self.untracked.store(true, Relaxed);
+            return;
+        };
+        let mut e = self.epoch.load(SeqCst);
+        loop {
+            slot.store(e, SeqCst);
+            let now = self.epoch.load(SeqCst);
+            if now == e {
+                break;
+            }
+            e = now;
+        }
+    }
+
+    /// Worker `wi`'s run is over: it holds no pair FID any more.
+    #[inline]
+    pub fn exit(&self, wi: usize) {
+        if let Some(slot) = self.active.get(wi) {
+            slot.store(0, Release);
+        }
+    }
+
+    fn lock_alloc(&self) -> MutexGuard<'_, Alloc> {
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The FID of (`svid`, `cvid`), numbering the pair if it is new; `svid` itself when
@@ -254,28 +366,114 @@ impl InnerFids {
     #[cold]
     #[inline(never)]
     fn number(&self, s: usize, c: usize) -> Option<u16> {
-        let mut next = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
-        if *next >= INNER_FIDS {
-            self.full.store(true, Relaxed);
-            return None;
-        }
+        let mut a = self.lock_alloc();
         let t = self.by_svid[s].get_or_init(|| (0..4096).map(|_| AtomicU16::new(0)).collect());
         let f = t[c].load(Acquire);
         if f != 0 {
             return Some(f);
         }
-        self.pairs[*next].store((s << 12 | c) as u32, Release);
-        let f = FIRST_INNER_FID + *next as u16;
-        *next += 1;
+        let f = match a.free.pop() {
+            Some(f) => f,
+            None if a.next < INNER_FIDS => {
+                a.next += 1;
+                FIRST_INNER_FID + (a.next - 1) as u16
+            }
+            None => {
+                self.full.store(true, Relaxed);
+                return None;
+            }
+        };
+        self.pairs[usize::from(f - FIRST_INNER_FID)].store((s << 12 | c) as u32, Release);
         t[c].store(f, Release);
         Some(f)
     }
 
-    /// The (S-VID, C-VID) of FID `fid`, if it is a pair's.
+    /// The (S-VID, C-VID) of FID `fid`, if it is a pair's (a retired one's too).
     pub fn pair(&self, fid: u16) -> Option<(u16, u16)> {
         let i = usize::from(fid.checked_sub(FIRST_INNER_FID)?);
         let p = self.pairs.get(i)?.load(Acquire);
         (p != 0).then_some(((p >> 12) as u16, (p & 0x0fff) as u16))
+    }
+
+    /// Pairs numbered now (mapped to a FID), and FIDs retired but not yet free.
+    pub fn in_use(&self) -> (usize, usize) {
+        let a = self.lock_alloc();
+        let retired: usize = a.retired.iter().map(|(_, f)| f.len()).sum();
+        (a.next - a.free.len() - retired, retired)
+    }
+
+    /// Unmaps every mapped pair whose FID `used` does not hold (retiring the FIDs in the
+    /// current epoch, and starting a new one), and frees retired FIDs that no worker's run
+    /// can still use and `used` does not hold. Returns (pairs unmapped, FIDs freed). Called
+    /// with the FDB writer's lock held (so `used` stays true).
+    fn reclaim(&self, used: &[bool]) -> (usize, usize) {
+        let mut a = self.lock_alloc();
+        let mut retire = Vec::new();
+        let free_now: std::collections::HashSet<u16> = a.free.iter().copied().collect();
+        let retired_now: std::collections::HashSet<u16> = a
+            .retired
+            .iter()
+            .flat_map(|(_, f)| f.iter().copied())
+            .collect();
+        for (i, &in_use) in used.iter().enumerate().take(a.next) {
+            let f = FIRST_INNER_FID + i as u16;
+            if in_use || free_now.contains(&f) || retired_now.contains(&f) {
+                continue;
+            }
+            let p = self.pairs[i].load(Acquire);
+            if p == 0 {
+                continue;
+            }
+            let (s, c) = ((p >> 12) as usize, (p & 0x0fff) as usize);
+            if let Some(t) = self.by_svid[s].get() {
+                if t[c].load(Acquire) == f {
+                    t[c].store(0, Release);
+                }
+            }
+            retire.push(f);
+        }
+        let unmapped = retire.len();
+        if !retire.is_empty() {
+            // Runs that begin from now on see the pairs unmapped.
+            let e = self.epoch.fetch_add(1, SeqCst);
+            a.retired.push((e, retire));
+        }
+        // The oldest epoch a worker's run is in (u64::MAX: none is in a run).
+        let oldest = self
+            .active
+            .iter()
+            .map(|s| s.load(SeqCst))
+            .filter(|&e| e != 0)
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut freed = 0;
+        if !self.untracked.load(Relaxed) {
+            let mut keep = Vec::new();
+            for (e, fids) in std::mem::take(&mut a.retired) {
+                if e >= oldest {
+                    keep.push((e, fids));
+                    continue;
+                }
+                let (gone, stay): (Vec<u16>, Vec<u16>) = fids
+                    .into_iter()
+                    .partition(|&f| !used[usize::from(f - FIRST_INNER_FID)]);
+                for &f in &gone {
+                    self.pairs[usize::from(f - FIRST_INNER_FID)].store(0, Release);
+                }
+                freed += gone.len();
+                a.free.extend(gone);
+                if !stay.is_empty() {
+                    // Entries appeared under them (a frame classified before the unmapping):
+                    // they wait for those entries to go.
+                    keep.push((e, stay));
+                }
+            }
+            a.retired = keep;
+        }
+        if freed > 0 {
+            self.full.store(false, Relaxed);
+        }
+        (unmapped, freed)
     }
 }
 
@@ -579,10 +777,12 @@ impl Clone for Fdb {
         let mut copy = w.clone();
         copy.table = Arc::new(copy_table(&w.table, w.table.slots.len()));
         copy.tombs = 0;
+        let inner = self.inner.get().map(|i| Arc::new(i.deep_copy()));
+        copy.inner = inner.clone();
         let f = Fdb::from_writer(copy);
-        // Pairs are only ever added: the copy shares them.
-        if let Some(i) = self.inner.get() {
-            let _ = f.inner.set(i.clone());
+        // The copy numbers pairs, and reclaims them, on its own.
+        if let Some(i) = inner {
+            let _ = f.inner.set(i);
         }
         f
     }
@@ -644,6 +844,23 @@ impl Fdb {
     #[inline(always)]
     pub fn inner(&self) -> Option<&InnerFids> {
         self.inner.get().map(|a| &**a)
+    }
+
+    /// Gives FIDs of (S-VID, C-VID) pairs that no entry uses back (see [`InnerFids`]): one
+    /// walk of the table, under the writer's lock; nothing for a bridge that never learned
+    /// per inner VID. Returns (pairs unmapped, FIDs freed).
+    pub fn reclaim_inner(&self) -> (usize, usize) {
+        let Some(inner) = self.inner() else {
+            return (0, 0);
+        };
+        let w = self.lock();
+        let mut used = vec![false; INNER_FIDS];
+        for s in w.table.entries() {
+            if let Some(i) = key_fid(s.key).checked_sub(FIRST_INNER_FID) {
+                used[usize::from(i)] = true;
+            }
+        }
+        inner.reclaim(&used)
     }
 
     /// The VLAN of `key` (its S-VLAN for a pair's FID) and its inner VID (0: none).
@@ -821,6 +1038,31 @@ impl Fdb {
         n
     }
 
+    /// The local entry of a port's own address (`key`) on `port`, as Linux's `fdb_add_local`:
+    /// permanent, not added by the user (`fdb show` says `permanent`; the running
+    /// configuration leaves it out); it replaces any other entry of the key — a learned one
+    /// elsewhere included — but not a permanent one (the first local entry of an address
+    /// stays). Takes room like a learned entry, evicting fairly, and is added even when nothing
+    /// can be evicted (one per port and VLAN). Returns whether it was added, and the port of
+    /// an evicted entry.
+    pub fn add_local(&self, key: u64, port: u16, now_ns: u64) -> (bool, Option<u16>) {
+        let mut w = self.lock();
+        if let Some((i, s)) = w.table.find(key) {
+            if s.flags & F_PERMANENT != 0 {
+                return (false, None);
+            }
+            w.remove_at(i);
+        }
+        let victim = if w.len >= w.max_entries {
+            w.evict_fair()
+        } else {
+            None
+        };
+        w.insert_new(key, port, F_PERMANENT, now_ns);
+        self.tidy(&mut w);
+        (true, victim)
+    }
+
     /// Removes dynamic entries idle for `ageing_ns` or more at `now_ns` (Linux: expired when
     /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
     pub fn age(&self, now_ns: u64, ageing_ns: u64) -> usize {
@@ -995,6 +1237,9 @@ impl Writer {
             }
             return Learned::Kept;
         }
+        // Moving: an externally learned entry is taken over (Linux `br_fdb_update` clears
+        // `BR_FDB_ADDED_BY_EXT_LEARN`); it stays a user entry, and now ages.
+        let flags = flags & !F_EXTERN;
         let mut stamp = s.stamp;
         if s.is_learned() {
             // A fresh stamp: on its new port the entry is the youngest, whatever its age on a
@@ -1143,6 +1388,44 @@ mod tests {
         assert!(f.full.load(Relaxed));
         assert_eq!(f.fid(100, 10), first);
         assert_eq!(f.pair(4000), None);
+    }
+
+    /// Reclaiming pair FIDs (decision 35): a pair without entries is unmapped at once; its
+    /// FID is free again only when no worker is in a run that began before, and never while an
+    /// entry uses it.
+    #[test]
+    fn inner_fids_reclaim_after_workers_move_on() {
+        let f = Fdb::new(1000);
+        let inner = f.inner_fids();
+        let f1 = inner.fid(1, 10);
+        // Worker 1 is in a run (it may hold f1 for a frame of (1, 10)).
+        inner.enter(1);
+        assert_eq!(f.reclaim_inner(), (1, 0), "unmapped, not freed");
+        assert_eq!(inner.pair(f1), Some((1, 10)), "still named while retired");
+        let f2 = inner.fid(1, 10);
+        assert_ne!(f2, f1, "numbered anew, not with the retired FID");
+        assert_eq!(inner.in_use(), (1, 1));
+        // An entry under the new FID keeps it; worker 1 still holds f1 back.
+        let mut c = TableCache::default();
+        let key = fdb_key(MacAddr::from_u64(0x0200_0000_0001), f2);
+        assert_eq!(f.learn(c.get(&f), key, 1, 5, 0, 0), Learned::New);
+        assert_eq!(f.reclaim_inner(), (0, 0));
+        // A run that began after the reclaim does not hold f1 back.
+        inner.enter(2);
+        inner.exit(1);
+        assert_eq!(f.reclaim_inner(), (0, 1));
+        inner.exit(2);
+        assert_eq!(inner.pair(f1), None);
+        assert_eq!(inner.fid(2, 20), f1, "the freed FID is taken first");
+        assert_eq!(inner.in_use(), (2, 0));
+        // No run in progress: unmapped and freed at once.
+        f.remove(key);
+        assert_eq!(f.reclaim_inner(), (2, 2));
+        assert_eq!(inner.in_use(), (0, 0));
+        // A worker beyond the tracked slots: nothing is ever freed again.
+        inner.fid(3, 30);
+        inner.enter(EPOCH_SLOTS);
+        assert_eq!(f.reclaim_inner(), (1, 0));
     }
 
     #[test]

@@ -216,7 +216,7 @@ const TAG_FRAME: u32 = u32::MAX;
 fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
     if !filtering {
         TAG_KEEP
-    } else if ep.cvid_in.is_some() || ep.tag2.is_some() {
+    } else if ep.cvid_in.is_some() || ep.tag2.is_some() || ep.cvlans.is_some() {
         TAG_FRAME
     } else if ep.untagged.contains(vid) {
         TAG_POP
@@ -384,7 +384,7 @@ impl Plan {
         let (n, live) = if inp.plain {
             classify_run::<true>(br, bi, inp, c, wi, pkts, meta)
         } else {
-            classify_run_features(br, bi, inp, c, wi, pkts, meta)
+            return self.ingress_features(wi, now_ns, br, bi, cache, inp, c, pkts, meta);
         };
         if live == 0 {
             return (n, DEST_DROP);
@@ -398,6 +398,44 @@ impl Plan {
         } else {
             self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
         };
+        (n, one)
+    }
+
+    /// [`Plan::ingress`] for a port that is not plain: stages 1-3, within a run of the
+    /// bridge's (S-VID, C-VID) pair epoch when it has pairs (`crate::fdb::InnerFids`: a
+    /// pair's FID is used from classification to the lookup, never after the run).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn ingress_features(
+        &self,
+        wi: usize,
+        now_ns: u64,
+        br: &Bridge,
+        bi: u16,
+        cache: &mut TableCache,
+        inp: &Port,
+        c: &PortCells,
+        pkts: &mut [PacketBuf],
+        meta: &mut [FrameMeta],
+    ) -> (usize, u16) {
+        let inner = br.fdb.inner();
+        if let Some(i) = inner {
+            i.enter(wi);
+        }
+        let (n, live) = classify_run_features(br, bi, inp, c, wi, pkts, meta);
+        let one = if live == 0 {
+            DEST_DROP
+        } else {
+            let (meta, pkts) = (&mut meta[..n], &mut pkts[..n]);
+            if br.settings.learn_inner_vid && br.settings.vlan_filtering {
+                self.decide_inner(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            } else {
+                self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            }
+        };
+        if let Some(i) = inner {
+            i.exit(wi);
+        }
         (n, one)
     }
 
@@ -1433,8 +1471,36 @@ fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<us
             };
             set_bridge_tag(pkt, m.tagged, ep.tpid, m.tci_hi | vid);
         }
+        if ep.cvlans.is_some() && !cvlan_leaves(ep, wi, pkt) {
+            return None;
+        }
     }
     egress_size(ep, wi, pkt)
+}
+
+/// `cvlans` on egress port `ep` (a `dot1q-tunnel` port), for a frame rewritten for it: its
+/// customer VLAN — the VID of its 0x8100 outer tag, else 0 (untagged), exactly as the ingress
+/// check reads it — must be one `ep` admits; otherwise the copy is counted on `ep`
+/// (`egress_cvlan_not_allowed`) and dropped: a customer never sees a C-VLAN it did not buy
+/// (Open vSwitch's `xbundle_includes_vlan` checks the inner VID on output too).
+#[cold]
+#[inline(never)]
+fn cvlan_leaves(ep: &Port, wi: usize, pkt: &PacketBuf) -> bool {
+    let Some(cvlans) = ep.cvlans.as_deref() else {
+        return true;
+    };
+    let f = pkt.frame();
+    let cvid = match f.get(12..16) {
+        Some(t) if t[0] == 0x81 && t[1] == 0x00 && f.len() >= 18 => {
+            u16::from_be_bytes([t[2], t[3]]) & 0x0fff
+        }
+        _ => 0,
+    };
+    if cvlans.contains(cvid) {
+        return true;
+    }
+    count_drop(ep.counters.writer(wi), DropReason::EgressCvlanNotAllowed);
+    false
 }
 
 /// The egress size check of [`egress`] on a rewritten frame (an oversize frame is counted on

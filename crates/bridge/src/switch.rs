@@ -17,7 +17,8 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::ConfigError;
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
-    FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY,
+    FdbKind, FdbMove, TableCache, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC,
+    F_STICKY, F_USER,
 };
 use crate::stack::{MacvlanMode, Role, Uppers, MAX_STACK_DEPTH};
 use crate::tagmap::{TagMap, TagMaps};
@@ -88,6 +89,10 @@ pub(crate) struct Port {
     pub role: Role,
     /// The host-side MAC address of a stacked device or host port (48-bit integer; 0: none).
     pub mac: u64,
+    /// A device port's own interface address, as the I/O layer reports it when it opens the
+    /// backend ([`Switch::set_port_address`]; 48-bit integer; 0: none or not known — pcap and
+    /// in-memory ports have none). In a bridge it is a local (permanent) FDB entry.
+    pub if_mac: u64,
     /// Compiled: the devices stacked on this port, for the receive path.
     pub uppers: Option<Arc<Uppers>>,
     /// `link set dev P vlan_mode …` as configured (cleared when the port leaves its bridge).
@@ -932,6 +937,7 @@ impl Switch {
             // Entries learned per inner VID go with the rule that made them.
             let fdb = &self.bridge(id).fdb;
             fdb.remove_where(|s| key_fid(s.key) >= FIRST_INNER_FID);
+            fdb.reclaim_inner();
         }
         self.bridge_mut(id).settings = settings;
         self.recompile_bridge(id);
@@ -1053,6 +1059,7 @@ impl Switch {
             counters: PortCounterSet::new(self.workers + 1),
             role,
             mac,
+            if_mac: 0,
             uppers: None,
             vlan_mode: None,
             tunnel: false,
@@ -1071,11 +1078,20 @@ impl Switch {
         Ok(PortId(idx as u16))
     }
 
-    /// `link set dev NAME …` on a port.
+    /// `link set dev NAME …` on a port. Turning `mab` off removes the port's `locked`
+    /// entries, as Linux's `br_setport` flushes them (`BR_FDB_LOCKED`).
     pub fn set_port(&mut self, id: PortId, settings: PortSettings) -> Result<(), ConfigError> {
         check_port_settings(&settings)?;
+        let mab_off = self.port(id).settings.mab && !settings.mab;
         self.port_mut(id).settings = settings;
         self.recompile_port(id);
+        if mab_off {
+            if let Some(b) = self.port(id).master {
+                self.bridge(BridgeId(b))
+                    .fdb
+                    .remove_where(|s| s.port == id.0 && s.flags & F_LOCKED != 0);
+            }
+        }
         Ok(())
     }
 
@@ -1107,6 +1123,14 @@ impl Switch {
         if master.is_some() && self.has_macvlans(id) {
             return Err(ConfigError::MacvlanLowerBusy(self.port(id).name.clone()));
         }
+        if let Some(b) = master {
+            if self.stacked_on_host_of(id, b) {
+                return Err(ConfigError::StackedOnOwnBridge {
+                    dev: self.port(id).name.clone(),
+                    bridge: self.bridge(b).name.clone(),
+                });
+            }
+        }
         if let Some(b) = current {
             self.detach(id, BridgeId(b));
         }
@@ -1135,6 +1159,7 @@ impl Switch {
             .chain(self.port(id).member.iter())
             .collect();
         self.recompile_flood(b, vids);
+        self.sync_local_fdb(id);
     }
 
     fn detach(&mut self, id: PortId, b: BridgeId) {
@@ -1237,6 +1262,22 @@ impl Switch {
             .iter()
             .flatten()
             .any(|p| matches!(p.role, Role::Macvlan { lower, .. } if lower == id.0))
+    }
+
+    /// Whether port `id` is a device stacked (at any depth) on bridge `b`'s host port: as a
+    /// port of `b` it would be a loop (Linux: an upper device of its own master, `EBUSY`).
+    fn stacked_on_host_of(&self, id: PortId, b: BridgeId) -> bool {
+        let mut cur = self.port(id).role;
+        for _ in 0..=MAX_STACK_DEPTH {
+            match cur.lower() {
+                Some(l) => cur = self.port(PortId(l)).role,
+                None => break,
+            }
+            if cur == (Role::Host { bridge: b.0 }) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Devices between port `id` and the device at the bottom of its stack (0 for a device).
@@ -1452,6 +1493,86 @@ impl Switch {
         }
     }
 
+    /// `port`'s address as Linux gives a bridge port's address a local entry: the host port's
+    /// (`mac`) or a device's interface address (`if_mac`); 0: none.
+    fn local_mac(p: &Port) -> u64 {
+        match p.role {
+            Role::Host { .. } => p.mac,
+            Role::Device => p.if_mac,
+            Role::Vlan { .. } | Role::Macvlan { .. } => 0,
+        }
+    }
+
+    /// The I/O layer tells the switch device port `id`'s own interface address (AF_PACKET,
+    /// AF_XDP: the device's; a TAP's interface is the far end of the wire), or none (`None`).
+    /// In a bridge the address is a local (permanent) FDB entry in VLAN 0 and each VLAN of
+    /// the port, as Linux adds one for every port (`br_fdb_add_local`): it replaces a learned
+    /// entry of that address elsewhere, frames to it go up to the host port (or count as
+    /// `local`), and it is not a learned entry. A changed address moves the entries. Ports
+    /// of other roles keep their own addresses; this changes nothing for them.
+    pub fn set_port_address(&mut self, id: PortId, mac: Option<MacAddr>) {
+        let new = mac
+            .filter(|m| !m.is_multicast() && !m.is_zero())
+            .map_or(0, mac_u64);
+        let p = self.port(id);
+        if p.role != Role::Device || p.if_mac == new {
+            return;
+        }
+        let old = p.if_mac;
+        if let (Some(b), true) = (p.master, old != 0) {
+            self.bridge(BridgeId(b)).fdb.remove_where(|s| {
+                s.port == id.0
+                    && s.key & 0xffff_ffff_ffff == old
+                    && s.flags & (F_PERMANENT | F_USER) == F_PERMANENT
+            });
+        }
+        self.port_mut(id).if_mac = new;
+        self.sync_local_fdb(id);
+    }
+
+    /// The address the I/O layer reported for device port `id` ([`Switch::set_port_address`]).
+    pub fn port_address(&self, id: PortId) -> Option<MacAddr> {
+        let m = self.port(id).if_mac;
+        (m != 0).then(|| {
+            let b = m.to_be_bytes();
+            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+        })
+    }
+
+    /// A device port's interface address as a local entry in VLAN 0 and each of its VLANs
+    /// (those it has already are kept).
+    fn sync_local_fdb(&mut self, id: PortId) {
+        let p = self.port(id);
+        let (Some(b), Role::Device, mac) = (p.master, p.role, p.if_mac) else {
+            return;
+        };
+        if mac == 0 {
+            return;
+        }
+        let b = BridgeId(b);
+        let Ok(vids) = self.fdb_vids(id, b, None) else {
+            return;
+        };
+        let now = self.now_ns;
+        let mut victims = Vec::new();
+        let fdb = &self.bridge(b).fdb;
+        for vid in vids {
+            let key = mac | (u64::from(vid) << 48);
+            if fdb
+                .get(key)
+                .is_some_and(|s| s.port == id.0 && s.kind() == FdbKind::Permanent)
+            {
+                continue;
+            }
+            victims.extend(fdb.add_local(key, id.0, now).1);
+        }
+        for v in victims {
+            if let Some(c) = self.control_counters(v) {
+                c.fdb_evictions.add(1);
+            }
+        }
+    }
+
     /// The host port's address as a permanent entry in each of its VLANs (and VLAN 0).
     fn sync_host_fdb(&mut self, id: PortId) {
         let Some(mac) = self.port_mac(id) else {
@@ -1508,6 +1629,7 @@ impl Switch {
         if let Role::Host { .. } = self.port(id).role {
             self.sync_host_fdb(id);
         }
+        self.sync_local_fdb(id);
         Ok(())
     }
 
@@ -1534,12 +1656,18 @@ impl Switch {
         set_pvlan_codes(port, start, end, 0);
         set_limit_codes(port, start, end, 0);
         self.flush_port_vlans(id, start, end);
-        if let Role::Host { .. } = self.port(id).role {
-            let mac = self.port(id).mac;
+        let (mac, host) = (
+            Self::local_mac(self.port(id)),
+            matches!(self.port(id).role, Role::Host { .. }),
+        );
+        if mac != 0 {
+            // Its own address's local entries in those VLANs (Linux
+            // `br_fdb_find_delete_local`).
             let fdb = &self.bridge(b).fdb;
             fdb.remove_where(|s| {
                 s.port == id.0
                     && s.key & 0xffff_ffff_ffff == mac
+                    && (host || s.flags & F_PERMANENT != 0)
                     && (start..=end).contains(&fdb.key_vlan(s.key).0)
             });
         }
@@ -1572,14 +1700,17 @@ impl Switch {
         }
         let changed: BTreeSet<u16> = old.iter().chain(new.iter()).collect();
         if !gone.is_empty() {
-            let mac = self.port(id).mac;
+            let mac = Self::local_mac(self.port(id));
             let host = matches!(self.port(id).role, Role::Host { .. });
             let gone_set: BTreeSet<u16> = gone.iter().copied().collect();
             let fdb = &self.bridge(b).fdb;
             fdb.remove_where(|s| {
                 s.port == id.0
                     && gone_set.contains(&fdb.key_vlan(s.key).0)
-                    && (s.ages() || (host && s.key & 0xffff_ffff_ffff == mac))
+                    && (s.ages()
+                        || (mac != 0
+                            && s.key & 0xffff_ffff_ffff == mac
+                            && (host || s.flags & F_PERMANENT != 0)))
             });
         }
         self.recompile_port(id);
@@ -1587,6 +1718,7 @@ impl Switch {
         if let Role::Host { .. } = self.port(id).role {
             self.sync_host_fdb(id);
         }
+        self.sync_local_fdb(id);
         Ok(())
     }
 
@@ -1995,7 +2127,47 @@ impl Switch {
         }
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
-        self.fdb_add_fids(mac, id, b, vids, kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, vids, kind, sticky, replace, false)
+    }
+
+    /// `fdb add|replace MAC dev NAME [vlan V [inner_vlan C]] extern_learn`: an entry a control
+    /// plane learned (Linux `NTF_EXT_LEARNED`): dynamic, added by the user, never aged, kept
+    /// on port down and `vlan del`, not a learned entry (limits, eviction); learning the
+    /// address on another port takes it over. As Linux, it replaces an existing entry of the
+    /// key whatever the command (`add` included), except the bridge's own (permanent) ones.
+    pub fn fdb_add_extern(
+        &mut self,
+        mac: MacAddr,
+        id: PortId,
+        vlan: Option<u32>,
+        inner: Option<u32>,
+    ) -> Result<(), ConfigError> {
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(ConfigError::BadFdbMac(mac));
+        }
+        let (b, vids) = match (vlan, inner) {
+            (Some(v), Some(c)) => {
+                let (b, _, _, fid) = self.inner_fid_of(id, v, c)?;
+                (b, vec![fid])
+            }
+            _ => {
+                let b = self.attached(id)?;
+                (b, self.fdb_vids(id, b, vlan)?)
+            }
+        };
+        let fdb = &self.bridge(b).fdb;
+        if let Some(&fid) = vids.iter().find(|&&v| {
+            fdb.get(fdb_key(mac, v))
+                .is_some_and(|s| s.kind() == FdbKind::Permanent)
+        }) {
+            let (vid, _) = fdb.key_vlan(fdb_key(mac, fid));
+            return Err(ConfigError::FdbEntryExists {
+                mac,
+                vid,
+                dev: self.port(id).name.clone(),
+            });
+        }
+        self.fdb_add_fids(mac, id, b, vids, FdbKind::Dynamic, false, true, true)
     }
 
     /// `fdb add|replace MAC dev NAME vlan V inner_vlan C …`: an entry for the pair (V, C) on a
@@ -2024,7 +2196,7 @@ impl Switch {
                 dev,
             });
         }
-        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace, false)
     }
 
     /// `fdb del MAC dev NAME vlan V inner_vlan C`.
@@ -2078,7 +2250,7 @@ impl Switch {
     }
 
     /// Adds (or with `replace` replaces) the user entry of `mac` on port `id` in each of
-    /// `vids` (FIDs) of bridge `b`, all or none.
+    /// `vids` (FIDs) of bridge `b`, all or none; `extern_learn`: marked so.
     #[allow(clippy::too_many_arguments)]
     fn fdb_add_fids(
         &mut self,
@@ -2089,12 +2261,14 @@ impl Switch {
         kind: FdbKind,
         sticky: bool,
         replace: bool,
+        extern_learn: bool,
     ) -> Result<(), ConfigError> {
         let flags = match kind {
             FdbKind::Dynamic => 0,
             FdbKind::Static => F_STATIC,
             FdbKind::Permanent => F_PERMANENT,
-        } | if sticky { F_STICKY } else { 0 };
+        } | if sticky { F_STICKY } else { 0 }
+            | if extern_learn { F_EXTERN } else { 0 };
         let now = self.now_ns;
         let name = self.port(id).name.clone();
         let fdb = &self.bridge(b).fdb;
@@ -2223,11 +2397,14 @@ impl Switch {
             Link::Port(p) => (self.attached(PortId(p))?, Some(p)),
         };
         let fdb = &self.bridge(b).fdb;
-        Ok(fdb.remove_where(|s| {
+        let n = fdb.remove_where(|s| {
             which.selects(s)
                 && port.is_none_or(|p| s.port == p)
                 && vid.is_none_or(|v| fdb.key_vlan(s.key).0 == v)
-        }))
+        });
+        // (S-VID, C-VID) pairs left without entries give their FIDs back.
+        fdb.reclaim_inner();
+        Ok(n)
     }
 
     /// FDB entries matching `filter`, sorted by bridge, port (in creation order, as
@@ -2263,7 +2440,9 @@ impl Switch {
                     kind: s.kind(),
                     sticky: s.flags & F_STICKY != 0,
                     locked: s.flags & F_LOCKED != 0,
-                    added_by_user: !s.is_learned(),
+                    // Local entries of port addresses are neither learned nor the user's.
+                    added_by_user: s.flags & F_USER != 0,
+                    extern_learn: s.flags & F_EXTERN != 0,
                     idle_ns: self.now_ns.saturating_sub(s.seen_ns),
                 };
                 let created = self.port(PortId(s.port)).generation;
@@ -2290,8 +2469,17 @@ impl Switch {
         let mut n = 0;
         for b in self.bridges.iter().flatten() {
             n += b.fdb.age(now_ns, b.settings.ageing_time_ns);
+            // Pairs whose entries aged out (or went with a port, a VLAN) give their FIDs back.
+            b.fdb.reclaim_inner();
         }
         n
+    }
+
+    /// `learn_inner_vid`: (S-VID, C-VID) pairs of bridge `id` that hold a FID now, and FIDs
+    /// given back but not yet free (a datapath worker may still be using them); `None`:
+    /// the bridge never learned per inner VID.
+    pub fn inner_fids_in_use(&self, id: BridgeId) -> Option<(usize, usize)> {
+        self.bridge(id).fdb.inner().map(|i| i.in_use())
     }
 
     /// Sets the clock used for entries added by commands and for idle times.

@@ -440,3 +440,30 @@ fn a_loop_through_host_ports_is_cut_and_counted() {
         .sum();
     assert!(loops > 0, "the loop was not cut");
 }
+
+/// A device stacked on a bridge's own interface (br0.10 on br0's host port, at any depth)
+/// cannot be a port of that bridge (Linux refuses it: an upper device of its own master);
+/// it can be a port of another bridge.
+#[test]
+fn vlan_device_of_the_host_port_cannot_join_its_bridge() {
+    let (mut r, _p1, _host, v10) = host_rig();
+    let br0 = r.sw.bridge_id("br0").unwrap();
+    let e = r.sw.set_master(v10, Some(br0)).unwrap_err();
+    assert!(matches!(e, ConfigError::StackedOnOwnBridge { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "\"br0.10\" is stacked on bridge \"br0\"'s own interface: it cannot be a port of br0 \
+         (a loop; Linux refuses it too)"
+    );
+    assert_eq!(r.sw.port_master(v10), None, "nothing changed");
+    // Two deep: br0.10.20.
+    let v20 =
+        r.sw.add_vlan_device("br0.10.20", v10, Q, 20, mac(0xb2))
+            .unwrap();
+    assert!(r.sw.set_master(v20, Some(br0)).is_err());
+    // Another bridge takes it.
+    r.bridge("br9", VlanProtocol::Dot1Q);
+    let br9 = r.sw.bridge_id("br9").unwrap();
+    r.sw.set_master(v10, Some(br9)).unwrap();
+    assert_eq!(r.sw.port_master(v10), Some(br9));
+}

@@ -635,3 +635,133 @@ fn learning_per_inner_vid() {
     let f = frame(m, mac(1), &[(0x88a8, 100), (0x8100, 10)], 80);
     assert_eq!(only(&r.send(&[(t, f.clone())]), y), vec![f]);
 }
+
+/// Turning `mab` off removes the port's `locked` entries (Linux `br_setport` flushes them with
+/// `BR_FDB_LOCKED`; selftest `bridge_locked_port.sh`, `locked_port_mab_flush`); other entries
+/// of the port and locked entries of other ports stay.
+#[test]
+fn mab_off_flushes_locked_entries() {
+    use qbridge_bridge::{FdbFilter, FdbKind, PortSettings};
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q);
+    let lp = r.device("lp");
+    let lp2 = r.device("lp2");
+    let a = r.device("a");
+    for p in [lp, lp2, a] {
+        r.enslave(p, "br0");
+    }
+    let mab = PortSettings {
+        locked: true,
+        mab: true,
+        ..Default::default()
+    };
+    r.sw.set_port(lp, mab.clone()).unwrap();
+    r.sw.set_port(lp2, mab.clone()).unwrap();
+    r.send(&[(lp, frame(mac(0x41), mac(0x31), &[], 80))]);
+    r.send(&[(lp, frame(mac(0x41), mac(0x32), &[], 80))]);
+    r.send(&[(lp2, frame(mac(0x41), mac(0x33), &[], 80))]);
+    r.sw.fdb_add(mac(0x34), lp, Some(1), FdbKind::Static, false, false)
+        .unwrap();
+    let locked_on = |r: &Rig, dev: &str| {
+        r.sw.fdb_entries(&FdbFilter::default())
+            .unwrap()
+            .iter()
+            .filter(|e| e.locked && e.ifname == dev)
+            .count()
+    };
+    assert_eq!((locked_on(&r, "lp"), locked_on(&r, "lp2")), (2, 1));
+    // `mab off` (the port stays locked).
+    r.sw.set_port(
+        lp,
+        PortSettings {
+            mab: false,
+            ..mab.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!((locked_on(&r, "lp"), locked_on(&r, "lp2")), (0, 1));
+    let left: Vec<_> =
+        r.sw.fdb_entries(&FdbFilter {
+            dev: Some("lp".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(left.len(), 1, "the static entry stays: {left:?}");
+    assert_eq!(left[0].mac, mac(0x34));
+    // Setting other options with `mab` still on keeps the locked entries.
+    r.sw.set_port(
+        lp2,
+        PortSettings {
+            hairpin: true,
+            ..mab
+        },
+    )
+    .unwrap();
+    assert_eq!(locked_on(&r, "lp2"), 1);
+}
+
+/// `cvlans` applies on egress too (`docs/semantics.md` §G.3): a `dot1q-tunnel` port with
+/// `cvlans 100,200` never sends a frame of another customer VLAN (nor an untagged one, 0 not
+/// listed), flooded or known unicast; each refused copy counts `egress_cvlan_not_allowed` on
+/// that port. A tunnel port without `cvlans` gets everything; with 0 listed, untagged frames.
+#[test]
+fn dot1q_tunnel_cvlans_apply_on_egress() {
+    let mut r = Rig::new();
+    r.bridge("pe", VlanProtocol::Dot1Ad);
+    let c1 = r.device("c1");
+    let c2 = r.device("c2");
+    let c3 = r.device("c3");
+    let trunk = r.device("trunk");
+    for p in [c1, c2, c3, trunk] {
+        r.enslave(p, "pe");
+    }
+    let tunnel = |cv: Option<&[(u16, u16)]>| mode(K::Dot1qTunnel, Some(4094), None, cv);
+    r.sw.set_vlan_mode(c1, tunnel(Some(&[(100, 100), (200, 200)])))
+        .unwrap();
+    r.sw.set_vlan_mode(c2, tunnel(None)).unwrap();
+    r.sw.set_vlan_mode(c3, tunnel(Some(&[(0, 0), (100, 100)])))
+        .unwrap();
+    r.sw.set_vlan_mode(trunk, mode(K::Trunk, None, Some(&[(4094, 4094)]), None))
+        .unwrap();
+    let bcast = qbridge_wire::MacAddr([0xff; 6]);
+
+    // Flooded from the trunk: C-VLAN 300, untagged, C-VLAN 100.
+    let c300 = frame(bcast, mac(9), &[(0x88a8, 4094), (0x8100, 300)], 90);
+    let out = r.send(&[(trunk, c300.clone())]);
+    assert!(out[c1.0 as usize].is_empty(), "C-VLAN 300 is not c1's");
+    assert_eq!(out[c2.0 as usize], vec![retag(&c300, 1, &[])]);
+    assert!(out[c3.0 as usize].is_empty());
+    let untagged = frame(bcast, mac(9), &[(0x88a8, 4094)], 90);
+    let out = r.send(&[(trunk, untagged.clone())]);
+    assert!(
+        out[c1.0 as usize].is_empty(),
+        "untagged is not c1's (0 not listed)"
+    );
+    assert_eq!(out[c2.0 as usize], vec![retag(&untagged, 1, &[])]);
+    assert_eq!(out[c3.0 as usize], vec![retag(&untagged, 1, &[])]);
+    let c100 = frame(bcast, mac(9), &[(0x88a8, 4094), (0x8100, 100)], 90);
+    let out = r.send(&[(trunk, c100.clone())]);
+    for p in [c1, c2, c3] {
+        assert_eq!(out[p.0 as usize], vec![retag(&c100, 1, &[])]);
+    }
+    assert_eq!(r.drops(c1, DropReason::EgressCvlanNotAllowed), 2);
+    assert_eq!(r.drops(c3, DropReason::EgressCvlanNotAllowed), 1);
+
+    // Known unicast to a host behind c1: C-VLAN 200 passes, C-VLAN 300 does not.
+    let host = mac(0x41);
+    r.send(&[(c1, frame(mac(9), host, &[(0x8100, 100)], 90))]);
+    let to200 = frame(host, mac(9), &[(0x88a8, 4094), (0x8100, 200)], 90);
+    let to300 = frame(host, mac(9), &[(0x88a8, 4094), (0x8100, 300)], 90);
+    let out = r.send(&[
+        (trunk, to200.clone()),
+        (trunk, to300.clone()),
+        (trunk, to200.clone()),
+    ]);
+    assert_eq!(
+        only(&out, c1),
+        vec![retag(&to200, 1, &[]), retag(&to200, 1, &[])]
+    );
+    assert_eq!(r.drops(c1, DropReason::EgressCvlanNotAllowed), 3);
+    let c = r.sw.port_counters(c1);
+    assert_eq!(c.tx_frames, 3, "C-VLAN 100 flood + two C-VLAN 200 frames");
+}

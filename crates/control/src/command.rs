@@ -316,8 +316,8 @@ pub struct VidRange {
 /// `fdb …` (bridge-fdb(8)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FdbCommand {
-    /// `fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]`.
-    /// The kind defaults to permanent, as in iproute2.
+    /// `fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
+    /// [extern_learn]`. The kind defaults to permanent, as in iproute2.
     Add {
         mac: MacAddr,
         dev: String,
@@ -327,6 +327,9 @@ pub enum FdbCommand {
         kind: FdbKind,
         sticky: bool,
         replace: bool,
+        /// `extern_learn` (Linux `NTF_EXT_LEARNED`): a control plane's entry; `kind` and
+        /// `sticky` are then ignored, as the kernel ignores them.
+        extern_learn: bool,
     },
     /// `fdb del MAC dev NAME [vlan V [inner_vlan C]]` (kind words are accepted and ignored,
     /// as in iproute2).

@@ -1329,8 +1329,9 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             })?;
             let mac = mac_word.parse()?;
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
-            let mut inner_vlan = None;
-            let expected = "dev, vlan, inner_vlan, static, dynamic, permanent, sticky or master";
+            let (mut inner_vlan, mut extern_learn) = (None, None);
+            let expected =
+                "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, extern_learn or master";
             while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
@@ -1350,6 +1351,7 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                         kind = Some(k);
                     }
                     "sticky" => set_once(&mut sticky, kw, true)?,
+                    "extern_learn" => set_once(&mut extern_learn, kw, true)?,
                     // All qbridge FDB entries are the bridge's ("master") entries.
                     "master" => {}
                     other => return Err(unexpected(other, expected)),
@@ -1375,6 +1377,7 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     kind: kind.unwrap_or(FdbKind::Permanent),
                     sticky: sticky.is_some(),
                     replace: cmd == "replace",
+                    extern_learn: extern_learn.is_some(),
                 },
                 _ => FdbCommand::Del {
                     mac,
@@ -1407,13 +1410,13 @@ fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
 /// word narrows the kinds flushed (`static` and `dynamic` together select nothing and are
 /// refused); without one, dynamic and static entries go, never permanent ones.
 fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
-    const EXPECTED: &str = "dev, vlan, [no]permanent, [no]static, [no]dynamic, [no]sticky \
-                            or [no]added_by_user";
+    const EXPECTED: &str = "dev, vlan, [no]permanent, [no]static, [no]dynamic, [no]sticky, \
+                            [no]added_by_user or [no]extern_learn";
     let (mut dev, mut vlan) = (None, None);
     // Dynamic, static, permanent: still selected; the word that last narrowed them.
     let mut kinds = [true; 3];
     let mut narrowed_by: Option<&str> = None;
-    let (mut sticky, mut by_user) = (None, None);
+    let (mut sticky, mut by_user, mut ext) = (None, None, None);
     let mut seen: Vec<&str> = Vec::new();
     while let Some(word) = w.next() {
         if words::FDB_FLUSH_UNSUPPORTED.contains(&word) {
@@ -1446,6 +1449,10 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             "nodynamic" => Some([false, true, true]),
             "sticky" | "nosticky" => {
                 set_once(&mut sticky, "[no]sticky", kw == "sticky")?;
+                None
+            }
+            "extern_learn" | "noextern_learn" => {
+                set_once(&mut ext, "[no]extern_learn", kw == "extern_learn")?;
                 None
             }
             _ => {
@@ -1482,6 +1489,7 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             permanent: kinds[2],
             sticky,
             added_by_user: by_user,
+            extern_learn: ext,
         },
     })
 }
@@ -2120,8 +2128,8 @@ mod tests {
             "\"[no]sticky\" given twice"
         );
         assert_eq!(
-            err("fdb flush dev br0 extern_learn"),
-            "\"extern_learn\" is not supported by qbridge (its FDB entries have no such \
+            err("fdb flush dev br0 offloaded"),
+            "\"offloaded\" is not supported by qbridge (its FDB entries have no such \
              attribute)"
         );
         assert_eq!(err("fdb flush permanent"), "missing \"dev NAME\"");

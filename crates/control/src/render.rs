@@ -87,10 +87,14 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
                 inner_vlan: e.inner_vlan,
                 used: out.stats.then_some(e.idle_ns / 1_000_000_000),
                 updated: out.stats.then_some(e.idle_ns / 1_000_000_000),
-                flags: [(e.sticky, "sticky"), (e.locked, "locked")]
-                    .into_iter()
-                    .filter_map(|(on, f)| on.then_some(f))
-                    .collect(),
+                flags: [
+                    (e.extern_learn, "extern_learn"),
+                    (e.sticky, "sticky"),
+                    (e.locked, "locked"),
+                ]
+                .into_iter()
+                .filter_map(|(on, f)| on.then_some(f))
+                .collect(),
                 master: &e.master,
                 state: fdb_state(e.kind),
             })
@@ -108,6 +112,9 @@ pub fn fdb(entries: &[FdbEntryView], out: OutputOptions) -> String {
         }
         if out.stats {
             let _ = write!(s, " updated {}", e.idle_ns / 1_000_000_000);
+        }
+        if e.extern_learn {
+            s.push_str(" extern_learn");
         }
         if e.sticky {
             s.push_str(" sticky");

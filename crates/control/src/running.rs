@@ -418,6 +418,10 @@ fn fdb_lines(sw: &Switch, out: &mut String) {
             FdbKind::Permanent => "permanent",
         };
         let sticky = if e.sticky { " sticky" } else { "" };
+        if e.extern_learn {
+            let _ = writeln!(out, "fdb add {} dev {}{vlan} extern_learn", e.mac, e.ifname);
+            continue;
+        }
         let _ = writeln!(
             out,
             "fdb add {} dev {}{vlan} {kind}{sticky}",

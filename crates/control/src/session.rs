@@ -414,10 +414,15 @@ impl Session {
                 kind,
                 sticky,
                 replace,
+                extern_learn,
             } => {
                 let id = port_or_host(sw, dev)?;
                 let replace = *replace || self.may_exist;
                 match (vlan, inner_vlan) {
+                    // Linux ignores the kind and `sticky` with `extern_learn`, and replaces.
+                    _ if *extern_learn => {
+                        sw.fdb_add_extern(*mac, id, vlan.map(u32::from), inner_vlan.map(u32::from))?
+                    }
                     (Some(v), Some(c)) => sw.fdb_add_inner(
                         *mac,
                         id,

@@ -40,11 +40,12 @@ const VLAN: &str =
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
 ";
 
-const FDB: &str = "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky]
+const FDB: &str =
+    "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky] [extern_learn]
   fdb del MAC dev NAME [vlan V]
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
-            [[no]added_by_user]     (default: dynamic and static entries, not permanent)
+            [[no]added_by_user] [[no]extern_learn]  (default: dynamic and static, not permanent)
 ";
 
 const MIRROR: &str =

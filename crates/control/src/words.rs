@@ -280,6 +280,7 @@ pub const FDB_ADD: &[Kw] = &[
     kw("local", 1),
     kw("sticky", 3),
     kw("master", 1),
+    kw("extern_learn", 1),
 ];
 
 /// `fdb show`: bridge/fdb.c `fdb_show` (br, brport, dev, vlan by strcmp).
@@ -301,6 +302,8 @@ pub const FDB_FLUSH: &[Kw] = &[
     exact("nosticky"),
     exact("added_by_user"),
     exact("noadded_by_user"),
+    exact("extern_learn"),
+    exact("noextern_learn"),
 ];
 
 /// `fdb flush` words of bridge-fdb(8) that qbridge has nothing to match with.
@@ -311,8 +314,6 @@ pub const FDB_FLUSH_UNSUPPORTED: &[&str] = &[
     "vni",
     "port",
     "dst",
-    "extern_learn",
-    "noextern_learn",
     "offloaded",
     "nooffloaded",
     "router",

@@ -1136,3 +1136,75 @@ fn fdb_entries_per_inner_vlan() {
     .unwrap();
     assert_eq!(run(&mut s, "fdb show dev p1 vlan 100", TEXT), "");
 }
+
+/// `fdb add … extern_learn` (Linux `NTF_EXT_LEARNED`): shown as bridge(8) shows it (the flag
+/// before `master`, no state word: a dynamic entry; JSON flag), never aged, its kind and
+/// `sticky` words ignored as the kernel ignores them, saved in the running configuration.
+#[test]
+fn fdb_extern_learn_shows_and_saves() {
+    let mut s = session();
+    run(
+        &mut s,
+        "fdb add 02:00:00:00:00:0e dev p1 vlan 10 extern_learn",
+        TEXT,
+    );
+    run(
+        &mut s,
+        "fdb add 02:00:00:00:00:0f dev p1 vlan 10 static sticky ext",
+        TEXT,
+    );
+    assert_eq!(
+        run(&mut s, "fdb show dev p1", TEXT),
+        "\
+02:00:00:00:00:01 dev p1 vlan 10 master br0 static
+02:00:00:00:00:0e dev p1 vlan 10 extern_learn master br0
+02:00:00:00:00:0f dev p1 vlan 10 extern_learn master br0
+"
+    );
+    assert_eq!(
+        run(&mut s, "fdb show dev p1 vlan 10", JSON)
+            .lines()
+            .next()
+            .unwrap(),
+        r#"[{"mac":"02:00:00:00:00:01","ifname":"p1","vlan":10,"flags":[],"master":"br0","state":"static"},{"mac":"02:00:00:00:00:0e","ifname":"p1","vlan":10,"flags":["extern_learn"],"master":"br0","state":""},{"mac":"02:00:00:00:00:0f","ifname":"p1","vlan":10,"flags":["extern_learn"],"master":"br0","state":""}]"#
+    );
+    // `add` of an existing key replaces it (as Linux): moved to p2.
+    run(
+        &mut s,
+        "fdb add 02:00:00:00:00:0e dev p2 vlan 10 extern_learn",
+        TEXT,
+    );
+    // Never aged.
+    s.switch_mut().age(1_000_000 * 1_000_000_000);
+    assert_eq!(
+        run(&mut s, "fdb show vlan 10", TEXT)
+            .lines()
+            .filter(|l| l.contains("extern_learn"))
+            .collect::<Vec<_>>(),
+        [
+            "02:00:00:00:00:0f dev p1 vlan 10 extern_learn master br0",
+            "02:00:00:00:00:0e dev p2 vlan 10 extern_learn master br0"
+        ]
+    );
+    let saved = s.running_config();
+    assert!(
+        saved.contains("fdb add 02:00:00:00:00:0e dev p2 vlan 10 extern_learn\n"),
+        "{saved}"
+    );
+    // `fdb flush … [no]extern_learn` selects by the flag.
+    run(&mut s, "fdb flush dev br0 noextern_learn", TEXT);
+    assert_eq!(run(&mut s, "fdb show", TEXT).lines().count(), 3);
+    run(&mut s, "fdb flush dev br0 extern_learn", TEXT);
+    assert_eq!(
+        run(&mut s, "fdb show", TEXT),
+        "02:00:00:00:00:03 dev p2 vlan 12 master br0 permanent\n"
+    );
+    // Not a group address.
+    let e = s
+        .execute_line(
+            "fdb add 01:00:5e:00:00:01 dev p1 vlan 10 extern_learn",
+            TEXT,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("01:00:5e:00:00:01"), "{e}");
+}

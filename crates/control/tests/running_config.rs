@@ -69,6 +69,8 @@ fdb add 02:00:00:00:00:bb dev p2 static
 fdb del 02:00:00:00:00:bb dev p2 vlan 100
 fdb add 02:00:00:00:00:cc dev pa dynamic
 fdb add 02:00:00:00:00:dd dev br0 vlan 10 permanent
+fdb add 02:00:00:00:00:ee dev p1 vlan 10 extern_learn
+fdb add 02:00:00:00:00:ef dev p1 static extern_learn
 ";
 
 #[test]
@@ -346,6 +348,10 @@ fn command() -> impl Strategy<Value = String> {
                 format!("fdb add {m} dev {p}{v} {k}{st}")
             }
         ),
+        (mac.clone(), port.clone(), prop::option::of(vid.clone())).prop_map(|(m, p, v)| {
+            let v = v.map(|v| format!(" vlan {v}")).unwrap_or_default();
+            format!("fdb add {m} dev {p}{v} extern_learn")
+        }),
         (mac, port, vid).prop_map(|(m, p, v)| format!("fdb del {m} dev {p} vlan {v}")),
     ]
 }

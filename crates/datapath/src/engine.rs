@@ -846,6 +846,14 @@ impl Engine {
         };
         slot.open = queues.is_some();
         slot.status.open = slot.open;
+        if slot.open {
+            // The interface's own address is a local FDB entry of its bridge (Linux
+            // `br_fdb_add_local`); pcap ports and patch links have none.
+            let mac = own_interface(spec)
+                .and_then(|i| sys::get_mac(i).ok())
+                .map(qbridge_wire::MacAddr);
+            self.session.switch_mut().set_port_address(id, mac);
+        }
         Ok((slot, queues, warning))
     }
 
@@ -951,6 +959,9 @@ impl Engine {
             Some(Some(s)) => s.spec.clone(),
             _ => return Ok(()),
         };
+        // A device that came back may have another address: its local FDB entries follow.
+        let mac = sys::get_mac(dev).ok().map(qbridge_wire::MacAddr);
+        self.session.switch_mut().set_port_address(PortId(id), mac);
         if let PortSpec::AfXdp { .. } = spec {
             let want_mtu = self
                 .session
@@ -1699,5 +1710,16 @@ impl Engine {
             sink.finish();
             tracing::info!("mirror: {} closed", sink.file);
         }
+    }
+}
+
+/// The interface whose address is a port's own (the bridge side of its wire): an AF_PACKET or
+/// AF_XDP port's device. A TAP's interface is the far end of the wire (the host or VM behind
+/// the port, whose address is learned like any host's), stacked devices and host ports have
+/// addresses the switch knows, pcap ports and patch links have none.
+fn own_interface(spec: &PortSpec) -> Option<&str> {
+    match spec {
+        PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => Some(dev),
+        _ => None,
     }
 }

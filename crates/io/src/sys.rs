@@ -153,6 +153,17 @@ fn ifreq_ioctl(
     Ok(())
 }
 
+/// The hardware address of `ifname` (`SIOCGIFHWADDR`, in the calling thread's namespace).
+pub fn get_mac(ifname: &str) -> Result<[u8; 6], IoError> {
+    let fd = ctl_socket(ifname)?;
+    let mut r = IfReq::new(ifname)?;
+    ifreq_ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, "SIOCGIFHWADDR", &mut r)?;
+    // `ifr_hwaddr` is a `struct sockaddr` at the union's start (offset 16): `sa_family`, then
+    // the address in `sa_data`, i.e. bytes 2..4 of `value` and 0..4 of the padding.
+    let v = r.value.to_ne_bytes();
+    Ok([v[2], v[3], r._pad[0], r._pad[1], r._pad[2], r._pad[3]])
+}
+
 /// The device MTU of `ifname` (in the calling thread's namespace).
 pub fn get_mtu(ifname: &str) -> Result<u32, IoError> {
     get_mtu_via(ctl_socket(ifname)?.as_raw_fd(), ifname)

@@ -124,6 +124,8 @@ pub struct FdbRow {
     pub sticky: bool,
     pub locked: bool,
     pub added_by_user: bool,
+    /// Added with `fdb add … extern_learn` (R-B9b).
+    pub extern_learn: bool,
     pub idle_ns: u64,
 }
 
@@ -171,6 +173,9 @@ struct Entry {
     added_by_user: bool,
     /// R-I: learned on a locked port with `mab on`; never used for forwarding.
     locked: bool,
+    /// R-B9b: added with `extern_learn`: never aged, kept on port down and `vlan del`; cleared
+    /// when learning moves the entry.
+    extern_learn: bool,
     seen_ns: u64,
     /// When the entry was learned on its current port (a sequence number, not a time): the
     /// order of fair eviction.
@@ -183,9 +188,9 @@ impl Entry {
         !self.added_by_user && self.kind == FdbKindOrd::Dynamic
     }
 
-    /// Aged, flushed on `vlan del` and on port down.
+    /// Aged, flushed on `vlan del` and on port down (`extern_learn` entries are not).
     fn is_dynamic(&self) -> bool {
-        self.kind == FdbKindOrd::Dynamic
+        self.kind == FdbKindOrd::Dynamic && !self.extern_learn
     }
 }
 
@@ -508,13 +513,13 @@ impl Model {
     pub fn set_port(&mut self, id: u16, settings: PortSettings) -> Res<()> {
         check_port_settings(&settings)?;
         let went_down = self.port(id).settings.up && !settings.up;
+        // R-I5: `mab` going off removes the port's locked entries (Linux `br_setport`).
+        let mab_off = self.port(id).settings.mab && !settings.mab;
         self.port_mut(id).settings = settings;
-        if went_down {
-            if let Some(b) = self.port(id).master {
-                self.bridge_mut(b)
-                    .fdb
-                    .retain(|_, e| !(e.port == id && e.is_dynamic()));
-            }
+        if let Some(b) = self.port(id).master {
+            self.bridge_mut(b).fdb.retain(|_, e| {
+                !(e.port == id && ((went_down && e.is_dynamic()) || (mab_off && e.locked)))
+            });
         }
         Ok(())
     }
@@ -855,7 +860,41 @@ impl Model {
         let b = self.attached(id)?;
         let vids = self.fdb_vids(id, b, vlan)?;
         let fids = vids.into_iter().map(|v| (v, 0)).collect();
-        self.fdb_add_fids(mac, id, b, fids, kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, fids, kind, sticky, replace, false)
+    }
+
+    /// `fdb add MAC dev NAME [vlan V [inner_vlan C]] extern_learn` (R-B9b): a dynamic user
+    /// entry that never ages; replaces any entry of the key but a permanent one.
+    pub fn fdb_add_extern(
+        &mut self,
+        mac: MacAddr,
+        id: u16,
+        vlan: Option<u32>,
+        inner: Option<u32>,
+    ) -> Res<()> {
+        if mac.0[0] & 1 != 0 || mac.0 == [0; 6] {
+            return refuse("multicast or zero MAC");
+        }
+        let (b, fids) = match (vlan, inner) {
+            (Some(v), Some(c)) => {
+                let (b, fid) = self.inner_fid(id, v, c)?;
+                (b, vec![fid])
+            }
+            _ => {
+                let b = self.attached(id)?;
+                let vids = self.fdb_vids(id, b, vlan)?;
+                (b, vids.into_iter().map(|v| (v, 0)).collect::<Vec<Fid>>())
+            }
+        };
+        let br = self.bridge(b);
+        if fids.iter().any(|&f| {
+            br.fdb
+                .get(&(f, mac))
+                .is_some_and(|e| e.kind == FdbKindOrd::Permanent)
+        }) {
+            return refuse("entry exists (permanent)");
+        }
+        self.fdb_add_fids(mac, id, b, fids, FdbKind::Dynamic, false, true, true)
     }
 
     /// `fdb add|replace MAC dev NAME vlan V inner_vlan C KIND [sticky]` (R-K7): the pair's
@@ -875,7 +914,7 @@ impl Model {
             return refuse("multicast or zero MAC");
         }
         let (b, fid) = self.inner_fid(id, vlan, inner)?;
-        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace)
+        self.fdb_add_fids(mac, id, b, vec![fid], kind, sticky, replace, false)
     }
 
     /// `fdb del MAC dev NAME vlan V inner_vlan C`.
@@ -913,6 +952,7 @@ impl Model {
         kind: FdbKind,
         sticky: bool,
         replace: bool,
+        extern_learn: bool,
     ) -> Res<()> {
         let br = self.bridge(b);
         let exists = |f: Fid| br.fdb.contains_key(&(f, mac));
@@ -951,6 +991,7 @@ impl Model {
                 sticky,
                 added_by_user: true,
                 locked: false,
+                extern_learn,
                 seen_ns: now,
                 learned_seq,
             };
@@ -1065,6 +1106,7 @@ impl Model {
                     sticky: e.sticky,
                     locked: e.locked,
                     added_by_user: e.added_by_user,
+                    extern_learn: e.extern_learn,
                     idle_ns: self.now_ns.saturating_sub(e.seen_ns),
                 });
             }
@@ -1304,7 +1346,7 @@ impl Model {
                     .flatten()
             });
             let found = found
-                .filter(|e| !(ageing_off && e.kind == FdbKindOrd::Dynamic))
+                .filter(|e| !(ageing_off && e.is_dynamic()))
                 .filter(|e| !e.locked);
             if let Some(e) = found {
                 if e.kind == FdbKindOrd::Permanent {
@@ -1382,6 +1424,8 @@ impl Model {
             } else if !e.sticky {
                 e.port = port;
                 e.locked = false;
+                // R-B9b: taken over from the control plane (Linux `br_fdb_update`).
+                e.extern_learn = false;
                 e.learned_seq = seq;
                 self.port_mut(port).counters.fdb_moves += 1;
             }
@@ -1454,6 +1498,7 @@ impl Model {
             sticky: false,
             added_by_user: false,
             locked,
+            extern_learn: false,
             seen_ns: now,
             learned_seq: seq,
         };
@@ -1545,6 +1590,20 @@ impl Model {
                     bytes.splice(12..12, tag);
                     meta = meta.moved_by(4);
                 }
+            }
+        }
+        // R-G3 (egress): a tunnel port with `cvlans` sends only its customer VLANs (the VID of
+        // the frame's 0x8100 outer tag as it leaves, else 0).
+        if let (true, Some(Some(cvlans))) =
+            (self.bridge(b).settings.vlan_filtering, &self.port(e).tunnel)
+        {
+            let cvid = if bytes.len() >= 18 && be16(&bytes, 12) == 0x8100 {
+                be16(&bytes, 14) & 0x0fff
+            } else {
+                0
+            };
+            if !cvlans.contains(&cvid) {
+                return self.drop_on(e, DropReason::EgressCvlanNotAllowed);
             }
         }
         let len = bytes.len();

@@ -548,6 +548,18 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         1 => vlan_limit_op(nports),
         1 => mirror_op(nports),
         1 => fdb_add(nports),
+        1 => (
+            unicast(),
+            0..nports,
+            prop_oneof![2 => Just(None), 2 => vid().prop_map(Some)],
+            prop::option::weighted(0.25, vid()),
+        )
+            .prop_map(|(mac, port, vlan, inner)| Op::FdbExtern {
+                mac,
+                port,
+                vlan,
+                inner: inner.filter(|_| vlan.is_some()),
+            }),
         1 => (unicast(), 0..nports, prop_oneof![Just(None), vid().prop_map(Some)])
             .prop_map(|(mac, port, vlan)| Op::FdbDel { mac, port, vlan }),
         1 => (0..nbridges + nports, prop_oneof![2 => Just(None), 1 => vid().prop_map(Some)], 0u8..3)

@@ -7,13 +7,16 @@
 //! that frame's time. Every frame the switch sends on a pcap port is written to `DIR/PORT.pcap`
 //! stamped with the time of the frame that caused it; frames for ports of other kinds are
 //! counted and discarded. A mirror session with `dst pcap FILE` writes `DIR/FILE` the same
-//! way (FILE is a plain file name: the switch refuses paths).
+//! way (FILE is a plain file name: the switch refuses paths). A `violation shutdown` drop
+//! (`mac_limit_shutdown`) takes its port down right after the batch that counted it, at that
+//! batch's capture time, as the daemon does within a second (`link set dev P down`), so the
+//! rest of the capture meets a port that neither receives nor sends and lost its entries.
 
 use crate::read_batch;
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use qbridge_bridge::counters::drop_words;
-use qbridge_bridge::{Outputs, PortId};
+use qbridge_bridge::{DropReason, Outputs, PortId};
 use qbridge_control::{OutputOptions, PortSpec, Session};
 use qbridge_io::pcap::{PcapReader, PcapRecord, PcapWriter};
 use qbridge_packet::Batch;
@@ -29,6 +32,8 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// Every pcap port of the configuration gets DIR/PORT.pcap (classic pcap, Ethernet) with the
 /// frames the switch sent on it; DIR/fdb.json is `fdb show -j` at the end, DIR/stats.json the
 /// per-port counters with drops by reason, per-VLAN counters per bridge and unknown_port_drops.
+/// Capture timestamps are the clock: FDB ageing follows them, and a `violation shutdown` takes
+/// its port down at the capture time of the frame that caused it.
 #[derive(Debug, Parser)]
 #[command(
     name = "qbridge replay",
@@ -178,6 +183,8 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         batch_ts: 0,
         discarded: 0,
         batches: 0,
+        shutdown_seen: Vec::new(),
+        shut: Vec::new(),
     };
     let mut aged_sec: Option<u64> = None;
     let (mut first_ts, mut last_ts, mut total) = (None, 0u64, 0u64);
@@ -213,6 +220,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         run.flush()?;
     }
     let (discarded, batches) = (run.discarded, run.batches);
+    let shut = std::mem::take(&mut run.shut);
 
     let mut written = Vec::new();
     for o in outputs.into_iter().flatten() {
@@ -250,6 +258,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         batches,
         written: &written,
         discarded,
+        shut: &shut,
     }))
 }
 
@@ -279,6 +288,10 @@ struct Run<'a> {
     /// still crossing patch links after [`PATCH_ROUNDS`] rounds (a loop).
     discarded: u64,
     batches: u64,
+    /// Per port id: the `mac_limit_shutdown` drops already acted on.
+    shutdown_seen: Vec<u64>,
+    /// Ports taken down by `violation shutdown`, with the capture time.
+    shut: Vec<(String, u64)>,
 }
 
 /// Most times one batch's frames cross patch links before the rest is discarded.
@@ -338,6 +351,37 @@ impl Run<'_> {
                 .switch_mut()
                 .process(ts, &mut self.patched, &mut self.out);
         }
+        self.shutdown_violators(ts)
+    }
+
+    /// `violation shutdown` on the capture clock: a port that counted a new
+    /// `mac_limit_shutdown` drop in this batch is taken down (`link set dev P down`, as the
+    /// daemon's watch does), unless it is down already.
+    fn shutdown_violators(&mut self, ts: u64) -> anyhow::Result<()> {
+        let sw = self.session.switch();
+        let mut shut = Vec::new();
+        for (id, name) in sw.port_ids() {
+            let n = sw.port_counters(id).drops[DropReason::MacLimitShutdown as usize];
+            let i = usize::from(id.0);
+            if self.shutdown_seen.len() <= i {
+                self.shutdown_seen.resize(i + 1, 0);
+            }
+            if n > self.shutdown_seen[i] {
+                self.shutdown_seen[i] = n;
+                if sw.port_settings(id).up {
+                    shut.push(name.to_owned());
+                }
+            }
+        }
+        for name in shut {
+            self.session
+                .execute_line(
+                    &format!("link set dev {name} down"),
+                    OutputOptions::default(),
+                )
+                .with_context(|| format!("violation shutdown of {name}"))?;
+            self.shut.push((name, ts));
+        }
         Ok(())
     }
 }
@@ -352,6 +396,8 @@ struct SummaryInput<'a> {
     batches: u64,
     written: &'a [(String, u64)],
     discarded: u64,
+    /// Ports taken down by `violation shutdown`, with the capture time.
+    shut: &'a [(String, u64)],
 }
 
 fn secs(ns: u64) -> String {
@@ -400,6 +446,14 @@ fn summary(s: &SummaryInput<'_>) -> String {
     }
     if sw.unknown_port_drops() != 0 {
         let _ = writeln!(out, "unknown_port_drops {}", sw.unknown_port_drops());
+    }
+    for (name, ts) in s.shut {
+        let _ = writeln!(
+            out,
+            "port {name} taken down at {} (violation shutdown: a new source over its \
+             fdb_max_learned in a VLAN)",
+            secs(*ts)
+        );
     }
     if s.discarded != 0 {
         let _ = writeln!(

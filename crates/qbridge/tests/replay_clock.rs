@@ -145,3 +145,72 @@ fn batches_hold_at_most_32_frames_of_one_timestamp_in_order() {
     let p2_out = read_pcap(&out.join("p2.pcap"));
     assert_eq!(p2_out.len(), 34);
 }
+
+/// `violation shutdown` runs on the capture clock too: the frame from a second source over
+/// p1's `fdb_max_learned 1` is dropped (`mac_limit_shutdown`) and p1 goes down right after
+/// its batch, at its capture time, so 2 s later p1 neither receives nor sends and its
+/// entries are gone (as the daemon does within a second).
+#[test]
+fn violation_shutdown_takes_the_port_down_on_capture_time() {
+    let d = dir("violation-shutdown");
+    let config = d.join("config.batch");
+    std::fs::write(
+        &config,
+        "link add br0 type bridge vlan_filtering 1\n\
+         link add p1 type pcap\nlink add p2 type pcap\n\
+         link set p1 master br0\nlink set p2 master br0\n\
+         vlan set vid 1 dev p1 fdb_max_learned 1 violation shutdown\n",
+    )
+    .unwrap();
+    const Z: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+    let t = 50 * SEC;
+    let p1 = vec![
+        (t, frame(Y, X, 1)),
+        (t + SEC, frame(Y, Z, 2)),
+        (t + 3 * SEC, frame(Y, X, 3)),
+    ];
+    let p2 = vec![(t + 4 * SEC, frame(X, Y, 4))];
+    write_pcap(&d.join("in1.pcap"), &p1);
+    write_pcap(&d.join("in2.pcap"), &p2);
+    let out = d.join("out");
+    let o = Command::new(BIN)
+        .arg("replay")
+        .arg("-batch")
+        .arg(&config)
+        .arg("--in")
+        .arg(format!("p1={}", d.join("in1.pcap").display()))
+        .arg("--in")
+        .arg(format!("p2={}", d.join("in2.pcap").display()))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = String::from_utf8(o.stdout).unwrap();
+    let markers =
+        |f: &str| -> Vec<u8> { read_pcap(&out.join(f)).iter().map(|(_, f)| f[59]).collect() };
+    assert_eq!(
+        markers("p2.pcap"),
+        vec![1],
+        "only the frame before the shutdown"
+    );
+    assert_eq!(
+        markers("p1.pcap"),
+        Vec::<u8>::new(),
+        "p1 is down: nothing sent"
+    );
+    let fdb = std::fs::read_to_string(out.join("fdb.json")).unwrap();
+    assert!(
+        !fdb.contains("02:00:00:00:00:0a"),
+        "p1's entries went: {fdb}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("stats.json")).unwrap()).unwrap();
+    let p1_drops = &stats["ports"]["p1"]["drops"];
+    assert_eq!(p1_drops["mac_limit_shutdown"], 1, "{stats}");
+    assert_eq!(p1_drops["port_down"], 1, "{stats}");
+    assert!(
+        summary.contains("port p1 taken down at 51.000000 (violation shutdown"),
+        "{summary}"
+    );
+}

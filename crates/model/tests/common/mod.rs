@@ -77,6 +77,13 @@ pub enum Op {
         port: usize,
         vlan: Option<u32>,
     },
+    /// `fdb add MAC dev P [vlan V [inner_vlan C]] extern_learn` (rule 9b).
+    FdbExtern {
+        mac: MacAddr,
+        port: usize,
+        vlan: Option<u32>,
+        inner: Option<u32>,
+    },
     /// `fdb add|replace|del MAC dev P vlan V inner_vlan C …` (§K7); `kind` `None`: del.
     FdbInner {
         mac: MacAddr,
@@ -423,6 +430,16 @@ impl Pair {
                     .fdb_add(mac, port as u16, vlan, kind, sticky, replace);
                 self.same_outcome("fdb add", a, b)?;
             }
+            &Op::FdbExtern {
+                mac,
+                port,
+                vlan,
+                inner,
+            } => {
+                let a = self.sw.fdb_add_extern(mac, pid(port), vlan, inner);
+                let b = self.model.fdb_add_extern(mac, port as u16, vlan, inner);
+                self.same_outcome("fdb add extern_learn", a, b)?;
+            }
             &Op::FdbInner {
                 mac,
                 port,
@@ -669,6 +686,7 @@ pub fn fdb_rows(sw: &Switch) -> Vec<FdbRow> {
                 sticky: e.sticky,
                 locked: e.locked,
                 added_by_user: e.added_by_user,
+                extern_learn: e.extern_learn,
                 idle_ns: e.idle_ns,
             })
             .collect();
