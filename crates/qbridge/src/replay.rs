@@ -18,7 +18,7 @@ use clap::Parser;
 use qbridge_bridge::counters::drop_words;
 use qbridge_bridge::{DropReason, Outputs, PortId};
 use qbridge_control::{OutputOptions, PortSpec, Session};
-use qbridge_io::pcap::{PcapReader, PcapRecord, PcapWriter};
+use qbridge_io::pcap::{FileAccess, PcapReader, PcapRecord, PcapWriter};
 use qbridge_packet::Batch;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,6 +26,9 @@ use std::process::ExitCode;
 /// Most frames handed to the switch at once.
 const BATCH_MAX: usize = 32;
 const NS_PER_SEC: u64 = 1_000_000_000;
+/// Output captures hold traffic: readable by their owner only (decision 30), and created
+/// afresh, never written through a link planted in `--out`.
+const OUT_ACCESS: FileAccess = FileAccess { group: None };
 
 /// Replay pcap files through a switch configured by a batch file (no live interfaces).
 ///
@@ -136,8 +139,7 @@ fn replay(args: &Args) -> anyhow::Result<String> {
     outputs.resize_with(session.switch().port_slots(), || None);
     for (id, name, spec) in session.ports() {
         if *spec == PortSpec::Pcap {
-            let path = args.out.join(format!("{name}.pcap"));
-            let writer = PcapWriter::create(&path)?;
+            let writer = PcapWriter::create_in(&args.out, &format!("{name}.pcap"), OUT_ACCESS)?;
             outputs[id.0 as usize] = Some(Output {
                 name: name.to_string(),
                 writer,
@@ -165,10 +167,9 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         if taken {
             bail!("mirror to pcap {file}: replay writes that file itself; pick another name");
         }
-        let path = args.out.join(file);
         sinks.push(Output {
             name: file.clone(),
-            writer: PcapWriter::create(&path)?,
+            writer: PcapWriter::create_in(&args.out, file, OUT_ACCESS)?,
             frames: 0,
         });
     }
@@ -240,12 +241,12 @@ fn replay(args: &Args) -> anyhow::Result<String> {
             ..OutputOptions::default()
         },
     )?;
-    std::fs::write(&fdb_path, fdb)
+    write_afresh(&fdb_path, fdb.as_bytes())
         .with_context(|| format!("cannot write {}", fdb_path.display()))?;
     let stats_path = args.out.join("stats.json");
     let mut stats = serde_json::to_string_pretty(&session.stats_json()).expect("stats serialize");
     stats.push('\n');
-    std::fs::write(&stats_path, stats)
+    write_afresh(&stats_path, stats.as_bytes())
         .with_context(|| format!("cannot write {}", stats_path.display()))?;
 
     Ok(summary(&SummaryInput {
@@ -398,6 +399,28 @@ struct SummaryInput<'a> {
     discarded: u64,
     /// Ports taken down by `violation shutdown`, with the capture time.
     shut: &'a [(String, u64)],
+}
+
+/// Writes `bytes` to a new file at `path` (mode 0600): whatever lies at the name (a file, a
+/// symbolic or hard link) is unlinked first and the file is created with `O_EXCL` and
+/// `O_NOFOLLOW`, so a link planted in the output directory is never written through
+/// (decision 30, as the daemon's files).
+fn write_afresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.flush()
 }
 
 fn secs(ns: u64) -> String {

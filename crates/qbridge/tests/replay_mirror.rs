@@ -164,3 +164,46 @@ fn a_mirror_file_cannot_take_a_file_replay_writes() {
     );
     assert!(!d.join("escape.pcap").exists());
 }
+
+/// Issue 17 item 13 (replay's side): links planted in `--out` at every name replay writes
+/// (port captures, the mirror file, fdb.json, stats.json) are replaced, never written
+/// through; the outputs are the owner's only (0600).
+#[test]
+fn replay_never_writes_through_links_in_its_output_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("replay-links");
+    let out = d.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let names = [
+        "cust.pcap",
+        "trunk.pcap",
+        "ana.pcap",
+        "provider.pcap",
+        "fdb.json",
+        "stats.json",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let victim = d.join(format!("victim-{i}"));
+        std::fs::write(&victim, b"precious").unwrap();
+        if i % 2 == 0 {
+            std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+        } else {
+            std::fs::hard_link(&victim, out.join(name)).unwrap();
+        }
+    }
+    let c_tagged = frame(B, A, &[(0x8100, 10)], 1);
+    let o = run_replay(&d, CONFIG, &[("cust", vec![c_tagged])]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (i, name) in names.iter().enumerate() {
+        let victim = d.join(format!("victim-{i}"));
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"precious",
+            "{name} written through"
+        );
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(meta.file_type().is_file(), "{name} is not a new plain file");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{name}");
+    }
+    assert_eq!(read_pcap(&out.join("provider.pcap")).len(), 2);
+}
