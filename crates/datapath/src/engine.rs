@@ -1102,7 +1102,7 @@ impl Engine {
         };
         let (name, spec) = (slot.name.clone(), slot.spec.clone());
         let pid = PortId(id);
-        let (queues, _) = match &spec {
+        let (queues, tap_name) = match &spec {
             PortSpec::Tap { ifname, netns } => self.open_tap(
                 pid,
                 &name,
@@ -1123,6 +1123,11 @@ impl Engine {
         };
         slot.open = true;
         slot.status.open = true;
+        // A `tap%d` name may come back as another number.
+        if let PortSpec::Tap { ifname, .. } = &spec {
+            slot.status.ifname =
+                (Some(tap_name.as_str()) != ifname.as_deref().or(Some(&name))).then_some(tap_name);
+        }
         self.generation += 1;
         slot.token = (self.generation << 16) | u64::from(id);
         self.detach.retain(|&d| d != id);
@@ -1187,11 +1192,7 @@ impl Engine {
                     | PortSpec::Host { netns, .. },
                     up,
                 ) => {
-                    let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
-                        slot.spec
-                            .host_tap(&slot.name)
-                            .map_or(slot.name.clone(), |(i, _)| i.to_owned())
-                    });
+                    let ifname = tap_ifname(slot);
                     let state = match netns {
                         Some(ns) => {
                             let n = ifname.clone();
@@ -1568,6 +1569,22 @@ fn close_queues(queues: Opened) {
         if let Err(e) = q.close() {
             tracing::warn!("port {name}: {e}");
         }
+    }
+}
+
+/// The interface name of a TAP-backed port (a TAP port, a VLAN device, a macvlan endpoint, a
+/// host port): the name the kernel gave it (a `tap%d` pattern), else the `ifname` asked for,
+/// else the port's name. The link watch asks the kernel about this name, never the port's own
+/// name: `link add G type tap ifname tg` is interface `tg`.
+fn tap_ifname(slot: &Slot) -> String {
+    if let Some(n) = &slot.status.ifname {
+        return n.clone();
+    }
+    match &slot.spec {
+        PortSpec::Tap { ifname, .. } => ifname.clone().unwrap_or_else(|| slot.name.clone()),
+        spec => spec
+            .host_tap(&slot.name)
+            .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned()),
     }
 }
 
