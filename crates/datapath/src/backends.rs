@@ -6,7 +6,7 @@ use crate::engine::{Opened, RxFilter};
 use crate::queue::{distribute, XdpQueue};
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
 use qbridge_io::afpacket::{
-    fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
+    AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
 };
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::{sys, DeviceOffloads, IoError};
@@ -26,7 +26,6 @@ pub(crate) fn open_afpacket_queues(
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
-    port_id: usize,
 ) -> Result<(Opened, Arc<RxFilterHandle>, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
     let handle = RxFilterHandle::open(dev)?;
@@ -39,10 +38,10 @@ pub(crate) fn open_afpacket_queues(
     cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
     if workers > 1 {
-        cfg.fanout = Some(Fanout {
-            group: fanout_group_for(port_id as u32),
-            mode: FanoutMode::Hash,
-        });
+        // A group id the kernel picks, so it can never be one a group of a deleted port still
+        // holds (its sockets close after the new ones opened: a batch that deletes a port and
+        // adds another is rolled back whole if the new one cannot open; docs/decisions.md 27).
+        cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
     }
     let mut queues: Opened = Vec::with_capacity(workers);
     let mut offloads = DeviceOffloads::default();
@@ -50,6 +49,8 @@ pub(crate) fn open_afpacket_queues(
         let p = AfPacketPort::open(cfg.clone())?;
         if w == 0 {
             offloads = p.device_offloads();
+            // The others join the group the first one made.
+            cfg.fanout = p.fanout();
         }
         queues.push(Box::new(p));
     }

@@ -745,7 +745,6 @@ impl Engine {
                     &filter,
                     want_mtu,
                     n,
-                    id.0 as usize,
                 ) {
                     Ok((queues, handle, mtu, offloads)) => {
                         slot.filter_handle = Some(handle);
@@ -977,7 +976,6 @@ impl Engine {
             &filter,
             want_mtu,
             n,
-            id as usize,
         )?;
         slot.status.ring_frames = Some(ring);
         slot.filter_handle = Some(handle);

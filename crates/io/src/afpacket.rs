@@ -264,12 +264,20 @@ pub struct AfPacketConfig {
 ///
 /// The group id namespace is the network namespace: sockets bound to the same device with the
 /// same id and mode share a group, whatever process owns them; a socket whose id is taken by a
-/// group of another mode fails to join (`EINVAL`). [`fanout_group_for`] picks ids that do not
-/// collide within one process and rarely between processes.
+/// group of another mode fails to join (`EINVAL`), and so does one bound to another device
+/// than the group's. [`Fanout::unique`] lets the kernel pick an id no group of the namespace
+/// holds (`PACKET_FANOUT_FLAG_UNIQUEID`, Linux 4.3): the first socket of a port asks for one,
+/// [`AfPacketPort::fanout`] reports it, and the port's other sockets join with it. Ids so
+/// chosen never meet a group that still lives — a port deleted and one added in the same
+/// batch, whose old sockets are still open when the new ones join (docs/decisions.md 27).
+/// [`fanout_group_for`] picks ids that do not collide within one process and rarely between
+/// processes, for callers that name the group themselves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fanout {
     pub group: u16,
     pub mode: FanoutMode,
+    /// Ask the kernel for a fresh group id (`group` is ignored); see [`Fanout::unique`].
+    pub unique_id: bool,
 }
 
 /// How the kernel picks a group member for a frame.
@@ -302,12 +310,37 @@ impl FanoutMode {
     }
 }
 
+/// `PACKET_FANOUT_FLAG_UNIQUEID` (`<linux/if_packet.h>`), in the option's type byte.
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+
 impl Fanout {
+    /// Group `group` in mode `mode`.
+    pub fn new(group: u16, mode: FanoutMode) -> Fanout {
+        Fanout {
+            group,
+            mode,
+            unique_id: false,
+        }
+    }
+
+    /// A new group in mode `mode` whose id the kernel picks when the socket joins: one no
+    /// group of the network namespace holds at that moment.
+    pub fn unique(mode: FanoutMode) -> Fanout {
+        Fanout {
+            group: 0,
+            mode,
+            unique_id: true,
+        }
+    }
+
     /// The `PACKET_FANOUT` option value: group id in the low 16 bits, type and flags above.
-    /// No flags: no `ROLLOVER` (reorders flows), no `DEFRAG` (a switch must forward IP
-    /// fragments as they came; the kernel hashes every fragment of a datagram by its
-    /// addresses only, so fragments stay together anyway).
+    /// No `ROLLOVER` (reorders flows), no `DEFRAG` (a switch must forward IP fragments as
+    /// they came; the kernel hashes every fragment of a datagram by its addresses only, so
+    /// fragments stay together anyway); `UNIQUEID` (with id 0) for [`Fanout::unique`].
     pub fn option_value(&self) -> u32 {
+        if self.unique_id {
+            return (u32::from(self.mode.kernel_type()) | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+        }
         u32::from(self.group) | u32::from(self.mode.kernel_type()) << 16
     }
 }
@@ -836,6 +869,16 @@ impl AfPacketPort {
             sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
                 .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
         }
+        let mut cfg = cfg;
+        if let Some(f) = &mut cfg.fanout {
+            if f.unique_id {
+                // The id the kernel chose: the port's other sockets (and a reopen) join it.
+                let mut v: u32 = 0;
+                sys::getsockopt_raw(s, libc::SOL_PACKET, PACKET_FANOUT, &mut v)
+                    .map_err(|e| sys::sys_err("getsockopt(PACKET_FANOUT)", &name, e))?;
+                *f = Fanout::new(v as u16, f.mode);
+            }
+        }
         if cfg.filter.is_none() {
             if cfg.promisc {
                 membership(s, ifindex, &name, true, libc::PACKET_MR_PROMISC, None)?;
@@ -943,6 +986,12 @@ impl AfPacketPort {
 
     pub fn config(&self) -> &AfPacketConfig {
         &self.cfg
+    }
+
+    /// The fanout group the socket joined, with its id (the kernel's choice for
+    /// [`Fanout::unique`]); `None` without fanout.
+    pub fn fanout(&self) -> Option<Fanout> {
+        self.cfg.fanout
     }
 
     /// Reads the kernel's counters for this socket (`getsockopt(PACKET_STATISTICS)`: one
