@@ -28,6 +28,7 @@ use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
+use crate::reaper::Reaper;
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
@@ -59,6 +60,10 @@ pub const UNICAST_FILTER_MAX: usize = 4096;
 const FLAP_LOG_INTERVAL_NS: u64 = 10 * NS_PER_SEC;
 /// How long a command waits for a worker to apply it before logging it as late.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a command waits for the visible closes it caused (TAP interfaces removed, pcap
+/// files finished; `crate::reaper`) before answering anyway, with a log line. Below the
+/// control socket's 30 s request deadline; 1000 TAPs take ~10 s.
+const VISIBLE_CLOSE_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// What the socket, metrics and worker threads send to the control thread.
 #[derive(Debug)]
@@ -287,6 +292,8 @@ pub struct Engine {
     mirror_closing: Vec<Arc<MirrorSink>>,
     /// The set of mirror files changed: the workers need them with the next plan.
     mirror_dirty: bool,
+    /// Threads that close the queues the workers lose (`crate::reaper`).
+    reaper: Reaper,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -307,6 +314,7 @@ impl Engine {
         let mut session = session;
         let plan = session.switch_mut().plan();
         let n = session.switch().workers();
+        let reaper = Reaper::start().map_err(|e| io_err("cannot start a reaper thread", e))?;
         let mut workers = Vec::with_capacity(n);
         for index in 0..n {
             let wake = Arc::new(
@@ -314,8 +322,16 @@ impl Engine {
                     .map_err(|e| io_err("eventfd", e))?,
             );
             let (mtx, mrx) = mpsc::channel();
-            let w = Worker::new(index, plan.clone(), wake.clone(), mrx, tx.clone(), epoch)
-                .map_err(|e| io_err("epoll", e))?;
+            let w = Worker::new(
+                index,
+                plan.clone(),
+                wake.clone(),
+                mrx,
+                tx.clone(),
+                epoch,
+                reaper.handle(),
+            )
+            .map_err(|e| io_err("epoll", e))?;
             let thread = std::thread::Builder::new()
                 .name(format!("qbridge-worker{index}"))
                 .spawn(move || w.run())
@@ -347,6 +363,7 @@ impl Engine {
             mirror_files: HashMap::new(),
             mirror_closing: Vec::new(),
             mirror_dirty: false,
+            reaper,
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -448,6 +465,8 @@ impl Engine {
                 }
             }
         }
+        // The workers handed every queue to the reaper; it closes them and ends.
+        self.reaper.stop();
     }
 
     // ----- handing changes to the workers -----
@@ -512,6 +531,12 @@ impl Engine {
                 tracing::warn!("a worker did not apply a change within {APPLY_TIMEOUT:?}");
                 break;
             }
+        }
+        // TAP interfaces of deleted ports gone, pcap files finished, before the answer.
+        if !self.reaper.wait_visible(VISIBLE_CLOSE_TIMEOUT) {
+            tracing::warn!(
+                "closing the ports a change removed took more than {VISIBLE_CLOSE_TIMEOUT:?};                  it goes on in the background"
+            );
         }
         self.finish_mirror_files();
     }

@@ -94,8 +94,16 @@ pub trait Queue: Send + fmt::Debug {
     }
 
     /// Closes the queue, reporting what closing can still fail with (a pcap file's flush).
+    /// Called on a reaper thread (`crate::reaper`), never on a worker.
     fn close(self: Box<Self>) -> Result<(), IoError> {
         Ok(())
+    }
+
+    /// Whether closing changes something others see — a TAP interface goes away, a pcap file
+    /// is finished, an XDP program is detached — so that the command that closed it answers
+    /// only once it is closed (`crate::reaper`). Sockets: no.
+    fn visible_close(&self) -> bool {
+        false
     }
 }
 
@@ -180,6 +188,10 @@ impl Queue for XdpQueue {
         self.port.read_kernel_stats()?;
         Ok(Tick::default())
     }
+
+    fn visible_close(&self) -> bool {
+        true
+    }
 }
 
 impl Queue for TapPort {
@@ -204,6 +216,11 @@ impl Queue for TapPort {
             rx_short: self.stats().rx_short,
             ..BackendDrops::default()
         }
+    }
+
+    /// The interface goes away with the device's last queue.
+    fn visible_close(&self) -> bool {
+        true
     }
 }
 
@@ -393,6 +410,10 @@ impl Queue for SharedQueue {
         } else {
             Ok(Tick::default())
         }
+    }
+
+    fn visible_close(&self) -> bool {
+        lock(&self.inner).visible_close()
     }
 
     fn close(self: Box<Self>) -> Result<(), IoError> {
