@@ -64,11 +64,36 @@ pub(crate) fn open_afpacket_queues(
     Ok((queues, handle, after, offloads))
 }
 
-/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`): 16 384
-/// frames per port (32 MiB of 2 KiB slots), shared out over the workers' sockets, at least
-/// 2048 per socket. The kernel holds a burst of that many frames while a worker is busy.
-pub fn default_ring_frames(workers: usize) -> u32 {
-    (16_384 / workers.max(1) as u32).max(2048)
+/// Receive ring frames of all AF_PACKET ports together, when they do not say (`ring_frames`):
+/// 65 536 frames, 128 MiB of 2 KiB slots, shared out over the ports (docs/decisions.md 28).
+pub const RING_BUDGET_FRAMES: u32 = 65_536;
+/// Most frames a port gets by default: 16 384 (32 MiB), what every port had before — so up to
+/// four ports (a bench-live setup, a small switch) keep the rings they had.
+pub const PORT_RING_FRAMES_MAX: u32 = 16_384;
+/// Fewest frames a port gets by default: 512 (1 MiB): room for
+/// two 256-frame receive bursts, while its worker serves the other ports.
+pub const PORT_RING_FRAMES_MIN: u32 = 512;
+/// Fewest frames per socket: 64, one 128 KiB block.
+pub const SOCKET_RING_FRAMES_MIN: u32 = 64;
+
+/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`), for a
+/// configuration of `afpacket_ports` AF_PACKET ports: the port's share of
+/// [`RING_BUDGET_FRAMES`], between [`PORT_RING_FRAMES_MIN`] and [`PORT_RING_FRAMES_MAX`],
+/// shared out over the workers' sockets (the fanout hash spreads the port's frames over
+/// them), at least [`SOCKET_RING_FRAMES_MIN`] per socket. A ring holds a burst while the
+/// worker serves other ports; the more ports, the less of the machine's rate each can have,
+/// so the smaller its share. Memory: the result x 2 KiB per socket, x workers per port.
+/// Ports added later get the share of the port count then; a port keeps its ring until it is
+/// reopened.
+pub fn default_ring_frames(workers: usize, afpacket_ports: usize) -> u32 {
+    let port = (RING_BUDGET_FRAMES / afpacket_ports.max(1) as u32)
+        .clamp(PORT_RING_FRAMES_MIN, PORT_RING_FRAMES_MAX);
+    (port / workers.max(1) as u32).max(SOCKET_RING_FRAMES_MIN)
+}
+
+/// Bytes of receive ring one AF_PACKET socket with `frames` frames pins (whole blocks).
+pub fn ring_bytes(frames: u32) -> u64 {
+    AfPacketConfig::new("-").with_ring_frames(frames).ring_bytes()
 }
 
 /// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
@@ -161,4 +186,26 @@ pub(crate) fn describe_offloads(o: &DeviceOffloadStatus) -> String {
         on(o.csum4),
         on(o.csum6)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Up to four ports keep the old 16 384 frames per port; more share 65 536, down to 512
+    /// per port; per socket at least 64.
+    #[test]
+    fn default_rings_share_a_budget() {
+        assert_eq!(default_ring_frames(1, 1), 16_384);
+        assert_eq!(default_ring_frames(2, 2), 8192);
+        assert_eq!(default_ring_frames(2, 4), 8192);
+        assert_eq!(default_ring_frames(8, 1), 2048);
+        assert_eq!(default_ring_frames(2, 50), 655);
+        assert_eq!(default_ring_frames(2, 1000), 256);
+        assert_eq!(default_ring_frames(16, 1000), 64);
+        // 1000 ports, 2 workers: 512 KiB per socket, 1000 MiB in all (was 32 GiB).
+        assert_eq!(ring_bytes(default_ring_frames(2, 1000)) * 2 * 1000, 1000 << 20);
+        // 50 ports: 137.5 MiB (was 1600 MiB).
+        assert_eq!(ring_bytes(655) * 2 * 50, 1100 << 17);
+    }
 }

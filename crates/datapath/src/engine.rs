@@ -21,6 +21,7 @@
 
 use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
+    ring_bytes,
     open_afxdp_queues,
 };
 use crate::mirror::{MirrorSink, Sinks};
@@ -296,6 +297,11 @@ pub struct Engine {
     reaper: Reaper,
 }
 
+/// `12.5 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
     format!("{what}: {e}")
 }
@@ -367,6 +373,7 @@ impl Engine {
         };
         match engine.reconcile() {
             Ok(warnings) => {
+                engine.log_rings();
                 engine.publish();
                 Ok((engine, Handle { tx }, warnings))
             }
@@ -380,6 +387,44 @@ impl Engine {
     /// Datapath worker threads.
     pub fn workers(&self) -> usize {
         self.workers.len()
+    }
+
+    /// AF_PACKET ports in the configuration: what the default ring sizes are shared over
+    /// ([`default_ring_frames`]).
+    fn afpacket_ports(&self) -> usize {
+        self.session
+            .ports()
+            .into_iter()
+            .filter(|(_, _, spec)| matches!(spec, PortSpec::AfPacket { .. }))
+            .count()
+    }
+
+    /// At start: what the AF_PACKET ports' receive rings pin in the kernel, in total.
+    fn log_rings(&self) {
+        let n = self.workers.len() as u64;
+        let (mut ports, mut bytes, mut frames) = (0u64, 0u64, Vec::new());
+        for s in self.slots.iter().flatten() {
+            if let (PortSpec::AfPacket { .. }, Some(r)) = (&s.spec, s.status.ring_frames) {
+                ports += 1;
+                bytes += ring_bytes(r) * n;
+                frames.push(r);
+            }
+        }
+        if ports == 0 {
+            return;
+        }
+        frames.sort_unstable();
+        frames.dedup();
+        tracing::info!(
+            "AF_PACKET receive rings: {ports} ports x {n} sockets, {} frames per socket, {} \
+             in total (pinned in the kernel; 'ring_frames N' sizes a port)",
+            frames
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("/"),
+            mib(bytes)
+        );
     }
 
     /// Monotonic nanoseconds since the engine started (never 0).
@@ -757,7 +802,7 @@ impl Engine {
                 qdisc_bypass,
                 ring_frames,
             } => {
-                let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n));
+                let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, self.afpacket_ports()));
                 slot.status.ring_frames = Some(ring);
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
@@ -776,14 +821,16 @@ impl Engine {
                         let offloads = offload_status(offloads);
                         tracing::info!(
                             "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {}, qdisc \
-                             bypass {}, device offloads {})",
+                             bypass {}, device offloads {}, receive rings {ring} frames x {n} \
+                             sockets = {})",
                             if filter.promisc {
                                 "promiscuous"
                             } else {
                                 "unicast filter"
                             },
                             if *qdisc_bypass { "on" } else { "off" },
-                            describe_offloads(&offloads)
+                            describe_offloads(&offloads),
+                            mib(ring_bytes(ring) * n as u64)
                         );
                         slot.filter = Some(filter.clone());
                         slot.status.device_mtu = Some(mtu);
@@ -979,9 +1026,12 @@ impl Engine {
         let filter = self.rx_filter(pid);
         let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
         let n = self.workers.len();
+        let ports = self.afpacket_ports();
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };
+        // A reopened port keeps the ring it had.
+        let had = slot.status.ring_frames;
         let (bypass, ring) = match &slot.spec {
             PortSpec::AfPacket {
                 qdisc_bypass,
@@ -989,9 +1039,9 @@ impl Engine {
                 ..
             } => (
                 *qdisc_bypass,
-                ring_frames.unwrap_or_else(|| default_ring_frames(n)),
+                ring_frames.or(had).unwrap_or_else(|| default_ring_frames(n, ports)),
             ),
-            _ => (true, default_ring_frames(n)),
+            _ => (true, had.unwrap_or_else(|| default_ring_frames(n, ports))),
         };
         let (queues, handle, mtu, offloads) = open_afpacket_queues(
             &slot.name,

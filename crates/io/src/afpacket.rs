@@ -387,7 +387,19 @@ impl AfPacketConfig {
     /// blocks of `block_bytes`); for V3, `frames` x [`V2_SLOT_BYTES`] bytes of blocks, which
     /// holds at least as many frames of up to 1972 bytes and far more small ones. Memory per
     /// socket: about `frames` x `slot_bytes` (V2) or `frames` x 2 KiB (V3). At least one block.
+    /// A V2 ring whose frames do not fill whole blocks is made of [`SMALL_BLOCK_BYTES`]
+    /// blocks instead (64 slots of 2 KiB each; slots that divide 128 KiB), so a small ring costs about what it holds, not
+    /// whole 1 MiB blocks. (The kernel allocates each block as a power-of-two run of pages, so
+    /// blocks stay powers of two.)
     pub fn with_ring_frames(mut self, frames: u32) -> AfPacketConfig {
+        if self.ring == RingVersion::V2
+            && self.slot_bytes != 0
+            && SMALL_BLOCK_BYTES % self.slot_bytes == 0
+            && self.block_bytes > SMALL_BLOCK_BYTES
+            && frames % (self.block_bytes / self.slot_bytes.max(1)).max(1) != 0
+        {
+            self.block_bytes = SMALL_BLOCK_BYTES;
+        }
         let per_block = match self.ring {
             RingVersion::V2 => (self.block_bytes / self.slot_bytes.max(1)).max(1),
             RingVersion::V3 => (self.block_bytes / V2_SLOT_BYTES).max(1),
@@ -422,6 +434,10 @@ pub const V2_SUPER_SLOT_BYTES: u32 = 65_536 + 512;
 /// with the kernel's 16-byte minimum MAC room: 80), then the 10-byte virtio-net header, less
 /// the 14-byte Ethernet header the kernel counts inside that room.
 pub const V2_SLOT_OVERHEAD: u32 = 76;
+
+/// The block size of a V2 ring smaller than one default block (1 MiB): 128 KiB, the smallest
+/// block [`AfPacketPort::open`] takes (64 slots of 2 KiB).
+pub const SMALL_BLOCK_BYTES: u32 = 128 * 1024;
 
 /// Default ring size in frames (V2 slots): 8192, 16 MiB per socket with 2 KiB slots. A
 /// 64-byte flood at 1 Mframe/s fills it in 8 ms; the old 64.5 KiB slots held 480 frames in
@@ -1493,6 +1509,28 @@ impl Port for AfPacketPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Small rings in 128 KiB blocks, whole 1 MiB blocks kept where they fill; V3 untouched.
+    #[test]
+    fn ring_sizes_follow_the_frames_asked_for() {
+        let v2 = |n| AfPacketConfig::new("x").with_ring_frames(n);
+        let c = v2(64);
+        assert_eq!((c.ring_frames(), c.ring_bytes()), (64, 128 << 10));
+        let c = v2(655);
+        assert_eq!((c.ring_frames(), c.ring_bytes()), (704, 11 * (128 << 10)));
+        let c = v2(8192);
+        assert_eq!((c.block_bytes, c.ring_frames(), c.ring_bytes()), (1 << 20, 8192, 16 << 20));
+        let c = v2(1024);
+        assert_eq!((c.block_bytes, c.ring_bytes()), (1 << 20, 2 << 20));
+        let mut big = AfPacketConfig::new("x");
+        big.slot_bytes = V2_SUPER_SLOT_BYTES;
+        let c = big.with_ring_frames(10);
+        assert_eq!(c.block_bytes, 1 << 20, "a 64.5 KiB slot keeps its big blocks");
+        let mut v3 = AfPacketConfig::new("x");
+        v3.ring = RingVersion::V3;
+        let c = v3.with_ring_frames(64);
+        assert_eq!(c.ring_bytes(), 1 << 20, "V3 blocks must hold a super-frame");
+    }
 
     #[test]
     fn vnet_header_round_trip() {
