@@ -5,9 +5,7 @@
 use crate::engine::{Opened, RxFilter};
 use crate::queue::{distribute, XdpQueue};
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
-use qbridge_io::afpacket::{
-    AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
-};
+use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use std::sync::Arc;
@@ -93,7 +91,9 @@ pub fn default_ring_frames(workers: usize, afpacket_ports: usize) -> u32 {
 
 /// Bytes of receive ring one AF_PACKET socket with `frames` frames pins (whole blocks).
 pub fn ring_bytes(frames: u32) -> u64 {
-    AfPacketConfig::new("-").with_ring_frames(frames).ring_bytes()
+    AfPacketConfig::new("-")
+        .with_ring_frames(frames)
+        .ring_bytes()
 }
 
 /// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
@@ -204,7 +204,10 @@ mod tests {
         assert_eq!(default_ring_frames(2, 1000), 256);
         assert_eq!(default_ring_frames(16, 1000), 64);
         // 1000 ports, 2 workers: 512 KiB per socket, 1000 MiB in all (was 32 GiB).
-        assert_eq!(ring_bytes(default_ring_frames(2, 1000)) * 2 * 1000, 1000 << 20);
+        assert_eq!(
+            ring_bytes(default_ring_frames(2, 1000)) * 2 * 1000,
+            1000 << 20
+        );
         // 50 ports: 137.5 MiB (was 1600 MiB).
         assert_eq!(ring_bytes(655) * 2 * 50, 1100 << 17);
     }

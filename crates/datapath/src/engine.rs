@@ -21,8 +21,7 @@
 
 use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
-    ring_bytes,
-    open_afxdp_queues,
+    open_afxdp_queues, ring_bytes,
 };
 use crate::mirror::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
@@ -802,20 +801,13 @@ impl Engine {
                 qdisc_bypass,
                 ring_frames,
             } => {
-                let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, self.afpacket_ports()));
+                let ring =
+                    ring_frames.unwrap_or_else(|| default_ring_frames(n, self.afpacket_ports()));
                 slot.status.ring_frames = Some(ring);
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
-                match open_afpacket_queues(
-                    name,
-                    dev,
-                    *qdisc_bypass,
-                    ring,
-                    &filter,
-                    want_mtu,
-                    n,
-                ) {
+                match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
                     Ok((queues, handle, mtu, offloads)) => {
                         slot.filter_handle = Some(handle);
                         let offloads = offload_status(offloads);
@@ -1039,19 +1031,14 @@ impl Engine {
                 ..
             } => (
                 *qdisc_bypass,
-                ring_frames.or(had).unwrap_or_else(|| default_ring_frames(n, ports)),
+                ring_frames
+                    .or(had)
+                    .unwrap_or_else(|| default_ring_frames(n, ports)),
             ),
             _ => (true, had.unwrap_or_else(|| default_ring_frames(n, ports))),
         };
-        let (queues, handle, mtu, offloads) = open_afpacket_queues(
-            &slot.name,
-            dev,
-            bypass,
-            ring,
-            &filter,
-            want_mtu,
-            n,
-        )?;
+        let (queues, handle, mtu, offloads) =
+            open_afpacket_queues(&slot.name, dev, bypass, ring, &filter, want_mtu, n)?;
         slot.status.ring_frames = Some(ring);
         slot.filter_handle = Some(handle);
         slot.status.offloads = Some(offload_status(offloads));

@@ -1519,13 +1519,20 @@ mod tests {
         let c = v2(655);
         assert_eq!((c.ring_frames(), c.ring_bytes()), (704, 11 * (128 << 10)));
         let c = v2(8192);
-        assert_eq!((c.block_bytes, c.ring_frames(), c.ring_bytes()), (1 << 20, 8192, 16 << 20));
+        assert_eq!(
+            (c.block_bytes, c.ring_frames(), c.ring_bytes()),
+            (1 << 20, 8192, 16 << 20)
+        );
         let c = v2(1024);
         assert_eq!((c.block_bytes, c.ring_bytes()), (1 << 20, 2 << 20));
         let mut big = AfPacketConfig::new("x");
         big.slot_bytes = V2_SUPER_SLOT_BYTES;
         let c = big.with_ring_frames(10);
-        assert_eq!(c.block_bytes, 1 << 20, "a 64.5 KiB slot keeps its big blocks");
+        assert_eq!(
+            c.block_bytes,
+            1 << 20,
+            "a 64.5 KiB slot keeps its big blocks"
+        );
         let mut v3 = AfPacketConfig::new("x");
         v3.ring = RingVersion::V3;
         let c = v3.with_ring_frames(64);

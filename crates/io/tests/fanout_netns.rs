@@ -449,7 +449,10 @@ fn unique_fanout_ids_never_meet_a_live_group() {
     };
     let first = open(&v.a, Fanout::unique(FanoutMode::Hash)).unwrap();
     let group = first.fanout().expect("joined a group");
-    assert!(!group.unique_id, "the port reports the id it got: {group:?}");
+    assert!(
+        !group.unique_id,
+        "the port reports the id it got: {group:?}"
+    );
     let second = open(&v.a, group).expect("a second socket joins the kernel's id");
     assert_eq!(second.fanout(), Some(group));
 

@@ -158,7 +158,9 @@ fn ports_replaced_in_one_batch() {
         assert_ping(from, to, 5);
     }
     assert_ping(&h1, &h2, 5);
-    let names: Vec<String> = ctl.json(&["link", "show"]).unwrap()
+    let names: Vec<String> = ctl
+        .json(&["link", "show"])
+        .unwrap()
         .as_array()
         .unwrap()
         .iter()
@@ -266,16 +268,18 @@ fn mass_delete_keeps_others_forwarding() {
 /// `VmRSS` of the process whose command line contains `needle`, in KiB.
 fn rss_kib_of(needle: &str) -> Option<u64> {
     let pids = support::run("pgrep", &["-f", needle]).ok()?;
-    pids.lines().filter_map(|p| p.trim().parse::<u32>().ok()).find_map(|pid| {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-        if !exe.to_string_lossy().contains("qbridge") {
-            return None;
-        }
-        st.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    })
+    pids.lines()
+        .filter_map(|p| p.trim().parse::<u32>().ok())
+        .find_map(|pid| {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            if !exe.to_string_lossy().contains("qbridge") {
+                return None;
+            }
+            st.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
 }
 
 const RING_PORTS: usize = 50;
