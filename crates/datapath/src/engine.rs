@@ -224,6 +224,9 @@ struct Slot {
     /// the port's sockets, changed in place).
     filter: Option<RxFilter>,
     filter_handle: Option<Arc<RxFilterHandle>>,
+    /// TAP-backed ports: the TAP's MTU as qbridge last set or read it; raised when the port's
+    /// `mtu` grows above it (as at creation).
+    tap_mtu: Option<u32>,
     status: BackendStatus,
     shared: Arc<PortShared>,
     /// Warnings given about this port, per condition (`"mtu"`, `"filter"`): a warning is given
@@ -766,6 +769,7 @@ impl Engine {
             link_downs: 0,
             filter: None,
             filter_handle: None,
+            tap_mtu: None,
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
             warned: HashMap::new(),
@@ -841,7 +845,9 @@ impl Engine {
             }
             PortSpec::Tap { ifname, netns } => {
                 let ifname = ifname.as_deref().unwrap_or(name);
-                let (queues, tap_name) = self.open_tap(id, name, ifname, netns.as_deref(), None)?;
+                let (queues, tap_name, mtu) =
+                    self.open_tap(id, name, ifname, netns.as_deref(), None)?;
+                slot.tap_mtu = Some(mtu);
                 if tap_name != ifname {
                     slot.status.ifname = Some(tap_name);
                 }
@@ -850,7 +856,8 @@ impl Engine {
             PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
                 let (ifname, netns) = spec.host_tap(name).unwrap_or((name, None));
                 let mac = self.session.switch().port_mac(id).map(|m| m.0);
-                let (queues, _) = self.open_tap(id, name, ifname, netns, mac)?;
+                let (queues, _, mtu) = self.open_tap(id, name, ifname, netns, mac)?;
+                slot.tap_mtu = Some(mtu);
                 Some(queues)
             }
             PortSpec::AfXdp { dev, .. } => {
@@ -926,7 +933,8 @@ impl Engine {
     }
 
     /// Creates TAP `ifname` (in `netns`) with one queue per worker for port `id`; returns the
-    /// queues and the TAP's name. `mac`: the address to give it (stacked devices, host ports).
+    /// queues, the TAP's name and its MTU. `mac`: the address to give it (stacked devices, host
+    /// ports).
     fn open_tap(
         &self,
         id: PortId,
@@ -934,7 +942,7 @@ impl Engine {
         ifname: &str,
         netns: Option<&str>,
         mac: Option<[u8; 6]>,
-    ) -> Result<(Opened, String), String> {
+    ) -> Result<(Opened, String, u32), String> {
         // TUNSETIFF on an existing name would join someone else's TAP (or fail on another
         // kind of device): qbridge creates its TAPs itself.
         if !ifname.contains('%') && !self.owns_tap(ifname, netns) {
@@ -966,6 +974,7 @@ impl Engine {
             .first()
             .map(|p| p.ifname().to_owned())
             .unwrap_or_default();
+        let tap_mtu = ports.first().map_or(mtu, TapPort::device_mtu);
         tracing::info!(
             "port {name}: TAP {tap_name}{} with {} queues",
             netns.map(|n| format!(" in netns {n}")).unwrap_or_default(),
@@ -977,7 +986,7 @@ impl Engine {
             .collect();
         let opened =
             distribute(queues, n, id.0 as usize).map_err(|e| format!("port {name}: {e}"))?;
-        Ok((opened, tap_name))
+        Ok((opened, tap_name, tap_mtu))
     }
 
     /// (Re)opens the queues of device port `id` (AF_PACKET, AF_XDP) as the configuration asks
@@ -1162,7 +1171,7 @@ impl Engine {
         };
         let (name, spec) = (slot.name.clone(), slot.spec.clone());
         let pid = PortId(id);
-        let (queues, tap_name) = match &spec {
+        let (queues, tap_name, mtu) = match &spec {
             PortSpec::Tap { ifname, netns } => self.open_tap(
                 pid,
                 &name,
@@ -1183,6 +1192,7 @@ impl Engine {
         };
         slot.open = true;
         slot.status.open = true;
+        slot.tap_mtu = Some(mtu);
         // A `tap%d` name may come back as another number.
         if let PortSpec::Tap { ifname, .. } = &spec {
             slot.status.ifname =
@@ -1385,6 +1395,13 @@ impl Engine {
         if self.session.switch().port_link_up(pid) != link_up {
             self.session.switch_mut().set_link_state(pid, link_up);
         }
+        let want_tap_mtu = self.session.switch().port_settings(pid).mtu;
+        if slot.open && slot.tap_mtu.is_some_and(|m| m < want_tap_mtu) {
+            self.raise_tap_mtu(id, want_tap_mtu, warnings);
+        }
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
         let device = match (&slot.spec, slot.open) {
             (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => Some(dev),
             _ => None,
@@ -1425,6 +1442,49 @@ impl Engine {
             }
         }
         self.publish_status(id);
+    }
+
+    /// Raises the MTU of TAP-backed port `id`'s TAP to the port's `mtu` (in the TAP's
+    /// namespace), as creating it does: `link set dev vm0 mtu 9000` is the TAP's MTU too, so
+    /// the host behind it can send what the port forwards. Never lowered (creation does not
+    /// lower it either: the host may keep a larger MTU).
+    fn raise_tap_mtu(&mut self, id: u16, mtu: u32, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        let ifname = tap_ifname(slot);
+        let netns = match &slot.spec {
+            PortSpec::Tap { netns, .. }
+            | PortSpec::Vlan { netns, .. }
+            | PortSpec::Macvlan { netns, .. }
+            | PortSpec::Host { netns, .. } => netns.clone(),
+            _ => None,
+        };
+        let r = match &netns {
+            Some(ns) => {
+                let n = ifname.clone();
+                run_in_netns(ns, move || sys::raise_mtu(&n, mtu)).and_then(|r| r)
+            }
+            None => sys::raise_mtu(&ifname, mtu),
+        };
+        match r {
+            Ok(m) => {
+                tracing::info!(
+                    "port {}: MTU of TAP {ifname} raised from {} to {m}",
+                    slot.name,
+                    slot.tap_mtu.unwrap_or(0)
+                );
+                slot.tap_mtu = Some(m);
+                slot.clear_warning("tap_mtu");
+            }
+            Err(e) => {
+                let msg = format!(
+                    "port {}: cannot raise the MTU of TAP {ifname} to {mtu}: {e}",
+                    slot.name
+                );
+                slot.warn_once("tap_mtu", msg, warnings);
+            }
+        }
     }
 
     /// Changes AF_PACKET port `id`'s receive filter in place: promiscuous mode on or off, and

@@ -142,6 +142,8 @@ pub struct TapPort {
     ifname: String,
     queue: usize,
     fd: OwnedFd,
+    /// The device MTU when it was set up.
+    mtu: u32,
     caps: PortCaps,
     scratch: Vec<u8>,
     stats: TapStats,
@@ -264,11 +266,17 @@ impl TapPort {
                 ifname: ifname.clone(),
                 queue,
                 fd,
+                mtu,
                 caps,
                 scratch: Vec::with_capacity(HEADROOM + TAP_MAX_FRAME),
                 stats: TapStats::default(),
             })
             .collect())
+    }
+
+    /// The device's MTU as set up at open ([`TapConfig::device_mtu`], else the kernel's).
+    pub fn device_mtu(&self) -> u32 {
+        self.mtu
     }
 
     /// Which queue of the device this port is (0 for a single-queue device).

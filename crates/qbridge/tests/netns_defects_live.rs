@@ -4,7 +4,7 @@
 //! - A TAP port whose interface name differs from the port name (`link add G type tap ifname
 //!   tg [netns NS]`, the VM and container attachment of docs/hosts.md) stays up and forwards
 //!   for seconds, with and without `netns`, and is created again under its own name when
-//!   deleted from outside.
+//!   deleted from outside; its MTU follows the port's `mtu` after creation too.
 //! - Replacing AF_PACKET ports in one batch (`link del` + `link add … dev OTHER` + `master`)
 //!   works as it does in separate commands: the new port's fanout group never takes an id a
 //!   group of the deleted port still holds.
@@ -335,4 +335,56 @@ fn many_afpacket_ports_share_a_ring_budget() {
         "{said}"
     );
     assert!(star.lab.stop_daemons(), "daemon exit");
+}
+
+/// Found with item 1: `link set dev vm0 mtu 9000` on a TAP port did not reach the TAP (it was
+/// set only when the TAP was made), so the host behind it could not send what the port now
+/// forwards — a restart (the state file's `mtu 9000` at creation) changed behaviour. Now the
+/// TAP's MTU is raised with the port's, in its namespace, and an 8000-byte ping with DF passes
+/// between two TAP hosts.
+#[test]
+fn tap_mtu_follows_the_port_mtu() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("tapmtu");
+    let sw = lab.netns("sw").unwrap();
+    let vm_ns = lab.netns("vm").unwrap();
+    let ctl = lab
+        .daemon(
+            &sw,
+            &format!(
+                "link add br0 type bridge\n\
+                 link add vm0 type tap ifname tmn0 netns {vm_ns}\n\
+                 link add vm1 type tap ifname tmr1\n\
+                 link set dev vm0 master br0\nlink set dev vm1 master br0\n"
+            ),
+        )
+        .unwrap();
+    let vm0 = host_on("vm0", &vm_ns, "tmn0", "10.101.0.2/24");
+    let vm1 = host_on("vm1", &sw, "tmr1", "10.101.0.3/24");
+    assert_ping(&vm0, &vm1, 3);
+    for p in ["vm0", "vm1"] {
+        ctl.cmd(&["link", "set", "dev", p, "mtu", "9000"]).unwrap();
+    }
+    let mtu = |ns: &str, dev: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&ip_in(ns, &["-j", "link", "show", "dev", dev]).unwrap()).unwrap();
+        v[0]["mtu"].as_u64().unwrap_or(0)
+    };
+    let (m0, m1) = (mtu(&vm_ns, "tmn0"), mtu(&sw, "tmr1"));
+    eprintln!("after 'mtu 9000': tmn0 {m0}, tmr1 {m1}");
+    assert_eq!(
+        (m0, m1),
+        (9000, 9000),
+        "TAP MTUs after 'link set … mtu 9000'"
+    );
+    let big = support::exec_in(
+        &vm_ns,
+        "ping",
+        &[
+            "-n", "-q", "-c", "3", "-s", "8000", "-M", "do", "-W", "1", &vm1.ip,
+        ],
+    );
+    assert!(big.is_ok(), "8000-byte ping vm0 -> vm1: {big:?}");
+    assert!(lab.stop_daemons(), "daemon exit");
 }
