@@ -7,7 +7,11 @@
 //! for all that time — 1000 AF_PACKET ports deleted in one batch stalled every other port for
 //! ~44 s (issue 17, item 5). So a worker only takes a queue out of its loop (epoll, counters)
 //! and hands it here; [`REAPER_THREADS`] threads close sockets, several at once (their grace
-//! periods overlap), and one more thread closes what others can see (below).
+//! periods overlap), and as many more close what others can see (below), so that a command
+//! never waits behind sockets. Measured (2 workers, debug build): 1000 AF_PACKET ports
+//! deleted in one batch answer in 0.14 s with pings between two other ports all answered;
+//! 1000 TAP ports in 6.5 s with four threads for TAPs (19.6 s with one), every TAP gone by
+//! then (before: 9 s of 88.8 % loss on the other ports, TAPs still there 10 s after the answer).
 //!
 //! Closes that others can see — a TAP interface that goes away, a pcap file that is finished
 //! ([`Queue::visible_close`]) — are counted while pending, and the control thread waits for
@@ -23,8 +27,9 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Threads closing queues. Each close mostly waits (for grace periods), so a few threads cut
-/// the time of a mass deletion without using CPU.
+/// Threads closing sockets, and threads closing what others see. Each close mostly waits (for
+/// grace periods, an interface's unregistration), so a few threads cut the time of a mass
+/// deletion without using CPU.
 pub const REAPER_THREADS: usize = 4;
 
 /// Visible closes handed over and not finished yet.
@@ -88,17 +93,16 @@ fn close_now(q: Box<dyn Queue>, visible: bool, pending: &Pending) {
 }
 
 impl Reaper {
-    /// One thread for visible closes (TAP interfaces go one at a time anyway: the kernel
-    /// removes them under its RTNL lock), [`REAPER_THREADS`] for the rest.
+    /// [`REAPER_THREADS`] threads for visible closes, as many for the rest.
     pub(crate) fn start() -> Result<Reaper, std::io::Error> {
         let (visible, visible_rx) = mpsc::channel::<Box<dyn Queue>>();
         let (other, other_rx) = mpsc::channel::<Box<dyn Queue>>();
         let pending = Arc::new(Pending::default());
-        let mut threads = Vec::with_capacity(REAPER_THREADS + 1);
+        let mut threads = Vec::with_capacity(2 * REAPER_THREADS);
         let visible_rx = Arc::new(Mutex::new(visible_rx));
         let other_rx = Arc::new(Mutex::new(other_rx));
-        for i in 0..=REAPER_THREADS {
-            let rx = if i == 0 {
+        for i in 0..2 * REAPER_THREADS {
+            let rx = if i < REAPER_THREADS {
                 visible_rx.clone()
             } else {
                 other_rx.clone()
