@@ -71,14 +71,16 @@ pub const PORT_RING_FRAMES_MAX: u32 = 16_384;
 /// Fewest frames a port gets by default: 512 (1 MiB): room for
 /// two 256-frame receive bursts, while its worker serves the other ports.
 pub const PORT_RING_FRAMES_MIN: u32 = 512;
-/// Fewest frames per socket: 64, one 128 KiB block.
-pub const SOCKET_RING_FRAMES_MIN: u32 = 64;
+/// A port's share is split over at most this many sockets: with more workers each socket
+/// keeps an eighth of it (2048 of the largest share, the old per-socket minimum; 64 of the
+/// smallest, one 128 KiB block).
+pub const RING_SPLIT_MAX: usize = 8;
 
 /// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`), for a
 /// configuration of `afpacket_ports` AF_PACKET ports: the port's share of
 /// [`RING_BUDGET_FRAMES`], between [`PORT_RING_FRAMES_MIN`] and [`PORT_RING_FRAMES_MAX`],
 /// shared out over the workers' sockets (the fanout hash spreads the port's frames over
-/// them), at least [`SOCKET_RING_FRAMES_MIN`] per socket. A ring holds a burst while the
+/// them), over at most [`RING_SPLIT_MAX`] of them. A ring holds a burst while the
 /// worker serves other ports; the more ports, the less of the machine's rate each can have,
 /// so the smaller its share. Memory: the result x 2 KiB per socket, x workers per port.
 /// Ports added later get the share of the port count then; a port keeps its ring until it is
@@ -86,7 +88,7 @@ pub const SOCKET_RING_FRAMES_MIN: u32 = 64;
 pub fn default_ring_frames(workers: usize, afpacket_ports: usize) -> u32 {
     let port = (RING_BUDGET_FRAMES / afpacket_ports.max(1) as u32)
         .clamp(PORT_RING_FRAMES_MIN, PORT_RING_FRAMES_MAX);
-    (port / workers.max(1) as u32).max(SOCKET_RING_FRAMES_MIN)
+    port / workers.clamp(1, RING_SPLIT_MAX) as u32
 }
 
 /// Bytes of receive ring one AF_PACKET socket with `frames` frames pins (whole blocks).
@@ -192,14 +194,15 @@ pub(crate) fn describe_offloads(o: &DeviceOffloadStatus) -> String {
 mod tests {
     use super::*;
 
-    /// Up to four ports keep the old 16 384 frames per port; more share 65 536, down to 512
-    /// per port; per socket at least 64.
+    /// Up to four ports keep the rings they had (16 384 frames a port over the workers, at
+    /// least 2048 a socket); more share 65 536, down to 512 a port; split over at most 8.
     #[test]
     fn default_rings_share_a_budget() {
         assert_eq!(default_ring_frames(1, 1), 16_384);
         assert_eq!(default_ring_frames(2, 2), 8192);
         assert_eq!(default_ring_frames(2, 4), 8192);
         assert_eq!(default_ring_frames(8, 1), 2048);
+        assert_eq!(default_ring_frames(16, 3), 2048);
         assert_eq!(default_ring_frames(2, 50), 655);
         assert_eq!(default_ring_frames(2, 1000), 256);
         assert_eq!(default_ring_frames(16, 1000), 64);
