@@ -964,6 +964,10 @@ impl Engine {
         // One queue per worker (IFF_MULTI_QUEUE): the kernel picks a queue per flow for what
         // it sends into the TAP, so each worker reads its own.
         cfg.queues = n;
+        // Always multi-queue, also with one worker: a port that replaces another on the same
+        // TAP in one batch attaches its queues to the existing device, which the old port's
+        // queues leave afterwards (a single-queue TAP refuses a second queue: EBUSY).
+        cfg.multi_queue = true;
         cfg.mac = mac;
         let mtu = self.session.switch().port_settings(id).mtu;
         if mtu != 1500 {

@@ -7,7 +7,8 @@
 //!   deleted from outside; its MTU follows the port's `mtu` after creation too.
 //! - Replacing AF_PACKET ports in one batch (`link del` + `link add … dev OTHER` + `master`)
 //!   works as it does in separate commands: the new port's fanout group never takes an id a
-//!   group of the deleted port still holds.
+//!   group of the deleted port still holds; a TAP port replaced in one batch by one on the
+//!   same TAP works too, with one worker and in another namespace.
 //! - Deleting hundreds of ports in one batch does not stop forwarding between ports the batch
 //!   does not touch, and the TAP interfaces of deleted TAP ports are gone when it answers.
 //! - 50 AF_PACKET ports do not pin 32 MiB of receive ring each: the rings share a budget,
@@ -387,4 +388,55 @@ fn tap_mtu_follows_the_port_mtu() {
     );
     assert!(big.is_ok(), "8000-byte ping vm0 -> vm1: {big:?}");
     assert!(lab.stop_daemons(), "daemon exit");
+}
+
+/// Found with item 4, for TAPs: one batch deletes TAP port `t0` (TAP `tqa0`, in a namespace)
+/// and `t1` (TAP `tqb1`, in the daemon's) and adds `t8`/`t9` on the same TAPs. The new
+/// ports' queues attach to the existing devices (the hosts keep their addresses) and traffic
+/// flows through them, with one worker and with two. Before: with one worker the batch failed
+/// (`TUNSETIFF on tqb1: Device or resource busy`: a single-queue TAP takes no second queue),
+/// and with a namespace it failed with any worker count (a new `tqa0` was made in the daemon's
+/// namespace and could not be moved next to the old one).
+#[test]
+fn tap_replaced_in_one_batch() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    for workers in ["1", "2"] {
+        let mut lab = Lab::new("tapswap");
+        let sw = lab.netns("sw").unwrap();
+        let vm_ns = lab.netns("vm").unwrap();
+        let ctl = lab
+            .daemon_args(
+                &sw,
+                &format!(
+                    "link add br0 type bridge\n\
+                     link add t0 type tap ifname tqa0 netns {vm_ns}\n\
+                     link add t1 type tap ifname tqb1\n\
+                     link set dev t0 master br0\nlink set dev t1 master br0\n"
+                ),
+                &["--workers", workers],
+            )
+            .unwrap();
+        let a = host_on("a", &vm_ns, "tqa0", "10.102.0.1/24");
+        let b = host_on("b", &sw, "tqb1", "10.102.0.2/24");
+        assert_ping(&a, &b, 3);
+        let r = batch(
+            &lab,
+            &ctl,
+            "swap.batch",
+            &format!(
+                "link del dev t0\nlink del dev t1\n\
+                 link add t8 type tap ifname tqa0 netns {vm_ns}\n\
+                 link add t9 type tap ifname tqb1\n\
+                 link set dev t8 master br0\nlink set dev t9 master br0\n"
+            ),
+        );
+        assert!(
+            r.is_ok(),
+            "{workers} worker(s): {r:?}\nlog:\n{}",
+            lab.daemon_log(0)
+        );
+        assert_ping(&a, &b, 5);
+        assert!(lab.stop_daemons(), "daemon exit");
+    }
 }
