@@ -61,8 +61,8 @@ const FLAP_LOG_INTERVAL_NS: u64 = 10 * NS_PER_SEC;
 /// How long a command waits for a worker to apply it before logging it as late.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a command waits for the visible closes it caused (TAP interfaces removed, pcap
-/// files finished; `crate::reaper`) before answering anyway, with a log line. Below the
-/// control socket's 30 s request deadline; 1000 TAPs take ~6.5 s.
+/// files finished; `crate::reaper`) before answering anyway, with a log line: a bound, not a
+/// figure to reach (1000 TAPs take ~6.5 s).
 const VISIBLE_CLOSE_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// What the socket, metrics and worker threads send to the control thread.
