@@ -35,6 +35,10 @@ pub(crate) fn open_afpacket_queues(
     cfg.qdisc_bypass = qdisc_bypass;
     cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
+    // Receiving starts when a worker takes each socket over (`Queue::start`): sockets that
+    // replace others of this interface (a port re-added in one batch, a changed spec) must not
+    // receive alongside them meanwhile — two fanout groups would each get every frame.
+    cfg.paused = true;
     if workers > 1 {
         // A group id the kernel picks, so it can never be one a group of a deleted port still
         // holds (its sockets close after the new ones opened: a batch that deletes a port and

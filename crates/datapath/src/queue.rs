@@ -99,6 +99,12 @@ pub trait Queue: Send + fmt::Debug {
         Ok(())
     }
 
+    /// Called by the worker when it takes the queue over, before its first burst: a queue
+    /// opened paused (AF_PACKET sockets replacing others on their interface) starts receiving.
+    fn start(&mut self) -> Result<(), IoError> {
+        Ok(())
+    }
+
     /// Whether closing changes something others see — a TAP interface goes away, a pcap file
     /// is finished, an XDP program is detached — so that the command that closed it answers
     /// only once it is closed (`crate::reaper`). Sockets: no.
@@ -132,6 +138,10 @@ impl Queue for AfPacketPort {
             rx_ring_full: s.rx_ring_full + s.rx_copy_queue_full,
             ..BackendDrops::default()
         }
+    }
+
+    fn start(&mut self) -> Result<(), IoError> {
+        self.resume()
     }
 
     fn tick(&mut self) -> Result<Tick, IoError> {

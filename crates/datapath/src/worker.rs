@@ -235,8 +235,12 @@ impl Worker {
                 self.close_entry(e);
             }
         }
-        for (id, q) in attach {
+        for (id, mut q) in attach {
             let i = id as usize;
+            // Sockets opened paused start receiving now, as the old queue leaves.
+            if let Err(e) = q.queue.start() {
+                tracing::warn!("port {}: {e}", q.queue.name());
+            }
             if self.queues.len() <= i {
                 self.queues.resize_with(i + 1, || None);
             }

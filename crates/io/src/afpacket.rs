@@ -257,6 +257,11 @@ pub struct AfPacketConfig {
     /// unicast addresses. When given, [`AfPacketConfig::promisc`] and
     /// [`AfPacketConfig::unicast`] are ignored and the socket joins no membership itself.
     pub filter: Option<Arc<RxFilterHandle>>,
+    /// Open receiving nothing (a drop-all socket filter stays attached) until
+    /// [`AfPacketPort::resume`]: for sockets that replace others of the same interface, which
+    /// keep forwarding until the new ones take over — both receiving would deliver the frames
+    /// of that moment twice (two fanout groups each get every frame). Transmit works at once.
+    pub paused: bool,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
@@ -380,6 +385,7 @@ impl AfPacketConfig {
             block_timeout_ms: 1,
             fanout: None,
             filter: None,
+            paused: false,
         }
     }
 
@@ -841,7 +847,7 @@ impl AfPacketPort {
             jf: 0,
             k: 0,
         }];
-        if cfg.fanout.is_some() {
+        if cfg.fanout.is_some() || cfg.paused {
             let prog = libc::sock_fprog {
                 len: 1,
                 filter: drop_all.as_mut_ptr(),
@@ -882,8 +888,10 @@ impl AfPacketPort {
                 },
                 _ => sys::sys_err("PACKET_FANOUT", &name, e),
             })?;
-            sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
-                .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
+            if !cfg.paused {
+                sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
+                    .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
+            }
         }
         let mut cfg = cfg;
         if let Some(f) = &mut cfg.fanout {
@@ -1002,6 +1010,23 @@ impl AfPacketPort {
 
     pub fn config(&self) -> &AfPacketConfig {
         &self.cfg
+    }
+
+    /// Starts receiving on a socket opened [`AfPacketConfig::paused`] (removes its drop-all
+    /// filter: one syscall); nothing to do otherwise. A reopen is not paused.
+    pub fn resume(&mut self) -> Result<(), IoError> {
+        if !self.cfg.paused {
+            return Ok(());
+        }
+        sys::setsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            0,
+        )
+        .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &self.cfg.ifname, e))?;
+        self.cfg.paused = false;
+        Ok(())
     }
 
     /// The fanout group the socket joined, with its id (the kernel's choice for

@@ -477,3 +477,53 @@ fn unique_fanout_ids_never_meet_a_live_group() {
         "UNIQUEID flag, id 0"
     );
 }
+
+/// Frames `run` sends from the peer and the number each port of `ports` then receives.
+fn count_received(v: &VethPair, ports: &mut [&mut AfPacketPort], n: usize) -> Vec<usize> {
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| flow_frame(&[], L4::Ipv4Tcp, Vary::SourcePort, i as u16, 0))
+        .collect();
+    let b = v.b.clone();
+    run_in_netns(&v.ns_b.name, move || common::raw_send_all(&b, &frames))
+        .unwrap()
+        .unwrap();
+    let mut pool = BufPool::new(64);
+    let mut got = vec![0; ports.len()];
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        for (k, p) in ports.iter_mut().enumerate() {
+            let mut batch = Batch::default();
+            got[k] += p.rx_burst(&mut batch, &mut pool, 64).unwrap();
+            pool.put_all(&mut batch);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    got
+}
+
+/// A socket opened `paused` (the replacement of a port's sockets, docs/decisions.md 27)
+/// receives nothing while the old group still forwards, so no frame is taken twice; after
+/// `resume` it receives.
+#[test]
+fn paused_socket_receives_nothing_until_resumed() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    let ns = v.ns_a.name.clone();
+    let open = |paused: bool| {
+        let mut cfg = AfPacketConfig::new(&v.a).with_ring_frames(256);
+        cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
+        cfg.paused = paused;
+        run_in_netns(&ns, move || AfPacketPort::open(cfg))
+            .unwrap()
+            .unwrap()
+    };
+    let mut old = open(false);
+    let mut new = open(true);
+    assert_ne!(old.fanout().unwrap().group, new.fanout().unwrap().group);
+    let got = count_received(&v, &mut [&mut old, &mut new], 40);
+    assert_eq!(got, [40, 0], "old and paused new socket");
+    new.resume().unwrap();
+    drop(old);
+    let got = count_received(&v, &mut [&mut new], 40);
+    assert_eq!(got, [40], "resumed socket");
+}
