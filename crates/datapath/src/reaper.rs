@@ -1,8 +1,8 @@
 //! Closing queues off the workers: the reaper threads.
 //!
 //! Closing a backend is slow in the kernel, not in qbridge: an AF_PACKET socket waits for RCU
-//! grace periods when it releases its fanout group and ring (`synchronize_net`, measured here
-//! ~20 ms per socket), a TAP queue for one more and, with its last queue, for the interface's
+//! grace periods when it releases its fanout group and ring (`synchronize_net`: ~20 ms per
+//! socket, 44 s for 2000), a TAP queue for one more and, with its last queue, for the interface's
 //! unregistration. A worker that closed the queues of deleted ports itself stopped forwarding
 //! for all that time — 1000 AF_PACKET ports deleted in one batch stalled every other port for
 //! ~44 s (issue 17, item 5). So a worker only takes a queue out of its loop (epoll, counters)
@@ -19,8 +19,8 @@
 //! answered, interface `T` is gone and `link add T type tap` works. Invisible closes (sockets)
 //! are not waited for.
 //!
-//! Threads: the reaper threads, fed through one channel by every worker; the counter is read
-//! by the control thread.
+//! Threads: the reaper threads, fed by every worker through two channels (visible closes,
+//! the rest); the counter of pending visible closes is read by the control thread.
 
 use crate::queue::Queue;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
