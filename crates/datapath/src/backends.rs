@@ -5,9 +5,7 @@
 use crate::engine::{Opened, RxFilter};
 use crate::queue::{distribute, XdpQueue};
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
-use qbridge_io::afpacket::{
-    fanout_group_for, AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle,
-};
+use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use std::sync::Arc;
@@ -26,7 +24,6 @@ pub(crate) fn open_afpacket_queues(
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
-    port_id: usize,
 ) -> Result<(Opened, Arc<RxFilterHandle>, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
     let handle = RxFilterHandle::open(dev)?;
@@ -38,11 +35,15 @@ pub(crate) fn open_afpacket_queues(
     cfg.qdisc_bypass = qdisc_bypass;
     cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
+    // Receiving starts when a worker takes each socket over (`Queue::start`): sockets that
+    // replace others of this interface (a port re-added in one batch, a changed spec) must not
+    // receive alongside them meanwhile — two fanout groups would each get every frame.
+    cfg.paused = true;
     if workers > 1 {
-        cfg.fanout = Some(Fanout {
-            group: fanout_group_for(port_id as u32),
-            mode: FanoutMode::Hash,
-        });
+        // A group id the kernel picks, so it can never be one a group of a deleted port still
+        // holds (its sockets close after the new ones opened: a batch that deletes a port and
+        // adds another is rolled back whole if the new one cannot open; docs/decisions.md 27).
+        cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
     }
     let mut queues: Opened = Vec::with_capacity(workers);
     let mut offloads = DeviceOffloads::default();
@@ -50,6 +51,8 @@ pub(crate) fn open_afpacket_queues(
         let p = AfPacketPort::open(cfg.clone())?;
         if w == 0 {
             offloads = p.device_offloads();
+            // The others join the group the first one made.
+            cfg.fanout = p.fanout();
         }
         queues.push(Box::new(p));
     }
@@ -63,11 +66,40 @@ pub(crate) fn open_afpacket_queues(
     Ok((queues, handle, after, offloads))
 }
 
-/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`): 16 384
-/// frames per port (32 MiB of 2 KiB slots), shared out over the workers' sockets, at least
-/// 2048 per socket. The kernel holds a burst of that many frames while a worker is busy.
-pub fn default_ring_frames(workers: usize) -> u32 {
-    (16_384 / workers.max(1) as u32).max(2048)
+/// Receive ring frames of all AF_PACKET ports together, when they do not say (`ring_frames`):
+/// 65 536 frames, 128 MiB of 2 KiB slots, shared out over the ports (docs/decisions.md 28).
+pub const RING_BUDGET_FRAMES: u32 = 65_536;
+/// Most frames a port gets by default: 16 384 (32 MiB), what every port had before — so up to
+/// four ports (a bench-live setup, a small switch) keep the rings they had.
+pub const PORT_RING_FRAMES_MAX: u32 = 16_384;
+/// Fewest frames a port gets by default: 512 (1 MiB): room for
+/// two 256-frame receive bursts, while its worker serves the other ports.
+pub const PORT_RING_FRAMES_MIN: u32 = 512;
+/// A port's share is split over at most this many sockets: with more workers each socket
+/// keeps an eighth of it (2048 of the largest share, the old per-socket minimum; 64 of the
+/// smallest, one 128 KiB block).
+pub const RING_SPLIT_MAX: usize = 8;
+
+/// Receive ring slots per AF_PACKET socket when the port does not say (`ring_frames`), for a
+/// configuration of `afpacket_ports` AF_PACKET ports: the port's share of
+/// [`RING_BUDGET_FRAMES`], between [`PORT_RING_FRAMES_MIN`] and [`PORT_RING_FRAMES_MAX`],
+/// shared out over the workers' sockets (the fanout hash spreads the port's frames over
+/// them), over at most [`RING_SPLIT_MAX`] of them. A ring holds a burst while the
+/// worker serves other ports; the more ports, the less of the machine's rate each can have,
+/// so the smaller its share. Memory: the result x 2 KiB per socket, x workers per port.
+/// Ports added later get the share of the port count then; a port keeps its ring until it is
+/// reopened.
+pub fn default_ring_frames(workers: usize, afpacket_ports: usize) -> u32 {
+    let port = (RING_BUDGET_FRAMES / afpacket_ports.max(1) as u32)
+        .clamp(PORT_RING_FRAMES_MIN, PORT_RING_FRAMES_MAX);
+    port / workers.clamp(1, RING_SPLIT_MAX) as u32
+}
+
+/// Bytes of receive ring one AF_PACKET socket with `frames` frames pins (whole blocks).
+pub fn ring_bytes(frames: u32) -> u64 {
+    AfPacketConfig::new("-")
+        .with_ring_frames(frames)
+        .ring_bytes()
 }
 
 /// Opens an AF_XDP port's queues: the XDP program once for the device, one socket per device
@@ -160,4 +192,30 @@ pub(crate) fn describe_offloads(o: &DeviceOffloadStatus) -> String {
         on(o.csum4),
         on(o.csum6)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Up to four ports keep the rings they had (16 384 frames a port over the workers, at
+    /// least 2048 a socket); more share 65 536, down to 512 a port; split over at most 8.
+    #[test]
+    fn default_rings_share_a_budget() {
+        assert_eq!(default_ring_frames(1, 1), 16_384);
+        assert_eq!(default_ring_frames(2, 2), 8192);
+        assert_eq!(default_ring_frames(2, 4), 8192);
+        assert_eq!(default_ring_frames(8, 1), 2048);
+        assert_eq!(default_ring_frames(16, 3), 2048);
+        assert_eq!(default_ring_frames(2, 50), 655);
+        assert_eq!(default_ring_frames(2, 1000), 256);
+        assert_eq!(default_ring_frames(16, 1000), 64);
+        // 1000 ports, 2 workers: 512 KiB per socket, 1000 MiB in all (was 32 GiB).
+        assert_eq!(
+            ring_bytes(default_ring_frames(2, 1000)) * 2 * 1000,
+            1000 << 20
+        );
+        // 50 ports: 137.5 MiB (was 1600 MiB).
+        assert_eq!(ring_bytes(655) * 2 * 50, 1100 << 17);
+    }
 }

@@ -21,13 +21,14 @@
 
 use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
-    open_afxdp_queues,
+    open_afxdp_queues, ring_bytes,
 };
 use crate::mirror::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
 use crate::queue::{distribute, Queues};
+use crate::reaper::Reaper;
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
@@ -59,6 +60,10 @@ pub const UNICAST_FILTER_MAX: usize = 4096;
 const FLAP_LOG_INTERVAL_NS: u64 = 10 * NS_PER_SEC;
 /// How long a command waits for a worker to apply it before logging it as late.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a command waits for the visible closes it caused (TAP interfaces removed, pcap
+/// files finished; `crate::reaper`) before answering anyway, with a log line: a bound, not a
+/// figure to reach (1000 TAPs take ~6.5 s).
+const VISIBLE_CLOSE_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// What the socket, metrics and worker threads send to the control thread.
 #[derive(Debug)]
@@ -225,6 +230,9 @@ struct Slot {
     /// the port's sockets, changed in place).
     filter: Option<RxFilter>,
     filter_handle: Option<Arc<RxFilterHandle>>,
+    /// TAP-backed ports: the TAP's MTU as qbridge last set or read it; raised when the port's
+    /// `mtu` grows above it (as at creation).
+    tap_mtu: Option<u32>,
     status: BackendStatus,
     shared: Arc<PortShared>,
     /// Warnings given about this port, per condition (`"mtu"`, `"filter"`): a warning is given
@@ -293,6 +301,13 @@ pub struct Engine {
     mirror_closing: Vec<Arc<MirrorSink>>,
     /// The set of mirror files changed: the workers need them with the next plan.
     mirror_dirty: bool,
+    /// Threads that close the queues the workers lose (`crate::reaper`).
+    reaper: Reaper,
+}
+
+/// `12.5 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -313,6 +328,7 @@ impl Engine {
         let mut session = session;
         let plan = session.switch_mut().plan();
         let n = session.switch().workers();
+        let reaper = Reaper::start().map_err(|e| io_err("cannot start a reaper thread", e))?;
         let mut workers = Vec::with_capacity(n);
         for index in 0..n {
             let wake = Arc::new(
@@ -320,8 +336,16 @@ impl Engine {
                     .map_err(|e| io_err("eventfd", e))?,
             );
             let (mtx, mrx) = mpsc::channel();
-            let w = Worker::new(index, plan.clone(), wake.clone(), mrx, tx.clone(), epoch)
-                .map_err(|e| io_err("epoll", e))?;
+            let w = Worker::new(
+                index,
+                plan.clone(),
+                wake.clone(),
+                mrx,
+                tx.clone(),
+                epoch,
+                reaper.handle(),
+            )
+            .map_err(|e| io_err("epoll", e))?;
             let thread = std::thread::Builder::new()
                 .name(format!("qbridge-worker{index}"))
                 .spawn(move || w.run())
@@ -353,9 +377,11 @@ impl Engine {
             mirror_files: HashMap::new(),
             mirror_closing: Vec::new(),
             mirror_dirty: false,
+            reaper,
         };
         match engine.reconcile() {
             Ok(warnings) => {
+                engine.log_rings();
                 engine.publish();
                 Ok((engine, Handle { tx }, warnings))
             }
@@ -369,6 +395,44 @@ impl Engine {
     /// Datapath worker threads.
     pub fn workers(&self) -> usize {
         self.workers.len()
+    }
+
+    /// AF_PACKET ports in the configuration: what the default ring sizes are shared over
+    /// ([`default_ring_frames`]).
+    fn afpacket_ports(&self) -> usize {
+        self.session
+            .ports()
+            .into_iter()
+            .filter(|(_, _, spec)| matches!(spec, PortSpec::AfPacket { .. }))
+            .count()
+    }
+
+    /// At start: what the AF_PACKET ports' receive rings pin in the kernel, in total.
+    fn log_rings(&self) {
+        let n = self.workers.len() as u64;
+        let (mut ports, mut bytes, mut frames) = (0u64, 0u64, Vec::new());
+        for s in self.slots.iter().flatten() {
+            if let (PortSpec::AfPacket { .. }, Some(r)) = (&s.spec, s.status.ring_frames) {
+                ports += 1;
+                bytes += ring_bytes(r) * n;
+                frames.push(r);
+            }
+        }
+        if ports == 0 {
+            return;
+        }
+        frames.sort_unstable();
+        frames.dedup();
+        tracing::info!(
+            "AF_PACKET receive rings: {ports} ports x {n} sockets, {} frames per socket, {} \
+             in total (pinned in the kernel; 'ring_frames N' sizes a port)",
+            frames
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("/"),
+            mib(bytes)
+        );
     }
 
     /// Monotonic nanoseconds since the engine started (never 0).
@@ -455,6 +519,8 @@ impl Engine {
                 }
             }
         }
+        // The workers handed every queue to the reaper; it closes them and ends.
+        self.reaper.stop();
     }
 
     // ----- handing changes to the workers -----
@@ -519,6 +585,12 @@ impl Engine {
                 tracing::warn!("a worker did not apply a change within {APPLY_TIMEOUT:?}");
                 break;
             }
+        }
+        // TAP interfaces of deleted ports gone, pcap files finished, before the answer.
+        if !self.reaper.wait_visible(VISIBLE_CLOSE_TIMEOUT) {
+            tracing::warn!(
+                "closing the ports a change removed took more than {VISIBLE_CLOSE_TIMEOUT:?};                  it goes on in the background"
+            );
         }
         self.finish_mirror_files();
     }
@@ -723,6 +795,7 @@ impl Engine {
             link_downs: 0,
             filter: None,
             filter_handle: None,
+            tap_mtu: None,
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
             warned: HashMap::new(),
@@ -759,34 +832,28 @@ impl Engine {
                 qdisc_bypass,
                 ring_frames,
             } => {
-                let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n));
+                let ring =
+                    ring_frames.unwrap_or_else(|| default_ring_frames(n, self.afpacket_ports()));
                 slot.status.ring_frames = Some(ring);
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
-                match open_afpacket_queues(
-                    name,
-                    dev,
-                    *qdisc_bypass,
-                    ring,
-                    &filter,
-                    want_mtu,
-                    n,
-                    id.0 as usize,
-                ) {
+                match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
                     Ok((queues, handle, mtu, offloads)) => {
                         slot.filter_handle = Some(handle);
                         let offloads = offload_status(offloads);
                         tracing::info!(
                             "port {name}: AF_PACKET on {dev} (device mtu {mtu}, {}, qdisc \
-                             bypass {}, device offloads {})",
+                             bypass {}, device offloads {}, receive rings {ring} frames x {n} \
+                             sockets = {})",
                             if filter.promisc {
                                 "promiscuous"
                             } else {
                                 "unicast filter"
                             },
                             if *qdisc_bypass { "on" } else { "off" },
-                            describe_offloads(&offloads)
+                            describe_offloads(&offloads),
+                            mib(ring_bytes(ring) * n as u64)
                         );
                         slot.filter = Some(filter.clone());
                         slot.status.device_mtu = Some(mtu);
@@ -805,7 +872,9 @@ impl Engine {
             }
             PortSpec::Tap { ifname, netns } => {
                 let ifname = ifname.as_deref().unwrap_or(name);
-                let (queues, tap_name) = self.open_tap(id, name, ifname, netns.as_deref(), None)?;
+                let (queues, tap_name, mtu) =
+                    self.open_tap(id, name, ifname, netns.as_deref(), None)?;
+                slot.tap_mtu = Some(mtu);
                 if tap_name != ifname {
                     slot.status.ifname = Some(tap_name);
                 }
@@ -814,7 +883,8 @@ impl Engine {
             PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
                 let (ifname, netns) = spec.host_tap(name).unwrap_or((name, None));
                 let mac = self.session.switch().port_mac(id).map(|m| m.0);
-                let (queues, _) = self.open_tap(id, name, ifname, netns, mac)?;
+                let (queues, _, mtu) = self.open_tap(id, name, ifname, netns, mac)?;
+                slot.tap_mtu = Some(mtu);
                 Some(queues)
             }
             PortSpec::AfXdp { dev, .. } => {
@@ -898,7 +968,8 @@ impl Engine {
     }
 
     /// Creates TAP `ifname` (in `netns`) with one queue per worker for port `id`; returns the
-    /// queues and the TAP's name. `mac`: the address to give it (stacked devices, host ports).
+    /// queues, the TAP's name and its MTU. `mac`: the address to give it (stacked devices, host
+    /// ports).
     fn open_tap(
         &self,
         id: PortId,
@@ -906,7 +977,7 @@ impl Engine {
         ifname: &str,
         netns: Option<&str>,
         mac: Option<[u8; 6]>,
-    ) -> Result<(Opened, String), String> {
+    ) -> Result<(Opened, String, u32), String> {
         // TUNSETIFF on an existing name would join someone else's TAP (or fail on another
         // kind of device): qbridge creates its TAPs itself.
         if !ifname.contains('%') && !self.owns_tap(ifname, netns) {
@@ -928,6 +999,10 @@ impl Engine {
         // One queue per worker (IFF_MULTI_QUEUE): the kernel picks a queue per flow for what
         // it sends into the TAP, so each worker reads its own.
         cfg.queues = n;
+        // Always multi-queue, also with one worker: a port that replaces another on the same
+        // TAP in one batch attaches its queues to the existing device, which the old port's
+        // queues leave afterwards (a single-queue TAP refuses a second queue: EBUSY).
+        cfg.multi_queue = true;
         cfg.mac = mac;
         let mtu = self.session.switch().port_settings(id).mtu;
         if mtu != 1500 {
@@ -938,6 +1013,7 @@ impl Engine {
             .first()
             .map(|p| p.ifname().to_owned())
             .unwrap_or_default();
+        let tap_mtu = ports.first().map_or(mtu, TapPort::device_mtu);
         tracing::info!(
             "port {name}: TAP {tap_name}{} with {} queues",
             netns.map(|n| format!(" in netns {n}")).unwrap_or_default(),
@@ -949,7 +1025,7 @@ impl Engine {
             .collect();
         let opened =
             distribute(queues, n, id.0 as usize).map_err(|e| format!("port {name}: {e}"))?;
-        Ok((opened, tap_name))
+        Ok((opened, tap_name, tap_mtu))
     }
 
     /// (Re)opens the queues of device port `id` (AF_PACKET, AF_XDP) as the configuration asks
@@ -993,9 +1069,12 @@ impl Engine {
         let filter = self.rx_filter(pid);
         let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
         let n = self.workers.len();
+        let ports = self.afpacket_ports();
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };
+        // A reopened port keeps the ring it had.
+        let had = slot.status.ring_frames;
         let (bypass, ring) = match &slot.spec {
             PortSpec::AfPacket {
                 qdisc_bypass,
@@ -1003,20 +1082,14 @@ impl Engine {
                 ..
             } => (
                 *qdisc_bypass,
-                ring_frames.unwrap_or_else(|| default_ring_frames(n)),
+                ring_frames
+                    .or(had)
+                    .unwrap_or_else(|| default_ring_frames(n, ports)),
             ),
-            _ => (true, default_ring_frames(n)),
+            _ => (true, had.unwrap_or_else(|| default_ring_frames(n, ports))),
         };
-        let (queues, handle, mtu, offloads) = open_afpacket_queues(
-            &slot.name,
-            dev,
-            bypass,
-            ring,
-            &filter,
-            want_mtu,
-            n,
-            id as usize,
-        )?;
+        let (queues, handle, mtu, offloads) =
+            open_afpacket_queues(&slot.name, dev, bypass, ring, &filter, want_mtu, n)?;
         slot.status.ring_frames = Some(ring);
         slot.filter_handle = Some(handle);
         slot.status.offloads = Some(offload_status(offloads));
@@ -1140,7 +1213,7 @@ impl Engine {
         };
         let (name, spec) = (slot.name.clone(), slot.spec.clone());
         let pid = PortId(id);
-        let (queues, _) = match &spec {
+        let (queues, tap_name, mtu) = match &spec {
             PortSpec::Tap { ifname, netns } => self.open_tap(
                 pid,
                 &name,
@@ -1161,6 +1234,12 @@ impl Engine {
         };
         slot.open = true;
         slot.status.open = true;
+        slot.tap_mtu = Some(mtu);
+        // A `tap%d` name may come back as another number.
+        if let PortSpec::Tap { ifname, .. } = &spec {
+            slot.status.ifname =
+                (Some(tap_name.as_str()) != ifname.as_deref().or(Some(&name))).then_some(tap_name);
+        }
         self.generation += 1;
         slot.token = (self.generation << 16) | u64::from(id);
         self.detach.retain(|&d| d != id);
@@ -1225,11 +1304,7 @@ impl Engine {
                     | PortSpec::Host { netns, .. },
                     up,
                 ) => {
-                    let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
-                        slot.spec
-                            .host_tap(&slot.name)
-                            .map_or(slot.name.clone(), |(i, _)| i.to_owned())
-                    });
+                    let ifname = tap_ifname(slot);
                     let state = match netns {
                         Some(ns) => {
                             let n = ifname.clone();
@@ -1362,6 +1437,13 @@ impl Engine {
         if self.session.switch().port_link_up(pid) != link_up {
             self.session.switch_mut().set_link_state(pid, link_up);
         }
+        let want_tap_mtu = self.session.switch().port_settings(pid).mtu;
+        if slot.open && slot.tap_mtu.is_some_and(|m| m < want_tap_mtu) {
+            self.raise_tap_mtu(id, want_tap_mtu, warnings);
+        }
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
         let device = match (&slot.spec, slot.open) {
             (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => Some(dev),
             _ => None,
@@ -1402,6 +1484,49 @@ impl Engine {
             }
         }
         self.publish_status(id);
+    }
+
+    /// Raises the MTU of TAP-backed port `id`'s TAP to the port's `mtu` (in the TAP's
+    /// namespace), as creating it does: `link set dev vm0 mtu 9000` is the TAP's MTU too, so
+    /// the host behind it can send what the port forwards. Never lowered (creation does not
+    /// lower it either: the host may keep a larger MTU).
+    fn raise_tap_mtu(&mut self, id: u16, mtu: u32, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        let ifname = tap_ifname(slot);
+        let netns = match &slot.spec {
+            PortSpec::Tap { netns, .. }
+            | PortSpec::Vlan { netns, .. }
+            | PortSpec::Macvlan { netns, .. }
+            | PortSpec::Host { netns, .. } => netns.clone(),
+            _ => None,
+        };
+        let r = match &netns {
+            Some(ns) => {
+                let n = ifname.clone();
+                run_in_netns(ns, move || sys::raise_mtu(&n, mtu)).and_then(|r| r)
+            }
+            None => sys::raise_mtu(&ifname, mtu),
+        };
+        match r {
+            Ok(m) => {
+                tracing::info!(
+                    "port {}: MTU of TAP {ifname} raised from {} to {m}",
+                    slot.name,
+                    slot.tap_mtu.unwrap_or(0)
+                );
+                slot.tap_mtu = Some(m);
+                slot.clear_warning("tap_mtu");
+            }
+            Err(e) => {
+                let msg = format!(
+                    "port {}: cannot raise the MTU of TAP {ifname} to {mtu}: {e}",
+                    slot.name
+                );
+                slot.warn_once("tap_mtu", msg, warnings);
+            }
+        }
     }
 
     /// Changes AF_PACKET port `id`'s receive filter in place: promiscuous mode on or off, and
@@ -1607,6 +1732,22 @@ fn close_queues(queues: Opened) {
         if let Err(e) = q.close() {
             tracing::warn!("port {name}: {e}");
         }
+    }
+}
+
+/// The interface name of a TAP-backed port (a TAP port, a VLAN device, a macvlan endpoint, a
+/// host port): the name the kernel gave it (a `tap%d` pattern), else the `ifname` asked for,
+/// else the port's name. The link watch asks the kernel about this name, never the port's own
+/// name: `link add G type tap ifname tg` is interface `tg`.
+fn tap_ifname(slot: &Slot) -> String {
+    if let Some(n) = &slot.status.ifname {
+        return n.clone();
+    }
+    match &slot.spec {
+        PortSpec::Tap { ifname, .. } => ifname.clone().unwrap_or_else(|| slot.name.clone()),
+        spec => spec
+            .host_tap(&slot.name)
+            .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned()),
     }
 }
 

@@ -10,6 +10,7 @@
 //!                                     ▼ applied between two batches)
 //!  worker 0 … worker N-1: epoll ─► rx_burst ─► Plan::process ─► egress (GSO/csum fix-up)
 //!                                                                 ─► tx_burst on its own queue
+//!  queues a worker loses ─► reaper threads (close off the forwarding path; crate::reaper)
 //! ```
 //!
 //! The binary keeps only the wiring (arguments, control socket, metrics endpoint, signals).
@@ -22,6 +23,7 @@ pub mod monitor;
 pub mod patch;
 pub mod pcap;
 pub mod queue;
+mod reaper;
 pub mod state;
 mod worker;
 

@@ -70,6 +70,11 @@ impl Queue for PcapPort {
     fn close(self: Box<Self>) -> Result<(), IoError> {
         self.writer.finish()
     }
+
+    /// The file is complete when the command that closed the port answers.
+    fn visible_close(&self) -> bool {
+        true
+    }
 }
 
 impl Port for PcapPort {

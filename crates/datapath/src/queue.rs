@@ -94,8 +94,22 @@ pub trait Queue: Send + fmt::Debug {
     }
 
     /// Closes the queue, reporting what closing can still fail with (a pcap file's flush).
+    /// Called on a reaper thread (`crate::reaper`), never on a worker.
     fn close(self: Box<Self>) -> Result<(), IoError> {
         Ok(())
+    }
+
+    /// Called by the worker when it takes the queue over, before its first burst: a queue
+    /// opened paused (AF_PACKET sockets replacing others on their interface) starts receiving.
+    fn start(&mut self) -> Result<(), IoError> {
+        Ok(())
+    }
+
+    /// Whether closing changes something others see — a TAP interface goes away, a pcap file
+    /// is finished, an XDP program is detached — so that the command that closed it answers
+    /// only once it is closed (`crate::reaper`). Sockets: no.
+    fn visible_close(&self) -> bool {
+        false
     }
 }
 
@@ -124,6 +138,10 @@ impl Queue for AfPacketPort {
             rx_ring_full: s.rx_ring_full + s.rx_copy_queue_full,
             ..BackendDrops::default()
         }
+    }
+
+    fn start(&mut self) -> Result<(), IoError> {
+        self.resume()
     }
 
     fn tick(&mut self) -> Result<Tick, IoError> {
@@ -180,6 +198,10 @@ impl Queue for XdpQueue {
         self.port.read_kernel_stats()?;
         Ok(Tick::default())
     }
+
+    fn visible_close(&self) -> bool {
+        true
+    }
 }
 
 impl Queue for TapPort {
@@ -204,6 +226,11 @@ impl Queue for TapPort {
             rx_short: self.stats().rx_short,
             ..BackendDrops::default()
         }
+    }
+
+    /// The interface goes away with the device's last queue.
+    fn visible_close(&self) -> bool {
+        true
     }
 }
 
@@ -393,6 +420,10 @@ impl Queue for SharedQueue {
         } else {
             Ok(Tick::default())
         }
+    }
+
+    fn visible_close(&self) -> bool {
+        lock(&self.inner).visible_close()
     }
 
     fn close(self: Box<Self>) -> Result<(), IoError> {

@@ -14,11 +14,16 @@
 //!
 //! A queue that fails with a link-down error is reported to the control thread, which takes
 //! the port down for every worker; the worker stops polling it at once.
+//!
+//! Queues the worker loses (a deleted or replaced port, a link gone down) leave its epoll set
+//! and counters here and are closed by the reaper threads (`crate::reaper`): closing takes the
+//! kernel milliseconds per socket, which must not stop forwarding on the other ports.
 
 use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
 use crate::mirror::{write_sinks, Sinks};
 use crate::queue::{BackendDrops, Queue};
+use crate::reaper::ReaperHandle;
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::IoError;
 use qbridge_packet::Batch;
@@ -94,6 +99,8 @@ pub(crate) struct Worker {
     epoch: Instant,
     /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror`).
     sinks: Sinks,
+    /// Where queues the worker loses are closed, off its loop (`crate::reaper`).
+    reaper: ReaperHandle,
 }
 
 impl Worker {
@@ -104,6 +111,7 @@ impl Worker {
         mailbox: mpsc::Receiver<ToWorker>,
         control: mpsc::Sender<Ctl>,
         epoch: Instant,
+        reaper: ReaperHandle,
     ) -> Result<Worker, rustix::io::Errno> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -127,6 +135,7 @@ impl Worker {
             scratch: EgressScratch::default(),
             epoch,
             sinks: Arc::from(Vec::new()),
+            reaper,
         })
     }
 
@@ -226,8 +235,12 @@ impl Worker {
                 self.close_entry(e);
             }
         }
-        for (id, q) in attach {
+        for (id, mut q) in attach {
             let i = id as usize;
+            // Sockets opened paused start receiving now, as the old queue leaves.
+            if let Err(e) = q.queue.start() {
+                tracing::warn!("port {}: {e}", q.queue.name());
+            }
             if self.queues.len() <= i {
                 self.queues.resize_with(i + 1, || None);
             }
@@ -261,10 +274,9 @@ impl Worker {
         if let Some(fd) = e.queue.fd() {
             let _ = epoll::delete(&self.epoll, fd);
         }
-        let name = e.queue.name().to_owned();
-        if let Err(err) = e.queue.close() {
-            tracing::warn!("port {name}: {err}");
-        }
+        // Closing waits for the kernel (grace periods, an interface's unregistration): not
+        // here, where it would stop every other port's forwarding.
+        self.reaper.close(e.queue);
     }
 
     fn close_all(&mut self) {

@@ -257,6 +257,11 @@ pub struct AfPacketConfig {
     /// unicast addresses. When given, [`AfPacketConfig::promisc`] and
     /// [`AfPacketConfig::unicast`] are ignored and the socket joins no membership itself.
     pub filter: Option<Arc<RxFilterHandle>>,
+    /// Open receiving nothing (a drop-all socket filter stays attached) until
+    /// [`AfPacketPort::resume`]: for sockets that replace others of the same interface, which
+    /// keep forwarding until the new ones take over — both receiving would deliver the frames
+    /// of that moment twice (two fanout groups each get every frame). Transmit works at once.
+    pub paused: bool,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
@@ -264,12 +269,20 @@ pub struct AfPacketConfig {
 ///
 /// The group id namespace is the network namespace: sockets bound to the same device with the
 /// same id and mode share a group, whatever process owns them; a socket whose id is taken by a
-/// group of another mode fails to join (`EINVAL`). [`fanout_group_for`] picks ids that do not
-/// collide within one process and rarely between processes.
+/// group of another mode fails to join (`EINVAL`), and so does one bound to another device
+/// than the group's. [`Fanout::unique`] lets the kernel pick an id no group of the namespace
+/// holds (`PACKET_FANOUT_FLAG_UNIQUEID`, Linux 4.3): the first socket of a port asks for one,
+/// [`AfPacketPort::fanout`] reports it, and the port's other sockets join with it. Ids so
+/// chosen never meet a group that still lives — a port deleted and one added in the same
+/// batch, whose old sockets are still open when the new ones join (docs/decisions.md 27).
+/// [`fanout_group_for`] picks ids that do not collide within one process and rarely between
+/// processes, for callers that name the group themselves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fanout {
     pub group: u16,
     pub mode: FanoutMode,
+    /// Ask the kernel for a fresh group id (`group` is ignored); see [`Fanout::unique`].
+    pub unique_id: bool,
 }
 
 /// How the kernel picks a group member for a frame.
@@ -302,12 +315,37 @@ impl FanoutMode {
     }
 }
 
+/// `PACKET_FANOUT_FLAG_UNIQUEID` (`<linux/if_packet.h>`), in the option's type byte.
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+
 impl Fanout {
+    /// Group `group` in mode `mode`.
+    pub fn new(group: u16, mode: FanoutMode) -> Fanout {
+        Fanout {
+            group,
+            mode,
+            unique_id: false,
+        }
+    }
+
+    /// A new group in mode `mode` whose id the kernel picks when the socket joins: one no
+    /// group of the network namespace holds at that moment.
+    pub fn unique(mode: FanoutMode) -> Fanout {
+        Fanout {
+            group: 0,
+            mode,
+            unique_id: true,
+        }
+    }
+
     /// The `PACKET_FANOUT` option value: group id in the low 16 bits, type and flags above.
-    /// No flags: no `ROLLOVER` (reorders flows), no `DEFRAG` (a switch must forward IP
-    /// fragments as they came; the kernel hashes every fragment of a datagram by its
-    /// addresses only, so fragments stay together anyway).
+    /// No `ROLLOVER` (reorders flows), no `DEFRAG` (a switch must forward IP fragments as
+    /// they came; the kernel hashes every fragment of a datagram by its addresses only, so
+    /// fragments stay together anyway); `UNIQUEID` (with id 0) for [`Fanout::unique`].
     pub fn option_value(&self) -> u32 {
+        if self.unique_id {
+            return (u32::from(self.mode.kernel_type()) | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+        }
         u32::from(self.group) | u32::from(self.mode.kernel_type()) << 16
     }
 }
@@ -347,6 +385,7 @@ impl AfPacketConfig {
             block_timeout_ms: 1,
             fanout: None,
             filter: None,
+            paused: false,
         }
     }
 
@@ -354,7 +393,19 @@ impl AfPacketConfig {
     /// blocks of `block_bytes`); for V3, `frames` x [`V2_SLOT_BYTES`] bytes of blocks, which
     /// holds at least as many frames of up to 1972 bytes and far more small ones. Memory per
     /// socket: about `frames` x `slot_bytes` (V2) or `frames` x 2 KiB (V3). At least one block.
+    /// A V2 ring whose frames do not fill whole blocks is made of [`SMALL_BLOCK_BYTES`]
+    /// blocks instead (64 slots of 2 KiB each; slots that divide 128 KiB), so a small ring costs about what it holds, not
+    /// whole 1 MiB blocks. (The kernel allocates each block as a power-of-two run of pages, so
+    /// blocks stay powers of two.)
     pub fn with_ring_frames(mut self, frames: u32) -> AfPacketConfig {
+        if self.ring == RingVersion::V2
+            && self.slot_bytes != 0
+            && SMALL_BLOCK_BYTES % self.slot_bytes == 0
+            && self.block_bytes > SMALL_BLOCK_BYTES
+            && frames % (self.block_bytes / self.slot_bytes.max(1)).max(1) != 0
+        {
+            self.block_bytes = SMALL_BLOCK_BYTES;
+        }
         let per_block = match self.ring {
             RingVersion::V2 => (self.block_bytes / self.slot_bytes.max(1)).max(1),
             RingVersion::V3 => (self.block_bytes / V2_SLOT_BYTES).max(1),
@@ -389,6 +440,10 @@ pub const V2_SUPER_SLOT_BYTES: u32 = 65_536 + 512;
 /// with the kernel's 16-byte minimum MAC room: 80), then the 10-byte virtio-net header, less
 /// the 14-byte Ethernet header the kernel counts inside that room.
 pub const V2_SLOT_OVERHEAD: u32 = 76;
+
+/// The block size of a V2 ring smaller than one default block (1 MiB): 128 KiB, the smallest
+/// block [`AfPacketPort::open`] takes (64 slots of 2 KiB).
+pub const SMALL_BLOCK_BYTES: u32 = 128 * 1024;
 
 /// Default ring size in frames (V2 slots): 8192, 16 MiB per socket with 2 KiB slots. A
 /// 64-byte flood at 1 Mframe/s fills it in 8 ms; the old 64.5 KiB slots held 480 frames in
@@ -792,7 +847,7 @@ impl AfPacketPort {
             jf: 0,
             k: 0,
         }];
-        if cfg.fanout.is_some() {
+        if cfg.fanout.is_some() || cfg.paused {
             let prog = libc::sock_fprog {
                 len: 1,
                 filter: drop_all.as_mut_ptr(),
@@ -833,8 +888,20 @@ impl AfPacketPort {
                 },
                 _ => sys::sys_err("PACKET_FANOUT", &name, e),
             })?;
-            sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
-                .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
+            if !cfg.paused {
+                sys::setsockopt_int(s, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0)
+                    .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &name, e))?;
+            }
+        }
+        let mut cfg = cfg;
+        if let Some(f) = &mut cfg.fanout {
+            if f.unique_id {
+                // The id the kernel chose: the port's other sockets (and a reopen) join it.
+                let mut v: u32 = 0;
+                sys::getsockopt_raw(s, libc::SOL_PACKET, PACKET_FANOUT, &mut v)
+                    .map_err(|e| sys::sys_err("getsockopt(PACKET_FANOUT)", &name, e))?;
+                *f = Fanout::new(v as u16, f.mode);
+            }
         }
         if cfg.filter.is_none() {
             if cfg.promisc {
@@ -943,6 +1010,29 @@ impl AfPacketPort {
 
     pub fn config(&self) -> &AfPacketConfig {
         &self.cfg
+    }
+
+    /// Starts receiving on a socket opened [`AfPacketConfig::paused`] (removes its drop-all
+    /// filter: one syscall); nothing to do otherwise. A reopen is not paused.
+    pub fn resume(&mut self) -> Result<(), IoError> {
+        if !self.cfg.paused {
+            return Ok(());
+        }
+        sys::setsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            0,
+        )
+        .map_err(|e| sys::sys_err("SO_DETACH_FILTER", &self.cfg.ifname, e))?;
+        self.cfg.paused = false;
+        Ok(())
+    }
+
+    /// The fanout group the socket joined, with its id (the kernel's choice for
+    /// [`Fanout::unique`]); `None` without fanout.
+    pub fn fanout(&self) -> Option<Fanout> {
+        self.cfg.fanout
     }
 
     /// Reads the kernel's counters for this socket (`getsockopt(PACKET_STATISTICS)`: one
@@ -1444,6 +1534,35 @@ impl Port for AfPacketPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Small rings in 128 KiB blocks, whole 1 MiB blocks kept where they fill; V3 untouched.
+    #[test]
+    fn ring_sizes_follow_the_frames_asked_for() {
+        let v2 = |n| AfPacketConfig::new("x").with_ring_frames(n);
+        let c = v2(64);
+        assert_eq!((c.ring_frames(), c.ring_bytes()), (64, 128 << 10));
+        let c = v2(655);
+        assert_eq!((c.ring_frames(), c.ring_bytes()), (704, 11 * (128 << 10)));
+        let c = v2(8192);
+        assert_eq!(
+            (c.block_bytes, c.ring_frames(), c.ring_bytes()),
+            (1 << 20, 8192, 16 << 20)
+        );
+        let c = v2(1024);
+        assert_eq!((c.block_bytes, c.ring_bytes()), (1 << 20, 2 << 20));
+        let mut big = AfPacketConfig::new("x");
+        big.slot_bytes = V2_SUPER_SLOT_BYTES;
+        let c = big.with_ring_frames(10);
+        assert_eq!(
+            c.block_bytes,
+            1 << 20,
+            "a 64.5 KiB slot keeps its big blocks"
+        );
+        let mut v3 = AfPacketConfig::new("x");
+        v3.ring = RingVersion::V3;
+        let c = v3.with_ring_frames(64);
+        assert_eq!(c.ring_bytes(), 1 << 20, "V3 blocks must hold a super-frame");
+    }
 
     #[test]
     fn vnet_header_round_trip() {

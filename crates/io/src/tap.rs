@@ -21,7 +21,10 @@
 //! into the TAP over the queues by flow hash (its `tun_select_queue`); a frame written on any
 //! queue enters the kernel the same way. All queues are attached before the device moves into
 //! [`TapConfig::netns`]: `TUNSETIFF` finds the device by name in the opener's namespace, so
-//! after the move it would create a new device instead.
+//! after the move it would create a new device instead. A multi-queue TAP of the name that is
+//! already in [`TapConfig::netns`] (the TAP of a port replaced in the same batch) gets the
+//! queues attached to it there, from a thread in that namespace ([`TapConfig::multi_queue`]
+//! makes a one-queue device take more queues later).
 //!
 //! Link loss: a TAP that is set down refuses writes with `EIO`, one whose device went away
 //! answers `EBADFD`; both are reported as [`IoError::LinkDown`]. The device lives as long as
@@ -65,6 +68,10 @@ pub struct TapConfig {
     /// Queues ([`TapPort::open_queues`]): 1 (the default) opens a single-queue device as
     /// [`TapPort::open`] does; more creates it with `IFF_MULTI_QUEUE` (at most 256).
     pub queues: usize,
+    /// Create the device with `IFF_MULTI_QUEUE` even for one queue, so that more queues can
+    /// attach to it later (a port that takes over the TAP of a port deleted in the same batch
+    /// attaches its queues before the old ones close). More than one queue implies it.
+    pub multi_queue: bool,
     /// The device's MAC address; `None`: the kernel's random one.
     pub mac: Option<[u8; 6]>,
 }
@@ -78,6 +85,7 @@ impl TapConfig {
             offload: true,
             device_mtu: None,
             queues: 1,
+            multi_queue: false,
             mac: None,
         }
     }
@@ -142,6 +150,8 @@ pub struct TapPort {
     ifname: String,
     queue: usize,
     fd: OwnedFd,
+    /// The device MTU when it was set up.
+    mtu: u32,
     caps: PortCaps,
     scratch: Vec<u8>,
     stats: TapStats,
@@ -179,21 +189,38 @@ impl TapPort {
             )));
         }
         let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
-        if cfg.queues > 1 {
+        if cfg.queues > 1 || cfg.multi_queue {
             flags |= libc::IFF_MULTI_QUEUE;
         }
-        let (first, ifname) = attach_queue(cfg.ifname.as_deref().unwrap_or(""), flags)?;
-        let mut fds = vec![first];
-        // Every queue before the move: after it the name is not found in this namespace.
-        for _ in 1..cfg.queues {
-            let (fd, name) = attach_queue(&ifname, flags)?;
-            if name != ifname {
-                return Err(IoError::Invalid(format!(
-                    "TUNSETIFF for another queue of {ifname} attached to {name}"
-                )));
+        // A multi-queue TAP of that name already in the target namespace (the TAP of a port
+        // being replaced in the same batch): attach the queues to it there — `TUNSETIFF` finds
+        // a device by name in the opener's namespace — instead of making one here and moving it.
+        let existing_in_ns = match (&cfg.netns, &cfg.ifname) {
+            (Some(ns), Some(name)) if flags & libc::IFF_MULTI_QUEUE != 0 && !name.contains('%') => {
+                let n = name.clone();
+                run_in_netns(ns, move || sys::ifindex(&n).is_ok()).unwrap_or(false)
             }
-            fds.push(fd);
-        }
+            _ => false,
+        };
+        let attach_all = || -> Result<(Vec<OwnedFd>, String), IoError> {
+            let (first, ifname) = attach_queue(cfg.ifname.as_deref().unwrap_or(""), flags)?;
+            let mut fds = vec![first];
+            // Every queue before the move: after it the name is not found in this namespace.
+            for _ in 1..cfg.queues {
+                let (fd, name) = attach_queue(&ifname, flags)?;
+                if name != ifname {
+                    return Err(IoError::Invalid(format!(
+                        "TUNSETIFF for another queue of {ifname} attached to {name}"
+                    )));
+                }
+                fds.push(fd);
+            }
+            Ok((fds, ifname))
+        };
+        let (fds, ifname) = match (&cfg.netns, existing_in_ns) {
+            (Some(ns), true) => run_in_netns(ns, attach_all)??,
+            _ => attach_all()?,
+        };
         let hdr_len = cfg.vnet_hdr_len as libc::c_int;
         // Per device in the kernel, set through the first queue.
         let fd0 = fds[0].as_raw_fd();
@@ -226,6 +253,9 @@ impl TapPort {
             sys::set_up(name)
         };
         let mtu = match &cfg.netns {
+            Some(ns) if existing_in_ns => {
+                run_in_netns(ns, || setup(&ifname).and_then(|()| sys::get_mtu(&ifname)))??
+            }
             Some(ns) => {
                 let out = Command::new("ip")
                     .args(["link", "set", "dev", &ifname, "netns", ns])
@@ -264,11 +294,17 @@ impl TapPort {
                 ifname: ifname.clone(),
                 queue,
                 fd,
+                mtu,
                 caps,
                 scratch: Vec::with_capacity(HEADROOM + TAP_MAX_FRAME),
                 stats: TapStats::default(),
             })
             .collect())
+    }
+
+    /// The device's MTU as set up at open ([`TapConfig::device_mtu`], else the kernel's).
+    pub fn device_mtu(&self) -> u32 {
+        self.mtu
     }
 
     /// Which queue of the device this port is (0 for a single-queue device).

@@ -528,10 +528,7 @@ fn shared_filter_changes_without_reopen() {
             let mut cfg = AfPacketConfig::new(&v.a);
             cfg.filter = Some(filter.clone());
             cfg.block_count = 4;
-            cfg.fanout = Some(Fanout {
-                group: fanout_group_for(1),
-                mode: FanoutMode::Hash,
-            });
+            cfg.fanout = Some(Fanout::new(fanout_group_for(1), FanoutMode::Hash));
             open_in(&v.ns_a.name, cfg)
         })
         .collect();

@@ -144,10 +144,7 @@ fn open_group(v: &VethPair, n: usize, group: u16) -> Vec<AfPacketPort> {
             // The default ring (480 slots) holds all 512 frames of a run if the hash were to
             // send every flow to one socket: a lost frame is then a fanout fault, not a full ring.
             let mut cfg = AfPacketConfig::new(&v.a);
-            cfg.fanout = Some(Fanout {
-                group,
-                mode: FanoutMode::Hash,
-            });
+            cfg.fanout = Some(Fanout::new(group, FanoutMode::Hash));
             run_in_netns(&v.ns_a.name, move || AfPacketPort::open(cfg))
                 .unwrap()
                 .unwrap()
@@ -284,10 +281,7 @@ fn fanout_hash_reads_through_qinq_to_l4_four_sockets() {
 fn fanout_group_ids_are_distinct_per_port() {
     let ids: std::collections::BTreeSet<u16> = (0..1000).map(fanout_group_for).collect();
     assert_eq!(ids.len(), 1000);
-    let f = Fanout {
-        group: 0x1234,
-        mode: FanoutMode::Cpu,
-    };
+    let f = Fanout::new(0x1234, FanoutMode::Cpu);
     assert_eq!(f.option_value(), 0x0002_1234);
 }
 
@@ -317,10 +311,7 @@ fn joining_a_busy_group_duplicates_nothing() {
         for _ in 0..3 {
             std::thread::sleep(Duration::from_millis(2));
             let mut cfg = AfPacketConfig::new(&a);
-            cfg.fanout = Some(Fanout {
-                group,
-                mode: FanoutMode::Hash,
-            });
+            cfg.fanout = Some(Fanout::new(group, FanoutMode::Hash));
             let p = run_in_netns(&ns_a, move || AfPacketPort::open(cfg))
                 .unwrap()
                 .unwrap();
@@ -392,7 +383,7 @@ fn other_fanout_modes_deliver_each_frame_once() {
         let mut ports: Vec<AfPacketPort> = (0..2)
             .map(|_| {
                 let mut cfg = AfPacketConfig::new(&v.a);
-                cfg.fanout = Some(Fanout { group, mode });
+                cfg.fanout = Some(Fanout::new(group, mode));
                 run_in_netns(&v.ns_a.name, move || AfPacketPort::open(cfg))
                     .unwrap()
                     .unwrap()
@@ -424,10 +415,7 @@ fn other_fanout_modes_deliver_each_frame_once() {
         }
         // The same id with another mode: refused, naming the group.
         let mut cfg = AfPacketConfig::new(&v.a);
-        cfg.fanout = Some(Fanout {
-            group,
-            mode: FanoutMode::Hash,
-        });
+        cfg.fanout = Some(Fanout::new(group, FanoutMode::Hash));
         let e = run_in_netns(&v.ns_a.name, move || AfPacketPort::open(cfg))
             .unwrap()
             .unwrap_err();
@@ -437,4 +425,105 @@ fn other_fanout_modes_deliver_each_frame_once() {
             "{msg}"
         );
     }
+}
+
+/// `Fanout::unique`: the kernel picks an id no live group holds, the port's other sockets join
+/// it, and a group of another device never blocks it — where a fixed id that a live group on
+/// another device holds fails with `EINVAL` (a port deleted and another added in one batch:
+/// the old sockets still live when the new ones join; issue 17, item 4).
+#[test]
+fn unique_fanout_ids_never_meet_a_live_group() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    let (c, d) = (common::unique("qc"), common::unique("qd"));
+    v.ns_a
+        .ip(&["link", "add", &c, "type", "veth", "peer", "name", &d])
+        .unwrap();
+    v.ns_a.ip(&["link", "set", &c, "up"]).unwrap();
+    v.ns_a.ip(&["link", "set", &d, "up"]).unwrap();
+    let ns = v.ns_a.name.clone();
+    let open = |dev: &str, f: Fanout| {
+        let mut cfg = AfPacketConfig::new(dev).with_ring_frames(64);
+        cfg.fanout = Some(f);
+        run_in_netns(&ns, move || AfPacketPort::open(cfg)).unwrap()
+    };
+    let first = open(&v.a, Fanout::unique(FanoutMode::Hash)).unwrap();
+    let group = first.fanout().expect("joined a group");
+    assert!(
+        !group.unique_id,
+        "the port reports the id it got: {group:?}"
+    );
+    let second = open(&v.a, group).expect("a second socket joins the kernel's id");
+    assert_eq!(second.fanout(), Some(group));
+
+    // The old way: that id, fixed, on another device while the group lives.
+    let clash = open(&c, Fanout::new(group.group, FanoutMode::Hash)).unwrap_err();
+    assert!(clash.to_string().contains("Invalid argument"), "{clash}");
+    // A unique id on the other device, and a second group on the same one, while it lives.
+    let other = open(&c, Fanout::unique(FanoutMode::Hash)).unwrap();
+    let again = open(&v.a, Fanout::unique(FanoutMode::Hash)).unwrap();
+    let ids = [
+        group.group,
+        other.fanout().unwrap().group,
+        again.fanout().unwrap().group,
+    ];
+    assert!(
+        ids[0] != ids[1] && ids[0] != ids[2] && ids[1] != ids[2],
+        "ids {ids:?}"
+    );
+    assert_eq!(
+        Fanout::unique(FanoutMode::Hash).option_value(),
+        0x2000_0000,
+        "UNIQUEID flag, id 0"
+    );
+}
+
+/// Frames `run` sends from the peer and the number each port of `ports` then receives.
+fn count_received(v: &VethPair, ports: &mut [&mut AfPacketPort], n: usize) -> Vec<usize> {
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| flow_frame(&[], L4::Ipv4Tcp, Vary::SourcePort, i as u16, 0))
+        .collect();
+    let b = v.b.clone();
+    run_in_netns(&v.ns_b.name, move || common::raw_send_all(&b, &frames))
+        .unwrap()
+        .unwrap();
+    let mut pool = BufPool::new(64);
+    let mut got = vec![0; ports.len()];
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        for (k, p) in ports.iter_mut().enumerate() {
+            let mut batch = Batch::default();
+            got[k] += p.rx_burst(&mut batch, &mut pool, 64).unwrap();
+            pool.put_all(&mut batch);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    got
+}
+
+/// A socket opened `paused` (the replacement of a port's sockets, docs/decisions.md 27)
+/// receives nothing while the old group still forwards, so no frame is taken twice; after
+/// `resume` it receives.
+#[test]
+fn paused_socket_receives_nothing_until_resumed() {
+    skip_unless_root!();
+    let v = VethPair::new().unwrap();
+    let ns = v.ns_a.name.clone();
+    let open = |paused: bool| {
+        let mut cfg = AfPacketConfig::new(&v.a).with_ring_frames(256);
+        cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
+        cfg.paused = paused;
+        run_in_netns(&ns, move || AfPacketPort::open(cfg))
+            .unwrap()
+            .unwrap()
+    };
+    let mut old = open(false);
+    let mut new = open(true);
+    assert_ne!(old.fanout().unwrap().group, new.fanout().unwrap().group);
+    let got = count_received(&v, &mut [&mut old, &mut new], 40);
+    assert_eq!(got, [40, 0], "old and paused new socket");
+    new.resume().unwrap();
+    drop(old);
+    let got = count_received(&v, &mut [&mut new], 40);
+    assert_eq!(got, [40], "resumed socket");
 }
