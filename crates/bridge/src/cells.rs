@@ -28,6 +28,13 @@ impl Cell {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
+    /// Takes back `n` of what this block's owner added (never more: a block never goes
+    /// below zero).
+    #[inline(always)]
+    pub fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_sub(n), Relaxed);
+    }
+
     #[inline(always)]
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)

@@ -570,16 +570,20 @@ impl Plan {
         }
     }
 
-    /// Counts `n` copies for sink `sink` that could not be written (`tx_error`), in worker
-    /// `worker`'s block of the session's counters.
-    pub fn count_mirror_sink_error(&self, sink: usize, worker: usize, n: u64) {
+    /// Counts `n` copies (`bytes` bytes) for sink `sink` that could not be written: moved from
+    /// the session's `frames`/`bytes` (counted when the copy was handed to the sink, by this
+    /// worker) to `tx_error`, in worker `worker`'s block of the session's counters.
+    pub fn count_mirror_sink_error(&self, sink: usize, worker: usize, n: u64, bytes: u64) {
         let Some(m) = &self.mirrors else {
             return;
         };
         for s in &m.sessions {
             if let CompiledDst::Sink(k) = s.dst {
                 if k as usize == sink {
-                    s.counters.writer(worker).drops[DropReason::TxError as usize].add(n);
+                    let c = s.counters.writer(worker);
+                    c.frames.sub(n);
+                    c.bytes.sub(bytes);
+                    c.drops[DropReason::TxError as usize].add(n);
                 }
             }
         }
