@@ -527,6 +527,13 @@ impl Engine {
         // `fdb add` would stall the control thread for milliseconds on a large table.
         let changing = changes(&op);
         let before = may_open_ports(&op).then(|| self.session.clone());
+        // A change the state file can take as one appended line (`fdb add`, `fdb del`).
+        let change_line = match &op {
+            Op::Command { words, .. } if self.cfg.state.is_some() => parse_words(words)
+                .ok()
+                .and_then(|c| qbridge_control::running::change_line(&c)),
+            _ => None,
+        };
         let r = match op {
             Op::Command { out, words } => {
                 parse_words(&words).and_then(|cmd| self.session.execute(&cmd, out))
@@ -543,17 +550,30 @@ impl Engine {
         let mut resp = self.commit(r, before);
         self.publish();
         if resp.ok {
-            self.save_state(&mut resp);
+            self.save_state(&mut resp, change_line.as_deref());
         }
         resp
     }
 
-    /// `--state FILE`: writes the running configuration if a command changed it. A failed
-    /// write does not undo the change (it is in force); the reply says it was not saved.
-    fn save_state(&mut self, resp: &mut Response) {
+    /// `--state FILE`: writes the running configuration if a command changed it, or appends
+    /// `change_line` when there is one and the file takes it (`crate::state`: O(the change)).
+    /// A failed write does not undo the change (it is in force); the reply says it was not
+    /// saved.
+    fn save_state(&mut self, resp: &mut Response, change_line: Option<&str>) {
         let Some(state) = &mut self.cfg.state else {
             return;
         };
+        if let Some(line) = change_line {
+            match state.append(line) {
+                Ok(true) => return,
+                Ok(false) => {}
+                // The whole configuration is tried below; its error, if any, is the reply's.
+                Err(e) => tracing::warn!(
+                    "cannot append to the state file {}: {e}",
+                    state.path().display()
+                ),
+            }
+        }
         let text = self.session.running_config();
         if let Err(e) = state.save(&text) {
             let w = format!(

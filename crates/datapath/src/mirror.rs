@@ -215,7 +215,10 @@ mod tests {
             "{c:?}"
         );
         // The writes that fill the buffer cost none; then one failed write, and no more.
-        eprintln!("{syscalls} write system calls for {} copies", BATCHES * BATCH);
+        eprintln!(
+            "{syscalls} write system calls for {} copies",
+            BATCHES * BATCH
+        );
         assert!(syscalls <= 2, "{syscalls} write system calls");
         sink.flush();
         assert!(sink.failing(), "/dev/full stays full");
