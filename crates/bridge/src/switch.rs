@@ -415,6 +415,9 @@ pub struct Worker {
     pub(crate) stack: Option<Box<crate::stack::Scratch>>,
     /// Scratch of port mirroring (taken while it runs).
     pub(crate) mirror: Option<Box<crate::mirror::MirrorScratch>>,
+    /// Flood copies the frames of the next [`Plan::process`] may still make (`None`: no
+    /// limit). See [`Worker::set_flood_credit`].
+    pub(crate) flood_credit: Option<u64>,
 }
 
 impl Worker {
@@ -427,11 +430,28 @@ impl Worker {
             meta: Vec::new(),
             stack: None,
             mirror: None,
+            flood_credit: None,
         }
     }
 
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Bounds the flood copies of the next [`Plan::process`] calls: a flood (unknown unicast,
+    /// broadcast, multicast) to `k` ports is sent when at least `k` copies of credit are left,
+    /// and takes them; else it is dropped as `flood_rate`, counted on its ingress port. A frame
+    /// to one port (known unicast) never uses credit nor is dropped for it. `None` (the
+    /// default): no bound, as replay and the tests forward. The daemon's worker gives each
+    /// port's burst its fair share of a round's flood work (`docs/semantics.md`, "Flood
+    /// fairness").
+    pub fn set_flood_credit(&mut self, credit: Option<u64>) {
+        self.flood_credit = credit;
+    }
+
+    /// The credit left (see [`Worker::set_flood_credit`]).
+    pub fn flood_credit(&self) -> Option<u64> {
+        self.flood_credit
     }
 }
 

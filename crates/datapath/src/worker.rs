@@ -14,6 +14,18 @@
 //!
 //! A queue that fails with a link-down error is reported to the control thread, which takes
 //! the port down for every worker; the worker stops polling it at once.
+//!
+//! **Flood fairness.** A flood costs a copy per target port: one broadcast on a bridge of 1000
+//! TAPs is 999 copies and 999 writes, so ports that flood could take a worker from every
+//! other port (1000 new TAPs sending router solicitations and MLD reports kept both workers
+//! busy for 90 s and two existing hosts lost all traffic for 60 s). Each loop turn (a round:
+//! one burst per ready queue) therefore has [`ROUND_FLOOD_COPIES`] of flood work, shared
+//! equally by the ready queues as credit (deficit round robin): a queue's burst may flood
+//! with the credit it has, kept across rounds up to [`max_flood_credit`], and a flood it
+//! cannot pay for is dropped as `flood_rate` on its ingress port. A round's flood work is
+//! bounded on average by [`ROUND_FLOOD_COPIES`], so every queue is served again soon; frames
+//! to one port (known unicast) never use credit. With few ports flooding nothing changes: a
+//! queue alone in its round may flood 32 768 copies per round.
 
 use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
@@ -31,6 +43,20 @@ use std::time::Instant;
 
 /// Most frames taken from one queue per receive.
 pub const BURST: usize = 256;
+/// Flood copies one round of the worker loop may make, shared equally by the queues served
+/// in it (see the module documentation).
+pub const ROUND_FLOOD_COPIES: u64 = 32_768;
+/// Least credit a queue may keep: enough for one flood to this many ports, however many
+/// queues share a round.
+const MIN_FLOOD_CREDIT: u64 = 4096;
+
+/// The most flood credit a queue keeps when `quantum` is its share of a round: two shares,
+/// and at least [`MIN_FLOOD_CREDIT`] (so a flood to many ports is paid for after enough
+/// rounds, and a queue that saved up cannot flood much more than its share at once).
+pub fn max_flood_credit(quantum: u64) -> u64 {
+    (2 * quantum).max(MIN_FLOOD_CREDIT)
+}
+
 /// Longest wait in `epoll_wait`.
 const POLL_TIMEOUT_MS: i64 = 100;
 /// epoll token of the wake-up eventfd; queue tokens are `generation << 16 | port id`.
@@ -74,6 +100,8 @@ struct Entry {
     seen: BackendDrops,
     /// Reported failed: not polled until the control thread replaces or removes it.
     failed: bool,
+    /// Flood copies this queue's bursts may still make (see the module documentation).
+    flood_credit: u64,
 }
 
 /// One worker's state; see the module documentation.
@@ -188,9 +216,10 @@ impl Worker {
                     }
                 }
             }
+            let quantum = ROUND_FLOOD_COPIES / (self.ready.len().max(1) as u64);
             for i in 0..self.ready.len() {
                 let id = self.ready[i];
-                self.service_rx(id);
+                self.service_rx(id, quantum);
             }
             if woken {
                 let mut buf = [0u8; 8];
@@ -250,6 +279,7 @@ impl Worker {
                 shared: q.shared,
                 seen: BackendDrops::default(),
                 failed: false,
+                flood_credit: 0,
             });
         }
         self.plan = plan;
@@ -315,11 +345,14 @@ impl Worker {
         }
     }
 
-    /// One receive burst on queue `id`, forwarded and transmitted.
-    fn service_rx(&mut self, id: u16) {
+    /// One receive burst on queue `id`, forwarded and transmitted; `quantum` is the queue's
+    /// share of the round's flood work.
+    fn service_rx(&mut self, id: u16, quantum: u64) {
         let Some(Some(e)) = self.queues.get_mut(id as usize) else {
             return;
         };
+        e.flood_credit = (e.flood_credit + quantum).min(max_flood_credit(quantum));
+        self.core.set_flood_credit(Some(e.flood_credit));
         debug_assert!(self.rx.is_empty());
         let received = e
             .queue
@@ -345,6 +378,9 @@ impl Worker {
         let now = self.now_ns();
         self.plan
             .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        if let Some(Some(e)) = self.queues.get_mut(id as usize) {
+            e.flood_credit = self.core.flood_credit().unwrap_or(0);
+        }
         if !self.outputs.mirror_sinks.is_empty() {
             write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);
         }

@@ -251,3 +251,118 @@ fn an_address_learned_on_one_worker_is_known_to_the_other() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Flood fairness (issue 17, item 6): 100 ports that each flood 32 broadcasts to the 101
+/// others must not take the worker from host A, whose 1000 frames go to B (a known unicast
+/// address). Every port floods to B too, so B's output file shows, in the worker's order, how
+/// much flood work was done before A's last frame got through: before, every queued broadcast
+/// (3200) went first; now each round's flood work is shared, and what a port cannot pay for
+/// is dropped as `flood_rate` on it. A's frames are never dropped.
+#[test]
+fn floods_of_many_ports_do_not_hold_up_known_unicast() {
+    const FLOODERS: usize = 100;
+    const FLOODS: usize = 32;
+    const UNICAST: usize = 1000;
+    let d = dir("fair");
+    let mac_a = [0x02, 0, 0, 0, 0, 0xa];
+    let mac_b = [0x02, 0, 0, 0, 0, 0xb];
+    let frame = |dst: [u8; 6], src: [u8; 6], seq: u32| {
+        let mut f = dst.to_vec();
+        f.extend(src);
+        f.extend([0x88, 0xb5]);
+        f.extend(seq.to_be_bytes());
+        f.resize(60, 0);
+        f
+    };
+    let mut batch = String::from(
+        "link add br0 type bridge\nlink add a type pcap\nlink add b type pcap\n\
+         link set dev a master br0\nlink set dev b master br0\n\
+         fdb add 02:00:00:00:00:0b dev b static\n",
+    );
+    let mut w = PcapWriter::create(&d.join("a.in.pcap")).unwrap();
+    for seq in 0..UNICAST as u32 {
+        w.write(1, &frame(mac_b, mac_a, seq)).unwrap();
+    }
+    w.finish().unwrap();
+    for i in 0..FLOODERS {
+        let name = format!("f{i}");
+        batch.push_str(&format!(
+            "link add {name} type pcap\nlink set dev {name} master br0\n"
+        ));
+        let mut w = PcapWriter::create(&d.join(format!("{name}.in.pcap"))).unwrap();
+        for seq in 0..FLOODS as u32 {
+            w.write(1, &frame([0xff; 6], [0x02, 0, 0, 1, 0, i as u8], seq))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let mut session = Session::with_workers(1);
+    session
+        .execute_batch(&batch, OutputOptions::default())
+        .unwrap();
+    let (engine, h, _) = Engine::new(
+        session,
+        EngineConfig {
+            pcap_dir: Some(d.clone()),
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let t = std::thread::spawn(move || engine.run());
+    let t0 = Instant::now();
+    let total = (UNICAST + FLOODERS * FLOODS) as u64;
+    let received = |h: &Handle| {
+        let v: serde_json::Value = serde_json::from_str(&call(h, "link show")).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["stats"]["rx_frames"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    while received(&h) < total {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the input files were not read"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let links: serde_json::Value = serde_json::from_str(&call(&h, "link show")).unwrap();
+    h.shutdown();
+    t.join().unwrap();
+    let drops = |name: &str, reason: &str| {
+        links
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["ifname"] == name)
+            .map_or(0, |l| l["stats"]["drops"][reason].as_u64().unwrap_or(0))
+    };
+    let b_out = read_all(&d.join("b.pcap"));
+    let unicast: Vec<&Vec<u8>> = b_out.iter().filter(|f| f[..6] == mac_b).collect();
+    assert_eq!(unicast.len(), UNICAST, "every frame of A reaches B");
+    assert_eq!(drops("a", "flood_rate"), 0);
+    let last_a = b_out.iter().rposition(|f| f[..6] == mac_b).unwrap();
+    let floods_first = b_out[..last_a].iter().filter(|f| f[0] == 0xff).count();
+    let floods = b_out.iter().filter(|f| f[0] == 0xff).count();
+    let flood_rate: u64 = (0..FLOODERS)
+        .map(|i| drops(&format!("f{i}"), "flood_rate"))
+        .sum();
+    eprintln!(
+        "{floods_first} broadcasts reached B before A's last frame; {floods} in all, \
+         {flood_rate} dropped as flood_rate"
+    );
+    assert_eq!(floods as u64 + flood_rate, (FLOODERS * FLOODS) as u64);
+    // Each port got its share: at least one broadcast through.
+    for i in 0..FLOODERS {
+        let src = [0x02, 0, 0, 1, 0, i as u8];
+        assert!(
+            b_out.iter().any(|f| f[0] == 0xff && f[6..12] == src),
+            "no broadcast of f{i} got through"
+        );
+    }
+    assert!(
+        floods_first <= (FLOODERS * FLOODS) / 4,
+        "{floods_first} broadcasts went before A's last frame"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
