@@ -747,6 +747,11 @@ impl Switch {
         Arc::make_mut(self.ports[id.0 as usize].as_mut().expect("live port id"))
     }
 
+    /// Bridge `id`'s FDB table (`crate::fdbwatch`).
+    pub(crate) fn bridge_fdb(&self, id: BridgeId) -> &Arc<Fdb> {
+        &self.bridge(id).fdb
+    }
+
     fn bridge(&self, id: BridgeId) -> &Bridge {
         self.bridges[id.0 as usize]
             .as_ref()
