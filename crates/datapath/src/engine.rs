@@ -1207,11 +1207,20 @@ impl Engine {
                     | PortSpec::Host { netns, .. },
                     up,
                 ) => {
-                    let ifname = slot.status.ifname.clone().unwrap_or_else(|| {
-                        slot.spec
-                            .host_tap(&slot.name)
-                            .map_or(slot.name.clone(), |(i, _)| i.to_owned())
-                    });
+                    // The TAP's name: the kernel's (`tap%d`), else the configured `ifname`
+                    // (a TAP port's own, or a stacked device's), else the port's name.
+                    let ifname = slot
+                        .status
+                        .ifname
+                        .clone()
+                        .unwrap_or_else(|| match &slot.spec {
+                            PortSpec::Tap {
+                                ifname: Some(i), ..
+                            } => i.clone(),
+                            spec => spec
+                                .host_tap(&slot.name)
+                                .map_or(slot.name.clone(), |(i, _)| i.to_owned()),
+                        });
                     let state = match netns {
                         Some(ns) => {
                             let n = ifname.clone();
