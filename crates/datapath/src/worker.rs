@@ -21,11 +21,11 @@
 //! busy for 90 s and two existing hosts lost all traffic for 60 s). Each loop turn (a round:
 //! one burst per ready queue) therefore has [`ROUND_FLOOD_COPIES`] of flood work, shared
 //! equally by the ready queues as credit (deficit round robin): a queue's burst may flood
-//! with the credit it has, kept across rounds up to [`max_flood_credit`], and a flood it
-//! cannot pay for is dropped as `flood_rate` on its ingress port. A round's flood work is
-//! bounded on average by [`ROUND_FLOOD_COPIES`], so every queue is served again soon; frames
-//! to one port (known unicast) never use credit. With few ports flooding nothing changes: a
-//! queue alone in its round may flood 32 768 copies per round.
+//! with the credit it has, kept across rounds up to [`max_flood_credit`], within what is
+//! left of the round's; a flood it cannot pay for is dropped as `flood_rate` on its ingress
+//! port. A round's flood work is bounded by [`ROUND_FLOOD_COPIES`], so every queue is served
+//! again soon; frames to one port (known unicast) never use credit. With few ports flooding
+//! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
 use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
@@ -45,7 +45,7 @@ use std::time::Instant;
 pub const BURST: usize = 256;
 /// Flood copies one round of the worker loop may make, shared equally by the queues served
 /// in it (see the module documentation).
-pub const ROUND_FLOOD_COPIES: u64 = 32_768;
+pub const ROUND_FLOOD_COPIES: u64 = 16_384;
 /// Least credit a queue may keep: enough for one flood to this many ports, however many
 /// queues share a round.
 const MIN_FLOOD_CREDIT: u64 = 4096;
@@ -217,9 +217,10 @@ impl Worker {
                 }
             }
             let quantum = ROUND_FLOOD_COPIES / (self.ready.len().max(1) as u64);
+            let mut round_left = ROUND_FLOOD_COPIES;
             for i in 0..self.ready.len() {
                 let id = self.ready[i];
-                self.service_rx(id, quantum);
+                self.service_rx(id, quantum, &mut round_left);
             }
             if woken {
                 let mut buf = [0u8; 8];
@@ -346,13 +347,15 @@ impl Worker {
     }
 
     /// One receive burst on queue `id`, forwarded and transmitted; `quantum` is the queue's
-    /// share of the round's flood work.
-    fn service_rx(&mut self, id: u16, quantum: u64) {
+    /// share of the round's flood work, `round_left` what is left of the round's (the burst
+    /// may use the queue's credit up to that).
+    fn service_rx(&mut self, id: u16, quantum: u64, round_left: &mut u64) {
         let Some(Some(e)) = self.queues.get_mut(id as usize) else {
             return;
         };
         e.flood_credit = (e.flood_credit + quantum).min(max_flood_credit(quantum));
-        self.core.set_flood_credit(Some(e.flood_credit));
+        let usable = e.flood_credit.min(*round_left);
+        self.core.set_flood_credit(Some(usable));
         debug_assert!(self.rx.is_empty());
         let received = e
             .queue
@@ -378,8 +381,10 @@ impl Worker {
         let now = self.now_ns();
         self.plan
             .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
+        *round_left -= used;
         if let Some(Some(e)) = self.queues.get_mut(id as usize) {
-            e.flood_credit = self.core.flood_credit().unwrap_or(0);
+            e.flood_credit -= used.min(e.flood_credit);
         }
         if !self.outputs.mirror_sinks.is_empty() {
             write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);

@@ -256,8 +256,8 @@ fn an_address_learned_on_one_worker_is_known_to_the_other() {
 /// others must not take the worker from host A, whose 1000 frames go to B (a known unicast
 /// address). Every port floods to B too, so B's output file shows, in the worker's order, how
 /// much flood work was done before A's last frame got through: before, every queued broadcast
-/// (3200) went first; now each round's flood work is shared, and what a port cannot pay for
-/// is dropped as `flood_rate` on it. A's frames are never dropped.
+/// (3200) went first; now each round's flood work is shared (100 went first), and what a port
+/// cannot pay for is dropped as `flood_rate` on it. A's frames are never dropped.
 #[test]
 fn floods_of_many_ports_do_not_hold_up_known_unicast() {
     const FLOODERS: usize = 100;
