@@ -502,9 +502,16 @@ impl Session {
                 return Err(qbridge_bridge::ConfigError::DeviceExists(peer.clone()).into());
             }
         }
-        // On a copy: a patch link is both ends or neither, and an index reservation must not
-        // outlive a refused command.
-        let mut sw = self.switch.clone();
+        // On a copy when two operations must succeed together: a patch link is both ends or
+        // neither, and an index reservation must not outlive a refused command. One switch
+        // operation checks everything before it changes anything, so a plain `link add` needs
+        // no copy (a copy costs every FDB entry: milliseconds on a large table).
+        let needs_copy = index.is_some() || matches!(spec, PortSpec::Patch { .. });
+        let mut copy = needs_copy.then(|| self.switch.clone());
+        let sw = match copy.as_mut() {
+            Some(c) => c,
+            None => &mut self.switch,
+        };
         if let Some(i) = index {
             sw.reserve_port_index(i)?;
         }
@@ -516,7 +523,7 @@ impl Session {
                 address,
                 ..
             } => {
-                let lower = resolve_lower(&sw, link)?;
+                let lower = resolve_lower(sw, link)?;
                 let mac = address.unwrap_or_else(|| random_mac(name));
                 sw.add_vlan_device(name, lower, *protocol, (*id).into(), mac)?;
             }
@@ -526,7 +533,7 @@ impl Session {
                 address,
                 ..
             } => {
-                let lower = resolve_lower(&sw, link)?;
+                let lower = resolve_lower(sw, link)?;
                 let mac = address.unwrap_or_else(|| random_mac(name));
                 sw.add_macvlan(name, lower, *mode, mac)?;
             }
@@ -536,17 +543,21 @@ impl Session {
                     sw.reserve_port_index(i)?;
                 }
                 sw.add_port(peer, spec.kind(), PortSettings::default())?;
-                let back = PortSpec::Patch {
-                    peer: name.to_string(),
-                };
-                self.specs.insert(peer.clone(), back);
-                self.status.remove(peer);
             }
             _ => {
                 sw.add_port(name, spec.kind(), PortSettings::default())?;
             }
         }
-        self.switch = sw;
+        if let Some(c) = copy {
+            self.switch = c;
+        }
+        if let PortSpec::Patch { peer } = spec {
+            let back = PortSpec::Patch {
+                peer: name.to_string(),
+            };
+            self.specs.insert(peer.clone(), back);
+            self.status.remove(peer);
+        }
         self.specs.insert(name.to_string(), spec.clone());
         self.status.remove(name);
         Ok(String::new())

@@ -366,3 +366,69 @@ fn floods_of_many_ports_do_not_hold_up_known_unicast() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Issue 17, item 7: a `link add` no longer copies the session (every FDB entry) twice, once
+/// to undo it if its backend cannot be opened and once in the session: with 100 000 user
+/// entries it cost 8.4 ms instead of 0.29 ms (release build). The per-command time with
+/// 100 000 entries stays within a loose factor of the time with 2 (it was 29 times).
+#[test]
+fn link_add_costs_the_same_with_a_large_fdb() {
+    let per_command = |entries: u32| {
+        let d = dir(&format!("linkadd{entries}"));
+        let mut batch = String::from(
+            "link add br0 type bridge vlan_filtering 1\nlink add p1 type patch peer p2\n\
+             link set dev p1 master br0\n",
+        );
+        for i in 0..entries {
+            batch.push_str(&format!(
+                "fdb add 02:00:00:{:02x}:{:02x}:{:02x} dev p1 vlan 1 static\n",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            ));
+        }
+        let mut session = Session::with_workers(1);
+        session
+            .execute_batch(&batch, OutputOptions::default())
+            .unwrap();
+        let (engine, h, _) = Engine::new(
+            session,
+            EngineConfig {
+                pcap_dir: Some(d.clone()),
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap();
+        let t = std::thread::spawn(move || engine.run());
+        let t0 = Instant::now();
+        for i in 0..10 {
+            call(&h, &format!("link add q{i} type pcap"));
+        }
+        let per = t0.elapsed() / 10;
+        // A backend that cannot be opened undoes the command: `mirror add` of a file that
+        // cannot be made (a directory is in the way).
+        std::fs::create_dir_all(d.join("m.pcap")).unwrap();
+        let r = h.call(Op::Command {
+            out: OutputOptions::default(),
+            words: "mirror add m src q0 dst pcap m.pcap"
+                .split(' ')
+                .map(str::to_owned)
+                .collect(),
+        });
+        assert!(!r.ok);
+        assert!(!r.ok, "{:?}", r.output);
+        eprintln!("{:?}", r.error);
+        assert_eq!(call(&h, "mirror show").trim(), "[]");
+        h.shutdown();
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+        per
+    };
+    let small = per_command(2);
+    let large = per_command(100_000);
+    eprintln!("link add: {small:?} with 2 FDB entries, {large:?} with 100000");
+    assert!(
+        large < small * 8 + Duration::from_millis(5),
+        "link add: {small:?} with 2 FDB entries, {large:?} with 100000"
+    );
+}
