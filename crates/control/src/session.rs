@@ -243,6 +243,13 @@ impl Session {
                     None => None,
                 };
                 if let Some(mode) = vlan_mode_of(opts)? {
+                    let settings = merge_port(sw.port_settings(id).clone(), opts);
+                    if master.is_none() && settings == *sw.port_settings(id) {
+                        // The mode alone: one operation, no copy (a copy costs every FDB
+                        // entry).
+                        sw.set_vlan_mode(id, mode)?;
+                        return Ok(String::new());
+                    }
                     // Master first (joining resets the VLANs), then the settings, then the
                     // mode; on a copy, so that a refusal changes nothing.
                     let mut probe = sw.clone();
@@ -336,15 +343,19 @@ impl Session {
             } => {
                 let id = vlan_target(sw, dev, *self_)?;
                 let (a, z) = (vids.start.into(), vids.end.into());
-                // Both on a copy: a refusal of the second changes nothing.
-                let mut probe = sw.clone();
-                if let Some(role) = pvlan {
-                    probe.set_pvlan(id, a, z, *role)?;
+                match (pvlan, limit) {
+                    (Some(role), Some((n, v))) => {
+                        // Both on a copy: a refusal of the second changes nothing.
+                        let mut probe = sw.clone();
+                        probe.set_pvlan(id, a, z, *role)?;
+                        probe.set_vlan_limit(id, a, z, *n, *v)?;
+                        *sw = probe;
+                    }
+                    // One operation: no copy (a copy costs every FDB entry).
+                    (Some(role), None) => sw.set_pvlan(id, a, z, *role)?,
+                    (None, Some((n, v))) => sw.set_vlan_limit(id, a, z, *n, *v)?,
+                    (None, None) => {}
                 }
-                if let Some((n, v)) = limit {
-                    probe.set_vlan_limit(id, a, z, *n, *v)?;
-                }
-                *sw = probe;
             }
             VlanCommand::MapAdd { dev, wire, inside } => {
                 let id = sw.port_id(dev)?;
