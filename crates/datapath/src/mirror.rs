@@ -223,4 +223,91 @@ mod tests {
         sink.flush();
         assert!(sink.failing(), "/dev/full stays full");
     }
+
+    /// A real full disk (a 512 KiB tmpfs mounted for the test; root only): the sink stops at
+    /// the first failed write, the once-a-second flush that finds room again makes it
+    /// writable, and the file then holds whole records only, exactly the copies counted as
+    /// sent.
+    #[test]
+    fn a_sink_on_a_full_disk_recovers_when_there_is_room_again() {
+        let dir = std::env::temp_dir().join(format!("qbridge-mirror-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            let _ = std::fs::remove_dir(&dir);
+            if std::env::var("QBRIDGE_REQUIRE_NETNS").is_ok_and(|v| !v.is_empty() && v != "0") {
+                panic!("cannot mount a tmpfs (QBRIDGE_REQUIRE_NETNS is set)");
+            }
+            eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+            return;
+        }
+        struct Unmount(std::path::PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+                let _ = std::fs::remove_dir(&self.0);
+            }
+        }
+        let _guard = Unmount(dir.clone());
+        // Three quarters of the disk taken by something else.
+        std::fs::write(dir.join("filler"), vec![0u8; 384 * 1024]).unwrap();
+
+        let mut s = Session::new();
+        s.execute_batch(
+            "link add p1 type pcap\nlink add p2 type pcap\n\
+             mirror add m src p1 direction rx dst pcap m.pcap\n",
+            OutputOptions::default(),
+        )
+        .unwrap();
+        let plan = s.switch_mut().plan();
+        let sink = Arc::new(MirrorSink::open(&dir, "m.pcap").unwrap());
+        let sinks: Sinks = vec![Some(sink.clone())].into();
+        let mut worker = qbridge_bridge::Worker::new(0);
+        let mut out = Outputs::new();
+        let mut send = |batches: usize| {
+            for _ in 0..batches {
+                let mut rx = Batch::default();
+                for _ in 0..32 {
+                    rx.push(frame());
+                }
+                plan.process(&mut worker, 1, &mut rx, &mut out);
+                write_sinks(&plan, 0, &sinks, &mut out);
+                for b in out.ports.iter_mut() {
+                    let mut b = std::mem::take(b);
+                    out.pool.put_all(&mut b);
+                }
+            }
+        };
+        // 8000 copies of 76 bytes: 600 KB, more than the disk has.
+        send(250);
+        assert!(sink.failing(), "the disk did not fill");
+        sink.flush();
+        assert!(sink.failing(), "still full");
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        sink.flush();
+        assert!(!sink.failing(), "room again: writable");
+        send(10);
+        sink.finish();
+        let c = s.switch().mirror_counters("m").unwrap();
+        assert_eq!(
+            c.frames + c.drops[DropReason::TxError as usize],
+            260 * 32,
+            "{c:?}"
+        );
+        let mut r = qbridge_io::pcap::PcapReader::open(&dir.join("m.pcap")).unwrap();
+        let mut records = 0u64;
+        while let Some(rec) = r.next_record().unwrap() {
+            assert_eq!(rec.data.len(), 60);
+            records += 1;
+        }
+        eprintln!("{records} records written, {c:?}");
+        assert_eq!(
+            records, c.frames,
+            "every copy counted as sent is in the file, whole"
+        );
+    }
 }
