@@ -28,6 +28,13 @@ impl Cell {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
+    /// Takes back `n` of what this block's owner added (never more: a block never goes
+    /// below zero).
+    #[inline(always)]
+    pub fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_sub(n), Relaxed);
+    }
+
     #[inline(always)]
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
@@ -35,7 +42,7 @@ impl Cell {
 }
 
 /// One writer's counters of one port.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(64))]
 pub struct PortCells {
     pub rx_frames: Cell,
@@ -47,6 +54,27 @@ pub struct PortCells {
     pub fdb_moves: Cell,
     pub drops: [Cell; DropReason::COUNT],
     pub rx_pcp: [Cell; 8],
+}
+
+/// One cell per drop reason (more than 32: arrays that long derive no `Default`).
+pub fn drop_cells() -> [Cell; DropReason::COUNT] {
+    std::array::from_fn(|_| Cell::default())
+}
+
+impl Default for PortCells {
+    fn default() -> Self {
+        PortCells {
+            rx_frames: Cell::default(),
+            rx_bytes: Cell::default(),
+            tx_frames: Cell::default(),
+            tx_bytes: Cell::default(),
+            fdb_learn_refused: Cell::default(),
+            fdb_evictions: Cell::default(),
+            fdb_moves: Cell::default(),
+            drops: drop_cells(),
+            rx_pcp: Default::default(),
+        }
+    }
 }
 
 impl PortCells {

@@ -93,6 +93,11 @@ drop_reasons! {
     EgressDown = "egress_down",
     /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
     NoDestination = "no_destination",
+    /// A flood whose copies the ingress port's flood credit could not pay for: the daemon's
+    /// workers share their flood work fairly among the ports they serve (`crate::Worker::
+    /// set_flood_credit`, docs/semantics.md "Flood fairness"). Known unicast is never dropped
+    /// for it.
+    FloodRate = "flood_rate",
     /// A received frame was longer than the receive buffer and arrived cut short (set by I/O
     /// layers).
     RxTruncated = "rx_truncated",

@@ -746,7 +746,26 @@ struct Writer {
     last_move: Option<FdbMove>,
     /// The bridge's pairs, once it learns per inner VID (shared with [`Fdb::inner`]).
     inner: Option<Arc<InnerFids>>,
+    /// While a monitor watches: what changed since it last looked (`crate::fdbwatch`).
+    log: Option<Box<ChangeLog>>,
 }
+
+/// The keys whose entries changed (added, moved, flags changed, removed) since the log was
+/// last taken, each with its entry before the first of those changes: what `monitor`
+/// compares, instead of a copy of the table (`crate::fdbwatch`). Bounded: past
+/// [`CHANGE_LOG_KEYS`] keys, further changes are only counted.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChangeLog {
+    pub before: HashMap<u64, Option<Slot>>,
+    /// Changes of keys not in `before` once it was full.
+    pub lost: u64,
+}
+
+/// One key's entry before and now ([`Fdb::take_changes`]).
+pub(crate) type SlotChange = (Option<Slot>, Option<Slot>);
+
+/// Most keys a [`ChangeLog`] holds (1.5 MB or so).
+pub(crate) const CHANGE_LOG_KEYS: usize = 1 << 16;
 
 /// A learned address that moved from one port to another: what the MAC-flapping watch logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -819,7 +838,43 @@ impl Fdb {
             moves: 0,
             last_move: None,
             inner: None,
+            log: None,
         })
+    }
+
+    /// Starts logging changes (`reset`: from an empty log; else an existing log is kept, as a
+    /// batch's copy of the table carries the original's).
+    pub(crate) fn watch(&self, reset: bool) {
+        let mut w = self.lock();
+        if reset || w.log.is_none() {
+            w.log = Some(Box::default());
+        }
+    }
+
+    /// Whether changes are logged.
+    pub(crate) fn watched(&self) -> bool {
+        self.lock().log.is_some()
+    }
+
+    /// Stops logging changes.
+    pub(crate) fn unwatch(&self) {
+        self.lock().log = None;
+    }
+
+    /// The changes logged since the last call, each key with its entry before and now (a
+    /// writer-consistent read), and the changes not logged; the log starts again empty.
+    pub(crate) fn take_changes(&self) -> (Vec<SlotChange>, u64) {
+        let mut w = self.lock();
+        let Some(log) = w.log.as_mut() else {
+            return (Vec::new(), 0);
+        };
+        let log = std::mem::take(&mut **log);
+        let changes = log
+            .before
+            .into_iter()
+            .map(|(key, before)| (before, w.table.find(key).map(|(_, s)| s)))
+            .collect();
+        (changes, log.lost)
     }
 
     fn from_writer(w: Writer) -> Fdb {
@@ -866,6 +921,26 @@ impl Fdb {
     /// The VLAN of `key` (its S-VLAN for a pair's FID) and its inner VID (0: none).
     pub fn key_vlan(&self, key: u64) -> (u16, u16) {
         vlan_of(self.inner(), key)
+    }
+
+    /// Entry `s` as users see it (`fdb show`, `monitor fdb`): on port `ifname` of bridge
+    /// `master`, refreshed `idle_ns` ago.
+    pub(crate) fn view(&self, s: &Slot, ifname: String, master: String, idle_ns: u64) -> FdbEntryView {
+        let (fid, inner) = self.key_vlan(s.key);
+        FdbEntryView {
+            mac: key_mac(s.key),
+            vlan: (fid != 0).then_some(fid),
+            inner_vlan: (inner != 0).then_some(inner),
+            ifname,
+            master,
+            kind: s.kind(),
+            sticky: s.flags & F_STICKY != 0,
+            locked: s.flags & F_LOCKED != 0,
+            // Local entries of port addresses are neither learned nor the user's.
+            added_by_user: s.flags & F_USER != 0,
+            extern_learn: s.flags & F_EXTERN != 0,
+            idle_ns,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -1109,6 +1184,17 @@ impl Writer {
         self.port_learned.get(port as usize).copied().unwrap_or(0)
     }
 
+    /// Notes a change of `key`, whose entry was `before` (see [`ChangeLog`]).
+    fn note(&mut self, key: u64, before: Option<Slot>) {
+        if let Some(log) = self.log.as_mut() {
+            if log.before.len() >= CHANGE_LOG_KEYS && !log.before.contains_key(&key) {
+                log.lost += 1;
+            } else {
+                log.before.entry(key).or_insert(before);
+            }
+        }
+    }
+
     fn ensure_port(&mut self, port: u16) {
         let n = port as usize + 1;
         if self.port_learned.len() < n {
@@ -1137,6 +1223,7 @@ impl Writer {
     /// Inserts a new key (the caller checked it is absent and that there is room), reusing
     /// the first tombstone on its probe path.
     fn insert_new(&mut self, key: u64, port: u16, flags: u8, now_ns: u64) {
+        self.note(key, None);
         if (self.len + self.tombs + 1) * 8 > self.table.slots.len() * 5 {
             self.rebuild();
         }
@@ -1163,7 +1250,12 @@ impl Writer {
         }
     }
 
-    fn set_meta(&self, i: usize, port: u16, flags: u8, stamp: u32) {
+    fn set_meta(&mut self, i: usize, port: u16, flags: u8, stamp: u32) {
+        if self.log.is_some() {
+            if let Some(old) = self.table.get_slot(i) {
+                self.note(old.key, Some(old));
+            }
+        }
         self.table.slots[i]
             .meta
             .store(pack(port, flags, stamp), Release);
@@ -1202,6 +1294,7 @@ impl Writer {
     /// Removes the entry in slot `i` (a tombstone takes its place).
     fn remove_at(&mut self, i: usize) -> Slot {
         let removed = self.table.get_slot(i).expect("slot in use");
+        self.note(removed.key, Some(removed));
         if removed.is_learned() {
             self.uncount_learned(removed.port, removed.key);
         }

@@ -167,12 +167,22 @@ impl MirrorCounters {
 }
 
 /// One writer's counters of one session (see `crate::cells`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(64))]
 pub(crate) struct MirrorCells {
     pub frames: Cell,
     pub bytes: Cell,
     pub drops: [Cell; DropReason::COUNT],
+}
+
+impl Default for MirrorCells {
+    fn default() -> Self {
+        MirrorCells {
+            frames: Cell::default(),
+            bytes: Cell::default(),
+            drops: crate::cells::drop_cells(),
+        }
+    }
 }
 
 /// A session's counters: one block per datapath worker and one for the control plane.
@@ -570,16 +580,20 @@ impl Plan {
         }
     }
 
-    /// Counts `n` copies for sink `sink` that could not be written (`tx_error`), in worker
-    /// `worker`'s block of the session's counters.
-    pub fn count_mirror_sink_error(&self, sink: usize, worker: usize, n: u64) {
+    /// Counts `n` copies (`bytes` bytes) for sink `sink` that could not be written: moved from
+    /// the session's `frames`/`bytes` (counted when the copy was handed to the sink, by this
+    /// worker) to `tx_error`, in worker `worker`'s block of the session's counters.
+    pub fn count_mirror_sink_error(&self, sink: usize, worker: usize, n: u64, bytes: u64) {
         let Some(m) = &self.mirrors else {
             return;
         };
         for s in &m.sessions {
             if let CompiledDst::Sink(k) = s.dst {
                 if k as usize == sink {
-                    s.counters.writer(worker).drops[DropReason::TxError as usize].add(n);
+                    let c = s.counters.writer(worker);
+                    c.frames.sub(n);
+                    c.bytes.sub(bytes);
+                    c.drops[DropReason::TxError as usize].add(n);
                 }
             }
         }

@@ -314,6 +314,7 @@ impl Plan {
             scratch,
             tables,
             meta,
+            flood_credit,
             ..
         } = w;
         let wi = *index;
@@ -346,7 +347,7 @@ impl Plan {
                 q.append(&mut rx.pkts);
             }
         } else {
-            self.egress_stage(wi, scratch, meta, rx, out);
+            self.egress_stage(wi, scratch, flood_credit, meta, rx, out);
         }
     }
 
@@ -667,6 +668,7 @@ impl Plan {
         &self,
         wi: usize,
         scratch: &mut Vec<u16>,
+        credit: &mut Option<u64>,
         meta: &[FrameMeta],
         rx: &mut Batch,
         out: &mut Outputs,
@@ -674,7 +676,7 @@ impl Plan {
         for (mut pkt, m) in rx.pkts.drain(..).zip(meta) {
             let verdict = match m.dest {
                 DEST_DROP => None,
-                DEST_FLOOD => self.flood(wi, scratch, m, &mut pkt, out),
+                DEST_FLOOD => self.flood(wi, scratch, credit, m, &mut pkt, out),
                 e => Some(e as usize),
             };
             match verdict {
@@ -686,11 +688,14 @@ impl Plan {
 
     /// Floods to the VID's member ports that the flags, isolation and hairpin allow: pool copies
     /// to all targets but the last, which gets the original buffer (returned as the verdict).
+    /// With a flood credit, the copies are paid for from it or the frame is dropped as
+    /// `flood_rate` ([`Worker::set_flood_credit`]).
     #[inline(never)]
     fn flood(
         &self,
         wi: usize,
         scratch: &mut Vec<u16>,
+        credit: &mut Option<u64>,
         m: &FrameMeta,
         pkt: &mut PacketBuf,
         out: &mut Outputs,
@@ -727,6 +732,14 @@ impl Plan {
             inp.counters.writer(wi).drop(DropReason::NoDestination);
             return None;
         };
+        if let Some(c) = credit {
+            let copies = scratch.len() as u64;
+            if *c < copies {
+                inp.counters.writer(wi).drop(DropReason::FloodRate);
+                return None;
+            }
+            *c -= copies;
+        }
         for &p in rest {
             let mut copy = out.pool.get_copy(pkt);
             let ep = ports[p as usize].as_deref().expect("listed port exists");

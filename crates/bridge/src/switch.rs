@@ -420,6 +420,9 @@ pub struct Worker {
     pub(crate) stack: Option<Box<crate::stack::Scratch>>,
     /// Scratch of port mirroring (taken while it runs).
     pub(crate) mirror: Option<Box<crate::mirror::MirrorScratch>>,
+    /// Flood copies the frames of the next [`Plan::process`] may still make (`None`: no
+    /// limit). See [`Worker::set_flood_credit`].
+    pub(crate) flood_credit: Option<u64>,
 }
 
 impl Worker {
@@ -432,11 +435,28 @@ impl Worker {
             meta: Vec::new(),
             stack: None,
             mirror: None,
+            flood_credit: None,
         }
     }
 
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Bounds the flood copies of the next [`Plan::process`] calls: a flood (unknown unicast,
+    /// broadcast, multicast) to `k` ports is sent when at least `k` copies of credit are left,
+    /// and takes them; else it is dropped as `flood_rate`, counted on its ingress port. A frame
+    /// to one port (known unicast) never uses credit nor is dropped for it. `None` (the
+    /// default): no bound, as replay and the tests forward. The daemon's worker gives each
+    /// port's burst its fair share of a round's flood work (`docs/semantics.md`, "Flood
+    /// fairness").
+    pub fn set_flood_credit(&mut self, credit: Option<u64>) {
+        self.flood_credit = credit;
+    }
+
+    /// The credit left (see [`Worker::set_flood_credit`]).
+    pub fn flood_credit(&self) -> Option<u64> {
+        self.flood_credit
     }
 }
 
@@ -730,6 +750,11 @@ impl Switch {
     fn port_mut(&mut self, id: PortId) -> &mut Port {
         self.plan = None;
         Arc::make_mut(self.ports[id.0 as usize].as_mut().expect("live port id"))
+    }
+
+    /// Bridge `id`'s FDB table (`crate::fdbwatch`).
+    pub(crate) fn bridge_fdb(&self, id: BridgeId) -> &Arc<Fdb> {
+        &self.bridge(id).fdb
     }
 
     fn bridge(&self, id: BridgeId) -> &Bridge {
@@ -2431,20 +2456,12 @@ impl Switch {
                 if filter.vlan.is_some_and(|v| v != fid) {
                     continue;
                 }
-                let view = FdbEntryView {
-                    mac: key_mac(s.key),
-                    vlan: (fid != 0).then_some(fid),
-                    inner_vlan: (inner != 0).then_some(inner),
-                    ifname: self.port(PortId(s.port)).name.clone(),
-                    master: bname.to_string(),
-                    kind: s.kind(),
-                    sticky: s.flags & F_STICKY != 0,
-                    locked: s.flags & F_LOCKED != 0,
-                    // Local entries of port addresses are neither learned nor the user's.
-                    added_by_user: s.flags & F_USER != 0,
-                    extern_learn: s.flags & F_EXTERN != 0,
-                    idle_ns: self.now_ns.saturating_sub(s.seen_ns),
-                };
+                let view = b.fdb.view(
+                    &s,
+                    self.port(PortId(s.port)).name.clone(),
+                    bname.to_string(),
+                    self.now_ns.saturating_sub(s.seen_ns),
+                );
                 let created = self.port(PortId(s.port)).generation;
                 keyed.push(((bid.0, created, fid, inner, key_mac(s.key)), view));
             }

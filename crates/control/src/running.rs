@@ -20,6 +20,7 @@
 //! Counters, learned entries and backend state are not configuration and are not saved.
 
 use crate::command::{PortSpec, XdpAttach};
+use crate::error::ControlError;
 use crate::render::{self, on_off};
 use crate::session::Session;
 use qbridge_bridge::switch::tpid_name;
@@ -428,6 +429,90 @@ fn fdb_lines(sw: &Switch, out: &mut String) {
             e.mac, e.ifname
         );
     }
+}
+
+/// Marks the end of the configuration text in a state file that changes were appended to
+/// (the daemon's `--state FILE`, [`change_line`]): the lines after it are applied as
+/// `qbridge apply` applies a file.
+pub const CHANGES_MARKER: &str =
+    "# changes since the configuration above, applied as 'qbridge apply' applies a file\n";
+
+/// The line to append to a state file for `cmd`, a command that succeeded, when the command
+/// alone recreates its effect on the configuration above it, applied with `apply`'s meaning
+/// (`fdb add` replaces an entry that exists, `fdb del` of an absent entry does nothing):
+/// `fdb add`/`fdb replace` and `fdb del`, whose effect on a configuration is O(the change).
+/// `None` for every other command: the whole configuration is written instead.
+pub fn change_line(cmd: &crate::Command) -> Option<String> {
+    use crate::command::{Command, FdbCommand};
+    let vlan = |v: &Option<u16>, c: &Option<u16>| match (v, c) {
+        (Some(v), Some(c)) => format!(" vlan {v} inner_vlan {c}"),
+        (Some(v), None) => format!(" vlan {v}"),
+        (None, _) => String::new(),
+    };
+    match cmd {
+        Command::Fdb(FdbCommand::Add {
+            mac,
+            dev,
+            vlan: v,
+            inner_vlan,
+            kind,
+            sticky,
+            replace: _,
+            extern_learn,
+        }) => {
+            if *extern_learn {
+                return Some(format!(
+                    "fdb add {mac} dev {dev}{} extern_learn\n",
+                    vlan(v, inner_vlan)
+                ));
+            }
+            let kind = match kind {
+                FdbKind::Static => "static",
+                FdbKind::Dynamic => "dynamic",
+                FdbKind::Permanent => "permanent",
+            };
+            let sticky = if *sticky { " sticky" } else { "" };
+            Some(format!(
+                "fdb add {mac} dev {dev}{} {kind}{sticky}\n",
+                vlan(v, inner_vlan)
+            ))
+        }
+        Command::Fdb(FdbCommand::Del {
+            mac,
+            dev,
+            vlan: v,
+            inner_vlan,
+        }) => Some(format!("fdb del {mac} dev {dev}{}\n", vlan(v, inner_vlan))),
+        _ => None,
+    }
+}
+
+/// Applies a state file's text to `session`, all or nothing: the configuration, then the
+/// changes appended after [`CHANGES_MARKER`] with `apply`'s meaning. A last appended line
+/// without its newline (a write cut short by a power cut) is left out. Errors name the line of
+/// the whole text.
+pub fn restore(session: &mut Session, text: &str) -> Result<(), ControlError> {
+    let out = crate::OutputOptions::default();
+    let Some((config, changes)) = text.split_once(CHANGES_MARKER) else {
+        session.execute_batch(text, out)?;
+        return Ok(());
+    };
+    let changes = match changes.rfind('\n') {
+        Some(i) => &changes[..=i],
+        None => "",
+    };
+    let mut work = session.clone();
+    work.execute_batch(config, out)?;
+    let before = config.lines().count() + 1;
+    work.apply_batch(changes, out).map_err(|e| match e {
+        ControlError::Line { line, error } => ControlError::Line {
+            line: line + before,
+            error,
+        },
+        e => e,
+    })?;
+    *session = work;
+    Ok(())
 }
 
 /// The port an FDB entry's `ifname` names: a port, or (a host port's name being its bridge's)

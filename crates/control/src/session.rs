@@ -243,6 +243,13 @@ impl Session {
                     None => None,
                 };
                 if let Some(mode) = vlan_mode_of(opts)? {
+                    let settings = merge_port(sw.port_settings(id).clone(), opts);
+                    if master.is_none() && settings == *sw.port_settings(id) {
+                        // The mode alone: one operation, no copy (a copy costs every FDB
+                        // entry).
+                        sw.set_vlan_mode(id, mode)?;
+                        return Ok(String::new());
+                    }
                     // Master first (joining resets the VLANs), then the settings, then the
                     // mode; on a copy, so that a refusal changes nothing.
                     let mut probe = sw.clone();
@@ -336,15 +343,19 @@ impl Session {
             } => {
                 let id = vlan_target(sw, dev, *self_)?;
                 let (a, z) = (vids.start.into(), vids.end.into());
-                // Both on a copy: a refusal of the second changes nothing.
-                let mut probe = sw.clone();
-                if let Some(role) = pvlan {
-                    probe.set_pvlan(id, a, z, *role)?;
+                match (pvlan, limit) {
+                    (Some(role), Some((n, v))) => {
+                        // Both on a copy: a refusal of the second changes nothing.
+                        let mut probe = sw.clone();
+                        probe.set_pvlan(id, a, z, *role)?;
+                        probe.set_vlan_limit(id, a, z, *n, *v)?;
+                        *sw = probe;
+                    }
+                    // One operation: no copy (a copy costs every FDB entry).
+                    (Some(role), None) => sw.set_pvlan(id, a, z, *role)?,
+                    (None, Some((n, v))) => sw.set_vlan_limit(id, a, z, *n, *v)?,
+                    (None, None) => {}
                 }
-                if let Some((n, v)) = limit {
-                    probe.set_vlan_limit(id, a, z, *n, *v)?;
-                }
-                *sw = probe;
             }
             VlanCommand::MapAdd { dev, wire, inside } => {
                 let id = sw.port_id(dev)?;
@@ -508,9 +519,16 @@ impl Session {
                 return Err(qbridge_bridge::ConfigError::DeviceExists(peer.clone()).into());
             }
         }
-        // On a copy: a patch link is both ends or neither, and an index reservation must not
-        // outlive a refused command.
-        let mut sw = self.switch.clone();
+        // On a copy when two operations must succeed together: a patch link is both ends or
+        // neither, and an index reservation must not outlive a refused command. One switch
+        // operation checks everything before it changes anything, so a plain `link add` needs
+        // no copy (a copy costs every FDB entry: milliseconds on a large table).
+        let needs_copy = index.is_some() || matches!(spec, PortSpec::Patch { .. });
+        let mut copy = needs_copy.then(|| self.switch.clone());
+        let sw = match copy.as_mut() {
+            Some(c) => c,
+            None => &mut self.switch,
+        };
         if let Some(i) = index {
             sw.reserve_port_index(i)?;
         }
@@ -522,7 +540,7 @@ impl Session {
                 address,
                 ..
             } => {
-                let lower = resolve_lower(&sw, link)?;
+                let lower = resolve_lower(sw, link)?;
                 let mac = address.unwrap_or_else(|| random_mac(name));
                 sw.add_vlan_device(name, lower, *protocol, (*id).into(), mac)?;
             }
@@ -532,7 +550,7 @@ impl Session {
                 address,
                 ..
             } => {
-                let lower = resolve_lower(&sw, link)?;
+                let lower = resolve_lower(sw, link)?;
                 let mac = address.unwrap_or_else(|| random_mac(name));
                 sw.add_macvlan(name, lower, *mode, mac)?;
             }
@@ -542,17 +560,21 @@ impl Session {
                     sw.reserve_port_index(i)?;
                 }
                 sw.add_port(peer, spec.kind(), PortSettings::default())?;
-                let back = PortSpec::Patch {
-                    peer: name.to_string(),
-                };
-                self.specs.insert(peer.clone(), back);
-                self.status.remove(peer);
             }
             _ => {
                 sw.add_port(name, spec.kind(), PortSettings::default())?;
             }
         }
-        self.switch = sw;
+        if let Some(c) = copy {
+            self.switch = c;
+        }
+        if let PortSpec::Patch { peer } = spec {
+            let back = PortSpec::Patch {
+                peer: name.to_string(),
+            };
+            self.specs.insert(peer.clone(), back);
+            self.status.remove(peer);
+        }
         self.specs.insert(name.to_string(), spec.clone());
         self.status.remove(name);
         Ok(String::new())

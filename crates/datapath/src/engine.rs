@@ -601,11 +601,27 @@ impl Engine {
         self.publish_all();
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
-        // A copy to roll back to is needed only when reconciling can fail hard, which is when a
-        // new port's backend cannot be opened; copying the session (every FDB) before each
-        // `fdb add` would stall the control thread for milliseconds on a large table.
+        // A way back is needed only when reconciling can fail hard, which is when a new port's
+        // backend cannot be opened. For one command it is the command that deletes what it
+        // added; only a batch is undone by a copy of the session taken before it (copying
+        // every FDB costs milliseconds on a large table: 8 ms per `link add` with 100 000
+        // entries, when it was taken for single commands too).
         let changing = changes(&op);
-        let before = may_open_ports(&op).then(|| self.session.clone());
+        let before = match &op {
+            Op::Command { words, .. } => parse_words(words)
+                .ok()
+                .and_then(|c| undo_command(&c))
+                .map(Undo::Command),
+            _ => None,
+        }
+        .or_else(|| may_open_ports(&op).then(|| Undo::Session(Box::new(self.session.clone()))));
+        // A change the state file can take as one appended line (`fdb add`, `fdb del`).
+        let change_line = match &op {
+            Op::Command { words, .. } if self.cfg.state.is_some() => parse_words(words)
+                .ok()
+                .and_then(|c| qbridge_control::running::change_line(&c)),
+            _ => None,
+        };
         let r = match op {
             Op::Command { out, words } => {
                 parse_words(&words).and_then(|cmd| self.session.execute(&cmd, out))
@@ -622,17 +638,30 @@ impl Engine {
         let mut resp = self.commit(r, before);
         self.publish();
         if resp.ok {
-            self.save_state(&mut resp);
+            self.save_state(&mut resp, change_line.as_deref());
         }
         resp
     }
 
-    /// `--state FILE`: writes the running configuration if a command changed it. A failed
-    /// write does not undo the change (it is in force); the reply says it was not saved.
-    fn save_state(&mut self, resp: &mut Response) {
+    /// `--state FILE`: writes the running configuration if a command changed it, or appends
+    /// `change_line` when there is one and the file takes it (`crate::state`: O(the change)).
+    /// A failed write does not undo the change (it is in force); the reply says it was not
+    /// saved.
+    fn save_state(&mut self, resp: &mut Response, change_line: Option<&str>) {
         let Some(state) = &mut self.cfg.state else {
             return;
         };
+        if let Some(line) = change_line {
+            match state.append(line) {
+                Ok(true) => return,
+                Ok(false) => {}
+                // The whole configuration is tried below; its error, if any, is the reply's.
+                Err(e) => tracing::warn!(
+                    "cannot append to the state file {}: {e}",
+                    state.path().display()
+                ),
+            }
+        }
         let text = self.session.running_config();
         if let Err(e) = state.save(&text) {
             let w = format!(
@@ -665,7 +694,7 @@ impl Engine {
 
     /// After a command that may have changed the configuration: reconcile the backends, or
     /// undo the command when a backend cannot be opened.
-    fn commit(&mut self, r: Result<String, ControlError>, before: Option<Session>) -> Response {
+    fn commit(&mut self, r: Result<String, ControlError>, before: Option<Undo>) -> Response {
         match r {
             Err(e) => Response::err(e.to_string()),
             Ok(output) => match self.reconcile() {
@@ -677,7 +706,15 @@ impl Engine {
                 }
                 Err(e) => match before {
                     Some(before) => {
-                        self.session = before;
+                        match before {
+                            Undo::Session(s) => self.session = *s,
+                            Undo::Command(c) => {
+                                if let Err(e2) = self.session.execute(&c, OutputOptions::default())
+                                {
+                                    tracing::error!("cannot undo a failed command: {e2}");
+                                }
+                            }
+                        }
                         if let Err(e2) = self.reconcile() {
                             tracing::error!(
                                 "cannot restore the backends after a failed command: {e2}"
@@ -1764,6 +1801,28 @@ fn changes(op: &Op) -> bool {
     match op {
         Op::Command { words, .. } => parse_words(words).is_ok_and(|c| !is_show(&c)),
         Op::Batch { .. } | Op::Apply { .. } => true,
+    }
+}
+
+/// How a command whose backend could not be opened is undone (see `Engine::execute`).
+enum Undo {
+    /// The session as it was before (a batch).
+    Session(Box<Session>),
+    /// The command that deletes what a single command added (`link del`, `mirror del`).
+    Command(Command),
+}
+
+/// For a single command that can open a backend, the command that undoes it: `link add` of a
+/// port by `link del` (a patch link goes whole), `mirror add` by `mirror del`.
+fn undo_command(cmd: &Command) -> Option<Command> {
+    match cmd {
+        Command::Link(LinkCommand::AddPort { name, .. }) => {
+            Some(Command::Link(LinkCommand::Del { dev: name.clone() }))
+        }
+        Command::Mirror(MirrorCommand::Add(spec)) => Some(Command::Mirror(MirrorCommand::Del {
+            name: spec.name.clone(),
+        })),
+        _ => None,
     }
 }
 

@@ -18,6 +18,18 @@
 //! Queues the worker loses (a deleted or replaced port, a link gone down) leave its epoll set
 //! and counters here and are closed by the reaper threads (`crate::reaper`): closing takes the
 //! kernel milliseconds per socket, which must not stop forwarding on the other ports.
+//!
+//! **Flood fairness.** A flood costs a copy per target port: one broadcast on a bridge of 1000
+//! TAPs is 999 copies and 999 writes, so ports that flood could take a worker from every
+//! other port (1000 new TAPs sending router solicitations and MLD reports kept both workers
+//! busy for 90 s and two existing hosts lost all traffic for 60 s). Each loop turn (a round:
+//! one burst per ready queue) therefore has [`ROUND_FLOOD_COPIES`] of flood work, shared
+//! equally by the ready queues as credit (deficit round robin): a queue's burst may flood
+//! with the credit it has, kept across rounds up to [`max_flood_credit`], within what is
+//! left of the round's; a flood it cannot pay for is dropped as `flood_rate` on its ingress
+//! port. A round's flood work is bounded by [`ROUND_FLOOD_COPIES`], so every queue is served
+//! again soon; frames to one port (known unicast) never use credit. With few ports flooding
+//! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
 use crate::egress::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
@@ -36,6 +48,20 @@ use std::time::Instant;
 
 /// Most frames taken from one queue per receive.
 pub const BURST: usize = 256;
+/// Flood copies one round of the worker loop may make, shared equally by the queues served
+/// in it (see the module documentation).
+pub const ROUND_FLOOD_COPIES: u64 = 16_384;
+/// Least credit a queue may keep: enough for one flood to this many ports, however many
+/// queues share a round.
+const MIN_FLOOD_CREDIT: u64 = 4096;
+
+/// The most flood credit a queue keeps when `quantum` is its share of a round: two shares,
+/// and at least [`MIN_FLOOD_CREDIT`] (so a flood to many ports is paid for after enough
+/// rounds, and a queue that saved up cannot flood much more than its share at once).
+pub fn max_flood_credit(quantum: u64) -> u64 {
+    (2 * quantum).max(MIN_FLOOD_CREDIT)
+}
+
 /// Longest wait in `epoll_wait`.
 const POLL_TIMEOUT_MS: i64 = 100;
 /// epoll token of the wake-up eventfd; queue tokens are `generation << 16 | port id`.
@@ -79,6 +105,8 @@ struct Entry {
     seen: BackendDrops,
     /// Reported failed: not polled until the control thread replaces or removes it.
     failed: bool,
+    /// Flood copies this queue's bursts may still make (see the module documentation).
+    flood_credit: u64,
 }
 
 /// One worker's state; see the module documentation.
@@ -197,9 +225,11 @@ impl Worker {
                     }
                 }
             }
+            let quantum = ROUND_FLOOD_COPIES / (self.ready.len().max(1) as u64);
+            let mut round_left = ROUND_FLOOD_COPIES;
             for i in 0..self.ready.len() {
                 let id = self.ready[i];
-                self.service_rx(id);
+                self.service_rx(id, quantum, &mut round_left);
             }
             if woken {
                 let mut buf = [0u8; 8];
@@ -263,6 +293,7 @@ impl Worker {
                 shared: q.shared,
                 seen: BackendDrops::default(),
                 failed: false,
+                flood_credit: 0,
             });
         }
         self.plan = plan;
@@ -327,11 +358,16 @@ impl Worker {
         }
     }
 
-    /// One receive burst on queue `id`, forwarded and transmitted.
-    fn service_rx(&mut self, id: u16) {
+    /// One receive burst on queue `id`, forwarded and transmitted; `quantum` is the queue's
+    /// share of the round's flood work, `round_left` what is left of the round's (the burst
+    /// may use the queue's credit up to that).
+    fn service_rx(&mut self, id: u16, quantum: u64, round_left: &mut u64) {
         let Some(Some(e)) = self.queues.get_mut(id as usize) else {
             return;
         };
+        e.flood_credit = (e.flood_credit + quantum).min(max_flood_credit(quantum));
+        let usable = e.flood_credit.min(*round_left);
+        self.core.set_flood_credit(Some(usable));
         debug_assert!(self.rx.is_empty());
         let received = e
             .queue
@@ -357,6 +393,11 @@ impl Worker {
         let now = self.now_ns();
         self.plan
             .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
+        *round_left -= used;
+        if let Some(Some(e)) = self.queues.get_mut(id as usize) {
+            e.flood_credit -= used.min(e.flood_credit);
+        }
         if !self.outputs.mirror_sinks.is_empty() {
             write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);
         }

@@ -232,6 +232,10 @@ impl Iterator for PcapReader {
     }
 }
 
+/// The writer's buffer: the largest record fits whole, so a record goes into the buffer whole or
+/// not at all (see [`PcapWriter::write`]).
+const WRITER_BUF_LEN: usize = WRITER_SNAPLEN as usize + RECORD_HEADER_LEN;
+
 /// Writes a classic pcap file: little-endian, microseconds, Ethernet, snap length 262144.
 #[derive(Debug)]
 pub struct PcapWriter {
@@ -253,7 +257,7 @@ impl PcapWriter {
     fn with_file(path: &Path, file: File) -> Result<PcapWriter, IoError> {
         let mut w = PcapWriter {
             path: path.to_owned(),
-            out: BufWriter::with_capacity(64 * 1024, file),
+            out: BufWriter::with_capacity(WRITER_BUF_LEN, file),
         };
         let mut hdr = [0u8; FILE_HEADER_LEN];
         hdr[0..4].copy_from_slice(&MAGIC_MICROS.to_le_bytes());
@@ -284,6 +288,14 @@ impl PcapWriter {
         hdr[4..8].copy_from_slice(&(usec as u32).to_le_bytes());
         hdr[8..12].copy_from_slice(&len.to_le_bytes());
         hdr[12..16].copy_from_slice(&len.to_le_bytes());
+        // Whole records only: when the buffer has no room, it is written out first, and if
+        // that fails (a full disk) nothing of this record is kept. What the file received of
+        // the buffer stays in order with the rest, which a later flush writes: a file on a
+        // disk that filled and had room again holds whole records (the frames in between
+        // missing), never a torn one in the middle.
+        if self.out.capacity() - self.out.buffer().len() < RECORD_HEADER_LEN + frame.len() {
+            self.flush()?;
+        }
         self.put(&hdr)?;
         self.put(frame)
     }

@@ -75,8 +75,9 @@ SIGUSR2, SIGPIPE: ignored.
                        64); frames of one flow stay on one thread, in order
   --state FILE         keep the configuration in FILE: restored at start (before -batch,
                        which is then applied as 'qbridge apply' does: what exists is kept),
-                       rewritten atomically after every change; a regular file of at
-                       most 256 MiB (see docs/operating.md)
+                       saved after every change: rewritten atomically, or for fdb
+                       add/replace/del a line appended; a regular file of at most
+                       256 MiB (see docs/operating.md)
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
@@ -203,14 +204,12 @@ fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile
         }
         Err(e) => bail!("cannot read the state file {}: {e}", path.display()),
     };
-    session
-        .execute_batch(&text, OutputOptions::default())
-        .with_context(|| {
-            format!(
-                "state file {} does not apply; fix it or move it away to start empty",
-                path.display()
-            )
-        })?;
+    qbridge_control::running::restore(session, &text).with_context(|| {
+        format!(
+            "state file {} does not apply; fix it or move it away to start empty",
+            path.display()
+        )
+    })?;
     tracing::info!("restored the configuration from {}", path.display());
     Ok(StateFile::new(path.to_path_buf(), Some(text)))
 }

@@ -84,14 +84,25 @@ fn state_survives_a_restart_exactly() {
         d.ok(&c.split(' ').collect::<Vec<_>>());
     }
     let before = views(&d);
+    let running = d.ok(&["show", "running-config"]);
+    // The FDB changes were appended to the configuration written before them.
     let saved = std::fs::read_to_string(dir.join("state")).unwrap();
-    assert_eq!(d.ok(&["show", "running-config"]), saved);
+    let (config, changes) = saved
+        .split_once(qbridge_control::running::CHANGES_MARKER)
+        .unwrap();
+    assert!(
+        running.starts_with(config.lines().next().unwrap()),
+        "{saved}"
+    );
+    assert_eq!(changes.lines().count(), 3, "{saved}");
     stop(d);
 
-    // A fresh daemon, the state file only.
+    // A fresh daemon, the state file only: the same switch, and the file is the running
+    // configuration again.
     let d = start(&dir, None).unwrap();
     assert_eq!(views(&d), before);
-    assert_eq!(std::fs::read_to_string(dir.join("state")).unwrap(), saved);
+    assert_eq!(d.ok(&["show", "running-config"]), running);
+    assert_eq!(std::fs::read_to_string(dir.join("state")).unwrap(), running);
     stop(d);
 
     // With the same -batch again: applied over the state, what exists is kept (not an error,
