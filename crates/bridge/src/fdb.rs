@@ -925,7 +925,13 @@ impl Fdb {
 
     /// Entry `s` as users see it (`fdb show`, `monitor fdb`): on port `ifname` of bridge
     /// `master`, refreshed `idle_ns` ago.
-    pub(crate) fn view(&self, s: &Slot, ifname: String, master: String, idle_ns: u64) -> FdbEntryView {
+    pub(crate) fn view(
+        &self,
+        s: &Slot,
+        ifname: String,
+        master: String,
+        idle_ns: u64,
+    ) -> FdbEntryView {
         let (fid, inner) = self.key_vlan(s.key);
         FdbEntryView {
             mac: key_mac(s.key),
