@@ -17,8 +17,8 @@
 //! Modes: `active-backup` keeps its active member while it is up (no preemption; failover
 //! order = order of `add_member`); `balance-xor` uses every up member; `802.3ad` uses the
 //! collecting-and-distributing ports of the active aggregator, or none below `min_links`.
-//! `lacp_fallback active-backup` makes an 802.3ad bond whose up members are all DEFAULTED
-//! (no LACPDU within the expiry time) behave as active-backup until a LACPDU arrives, as Open
+//! `lacp_fallback active-backup` makes an 802.3ad bond with no partner on any up member and at
+//! least one member DEFAULTED (no LACPDU within the expiry time) behave as active-backup until a LACPDU arrives, as Open
 //! vSwitch's `lacp-fallback-ab` does; `min_links` does not apply meanwhile.
 
 use qbridge_wire::MacAddr;
@@ -457,9 +457,12 @@ impl Bond {
             Mode::BalanceXor => self.members.iter().filter(|m| m.port_enabled()).map(|m| m.id).collect(),
             Mode::Lacp => {
                 let up: Vec<&Member> = self.members.iter().filter(|m| m.port_enabled()).collect();
-                let all_defaulted = !up.is_empty()
-                    && up.iter().all(|m| matches!(m.rx, RxState::Defaulted | RxState::LacpDisabled));
-                if self.cfg.fallback == Fallback::ActiveBackup && all_defaulted {
+                // No partner heard on any up member, and at least one has waited out the
+                // expiry (so a member coming up during fallback does not end it).
+                let no_partner = !up.is_empty()
+                    && !up.iter().any(|m| m.partner_from_pdu)
+                    && up.iter().any(|m| matches!(m.rx, RxState::Defaulted | RxState::LacpDisabled));
+                if self.cfg.fallback == Fallback::ActiveBackup && no_partner {
                     fallback = OnOff::On;
                     self.pick_ab().into_iter().collect()
                 } else {
