@@ -263,7 +263,7 @@ impl Member {
             RxState::Expired => {
                 self.partner.state.set(PortState::SYNCHRONIZATION, false);
                 self.partner.state.set(PortState::TIMEOUT, true);
-                self.current_while = Some(now + SHORT_TIMEOUT_MS);
+                self.current_while = Some(now.saturating_add(SHORT_TIMEOUT_MS));
                 self.actor_state.set(PortState::EXPIRED, true);
                 if from == RxState::Current {
                     self.counters.expired += 1;
@@ -293,7 +293,7 @@ impl Member {
                     LacpRate::Fast => SHORT_TIMEOUT_MS,
                     LacpRate::Slow => LONG_TIMEOUT_MS,
                 };
-                self.current_while = Some(now + timeout);
+                self.current_while = Some(now.saturating_add(timeout));
                 self.actor_state.set(PortState::EXPIRED, false);
             }
         }
@@ -374,11 +374,11 @@ impl Member {
             match self.periodic {
                 PeriodicState::NoPeriodic => {
                     self.periodic = PeriodicState::FastPeriodic;
-                    self.periodic_timer = Some(now + FAST_PERIODIC_MS);
+                    self.periodic_timer = Some(now.saturating_add(FAST_PERIODIC_MS));
                 }
                 PeriodicState::FastPeriodic if !partner_fast => {
                     self.periodic = PeriodicState::SlowPeriodic;
-                    self.periodic_timer = Some(now + SLOW_PERIODIC_MS);
+                    self.periodic_timer = Some(now.saturating_add(SLOW_PERIODIC_MS));
                 }
                 PeriodicState::SlowPeriodic if partner_fast => self.periodic_tx(now, partner_fast),
                 _ if expired(self.periodic_timer, now) => self.periodic_tx(now, partner_fast),
@@ -392,9 +392,9 @@ impl Member {
     fn periodic_tx(&mut self, now: Millis, partner_fast: bool) {
         self.ntt = true;
         (self.periodic, self.periodic_timer) = if partner_fast {
-            (PeriodicState::FastPeriodic, Some(now + FAST_PERIODIC_MS))
+            (PeriodicState::FastPeriodic, Some(now.saturating_add(FAST_PERIODIC_MS)))
         } else {
-            (PeriodicState::SlowPeriodic, Some(now + SLOW_PERIODIC_MS))
+            (PeriodicState::SlowPeriodic, Some(now.saturating_add(SLOW_PERIODIC_MS)))
         };
     }
 
@@ -414,7 +414,7 @@ impl Member {
                 self.ready_n = false;
             }
             MuxState::Waiting => {
-                self.wait_while = Some(now + AGGREGATE_WAIT_MS);
+                self.wait_while = Some(now.saturating_add(AGGREGATE_WAIT_MS));
                 self.ready_n = false;
             }
             MuxState::Attached => self.set_mux_bits(true, false, false),
@@ -487,7 +487,9 @@ impl Member {
     /// Whether the rate limit lets a LACPDU out at `now`; when not, the time it will.
     pub fn tx_window_open(&self, now: Millis) -> Result<(), Millis> {
         match self.tx_times[0] {
-            Some(oldest) if now < oldest + FAST_PERIODIC_MS => Err(oldest + FAST_PERIODIC_MS),
+            Some(oldest) if now.saturating_sub(oldest) < FAST_PERIODIC_MS => {
+                Err(oldest.saturating_add(FAST_PERIODIC_MS))
+            }
             _ => Ok(()),
         }
     }
@@ -538,7 +540,7 @@ fn churn_step(
             None
         }
         ChurnState::Monitor if timer.is_none() => {
-            *timer = Some(now + CHURN_DETECTION_MS);
+            *timer = Some(now.saturating_add(CHURN_DETECTION_MS));
             None
         }
         ChurnState::Monitor if expired(*timer, now) => {
@@ -547,7 +549,7 @@ fn churn_step(
             Some(OnOff::On)
         }
         ChurnState::NoChurn if !sync => {
-            (*state, *timer) = (ChurnState::Monitor, Some(now + CHURN_DETECTION_MS));
+            (*state, *timer) = (ChurnState::Monitor, Some(now.saturating_add(CHURN_DETECTION_MS)));
             None
         }
         ChurnState::Churn if sync => {
