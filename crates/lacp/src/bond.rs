@@ -24,12 +24,14 @@
 use qbridge_wire::MacAddr;
 use serde::Serialize;
 
-use crate::member::{ActorCtx, AggKey, Member, MemberConfig, MuxState, PeriodicState, RxState, Selected};
+use crate::member::{
+    ActorCtx, AggKey, Member, MemberConfig, MuxState, PeriodicState, RxState, Selected,
+};
 use crate::pdu::{parse_frame, Lacpdu, MarkerKind, MarkerPdu, PduError, PortInfo, SlowPdu};
 use crate::table::TxTable;
 use crate::{
-    ConfigError, Event, Fallback, HashPolicy, LacpActivity, LacpRate, Link, MemberCounters, MemberId,
-    Millis, Mode, OnOff, Output,
+    ConfigError, Event, Fallback, HashPolicy, LacpActivity, LacpRate, Link, MemberCounters,
+    MemberId, Millis, Mode, OnOff, Output,
 };
 
 /// A bond's configuration: ip-link's bond words plus the LACP system identity.
@@ -158,11 +160,19 @@ impl Bond {
     }
 
     fn index(&self, id: MemberId) -> Result<usize, ConfigError> {
-        self.members.iter().position(|m| m.id == id).ok_or(ConfigError::UnknownMember(id))
+        self.members
+            .iter()
+            .position(|m| m.id == id)
+            .ok_or(ConfigError::UnknownMember(id))
     }
 
     /// Adds a member (link down until [`Bond::set_link`] says otherwise).
-    pub fn add_member(&mut self, now: Millis, id: MemberId, cfg: MemberConfig) -> Result<(), ConfigError> {
+    pub fn add_member(
+        &mut self,
+        now: Millis,
+        id: MemberId,
+        cfg: MemberConfig,
+    ) -> Result<(), ConfigError> {
         if self.index(id).is_ok() {
             return Err(ConfigError::DuplicateMember(id));
         }
@@ -176,7 +186,11 @@ impl Bond {
         if port == 0 {
             return Err(ConfigError::PortNumberZero);
         }
-        match self.members.iter().find(|m| m.cfg.port_number == port && m.id != id) {
+        match self
+            .members
+            .iter()
+            .find(|m| m.cfg.port_number == port && m.id != id)
+        {
             Some(m) => Err(ConfigError::DuplicatePortNumber { port, by: m.id }),
             None => Ok(()),
         }
@@ -187,14 +201,23 @@ impl Bond {
         let i = self.index(id)?;
         let m = self.members.remove(i);
         if m.reported == OnOff::On {
-            self.outputs.push(Output::MemberState { member: id, collecting: OnOff::Off, distributing: OnOff::Off });
+            self.outputs.push(Output::MemberState {
+                member: id,
+                collecting: OnOff::Off,
+                distributing: OnOff::Off,
+            });
         }
         self.run(now);
         Ok(())
     }
 
     /// Changes a member's port priority (its LACP port number is fixed while it is a member).
-    pub fn set_member_priority(&mut self, now: Millis, id: MemberId, port_priority: u16) -> Result<(), ConfigError> {
+    pub fn set_member_priority(
+        &mut self,
+        now: Millis,
+        id: MemberId,
+        port_priority: u16,
+    ) -> Result<(), ConfigError> {
         let i = self.index(id)?;
         let m = &mut self.members[i];
         if m.cfg.port_priority != port_priority {
@@ -257,8 +280,14 @@ impl Bond {
             Ok(SlowPdu::Marker(marker)) => match marker.kind {
                 MarkerKind::Information if lacp && m.port_enabled() => {
                     m.counters.rx_marker += 1;
-                    let reply = MarkerPdu { kind: MarkerKind::Response, ..marker };
-                    self.outputs.push(Output::Transmit { member: id, frame: reply.to_frame(m.cfg.mac) });
+                    let reply = MarkerPdu {
+                        kind: MarkerKind::Response,
+                        ..marker
+                    };
+                    self.outputs.push(Output::Transmit {
+                        member: id,
+                        frame: reply.to_frame(m.cfg.mac),
+                    });
                     m.counters.tx_marker_response += 1;
                 }
                 MarkerKind::Information => {
@@ -311,7 +340,9 @@ impl Bond {
                 m.begin();
             }
             self.active_agg = None;
-        } else if (old.system, old.system_priority, old.key) != (cfg.system, cfg.system_priority, cfg.key) {
+        } else if (old.system, old.system_priority, old.key)
+            != (cfg.system, cfg.system_priority, cfg.key)
+        {
             for m in &mut self.members {
                 m.selected = Selected::Unselected;
                 m.ntt = true;
@@ -347,7 +378,8 @@ impl Bond {
             self.transmit(now, &ctx);
         }
         self.update_traffic();
-        self.outputs.extend(self.events.drain(..).map(Output::Event));
+        self.outputs
+            .extend(self.events.drain(..).map(Output::Event));
     }
 
     /// Ready for member `i`'s aggregator: every port waiting on it has Ready_N.
@@ -355,7 +387,9 @@ impl Bond {
         let agg = self.members[i].agg;
         self.members
             .iter()
-            .filter(|m| m.agg == agg && m.selected == Selected::Selected && m.mux == MuxState::Waiting)
+            .filter(|m| {
+                m.agg == agg && m.selected == Selected::Selected && m.mux == MuxState::Waiting
+            })
             .all(|m| m.ready_n)
     }
 
@@ -363,7 +397,8 @@ impl Bond {
     fn select(&mut self, ctx: &ActorCtx) -> bool {
         let mut changed = false;
         for m in &mut self.members {
-            let operational = m.port_enabled() && !matches!(m.rx, RxState::Initialize | RxState::PortDisabled);
+            let operational =
+                m.port_enabled() && !matches!(m.rx, RxState::Initialize | RxState::PortDisabled);
             if !operational {
                 if m.selected != Selected::Unselected || m.agg.is_some() {
                     (m.selected, m.agg) = (Selected::Unselected, None);
@@ -377,7 +412,9 @@ impl Bond {
         }
         // The active aggregator.
         let quality = |k: AggKey, members: &[Member]| {
-            let ms = members.iter().filter(|m| m.agg == Some(k) && m.selected != Selected::Unselected);
+            let ms = members
+                .iter()
+                .filter(|m| m.agg == Some(k) && m.selected != Selected::Unselected);
             let (mut with_partner, mut all, mut lowest) = (0usize, 0usize, u16::MAX);
             for m in ms {
                 all += 1;
@@ -387,7 +424,11 @@ impl Bond {
             (with_partner, all, lowest)
         };
         let mut best: Option<(AggKey, (usize, usize, u16))> = None;
-        for m in self.members.iter().filter(|m| m.selected != Selected::Unselected) {
+        for m in self
+            .members
+            .iter()
+            .filter(|m| m.selected != Selected::Unselected)
+        {
             let Some(k) = m.agg else { continue };
             let q = quality(k, &self.members);
             let better = match best {
@@ -408,7 +449,11 @@ impl Bond {
             if m.selected == Selected::Unselected {
                 continue;
             }
-            let want = if m.agg == active { Selected::Selected } else { Selected::Standby };
+            let want = if m.agg == active {
+                Selected::Selected
+            } else {
+                Selected::Standby
+            };
             if m.selected != want {
                 m.selected = want;
                 changed = true;
@@ -425,8 +470,16 @@ impl Bond {
             }
             match m.tx_window_open(now) {
                 Ok(()) => {
-                    let pdu = Lacpdu { version: 1, actor: m.actor_info(ctx), partner: m.partner, collector_max_delay: 0 };
-                    self.outputs.push(Output::Transmit { member: m.id, frame: pdu.to_frame(m.cfg.mac) });
+                    let pdu = Lacpdu {
+                        version: 1,
+                        actor: m.actor_info(ctx),
+                        partner: m.partner,
+                        collector_max_delay: 0,
+                    };
+                    self.outputs.push(Output::Transmit {
+                        member: m.id,
+                        frame: pdu.to_frame(m.cfg.mac),
+                    });
                     m.ntt = false;
                     m.tx_deferred = false;
                     m.record_tx(now);
@@ -445,7 +498,8 @@ impl Bond {
     fn pick_ab(&mut self) -> Option<MemberId> {
         let up = |id: MemberId, ms: &[Member]| ms.iter().any(|m| m.id == id && m.port_enabled());
         let keep = self.ab_active.filter(|&id| up(id, &self.members));
-        self.ab_active = keep.or_else(|| self.members.iter().find(|m| m.port_enabled()).map(|m| m.id));
+        self.ab_active =
+            keep.or_else(|| self.members.iter().find(|m| m.port_enabled()).map(|m| m.id));
         self.ab_active
     }
 
@@ -454,14 +508,21 @@ impl Bond {
         let mut fallback = OnOff::Off;
         let on: Vec<MemberId> = match self.cfg.mode {
             Mode::ActiveBackup => self.pick_ab().into_iter().collect(),
-            Mode::BalanceXor => self.members.iter().filter(|m| m.port_enabled()).map(|m| m.id).collect(),
+            Mode::BalanceXor => self
+                .members
+                .iter()
+                .filter(|m| m.port_enabled())
+                .map(|m| m.id)
+                .collect(),
             Mode::Lacp => {
                 let up: Vec<&Member> = self.members.iter().filter(|m| m.port_enabled()).collect();
                 // No partner heard on any up member, and at least one has waited out the
                 // expiry (so a member coming up during fallback does not end it).
                 let no_partner = !up.is_empty()
                     && !up.iter().any(|m| m.partner_from_pdu)
-                    && up.iter().any(|m| matches!(m.rx, RxState::Defaulted | RxState::LacpDisabled));
+                    && up
+                        .iter()
+                        .any(|m| matches!(m.rx, RxState::Defaulted | RxState::LacpDisabled));
                 if self.cfg.fallback == Fallback::ActiveBackup && no_partner {
                     fallback = OnOff::On;
                     self.pick_ab().into_iter().collect()
@@ -469,7 +530,10 @@ impl Bond {
                     let on: Vec<MemberId> = self
                         .members
                         .iter()
-                        .filter(|m| m.mux == MuxState::CollectingDistributing && m.selected == Selected::Selected)
+                        .filter(|m| {
+                            m.mux == MuxState::CollectingDistributing
+                                && m.selected == Selected::Selected
+                        })
                         .map(|m| m.id)
                         .collect();
                     if on.len() < usize::from(self.cfg.min_links.max(1)) {
@@ -482,27 +546,47 @@ impl Bond {
         };
         if fallback != self.fallback {
             self.fallback = fallback;
-            let member = if fallback == OnOff::On { self.ab_active } else { None };
-            self.outputs.push(Output::Event(Event::Fallback { state: fallback, member }));
+            let member = if fallback == OnOff::On {
+                self.ab_active
+            } else {
+                None
+            };
+            self.outputs.push(Output::Event(Event::Fallback {
+                state: fallback,
+                member,
+            }));
         }
         for m in &mut self.members {
-            let want = if on.contains(&m.id) { OnOff::On } else { OnOff::Off };
+            let want = if on.contains(&m.id) {
+                OnOff::On
+            } else {
+                OnOff::Off
+            };
             if m.reported != want {
                 m.reported = want;
-                self.outputs.push(Output::MemberState { member: m.id, collecting: want, distributing: want });
+                self.outputs.push(Output::MemberState {
+                    member: m.id,
+                    collecting: want,
+                    distributing: want,
+                });
             }
         }
         self.table.set_members(&on);
         let carrier = if on.is_empty() { OnOff::Off } else { OnOff::On };
         if carrier != self.carrier {
             self.carrier = carrier;
-            self.outputs.push(Output::Event(Event::Carrier { state: carrier }));
+            self.outputs
+                .push(Output::Event(Event::Carrier { state: carrier }));
         }
     }
 
     fn agg_id(&self, k: Option<AggKey>) -> Option<u16> {
         let k = k?;
-        self.members.iter().filter(|m| m.agg == Some(k)).map(|m| m.cfg.port_number).min()
+        self.members
+            .iter()
+            .filter(|m| m.agg == Some(k))
+            .map(|m| m.cfg.port_number)
+            .min()
     }
 
     /// One member's state and counters.
@@ -532,7 +616,11 @@ impl Bond {
             carrier: self.carrier,
             fallback_active: self.fallback,
             active_aggregator_id: self.agg_id(self.active_agg),
-            members: self.members.iter().filter_map(|m| self.member_view(m.id)).collect(),
+            members: self
+                .members
+                .iter()
+                .filter_map(|m| self.member_view(m.id))
+                .collect(),
         }
     }
 }

@@ -46,9 +46,14 @@ impl HashPolicy {
 
     /// Parses an ip-link word.
     pub fn from_word(word: &str) -> Option<HashPolicy> {
-        [HashPolicy::Layer2, HashPolicy::Layer2Vlan, HashPolicy::Layer34, HashPolicy::InnerLayer34]
-            .into_iter()
-            .find(|p| p.word() == word)
+        [
+            HashPolicy::Layer2,
+            HashPolicy::Layer2Vlan,
+            HashPolicy::Layer34,
+            HashPolicy::InnerLayer34,
+        ]
+        .into_iter()
+        .find(|p| p.word() == word)
     }
 }
 
@@ -141,7 +146,9 @@ fn mix_l34(frame: &[u8], encap: Encap, m: &mut Mixer) {
     m.add(u64::from(u8::from(proto)));
     if h.fragment == Fragment::Whole && matches!(proto, IpProtocol::Tcp | IpProtocol::Udp) {
         if let Some(ports) = h.l4_offset.and_then(|o| frame.get(o..o + 4)) {
-            m.add(u64::from(u32::from_be_bytes([ports[0], ports[1], ports[2], ports[3]])));
+            m.add(u64::from(u32::from_be_bytes([
+                ports[0], ports[1], ports[2], ports[3],
+            ])));
         }
     }
 }
@@ -158,7 +165,9 @@ enum RawIp {
 fn mix_raw_ip(ip: &[u8], version: RawIp, m: &mut Mixer) -> bool {
     let (addrs, proto, l4, whole) = match version {
         RawIp::V4 => {
-            let Some(&vihl) = ip.first() else { return false };
+            let Some(&vihl) = ip.first() else {
+                return false;
+            };
             let ihl = usize::from(vihl & 0x0f) * 4;
             if vihl >> 4 != 4 || ihl < 20 {
                 return false;
@@ -173,7 +182,9 @@ fn mix_raw_ip(ip: &[u8], version: RawIp, m: &mut Mixer) -> bool {
             (ip.get(8..40), ip.get(6).copied(), 40, true)
         }
     };
-    let (Some(addrs), Some(proto)) = (addrs, proto) else { return false };
+    let (Some(addrs), Some(proto)) = (addrs, proto) else {
+        return false;
+    };
     m.add_bytes(addrs);
     m.add(u64::from(proto));
     if whole && matches!(proto, 6 | 17) {

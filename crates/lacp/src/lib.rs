@@ -60,7 +60,10 @@ pub enum Duplex {
 pub enum Link {
     Down,
     /// Up; `speed_mbps` 0 when unknown.
-    Up { speed_mbps: u32, duplex: Duplex },
+    Up {
+        speed_mbps: u32,
+        duplex: Duplex,
+    },
 }
 
 /// A two-valued state in outputs.
@@ -98,7 +101,9 @@ impl Mode {
     }
 
     pub fn from_word(word: &str) -> Option<Mode> {
-        [Mode::ActiveBackup, Mode::BalanceXor, Mode::Lacp].into_iter().find(|m| m.word() == word)
+        [Mode::ActiveBackup, Mode::BalanceXor, Mode::Lacp]
+            .into_iter()
+            .find(|m| m.word() == word)
     }
 }
 
@@ -153,9 +158,16 @@ pub enum Event {
     /// No partner: the administrative default is in use (EXPIRED → DEFAULTED).
     Defaulted { member: MemberId },
     /// Fallback to active-backup began (`On`) or ended; `member` carries traffic meanwhile.
-    Fallback { state: OnOff, member: Option<MemberId> },
+    Fallback {
+        state: OnOff,
+        member: Option<MemberId>,
+    },
     /// A churn machine detected churn (`On`: no synchronization for 60 s) or its end.
-    Churn { member: MemberId, side: Side, state: OnOff },
+    Churn {
+        member: MemberId,
+        side: Side,
+        state: OnOff,
+    },
     /// The bond's carrier: up when a member distributes and `min_links` is met.
     Carrier { state: OnOff },
     /// A malformed Slow Protocols frame was dropped (counted in the member's counters).
@@ -166,10 +178,17 @@ pub enum Event {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Send `frame` (a whole Ethernet frame, no FCS) on `member`.
-    Transmit { member: MemberId, frame: Vec<u8> },
+    Transmit {
+        member: MemberId,
+        frame: Vec<u8>,
+    },
     /// A member starts or stops collecting (accepting frames from the link) and distributing
     /// (being chosen by the transmit table).
-    MemberState { member: MemberId, collecting: OnOff, distributing: OnOff },
+    MemberState {
+        member: MemberId,
+        collecting: OnOff,
+        distributing: OnOff,
+    },
     Event(Event),
 }
 

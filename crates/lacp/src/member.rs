@@ -80,7 +80,12 @@ pub enum ChurnState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum AggKey {
     /// Aggregatable: same actor key, same partner system and key.
-    Group { actor_key: u16, partner_system_priority: u16, partner_system: MacAddr, partner_key: u16 },
+    Group {
+        actor_key: u16,
+        partner_system_priority: u16,
+        partner_system: MacAddr,
+        partner_key: u16,
+    },
     /// An Individual port (either side's Aggregation bit clear, or a loopback): alone.
     Individual { port: u16 },
 }
@@ -149,7 +154,10 @@ fn speed_code(mbps: u32) -> u16 {
         10, 100, 1_000, 2_500, 5_000, 10_000, 20_000, 25_000, 40_000, 50_000, 56_000, 100_000,
         200_000, 400_000, 800_000,
     ];
-    SPEEDS.iter().position(|&s| s == mbps).map_or(0, |i| i as u16 + 1)
+    SPEEDS
+        .iter()
+        .position(|&s| s == mbps)
+        .map_or(0, |i| i as u16 + 1)
 }
 
 impl Member {
@@ -186,7 +194,14 @@ impl Member {
 
     /// BEGIN: every machine back to its initial state (mode change, re-registration).
     pub fn begin(&mut self) {
-        let keep = (self.id, self.cfg, self.link, self.tx_times, self.reported, self.counters);
+        let keep = (
+            self.id,
+            self.cfg,
+            self.link,
+            self.tx_times,
+            self.reported,
+            self.counters,
+        );
         *self = Member::new(keep.0, keep.1);
         (self.link, self.tx_times, self.reported, self.counters) = (keep.2, keep.3, keep.4, keep.5);
     }
@@ -197,12 +212,20 @@ impl Member {
 
     /// LACP_Enabled: full duplex (6.4.8); a half-duplex port is LACP_DISABLED.
     pub fn lacp_enabled(&self) -> bool {
-        matches!(self.link, Link::Up { duplex: crate::Duplex::Full, .. })
+        matches!(
+            self.link,
+            Link::Up {
+                duplex: crate::Duplex::Full,
+                ..
+            }
+        )
     }
 
     pub fn oper_key(&self, ctx: &ActorCtx) -> u16 {
         let (code, full) = match self.link {
-            Link::Up { speed_mbps, duplex } => (speed_code(speed_mbps), duplex == crate::Duplex::Full),
+            Link::Up { speed_mbps, duplex } => {
+                (speed_code(speed_mbps), duplex == crate::Duplex::Full)
+            }
             Link::Down => (0, true),
         };
         (ctx.admin_key << 6) | (code << 1) | u16::from(full)
@@ -230,7 +253,9 @@ impl Member {
             || !self.partner.state.has(PortState::AGGREGATION)
             || self.partner.system == ctx.system;
         if individual {
-            AggKey::Individual { port: self.cfg.port_number }
+            AggKey::Individual {
+                port: self.cfg.port_number,
+            }
         } else {
             AggKey::Group {
                 actor_key: actor.key,
@@ -323,15 +348,27 @@ impl Member {
 
     /// A valid LACPDU arrived: the Receive machine's "rx PDU" into CURRENT (recordPDU,
     /// update_Selected, update_NTT). Returns false when the state ignores PDUs.
-    pub fn receive_pdu(&mut self, pdu: &Lacpdu, now: Millis, ctx: &ActorCtx, events: &mut Vec<Event>) -> bool {
-        if !matches!(self.rx, RxState::Expired | RxState::Defaulted | RxState::Current) {
+    pub fn receive_pdu(
+        &mut self,
+        pdu: &Lacpdu,
+        now: Millis,
+        ctx: &ActorCtx,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        if !matches!(
+            self.rx,
+            RxState::Expired | RxState::Defaulted | RxState::Current
+        ) {
             return false;
         }
         let actor = self.actor_info(ctx);
         // update_Selected.
         if !pdu.actor.same_link(&self.partner) {
             self.selected = Selected::Unselected;
-            events.push(Event::PartnerChanged { member: self.id, partner: pdu.actor });
+            events.push(Event::PartnerChanged {
+                member: self.id,
+                partner: pdu.actor,
+            });
         }
         // update_NTT: the partner's view of us is out of date.
         const NTT_BITS: u8 = PortState::ACTIVITY
@@ -363,8 +400,8 @@ impl Member {
 
     /// One Periodic Transmission machine evaluation.
     pub fn step_periodic(&mut self, now: Millis, ctx: &ActorCtx) -> bool {
-        let both_passive = ctx.activity == LacpActivity::Passive
-            && !self.partner.state.has(PortState::ACTIVITY);
+        let both_passive =
+            ctx.activity == LacpActivity::Passive && !self.partner.state.has(PortState::ACTIVITY);
         let partner_fast = self.partner.state.has(PortState::TIMEOUT);
         let before = (self.periodic, self.periodic_timer, self.ntt);
         if !self.lacp_enabled() || both_passive {
@@ -392,9 +429,15 @@ impl Member {
     fn periodic_tx(&mut self, now: Millis, partner_fast: bool) {
         self.ntt = true;
         (self.periodic, self.periodic_timer) = if partner_fast {
-            (PeriodicState::FastPeriodic, Some(now.saturating_add(FAST_PERIODIC_MS)))
+            (
+                PeriodicState::FastPeriodic,
+                Some(now.saturating_add(FAST_PERIODIC_MS)),
+            )
         } else {
-            (PeriodicState::SlowPeriodic, Some(now.saturating_add(SLOW_PERIODIC_MS)))
+            (
+                PeriodicState::SlowPeriodic,
+                Some(now.saturating_add(SLOW_PERIODIC_MS)),
+            )
         };
     }
 
@@ -435,7 +478,9 @@ impl Member {
             (MuxState::Detached, Selected::Selected | Selected::Standby) => Some(MuxState::Waiting),
             (MuxState::Waiting, Selected::Unselected) => Some(MuxState::Detached),
             (MuxState::Waiting, Selected::Selected) if ready => Some(MuxState::Attached),
-            (MuxState::Attached, Selected::Unselected | Selected::Standby) => Some(MuxState::Detached),
+            (MuxState::Attached, Selected::Unselected | Selected::Standby) => {
+                Some(MuxState::Detached)
+            }
             (MuxState::Attached, Selected::Selected) if partner_sync => {
                 Some(MuxState::CollectingDistributing)
             }
@@ -478,7 +523,11 @@ impl Member {
         );
         for (side, change) in [(Side::Actor, a), (Side::Partner, p)] {
             if let Some(state) = change {
-                events.push(Event::Churn { member: id, side, state });
+                events.push(Event::Churn {
+                    member: id,
+                    side,
+                    state,
+                });
             }
         }
         a.is_some() || p.is_some()
@@ -549,7 +598,10 @@ fn churn_step(
             Some(OnOff::On)
         }
         ChurnState::NoChurn if !sync => {
-            (*state, *timer) = (ChurnState::Monitor, Some(now.saturating_add(CHURN_DETECTION_MS)));
+            (*state, *timer) = (
+                ChurnState::Monitor,
+                Some(now.saturating_add(CHURN_DETECTION_MS)),
+            );
             None
         }
         ChurnState::Churn if sync => {

@@ -97,7 +97,11 @@ impl PortState {
             (PortState::DEFAULTED, "defaulted"),
             (PortState::EXPIRED, "expired"),
         ];
-        NAMES.iter().filter(|(b, _)| self.has(*b)).map(|(_, n)| *n).collect()
+        NAMES
+            .iter()
+            .filter(|(b, _)| self.has(*b))
+            .map(|(_, n)| *n)
+            .collect()
     }
 }
 
@@ -193,19 +197,36 @@ pub enum PduError {
     #[error("version {0} is not a valid protocol version")]
     BadVersion(u8),
     #[error("TLV at body offset {offset}: type {tlv_type} length {len}, expected type {expected_type} length {expected_len}")]
-    BadTlv { offset: usize, tlv_type: u8, len: u8, expected_type: u8, expected_len: u8 },
+    BadTlv {
+        offset: usize,
+        tlv_type: u8,
+        len: u8,
+        expected_type: u8,
+        expected_len: u8,
+    },
 }
 
 fn be16(b: &[u8], r: Range<usize>) -> u16 {
     u16::from_be_bytes([b[r.start], b[r.start + 1]])
 }
 
-fn check_tlv(body: &[u8; BODY_LEN], offset: usize, expected_type: u8, expected_len: u8) -> Result<(), PduError> {
+fn check_tlv(
+    body: &[u8; BODY_LEN],
+    offset: usize,
+    expected_type: u8,
+    expected_len: u8,
+) -> Result<(), PduError> {
     let (tlv_type, len) = (body[offset], body[offset + 1]);
     if tlv_type == expected_type && len == expected_len {
         Ok(())
     } else {
-        Err(PduError::BadTlv { offset, tlv_type, len, expected_type, expected_len })
+        Err(PduError::BadTlv {
+            offset,
+            tlv_type,
+            len,
+            expected_type,
+            expected_len,
+        })
     }
 }
 
@@ -214,7 +235,11 @@ fn check_tlv(body: &[u8; BODY_LEN], offset: usize, expected_type: u8, expected_l
 pub fn parse_frame(frame: &[u8]) -> Result<SlowPdu, PduError> {
     let ethertype = match frame.get(12..14) {
         Some(t) => u16::from_be_bytes([t[0], t[1]]),
-        None => return Err(PduError::BadLength { len_bytes: frame.len() }),
+        None => {
+            return Err(PduError::BadLength {
+                len_bytes: frame.len(),
+            })
+        }
     };
     if frame.get(0..6) != Some(SLOW_PROTOCOLS_DST.as_bytes().as_slice())
         || ethertype != SLOW_PROTOCOLS_ETHERTYPE
@@ -224,7 +249,9 @@ pub fn parse_frame(frame: &[u8]) -> Result<SlowPdu, PduError> {
     let body: &[u8; BODY_LEN] = frame
         .get(ETH_HDR_LEN..FRAME_LEN)
         .and_then(|b| b.try_into().ok())
-        .ok_or(PduError::BadLength { len_bytes: frame.len() })?;
+        .ok_or(PduError::BadLength {
+            len_bytes: frame.len(),
+        })?;
     let version = body[field::VERSION];
     match body[field::SUBTYPE] {
         SUBTYPE_LACP => parse_lacp(body, version).map(SlowPdu::Lacp),
@@ -274,7 +301,12 @@ fn parse_marker(body: &[u8; BODY_LEN], version: u8) -> Result<MarkerPdu, PduErro
         }
     };
     let expected_type = body[field::MARKER_TLV];
-    check_tlv(body, field::MARKER_TLV, expected_type, field::MARKER_TLV_LEN)?;
+    check_tlv(
+        body,
+        field::MARKER_TLV,
+        expected_type,
+        field::MARKER_TLV_LEN,
+    )?;
     if version == 1 {
         check_tlv(body, field::MARKER_TERMINATOR, 0, 0)?;
     }
@@ -283,7 +315,12 @@ fn parse_marker(body: &[u8; BODY_LEN], version: u8) -> Result<MarkerPdu, PduErro
         kind,
         requester_port: be16(body, t + 2..t + 4),
         requester_system: MacAddr::from_bytes(&body[t + 4..t + 10]),
-        transaction_id: u32::from_be_bytes([body[t + 10], body[t + 11], body[t + 12], body[t + 13]]),
+        transaction_id: u32::from_be_bytes([
+            body[t + 10],
+            body[t + 11],
+            body[t + 12],
+            body[t + 13],
+        ]),
     })
 }
 
@@ -302,8 +339,10 @@ impl Lacpdu {
     pub fn to_frame(&self, src: MacAddr) -> Vec<u8> {
         let mut f = frame_header(src, SUBTYPE_LACP);
         let body = &mut f[ETH_HDR_LEN..];
-        self.actor.emit(1, &mut body[field::ACTOR..field::ACTOR + 20]);
-        self.partner.emit(2, &mut body[field::PARTNER..field::PARTNER + 20]);
+        self.actor
+            .emit(1, &mut body[field::ACTOR..field::ACTOR + 20]);
+        self.partner
+            .emit(2, &mut body[field::PARTNER..field::PARTNER + 20]);
         body[field::COLLECTOR] = 3;
         body[field::COLLECTOR + 1] = field::COLLECTOR_TLV_LEN;
         body[field::COLLECTOR + 2..field::COLLECTOR + 4]
@@ -343,7 +382,12 @@ mod tests {
             port,
             state: PortState(state),
         };
-        Lacpdu { version: 1, actor: info(1, 0x3f), partner: info(3, 0x07), collector_max_delay: 0 }
+        Lacpdu {
+            version: 1,
+            actor: info(1, 0x3f),
+            partner: info(3, 0x07),
+            collector_max_delay: 0,
+        }
     }
 
     #[test]
@@ -353,7 +397,8 @@ mod tests {
         let head: [u8; 38] = [
             0x01, 0x80, 0xc2, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0x09, // Ethernet
             1, 1, // subtype, version
-            1, 20, 0x80, 0x00, 0xaa, 0x55, 0xaa, 0x55, 0, 0, 0, 2, 0, 0xff, 0, 1, 0x3f, 0, 0, 0, // actor
+            1, 20, 0x80, 0x00, 0xaa, 0x55, 0xaa, 0x55, 0, 0, 0, 2, 0, 0xff, 0, 1, 0x3f, 0, 0,
+            0, // actor
             2, 20, // partner TLV header
         ];
         assert_eq!(&f[..38], &head);
@@ -366,26 +411,40 @@ mod tests {
     fn round_trip_and_errors() {
         let f = sample().to_frame(MacAddr([2, 0, 0, 0, 0, 1]));
         assert_eq!(parse_frame(&f), Ok(SlowPdu::Lacp(sample())));
-        assert_eq!(parse_frame(&f[..123]), Err(PduError::BadLength { len_bytes: 123 }));
+        assert_eq!(
+            parse_frame(&f[..123]),
+            Err(PduError::BadLength { len_bytes: 123 })
+        );
         let mut g = f.clone();
         g[14] = 9;
         assert_eq!(parse_frame(&g), Err(PduError::UnknownSubtype(9)));
         let mut g = f.clone();
         g[14 + 3] = 19;
-        assert!(matches!(parse_frame(&g), Err(PduError::BadTlv { offset: 2, .. })));
+        assert!(matches!(
+            parse_frame(&g),
+            Err(PduError::BadTlv { offset: 2, .. })
+        ));
         let mut g = f.clone();
         g[14 + 58] = 7;
-        assert!(matches!(parse_frame(&g), Err(PduError::BadTlv { offset: 58, .. })));
+        assert!(matches!(
+            parse_frame(&g),
+            Err(PduError::BadTlv { offset: 58, .. })
+        ));
         // Version 2: whatever follows the Collector TLV is ignored.
         g[15] = 2;
-        let SlowPdu::Lacp(p) = parse_frame(&g).unwrap() else { panic!() };
+        let SlowPdu::Lacp(p) = parse_frame(&g).unwrap() else {
+            panic!()
+        };
         assert_eq!((p.version, p.actor), (2, sample().actor));
         let mut g = f.clone();
         g[15] = 0;
         assert_eq!(parse_frame(&g), Err(PduError::BadVersion(0)));
         let mut g = f;
         g[12] = 0x81;
-        assert!(matches!(parse_frame(&g), Err(PduError::NotSlowProtocols { .. })));
+        assert!(matches!(
+            parse_frame(&g),
+            Err(PduError::NotSlowProtocols { .. })
+        ));
     }
 
     #[test]

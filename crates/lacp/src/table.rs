@@ -24,7 +24,10 @@ pub struct TxTable {
 
 impl Default for TxTable {
     fn default() -> Self {
-        TxTable { buckets: [None; BUCKETS], members: Vec::new() }
+        TxTable {
+            buckets: [None; BUCKETS],
+            members: Vec::new(),
+        }
     }
 }
 
@@ -82,7 +85,11 @@ impl TxTable {
                 *b = Some(self.members[i]);
             }
         }
-        before.iter().zip(self.buckets.iter()).filter(|(a, b)| a != b).count()
+        before
+            .iter()
+            .zip(self.buckets.iter())
+            .filter(|(a, b)| a != b)
+            .count()
     }
 }
 
@@ -91,7 +98,10 @@ mod tests {
     use super::*;
 
     fn counts(t: &TxTable) -> Vec<usize> {
-        t.members().iter().map(|m| t.buckets().iter().filter(|b| **b == Some(*m)).count()).collect()
+        t.members()
+            .iter()
+            .map(|m| t.buckets().iter().filter(|b| **b == Some(*m)).count())
+            .collect()
     }
 
     #[test]

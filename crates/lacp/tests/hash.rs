@@ -15,7 +15,15 @@ impl Rng {
 }
 
 /// An Ethernet frame with `tags` ((TPID, VID), outermost first) carrying IPv4 + TCP or UDP.
-fn frame(tags: &[(u16, u16)], src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+fn frame(
+    tags: &[(u16, u16)],
+    src: [u8; 4],
+    dst: [u8; 4],
+    proto: u8,
+    sport: u16,
+    dport: u16,
+    payload: usize,
+) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 0xbb, 0x02, 0, 0, 0, 0, 0xaa];
     for &(tpid, vid) in tags {
         f.extend_from_slice(&tpid.to_be_bytes());
@@ -66,13 +74,23 @@ fn two_members() -> TxTable {
 #[test]
 fn flows_of_one_cvlan_in_one_svlan_spread_over_two_members() {
     for policy in [HashPolicy::Layer34, HashPolicy::InnerLayer34] {
-        for tpids in [[(0x88a8, 100), (0x8100, 10)], [(0x9100, 100), (0x8100, 10)], [(0x8100, 100), (0x8100, 10)]] {
+        for tpids in [
+            [(0x88a8, 100), (0x8100, 10)],
+            [(0x9100, 100), (0x8100, 10)],
+            [(0x8100, 100), (0x8100, 10)],
+        ] {
             let t = two_members();
             let mut rng = Rng(0x1234_5678_9abc_def1);
             let on_1 = (0..1000)
-                .filter(|_| t.member_for(flow_hash(&random_flow(&mut rng, &tpids), policy)) == Some(MemberId(1)))
+                .filter(|_| {
+                    t.member_for(flow_hash(&random_flow(&mut rng, &tpids), policy))
+                        == Some(MemberId(1))
+                })
                 .count();
-            assert!((350..=650).contains(&on_1), "{policy:?} {tpids:x?}: member 1 got {on_1} of 1000");
+            assert!(
+                (350..=650).contains(&on_1),
+                "{policy:?} {tpids:x?}: member 1 got {on_1} of 1000"
+            );
         }
     }
 }
@@ -82,8 +100,14 @@ fn layer2_keeps_one_mac_pair_on_one_member_and_layer2_vlan_splits_by_outer_vid()
     let mut rng = Rng(99);
     let a = random_flow(&mut rng, &QINQ);
     let b = random_flow(&mut rng, &QINQ);
-    assert_eq!(flow_hash(&a, HashPolicy::Layer2), flow_hash(&b, HashPolicy::Layer2));
-    assert_ne!(flow_hash(&a, HashPolicy::Layer34), flow_hash(&b, HashPolicy::Layer34));
+    assert_eq!(
+        flow_hash(&a, HashPolicy::Layer2),
+        flow_hash(&b, HashPolicy::Layer2)
+    );
+    assert_ne!(
+        flow_hash(&a, HashPolicy::Layer34),
+        flow_hash(&b, HashPolicy::Layer34)
+    );
     let other_svlan = {
         let mut f = a.clone();
         f[15] = 101;
@@ -94,9 +118,18 @@ fn layer2_keeps_one_mac_pair_on_one_member_and_layer2_vlan_splits_by_outer_vid()
         f[19] = 11;
         f
     };
-    assert_ne!(flow_hash(&a, HashPolicy::Layer2Vlan), flow_hash(&other_svlan, HashPolicy::Layer2Vlan));
-    assert_eq!(flow_hash(&a, HashPolicy::Layer2Vlan), flow_hash(&other_cvlan, HashPolicy::Layer2Vlan));
-    assert_eq!(flow_hash(&a, HashPolicy::Layer2), flow_hash(&other_svlan, HashPolicy::Layer2));
+    assert_ne!(
+        flow_hash(&a, HashPolicy::Layer2Vlan),
+        flow_hash(&other_svlan, HashPolicy::Layer2Vlan)
+    );
+    assert_eq!(
+        flow_hash(&a, HashPolicy::Layer2Vlan),
+        flow_hash(&other_cvlan, HashPolicy::Layer2Vlan)
+    );
+    assert_eq!(
+        flow_hash(&a, HashPolicy::Layer2),
+        flow_hash(&other_svlan, HashPolicy::Layer2)
+    );
 }
 
 #[test]
@@ -106,7 +139,15 @@ fn one_flow_always_one_member() {
     for _ in 0..100 {
         let r = rng.next();
         let member = |payload: usize, tags: &[(u16, u16)]| {
-            let f = frame(tags, [10, 0, 0, r as u8], [10, 0, 1, (r >> 8) as u8], 6, (r >> 16) as u16, 443, payload);
+            let f = frame(
+                tags,
+                [10, 0, 0, r as u8],
+                [10, 0, 1, (r >> 8) as u8],
+                6,
+                (r >> 16) as u16,
+                443,
+                payload,
+            );
             t.member_for(flow_hash(&f, HashPolicy::Layer34))
         };
         // Same five-tuple, any payload, any tag stack: the same member.
@@ -124,7 +165,9 @@ fn failover_moves_only_the_failed_members_flows() {
     let mut t = TxTable::default();
     t.set_members(&[MemberId(1), MemberId(2), MemberId(3)]);
     let mut rng = Rng(31337);
-    let flows: Vec<u32> = (0..1000).map(|_| flow_hash(&random_flow(&mut rng, &QINQ), HashPolicy::Layer34)).collect();
+    let flows: Vec<u32> = (0..1000)
+        .map(|_| flow_hash(&random_flow(&mut rng, &QINQ), HashPolicy::Layer34))
+        .collect();
     let before: Vec<_> = flows.iter().map(|&h| t.member_for(h)).collect();
     t.set_members(&[MemberId(1), MemberId(3)]);
     let mut moved = 0;
@@ -137,7 +180,10 @@ fn failover_moves_only_the_failed_members_flows() {
             assert_eq!(a, b, "a flow of a surviving member moved");
         }
     }
-    assert!((250..=420).contains(&moved), "{moved} flows were on member 2");
+    assert!(
+        (250..=420).contains(&moved),
+        "{moved} flows were on member 2"
+    );
 }
 
 #[test]
@@ -148,8 +194,16 @@ fn fragments_hash_on_addresses_and_truncation_is_total() {
     frag[8 + 14 + 6] = 0x20;
     let mut frag2 = frag.clone();
     frag2[8 + 14 + 20] = 0x99;
-    assert_eq!(flow_hash(&frag, HashPolicy::Layer34), flow_hash(&frag2, HashPolicy::Layer34));
-    for policy in [HashPolicy::Layer2, HashPolicy::Layer2Vlan, HashPolicy::Layer34, HashPolicy::InnerLayer34] {
+    assert_eq!(
+        flow_hash(&frag, HashPolicy::Layer34),
+        flow_hash(&frag2, HashPolicy::Layer34)
+    );
+    for policy in [
+        HashPolicy::Layer2,
+        HashPolicy::Layer2Vlan,
+        HashPolicy::Layer34,
+        HashPolicy::InnerLayer34,
+    ] {
         for len in 0..f.len() {
             let _ = flow_hash(&f[..len], policy);
         }
@@ -162,21 +216,44 @@ fn inner_layer34_reads_through_vxlan() {
     let inner_a = random_flow(&mut rng, &[(0x8100, 10)]);
     let inner_b = random_flow(&mut rng, &[(0x8100, 10)]);
     let vxlan = |inner: &[u8]| {
-        let mut f = frame(&[(0x88a8, 7)], [192, 0, 2, 1], [192, 0, 2, 2], 17, 5555, 4789, 8 + inner.len());
+        let mut f = frame(
+            &[(0x88a8, 7)],
+            [192, 0, 2, 1],
+            [192, 0, 2, 2],
+            17,
+            5555,
+            4789,
+            8 + inner.len(),
+        );
         let start = f.len() - 8 - inner.len();
         f[start] = 0x08;
         f[start + 8..].copy_from_slice(inner);
         f
     };
     let (va, vb) = (vxlan(&inner_a), vxlan(&inner_b));
-    assert_eq!(flow_hash(&va, HashPolicy::Layer34), flow_hash(&vb, HashPolicy::Layer34), "outer tuple equal");
-    assert_ne!(flow_hash(&va, HashPolicy::InnerLayer34), flow_hash(&vb, HashPolicy::InnerLayer34));
-    assert_eq!(flow_hash(&va, HashPolicy::InnerLayer34), flow_hash(&inner_a, HashPolicy::Layer34));
+    assert_eq!(
+        flow_hash(&va, HashPolicy::Layer34),
+        flow_hash(&vb, HashPolicy::Layer34),
+        "outer tuple equal"
+    );
+    assert_ne!(
+        flow_hash(&va, HashPolicy::InnerLayer34),
+        flow_hash(&vb, HashPolicy::InnerLayer34)
+    );
+    assert_eq!(
+        flow_hash(&va, HashPolicy::InnerLayer34),
+        flow_hash(&inner_a, HashPolicy::Layer34)
+    );
 }
 
 #[test]
 fn policy_words_round_trip() {
-    for p in [HashPolicy::Layer2, HashPolicy::Layer2Vlan, HashPolicy::Layer34, HashPolicy::InnerLayer34] {
+    for p in [
+        HashPolicy::Layer2,
+        HashPolicy::Layer2Vlan,
+        HashPolicy::Layer34,
+        HashPolicy::InnerLayer34,
+    ] {
         assert_eq!(HashPolicy::from_word(p.word()), Some(p));
     }
     assert_eq!(HashPolicy::from_word("encap3+4"), None);

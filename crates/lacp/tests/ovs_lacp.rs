@@ -11,8 +11,8 @@ mod common;
 
 use common::{bond, mac, Sim, WireState, UP};
 use qbridge_lacp::{
-    Event, Fallback, LacpActivity, Link, MarkerKind, MarkerPdu, MemberId, Mode, MuxState, OnOff, Output,
-    PortState, RxState, Selected, Side,
+    Event, Fallback, LacpActivity, Link, MarkerKind, MarkerPdu, MemberId, Mode, MuxState, OnOff,
+    Output, PortState, RxState, Selected, Side,
 };
 
 fn ovs_pair(tweak0: impl FnOnce(&mut qbridge_lacp::BondConfig)) -> Sim {
@@ -29,7 +29,10 @@ fn ovs_pair(tweak0: impl FnOnce(&mut qbridge_lacp::BondConfig)) -> Sim {
 fn negotiate(sim: &mut Sim) -> u32 {
     sim.all_links(UP);
     let mut ticks = 0;
-    while ![(0, 1), (0, 2), (1, 3), (1, 4)].iter().all(|&(b, m)| sim.distributing(b, m)) {
+    while ![(0, 1), (0, 2), (1, 3), (1, 4)]
+        .iter()
+        .all(|&(b, m)| sim.distributing(b, m))
+    {
         ticks += 1;
         assert!(ticks <= 50, "not negotiated after 5 s");
         sim.warp(100, 100);
@@ -47,10 +50,21 @@ fn negotiation() {
     let ticks = negotiate(&mut sim);
     // Aggregate_Wait_Time (2 s) is the only wait: PDUs cross at once at link up.
     assert_eq!(ticks, 20, "negotiation took {ticks} ticks of 100 ms");
-    for (b, m, peer_sys, peer_port) in [(0, 1, 0x66, 3), (0, 2, 0x66, 4), (1, 3, 0x55, 1), (1, 4, 0x55, 2)] {
+    for (b, m, peer_sys, peer_port) in [
+        (0, 1, 0x66, 3),
+        (0, 2, 0x66, 4),
+        (1, 3, 0x55, 1),
+        (1, 4, 0x55, 2),
+    ] {
         let v = sim.bonds[b].member_view(MemberId(m)).unwrap();
-        assert_eq!(words(v.actor.state), "activity timeout aggregation synchronized collecting distributing");
-        assert_eq!(words(v.partner.state), "activity timeout aggregation synchronized collecting distributing");
+        assert_eq!(
+            words(v.actor.state),
+            "activity timeout aggregation synchronized collecting distributing"
+        );
+        assert_eq!(
+            words(v.partner.state),
+            "activity timeout aggregation synchronized collecting distributing"
+        );
         assert_eq!(v.partner.system, mac(peer_sys, 0));
         assert_eq!(v.partner.system_priority, 65534);
         assert_eq!(v.partner.port, peer_port);
@@ -61,7 +75,10 @@ fn negotiation() {
     let v0 = sim.bonds[0].view();
     assert_eq!(v0.carrier, OnOff::On);
     assert_eq!(v0.active_aggregator_id, Some(1));
-    assert_eq!(sim.bonds[0].tx_table().members(), &[MemberId(1), MemberId(2)]);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(1), MemberId(2)]
+    );
     sim.assert_rate_limit();
 }
 
@@ -75,17 +92,29 @@ fn expired_after_link_loss_at_fast_rate_then_defaulted() {
     sim.set_wire(0, WireState::Cut);
     let expiry = last_rx + 3000;
     sim.warp(expiry - 1 - sim.now, 1);
-    assert_eq!(sim.bonds[0].member_view(MemberId(1)).unwrap().rx_state, RxState::Current);
+    assert_eq!(
+        sim.bonds[0].member_view(MemberId(1)).unwrap().rx_state,
+        RxState::Current
+    );
     assert!(sim.distributing(0, 1));
     sim.warp(1, 1);
     let v = sim.bonds[0].member_view(MemberId(1)).unwrap();
-    assert_eq!(v.rx_state, RxState::Expired, "expired exactly 3 s after the last LACPDU");
+    assert_eq!(
+        v.rx_state,
+        RxState::Expired,
+        "expired exactly 3 s after the last LACPDU"
+    );
     assert!(!sim.distributing(0, 1));
     // OVS's expected partner state: sync cleared, the rest kept.
-    assert_eq!(words(v.partner.state), "activity timeout aggregation collecting distributing");
+    assert_eq!(
+        words(v.partner.state),
+        "activity timeout aggregation collecting distributing"
+    );
     assert!(v.actor.state.has(PortState::EXPIRED));
     assert_eq!(v.counters.expired, 1);
-    assert!(sim.events_of(0).contains(&Event::Expired { member: MemberId(1) }));
+    assert!(sim.events_of(0).contains(&Event::Expired {
+        member: MemberId(1)
+    }));
     // The other member keeps all traffic; only the failed member's buckets moved.
     assert!(sim.distributing(0, 2));
     assert_eq!(sim.bonds[0].tx_table().members(), &[MemberId(2)]);
@@ -96,8 +125,15 @@ fn expired_after_link_loss_at_fast_rate_then_defaulted() {
     for (b, m) in [(0, 1), (1, 3)] {
         let v = sim.bonds[b].member_view(MemberId(m)).unwrap();
         assert_eq!(v.rx_state, RxState::Defaulted);
-        assert_eq!(words(v.actor.state), "activity timeout aggregation defaulted");
-        assert_eq!(v.partner, qbridge_lacp::PortInfo::default(), "partner zeroed");
+        assert_eq!(
+            words(v.actor.state),
+            "activity timeout aggregation defaulted"
+        );
+        assert_eq!(
+            v.partner,
+            qbridge_lacp::PortInfo::default(),
+            "partner zeroed"
+        );
         assert_ne!(v.selected, Selected::Selected);
         assert_eq!(v.counters.defaulted, 1);
     }
@@ -114,14 +150,20 @@ fn reconnect_after_defaulted_renegotiates_within_slow_period() {
     sim.set_wire(0, WireState::Cut);
     sim.warp(4100, 100);
     sim.warp(4100, 100);
-    assert_eq!(sim.bonds[0].member_view(MemberId(1)).unwrap().rx_state, RxState::Defaulted);
+    assert_eq!(
+        sim.bonds[0].member_view(MemberId(1)).unwrap().rx_state,
+        RxState::Defaulted
+    );
     sim.set_wire(0, WireState::Connected);
     let start = sim.now;
     while !(sim.distributing(0, 1) && sim.distributing(1, 3)) {
         assert!(sim.now - start <= 30_100 + 2_100, "not renegotiated");
         sim.warp(100, 100);
     }
-    assert_eq!(sim.bonds[0].tx_table().members(), &[MemberId(1), MemberId(2)]);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(1), MemberId(2)]
+    );
     sim.assert_rate_limit();
 }
 
@@ -140,31 +182,57 @@ fn unconnected_member_is_defaulted_and_carries_nothing() {
     assert_eq!(sim.bonds[0].member_for(7), None);
     // An active port keeps asking: slow periodic towards a defaulted (slow) partner.
     sim.warp(60_000, 1000);
-    let times: Vec<_> = sim.lacpdus(0, 1).into_iter().filter(|&t| t > 5000).collect();
-    assert_eq!(times, vec![33_000, 63_000], "every 30 s from DEFAULTED at 3 s");
+    let times: Vec<_> = sim
+        .lacpdus(0, 1)
+        .into_iter()
+        .filter(|&t| t > 5000)
+        .collect();
+    assert_eq!(
+        times,
+        vec![33_000, 63_000],
+        "every 30 s from DEFAULTED at 3 s"
+    );
 }
 
 #[test]
 fn fallback_to_active_backup_without_partner_and_back() {
     // bond0 falls back; its wires lead to a static balance-xor bond (no LACP).
-    let b0 = bond(0x55, Mode::Lacp, 2, &[1, 2], |c| c.fallback = Fallback::ActiveBackup);
+    let b0 = bond(0x55, Mode::Lacp, 2, &[1, 2], |c| {
+        c.fallback = Fallback::ActiveBackup
+    });
     let b1 = bond(0x66, Mode::BalanceXor, 4, &[3, 4], |_| {});
     let mut sim = Sim::new(vec![b0, b1]);
     sim.wire(0, 1, 1, 3);
     sim.wire(0, 2, 1, 4);
     sim.all_links(UP);
     sim.warp(2900, 100);
-    assert!(!sim.distributing(0, 1) && !sim.distributing(0, 2), "no fallback before expiry");
+    assert!(
+        !sim.distributing(0, 1) && !sim.distributing(0, 2),
+        "no fallback before expiry"
+    );
     sim.warp(100, 100);
-    assert!(sim.distributing(0, 1) && !sim.distributing(0, 2), "fallback: one member");
+    assert!(
+        sim.distributing(0, 1) && !sim.distributing(0, 2),
+        "fallback: one member"
+    );
     assert_eq!(sim.bonds[0].view().fallback_active, OnOff::On);
-    assert!(sim.events_of(0).contains(&Event::Fallback { state: OnOff::On, member: Some(MemberId(1)) }));
-    assert!(sim.bonds[0].tx_table().buckets().iter().all(|b| *b == Some(MemberId(1))));
+    assert!(sim.events_of(0).contains(&Event::Fallback {
+        state: OnOff::On,
+        member: Some(MemberId(1))
+    }));
+    assert!(sim.bonds[0]
+        .tx_table()
+        .buckets()
+        .iter()
+        .all(|b| *b == Some(MemberId(1))));
     // Active-backup failover inside fallback.
     sim.link(0, 1, Link::Down);
     assert!(sim.distributing(0, 2));
     sim.link(0, 1, UP);
-    assert!(sim.distributing(0, 2) && !sim.distributing(0, 1), "no preemption");
+    assert!(
+        sim.distributing(0, 2) && !sim.distributing(0, 1),
+        "no preemption"
+    );
     // The partner starts LACP: fallback ends, negotiation takes over.
     let mut cfg = *sim.bonds[1].config();
     cfg.mode = Mode::Lacp;
@@ -200,12 +268,35 @@ fn member_to_another_switch_is_not_aggregated_and_churns() {
     assert!(!sim.distributing(2, 6));
     // Churn: 60 s without synchronization.
     sim.warp(56_000, 1000);
-    assert!(!sim.events_of(0).iter().any(|e| matches!(e, Event::Churn { .. })));
+    assert!(!sim
+        .events_of(0)
+        .iter()
+        .any(|e| matches!(e, Event::Churn { .. })));
     sim.warp(1000, 1000);
-    assert!(sim.events_of(0).contains(&Event::Churn { member: MemberId(5), side: Side::Actor, state: OnOff::On }));
-    assert!(sim.events_of(2).contains(&Event::Churn { member: MemberId(6), side: Side::Partner, state: OnOff::On }));
-    assert!(!sim.events_of(1).iter().any(|e| matches!(e, Event::Churn { .. })), "the good links never churn");
-    assert_eq!(sim.bonds[0].member_view(MemberId(5)).unwrap().counters.actor_churn, 1);
+    assert!(sim.events_of(0).contains(&Event::Churn {
+        member: MemberId(5),
+        side: Side::Actor,
+        state: OnOff::On
+    }));
+    assert!(sim.events_of(2).contains(&Event::Churn {
+        member: MemberId(6),
+        side: Side::Partner,
+        state: OnOff::On
+    }));
+    assert!(
+        !sim.events_of(1)
+            .iter()
+            .any(|e| matches!(e, Event::Churn { .. })),
+        "the good links never churn"
+    );
+    assert_eq!(
+        sim.bonds[0]
+            .member_view(MemberId(5))
+            .unwrap()
+            .counters
+            .actor_churn,
+        1
+    );
     sim.assert_rate_limit();
 }
 
@@ -216,7 +307,11 @@ fn rate_limit_holds_under_config_flapping() {
     // Flip the activity every 10 ms: each flip sets NTT.
     for i in 0..300 {
         let mut cfg = *sim.bonds[0].config();
-        cfg.lacp_activity = if i % 2 == 0 { LacpActivity::Passive } else { LacpActivity::Active };
+        cfg.lacp_activity = if i % 2 == 0 {
+            LacpActivity::Passive
+        } else {
+            LacpActivity::Active
+        };
         sim.bonds[0].set_config(sim.now, cfg).unwrap();
         sim.warp(10, 10);
     }
@@ -255,7 +350,9 @@ fn min_links_takes_the_bond_down() {
     assert_eq!(sim.bonds[0].view().carrier, OnOff::Off);
     assert!(!sim.distributing(0, 2));
     assert_eq!(sim.bonds[0].member_for(0), None);
-    assert!(sim.events_of(0).contains(&Event::Carrier { state: OnOff::Off }));
+    assert!(sim
+        .events_of(0)
+        .contains(&Event::Carrier { state: OnOff::Off }));
 }
 
 #[test]
@@ -278,7 +375,14 @@ fn link_down_moves_only_that_members_buckets() {
             assert_ne!(*b, Some(MemberId(2)));
         }
     }
-    assert_eq!(sim.bonds[0].member_view(MemberId(2)).unwrap().counters.link_down, 1);
+    assert_eq!(
+        sim.bonds[0]
+            .member_view(MemberId(2))
+            .unwrap()
+            .counters
+            .link_down,
+        1
+    );
 }
 
 #[test]
@@ -289,7 +393,10 @@ fn active_backup_and_balance_xor_need_no_protocol() {
     assert_eq!(ab.member_for(1), Some(MemberId(2)), "first up member, kept");
     ab.set_link(1, MemberId(2), Link::Down).unwrap();
     assert_eq!(ab.member_for(1), Some(MemberId(1)));
-    assert!(!ab.drain_outputs().iter().any(|o| matches!(o, Output::Transmit { .. })));
+    assert!(!ab
+        .drain_outputs()
+        .iter()
+        .any(|o| matches!(o, Output::Transmit { .. })));
     let mut x = bond(0x55, Mode::BalanceXor, 0, &[1, 2], |_| {});
     x.set_link(0, MemberId(1), UP).unwrap();
     x.set_link(0, MemberId(2), UP).unwrap();
@@ -307,11 +414,27 @@ fn marker_information_is_answered() {
         requester_system: mac(0x66, 0),
         transaction_id: 42,
     };
-    sim.bonds[0].receive(sim.now, MemberId(1), &info.to_frame(mac(0x66, 3))).unwrap();
+    sim.bonds[0]
+        .receive(sim.now, MemberId(1), &info.to_frame(mac(0x66, 3)))
+        .unwrap();
     let out = sim.bonds[0].drain_outputs();
-    let reply = MarkerPdu { kind: MarkerKind::Response, ..info }.to_frame(mac(0x55, 1));
-    assert!(out.contains(&Output::Transmit { member: MemberId(1), frame: reply }));
-    assert_eq!(sim.bonds[0].member_view(MemberId(1)).unwrap().counters.tx_marker_response, 1);
+    let reply = MarkerPdu {
+        kind: MarkerKind::Response,
+        ..info
+    }
+    .to_frame(mac(0x55, 1));
+    assert!(out.contains(&Output::Transmit {
+        member: MemberId(1),
+        frame: reply
+    }));
+    assert_eq!(
+        sim.bonds[0]
+            .member_view(MemberId(1))
+            .unwrap()
+            .counters
+            .tx_marker_response,
+        1
+    );
 }
 
 #[test]
@@ -320,11 +443,19 @@ fn next_deadline_is_enough_to_drive_the_engine() {
     let mut sim = ovs_pair(|_| {});
     sim.all_links(UP);
     for _ in 0..200 {
-        let next = sim.bonds.iter().filter_map(|b| b.next_deadline()).min().unwrap();
+        let next = sim
+            .bonds
+            .iter()
+            .filter_map(|b| b.next_deadline())
+            .min()
+            .unwrap();
         if next > 3000 {
             break;
         }
-        sim.warp(next.max(sim.now + 1) - sim.now, next.max(sim.now + 1) - sim.now);
+        sim.warp(
+            next.max(sim.now + 1) - sim.now,
+            next.max(sim.now + 1) - sim.now,
+        );
     }
     assert!(sim.distributing(0, 1) && sim.distributing(1, 4));
 }

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use common::{bond, Sim, WireState, UP};
 use proptest::prelude::*;
 use qbridge_lacp::{
-    flow_hash, parse_frame, Bond, BondConfig, Duplex, Fallback, HashPolicy, LacpActivity, LacpRate, Lacpdu, Link,
-    MarkerKind, MarkerPdu, MemberConfig, MemberId, Mode, OnOff, Output, PortInfo, PortState, SlowPdu,
+    flow_hash, parse_frame, Bond, BondConfig, Duplex, Fallback, HashPolicy, LacpActivity, LacpRate,
+    Lacpdu, Link, MarkerKind, MarkerPdu, MemberConfig, MemberId, Mode, OnOff, Output, PortInfo,
+    PortState, SlowPdu,
 };
 use qbridge_wire::MacAddr;
 
@@ -22,7 +23,7 @@ proptest! {
             // Give the parser a Slow Protocols header so it reaches the TLVs.
             f[..6].copy_from_slice(&[0x01, 0x80, 0xc2, 0, 0, 2]);
             f[12..14].copy_from_slice(&[0x88, 0x09]);
-            f[14] = f[14] % 3;
+            f[14] %= 3;
         }
         if let Ok(SlowPdu::Lacp(p)) = parse_frame(&f) {
             // What parses re-emits to a frame that parses to the same PDU (as version 1).
@@ -56,13 +57,21 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..6).prop_map(Op::Remove),
         (0u8..6, 0u8..4).prop_map(|(i, l)| Op::Link(i, l)),
         (0u8..6, proptest::collection::vec(any::<u8>(), 0..140)).prop_map(|(i, b)| Op::Bytes(i, b)),
-        (0u8..6, any::<[u16; 4]>(), any::<u8>(), any::<[u16; 4]>(), any::<u8>(), 0u8..3)
+        (
+            0u8..6,
+            any::<[u16; 4]>(),
+            any::<u8>(),
+            any::<[u16; 4]>(),
+            any::<u8>(),
+            0u8..3
+        )
             .prop_map(|(i, a, sa, p, sp, sys)| Op::Pdu(i, a, sa, p, sp, sys)),
         (0u8..6, any::<u32>()).prop_map(|(i, t)| Op::Marker(i, t)),
         (0u16..6000).prop_map(Op::Advance),
         (0u16..3000).prop_map(Op::Back),
         Just(Op::Jump),
-        (0u8..3, 0u8..2, 0u8..2, 0u8..4, 0u16..1100).prop_map(|(m, r, a, f, k)| Op::Config(m, r, a, f, k)),
+        (0u8..3, 0u8..2, 0u8..2, 0u8..4, 0u16..1100)
+            .prop_map(|(m, r, a, f, k)| Op::Config(m, r, a, f, k)),
     ]
 }
 

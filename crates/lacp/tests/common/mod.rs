@@ -4,12 +4,15 @@
 #![allow(dead_code)]
 
 use qbridge_lacp::{
-    parse_frame, Bond, BondConfig, Duplex, Event, LacpRate, Link, MemberConfig, MemberId, Millis, Mode,
-    MuxState, OnOff, Output, SlowPdu,
+    parse_frame, Bond, BondConfig, Duplex, Event, LacpRate, Link, MemberConfig, MemberId, Millis,
+    Mode, MuxState, OnOff, Output, SlowPdu,
 };
 use qbridge_wire::MacAddr;
 
-pub const UP: Link = Link::Up { speed_mbps: 10_000, duplex: Duplex::Full };
+pub const UP: Link = Link::Up {
+    speed_mbps: 10_000,
+    duplex: Duplex::Full,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WireState {
@@ -41,7 +44,13 @@ pub fn mac(a: u8, b: u8) -> MacAddr {
 
 /// A bond in `mode` with system `aa:S:aa:S:00:00`, fast rate, and `ports` members whose ids
 /// and LACP port numbers are the given numbers.
-pub fn bond(system: u8, mode: Mode, key: u16, ports: &[u16], tweak: impl FnOnce(&mut BondConfig)) -> Bond {
+pub fn bond(
+    system: u8,
+    mode: Mode,
+    key: u16,
+    ports: &[u16],
+    tweak: impl FnOnce(&mut BondConfig),
+) -> Bond {
     let mut cfg = BondConfig::new(mode, mac(system, 0));
     cfg.lacp_rate = LacpRate::Fast;
     cfg.system_priority = 65534;
@@ -49,7 +58,11 @@ pub fn bond(system: u8, mode: Mode, key: u16, ports: &[u16], tweak: impl FnOnce(
     tweak(&mut cfg);
     let mut b = Bond::new(cfg).unwrap();
     for &p in ports {
-        let mc = MemberConfig { mac: mac(system, p as u8), port_number: p, port_priority: 65535 };
+        let mc = MemberConfig {
+            mac: mac(system, p as u8),
+            port_number: p,
+            port_priority: 65535,
+        };
         b.add_member(0, MemberId(u32::from(p)), mc).unwrap();
     }
     b
@@ -57,12 +70,19 @@ pub fn bond(system: u8, mode: Mode, key: u16, ports: &[u16], tweak: impl FnOnce(
 
 impl Sim {
     pub fn new(bonds: Vec<Bond>) -> Sim {
-        Sim { bonds, ..Sim::default() }
+        Sim {
+            bonds,
+            ..Sim::default()
+        }
     }
 
     /// Wires bond `a`'s member `ma` to bond `b`'s member `mb`.
     pub fn wire(&mut self, a: usize, ma: u32, b: usize, mb: u32) {
-        self.wires.push(Wire { a: (a, MemberId(ma)), b: (b, MemberId(mb)), state: WireState::Connected });
+        self.wires.push(Wire {
+            a: (a, MemberId(ma)),
+            b: (b, MemberId(mb)),
+            state: WireState::Connected,
+        });
     }
 
     pub fn set_wire(&mut self, i: usize, state: WireState) {
@@ -107,7 +127,11 @@ impl Sim {
                                 self.bonds[pb].receive(self.now, pm, &frame).unwrap();
                             }
                         }
-                        Output::MemberState { member, distributing, .. } => {
+                        Output::MemberState {
+                            member,
+                            distributing,
+                            ..
+                        } => {
                             self.state_changes.push((self.now, b, member, distributing));
                         }
                         Output::Event(e) => self.events.push((self.now, b, e)),
@@ -154,7 +178,8 @@ impl Sim {
 
     /// Asserts no member of any bond sent more than 3 LACPDUs within any 1000 ms.
     pub fn assert_rate_limit(&self) {
-        let mut per: std::collections::BTreeMap<(usize, MemberId), Vec<Millis>> = Default::default();
+        let mut per: std::collections::BTreeMap<(usize, MemberId), Vec<Millis>> =
+            Default::default();
         for (t, b, m, f) in &self.sent {
             if matches!(parse_frame(f), Ok(SlowPdu::Lacp(_))) {
                 per.entry((*b, *m)).or_default().push(*t);
@@ -162,12 +187,19 @@ impl Sim {
         }
         for ((b, m), times) in per {
             for w in times.windows(4) {
-                assert!(w[3] - w[0] >= 1000, "bond {b} {m}: 4 LACPDUs within 1 s: {w:?}");
+                assert!(
+                    w[3] - w[0] >= 1000,
+                    "bond {b} {m}: 4 LACPDUs within 1 s: {w:?}"
+                );
             }
         }
     }
 
     pub fn events_of(&self, b: usize) -> Vec<Event> {
-        self.events.iter().filter(|(_, eb, _)| *eb == b).map(|(_, _, e)| *e).collect()
+        self.events
+            .iter()
+            .filter(|(_, eb, _)| *eb == b)
+            .map(|(_, _, e)| *e)
+            .collect()
     }
 }
