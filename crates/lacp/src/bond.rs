@@ -241,9 +241,7 @@ impl Bond {
             if was_up && m.port_enabled() {
                 // Speed or duplex changed: the operational key did; select again, and let the
                 // Receive machine re-evaluate LACP_Enabled from PORT_DISABLED.
-                m.selected = Selected::Unselected;
-                m.rx = RxState::PortDisabled;
-                m.ntt = true;
+                m.relink();
             }
         }
         self.run(now);

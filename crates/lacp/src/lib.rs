@@ -122,6 +122,38 @@ pub enum LacpActivity {
     Passive,
 }
 
+impl LacpRate {
+    /// ip-link's `lacp_rate` word: `slow` or `fast`.
+    pub const fn word(self) -> &'static str {
+        match self {
+            LacpRate::Slow => "slow",
+            LacpRate::Fast => "fast",
+        }
+    }
+
+    pub fn from_word(word: &str) -> Option<LacpRate> {
+        [LacpRate::Slow, LacpRate::Fast]
+            .into_iter()
+            .find(|r| r.word() == word)
+    }
+}
+
+impl LacpActivity {
+    /// ip-link's `lacp_active` word: `on` (active) or `off` (passive).
+    pub const fn word(self) -> &'static str {
+        match self {
+            LacpActivity::Active => "on",
+            LacpActivity::Passive => "off",
+        }
+    }
+
+    pub fn from_word(word: &str) -> Option<LacpActivity> {
+        [LacpActivity::Active, LacpActivity::Passive]
+            .into_iter()
+            .find(|a| a.word() == word)
+    }
+}
+
 /// `lacp_fallback`: what an 802.3ad bond does when no member hears a partner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Fallback {

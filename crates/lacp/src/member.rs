@@ -206,6 +206,17 @@ impl Member {
         (self.link, self.tx_times, self.reported, self.counters) = (keep.2, keep.3, keep.4, keep.5);
     }
 
+    /// Speed or duplex changed on an up link: the operational key and LACP_Enabled may have
+    /// changed, so the port selects again and its Receive machine restarts from PORT_DISABLED
+    /// (the partner information is kept; a LACPDU refreshes it).
+    pub fn relink(&mut self) {
+        self.selected = Selected::Unselected;
+        self.rx = RxState::PortDisabled;
+        self.current_while = None;
+        self.partner.state.set(PortState::SYNCHRONIZATION, false);
+        self.ntt = true;
+    }
+
     pub fn port_enabled(&self) -> bool {
         matches!(self.link, Link::Up { .. })
     }
