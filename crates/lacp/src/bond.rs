@@ -317,6 +317,11 @@ impl Bond {
         std::mem::take(&mut self.outputs)
     }
 
+    /// The bond's carrier: `On` when a member distributes (and `min_links` is met).
+    pub fn carrier(&self) -> OnOff {
+        self.carrier
+    }
+
     /// The transmit table (hash bucket → distributing member).
     pub fn tx_table(&self) -> &TxTable {
         &self.table

@@ -30,7 +30,10 @@ pub mod table;
 pub use bond::{Bond, BondConfig, BondView, MemberView};
 pub use hash::{flow_hash, HashPolicy};
 pub use member::{AggKey, MemberConfig, MuxState, RxState, Selected};
-pub use pdu::{parse_frame, Lacpdu, MarkerKind, MarkerPdu, PduError, PortInfo, PortState, SlowPdu};
+pub use pdu::{
+    is_slow_protocols, parse_frame, Lacpdu, MarkerKind, MarkerPdu, PduError, PortInfo, PortState,
+    SlowPdu,
+};
 pub use table::{TxTable, BUCKETS};
 
 use serde::Serialize;

@@ -315,7 +315,7 @@ impl Member {
             }
             RxState::Defaulted => {
                 // update_Default_Selected: the administrative partner replaces the operational.
-                if self.partner != PortInfo::default() {
+                if !self.partner.same_link(&PortInfo::default()) {
                     self.selected = Selected::Unselected;
                 }
                 self.record_default();

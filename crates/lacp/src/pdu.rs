@@ -230,6 +230,14 @@ fn check_tlv(
     }
 }
 
+/// Whether the datapath must hand `frame` to [`crate::Bond::receive`] rather than the
+/// bridge: untagged, to the Slow Protocols address, EtherType 0x8809. A cheap check on the
+/// first 14 bytes; total.
+pub fn is_slow_protocols(frame: &[u8]) -> bool {
+    frame.get(0..6) == Some(SLOW_PROTOCOLS_DST.as_bytes().as_slice())
+        && frame.get(12..14) == Some(SLOW_PROTOCOLS_ETHERTYPE.to_be_bytes().as_slice())
+}
+
 /// Validates a whole Ethernet frame (without FCS, untagged: Slow Protocols frames are never
 /// tagged) and returns its PDU.
 pub fn parse_frame(frame: &[u8]) -> Result<SlowPdu, PduError> {
@@ -411,6 +419,7 @@ mod tests {
     fn round_trip_and_errors() {
         let f = sample().to_frame(MacAddr([2, 0, 0, 0, 0, 1]));
         assert_eq!(parse_frame(&f), Ok(SlowPdu::Lacp(sample())));
+        assert!(is_slow_protocols(&f) && !is_slow_protocols(&f[..13]));
         assert_eq!(
             parse_frame(&f[..123]),
             Err(PduError::BadLength { len_bytes: 123 })
