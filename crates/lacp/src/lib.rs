@@ -12,6 +12,26 @@
 //! reads [`Bond::tx_table`] (copy it into the plan) and picks a member with
 //! [`TxTable::member_for`]`(`[`flow_hash`]`(frame, policy))`.
 //!
+//! ```
+//! use qbridge_lacp::{flow_hash, Bond, BondConfig, Duplex, Link, MemberConfig, MemberId, Mode, Output};
+//! use qbridge_wire::MacAddr;
+//!
+//! let mut bond = Bond::new(BondConfig::new(Mode::Lacp, MacAddr([2, 0, 0, 0, 0, 1])))?;
+//! let member = MemberId(7); // the caller's port id
+//! let cfg = MemberConfig { mac: MacAddr([2, 0, 0, 0, 0, 7]), port_number: 1, port_priority: 255 };
+//! bond.add_member(0, member, cfg)?;
+//! bond.set_link(0, member, Link::Up { speed_mbps: 10_000, duplex: Duplex::Full })?;
+//! for out in bond.drain_outputs() {
+//!     if let Output::Transmit { member, frame } = out {
+//!         assert_eq!((member, frame.len()), (MemberId(7), 124)); // a LACPDU to send
+//!     }
+//! }
+//! // No partner yet: nothing distributes, the bond cannot transmit.
+//! assert_eq!(bond.member_for(flow_hash(&[0u8; 60], bond.config().hash_policy)), None);
+//! assert_eq!(bond.next_deadline(), Some(1_000)); // fast periodic until a partner answers
+//! # Ok::<(), qbridge_lacp::ConfigError>(())
+//! ```
+//!
 //! Module map: [`pdu`] owns the LACPDU and Marker PDU bytes; [`member`] one port's state
 //! machines (Receive, Periodic, Mux, Churn, the transmit rate limit); [`bond`] the Selection
 //! Logic, the modes, fallback, `min_links`, outputs and views; [`hash`] the flow hash;
