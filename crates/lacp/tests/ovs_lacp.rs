@@ -537,3 +537,41 @@ fn multi_port_config() {
         );
     }
 }
+
+/// Dual homing: when every link to switch A loses its partner, the bond moves to the
+/// aggregator of switch B (and stays there when A comes back: `ad_select stable`).
+#[test]
+fn active_aggregator_moves_when_its_partner_is_gone() {
+    let b0 = bond(0x55, Mode::Lacp, 2, &[1, 2, 5], |_| {});
+    let b1 = bond(0x66, Mode::Lacp, 4, &[3, 4], |_| {});
+    let b2 = bond(0x77, Mode::Lacp, 4, &[6], |_| {});
+    let mut sim = Sim::new(vec![b0, b1, b2]);
+    sim.wire(0, 1, 1, 3);
+    sim.wire(0, 2, 1, 4);
+    sim.wire(0, 5, 2, 6);
+    sim.all_links(UP);
+    sim.warp(3000, 100);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(1), MemberId(2)]
+    );
+    sim.set_wire(0, WireState::Cut);
+    sim.set_wire(1, WireState::Cut);
+    // Expired after 3 s (partner kept: still the active aggregator, nothing carries), then
+    // defaulted after 3 s more: switch B's aggregator takes over after its 2 s wait.
+    sim.warp(3000, 100);
+    assert_eq!(sim.bonds[0].carrier(), OnOff::Off);
+    sim.warp(3000 + 2100, 100);
+    assert_eq!(sim.bonds[0].tx_table().members(), &[MemberId(5)]);
+    assert!(sim.distributing(2, 6));
+    sim.set_wire(0, WireState::Connected);
+    sim.set_wire(1, WireState::Connected);
+    sim.warp(35_000, 500);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(5)],
+        "stable selection"
+    );
+    assert_eq!(sim.mux(0, 1), MuxState::Waiting);
+    sim.assert_rate_limit();
+}
