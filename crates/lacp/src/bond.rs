@@ -25,7 +25,7 @@ use qbridge_wire::MacAddr;
 use serde::Serialize;
 
 use crate::member::{
-    ActorCtx, AggKey, Member, MemberConfig, MuxState, PeriodicState, RxState, Selected,
+    ActorCtx, AggKey, ChurnState, Member, MemberConfig, MuxState, PeriodicState, RxState, Selected,
 };
 use crate::pdu::{parse_frame, Lacpdu, MarkerKind, MarkerPdu, PduError, PortInfo, SlowPdu};
 use crate::table::TxTable;
@@ -92,6 +92,8 @@ pub struct MemberView {
     pub rx_state: RxState,
     pub mux_state: MuxState,
     pub selected: Selected,
+    pub actor_churn: ChurnState,
+    pub partner_churn: ChurnState,
     /// The aggregator's id: the lowest port number among its ports.
     pub aggregator_id: Option<u16>,
     pub actor: PortInfo,
@@ -603,6 +605,8 @@ impl Bond {
             rx_state: m.rx,
             mux_state: m.mux,
             selected: m.selected,
+            actor_churn: m.actor_churn,
+            partner_churn: m.partner_churn,
             aggregator_id: self.agg_id(m.agg),
             actor: m.actor_info(&ctx),
             partner: m.partner,

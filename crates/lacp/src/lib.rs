@@ -49,7 +49,7 @@ pub mod table;
 
 pub use bond::{Bond, BondConfig, BondView, MemberView};
 pub use hash::{flow_hash, HashPolicy};
-pub use member::{AggKey, MemberConfig, MuxState, RxState, Selected};
+pub use member::{AggKey, ChurnState, MemberConfig, MuxState, PeriodicState, RxState, Selected};
 pub use pdu::{
     is_slow_protocols, parse_frame, Lacpdu, MarkerKind, MarkerPdu, PduError, PortInfo, PortState,
     SlowPdu,

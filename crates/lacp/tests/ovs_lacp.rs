@@ -289,14 +289,14 @@ fn member_to_another_switch_is_not_aggregated_and_churns() {
             .any(|e| matches!(e, Event::Churn { .. })),
         "the good links never churn"
     );
+    let v = sim.bonds[0].member_view(MemberId(5)).unwrap();
     assert_eq!(
-        sim.bonds[0]
-            .member_view(MemberId(5))
-            .unwrap()
-            .counters
-            .actor_churn,
-        1
+        (v.counters.actor_churn, v.actor_churn),
+        (1, qbridge_lacp::ChurnState::Churn)
     );
+    // The view serialises for `link show -j`.
+    let json = serde_json::to_string(&sim.bonds[0].view()).unwrap();
+    assert!(json.contains("\"actor_churn\":\"Churn\""), "{json}");
     sim.assert_rate_limit();
 }
 
