@@ -171,6 +171,14 @@ proptest! {
                 prop_assert_eq!(carrying.get(m), Some(&OnOff::On));
                 prop_assert_eq!(b.member_view(*m).map(|v| v.distributing), Some(OnOff::On));
             }
+            let view = b.view();
+            let n = b.tx_table().members().len();
+            if b.config().mode == Mode::ActiveBackup || view.fallback_active == OnOff::On {
+                prop_assert!(n <= 1, "active-backup with {} members", n);
+            } else if b.config().mode == Mode::Lacp && n > 0 {
+                prop_assert!(n >= usize::from(b.config().min_links), "below min_links");
+            }
+            prop_assert_eq!(view.carrier == OnOff::On, n > 0);
             if let Some(d) = b.next_deadline() {
                 prop_assert!(d <= now.saturating_add(100_000));
             }
