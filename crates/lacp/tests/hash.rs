@@ -258,3 +258,32 @@ fn policy_words_round_trip() {
     }
     assert_eq!(HashPolicy::from_word("encap3+4"), None);
 }
+
+#[test]
+fn tag_depth_up_to_the_pipeline_limit_then_macs() {
+    let deep: Vec<(u16, u16)> = (0..qbridge_wire::MAX_TAGS as u16)
+        .map(|i| (0x8100, 10 + i))
+        .collect();
+    let t = two_members();
+    let mut rng = Rng(77);
+    let on_1 = (0..1000)
+        .filter(|_| {
+            let f = random_flow(&mut rng, &deep);
+            t.member_for(flow_hash(&f, HashPolicy::Layer34)) == Some(MemberId(1))
+        })
+        .count();
+    assert!((350..=650).contains(&on_1), "{} tags: {on_1}", deep.len());
+    // One tag more than the limit: the defined outcome is the layer2 hash (MACs).
+    let mut too_deep = deep.clone();
+    too_deep.push((0x8100, 99));
+    let a = random_flow(&mut rng, &too_deep);
+    let b = random_flow(&mut rng, &too_deep);
+    assert_eq!(
+        flow_hash(&a, HashPolicy::Layer34),
+        flow_hash(&b, HashPolicy::Layer34)
+    );
+    assert_eq!(
+        flow_hash(&a, HashPolicy::Layer34),
+        flow_hash(&a, HashPolicy::Layer2)
+    );
+}
