@@ -9,9 +9,10 @@
 //! and the same partner system and key ([`AggKey::Group`]); a port whose own or partner's
 //! Aggregation bit is clear, or that is looped back to this system, is alone
 //! ([`AggKey::Individual`]). The bond, one aggregator as the bridge sees it, uses one of them:
-//! the active aggregator is kept while one of its ports has a partner ("stable", Linux's
-//! default `ad_select`); otherwise the one with the most ports with partners wins, ties to
-//! the lowest port number. Ports of other aggregators are STANDBY: they stay in WAITING,
+//! the active aggregator is kept while one of its ports is attached and has a partner
+//! ("stable", Linux's default `ad_select`); otherwise (at start-up, during the aggregate wait,
+//! after the partner is gone) the one with the most ports with partners wins, then the most
+//! ports, ties to the lowest port number. Ports of other aggregators are STANDBY: they stay in WAITING,
 //! never in sync, never carry traffic. A port selects only from DETACHED, as 6.4.14 requires.
 //!
 //! Modes: `active-backup` keeps its active member while it is up (no preemption; failover
@@ -420,15 +421,19 @@ impl Bond {
             let ms = members
                 .iter()
                 .filter(|m| m.agg == Some(k) && m.selected != Selected::Unselected);
-            let (mut with_partner, mut all, mut lowest) = (0usize, 0usize, u16::MAX);
+            let (mut with_partner, mut all, mut lowest, mut attached) = (0, 0, u16::MAX, 0);
             for m in ms {
                 all += 1;
                 with_partner += usize::from(m.partner_from_pdu);
                 lowest = lowest.min(m.cfg.port_number);
+                attached += usize::from(
+                    m.partner_from_pdu
+                        && matches!(m.mux, MuxState::Attached | MuxState::CollectingDistributing),
+                );
             }
-            (with_partner, all, lowest)
+            (with_partner, all, lowest, attached)
         };
-        let mut best: Option<(AggKey, (usize, usize, u16))> = None;
+        let mut best: Option<(AggKey, (usize, usize, u16, usize))> = None;
         for m in self
             .members
             .iter()
@@ -446,7 +451,10 @@ impl Bond {
         }
         let current = self.active_agg.map(|k| (k, quality(k, &self.members)));
         let active = match (current, best) {
-            (Some((k, q)), Some((_, b))) if q.1 > 0 && (q.0 > 0 || b.0 == 0) => Some(k),
+            // Stable: an aggregator with an attached port that has a partner stays active.
+            // Before that (during the aggregate wait) the best one is chosen afresh, so ports
+            // that come up a moment apart still gather on the larger aggregator.
+            (Some((k, q)), _) if q.3 > 0 => Some(k),
             (_, b) => b.map(|(k, _)| k),
         };
         self.active_agg = active;

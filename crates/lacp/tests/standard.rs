@@ -185,3 +185,50 @@ fn ip_link_words() {
     assert_eq!(LacpActivity::from_word("off"), Some(LacpActivity::Passive));
     assert_eq!(Mode::from_word("balance-rr"), None);
 }
+
+fn dual_homed() -> Sim {
+    let mut sim = Sim::new(vec![
+        bond(0x55, Mode::Lacp, 2, &[1, 2, 5], |_| {}),
+        bond(0x66, Mode::Lacp, 4, &[3, 4], |_| {}),
+        bond(0x77, Mode::Lacp, 4, &[6], |_| {}),
+    ]);
+    sim.wire(0, 1, 1, 3);
+    sim.wire(0, 2, 1, 4);
+    sim.wire(0, 5, 2, 6);
+    sim
+}
+
+#[test]
+fn larger_aggregator_wins_when_links_come_up_within_the_wait() {
+    let mut sim = dual_homed();
+    sim.link(0, 5, UP);
+    sim.link(2, 6, UP);
+    sim.warp(1500, 100);
+    for (b, m) in [(0, 1), (0, 2), (1, 3), (1, 4)] {
+        sim.link(b, m, UP);
+    }
+    sim.warp(3000, 100);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(1), MemberId(2)]
+    );
+    assert!(!sim.distributing(0, 5));
+}
+
+#[test]
+fn attached_aggregator_stays_when_a_larger_one_appears_later() {
+    let mut sim = dual_homed();
+    sim.link(0, 5, UP);
+    sim.link(2, 6, UP);
+    sim.warp(3000, 100);
+    assert_eq!(sim.bonds[0].tx_table().members(), &[MemberId(5)]);
+    for (b, m) in [(0, 1), (0, 2), (1, 3), (1, 4)] {
+        sim.link(b, m, UP);
+    }
+    sim.warp(3000, 100);
+    assert_eq!(
+        sim.bonds[0].tx_table().members(),
+        &[MemberId(5)],
+        "ad_select stable"
+    );
+}
