@@ -281,15 +281,19 @@ impl Bond {
             Ok(SlowPdu::Marker(marker)) => match marker.kind {
                 MarkerKind::Information if lacp && m.port_enabled() => {
                     m.counters.rx_marker += 1;
-                    let reply = MarkerPdu {
-                        kind: MarkerKind::Response,
-                        ..marker
-                    };
-                    self.outputs.push(Output::Transmit {
-                        member: id,
-                        frame: reply.to_frame(m.cfg.mac),
-                    });
-                    m.counters.tx_marker_response += 1;
+                    if m.take_marker_slot(now) {
+                        let reply = MarkerPdu {
+                            kind: MarkerKind::Response,
+                            ..marker
+                        };
+                        self.outputs.push(Output::Transmit {
+                            member: id,
+                            frame: reply.to_frame(m.cfg.mac),
+                        });
+                        m.counters.tx_marker_response += 1;
+                    } else {
+                        m.counters.tx_marker_rate_limited += 1;
+                    }
                 }
                 MarkerKind::Information => {
                     m.counters.rx_marker += 1;

@@ -255,6 +255,8 @@ pub struct MemberCounters {
     pub rx_marker: u64,
     pub rx_marker_response: u64,
     pub tx_marker_response: u64,
+    /// Marker Responses not sent: the Slow Protocols limit (10 frames a second) was reached.
+    pub tx_marker_rate_limited: u64,
     /// Valid LACPDUs received while the Receive machine ignores them (port disabled, LACP
     /// disabled, or a mode without LACP).
     pub rx_ignored: u64,

@@ -31,6 +31,9 @@ pub const CHURN_DETECTION_MS: Millis = 60_000;
 pub const AGGREGATE_WAIT_MS: Millis = 2_000;
 /// The transmit limit: at most this many LACPDUs in any Fast_Periodic_Time.
 pub const TX_LIMIT_PER_FAST_PERIOD: usize = 3;
+/// Marker Responses per second: with the LACPDUs, the Slow Protocols limit of 10 frames a
+/// second (802.3 Annex 57A). Responses beyond it are dropped and counted.
+pub const MARKER_RESPONSES_PER_SECOND: usize = 7;
 
 /// Receive machine states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -138,6 +141,8 @@ pub(crate) struct Member {
     /// Send times of the last LACPDUs, oldest first (the rate limit's window).
     pub tx_times: [Option<Millis>; TX_LIMIT_PER_FAST_PERIOD],
     pub tx_deferred: bool,
+    /// Send times of the last Marker Responses, oldest first.
+    pub marker_times: [Option<Millis>; MARKER_RESPONSES_PER_SECOND],
     /// The traffic state last reported to the caller.
     pub reported: OnOff,
     pub counters: MemberCounters,
@@ -185,6 +190,7 @@ impl Member {
             partner_churn_timer: None,
             tx_times: [None; TX_LIMIT_PER_FAST_PERIOD],
             tx_deferred: false,
+            marker_times: [None; MARKER_RESPONSES_PER_SECOND],
             reported: OnOff::Off,
             counters: MemberCounters::default(),
         };
@@ -551,6 +557,18 @@ impl Member {
                 Err(oldest.saturating_add(FAST_PERIODIC_MS))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Records a Marker Response at `now` if the Slow Protocols budget allows one.
+    pub fn take_marker_slot(&mut self, now: Millis) -> bool {
+        match self.marker_times[0] {
+            Some(oldest) if now.saturating_sub(oldest) < FAST_PERIODIC_MS => false,
+            _ => {
+                self.marker_times.rotate_left(1);
+                self.marker_times[MARKER_RESPONSES_PER_SECOND - 1] = Some(now);
+                true
+            }
         }
     }
 

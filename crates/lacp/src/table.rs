@@ -20,6 +20,7 @@ pub const BUCKETS: usize = 256;
 pub struct TxTable {
     buckets: [Option<MemberId>; BUCKETS],
     members: Vec<MemberId>,
+    generation: u64,
 }
 
 impl Default for TxTable {
@@ -27,6 +28,7 @@ impl Default for TxTable {
         TxTable {
             buckets: [None; BUCKETS],
             members: Vec::new(),
+            generation: 0,
         }
     }
 }
@@ -41,6 +43,12 @@ impl TxTable {
     /// The distributing members, in ascending order.
     pub fn members(&self) -> &[MemberId] {
         &self.members
+    }
+
+    /// Moves by one each time the member set changes: the integration republishes the table
+    /// to the workers when it differs from the one they hold.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The member of each bucket.
@@ -59,6 +67,7 @@ impl TxTable {
         }
         let before = self.buckets;
         self.members = set;
+        self.generation = self.generation.wrapping_add(1);
         if self.members.is_empty() {
             self.buckets = [None; BUCKETS];
             return before.iter().filter(|b| b.is_some()).count();
@@ -122,6 +131,9 @@ mod tests {
         let moved = t.set_members(&[MemberId(1), MemberId(2), MemberId(3)]);
         assert_eq!(moved, 85);
         assert_eq!(counts(&t), vec![86, 85, 85]);
+        assert_eq!(t.generation(), 3);
+        assert_eq!(t.set_members(&[MemberId(3), MemberId(1), MemberId(2)]), 0);
+        assert_eq!(t.generation(), 3, "same set, same table");
         assert_eq!(t.set_members(&[]), 256);
     }
 }

@@ -427,14 +427,25 @@ fn marker_information_is_answered() {
         member: MemberId(1),
         frame: reply
     }));
-    assert_eq!(
+    // A flood of Marker Information: at most 7 responses a second (10 Slow Protocols
+    // frames with the 3 LACPDUs).
+    for i in 0..50 {
+        let m = MarkerPdu {
+            transaction_id: i,
+            ..info
+        };
         sim.bonds[0]
-            .member_view(MemberId(1))
-            .unwrap()
-            .counters
-            .tx_marker_response,
-        1
-    );
+            .receive(sim.now, MemberId(1), &m.to_frame(mac(0x66, 3)))
+            .unwrap();
+    }
+    let replies = sim.bonds[0]
+        .drain_outputs()
+        .iter()
+        .filter(|o| matches!(o, Output::Transmit { frame, .. } if frame[16] == 2))
+        .count();
+    assert_eq!(replies, 6);
+    let c = sim.bonds[0].member_view(MemberId(1)).unwrap().counters;
+    assert_eq!((c.tx_marker_response, c.tx_marker_rate_limited), (7, 44));
 }
 
 #[test]
