@@ -437,13 +437,25 @@ fn fdb_lines(sw: &Switch, out: &mut String) {
 pub const CHANGES_MARKER: &str =
     "# changes since the configuration above, applied as 'qbridge apply' applies a file\n";
 
-/// The line to append to a state file for `cmd`, a command that succeeded, when the command
-/// alone recreates its effect on the configuration above it, applied with `apply`'s meaning
-/// (`fdb add` replaces an entry that exists, `fdb del` of an absent entry does nothing):
-/// `fdb add`/`fdb replace` and `fdb del`, whose effect on a configuration is O(the change).
-/// `None` for every other command: the whole configuration is written instead.
-pub fn change_line(cmd: &crate::Command) -> Option<String> {
-    use crate::command::{Command, FdbCommand};
+/// The line to append to a state file for `cmd` (given as `words`), a single command that
+/// succeeded, when the command alone recreates its effect on the configuration above it,
+/// applied with `apply`'s meaning: `None` for a command whose effect is not a function of the
+/// configuration and the command alone (`link add` picks free interface indexes, `link del`
+/// and `mirror` commands open and close backends and files) — the whole configuration is
+/// written for those.
+///
+/// - `fdb add`/`fdb replace` and `fdb del`: rendered in the running configuration's words (an
+///   `fdb add` of an entry that exists replaces it, an `fdb del` of an absent one does
+///   nothing);
+/// - `vlan add|del|set`, the VLAN maps, `link set` of a port or a bridge and `fdb flush`: the
+///   command's own words, which the parser reads again the same way (names are single words
+///   without control characters; a word with white space in it makes it `None`).
+///
+/// Replayed in order from the configuration they were appended after, these commands meet the
+/// state they first met, so they do what they did; that makes a change O(the change) on the
+/// disk, whatever the size of the FDB (issue 17 item 7).
+pub fn change_line(cmd: &crate::Command, words: &[String]) -> Option<String> {
+    use crate::command::{Command, FdbCommand, LinkCommand, VlanCommand};
     let vlan = |v: &Option<u16>, c: &Option<u16>| match (v, c) {
         (Some(v), Some(c)) => format!(" vlan {v} inner_vlan {c}"),
         (Some(v), None) => format!(" vlan {v}"),
@@ -483,6 +495,26 @@ pub fn change_line(cmd: &crate::Command) -> Option<String> {
             vlan: v,
             inner_vlan,
         }) => Some(format!("fdb del {mac} dev {dev}{}\n", vlan(v, inner_vlan))),
+        Command::Fdb(FdbCommand::Flush { .. })
+        | Command::Link(LinkCommand::SetPort { .. } | LinkCommand::SetBridge { .. })
+        | Command::Vlan(
+            VlanCommand::Add { .. }
+            | VlanCommand::Del { .. }
+            | VlanCommand::Set { .. }
+            | VlanCommand::MapAdd { .. }
+            | VlanCommand::MapDel { .. }
+            | VlanCommand::CvidMapAdd { .. }
+            | VlanCommand::CvidMapDel { .. }
+            | VlanCommand::TagMapAdd { .. }
+            | VlanCommand::TagMapDel { .. },
+        ) => {
+            let plain = |w: &String| !w.is_empty() && !w.chars().any(char::is_whitespace);
+            words.iter().all(plain).then(|| {
+                let mut line = words.join(" ");
+                line.push('\n');
+                line
+            })
+        }
         _ => None,
     }
 }

@@ -615,11 +615,14 @@ impl Engine {
             _ => None,
         }
         .or_else(|| may_open_ports(&op).then(|| Undo::Session(Box::new(self.session.clone()))));
-        // A change the state file can take as one appended line (`fdb add`, `fdb del`).
-        let change_line = match &op {
+        // A change the state file can take as one appended line (`fdb add`, `vlan add`, …),
+        // unless it made or removed a port (`link set dev BR up` makes the host port, with a
+        // random address a replayed line would not give again).
+        let ports_before = self.session.switch().port_ids().count();
+        let mut change_line = match &op {
             Op::Command { words, .. } if self.cfg.state.is_some() => parse_words(words)
                 .ok()
-                .and_then(|c| qbridge_control::running::change_line(&c)),
+                .and_then(|c| qbridge_control::running::change_line(&c, words)),
             _ => None,
         };
         let r = match op {
@@ -634,6 +637,9 @@ impl Engine {
                 Ok(output) => Response::ok(output, Vec::new()),
                 Err(e) => Response::err(e.to_string()),
             };
+        }
+        if self.session.switch().port_ids().count() != ports_before {
+            change_line = None;
         }
         let mut resp = self.commit(r, before);
         self.publish();

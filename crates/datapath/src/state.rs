@@ -20,7 +20,7 @@
 //!
 //! **Appended changes.** Writing the whole configuration costs O(the configuration): with
 //! 20 000 FDB entries added one `fdb add` at a time it was 12 ms of rendering and 1 MB of
-//! writing per command. A change whose command recreates it (`fdb add`, `fdb del`:
+//! writing per command. A change whose command recreates it (`fdb add`, `vlan add`, `link set`…:
 //! [`qbridge_control::running::change_line`]) is instead appended to the file, after a
 //! [`CHANGES_MARKER`] line, with one `write` (`O_APPEND`) and an `fdatasync` before the reply:
 //! O(the change), and every acknowledged change is still on the disk. Restoring applies the

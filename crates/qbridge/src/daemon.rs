@@ -75,9 +75,9 @@ SIGUSR2, SIGPIPE: ignored.
                        64); frames of one flow stay on one thread, in order
   --state FILE         keep the configuration in FILE: restored at start (before -batch,
                        which is then applied as 'qbridge apply' does: what exists is kept),
-                       saved after every change: rewritten atomically, or for fdb
-                       add/replace/del a line appended; a regular file of at most
-                       256 MiB (see docs/operating.md)
+                       saved after every change: rewritten atomically, or a line
+                       appended for a single fdb, vlan or link set command; a regular
+                       file of at most 256 MiB (see docs/operating.md)
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.

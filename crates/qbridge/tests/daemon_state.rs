@@ -85,7 +85,8 @@ fn state_survives_a_restart_exactly() {
     }
     let before = views(&d);
     let running = d.ok(&["show", "running-config"]);
-    // The FDB changes were appended to the configuration written before them.
+    // The changes after the last `link add` (a `link set`, two `vlan` and three `fdb`
+    // commands) were appended to the configuration written before them.
     let saved = std::fs::read_to_string(dir.join("state")).unwrap();
     let (config, changes) = saved
         .split_once(qbridge_control::running::CHANGES_MARKER)
@@ -94,7 +95,7 @@ fn state_survives_a_restart_exactly() {
         running.starts_with(config.lines().next().unwrap()),
         "{saved}"
     );
-    assert_eq!(changes.lines().count(), 3, "{saved}");
+    assert_eq!(changes.lines().count(), 6, "{saved}");
     stop(d);
 
     // A fresh daemon, the state file only: the same switch, and the file is the running
