@@ -1,0 +1,713 @@
+//! The engine: one bridge's spanning-tree protocol entity. Owns the bridge configuration,
+//! its ports, the bridge-wide protocol variables (rootPriority, rootTimes, rootPortId), the
+//! clock (ticks of one second, advanced only by [`Stp::tick`]) and the queue of outputs.
+//!
+//! Sans-I/O: every input is a method call (a received frame, a tick, a link or
+//! configuration change); each call runs the state machines to quiescence and leaves
+//! [`Output`]s (BPDU frames to send, port state changes, FDB flush requests, events) for
+//! the caller to take with [`Stp::take_outputs`]. No threads, no clock, no allocation
+//! beyond the output frames and the port table; no input can make it panic.
+
+use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, MstPart, WireRole};
+use crate::mst::Region;
+use crate::port::{Cost, Duplex, OnOff, Port, PortFlag, PointToPoint, Ptx};
+use crate::select::Prs;
+use crate::types::{BridgeId, Mac, PortRole, PortState, PriorityVector, Times, TreeId};
+use serde::Serialize;
+
+/// Protocol version run by the bridge (stp_mode).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Legacy 802.1D: ForceVersion 0, Configuration and TCN BPDUs only.
+    Stp,
+    /// RSTP (802.1D-2004 clause 17), ForceVersion 2.
+    Rstp,
+    /// MSTP (802.1Q clause 13), ForceVersion 3. See the crate doc for what is implemented.
+    Mstp,
+}
+
+/// Which group address BPDUs are sent to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupAddress {
+    /// 01:80:C2:00:00:00, customer (802.1Q) bridges.
+    Customer,
+    /// 01:80:C2:00:00:08, provider (802.1ad) bridges.
+    Provider,
+}
+
+/// Bridge configuration (802.1D-2004 17.13 parameters).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BridgeConfig {
+    /// Protocol version.
+    pub mode: Mode,
+    /// Bridge priority, a multiple of 4096 up to 61440.
+    pub priority: u16,
+    /// Hello Time, 1..=10 s.
+    pub hello_time: u16,
+    /// Max Age, 6..=40 s.
+    pub max_age: u16,
+    /// Forward Delay, 4..=30 s.
+    pub forward_delay: u16,
+    /// Transmit Hold Count, 1..=10.
+    pub tx_hold_count: u16,
+    /// MSTP MaxHops, 6..=40.
+    pub max_hops: u8,
+    /// BPDU destination.
+    pub group_address: GroupAddress,
+}
+
+impl Default for BridgeConfig {
+    /// The defaults of 802.1D-2004 table 17-1 and 802.1Q table 13-5.
+    fn default() -> Self {
+        BridgeConfig {
+            mode: Mode::Rstp,
+            priority: 32768,
+            hello_time: 2,
+            max_age: 20,
+            forward_delay: 15,
+            tx_hold_count: 6,
+            max_hops: 20,
+            group_address: GroupAddress::Customer,
+        }
+    }
+}
+
+/// Bad configuration. Messages name the value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// priority not a multiple of 4096 in 0..=61440
+    #[error("bridge priority {0} is not a multiple of 4096 in 0..61440")]
+    BridgePriority(u16),
+    /// port priority not a multiple of 16 in 0..=240
+    #[error("port priority {0} is not a multiple of 16 in 0..240")]
+    PortPriority(u16),
+    /// timer out of range
+    #[error("{name} {value} is out of range {min}..{max}")]
+    Range {
+        /// parameter
+        name: &'static str,
+        /// value given
+        value: u32,
+        /// lowest allowed
+        min: u32,
+        /// highest allowed
+        max: u32,
+    },
+    /// 17.14: 2 * (Forward Delay - 1) >= Max Age >= 2 * (Hello Time + 1)
+    #[error("max age {max_age} must lie between 2*(hello time+1)={lo} and 2*(forward delay-1)={hi}")]
+    TimerRelation {
+        /// Max Age given
+        max_age: u16,
+        /// 2 * (hello + 1)
+        lo: u16,
+        /// 2 * (forward delay - 1)
+        hi: u16,
+    },
+    /// no such port
+    #[error("no port {0}")]
+    NoPort(u16),
+    /// port number out of 1..=4095 or already present
+    #[error("port number {0} is taken or not in 1..4095")]
+    PortNumber(u16),
+}
+
+fn range(name: &'static str, value: u32, min: u32, max: u32) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::Range { name, value, min, max })
+    }
+}
+
+impl BridgeConfig {
+    /// Check every parameter and the timer relation of 17.14.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.priority % 4096 != 0 || self.priority > 61440 {
+            return Err(ConfigError::BridgePriority(self.priority));
+        }
+        range("hello time", self.hello_time.into(), 1, 10)?;
+        range("max age", self.max_age.into(), 6, 40)?;
+        range("forward delay", self.forward_delay.into(), 4, 30)?;
+        range("tx hold count", self.tx_hold_count.into(), 1, 10)?;
+        range("max hops", self.max_hops.into(), 6, 40)?;
+        let lo = 2 * (self.hello_time + 1);
+        let hi = 2 * (self.forward_delay - 1);
+        if self.max_age < lo || self.max_age > hi {
+            return Err(ConfigError::TimerRelation { max_age: self.max_age, lo, hi });
+        }
+        Ok(())
+    }
+}
+
+/// Something for the log or `monitor`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The root bridge (or this bridge's root port) changed.
+    NewRoot {
+        /// The new root bridge.
+        root: BridgeId,
+        /// The new root port, none when this bridge is root.
+        root_port: Option<u16>,
+    },
+    /// A topology change was detected on (`notified: false`) or notified through a port.
+    TopologyChange {
+        /// Port number.
+        port: u16,
+        /// Learned from a neighbour rather than detected here.
+        notified: bool,
+    },
+    /// BPDU guard: an edge port heard a BPDU; the engine disabled it and the caller should
+    /// shut it. `Stp::set_port_admin(port, OnOff::On)` re-admits it.
+    BpduGuardShut {
+        /// Port number.
+        port: u16,
+    },
+    /// Root guard: superior information on a guarded port (kept discarding) or its end.
+    RootInconsistent {
+        /// Port number.
+        port: u16,
+        /// Entered (true) or left (false).
+        active: bool,
+    },
+    /// Loop guard: information aged out on a blocking port (kept discarding) or its end.
+    LoopInconsistent {
+        /// Port number.
+        port: u16,
+        /// Entered (true) or left (false).
+        active: bool,
+    },
+    /// Port Protocol Migration switched what the port sends.
+    ProtocolMigration {
+        /// Port number.
+        port: u16,
+        /// RST/MST BPDUs (true) or legacy Configuration/TCN BPDUs (false).
+        send_rstp: bool,
+    },
+}
+
+/// What the caller must do.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Output {
+    /// Send this whole frame (802.3/LLC, group destination, port MAC source) on `port`.
+    Bpdu {
+        /// Port number.
+        port: u16,
+        /// The frame.
+        frame: Vec<u8>,
+    },
+    /// The port's state in `tree` is now `state`.
+    PortState {
+        /// Port number.
+        port: u16,
+        /// Spanning tree.
+        tree: TreeId,
+        /// New state.
+        state: PortState,
+    },
+    /// Remove the dynamic FDB entries learned on `port` for the VLANs of `tree`.
+    Flush {
+        /// Port number.
+        port: u16,
+        /// Spanning tree.
+        tree: TreeId,
+    },
+    /// Log / monitor.
+    Event(Event),
+}
+
+/// Why a received frame was not processed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum RxError {
+    /// unknown port
+    #[error("no port {0}")]
+    NoPort(u16),
+    /// invalid BPDU (counted)
+    #[error("bad BPDU: {0}")]
+    Bad(BadBpdu),
+    /// BPDU filter on (counted)
+    #[error("BPDU filter is on")]
+    Filtered,
+    /// port disabled (counted)
+    #[error("port is disabled")]
+    PortDisabled,
+    /// BPDU guard shut the port
+    #[error("BPDU guard shut the port")]
+    GuardShut,
+}
+
+/// A bridge's spanning-tree protocol entity.
+#[derive(Debug)]
+pub struct Stp {
+    pub(crate) config: BridgeConfig,
+    pub(crate) mac: Mac,
+    pub(crate) bridge_id: BridgeId,
+    pub(crate) region: Region,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) root_priority: PriorityVector,
+    pub(crate) root_port_id: Option<crate::types::PortId>,
+    pub(crate) root_times: Times,
+    pub(crate) prs: Prs,
+    pub(crate) begin: bool,
+    pub(crate) now: u64,
+    pub(crate) outputs: Vec<Output>,
+    pub(crate) topology_changes: u64,
+    pub(crate) last_topology_change: Option<u64>,
+    last_root: Option<(BridgeId, Option<u16>)>,
+    /// Passes of `run` that hit the iteration bound (should stay 0).
+    pub(crate) runaway_runs: u64,
+}
+
+/// Bound on passes per `run`: far above what any real sequence needs.
+const MAX_PASSES: usize = 1000;
+
+impl Stp {
+    /// A bridge with address `mac`, no ports yet.
+    pub fn new(mac: Mac, config: BridgeConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let bridge_id = BridgeId::new(config.priority, mac);
+        let mut s = Stp {
+            config,
+            mac,
+            bridge_id,
+            region: Region::default(),
+            ports: Vec::new(),
+            root_priority: PriorityVector::default(),
+            root_port_id: None,
+            root_times: Times::default(),
+            prs: Prs::InitBridge,
+            begin: true,
+            now: 0,
+            outputs: Vec::new(),
+            topology_changes: 0,
+            last_topology_change: None,
+            last_root: None,
+            runaway_runs: 0,
+        };
+        s.root_priority = s.bridge_priority();
+        s.root_times = s.bridge_times();
+        s.run();
+        Ok(s)
+    }
+
+    pub(crate) fn force_version(&self) -> u8 {
+        match self.config.mode {
+            Mode::Stp => 0,
+            Mode::Rstp => 2,
+            Mode::Mstp => 3,
+        }
+    }
+    pub(crate) fn tx_hold_count(&self) -> u16 {
+        self.config.tx_hold_count
+    }
+    pub(crate) fn bridge_times(&self) -> Times {
+        Times {
+            message_age: 0,
+            max_age: self.config.max_age,
+            hello_time: self.config.hello_time,
+            forward_delay: self.config.forward_delay,
+        }
+    }
+
+    /// This bridge's identifier.
+    pub fn bridge_id(&self) -> BridgeId {
+        self.bridge_id
+    }
+    /// The current configuration.
+    pub fn config(&self) -> &BridgeConfig {
+        &self.config
+    }
+    /// The tick counter (seconds since creation, as far as the caller's ticks go).
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Take every output produced since the last call, in order.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    fn idx(&self, port: u16) -> Result<usize, ConfigError> {
+        self.ports.iter().position(|q| q.no == port).ok_or(ConfigError::NoPort(port))
+    }
+
+    /// Add port `port` (1..=4095) with source MAC `mac`; it starts with its link down.
+    pub fn add_port(&mut self, port: u16, mac: Mac) -> Result<(), ConfigError> {
+        if !(1..=4095).contains(&port) || self.idx(port).is_ok() {
+            return Err(ConfigError::PortNumber(port));
+        }
+        let mut q = Port::new(port, mac);
+        q.designated_times = self.bridge_times();
+        self.ports.push(q);
+        self.run();
+        Ok(())
+    }
+
+    /// Remove a port; the others reselect.
+    pub fn remove_port(&mut self, port: u16) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        self.ports.remove(i);
+        for q in &mut self.ports {
+            q.reselect = true;
+            q.selected = false;
+        }
+        self.run();
+        Ok(())
+    }
+
+    /// Link up with speed (Mb/s, 0 if unknown) and duplex, or down.
+    pub fn set_link(&mut self, port: u16, link: Link) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        let q = &mut self.ports[i];
+        match link {
+            Link::Up { speed_mbps, duplex } => {
+                q.link_up = true;
+                let cost_before = q.path_cost();
+                q.speed_mbps = speed_mbps;
+                q.duplex = duplex;
+                if cost_before != q.path_cost() {
+                    q.reselect = true;
+                    q.selected = false;
+                }
+            }
+            Link::Down => q.link_up = false,
+        }
+        self.sync_enabled(i);
+        self.run();
+        Ok(())
+    }
+
+    /// Administratively enable or disable a port (BPDU guard disables; this re-admits).
+    pub fn set_port_admin(&mut self, port: u16, on: OnOff) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        self.ports[i].admin_up = on.on();
+        self.sync_enabled(i);
+        self.run();
+        Ok(())
+    }
+
+    fn sync_enabled(&mut self, i: usize) {
+        let q = &mut self.ports[i];
+        let en = q.should_be_enabled();
+        if en != q.port_enabled {
+            q.port_enabled = en;
+            if !en && q.loop_inconsistent {
+                q.loop_inconsistent = false;
+                let port = q.no;
+                self.outputs.push(Output::Event(Event::LoopInconsistent { port, active: false }));
+            }
+        }
+    }
+
+    /// Port priority (multiple of 16, 0..=240).
+    pub fn set_port_priority(&mut self, port: u16, priority: u16) -> Result<(), ConfigError> {
+        if priority % 16 != 0 || priority > 240 {
+            return Err(ConfigError::PortPriority(priority));
+        }
+        let i = self.idx(port)?;
+        self.ports[i].priority = priority as u8;
+        self.reselect_all();
+        Ok(())
+    }
+
+    /// Port path cost.
+    pub fn set_port_cost(&mut self, port: u16, cost: Cost) -> Result<(), ConfigError> {
+        if let Cost::Fixed(c) = cost {
+            range("port path cost", c, 1, 200_000_000)?;
+        }
+        let i = self.idx(port)?;
+        self.ports[i].cost = cost;
+        self.reselect_all();
+        Ok(())
+    }
+
+    /// adminPointToPointMAC.
+    pub fn set_port_p2p(&mut self, port: u16, p2p: PointToPoint) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        self.ports[i].admin_p2p = p2p;
+        self.run();
+        Ok(())
+    }
+
+    /// Switch a per-port feature or guard. Edge settings re-initialise the port's machines.
+    pub fn set_port_flag(&mut self, port: u16, flag: PortFlag, on: OnOff) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        let q = &mut self.ports[i];
+        let v = on.on();
+        match flag {
+            PortFlag::AdminEdge => {
+                q.admin_edge = v;
+                q.begin = true;
+            }
+            PortFlag::AutoEdge => q.auto_edge = v,
+            PortFlag::BpduGuard => q.bpdu_guard = v,
+            PortFlag::BpduFilter => q.bpdu_filter = v,
+            PortFlag::RootGuard => {
+                q.root_guard = v;
+                q.reselect = true;
+                q.selected = false;
+            }
+            PortFlag::LoopGuard => {
+                q.loop_guard = v;
+                if !v && q.loop_inconsistent {
+                    q.loop_inconsistent = false;
+                    q.reselect = true;
+                    q.selected = false;
+                }
+            }
+        }
+        self.run();
+        Ok(())
+    }
+
+    /// Force a Port Protocol Migration check (mcheck, 17.19.13): send RST BPDUs again.
+    pub fn mcheck(&mut self, port: u16) -> Result<(), ConfigError> {
+        let i = self.idx(port)?;
+        if self.rstp_version() {
+            self.ports[i].mcheck = true;
+        }
+        self.run();
+        Ok(())
+    }
+
+    /// Replace the bridge configuration. Priority and timers reselect; a mode change
+    /// re-initialises every machine (BEGIN).
+    pub fn set_config(&mut self, config: BridgeConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let mode_changed = config.mode != self.config.mode;
+        self.config = config;
+        self.bridge_id = BridgeId::new(self.config.priority, self.mac);
+        if mode_changed {
+            self.begin = true;
+            self.run();
+        } else {
+            self.reselect_all();
+        }
+        Ok(())
+    }
+
+    /// The MST region (name, revision, VID to MSTID table).
+    pub fn set_region(&mut self, region: Region) {
+        self.region = region;
+    }
+    /// The MST region in use.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    fn reselect_all(&mut self) {
+        for q in &mut self.ports {
+            q.reselect = true;
+            q.selected = false;
+        }
+        self.run();
+    }
+
+    /// One second passes (the Port Timers state machine, 17.22).
+    pub fn tick(&mut self) {
+        self.now += 1;
+        for q in &mut self.ports {
+            for t in [
+                &mut q.edge_delay_while,
+                &mut q.fd_while,
+                &mut q.hello_when,
+                &mut q.mdelay_while,
+                &mut q.rb_while,
+                &mut q.rcvd_info_while,
+                &mut q.rr_while,
+                &mut q.tc_while,
+                &mut q.tx_count,
+            ] {
+                *t = t.saturating_sub(1);
+            }
+        }
+        self.run();
+    }
+
+    /// A frame received on `port` addressed to the bridge group address (destination MAC
+    /// first). Bad BPDUs are counted by reason and otherwise ignored.
+    pub fn receive(&mut self, port: u16, frame: &[u8]) -> Result<(), RxError> {
+        let i = self.idx(port).map_err(|_| RxError::NoPort(port))?;
+        if self.ports[i].bpdu_filter {
+            self.ports[i].counters.rx_filtered += 1;
+            return Err(RxError::Filtered);
+        }
+        if !self.ports[i].port_enabled {
+            self.ports[i].counters.rx_port_disabled += 1;
+            return Err(RxError::PortDisabled);
+        }
+        let parsed = bpdu::parse_frame(frame).and_then(|b| {
+            match b.body() {
+                Some(c) if c.bridge == self.bridge_id && c.port == self.ports[i].port_id() => {
+                    Err(BadBpdu::OwnBpdu)
+                }
+                _ => Ok(b),
+            }
+        });
+        let b = match parsed {
+            Ok(b) => b,
+            Err(reason) => {
+                self.ports[i].counters.rx_bad[reason.index()] += 1;
+                return Err(RxError::Bad(reason));
+            }
+        };
+        let q = &mut self.ports[i];
+        match b.kind() {
+            bpdu::BpduKind::Config => q.counters.rx_config += 1,
+            bpdu::BpduKind::Tcn => q.counters.rx_tcn += 1,
+            bpdu::BpduKind::Rst => q.counters.rx_rst += 1,
+            bpdu::BpduKind::Mst => q.counters.rx_mst += 1,
+        }
+        if q.bpdu_guard && (q.oper_edge || q.admin_edge) {
+            q.admin_up = false;
+            self.outputs.push(Output::Event(Event::BpduGuardShut { port }));
+            self.sync_enabled(i);
+            self.run();
+            return Err(RxError::GuardShut);
+        }
+        if q.loop_inconsistent {
+            q.loop_inconsistent = false;
+            q.reselect = true;
+            q.selected = false;
+            self.outputs.push(Output::Event(Event::LoopInconsistent { port, active: false }));
+        }
+        let q = &mut self.ports[i];
+        q.rcvd = Some(b);
+        q.rcvd_bpdu = true;
+        self.run();
+        self.ports[i].rcvd = None;
+        Ok(())
+    }
+
+    /// Run every state machine until none moves (17.16).
+    pub(crate) fn run(&mut self) {
+        let n = self.ports.len();
+        let mut settled = false;
+        for _ in 0..MAX_PASSES {
+            let mut moved = false;
+            for p in 0..n {
+                moved |= self.step_prx(p);
+                moved |= self.step_ppm(p);
+                moved |= self.step_bdm(p);
+                moved |= self.step_pim(p);
+            }
+            moved |= self.step_prs();
+            for p in 0..n {
+                moved |= self.step_prt(p);
+                moved |= self.step_pst(p);
+                moved |= self.step_tcm(p);
+                moved |= self.step_ptx(p);
+            }
+            if self.begin || self.ports.iter().any(|q| q.begin) {
+                self.begin = false;
+                for q in &mut self.ports {
+                    q.begin = false;
+                }
+                continue;
+            }
+            if !moved {
+                settled = true;
+                break;
+            }
+        }
+        if !settled {
+            self.runaway_runs += 1;
+        }
+        let root = (self.root_priority.root, self.root_port_id.map(|p| p.number()));
+        if self.last_root != Some(root) {
+            self.last_root = Some(root);
+            self.outputs.push(Output::Event(Event::NewRoot { root: root.0, root_port: root.1 }));
+        }
+    }
+
+    /// txConfig / txTcn / txRstp (17.21.19-21).
+    pub(crate) fn transmit(&mut self, p: usize, what: Ptx) {
+        let q = &self.ports[p];
+        let mut f = 0u8;
+        if q.tc_while != 0 {
+            f |= flags::TC;
+        }
+        let body = |f: u8| ConfigBody {
+            flags: f,
+            root: q.designated_priority.root,
+            root_path_cost: q.designated_priority.root_path_cost,
+            bridge: q.designated_priority.designated_bridge,
+            port: q.designated_priority.designated_port,
+            times: q.designated_times,
+        };
+        let bpdu = match what {
+            Ptx::Tcn => Bpdu::Tcn,
+            Ptx::Config => {
+                if q.tc_ack {
+                    f |= flags::TC_ACK;
+                }
+                Bpdu::Config(body(f))
+            }
+            _ => {
+                if q.proposing {
+                    f |= flags::PROPOSAL;
+                }
+                if q.learning {
+                    f |= flags::LEARNING;
+                }
+                if q.forwarding {
+                    f |= flags::FORWARDING;
+                }
+                if q.agree {
+                    f |= flags::AGREEMENT;
+                }
+                f |= match q.role {
+                    PortRole::Root => WireRole::Root,
+                    PortRole::Designated => WireRole::Designated,
+                    PortRole::Alternate | PortRole::Backup => WireRole::AlternateOrBackup,
+                    PortRole::Disabled | PortRole::Master => WireRole::Unknown,
+                }
+                .to_flags();
+                if self.config.mode == Mode::Mstp {
+                    Bpdu::Mst(
+                        body(f),
+                        Box::new(MstPart {
+                            config_id: self.region.config_id(),
+                            internal_root_path_cost: 0,
+                            cist_bridge: self.bridge_id,
+                            remaining_hops: self.config.max_hops,
+                            mstis: Vec::new(),
+                        }),
+                    )
+                } else {
+                    Bpdu::Rst(body(f))
+                }
+            }
+        };
+        let dst = match self.config.group_address {
+            GroupAddress::Customer => bpdu::STP_GROUP_ADDRESS,
+            GroupAddress::Provider => bpdu::PROVIDER_GROUP_ADDRESS,
+        };
+        let frame = bpdu.emit_frame(dst, q.mac);
+        let port = q.no;
+        let c = &mut self.ports[p].counters;
+        match bpdu.kind() {
+            bpdu::BpduKind::Config => c.tx_config += 1,
+            bpdu::BpduKind::Tcn => c.tx_tcn += 1,
+            bpdu::BpduKind::Rst => c.tx_rst += 1,
+            bpdu::BpduKind::Mst => c.tx_mst += 1,
+        }
+        self.outputs.push(Output::Bpdu { port, frame });
+    }
+}
+
+/// A port's link as the caller sees it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Link {
+    /// Up, with speed (Mb/s, 0 if unknown) and duplex.
+    Up {
+        /// Speed in Mb/s.
+        speed_mbps: u32,
+        /// Duplex.
+        duplex: Duplex,
+    },
+    /// Down.
+    Down,
+}

@@ -1,0 +1,164 @@
+//! The `show` snapshot: bridge and per-port spanning-tree status and counters, plain data
+//! serialisable with serde for `qbridge stp show -j`. Built on demand, O(ports).
+
+use crate::engine::{Mode, Stp};
+use crate::port::{InfoIs, PortCounters};
+use crate::types::{BridgeId, PortId, PortRole, PortState, TreeId};
+use serde::Serialize;
+
+/// Which BPDUs a port sends (after Port Protocol Migration).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProtocol {
+    /// Configuration and TCN BPDUs.
+    Stp,
+    /// RST (or MST) BPDUs.
+    Rstp,
+}
+
+/// Whether this bridge is the root.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RootStatus {
+    /// This bridge is the root bridge.
+    Root,
+    /// Another bridge is.
+    NotRoot,
+}
+
+/// One port's status.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PortShow {
+    /// Port number.
+    pub port: u16,
+    /// Port identifier.
+    pub port_id: PortId,
+    /// Tree (CIST only for now).
+    pub tree: TreeId,
+    /// Role.
+    pub role: PortRole,
+    /// State.
+    pub state: PortState,
+    /// Whether the port is enabled (link up and administratively up).
+    pub enabled: bool,
+    /// Port path cost in use.
+    pub path_cost: u32,
+    /// Designated root heard or sent on the port.
+    pub designated_root: BridgeId,
+    /// Designated cost.
+    pub designated_cost: u32,
+    /// Designated bridge on the port's LAN.
+    pub designated_bridge: BridgeId,
+    /// Designated port on the port's LAN.
+    pub designated_port: PortId,
+    /// Where the port's information came from.
+    pub info: InfoIs,
+    /// operEdge.
+    pub edge: bool,
+    /// operPointToPointMAC.
+    pub point_to_point: bool,
+    /// What the port sends.
+    pub protocol: SendProtocol,
+    /// Root guard holds the port.
+    pub root_inconsistent: bool,
+    /// Loop guard holds the port.
+    pub loop_inconsistent: bool,
+    /// Counters.
+    pub counters: PortCounters,
+}
+
+/// The bridge's status.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Show {
+    /// Protocol version.
+    pub mode: Mode,
+    /// This bridge.
+    pub bridge_id: BridgeId,
+    /// The root bridge.
+    pub root_id: BridgeId,
+    /// Root or not.
+    pub root_status: RootStatus,
+    /// Root port number.
+    pub root_port: Option<u16>,
+    /// Root path cost.
+    pub root_path_cost: u32,
+    /// Max Age, Forward Delay, Hello Time in use (from the root).
+    pub max_age: u16,
+    /// Forward Delay in use.
+    pub forward_delay: u16,
+    /// Hello Time configured.
+    pub hello_time: u16,
+    /// Topology changes seen.
+    pub topology_changes: u64,
+    /// Tick of the last one.
+    pub last_topology_change_tick: Option<u64>,
+    /// Ticks so far.
+    pub now: u64,
+    /// Ports in the order they were added.
+    pub ports: Vec<PortShow>,
+}
+
+impl Stp {
+    /// A snapshot of the status.
+    pub fn show(&self) -> Show {
+        let root_status = if self.root_priority.root == self.bridge_id {
+            RootStatus::Root
+        } else {
+            RootStatus::NotRoot
+        };
+        Show {
+            mode: self.config.mode,
+            bridge_id: self.bridge_id,
+            root_id: self.root_priority.root,
+            root_status,
+            root_port: self.root_port_id.map(|p| p.number()),
+            root_path_cost: self.root_priority.root_path_cost,
+            max_age: self.root_times.max_age,
+            forward_delay: self.root_times.forward_delay,
+            hello_time: self.config.hello_time,
+            topology_changes: self.topology_changes,
+            last_topology_change_tick: self.last_topology_change,
+            now: self.now,
+            ports: self
+                .ports
+                .iter()
+                .map(|q| PortShow {
+                    port: q.no,
+                    port_id: q.port_id(),
+                    tree: TreeId::CIST,
+                    role: q.role,
+                    state: if q.forwarding {
+                        PortState::Forwarding
+                    } else if q.learning {
+                        PortState::Learning
+                    } else {
+                        PortState::Discarding
+                    },
+                    enabled: q.port_enabled,
+                    path_cost: q.path_cost(),
+                    designated_root: q.port_priority.root,
+                    designated_cost: q.port_priority.root_path_cost,
+                    designated_bridge: q.port_priority.designated_bridge,
+                    designated_port: q.port_priority.designated_port,
+                    info: q.info_is,
+                    edge: q.oper_edge,
+                    point_to_point: q.oper_p2p(),
+                    protocol: if q.send_rstp { SendProtocol::Rstp } else { SendProtocol::Stp },
+                    root_inconsistent: q.root_inconsistent,
+                    loop_inconsistent: q.loop_inconsistent,
+                    counters: q.counters.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A port's state in a tree (every tree answers with the CIST state for now).
+    pub fn port_state(&self, port: u16, _tree: TreeId) -> Option<PortState> {
+        self.show().ports.into_iter().find(|p| p.port == port).map(|p| p.state)
+    }
+
+    /// Times `run` hit its iteration bound (a bug indicator; 0 expected).
+    pub fn runaway_runs(&self) -> u64 {
+        self.runaway_runs
+    }
+}
