@@ -521,7 +521,7 @@ impl Stp {
                 q.rb_while = 0;
             }
             DisablePort => {
-                q.role = q.selected_role;
+                q.role = PortRole::Disabled;
                 q.learn = false;
                 q.forward = false;
             }
