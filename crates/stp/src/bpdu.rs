@@ -244,7 +244,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<Bpdu, BadBpdu> {
         return Err(BadBpdu::TooShort);
     }
     let len = usize::from(be16(frame, 12));
-    if len > 1500 || len < 3 || 14 + len > frame.len() {
+    if !(3..=1500).contains(&len) || 14 + len > frame.len() {
         return Err(BadBpdu::BadLength);
     }
     if frame[14..17] != [0x42, 0x42, 0x03] {
@@ -361,7 +361,12 @@ fn put_body(out: &mut Vec<u8>, version: u8, bpdu_type: u8, c: &ConfigBody) {
     out.extend_from_slice(&c.root_path_cost.to_be_bytes());
     out.extend_from_slice(&c.bridge.to_bytes());
     out.extend_from_slice(&c.port.0.to_be_bytes());
-    for t in [c.times.message_age, c.times.max_age, c.times.hello_time, c.times.forward_delay] {
+    for t in [
+        c.times.message_age,
+        c.times.max_age,
+        c.times.hello_time,
+        c.times.forward_delay,
+    ] {
         out.extend_from_slice(&(t.saturating_mul(256)).to_be_bytes());
     }
 }

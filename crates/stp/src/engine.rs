@@ -10,7 +10,7 @@
 
 use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, MstPart, WireRole};
 use crate::mst::Region;
-use crate::port::{Cost, Duplex, OnOff, Port, PortFlag, PointToPoint, Ptx};
+use crate::port::{Cost, Duplex, OnOff, PointToPoint, Port, PortFlag, Ptx};
 use crate::select::Prs;
 use crate::types::{BridgeId, Mac, PortRole, PortState, PriorityVector, Times, TreeId};
 use serde::Serialize;
@@ -96,7 +96,9 @@ pub enum ConfigError {
         max: u32,
     },
     /// 17.14: 2 * (Forward Delay - 1) >= Max Age >= 2 * (Hello Time + 1)
-    #[error("max age {max_age} must lie between 2*(hello time+1)={lo} and 2*(forward delay-1)={hi}")]
+    #[error(
+        "max age {max_age} must lie between 2*(hello time+1)={lo} and 2*(forward delay-1)={hi}"
+    )]
     TimerRelation {
         /// Max Age given
         max_age: u16,
@@ -117,7 +119,12 @@ fn range(name: &'static str, value: u32, min: u32, max: u32) -> Result<(), Confi
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError::Range { name, value, min, max })
+        Err(ConfigError::Range {
+            name,
+            value,
+            min,
+            max,
+        })
     }
 }
 
@@ -135,7 +142,11 @@ impl BridgeConfig {
         let lo = 2 * (self.hello_time + 1);
         let hi = 2 * (self.forward_delay - 1);
         if self.max_age < lo || self.max_age > hi {
-            return Err(ConfigError::TimerRelation { max_age: self.max_age, lo, hi });
+            return Err(ConfigError::TimerRelation {
+                max_age: self.max_age,
+                lo,
+                hi,
+            });
         }
         Ok(())
     }
@@ -330,7 +341,10 @@ impl Stp {
     }
 
     fn idx(&self, port: u16) -> Result<usize, ConfigError> {
-        self.ports.iter().position(|q| q.no == port).ok_or(ConfigError::NoPort(port))
+        self.ports
+            .iter()
+            .position(|q| q.no == port)
+            .ok_or(ConfigError::NoPort(port))
     }
 
     /// Add port `port` (1..=4095) with source MAC `mac`; it starts with its link down.
@@ -396,7 +410,10 @@ impl Stp {
             if !en && q.loop_inconsistent {
                 q.loop_inconsistent = false;
                 let port = q.no;
-                self.outputs.push(Output::Event(Event::LoopInconsistent { port, active: false }));
+                self.outputs.push(Output::Event(Event::LoopInconsistent {
+                    port,
+                    active: false,
+                }));
             }
         }
     }
@@ -432,7 +449,12 @@ impl Stp {
     }
 
     /// Switch a per-port feature or guard. Edge settings re-initialise the port's machines.
-    pub fn set_port_flag(&mut self, port: u16, flag: PortFlag, on: OnOff) -> Result<(), ConfigError> {
+    pub fn set_port_flag(
+        &mut self,
+        port: u16,
+        flag: PortFlag,
+        on: OnOff,
+    ) -> Result<(), ConfigError> {
         let i = self.idx(port)?;
         let q = &mut self.ports[i];
         let v = on.on();
@@ -538,13 +560,11 @@ impl Stp {
             self.ports[i].counters.rx_port_disabled += 1;
             return Err(RxError::PortDisabled);
         }
-        let parsed = bpdu::parse_frame(frame).and_then(|b| {
-            match b.body() {
-                Some(c) if c.bridge == self.bridge_id && c.port == self.ports[i].port_id() => {
-                    Err(BadBpdu::OwnBpdu)
-                }
-                _ => Ok(b),
+        let parsed = bpdu::parse_frame(frame).and_then(|b| match b.body() {
+            Some(c) if c.bridge == self.bridge_id && c.port == self.ports[i].port_id() => {
+                Err(BadBpdu::OwnBpdu)
             }
+            _ => Ok(b),
         });
         let b = match parsed {
             Ok(b) => b,
@@ -562,7 +582,8 @@ impl Stp {
         }
         if q.bpdu_guard && (q.oper_edge || q.admin_edge) {
             q.admin_up = false;
-            self.outputs.push(Output::Event(Event::BpduGuardShut { port }));
+            self.outputs
+                .push(Output::Event(Event::BpduGuardShut { port }));
             self.sync_enabled(i);
             self.run();
             return Err(RxError::GuardShut);
@@ -571,7 +592,10 @@ impl Stp {
             q.loop_inconsistent = false;
             q.reselect = true;
             q.selected = false;
-            self.outputs.push(Output::Event(Event::LoopInconsistent { port, active: false }));
+            self.outputs.push(Output::Event(Event::LoopInconsistent {
+                port,
+                active: false,
+            }));
         }
         let q = &mut self.ports[i];
         q.rcvd = Some(b);
@@ -615,10 +639,16 @@ impl Stp {
         if !settled {
             self.runaway_runs += 1;
         }
-        let root = (self.root_priority.root, self.root_port_id.map(|p| p.number()));
+        let root = (
+            self.root_priority.root,
+            self.root_port_id.map(|p| p.number()),
+        );
         if self.last_root != Some(root) {
             self.last_root = Some(root);
-            self.outputs.push(Output::Event(Event::NewRoot { root: root.0, root_port: root.1 }));
+            self.outputs.push(Output::Event(Event::NewRoot {
+                root: root.0,
+                root_port: root.1,
+            }));
         }
     }
 

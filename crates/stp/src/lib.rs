@@ -10,8 +10,8 @@
 //! networks of bridges and LANs in the language of Open vSwitch's `test-stp`/`test-rstp`).
 //!
 //! Files: `types.rs` (ids, priority vectors, roles), `bpdu.rs` (codec), `mst.rs` (region,
-//! digest), `port.rs` (per-port variables), `machines.rs` (per-port state machines),
-//! `select.rs` (role selection), `engine.rs` (the API), `show.rs` (status snapshot).
+//! digest), `port.rs` (per-port variables), `machines.rs` (PRX, PPM, BDM, PTX, PIM), `roles.rs`
+//! (PRT, PST), `topology.rs` (TCM), `procs.rs` (17.21 procedures), `select.rs` (PRS), `engine.rs` (the API), `show.rs` (status snapshot).
 //!
 //! Design notes and deviations:
 //! - Times are whole seconds; the caller calls [`Stp::tick`] once per second.
@@ -32,11 +32,16 @@ mod engine;
 mod machines;
 pub mod mst;
 mod port;
+mod procs;
+mod roles;
 mod select;
 mod show;
+mod topology;
 pub mod types;
 
-pub use engine::{BridgeConfig, ConfigError, Event, GroupAddress, Link, Mode, Output, RxError, Stp};
+pub use engine::{
+    BridgeConfig, ConfigError, Event, GroupAddress, Link, Mode, Output, RxError, Stp,
+};
 pub use port::{Cost, Duplex, InfoIs, OnOff, PointToPoint, PortCounters, PortFlag};
 pub use show::{PortShow, RootStatus, SendProtocol, Show};
 pub use types::{BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, Times, TreeId};

@@ -37,7 +37,11 @@ pub struct Region {
 
 impl Default for Region {
     fn default() -> Self {
-        Region { name: [0; 32], revision: 0, table: vec![0; 4096] }
+        Region {
+            name: [0; 32],
+            revision: 0,
+            table: vec![0; 4096],
+        }
     }
 }
 
@@ -91,7 +95,12 @@ impl Region {
     }
     /// The MST Configuration Identifier this bridge sends.
     pub fn config_id(&self) -> MstConfigId {
-        MstConfigId { format_selector: 0, name: self.name, revision: self.revision, digest: self.digest() }
+        MstConfigId {
+            format_selector: 0,
+            name: self.name,
+            revision: self.revision,
+            digest: self.digest(),
+        }
     }
 }
 
@@ -133,8 +142,9 @@ const S: [u32; 64] = [
 
 /// MD5 (RFC 1321).
 pub fn md5(msg: &[u8]) -> [u8; 16] {
-    let k: Vec<u32> =
-        (0..64).map(|i: i32| ((f64::from(i) + 1.0).sin().abs() * 4_294_967_296.0) as u32).collect();
+    let k: Vec<u32> = (0..64)
+        .map(|i: i32| ((f64::from(i) + 1.0).sin().abs() * 4_294_967_296.0) as u32)
+        .collect();
     let mut h: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
     let mut m = msg.to_vec();
     let bit_len = (msg.len() as u64).wrapping_mul(8);
@@ -160,11 +170,19 @@ pub fn md5(msg: &[u8]) -> [u8; 16] {
             d = c;
             c = b;
             b = b.wrapping_add(
-                a.wrapping_add(f).wrapping_add(k[i]).wrapping_add(w[g]).rotate_left(S[i]),
+                a.wrapping_add(f)
+                    .wrapping_add(k[i])
+                    .wrapping_add(w[g])
+                    .rotate_left(S[i]),
             );
             a = t;
         }
-        h = [h[0].wrapping_add(a), h[1].wrapping_add(b), h[2].wrapping_add(c), h[3].wrapping_add(d)];
+        h = [
+            h[0].wrapping_add(a),
+            h[1].wrapping_add(b),
+            h[2].wrapping_add(c),
+            h[3].wrapping_add(d),
+        ];
     }
     let mut out = [0u8; 16];
     for (i, v) in h.iter().enumerate() {

@@ -98,7 +98,10 @@ impl Stp {
             if now_bad != q.root_inconsistent {
                 q.root_inconsistent = now_bad;
                 let port = q.no;
-                self.outputs.push(Output::Event(Event::RootInconsistent { port, active: now_bad }));
+                self.outputs.push(Output::Event(Event::RootInconsistent {
+                    port,
+                    active: now_bad,
+                }));
             }
         }
         for (i, q) in self.ports.iter_mut().enumerate() {
@@ -115,7 +118,10 @@ impl Stp {
             if q.info_is != InfoIs::Received && q.root_inconsistent {
                 q.root_inconsistent = false;
                 let port = q.no;
-                self.outputs.push(Output::Event(Event::RootInconsistent { port, active: false }));
+                self.outputs.push(Output::Event(Event::RootInconsistent {
+                    port,
+                    active: false,
+                }));
             }
             let (role, updt) = match q.info_is {
                 InfoIs::Disabled => (PortRole::Disabled, false),

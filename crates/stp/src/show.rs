@@ -143,7 +143,11 @@ impl Stp {
                     info: q.info_is,
                     edge: q.oper_edge,
                     point_to_point: q.oper_p2p(),
-                    protocol: if q.send_rstp { SendProtocol::Rstp } else { SendProtocol::Stp },
+                    protocol: if q.send_rstp {
+                        SendProtocol::Rstp
+                    } else {
+                        SendProtocol::Stp
+                    },
                     root_inconsistent: q.root_inconsistent,
                     loop_inconsistent: q.loop_inconsistent,
                     counters: q.counters.clone(),
@@ -154,7 +158,11 @@ impl Stp {
 
     /// A port's state in a tree (every tree answers with the CIST state for now).
     pub fn port_state(&self, port: u16, _tree: TreeId) -> Option<PortState> {
-        self.show().ports.into_iter().find(|p| p.port == port).map(|p| p.state)
+        self.show()
+            .ports
+            .into_iter()
+            .find(|p| p.port == port)
+            .map(|p| p.state)
     }
 
     /// Times `run` hit its iteration bound (a bug indicator; 0 expected).

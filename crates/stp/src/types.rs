@@ -92,7 +92,12 @@ pub struct PriorityVector {
 impl PriorityVector {
     /// The first four components: what a BPDU carries.
     fn key4(&self) -> (BridgeId, u32, BridgeId, PortId) {
-        (self.root, self.root_path_cost, self.designated_bridge, self.designated_port)
+        (
+            self.root,
+            self.root_path_cost,
+            self.designated_bridge,
+            self.designated_port,
+        )
     }
     /// Strictly better on the transmitted components.
     pub fn better4(&self, other: &Self) -> bool {

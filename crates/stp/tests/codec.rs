@@ -8,7 +8,10 @@ use qbridge_stp::{BridgeId, PortId, Times};
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn mac(s: &str) -> [u8; 6] {
@@ -29,7 +32,12 @@ fn config_body() -> ConfigBody {
         root_path_cost: 4,
         bridge: BridgeId::new(0x8000, mac("00:1c:0e:87:85:00")),
         port: PortId(0x8004),
-        times: Times { message_age: 1, max_age: 20, hello_time: 2, forward_delay: 15 },
+        times: Times {
+            message_age: 1,
+            max_age: 20,
+            hello_time: 2,
+            forward_delay: 15,
+        },
     }
 }
 
@@ -39,7 +47,10 @@ fn config_bpdu_parse_and_emit_byte_exact() {
     assert_eq!(frame.len(), 60);
     let b = bpdu::parse_frame(&frame).unwrap();
     assert_eq!(b, Bpdu::Config(config_body()));
-    assert_eq!(b.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:1c:0e:87:85:04")), frame);
+    assert_eq!(
+        b.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:1c:0e:87:85:04")),
+        frame
+    );
 }
 
 #[test]
@@ -47,7 +58,10 @@ fn tcn_bpdu() {
     let frame = hex("0180c2000000 001c0e878504 0007 424203 00000080 0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000");
     let frame = &frame[..60];
     assert_eq!(bpdu::parse_frame(frame).unwrap(), Bpdu::Tcn);
-    assert_eq!(Bpdu::Tcn.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:1c:0e:87:85:04")), frame);
+    assert_eq!(
+        Bpdu::Tcn.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:1c:0e:87:85:04")),
+        frame
+    );
 }
 
 #[test]
@@ -60,8 +74,14 @@ fn rst_bpdu_flags_and_version1_length() {
     let Bpdu::Rst(c) = &b else { panic!("{b:?}") };
     assert_eq!(c.flags, 0x7f);
     assert_eq!(c.root_path_cost, 200_000);
-    assert_eq!(bpdu::WireRole::from_flags(c.flags), bpdu::WireRole::Designated);
-    assert_eq!(b.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:00:00:00:00:02")), frame);
+    assert_eq!(
+        bpdu::WireRole::from_flags(c.flags),
+        bpdu::WireRole::Designated
+    );
+    assert_eq!(
+        b.emit_frame(bpdu::STP_GROUP_ADDRESS, mac("00:00:00:00:00:02")),
+        frame
+    );
     // The provider group address is only the destination.
     let p = b.emit_frame(bpdu::PROVIDER_GROUP_ADDRESS, mac("00:00:00:00:00:02"));
     assert_eq!(&p[..6], &[0x01, 0x80, 0xc2, 0, 0, 0x08]);
@@ -71,7 +91,10 @@ fn rst_bpdu_flags_and_version1_length() {
 fn mst_bpdu(n: usize) -> Bpdu {
     let region = Region::new("region1", 7).unwrap();
     Bpdu::Mst(
-        ConfigBody { flags: 0x3c, ..config_body() },
+        ConfigBody {
+            flags: 0x3c,
+            ..config_body()
+        },
         Box::new(MstPart {
             config_id: region.config_id(),
             internal_root_path_cost: 20_000,
@@ -99,7 +122,10 @@ fn mst_bpdu_round_trip_and_layout() {
         assert_eq!(bytes.len(), 102 + 16 * n);
         assert_eq!(&bytes[2..4], &[3, 2]);
         assert_eq!(bytes[35], 0, "version 1 length");
-        assert_eq!(u16::from_be_bytes([bytes[36], bytes[37]]) as usize, 64 + 16 * n);
+        assert_eq!(
+            u16::from_be_bytes([bytes[36], bytes[37]]) as usize,
+            64 + 16 * n
+        );
         assert_eq!(&bytes[39..46], b"region1");
         assert_eq!(&bytes[71..73], &[0, 7], "revision");
         assert_eq!(bpdu::parse(&bytes).unwrap(), b);
@@ -115,7 +141,10 @@ fn mst_bpdu_with_bad_version3_length_is_read_as_rst() {
     bytes[35] = 1; // version 1 length must be 0
     assert!(matches!(bpdu::parse(&bytes), Ok(Bpdu::Rst(_))));
     let bytes = mst_bpdu(0).emit();
-    assert!(matches!(bpdu::parse(&bytes[..60]), Ok(Bpdu::Rst(_))), "short MST is RST");
+    assert!(
+        matches!(bpdu::parse(&bytes[..60]), Ok(Bpdu::Rst(_))),
+        "short MST is RST"
+    );
 }
 
 #[test]
@@ -152,7 +181,10 @@ fn digest_hex(r: &Region) -> String {
 
 #[test]
 fn digest_table_13_2_all_cist() {
-    assert_eq!(digest_hex(&Region::default()), "AC36177F50283CD4B83821D8AB26DE62");
+    assert_eq!(
+        digest_hex(&Region::default()),
+        "AC36177F50283CD4B83821D8AB26DE62"
+    );
 }
 
 #[test]
@@ -177,9 +209,15 @@ fn digest_table_13_2_vid_mod_32() {
 fn md5_and_hmac_rfc_vectors() {
     let h = |d: [u8; 16]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
     assert_eq!(h(mst::md5(b"")), "d41d8cd98f00b204e9800998ecf8427e");
-    assert_eq!(h(mst::md5(b"The quick brown fox jumps over the lazy dog")), "9e107d9d372bb6826bd81d3542a419d6");
+    assert_eq!(
+        h(mst::md5(b"The quick brown fox jumps over the lazy dog")),
+        "9e107d9d372bb6826bd81d3542a419d6"
+    );
     // RFC 2202 test case 2.
-    assert_eq!(h(mst::hmac_md5(b"Jefe", b"what do ya want for nothing?")), "750c783e6ab0b503eaa86e310a5db738");
+    assert_eq!(
+        h(mst::hmac_md5(b"Jefe", b"what do ya want for nothing?")),
+        "750c783e6ab0b503eaa86e310a5db738"
+    );
 }
 
 #[test]
@@ -187,15 +225,23 @@ fn region_identity() {
     let a = Region::new("r", 1).unwrap();
     let mut b = a.clone();
     let from = |r: &Region| {
-        let Bpdu::Mst(c, mut m) = mst_bpdu(0) else { unreachable!() };
+        let Bpdu::Mst(c, mut m) = mst_bpdu(0) else {
+            unreachable!()
+        };
         m.config_id = r.config_id();
         Bpdu::Mst(c, m)
     };
     assert!(mst::from_same_region(&from(&b), &a.config_id()));
     b.map(10, 2).unwrap();
     assert!(!mst::from_same_region(&from(&b), &a.config_id()));
-    assert!(!mst::from_same_region(&Bpdu::Rst(config_body()), &a.config_id()));
-    assert_eq!(Region::new(&"x".repeat(33), 0), Err(mst::RegionError::NameTooLong(33)));
+    assert!(!mst::from_same_region(
+        &Bpdu::Rst(config_body()),
+        &a.config_id()
+    ));
+    assert_eq!(
+        Region::new(&"x".repeat(33), 0),
+        Err(mst::RegionError::NameTooLong(33))
+    );
     assert_eq!(a.clone().map(4095, 1), Err(mst::RegionError::BadVid(4095)));
     assert_eq!(b.mstis(), vec![qbridge_stp::TreeId(2)]);
     assert_eq!(b.tree_of(10), qbridge_stp::TreeId(2));

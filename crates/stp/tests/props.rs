@@ -63,32 +63,58 @@ fn ev() -> impl Strategy<Value = Ev> {
 fn apply(stp: &mut Stp, e: &Ev, sample: &[Vec<u8>]) {
     match e {
         Ev::Tick => stp.tick(),
-        Ev::Garbage(p, v) => { let _ = stp.receive(*p, v); }
+        Ev::Garbage(p, v) => {
+            let _ = stp.receive(*p, v);
+        }
         Ev::Mutated(p, i, v) => {
             if let Some(f) = sample.get(*i % sample.len().max(1)) {
                 let mut f = f.clone();
                 let at = *i % f.len().max(1);
-                if let Some(b) = f.get_mut(at) { *b = *v; }
+                if let Some(b) = f.get_mut(at) {
+                    *b = *v;
+                }
                 let _ = stp.receive(*p, &f);
             }
         }
         Ev::Link(p, up, s) => {
-            let l = if *up { Link::Up { speed_mbps: *s, duplex: Duplex::Full } } else { Link::Down };
+            let l = if *up {
+                Link::Up {
+                    speed_mbps: *s,
+                    duplex: Duplex::Full,
+                }
+            } else {
+                Link::Down
+            };
             let _ = stp.set_link(*p, l);
         }
         Ev::Flag(p, f, o) => {
-            let flag = [PortFlag::AdminEdge, PortFlag::AutoEdge, PortFlag::BpduGuard,
-                        PortFlag::BpduFilter, PortFlag::RootGuard, PortFlag::LoopGuard][usize::from(*f)];
+            let flag = [
+                PortFlag::AdminEdge,
+                PortFlag::AutoEdge,
+                PortFlag::BpduGuard,
+                PortFlag::BpduFilter,
+                PortFlag::RootGuard,
+                PortFlag::LoopGuard,
+            ][usize::from(*f)];
             let _ = stp.set_port_flag(*p, flag, if *o { OnOff::On } else { OnOff::Off });
         }
-        Ev::Cost(p, c) => { let _ = stp.set_port_cost(*p, Cost::Fixed(*c)); }
-        Ev::Prio(p, c) => { let _ = stp.set_port_priority(*p, *c); }
+        Ev::Cost(p, c) => {
+            let _ = stp.set_port_cost(*p, Cost::Fixed(*c));
+        }
+        Ev::Prio(p, c) => {
+            let _ = stp.set_port_priority(*p, *c);
+        }
         Ev::Mode(m) => {
             let mode = [Mode::Stp, Mode::Rstp, Mode::Mstp][usize::from(*m)];
-            let cfg = BridgeConfig { mode, ..stp.config().clone() };
+            let cfg = BridgeConfig {
+                mode,
+                ..stp.config().clone()
+            };
             let _ = stp.set_config(cfg);
         }
-        Ev::Mcheck(p) => { let _ = stp.mcheck(*p); }
+        Ev::Mcheck(p) => {
+            let _ = stp.mcheck(*p);
+        }
     }
 }
 
@@ -96,13 +122,25 @@ fn bridge(mac_last: u8) -> Stp {
     let mut s = Stp::new([2, 0, 0, 0, 0, mac_last], BridgeConfig::default()).unwrap();
     for p in 1..=3 {
         s.add_port(p, [2, 0, 0, 0, p as u8, mac_last]).unwrap();
-        s.set_link(p, Link::Up { speed_mbps: 1000, duplex: Duplex::Full }).unwrap();
+        s.set_link(
+            p,
+            Link::Up {
+                speed_mbps: 1000,
+                duplex: Duplex::Full,
+            },
+        )
+        .unwrap();
     }
     s
 }
 
 fn frames(outs: &[Output]) -> Vec<Vec<u8>> {
-    outs.iter().filter_map(|o| match o { Output::Bpdu { frame, .. } => Some(frame.clone()), _ => None }).collect()
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Bpdu { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 proptest! {

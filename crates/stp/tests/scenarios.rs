@@ -6,12 +6,18 @@
 mod harness;
 use harness::Sim;
 use qbridge_stp::{
-    bpdu, BridgeConfig, ConfigError, Cost, Duplex, Event, GroupAddress, Link, Mode, OnOff,
-    Output, PortFlag, PortRole, PortState, SendProtocol, Stp,
+    bpdu, BridgeConfig, ConfigError, Cost, Duplex, Event, GroupAddress, Link, Mode, OnOff, Output,
+    PortFlag, PortRole, PortState, SendProtocol, Stp,
 };
 
 fn states(sim: &Sim, b: usize) -> Vec<(PortRole, PortState)> {
-    sim.bridges[b].stp.show().ports.iter().map(|p| (p.role, p.state)).collect()
+    sim.bridges[b]
+        .stp
+        .show()
+        .ports
+        .iter()
+        .map(|p| (p.role, p.state))
+        .collect()
 }
 
 fn blocked_ports(sim: &Sim) -> usize {
@@ -25,7 +31,8 @@ fn blocked_ports(sim: &Sim) -> usize {
 /// bridge 0 (root) -a- bridge 1 -c- bridge 2 -b- bridge 0
 fn triangle(mode: Mode) -> Sim {
     let mut sim = Sim::new(mode, 20_000);
-    sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a c\nbridge 2 0x333 = b c\nrun 1\n").unwrap();
+    sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a c\nbridge 2 0x333 = b c\nrun 1\n")
+        .unwrap();
     sim
 }
 
@@ -34,7 +41,11 @@ fn triangle_converges_with_exactly_one_blocked_port() {
     for mode in [Mode::Rstp, Mode::Stp, Mode::Mstp] {
         let sim = triangle(mode);
         assert_eq!(blocked_ports(&sim), 1, "{mode:?}");
-        assert_eq!(states(&sim, 2)[1], (PortRole::Alternate, PortState::Discarding), "{mode:?}");
+        assert_eq!(
+            states(&sim, 2)[1],
+            (PortRole::Alternate, PortState::Discarding),
+            "{mode:?}"
+        );
         for b in &sim.bridges {
             assert_eq!(b.stp.show().root_id, sim.bridges[0].stp.bridge_id());
         }
@@ -49,12 +60,21 @@ fn ticks_to_reconverge(mode: Mode) -> u64 {
     sim.disconnect(1, 1);
     let mut ticks = 0;
     loop {
-        let ok = states(&sim, 2) == [(PortRole::Root, PortState::Forwarding), (PortRole::Designated, PortState::Forwarding)]
+        let ok = states(&sim, 2)
+            == [
+                (PortRole::Root, PortState::Forwarding),
+                (PortRole::Designated, PortState::Forwarding),
+            ]
             && states(&sim, 1)[1] == (PortRole::Root, PortState::Forwarding);
         if ok {
             return ticks;
         }
-        assert!(ticks < 100, "{mode:?} never reconverged: {:?} {:?}", states(&sim, 1), states(&sim, 2));
+        assert!(
+            ticks < 100,
+            "{mode:?} never reconverged: {:?} {:?}",
+            states(&sim, 1),
+            states(&sim, 2)
+        );
         sim.tick();
         ticks += 1;
     }
@@ -65,7 +85,10 @@ fn rstp_reconverges_within_a_tick_by_proposal_agreement() {
     let rstp = ticks_to_reconverge(Mode::Rstp);
     assert!(rstp <= 1, "RSTP took {rstp} ticks");
     let stp = ticks_to_reconverge(Mode::Stp);
-    assert!(stp >= 30, "legacy STP must wait 2 x forward delay, took {stp}");
+    assert!(
+        stp >= 30,
+        "legacy STP must wait 2 x forward delay, took {stp}"
+    );
 }
 
 #[test]
@@ -91,21 +114,39 @@ fn legacy_neighbour_makes_the_port_fall_back_and_mcheck_returns() {
     let p = &sim.bridges[1].stp.show().ports[0];
     assert_eq!(p.protocol, SendProtocol::Stp);
     assert!(p.counters.rx_config > 0);
-    assert!(sim.bridges[1].events.contains(&Event::ProtocolMigration { port: 1, send_rstp: false }));
+    assert!(sim.bridges[1].events.contains(&Event::ProtocolMigration {
+        port: 1,
+        send_rstp: false
+    }));
     assert_eq!(states(&sim, 1)[0], (PortRole::Root, PortState::Forwarding));
-    assert_eq!(states(&sim, 0)[0], (PortRole::Designated, PortState::Forwarding));
+    assert_eq!(
+        states(&sim, 0)[0],
+        (PortRole::Designated, PortState::Forwarding)
+    );
     // From then on the port sends only legacy BPDUs (TCNs on a root port).
     let rst_before = sim.bridges[1].stp.show().ports[0].counters.tx_rst;
     sim.run(40);
-    assert_eq!(sim.bridges[1].stp.show().ports[0].counters.tx_rst, rst_before);
+    assert_eq!(
+        sim.bridges[1].stp.show().ports[0].counters.tx_rst,
+        rst_before
+    );
     // The neighbour upgrades to RSTP; an mcheck makes this port try RST BPDUs again.
-    let cfg = BridgeConfig { mode: Mode::Rstp, ..sim.bridges[0].stp.config().clone() };
+    let cfg = BridgeConfig {
+        mode: Mode::Rstp,
+        ..sim.bridges[0].stp.config().clone()
+    };
     sim.bridges[0].stp.set_config(cfg).unwrap();
     sim.bridges[1].stp.mcheck(1).unwrap();
     sim.pump();
     sim.run(10);
-    assert_eq!(sim.bridges[1].stp.show().ports[0].protocol, SendProtocol::Rstp);
-    assert_eq!(sim.bridges[0].stp.show().ports[0].protocol, SendProtocol::Rstp);
+    assert_eq!(
+        sim.bridges[1].stp.show().ports[0].protocol,
+        SendProtocol::Rstp
+    );
+    assert_eq!(
+        sim.bridges[0].stp.show().ports[0].protocol,
+        SendProtocol::Rstp
+    );
 }
 
 #[test]
@@ -114,15 +155,29 @@ fn bpdu_guard_shuts_an_edge_port_that_hears_a_bpdu() {
     sim.add_bridge(0x111);
     sim.add_bridge(0x222);
     sim.connect(0, 1, None, 20_000);
-    sim.bridges[0].stp.set_port_flag(1, PortFlag::AdminEdge, OnOff::On).unwrap();
-    sim.bridges[0].stp.set_port_flag(1, PortFlag::BpduGuard, OnOff::On).unwrap();
+    sim.bridges[0]
+        .stp
+        .set_port_flag(1, PortFlag::AdminEdge, OnOff::On)
+        .unwrap();
+    sim.bridges[0]
+        .stp
+        .set_port_flag(1, PortFlag::BpduGuard, OnOff::On)
+        .unwrap();
     sim.run(1);
-    assert_eq!(states(&sim, 0)[0], (PortRole::Designated, PortState::Forwarding));
+    assert_eq!(
+        states(&sim, 0)[0],
+        (PortRole::Designated, PortState::Forwarding)
+    );
     sim.connect(0, 1, Some(0), 20_000);
     sim.connect(1, 1, Some(0), 20_000);
     sim.run(3);
-    assert!(sim.bridges[0].events.contains(&Event::BpduGuardShut { port: 1 }));
-    assert_eq!(states(&sim, 0)[0], (PortRole::Disabled, PortState::Discarding));
+    assert!(sim.bridges[0]
+        .events
+        .contains(&Event::BpduGuardShut { port: 1 }));
+    assert_eq!(
+        states(&sim, 0)[0],
+        (PortRole::Disabled, PortState::Discarding)
+    );
     sim.bridges[0].stp.set_port_admin(1, OnOff::On).unwrap();
     assert!(sim.bridges[0].stp.show().ports[0].enabled);
 }
@@ -133,7 +188,10 @@ fn bpdu_filter_neither_sends_nor_processes() {
     sim.add_bridge(0x111);
     sim.add_bridge(0x222);
     sim.connect(0, 1, Some(0), 20_000);
-    sim.bridges[0].stp.set_port_flag(1, PortFlag::BpduFilter, OnOff::On).unwrap();
+    sim.bridges[0]
+        .stp
+        .set_port_flag(1, PortFlag::BpduFilter, OnOff::On)
+        .unwrap();
     sim.bridges[0].sent.clear();
     sim.connect(1, 1, Some(0), 20_000);
     sim.run(10);
@@ -141,33 +199,66 @@ fn bpdu_filter_neither_sends_nor_processes() {
     let c = &sim.bridges[0].stp.show().ports[0].counters;
     assert!(c.rx_filtered > 0 && c.rx_rst == 0);
     // Both think they are root: the filter is the operator's responsibility.
-    assert_eq!(states(&sim, 1)[0], (PortRole::Designated, PortState::Forwarding));
+    assert_eq!(
+        states(&sim, 1)[0],
+        (PortRole::Designated, PortState::Forwarding)
+    );
 }
 
 #[test]
 fn root_guard_keeps_a_superior_neighbour_out_until_its_info_ages() {
     let mut sim = Sim::new(Mode::Rstp, 20_000);
-    sim.script("bridge 0 0x111 = a\nbridge 1 0x222 = a b\nrun 1\n").unwrap();
-    sim.bridges[1].stp.set_port_flag(2, PortFlag::RootGuard, OnOff::On).unwrap();
-    sim.script("bridge 2 0x001 = b\nbridge 2 ^ 4096\nrun 1\n").unwrap();
-    assert!(sim.bridges[1].events.contains(&Event::RootInconsistent { port: 2, active: true }));
-    assert_eq!(states(&sim, 1)[1], (PortRole::Alternate, PortState::Discarding));
+    sim.script("bridge 0 0x111 = a\nbridge 1 0x222 = a b\nrun 1\n")
+        .unwrap();
+    sim.bridges[1]
+        .stp
+        .set_port_flag(2, PortFlag::RootGuard, OnOff::On)
+        .unwrap();
+    sim.script("bridge 2 0x001 = b\nbridge 2 ^ 4096\nrun 1\n")
+        .unwrap();
+    assert!(sim.bridges[1].events.contains(&Event::RootInconsistent {
+        port: 2,
+        active: true
+    }));
+    assert_eq!(
+        states(&sim, 1)[1],
+        (PortRole::Alternate, PortState::Discarding)
+    );
     assert_eq!(sim.bridges[1].stp.show().root_port, Some(1));
     assert!(sim.bridges[1].stp.show().ports[1].root_inconsistent);
     // The superior bridge goes away (its BPDUs stop): the port ages out and forwards.
-    sim.bridges[2].stp.set_port_flag(1, PortFlag::BpduFilter, OnOff::On).unwrap();
+    sim.bridges[2]
+        .stp
+        .set_port_flag(1, PortFlag::BpduFilter, OnOff::On)
+        .unwrap();
     sim.run(10);
-    assert!(sim.bridges[1].events.contains(&Event::RootInconsistent { port: 2, active: false }));
-    assert_eq!(states(&sim, 1)[1], (PortRole::Designated, PortState::Forwarding));
+    assert!(sim.bridges[1].events.contains(&Event::RootInconsistent {
+        port: 2,
+        active: false
+    }));
+    assert_eq!(
+        states(&sim, 1)[1],
+        (PortRole::Designated, PortState::Forwarding)
+    );
 }
 
 fn one_way_failure(loop_guard: OnOff) -> (PortRole, PortState, Vec<Event>) {
     let mut sim = Sim::new(Mode::Rstp, 20_000);
-    sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a b\nrun 1\n").unwrap();
-    assert_eq!(states(&sim, 1)[1], (PortRole::Alternate, PortState::Discarding));
-    sim.bridges[1].stp.set_port_flag(2, PortFlag::LoopGuard, loop_guard).unwrap();
+    sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a b\nrun 1\n")
+        .unwrap();
+    assert_eq!(
+        states(&sim, 1)[1],
+        (PortRole::Alternate, PortState::Discarding)
+    );
+    sim.bridges[1]
+        .stp
+        .set_port_flag(2, PortFlag::LoopGuard, loop_guard)
+        .unwrap();
     // Bridge 0 stops sending on LAN b (a unidirectional link): bridge 1 hears nothing.
-    sim.bridges[0].stp.set_port_flag(2, PortFlag::BpduFilter, OnOff::On).unwrap();
+    sim.bridges[0]
+        .stp
+        .set_port_flag(2, PortFlag::BpduFilter, OnOff::On)
+        .unwrap();
     sim.run(20);
     let (r, s) = states(&sim, 1)[1];
     (r, s, sim.bridges[1].events.clone())
@@ -176,10 +267,17 @@ fn one_way_failure(loop_guard: OnOff) -> (PortRole, PortState, Vec<Event>) {
 #[test]
 fn loop_guard_keeps_a_silent_alternate_port_discarding() {
     let (role, state, _) = one_way_failure(OnOff::Off);
-    assert_eq!((role, state), (PortRole::Designated, PortState::Forwarding), "without the guard: a loop");
+    assert_eq!(
+        (role, state),
+        (PortRole::Designated, PortState::Forwarding),
+        "without the guard: a loop"
+    );
     let (role, state, events) = one_way_failure(OnOff::On);
     assert_eq!(state, PortState::Discarding, "{role:?}");
-    assert!(events.contains(&Event::LoopInconsistent { port: 2, active: true }));
+    assert!(events.contains(&Event::LoopInconsistent {
+        port: 2,
+        active: true
+    }));
 }
 
 #[test]
@@ -199,7 +297,10 @@ fn topology_change_flushes_ports_not_the_table() {
     assert!(sim.bridges[1].stp.show().topology_changes > before);
     let show = sim.bridges[2].stp.show();
     assert!(show.last_topology_change_tick.is_some());
-    assert!(sim.bridges[2].events.iter().any(|e| matches!(e, Event::TopologyChange { .. })));
+    assert!(sim.bridges[2]
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::TopologyChange { .. })));
 }
 
 #[test]
@@ -225,15 +326,28 @@ fn own_bpdu_looped_back_is_dropped() {
     sim.add_bridge(0x111);
     sim.connect(0, 1, Some(0), 20_000);
     let (_, frame) = sim.bridges[0].sent.last().cloned().unwrap();
-    assert_eq!(sim.bridges[0].stp.receive(1, &frame), Err(qbridge_stp::RxError::Bad(bpdu::BadBpdu::OwnBpdu)));
+    assert_eq!(
+        sim.bridges[0].stp.receive(1, &frame),
+        Err(qbridge_stp::RxError::Bad(bpdu::BadBpdu::OwnBpdu))
+    );
 }
 
 #[test]
 fn provider_bridges_send_to_the_provider_group_address() {
-    let cfg = BridgeConfig { group_address: GroupAddress::Provider, ..BridgeConfig::default() };
+    let cfg = BridgeConfig {
+        group_address: GroupAddress::Provider,
+        ..BridgeConfig::default()
+    };
     let mut stp = Stp::new([2, 0, 0, 0, 0, 1], cfg).unwrap();
     stp.add_port(1, [2, 0, 0, 0, 1, 1]).unwrap();
-    stp.set_link(1, Link::Up { speed_mbps: 1000, duplex: Duplex::Full }).unwrap();
+    stp.set_link(
+        1,
+        Link::Up {
+            speed_mbps: 1000,
+            duplex: Duplex::Full,
+        },
+    )
+    .unwrap();
     let outs = stp.take_outputs();
     let frame = outs.iter().find_map(|o| match o {
         Output::Bpdu { frame, .. } => Some(frame.clone()),
@@ -241,15 +355,33 @@ fn provider_bridges_send_to_the_provider_group_address() {
     });
     let frame = frame.expect("a BPDU on link up");
     assert_eq!(&frame[..12], &[1, 0x80, 0xc2, 0, 0, 8, 2, 0, 0, 0, 1, 1]);
-    assert!(outs.contains(&Output::PortState { port: 1, tree: qbridge_stp::TreeId::CIST, state: PortState::Discarding }));
+    assert!(outs.contains(&Output::PortState {
+        port: 1,
+        tree: qbridge_stp::TreeId::CIST,
+        state: PortState::Discarding
+    }));
 }
 
 #[test]
 fn auto_cost_follows_link_speed_table_17_3() {
     let mut stp = Stp::new([2, 0, 0, 0, 0, 1], BridgeConfig::default()).unwrap();
     stp.add_port(1, [2, 0, 0, 0, 1, 1]).unwrap();
-    for (speed, cost) in [(10, 2_000_000), (100, 200_000), (1000, 20_000), (10_000, 2_000), (100_000, 200), (0, 200_000)] {
-        stp.set_link(1, Link::Up { speed_mbps: speed, duplex: Duplex::Full }).unwrap();
+    for (speed, cost) in [
+        (10, 2_000_000),
+        (100, 200_000),
+        (1000, 20_000),
+        (10_000, 2_000),
+        (100_000, 200),
+        (0, 200_000),
+    ] {
+        stp.set_link(
+            1,
+            Link::Up {
+                speed_mbps: speed,
+                duplex: Duplex::Full,
+            },
+        )
+        .unwrap();
         assert_eq!(stp.show().ports[0].path_cost, cost, "{speed} Mb/s");
     }
     stp.set_port_cost(1, Cost::Fixed(7)).unwrap();
@@ -259,15 +391,34 @@ fn auto_cost_follows_link_speed_table_17_3() {
 #[test]
 fn configuration_errors_name_the_value() {
     let bad = |c: BridgeConfig| Stp::new([0; 6], c).unwrap_err();
-    assert_eq!(bad(BridgeConfig { priority: 100, ..Default::default() }), ConfigError::BridgePriority(100));
-    let e = bad(BridgeConfig { max_age: 40, forward_delay: 4, ..Default::default() });
+    assert_eq!(
+        bad(BridgeConfig {
+            priority: 100,
+            ..Default::default()
+        }),
+        ConfigError::BridgePriority(100)
+    );
+    let e = bad(BridgeConfig {
+        max_age: 40,
+        forward_delay: 4,
+        ..Default::default()
+    });
     assert!(matches!(e, ConfigError::TimerRelation { .. }), "{e}");
-    assert_eq!(e.to_string(), "max age 40 must lie between 2*(hello time+1)=6 and 2*(forward delay-1)=6");
+    assert_eq!(
+        e.to_string(),
+        "max age 40 must lie between 2*(hello time+1)=6 and 2*(forward delay-1)=6"
+    );
     let mut stp = Stp::new([0; 6], BridgeConfig::default()).unwrap();
     stp.add_port(1, [0; 6]).unwrap();
     assert_eq!(stp.add_port(1, [0; 6]), Err(ConfigError::PortNumber(1)));
     assert_eq!(stp.add_port(0, [0; 6]), Err(ConfigError::PortNumber(0)));
-    assert_eq!(stp.set_port_priority(1, 100), Err(ConfigError::PortPriority(100)));
-    assert_eq!(stp.set_port_cost(2, Cost::Auto), Err(ConfigError::NoPort(2)));
+    assert_eq!(
+        stp.set_port_priority(1, 100),
+        Err(ConfigError::PortPriority(100))
+    );
+    assert_eq!(
+        stp.set_port_cost(2, Cost::Auto),
+        Err(ConfigError::NoPort(2))
+    );
     assert!(stp.set_port_cost(1, Cost::Fixed(0)).is_err());
 }

@@ -178,7 +178,8 @@ fn harness_rejects_wrong_expectations() {
     let r = sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a c\nrun 1000\ncheck 1 = root\n");
     assert!(r.is_err(), "{r:?}");
     let mut sim = Sim::new(Mode::Rstp, 200_000);
-    let r = sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a c\nrun 1000\ncheck 1 = F:400000 F\n");
+    let r =
+        sim.script("bridge 0 0x111 = a b\nbridge 1 0x222 = a c\nrun 1000\ncheck 1 = F:400000 F\n");
     assert!(r.is_err(), "{r:?}");
 }
 

@@ -119,13 +119,29 @@ impl Toks {
 
 impl Sim {
     pub fn new(mode: Mode, default_cost: u32) -> Self {
-        Sim { mode, default_cost, bridges: Vec::new(), queue: VecDeque::new(), ticks: 0, delivered: 0 }
+        Sim {
+            mode,
+            default_cost,
+            bridges: Vec::new(),
+            queue: VecDeque::new(),
+            ticks: 0,
+            delivered: 0,
+        }
     }
 
     pub fn add_bridge(&mut self, id: u64) -> usize {
-        let cfg = BridgeConfig { mode: self.mode, ..BridgeConfig::default() };
+        let cfg = BridgeConfig {
+            mode: self.mode,
+            ..BridgeConfig::default()
+        };
         let stp = Stp::new(mac_of(id), cfg).expect("valid config");
-        self.bridges.push(SimBridge { stp, lans: Vec::new(), events: vec![], flushes: vec![], sent: vec![] });
+        self.bridges.push(SimBridge {
+            stp,
+            lans: Vec::new(),
+            events: vec![],
+            flushes: vec![],
+            sent: vec![],
+        });
         self.pump();
         self.bridges.len() - 1
     }
@@ -151,7 +167,15 @@ impl Sim {
             br.lans[idx] = lan;
         }
         br.stp.set_port_cost(port, Cost::Fixed(cost)).expect("cost");
-        br.stp.set_link(port, Link::Up { speed_mbps: 100, duplex: Duplex::Full }).expect("port");
+        br.stp
+            .set_link(
+                port,
+                Link::Up {
+                    speed_mbps: 100,
+                    duplex: Duplex::Full,
+                },
+            )
+            .expect("port");
         self.fix_p2p();
         self.pump();
     }
@@ -194,24 +218,33 @@ impl Sim {
                 for o in outs {
                     match o {
                         Output::Bpdu { port, frame } => {
-                            let lan = self.bridges[b].lans.get(usize::from(port) - 1).copied().flatten();
+                            let lan = self.bridges[b]
+                                .lans
+                                .get(usize::from(port) - 1)
+                                .copied()
+                                .flatten();
                             self.bridges[b].sent.push((port, frame.clone()));
                             let Some(lan) = lan else { continue };
                             for (ob, obr) in self.bridges.iter().enumerate() {
                                 for (op, ol) in obr.lans.iter().enumerate() {
-                                    if *ol == Some(lan) && !(ob == b && op + 1 == usize::from(port)) {
+                                    if *ol == Some(lan) && !(ob == b && op + 1 == usize::from(port))
+                                    {
                                         self.queue.push_back((ob, op as u16 + 1, frame.clone()));
                                     }
                                 }
                             }
                         }
                         Output::Event(e) => self.bridges[b].events.push(e),
-                        Output::Flush { port, tree } => self.bridges[b].flushes.push((port, tree.0)),
+                        Output::Flush { port, tree } => {
+                            self.bridges[b].flushes.push((port, tree.0))
+                        }
                         Output::PortState { .. } => {}
                     }
                 }
             }
-            let Some((b, port, frame)) = self.queue.pop_front() else { return };
+            let Some((b, port, frame)) = self.queue.pop_front() else {
+                return;
+            };
             self.delivered += 1;
             let _ = self.bridges[b].stp.receive(port, &frame);
         }
@@ -236,7 +269,10 @@ impl Sim {
     pub fn script(&mut self, text: &str) -> Result<(), String> {
         let mut warnings = Vec::new();
         for (n, line) in text.lines().enumerate() {
-            let mut t = Toks { t: tokens(line), i: 0 };
+            let mut t = Toks {
+                t: tokens(line),
+                i: 0,
+            };
             if t.peek().is_none() {
                 continue;
             }
@@ -301,14 +337,21 @@ impl Sim {
                         return Err(format!("{tok} is not a LAN name"));
                     };
                     t.i += 1;
-                    let cost = if t.eat(":") { t.int()? as u32 } else { self.default_cost };
+                    let cost = if t.eat(":") {
+                        t.int()? as u32
+                    } else {
+                        self.default_cost
+                    };
                     if usize::from(port) > self.bridges[b].lans.len() + 1 {
                         return Err("ports must be numbered consecutively".into());
                     }
                     self.connect(b, port, lan, cost);
                     if t.eat("^") {
                         let prio = t.int()? as u16;
-                        self.bridges[b].stp.set_port_priority(port, prio).map_err(|e| e.to_string())?;
+                        self.bridges[b]
+                            .stp
+                            .set_port_priority(port, prio)
+                            .map_err(|e| e.to_string())?;
                         self.pump();
                     }
                 }
@@ -336,7 +379,10 @@ impl Sim {
         }
         if t.eat("root") {
             if show.root_status != RootStatus::Root || show.root_path_cost != 0 {
-                warnings.push(format!("{name}: not root (root {} cost {})", show.root_id, show.root_path_cost));
+                warnings.push(format!(
+                    "{name}: not root (root {} cost {})",
+                    show.root_id, show.root_path_cost
+                ));
             }
             for p in &show.ports {
                 if p.role != PortRole::Disabled && p.state != PortState::Forwarding {
@@ -353,7 +399,10 @@ impl Sim {
             let want = match tok.as_deref() {
                 None | Some("D") => {
                     if p.role != PortRole::Disabled {
-                        warnings.push(format!("{name} port {}: {:?}/{:?}, want disabled", p.port, p.role, p.state));
+                        warnings.push(format!(
+                            "{name} port {}: {:?}/{:?}, want disabled",
+                            p.port, p.role, p.state
+                        ));
                     }
                     continue;
                 }
@@ -364,18 +413,30 @@ impl Sim {
                 Some(x) => return Err(format!("unknown port state {x}")),
             };
             if p.state != want || p.role == PortRole::Disabled {
-                warnings.push(format!("{name} port {}: {:?}/{:?}, want {want:?}", p.port, p.role, p.state));
+                warnings.push(format!(
+                    "{name} port {}: {:?}/{:?}, want {want:?}",
+                    p.port, p.role, p.state
+                ));
             }
             if want == PortState::Forwarding {
                 if t.eat(":") {
                     let cost = t.int()? as u32;
                     if show.root_port != Some(p.port) {
-                        warnings.push(format!("{name}: port {} is not the root port ({:?} is)", p.port, show.root_port));
+                        warnings.push(format!(
+                            "{name}: port {} is not the root port ({:?} is)",
+                            p.port, show.root_port
+                        ));
                     } else if show.root_path_cost != cost {
-                        warnings.push(format!("{name}: root path cost {}, want {cost}", show.root_path_cost));
+                        warnings.push(format!(
+                            "{name}: root path cost {}, want {cost}",
+                            show.root_path_cost
+                        ));
                     }
                 } else if show.root_port == Some(p.port) {
-                    warnings.push(format!("{name}: port {} is the root port, not expected", p.port));
+                    warnings.push(format!(
+                        "{name}: port {} is the root port, not expected",
+                        p.port
+                    ));
                 }
             }
         }
