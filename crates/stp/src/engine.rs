@@ -8,7 +8,7 @@
 //! the caller to take with [`Stp::take_outputs`]. No threads, no clock, no allocation
 //! beyond the output frames and the port table; no input can make it panic.
 
-use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, MstPart, WireRole};
+use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, WireRole};
 use crate::mst::Region;
 use crate::port::{Cost, Duplex, OnOff, PointToPoint, Port, PortFlag, Ptx};
 use crate::select::Prs;
@@ -510,9 +510,32 @@ impl Stp {
         Ok(())
     }
 
-    /// The MST region (name, revision, VID to MSTID table).
+    /// The MST region (name, revision, VID to MSTID table). In `Mode::Mstp` every MSTI
+    /// of the table is reported with its ports' current (CIST) states.
     pub fn set_region(&mut self, region: Region) {
         self.region = region;
+        if self.config.mode == Mode::Mstp {
+            for q in &self.ports {
+                let state = q.state();
+                for tree in self.region.mstis() {
+                    self.outputs.push(Output::PortState {
+                        port: q.no,
+                        tree,
+                        state,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The trees whose port states and flushes the engine reports: the CIST, and in
+    /// `Mode::Mstp` every MSTI of the region's table (following the CIST for now).
+    pub fn trees(&self) -> Vec<TreeId> {
+        let mut t = vec![TreeId::CIST];
+        if self.config.mode == Mode::Mstp {
+            t.extend(self.region.mstis());
+        }
+        t
     }
     /// The MST region in use.
     pub fn region(&self) -> &Region {
@@ -598,6 +621,11 @@ impl Stp {
             }));
         }
         let q = &mut self.ports[i];
+        q.neighbour = if crate::mst::from_same_region(&b, &self.region.config_id()) {
+            crate::port::Neighbour::SameRegion
+        } else {
+            crate::port::Neighbour::OtherRegion
+        };
         q.rcvd = Some(b);
         q.rcvd_bpdu = true;
         self.run();
@@ -695,20 +723,12 @@ impl Stp {
                     PortRole::Disabled | PortRole::Master => WireRole::Unknown,
                 }
                 .to_flags();
-                if self.config.mode == Mode::Mstp {
-                    Bpdu::Mst(
-                        body(f),
-                        Box::new(MstPart {
-                            config_id: self.region.config_id(),
-                            internal_root_path_cost: 0,
-                            cist_bridge: self.bridge_id,
-                            remaining_hops: self.config.max_hops,
-                            mstis: Vec::new(),
-                        }),
-                    )
-                } else {
-                    Bpdu::Rst(body(f))
-                }
+                // Mode::Mstp sends RST BPDUs until the MSTI machines exist: an MST BPDU
+                // would claim membership of a region whose MSTIs this bridge does not
+                // compute, and a same-region neighbour would then trust it with MSTI
+                // roles (a loop). RST BPDUs make every MSTP neighbour treat the link as
+                // a region boundary, where MSTIs follow the CIST: loop-free, conformant.
+                Bpdu::Rst(body(f))
             }
         };
         let dst = match self.config.group_address {

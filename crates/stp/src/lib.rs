@@ -21,11 +21,13 @@
 //!   setTcFlags for a TCN); recordDispute, allSynced and the ROOT_SYNCED state follow
 //!   802.1Q-2022, which corrected 802.1D-2004 there.
 //! - MSTP: the codec (MST BPDUs with MSTI messages), the configuration digest, the region
-//!   (VID to MSTID table) and `from_same_region` are complete and tested; the engine in
-//!   `Mode::Mstp` sends MST BPDUs but runs the CIST only and treats every neighbour as
-//!   outside its region (every port a boundary port; MSTIs follow the CIST state). The
-//!   per-MSTI machines (13.x master ports, remaining hops, MSTI priority vectors) are the
-//!   missing part; `docs/stp.md` says what it needs.
+//!   (VID to MSTID table) and `from_same_region` are complete and tested. The per-MSTI
+//!   machines (802.1Q 13.x: CIST regional root and internal costs, master ports, remaining
+//!   hops, MSTI priority vectors) are not written yet, so `Mode::Mstp` runs the CIST only,
+//!   sends RST BPDUs (an MST BPDU would claim a region whose MSTIs this bridge does not
+//!   compute; RST makes every MSTP neighbour treat the link as a region boundary, where
+//!   MSTIs follow the CIST), and reports every MSTI of the table with the CIST's port
+//!   states and flushes. Loop-free and conformant, without per-MSTI load sharing.
 
 pub mod bpdu;
 mod engine;
@@ -42,6 +44,6 @@ pub mod types;
 pub use engine::{
     BridgeConfig, ConfigError, Event, GroupAddress, Link, Mode, Output, RxError, Stp,
 };
-pub use port::{Cost, Duplex, InfoIs, OnOff, PointToPoint, PortCounters, PortFlag};
+pub use port::{Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag};
 pub use show::{PortShow, RootStatus, SendProtocol, Show};
 pub use types::{BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, Times, TreeId};

@@ -307,7 +307,21 @@ pub(crate) struct Port {
     // Guards.
     pub root_inconsistent: bool,
     pub loop_inconsistent: bool,
+    /// Region of the last BPDU heard (show only: every port is a boundary port for now).
+    pub neighbour: Neighbour,
     pub counters: PortCounters,
+}
+
+/// Where the last BPDU heard on a port came from, relative to this bridge's MST region.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Neighbour {
+    /// No BPDU heard yet.
+    Unknown,
+    /// An MST BPDU with this bridge's MST Configuration Identifier.
+    SameRegion,
+    /// Any other BPDU (another region, an RSTP or STP bridge).
+    OtherRegion,
 }
 
 impl Port {
@@ -389,6 +403,7 @@ impl Port {
             rcvd: None,
             root_inconsistent: false,
             loop_inconsistent: false,
+            neighbour: Neighbour::Unknown,
             counters: PortCounters::default(),
         }
     }
@@ -412,6 +427,16 @@ impl Port {
             PointToPoint::Auto => self.duplex == Duplex::Full,
             PointToPoint::Yes => true,
             PointToPoint::No => false,
+        }
+    }
+
+    /// The forwarding state the PST machine is in.
+    pub fn state(&self) -> crate::types::PortState {
+        use crate::types::PortState;
+        match self.pst {
+            Pst::Discarding => PortState::Discarding,
+            Pst::Learning => PortState::Learning,
+            Pst::Forwarding => PortState::Forwarding,
         }
     }
 

@@ -4,7 +4,7 @@
 //! forward delay timer, and how those reach the caller as state changes.
 use crate::engine::{Output, Stp};
 use crate::port::{Prt, Pst};
-use crate::types::{PortRole, PortState, TreeId};
+use crate::types::{PortRole, PortState};
 
 impl Stp {
     // ---- PRT: port role transitions ---------------------------------------------------
@@ -259,11 +259,9 @@ impl Stp {
                 Pst::Learning => PortState::Learning,
                 Pst::Forwarding => PortState::Forwarding,
             };
-            self.outputs.push(Output::PortState {
-                port,
-                tree: TreeId::CIST,
-                state,
-            });
+            for tree in self.trees() {
+                self.outputs.push(Output::PortState { port, tree, state });
+            }
         }
         true
     }

@@ -2,7 +2,7 @@
 //! serialisable with serde for `qbridge stp show -j`. Built on demand, O(ports).
 
 use crate::engine::{Mode, Stp};
-use crate::port::{InfoIs, PortCounters};
+use crate::port::{InfoIs, Neighbour, PortCounters};
 use crate::types::{BridgeId, PortId, PortRole, PortState, TreeId};
 use serde::Serialize;
 
@@ -59,6 +59,8 @@ pub struct PortShow {
     pub point_to_point: bool,
     /// What the port sends.
     pub protocol: SendProtocol,
+    /// Region of the last BPDU heard.
+    pub neighbour: Neighbour,
     /// Root guard holds the port.
     pub root_inconsistent: bool,
     /// Loop guard holds the port.
@@ -148,6 +150,7 @@ impl Stp {
                     } else {
                         SendProtocol::Stp
                     },
+                    neighbour: q.neighbour,
                     root_inconsistent: q.root_inconsistent,
                     loop_inconsistent: q.loop_inconsistent,
                     counters: q.counters.clone(),
@@ -156,13 +159,13 @@ impl Stp {
         }
     }
 
-    /// A port's state in a tree (every tree answers with the CIST state for now).
-    pub fn port_state(&self, port: u16, _tree: TreeId) -> Option<PortState> {
-        self.show()
-            .ports
-            .into_iter()
-            .find(|p| p.port == port)
-            .map(|p| p.state)
+    /// A port's state in a tree: None for an unknown port or a tree the engine does not
+    /// report (see [`Stp::trees`]); MSTIs follow the CIST for now.
+    pub fn port_state(&self, port: u16, tree: TreeId) -> Option<PortState> {
+        if !self.trees().contains(&tree) {
+            return None;
+        }
+        self.ports.iter().find(|q| q.no == port).map(|q| q.state())
     }
 
     /// Times `run` hit its iteration bound (a bug indicator; 0 expected).

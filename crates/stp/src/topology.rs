@@ -3,7 +3,7 @@
 //! of the tree, and the FDB flush requests (per port and tree) it produces.
 use crate::engine::{Output, Stp};
 use crate::port::Tcm;
-use crate::types::{PortRole, TreeId};
+use crate::types::PortRole;
 
 impl Stp {
     // ---- TCM: topology change ---------------------------------------------------------
@@ -87,10 +87,9 @@ impl Stp {
     /// cleared as soon as the request is out.
     pub(crate) fn fdb_flush(&mut self, p: usize) {
         let port = self.ports[p].no;
-        self.outputs.push(Output::Flush {
-            port,
-            tree: TreeId::CIST,
-        });
+        for tree in self.trees() {
+            self.outputs.push(Output::Flush { port, tree });
+        }
         self.ports[p].fdb_flush = false;
     }
 

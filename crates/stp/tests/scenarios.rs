@@ -422,3 +422,92 @@ fn configuration_errors_name_the_value() {
     );
     assert!(stp.set_port_cost(1, Cost::Fixed(0)).is_err());
 }
+
+#[test]
+fn mstp_mode_reports_every_msti_with_the_cist_state_and_sends_rst() {
+    use qbridge_stp::mst::Region;
+    use qbridge_stp::TreeId;
+    let cfg = BridgeConfig {
+        mode: Mode::Mstp,
+        ..BridgeConfig::default()
+    };
+    let mut stp = Stp::new([2, 0, 0, 0, 0, 1], cfg).unwrap();
+    let mut region = Region::new("r1", 1).unwrap();
+    region.map(10, 1).unwrap();
+    region.map(20, 2).unwrap();
+    stp.set_region(region.clone());
+    assert_eq!(stp.trees(), vec![TreeId(0), TreeId(1), TreeId(2)]);
+    stp.add_port(1, [2, 0, 0, 0, 1, 1]).unwrap();
+    stp.set_link(
+        1,
+        Link::Up {
+            speed_mbps: 1000,
+            duplex: Duplex::Full,
+        },
+    )
+    .unwrap();
+    for _ in 0..5 {
+        stp.tick();
+    }
+    let outs = stp.take_outputs();
+    for t in 0..3 {
+        assert!(
+            outs.contains(&Output::PortState {
+                port: 1,
+                tree: TreeId(t),
+                state: PortState::Forwarding
+            }),
+            "tree {t}"
+        );
+        assert!(
+            outs.contains(&Output::Flush {
+                port: 1,
+                tree: TreeId(t)
+            }),
+            "tree {t}"
+        );
+        assert_eq!(stp.port_state(1, TreeId(t)), Some(PortState::Forwarding));
+    }
+    assert_eq!(stp.port_state(1, TreeId(3)), None);
+    let frame = outs
+        .iter()
+        .find_map(|o| match o {
+            Output::Bpdu { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(matches!(bpdu::parse_frame(&frame), Ok(bpdu::Bpdu::Rst(_))));
+    // A neighbour's MST BPDU of the same region is recognised (shown), of another is not.
+    let mst = |r: &Region| {
+        let bpdu::Bpdu::Rst(c) = bpdu::parse_frame(&frame).unwrap() else {
+            unreachable!()
+        };
+        let c = bpdu::ConfigBody {
+            bridge: qbridge_stp::BridgeId(1),
+            ..c
+        };
+        bpdu::Bpdu::Mst(
+            c,
+            Box::new(bpdu::MstPart {
+                config_id: r.config_id(),
+                internal_root_path_cost: 0,
+                cist_bridge: qbridge_stp::BridgeId(1),
+                remaining_hops: 20,
+                mstis: vec![],
+            }),
+        )
+        .emit_frame(bpdu::STP_GROUP_ADDRESS, [2, 0, 0, 0, 0, 9])
+    };
+    stp.receive(1, &mst(&region)).unwrap();
+    assert_eq!(
+        stp.show().ports[0].neighbour,
+        qbridge_stp::Neighbour::SameRegion
+    );
+    stp.receive(1, &mst(&Region::new("other", 1).unwrap()))
+        .unwrap();
+    assert_eq!(
+        stp.show().ports[0].neighbour,
+        qbridge_stp::Neighbour::OtherRegion
+    );
+    assert_eq!(stp.show().ports[0].counters.rx_mst, 2);
+}
