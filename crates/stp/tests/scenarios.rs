@@ -511,3 +511,106 @@ fn mstp_mode_reports_every_msti_with_the_cist_state_and_sends_rst() {
     );
     assert_eq!(stp.show().ports[0].counters.rx_mst, 2);
 }
+
+#[test]
+fn legacy_topology_change_goes_up_as_tcn_and_comes_back_acknowledged() {
+    // Chain root(0) -a- 1 -b- 2 in legacy STP; then bridge 2 gets a new leaf port.
+    let mut sim = Sim::new(Mode::Stp, 10);
+    sim.script("bridge 0 0x111 = a\nbridge 1 0x222 = a b\nbridge 2 0x333 = b\nrun 1\n")
+        .unwrap();
+    let tc_before = sim.bridges[0].stp.show().topology_changes;
+    for b in &mut sim.bridges {
+        b.flushes.clear();
+    }
+    sim.connect(2, 2, None, 10); // a new port on bridge 2: forwarding after 2 x 15 s
+    sim.run(40);
+    let s2 = sim.bridges[2].stp.show();
+    let s1 = sim.bridges[1].stp.show();
+    let s0 = sim.bridges[0].stp.show();
+    assert!(
+        s2.ports[0].counters.tx_tcn > 0,
+        "bridge 2 notifies its root port"
+    );
+    assert!(
+        s1.ports[1].counters.rx_tcn > 0 && s1.ports[0].counters.tx_tcn > 0,
+        "bridge 1 relays"
+    );
+    assert!(
+        s0.ports[0].counters.rx_tcn > 0 && s0.topology_changes > tc_before,
+        "the root hears it"
+    );
+    // TCNs stop once acknowledged: none in the last hellos.
+    let tcn = |sim: &Sim| sim.bridges[2].stp.show().ports[0].counters.tx_tcn;
+    let n = tcn(&sim);
+    sim.run(10);
+    assert_eq!(tcn(&sim), n);
+    // Bridge 1 flushes its port towards the root when the notification passes.
+    assert!(
+        sim.bridges[1].flushes.contains(&(1, 0)),
+        "{:?}",
+        sim.bridges[1].flushes
+    );
+}
+
+#[test]
+fn transmit_hold_count_limits_bursts() {
+    let cfg = BridgeConfig {
+        tx_hold_count: 2,
+        ..BridgeConfig::default()
+    };
+    let mut stp = Stp::new([2, 0, 0, 0, 0, 1], cfg).unwrap();
+    stp.add_port(1, [2, 0, 0, 0, 1, 1]).unwrap();
+    stp.set_link(
+        1,
+        Link::Up {
+            speed_mbps: 1000,
+            duplex: Duplex::Full,
+        },
+    )
+    .unwrap();
+    let _ = stp.take_outputs();
+    // Many changes within one second: at most tx_hold_count BPDUs go out.
+    for prio in [0u16, 4096, 8192, 12288, 16384] {
+        let c = BridgeConfig {
+            priority: prio,
+            tx_hold_count: 2,
+            ..BridgeConfig::default()
+        };
+        stp.set_config(c).unwrap();
+    }
+    let sent = stp
+        .take_outputs()
+        .iter()
+        .filter(|o| matches!(o, Output::Bpdu { .. }))
+        .count();
+    assert!(sent <= 2, "{sent} BPDUs in one second");
+}
+
+#[test]
+fn auto_edge_after_silence_and_lost_on_a_bpdu() {
+    let mut sim = Sim::new(Mode::Rstp, 20_000);
+    sim.add_bridge(0x111);
+    sim.connect(0, 1, None, 20_000);
+    assert!(!sim.bridges[0].stp.show().ports[0].edge);
+    sim.run(4); // edge delay on a point-to-point link: MigrateTime, 3 s
+    assert!(sim.bridges[0].stp.show().ports[0].edge);
+    assert_eq!(
+        states(&sim, 0)[0],
+        (PortRole::Designated, PortState::Forwarding)
+    );
+    sim.add_bridge(0x222);
+    sim.connect(0, 1, Some(0), 20_000);
+    sim.connect(1, 1, Some(0), 20_000);
+    sim.run(1);
+    assert!(!sim.bridges[0].stp.show().ports[0].edge);
+}
+
+#[test]
+fn all_sim_bridges_settle_without_runaway() {
+    let mut sim = Sim::new(Mode::Stp, 10);
+    sim.script("bridge 0 0x111 = a b c\nbridge 1 0x222 = a b c\nrun 1\nbridge 1 = 0 _ _\nrun 1\n")
+        .unwrap();
+    for b in &sim.bridges {
+        assert_eq!(b.stp.runaway_runs(), 0);
+    }
+}
