@@ -167,8 +167,8 @@ pub enum Event {
     TopologyChange {
         /// Port number.
         port: u16,
-        /// Learned from a neighbour rather than detected here.
-        notified: bool,
+        /// Detected here or learned from a neighbour.
+        source: TcSource,
     },
     /// BPDU guard: an edge port heard a BPDU; the engine disabled it and the caller should
     /// shut it. `Stp::set_port_admin(port, OnOff::On)` re-admits it.
@@ -180,23 +180,43 @@ pub enum Event {
     RootInconsistent {
         /// Port number.
         port: u16,
-        /// Entered (true) or left (false).
-        active: bool,
+        /// Entered or left.
+        change: Inconsistency,
     },
     /// Loop guard: information aged out on a blocking port (kept discarding) or its end.
     LoopInconsistent {
         /// Port number.
         port: u16,
-        /// Entered (true) or left (false).
-        active: bool,
+        /// Entered or left.
+        change: Inconsistency,
     },
     /// Port Protocol Migration switched what the port sends.
     ProtocolMigration {
         /// Port number.
         port: u16,
-        /// RST/MST BPDUs (true) or legacy Configuration/TCN BPDUs (false).
-        send_rstp: bool,
+        /// What the port sends from now on.
+        now_sends: crate::show::SendProtocol,
     },
+}
+
+/// Where a topology change came from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TcSource {
+    /// A port of this bridge started forwarding (TCM DETECTED).
+    Detected,
+    /// A neighbour said so (TC flag or TCN BPDU; TCM NOTIFIED_TC).
+    Notified,
+}
+
+/// A guard's inconsistency starting or ending.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inconsistency {
+    /// The guard now holds the port discarding.
+    Entered,
+    /// The guard released the port.
+    Cleared,
 }
 
 /// What the caller must do.
@@ -412,7 +432,7 @@ impl Stp {
                 let port = q.no;
                 self.outputs.push(Output::Event(Event::LoopInconsistent {
                     port,
-                    active: false,
+                    change: Inconsistency::Cleared,
                 }));
             }
         }
@@ -617,7 +637,7 @@ impl Stp {
             q.selected = false;
             self.outputs.push(Output::Event(Event::LoopInconsistent {
                 port,
-                active: false,
+                change: Inconsistency::Cleared,
             }));
         }
         let q = &mut self.ports[i];

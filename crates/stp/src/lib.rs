@@ -42,7 +42,8 @@ mod topology;
 pub mod types;
 
 pub use engine::{
-    BridgeConfig, ConfigError, Event, GroupAddress, Link, Mode, Output, RxError, Stp,
+    BridgeConfig, ConfigError, Event, GroupAddress, Inconsistency, Link, Mode, Output, RxError,
+    Stp, TcSource,
 };
 pub use port::{Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag};
 pub use show::{PortShow, RootStatus, SendProtocol, Show};

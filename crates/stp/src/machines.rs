@@ -160,10 +160,14 @@ impl Stp {
             }
         }
         if !self.b(p) && was != self.ports[p].send_rstp {
-            let send_rstp = self.ports[p].send_rstp;
+            let now_sends = if self.ports[p].send_rstp {
+                crate::show::SendProtocol::Rstp
+            } else {
+                crate::show::SendProtocol::Stp
+            };
             self.outputs.push(Output::Event(Event::ProtocolMigration {
                 port: no,
-                send_rstp,
+                now_sends,
             }));
         }
         true
@@ -395,7 +399,7 @@ impl Stp {
             let port = q.no;
             self.outputs.push(Output::Event(Event::LoopInconsistent {
                 port,
-                active: true,
+                change: crate::engine::Inconsistency::Entered,
             }));
         }
     }

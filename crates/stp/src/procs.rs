@@ -155,7 +155,7 @@ impl Stp {
         }
     }
 
-    pub(crate) fn count_topology_change(&mut self, p: usize, notified: bool) {
+    pub(crate) fn count_topology_change(&mut self, p: usize, source: crate::engine::TcSource) {
         let now = self.now;
         let q = &mut self.ports[p];
         q.counters.topology_changes += 1;
@@ -164,6 +164,6 @@ impl Stp {
         self.topology_changes += 1;
         self.last_topology_change = Some(now);
         self.outputs
-            .push(Output::Event(Event::TopologyChange { port, notified }));
+            .push(Output::Event(Event::TopologyChange { port, source }));
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Cost: O(ports) per selection; selection runs only when some port set `reselect`.
 
-use crate::engine::{Event, Output, Stp};
+use crate::engine::{Event, Inconsistency, Output, Stp};
 use crate::port::InfoIs;
 use crate::types::{PortId, PortRole, PriorityVector};
 
@@ -100,7 +100,11 @@ impl Stp {
                 let port = q.no;
                 self.outputs.push(Output::Event(Event::RootInconsistent {
                     port,
-                    active: now_bad,
+                    change: if now_bad {
+                        Inconsistency::Entered
+                    } else {
+                        Inconsistency::Cleared
+                    },
                 }));
             }
         }
@@ -120,7 +124,7 @@ impl Stp {
                 let port = q.no;
                 self.outputs.push(Output::Event(Event::RootInconsistent {
                     port,
-                    active: false,
+                    change: Inconsistency::Cleared,
                 }));
             }
             let (role, updt) = match q.info_is {

@@ -56,7 +56,7 @@ impl Stp {
                 self.new_tc_while(p);
                 self.set_tc_prop_tree(p);
                 self.ports[p].new_info = true;
-                self.count_topology_change(p, false);
+                self.count_topology_change(p, crate::engine::TcSource::Detected);
             }
             Tcm::Active => {}
             Tcm::NotifiedTcn => self.new_tc_while(p),
@@ -68,7 +68,7 @@ impl Stp {
                     q.tc_ack = true;
                 }
                 self.set_tc_prop_tree(p);
-                self.count_topology_change(p, true);
+                self.count_topology_change(p, crate::engine::TcSource::Notified);
             }
             Tcm::Propagating => {
                 self.new_tc_while(p);

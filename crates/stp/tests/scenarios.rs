@@ -116,7 +116,7 @@ fn legacy_neighbour_makes_the_port_fall_back_and_mcheck_returns() {
     assert!(p.counters.rx_config > 0);
     assert!(sim.bridges[1].events.contains(&Event::ProtocolMigration {
         port: 1,
-        send_rstp: false
+        now_sends: SendProtocol::Stp
     }));
     assert_eq!(states(&sim, 1)[0], (PortRole::Root, PortState::Forwarding));
     assert_eq!(
@@ -218,7 +218,7 @@ fn root_guard_keeps_a_superior_neighbour_out_until_its_info_ages() {
         .unwrap();
     assert!(sim.bridges[1].events.contains(&Event::RootInconsistent {
         port: 2,
-        active: true
+        change: qbridge_stp::Inconsistency::Entered
     }));
     assert_eq!(
         states(&sim, 1)[1],
@@ -234,7 +234,7 @@ fn root_guard_keeps_a_superior_neighbour_out_until_its_info_ages() {
     sim.run(10);
     assert!(sim.bridges[1].events.contains(&Event::RootInconsistent {
         port: 2,
-        active: false
+        change: qbridge_stp::Inconsistency::Cleared
     }));
     assert_eq!(
         states(&sim, 1)[1],
@@ -276,7 +276,7 @@ fn loop_guard_keeps_a_silent_alternate_port_discarding() {
     assert_eq!(state, PortState::Discarding, "{role:?}");
     assert!(events.contains(&Event::LoopInconsistent {
         port: 2,
-        active: true
+        change: qbridge_stp::Inconsistency::Entered
     }));
 }
 

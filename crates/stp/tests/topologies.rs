@@ -10,9 +10,13 @@ use harness::Sim;
 use proptest::prelude::*;
 use qbridge_stp::{Mode, PortRole, PortState};
 
+/// A port: its LAN (None = on no LAN) and its path cost.
+type PortSpec = (Option<usize>, u32);
+
 #[derive(Clone, Debug)]
 struct Net {
-    bridges: Vec<(u16, Vec<(Option<usize>, u32)>)>,
+    /// Per bridge: priority (in units of 4096) and ports.
+    bridges: Vec<(u16, Vec<PortSpec>)>,
     pull: (usize, usize),
 }
 
@@ -41,7 +45,7 @@ fn build(net: &Net, mode: Mode) -> Sim {
     sim
 }
 
-fn find(uf: &mut Vec<usize>, x: usize) -> usize {
+fn find(uf: &mut [usize], x: usize) -> usize {
     let mut x = x;
     while uf[x] != x {
         uf[x] = uf[uf[x]];
