@@ -612,7 +612,7 @@ impl Stp {
         let b = match parsed {
             Ok(b) => b,
             Err(reason) => {
-                self.ports[i].counters.rx_bad[reason.index()] += 1;
+                self.ports[i].counters.rx_bad.bump(reason);
                 return Err(RxError::Bad(reason));
             }
         };

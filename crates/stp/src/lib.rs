@@ -45,6 +45,8 @@ pub use engine::{
     BridgeConfig, ConfigError, Event, GroupAddress, Inconsistency, Link, Mode, Output, RxError,
     Stp, TcSource,
 };
-pub use port::{Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag};
+pub use port::{
+    BadCounts, Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag,
+};
 pub use show::{PortShow, RootStatus, SendProtocol, Show};
 pub use types::{BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, Times, TreeId};

@@ -201,8 +201,8 @@ pub struct PortCounters {
     pub rx_rst: u64,
     /// MST BPDUs received and processed.
     pub rx_mst: u64,
-    /// Bad BPDUs by reason, indexed as [`BadBpdu::ALL`].
-    pub rx_bad: [u64; BadBpdu::ALL.len()],
+    /// Bad BPDUs by reason (serialised as a map from reason to count).
+    pub rx_bad: BadCounts,
     /// Frames ignored because BPDU filter is on.
     pub rx_filtered: u64,
     /// Frames ignored because the port is disabled.
@@ -216,7 +216,30 @@ pub struct PortCounters {
 impl PortCounters {
     /// Count of bad BPDUs for one reason.
     pub fn bad(&self, reason: BadBpdu) -> u64 {
-        self.rx_bad[reason.index()]
+        self.rx_bad.0[reason.index()]
+    }
+}
+
+/// Bad BPDU counts, one per [`BadBpdu`] reason, indexed as [`BadBpdu::ALL`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BadCounts(pub [u64; BadBpdu::ALL.len()]);
+
+impl BadCounts {
+    /// Count one.
+    pub fn bump(&mut self, reason: BadBpdu) {
+        self.0[reason.index()] += 1;
+    }
+}
+
+impl Serialize for BadCounts {
+    /// `{"too_short": 1, ...}`, every reason present.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(BadBpdu::ALL.len()))?;
+        for r in BadBpdu::ALL {
+            m.serialize_entry(&r, &self.0[r.index()])?;
+        }
+        m.end()
     }
 }
 

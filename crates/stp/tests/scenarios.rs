@@ -318,6 +318,10 @@ fn counters_bad_bpdus_and_show_json() {
     let json = serde_json::to_string(&show).unwrap();
     assert!(json.contains("\"root_status\":\"root\""), "{json}");
     assert!(json.contains("\"role\":\"designated\""));
+    assert!(
+        json.contains("\"rx_bad\":{\"too_short\":1,\"bad_length\":1,"),
+        "{json}"
+    );
 }
 
 #[test]
