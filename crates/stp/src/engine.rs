@@ -281,6 +281,19 @@ pub struct Stp {
     pub(crate) root_port_id: Option<crate::types::PortId>,
     pub(crate) root_times: Times,
     pub(crate) prs: Prs,
+    pub(crate) root_hops: u8,
+    /// BEGIN for the tree in context only (a new MSTI).
+    pub(crate) tree_begin: bool,
+    /// Index into `tree_ids` of the tree whose variables are in `ports` (0 = CIST).
+    pub(crate) cur_tree: usize,
+    /// CIST then the MSTIs of the region (MSTP mode).
+    pub(crate) tree_ids: Vec<TreeId>,
+    /// Per MSTI, per port: the per-tree variables while out of context.
+    pub(crate) msti_ports: Vec<Vec<Port>>,
+    /// Per MSTI: bridge-level variables while out of context.
+    pub(crate) msti_bridge: Vec<crate::trees::TreeBridge>,
+    /// Per MSTID bridge priority (default: the CIST's).
+    pub(crate) msti_priority: std::collections::BTreeMap<u16, u16>,
     pub(crate) begin: bool,
     pub(crate) now: u64,
     pub(crate) outputs: Vec<Output>,
@@ -309,6 +322,13 @@ impl Stp {
             root_port_id: None,
             root_times: Times::default(),
             prs: Prs::InitBridge,
+            root_hops: 0,
+            tree_begin: false,
+            cur_tree: 0,
+            tree_ids: vec![TreeId::CIST],
+            msti_ports: Vec::new(),
+            msti_bridge: Vec::new(),
+            msti_priority: std::collections::BTreeMap::new(),
             begin: true,
             now: 0,
             outputs: Vec::new(),

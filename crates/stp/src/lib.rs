@@ -39,6 +39,7 @@ mod roles;
 mod select;
 mod show;
 mod topology;
+mod trees;
 pub mod types;
 
 pub use engine::{

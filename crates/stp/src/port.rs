@@ -327,6 +327,16 @@ pub(crate) struct Port {
     pub updt_info: bool,
     /// The BPDU being processed (rcvdBpdu's content).
     pub rcvd: Option<Bpdu>,
+    /// MSTP remaining hops of msgTimes, portTimes, designatedTimes (13.26.x).
+    pub msg_hops: u8,
+    pub port_hops: u8,
+    pub designated_hops: u8,
+    /// Per tree: this MSTI's message from the BPDU being processed.
+    pub rcvd_msti: Option<crate::bpdu::MstiMsg>,
+    /// rcvdInternal: the BPDU being processed comes from this bridge's region.
+    pub rcvd_internal: bool,
+    /// infoInternal: the CIST port priority vector came from this region.
+    pub info_internal: bool,
     // Guards.
     pub root_inconsistent: bool,
     pub loop_inconsistent: bool,
@@ -424,6 +434,12 @@ impl Port {
             tx_count: 0,
             updt_info: false,
             rcvd: None,
+            msg_hops: 0,
+            port_hops: 0,
+            designated_hops: 0,
+            rcvd_msti: None,
+            rcvd_internal: false,
+            info_internal: false,
             root_inconsistent: false,
             loop_inconsistent: false,
             neighbour: Neighbour::Unknown,

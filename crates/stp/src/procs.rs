@@ -5,6 +5,7 @@
 use crate::bpdu::{flags, Bpdu, WireRole};
 use crate::engine::{Event, Output, Stp};
 use crate::port::{InfoIs, RcvdInfo};
+use crate::types::{BridgeId, PortId, PriorityVector, Times};
 
 impl Stp {
     // ---- procedures on received information (17.21) -----------------------------------
@@ -22,6 +23,11 @@ impl Stp {
     }
 
     pub(crate) fn wire_role(&self, p: usize) -> Option<WireRole> {
+        if self.cur_tree != 0 {
+            return self.ports[p]
+                .rcvd_msti
+                .map(|m| WireRole::from_flags(m.flags));
+        }
         match &self.ports[p].rcvd {
             Some(Bpdu::Config(_)) => Some(WireRole::Designated),
             Some(b @ (Bpdu::Rst(_) | Bpdu::Mst(..))) => {
@@ -31,7 +37,11 @@ impl Stp {
         }
     }
 
+    /// The flags of the message for the tree in context.
     pub(crate) fn rcvd_flags(&self, p: usize) -> u8 {
+        if self.cur_tree != 0 {
+            return self.ports[p].rcvd_msti.map_or(0, |m| m.flags);
+        }
         self.ports[p]
             .rcvd
             .as_ref()
@@ -39,28 +49,80 @@ impl Stp {
             .map_or(0, |c| c.flags)
     }
 
-    /// rcvInfo() (17.21.8).
+    /// The message priority vector, times and hops of the BPDU being processed, for the
+    /// tree in context (802.1Q 13.29.x; an RST/STP BPDU or another region's MST BPDU has
+    /// regional root = designated bridge = its bridge field, internal cost 0).
+    fn decode_msg(&self, p: usize) -> Option<(PriorityVector, Times, u8)> {
+        let q = &self.ports[p];
+        let own_id = q.port_id();
+        let body = q.rcvd.as_ref().and_then(|b| b.body()).copied()?;
+        let max_hops = self.config.max_hops;
+        if self.cur_tree != 0 {
+            let m = q.rcvd_msti?;
+            let Some(Bpdu::Mst(_, mst)) = &q.rcvd else {
+                return None;
+            };
+            let mstid = self.cur_tree_id().0;
+            let designated_bridge = BridgeId(
+                (mst.cist_bridge.0 & 0x0000_ffff_ffff_ffff)
+                    | (u64::from((u16::from(m.bridge_priority & 0xf0) << 8) | (mstid & 0x0fff))
+                        << 48),
+            );
+            let v = PriorityVector {
+                root: m.regional_root,
+                root_path_cost: m.internal_root_path_cost,
+                regional_root: BridgeId(0),
+                internal_cost: 0,
+                designated_bridge,
+                designated_port: PortId::new(m.port_priority, body.port.number()),
+                bridge_port: own_id,
+            };
+            return Some((v, body.times, m.remaining_hops));
+        }
+        let v = match &q.rcvd {
+            Some(Bpdu::Mst(_, mst)) if q.rcvd_internal => PriorityVector {
+                root: body.root,
+                root_path_cost: body.root_path_cost,
+                regional_root: body.bridge,
+                internal_cost: mst.internal_root_path_cost,
+                designated_bridge: mst.cist_bridge,
+                designated_port: body.port,
+                bridge_port: own_id,
+            },
+            _ => PriorityVector {
+                root: body.root,
+                root_path_cost: body.root_path_cost,
+                regional_root: body.bridge,
+                internal_cost: 0,
+                designated_bridge: body.bridge,
+                designated_port: body.port,
+                bridge_port: own_id,
+            },
+        };
+        let hops = match &q.rcvd {
+            Some(Bpdu::Mst(_, mst)) if q.rcvd_internal => mst.remaining_hops,
+            _ => max_hops,
+        };
+        Some((v, body.times, hops))
+    }
+
+    /// rcvInfo() (17.21.8, 802.1Q 13.29.x).
     pub(crate) fn rcv_info(&mut self, p: usize) -> RcvdInfo {
         let role = self.wire_role(p);
-        let own_id = self.ports[p].port_id();
-        let Some(body) = self.ports[p].rcvd.as_ref().and_then(|b| b.body()).copied() else {
+        let Some((msg, times, hops)) = self.decode_msg(p) else {
             return RcvdInfo::Other;
         };
         let q = &mut self.ports[p];
-        q.msg_priority = crate::types::PriorityVector {
-            root: body.root,
-            root_path_cost: body.root_path_cost,
-            designated_bridge: body.bridge,
-            designated_port: body.port,
-            bridge_port: own_id,
-        };
-        q.msg_times = body.times;
-        let (msg, port) = (q.msg_priority, q.port_priority);
+        q.msg_priority = msg;
+        q.msg_times = times;
+        q.msg_hops = hops;
+        let port = q.port_priority;
+        let times_differ = q.msg_times != q.port_times || q.msg_hops != q.port_hops;
         match role {
             Some(WireRole::Designated) => {
-                if msg.superior_to(&port) || (msg.same4(&port) && q.msg_times != q.port_times) {
+                if msg.superior_to(&port) || (msg.same4(&port) && times_differ) {
                     RcvdInfo::SuperiorDesignated
-                } else if msg.same4(&port) && q.msg_times == q.port_times {
+                } else if msg.same4(&port) && !times_differ {
                     RcvdInfo::RepeatedDesignated
                 } else {
                     RcvdInfo::InferiorDesignated
@@ -78,17 +140,28 @@ impl Stp {
     }
 
     pub(crate) fn is_rst(&self, p: usize) -> bool {
-        matches!(self.ports[p].rcvd, Some(Bpdu::Rst(_) | Bpdu::Mst(..)))
+        self.cur_tree != 0 || matches!(self.ports[p].rcvd, Some(Bpdu::Rst(_) | Bpdu::Mst(..)))
+    }
+
+    /// A CIST message from outside the region speaks for every MSTI too (802.1Q 13.29).
+    fn boundary_msg(&self, p: usize) -> bool {
+        self.cur_tree == 0 && !self.ports[p].rcvd_internal && self.msti_ports.len() > 0
     }
 
     /// recordProposal() (17.21.11).
     pub(crate) fn record_proposal(&mut self, p: usize) {
         if self.is_designated_msg(p) && self.rcvd_flags(p) & flags::PROPOSAL != 0 {
             self.ports[p].proposed = true;
+            if self.boundary_msg(p) {
+                for k in 1..self.tree_ids.len() {
+                    self.msti_port_mut(k, p).proposed = true;
+                }
+            }
         }
     }
 
-    /// recordAgreement() (17.21.9).
+    /// recordAgreement() (17.21.9; 802.1Q 13.29.10 copies a boundary CIST agreement to
+    /// every MSTI).
     pub(crate) fn record_agreement(&mut self, p: usize) {
         let yes = self.rstp_version()
             && self.ports[p].oper_p2p()
@@ -100,6 +173,14 @@ impl Stp {
             q.proposing = false;
         } else {
             q.agreed = false;
+        }
+        if self.boundary_msg(p) {
+            let (agreed, proposing) = (self.ports[p].agreed, self.ports[p].proposing);
+            for k in 1..self.tree_ids.len() {
+                let t = self.msti_port_mut(k, p);
+                t.agreed = agreed;
+                t.proposing = proposing;
+            }
         }
     }
 
@@ -113,28 +194,31 @@ impl Stp {
         }
     }
 
-    /// setTcFlags() (17.21.17).
+    /// setTcFlags() (17.21.17; a boundary CIST TC is a TC for every MSTI).
     pub(crate) fn set_tc_flags(&mut self, p: usize) {
         let f = self.rcvd_flags(p);
-        let config = matches!(self.ports[p].rcvd, Some(Bpdu::Config(_)));
+        let config = self.cur_tree == 0 && matches!(self.ports[p].rcvd, Some(Bpdu::Config(_)));
         let q = &mut self.ports[p];
         if f & flags::TC != 0 {
             q.rcvd_tc = true;
+            if self.boundary_msg(p) {
+                for k in 1..self.tree_ids.len() {
+                    self.msti_port_mut(k, p).rcvd_tc = true;
+                }
+            }
         }
         if config && f & flags::TC_ACK != 0 {
-            q.rcvd_tc_ack = true;
+            self.ports[p].rcvd_tc_ack = true;
         }
     }
 
-    /// updtRcvdInfoWhile() (17.21.23).
+    /// updtRcvdInfoWhile() (17.21.23; inside a region the remaining hops must be > 1).
     pub(crate) fn updt_rcvd_info_while(&mut self, p: usize) {
+        let internal = self.cur_tree != 0 || self.ports[p].rcvd_internal;
         let q = &mut self.ports[p];
         let t = q.port_times;
-        q.rcvd_info_while = if t.message_age < t.max_age {
-            3 * t.hello_time.max(1)
-        } else {
-            0
-        };
+        let ok = t.message_age < t.max_age && (!internal || q.port_hops > 1);
+        q.rcvd_info_while = if ok { 3 * t.hello_time.max(1) } else { 0 };
     }
 
     pub(crate) fn set_sync_tree(&mut self) {

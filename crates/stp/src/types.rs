@@ -72,15 +72,23 @@ impl std::fmt::Debug for PortId {
     }
 }
 
-/// A spanning-tree priority vector (17.6): root bridge, root path cost, designated bridge,
+/// A spanning-tree priority vector (17.6, and 802.1Q 13.9's CIST vector): root bridge,
+/// (external) root path cost, regional root, internal root path cost, designated bridge,
 /// designated port, and the port on which it was received (or this port, for designated
-/// vectors). Smaller is better.
+/// vectors). Smaller is better. Outside MSTP the regional root is the designated bridge
+/// and the internal cost 0, which orders exactly as 802.1D's five-component vector; an
+/// MSTI vector uses `root` for the regional root and `root_path_cost` for the internal
+/// cost, with the two regional fields left zero.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Default, Serialize)]
 pub struct PriorityVector {
-    /// Root bridge identifier.
+    /// Root bridge identifier (MSTI: regional root).
     pub root: BridgeId,
-    /// Root path cost.
+    /// Root path cost (CIST: external root path cost; MSTI: internal root path cost).
     pub root_path_cost: u32,
+    /// CIST regional root identifier.
+    pub regional_root: BridgeId,
+    /// CIST internal root path cost.
+    pub internal_cost: u32,
     /// Designated bridge identifier.
     pub designated_bridge: BridgeId,
     /// Designated port identifier.
@@ -90,11 +98,13 @@ pub struct PriorityVector {
 }
 
 impl PriorityVector {
-    /// The first four components: what a BPDU carries.
-    fn key4(&self) -> (BridgeId, u32, BridgeId, PortId) {
+    /// Every component but the receiving port: what a BPDU carries.
+    fn key4(&self) -> (BridgeId, u32, BridgeId, u32, BridgeId, PortId) {
         (
             self.root,
             self.root_path_cost,
+            self.regional_root,
+            self.internal_cost,
             self.designated_bridge,
             self.designated_port,
         )
