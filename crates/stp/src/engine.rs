@@ -8,7 +8,7 @@
 //! the caller to take with [`Stp::take_outputs`]. No threads, no clock, no allocation
 //! beyond the output frames and the port table; no input can make it panic.
 
-use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, WireRole};
+use crate::bpdu::{self, flags, BadBpdu, Bpdu, ConfigBody, MstPart, MstiMsg, WireRole};
 use crate::mst::Region;
 use crate::port::{Cost, Duplex, OnOff, PointToPoint, Port, PortFlag, Ptx};
 use crate::select::Prs;
@@ -110,6 +110,9 @@ pub enum ConfigError {
     /// no such port
     #[error("no port {0}")]
     NoPort(u16),
+    /// no such MSTI
+    #[error("no MSTI {0} in the region's table")]
+    NoTree(u16),
     /// port number out of 1..=4095 or already present
     #[error("port number {0} is taken or not in 1..4095")]
     PortNumber(u16),
@@ -339,6 +342,8 @@ impl Stp {
         };
         s.root_priority = s.bridge_priority();
         s.root_times = s.bridge_times();
+        s.root_hops = s.config.max_hops;
+        s.rebuild_trees();
         s.run();
         Ok(s)
     }
@@ -395,6 +400,7 @@ impl Stp {
         let mut q = Port::new(port, mac);
         q.designated_times = self.bridge_times();
         self.ports.push(q);
+        self.add_port_to_trees(self.ports.len() - 1);
         self.run();
         Ok(())
     }
@@ -403,6 +409,13 @@ impl Stp {
     pub fn remove_port(&mut self, port: u16) -> Result<(), ConfigError> {
         let i = self.idx(port)?;
         self.ports.remove(i);
+        for t in &mut self.msti_ports {
+            t.remove(i);
+            for q in t.iter_mut() {
+                q.reselect = true;
+                q.selected = false;
+            }
+        }
         for q in &mut self.ports {
             q.reselect = true;
             q.selected = false;
@@ -476,6 +489,16 @@ impl Stp {
         }
         let i = self.idx(port)?;
         self.ports[i].cost = cost;
+        // MSTIs use the same cost unless `set_msti_port` gave them their own.
+        for t in self.msti_ports.iter_mut() {
+            if !t[i].cost_overridden {
+                t[i].cost = cost;
+            }
+            for q in t.iter_mut() {
+                q.reselect = true;
+                q.selected = false;
+            }
+        }
         self.reselect_all();
         Ok(())
     }
@@ -541,6 +564,7 @@ impl Stp {
         let mode_changed = config.mode != self.config.mode;
         self.config = config;
         self.bridge_id = BridgeId::new(self.config.priority, self.mac);
+        self.rebuild_trees();
         if mode_changed {
             self.begin = true;
             self.run();
@@ -554,29 +578,62 @@ impl Stp {
     /// of the table is reported with its ports' current (CIST) states.
     pub fn set_region(&mut self, region: Region) {
         self.region = region;
-        if self.config.mode == Mode::Mstp {
-            for q in &self.ports {
-                let state = q.state();
-                for tree in self.region.mstis() {
-                    self.outputs.push(Output::PortState {
-                        port: q.no,
-                        tree,
-                        state,
-                    });
-                }
-            }
-        }
+        self.rebuild_trees();
+        self.run();
     }
 
     /// The trees whose port states and flushes the engine reports: the CIST, and in
-    /// `Mode::Mstp` every MSTI of the region's table (following the CIST for now).
+    /// `Mode::Mstp` every MSTI of the region's table.
     pub fn trees(&self) -> Vec<TreeId> {
-        let mut t = vec![TreeId::CIST];
-        if self.config.mode == Mode::Mstp {
-            t.extend(self.region.mstis());
-        }
-        t
+        self.tree_ids.clone()
     }
+
+    /// Bridge priority of one MSTI (a multiple of 4096 up to 61440); the MSTI restarts.
+    pub fn set_msti_priority(&mut self, tree: TreeId, priority: u16) -> Result<(), ConfigError> {
+        if priority % 4096 != 0 || priority > 61440 {
+            return Err(ConfigError::BridgePriority(priority));
+        }
+        self.msti_priority.insert(tree.0, priority);
+        self.rebuild_trees();
+        self.run();
+        Ok(())
+    }
+
+    /// Port priority and internal path cost of `port` in one MSTI.
+    pub fn set_msti_port(
+        &mut self,
+        port: u16,
+        tree: TreeId,
+        priority: u16,
+        cost: Cost,
+    ) -> Result<(), ConfigError> {
+        if priority % 16 != 0 || priority > 240 {
+            return Err(ConfigError::PortPriority(priority));
+        }
+        if let Cost::Fixed(c) = cost {
+            range("port path cost", c, 1, 200_000_000)?;
+        }
+        let i = self.idx(port)?;
+        let Some(k) = self
+            .tree_ids
+            .iter()
+            .position(|t| *t == tree)
+            .filter(|k| *k > 0)
+        else {
+            return Err(ConfigError::NoTree(tree.0));
+        };
+        for q in self.msti_ports[k - 1].iter_mut() {
+            q.reselect = true;
+            q.selected = false;
+        }
+        let t = &mut self.msti_ports[k - 1][i];
+        t.priority = priority as u8;
+        t.cost = cost;
+        t.cost_overridden = true;
+        self.run();
+        Ok(())
+    }
+
     /// The MST region in use.
     pub fn region(&self) -> &Region {
         &self.region
@@ -608,6 +665,17 @@ impl Stp {
                 *t = t.saturating_sub(1);
             }
         }
+        for q in self.msti_ports.iter_mut().flatten() {
+            for t in [
+                &mut q.fd_while,
+                &mut q.rb_while,
+                &mut q.rcvd_info_while,
+                &mut q.rr_while,
+                &mut q.tc_while,
+            ] {
+                *t = t.saturating_sub(1);
+            }
+        }
         self.run();
     }
 
@@ -623,11 +691,19 @@ impl Stp {
             self.ports[i].counters.rx_port_disabled += 1;
             return Err(RxError::PortDisabled);
         }
-        let parsed = bpdu::parse_frame(frame).and_then(|b| match b.body() {
-            Some(c) if c.bridge == self.bridge_id && c.port == self.ports[i].port_id() => {
+        // 9.3.4: our own BPDU looped back. An MST BPDU names its sender in the CIST
+        // Bridge Identifier (its Bridge Identifier field is the regional root).
+        let own_port = self.ports[i].port_id();
+        let parsed = bpdu::parse_frame(frame).and_then(|b| {
+            let sender = match &b {
+                Bpdu::Mst(c, m) => Some((m.cist_bridge, c.port)),
+                other => other.body().map(|c| (c.bridge, c.port)),
+            };
+            if sender == Some((self.bridge_id, own_port)) {
                 Err(BadBpdu::OwnBpdu)
+            } else {
+                Ok(b)
             }
-            _ => Ok(b),
         });
         let b = match parsed {
             Ok(b) => b,
@@ -661,11 +737,13 @@ impl Stp {
             }));
         }
         let q = &mut self.ports[i];
-        q.neighbour = if crate::mst::from_same_region(&b, &self.region.config_id()) {
+        let same = crate::mst::from_same_region(&b, &self.region.config_id());
+        q.neighbour = if same {
             crate::port::Neighbour::SameRegion
         } else {
             crate::port::Neighbour::OtherRegion
         };
+        q.rcvd_internal = same && self.config.mode == Mode::Mstp;
         q.rcvd = Some(b);
         q.rcvd_bpdu = true;
         self.run();
@@ -673,9 +751,11 @@ impl Stp {
         Ok(())
     }
 
-    /// Run every state machine until none moves (17.16).
+    /// Run every state machine until none moves (17.16): the per-port machines in the
+    /// CIST context, the per-tree machines once per tree (see `trees.rs`).
     pub(crate) fn run(&mut self) {
         let n = self.ports.len();
+        let trees = self.tree_ids.len();
         let mut settled = false;
         for _ in 0..MAX_PASSES {
             let mut moved = false;
@@ -683,13 +763,22 @@ impl Stp {
                 moved |= self.step_prx(p);
                 moved |= self.step_ppm(p);
                 moved |= self.step_bdm(p);
-                moved |= self.step_pim(p);
             }
-            moved |= self.step_prs();
+            for k in 0..trees {
+                self.enter_tree(k);
+                for p in 0..n {
+                    moved |= self.step_pim(p);
+                }
+                moved |= self.step_prs();
+                for p in 0..n {
+                    moved |= self.step_prt(p);
+                    moved |= self.step_pst(p);
+                    moved |= self.step_tcm(p);
+                }
+                self.tree_begin = false;
+                self.enter_tree(k);
+            }
             for p in 0..n {
-                moved |= self.step_prt(p);
-                moved |= self.step_pst(p);
-                moved |= self.step_tcm(p);
                 moved |= self.step_ptx(p);
             }
             if self.begin || self.ports.iter().any(|q| q.begin) {
@@ -718,6 +807,44 @@ impl Stp {
                 root_port: root.1,
             }));
         }
+    }
+
+    /// The MST BPDU's MSTI configuration messages for port `p` (CIST context).
+    fn msti_messages(&self, p: usize) -> Vec<MstiMsg> {
+        (1..self.tree_ids.len())
+            .map(|k| {
+                let t = &self.msti_ports[k - 1][p];
+                let tb = &self.msti_bridge[k - 1];
+                let mut f = 0u8;
+                if t.tc_while != 0 {
+                    f |= flags::TC;
+                }
+                if t.proposing {
+                    f |= flags::PROPOSAL;
+                }
+                if t.learning {
+                    f |= flags::LEARNING;
+                }
+                if t.forwarding {
+                    f |= flags::FORWARDING;
+                }
+                if t.agree {
+                    f |= flags::AGREEMENT;
+                }
+                f |= role_bits(t.role);
+                if t.role == PortRole::Master {
+                    f |= flags::TC_ACK; // the Master flag
+                }
+                MstiMsg {
+                    flags: f,
+                    regional_root: t.designated_priority.root,
+                    internal_root_path_cost: t.designated_priority.root_path_cost,
+                    bridge_priority: ((tb.bridge_id.priority() >> 8) as u8) & 0xf0,
+                    port_priority: t.priority & 0xf0,
+                    remaining_hops: t.designated_hops,
+                }
+            })
+            .collect()
     }
 
     /// txConfig / txTcn / txRstp (17.21.19-21).
@@ -756,19 +883,24 @@ impl Stp {
                 if q.agree {
                     f |= flags::AGREEMENT;
                 }
-                f |= match q.role {
-                    PortRole::Root => WireRole::Root,
-                    PortRole::Designated => WireRole::Designated,
-                    PortRole::Alternate | PortRole::Backup => WireRole::AlternateOrBackup,
-                    PortRole::Disabled | PortRole::Master => WireRole::Unknown,
+                f |= role_bits(q.role);
+                if self.config.mode == Mode::Mstp {
+                    Bpdu::Mst(
+                        ConfigBody {
+                            bridge: q.designated_priority.regional_root,
+                            ..body(f)
+                        },
+                        Box::new(MstPart {
+                            config_id: self.region.config_id(),
+                            internal_root_path_cost: q.designated_priority.internal_cost,
+                            cist_bridge: self.bridge_id,
+                            remaining_hops: q.designated_hops,
+                            mstis: self.msti_messages(p),
+                        }),
+                    )
+                } else {
+                    Bpdu::Rst(body(f))
                 }
-                .to_flags();
-                // Mode::Mstp sends RST BPDUs until the MSTI machines exist: an MST BPDU
-                // would claim membership of a region whose MSTIs this bridge does not
-                // compute, and a same-region neighbour would then trust it with MSTI
-                // roles (a loop). RST BPDUs make every MSTP neighbour treat the link as
-                // a region boundary, where MSTIs follow the CIST: loop-free, conformant.
-                Bpdu::Rst(body(f))
             }
         };
         let dst = match self.config.group_address {
@@ -786,6 +918,17 @@ impl Stp {
         }
         self.outputs.push(Output::Bpdu { port, frame });
     }
+}
+
+/// The role bits of a flags octet (Master is 0 in MSTI messages).
+fn role_bits(role: PortRole) -> u8 {
+    match role {
+        PortRole::Root => WireRole::Root,
+        PortRole::Designated => WireRole::Designated,
+        PortRole::Alternate | PortRole::Backup => WireRole::AlternateOrBackup,
+        PortRole::Disabled | PortRole::Master => WireRole::Unknown,
+    }
+    .to_flags()
 }
 
 /// A port's link as the caller sees it.

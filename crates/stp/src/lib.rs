@@ -49,5 +49,5 @@ pub use engine::{
 pub use port::{
     BadCounts, Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag,
 };
-pub use show::{PortShow, RootStatus, SendProtocol, Show};
+pub use show::{PortShow, RootStatus, SendProtocol, Show, TreeShow};
 pub use types::{BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, Times, TreeId};

@@ -68,7 +68,7 @@ impl Stp {
             .all(|(i, q)| i == p || q.rr_while == 0)
     }
     pub(crate) fn b(&self, p: usize) -> bool {
-        self.begin || self.ports[p].begin
+        self.begin || self.tree_begin || self.ports[p].begin
     }
     pub(crate) fn sel(&self, p: usize) -> bool {
         self.ports[p].selected && !self.ports[p].updt_info
@@ -110,6 +110,7 @@ impl Stp {
                 q.rcvd_bpdu = false;
                 q.rcvd_msg = true;
                 q.edge_delay_while = MIGRATE_TIME;
+                self.set_rcvd_msgs(p);
             }
         }
         true
@@ -240,10 +241,13 @@ impl Stp {
                 self.ports[p].tx_count = 0;
             }
             Ptx::Periodic => {
+                let wants = |q: &crate::port::Port| {
+                    matches!(q.role, PortRole::Designated | PortRole::Master)
+                        || (q.role == PortRole::Root && q.tc_while != 0)
+                };
+                let msti = self.msti_ports.iter().any(|t| wants(&t[p]));
                 let q = &mut self.ports[p];
-                q.new_info = q.new_info
-                    || q.role == PortRole::Designated
-                    || (q.role == PortRole::Root && q.tc_while != 0);
+                q.new_info = q.new_info || wants(q) || msti;
             }
             Ptx::Config | Ptx::Tcn | Ptx::Rstp => {
                 self.ports[p].new_info = false;
@@ -284,7 +288,14 @@ impl Stp {
                 {
                     Some(Pim::Aged)
                 }
-                Pim::Current if q.rcvd_msg && !q.updt_info => Some(Pim::Receive),
+                // An MSTI's message waits until the CIST has taken the BPDU's CIST part.
+                Pim::Current
+                    if q.rcvd_msg
+                        && !q.updt_info
+                        && (self.cur_tree == 0 || !self.cist_port(p).rcvd_msg) =>
+                {
+                    Some(Pim::Receive)
+                }
                 Pim::Receive => Some(match q.rcvd_info {
                     RcvdInfo::SuperiorDesignated => Pim::SuperiorDesignated,
                     RcvdInfo::RepeatedDesignated => Pim::RepeatedDesignated,
@@ -328,6 +339,7 @@ impl Stp {
                 q.synced = q.synced && q.agreed;
                 q.port_priority = q.designated_priority;
                 q.port_times = q.designated_times;
+                q.port_hops = q.designated_hops;
                 q.updt_info = false;
                 q.info_is = InfoIs::Mine;
                 q.new_info = true;
@@ -348,6 +360,10 @@ impl Stp {
                 q.port_priority = q.msg_priority; // recordPriority()
                 q.port_times = q.msg_times; // recordTimes()
                 q.port_times.hello_time = q.port_times.hello_time.max(1);
+                q.port_hops = q.msg_hops;
+                if self.cur_tree == 0 {
+                    q.info_internal = q.rcvd_internal; // 802.1Q 13.35 SUPERIOR_DESIGNATED
+                }
                 self.updt_rcvd_info_while(p);
                 let q = &mut self.ports[p];
                 q.info_is = InfoIs::Received;
@@ -374,7 +390,7 @@ impl Stp {
                 // A TCN carries no priority vector: it is "other" information, but
                 // 17.21.17 asks for rcvdTcn; the 2004 figure never reaches setTcFlags
                 // for it, so it is recorded here.
-                if matches!(self.ports[p].rcvd, Some(Bpdu::Tcn)) {
+                if self.cur_tree == 0 && matches!(self.ports[p].rcvd, Some(Bpdu::Tcn)) {
                     self.ports[p].rcvd_tcn = true;
                 }
                 self.ports[p].rcvd_msg = false;

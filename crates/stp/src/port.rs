@@ -134,6 +134,14 @@ pub(crate) enum Prt {
     DesignatedLearn,
     DesignatedForward,
     DesignatedPort,
+    MasterProposed,
+    MasterAgreed,
+    MasterSynced,
+    MasterRetired,
+    MasterDiscard,
+    MasterLearn,
+    MasterForward,
+    MasterPort,
     BlockPort,
     AlternateProposed,
     AlternateAgreed,
@@ -335,6 +343,8 @@ pub(crate) struct Port {
     pub rcvd_msti: Option<crate::bpdu::MstiMsg>,
     /// rcvdInternal: the BPDU being processed comes from this bridge's region.
     pub rcvd_internal: bool,
+    /// Per-tree copy: its cost was set for the MSTI, not inherited from the CIST.
+    pub cost_overridden: bool,
     /// infoInternal: the CIST port priority vector came from this region.
     pub info_internal: bool,
     // Guards.
@@ -439,6 +449,7 @@ impl Port {
             designated_hops: 0,
             rcvd_msti: None,
             rcvd_internal: false,
+            cost_overridden: false,
             info_internal: false,
             root_inconsistent: false,
             loop_inconsistent: false,
@@ -456,6 +467,14 @@ impl Port {
     pub fn path_cost(&self) -> u32 {
         match self.cost {
             Cost::Auto => auto_path_cost(self.speed_mbps),
+            Cost::Fixed(c) => c,
+        }
+    }
+
+    /// PortPathCost of this (per-tree) copy, with the link speed of the real port.
+    pub fn path_cost_with(&self, speed_mbps: u32) -> u32 {
+        match self.cost {
+            Cost::Auto => auto_path_cost(speed_mbps),
             Cost::Fixed(c) => c,
         }
     }

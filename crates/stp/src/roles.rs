@@ -30,7 +30,8 @@ impl Stp {
             return Some(match q.selected_role {
                 PortRole::Disabled => Prt::DisablePort,
                 PortRole::Root => Prt::RootPort,
-                PortRole::Designated | PortRole::Master => Prt::DesignatedPort,
+                PortRole::Designated => Prt::DesignatedPort,
+                PortRole::Master => Prt::MasterPort,
                 PortRole::Alternate | PortRole::Backup => Prt::BlockPort,
             });
         }
@@ -96,6 +97,36 @@ impl Stp {
                     Some(DesignatedLearn)
                 } else if may_go && q.learn && !q.forward {
                     Some(DesignatedForward)
+                } else {
+                    None
+                }
+            }
+            MasterProposed | MasterAgreed | MasterSynced | MasterRetired | MasterDiscard
+            | MasterLearn | MasterForward => Some(MasterPort),
+            // 802.1Q-2022 figure 13-23 (Master port role transitions).
+            MasterPort => {
+                let may_go = q.fd_while == 0 || self.all_synced(p);
+                if q.proposed && !q.agree {
+                    Some(MasterProposed)
+                } else if (self.all_synced(p) && !q.agree) || (q.proposed && q.agree) {
+                    Some(MasterAgreed)
+                } else if (!q.learning && !q.forwarding && !q.synced)
+                    || (q.agreed && !q.synced)
+                    || (q.oper_edge && !q.synced)
+                    || (q.sync && q.synced)
+                {
+                    Some(MasterSynced)
+                } else if q.re_root && q.rr_while == 0 {
+                    Some(MasterRetired)
+                } else if ((q.sync && !q.synced) || (q.re_root && q.rr_while != 0) || q.disputed)
+                    && !q.oper_edge
+                    && (q.learn || q.forward)
+                {
+                    Some(MasterDiscard)
+                } else if may_go && !q.learn {
+                    Some(MasterLearn)
+                } else if may_go && q.learn && !q.forward {
+                    Some(MasterForward)
                 } else {
                     None
                 }
@@ -208,6 +239,37 @@ impl Stp {
                 q.agreed = send_rstp;
             }
             DesignatedPort => q.role = PortRole::Designated,
+            MasterProposed => {
+                self.set_sync_tree();
+                self.ports[p].proposed = false;
+            }
+            MasterAgreed => {
+                q.proposed = false;
+                q.sync = false;
+                q.agree = true;
+            }
+            MasterSynced => {
+                q.rr_while = 0;
+                q.synced = true;
+                q.sync = false;
+            }
+            MasterRetired => q.re_root = false,
+            MasterDiscard => {
+                q.learn = false;
+                q.forward = false;
+                q.disputed = false;
+                q.fd_while = fdelay;
+            }
+            MasterLearn => {
+                q.learn = true;
+                q.fd_while = fdelay;
+            }
+            MasterForward => {
+                q.forward = true;
+                q.fd_while = 0;
+                q.agreed = send_rstp;
+            }
+            MasterPort => q.role = PortRole::Master,
             BlockPort => {
                 q.role = q.selected_role;
                 q.learn = false;
@@ -259,9 +321,8 @@ impl Stp {
                 Pst::Learning => PortState::Learning,
                 Pst::Forwarding => PortState::Forwarding,
             };
-            for tree in self.trees() {
-                self.outputs.push(Output::PortState { port, tree, state });
-            }
+            let tree = self.cur_tree_id();
+            self.outputs.push(Output::PortState { port, tree, state });
         }
         true
     }

@@ -32,7 +32,7 @@ impl Stp {
     }
 
     pub(crate) fn step_prs(&mut self) -> bool {
-        if self.begin {
+        if self.begin || self.tree_begin {
             self.prs = Prs::InitBridge;
             for q in &mut self.ports {
                 q.selected_role = PortRole::Disabled; // updtRoleDisabledTree()
@@ -48,6 +48,13 @@ impl Stp {
             q.reselect = false; // clearReselectTree()
         }
         self.updt_roles_tree();
+        if self.cur_tree == 0 {
+            // MSTI roles of boundary ports follow the CIST's: let every MSTI reselect.
+            for q in self.msti_ports.iter_mut().flatten() {
+                q.reselect = true;
+                q.selected = false;
+            }
+        }
         if self.ports.iter().all(|q| !q.reselect) {
             for q in &mut self.ports {
                 q.selected = true; // setSelectedTree()
@@ -76,10 +83,8 @@ impl Stp {
             return None;
         }
         let cost = q.path_cost();
+        // (MSTI information is only ever recorded from this region's BPDUs: setRcvdMsgs.)
         let v = if self.cur_tree != 0 {
-            if !q.info_internal {
-                return None; // MSTI information only comes from inside the region
-            }
             PriorityVector {
                 root_path_cost: q.port_priority.root_path_cost.saturating_add(cost),
                 bridge_port: q.port_id(),

@@ -65,8 +65,29 @@ pub struct PortShow {
     pub root_inconsistent: bool,
     /// Loop guard holds the port.
     pub loop_inconsistent: bool,
+    /// Role and state in each MSTI (MSTP mode), in `Stp::trees` order after the CIST.
+    pub mstis: Vec<TreeShow>,
     /// Counters.
     pub counters: PortCounters,
+}
+
+/// A port's role and state in one MSTI.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TreeShow {
+    /// The MSTI.
+    pub tree: TreeId,
+    /// Role.
+    pub role: PortRole,
+    /// State.
+    pub state: PortState,
+    /// MSTI regional root heard or sent on the port.
+    pub designated_root: BridgeId,
+    /// MSTI internal root path cost heard or sent on the port.
+    pub designated_cost: u32,
+    /// Port path cost in this MSTI.
+    pub path_cost: u32,
+    /// Designated bridge for the MSTI on the port's LAN.
+    pub designated_bridge: BridgeId,
 }
 
 /// The bridge's status.
@@ -124,7 +145,8 @@ impl Stp {
             ports: self
                 .ports
                 .iter()
-                .map(|q| PortShow {
+                .enumerate()
+                .map(|(i, q)| PortShow {
                     port: q.no,
                     port_id: q.port_id(),
                     tree: TreeId::CIST,
@@ -153,6 +175,20 @@ impl Stp {
                     neighbour: q.neighbour,
                     root_inconsistent: q.root_inconsistent,
                     loop_inconsistent: q.loop_inconsistent,
+                    mstis: self
+                        .msti_ports
+                        .iter()
+                        .zip(self.tree_ids.iter().skip(1))
+                        .map(|(t, id)| TreeShow {
+                            tree: *id,
+                            role: t[i].role,
+                            state: t[i].state(),
+                            designated_root: t[i].port_priority.root,
+                            designated_cost: t[i].port_priority.root_path_cost,
+                            path_cost: t[i].path_cost_with(q.speed_mbps),
+                            designated_bridge: t[i].port_priority.designated_bridge,
+                        })
+                        .collect(),
                     counters: q.counters.clone(),
                 })
                 .collect(),
@@ -160,12 +196,25 @@ impl Stp {
     }
 
     /// A port's state in a tree: None for an unknown port or a tree the engine does not
-    /// report (see [`Stp::trees`]); MSTIs follow the CIST for now.
+    /// run (see [`Stp::trees`]).
     pub fn port_state(&self, port: u16, tree: TreeId) -> Option<PortState> {
-        if !self.trees().contains(&tree) {
-            return None;
-        }
-        self.ports.iter().find(|q| q.no == port).map(|q| q.state())
+        let k = self.tree_ids.iter().position(|t| *t == tree)?;
+        let i = self.ports.iter().position(|q| q.no == port)?;
+        Some(if k == 0 {
+            self.ports[i].state()
+        } else {
+            self.msti_ports[k - 1][i].state()
+        })
+    }
+
+    /// The regional root of an MSTI as this bridge sees it.
+    pub fn msti_root(&self, tree: TreeId) -> Option<BridgeId> {
+        let k = self
+            .tree_ids
+            .iter()
+            .position(|t| *t == tree)
+            .filter(|k| *k > 0)?;
+        Some(self.msti_bridge[k - 1].root_priority.root)
     }
 
     /// Times `run` hit its iteration bound (a bug indicator; 0 expected).

@@ -9,14 +9,20 @@ impl Stp {
     // ---- TCM: topology change ---------------------------------------------------------
     pub(crate) fn step_tcm(&mut self, p: usize) -> bool {
         let q = &self.ports[p];
-        let root_or_desig = matches!(q.role, PortRole::Root | PortRole::Designated);
+        let root_or_desig = matches!(
+            q.role,
+            PortRole::Root | PortRole::Designated | PortRole::Master
+        );
+        // TCN and TC-Ack are CIST matters (a TCN reaches the MSTIs as rcvdTc).
+        let cist = self.cur_tree == 0;
+        let (rcvd_tcn, rcvd_tc_ack) = (cist && q.rcvd_tcn, cist && q.rcvd_tc_ack);
         let next = if self.b(p) {
             Some(Tcm::Inactive)
         } else {
             match q.tcm {
                 Tcm::Inactive if q.learn && !q.fdb_flush => Some(Tcm::Learning),
                 Tcm::Learning if root_or_desig && q.forward && !q.oper_edge => Some(Tcm::Detected),
-                Tcm::Learning if q.rcvd_tc || q.rcvd_tcn || q.rcvd_tc_ack || q.tc_prop => {
+                Tcm::Learning if q.rcvd_tc || rcvd_tcn || rcvd_tc_ack || q.tc_prop => {
                     Some(Tcm::Learning)
                 }
                 Tcm::Learning if !root_or_desig && !q.learn && !q.learning => {
@@ -29,10 +35,10 @@ impl Stp {
                 }
                 Tcm::NotifiedTcn => Some(Tcm::NotifiedTc),
                 Tcm::Active if !root_or_desig || q.oper_edge => Some(Tcm::Learning),
-                Tcm::Active if q.rcvd_tcn => Some(Tcm::NotifiedTcn),
+                Tcm::Active if rcvd_tcn => Some(Tcm::NotifiedTcn),
                 Tcm::Active if q.rcvd_tc => Some(Tcm::NotifiedTc),
                 Tcm::Active if q.tc_prop && !q.oper_edge => Some(Tcm::Propagating),
-                Tcm::Active if q.rcvd_tc_ack => Some(Tcm::Acknowledged),
+                Tcm::Active if rcvd_tc_ack => Some(Tcm::Acknowledged),
                 _ => None,
             }
         };
@@ -48,8 +54,10 @@ impl Stp {
             Tcm::Learning => {
                 let q = &mut self.ports[p];
                 q.rcvd_tc = false;
-                q.rcvd_tcn = false;
-                q.rcvd_tc_ack = false;
+                if cist {
+                    q.rcvd_tcn = false;
+                    q.rcvd_tc_ack = false;
+                }
                 q.tc_prop = false;
             }
             Tcm::Detected => {
@@ -62,9 +70,11 @@ impl Stp {
             Tcm::NotifiedTcn => self.new_tc_while(p),
             Tcm::NotifiedTc => {
                 let q = &mut self.ports[p];
-                q.rcvd_tcn = false;
+                if cist {
+                    q.rcvd_tcn = false;
+                }
                 q.rcvd_tc = false;
-                if q.role == PortRole::Designated {
+                if cist && q.role == PortRole::Designated {
                     q.tc_ack = true;
                 }
                 self.set_tc_prop_tree(p);
@@ -87,9 +97,8 @@ impl Stp {
     /// cleared as soon as the request is out.
     pub(crate) fn fdb_flush(&mut self, p: usize) {
         let port = self.ports[p].no;
-        for tree in self.trees() {
-            self.outputs.push(Output::Flush { port, tree });
-        }
+        let tree = self.cur_tree_id();
+        self.outputs.push(Output::Flush { port, tree });
         self.ports[p].fdb_flush = false;
     }
 

@@ -427,18 +427,22 @@ fn configuration_errors_name_the_value() {
     assert!(stp.set_port_cost(1, Cost::Fixed(0)).is_err());
 }
 
+fn two_msti_region() -> qbridge_stp::mst::Region {
+    let mut region = qbridge_stp::mst::Region::new("ring", 1).unwrap();
+    region.map(10, 1).unwrap();
+    region.map(20, 2).unwrap();
+    region
+}
+
 #[test]
-fn mstp_mode_reports_every_msti_with_the_cist_state_and_sends_rst() {
-    use qbridge_stp::mst::Region;
+fn mstp_sends_mst_bpdus_with_a_message_per_msti_and_states_per_tree() {
     use qbridge_stp::TreeId;
     let cfg = BridgeConfig {
         mode: Mode::Mstp,
         ..BridgeConfig::default()
     };
     let mut stp = Stp::new([2, 0, 0, 0, 0, 1], cfg).unwrap();
-    let mut region = Region::new("r1", 1).unwrap();
-    region.map(10, 1).unwrap();
-    region.map(20, 2).unwrap();
+    let region = two_msti_region();
     stp.set_region(region.clone());
     assert_eq!(stp.trees(), vec![TreeId(0), TreeId(1), TreeId(2)]);
     stp.add_port(1, [2, 0, 0, 0, 1, 1]).unwrap();
@@ -475,45 +479,77 @@ fn mstp_mode_reports_every_msti_with_the_cist_state_and_sends_rst() {
     assert_eq!(stp.port_state(1, TreeId(3)), None);
     let frame = outs
         .iter()
+        .rev()
         .find_map(|o| match o {
             Output::Bpdu { frame, .. } => Some(frame.clone()),
             _ => None,
         })
         .unwrap();
-    assert!(matches!(bpdu::parse_frame(&frame), Ok(bpdu::Bpdu::Rst(_))));
-    // A neighbour's MST BPDU of the same region is recognised (shown), of another is not.
-    let mst = |r: &Region| {
-        let bpdu::Bpdu::Rst(c) = bpdu::parse_frame(&frame).unwrap() else {
-            unreachable!()
-        };
-        let c = bpdu::ConfigBody {
-            bridge: qbridge_stp::BridgeId(1),
-            ..c
-        };
-        bpdu::Bpdu::Mst(
-            c,
-            Box::new(bpdu::MstPart {
-                config_id: r.config_id(),
-                internal_root_path_cost: 0,
-                cist_bridge: qbridge_stp::BridgeId(1),
-                remaining_hops: 20,
-                mstis: vec![],
-            }),
-        )
-        .emit_frame(bpdu::STP_GROUP_ADDRESS, [2, 0, 0, 0, 0, 9])
+    let Ok(bpdu::Bpdu::Mst(c, m)) = bpdu::parse_frame(&frame) else {
+        panic!("not MST")
     };
-    stp.receive(1, &mst(&region)).unwrap();
+    assert_eq!(m.config_id, region.config_id());
+    assert_eq!(m.mstis.len(), 2);
+    assert_eq!(m.mstis[0].regional_root.priority(), 0x8001);
+    assert_eq!(m.mstis[1].regional_root.priority(), 0x8002);
     assert_eq!(
-        stp.show().ports[0].neighbour,
-        qbridge_stp::Neighbour::SameRegion
+        c.bridge,
+        stp.bridge_id(),
+        "CIST regional root is this bridge"
     );
-    stp.receive(1, &mst(&Region::new("other", 1).unwrap()))
+    assert_eq!(m.remaining_hops, 20);
+    let show = stp.show();
+    assert_eq!(show.ports[0].mstis.len(), 2);
+    assert_eq!(show.ports[0].mstis[1].role, PortRole::Designated);
+}
+
+/// A ring of three bridges in one region, CIST root bridge 0, MSTI 1 rooted at bridge 1,
+/// MSTI 2 at bridge 2: each tree blocks the link opposite its root.
+#[test]
+fn two_mstis_block_different_ports_of_one_ring() {
+    use qbridge_stp::TreeId;
+    let mut sim = Sim::new(Mode::Mstp, 20_000);
+    sim.region = Some(two_msti_region());
+    sim.script("bridge 0 0x111 = a c\nbridge 1 0x222 = a b\nbridge 2 0x333 = b c\n")
         .unwrap();
+    sim.bridges[1]
+        .stp
+        .set_msti_priority(TreeId(1), 4096)
+        .unwrap();
+    sim.bridges[2]
+        .stp
+        .set_msti_priority(TreeId(2), 4096)
+        .unwrap();
+    sim.pump();
+    sim.run(30);
+    let st = |sim: &Sim, b: usize, tree: u16| -> Vec<PortState> {
+        (1..=2)
+            .map(|p| sim.bridges[b].stp.port_state(p, TreeId(tree)).unwrap())
+            .collect()
+    };
+    let fwd = PortState::Forwarding;
+    let dis = PortState::Discarding;
+    // CIST: root 0; the b link (1-2) is blocked at bridge 2.
     assert_eq!(
-        stp.show().ports[0].neighbour,
-        qbridge_stp::Neighbour::OtherRegion
+        (st(&sim, 0, 0), st(&sim, 1, 0), st(&sim, 2, 0)),
+        (vec![fwd, fwd], vec![fwd, fwd], vec![dis, fwd])
     );
-    assert_eq!(stp.show().ports[0].counters.rx_mst, 2);
+    // MSTI 1: root 1; the c link (0-2) is blocked at bridge 2.
+    assert_eq!(
+        (st(&sim, 0, 1), st(&sim, 1, 1), st(&sim, 2, 1)),
+        (vec![fwd, fwd], vec![fwd, fwd], vec![fwd, dis])
+    );
+    // MSTI 2: root 2; the a link (0-1) is blocked at bridge 1.
+    assert_eq!(
+        (st(&sim, 0, 2), st(&sim, 1, 2), st(&sim, 2, 2)),
+        (vec![fwd, fwd], vec![dis, fwd], vec![fwd, fwd])
+    );
+    for b in 0..3 {
+        assert_eq!(
+            sim.bridges[b].stp.msti_root(TreeId(1)),
+            Some(qbridge_stp::BridgeId::new(0x1001, [0, 0, 0, 0, 0x02, 0x22]))
+        );
+    }
 }
 
 #[test]

@@ -36,6 +36,8 @@ pub struct SimBridge {
 /// The network.
 pub struct Sim {
     pub mode: Mode,
+    /// Region given to bridges created from now on (MSTP).
+    pub region: Option<qbridge_stp::mst::Region>,
     pub default_cost: u32,
     pub bridges: Vec<SimBridge>,
     queue: VecDeque<(usize, u16, Vec<u8>)>,
@@ -121,6 +123,7 @@ impl Sim {
     pub fn new(mode: Mode, default_cost: u32) -> Self {
         Sim {
             mode,
+            region: None,
             default_cost,
             bridges: Vec::new(),
             queue: VecDeque::new(),
@@ -134,7 +137,10 @@ impl Sim {
             mode: self.mode,
             ..BridgeConfig::default()
         };
-        let stp = Stp::new(mac_of(id), cfg).expect("valid config");
+        let mut stp = Stp::new(mac_of(id), cfg).expect("valid config");
+        if let Some(r) = &self.region {
+            stp.set_region(r.clone());
+        }
         self.bridges.push(SimBridge {
             stp,
             lans: Vec::new(),
