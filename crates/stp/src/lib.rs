@@ -20,14 +20,16 @@
 //! - A received TCN sets rcvdTcn in the PIM's OTHER state (the 2004 figures never reach
 //!   setTcFlags for a TCN); recordDispute, allSynced and the ROOT_SYNCED state follow
 //!   802.1Q-2022, which corrected 802.1D-2004 there.
-//! - MSTP: the codec (MST BPDUs with MSTI messages), the configuration digest, the region
-//!   (VID to MSTID table) and `from_same_region` are complete and tested. The per-MSTI
-//!   machines (802.1Q 13.x: CIST regional root and internal costs, master ports, remaining
-//!   hops, MSTI priority vectors) are not written yet, so `Mode::Mstp` runs the CIST only,
-//!   sends RST BPDUs (an MST BPDU would claim a region whose MSTIs this bridge does not
-//!   compute; RST makes every MSTP neighbour treat the link as a region boundary, where
-//!   MSTIs follow the CIST), and reports every MSTI of the table with the CIST's port
-//!   states and flushes. Loop-free and conformant, without per-MSTI load sharing.
+//! - MSTP (`Mode::Mstp`): the CIST priority vector carries the regional root and the
+//!   internal root path cost (802.1Q 13.9); BPDUs from this region (same MST Configuration
+//!   Identifier, `mst.rs`) are internal, anything else makes a boundary port; every MSTI of
+//!   the region's VID table runs the same PIM/PRS/PRT/PST/TCM machines over its own
+//!   per-port variables (`trees.rs` swaps them in), with MSTI messages in the MST BPDU,
+//!   remaining hops, Master ports and boundary ports whose MSTI roles follow the CIST.
+//!   Not done: the master/mastered flags and allTransmitReady, per-MSTI TC propagation
+//!   into the CIST across a boundary (a boundary TC reaches every MSTI, not back), and the
+//!   "MSTI information from a different regional root is ignored" refinement; see
+//!   `docs/stp.md`.
 
 pub mod bpdu;
 mod engine;

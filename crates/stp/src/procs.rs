@@ -145,7 +145,7 @@ impl Stp {
 
     /// A CIST message from outside the region speaks for every MSTI too (802.1Q 13.29).
     fn boundary_msg(&self, p: usize) -> bool {
-        self.cur_tree == 0 && !self.ports[p].rcvd_internal && self.msti_ports.len() > 0
+        self.cur_tree == 0 && !self.ports[p].rcvd_internal && !self.msti_ports.is_empty()
     }
 
     /// recordProposal() (17.21.11).

@@ -207,6 +207,16 @@ impl Stp {
         })
     }
 
+    /// This bridge's identifier in an MSTI.
+    pub fn bridge_id_in(&self, tree: TreeId) -> Option<BridgeId> {
+        let k = self
+            .tree_ids
+            .iter()
+            .position(|t| *t == tree)
+            .filter(|k| *k > 0)?;
+        Some(self.msti_bridge[k - 1].bridge_id)
+    }
+
     /// The regional root of an MSTI as this bridge sees it.
     pub fn msti_root(&self, tree: TreeId) -> Option<BridgeId> {
         let k = self
