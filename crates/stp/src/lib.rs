@@ -10,8 +10,11 @@
 //! networks of bridges and LANs in the language of Open vSwitch's `test-stp`/`test-rstp`).
 //!
 //! Files: `types.rs` (ids, priority vectors, roles), `bpdu.rs` (codec), `mst.rs` (region,
-//! digest), `port.rs` (per-port variables), `machines.rs` (PRX, PPM, BDM, PTX, PIM), `roles.rs`
-//! (PRT, PST), `topology.rs` (TCM), `procs.rs` (17.21 procedures), `select.rs` (PRS), `engine.rs` (the API), `show.rs` (status snapshot).
+//! digest), `port.rs` (per-port variables), `machines.rs` (PRX, PPM, BDM, PTX, PIM),
+//! `roles.rs` (PRT, PST), `topology.rs` (TCM), `procs.rs` (17.21 procedures), `select.rs`
+//! (PRS), `trees.rs` (MSTIs: per-tree state and the context switch), `config.rs` (bridge
+//! configuration), `output.rs` (outputs, events), `engine.rs` (the API), `show.rs`
+//! (status snapshot).
 //!
 //! Design notes and deviations:
 //! - Times are whole seconds; the caller calls [`Stp::tick`] once per second.
@@ -32,9 +35,11 @@
 //!   `docs/stp.md`.
 
 pub mod bpdu;
+mod config;
 mod engine;
 mod machines;
 pub mod mst;
+mod output;
 mod port;
 mod procs;
 mod roles;

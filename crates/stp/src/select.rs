@@ -83,8 +83,13 @@ impl Stp {
             return None;
         }
         let cost = q.path_cost();
-        // (MSTI information is only ever recorded from this region's BPDUs: setRcvdMsgs.)
+        // MSTI information is only recorded from this region's BPDUs (setRcvdMsgs), but a
+        // boundary port (its CIST information came from another region) never leads to
+        // an MSTI's root: its MSTI role follows the CIST (13.27).
         let v = if self.cur_tree != 0 {
+            if self.cist_port(i).info_is == InfoIs::Received && !q.info_internal {
+                return None;
+            }
             PriorityVector {
                 root_path_cost: q.port_priority.root_path_cost.saturating_add(cost),
                 bridge_port: q.port_id(),
@@ -128,6 +133,7 @@ impl Stp {
         }
         self.root_priority = best;
         self.root_port_id = root_port.map(|i| self.ports[i].port_id());
+
         let (root_times, root_hops) = match root_port {
             Some(i) => {
                 let q = &self.ports[i];

@@ -84,6 +84,8 @@ pub struct TreeShow {
     pub designated_root: BridgeId,
     /// MSTI internal root path cost heard or sent on the port.
     pub designated_cost: u32,
+    /// Where the port's MSTI information came from.
+    pub info: InfoIs,
     /// Port path cost in this MSTI.
     pub path_cost: u32,
     /// Designated bridge for the MSTI on the port's LAN.
@@ -185,6 +187,7 @@ impl Stp {
                             state: t[i].state(),
                             designated_root: t[i].port_priority.root,
                             designated_cost: t[i].port_priority.root_path_cost,
+                            info: t[i].info_is,
                             path_cost: t[i].path_cost_with(q.speed_mbps),
                             designated_bridge: t[i].port_priority.designated_bridge,
                         })

@@ -287,3 +287,41 @@ fn mstp_regression_stale_regional_root_dies_by_hops() {
         assert_eq!(check_tree(&sim, TreeId(t), true), Ok(()));
     }
 }
+
+/// A shared LAN with bridges of both regions: the MSTI must not take its root port
+/// through the boundary port, whose MSTI role follows the CIST (Alternate here).
+#[test]
+fn mstp_regression_two_regions() {
+    let net = Net {
+        bridges: vec![
+            (1, vec![(Some(2), 20000), (Some(4), 20005)]),
+            (1, vec![(Some(1), 20000)]),
+            (
+                0,
+                vec![(Some(0), 20000), (Some(3), 20000), (Some(2), 20000)],
+            ),
+            (
+                2,
+                vec![(Some(1), 46328), (Some(3), 20000), (Some(3), 20000)],
+            ),
+            (
+                1,
+                vec![
+                    (Some(2), 439),
+                    (Some(0), 28595),
+                    (Some(4), 20000),
+                    (Some(2), 20000),
+                ],
+            ),
+        ],
+        pull: (2, 4),
+    };
+    let prio = [(11, 2), (13, 13), (4, 7), (3, 5), (6, 7), (12, 6), (14, 8)];
+    let regions = [true, false, false, false, true, false, false];
+    let mut sim = build_mstp(&net, &prio, &regions);
+    sim.run(40);
+    assert_eq!(check_tree(&sim, TreeId(0), true), Ok(()));
+    for t in 1..3 {
+        assert_eq!(check_tree(&sim, TreeId(t), false), Ok(()));
+    }
+}
