@@ -33,6 +33,11 @@
 //!   into the CIST across a boundary (a boundary TC reaches every MSTI, not back), and the
 //!   "MSTI information from a different regional root is ignored" refinement; see
 //!   `docs/stp.md`.
+//! - One set of machines serves every tree: `trees.rs` swaps a tree's per-port and
+//!   per-bridge variables into the fields the machines read, runs them, and swaps them
+//!   back. The alternative, indexing every variable by (port, tree), would have rewritten
+//!   every line of the clause 17 machines and made them harder to check against the
+//!   figures; the swap is O(ports) per tree per pass, negligible at bridge port counts.
 
 pub mod bpdu;
 mod config;
