@@ -105,8 +105,12 @@ pub struct Show {
     pub root_status: RootStatus,
     /// Root port number.
     pub root_port: Option<u16>,
-    /// Root path cost.
+    /// Root path cost (MSTP: external root path cost).
     pub root_path_cost: u32,
+    /// MSTP: the CIST regional root (this bridge outside MSTP).
+    pub regional_root: BridgeId,
+    /// MSTP: the CIST internal root path cost (0 outside MSTP).
+    pub internal_root_path_cost: u32,
     /// Max Age, Forward Delay, Hello Time in use (from the root).
     pub max_age: u16,
     /// Forward Delay in use.
@@ -138,6 +142,8 @@ impl Stp {
             root_status,
             root_port: self.root_port_id.map(|p| p.number()),
             root_path_cost: self.root_priority.root_path_cost,
+            regional_root: self.root_priority.regional_root,
+            internal_root_path_cost: self.root_priority.internal_cost,
             max_age: self.root_times.max_age,
             forward_delay: self.root_times.forward_delay,
             hello_time: self.config.hello_time,

@@ -544,6 +544,11 @@ fn two_mstis_block_different_ports_of_one_ring() {
         (st(&sim, 0, 2), st(&sim, 1, 2), st(&sim, 2, 2)),
         (vec![fwd, fwd], vec![dis, fwd], vec![fwd, fwd])
     );
+    // One region: the CIST root is also every bridge's regional root, the external cost
+    // is 0 and the internal cost counts the hops inside the region.
+    let s2 = sim.bridges[2].stp.show();
+    assert_eq!(s2.regional_root, sim.bridges[0].stp.bridge_id());
+    assert_eq!((s2.root_path_cost, s2.internal_root_path_cost), (0, 20_000));
     for b in 0..3 {
         assert_eq!(
             sim.bridges[b].stp.msti_root(TreeId(1)),
