@@ -44,6 +44,10 @@ enum Ev {
     Prio(u16, u16),
     Mode(u8),
     Mcheck(u16),
+    Region(u8),
+    MstiPrio(u16, u16),
+    RemovePort(u16),
+    AddPort(u16),
 }
 
 fn ev() -> impl Strategy<Value = Ev> {
@@ -57,6 +61,10 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => (1u16..5, 0u16..300).prop_map(|(p, c)| Ev::Prio(p, c)),
         1 => (0u8..3).prop_map(Ev::Mode),
         1 => (1u16..5).prop_map(Ev::Mcheck),
+        1 => (0u8..4).prop_map(Ev::Region),
+        1 => (0u16..4, 0u16..65_535).prop_map(|(t, p)| Ev::MstiPrio(t, p)),
+        1 => (1u16..5).prop_map(Ev::RemovePort),
+        1 => (1u16..5).prop_map(Ev::AddPort),
     ]
 }
 
@@ -115,6 +123,25 @@ fn apply(stp: &mut Stp, e: &Ev, sample: &[Vec<u8>]) {
         Ev::Mcheck(p) => {
             let _ = stp.mcheck(*p);
         }
+        Ev::Region(n) => {
+            let mut r = qbridge_stp::mst::Region::new("r", 1).unwrap();
+            for m in 0..u16::from(*n) {
+                r.map(10 + m, m + 1).unwrap();
+            }
+            stp.set_region(r);
+        }
+        Ev::MstiPrio(t, p) => {
+            let _ = stp.set_msti_priority(qbridge_stp::TreeId(*t), *p);
+            let _ = stp.set_msti_port(1, qbridge_stp::TreeId(*t), 32, Cost::Fixed(u32::from(*p) + 1));
+        }
+        Ev::RemovePort(p) => {
+            let _ = stp.remove_port(*p);
+        }
+        Ev::AddPort(p) => {
+            if stp.add_port(*p, [2, 0, 0, 0, *p as u8, 1]).is_ok() {
+                let _ = stp.set_link(*p, Link::Up { speed_mbps: 1000, duplex: Duplex::Full });
+            }
+        }
     }
 }
 
@@ -149,6 +176,14 @@ proptest! {
     #[test]
     fn engine_survives_any_event_sequence(events in proptest::collection::vec(ev(), 0..80)) {
         let mut peer = bridge(9);
+        // A peer in MSTP with the region Ev::Region(2) builds, so mutated MST BPDUs with
+        // MSTI messages reach the bridge under test too.
+        let cfg = BridgeConfig { mode: Mode::Mstp, ..BridgeConfig::default() };
+        peer.set_config(cfg).unwrap();
+        let mut r = qbridge_stp::mst::Region::new("r", 1).unwrap();
+        r.map(10, 1).unwrap();
+        r.map(11, 2).unwrap();
+        peer.set_region(r);
         let mut sample = frames(&peer.take_outputs());
         for _ in 0..3 { peer.tick(); sample.extend(frames(&peer.take_outputs())); }
         let mut stp = bridge(1);
