@@ -309,18 +309,20 @@ impl Stp {
         let mode_changed = config.mode != self.config.mode;
         self.config = config;
         self.bridge_id = BridgeId::new(self.config.priority, self.mac);
-        self.rebuild_trees();
         if mode_changed {
+            self.rebuild_trees();
             self.begin = true;
             self.run();
         } else {
+            // MSTIs keep running; those without their own priority follow the new one.
+            self.refresh_msti_ids();
             self.reselect_all();
         }
         Ok(())
     }
 
-    /// The MST region (name, revision, VID to MSTID table). In `Mode::Mstp` every MSTI
-    /// of the table is reported with its ports' current (CIST) states.
+    /// The MST region (name, revision, VID to MSTID table). The MSTIs of the new table
+    /// start from BEGIN (their ports discarding until they converge).
     pub fn set_region(&mut self, region: Region) {
         self.region = region;
         self.rebuild_trees();
@@ -333,13 +335,14 @@ impl Stp {
         self.tree_ids.clone()
     }
 
-    /// Bridge priority of one MSTI (a multiple of 4096 up to 61440); the MSTI restarts.
+    /// Bridge priority of one MSTI (a multiple of 4096 up to 61440). A priority for an
+    /// MSTID not (yet) in the table is kept for when it appears.
     pub fn set_msti_priority(&mut self, tree: TreeId, priority: u16) -> Result<(), ConfigError> {
         if priority % 4096 != 0 || priority > 61440 {
             return Err(ConfigError::BridgePriority(priority));
         }
         self.msti_priority.insert(tree.0, priority);
-        self.rebuild_trees();
+        self.refresh_msti_ids();
         self.run();
         Ok(())
     }

@@ -182,6 +182,19 @@ impl Stp {
             .collect();
     }
 
+    /// Recompute every MSTI's bridge identifier (after a priority change) and make its
+    /// ports reselect, without restarting the tree.
+    pub(crate) fn refresh_msti_ids(&mut self) {
+        for k in 1..self.tree_ids.len() {
+            let id = self.msti_bridge_id(self.tree_ids[k].0);
+            self.msti_bridge[k - 1].bridge_id = id;
+            for q in self.msti_ports[k - 1].iter_mut() {
+                q.reselect = true;
+                q.selected = false;
+            }
+        }
+    }
+
     /// Add a port's per-tree copies to every MSTI.
     pub(crate) fn add_port_to_trees(&mut self, p: usize) {
         for k in 0..self.msti_ports.len() {

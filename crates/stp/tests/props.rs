@@ -132,14 +132,25 @@ fn apply(stp: &mut Stp, e: &Ev, sample: &[Vec<u8>]) {
         }
         Ev::MstiPrio(t, p) => {
             let _ = stp.set_msti_priority(qbridge_stp::TreeId(*t), *p);
-            let _ = stp.set_msti_port(1, qbridge_stp::TreeId(*t), 32, Cost::Fixed(u32::from(*p) + 1));
+            let _ = stp.set_msti_port(
+                1,
+                qbridge_stp::TreeId(*t),
+                32,
+                Cost::Fixed(u32::from(*p) + 1),
+            );
         }
         Ev::RemovePort(p) => {
             let _ = stp.remove_port(*p);
         }
         Ev::AddPort(p) => {
             if stp.add_port(*p, [2, 0, 0, 0, *p as u8, 1]).is_ok() {
-                let _ = stp.set_link(*p, Link::Up { speed_mbps: 1000, duplex: Duplex::Full });
+                let _ = stp.set_link(
+                    *p,
+                    Link::Up {
+                        speed_mbps: 1000,
+                        duplex: Duplex::Full,
+                    },
+                );
             }
         }
     }

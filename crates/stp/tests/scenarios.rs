@@ -659,3 +659,34 @@ fn all_sim_bridges_settle_without_runaway() {
         assert_eq!(b.stp.runaway_runs(), 0);
     }
 }
+
+#[test]
+fn mstp_config_change_does_not_restart_the_mstis() {
+    use qbridge_stp::TreeId;
+    let mut sim = Sim::new(Mode::Mstp, 20_000);
+    sim.region = Some(two_msti_region());
+    sim.script("bridge 0 0x111 = a\nbridge 1 0x222 = a\n")
+        .unwrap();
+    sim.run(10);
+    let _ = sim.bridges[0].stp.take_outputs();
+    let cfg = BridgeConfig {
+        hello_time: 1,
+        ..sim.bridges[0].stp.config().clone()
+    };
+    sim.bridges[0].stp.set_config(cfg).unwrap();
+    let outs = sim.bridges[0].stp.take_outputs();
+    assert!(
+        !outs.iter().any(|o| matches!(
+            o,
+            Output::PortState {
+                state: PortState::Discarding,
+                ..
+            }
+        )),
+        "{outs:?}"
+    );
+    assert_eq!(
+        sim.bridges[0].stp.port_state(1, TreeId(2)),
+        Some(PortState::Forwarding)
+    );
+}
