@@ -219,6 +219,9 @@ fn receives_tcp_super_frames_with_vnet_metadata() {
     let mut pool = BufPool::new(512);
     let mut longest = 0;
     let mut gso_frames = 0;
+    // Super-frames longer than a slot; a GSO frame of one or two short segments can fit in
+    // one and come through the ring.
+    let mut over_slot = 0u64;
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline && !(client.is_finished() && gso_frames > 0) {
         port.wait_readable(20).unwrap();
@@ -232,6 +235,9 @@ fn receives_tcp_super_frames_with_vnet_metadata() {
             }
             if p.offload.is_gso() {
                 gso_frames += 1;
+                if p.len() > 2048 {
+                    over_slot += 1;
+                }
                 longest = longest.max(p.len());
                 assert_eq!(p.offload.gso_type & !0x80, 1, "{:?}", p.offload);
                 assert!(
@@ -251,7 +257,10 @@ fn receives_tcp_super_frames_with_vnet_metadata() {
     );
     // The default V2 slot (2 KiB) is shorter than a super-frame: they came whole through the
     // socket queue.
-    assert!(port.stats().rx_copied >= gso_frames as u64);
+    assert!(
+        port.stats().rx_copied >= over_slot,
+        "{over_slot} super-frames over 2 KiB"
+    );
     assert_eq!(port.stats().rx_truncated, 0);
     assert!(
         gso_frames > 0 && longest > 1514,
