@@ -20,7 +20,7 @@
 //! malformed header falls back to the fields read so far (at worst the MACs, at worst of all
 //! nothing: the hash of no fields). Cost: one header walk, no allocation.
 
-use qbridge_wire::{parse_headers, EtherType, Fragment, IpProtocol, Tpid};
+use qbridge_wire::{parse_headers, EtherType, Fragment, IpProtocol, Mixer, Tpid};
 use serde::Serialize;
 
 /// ip-link(8)'s `xmit_hash_policy`.
@@ -62,7 +62,8 @@ const VXLAN_HDR_LEN: usize = 8;
 
 /// The 32-bit transmit hash of `frame` (Ethernet, no FCS) under `policy`.
 pub fn flow_hash(frame: &[u8], policy: HashPolicy) -> u32 {
-    let mut m = Mixer::new();
+    // A seed of its own: bond member choice spreads independently of the worker hash.
+    let mut m = Mixer::with_seed(0x2545_f491_4f6c_dd1d);
     match policy {
         HashPolicy::Layer2 => mix_l2(frame, VlanWord::Without, &mut m),
         HashPolicy::Layer2Vlan => mix_l2(frame, VlanWord::OuterVid, &mut m),
@@ -193,42 +194,4 @@ fn mix_raw_ip(ip: &[u8], version: RawIp, m: &mut Mixer) -> bool {
         }
     }
     true
-}
-
-/// A small multiply-xorshift accumulator with a murmur3 finaliser.
-struct Mixer(u64);
-
-impl Mixer {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-
-    fn new() -> Mixer {
-        Mixer(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn add(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(Self::K);
-    }
-
-    fn add_bytes(&mut self, b: &[u8]) {
-        let mut chunks = b.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_be_bytes(w));
-        }
-        let rest = chunks.remainder();
-        let mut tail = [0u8; 8];
-        tail[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_be_bytes(tail) ^ (rest.len() as u64) << 56);
-    }
-
-    fn finish(&self) -> u32 {
-        let mut x = self.0;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^= x >> 33;
-        x as u32
-    }
 }

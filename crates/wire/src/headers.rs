@@ -182,21 +182,31 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
     m.finish()
 }
 
-/// A small multiply-xorshift accumulator (the mix of FxHash with a murmur3 finaliser).
-struct Mixer(u64);
+/// A small multiply-xorshift accumulator (the mix of FxHash with a murmur3 finaliser): the
+/// flow hashes of [`flow_hash`] and of link aggregation (`qbridge-lacp`) are built with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Mixer(u64);
 
 impl Mixer {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
-    fn new() -> Mixer {
-        Mixer(0x51_7cc1_b727_220a)
+    /// The seed [`flow_hash`] starts from.
+    pub fn new() -> Mixer {
+        Mixer::with_seed(0x51_7cc1_b727_220a)
     }
 
-    fn add(&mut self, v: u64) {
+    /// A mixer of its own seed (another hash over the same fields spreads independently).
+    pub fn with_seed(seed: u64) -> Mixer {
+        Mixer(seed)
+    }
+
+    /// Mixes in one 64-bit word.
+    pub fn add(&mut self, v: u64) {
         self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(Self::K);
     }
 
-    fn add_bytes(&mut self, b: &[u8]) {
+    /// Mixes in `b` as big-endian words, its length with the last one.
+    pub fn add_bytes(&mut self, b: &[u8]) {
         let mut chunks = b.chunks_exact(8);
         for c in &mut chunks {
             self.add(u64::from_be_bytes([
@@ -209,7 +219,8 @@ impl Mixer {
         self.add(u64::from_be_bytes(tail) ^ (rest.len() as u64) << 56);
     }
 
-    fn finish(self) -> u32 {
+    /// The 32-bit hash (murmur3's finaliser).
+    pub fn finish(self) -> u32 {
         let mut x = self.0;
         x ^= x >> 33;
         x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -217,5 +228,11 @@ impl Mixer {
         x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
         x ^= x >> 33;
         x as u32
+    }
+}
+
+impl Default for Mixer {
+    fn default() -> Self {
+        Mixer::new()
     }
 }
