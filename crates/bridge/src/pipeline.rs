@@ -923,6 +923,17 @@ fn drop_port<'a>(counters: &PortCells, reason: DropReason) -> Option<&'a Port> {
     None
 }
 
+/// A `dot1q-tunnel` port's customer VLAN of a frame whose bytes 12..16 are `tag`, `len` bytes
+/// long: the VID of its 0x8100 outer tag, 0 when it has none (`cvlans` on ingress and egress).
+#[inline(always)]
+fn customer_vid(tag: u32, len: usize) -> u16 {
+    if (tag >> 16) as u16 == 0x8100 && len >= 18 {
+        tag as u16 & 0x0fff
+    } else {
+        0
+    }
+}
+
 /// Bytes 0..8, 4..12 and 12..16 of a frame header as big-endian words.
 #[inline(always)]
 fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
@@ -1076,12 +1087,7 @@ fn classify<const PLAIN: bool>(
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
         // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.
         if let (false, Some(cvlans)) = (PLAIN, &inp.cvlans) {
-            let cvid = if (tag >> 16) as u16 == 0x8100 && len >= 18 {
-                tag as u16 & 0x0fff
-            } else {
-                0
-            };
-            if !cvlans.contains(cvid) {
+            if !cvlans.contains(customer_vid(tag, len)) {
                 return drop_into(m, c, DropReason::CvlanNotAllowed);
             }
         }
@@ -1503,13 +1509,11 @@ fn cvlan_leaves(ep: &Port, wi: usize, pkt: &PacketBuf) -> bool {
         return true;
     };
     let f = pkt.frame();
-    let cvid = match f.get(12..16) {
-        Some(t) if t[0] == 0x81 && t[1] == 0x00 && f.len() >= 18 => {
-            u16::from_be_bytes([t[2], t[3]]) & 0x0fff
-        }
-        _ => 0,
-    };
-    if cvlans.contains(cvid) {
+    // A frame shorter than a tag reads as untagged (zeros past its end).
+    let mut h = [0u8; 16];
+    let n = f.len().min(16);
+    h[..n].copy_from_slice(&f[..n]);
+    if cvlans.contains(customer_vid(header_words(&h).2, f.len())) {
         return true;
     }
     count_drop(ep.counters.writer(wi), DropReason::EgressCvlanNotAllowed);
