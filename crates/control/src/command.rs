@@ -148,6 +148,18 @@ impl PortSpec {
         }
     }
 
+    /// The TAP the port's backend makes, any kind (a `type tap` port's, a stacked device's, a
+    /// host port's): its interface name (`ifname`, else the port's name) and namespace. The
+    /// link watch and reopening ask the kernel about this name, never the port's.
+    pub fn tap<'a>(&'a self, port: &'a str) -> Option<(&'a str, Option<&'a str>)> {
+        match self {
+            PortSpec::Tap { ifname, netns } => {
+                Some((ifname.as_deref().unwrap_or(port), netns.as_deref()))
+            }
+            spec => spec.host_tap(port),
+        }
+    }
+
     /// The TAP a stacked device or host port shows the host: its name and namespace.
     pub fn host_tap<'a>(&'a self, port: &'a str) -> Option<(&'a str, Option<&'a str>)> {
         match self {

@@ -999,15 +999,10 @@ impl Engine {
     /// Whether a port of this daemon owns the TAP `ifname` in `netns` (then it is ours to
     /// reopen, not someone else's interface).
     fn owns_tap(&self, ifname: &str, netns: Option<&str>) -> bool {
-        self.slots.iter().flatten().any(|s| {
-            let tap = match &s.spec {
-                PortSpec::Tap { ifname, netns } => {
-                    Some((ifname.as_deref().unwrap_or(&s.name), netns.as_deref()))
-                }
-                spec => spec.host_tap(&s.name),
-            };
-            tap == Some((ifname, netns))
-        })
+        self.slots
+            .iter()
+            .flatten()
+            .any(|s| s.spec.tap(&s.name) == Some((ifname, netns)))
     }
 
     /// Creates TAP `ifname` (in `netns`) with one queue per worker for port `id`; returns the
@@ -1786,12 +1781,9 @@ fn tap_ifname(slot: &Slot) -> String {
     if let Some(n) = &slot.status.ifname {
         return n.clone();
     }
-    match &slot.spec {
-        PortSpec::Tap { ifname, .. } => ifname.clone().unwrap_or_else(|| slot.name.clone()),
-        spec => spec
-            .host_tap(&slot.name)
-            .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned()),
-    }
+    slot.spec
+        .tap(&slot.name)
+        .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned())
 }
 
 /// The host interface a port's backend binds to (AF_PACKET, AF_XDP).
