@@ -132,6 +132,17 @@ fn check_tree(sim: &Sim, tree: TreeId, roots: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// `cases` random networks from a fixed seed, so the test command is repeatable (a network that
+/// fails is a finding in the engine, kept in `topologies.proptest-regressions`); set
+/// `PROPTEST_RNG_SEED` (any number) to explore other networks.
+fn config(cases: u32) -> ProptestConfig {
+    let mut c = ProptestConfig::with_cases(cases);
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        c.rng_seed = proptest::test_runner::RngSeed::Fixed(0x5717_2004);
+    }
+    c
+}
+
 fn roles(sim: &Sim) -> Vec<(PortRole, u32)> {
     sim.bridges
         .iter()
@@ -146,7 +157,7 @@ fn roles(sim: &Sim) -> Vec<(PortRole, u32)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(config(24))]
 
     #[test]
     fn random_networks_converge_to_one_spanning_tree(net in net()) {
@@ -161,7 +172,10 @@ proptest! {
         let b = net.pull.0 % net.bridges.len();
         let p = net.pull.1 % net.bridges[b].1.len();
         rstp.disconnect(b, p as u16 + 1);
-        rstp.run(40);
+        // A port on a shared LAN (no proposal/agreement) that must take over waits for the
+        // lost information to age out, then two forward delays: up to 6 + 2 x 15 ticks, and
+        // a topology change may restart it once (a 40-tick budget failed on such a network).
+        rstp.run(80);
         prop_assert_eq!(check(&rstp), Ok(()));
         for br in &rstp.bridges {
             prop_assert_eq!(br.stp.runaway_runs(), 0);
@@ -202,7 +216,7 @@ fn build_mstp(net: &Net, msti_prio: &[(u16, u16)], regions: &[bool]) -> Sim {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(10))]
+    #![proptest_config(config(10))]
 
     /// One region: the CIST and both MSTIs are spanning trees with the expected roots.
     #[test]
