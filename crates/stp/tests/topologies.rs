@@ -173,8 +173,9 @@ proptest! {
         let p = net.pull.1 % net.bridges[b].1.len();
         rstp.disconnect(b, p as u16 + 1);
         // A port on a shared LAN (no proposal/agreement) that must take over waits for the
-        // lost information to age out, then two forward delays: up to 6 + 2 x 15 ticks, and
-        // a topology change may restart it once (a 40-tick budget failed on such a network).
+        // lost information to age out, then two forward delays (6 + 2 x 15 ticks). A network
+        // in the regressions file still had a port learning after 40 ticks (why it took
+        // longer than 36 is not analysed yet); 80 is the bound of the legacy STP run above.
         rstp.run(80);
         prop_assert_eq!(check(&rstp), Ok(()));
         for br in &rstp.bridges {
