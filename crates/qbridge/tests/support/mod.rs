@@ -20,6 +20,8 @@
 //! file run its tests one at a time.
 #![allow(dead_code)]
 
+pub mod ovs;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
