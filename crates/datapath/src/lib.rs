@@ -16,7 +16,6 @@
 //! The binary keeps only the wiring (arguments, control socket, metrics endpoint, signals).
 
 mod backends;
-pub mod egress;
 mod engine;
 mod mirror;
 pub mod monitor;
@@ -25,6 +24,7 @@ pub mod pcap;
 pub mod queue;
 mod reaper;
 pub mod state;
+pub mod transmit;
 mod worker;
 
 pub use backends::default_ring_frames;

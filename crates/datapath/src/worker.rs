@@ -31,7 +31,7 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
-use crate::egress::{egress, EgressReport, EgressScratch};
+use crate::transmit::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
 use crate::mirror::{write_sinks, Sinks};
 use crate::queue::{BackendDrops, Queue};
