@@ -23,7 +23,7 @@ use crate::backends::{
     default_ring_frames, describe_offloads, describe_spec, offload_status, open_afpacket_queues,
     open_afxdp_queues, ring_bytes,
 };
-use crate::mirror::{MirrorSink, Sinks};
+use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap::PcapPort;
@@ -295,7 +295,7 @@ pub struct Engine {
     locks_unavailable: bool,
     /// `qbridge monitor` connections.
     monitors: Monitors,
-    /// Open files of `mirror … dst pcap FILE` sessions, by file name (`crate::mirror`).
+    /// Open files of `mirror … dst pcap FILE` sessions, by file name (`crate::mirror_sink`).
     mirror_files: HashMap<String, Arc<MirrorSink>>,
     /// Files of deleted sessions, finished once the workers have the plan without them.
     mirror_closing: Vec<Arc<MirrorSink>>,

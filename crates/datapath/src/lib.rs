@@ -17,7 +17,7 @@
 
 mod backends;
 mod engine;
-mod mirror;
+mod mirror_sink;
 pub mod monitor;
 pub mod patch;
 pub mod pcap;

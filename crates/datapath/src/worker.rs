@@ -33,7 +33,7 @@
 
 use crate::transmit::{egress, EgressReport, EgressScratch};
 use crate::engine::{Ctl, PortShared};
-use crate::mirror::{write_sinks, Sinks};
+use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::{BackendDrops, Queue};
 use crate::reaper::ReaperHandle;
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
@@ -125,7 +125,7 @@ pub(crate) struct Worker {
     rx: Batch,
     scratch: EgressScratch,
     epoch: Instant,
-    /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror`).
+    /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror_sink`).
     sinks: Sinks,
     /// Where queues the worker loses are closed, off its loop (`crate::reaper`).
     reaper: ReaperHandle,
