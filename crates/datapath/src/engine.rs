@@ -26,7 +26,7 @@ use crate::backends::{
 use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
-use crate::pcap::PcapPort;
+use crate::pcap_port::PcapPort;
 use crate::queue::{distribute, Queues};
 use crate::reaper::Reaper;
 use crate::worker::{QueueEntry, ToWorker, Worker};

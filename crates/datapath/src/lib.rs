@@ -20,7 +20,7 @@ mod engine;
 mod mirror_sink;
 pub mod monitor;
 pub mod patch;
-pub mod pcap;
+pub mod pcap_port;
 pub mod queue;
 mod reaper;
 pub mod state;

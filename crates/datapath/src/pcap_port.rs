@@ -1,10 +1,11 @@
-//! The pcap backend of the daemon: only with `--pcap-dir DIR`. It writes what the switch sends
-//! on the port to `DIR/PORT.pcap` and, if `DIR/PORT.in.pcap` exists when the port opens,
-//! receives its frames once, as fast as the worker takes them. `DIR/PORT.pcap` is created
-//! afresh (`O_EXCL | O_NOFOLLOW`, mode 0600 or 0640 with `--socket-group`), never written
-//! through a link someone planted. For tests and recordings
-//! without privileges; it reads records into fresh vectors (one allocation per frame), unlike
-//! the live backends. One queue, shared by the workers ([`crate::queue::SharedQueue`]).
+//! The daemon's pcap-file port (the file format itself is `qbridge_io::pcap`): only with
+//! `--pcap-dir DIR`. It writes what the switch sends on the port to `DIR/PORT.pcap` and, if
+//! `DIR/PORT.in.pcap` exists when the port opens, receives its frames once, as fast as the
+//! worker takes them. `DIR/PORT.pcap` is created afresh (`O_EXCL | O_NOFOLLOW`, mode 0600 or
+//! 0640 with `--socket-group`), never written through a link someone planted. For tests and
+//! recordings without privileges; it reads records into fresh vectors (one allocation per
+//! frame), unlike the live backends. One queue, shared by the workers
+//! ([`crate::queue::SharedQueue`]).
 
 use crate::queue::Queue;
 use qbridge_io::pcap::{FileAccess, PcapReader, PcapWriter};
