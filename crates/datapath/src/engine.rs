@@ -27,7 +27,7 @@ use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors, MONITOR_QUEUE_LINES};
 use crate::patch::patch_link;
 use crate::pcap_port::PcapPort;
-use crate::queue::{distribute, Queues};
+use crate::queue::{distribute, Opened, Queues};
 use crate::reaper::Reaper;
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
@@ -254,9 +254,6 @@ impl Slot {
         self.warned.remove(condition);
     }
 }
-
-/// A port's freshly opened queues, one per worker, not yet handed over.
-pub(crate) type Opened = Queues;
 
 #[derive(Debug)]
 struct WorkerLink {
@@ -1059,7 +1056,7 @@ impl Engine {
         );
         let queues: Queues = ports
             .into_iter()
-            .map(|p| Box::new(p) as Box<dyn crate::queue::Queue>)
+            .map(|p| Box::new(p) as crate::queue::Queue)
             .collect();
         let opened =
             distribute(queues, n, id.0 as usize).map_err(|e| format!("port {name}: {e}"))?;

@@ -1,7 +1,8 @@
 //! qbridge's live datapath engine, as a library: worker threads that receive, forward with the
-//! bridge core, fix up offloads and transmit; the port backends behind one [`Queue`] trait; and
-//! the control thread that runs commands on a live switch and hands each worker the compiled
-//! plan and the queues it owns.
+//! bridge core, fix up offloads and transmit; the backends behind `qbridge_io`'s one port
+//! trait (a worker's [`Queue`] is a boxed [`qbridge_io::Port`]), which the engine opens and
+//! wires; and the control thread that runs commands on a live switch and hands each worker the
+//! compiled plan and the queues it owns.
 //!
 //! ```text
 //!  socket/metrics threads ──Ctl──► Engine (control thread: Session, reconcile, link watch,
@@ -29,5 +30,5 @@ mod worker;
 
 pub use backends::default_ring_frames;
 pub use engine::{Ctl, Engine, EngineConfig, Handle, MetricsSnapshot, PortRuntime, PortShared};
-pub use queue::{BackendDrops, Queue, Queues, SharedQueue, Tick};
+pub use queue::{Queue, Queues, SharedQueue};
 pub use worker::BURST;

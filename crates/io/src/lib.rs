@@ -32,4 +32,4 @@ pub mod tap;
 
 pub use error::IoError;
 pub use mem::{MemFrame, MemPort};
-pub use port::{DeviceOffloads, Port, PortCaps, TxOutcome, TxReport};
+pub use port::{BackendDrops, DeviceOffloads, Port, PortCaps, Tick, TxOutcome, TxReport};

@@ -203,6 +203,10 @@ impl Port for MemPort {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn rx_pending(&self) -> bool {
+        self.pending_rx() > 0
+    }
 }
 
 #[cfg(test)]
