@@ -3,7 +3,7 @@
 //! by the engine's control thread only; the queues it returns are handed to the workers.
 
 use crate::queue::{distribute, Opened};
-use crate::engine::RxFilter;
+use crate::shared::RxFilter;
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};

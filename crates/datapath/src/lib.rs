@@ -24,11 +24,13 @@ pub mod patch;
 pub mod pcap_port;
 pub mod queue;
 mod reaper;
+mod shared;
 pub mod state;
 pub mod transmit;
 mod worker;
 
 pub use backends::default_ring_frames;
-pub use engine::{Ctl, Engine, EngineConfig, Handle, MetricsSnapshot, PortRuntime, PortShared};
+pub use engine::{Engine, EngineConfig};
 pub use queue::{Queue, Queues, SharedQueue};
+pub use shared::{Ctl, Handle, MetricsSnapshot, PortRuntime, PortShared};
 pub use worker::BURST;

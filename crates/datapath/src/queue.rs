@@ -151,11 +151,7 @@ pub fn distribute(queues: Queues, workers: usize, rotate: usize) -> Result<Queue
 impl SharedQueue {
     /// Shares `queue` among `workers` workers; worker `receiver` receives on it. Returns one
     /// handle per worker, in worker order.
-    pub fn split(
-        queue: Queue,
-        workers: usize,
-        receiver: usize,
-    ) -> Result<Queues, IoError> {
+    pub fn split(queue: Queue, workers: usize, receiver: usize) -> Result<Queues, IoError> {
         let all: Vec<usize> = (0..workers.max(1)).collect();
         Ok(Self::split_among(queue, &all, receiver)?
             .into_iter()

@@ -31,11 +31,11 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
-use crate::transmit::{egress, EgressReport, EgressScratch};
-use crate::engine::{Ctl, PortShared};
 use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
+use crate::shared::{Ctl, PortShared};
+use crate::transmit::{egress, EgressReport, EgressScratch};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
 use qbridge_packet::Batch;
@@ -369,7 +369,9 @@ impl Worker {
         let usable = e.flood_credit.min(*round_left);
         self.core.set_flood_credit(Some(usable));
         debug_assert!(self.rx.is_empty());
-        let received = e.queue.rx_burst(&mut self.rx, &mut self.outputs.pool, BURST);
+        let received = e
+            .queue
+            .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST);
         fold_drops(&self.plan, self.index, e);
         match received {
             Ok(0) => return,
