@@ -6,9 +6,9 @@
 //! ([`RxFilter`]).
 //!
 //! Its own module so that the control thread (`crate::engine`), the workers
-//! (`crate::worker`) and the backends (`crate::backends`) all import it and none of them
-//! imports another's room back: the engine imports the worker and the backends; they import
-//! only this. It imports no other module of the crate but `crate::monitor` (a constant).
+//! (`crate::worker`) and the backends (`crate::backends`) all import it and no import runs
+//! back up: the engine imports the workers and the backends, and they import this, never the
+//! engine. It imports no other module of the crate but `crate::monitor` (a constant).
 
 use crate::monitor::MONITOR_QUEUE_LINES;
 use qbridge_control::{DeviceOffloadStatus, MonitorObject, Op, OutputOptions, Response};
