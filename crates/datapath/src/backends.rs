@@ -2,8 +2,8 @@
 //! receive filter, AF_XDP sockets under one XDP program — and how their state is shown. Called
 //! by the engine's control thread only; the queues it returns are handed to the workers.
 
-use crate::engine::{Opened, RxFilter};
-use crate::queue::{distribute, XdpQueue};
+use crate::queue::{distribute, Opened};
+use crate::shared::RxFilter;
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
@@ -35,7 +35,7 @@ pub(crate) fn open_afpacket_queues(
     cfg.qdisc_bypass = qdisc_bypass;
     cfg.filter = Some(handle.clone());
     cfg.device_mtu = Some(want_mtu);
-    // Receiving starts when a worker takes each socket over (`Queue::start`): sockets that
+    // Receiving starts when a worker takes each socket over (`Port::start`): sockets that
     // replace others of this interface (a port re-added in one batch, a changed spec) must not
     // receive alongside them meanwhile — two fanout groups would each get every frame.
     cfg.paused = true;
@@ -130,7 +130,7 @@ pub(crate) fn open_afxdp_queues(
     };
     // XDP takes what the device receives: the device must receive everything (a veth does
     // anyway; a NIC filters unicast without promiscuous mode). The membership lives as long
-    // as the handle, which the queues keep.
+    // as the handle, which the queues keep (`AfXdpPort::keep_promisc`).
     let promisc = RxFilterHandle::open(dev)?;
     promisc.set_promisc(true)?;
     let prog = XdpProgram::attach(dev, mode)?;
@@ -140,10 +140,9 @@ pub(crate) fn open_afxdp_queues(
         cfg.mode = mode;
         cfg.zerocopy = *zerocopy;
         cfg.device_mtu = Some(want_mtu);
-        opened.push(Box::new(XdpQueue {
-            port: AfXdpPort::open_with(cfg, &prog)?,
-            promisc: promisc.clone(),
-        }));
+        let mut port = AfXdpPort::open_with(cfg, &prog)?;
+        port.keep_promisc(promisc.clone());
+        opened.push(Box::new(port));
     }
     distribute(opened, workers, rotate)
 }

@@ -1,7 +1,8 @@
 //! qbridge's live datapath engine, as a library: worker threads that receive, forward with the
-//! bridge core, fix up offloads and transmit; the port backends behind one [`Queue`] trait; and
-//! the control thread that runs commands on a live switch and hands each worker the compiled
-//! plan and the queues it owns.
+//! bridge core, fix up offloads and transmit; the backends behind `qbridge_io`'s one port
+//! trait (a worker's [`Queue`] is a boxed [`qbridge_io::Port`]), which the engine opens and
+//! wires to the bridge core; and the control thread that runs commands on a live switch and
+//! hands each worker the compiled plan and the queues it owns.
 //!
 //! ```text
 //!  socket/metrics threads ──Ctl──► Engine (control thread: Session, reconcile, link watch,
@@ -13,21 +14,37 @@
 //!  queues a worker loses ─► reaper threads (close off the forwarding path; crate::reaper)
 //! ```
 //!
+//! Modules, and which way they import (no circle):
+//!
+//! * `engine` — the control thread: its loop (`engine.rs`) and rooms (`engine/`: port
+//!   lifecycle, link state and MTU with the link watch, receive filters, learning watches).
+//!   Imports `worker`, `backends`, `queue`, `patch`, `pcap_port`, `mirror_sink`, `monitor`,
+//!   `reaper`, `shared`.
+//! * `worker` — a worker thread; [`transmit`] — its egress stage. Imports `shared`, `queue`,
+//!   `transmit`, `mirror_sink`, `reaper`.
+//! * `shared` — what the threads share ([`Ctl`], [`Handle`], [`PortShared`], `RxFilter`).
+//! * `backends` (AF_PACKET and AF_XDP queues), [`patch`] (patch links), [`pcap_port`] (the
+//!   pcap-file port), [`queue`] (queues spread over workers) — the ports the engine opens.
+//! * `mirror_sink` (mirror sessions' pcap files), [`monitor`] (`monitor` streams), [`state`]
+//!   (the state file), `reaper` (closing off the workers).
+//!
 //! The binary keeps only the wiring (arguments, control socket, metrics endpoint, signals).
 
 mod backends;
-pub mod egress;
 mod engine;
-mod mirror;
+mod mirror_sink;
 pub mod monitor;
 pub mod patch;
-pub mod pcap;
+pub mod pcap_port;
 pub mod queue;
 mod reaper;
+mod shared;
 pub mod state;
+pub mod transmit;
 mod worker;
 
 pub use backends::default_ring_frames;
-pub use engine::{Ctl, Engine, EngineConfig, Handle, MetricsSnapshot, PortRuntime, PortShared};
-pub use queue::{BackendDrops, Queue, Queues, SharedQueue, Tick};
+pub use engine::{Engine, EngineConfig};
+pub use queue::{Queue, Queues, SharedQueue};
+pub use shared::{Ctl, Handle, MetricsSnapshot, PortRuntime, PortShared};
 pub use worker::BURST;

@@ -12,10 +12,9 @@
 //! A mailbox holds at most [`MAILBOX_FRAMES`] frames; past that a send counts
 //! `tx_queue_full` (a forwarding loop through patch links cannot eat the memory).
 
-use crate::queue::{Queue, Queues};
+use crate::queue::Queues;
 use qbridge_io::{IoError, Port, PortCaps, TxOutcome};
 use qbridge_packet::{Batch, BufPool};
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -106,24 +105,6 @@ impl Port for PatchQueue {
     fn name(&self) -> &str {
         &self.name
     }
-}
-
-impl Queue for PatchQueue {
-    fn port(&mut self) -> &mut dyn Port {
-        self
-    }
-
-    fn caps(&self) -> PortCaps {
-        Port::caps(self)
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn fd(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
 
     fn rx_pending(&self) -> bool {
         // Both ends' queues of a worker live on that worker's thread: no other thread writes
@@ -151,21 +132,21 @@ mod tests {
         for i in 0..3u8 {
             batch.push(PacketBuf::from_frame(&[i; 60]));
         }
-        let o = a[1].port().tx_burst(&mut batch, &mut pool).unwrap();
+        let o = a[1].tx_burst(&mut batch, &mut pool).unwrap();
         assert_eq!((o.sent, o.dropped()), (3, 0));
         assert!(batch.is_empty());
         assert!(!b[0].rx_pending() && b[1].rx_pending() && !a[1].rx_pending());
         let mut rx = Batch::default();
-        assert_eq!(b[0].port().rx_burst(&mut rx, &mut pool, 32).unwrap(), 0);
-        assert_eq!(b[1].port().rx_burst(&mut rx, &mut pool, 2).unwrap(), 2);
-        assert_eq!(b[1].port().rx_burst(&mut rx, &mut pool, 32).unwrap(), 1);
+        assert_eq!(b[0].rx_burst(&mut rx, &mut pool, 32).unwrap(), 0);
+        assert_eq!(b[1].rx_burst(&mut rx, &mut pool, 2).unwrap(), 2);
+        assert_eq!(b[1].rx_burst(&mut rx, &mut pool, 32).unwrap(), 1);
         let firsts: Vec<u8> = rx.pkts.iter().map(|p| p.frame()[0]).collect();
         assert_eq!(firsts, [0, 1, 2]);
         // Full: MAILBOX_FRAMES accepted, the rest counted.
         for _ in 0..MAILBOX_FRAMES + 5 {
             batch.push(PacketBuf::from_frame(&[9; 60]));
         }
-        let o = b[0].port().tx_burst(&mut batch, &mut pool).unwrap();
+        let o = b[0].tx_burst(&mut batch, &mut pool).unwrap();
         assert_eq!((o.sent, o.queue_full), (MAILBOX_FRAMES, 5));
         assert!(a[0].rx_pending());
     }

@@ -14,10 +14,10 @@
 //! then (before: 9 s of 88.8 % loss on the other ports, TAPs still there 10 s after the answer).
 //!
 //! Closes that others can see — a TAP interface that goes away, a pcap file that is finished
-//! ([`Queue::visible_close`]) — are counted while pending, and the control thread waits for
-//! them ([`Reaper::wait_visible`]) before it answers the command: when `link del dev T` has
-//! answered, interface `T` is gone and `link add T type tap` works. Invisible closes (sockets)
-//! are not waited for.
+//! ([`Port::visible_close`](qbridge_io::Port::visible_close)) — are counted while pending, and
+//! the control thread waits for them ([`Reaper::wait_visible`]) before it answers the
+//! command: when `link del dev T` has answered, interface `T` is gone and `link add T type
+//! tap` works. Invisible closes (sockets) are not waited for.
 //!
 //! Threads: the reaper threads, fed by every worker through two channels (visible closes,
 //! the rest); the counter of pending visible closes is read by the control thread.
@@ -50,15 +50,15 @@ impl Pending {
 pub(crate) struct ReaperHandle {
     /// Visible closes, to their own thread: the command waits for them, not for the sockets
     /// queued before them.
-    visible: mpsc::Sender<Box<dyn Queue>>,
-    other: mpsc::Sender<Box<dyn Queue>>,
+    visible: mpsc::Sender<Queue>,
+    other: mpsc::Sender<Queue>,
     pending: Arc<Pending>,
 }
 
 impl ReaperHandle {
     /// Closes `queue` on a reaper thread. A visible close is counted before this returns, so
     /// a [`Reaper::wait_visible`] that starts after it waits for it too.
-    pub(crate) fn close(&self, queue: Box<dyn Queue>) {
+    pub(crate) fn close(&self, queue: Queue) {
         let visible = queue.visible_close();
         if visible {
             *self.pending.lock() += 1;
@@ -78,7 +78,7 @@ pub(crate) struct Reaper {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn close_now(q: Box<dyn Queue>, visible: bool, pending: &Pending) {
+fn close_now(q: Queue, visible: bool, pending: &Pending) {
     let name = q.name().to_owned();
     if let Err(e) = q.close() {
         tracing::warn!("port {name}: {e}");
@@ -95,8 +95,8 @@ fn close_now(q: Box<dyn Queue>, visible: bool, pending: &Pending) {
 impl Reaper {
     /// [`REAPER_THREADS`] threads for visible closes, as many for the rest.
     pub(crate) fn start() -> Result<Reaper, std::io::Error> {
-        let (visible, visible_rx) = mpsc::channel::<Box<dyn Queue>>();
-        let (other, other_rx) = mpsc::channel::<Box<dyn Queue>>();
+        let (visible, visible_rx) = mpsc::channel::<Queue>();
+        let (other, other_rx) = mpsc::channel::<Queue>();
         let pending = Arc::new(Pending::default());
         let mut threads = Vec::with_capacity(2 * REAPER_THREADS);
         let visible_rx = Arc::new(Mutex::new(visible_rx));

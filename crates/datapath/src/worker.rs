@@ -31,13 +31,13 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
-use crate::egress::{egress, EgressReport, EgressScratch};
-use crate::engine::{Ctl, PortShared};
-use crate::mirror::{write_sinks, Sinks};
-use crate::queue::{BackendDrops, Queue};
+use crate::mirror_sink::{write_sinks, Sinks};
+use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
+use crate::shared::{Ctl, PortShared};
+use crate::transmit::{egress, EgressReport, EgressScratch};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
-use qbridge_io::IoError;
+use qbridge_io::{BackendDrops, IoError};
 use qbridge_packet::Batch;
 use qbridge_wire::Tpid;
 use rustix::event::{epoll, Timespec};
@@ -70,7 +70,7 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// A queue handed to a worker, with the port's shared counters.
 #[derive(Debug)]
 pub(crate) struct QueueEntry {
-    pub queue: Box<dyn Queue>,
+    pub queue: Queue,
     /// `generation << 16 | port id`: tells this opening of the port from any other.
     pub token: u64,
     pub shared: Arc<PortShared>,
@@ -90,7 +90,7 @@ pub(crate) enum ToWorker {
         /// The files of the plan's `dst pcap` mirror sessions, by sink index.
         sinks: Sinks,
     },
-    /// Once a second: every queue's [`Queue::tick`].
+    /// Once a second: every queue's [`Port::tick`](qbridge_io::Port::tick).
     Tick,
     /// Close every queue and end the thread.
     Stop,
@@ -98,7 +98,7 @@ pub(crate) enum ToWorker {
 
 #[derive(Debug)]
 struct Entry {
-    queue: Box<dyn Queue>,
+    queue: Queue,
     token: u64,
     shared: Arc<PortShared>,
     /// Backend drops already counted into the switch.
@@ -125,7 +125,7 @@ pub(crate) struct Worker {
     rx: Batch,
     scratch: EgressScratch,
     epoch: Instant,
-    /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror`).
+    /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror_sink`).
     sinks: Sinks,
     /// Where queues the worker loses are closed, off its loop (`crate::reaper`).
     reaper: ReaperHandle,
@@ -371,7 +371,6 @@ impl Worker {
         debug_assert!(self.rx.is_empty());
         let received = e
             .queue
-            .port()
             .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST);
         fold_drops(&self.plan, self.index, e);
         match received {
@@ -428,7 +427,7 @@ impl Worker {
         let is_tag = |t: Tpid| t == tpid || t.is_well_known();
         let caps = entry.queue.caps();
         let (r, failed) = egress(
-            entry.queue.port(),
+            &mut *entry.queue,
             caps,
             &is_tag,
             batch,
@@ -490,14 +489,24 @@ fn fold_drops(plan: &Plan, worker: usize, e: &mut Entry) {
         return;
     }
     let id = PortId((e.token & 0xffff) as u16);
-    let before = e.seen.by_reason();
-    for (k, (reason, n)) in now.by_reason().into_iter().enumerate() {
+    let before = by_reason(&e.seen);
+    for (k, (reason, n)) in by_reason(&now).into_iter().enumerate() {
         let delta = n.saturating_sub(before[k].1);
         if delta != 0 {
             plan.count_drop(id, worker, reason, delta);
         }
     }
     e.seen = now;
+}
+
+/// Each backend drop count with the switch drop reason it is counted under.
+fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 4] {
+    [
+        (DropReason::RxTruncated, d.rx_truncated),
+        (DropReason::RxFiltered, d.rx_filtered),
+        (DropReason::RxShort, d.rx_short),
+        (DropReason::RxRingFull, d.rx_ring_full),
+    ]
 }
 
 /// Counts an egress report's drops into the switch.

@@ -72,7 +72,8 @@ use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf, HEADROOM};
 use qbridge_wire::virtio::HeaderKind;
 
 use crate::port::{
-    depth_bit, kernel_tag_depth, DeviceOffloads, Port, PortCaps, TxOutcome, TxReport,
+    depth_bit, kernel_tag_depth, BackendDrops, DeviceOffloads, Port, PortCaps, Tick, TxOutcome,
+    TxReport,
 };
 pub use crate::rxfilter::RxFilterHandle;
 use crate::rxfilter::{mac_key, membership};
@@ -1528,6 +1529,33 @@ impl Port for AfPacketPort {
 
     fn name(&self) -> &str {
         &self.cfg.ifname
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        let s = self.stats();
+        BackendDrops {
+            rx_truncated: s.rx_truncated,
+            rx_filtered: s.rx_otherhost_filtered,
+            rx_ring_full: s.rx_ring_full + s.rx_copy_queue_full,
+            ..BackendDrops::default()
+        }
+    }
+
+    fn start(&mut self) -> Result<(), IoError> {
+        self.resume()
+    }
+
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        self.poll_kernel_stats()?;
+        let changed = self.refresh_offloads()?;
+        Ok(Tick {
+            offloads: Some(self.device_offloads()),
+            offloads_changed: changed,
+        })
     }
 }
 

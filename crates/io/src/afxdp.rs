@@ -87,7 +87,8 @@ use qbridge_packet::{Batch, BufPool};
 
 pub use bpf::{redirect_program, Insn, XdpMode, XdpProgram, MAX_QUEUES};
 
-use crate::port::{Port, PortCaps, TxOutcome, TxReport};
+use crate::port::{BackendDrops, Port, PortCaps, Tick, TxOutcome, TxReport};
+use crate::rxfilter::RxFilterHandle;
 use crate::sys::{self, LinkState};
 use crate::IoError;
 
@@ -502,6 +503,9 @@ pub struct AfXdpPort {
     caps: PortCaps,
     mtu: u32,
     stats: AfXdpStats,
+    /// The device's promiscuous membership, held as long as the socket (dropped after it):
+    /// XDP sees only what the device receives ([`AfXdpPort::keep_promisc`]).
+    promisc: Option<Arc<RxFilterHandle>>,
 }
 
 fn errno_err(op: &'static str, ifname: &str) -> IoError {
@@ -619,6 +623,7 @@ impl AfXdpPort {
             caps,
             mtu,
             stats: AfXdpStats::default(),
+            promisc: None,
         })
     }
 
@@ -663,6 +668,14 @@ impl AfXdpPort {
 
     pub fn stats(&self) -> AfXdpStats {
         self.stats
+    }
+
+    /// Holds `membership` (a receive filter handle with promiscuous mode on) as long as the
+    /// port: XDP takes what the device receives, so a NIC must receive everything, not only
+    /// its own unicast. The membership is shared by the device's queues and ends with the
+    /// last of them.
+    pub fn keep_promisc(&mut self, membership: Arc<RxFilterHandle>) {
+        self.promisc = Some(membership);
     }
 
     /// Reads the kernel's counters for this socket (`XDP_STATISTICS`), keeps them in
@@ -1064,6 +1077,36 @@ impl Port for AfXdpPort {
 
     fn name(&self) -> &str {
         &self.cfg.ifname
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    /// The kernel's counters (read by [`Port::tick`]) with the port's own. The kernel's
+    /// `rx_dropped` counts every receive drop of the socket — a full RX ring and an empty fill
+    /// ring (each also counted on its own) and a frame longer than a UMEM frame — so a full
+    /// ring or an empty fill ring counts as `rx_ring_full`, the rest of `rx_dropped` as
+    /// `rx_truncated` (measured: 206 951 ring-full drops showed as 206 951 in both counters).
+    fn drops(&self) -> BackendDrops {
+        let s = self.stats();
+        let k = s.kernel;
+        let ring = k.rx_ring_full + k.rx_fill_ring_empty_descs;
+        BackendDrops {
+            rx_truncated: s.rx_truncated + k.rx_dropped.saturating_sub(ring),
+            rx_ring_full: ring,
+            ..BackendDrops::default()
+        }
+    }
+
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        self.read_kernel_stats()?;
+        Ok(Tick::default())
+    }
+
+    /// The XDP program is detached with the device's last queue.
+    fn visible_close(&self) -> bool {
+        true
     }
 }
 

@@ -2,11 +2,15 @@
 //!
 //! Owns the byte-level formats and syscalls that move frames in and out of the switch:
 //! classic pcap files ([`pcap`]), an in-memory port for tests ([`mem`]), and on Linux live
-//! AF_PACKET ([`afpacket`], with a receive filter its sockets share: [`rxfilter`]) and TAP
-//! ([`tap`]) ports, with the interface ioctls they share
-//! ([`sys`]) and a helper to open ports inside a network namespace ([`netns`]). Every port
-//! speaks the batch [`Port`] interface; the bridge core never sees which backend is behind it,
-//! and this crate never sees the bridge (only the binary wires them).
+//! AF_PACKET ([`afpacket`], with a receive filter its sockets share: [`rxfilter`]), AF_XDP
+//! ([`afxdp`], with its own minimal XDP loader) and TAP ([`tap`]) ports, with the interface
+//! ioctls they share ([`sys`]), a helper to open ports inside a network namespace ([`netns`])
+//! and a lock per interface across daemons ([`iflock`]). Every port speaks the batch [`Port`]
+//! interface, which also carries what a poll loop needs (descriptor, backend drops, a
+//! once-a-second tick, start, close). The bridge core never sees which backend is behind it,
+//! and this crate never sees the bridge: the datapath engine (`qbridge_datapath`) opens the
+//! backends and wires them to the core; the binary and the examples use them directly too
+//! (replay's pcap files, the demo's AF_PACKET ports).
 //!
 //! This is the only crate allowed `unsafe`; it is confined to the syscall modules, and every
 //! block carries a `// SAFETY:` comment (clippy `undocumented_unsafe_blocks` is deny).
@@ -32,4 +36,4 @@ pub mod tap;
 
 pub use error::IoError;
 pub use mem::{MemFrame, MemPort};
-pub use port::{DeviceOffloads, Port, PortCaps, TxOutcome, TxReport};
+pub use port::{BackendDrops, DeviceOffloads, Port, PortCaps, Tick, TxOutcome, TxReport};

@@ -203,12 +203,33 @@ impl Port for MemPort {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn rx_pending(&self) -> bool {
+        self.pending_rx() > 0
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::BackendDrops;
     use qbridge_packet::PacketBuf;
+
+    /// What a poll loop asks of a boxed port beyond the bursts: the in-memory port has frames
+    /// pending without a descriptor, and takes every other default.
+    #[test]
+    fn a_boxed_port_answers_the_poll_loop_with_its_defaults() {
+        let mut m = MemPort::new("m0");
+        let mut b: Box<dyn Port + Send> = Box::new(MemPort::new("m1"));
+        assert_eq!(format!("{b:?}"), "Port { name: \"m1\", .. }");
+        assert!(b.fd().is_none() && !b.rx_pending() && !b.visible_close());
+        assert_eq!(b.drops(), BackendDrops::default());
+        assert_eq!(b.tick().unwrap(), crate::port::Tick::default());
+        b.start().unwrap();
+        b.close().unwrap();
+        m.inject(&[1u8; 60]);
+        assert!(m.rx_pending());
+    }
 
     fn frame(n: u8) -> Vec<u8> {
         let mut f = vec![0xff; 6];

@@ -26,8 +26,21 @@
 //! Ports are single-threaded objects (`&mut self`); a worker thread owns the ports it polls.
 //! No call allocates after warm-up, and a backend makes a bounded number of syscalls per burst
 //! (one kick per transmitted batch), never one per frame where the kernel offers better.
+//!
+//! Besides the bursts, the trait carries what a poll loop needs to drive a port, each with a
+//! default for backends that have nothing to say (the in-memory port, pcap files): how to wait
+//! for it ([`Port::fd`], or [`Port::rx_pending`] for frames waiting without a descriptor), what
+//! the backend dropped before a caller saw a frame ([`Port::drops`], by cause:
+//! [`BackendDrops`]), a once-a-second [`Port::tick`] (device offloads re-read, kernel drop
+//! statistics), [`Port::start`] for a port opened paused, and closing ([`Port::close`],
+//! [`Port::visible_close`]). The datapath engine (`qbridge_datapath`) drives every backend
+//! through these alone, boxed as `Box<dyn Port + Send>`: one dynamic call per burst, none per
+//! frame.
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
+use std::fmt;
+#[cfg(unix)]
+use std::os::fd::BorrowedFd;
 
 use crate::IoError;
 
@@ -254,6 +267,81 @@ pub trait Port {
 
     /// A name for logs and errors (the interface name for live ports).
     fn name(&self) -> &str;
+
+    /// The descriptor that becomes readable when frames wait (`None`: the port has none, or
+    /// the caller does not receive on it).
+    #[cfg(unix)]
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Frames that can be received without waiting on a descriptor (pcap input, patch links,
+    /// the in-memory port).
+    fn rx_pending(&self) -> bool {
+        false
+    }
+
+    /// What the backend dropped so far, by cause (cumulative since it was opened).
+    fn drops(&self) -> BackendDrops {
+        BackendDrops::default()
+    }
+
+    /// Once a second: re-reads what may change under the port (device offloads, kernel drop
+    /// statistics).
+    fn tick(&mut self) -> Result<Tick, IoError> {
+        Ok(Tick::default())
+    }
+
+    /// Called by the thread that takes the port over, before its first burst: a port opened
+    /// paused (AF_PACKET sockets replacing others on their interface) starts receiving.
+    fn start(&mut self) -> Result<(), IoError> {
+        Ok(())
+    }
+
+    /// Whether closing changes something others see — a TAP interface goes away, a pcap file
+    /// is finished, an XDP program is detached — so that whoever closes it can wait for it.
+    /// Sockets: no.
+    fn visible_close(&self) -> bool {
+        false
+    }
+
+    /// Closes the port, reporting what closing can still fail with (a pcap file's flush).
+    /// Dropping a port closes it too, without the report.
+    fn close(self: Box<Self>) -> Result<(), IoError> {
+        Ok(())
+    }
+}
+
+/// A boxed port in logs and `Debug` output: its name.
+impl fmt::Debug for dyn Port + Send + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Port")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frames a backend dropped before they reached its caller, cumulative since the port was
+/// opened, by cause (each is a switch drop reason of the same name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendDrops {
+    /// Longer than the receive slot; cut short (`rx_truncated`).
+    pub rx_truncated: u64,
+    /// Unicast for another host, delivered by a device that does not filter (`rx_filtered`).
+    pub rx_filtered: u64,
+    /// A read too short to hold a frame (`rx_short`).
+    pub rx_short: u64,
+    /// Dropped by the kernel because the receive ring was full (`rx_ring_full`).
+    pub rx_ring_full: u64,
+}
+
+/// What a port's once-a-second [`Port::tick`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// The device's transmit offloads as read now (AF_PACKET), refusals included.
+    pub offloads: Option<DeviceOffloads>,
+    /// Whether the device's features (refusals aside) changed since the last tick.
+    pub offloads_changed: bool,
 }
 
 /// Returns every buffer of `batch` to `pool` in one move ([`BufPool::put_all`]); for the

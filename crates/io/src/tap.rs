@@ -40,7 +40,7 @@ use qbridge_packet::{Batch, BufPool, HEADROOM};
 
 use crate::afpacket::{meta_to_vnet, vnet_to_meta, VNET_HDR_LEN};
 use crate::netns::run_in_netns;
-use crate::port::{recycle, Port, PortCaps, TxOutcome};
+use crate::port::{recycle, BackendDrops, Port, PortCaps, TxOutcome};
 use crate::sys::{self, IfReq};
 use crate::IoError;
 
@@ -458,5 +458,21 @@ impl Port for TapPort {
 
     fn name(&self) -> &str {
         &self.ifname
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        BackendDrops {
+            rx_short: self.stats().rx_short,
+            ..BackendDrops::default()
+        }
+    }
+
+    /// The interface goes away with the device's last queue.
+    fn visible_close(&self) -> bool {
+        true
     }
 }

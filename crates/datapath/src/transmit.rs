@@ -1,8 +1,9 @@
-//! The egress stage: what happens to one port's output batch between the switch and the
-//! port's transmit call. Receive coalescing (GRO) for a port that takes super-frames, offload
-//! fix-up (software segmentation of super-frames the port or its device cannot take, checksum
-//! completion), the burst itself, and super-frames the kernel refused whole segmented and
-//! resent at once: never dropped.
+//! The egress stage, the datapath's transmit side (the bridge's egress tag rewrite is another
+//! thing, in `qbridge_bridge`): what happens to one port's output batch between the switch and
+//! the port's transmit call. Receive coalescing (GRO) for a port that takes super-frames,
+//! offload fix-up (software segmentation of super-frames the port or its device cannot take,
+//! checksum completion), the burst itself, and super-frames the kernel refused whole segmented
+//! and resent at once: never dropped.
 
 use qbridge_io::{IoError, Port, PortCaps, TxReport};
 use qbridge_offload::{Gro, GroLimits};

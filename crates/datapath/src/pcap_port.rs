@@ -1,16 +1,15 @@
-//! The pcap backend of the daemon: only with `--pcap-dir DIR`. It writes what the switch sends
-//! on the port to `DIR/PORT.pcap` and, if `DIR/PORT.in.pcap` exists when the port opens,
-//! receives its frames once, as fast as the worker takes them. `DIR/PORT.pcap` is created
-//! afresh (`O_EXCL | O_NOFOLLOW`, mode 0600 or 0640 with `--socket-group`), never written
-//! through a link someone planted. For tests and recordings
-//! without privileges; it reads records into fresh vectors (one allocation per frame), unlike
-//! the live backends. One queue, shared by the workers ([`crate::queue::SharedQueue`]).
+//! The daemon's pcap-file port (the file format itself is `qbridge_io::pcap`): only with
+//! `--pcap-dir DIR`. It writes what the switch sends on the port to `DIR/PORT.pcap` and, if
+//! `DIR/PORT.in.pcap` exists when the port opens, receives its frames once, as fast as the
+//! worker takes them. `DIR/PORT.pcap` is created afresh (`O_EXCL | O_NOFOLLOW`, mode 0600 or
+//! 0640 with `--socket-group`), never written through a link someone planted. For tests and
+//! recordings without privileges; it reads records into fresh vectors (one allocation per
+//! frame), unlike the live backends. One queue, shared by the workers
+//! ([`crate::queue::SharedQueue`]).
 
-use crate::queue::Queue;
 use qbridge_io::pcap::{FileAccess, PcapReader, PcapWriter};
 use qbridge_io::{IoError, Port, PortCaps, TxOutcome};
 use qbridge_packet::{Batch, BufPool};
-use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 /// A pcap-file port (see the module documentation).
@@ -44,37 +43,6 @@ fn wall_clock_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-impl Queue for PcapPort {
-    fn port(&mut self) -> &mut dyn Port {
-        self
-    }
-
-    fn caps(&self) -> PortCaps {
-        Port::caps(self)
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn fd(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
-
-    fn rx_pending(&self) -> bool {
-        self.input.is_some()
-    }
-
-    fn close(self: Box<Self>) -> Result<(), IoError> {
-        self.writer.finish()
-    }
-
-    /// The file is complete when the command that closed the port answers.
-    fn visible_close(&self) -> bool {
-        true
-    }
 }
 
 impl Port for PcapPort {
@@ -144,5 +112,18 @@ impl Port for PcapPort {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn rx_pending(&self) -> bool {
+        self.input.is_some()
+    }
+
+    /// The file is complete when the command that closed the port answers.
+    fn visible_close(&self) -> bool {
+        true
+    }
+
+    fn close(self: Box<Self>) -> Result<(), IoError> {
+        self.writer.finish()
     }
 }

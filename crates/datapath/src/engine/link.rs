@@ -1,0 +1,276 @@
+//! Link state and MTU, on the control thread: a port goes down (its link, or a worker's
+//! queue failing with a link-down error) and up again; after each command the link state is
+//! pushed into the switch and device and TAP MTUs are raised for the port's largest frame
+//! ([`Engine::sync_port`]); once a second the link watch ([`Engine::link_watch`]) closes the
+//! AF_PACKET and AF_XDP ports whose interface is not up and reopens them when it is, and
+//! creates again a TAP deleted from outside (`super::ports` reopens).
+
+use super::ports::tap_ifname;
+use super::Engine;
+use qbridge_bridge::PortId;
+use qbridge_control::PortSpec;
+use qbridge_io::netns::run_in_netns;
+use qbridge_io::{sys, IoError};
+
+impl Engine {
+    /// Once a second: AF_PACKET ports whose interface is not up (gone, admin down, no carrier)
+    /// go down; ports that are down are reopened when their interface is up again.
+    pub(super) fn link_watch(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(slot) = &self.slots[i] else {
+                continue;
+            };
+            let id = i as u16;
+            match (&slot.spec, slot.link_up) {
+                (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => {
+                    match sys::link_state(dev) {
+                        Ok(sys::LinkState::Up) => {}
+                        Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
+                        Err(e) => self.link_down(id, &e.to_string()),
+                    }
+                }
+                (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, false) => {
+                    if matches!(sys::link_state(dev), Ok(sys::LinkState::Up)) {
+                        let dev = dev.clone();
+                        match self.reopen_device(id, &dev) {
+                            Ok(()) => self.link_up(id),
+                            Err(e) => tracing::debug!("port {id}: reopen failed: {e}"),
+                        }
+                    }
+                }
+                (
+                    PortSpec::Tap { netns, .. }
+                    | PortSpec::Vlan { netns, .. }
+                    | PortSpec::Macvlan { netns, .. }
+                    | PortSpec::Host { netns, .. },
+                    up,
+                ) => {
+                    let ifname = tap_ifname(slot);
+                    let state = match netns {
+                        Some(ns) => {
+                            let n = ifname.clone();
+                            qbridge_io::netns::run_in_netns(ns, move || sys::link_state(&n))
+                                .and_then(|r| r)
+                        }
+                        None => sys::link_state(&ifname),
+                    };
+                    let gone = matches!(state, Err(IoError::NoSuchInterface { .. }));
+                    if up {
+                        // Workers see a deleted TAP too (EBADFD), but only if they poll it.
+                        if gone {
+                            self.link_down(id, &format!("TAP {ifname} was deleted"));
+                        }
+                    } else if gone {
+                        match self.reopen_tap(id) {
+                            Ok(()) => self.link_up(id),
+                            Err(e) => tracing::debug!("port {id}: cannot create its TAP: {e}"),
+                        }
+                    } else if matches!(state, Ok(sys::LinkState::Up | sys::LinkState::NoCarrier)) {
+                        self.link_up(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Marks port `id` down (once): the switch stops using it and forgets its learned
+    /// addresses; AF_PACKET sockets are closed and reopened by the link watch.
+    pub(super) fn link_down(&mut self, id: u16, why: &str) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        if !slot.link_up {
+            return;
+        }
+        slot.link_up = false;
+        slot.link_downs += 1;
+        if let PortSpec::AfPacket { .. } | PortSpec::AfXdp { .. } = slot.spec {
+            if slot.open {
+                self.detach.push(id);
+            }
+            slot.open = false;
+            slot.status.open = false;
+            slot.filter = None;
+            slot.filter_handle = None;
+        }
+        slot.status.error = Some(why.to_owned());
+        tracing::warn!(
+            "port {}: link down ({why}); retrying every second",
+            slot.name
+        );
+        self.session.switch_mut().set_link_state(PortId(id), false);
+        self.publish_status(id);
+    }
+
+    fn link_up(&mut self, id: u16) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        if slot.link_up {
+            return;
+        }
+        slot.link_up = true;
+        slot.status.error = None;
+        tracing::info!("port {}: link up; forwarding resumes", slot.name);
+        self.session.switch_mut().set_link_state(PortId(id), true);
+        self.publish_status(id);
+    }
+
+    /// After a command: push the link state into the switch, raise the device MTU if the
+    /// port's largest frame grew (AF_PACKET, AF_XDP), and change an AF_PACKET port's receive
+    /// filter in place if it must change.
+    pub(super) fn sync_port(&mut self, id: u16, warnings: &mut Vec<String>) {
+        let pid = PortId(id);
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
+        let link_up = slot.link_up;
+        if self.session.switch().port_link_up(pid) != link_up {
+            self.session.switch_mut().set_link_state(pid, link_up);
+        }
+        let want_tap_mtu = self.session.switch().port_settings(pid).mtu;
+        if slot.open && slot.tap_mtu.is_some_and(|m| m < want_tap_mtu) {
+            self.raise_tap_mtu(id, want_tap_mtu, warnings);
+        }
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
+        let device = match (&slot.spec, slot.open) {
+            (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => Some(dev),
+            _ => None,
+        };
+        if let Some(dev) = device {
+            let is_afpacket = matches!(slot.spec, PortSpec::AfPacket { .. });
+            let dev = dev.clone();
+            let name = slot.name.clone();
+            let max_frame = self.session.switch().port_max_frame(pid);
+            let want = max_frame.saturating_sub(14);
+            let have = slot.status.device_mtu.unwrap_or(0);
+            let filter_now = slot.filter.clone();
+            if want > have {
+                match sys::raise_mtu(&dev, want) {
+                    Ok(m) => {
+                        tracing::info!(
+                            "port {name}: device MTU of {dev} raised from {have} to {m} \
+                             (largest frame {max_frame} bytes)"
+                        );
+                        if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                            s.status.device_mtu = Some(m);
+                            s.clear_warning("mtu");
+                        }
+                    }
+                    Err(e) => {
+                        let msg = self.mtu_error(pid, &dev, want, &e);
+                        if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                            s.warn_once("mtu", msg, warnings);
+                        }
+                    }
+                }
+            } else if let Some(Some(s)) = self.slots.get_mut(id as usize) {
+                s.clear_warning("mtu");
+            }
+            let filter = self.rx_filter(pid);
+            if is_afpacket && filter_now.as_ref() != Some(&filter) {
+                self.change_filter(id, filter, warnings);
+            }
+        }
+        self.publish_status(id);
+    }
+
+    /// Raises the MTU of TAP-backed port `id`'s TAP to the port's `mtu` (in the TAP's
+    /// namespace), as creating it does: `link set dev vm0 mtu 9000` is the TAP's MTU too, so
+    /// the host behind it can send what the port forwards. Never lowered (creation does not
+    /// lower it either: the host may keep a larger MTU).
+    fn raise_tap_mtu(&mut self, id: u16, mtu: u32, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return;
+        };
+        let ifname = tap_ifname(slot);
+        let netns = match &slot.spec {
+            PortSpec::Tap { netns, .. }
+            | PortSpec::Vlan { netns, .. }
+            | PortSpec::Macvlan { netns, .. }
+            | PortSpec::Host { netns, .. } => netns.clone(),
+            _ => None,
+        };
+        let r = match &netns {
+            Some(ns) => {
+                let n = ifname.clone();
+                run_in_netns(ns, move || sys::raise_mtu(&n, mtu)).and_then(|r| r)
+            }
+            None => sys::raise_mtu(&ifname, mtu),
+        };
+        match r {
+            Ok(m) => {
+                tracing::info!(
+                    "port {}: MTU of TAP {ifname} raised from {} to {m}",
+                    slot.name,
+                    slot.tap_mtu.unwrap_or(0)
+                );
+                slot.tap_mtu = Some(m);
+                slot.clear_warning("tap_mtu");
+            }
+            Err(e) => {
+                let msg = format!(
+                    "port {}: cannot raise the MTU of TAP {ifname} to {mtu}: {e}",
+                    slot.name
+                );
+                slot.warn_once("tap_mtu", msg, warnings);
+            }
+        }
+    }
+
+    /// Why port `pid` needs a device MTU of `want`: `mtu 1500 + 8 bytes for two VLAN tags,
+    /// envhdr len auto`.
+    fn mtu_need(&self, pid: PortId, want: u32) -> String {
+        let sw = self.session.switch();
+        let st = sw.port_settings(pid);
+        let extra = want.saturating_sub(st.mtu);
+        let what = match (extra, extra % 4) {
+            (0, _) => "no VLAN tag".to_string(),
+            (4, _) => "one VLAN tag".to_string(),
+            (8, _) => "two VLAN tags".to_string(),
+            (n, 0) => format!("{} VLAN tags", n / 4),
+            _ => "the envelope".to_string(),
+        };
+        let envhdr = match st.envhdr_len {
+            Some(n) => format!("envhdr len {n}"),
+            None => "envhdr len auto".to_string(),
+        };
+        format!("mtu {} + {extra} bytes for {what}, {envhdr}", st.mtu)
+    }
+
+    /// The message for a device MTU port `pid` could not get: which MTU, why it is needed, and
+    /// the device's maximum when the kernel tells it.
+    pub(super) fn mtu_error(&self, pid: PortId, dev: &str, want: u32, e: &IoError) -> String {
+        let name = self.session.switch().port_name(pid).unwrap_or("?");
+        let need = self.mtu_need(pid, want);
+        match e {
+            IoError::MtuAboveMax { .. } => {
+                let why = match sys::mtu_limit(dev) {
+                    Ok(l) => match (l.kind.as_deref(), &l.lower, l.max()) {
+                        (Some("vxlan"), Some((ul, ul_mtu)), Some(max)) => format!(
+                            "max {max} (underlay {ul}'s MTU {ul_mtu} less {} bytes of VXLAN \
+                             encapsulation: raise {ul}'s MTU to {} first, or lower the port's \
+                             mtu)",
+                            l.vxlan_overhead(),
+                            want + l.vxlan_overhead()
+                        ),
+                        (_, Some((lower, lower_mtu)), _) => format!(
+                            "above what {dev} takes over its lower device {lower} (MTU \
+                             {lower_mtu}): raise {lower}'s MTU first, or lower the port's mtu"
+                        ),
+                        (_, None, Some(max)) => format!("max {max}"),
+                        _ => "above the device's maximum".to_string(),
+                    },
+                    Err(_) => "above the device's maximum (for a tunnel device: its underlay's \
+                               MTU less the encapsulation)"
+                        .to_string(),
+                };
+                format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {why}")
+            }
+            e => format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {e}"),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! What the engine's threads share: the control channel's messages ([`Ctl`]) and the handle
+//! other threads send them through ([`Handle`]), the runtime facts the control thread answers
+//! metrics with ([`MetricsSnapshot`], [`PortRuntime`]), the per-port counters and offload
+//! state the workers of one port write and the control thread reads ([`PortShared`]), and an
+//! AF_PACKET port's receive filter as the control thread computes it and the backends apply it
+//! ([`RxFilter`]).
+//!
+//! Its own module so that the control thread (`crate::engine`), the workers
+//! (`crate::worker`) and the backends (`crate::backends`) all import it and no import runs
+//! back up: the engine imports the workers and the backends, and they import this, never the
+//! engine. It imports no other module of the crate but `crate::monitor` (a constant).
+
+use crate::monitor::MONITOR_QUEUE_LINES;
+use qbridge_control::{DeviceOffloadStatus, MonitorObject, Op, OutputOptions, Response};
+use qbridge_io::DeviceOffloads;
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Mutex, MutexGuard};
+
+/// What the socket, metrics and worker threads send to the control thread.
+#[derive(Debug)]
+pub enum Ctl {
+    Request {
+        op: Op,
+        reply: mpsc::Sender<Response>,
+    },
+    Metrics {
+        reply: mpsc::Sender<MetricsSnapshot>,
+    },
+    /// A monitor connection: queue the events of `objects` on `events` from now on.
+    Monitor {
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+        events: mpsc::SyncSender<String>,
+    },
+    /// A worker's queue failed with a link-down error (`token` names the port's opening).
+    QueueFailed {
+        token: u64,
+        error: String,
+    },
+    Shutdown,
+}
+
+/// Per-port runtime facts for the metrics endpoint.
+#[derive(Debug, Clone)]
+pub struct PortRuntime {
+    pub name: String,
+    pub running: bool,
+    pub link_up: bool,
+    pub link_downs: u64,
+    pub device_mtu: Option<u32>,
+    /// Super-frames segmented in software for the port, and of those, refused by the kernel.
+    pub tx_sw_gso: u64,
+    pub tx_gso_refused: u64,
+    /// GRO super-frames made for the port and segments merged into them.
+    pub tx_gro_frames: u64,
+    pub tx_gro_segments: u64,
+    /// Frames received on the port by each worker.
+    pub rx_frames_by_worker: Vec<u64>,
+    /// AF_PACKET: the device's offloads as last read.
+    pub offloads: Option<DeviceOffloadStatus>,
+}
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Clone)]
+pub struct MetricsSnapshot {
+    pub stats: serde_json::Value,
+    pub ports: Vec<PortRuntime>,
+    /// Datapath worker threads.
+    pub workers: usize,
+    /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
+    /// configuration is not on disk); `None` without `--state`.
+    pub state_unsaved: Option<bool>,
+}
+
+/// The other threads' way in.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    pub(crate) tx: mpsc::Sender<Ctl>,
+}
+
+impl Handle {
+    /// Runs one request on the control thread and waits for its answer.
+    pub fn call(&self, op: Op) -> Response {
+        let (reply, rx) = mpsc::channel();
+        if self.tx.send(Ctl::Request { op, reply }).is_err() {
+            return Response::err("the daemon is shutting down");
+        }
+        rx.recv()
+            .unwrap_or_else(|_| Response::err("the daemon is shutting down"))
+    }
+
+    pub fn metrics(&self) -> Option<MetricsSnapshot> {
+        let (reply, rx) = mpsc::channel();
+        self.tx.send(Ctl::Metrics { reply }).ok()?;
+        rx.recv().ok()
+    }
+
+    /// Starts a monitor (see [`crate::monitor`]): the event lines, text or JSON as `out`
+    /// says, each ending in a newline. `None` when the engine has stopped.
+    pub fn monitor(
+        &self,
+        objects: Vec<MonitorObject>,
+        out: OutputOptions,
+    ) -> Option<mpsc::Receiver<String>> {
+        let (events, rx) = mpsc::sync_channel(MONITOR_QUEUE_LINES);
+        self.tx
+            .send(Ctl::Monitor {
+                objects,
+                out,
+                events,
+            })
+            .ok()?;
+        Some(rx)
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Ctl::Shutdown);
+    }
+}
+
+/// What the workers of one port share with the control thread: counters the control thread
+/// reads for `link show` and metrics.
+#[derive(Debug, Default)]
+pub struct PortShared {
+    pub tx_sw_gso: AtomicU64,
+    pub tx_gso_refused: AtomicU64,
+    /// GRO: super-frames made for the port, and the segments merged into them.
+    pub tx_gro_frames: AtomicU64,
+    pub tx_gro_segments: AtomicU64,
+    /// Frames received on the port, per worker (written once per burst by that worker).
+    pub rx_frames_by_worker: Box<[AtomicU64]>,
+    /// AF_PACKET: the device's offloads as a worker last read them.
+    offloads: Mutex<Option<DeviceOffloads>>,
+}
+
+impl PortShared {
+    pub(crate) fn new(workers: usize) -> PortShared {
+        PortShared {
+            rx_frames_by_worker: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            ..PortShared::default()
+        }
+    }
+
+    pub(crate) fn lock_offloads(&self) -> MutexGuard<'_, Option<DeviceOffloads>> {
+        self.offloads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Receive filter of an AF_PACKET port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RxFilter {
+    pub promisc: bool,
+    pub unicast: Vec<[u8; 6]>,
+}
