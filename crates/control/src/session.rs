@@ -1,5 +1,9 @@
-//! A [`Session`]: the switch plus what only the control plane knows (each port's backend), and
-//! the execution of commands against it.
+//! A [`Session`]: the switch plus what only the control plane knows (each port's backend, and
+//! in a daemon its status), and the execution of commands against it.
+//!
+//! The top of the crate's import graph: it calls [`crate::parse`], [`crate::render`],
+//! [`crate::running`], [`crate::mirror`] and [`crate::stats`], which read the switch and, for
+//! the backends, the session as a [`Backends`] lookup; none of them imports this module.
 //!
 //! Execution resolves names, merges the options given with the settings in force and calls the
 //! [`Switch`]; it re-implements no semantics. A single command changes nothing when it fails:
@@ -11,73 +15,11 @@ use crate::command::*;
 use crate::error::ControlError;
 use crate::parse::parse_line;
 use crate::render;
+use crate::stats::Snapshot;
+use crate::status::{BackendStatus, Backends};
 use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch, VlanMode};
 use qbridge_wire::MacAddr;
 use std::collections::BTreeMap;
-
-/// What a running daemon knows about a port's backend, shown by `link show`. Offline sessions
-/// have none.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct BackendStatus {
-    /// The backend is open (false: waiting for the interface to appear or come back).
-    pub open: bool,
-    /// The interface's device MTU as last seen or set (AF_PACKET: raised for envelope frames).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_mtu: Option<u32>,
-    /// Whether the socket receives every frame (`PACKET_MR_PROMISC`) or only the unicast
-    /// addresses the bridge needs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub promisc: Option<bool>,
-    /// The kernel's interface name when it differs from what was configured (TAP `tap%d`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ifname: Option<String>,
-    /// Why the backend is not open, when it is not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// AF_PACKET: whether the socket sends straight to the driver (`PACKET_QDISC_BYPASS`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qdisc_bypass: Option<bool>,
-    /// AF_PACKET: receive ring slots per socket (one socket per worker).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ring_frames: Option<u32>,
-    /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offloads: Option<DeviceOffloadStatus>,
-    /// TCP super-frames the daemon segmented in software for this port (the port or its device
-    /// could not take them whole, or the kernel refused them). Not drops.
-    pub tx_sw_gso: u64,
-    /// Of `tx_sw_gso`: super-frames the kernel refused whole (`ENOBUFS` on a qdisc-bypass
-    /// socket, the device would not segment them), segmented and resent at once. Not drops.
-    pub tx_gso_refused: u64,
-    /// Receive coalescing for this port (it takes super-frames): super-frames the daemon made
-    /// of TCP segments of one flow, and the segments merged into them. Not drops.
-    pub tx_gro_frames: u64,
-    pub tx_gro_segments: u64,
-    /// Frames received on this port by each datapath worker (index = worker), since the
-    /// port was added: how the port's load spreads over the workers.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rx_frames_by_worker: Vec<u64>,
-}
-
-/// A device's transmit offloads as the daemon last read them (`ethtool -k` names in the docs).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DeviceOffloadStatus {
-    /// `tx-tcp-segmentation`
-    pub tso4: bool,
-    /// `tx-tcp6-segmentation`
-    pub tso6: bool,
-    /// `tx-tcp-ecn-segmentation`
-    pub tso_ecn: bool,
-    /// `tx-scatter-gather`
-    pub sg: bool,
-    /// `tx-checksum-ipv4` or `tx-checksum-ip-generic`
-    pub csum4: bool,
-    /// `tx-checksum-ipv6` or `tx-checksum-ip-generic`
-    pub csum6: bool,
-    /// Tag depths whose super-frames the kernel refused lately (segmented in software until the
-    /// direct path is tried again).
-    pub refused_tag_depths: Vec<u8>,
-}
 
 /// The switch and the backend spec of each port.
 #[derive(Debug, Clone, Default)]
@@ -193,7 +135,7 @@ impl Session {
             Command::ShowRunningConfig => Ok(self.running_config()),
             Command::Help(Some(o)) => Ok(crate::usage::object(*o)),
             Command::Help(None) => Ok(crate::usage::all()),
-            Command::Mirror(c) => self.mirror(c, out),
+            Command::Mirror(c) => crate::mirror::execute(&mut self.switch, self.may_exist, c, out),
         }
     }
 
@@ -294,7 +236,7 @@ impl Session {
                         return Err(qbridge_bridge::ConfigError::NoSuchDevice(d.clone()).into());
                     }
                 }
-                return Ok(render::links(self, dev.as_deref(), out));
+                return Ok(render::links(&self.switch, self, dev.as_deref(), out));
             }
         }
         Ok(String::new())
@@ -484,13 +426,56 @@ impl Session {
     /// The whole configuration as a batch file that recreates it on a fresh switch (see
     /// [`crate::running`]).
     pub fn running_config(&self) -> String {
-        crate::running::running_config(self)
+        crate::running::running_config(&self.switch, self)
+    }
+
+    /// Every counter of the switch and the ports' backends (see [`Snapshot::take`]).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::take(&self.switch, self)
     }
 
     /// Per-port counters with drops by reason (every reason, zeros included), per-VLAN counters
-    /// of each bridge, and the switch-level `unknown_port_drops`, as one JSON value.
+    /// of each bridge, and the switch-level `unknown_port_drops`, as one JSON value
+    /// ([`Snapshot::to_stats_json`]).
     pub fn stats_json(&self) -> serde_json::Value {
-        render::stats_json(self)
+        self.snapshot().to_stats_json()
+    }
+
+    /// Applies a state file's text to the session, all or nothing: the configuration, then the
+    /// changes appended after [`CHANGES_MARKER`](crate::running::CHANGES_MARKER) with `apply`'s meaning. A last appended line
+    /// without its newline (a write cut short by a power cut) is left out. Errors name the line of
+    /// the whole text.
+    pub fn restore(&mut self, text: &str) -> Result<(), ControlError> {
+        let out = crate::OutputOptions::default();
+        let Some((config, changes)) = text.split_once(crate::running::CHANGES_MARKER) else {
+            self.execute_batch(text, out)?;
+            return Ok(());
+        };
+        let changes = match changes.rfind('\n') {
+            Some(i) => &changes[..=i],
+            None => "",
+        };
+        let mut work = self.clone();
+        work.execute_batch(config, out)?;
+        let before = config.lines().count() + 1;
+        work.apply_batch(changes, out).map_err(|e| match e {
+            ControlError::Line { line, error } => ControlError::Line {
+                line: line + before,
+                error,
+            },
+            e => e,
+        })?;
+        *self = work;
+        Ok(())
+    }
+}
+
+impl Backends for Session {
+    fn port_spec(&self, name: &str) -> Option<&PortSpec> {
+        self.specs.get(name)
+    }
+    fn backend_status(&self, name: &str) -> Option<&BackendStatus> {
+        self.status.get(name)
     }
 }
 
@@ -1034,11 +1019,4 @@ fn merge_port(mut s: PortSettings, o: &PortOptions) -> PortSettings {
         s.default_pcp = v;
     }
     s
-}
-
-impl Session {
-    /// Whether commands run with `apply`'s may-exist meaning (see [`Session::apply_batch`]).
-    pub(crate) fn may_exist(&self) -> bool {
-        self.may_exist
-    }
 }

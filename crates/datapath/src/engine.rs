@@ -32,9 +32,8 @@ use crate::reaper::Reaper;
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use qbridge_bridge::{DropReason, FdbFilter, FdbKind, MacvlanMode, Plan, PortId, Role};
 use qbridge_control::{
-    parse_words, BackendStatus, Command, ControlError, DeviceOffloadStatus, FdbCommand,
-    LinkCommand, MirrorCommand, MonitorObject, Op, OutputOptions, PortSpec, Response, Session,
-    VlanCommand,
+    parse_words, BackendStatus, Command, ControlError, FdbCommand, LinkCommand, MirrorCommand,
+    MonitorObject, Op, OutputOptions, PortSpec, Response, Session, Snapshot, VlanCommand,
 };
 use qbridge_io::afpacket::RxFilterHandle;
 use qbridge_io::iflock::{self, IfaceLock, LockError};
@@ -45,7 +44,7 @@ use rustix::event::{eventfd, EventfdFlags};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -73,7 +72,7 @@ pub enum Ctl {
         reply: mpsc::Sender<Response>,
     },
     Metrics {
-        reply: mpsc::Sender<MetricsSnapshot>,
+        reply: mpsc::Sender<Snapshot>,
     },
     /// A monitor connection: queue the events of `objects` on `events` from now on.
     Monitor {
@@ -87,38 +86,6 @@ pub enum Ctl {
         error: String,
     },
     Shutdown,
-}
-
-/// Per-port runtime facts for the metrics endpoint.
-#[derive(Debug, Clone)]
-pub struct PortRuntime {
-    pub name: String,
-    pub running: bool,
-    pub link_up: bool,
-    pub link_downs: u64,
-    pub device_mtu: Option<u32>,
-    /// Super-frames segmented in software for the port, and of those, refused by the kernel.
-    pub tx_sw_gso: u64,
-    pub tx_gso_refused: u64,
-    /// GRO super-frames made for the port and segments merged into them.
-    pub tx_gro_frames: u64,
-    pub tx_gro_segments: u64,
-    /// Frames received on the port by each worker.
-    pub rx_frames_by_worker: Vec<u64>,
-    /// AF_PACKET: the device's offloads as last read.
-    pub offloads: Option<DeviceOffloadStatus>,
-}
-
-/// Everything `/metrics` shows.
-#[derive(Debug, Clone)]
-pub struct MetricsSnapshot {
-    pub stats: serde_json::Value,
-    pub ports: Vec<PortRuntime>,
-    /// Datapath worker threads.
-    pub workers: usize,
-    /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
-    /// configuration is not on disk); `None` without `--state`.
-    pub state_unsaved: Option<bool>,
 }
 
 /// The other threads' way in.
@@ -138,7 +105,7 @@ impl Handle {
             .unwrap_or_else(|_| Response::err("the daemon is shutting down"))
     }
 
-    pub fn metrics(&self) -> Option<MetricsSnapshot> {
+    pub fn metrics(&self) -> Option<Snapshot> {
         let (reply, rx) = mpsc::channel();
         self.tx.send(Ctl::Metrics { reply }).ok()?;
         rx.recv().ok()
@@ -1289,16 +1256,7 @@ impl Engine {
 
     fn publish_status(&mut self, id: u16) {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
-            slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
-            slot.status.tx_gso_refused = slot.shared.tx_gso_refused.load(Ordering::Relaxed);
-            slot.status.tx_gro_frames = slot.shared.tx_gro_frames.load(Ordering::Relaxed);
-            slot.status.tx_gro_segments = slot.shared.tx_gro_segments.load(Ordering::Relaxed);
-            slot.status.rx_frames_by_worker = slot
-                .shared
-                .rx_frames_by_worker
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect();
+            slot.status.counters = crate::snapshot::backend_counters(&slot.shared);
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }
@@ -1711,35 +1669,16 @@ impl Engine {
         }
     }
 
-    fn metrics(&self) -> MetricsSnapshot {
-        let sw = self.session.switch();
-        let ports = sw
-            .port_ids()
-            .map(|(id, name)| {
-                let slot = self.slots.get(id.0 as usize).and_then(Option::as_ref);
-                PortRuntime {
-                    name: name.to_owned(),
-                    running: sw.port_running(id),
-                    link_up: sw.port_link_up(id),
-                    link_downs: slot.map_or(0, |s| s.link_downs),
-                    device_mtu: slot.and_then(|s| s.status.device_mtu),
-                    tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
-                    tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
-                    tx_gro_frames: slot.map_or(0, |s| s.status.tx_gro_frames),
-                    tx_gro_segments: slot.map_or(0, |s| s.status.tx_gro_segments),
-                    rx_frames_by_worker: slot
-                        .map(|s| s.status.rx_frames_by_worker.clone())
-                        .unwrap_or_default(),
-                    offloads: slot.and_then(|s| s.status.offloads.clone()),
-                }
-            })
-            .collect();
-        MetricsSnapshot {
-            stats: self.session.stats_json(),
-            ports,
-            workers: self.workers.len(),
-            state_unsaved: self.cfg.state.as_ref().map(|s| !s.is_saved()),
-        }
+    /// The counter snapshot for a scrape (`crate::snapshot`), after [`Engine::publish_all`].
+    fn metrics(&self) -> Snapshot {
+        let link_downs = |id: PortId| {
+            self.slots
+                .get(id.0 as usize)
+                .and_then(Option::as_ref)
+                .map_or(0, |s| s.link_downs)
+        };
+        let unsaved = self.cfg.state.as_ref().map(|s| !s.is_saved());
+        crate::snapshot::take(&self.session, link_downs, self.workers.len(), unsaved)
     }
 }
 

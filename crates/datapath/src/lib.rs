@@ -24,10 +24,11 @@ pub mod patch;
 pub mod pcap;
 pub mod queue;
 mod reaper;
+mod snapshot;
 pub mod state;
 mod worker;
 
 pub use backends::default_ring_frames;
-pub use engine::{Ctl, Engine, EngineConfig, Handle, MetricsSnapshot, PortRuntime, PortShared};
+pub use engine::{Ctl, Engine, EngineConfig, Handle, PortShared};
 pub use queue::{BackendDrops, Queue, Queues, SharedQueue, Tick};
 pub use worker::BURST;
