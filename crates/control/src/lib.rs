@@ -1,21 +1,21 @@
 //! The control plane of qbridge: the command grammar of ip-link(8) and bridge(8), batch files,
 //! and the execution of commands against a [`Switch`](qbridge_bridge::Switch).
 //!
-//! The modules, each importing only those listed after it (no circle):
+//! The modules, each importing only modules listed after it (imports run one way):
 //! - [`session`] ([`Session`]): executes commands against the switch and records each port's
-//!   backend ([`PortSpec`]) and, in a daemon, its status; batches are all-or-nothing. The one
-//!   module that calls the others below;
-//! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed), with
-//!   [`words`] (iproute2's abbreviation rules and "did you mean");
-//! - output, from a switch and a [`Backends`] lookup (the session is one), never the
-//!   session: [`render`] (the show commands' text and JSON), [`running`] (`show
-//!   running-config`), [`mirror`] (the `mirror` object: execution on a switch, output);
+//!   backend ([`PortSpec`]) and, in a daemon, its status ([`BackendStatus`]); batches are
+//!   all-or-nothing. The one module that calls the others;
+//! - output, from a [`Switch`](qbridge_bridge::Switch) and a [`Backends`] lookup (the
+//!   session is one), never the session: [`running`] (`show running-config`), [`render`]
+//!   (the show commands' text and JSON), [`mirror`] (the `mirror` object: execution on a
+//!   switch, and its output);
 //! - [`stats`]: the typed counter [`Snapshot`] that `link show -s`, `stats.json` and the
 //!   daemon's Prometheus endpoint render;
-//! - [`status`]: a port's backend status in a daemon ([`BackendStatus`]) and the
-//!   [`Backends`] lookup;
-//! - [`command`] (the typed commands), [`error`], [`usage`] (the help texts);
-//! - [`protocol`]: the control-socket messages between the CLI and the daemon.
+//! - [`status`]: a port's backend status in a daemon and the [`Backends`] lookup;
+//! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed), with [`words`]
+//!   (iproute2's abbreviation rules and "did you mean");
+//! - [`usage`] (the help texts), [`protocol`] (the control-socket messages between the CLI
+//!   and the daemon), [`command`] (the typed commands), [`error`].
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:

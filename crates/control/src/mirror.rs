@@ -14,7 +14,7 @@ use std::fmt::Write;
 /// `mirror add|del|show` on `sw`. With `may_exist` (`apply`), adding a session identical to
 /// an existing one does nothing, and deleting one that is not there is not an error; a
 /// different session under the same name is an error naming both.
-pub(crate) fn execute(
+pub fn execute(
     sw: &mut Switch,
     may_exist: bool,
     cmd: &MirrorCommand,

@@ -28,7 +28,7 @@ use std::fmt::Write;
 /// one line in `drop_reasons!` and appears everywhere by its name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
-    /// Every port, bridges' host ports included, in port id order.
+    /// Every port, bridges' host ports included, in creation order ([`Switch::port_ids`]).
     pub ports: Vec<PortStats>,
     /// Every bridge, in bridge id order.
     pub bridges: Vec<BridgeStats>,

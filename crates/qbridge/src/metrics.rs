@@ -153,7 +153,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The exposition text of one snapshot: the counter tables of [`qbridge_control::stats`]
 /// (one family per row), then the gauges and the per-worker, mirror and switch-wide families.
 /// Within a family, ports, bridges, VLANs and mirror sessions come in the snapshot's order
-/// (ids, VIDs, creation).
+/// (port creation, bridge id, VID, session creation).
 pub fn render(snap: &Snapshot) -> String {
     let mut o = String::new();
     for k in &PORT_COUNTERS {

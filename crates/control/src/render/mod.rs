@@ -3,6 +3,11 @@
 //!
 //! Text lines carry no trailing spaces (iproute2's do). JSON is one line per show command, or
 //! indented with `-p`.
+//!
+//! Here `fdb show` and `vlan show` (with `-s`, `map`); `link show` in [`link`]; `mirror show` in
+//! [`crate::mirror`]. Every function reads a [`Switch`] (and for `link show` a
+//! [`Backends`](crate::Backends) lookup), never the session; imports [`crate::stats`] and
+//! [`crate::status`], not the session, the running configuration or the mirror module.
 
 use crate::command::OutputOptions;
 use crate::error::ControlError;
@@ -11,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
-mod link;
+pub mod link;
 
 pub use link::links;
 
