@@ -21,9 +21,10 @@ use std::fmt::Write;
 /// **Adding a counter.** A counter the switch keeps per port is a field of
 /// [`PortCounters`] (`crates/bridge/src/counters.rs`, summed from the per-worker cells); one
 /// the daemon's datapath keeps per port is a field of [`BackendCounters`]
-/// (`crates/control/src/status.rs`, filled by the engine). Then one row in
-/// [`PORT_COUNTERS`] or [`BACKEND_COUNTERS`] names it for `stats.json` and Prometheus
-/// (key, metric, help); `link show -j -s` shows the struct's field by itself (`stats` or
+/// (`crates/control/src/status.rs`, filled by the engine in `crates/datapath/src/snapshot.rs`
+/// from the port's `PortShared`). Then one row in [`PORT_COUNTERS`] or [`BACKEND_COUNTERS`]
+/// ([`VLAN_COUNTERS`], [`MIRROR_COUNTERS`] for those records) names it for `stats.json` and
+/// Prometheus (key, metric, help); `link show -j -s` shows the struct's field by itself (`stats` or
 /// `runtime`); the `link show -s` text shows what [`port_text`] writes. A new drop reason is
 /// one line in `drop_reasons!` and appears everywhere by its name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -231,6 +232,23 @@ pub const VLAN_COUNTERS: [Counter<VlanCounters>; 4] = [
         metric: "qbridge_vlan_tx_bytes_total",
         help: "Bytes sent on the VLAN.",
         get: |c| c.tx_bytes,
+    },
+];
+
+/// A mirror session's counters, as Prometheus names them (`stats.json` has the
+/// [`MirrorCounters`] as they serialize).
+pub const MIRROR_COUNTERS: [Counter<MirrorCounters>; 2] = [
+    Counter {
+        key: "frames",
+        metric: "qbridge_mirror_frames_total",
+        help: "Copies the mirror session delivered.",
+        get: |c| c.frames,
+    },
+    Counter {
+        key: "bytes",
+        metric: "qbridge_mirror_bytes_total",
+        help: "Bytes of the copies the mirror session delivered.",
+        get: |c| c.bytes,
     },
 ];
 

@@ -9,8 +9,8 @@
 //! names and formats it. Binds to loopback unless `--metrics-public` is given.
 
 use anyhow::{bail, Context};
-use qbridge_bridge::{DropReason, MirrorCounters};
-use qbridge_control::stats::{BACKEND_COUNTERS, PORT_COUNTERS, VLAN_COUNTERS};
+use qbridge_bridge::DropReason;
+use qbridge_control::stats::{BACKEND_COUNTERS, MIRROR_COUNTERS, PORT_COUNTERS, VLAN_COUNTERS};
 use qbridge_control::{BackendCounters, PortStats, Snapshot};
 use qbridge_datapath::Handle;
 use std::fmt::Write as _;
@@ -357,26 +357,15 @@ pub fn render(snap: &Snapshot) -> String {
             b.fdb_learned
         );
     }
-    let mirror_counters: [(&str, &str, fn(&MirrorCounters) -> u64); 2] = [
-        (
-            "qbridge_mirror_frames_total",
-            "Copies the mirror session delivered.",
-            |c| c.frames,
-        ),
-        (
-            "qbridge_mirror_bytes_total",
-            "Bytes of the copies the mirror session delivered.",
-            |c| c.bytes,
-        ),
-    ];
-    for (name, help, get) in mirror_counters {
-        family(&mut o, name, "counter", help);
+    for k in &MIRROR_COUNTERS {
+        family(&mut o, k.metric, "counter", k.help);
         for m in &snap.mirrors {
             let _ = writeln!(
                 o,
-                "{name}{{session=\"{}\"}} {}",
+                "{}{{session=\"{}\"}} {}",
+                k.metric,
                 esc(&m.name),
-                get(&m.counters)
+                (k.get)(&m.counters)
             );
         }
     }
@@ -416,7 +405,7 @@ pub fn render(snap: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qbridge_bridge::{PortCounters, VlanCounters};
+    use qbridge_bridge::{MirrorCounters, PortCounters, VlanCounters};
     use qbridge_control::stats::{BridgeStats, MirrorStats, VlanStats};
     use qbridge_control::BackendStatus;
 
