@@ -105,6 +105,29 @@ pub struct BridgeStats {
     pub vlans: Vec<VlanStats>,
 }
 
+impl BridgeStats {
+    /// Bridge `bid`'s record.
+    pub fn take(sw: &Switch, bid: BridgeId) -> BridgeStats {
+        let mut vids = bridge_vids(sw, bid);
+        if sw.vlan_counters(bid, 0) != Default::default() {
+            vids.insert(0);
+        }
+        let (fdb_entries, fdb_learned) = sw.fdb_len(bid);
+        BridgeStats {
+            name: sw.bridge_name(bid).to_owned(),
+            fdb_entries,
+            fdb_learned,
+            vlans: vids
+                .into_iter()
+                .map(|vid| VlanStats {
+                    vid,
+                    counters: sw.vlan_counters(bid, vid),
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct VlanStats {
     pub vid: u16,
@@ -283,25 +306,7 @@ impl Snapshot {
             .collect();
         let bridges = sw
             .bridge_ids()
-            .map(|(bid, bname)| {
-                let mut vids = bridge_vids(sw, bid);
-                if sw.vlan_counters(bid, 0) != Default::default() {
-                    vids.insert(0);
-                }
-                let (fdb_entries, fdb_learned) = sw.fdb_len(bid);
-                BridgeStats {
-                    name: bname.to_owned(),
-                    fdb_entries,
-                    fdb_learned,
-                    vlans: vids
-                        .into_iter()
-                        .map(|vid| VlanStats {
-                            vid,
-                            counters: sw.vlan_counters(bid, vid),
-                        })
-                        .collect(),
-                }
-            })
+            .map(|(bid, _)| BridgeStats::take(sw, bid))
             .collect();
         let mirrors = sw
             .mirrors(true)

@@ -4,13 +4,15 @@
 //! Text lines carry no trailing spaces (iproute2's do). JSON is one line per show command, or
 //! indented with `-p`.
 //!
-//! Here `fdb show` and `vlan show` (with `-s`, `map`); `link show` in [`link`]; `mirror show` in
+//! Here `fdb show` and `vlan show` (with `-s`, from the counter snapshot's
+//! [`BridgeStats`], and `map`); `link show` in [`link`]; `mirror show` in
 //! [`crate::mirror`]. Every function reads a [`Switch`] (and for `link show` a
 //! [`Backends`](crate::Backends) lookup), never the session; imports [`crate::stats`] and
 //! [`crate::status`], not the session, the running configuration or the mirror module.
 
 use crate::command::OutputOptions;
 use crate::error::ControlError;
+use crate::stats::{BridgeStats, VlanStats};
 use qbridge_bridge::{FdbEntryView, FdbKind, Switch};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -373,19 +375,20 @@ pub fn vlan_stats(
         if only_bridge.is_some_and(|b| b != bid) {
             continue;
         }
-        let vlans: Vec<VlanStatsJson> = crate::stats::bridge_vids(sw, bid)
+        // The snapshot's record of the bridge; VID 0 (a VLAN-unaware bridge's frames) is not
+        // a VLAN to show.
+        let vlans: Vec<VlanStatsJson> = BridgeStats::take(sw, bid)
+            .vlans
             .into_iter()
-            .filter(|&v| vid.is_none_or(|only| only == v))
-            .filter(|&vid| only_port.is_none_or(|p| sw.vlan_membership(p, vid).is_some()))
-            .map(|vid| {
-                let c = sw.vlan_counters(bid, vid);
-                VlanStatsJson {
-                    vid,
-                    rx_bytes: c.rx_bytes,
-                    rx_packets: c.rx_frames,
-                    tx_bytes: c.tx_bytes,
-                    tx_packets: c.tx_frames,
-                }
+            .filter(|v| v.vid != 0)
+            .filter(|v| vid.is_none_or(|only| only == v.vid))
+            .filter(|v| only_port.is_none_or(|p| sw.vlan_membership(p, v.vid).is_some()))
+            .map(|VlanStats { vid, counters: c }| VlanStatsJson {
+                vid,
+                rx_bytes: c.rx_bytes,
+                rx_packets: c.rx_frames,
+                tx_bytes: c.tx_bytes,
+                tx_packets: c.tx_frames,
             })
             .collect();
         if !vlans.is_empty() {
