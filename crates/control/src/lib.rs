@@ -1,13 +1,21 @@
 //! The control plane of qbridge: the command grammar of ip-link(8) and bridge(8), batch files,
 //! and the execution of commands against a [`Switch`](qbridge_bridge::Switch).
 //!
-//! Three layers, kept apart:
-//! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed),
-//! - [`Session`]: executes commands against the switch and records each port's backend
-//!   ([`PortSpec`]); batches are all-or-nothing,
-//! - [`render`]: text and JSON output of the show commands,
-//! - [`protocol`]: the control-socket messages between the CLI and the daemon,
-//! - [`words`]: iproute2's abbreviation rules and "did you mean"; [`usage`]: the help texts.
+//! The modules, each importing only modules listed after it (imports run one way):
+//! - [`session`] ([`Session`]): executes commands against the switch and records each port's
+//!   backend ([`PortSpec`]) and, in a daemon, its status ([`BackendStatus`]); batches are
+//!   all-or-nothing. The one module that calls the others;
+//! - output, from a [`Switch`](qbridge_bridge::Switch) and a [`Backends`] lookup (the
+//!   session is one), never the session: [`running`] (`show running-config`), [`render`]
+//!   (the show commands' text and JSON), [`mirror`] (the `mirror` object: execution on a
+//!   switch, and its output);
+//! - [`stats`]: the typed counter [`Snapshot`] that `link show -s`, `stats.json` and the
+//!   daemon's Prometheus endpoint render;
+//! - [`status`]: a port's backend status in a daemon and the [`Backends`] lookup;
+//! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed), with [`words`]
+//!   (iproute2's abbreviation rules and "did you mean");
+//! - [`usage`] (the help texts), [`protocol`] (the control-socket messages between the CLI
+//!   and the daemon), [`command`] (the typed commands), [`error`].
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
@@ -32,6 +40,8 @@ pub mod protocol;
 pub mod render;
 pub mod running;
 pub mod session;
+pub mod stats;
+pub mod status;
 pub mod usage;
 pub mod words;
 
@@ -45,4 +55,6 @@ pub use protocol::{
     batch_too_long, Incoming, MonitorObject, Op, Request, Response, WireOptions, MAX_BATCH_BYTES,
     MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION,
 };
-pub use session::{BackendStatus, DeviceOffloadStatus, Session};
+pub use session::Session;
+pub use stats::{PortStats, Snapshot};
+pub use status::{BackendCounters, BackendStatus, Backends, DeviceOffloadStatus};

@@ -1,46 +1,45 @@
-//! The `mirror` object on the control side: executing `mirror add|del|show`, its text and
-//! JSON output, and its lines in the running configuration. The rules are the switch's
-//! (`qbridge_bridge::mirror`, `docs/semantics.md` §M).
+//! The `mirror` object on the control side: executing `mirror add|del|show` on a switch, its
+//! text and JSON output, and its lines in the running configuration. The rules are the
+//! switch's (`qbridge_bridge::mirror`, `docs/semantics.md` §M).
+//!
+//! Works on a [`Switch`] alone: imports neither the session nor the other output modules
+//! (the session calls [`execute`], the running configuration [`running_lines`]).
 
 use crate::command::{MirrorCommand, OutputOptions};
 use crate::error::ControlError;
-use crate::session::Session;
 use qbridge_bridge::counters::drop_words;
 use qbridge_bridge::{MirrorDst, MirrorSpec, MirrorView, Switch};
 use std::fmt::Write;
 
-impl Session {
-    /// `mirror add|del|show`. Under `apply` (may-exist), adding a session identical to an
-    /// existing one does nothing, and deleting one that is not there is not an error; a
-    /// different session under the same name is an error naming both.
-    pub(crate) fn mirror(
-        &mut self,
-        cmd: &MirrorCommand,
-        out: OutputOptions,
-    ) -> Result<String, ControlError> {
-        let may_exist = self.may_exist();
-        let sw = self.switch_mut();
-        match cmd {
-            MirrorCommand::Add(spec) => match sw.mirror_spec(&spec.name) {
-                Some(have) if may_exist && have == *spec => {}
-                Some(have) if may_exist => {
-                    return Err(ControlError::MirrorExistsDifferent {
-                        name: spec.name.clone(),
-                        have: spec_words(&have),
-                        want: spec_words(spec),
-                    })
-                }
-                _ => sw.mirror_add(spec)?,
-            },
-            MirrorCommand::Del { name } => {
-                if !(may_exist && sw.mirror_spec(name).is_none()) {
-                    sw.mirror_del(name)?;
-                }
+/// `mirror add|del|show` on `sw`. With `may_exist` (`apply`), adding a session identical to
+/// an existing one does nothing, and deleting one that is not there is not an error; a
+/// different session under the same name is an error naming both.
+pub fn execute(
+    sw: &mut Switch,
+    may_exist: bool,
+    cmd: &MirrorCommand,
+    out: OutputOptions,
+) -> Result<String, ControlError> {
+    match cmd {
+        MirrorCommand::Add(spec) => match sw.mirror_spec(&spec.name) {
+            Some(have) if may_exist && have == *spec => {}
+            Some(have) if may_exist => {
+                return Err(ControlError::MirrorExistsDifferent {
+                    name: spec.name.clone(),
+                    have: spec_words(&have),
+                    want: spec_words(spec),
+                })
             }
-            MirrorCommand::Show { name } => return show(sw, name.as_deref(), out),
+            _ => sw.mirror_add(spec)?,
+        },
+        MirrorCommand::Del { name } => {
+            if !(may_exist && sw.mirror_spec(name).is_none()) {
+                sw.mirror_del(name)?;
+            }
         }
-        Ok(String::new())
+        MirrorCommand::Show { name } => return show(sw, name.as_deref(), out),
     }
+    Ok(String::new())
 }
 
 /// The words after `mirror add` that recreate `spec`.

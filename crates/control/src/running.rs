@@ -20,17 +20,16 @@
 //! Counters, learned entries and backend state are not configuration and are not saved.
 
 use crate::command::{PortSpec, XdpAttach};
-use crate::error::ControlError;
 use crate::render::{self, on_off};
-use crate::session::Session;
+use crate::status::Backends;
 use qbridge_bridge::switch::tpid_name;
 use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, PvlanRole, Role, Switch};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-/// The running configuration of `session` as batch-file text.
-pub fn running_config(session: &Session) -> String {
-    let sw = session.switch();
+/// The running configuration of switch `sw`, with its ports' backends from `backends`, as
+/// batch-file text.
+pub fn running_config(sw: &Switch, backends: &impl Backends) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -63,7 +62,7 @@ pub fn running_config(session: &Session) -> String {
         if done.contains(name) {
             continue;
         }
-        if let Some(line) = create_line(session, *id, name, &mut done) {
+        if let Some(line) = create_line(sw, backends, *id, name, &mut done) {
             out.push_str(&line);
             out.push('\n');
         }
@@ -117,13 +116,13 @@ fn lower_name(sw: &Switch, id: PortId) -> String {
 
 /// The line that creates port `id` (`None` for a port without a backend spec).
 fn create_line(
-    session: &Session,
+    sw: &Switch,
+    backends: &impl Backends,
     id: PortId,
     name: &str,
     done: &mut BTreeSet<String>,
 ) -> Option<String> {
-    let sw = session.switch();
-    let spec = session.port_spec(name)?;
+    let spec = backends.port_spec(name)?;
     done.insert(name.to_string());
     let index = id.0;
     let mut l = match spec {
@@ -517,34 +516,6 @@ pub fn change_line(cmd: &crate::Command, words: &[String]) -> Option<String> {
         }
         _ => None,
     }
-}
-
-/// Applies a state file's text to `session`, all or nothing: the configuration, then the
-/// changes appended after [`CHANGES_MARKER`] with `apply`'s meaning. A last appended line
-/// without its newline (a write cut short by a power cut) is left out. Errors name the line of
-/// the whole text.
-pub fn restore(session: &mut Session, text: &str) -> Result<(), ControlError> {
-    let out = crate::OutputOptions::default();
-    let Some((config, changes)) = text.split_once(CHANGES_MARKER) else {
-        session.execute_batch(text, out)?;
-        return Ok(());
-    };
-    let changes = match changes.rfind('\n') {
-        Some(i) => &changes[..=i],
-        None => "",
-    };
-    let mut work = session.clone();
-    work.execute_batch(config, out)?;
-    let before = config.lines().count() + 1;
-    work.apply_batch(changes, out).map_err(|e| match e {
-        ControlError::Line { line, error } => ControlError::Line {
-            line: line + before,
-            error,
-        },
-        e => e,
-    })?;
-    *session = work;
-    Ok(())
 }
 
 /// The port an FDB entry's `ifname` names: a port, or (a host port's name being its bridge's)

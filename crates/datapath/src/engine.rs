@@ -35,13 +35,13 @@ use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors};
 use crate::queue::Opened;
 use crate::reaper::Reaper;
-use crate::shared::{Ctl, Handle, MetricsSnapshot, PortRuntime};
+use crate::shared::{Ctl, Handle};
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use ports::Slot;
 use qbridge_bridge::Plan;
 use qbridge_control::{
     parse_words, Command, ControlError, FdbCommand, LinkCommand, MirrorCommand, Op, OutputOptions,
-    PortSpec, Response, Session, VlanCommand,
+    PortSpec, Response, Session, Snapshot, VlanCommand,
 };
 use qbridge_io::iflock::IfaceLock;
 use rustix::event::{eventfd, EventfdFlags};
@@ -508,35 +508,16 @@ impl Engine {
         }
     }
 
-    fn metrics(&self) -> MetricsSnapshot {
-        let sw = self.session.switch();
-        let ports = sw
-            .port_ids()
-            .map(|(id, name)| {
-                let slot = self.slots.get(id.0 as usize).and_then(Option::as_ref);
-                PortRuntime {
-                    name: name.to_owned(),
-                    running: sw.port_running(id),
-                    link_up: sw.port_link_up(id),
-                    link_downs: slot.map_or(0, |s| s.link_downs),
-                    device_mtu: slot.and_then(|s| s.status.device_mtu),
-                    tx_sw_gso: slot.map_or(0, |s| s.status.tx_sw_gso),
-                    tx_gso_refused: slot.map_or(0, |s| s.status.tx_gso_refused),
-                    tx_gro_frames: slot.map_or(0, |s| s.status.tx_gro_frames),
-                    tx_gro_segments: slot.map_or(0, |s| s.status.tx_gro_segments),
-                    rx_frames_by_worker: slot
-                        .map(|s| s.status.rx_frames_by_worker.clone())
-                        .unwrap_or_default(),
-                    offloads: slot.and_then(|s| s.status.offloads.clone()),
-                }
-            })
-            .collect();
-        MetricsSnapshot {
-            stats: self.session.stats_json(),
-            ports,
-            workers: self.workers.len(),
-            state_unsaved: self.cfg.state.as_ref().map(|s| !s.is_saved()),
-        }
+    /// The counter snapshot for a scrape (`crate::snapshot`), after [`Engine::publish_all`].
+    fn metrics(&self) -> Snapshot {
+        let link_downs = |id: qbridge_bridge::PortId| {
+            self.slots
+                .get(id.0 as usize)
+                .and_then(Option::as_ref)
+                .map_or(0, |s| s.link_downs)
+        };
+        let unsaved = self.cfg.state.as_ref().map(|s| !s.is_saved());
+        crate::snapshot::take(&self.session, link_downs, self.workers.len(), unsaved)
     }
 }
 

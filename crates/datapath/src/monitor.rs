@@ -328,8 +328,9 @@ fn mirrors(session: &Session) -> BTreeMap<String, (String, Value)> {
 /// Every link's monitor line (the first line of `link show`, and the port's link state) and
 /// its JSON object (`link show -j`'s, without the runtime counters).
 fn links(session: &Session) -> BTreeMap<String, (String, Value)> {
-    let text = render::links(session, None, OutputOptions::default());
+    let text = render::links(session.switch(), session, None, OutputOptions::default());
     let json = render::links(
+        session.switch(),
         session,
         None,
         OutputOptions {

@@ -1,6 +1,6 @@
-//! What the engine's threads share: the control channel's messages ([`Ctl`]) and the handle
-//! other threads send them through ([`Handle`]), the runtime facts the control thread answers
-//! metrics with ([`MetricsSnapshot`], [`PortRuntime`]), the per-port counters and offload
+//! What the engine's threads share: the control channel's messages ([`Ctl`]; a scrape is
+//! answered with a `qbridge_control::Snapshot` that `crate::snapshot` builds) and the handle
+//! other threads send them through ([`Handle`]), the per-port counters and offload
 //! state the workers of one port write and the control thread reads ([`PortShared`]), and an
 //! AF_PACKET port's receive filter as the control thread computes it and the backends apply it
 //! ([`RxFilter`]).
@@ -11,7 +11,7 @@
 //! engine. It imports no other module of the crate but `crate::monitor` (a constant).
 
 use crate::monitor::MONITOR_QUEUE_LINES;
-use qbridge_control::{DeviceOffloadStatus, MonitorObject, Op, OutputOptions, Response};
+use qbridge_control::{MonitorObject, Op, OutputOptions, Response, Snapshot};
 use qbridge_io::DeviceOffloads;
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Mutex, MutexGuard};
@@ -24,7 +24,7 @@ pub enum Ctl {
         reply: mpsc::Sender<Response>,
     },
     Metrics {
-        reply: mpsc::Sender<MetricsSnapshot>,
+        reply: mpsc::Sender<Snapshot>,
     },
     /// A monitor connection: queue the events of `objects` on `events` from now on.
     Monitor {
@@ -38,38 +38,6 @@ pub enum Ctl {
         error: String,
     },
     Shutdown,
-}
-
-/// Per-port runtime facts for the metrics endpoint.
-#[derive(Debug, Clone)]
-pub struct PortRuntime {
-    pub name: String,
-    pub running: bool,
-    pub link_up: bool,
-    pub link_downs: u64,
-    pub device_mtu: Option<u32>,
-    /// Super-frames segmented in software for the port, and of those, refused by the kernel.
-    pub tx_sw_gso: u64,
-    pub tx_gso_refused: u64,
-    /// GRO super-frames made for the port and segments merged into them.
-    pub tx_gro_frames: u64,
-    pub tx_gro_segments: u64,
-    /// Frames received on the port by each worker.
-    pub rx_frames_by_worker: Vec<u64>,
-    /// AF_PACKET: the device's offloads as last read.
-    pub offloads: Option<DeviceOffloadStatus>,
-}
-
-/// Everything `/metrics` shows.
-#[derive(Debug, Clone)]
-pub struct MetricsSnapshot {
-    pub stats: serde_json::Value,
-    pub ports: Vec<PortRuntime>,
-    /// Datapath worker threads.
-    pub workers: usize,
-    /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
-    /// configuration is not on disk); `None` without `--state`.
-    pub state_unsaved: Option<bool>,
 }
 
 /// The other threads' way in.
@@ -89,7 +57,7 @@ impl Handle {
             .unwrap_or_else(|_| Response::err("the daemon is shutting down"))
     }
 
-    pub fn metrics(&self) -> Option<MetricsSnapshot> {
+    pub fn metrics(&self) -> Option<Snapshot> {
         let (reply, rx) = mpsc::channel();
         self.tx.send(Ctl::Metrics { reply }).ok()?;
         rx.recv().ok()

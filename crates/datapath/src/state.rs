@@ -24,7 +24,7 @@
 //! [`qbridge_control::running::change_line`]) is instead appended to the file, after a
 //! [`CHANGES_MARKER`] line, with one `write` (`O_APPEND`) and an `fdatasync` before the reply:
 //! O(the change), and every acknowledged change is still on the disk. Restoring applies the
-//! lines after the marker as `qbridge apply` does ([`qbridge_control::running::restore`]). Once
+//! lines after the marker as `qbridge apply` does ([`qbridge_control::Session::restore`]). Once
 //! the appended lines outgrow the configuration above them (at least 64 KiB), the next change
 //! writes the whole configuration again, as above: amortised, a change costs O(1) bytes. A
 //! crash during an append can leave the last appended line without its newline; restoring

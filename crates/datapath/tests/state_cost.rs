@@ -131,12 +131,12 @@ fn a_change_with_20k_user_fdb_entries_writes_the_change_not_the_configuration() 
     t.join().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let mut restored = Session::new();
-    qbridge_control::running::restore(&mut restored, &text).unwrap();
+    restored.restore(&text).unwrap();
     same_config(&restored.running_config(), &running);
     // A last line cut short is left out.
     let cut = format!("{text}fdb del {} dev p1", mac(2));
     let mut restored = Session::new();
-    qbridge_control::running::restore(&mut restored, &cut).unwrap();
+    restored.restore(&cut).unwrap();
     same_config(&restored.running_config(), &running);
     std::fs::remove_dir_all(&dir).unwrap();
 }

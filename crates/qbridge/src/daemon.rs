@@ -204,7 +204,7 @@ fn restore_state(session: &mut Session, path: &Path) -> anyhow::Result<StateFile
         }
         Err(e) => bail!("cannot read the state file {}: {e}", path.display()),
     };
-    qbridge_control::running::restore(session, &text).with_context(|| {
+    session.restore(&text).with_context(|| {
         format!(
             "state file {} does not apply; fix it or move it away to start empty",
             path.display()
@@ -518,19 +518,15 @@ fn log_counters(handle: &Handle) {
     };
     tracing::info!("SIGUSR1: counters of {} ports", snap.ports.len());
     for p in &snap.ports {
-        let c = &snap.stats["ports"][&p.name];
-        let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        let drops: u64 = c["drops"]
-            .as_object()
-            .map_or(0, |d| d.values().filter_map(|v| v.as_u64()).sum());
+        let c = &p.counters;
         tracing::info!(
-            "SIGUSR1: port {}: rx {} frames {} bytes, tx {} frames {} bytes, {drops} drops, \
-             link {}",
+            "SIGUSR1: port {}: rx {} frames {} bytes, tx {} frames {} bytes, {} drops, link {}",
             p.name,
-            n("rx_frames"),
-            n("rx_bytes"),
-            n("tx_frames"),
-            n("tx_bytes"),
+            c.rx_frames,
+            c.rx_bytes,
+            c.tx_frames,
+            c.tx_bytes,
+            c.total_drops(),
             if p.link_up { "up" } else { "down" }
         );
     }

@@ -3,13 +3,16 @@
 //! A minimal HTTP/1.x responder: one request per connection, answered and closed; anything but
 //! `GET /metrics` (or `/`) gets 404 or 405. Each connection has its own thread, at most
 //! [`MAX_SCRAPES`] at once (more get `503` at once), and [`REQUEST_DEADLINE`] to send its
-//! request head and take the answer, so a slow client delays nobody else. The counters are a snapshot
-//! the datapath thread takes between two batches (see [`Handle::metrics`]), so one scrape is
-//! consistent across ports. Binds to loopback unless `--metrics-public` is given.
+//! request head and take the answer, so a slow client delays nobody else. The counters are the
+//! typed counter snapshot ([`Snapshot`], the one `link show -s` and `stats.json` render), taken
+//! by the control thread between two commands (see [`Handle::metrics`]); this module only
+//! names and formats it. Binds to loopback unless `--metrics-public` is given.
 
 use anyhow::{bail, Context};
-use qbridge_datapath::{Handle, MetricsSnapshot};
-use serde_json::Value;
+use qbridge_bridge::DropReason;
+use qbridge_control::stats::{BACKEND_COUNTERS, MIRROR_COUNTERS, PORT_COUNTERS, VLAN_COUNTERS};
+use qbridge_control::{BackendCounters, PortStats, Snapshot};
+use qbridge_datapath::Handle;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -147,58 +150,22 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn num(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// The exposition text of one snapshot.
-pub fn render(snap: &MetricsSnapshot) -> String {
+/// The exposition text of one snapshot: the counter tables of [`qbridge_control::stats`]
+/// (one family per row), then the gauges and the per-worker, mirror and switch-wide families.
+/// Within a family, ports, bridges, VLANs and mirror sessions come in the snapshot's order
+/// (port creation, bridge id, VID, session creation).
+pub fn render(snap: &Snapshot) -> String {
     let mut o = String::new();
-    let empty = serde_json::Map::new();
-    let ports = snap.stats["ports"].as_object().unwrap_or(&empty);
-    let bridges = snap.stats["bridges"].as_object().unwrap_or(&empty);
-
-    let port_counters: [(&str, &str, &str); 7] = [
-        (
-            "rx_frames",
-            "qbridge_port_rx_frames_total",
-            "Frames received on the port.",
-        ),
-        (
-            "rx_bytes",
-            "qbridge_port_rx_bytes_total",
-            "Bytes received on the port.",
-        ),
-        (
-            "tx_frames",
-            "qbridge_port_tx_frames_total",
-            "Frames the switch sent to the port (GSO super-frames count once).",
-        ),
-        (
-            "tx_bytes",
-            "qbridge_port_tx_bytes_total",
-            "Bytes the switch sent to the port.",
-        ),
-        (
-            "fdb_learn_refused",
-            "qbridge_port_fdb_learn_refused_total",
-            "Addresses not learned because a limit was reached.",
-        ),
-        (
-            "fdb_evictions",
-            "qbridge_port_fdb_evictions_total",
-            "Learned entries of the port evicted because the table was full.",
-        ),
-        (
-            "fdb_moves",
-            "qbridge_port_fdb_moves_total",
-            "Times an address moved to the port.",
-        ),
-    ];
-    for (key, name, help) in port_counters {
-        family(&mut o, name, "counter", help);
-        for (p, v) in ports {
-            let _ = writeln!(o, "{name}{{port=\"{}\"}} {}", esc(p), num(&v[key]));
+    for k in &PORT_COUNTERS {
+        family(&mut o, k.metric, "counter", k.help);
+        for p in &snap.ports {
+            let _ = writeln!(
+                o,
+                "{}{{port=\"{}\"}} {}",
+                k.metric,
+                esc(&p.name),
+                (k.get)(&p.counters)
+            );
         }
     }
     let name = "qbridge_port_drops_total";
@@ -208,16 +175,15 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "counter",
         "Frames dropped, by port and reason.",
     );
-    for (p, v) in ports {
-        if let Some(drops) = v["drops"].as_object() {
-            for (reason, n) in drops {
-                let _ = writeln!(
-                    o,
-                    "{name}{{port=\"{}\",reason=\"{reason}\"}} {}",
-                    esc(p),
-                    num(n)
-                );
-            }
+    for p in &snap.ports {
+        for reason in DropReason::ALL {
+            let _ = writeln!(
+                o,
+                "{name}{{port=\"{}\",reason=\"{}\"}} {}",
+                esc(&p.name),
+                reason.name(),
+                p.counters.dropped(*reason)
+            );
         }
     }
     family(
@@ -269,7 +235,7 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Device MTU of the port's interface (AF_PACKET).",
     );
     for p in &snap.ports {
-        if let Some(m) = p.device_mtu {
+        if let Some(m) = p.status.as_ref().and_then(|s| s.device_mtu) {
             let _ = writeln!(
                 o,
                 "qbridge_port_device_mtu{{port=\"{}\"}} {m}",
@@ -277,47 +243,18 @@ pub fn render(snap: &MetricsSnapshot) -> String {
             );
         }
     }
-    family(
-        &mut o,
-        "qbridge_port_tx_sw_gso_total",
-        "counter",
-        "TCP super-frames segmented in software for the port (not drops).",
-    );
-    for p in &snap.ports {
-        let _ = writeln!(
-            o,
-            "qbridge_port_tx_sw_gso_total{{port=\"{}\"}} {}",
-            esc(&p.name),
-            p.tx_sw_gso
-        );
-    }
-    family(
-        &mut o,
-        "qbridge_port_tx_gro_frames_total",
-        "counter",
-        "TCP super-frames made for the port from segments of one flow (GRO; not drops).",
-    );
-    for p in &snap.ports {
-        let _ = writeln!(
-            o,
-            "qbridge_port_tx_gro_frames_total{{port=\"{}\"}} {}",
-            esc(&p.name),
-            p.tx_gro_frames
-        );
-    }
-    family(
-        &mut o,
-        "qbridge_port_tx_gro_segments_total",
-        "counter",
-        "TCP segments merged into those super-frames (GRO).",
-    );
-    for p in &snap.ports {
-        let _ = writeln!(
-            o,
-            "qbridge_port_tx_gro_segments_total{{port=\"{}\"}} {}",
-            esc(&p.name),
-            p.tx_gro_segments
-        );
+    let backends: Vec<BackendCounters> = snap.ports.iter().map(PortStats::backend).collect();
+    for k in &BACKEND_COUNTERS {
+        family(&mut o, k.metric, "counter", k.help);
+        for (p, b) in snap.ports.iter().zip(&backends) {
+            let _ = writeln!(
+                o,
+                "{}{{port=\"{}\"}} {}",
+                k.metric,
+                esc(&p.name),
+                (k.get)(b)
+            );
+        }
     }
     family(
         &mut o,
@@ -325,8 +262,8 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "counter",
         "Frames received on the port by each datapath worker thread.",
     );
-    for p in &snap.ports {
-        for (w, n) in p.rx_frames_by_worker.iter().enumerate() {
+    for (p, b) in snap.ports.iter().zip(&backends) {
+        for (w, n) in b.rx_frames_by_worker.iter().enumerate() {
             let _ = writeln!(
                 o,
                 "qbridge_port_worker_rx_frames_total{{port=\"{}\",worker=\"{w}\"}} {n}",
@@ -353,27 +290,12 @@ pub fn render(snap: &MetricsSnapshot) -> String {
     }
     family(
         &mut o,
-        "qbridge_port_tx_gso_refused_total",
-        "counter",
-        "TCP super-frames the kernel refused whole (its device would not segment them), \
-         segmented in software and resent (not drops).",
-    );
-    for p in &snap.ports {
-        let _ = writeln!(
-            o,
-            "qbridge_port_tx_gso_refused_total{{port=\"{}\"}} {}",
-            esc(&p.name),
-            p.tx_gso_refused
-        );
-    }
-    family(
-        &mut o,
         "qbridge_port_device_offload",
         "gauge",
         "1 when the port's device has the transmit offload on (AF_PACKET, read once a second).",
     );
     for p in &snap.ports {
-        if let Some(d) = &p.offloads {
+        if let Some(d) = p.status.as_ref().and_then(|s| s.offloads.as_ref()) {
             for (feature, on) in [
                 ("tso4", d.tso4),
                 ("tso6", d.tso6),
@@ -392,40 +314,18 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         }
     }
 
-    let vlan_counters: [(&str, &str, &str); 4] = [
-        (
-            "rx_frames",
-            "qbridge_vlan_rx_frames_total",
-            "Frames admitted on the VLAN.",
-        ),
-        (
-            "rx_bytes",
-            "qbridge_vlan_rx_bytes_total",
-            "Bytes admitted on the VLAN.",
-        ),
-        (
-            "tx_frames",
-            "qbridge_vlan_tx_frames_total",
-            "Copies sent on the VLAN.",
-        ),
-        (
-            "tx_bytes",
-            "qbridge_vlan_tx_bytes_total",
-            "Bytes sent on the VLAN.",
-        ),
-    ];
-    for (key, name, help) in vlan_counters {
-        family(&mut o, name, "counter", help);
-        for (b, bv) in bridges {
-            if let Some(vlans) = bv["vlans"].as_object() {
-                for (vid, v) in vlans {
-                    let _ = writeln!(
-                        o,
-                        "{name}{{bridge=\"{}\",vlan=\"{vid}\"}} {}",
-                        esc(b),
-                        num(&v[key])
-                    );
-                }
+    for k in &VLAN_COUNTERS {
+        family(&mut o, k.metric, "counter", k.help);
+        for b in &snap.bridges {
+            for v in &b.vlans {
+                let _ = writeln!(
+                    o,
+                    "{}{{bridge=\"{}\",vlan=\"{}\"}} {}",
+                    k.metric,
+                    esc(&b.name),
+                    v.vid,
+                    (k.get)(&v.counters)
+                );
             }
         }
     }
@@ -435,12 +335,12 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "gauge",
         "FDB entries of the bridge (all kinds).",
     );
-    for (b, bv) in bridges {
+    for b in &snap.bridges {
         let _ = writeln!(
             o,
             "qbridge_fdb_entries{{bridge=\"{}\"}} {}",
-            esc(b),
-            num(&bv["fdb_entries"])
+            esc(&b.name),
+            b.fdb_entries
         );
     }
     family(
@@ -449,30 +349,24 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "gauge",
         "Learned FDB entries of the bridge.",
     );
-    for (b, bv) in bridges {
+    for b in &snap.bridges {
         let _ = writeln!(
             o,
             "qbridge_fdb_learned_entries{{bridge=\"{}\"}} {}",
-            esc(b),
-            num(&bv["fdb_learned"])
+            esc(&b.name),
+            b.fdb_learned
         );
     }
-    let mirrors = snap.stats["mirrors"].as_object().unwrap_or(&empty);
-    for (key, name, help) in [
-        (
-            "frames",
-            "qbridge_mirror_frames_total",
-            "Copies the mirror session delivered.",
-        ),
-        (
-            "bytes",
-            "qbridge_mirror_bytes_total",
-            "Bytes of the copies the mirror session delivered.",
-        ),
-    ] {
-        family(&mut o, name, "counter", help);
-        for (m, mv) in mirrors {
-            let _ = writeln!(o, "{name}{{session=\"{}\"}} {}", esc(m), num(&mv[key]));
+    for k in &MIRROR_COUNTERS {
+        family(&mut o, k.metric, "counter", k.help);
+        for m in &snap.mirrors {
+            let _ = writeln!(
+                o,
+                "{}{{session=\"{}\"}} {}",
+                k.metric,
+                esc(&m.name),
+                (k.get)(&m.counters)
+            );
         }
     }
     family(
@@ -481,15 +375,15 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "counter",
         "Copies of the mirror session not delivered, by reason.",
     );
-    for (m, mv) in mirrors {
-        if let Some(drops) = mv["drops"].as_object() {
-            for (reason, n) in drops {
+    for m in &snap.mirrors {
+        for reason in DropReason::ALL {
+            let n = m.counters.drops[*reason as usize];
+            if n != 0 {
                 let _ = writeln!(
                     o,
-                    "qbridge_mirror_drops_total{{session=\"{}\",reason=\"{}\"}} {}",
-                    esc(m),
-                    esc(reason),
-                    num(n)
+                    "qbridge_mirror_drops_total{{session=\"{}\",reason=\"{}\"}} {n}",
+                    esc(&m.name),
+                    reason.name()
                 );
             }
         }
@@ -503,7 +397,7 @@ pub fn render(snap: &MetricsSnapshot) -> String {
     let _ = writeln!(
         o,
         "qbridge_unknown_port_drops_total {}",
-        num(&snap.stats["unknown_port_drops"])
+        snap.unknown_port_drops
     );
     o
 }
@@ -511,38 +405,70 @@ pub fn render(snap: &MetricsSnapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qbridge_datapath::PortRuntime;
-    use serde_json::json;
+    use qbridge_bridge::{MirrorCounters, PortCounters, VlanCounters};
+    use qbridge_control::stats::{BridgeStats, MirrorStats, VlanStats};
+    use qbridge_control::BackendStatus;
 
     #[test]
     fn renders_ports_drops_vlans_and_fdb() {
-        let snap = MetricsSnapshot {
-            stats: json!({
-                "ports": {"p1": {"rx_frames": 3, "rx_bytes": 180, "tx_frames": 0, "tx_bytes": 0,
-                    "fdb_learn_refused": 0, "fdb_evictions": 0, "fdb_moves": 0,
-                    "drops": {"vlan_not_member": 2, "oversize": 0}}},
-                "bridges": {"br0": {"fdb_entries": 1, "fdb_learned": 1,
-                    "vlans": {"10": {"rx_frames": 1, "rx_bytes": 60, "tx_frames": 0, "tx_bytes": 0}}}},
-                "mirrors": {"m1": {"frames": 4, "bytes": 256, "drops": {"oversize": 1}}},
-                "unknown_port_drops": 0,
-            }),
-            ports: vec![PortRuntime {
+        let mut counters = PortCounters {
+            rx_frames: 3,
+            rx_bytes: 180,
+            ..PortCounters::default()
+        };
+        counters.drops[DropReason::VlanNotMember as usize] = 2;
+        let mut mirror = MirrorCounters {
+            frames: 4,
+            bytes: 256,
+            ..MirrorCounters::default()
+        };
+        mirror.drops[DropReason::Oversize as usize] = 1;
+        let snap = Snapshot {
+            ports: vec![PortStats {
+                id: 0,
                 name: "p1".into(),
+                kind: Some("pcap".into()),
+                master: Some("br0".into()),
                 running: true,
                 link_up: true,
                 link_downs: 1,
-                device_mtu: Some(1504),
-                tx_sw_gso: 7,
-                rx_frames_by_worker: vec![2, 1],
-                tx_gro_frames: 3,
-                tx_gro_segments: 9,
-                tx_gso_refused: 2,
-                offloads: Some(qbridge_control::DeviceOffloadStatus {
-                    tso4: false,
-                    tso6: true,
-                    ..Default::default()
+                counters,
+                status: Some(BackendStatus {
+                    open: true,
+                    device_mtu: Some(1504),
+                    offloads: Some(qbridge_control::DeviceOffloadStatus {
+                        tso4: false,
+                        tso6: true,
+                        ..Default::default()
+                    }),
+                    counters: BackendCounters {
+                        tx_sw_gso: 7,
+                        rx_frames_by_worker: vec![2, 1],
+                        tx_gro_frames: 3,
+                        tx_gro_segments: 9,
+                        tx_gso_refused: 2,
+                    },
+                    ..BackendStatus::default()
                 }),
             }],
+            bridges: vec![BridgeStats {
+                name: "br0".into(),
+                fdb_entries: 1,
+                fdb_learned: 1,
+                vlans: vec![VlanStats {
+                    vid: 10,
+                    counters: VlanCounters {
+                        rx_frames: 1,
+                        rx_bytes: 60,
+                        ..VlanCounters::default()
+                    },
+                }],
+            }],
+            mirrors: vec![MirrorStats {
+                name: "m1".into(),
+                counters: mirror,
+            }],
+            unknown_port_drops: 0,
             workers: 2,
             state_unsaved: Some(true),
         };

@@ -26,7 +26,6 @@ use qbridge_io::netns::run_in_netns;
 use qbridge_io::tap::{TapConfig, TapPort};
 use qbridge_io::{sys, IoError};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One port's backend as the control thread knows it; its queues live in the workers.
@@ -572,16 +571,7 @@ impl Engine {
 
     pub(super) fn publish_status(&mut self, id: u16) {
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
-            slot.status.tx_sw_gso = slot.shared.tx_sw_gso.load(Ordering::Relaxed);
-            slot.status.tx_gso_refused = slot.shared.tx_gso_refused.load(Ordering::Relaxed);
-            slot.status.tx_gro_frames = slot.shared.tx_gro_frames.load(Ordering::Relaxed);
-            slot.status.tx_gro_segments = slot.shared.tx_gro_segments.load(Ordering::Relaxed);
-            slot.status.rx_frames_by_worker = slot
-                .shared
-                .rx_frames_by_worker
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect();
+            slot.status.counters = crate::snapshot::backend_counters(&slot.shared);
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }

@@ -1,0 +1,182 @@
+//! `fdb add|replace|del|show|flush`: FDB entries and flushes.
+
+use super::*;
+
+pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
+    let Some(cmd) = w.next() else {
+        return Err(ControlError::MissingCommand {
+            object: "fdb",
+            expected: FDB_COMMANDS,
+        });
+    };
+    match command("fdb", cmd, words::FDB_COMMANDS, FDB_COMMANDS)? {
+        cmd @ ("add" | "replace" | "delete") => {
+            let mac_word = w.next().ok_or(ControlError::MissingArgument {
+                what: "MAC address",
+            })?;
+            let mac = mac_word.parse()?;
+            let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
+            let (mut inner_vlan, mut extern_learn) = (None, None);
+            let expected =
+                "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, extern_learn or master";
+            while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
+                    "vlan" => set_once(&mut vlan, kw, parse_fdb_vid(w.value(kw, "a vid")?)?)?,
+                    "inner_vlan" => {
+                        set_once(&mut inner_vlan, kw, parse_vid(w.value(kw, "a C-VID")?)?)?
+                    }
+                    "static" | "dynamic" | "permanent" | "local" => {
+                        let k = match kw {
+                            "static" => FdbKind::Static,
+                            "dynamic" => FdbKind::Dynamic,
+                            _ => FdbKind::Permanent,
+                        };
+                        if kind.is_some() {
+                            return Err(unexpected(kw, "only one of static, dynamic, permanent"));
+                        }
+                        kind = Some(k);
+                    }
+                    "sticky" => set_once(&mut sticky, kw, true)?,
+                    "extern_learn" => set_once(&mut extern_learn, kw, true)?,
+                    // All qbridge FDB entries are the bridge's ("master") entries.
+                    "master" => {}
+                    other => return Err(unexpected(other, expected)),
+                }
+            }
+            let dev = dev
+                .ok_or(ControlError::MissingArgument {
+                    what: "\"dev NAME\"",
+                })?
+                .to_string();
+            if inner_vlan.is_some() && matches!(vlan, None | Some(0)) {
+                return Err(ControlError::MissingArgument {
+                    what: "\"vlan V\" (1-4094) with \"inner_vlan\"",
+                });
+            }
+            Ok(match cmd {
+                "add" | "replace" => FdbCommand::Add {
+                    mac,
+                    dev,
+                    vlan,
+                    inner_vlan,
+                    // iproute2: neither static nor dynamic means permanent.
+                    kind: kind.unwrap_or(FdbKind::Permanent),
+                    sticky: sticky.is_some(),
+                    replace: cmd == "replace",
+                    extern_learn: extern_learn.is_some(),
+                },
+                _ => FdbCommand::Del {
+                    mac,
+                    dev,
+                    vlan,
+                    inner_vlan,
+                },
+            })
+        }
+        "show" | "lst" | "list" => {
+            let (mut br, mut dev, mut vlan) = (None, None, None);
+            while let Some(kw) = w.next_kw(words::FDB_SHOW, "br, dev or vlan")? {
+                match kw {
+                    "br" => set_once(&mut br, kw, w.value(kw, "a bridge name")?.to_string())?,
+                    "dev" | "brport" => {
+                        set_once(&mut dev, "dev", w.value(kw, "a port name")?.to_string())?
+                    }
+                    "vlan" => set_once(&mut vlan, kw, parse_vid(w.value(kw, "a vid")?)?)?,
+                    other => return Err(unexpected(other, "br, dev or vlan")),
+                }
+            }
+            Ok(FdbCommand::Show { br, dev, vlan })
+        }
+        // flush
+        _ => parse_fdb_flush(w),
+    }
+}
+
+/// `fdb flush dev NAME [vlan V] [KIND AND FLAG WORDS]`: bridge/fdb.c `fdb_flush`. Each kind
+/// word narrows the kinds flushed (`static` and `dynamic` together select nothing and are
+/// refused); without one, dynamic and static entries go, never permanent ones.
+fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
+    const EXPECTED: &str = "dev, vlan, [no]permanent, [no]static, [no]dynamic, [no]sticky, \
+                            [no]added_by_user or [no]extern_learn";
+    let (mut dev, mut vlan) = (None, None);
+    // Dynamic, static, permanent: still selected; the word that last narrowed them.
+    let mut kinds = [true; 3];
+    let mut narrowed_by: Option<&str> = None;
+    let (mut sticky, mut by_user, mut ext) = (None, None, None);
+    let mut seen: Vec<&str> = Vec::new();
+    while let Some(word) = w.next() {
+        if words::FDB_FLUSH_UNSUPPORTED.contains(&word) {
+            return Err(ControlError::NotSupported {
+                word: word.to_string(),
+                why: "its FDB entries have no such attribute",
+            });
+        }
+        let kw = keyword(word, words::FDB_FLUSH, EXPECTED)?;
+        if seen.contains(&kw) {
+            return Err(ControlError::Duplicate(kw.to_string()));
+        }
+        seen.push(kw);
+        let only: Option<[bool; 3]> = match kw {
+            "dev" => {
+                dev = Some(w.value(kw, "a bridge or port name")?);
+                None
+            }
+            "vlan" => {
+                vlan = Some(parse_vid(w.value(kw, "a vid")?)?);
+                None
+            }
+            // Every qbridge entry is the bridge's; the device given decides what is flushed.
+            "master" | "self" => None,
+            "permanent" => Some([false, false, true]),
+            "nopermanent" => Some([true, true, false]),
+            "static" => Some([false, true, false]),
+            "nostatic" => Some([true, false, true]),
+            "dynamic" => Some([true, false, false]),
+            "nodynamic" => Some([false, true, true]),
+            "sticky" | "nosticky" => {
+                set_once(&mut sticky, "[no]sticky", kw == "sticky")?;
+                None
+            }
+            "extern_learn" | "noextern_learn" => {
+                set_once(&mut ext, "[no]extern_learn", kw == "extern_learn")?;
+                None
+            }
+            _ => {
+                set_once(&mut by_user, "[no]added_by_user", kw == "added_by_user")?;
+                None
+            }
+        };
+        if let Some(only) = only {
+            let next = [0, 1, 2].map(|i| kinds[i] && only[i]);
+            if next == [false; 3] {
+                return Err(ControlError::Contradicts {
+                    word: kw.to_string(),
+                    earlier: narrowed_by.unwrap_or_default().to_string(),
+                });
+            }
+            kinds = next;
+            narrowed_by = Some(kw);
+        }
+    }
+    let dev = dev
+        .ok_or(ControlError::MissingArgument {
+            what: "\"dev NAME\"",
+        })?
+        .to_string();
+    if narrowed_by.is_none() {
+        kinds[2] = false;
+    }
+    Ok(FdbCommand::Flush {
+        dev,
+        vlan,
+        which: FdbFlushMatch {
+            dynamic: kinds[0],
+            static_: kinds[1],
+            permanent: kinds[2],
+            sticky,
+            added_by_user: by_user,
+            extern_learn: ext,
+        },
+    })
+}
