@@ -345,3 +345,12 @@ impl Violation {
         }
     }
 }
+
+/// The violation mode of a per-VLAN limit code.
+pub(crate) fn violation_of(code: u32) -> Violation {
+    match code >> 24 {
+        0 => Violation::Protect,
+        1 => Violation::Restrict,
+        _ => Violation::Shutdown,
+    }
+}

@@ -36,7 +36,7 @@ fn send(sw: &mut Switch, w: &mut Worker, from: PortId, frames: &[Vec<u8>]) -> Ve
         rx.push(p);
     }
     let mut out = Outputs::new();
-    plan.process(w, 1, &mut rx, &mut out);
+    w.process(&plan, 1, &mut rx, &mut out);
     out.ports.iter().map(|b| b.len()).collect()
 }
 

@@ -86,7 +86,7 @@ pub fn show(sw: &Switch, name: Option<&str>, out: OutputOptions) -> Result<Strin
     if let Some(n) = name {
         if sw.mirror_spec(n).is_none() {
             return Err(qbridge_bridge::ConfigError::from(
-                qbridge_bridge::mirror::MirrorError::NoSuchMirror(n.to_string()),
+                qbridge_bridge::MirrorError::NoSuchMirror(n.to_string()),
             )
             .into());
         }

@@ -23,7 +23,7 @@ use crate::command::{PortSpec, XdpAttach};
 use crate::error::ControlError;
 use crate::render::{self, on_off};
 use crate::session::Session;
-use qbridge_bridge::switch::tpid_name;
+use qbridge_bridge::tpid_name;
 use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, PvlanRole, Role, Switch};
 use std::collections::BTreeSet;
 use std::fmt::Write;

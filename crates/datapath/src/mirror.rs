@@ -195,7 +195,7 @@ mod tests {
             for _ in 0..BATCH {
                 rx.push(frame());
             }
-            plan.process(&mut worker, 1, &mut rx, &mut out);
+            worker.process(&plan, 1, &mut rx, &mut out);
             write_sinks(&plan, 0, &sinks, &mut out);
             for b in out.ports.iter_mut() {
                 let mut b = std::mem::take(b);
@@ -275,7 +275,7 @@ mod tests {
                 for _ in 0..32 {
                     rx.push(frame());
                 }
-                plan.process(&mut worker, 1, &mut rx, &mut out);
+                worker.process(&plan, 1, &mut rx, &mut out);
                 write_sinks(&plan, 0, &sinks, &mut out);
                 for b in out.ports.iter_mut() {
                     let mut b = std::mem::take(b);

@@ -391,8 +391,8 @@ impl Worker {
             p.port = id;
         }
         let now = self.now_ns();
-        self.plan
-            .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        self.core
+            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
         let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
         *round_left -= used;
         if let Some(Some(e)) = self.queues.get_mut(id as usize) {

@@ -582,7 +582,7 @@ impl Pair {
                     meta: meta_to_model(&f.meta),
                 });
             }
-            plan.process(w, self.now, &mut b, &mut self.out);
+            w.process(&plan, self.now, &mut b, &mut self.out);
             got_model.extend(self.model.process(self.now, mframes));
         }
         self.sw.set_time(self.now);

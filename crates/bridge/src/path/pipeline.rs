@@ -32,13 +32,13 @@
 //! the oversize check on the egress port after the tag rewrite.
 
 use crate::cells::{PortCells, VlanCounterSet};
-use crate::config::{VlanProtocol, GROUP_FWD_8021AD};
+use super::{Outputs, Path, Worker};
 use crate::counters::DropReason;
 use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
-use crate::switch::violation_of;
-use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
+use crate::plan::{Bridge, Port};
+use crate::settings::{VlanProtocol, GROUP_FWD_8021AD};
 use crate::tagmap::InnerTag;
-use crate::vlanmode::{pvlan_allows, Violation};
+use crate::vlanmode::{pvlan_allows, violation_of, Violation};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{parse_headers, Tpid};
 use std::sync::Arc;
@@ -63,7 +63,7 @@ const DEST_DROP: u16 = u16::MAX;
 const DEST_FLOOD: u16 = u16::MAX - 1;
 /// Not a [`FrameMeta::dest`]: the frames of a run or batch do not all share one destination.
 const DEST_MIXED: u16 = u16::MAX - 2;
-const _: () = assert!(crate::switch::MAX_PORTS < DEST_MIXED as usize);
+const _: () = assert!(crate::plan::MAX_PORTS < DEST_MIXED as usize);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FloodClass {
@@ -296,12 +296,12 @@ impl<'a> Tx<'a> {
     }
 }
 
-impl Plan {
+impl Path<'_> {
     /// The bridge pipeline: forwards every frame of `rx` (each buffer's `port` is its
     /// ingress bridge port) at time `now_ns` as worker `w`, appending what leaves to
-    /// `out.ports[egress]`. `rx` is left empty. [`Plan::process`] calls it directly when no
+    /// `out.ports[egress]`. `rx` is left empty. [`Worker::process`] calls it directly when no
     /// device is stacked on any port (`crate::stack`).
-    pub(crate) fn process_flat(
+    pub(super) fn process_flat(
         &self,
         w: &mut Worker,
         now_ns: u64,
@@ -801,7 +801,7 @@ fn vlan_limit(inp: &Port, vid: u16) -> u32 {
         .map_or(0, |t| t[usize::from(vid & 0x0fff)] & 0x00ff_ffff)
 }
 
-impl Plan {
+impl Path<'_> {
     /// `learn_inner_vid`: a destination unknown in its (VID, inner C-VID) FID may have an
     /// entry a user added (or the bridge's own address) in the VLAN's own FID, which applies
     /// to every inner VLAN of it. Stage 3's work for such a hit, counted at once (off the

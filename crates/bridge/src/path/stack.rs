@@ -18,7 +18,7 @@
 //!   `bridge` mode a sibling's address is delivered to the sibling directly); on a device it
 //!   leaves through the device's queue; on a host port it enters the bridge.
 //!
-//! The bridge pipeline ([`Plan::process_flat`]) is unchanged: frames that reach a bridge are
+//! The bridge pipeline (`super::pipeline`) is unchanged: frames that reach a bridge are
 //! forwarded by it, and what it sends to a VLAN device or a host port goes down or up from
 //! there. A frame may cross several bridges of one daemon this way (a VLAN device of one
 //! bridge's host port enslaved to another bridge); past [`MAX_BRIDGE_PASSES`] it is dropped as
@@ -28,93 +28,15 @@
 //! sent towards it); the host port counts as the bridge port it is (rx: from the host into the
 //! bridge, tx: from the bridge to the host).
 
+use super::{Outputs, Path, Worker};
 use crate::counters::DropReason;
-use crate::switch::{Outputs, Plan, Port, Worker};
+use crate::plan::{Port, Uppers};
+use crate::settings::{MacvlanMode, Role, MAX_STACK_DEPTH};
 use qbridge_packet::{Batch, PacketBuf};
-use serde::Serialize;
-use std::collections::HashMap;
 
 /// Most bridges one frame crosses inside the daemon before it is dropped as `stack_loop`.
 pub const MAX_BRIDGE_PASSES: usize = 8;
 
-/// Most devices stacked on one another above a device (`eth0.1.2.3.4.5.6.7.8`).
-pub const MAX_STACK_DEPTH: usize = 8;
-
-/// A macvlan endpoint's mode (ip-link(8) `type macvlan mode …`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MacvlanMode {
-    /// No frame passes between endpoints of one lower port, not even through a hairpin of the
-    /// external switch.
-    Private,
-    /// Everything goes out of the lower port; endpoints reach each other only through the
-    /// external switch (which must hairpin, 802.1Qbg VEPA).
-    Vepa,
-    /// Endpoints in bridge mode reach each other directly (their addresses are static: no
-    /// learning); everything else goes out of the lower port.
-    Bridge,
-    /// One endpoint takes the lower port whole: every frame, any address, any VLAN.
-    Passthru,
-}
-
-impl MacvlanMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MacvlanMode::Private => "private",
-            MacvlanMode::Vepa => "vepa",
-            MacvlanMode::Bridge => "bridge",
-            MacvlanMode::Passthru => "passthru",
-        }
-    }
-}
-
-/// What a port is (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// A device of its own (AF_PACKET, AF_XDP, a VM's TAP, a patch link, pcap).
-    Device,
-    /// The host's interface of bridge `bridge` (`br0`), a port of that bridge.
-    Host { bridge: u16 },
-    /// A VLAN sub-interface of port `lower`: tag `tpid`/`vid`.
-    Vlan { lower: u16, tpid: u16, vid: u16 },
-    /// A macvlan endpoint on port `lower`.
-    Macvlan { lower: u16, mode: MacvlanMode },
-}
-
-impl Role {
-    /// The lower port of a stacked device.
-    pub fn lower(self) -> Option<u16> {
-        match self {
-            Role::Vlan { lower, .. } | Role::Macvlan { lower, .. } => Some(lower),
-            Role::Device | Role::Host { .. } => None,
-        }
-    }
-}
-
-/// The devices stacked on one port, compiled for the receive path.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Uppers {
-    /// VLAN devices by `tpid << 16 | vid`.
-    pub vlans: HashMap<u32, u16>,
-    /// Macvlan endpoints: MAC (48-bit integer), port id, mode; in creation order.
-    pub macvlans: Vec<(u64, u16, MacvlanMode)>,
-}
-
-impl Uppers {
-    fn macvlan(&self, mac: u64) -> Option<(u16, MacvlanMode)> {
-        self.macvlans
-            .iter()
-            .find(|(m, _, _)| *m == mac)
-            .map(|&(_, p, mode)| (p, mode))
-    }
-
-    fn passthru(&self) -> Option<u16> {
-        match self.macvlans.first() {
-            Some(&(_, p, MacvlanMode::Passthru)) => Some(p),
-            _ => None,
-        }
-    }
-}
 
 /// A worker's scratch for the stacked path; kept between batches to avoid allocating.
 #[derive(Debug, Default)]
@@ -158,37 +80,9 @@ enum Counted {
     First,
 }
 
-impl Plan {
-    /// Forwards every frame of `rx` (each buffer's `port` is the port whose queue it came
-    /// from) at time `now_ns` as worker `w`, appending what leaves to `out.ports[port]`. `rx`
-    /// is left empty. Any number of workers may call this on one plan at once, each with its
-    /// own [`Worker`] and [`Outputs`].
-    pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
-        if let Some(m) = &self.mirrors {
-            return self.process_mirrored(m, w, now_ns, rx, out);
-        }
-        if !self.stacked {
-            return self.process_flat(w, now_ns, rx, out);
-        }
-        self.process_stacked(w, now_ns, rx, out);
-    }
-
-    /// [`Plan::process`] without the mirror sessions (what `crate::mirror` wraps).
-    pub(crate) fn process_unmirrored(
-        &self,
-        w: &mut Worker,
-        now_ns: u64,
-        rx: &mut Batch,
-        out: &mut Outputs,
-    ) {
-        if !self.stacked {
-            return self.process_flat(w, now_ns, rx, out);
-        }
-        self.process_stacked(w, now_ns, rx, out);
-    }
-
+impl Path<'_> {
     #[inline(never)]
-    fn process_stacked(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+    pub(super) fn process_stacked(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         out.ensure(self.ports.len());
         let mut s = w.stack.take().unwrap_or_default();
         s.stage.ensure(self.ports.len());
@@ -336,7 +230,7 @@ impl Plan {
         let br = self.bridges.get(inp.master? as usize)?.as_deref()?;
         let host = br.host?;
         let group = (dst & 0xf) as u8;
-        (!crate::pipeline::link_local_forwarded(br, group)).then_some(host)
+        (!super::pipeline::link_local_forwarded(br, group)).then_some(host)
     }
 
     /// A frame received on port `p` (from its wire, or popped out of a lower port's tag): to a
@@ -564,7 +458,7 @@ impl Plan {
                 }
                 Role::Host { .. } => unreachable!("handled above"),
                 Role::Device => {
-                    if crate::pipeline::wire_len(&pkt, port.tpid) > port.max_frame as usize {
+                    if super::pipeline::wire_len(&pkt, port.tpid) > port.max_frame as usize {
                         port.counters.writer(wi).drop(DropReason::Oversize);
                         return out.pool.put(pkt);
                     }
