@@ -159,7 +159,7 @@ impl Path<'_> {
                     copy.insert_tag(12, tag);
                     copy.offload.shift_headers(4);
                 }
-                if super::pipeline::wire_len(&copy, dp.tpid) > dp.max_frame as usize {
+                if super::meta::wire_len(&copy, dp.tpid) > dp.max_frame as usize {
                     c.drops[DropReason::Oversize as usize].add(1);
                     return out.pool.put(copy);
                 }

@@ -13,8 +13,11 @@
 //! never `crate::config`. No allocation after warm-up, no lock but the FDB writer's, no
 //! syscall, no `dyn` call.
 
+mod classify;
+mod meta;
 mod mirror;
 mod pipeline;
+mod rewrite;
 mod stack;
 
 use crate::fdb::TableCache;
@@ -105,7 +108,7 @@ pub struct Worker {
     pub(crate) tables: Vec<TableCache>,
     /// The batch's per-frame decisions (one per received frame), filled by the ingress
     /// stages and read by the egress stage; kept to avoid allocating per batch.
-    pub(crate) meta: Vec<pipeline::FrameMeta>,
+    pub(crate) meta: Vec<meta::FrameMeta>,
     /// Scratch of the stacked path (taken while it runs).
     pub(crate) stack: Option<Box<stack::Scratch>>,
     /// Scratch of port mirroring (taken while it runs).
@@ -161,4 +164,3 @@ impl Worker {
         self.flood_credit
     }
 }
-

@@ -37,7 +37,6 @@ use qbridge_packet::{Batch, PacketBuf};
 /// Most bridges one frame crosses inside the daemon before it is dropped as `stack_loop`.
 pub const MAX_BRIDGE_PASSES: usize = 8;
 
-
 /// A worker's scratch for the stacked path; kept between batches to avoid allocating.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
@@ -82,7 +81,13 @@ enum Counted {
 
 impl Path<'_> {
     #[inline(never)]
-    pub(super) fn process_stacked(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+    pub(super) fn process_stacked(
+        &self,
+        w: &mut Worker,
+        now_ns: u64,
+        rx: &mut Batch,
+        out: &mut Outputs,
+    ) {
         out.ensure(self.ports.len());
         let mut s = w.stack.take().unwrap_or_default();
         s.stage.ensure(self.ports.len());
@@ -230,7 +235,7 @@ impl Path<'_> {
         let br = self.bridges.get(inp.master? as usize)?.as_deref()?;
         let host = br.host?;
         let group = (dst & 0xf) as u8;
-        (!super::pipeline::link_local_forwarded(br, group)).then_some(host)
+        (!super::classify::link_local_forwarded(br, group)).then_some(host)
     }
 
     /// A frame received on port `p` (from its wire, or popped out of a lower port's tag): to a
@@ -458,7 +463,7 @@ impl Path<'_> {
                 }
                 Role::Host { .. } => unreachable!("handled above"),
                 Role::Device => {
-                    if super::pipeline::wire_len(&pkt, port.tpid) > port.max_frame as usize {
+                    if super::meta::wire_len(&pkt, port.tpid) > port.max_frame as usize {
                         port.counters.writer(wi).drop(DropReason::Oversize);
                         return out.pool.put(pkt);
                     }
