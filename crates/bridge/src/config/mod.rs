@@ -530,12 +530,6 @@ impl Switch {
 
 }
 
-pub(crate) fn mac_u64(mac: MacAddr) -> u64 {
-    let mut b = [0u8; 8];
-    b[2..].copy_from_slice(&mac.0);
-    u64::from_be_bytes(b)
-}
-
 pub(crate) fn check_range(start: u32, end: u32) -> Result<(u16, u16), ConfigError> {
     let s = check_vid(start)?;
     let e = check_vid(end)?;

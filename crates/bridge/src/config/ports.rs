@@ -407,10 +407,7 @@ impl Switch {
     /// The host-side MAC address of a stacked device or host port.
     pub fn port_mac(&self, id: PortId) -> Option<MacAddr> {
         let m = self.port(id).mac;
-        (m != 0).then(|| {
-            let b = m.to_be_bytes();
-            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
-        })
+        (m != 0).then(|| MacAddr::from_u64(m))
     }
 
     /// The host port of bridge `b`, if it has one.
@@ -500,7 +497,7 @@ impl Switch {
             return Err(ConfigError::MacvlanLowerBusy(self.port(lower).name.clone()));
         }
         let siblings = self.stacked_on(lower);
-        let key = mac_u64(mac);
+        let key = mac.to_u64();
         for &u in &siblings {
             let p = self.port(u);
             if matches!(p.role, Role::Macvlan { .. }) {
@@ -545,7 +542,7 @@ impl Switch {
             "host",
             settings,
             Role::Host { bridge: b.0 },
-            mac_u64(mac),
+            mac.to_u64(),
         )?;
         self.bridge_mut(b).host = Some(id.0);
         self.recs.recompile_port(id);
@@ -557,7 +554,7 @@ impl Switch {
     pub(crate) fn set_role(&mut self, id: PortId, role: Role, mac: MacAddr) {
         let p = self.port_mut(id);
         p.role = role;
-        p.mac = mac_u64(mac);
+        p.mac = mac.to_u64();
         if let Some(l) = role.lower() {
             self.recs.recompile_uppers(PortId(l));
         }
@@ -582,7 +579,7 @@ impl Switch {
     pub fn set_port_address(&mut self, id: PortId, mac: Option<MacAddr>) {
         let new = mac
             .filter(|m| !m.is_multicast() && !m.is_zero())
-            .map_or(0, mac_u64);
+            .map_or(0, |m| m.to_u64());
         let p = self.port(id);
         if p.role != Role::Device || p.if_mac == new {
             return;
@@ -602,10 +599,7 @@ impl Switch {
     /// The address the I/O layer reported for device port `id` ([`Switch::set_port_address`]).
     pub fn port_address(&self, id: PortId) -> Option<MacAddr> {
         let m = self.port(id).if_mac;
-        (m != 0).then(|| {
-            let b = m.to_be_bytes();
-            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
-        })
+        (m != 0).then(|| MacAddr::from_u64(m))
     }
 
     /// A device port's interface address as a local entry in VLAN 0 and each of its VLANs

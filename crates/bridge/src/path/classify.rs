@@ -11,6 +11,7 @@ use crate::fdb::{Learned, TableView, F_LOCKED, F_PERMANENT};
 use crate::plan::{Bridge, Port};
 use crate::settings::{VlanProtocol, GROUP_FWD_8021AD};
 use qbridge_packet::PacketBuf;
+use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_BROADCAST, MAC_GROUP_BIT};
 use qbridge_wire::Tpid;
 use std::sync::Arc;
 
@@ -87,9 +88,7 @@ pub(super) fn classify_run_features(
             }
             if let (Some(t), true) = (&inp.tag2, m.tagged) {
                 let f = pkt.frame();
-                let svid = f
-                    .get(14..16)
-                    .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]) & 0x0fff);
+                let svid = frame::tag_at(f, 0).map_or(0, |t| t.tci.vid().get());
                 if let Some((_, op)) = t.ingress(svid, inner_cvid(f)) {
                     apply_inner_tag(op, pkt);
                 }
@@ -126,12 +125,12 @@ pub(super) fn classify<const PLAIN: bool>(
     // is checked against `len` below.
     let frame = pkt.frame();
     let (w0, w1, tag) = match frame.first_chunk::<16>() {
-        Some(h) => header_words(h),
+        Some(h) => frame::header_words(h),
         None => {
             let mut h = [0u8; 16];
             let n = frame.len().min(16);
             h[..n].copy_from_slice(&frame[..n]);
-            header_words(&h)
+            frame::header_words(&h)
         }
     };
     let dst = w0 >> 16;
@@ -315,25 +314,20 @@ pub(super) fn map_in(inp: &Port, v: u16, frame: &[u8]) -> u16 {
 #[cold]
 #[inline(never)]
 pub(super) fn inner_fid(br: &Bridge, m: &FrameMeta, pkt: &PacketBuf) -> u16 {
-    let at = if m.tagged { 16 } else { 12 };
-    let f = pkt.frame();
-    match f.get(at..at + 4) {
-        Some(c) if c[0] == 0x81 && c[1] == 0x00 && f.len() >= at + 6 => {
-            match u16::from_be_bytes([c[2], c[3]]) & 0x0fff {
-                0 => m.vid,
-                cvid => br.fdb.inner_fids().fid(m.vid, cvid),
-            }
-        }
+    let depth = m.tagged as usize;
+    match frame::full_tag_at(pkt.frame(), depth) {
+        Some(c) if c.tpid == Tpid::DOT1Q => match c.tci.vid().get() {
+            0 => m.vid,
+            cvid => br.fdb.inner_fids().fid(m.vid, cvid),
+        },
         _ => m.vid,
     }
 }
 
 /// The VID of the C-tag (0x8100) right behind a frame's bridge tag (0: none there).
-pub(super) fn inner_cvid(frame: &[u8]) -> u16 {
-    match frame.get(16..20) {
-        Some(c) if c[0] == 0x81 && c[1] == 0x00 && frame.len() >= 22 => {
-            u16::from_be_bytes([c[2], c[3]]) & 0x0fff
-        }
+pub(super) fn inner_cvid(f: &[u8]) -> u16 {
+    match frame::full_tag_at(f, 1) {
+        Some(c) if c.tpid == Tpid::DOT1Q => c.tci.vid().get(),
         _ => 0,
     }
 }

@@ -9,16 +9,11 @@ use crate::counters::DropReason;
 use crate::plan::Port;
 use crate::tagmap::InnerTag;
 use qbridge_packet::PacketBuf;
-use qbridge_wire::parse_headers;
+use qbridge_wire::{frame, parse_headers};
 use std::sync::Arc;
 
 pub(super) type Ports = [Option<Arc<Port>>];
 
-/// The I/G bit of a MAC held in the low 48 bits of a u64.
-pub(super) const MAC_GROUP_BIT: u64 = 1 << 40;
-pub(super) const MAC_BROADCAST: u64 = 0xffff_ffff_ffff;
-/// 01-80-C2-00-00-00: the IEEE 802.1D reserved groups are this plus 0..=15.
-pub(super) const LINK_LOCAL_BASE: u64 = 0x0180_c200_0000;
 
 /// FDB key of a 48-bit MAC in FID `fid` (see `fdb::fdb_key`).
 #[inline(always)]
@@ -217,32 +212,20 @@ pub(super) fn customer_vid(tag: u32, len: usize) -> u16 {
     }
 }
 
-/// Bytes 0..8, 4..12 and 12..16 of a frame header as big-endian words.
-#[inline(always)]
-pub(super) fn header_words(h: &[u8; 16]) -> (u64, u64, u32) {
-    let (a, rest) = h.split_at(8);
-    let w0 = u64::from_be_bytes(a.try_into().unwrap_or_default());
-    let w1 = u64::from_be_bytes(h[4..12].try_into().unwrap_or_default());
-    let tag = u32::from_be_bytes(rest[4..8].try_into().unwrap_or_default());
-    (w0, w1, tag)
-}
 
-/// Makes a two-tag map's change to the C-tag at offset 16 of a frame: removed, or its VID set
+/// Makes a two-tag map's change to the C-tag behind the outer tag of a frame: removed, or its VID set
 /// (PCP and DEI kept).
 #[cold]
 #[inline(never)]
 pub(super) fn apply_inner_tag(op: InnerTag, pkt: &mut PacketBuf) {
     match op {
         InnerTag::Pop => {
-            if pkt.remove_tag(16) {
+            if pkt.remove_tag(frame::tag_offset(1)) {
                 pkt.offload.shift_headers(-4);
             }
         }
         InnerTag::Set(c) => {
-            if let Some(t) = pkt.frame_mut().get_mut(18..20) {
-                let tci = u16::from_be_bytes([t[0], t[1]]) & 0xf000 | (c & 0x0fff);
-                t.copy_from_slice(&tci.to_be_bytes());
-            }
+            frame::set_vid_at(pkt.frame_mut(), 1, c);
         }
         InnerTag::Push(_) => {}
     }

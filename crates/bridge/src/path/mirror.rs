@@ -30,6 +30,7 @@ use crate::counters::DropReason;
 use crate::plan::mirror::{Compiled, CompiledDst, Mirrors};
 use crate::plan::Port;
 use qbridge_packet::{Batch, PacketBuf};
+use qbridge_wire::{frame, Tag, Tci, Tpid};
 
 /// A worker's scratch for mirroring; kept between batches to avoid allocating.
 #[derive(Debug, Default)]
@@ -46,16 +47,11 @@ pub(crate) struct MirrorScratch {
 /// none (matches no list). It reads the frame as it is on the port's wire, not the bridge's
 /// classification (VLAN maps, tunnel ports and the like are not applied).
 #[inline]
-pub(crate) fn frame_vlan(tpid: u16, pvid: u16, frame: &[u8]) -> u16 {
-    if let Some(h) = frame.get(12..16) {
-        if u16::from_be_bytes([h[0], h[1]]) == tpid && frame.len() >= 18 {
-            let vid = u16::from_be_bytes([h[2], h[3]]) & 0x0fff;
-            if vid != 0 {
-                return vid;
-            }
-        }
+pub(crate) fn frame_vlan(tpid: u16, pvid: u16, f: &[u8]) -> u16 {
+    match frame::full_tag_at(f, 0) {
+        Some(t) if t.tpid == Tpid(tpid) && t.tci.vid().get() != 0 => t.tci.vid().get(),
+        _ => pvid,
     }
-    pvid
 }
 
 impl Path<'_> {
@@ -155,8 +151,8 @@ impl Path<'_> {
                     return out.pool.put(copy);
                 }
                 if sess.rspan != 0 {
-                    let tag = ((dp.tpid as u32) << 16 | sess.rspan as u32).to_be_bytes();
-                    copy.insert_tag(12, tag);
+                    let tag = Tag::new(Tpid(dp.tpid), Tci(sess.rspan)).to_bytes();
+                    copy.insert_tag(frame::tag_offset(0), tag);
                     copy.offload.shift_headers(4);
                 }
                 if super::meta::wire_len(&copy, dp.tpid) > dp.max_frame as usize {

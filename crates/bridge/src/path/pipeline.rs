@@ -41,6 +41,7 @@ use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANEN
 use crate::plan::{Bridge, Port};
 use crate::vlanmode::{pvlan_allows, violation_of, Violation};
 use qbridge_packet::{Batch, PacketBuf};
+use qbridge_wire::frame::{MAC_BROADCAST, MAC_GROUP_BIT};
 
 /// [`Route::key`] of FDB entry `entry` for a frame in `vid`: VID, port and flags, from the low
 /// bits up (never [`Route::NONE`]).

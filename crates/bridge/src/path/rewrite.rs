@@ -8,6 +8,7 @@ use crate::counters::DropReason;
 use crate::plan::Port;
 use crate::tagmap::InnerTag;
 use qbridge_packet::PacketBuf;
+use qbridge_wire::{frame, Tag, Tci, Tpid};
 
 /// Where a frame to a known unicast destination goes, and what has been sent that way: the key
 /// of the FDB entry's port and flags and the frame's VID ([`route_key`]) that last passed the
@@ -63,17 +64,12 @@ pub(super) fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
 #[cold]
 #[inline(never)]
 pub(super) fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
-    let at = if m.tagged { 16 } else { 12 };
-    let f = pkt.frame();
     let Some(t) = ep.cvid_in.as_ref() else {
         return false;
     };
-    match f.get(at..at + 4) {
-        Some(c) if c[0] == 0x81 && c[1] == 0x00 => {
-            let cvid = u16::from_be_bytes([c[2], c[3]]) & 0x0fff;
-            t[usize::from(cvid)] == m.vid
-        }
-        _ => false,
+    match frame::vid_at(pkt.frame(), m.tagged as usize, Tpid::DOT1Q) {
+        Some(cvid) => t[usize::from(cvid)] == m.vid,
+        None => false,
     }
 }
 
@@ -88,12 +84,7 @@ pub(super) fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     let Some(t) = ep.tag2.as_ref() else {
         return false;
     };
-    let at = if m.tagged { 16 } else { 12 };
-    let f = pkt.frame();
-    let inner = match f.get(at..at + 4) {
-        Some(c) if c[0] == 0x81 && c[1] == 0x00 => Some(u16::from_be_bytes([c[2], c[3]]) & 0x0fff),
-        _ => None,
-    };
+    let inner = frame::vid_at(pkt.frame(), m.tagged as usize, Tpid::DOT1Q);
     let Some((svid, op)) = t.egress(m.vid, inner) else {
         return false;
     };
@@ -101,8 +92,8 @@ pub(super) fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     match op {
         InnerTag::Set(c) => apply_inner_tag(InnerTag::Set(c), pkt),
         InnerTag::Push(c) => {
-            let ctag = (0x8100u32 << 16 | (m.tci_hi | c) as u32).to_be_bytes();
-            if pkt.insert_tag(16, ctag) {
+            let ctag = Tag::new(Tpid::DOT1Q, Tci(m.tci_hi | c)).to_bytes();
+            if pkt.insert_tag(frame::tag_offset(1), ctag) {
                 pkt.offload.shift_headers(4);
             }
         }
@@ -125,13 +116,11 @@ pub(super) fn vid_out(t: &[u16], vid: u16) -> u16 {
 /// (`tagged`), or pushed.
 #[inline(always)]
 pub(super) fn set_bridge_tag(pkt: &mut PacketBuf, tagged: bool, tpid: u16, tci: u16) {
-    let tag = ((tpid as u32) << 16 | tci as u32).to_be_bytes();
+    let tag = Tag::new(Tpid(tpid), Tci(tci));
     if tagged {
-        if let Some(t) = pkt.frame_mut().get_mut(12..16) {
-            t.copy_from_slice(&tag);
-        }
+        frame::set_tag_at(pkt.frame_mut(), 0, tag);
     } else {
-        pkt.insert_tag(12, tag);
+        pkt.insert_tag(frame::tag_offset(0), tag.to_bytes());
         pkt.offload.shift_headers(4);
     }
 }
@@ -143,7 +132,7 @@ pub(super) fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -
     if m.filtering {
         if ep.untagged.contains(m.vid) || (ep.cvid_in.is_some() && cvid_untags(ep, m, pkt)) {
             if m.tagged {
-                pkt.remove_tag(12);
+                pkt.remove_tag(frame::tag_offset(0));
                 pkt.offload.shift_headers(-4);
             }
         } else if !(ep.tag2.is_some() && map_out(ep, m, pkt)) {
@@ -172,11 +161,9 @@ pub(super) fn cvlan_leaves(ep: &Port, wi: usize, pkt: &PacketBuf) -> bool {
         return true;
     };
     let f = pkt.frame();
-    // A frame shorter than a tag reads as untagged (zeros past its end).
-    let mut h = [0u8; 16];
-    let n = f.len().min(16);
-    h[..n].copy_from_slice(&f[..n]);
-    if cvlans.contains(customer_vid(header_words(&h).2, f.len())) {
+    // A frame shorter than a tag reads as untagged.
+    let tag = frame::tag_word_at(f, 0).unwrap_or(0);
+    if cvlans.contains(customer_vid(tag, f.len())) {
         return true;
     }
     count_drop(ep.counters.writer(wi), DropReason::EgressCvlanNotAllowed);
@@ -214,19 +201,17 @@ pub(super) fn egress_route(
         TAG_KEEP => {}
         TAG_POP => {
             if m.tagged {
-                pkt.remove_tag(12);
+                pkt.remove_tag(frame::tag_offset(0));
                 pkt.offload.shift_headers(-4);
             }
         }
         TAG_FRAME => return egress_frame(ep, wi, m, pkt),
         tag => {
-            let tag = (tag | m.tci_hi as u32).to_be_bytes();
+            let tag = tag | m.tci_hi as u32;
             if m.tagged {
-                if let Some(t) = pkt.frame_mut().get_mut(12..16) {
-                    t.copy_from_slice(&tag);
-                }
+                frame::set_tag_word_at(pkt.frame_mut(), 0, tag);
             } else {
-                pkt.insert_tag(12, tag);
+                pkt.insert_tag(frame::tag_offset(0), tag.to_be_bytes());
                 pkt.offload.shift_headers(4);
             }
         }

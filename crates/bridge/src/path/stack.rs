@@ -33,6 +33,8 @@ use crate::counters::DropReason;
 use crate::plan::{Port, Uppers};
 use crate::settings::{MacvlanMode, Role, MAX_STACK_DEPTH};
 use qbridge_packet::{Batch, PacketBuf};
+use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_GROUP_BIT};
+use qbridge_wire::{Tag, Tci, Tpid};
 
 /// Most bridges one frame crosses inside the daemon before it is dropped as `stack_loop`.
 pub const MAX_BRIDGE_PASSES: usize = 8;
@@ -46,15 +48,13 @@ pub(crate) struct Scratch {
     stage: Outputs,
 }
 
-const MAC_GROUP_BIT: u64 = 1 << 40;
-const LINK_LOCAL_BASE: u64 = 0x0180_c200_0000;
+/// A frame's destination and source MAC as 48-bit integers (0: the frame ends before it).
+fn dst_mac(f: &[u8]) -> u64 {
+    frame::dst_u64(f).unwrap_or(0)
+}
 
-fn mac_at(frame: &[u8], off: usize) -> u64 {
-    let mut b = [0u8; 8];
-    if let Some(m) = frame.get(off..off + 6) {
-        b[2..].copy_from_slice(m);
-    }
-    u64::from_be_bytes(b)
+fn src_mac(f: &[u8]) -> u64 {
+    frame::src_u64(f).unwrap_or(0)
 }
 
 #[inline]
@@ -192,7 +192,7 @@ impl Path<'_> {
         let has_link_local = input
             .pkts
             .iter()
-            .any(|p| mac_at(p.frame(), 0) & !0xf == LINK_LOCAL_BASE);
+            .any(|p| dst_mac(p.frame()) & !0xf == LINK_LOCAL_BASE);
         if !has_link_local {
             return;
         }
@@ -224,7 +224,7 @@ impl Path<'_> {
 
     /// The host port a link-local frame goes to instead of being dropped by its bridge, if any.
     fn link_local_host(&self, pkt: &PacketBuf) -> Option<u16> {
-        let dst = mac_at(pkt.frame(), 0);
+        let dst = dst_mac(pkt.frame());
         if dst & !0xf != LINK_LOCAL_BASE || pkt.len() < 14 {
             return None;
         }
@@ -265,7 +265,7 @@ impl Path<'_> {
                 }
                 if let Some(child) = vlan_child(up, pkt.frame()) {
                     count_rx(port, wi, pkt.len());
-                    pkt.remove_tag(12);
+                    pkt.remove_tag(frame::tag_offset(0));
                     pkt.offload.shift_headers(-4);
                     p = child;
                     continue;
@@ -313,7 +313,7 @@ impl Path<'_> {
         };
         if let Some(up) = hp.uppers.as_deref() {
             if let Some(child) = vlan_child(up, pkt.frame()) {
-                pkt.remove_tag(12);
+                pkt.remove_tag(frame::tag_offset(0));
                 pkt.offload.shift_headers(-4);
                 return self.receive(wi, child, pkt, s, out);
             }
@@ -372,8 +372,8 @@ impl Path<'_> {
             self.receive(wi, p, pkt, s, out);
             return None;
         }
-        let dst = mac_at(frame, 0);
-        let src = mac_at(frame, 6);
+        let dst = dst_mac(frame);
+        let src = src_mac(frame);
         let source = up.macvlan(src).map(|(_, mode)| mode);
         if dst & MAC_GROUP_BIT != 0 {
             for &(mac, p, mode) in &up.macvlans {
@@ -447,8 +447,8 @@ impl Path<'_> {
             }
             match port.role {
                 Role::Vlan { lower, tpid, vid } => {
-                    let tag = ((tpid as u32) << 16 | vid as u32).to_be_bytes();
-                    pkt.insert_tag(12, tag);
+                    let tag = Tag::new(Tpid(tpid), Tci(vid)).to_bytes();
+                    pkt.insert_tag(frame::tag_offset(0), tag);
                     pkt.offload.shift_headers(4);
                     p = lower;
                 }
@@ -499,7 +499,7 @@ impl Path<'_> {
         let Some(up) = up else {
             return Some(pkt);
         };
-        let dst = mac_at(pkt.frame(), 0);
+        let dst = dst_mac(pkt.frame());
         if dst & MAC_GROUP_BIT != 0 {
             for &(_, p, mode) in &up.macvlans {
                 if p != me && mode == MacvlanMode::Bridge {
@@ -525,7 +525,7 @@ fn vlan_child(up: &Uppers, frame: &[u8]) -> Option<u16> {
     if up.vlans.is_empty() || frame.len() < 18 {
         return None;
     }
-    let tag = u32::from_be_bytes(frame[12..16].try_into().ok()?);
+    let tag = frame::tag_word_at(frame, 0)?;
     let vid = tag & 0x0fff;
     if vid == 0 || vid == 0x0fff {
         return None;
