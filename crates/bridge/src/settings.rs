@@ -323,7 +323,7 @@ pub struct MirrorSpec {
     /// Source ports, in the order given.
     pub src: Vec<String>,
     pub direction: MirrorDirection,
-    /// Only frames in these VLANs (see [`frame_vlan`]); `None`: every frame.
+    /// Only frames in these VLANs (see `path::mirror::frame_vlan`); `None`: every frame.
     pub vids: Option<VidList>,
     pub dst: MirrorDst,
     /// Push a tag with this VID (the destination port's bridge TPID, PCP 0) on every copy.

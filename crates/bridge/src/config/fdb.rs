@@ -1,3 +1,5 @@
+//! FDB operations of the control plane: `fdb add/replace/del/flush`, inner-VID entries, the
+//! `fdb show` listing and lookups. The table itself and its memory ordering are `crate::fdb`'s.
 use super::*;
 
 impl Switch {

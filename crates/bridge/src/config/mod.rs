@@ -1,4 +1,11 @@
-//! The switch: bridges, ports, their configuration operations, and views for the control plane.
+//! The configuration room: the [`Switch`] (bridges, ports, their configuration operations, and
+//! views for the control plane) and, re-exported from `crate::settings`, the settings types.
+//!
+//! Imports run one way: this room imports the plan (`crate::plan`: the records it changes and
+//! the compile functions) and, only to hold worker 0 and forward for [`Switch::process`], the
+//! frame path (`crate::path`). Neither imports this room. Operations live by subject: links and
+//! stacked devices in `ports`, VLANs in `vlans`, FDB in `fdb`, views in `views`, mirror
+//! sessions in `mirror`.
 //!
 //! Names share one namespace, as network devices do: a bridge and a port cannot have the same
 //! name. Ports have stable ids ([`PortId`]) for as long as they exist; the I/O layer uses them to

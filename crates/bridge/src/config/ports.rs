@@ -1,3 +1,7 @@
+//! Links: bridges and ports (add, set, attach, delete), the link state the I/O layer reports,
+//! stacked devices (VLAN devices, macvlan endpoints, host ports) and a port's own address as a
+//! local FDB entry. Each operation validates, changes the records through
+//! [`Records`](crate::plan::compile::Records) and recompiles what it touched.
 use super::*;
 
 impl Switch {

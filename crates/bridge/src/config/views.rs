@@ -1,3 +1,5 @@
+//! What the control plane shows: the link, port and VLAN views (`link show`, `vlan show`) the
+//! switch renders into, and [`Switch::links`].
 use super::*;
 use serde::Serialize;
 

@@ -1,3 +1,6 @@
+//! VLAN configuration of ports: membership (`vlan add/del`), port VLAN modes, private-VLAN
+//! roles, VLAN maps (1:1, selective Q-in-Q, 2:1 and 2:2), per-VLAN learning limits, and the
+//! `vlan show` view.
 use super::*;
 
 impl Switch {

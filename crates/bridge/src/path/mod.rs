@@ -7,7 +7,7 @@
 //! (`stack`: up and down through VLAN devices, macvlans and host ports, with bridge passes of
 //! the pipeline in between).
 //!
-//! The path reads the compiled [`Plan`] through [`Path`] and keeps its per-worker state in
+//! The path reads the compiled [`Plan`] through `Path` and keeps its per-worker state in
 //! [`Worker`] (counter-block index, flood scratch, FDB table caches, the batch's `FrameMeta`
 //! array, stacked-path and mirroring scratch). Imports: `crate::plan` and the leaf modules;
 //! never `crate::config`. No allocation after warm-up, no lock but the FDB writer's, no

@@ -1,11 +1,11 @@
 //! The compiled plan: what the frame path forwards with.
 //!
 //! A [`Plan`] is an immutable snapshot of the switch's forwarding state: a vector of `Arc`'d
-//! per-port records ([`Port`]: VLAN member and untagged sets, PVID, TPID, largest frame,
+//! per-port records (`Port`: VLAN member and untagged sets, PVID, TPID, largest frame,
 //! provider features, the receive table of the devices stacked on it) and per-bridge records
-//! ([`Bridge`]: settings, the shared FDB, per-VID flood lists, VLAN counters), plus the
-//! compiled mirror sessions ([`mirror`]). The configuration room changes the records
-//! copy-on-write and recompiles their derived fields through [`compile::Records`]; the frame
+//! (`Bridge`: settings, the shared FDB, per-VID flood lists, VLAN counters), plus the
+//! compiled mirror sessions (`mirror`). The configuration room changes the records
+//! copy-on-write and recompiles their derived fields through `compile::Records`; the frame
 //! path (`crate::path`) only reads them. Any number of worker threads read one plan at once.
 //!
 //! This room owns every `impl Plan`. Imports run one way: `crate::config` and `crate::path`
@@ -135,6 +135,31 @@ impl Port {
     }
 }
 
+/// The devices stacked on one port, compiled for the receive path.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Uppers {
+    /// VLAN devices by `tpid << 16 | vid`.
+    pub vlans: HashMap<u32, u16>,
+    /// Macvlan endpoints: MAC (48-bit integer), port id, mode; in creation order.
+    pub macvlans: Vec<(u64, u16, MacvlanMode)>,
+}
+
+impl Uppers {
+    pub fn macvlan(&self, mac: u64) -> Option<(u16, MacvlanMode)> {
+        self.macvlans
+            .iter()
+            .find(|(m, _, _)| *m == mac)
+            .map(|&(_, p, mode)| (p, mode))
+    }
+
+    pub fn passthru(&self) -> Option<u16> {
+        match self.macvlans.first() {
+            Some(&(_, p, MacvlanMode::Passthru)) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// The compiled forwarding state at one moment: what datapath workers forward with. Immutable;
 /// the switch publishes a new one after each change ([`Switch::plan`](crate::Switch::plan)).
 #[derive(Debug, Default)]
@@ -185,34 +210,7 @@ impl Plan {
             p.counters.writer(worker).drops[reason as usize].add(n);
         }
     }
-}
 
-/// The devices stacked on one port, compiled for the receive path.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Uppers {
-    /// VLAN devices by `tpid << 16 | vid`.
-    pub vlans: HashMap<u32, u16>,
-    /// Macvlan endpoints: MAC (48-bit integer), port id, mode; in creation order.
-    pub macvlans: Vec<(u64, u16, MacvlanMode)>,
-}
-
-impl Uppers {
-    pub fn macvlan(&self, mac: u64) -> Option<(u16, MacvlanMode)> {
-        self.macvlans
-            .iter()
-            .find(|(m, _, _)| *m == mac)
-            .map(|&(_, p, mode)| (p, mode))
-    }
-
-    pub fn passthru(&self) -> Option<u16> {
-        match self.macvlans.first() {
-            Some(&(_, p, MacvlanMode::Passthru)) => Some(p),
-            _ => None,
-        }
-    }
-}
-
-impl Plan {
     /// The pcap files of the plan's `dst pcap` sessions, by sink index: the copies for sink
     /// `i` are left in `Outputs::mirror_sinks[i]` for the caller to write.
     pub fn mirror_sinks(&self) -> &[String] {
