@@ -265,8 +265,6 @@ impl Role {
     }
 }
 
-
-
 /// Most sessions in one switch: one bit each in the per-port masks (Open vSwitch's
 /// `MAX_MIRRORS` is 32 too).
 pub const MAX_MIRRORS: usize = 32;
@@ -329,7 +327,6 @@ pub struct MirrorSpec {
     /// Push a tag with this VID (the destination port's bridge TPID, PCP 0) on every copy.
     pub rspan: Option<u16>,
 }
-
 
 /// Whether `file` is a plain file name the daemon may create in its pcap directory: no path
 /// separator, no NUL, not hidden (so neither `.` nor `..`), at most [`MAX_PCAP_FILE`] bytes,

@@ -132,6 +132,13 @@ pub const fn tag_word(tag: Tag) -> u32 {
     (tag.tpid.0 as u32) << 16 | tag.tci.0 as u32
 }
 
+/// A tag's 4 wire bytes, through [`tag_word`] (one byte swap of a u32; cheaper on the fast
+/// path than assembling the two halves).
+#[inline(always)]
+pub const fn tag_bytes(tag: Tag) -> [u8; TAG_LEN] {
+    tag_word(tag).to_be_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,7 +163,10 @@ mod tests {
         assert_eq!(src_u64(&f[..11]), None);
         assert_eq!(tag_word_at(&f, 0), Some(0x88a8_2064));
         let c = tag_at(&f, 1).unwrap();
-        assert_eq!((c.tpid, c.tci.vid().get(), c.tci.pcp()), (Tpid::DOT1Q, 10, 7));
+        assert_eq!(
+            (c.tpid, c.tci.vid().get(), c.tci.pcp()),
+            (Tpid::DOT1Q, 10, 7)
+        );
         assert_eq!(vid_at(&f, 0, Tpid::DOT1AD), Some(100));
         assert_eq!(vid_at(&f, 0, Tpid::DOT1Q), None);
         assert_eq!(tag_at(&f[..19], 1), None);
@@ -165,7 +175,10 @@ mod tests {
         let mut h = [0u8; 16];
         h.copy_from_slice(&f[..16]);
         let (w0, w1, tag) = header_words(&h);
-        assert_eq!((w0 >> 16, w1 & MAC_BROADCAST, tag), (LINK_LOCAL_BASE | 0x0e, 0x0200_0000_0001, 0x88a8_2064));
+        assert_eq!(
+            (w0 >> 16, w1 & MAC_BROADCAST, tag),
+            (LINK_LOCAL_BASE | 0x0e, 0x0200_0000_0001, 0x88a8_2064)
+        );
         assert_ne!(w0 >> 16 & MAC_GROUP_BIT, 0);
     }
 
@@ -181,5 +194,7 @@ mod tests {
         assert_eq!(set_vid_at(&mut short, 0, 1), None);
         assert_eq!(short, f[..14]);
         assert_eq!(tag_offset(2), 20);
+        let t = Tag::new(Tpid::DOT1AD, Tci(0x2064));
+        assert_eq!(tag_bytes(t), t.to_bytes());
     }
 }

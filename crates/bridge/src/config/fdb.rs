@@ -346,5 +346,4 @@ impl Switch {
             .get(fdb_key(mac, vid))
             .map(|s| (PortId(s.port), s.kind()))
     }
-
 }

@@ -27,7 +27,6 @@ pub struct MirrorView {
     pub stats: Option<MirrorCounters>,
 }
 
-
 pub(crate) fn check_name(name: &str) -> Result<(), MirrorError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_MIRROR_NAME
@@ -41,7 +40,6 @@ pub(crate) fn check_name(name: &str) -> Result<(), MirrorError> {
         Err(MirrorError::BadName(name.to_string()))
     }
 }
-
 
 impl Switch {
     /// `mirror add …`: a new session, after checking everything (see [`MirrorError`]).
@@ -228,5 +226,4 @@ impl Switch {
         self.mirrors_changed();
         gone
     }
-
 }

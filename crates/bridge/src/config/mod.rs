@@ -30,8 +30,7 @@ use crate::counters::{DropReason, PortCounters, VlanCounters};
 use crate::error::{ConfigError, MirrorError};
 use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
-    FdbKind, FdbMove, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC,
-    F_STICKY, F_USER,
+    FdbKind, FdbMove, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY, F_USER,
 };
 use crate::path::{Outputs, Worker};
 use crate::plan::compile::Records;
@@ -196,7 +195,6 @@ pub(crate) fn limit_of(p: &Port, vid: u16) -> Option<(u32, Violation)> {
     (code != 0).then(|| (code & 0x00ff_ffff, violation_of(code)))
 }
 
-
 /// Sets entries `start..=end` of a per-VID code table (0 clears); the table goes away when
 /// every entry is 0.
 pub(crate) fn set_codes(table: &mut Option<Arc<[u32]>>, start: u16, end: u16, code: u32) {
@@ -306,7 +304,6 @@ impl Switch {
         self.recs.publish(&self.unknown_port_drops, mirrors)
     }
 
-
     /// Forwards every frame of `rx` (each buffer's `port` is its ingress port id) at time
     /// `now_ns` on the calling thread, as worker 0, appending what leaves to
     /// `out.ports[egress]`. `rx` is left empty.
@@ -377,21 +374,24 @@ impl Switch {
 
     /// Counts on port `id` in the control plane's counter block.
     pub(crate) fn control_counters(&self, id: u16) -> Option<&crate::cells::PortCells> {
-        self.recs.ports
+        self.recs
+            .ports
             .get(id as usize)?
             .as_ref()
             .map(|p| p.counters.writer(CONTROL_WRITER))
     }
 
     pub fn port_name(&self, id: PortId) -> Option<&str> {
-        self.recs.ports
+        self.recs
+            .ports
             .get(id.0 as usize)?
             .as_ref()
             .map(|p| p.name.as_str())
     }
 
     pub fn port_kind(&self, id: PortId) -> Option<&str> {
-        self.recs.ports
+        self.recs
+            .ports
             .get(id.0 as usize)?
             .as_ref()
             .map(|p| p.kind.as_str())
@@ -438,7 +438,8 @@ impl Switch {
     }
 
     pub fn bridge_ids(&self) -> impl Iterator<Item = (BridgeId, &str)> {
-        self.recs.bridges
+        self.recs
+            .bridges
             .iter()
             .enumerate()
             .filter_map(|(i, b)| b.as_ref().map(|b| (BridgeId(i as u16), b.name.as_str())))
@@ -534,7 +535,6 @@ impl Switch {
     pub fn unknown_port_drops(&self) -> u64 {
         self.unknown_port_drops.sum()
     }
-
 }
 
 pub(crate) fn check_range(start: u32, end: u32) -> Result<(u16, u16), ConfigError> {

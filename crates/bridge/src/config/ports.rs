@@ -382,7 +382,8 @@ impl Switch {
     }
 
     pub(crate) fn has_macvlans(&self, id: PortId) -> bool {
-        self.recs.ports
+        self.recs
+            .ports
             .iter()
             .flatten()
             .any(|p| matches!(p.role, Role::Macvlan { lower, .. } if lower == id.0))
@@ -420,7 +421,12 @@ impl Switch {
     }
 
     /// Checks what every stacked device needs: a name, a lower port that can take it, a MAC.
-    pub(crate) fn check_stacked(&self, name: &str, lower: PortId, mac: MacAddr) -> Result<(), ConfigError> {
+    pub(crate) fn check_stacked(
+        &self,
+        name: &str,
+        lower: PortId,
+        mac: MacAddr,
+    ) -> Result<(), ConfigError> {
         check_name(name)?;
         if self.names.contains_key(name) {
             return Err(ConfigError::DeviceExists(name.to_string()));
@@ -661,5 +667,4 @@ impl Switch {
             .map(BridgeId)
             .ok_or_else(|| ConfigError::NoMaster(self.port(id).name.clone()))
     }
-
 }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 pub(super) type Ports = [Option<Arc<Port>>];
 
-
 /// FDB key of a 48-bit MAC in FID `fid` (see `fdb::fdb_key`).
 #[inline(always)]
 pub(super) fn fid_key(mac: u64, fid: u16) -> u64 {
@@ -27,7 +26,7 @@ pub(super) const DEST_DROP: u16 = u16::MAX;
 pub(super) const DEST_FLOOD: u16 = u16::MAX - 1;
 /// Not a [`FrameMeta::dest`]: the frames of a run or batch do not all share one destination.
 pub(super) const DEST_MIXED: u16 = u16::MAX - 2;
- const _: () = assert!(crate::plan::MAX_PORTS < DEST_MIXED as usize);
+const _: () = assert!(crate::plan::MAX_PORTS < DEST_MIXED as usize);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum FloodClass {
@@ -62,7 +61,7 @@ pub(crate) struct FrameMeta {
     pub(super) flood: FloodClass,
 }
 
- const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
+const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
 
 impl FrameMeta {
     /// FID of the frame's FDB keys: its VID, or with `learn_inner_vid` that of (VID, inner
@@ -211,7 +210,6 @@ pub(super) fn customer_vid(tag: u32, len: usize) -> u16 {
         0
     }
 }
-
 
 /// Makes a two-tag map's change to the C-tag behind the outer tag of a frame: removed, or its VID set
 /// (PCP and DEI kept).

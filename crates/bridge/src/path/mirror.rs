@@ -151,7 +151,7 @@ impl Path<'_> {
                     return out.pool.put(copy);
                 }
                 if sess.rspan != 0 {
-                    let tag = Tag::new(Tpid(dp.tpid), Tci(sess.rspan)).to_bytes();
+                    let tag = frame::tag_bytes(Tag::new(Tpid(dp.tpid), Tci(sess.rspan)));
                     copy.insert_tag(frame::tag_offset(0), tag);
                     copy.offload.shift_headers(4);
                 }

@@ -92,7 +92,7 @@ pub(super) fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     match op {
         InnerTag::Set(c) => apply_inner_tag(InnerTag::Set(c), pkt),
         InnerTag::Push(c) => {
-            let ctag = Tag::new(Tpid::DOT1Q, Tci(m.tci_hi | c)).to_bytes();
+            let ctag = frame::tag_bytes(Tag::new(Tpid::DOT1Q, Tci(m.tci_hi | c)));
             if pkt.insert_tag(frame::tag_offset(1), ctag) {
                 pkt.offload.shift_headers(4);
             }
@@ -116,11 +116,11 @@ pub(super) fn vid_out(t: &[u16], vid: u16) -> u16 {
 /// (`tagged`), or pushed.
 #[inline(always)]
 pub(super) fn set_bridge_tag(pkt: &mut PacketBuf, tagged: bool, tpid: u16, tci: u16) {
-    let tag = Tag::new(Tpid(tpid), Tci(tci));
+    let tag = frame::tag_word(Tag::new(Tpid(tpid), Tci(tci)));
     if tagged {
-        frame::set_tag_at(pkt.frame_mut(), 0, tag);
+        frame::set_tag_word_at(pkt.frame_mut(), 0, tag);
     } else {
-        pkt.insert_tag(frame::tag_offset(0), tag.to_bytes());
+        pkt.insert_tag(frame::tag_offset(0), tag.to_be_bytes());
         pkt.offload.shift_headers(4);
     }
 }

@@ -447,7 +447,7 @@ impl Path<'_> {
             }
             match port.role {
                 Role::Vlan { lower, tpid, vid } => {
-                    let tag = Tag::new(Tpid(tpid), Tci(vid)).to_bytes();
+                    let tag = frame::tag_bytes(Tag::new(Tpid(tpid), Tci(vid)));
                     pkt.insert_tag(frame::tag_offset(0), tag);
                     pkt.offload.shift_headers(4);
                     p = lower;
