@@ -20,7 +20,7 @@
 //!   (re-exported from `settings`);
 //! - [`plan`]: the compiled [`Plan`] (per-port and per-bridge records, flood lists, compiled
 //!   mirror sessions) and the functions that compile it;
-//! - [`path`]: the frame path, run by a [`Worker`]: process → classify → decide → tag rewrite
+//! - [`path`]: the frame path, run by a [`Forwarder`]: process → classify → decide → tag rewrite
 //!   → flood, stacked devices and mirroring.
 //!
 //! `config` and `path` import `plan`; `plan` imports neither; `config` imports `path` only to
@@ -48,7 +48,7 @@ pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::{ConfigError, MirrorError};
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use fdbwatch::{FdbChange, FdbWatch};
-pub use path::{Outputs, Worker};
+pub use path::{Outputs, Forwarder};
 pub use plan::mirror::MirrorCounters;
 pub use plan::{BridgeId, Plan, PortId, MAX_PORTS};
 pub use settings::{

@@ -185,7 +185,7 @@ mod tests {
         let w = PcapWriter::create(Path::new("/dev/full")).unwrap();
         let sink = Arc::new(MirrorSink::with_writer("m.pcap", w));
         let sinks: Sinks = vec![Some(sink.clone())].into();
-        let mut worker = qbridge_bridge::Worker::new(0);
+        let mut worker = qbridge_bridge::Forwarder::new(0);
         let mut out = Outputs::new();
         let syscalls0 = write_syscalls();
         const BATCHES: u64 = 2000;
@@ -267,7 +267,7 @@ mod tests {
         let plan = s.switch_mut().plan();
         let sink = Arc::new(MirrorSink::open(&dir, "m.pcap", FileAccess::default()).unwrap());
         let sinks: Sinks = vec![Some(sink.clone())].into();
-        let mut worker = qbridge_bridge::Worker::new(0);
+        let mut worker = qbridge_bridge::Forwarder::new(0);
         let mut out = Outputs::new();
         let mut send = |batches: usize| {
             for _ in 0..batches {

@@ -32,7 +32,7 @@ use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
     FdbKind, FdbMove, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY, F_USER,
 };
-use crate::path::{Outputs, Worker};
+use crate::path::{Outputs, Forwarder};
 use crate::plan::compile::Records;
 use crate::plan::mirror::{Dst, MirrorCounterSet, MirrorSession};
 use crate::plan::{Bridge, BridgeId, Plan, Port, PortId, MAX_PORTS};
@@ -82,7 +82,7 @@ pub struct Switch {
     /// The slot the next port takes (`link add … index N`), instead of the first free one.
     next_index: Option<u16>,
     /// The datapath state of [`Switch::process`] (worker 0).
-    worker: Worker,
+    worker: Forwarder,
     /// Port mirroring sessions, in creation order (`mirror`).
     pub(crate) mirrors: Vec<MirrorSession>,
 }
@@ -119,7 +119,7 @@ impl Clone for Switch {
             unknown_port_drops: self.unknown_port_drops.clone(),
             next_generation: self.next_generation,
             next_index: self.next_index,
-            worker: Worker::new(0),
+            worker: Forwarder::new(0),
             mirrors: self.mirrors.clone(),
         }
     }
@@ -284,7 +284,7 @@ impl Switch {
             unknown_port_drops: CellSet::new(workers + 1),
             next_generation: 1,
             next_index: None,
-            worker: Worker::new(0),
+            worker: Forwarder::new(0),
             mirrors: Vec::new(),
         }
     }

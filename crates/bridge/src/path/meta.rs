@@ -36,7 +36,7 @@ pub(super) enum FloodClass {
 }
 
 /// What the ingress stages decided about one frame: the batch's per-frame metadata (VPP's
-/// buffer opaque), kept in [`Worker`] beside the batch, index for index.
+/// buffer opaque), kept in [`Forwarder`] beside the batch, index for index.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FrameMeta {
     /// Destination MAC as a 48-bit integer.

@@ -10,7 +10,7 @@
 //!
 //! **Compilation** (`crate::plan::mirror`). [`Switch::plan`](crate::Switch::plan) compiles the sessions into [`Mirrors`]: per port id a
 //! 32-bit mask of the sessions that mirror what the port receives (`rx_mask`) and sends
-//! (`tx_mask`). A plan without sessions has `mirrors: None`, and [`Worker::process`] pays one
+//! (`tx_mask`). A plan without sessions has `mirrors: None`, and [`Forwarder::process`] pays one
 //! test of that `Option` per batch.
 //!
 //! **Datapath** (this module: `Path::process_mirrored`, wrapped around the whole forwarding path, flat or
@@ -25,7 +25,7 @@
 //! Cost when a session exists: one mask load per received frame and per tx-source port, and a
 //! pool copy per mirrored frame; nothing allocates after warm-up.
 
-use super::{Outputs, Path, Worker};
+use super::{Outputs, Path, Forwarder};
 use crate::counters::DropReason;
 use crate::plan::mirror::{Compiled, CompiledDst, Mirrors};
 use crate::plan::Port;
@@ -55,13 +55,13 @@ pub(crate) fn frame_vlan(tpid: u16, pvid: u16, f: &[u8]) -> u16 {
 }
 
 impl Path<'_> {
-    /// [`Worker::process`] with mirror sessions (see the module documentation).
+    /// [`Forwarder::process`] with mirror sessions (see the module documentation).
     #[cold]
     #[inline(never)]
     pub(super) fn process_mirrored(
         &self,
         m: &Mirrors,
-        w: &mut Worker,
+        w: &mut Forwarder,
         now_ns: u64,
         rx: &mut Batch,
         out: &mut Outputs,

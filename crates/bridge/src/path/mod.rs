@@ -1,6 +1,6 @@
 //! The frame path: what a worker does with a batch.
 //!
-//! [`Worker::process`] is the one dispatch per batch: with mirror sessions the batch is
+//! [`Forwarder::process`] is the one dispatch per batch: with mirror sessions the batch is
 //! copied around the forwarding (`mirror`: rx copies before, tx copies after); the
 //! forwarding is the bridge pipeline alone (`pipeline`: classify → warm → decide → tag
 //! rewrite → move/flood) when no device is stacked on any port, or the stacked path
@@ -8,7 +8,7 @@
 //! the pipeline in between).
 //!
 //! The path reads the compiled [`Plan`] through `Path` and keeps its per-worker state in
-//! [`Worker`] (counter-block index, flood scratch, FDB table caches, the batch's `FrameMeta`
+//! [`Forwarder`] (counter-block index, flood scratch, FDB table caches, the batch's `FrameMeta`
 //! array, stacked-path and mirroring scratch). Imports: `crate::plan` and the leaf modules;
 //! never `crate::config`. No allocation after warm-up, no lock but the FDB writer's, no
 //! syscall, no `dyn` call.
@@ -41,11 +41,11 @@ impl std::ops::Deref for Path<'_> {
 }
 
 impl Path<'_> {
-    /// The forwarding of [`Worker::process`] without the mirror sessions (what `mirror`
+    /// The forwarding of [`Forwarder::process`] without the mirror sessions (what `mirror`
     /// wraps): the bridge pipeline alone, or the stacked path when some port is a stacked
     /// device or a host port.
     #[inline]
-    fn forward(self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
+    fn forward(self, w: &mut Forwarder, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         if self.stacked {
             self.process_stacked(w, now_ns, rx, out)
         } else {
@@ -98,9 +98,12 @@ impl Outputs {
     }
 }
 
-/// each bridge's FDB table. Owned by the worker's thread.
+/// One datapath worker's forwarding state: its counter-block index, scratch space (the batch's
+/// `FrameMeta` array, flood targets, stacked-path and mirroring scratch) and its view of each
+/// bridge's FDB table. Owned by the worker's thread: each datapath `Worker` thread forwards
+/// through its own bridge `Forwarder`.
 #[derive(Debug, Default)]
-pub struct Worker {
+pub struct Forwarder {
     pub(crate) index: usize,
     /// Flood targets of the frame being forwarded; kept to avoid allocating per frame.
     pub(crate) scratch: Vec<u16>,
@@ -113,15 +116,15 @@ pub struct Worker {
     pub(crate) stack: Option<Box<stack::Scratch>>,
     /// Scratch of port mirroring (taken while it runs).
     pub(crate) mirror: Option<Box<mirror::MirrorScratch>>,
-    /// Flood copies the frames of the next [`Worker::process`] may still make (`None`: no
-    /// limit). See [`Worker::set_flood_credit`].
+    /// Flood copies the frames of the next [`Forwarder::process`] may still make (`None`: no
+    /// limit). See [`Forwarder::set_flood_credit`].
     pub(crate) flood_credit: Option<u64>,
 }
 
-impl Worker {
-    /// Worker number `index` (0-based; its counters go to block `index`).
-    pub fn new(index: usize) -> Worker {
-        Worker {
+impl Forwarder {
+    /// Forwarder of worker number `index` (0-based; its counters go to block `index`).
+    pub fn new(index: usize) -> Forwarder {
+        Forwarder {
             index,
             scratch: Vec::new(),
             tables: Vec::new(),
@@ -135,7 +138,7 @@ impl Worker {
     /// Forwards every frame of `rx` (each buffer's `port` is the port whose queue it came
     /// from) with `plan` at time `now_ns`, appending what leaves to `out.ports[port]`. `rx`
     /// is left empty. Any number of workers may forward with one plan at once, each with its
-    /// own `Worker` and [`Outputs`].
+    /// own `Forwarder` and [`Outputs`].
     pub fn process(&mut self, plan: &Plan, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         let path = Path(plan);
         match &plan.mirrors {
@@ -148,7 +151,7 @@ impl Worker {
         self.index
     }
 
-    /// Bounds the flood copies of the next [`Worker::process`] calls: a flood (unknown unicast,
+    /// Bounds the flood copies of the next [`Forwarder::process`] calls: a flood (unknown unicast,
     /// broadcast, multicast) to `k` ports is sent when at least `k` copies of credit are left,
     /// and takes them; else it is dropped as `flood_rate`, counted on its ingress port. A frame
     /// to one port (known unicast) never uses credit nor is dropped for it. `None` (the
@@ -159,7 +162,7 @@ impl Worker {
         self.flood_credit = credit;
     }
 
-    /// The credit left (see [`Worker::set_flood_credit`]).
+    /// The credit left (see [`Forwarder::set_flood_credit`]).
     pub fn flood_credit(&self) -> Option<u64> {
         self.flood_credit
     }

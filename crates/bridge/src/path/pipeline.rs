@@ -34,7 +34,7 @@
 use super::classify::*;
 use super::meta::*;
 use super::rewrite::*;
-use super::{Outputs, Path, Worker};
+use super::{Outputs, Path, Forwarder};
 use crate::cells::PortCells;
 use crate::counters::DropReason;
 use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
@@ -113,17 +113,17 @@ impl<'a> Tx<'a> {
 impl Path<'_> {
     /// The bridge pipeline: forwards every frame of `rx` (each buffer's `port` is its
     /// ingress bridge port) at time `now_ns` as worker `w`, appending what leaves to
-    /// `out.ports[egress]`. `rx` is left empty. [`Worker::process`] calls it directly when no
+    /// `out.ports[egress]`. `rx` is left empty. [`Forwarder::process`] calls it directly when no
     /// device is stacked on any port (`crate::stack`).
     pub(super) fn process_flat(
         &self,
-        w: &mut Worker,
+        w: &mut Forwarder,
         now_ns: u64,
         rx: &mut Batch,
         out: &mut Outputs,
     ) {
         out.ensure(self.ports.len());
-        let Worker {
+        let Forwarder {
             index,
             scratch,
             tables,
@@ -503,7 +503,7 @@ impl Path<'_> {
     /// Floods to the VID's member ports that the flags, isolation and hairpin allow: pool copies
     /// to all targets but the last, which gets the original buffer (returned as the verdict).
     /// With a flood credit, the copies are paid for from it or the frame is dropped as
-    /// `flood_rate` ([`Worker::set_flood_credit`]).
+    /// `flood_rate` ([`Forwarder::set_flood_credit`]).
     #[inline(never)]
     fn flood(
         &self,

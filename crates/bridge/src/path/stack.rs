@@ -28,7 +28,7 @@
 //! sent towards it); the host port counts as the bridge port it is (rx: from the host into the
 //! bridge, tx: from the bridge to the host).
 
-use super::{Outputs, Path, Worker};
+use super::{Outputs, Path, Forwarder};
 use crate::counters::DropReason;
 use crate::plan::{Port, Uppers};
 use crate::settings::{MacvlanMode, Role, MAX_STACK_DEPTH};
@@ -83,7 +83,7 @@ impl Path<'_> {
     #[inline(never)]
     pub(super) fn process_stacked(
         &self,
-        w: &mut Worker,
+        w: &mut Forwarder,
         now_ns: u64,
         rx: &mut Batch,
         out: &mut Outputs,
@@ -136,7 +136,7 @@ impl Path<'_> {
     /// device, up to the host from a host port, down from a stacked device.
     fn bridge_pass(
         &self,
-        w: &mut Worker,
+        w: &mut Forwarder,
         wi: usize,
         now_ns: u64,
         s: &mut Scratch,
