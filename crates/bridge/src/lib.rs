@@ -48,7 +48,7 @@ pub use counters::{DropReason, PortCounters, VlanCounters};
 pub use error::{ConfigError, MirrorError};
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use fdbwatch::{FdbChange, FdbWatch};
-pub use path::{Outputs, Forwarder};
+pub use path::{Forwarder, Outputs};
 pub use plan::mirror::MirrorCounters;
 pub use plan::{BridgeId, Plan, PortId, MAX_PORTS};
 pub use settings::{

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{frame, mac};
-use qbridge_bridge::{BridgeSettings, DropReason, Outputs, PortId, PortSettings, Switch, Forwarder};
+use qbridge_bridge::{
+    BridgeSettings, DropReason, Forwarder, Outputs, PortId, PortSettings, Switch,
+};
 use qbridge_packet::{Batch, PacketBuf};
 
 /// A VLAN-unaware bridge of four ports; returns the switch and the port ids.

@@ -32,10 +32,10 @@ use crate::fdb::{
     fdb_key, key_fid, key_mac, AddError, Fdb, FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch,
     FdbKind, FdbMove, FIRST_INNER_FID, F_EXTERN, F_LOCKED, F_PERMANENT, F_STATIC, F_STICKY, F_USER,
 };
-use crate::path::{Outputs, Forwarder};
+use crate::path::{Forwarder, Outputs};
 use crate::plan::compile::Records;
 use crate::plan::mirror::{Dst, MirrorCounterSet, MirrorSession};
-use crate::plan::{Bridge, BridgeId, Plan, Port, PortId, MAX_PORTS};
+use crate::plan::{Bridge, BridgeId, Plan, PortId, PortRecord, MAX_PORTS};
 use crate::tagmap::{TagMap, TagMaps};
 use crate::vlanmode::{violation_of, PvlanRole, Violation, VlanMode};
 use crate::vlanset::VlanSet;
@@ -190,7 +190,7 @@ pub(crate) fn tag_map_words(m: &TagMap) -> String {
 }
 
 /// Port `p`'s learning limit in `vid`, if it has one.
-pub(crate) fn limit_of(p: &Port, vid: u16) -> Option<(u32, Violation)> {
+pub(crate) fn limit_of(p: &PortRecord, vid: u16) -> Option<(u32, Violation)> {
     let code = p.vlan_limits.as_ref()?[usize::from(vid & 0x0fff)];
     (code != 0).then(|| (code & 0x00ff_ffff, violation_of(code)))
 }
@@ -212,12 +212,12 @@ pub(crate) fn set_codes(table: &mut Option<Arc<[u32]>>, start: u16, end: u16, co
 }
 
 /// Sets the per-VLAN limit code of `start..=end` on `port` (0 clears).
-pub(crate) fn set_limit_codes(port: &mut Port, start: u16, end: u16, code: u32) {
+pub(crate) fn set_limit_codes(port: &mut PortRecord, start: u16, end: u16, code: u32) {
     set_codes(&mut port.vlan_limits, start, end, code);
 }
 
 /// Sets the private-VLAN code of `start..=end` on `port` (0 clears).
-pub(crate) fn set_pvlan_codes(port: &mut Port, start: u16, end: u16, code: u32) {
+pub(crate) fn set_pvlan_codes(port: &mut PortRecord, start: u16, end: u16, code: u32) {
     set_codes(&mut port.pvlan, start, end, code);
 }
 
@@ -348,12 +348,12 @@ impl Switch {
         self.names.contains_key(name)
     }
 
-    pub(crate) fn port(&self, id: PortId) -> &Port {
+    pub(crate) fn port(&self, id: PortId) -> &PortRecord {
         self.recs.port(id)
     }
 
     /// Port `id` for a change: copied first if a published plan still shares it.
-    pub(crate) fn port_mut(&mut self, id: PortId) -> &mut Port {
+    pub(crate) fn port_mut(&mut self, id: PortId) -> &mut PortRecord {
         self.recs.port_mut(id)
     }
 

@@ -174,7 +174,7 @@ impl Switch {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
         self.recs.plan = None;
-        self.recs.ports[idx] = Some(Arc::new(Port {
+        self.recs.ports[idx] = Some(Arc::new(PortRecord {
             name: name.to_string(),
             kind: kind.to_string(),
             master: None,
@@ -571,7 +571,7 @@ impl Switch {
     }
 
     /// (`mac`) or a device's interface address (`if_mac`); 0: none.
-    pub(crate) fn local_mac(p: &Port) -> u64 {
+    pub(crate) fn local_mac(p: &PortRecord) -> u64 {
         match p.role {
             Role::Host { .. } => p.mac,
             Role::Device => p.if_mac,

@@ -8,7 +8,7 @@ use super::meta::*;
 use crate::cells::PortCells;
 use crate::counters::DropReason;
 use crate::fdb::{Learned, TableView, F_LOCKED, F_PERMANENT};
-use crate::plan::{Bridge, Port};
+use crate::plan::{Bridge, PortRecord};
 use crate::settings::{VlanProtocol, GROUP_FWD_8021AD};
 use qbridge_packet::PacketBuf;
 use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_BROADCAST, MAC_GROUP_BIT};
@@ -19,14 +19,14 @@ use std::sync::Arc;
 /// into `meta` and counts the run's rx frames and bytes, its VLAN rx and per-PCP rx counters.
 /// Returns the run's length and how many of its frames are live (not dropped).
 ///
-/// `PLAIN`: the port uses none of the provider features ([`Port::plain`]), so a frame untagged
+/// `PLAIN`: the port uses none of the provider features ([`PortRecord::plain`]), so a frame untagged
 /// to the bridge has PCP 0: only tagged frames with another PCP are counted one by one (in
 /// [`classify`], which adds them to `counted`); the rest in `rx_pcp[0]` once per run.
 #[inline(always)]
 pub(super) fn classify_run<const PLAIN: bool>(
     br: &Bridge,
     bi: u16,
-    inp: &Port,
+    inp: &PortRecord,
     c: &PortCells,
     wi: usize,
     pkts: &[PacketBuf],
@@ -71,7 +71,7 @@ pub(super) fn classify_run<const PLAIN: bool>(
 pub(super) fn classify_run_features(
     br: &Bridge,
     bi: u16,
-    inp: &Port,
+    inp: &PortRecord,
     c: &PortCells,
     wi: usize,
     pkts: &mut [PacketBuf],
@@ -102,12 +102,12 @@ pub(super) fn classify_run_features(
 }
 
 /// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
-/// `PLAIN`: [`Port::plain`] holds (the provider features' tests are left out).
+/// `PLAIN`: [`PortRecord::plain`] holds (the provider features' tests are left out).
 #[inline(always)]
 pub(super) fn classify<const PLAIN: bool>(
     br: &Bridge,
     bi: u16,
-    inp: &Port,
+    inp: &PortRecord,
     c: &PortCells,
     pkt: &PacketBuf,
     counted: &mut usize,
@@ -232,11 +232,11 @@ pub(super) fn classify<const PLAIN: bool>(
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn locked_admits(
-    ports: &[Option<Arc<Port>>],
+    ports: &[Option<Arc<PortRecord>>],
     wi: usize,
     br: &Bridge,
     table: TableView<'_>,
-    inp: &Port,
+    inp: &PortRecord,
     in_id: u16,
     m: &FrameMeta,
     now_ns: u64,
@@ -288,7 +288,7 @@ pub(super) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
 /// `v` with that C-tag) is what a map sends translated (dropped as `translated_vid`).
 #[cold]
 #[inline(never)]
-pub(super) fn map_in(inp: &Port, v: u16, frame: &[u8]) -> u16 {
+pub(super) fn map_in(inp: &PortRecord, v: u16, frame: &[u8]) -> u16 {
     let inner = inner_cvid(frame);
     if let Some((vid, _)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
         return vid;

@@ -6,13 +6,13 @@
 
 use crate::cells::{PortCells, VlanCounterSet};
 use crate::counters::DropReason;
-use crate::plan::Port;
+use crate::plan::PortRecord;
 use crate::tagmap::InnerTag;
 use qbridge_packet::PacketBuf;
 use qbridge_wire::{frame, parse_headers};
 use std::sync::Arc;
 
-pub(super) type Ports = [Option<Arc<Port>>];
+pub(super) type Ports = [Option<Arc<PortRecord>>];
 
 /// FDB key of a 48-bit MAC in FID `fid` (see `fdb::fdb_key`).
 #[inline(always)]
@@ -101,7 +101,7 @@ pub(super) fn count_drop(counters: &PortCells, reason: DropReason) {
 
 #[cold]
 #[inline(never)]
-pub(super) fn drop_port<'a>(counters: &PortCells, reason: DropReason) -> Option<&'a Port> {
+pub(super) fn drop_port<'a>(counters: &PortCells, reason: DropReason) -> Option<&'a PortRecord> {
     counters.drop(reason);
     None
 }
@@ -166,7 +166,7 @@ pub(super) fn count_vlan_tx(set: &VlanCounterSet, wi: usize, run: (usize, u64, u
 }
 
 /// The ingress port's learning limit in VLAN `vid` (0: none).
-pub(super) fn vlan_limit(inp: &Port, vid: u16) -> u32 {
+pub(super) fn vlan_limit(inp: &PortRecord, vid: u16) -> u32 {
     inp.vlan_limits
         .as_ref()
         .map_or(0, |t| t[usize::from(vid & 0x0fff)] & 0x00ff_ffff)

@@ -25,10 +25,10 @@
 //! Cost when a session exists: one mask load per received frame and per tx-source port, and a
 //! pool copy per mirrored frame; nothing allocates after warm-up.
 
-use super::{Outputs, Path, Forwarder};
+use super::{Forwarder, Outputs, Path};
 use crate::counters::DropReason;
 use crate::plan::mirror::{Compiled, CompiledDst, Mirrors};
-use crate::plan::Port;
+use crate::plan::PortRecord;
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::{frame, Tag, Tci, Tpid};
 
@@ -110,7 +110,7 @@ impl Path<'_> {
     fn take_copies(
         &self,
         m: &Mirrors,
-        port: &Port,
+        port: &PortRecord,
         mut mask: u32,
         wi: usize,
         pkt: &PacketBuf,

@@ -34,11 +34,11 @@
 use super::classify::*;
 use super::meta::*;
 use super::rewrite::*;
-use super::{Outputs, Path, Forwarder};
+use super::{Forwarder, Outputs, Path};
 use crate::cells::PortCells;
 use crate::counters::DropReason;
 use crate::fdb::{Fdb, Learned, Slot, TableCache, TableView, F_LOCKED, F_PERMANENT};
-use crate::plan::{Bridge, Port};
+use crate::plan::{Bridge, PortRecord};
 use crate::vlanmode::{pvlan_allows, violation_of, Violation};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::frame::{MAC_BROADCAST, MAC_GROUP_BIT};
@@ -67,7 +67,7 @@ struct Tx<'a> {
 
 impl<'a> Tx<'a> {
     /// No route (`port` is unused until one is taken).
-    fn new(port: &'a Port) -> Tx<'a> {
+    fn new(port: &'a PortRecord) -> Tx<'a> {
         Tx {
             route: Route {
                 key: Route::NONE,
@@ -83,7 +83,7 @@ impl<'a> Tx<'a> {
 
     /// Leaves the current route for `key` to port `ep`, counting what it sent.
     #[inline(always)]
-    fn reroute(&mut self, key: u64, ep: &'a Port, tag: u32, br: &Bridge, wi: usize) {
+    fn reroute(&mut self, key: u64, ep: &'a PortRecord, tag: u32, br: &Bridge, wi: usize) {
         let r = &self.route;
         if r.frames != 0 {
             let vid = r.key as u16 as usize;
@@ -228,7 +228,7 @@ impl Path<'_> {
         br: &Bridge,
         bi: u16,
         cache: &mut TableCache,
-        inp: &Port,
+        inp: &PortRecord,
         c: &PortCells,
         pkts: &mut [PacketBuf],
         meta: &mut [FrameMeta],
@@ -264,7 +264,7 @@ impl Path<'_> {
         now_ns: u64,
         br: &Bridge,
         cache: &mut TableCache,
-        inp: &Port,
+        inp: &PortRecord,
         c: &PortCells,
         pkts: &mut [PacketBuf],
         meta: &mut [FrameMeta],
@@ -286,7 +286,7 @@ impl Path<'_> {
         now_ns: u64,
         br: &Bridge,
         cache: &mut TableCache,
-        inp: &Port,
+        inp: &PortRecord,
         c: &PortCells,
         pkts: &mut [PacketBuf],
         meta: &mut [FrameMeta],
@@ -573,7 +573,7 @@ impl Path<'_> {
 #[inline(always)]
 fn flood_copy(
     br: &Bridge,
-    ep: &Port,
+    ep: &PortRecord,
     e: usize,
     wi: usize,
     m: &FrameMeta,
@@ -597,7 +597,14 @@ fn flood_copy(
 /// reads the learning limits of the bridge and the ingress port.
 #[cold]
 #[inline(never)]
-fn learn_locked(br: &Bridge, inp: &Port, key: u64, vid: u16, port: u16, now_ns: u64) -> Learned {
+fn learn_locked(
+    br: &Bridge,
+    inp: &PortRecord,
+    key: u64,
+    vid: u16,
+    port: u16,
+    now_ns: u64,
+) -> Learned {
     br.fdb.learn_locked(
         key,
         port,
@@ -622,7 +629,7 @@ impl Path<'_> {
         wi: usize,
         br: &Bridge,
         table: TableView<'_>,
-        inp: &Port,
+        inp: &PortRecord,
         c: &PortCells,
         m: &FrameMeta,
         pkt: &mut PacketBuf,
@@ -652,7 +659,7 @@ impl Path<'_> {
 /// mode's reason (the daemon acts on `restrict` and `shutdown`).
 #[cold]
 #[inline(never)]
-fn mac_limit_drop(inp: &Port, c: &PortCells, vid: u16) {
+fn mac_limit_drop(inp: &PortRecord, c: &PortCells, vid: u16) {
     let code = inp
         .vlan_limits
         .as_ref()
@@ -689,11 +696,11 @@ fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
 fn local<'a>(
     ports: &'a Ports,
     br: &Bridge,
-    inp: &Port,
+    inp: &PortRecord,
     in_id: usize,
     c: &PortCells,
     m: &FrameMeta,
-) -> (Option<&'a Port>, u16) {
+) -> (Option<&'a PortRecord>, u16) {
     let Some(h) = br.host else {
         return (drop_port(c, DropReason::Local), 0);
     };
@@ -720,7 +727,7 @@ fn local<'a>(
 fn local_out(
     ports: &Ports,
     br: &Bridge,
-    inp: &Port,
+    inp: &PortRecord,
     in_id: usize,
     wi: usize,
     m: &FrameMeta,
@@ -738,12 +745,12 @@ fn local_out(
 #[inline(always)]
 fn unicast<'a>(
     ports: &'a Ports,
-    inp: &Port,
+    inp: &PortRecord,
     in_id: usize,
     c: &PortCells,
     entry: &Slot,
     m: &FrameMeta,
-) -> Option<&'a Port> {
+) -> Option<&'a PortRecord> {
     let e = entry.port as usize;
     if e == in_id && !inp.settings.hairpin {
         return drop_port(c, DropReason::SamePort);
@@ -769,7 +776,12 @@ fn unicast<'a>(
 /// [`unicast`] for port `ep` when it passed them for the same entry in another VID: the checks
 /// that depend on the VID, in their order there (the others pass again).
 #[inline(always)]
-fn unicast_vid<'a>(inp: &Port, c: &PortCells, ep: &'a Port, m: &FrameMeta) -> Option<&'a Port> {
+fn unicast_vid<'a>(
+    inp: &PortRecord,
+    c: &PortCells,
+    ep: &'a PortRecord,
+    m: &FrameMeta,
+) -> Option<&'a PortRecord> {
     if m.filtering && !ep.member.contains(m.vid) {
         return drop_port(c, DropReason::EgressNotMember);
     }
@@ -781,7 +793,7 @@ fn unicast_vid<'a>(inp: &Port, c: &PortCells, ep: &'a Port, m: &FrameMeta) -> Op
 
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.
 #[inline(always)]
-fn pvlan_ok(inp: &Port, ep: &Port, vid: u16) -> bool {
-    let code = |p: &Port| p.pvlan.as_ref().map_or(0, |t| t[usize::from(vid & 0x0fff)]);
+fn pvlan_ok(inp: &PortRecord, ep: &PortRecord, vid: u16) -> bool {
+    let code = |p: &PortRecord| p.pvlan.as_ref().map_or(0, |t| t[usize::from(vid & 0x0fff)]);
     pvlan_allows(code(inp), code(ep))
 }

@@ -5,7 +5,7 @@
 
 use super::meta::*;
 use crate::counters::DropReason;
-use crate::plan::Port;
+use crate::plan::PortRecord;
 use crate::tagmap::InnerTag;
 use qbridge_packet::PacketBuf;
 use qbridge_wire::{frame, Tag, Tci, Tpid};
@@ -18,7 +18,7 @@ use qbridge_wire::{frame, Tag, Tci, Tpid};
 /// checks.
 pub(super) struct Route<'a> {
     pub(super) key: u64,
-    pub(super) port: &'a Port,
+    pub(super) port: &'a PortRecord,
     /// What [`egress`] does to the bridge tag of the route's frames ([`route_tag`]).
     pub(super) tag: u32,
     pub(super) frames: u64,
@@ -42,7 +42,7 @@ pub(super) const TAG_FRAME: u32 = u32::MAX;
 /// (the port's TPID << 16 | the wire VID; PCP and DEI clear, so below every marker) when they
 /// leave tagged, else [`TAG_KEEP`], [`TAG_POP`] or [`TAG_FRAME`].
 #[inline(always)]
-pub(super) fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
+pub(super) fn route_tag(ep: &PortRecord, vid: u16, filtering: bool) -> u32 {
     if !filtering {
         TAG_KEEP
     } else if ep.cvid_in.is_some() || ep.tag2.is_some() || ep.cvlans.is_some() {
@@ -63,7 +63,7 @@ pub(super) fn route_tag(ep: &Port, vid: u16, filtering: bool) -> u32 {
 /// frame's VLAN, so that it leaves without the bridge tag.
 #[cold]
 #[inline(never)]
-pub(super) fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
+pub(super) fn cvid_untags(ep: &PortRecord, m: &FrameMeta, pkt: &PacketBuf) -> bool {
     let Some(t) = ep.cvid_in.as_ref() else {
         return false;
     };
@@ -80,7 +80,7 @@ pub(super) fn cvid_untags(ep: &Port, m: &FrameMeta, pkt: &PacketBuf) -> bool {
 /// Returns false (frame untouched) when no map applies.
 #[cold]
 #[inline(never)]
-pub(super) fn map_out(ep: &Port, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
+pub(super) fn map_out(ep: &PortRecord, m: &FrameMeta, pkt: &mut PacketBuf) -> bool {
     let Some(t) = ep.tag2.as_ref() else {
         return false;
     };
@@ -128,7 +128,12 @@ pub(super) fn set_bridge_tag(pkt: &mut PacketBuf, tagged: bool, tpid: u16, tci: 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
 /// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
-pub(super) fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -> Option<usize> {
+pub(super) fn egress(
+    ep: &PortRecord,
+    wi: usize,
+    m: &FrameMeta,
+    pkt: &mut PacketBuf,
+) -> Option<usize> {
     if m.filtering {
         if ep.untagged.contains(m.vid) || (ep.cvid_in.is_some() && cvid_untags(ep, m, pkt)) {
             if m.tagged {
@@ -156,7 +161,7 @@ pub(super) fn egress(ep: &Port, wi: usize, m: &FrameMeta, pkt: &mut PacketBuf) -
 /// (Open vSwitch's `xbundle_includes_vlan` checks the inner VID on output too).
 #[cold]
 #[inline(never)]
-pub(super) fn cvlan_leaves(ep: &Port, wi: usize, pkt: &PacketBuf) -> bool {
+pub(super) fn cvlan_leaves(ep: &PortRecord, wi: usize, pkt: &PacketBuf) -> bool {
     let Some(cvlans) = ep.cvlans.as_deref() else {
         return true;
     };
@@ -173,7 +178,7 @@ pub(super) fn cvlan_leaves(ep: &Port, wi: usize, pkt: &PacketBuf) -> bool {
 /// The egress size check of [`egress`] on a rewritten frame (an oversize frame is counted on
 /// the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
-pub(super) fn egress_size(ep: &Port, wi: usize, pkt: &PacketBuf) -> Option<usize> {
+pub(super) fn egress_size(ep: &PortRecord, wi: usize, pkt: &PacketBuf) -> Option<usize> {
     let len = pkt.len();
     let on_wire = if pkt.offload.is_gso() {
         gso_segment_len(pkt, ep.tpid)
@@ -223,7 +228,7 @@ pub(super) fn egress_route(
 #[cold]
 #[inline(never)]
 pub(super) fn egress_frame(
-    ep: &Port,
+    ep: &PortRecord,
     wi: usize,
     m: &FrameMeta,
     pkt: &mut PacketBuf,

@@ -28,9 +28,9 @@
 //! sent towards it); the host port counts as the bridge port it is (rx: from the host into the
 //! bridge, tx: from the bridge to the host).
 
-use super::{Outputs, Path, Forwarder};
+use super::{Forwarder, Outputs, Path};
 use crate::counters::DropReason;
-use crate::plan::{Port, Uppers};
+use crate::plan::{PortRecord, Uppers};
 use crate::settings::{MacvlanMode, Role, MAX_STACK_DEPTH};
 use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_GROUP_BIT};
@@ -58,14 +58,14 @@ fn src_mac(f: &[u8]) -> u64 {
 }
 
 #[inline]
-fn count_rx(p: &Port, wi: usize, len: usize) {
+fn count_rx(p: &PortRecord, wi: usize, len: usize) {
     let c = p.counters.writer(wi);
     c.rx_frames.add(1);
     c.rx_bytes.add(len as u64);
 }
 
 #[inline]
-fn count_tx(p: &Port, wi: usize, len: usize) {
+fn count_tx(p: &PortRecord, wi: usize, len: usize) {
     let c = p.counters.writer(wi);
     c.tx_frames.add(1);
     c.tx_bytes.add(len as u64);
@@ -339,7 +339,7 @@ impl Path<'_> {
     }
 
     /// Writes `pkt` to the host side of stacked device `p` (its TAP), counted as `p`'s rx.
-    fn to_host(&self, wi: usize, port: &Port, p: u16, mut pkt: PacketBuf, out: &mut Outputs) {
+    fn to_host(&self, wi: usize, port: &PortRecord, p: u16, mut pkt: PacketBuf, out: &mut Outputs) {
         count_rx(port, wi, pkt.len());
         if !port.running {
             port.counters.writer(wi).drop(DropReason::PortDown);
@@ -357,7 +357,7 @@ impl Path<'_> {
     fn macvlan_receive(
         &self,
         wi: usize,
-        lower: &Port,
+        lower: &PortRecord,
         up: &Uppers,
         pkt: PacketBuf,
         s: &mut Scratch,

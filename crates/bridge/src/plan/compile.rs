@@ -14,7 +14,7 @@
 //! never `crate::config` nor `crate::path`.
 
 use super::mirror::Mirrors;
-use super::{Bridge, BridgeId, Plan, Port, PortId, Uppers};
+use super::{Bridge, BridgeId, Plan, PortId, PortRecord, Uppers};
 use crate::cells::CellSet;
 use crate::settings::{PcpMode, Role, VlanProtocol, MAX_STACK_DEPTH};
 use std::sync::Arc;
@@ -24,18 +24,18 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub(crate) struct Records {
     pub bridges: Vec<Option<Arc<Bridge>>>,
-    pub ports: Vec<Option<Arc<Port>>>,
+    pub ports: Vec<Option<Arc<PortRecord>>>,
     pub plan: Option<Arc<Plan>>,
 }
 
 impl Records {
     /// Port `id`, which must exist.
-    pub fn port(&self, id: PortId) -> &Port {
+    pub fn port(&self, id: PortId) -> &PortRecord {
         self.ports[id.0 as usize].as_ref().expect("live port id")
     }
 
     /// Port `id` for a change: copied first if a published plan still shares it.
-    pub fn port_mut(&mut self, id: PortId) -> &mut Port {
+    pub fn port_mut(&mut self, id: PortId) -> &mut PortRecord {
         self.plan = None;
         Arc::make_mut(self.ports[id.0 as usize].as_mut().expect("live port id"))
     }
@@ -70,7 +70,7 @@ impl Records {
             .collect()
     }
 
-    /// [`Switch::plan`](crate::Switch::plan) after a change: compiles [`Port::plain`] and
+    /// [`Switch::plan`](crate::Switch::plan) after a change: compiles [`PortRecord::plain`] and
     /// publishes a new plan, with the switch's unknown-port drop counters and its compiled
     /// mirror sessions.
     #[cold]
@@ -273,6 +273,6 @@ pub(crate) fn compile_pcp(mode: PcpMode, default_pcp: u8) -> (bool, u16, [u16; 1
     }
 }
 
-pub(crate) fn has_tagged(p: &Port) -> bool {
+pub(crate) fn has_tagged(p: &PortRecord) -> bool {
     p.member.iter().any(|v| !p.untagged.contains(v))
 }

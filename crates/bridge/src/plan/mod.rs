@@ -1,7 +1,7 @@
 //! The compiled plan: what the frame path forwards with.
 //!
 //! A [`Plan`] is an immutable snapshot of the switch's forwarding state: a vector of `Arc`'d
-//! per-port records (`Port`: VLAN member and untagged sets, PVID, TPID, largest frame,
+//! per-port records (`PortRecord`: VLAN member and untagged sets, PVID, TPID, largest frame,
 //! provider features, the receive table of the devices stacked on it) and per-bridge records
 //! (`Bridge`: settings, the shared FDB, per-VID flood lists, VLAN counters), plus the
 //! compiled mirror sessions (`mirror`). The configuration room changes the records
@@ -58,9 +58,10 @@ pub(crate) struct Bridge {
     pub host: Option<u16>,
 }
 
-/// A port as the datapath sees it; shared like [`Bridge`].
+/// A port's record as the datapath sees it (not `io::Port`, the backend); shared like
+/// [`Bridge`].
 #[derive(Clone, Debug)]
-pub(crate) struct Port {
+pub(crate) struct PortRecord {
     pub name: String,
     pub kind: String,
     pub master: Option<u16>,
@@ -121,8 +122,8 @@ pub(crate) struct Port {
     pub plain: bool,
 }
 
-impl Port {
-    /// What [`Port::plain`] should be.
+impl PortRecord {
+    /// What [`PortRecord::plain`] should be.
     pub(crate) fn is_plain(&self) -> bool {
         !self.tunnel
             && self.cvlans.is_none()
@@ -165,7 +166,7 @@ impl Uppers {
 #[derive(Debug, Default)]
 pub struct Plan {
     pub(crate) bridges: Vec<Option<Arc<Bridge>>>,
-    pub(crate) ports: Vec<Option<Arc<Port>>>,
+    pub(crate) ports: Vec<Option<Arc<PortRecord>>>,
     pub(crate) unknown_port_drops: Option<Arc<CellSet>>,
     /// Some port is a stacked device or a host port: frames take the stacked path.
     pub(crate) stacked: bool,
@@ -179,7 +180,7 @@ impl Plan {
         self.ports.len()
     }
 
-    pub(crate) fn port(&self, id: PortId) -> Option<&Port> {
+    pub(crate) fn port(&self, id: PortId) -> Option<&PortRecord> {
         self.ports.get(id.0 as usize)?.as_deref()
     }
 
