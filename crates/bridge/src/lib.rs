@@ -20,8 +20,8 @@
 //!   (re-exported from `settings`);
 //! - [`plan`]: the compiled [`Plan`] (per-port and per-bridge records, flood lists, compiled
 //!   mirror sessions) and the functions that compile it;
-//! - [`path`]: the frame path, run by a [`Forwarder`]: process → classify → decide → tag rewrite
-//!   → flood, stacked devices and mirroring.
+//! - [`path`]: the frame path, run by a [`Forwarder`]: process → classify → decide → tag rewrite →
+//!   flood, stacked devices and mirroring.
 //!
 //! `config` and `path` import `plan`; `plan` imports neither; `config` imports `path` only to
 //! hold worker 0 and call its `process` ([`Switch::process`]). The leaf modules (settings,

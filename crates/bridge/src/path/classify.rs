@@ -19,8 +19,8 @@ use std::sync::Arc;
 /// into `meta` and counts the run's rx frames and bytes, its VLAN rx and per-PCP rx counters.
 /// Returns the run's length and how many of its frames are live (not dropped).
 ///
-/// `PLAIN`: the port uses none of the provider features ([`PortRecord::plain`]), so a frame untagged
-/// to the bridge has PCP 0: only tagged frames with another PCP are counted one by one (in
+/// `PLAIN`: the port uses none of the provider features ([`PortRecord::plain`]), so a frame
+/// untagged to the bridge has PCP 0: only tagged frames with another PCP are counted one by one (in
 /// [`classify`], which adds them to `counted`); the rest in `rx_pcp[0]` once per run.
 #[inline(always)]
 pub(super) fn classify_run<const PLAIN: bool>(

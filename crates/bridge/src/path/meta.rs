@@ -211,8 +211,8 @@ pub(super) fn customer_vid(tag: u32, len: usize) -> u16 {
     }
 }
 
-/// Makes a two-tag map's change to the C-tag behind the outer tag of a frame: removed, or its VID set
-/// (PCP and DEI kept).
+/// Makes a two-tag map's change to the C-tag behind the outer tag of a frame: removed, or its VID
+/// set (PCP and DEI kept).
 #[cold]
 #[inline(never)]
 pub(super) fn apply_inner_tag(op: InnerTag, pkt: &mut PacketBuf) {

@@ -2,28 +2,29 @@
 //! FILE [rspan VID]`): a copy of the frames a port receives and/or sends, exactly as they
 //! passed the port, to another port or to a pcap file. `docs/semantics.md` §M states the rules.
 //!
-//! **Configuration** (`crate::config::mirror`). A [`Switch`](crate::Switch) holds at most [`MAX_MIRRORS`](crate::MAX_MIRRORS) named sessions (Open vSwitch's
-//! limit), in creation order, each with its own per-worker counters (`MirrorCounterSet`,
-//! shared by every copy of the configuration like a port's). Every operation validates before
-//! it changes anything. Deleting a port takes it out of every session; a session left with no
-//! source, or whose destination port is deleted, is deleted with it.
+//! **Configuration** (`crate::config::mirror`). A [`Switch`](crate::Switch) holds at most
+//! [`MAX_MIRRORS`](crate::MAX_MIRRORS) named sessions (Open vSwitch's limit), in creation order,
+//! each with its own per-worker counters (`MirrorCounterSet`, shared by every copy of the
+//! configuration like a port's). Every operation validates before it changes anything. Deleting a
+//! port takes it out of every session; a session left with no source, or whose destination port is
+//! deleted, is deleted with it.
 //!
-//! **Compilation** (`crate::plan::mirror`). [`Switch::plan`](crate::Switch::plan) compiles the sessions into [`Mirrors`]: per port id a
-//! 32-bit mask of the sessions that mirror what the port receives (`rx_mask`) and sends
-//! (`tx_mask`). A plan without sessions has `mirrors: None`, and [`Forwarder::process`] pays one
-//! test of that `Option` per batch.
+//! **Compilation** (`crate::plan::mirror`). [`Switch::plan`](crate::Switch::plan) compiles the
+//! sessions into [`Mirrors`]: per port id a 32-bit mask of the sessions that mirror what the port
+//! receives (`rx_mask`) and sends (`tx_mask`). A plan without sessions has `mirrors: None`, and
+//! [`Forwarder::process`] pays one test of that `Option` per batch.
 //!
-//! **Datapath** (this module: `Path::process_mirrored`, wrapped around the whole forwarding path, flat or
-//! stacked): before forwarding, every received frame whose port is an rx source is copied from
-//! the pool as it arrived (also frames the bridge then drops); the length of each tx source's
+//! **Datapath** (this module: `Path::process_mirrored`, wrapped around the whole forwarding path,
+//! flat or stacked): before forwarding, every received frame whose port is an rx source is copied
+//! from the pool as it arrived (also frames the bridge then drops); the length of each tx source's
 //! output batch is noted; after forwarding, the frames appended to those batches (as they leave:
 //! after the egress tag rewrite) are copied. Only then are the copies delivered — an RSPAN tag
-//! pushed, the size checked against the destination port — and appended to the destination's
-//! output batch, after its own frames of the batch: rx copies first (in frame order, sessions
-//! in order), then tx copies (by source port id, then frame order, then session). Copies are
-//! never mirrored (they are appended after every copy was taken) and never enter a bridge.
-//! Cost when a session exists: one mask load per received frame and per tx-source port, and a
-//! pool copy per mirrored frame; nothing allocates after warm-up.
+//! pushed, the size checked against the destination port — and appended to the destination's output
+//! batch, after its own frames of the batch: rx copies first (in frame order, sessions in order),
+//! then tx copies (by source port id, then frame order, then session). Copies are never mirrored
+//! (they are appended after every copy was taken) and never enter a bridge. Cost when a session
+//! exists: one mask load per received frame and per tx-source port, and a pool copy per mirrored
+//! frame; nothing allocates after warm-up.
 
 use super::{Forwarder, Outputs, Path};
 use crate::counters::DropReason;

@@ -161,7 +161,7 @@ impl Path<'_> {
                 q.append(&mut rx.pkts);
             }
         } else {
-            self.egress_stage(wi, scratch, flood_credit, meta, rx, out);
+            self.move_stage(wi, scratch, flood_credit, meta, rx, out);
         }
     }
 
@@ -395,7 +395,7 @@ impl Path<'_> {
                             }
                             // Stage 4's per-frame work for one egress port, done here while
                             // the frame's metadata is at hand.
-                            match egress_route(&tx.route, wi, m, pkt) {
+                            match rewrite_tag_route(&tx.route, wi, m, pkt) {
                                 Some(len) => {
                                     tx.route.frames += 1;
                                     tx.route.bytes += len as u64;
@@ -478,7 +478,7 @@ impl Path<'_> {
     /// Stage 4 when the frames do not all go to one port: floods, and moves every frame of the
     /// batch, in order, into its output batch or back to the pool (a frame to one port was
     /// rewritten and counted in stage 3).
-    fn egress_stage(
+    fn move_stage(
         &self,
         wi: usize,
         scratch: &mut Vec<u16>,
@@ -568,7 +568,7 @@ impl Path<'_> {
     }
 }
 
-/// [`egress`] for one flooded copy, counted at once (flood targets change every copy, so
+/// [`rewrite_tag`] for one flooded copy, counted at once (flood targets change every copy, so
 /// there is no run to sum).
 #[inline(always)]
 fn flood_copy(
@@ -579,7 +579,7 @@ fn flood_copy(
     m: &FrameMeta,
     pkt: &mut PacketBuf,
 ) -> bool {
-    let Some(len) = egress(ep, wi, m, pkt) else {
+    let Some(len) = rewrite_tag(ep, wi, m, pkt) else {
         return false;
     };
     let c = ep.counters.writer(wi);

@@ -19,7 +19,7 @@ use qbridge_wire::{frame, Tag, Tci, Tpid};
 pub(super) struct Route<'a> {
     pub(super) key: u64,
     pub(super) port: &'a PortRecord,
-    /// What [`egress`] does to the bridge tag of the route's frames ([`route_tag`]).
+    /// What [`rewrite_tag`] does to the bridge tag of the route's frames ([`route_tag`]).
     pub(super) tag: u32,
     pub(super) frames: u64,
     pub(super) bytes: u64,
@@ -35,10 +35,10 @@ pub(super) const TAG_KEEP: u32 = u32::MAX - 2;
 /// [`Route::tag`] for frames that leave untagged (the bridge tag popped if they carry one).
 pub(super) const TAG_POP: u32 = u32::MAX - 1;
 /// [`Route::tag`] for frames whose tag is decided frame by frame (selective Q-in-Q and 2:1/2:2
-/// maps on the egress port look at each frame's C-tag): the whole of [`egress`].
+/// maps on the egress port look at each frame's C-tag): the whole of [`rewrite_tag`].
 pub(super) const TAG_FRAME: u32 = u32::MAX;
 
-/// [`Route::tag`] of the frames in VLAN `vid` to port `ep`, as [`egress`] decides: a tag word
+/// [`Route::tag`] of the frames in VLAN `vid` to port `ep`, as [`rewrite_tag`] decides: a tag word
 /// (the port's TPID << 16 | the wire VID; PCP and DEI clear, so below every marker) when they
 /// leave tagged, else [`TAG_KEEP`], [`TAG_POP`] or [`TAG_FRAME`].
 #[inline(always)]
@@ -128,7 +128,7 @@ pub(super) fn set_bridge_tag(pkt: &mut PacketBuf, tagged: bool, tpid: u16, tci: 
 /// Rewrites the bridge tag for egress port `ep` and checks the size (an oversize copy is
 /// counted on the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
-pub(super) fn egress(
+pub(super) fn rewrite_tag(
     ep: &PortRecord,
     wi: usize,
     m: &FrameMeta,
@@ -175,7 +175,7 @@ pub(super) fn cvlan_leaves(ep: &PortRecord, wi: usize, pkt: &PacketBuf) -> bool 
     false
 }
 
-/// The egress size check of [`egress`] on a rewritten frame (an oversize frame is counted on
+/// The egress size check of [`rewrite_tag`] on a rewritten frame (an oversize frame is counted on
 /// the egress port). Returns the frame's length when it may leave.
 #[inline(always)]
 pub(super) fn egress_size(ep: &PortRecord, wi: usize, pkt: &PacketBuf) -> Option<usize> {
@@ -192,10 +192,10 @@ pub(super) fn egress_size(ep: &PortRecord, wi: usize, pkt: &PacketBuf) -> Option
     Some(len)
 }
 
-/// [`egress`] for a frame on `route`, with the tag decision taken when the route was
+/// [`rewrite_tag`] for a frame on `route`, with the tag decision taken when the route was
 /// ([`route_tag`]).
 #[inline(always)]
-pub(super) fn egress_route(
+pub(super) fn rewrite_tag_route(
     route: &Route,
     wi: usize,
     m: &FrameMeta,
@@ -210,7 +210,7 @@ pub(super) fn egress_route(
                 pkt.offload.shift_headers(-4);
             }
         }
-        TAG_FRAME => return egress_frame(ep, wi, m, pkt),
+        TAG_FRAME => return rewrite_tag_frame(ep, wi, m, pkt),
         tag => {
             let tag = tag | m.tci_hi as u32;
             if m.tagged {
@@ -224,14 +224,14 @@ pub(super) fn egress_route(
     egress_size(ep, wi, pkt)
 }
 
-/// [`egress`], out of line: a route whose frames' tags are decided one by one.
+/// [`rewrite_tag`], out of line: a route whose frames' tags are decided one by one.
 #[cold]
 #[inline(never)]
-pub(super) fn egress_frame(
+pub(super) fn rewrite_tag_frame(
     ep: &PortRecord,
     wi: usize,
     m: &FrameMeta,
     pkt: &mut PacketBuf,
 ) -> Option<usize> {
-    egress(ep, wi, m, pkt)
+    rewrite_tag(ep, wi, m, pkt)
 }

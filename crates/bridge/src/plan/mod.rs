@@ -85,9 +85,10 @@ pub(crate) struct PortRecord {
     pub role: Role,
     /// The host-side MAC address of a stacked device or host port (48-bit integer; 0: none).
     pub mac: u64,
-    /// A device port's own interface address, as the I/O layer reports it when it opens the
-    /// backend ([`Switch::set_port_address`](crate::Switch::set_port_address); 48-bit integer; 0: none or not known — pcap and
-    /// in-memory ports have none). In a bridge it is a local (permanent) FDB entry.
+    /// A device port's own interface address, as the I/O layer reports it when it opens the backend
+    /// ([`Switch::set_port_address`](crate::Switch::set_port_address); 48-bit integer; 0: none or
+    /// not known — pcap and in-memory ports have none). In a bridge it is a local (permanent) FDB
+    /// entry.
     pub if_mac: u64,
     /// Compiled: the devices stacked on this port, for the receive path.
     pub uppers: Option<Arc<Uppers>>,
@@ -116,9 +117,10 @@ pub(crate) struct PortRecord {
     pub cvid_in: Option<Arc<[u16]>>,
     /// `vlan map … svid S cvid C translate …` (2:1 and 2:2); `None`: none.
     pub tag2: Option<Arc<TagMaps>>,
-    /// Compiled ([`Switch::plan`](crate::Switch::plan), from the fields above): frames entering this port need none
-    /// of the provider features of its ingress (no tunnel, no `cvlans`, `pcp_mode` keep with
-    /// default PCP 0, no VLAN map in, no selective Q-in-Q, not locked). The pipeline tests it once per run.
+    /// Compiled ([`Switch::plan`](crate::Switch::plan), from the fields above): frames entering
+    /// this port need none of the provider features of its ingress (no tunnel, no `cvlans`,
+    /// `pcp_mode` keep with default PCP 0, no VLAN map in, no selective Q-in-Q, not locked). The
+    /// pipeline tests it once per run.
     pub plain: bool,
 }
 
