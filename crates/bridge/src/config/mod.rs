@@ -53,8 +53,8 @@ pub(crate) enum Link {
     Port(u16),
 }
 
-/// Frames leaving the core: one batch per port id, and the pool that flood copies come from and
-
+/// Counter-block index of the control plane (configuration operations that count, such as
+/// an eviction caused by `fdb add`): the last block of every counter set.
 const CONTROL_WRITER: usize = usize::MAX;
 
 /// Bridges, ports and their forwarding state: the control plane's object.

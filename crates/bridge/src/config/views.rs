@@ -3,6 +3,7 @@
 use super::*;
 use serde::Serialize;
 
+/// A link as `link show` presents it.
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkView {
     pub ifname: String,
@@ -92,9 +93,6 @@ pub struct VlanEntryView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub violation: Option<Violation>,
 }
-
-/// Counter-block index of the control plane (configuration operations that count, such as
-/// an eviction caused by `fdb add`): the last block of every counter set.
 
 impl Switch {
     // ----- views -----

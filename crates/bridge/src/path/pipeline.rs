@@ -114,7 +114,7 @@ impl Path<'_> {
     /// The bridge pipeline: forwards every frame of `rx` (each buffer's `port` is its
     /// ingress bridge port) at time `now_ns` as worker `w`, appending what leaves to
     /// `out.ports[egress]`. `rx` is left empty. [`Forwarder::process`] calls it directly when no
-    /// device is stacked on any port (`crate::stack`).
+    /// device is stacked on any port (`super::stack`).
     pub(super) fn process_flat(
         &self,
         w: &mut Forwarder,

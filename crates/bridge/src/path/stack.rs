@@ -287,7 +287,7 @@ impl Path<'_> {
                     return s.bridge_in.push(pkt);
                 }
                 Role::Vlan { .. } | Role::Macvlan { .. } => {
-                    return self.to_host(wi, port, p, pkt, out);
+                    return self.send_to_host(wi, port, p, pkt, out);
                 }
                 // Never stacked on anything, so only reached by its own bridge's output.
                 Role::Host { .. } => {
@@ -339,7 +339,14 @@ impl Path<'_> {
     }
 
     /// Writes `pkt` to the host side of stacked device `p` (its TAP), counted as `p`'s rx.
-    fn to_host(&self, wi: usize, port: &PortRecord, p: u16, mut pkt: PacketBuf, out: &mut Outputs) {
+    fn send_to_host(
+        &self,
+        wi: usize,
+        port: &PortRecord,
+        p: u16,
+        mut pkt: PacketBuf,
+        out: &mut Outputs,
+    ) {
         count_rx(port, wi, pkt.len());
         if !port.running {
             port.counters.writer(wi).drop(DropReason::PortDown);

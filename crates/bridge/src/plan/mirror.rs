@@ -114,8 +114,6 @@ pub(crate) struct MirrorSession {
     pub counters: Arc<MirrorCounterSet>,
 }
 
-/// A session for `mirror show`: its configuration and, if asked for, its counters.
-
 /// The sessions compiled for the datapath (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct Mirrors {
