@@ -1,6 +1,6 @@
 //! The `mirror` object on the control side: executing `mirror add|del|show`, its text and
 //! JSON output, and its lines in the running configuration. The rules are the switch's
-//! (`qbridge_bridge::mirror`, `docs/semantics.md` §M).
+//! (`crates/bridge/src/config/mirror.rs`, `docs/semantics.md` §M).
 
 use crate::command::{MirrorCommand, OutputOptions};
 use crate::error::ControlError;
