@@ -94,7 +94,7 @@ drop_reasons! {
     /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
     NoDestination = "no_destination",
     /// A flood whose copies the ingress port's flood credit could not pay for: the daemon's
-    /// workers share their flood work fairly among the ports they serve (`crate::Worker::
+    /// workers share their flood work fairly among the ports they serve (`crate::Forwarder::
     /// set_flood_credit`, docs/semantics.md "Flood fairness"). Known unicast is never dropped
     /// for it.
     FloodRate = "flood_rate",

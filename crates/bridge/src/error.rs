@@ -1,4 +1,6 @@
-//! Configuration errors. Each message names the bad input.
+//! Configuration errors, all in one place: [`ConfigError`] for every configuration operation
+//! and [`MirrorError`] for the `mirror` commands (carried inside `ConfigError::Mirror`). Each
+//! message names the bad input. Imports nothing of the crate.
 
 use qbridge_wire::MacAddr;
 
@@ -109,5 +111,42 @@ pub enum ConfigError {
         dev: String,
     },
     #[error(transparent)]
-    Mirror(#[from] crate::mirror::MirrorError),
+    Mirror(#[from] MirrorError),
+}
+
+/// Why a `mirror` command was refused. Each message names the session and the bad input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MirrorError {
+    #[error("invalid mirror name \"{0}\" (1 to 32 letters, digits, '_', '-' or '.', not starting with '-')")]
+    BadName(String),
+    #[error("mirror \"{0}\" already exists")]
+    Exists(String),
+    #[error("mirror \"{0}\" does not exist")]
+    NoSuchMirror(String),
+    #[error("too many mirrors (limit {0})")]
+    TooMany(usize),
+    #[error("mirror \"{0}\" needs at least one source port")]
+    NoSource(String),
+    #[error("mirror \"{name}\": source \"{port}\" is given twice")]
+    DuplicateSource { name: String, port: String },
+    #[error("mirror \"{name}\": \"{port}\" is a {what}: only ports with a wire of their own (afpacket, afxdp, tap, patch, pcap) can be mirrored or be a mirror's destination")]
+    NotADevice {
+        name: String,
+        port: String,
+        what: &'static str,
+    },
+    #[error("mirror \"{name}\": destination \"{port}\" is also a source (a mirror never sends to a port it watches)")]
+    DstIsSource { name: String, port: String },
+    #[error("mirror \"{name}\": invalid pcap file \"{file}\" (a plain file name in the pcap directory: no '/', not starting with '.', at most 255 bytes, not NAME.in.pcap)")]
+    BadPcapFile { name: String, file: String },
+    #[error("mirror \"{name}\": pcap file \"{file}\" is written by mirror \"{other}\"")]
+    PcapFileBusy {
+        name: String,
+        file: String,
+        other: String,
+    },
+    #[error(
+        "mirror \"{0}\": rspan needs a destination port (a pcap file gets the copies as they are)"
+    )]
+    RspanToPcap(String),
 }

@@ -11,7 +11,8 @@
 //! deleted bridge's table lives on in its watch until [`FdbWatch::gone`] has told its entries.
 
 use crate::fdb::{Fdb, FdbEntryView, Slot};
-use crate::switch::{BridgeId, Switch};
+use crate::plan::BridgeId;
+use crate::Switch;
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -239,6 +239,15 @@ impl std::fmt::Display for VlanMode {
     }
 }
 
+/// The violation mode of a per-VLAN limit code.
+pub(crate) fn violation_of(code: u32) -> Violation {
+    match code >> 24 {
+        0 => Violation::Protect,
+        1 => Violation::Restrict,
+        _ => Violation::Shutdown,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

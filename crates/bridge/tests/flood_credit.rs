@@ -1,4 +1,4 @@
-//! The flood credit of a worker (`Worker::set_flood_credit`, issue 17 item 6): a flood to `k`
+//! The flood credit of a worker (`Forwarder::set_flood_credit`, issue 17 item 6): a flood to `k`
 //! ports takes `k` copies of credit or is dropped as `flood_rate` on its ingress port; a frame
 //! to one known port neither uses credit nor is dropped for it; without credit (`None`) there
 //! is no bound.
@@ -6,7 +6,9 @@
 mod common;
 
 use common::{frame, mac};
-use qbridge_bridge::{BridgeSettings, DropReason, Outputs, PortId, PortSettings, Switch, Worker};
+use qbridge_bridge::{
+    BridgeSettings, DropReason, Forwarder, Outputs, PortId, PortSettings, Switch,
+};
 use qbridge_packet::{Batch, PacketBuf};
 
 /// A VLAN-unaware bridge of four ports; returns the switch and the port ids.
@@ -27,7 +29,7 @@ fn switch() -> (Switch, Vec<PortId>) {
 }
 
 /// Frames out of each port after one batch of `frames` from port `from`.
-fn send(sw: &mut Switch, w: &mut Worker, from: PortId, frames: &[Vec<u8>]) -> Vec<usize> {
+fn send(sw: &mut Switch, w: &mut Forwarder, from: PortId, frames: &[Vec<u8>]) -> Vec<usize> {
     let plan = sw.plan();
     let mut rx = Batch::default();
     for f in frames {
@@ -36,14 +38,14 @@ fn send(sw: &mut Switch, w: &mut Worker, from: PortId, frames: &[Vec<u8>]) -> Ve
         rx.push(p);
     }
     let mut out = Outputs::new();
-    plan.process(w, 1, &mut rx, &mut out);
+    w.process(&plan, 1, &mut rx, &mut out);
     out.ports.iter().map(|b| b.len()).collect()
 }
 
 #[test]
 fn floods_pay_with_credit_known_unicast_never_does() {
     let (mut sw, p) = switch();
-    let mut w = Worker::new(0);
+    let mut w = Forwarder::new(0);
     // p1's address is known: frames to it go to one port.
     send(&mut sw, &mut w, p[1], &[frame(mac(0xff), mac(1), &[], 60)]);
     let bcast = frame(qbridge_wire::MacAddr([0xff; 6]), mac(0), &[], 60);

@@ -1,6 +1,6 @@
 //! The `mirror` object on the control side: executing `mirror add|del|show` on a switch, its
 //! text and JSON output, and its lines in the running configuration. The rules are the
-//! switch's (`qbridge_bridge::mirror`, `docs/semantics.md` §M).
+//! switch's (`crates/bridge/src/config/mirror.rs`, `docs/semantics.md` §M).
 //!
 //! Works on a [`Switch`] alone: imports neither the session nor the other output modules
 //! (the session calls [`execute`], the running configuration [`running_lines`]).
@@ -85,7 +85,7 @@ pub fn show(sw: &Switch, name: Option<&str>, out: OutputOptions) -> Result<Strin
     if let Some(n) = name {
         if sw.mirror_spec(n).is_none() {
             return Err(qbridge_bridge::ConfigError::from(
-                qbridge_bridge::mirror::MirrorError::NoSuchMirror(n.to_string()),
+                qbridge_bridge::MirrorError::NoSuchMirror(n.to_string()),
             )
             .into());
         }

@@ -22,7 +22,7 @@
 use crate::command::{PortSpec, XdpAttach};
 use crate::render::{self, on_off};
 use crate::status::Backends;
-use qbridge_bridge::switch::tpid_name;
+use qbridge_bridge::tpid_name;
 use qbridge_bridge::{BridgeId, FdbFilter, FdbKind, PortId, PvlanRole, Role, Switch};
 use std::collections::BTreeSet;
 use std::fmt::Write;

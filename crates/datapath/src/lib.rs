@@ -9,8 +9,8 @@
 //!                                          ageing)
 //!                                     │ ToWorker::Update { plan, attach, detach } (one message,
 //!                                     ▼ applied between two batches)
-//!  worker 0 … worker N-1: epoll ─► rx_burst ─► Plan::process ─► egress (GSO/csum fix-up)
-//!                                                                 ─► tx_burst on its own queue
+//!  worker 0 … worker N-1: epoll ─► rx_burst ─► Forwarder::process ─► egress (GSO/csum fix-up)
+//!                                                                      ─► tx_burst on its own queue
 //!  queues a worker loses ─► reaper threads (close off the forwarding path; crate::reaper)
 //! ```
 //!

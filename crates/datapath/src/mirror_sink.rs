@@ -185,7 +185,7 @@ mod tests {
         let w = PcapWriter::create(Path::new("/dev/full")).unwrap();
         let sink = Arc::new(MirrorSink::with_writer("m.pcap", w));
         let sinks: Sinks = vec![Some(sink.clone())].into();
-        let mut worker = qbridge_bridge::Worker::new(0);
+        let mut worker = qbridge_bridge::Forwarder::new(0);
         let mut out = Outputs::new();
         let syscalls0 = write_syscalls();
         const BATCHES: u64 = 2000;
@@ -195,7 +195,7 @@ mod tests {
             for _ in 0..BATCH {
                 rx.push(frame());
             }
-            plan.process(&mut worker, 1, &mut rx, &mut out);
+            worker.process(&plan, 1, &mut rx, &mut out);
             write_sinks(&plan, 0, &sinks, &mut out);
             for b in out.ports.iter_mut() {
                 let mut b = std::mem::take(b);
@@ -267,7 +267,7 @@ mod tests {
         let plan = s.switch_mut().plan();
         let sink = Arc::new(MirrorSink::open(&dir, "m.pcap", FileAccess::default()).unwrap());
         let sinks: Sinks = vec![Some(sink.clone())].into();
-        let mut worker = qbridge_bridge::Worker::new(0);
+        let mut worker = qbridge_bridge::Forwarder::new(0);
         let mut out = Outputs::new();
         let mut send = |batches: usize| {
             for _ in 0..batches {
@@ -275,7 +275,7 @@ mod tests {
                 for _ in 0..32 {
                     rx.push(frame());
                 }
-                plan.process(&mut worker, 1, &mut rx, &mut out);
+                worker.process(&plan, 1, &mut rx, &mut out);
                 write_sinks(&plan, 0, &sinks, &mut out);
                 for b in out.ports.iter_mut() {
                     let mut b = std::mem::take(b);

@@ -146,7 +146,7 @@ fn object_name(o: MonitorObject) -> &'static str {
 }
 
 /// A port's VLAN as `vlan show` prints it: the entry (flags, private-VLAN role, limit).
-type VlanState = qbridge_bridge::switch::VlanEntryView;
+type VlanState = qbridge_bridge::VlanEntryView;
 
 /// An FDB entry's identity and the order of its events: bridge, VID, inner VID
 /// (`learn_inner_vid`), MAC address.

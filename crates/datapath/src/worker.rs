@@ -3,7 +3,8 @@
 //!
 //! Loop: `epoll_wait` on its queues' descriptors and its wake-up eventfd (timeout 0 when a
 //! queue without a descriptor has frames waiting, else at most 100 ms) → per ready queue one
-//! `rx_burst` of up to [`BURST`] frames → [`Plan::process`] → for each output batch the
+//! `rx_burst` of up to [`BURST`] frames → the bridge's
+//! [`Forwarder::process`](qbridge_bridge::Forwarder::process) → for each output batch the
 //! [`egress`] stage and one transmit burst on *this worker's* queue of the egress port → the
 //! queue's backend drops, by name, into the switch's counters (this worker's block).
 //!
@@ -114,7 +115,7 @@ struct Entry {
 pub(crate) struct Worker {
     index: usize,
     plan: Arc<Plan>,
-    core: qbridge_bridge::Worker,
+    core: qbridge_bridge::Forwarder,
     epoll: OwnedFd,
     wake: Arc<OwnedFd>,
     mailbox: mpsc::Receiver<ToWorker>,
@@ -151,7 +152,7 @@ impl Worker {
         Ok(Worker {
             index,
             plan,
-            core: qbridge_bridge::Worker::new(index),
+            core: qbridge_bridge::Forwarder::new(index),
             epoll: ep,
             wake,
             mailbox,
@@ -390,8 +391,8 @@ impl Worker {
             p.port = id;
         }
         let now = self.now_ns();
-        self.plan
-            .process(&mut self.core, now, &mut self.rx, &mut self.outputs);
+        self.core
+            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
         let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
         *round_left -= used;
         if let Some(Some(e)) = self.queues.get_mut(id as usize) {

@@ -19,6 +19,7 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod frame;
 pub mod headers;
 pub mod icmp;
 pub mod ip;

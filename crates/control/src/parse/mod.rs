@@ -14,7 +14,7 @@
 use crate::command::*;
 use crate::error::ControlError;
 use crate::words::{self, exact, lookup, or_list, Kw, Lookup};
-use qbridge_bridge::switch::check_vid;
+use qbridge_bridge::check_vid;
 use qbridge_bridge::{
     ConfigError, FdbFlushMatch, FdbKind, MacvlanMode, PcpMode, PvlanRole, VidList, Violation,
     VlanModeKind, VlanProtocol,

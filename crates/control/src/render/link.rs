@@ -78,7 +78,7 @@ struct LinkJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     bridge: Option<&'a qbridge_bridge::BridgeSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    port: Option<&'a qbridge_bridge::switch::PortView>,
+    port: Option<&'a qbridge_bridge::PortView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stats: Option<&'a PortCounters>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,7 +106,7 @@ struct LinkInfoJson<'a> {
 #[serde(untagged)]
 enum InfoDataJson<'a> {
     Bridge(BridgeDataJson),
-    Stacked(&'a qbridge_bridge::switch::LinkInfoData),
+    Stacked(&'a qbridge_bridge::LinkInfoData),
 }
 
 /// A bridge's `info_data`: ip/iplink_bridge.c `bridge_print_opt`, its keys in its order, the

@@ -342,7 +342,7 @@ fn describe_spec(spec: &PortSpec) -> String {
             link, protocol, id, ..
         } => format!(
             "a vlan device on {link} (protocol {} id {id})",
-            qbridge_bridge::switch::tpid_name(protocol.0)
+            qbridge_bridge::tpid_name(protocol.0)
         ),
         PortSpec::Macvlan { link, mode, .. } => {
             format!("a macvlan on {link} (mode {})", mode.as_str())
@@ -400,7 +400,7 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             ("link", s(link)),
             (
                 "protocol",
-                s(&qbridge_bridge::switch::tpid_name(protocol.0)),
+                s(&qbridge_bridge::tpid_name(protocol.0)),
             ),
             ("id", s(id)),
             ("netns", netns.clone()),

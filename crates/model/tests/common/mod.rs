@@ -5,7 +5,7 @@
 
 use qbridge_bridge::{
     BridgeId, BridgeSettings, DropReason, FdbFilter, FdbFlushKind, FdbKind, Outputs, PortId,
-    PortSettings, Switch, VlanProtocol, Worker,
+    PortSettings, Switch, VlanProtocol, Forwarder,
 };
 use qbridge_model::{FdbRow, Flush, Frame, Meta, Model};
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
@@ -226,7 +226,7 @@ pub struct Pair {
     /// More than one: each batch is spread over this many datapath workers by the flow hash
     /// (as the live engine spreads received frames) and the workers forward their shares one
     /// after the other with one shared plan and FDB; the model sees the frames in that order.
-    pub workers: Vec<Worker>,
+    pub workers: Vec<Forwarder>,
 }
 
 impl Pair {
@@ -247,7 +247,7 @@ impl Pair {
     pub fn with_workers(n: usize) -> Pair {
         let mut p = Pair::new();
         p.sw = Switch::with_workers(n);
-        p.workers = (0..n).map(Worker::new).collect();
+        p.workers = (0..n).map(Forwarder::new).collect();
         p
     }
 
@@ -582,7 +582,7 @@ impl Pair {
                     meta: meta_to_model(&f.meta),
                 });
             }
-            plan.process(w, self.now, &mut b, &mut self.out);
+            w.process(&plan, self.now, &mut b, &mut self.out);
             got_model.extend(self.model.process(self.now, mframes));
         }
         self.sw.set_time(self.now);

@@ -18,7 +18,7 @@
 //!   `bridge` mode a sibling's address is delivered to the sibling directly); on a device it
 //!   leaves through the device's queue; on a host port it enters the bridge.
 //!
-//! The bridge pipeline ([`Plan::process_flat`]) is unchanged: frames that reach a bridge are
+//! The bridge pipeline (`super::pipeline`) is unchanged: frames that reach a bridge are
 //! forwarded by it, and what it sends to a VLAN device or a host port goes down or up from
 //! there. A frame may cross several bridges of one daemon this way (a VLAN device of one
 //! bridge's host port enslaved to another bridge); past [`MAX_BRIDGE_PASSES`] it is dropped as
@@ -28,93 +28,16 @@
 //! sent towards it); the host port counts as the bridge port it is (rx: from the host into the
 //! bridge, tx: from the bridge to the host).
 
+use super::{Forwarder, Outputs, Path};
 use crate::counters::DropReason;
-use crate::switch::{Outputs, Plan, Port, Worker};
+use crate::plan::{PortRecord, Uppers};
+use crate::settings::{MacvlanMode, Role, MAX_STACK_DEPTH};
 use qbridge_packet::{Batch, PacketBuf};
-use serde::Serialize;
-use std::collections::HashMap;
+use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_GROUP_BIT};
+use qbridge_wire::{Tag, Tci, Tpid};
 
 /// Most bridges one frame crosses inside the daemon before it is dropped as `stack_loop`.
 pub const MAX_BRIDGE_PASSES: usize = 8;
-
-/// Most devices stacked on one another above a device (`eth0.1.2.3.4.5.6.7.8`).
-pub const MAX_STACK_DEPTH: usize = 8;
-
-/// A macvlan endpoint's mode (ip-link(8) `type macvlan mode …`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MacvlanMode {
-    /// No frame passes between endpoints of one lower port, not even through a hairpin of the
-    /// external switch.
-    Private,
-    /// Everything goes out of the lower port; endpoints reach each other only through the
-    /// external switch (which must hairpin, 802.1Qbg VEPA).
-    Vepa,
-    /// Endpoints in bridge mode reach each other directly (their addresses are static: no
-    /// learning); everything else goes out of the lower port.
-    Bridge,
-    /// One endpoint takes the lower port whole: every frame, any address, any VLAN.
-    Passthru,
-}
-
-impl MacvlanMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MacvlanMode::Private => "private",
-            MacvlanMode::Vepa => "vepa",
-            MacvlanMode::Bridge => "bridge",
-            MacvlanMode::Passthru => "passthru",
-        }
-    }
-}
-
-/// What a port is (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// A device of its own (AF_PACKET, AF_XDP, a VM's TAP, a patch link, pcap).
-    Device,
-    /// The host's interface of bridge `bridge` (`br0`), a port of that bridge.
-    Host { bridge: u16 },
-    /// A VLAN sub-interface of port `lower`: tag `tpid`/`vid`.
-    Vlan { lower: u16, tpid: u16, vid: u16 },
-    /// A macvlan endpoint on port `lower`.
-    Macvlan { lower: u16, mode: MacvlanMode },
-}
-
-impl Role {
-    /// The lower port of a stacked device.
-    pub fn lower(self) -> Option<u16> {
-        match self {
-            Role::Vlan { lower, .. } | Role::Macvlan { lower, .. } => Some(lower),
-            Role::Device | Role::Host { .. } => None,
-        }
-    }
-}
-
-/// The devices stacked on one port, compiled for the receive path.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Uppers {
-    /// VLAN devices by `tpid << 16 | vid`.
-    pub vlans: HashMap<u32, u16>,
-    /// Macvlan endpoints: MAC (48-bit integer), port id, mode; in creation order.
-    pub macvlans: Vec<(u64, u16, MacvlanMode)>,
-}
-
-impl Uppers {
-    fn macvlan(&self, mac: u64) -> Option<(u16, MacvlanMode)> {
-        self.macvlans
-            .iter()
-            .find(|(m, _, _)| *m == mac)
-            .map(|&(_, p, mode)| (p, mode))
-    }
-
-    fn passthru(&self) -> Option<u16> {
-        match self.macvlans.first() {
-            Some(&(_, p, MacvlanMode::Passthru)) => Some(p),
-            _ => None,
-        }
-    }
-}
 
 /// A worker's scratch for the stacked path; kept between batches to avoid allocating.
 #[derive(Debug, Default)]
@@ -125,26 +48,24 @@ pub(crate) struct Scratch {
     stage: Outputs,
 }
 
-const MAC_GROUP_BIT: u64 = 1 << 40;
-const LINK_LOCAL_BASE: u64 = 0x0180_c200_0000;
+/// A frame's destination and source MAC as 48-bit integers (0: the frame ends before it).
+fn dst_mac(f: &[u8]) -> u64 {
+    frame::dst_u64(f).unwrap_or(0)
+}
 
-fn mac_at(frame: &[u8], off: usize) -> u64 {
-    let mut b = [0u8; 8];
-    if let Some(m) = frame.get(off..off + 6) {
-        b[2..].copy_from_slice(m);
-    }
-    u64::from_be_bytes(b)
+fn src_mac(f: &[u8]) -> u64 {
+    frame::src_u64(f).unwrap_or(0)
 }
 
 #[inline]
-fn count_rx(p: &Port, wi: usize, len: usize) {
+fn count_rx(p: &PortRecord, wi: usize, len: usize) {
     let c = p.counters.writer(wi);
     c.rx_frames.add(1);
     c.rx_bytes.add(len as u64);
 }
 
 #[inline]
-fn count_tx(p: &Port, wi: usize, len: usize) {
+fn count_tx(p: &PortRecord, wi: usize, len: usize) {
     let c = p.counters.writer(wi);
     c.tx_frames.add(1);
     c.tx_bytes.add(len as u64);
@@ -158,37 +79,15 @@ enum Counted {
     First,
 }
 
-impl Plan {
-    /// Forwards every frame of `rx` (each buffer's `port` is the port whose queue it came
-    /// from) at time `now_ns` as worker `w`, appending what leaves to `out.ports[port]`. `rx`
-    /// is left empty. Any number of workers may call this on one plan at once, each with its
-    /// own [`Worker`] and [`Outputs`].
-    pub fn process(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
-        if let Some(m) = &self.mirrors {
-            return self.process_mirrored(m, w, now_ns, rx, out);
-        }
-        if !self.stacked {
-            return self.process_flat(w, now_ns, rx, out);
-        }
-        self.process_stacked(w, now_ns, rx, out);
-    }
-
-    /// [`Plan::process`] without the mirror sessions (what `crate::mirror` wraps).
-    pub(crate) fn process_unmirrored(
+impl Path<'_> {
+    #[inline(never)]
+    pub(super) fn process_stacked(
         &self,
-        w: &mut Worker,
+        w: &mut Forwarder,
         now_ns: u64,
         rx: &mut Batch,
         out: &mut Outputs,
     ) {
-        if !self.stacked {
-            return self.process_flat(w, now_ns, rx, out);
-        }
-        self.process_stacked(w, now_ns, rx, out);
-    }
-
-    #[inline(never)]
-    fn process_stacked(&self, w: &mut Worker, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         out.ensure(self.ports.len());
         let mut s = w.stack.take().unwrap_or_default();
         s.stage.ensure(self.ports.len());
@@ -237,7 +136,7 @@ impl Plan {
     /// device, up to the host from a host port, down from a stacked device.
     fn bridge_pass(
         &self,
-        w: &mut Worker,
+        w: &mut Forwarder,
         wi: usize,
         now_ns: u64,
         s: &mut Scratch,
@@ -293,7 +192,7 @@ impl Plan {
         let has_link_local = input
             .pkts
             .iter()
-            .any(|p| mac_at(p.frame(), 0) & !0xf == LINK_LOCAL_BASE);
+            .any(|p| dst_mac(p.frame()) & !0xf == LINK_LOCAL_BASE);
         if !has_link_local {
             return;
         }
@@ -325,7 +224,7 @@ impl Plan {
 
     /// The host port a link-local frame goes to instead of being dropped by its bridge, if any.
     fn link_local_host(&self, pkt: &PacketBuf) -> Option<u16> {
-        let dst = mac_at(pkt.frame(), 0);
+        let dst = dst_mac(pkt.frame());
         if dst & !0xf != LINK_LOCAL_BASE || pkt.len() < 14 {
             return None;
         }
@@ -336,7 +235,7 @@ impl Plan {
         let br = self.bridges.get(inp.master? as usize)?.as_deref()?;
         let host = br.host?;
         let group = (dst & 0xf) as u8;
-        (!crate::pipeline::link_local_forwarded(br, group)).then_some(host)
+        (!super::classify::link_local_forwarded(br, group)).then_some(host)
     }
 
     /// A frame received on port `p` (from its wire, or popped out of a lower port's tag): to a
@@ -366,7 +265,7 @@ impl Plan {
                 }
                 if let Some(child) = vlan_child(up, pkt.frame()) {
                     count_rx(port, wi, pkt.len());
-                    pkt.remove_tag(12);
+                    pkt.remove_tag(frame::tag_offset(0));
                     pkt.offload.shift_headers(-4);
                     p = child;
                     continue;
@@ -388,7 +287,7 @@ impl Plan {
                     return s.bridge_in.push(pkt);
                 }
                 Role::Vlan { .. } | Role::Macvlan { .. } => {
-                    return self.to_host(wi, port, p, pkt, out);
+                    return self.send_to_host(wi, port, p, pkt, out);
                 }
                 // Never stacked on anything, so only reached by its own bridge's output.
                 Role::Host { .. } => {
@@ -414,7 +313,7 @@ impl Plan {
         };
         if let Some(up) = hp.uppers.as_deref() {
             if let Some(child) = vlan_child(up, pkt.frame()) {
-                pkt.remove_tag(12);
+                pkt.remove_tag(frame::tag_offset(0));
                 pkt.offload.shift_headers(-4);
                 return self.receive(wi, child, pkt, s, out);
             }
@@ -440,7 +339,14 @@ impl Plan {
     }
 
     /// Writes `pkt` to the host side of stacked device `p` (its TAP), counted as `p`'s rx.
-    fn to_host(&self, wi: usize, port: &Port, p: u16, mut pkt: PacketBuf, out: &mut Outputs) {
+    fn send_to_host(
+        &self,
+        wi: usize,
+        port: &PortRecord,
+        p: u16,
+        mut pkt: PacketBuf,
+        out: &mut Outputs,
+    ) {
         count_rx(port, wi, pkt.len());
         if !port.running {
             port.counters.writer(wi).drop(DropReason::PortDown);
@@ -458,7 +364,7 @@ impl Plan {
     fn macvlan_receive(
         &self,
         wi: usize,
-        lower: &Port,
+        lower: &PortRecord,
         up: &Uppers,
         pkt: PacketBuf,
         s: &mut Scratch,
@@ -473,8 +379,8 @@ impl Plan {
             self.receive(wi, p, pkt, s, out);
             return None;
         }
-        let dst = mac_at(frame, 0);
-        let src = mac_at(frame, 6);
+        let dst = dst_mac(frame);
+        let src = src_mac(frame);
         let source = up.macvlan(src).map(|(_, mode)| mode);
         if dst & MAC_GROUP_BIT != 0 {
             for &(mac, p, mode) in &up.macvlans {
@@ -548,8 +454,8 @@ impl Plan {
             }
             match port.role {
                 Role::Vlan { lower, tpid, vid } => {
-                    let tag = ((tpid as u32) << 16 | vid as u32).to_be_bytes();
-                    pkt.insert_tag(12, tag);
+                    let tag = frame::tag_bytes(Tag::new(Tpid(tpid), Tci(vid)));
+                    pkt.insert_tag(frame::tag_offset(0), tag);
                     pkt.offload.shift_headers(4);
                     p = lower;
                 }
@@ -564,7 +470,7 @@ impl Plan {
                 }
                 Role::Host { .. } => unreachable!("handled above"),
                 Role::Device => {
-                    if crate::pipeline::wire_len(&pkt, port.tpid) > port.max_frame as usize {
+                    if super::meta::wire_len(&pkt, port.tpid) > port.max_frame as usize {
                         port.counters.writer(wi).drop(DropReason::Oversize);
                         return out.pool.put(pkt);
                     }
@@ -600,7 +506,7 @@ impl Plan {
         let Some(up) = up else {
             return Some(pkt);
         };
-        let dst = mac_at(pkt.frame(), 0);
+        let dst = dst_mac(pkt.frame());
         if dst & MAC_GROUP_BIT != 0 {
             for &(_, p, mode) in &up.macvlans {
                 if p != me && mode == MacvlanMode::Bridge {
@@ -626,7 +532,7 @@ fn vlan_child(up: &Uppers, frame: &[u8]) -> Option<u16> {
     if up.vlans.is_empty() || frame.len() < 18 {
         return None;
     }
-    let tag = u32::from_be_bytes(frame[12..16].try_into().ok()?);
+    let tag = frame::tag_word_at(frame, 0)?;
     let vid = tag & 0x0fff;
     if vid == 0 || vid == 0x0fff {
         return None;

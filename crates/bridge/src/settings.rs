@@ -1,5 +1,10 @@
-//! Per-bridge and per-port settings, with the Linux bridge's defaults.
+//! What can be configured, as plain values: per-bridge and per-port settings with the Linux
+//! bridge's defaults, a port's role (device, host port, VLAN device, macvlan endpoint), and the
+//! spec of a mirror session. A leaf of the crate (it imports nothing of it except the VID
+//! list type): the configuration room (`crate::config`, which re-exports it) validates and
+//! applies these values; the plan (`crate::plan`) keeps them in its records.
 
+use crate::vlanmode::VidList;
 use qbridge_wire::Tpid;
 use serde::Serialize;
 
@@ -204,4 +209,133 @@ fn ser_tpid<S: serde::Serializer>(t: &Option<Tpid>, s: S) -> Result<S::Ok, S::Er
         Some(t) => s.collect_str(t),
         None => s.serialize_none(),
     }
+}
+
+/// Most devices stacked on one another above a device (`eth0.1.2.3.4.5.6.7.8`).
+pub const MAX_STACK_DEPTH: usize = 8;
+
+/// A macvlan endpoint's mode (ip-link(8) `type macvlan mode …`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MacvlanMode {
+    /// No frame passes between endpoints of one lower port, not even through a hairpin of the
+    /// external switch.
+    Private,
+    /// Everything goes out of the lower port; endpoints reach each other only through the
+    /// external switch (which must hairpin, 802.1Qbg VEPA).
+    Vepa,
+    /// Endpoints in bridge mode reach each other directly (their addresses are static: no
+    /// learning); everything else goes out of the lower port.
+    Bridge,
+    /// One endpoint takes the lower port whole: every frame, any address, any VLAN.
+    Passthru,
+}
+
+impl MacvlanMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MacvlanMode::Private => "private",
+            MacvlanMode::Vepa => "vepa",
+            MacvlanMode::Bridge => "bridge",
+            MacvlanMode::Passthru => "passthru",
+        }
+    }
+}
+
+/// What a port is (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A device of its own (AF_PACKET, AF_XDP, a VM's TAP, a patch link, pcap).
+    Device,
+    /// The host's interface of bridge `bridge` (`br0`), a port of that bridge.
+    Host { bridge: u16 },
+    /// A VLAN sub-interface of port `lower`: tag `tpid`/`vid`.
+    Vlan { lower: u16, tpid: u16, vid: u16 },
+    /// A macvlan endpoint on port `lower`.
+    Macvlan { lower: u16, mode: MacvlanMode },
+}
+
+impl Role {
+    /// The lower port of a stacked device.
+    pub fn lower(self) -> Option<u16> {
+        match self {
+            Role::Vlan { lower, .. } | Role::Macvlan { lower, .. } => Some(lower),
+            Role::Device | Role::Host { .. } => None,
+        }
+    }
+}
+
+/// Most sessions in one switch: one bit each in the per-port masks (Open vSwitch's
+/// `MAX_MIRRORS` is 32 too).
+pub const MAX_MIRRORS: usize = 32;
+
+/// Longest session name.
+pub const MAX_MIRROR_NAME: usize = 32;
+
+/// Longest pcap file name of a `dst pcap FILE` (a file name, not a path: NAME_MAX).
+pub const MAX_PCAP_FILE: usize = 255;
+
+/// Which frames of its source ports a session copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MirrorDirection {
+    /// What the sources receive (as received, before any rewrite).
+    Rx,
+    /// What the sources send (as sent, after the egress rewrite).
+    Tx,
+    Both,
+}
+
+impl MirrorDirection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MirrorDirection::Rx => "rx",
+            MirrorDirection::Tx => "tx",
+            MirrorDirection::Both => "both",
+        }
+    }
+
+    pub fn rx(self) -> bool {
+        self != MirrorDirection::Tx
+    }
+
+    pub fn tx(self) -> bool {
+        self != MirrorDirection::Rx
+    }
+}
+
+/// Where a session's copies go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MirrorDst {
+    /// A port of the switch (a device: AF_PACKET, TAP, AF_XDP, patch, pcap port).
+    Port(String),
+    /// A pcap file: a plain file name, written in the daemon's `--pcap-dir` (in `qbridge
+    /// replay`, the `--out` directory). Never a path.
+    Pcap(String),
+}
+
+/// A session as configured (`mirror add …`), names and all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorSpec {
+    pub name: String,
+    /// Source ports, in the order given.
+    pub src: Vec<String>,
+    pub direction: MirrorDirection,
+    /// Only frames in these VLANs (see `path::mirror::frame_vlan`); `None`: every frame.
+    pub vids: Option<VidList>,
+    pub dst: MirrorDst,
+    /// Push a tag with this VID (the destination port's bridge TPID, PCP 0) on every copy.
+    pub rspan: Option<u16>,
+}
+
+/// Whether `file` is a plain file name the daemon may create in its pcap directory: no path
+/// separator, no NUL, not hidden (so neither `.` nor `..`), at most [`MAX_PCAP_FILE`] bytes,
+/// and not the input file of a pcap port (`NAME.in.pcap`, which the daemon reads).
+pub fn valid_pcap_file(file: &str) -> bool {
+    !file.is_empty()
+        && file.len() <= MAX_PCAP_FILE
+        && !file.starts_with('.')
+        && !file.contains(['/', '\0', '\\'])
+        && !file.chars().any(char::is_control)
+        && !file.ends_with(".in.pcap")
 }
