@@ -28,7 +28,7 @@ use qbridge_io::netns::run_in_netns;
 use qbridge_io::pcap::PcapReader;
 use qbridge_io::Port;
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
-use qbridge_wire::{parse_headers, IpProtocol, Tpid};
+use qbridge_wire::{ipv4, parse_headers, tcp, udp, IpProtocol, Tpid};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -804,16 +804,21 @@ fn describe(frame: &[u8], offload: &OffloadMeta) -> String {
         let _ = write!(s, "unparsed, {} bytes", frame.len());
         return s;
     };
-    let l3 = frame.get(h.l3_offset..).unwrap_or(&[]);
-    let ports = h.l4_offset.and_then(|o| frame.get(o..o + 4)).map(|p| {
-        (
-            u16::from_be_bytes([p[0], p[1]]),
-            u16::from_be_bytes([p[2], p[3]]),
-        )
-    });
-    if h.is_ipv4() && l3.len() >= 20 {
-        let src = std::net::Ipv4Addr::new(l3[12], l3[13], l3[14], l3[15]);
-        let dst = std::net::Ipv4Addr::new(l3[16], l3[17], l3[18], l3[19]);
+    let l4 = h.l4_offset.and_then(|o| frame.get(o..)).unwrap_or(&[]);
+    let ports = match h.l4_proto {
+        Some(IpProtocol::Tcp) => tcp::Packet::new_checked(l4)
+            .ok()
+            .map(|t| (t.src_port(), t.dst_port())),
+        Some(IpProtocol::Udp) => udp::Packet::new_checked(l4)
+            .ok()
+            .map(|u| (u.src_port(), u.dst_port())),
+        _ => None,
+    };
+    let ip = frame
+        .get(h.l3_offset..)
+        .and_then(|l3| ipv4::Packet::new_checked(l3).ok());
+    if let (true, Some(ip)) = (h.is_ipv4(), ip) {
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
         match (h.l4_proto, ports) {
             (Some(IpProtocol::Tcp), Some((sp, dp))) => {
                 let _ = write!(s, "IPv4 TCP {src}:{sp} > {dst}:{dp}");
@@ -911,4 +916,35 @@ fn replay_fallback(examples: Option<&Path>) -> anyhow::Result<ExitCode> {
         out.display()
     );
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An 802.1ad/802.1Q-tagged IPv4 TCP frame: 10.10.0.1:40000 > 10.10.0.2:41000.
+    fn qinq_tcp() -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        f.extend_from_slice(&[0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 10, 0x08, 0x00]);
+        let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 10, 0, 1, 10, 10, 0, 2];
+        ip.extend_from_slice(&40000u16.to_be_bytes());
+        ip.extend_from_slice(&41000u16.to_be_bytes());
+        ip.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
+        f.extend_from_slice(&ip);
+        f
+    }
+
+    #[test]
+    fn describe_names_the_tags_addresses_and_ports() {
+        let f = qinq_tcp();
+        assert_eq!(
+            describe(&f, &OffloadMeta::default()),
+            "88a8 vid 100 / 8100 vid 10 / IPv4 TCP 10.10.0.1:40000 > 10.10.0.2:41000, 62 bytes"
+        );
+        // Cut inside the TCP header: addresses still, no ports.
+        assert_eq!(
+            describe(&f[..50], &OffloadMeta::default()),
+            "88a8 vid 100 / 8100 vid 10 / unparsed, 50 bytes"
+        );
+    }
 }
