@@ -209,6 +209,7 @@ impl Port for MemPort {
 mod tests {
     use super::*;
     use qbridge_packet::PacketBuf;
+    use qbridge_wire::virtio::GsoType;
 
     fn frame(n: u8) -> Vec<u8> {
         let mut f = vec![0xff; 6];
@@ -280,7 +281,7 @@ mod tests {
         let mut batch = Batch::default();
         batch.push(PacketBuf::from_frame(&vec![0; 1519]));
         let mut gso = PacketBuf::from_frame(&[0; 200]);
-        gso.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        gso.offload.gso_type = GsoType::TcpV4.raw();
         gso.offload.hdr_len = 54;
         gso.offload.gso_size = 100;
         batch.push(gso);
@@ -322,7 +323,7 @@ mod tests {
         port.refuse_super_frames = true;
         let mut pool = BufPool::new(8);
         let mut gso = PacketBuf::from_frame(&[0; 200]);
-        gso.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        gso.offload.gso_type = GsoType::TcpV4.raw();
         gso.offload.gso_size = 100;
         let mut batch = Batch::default();
         batch.push(gso.clone());

@@ -10,6 +10,7 @@
 use crate::OffloadError;
 use qbridge_packet::{OffloadMeta, PacketBuf};
 use qbridge_wire::{checksum, parse_headers, IpProtocol, Tpid};
+use qbridge_wire::virtio::{F_DATA_VALID, F_NEEDS_CSUM};
 
 /// Completes the checksum of `pkt` if its metadata says `NEEDS_CSUM`, then clears that flag and
 /// sets `DATA_VALID`. A frame without `NEEDS_CSUM` is left alone. `is_tag` names the TPIDs of
@@ -23,7 +24,7 @@ pub fn complete_checksum(
         return Ok(());
     }
     complete_checksum_in_place(pkt.frame_mut(), &meta, is_tag)?;
-    pkt.offload.flags = (meta.flags & !OffloadMeta::F_NEEDS_CSUM) | OffloadMeta::F_DATA_VALID;
+    pkt.offload.flags = (meta.flags & !F_NEEDS_CSUM) | F_DATA_VALID;
     Ok(())
 }
 
@@ -67,6 +68,7 @@ mod tests {
     use super::*;
     use core::net::Ipv4Addr;
     use qbridge_wire::{ipv4, tcp, udp};
+    use qbridge_wire::virtio::GsoType;
 
     /// Untagged/tagged IPv4 + TCP (or UDP) with `n` payload bytes, the L4 checksum field
     /// holding the pseudo-header sum as a sender with `NEEDS_CSUM` leaves it.
@@ -108,7 +110,7 @@ mod tests {
         };
         f[l4 + off..l4 + off + 2].copy_from_slice(&checksum::fold(pseudo).to_be_bytes());
         let meta = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
+            flags: F_NEEDS_CSUM,
             csum_start: l4 as u16,
             csum_offset: off as u16,
             ..Default::default()
@@ -156,7 +158,7 @@ mod tests {
         meta.csum_start = u16::MAX;
         meta.csum_offset = u16::MAX;
         assert!(complete_checksum_in_place(&mut f, &meta, Tpid::is_well_known).is_err());
-        meta.gso_type = OffloadMeta::GSO_TCPV4;
+        meta.gso_type = GsoType::TcpV4.raw();
         assert_eq!(
             complete_checksum_in_place(&mut f, &meta, Tpid::is_well_known),
             Err(OffloadError::CsumOnGsoFrame(1))

@@ -68,6 +68,7 @@ use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
 use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 
 /// Most runs open at once in one call; when full, the oldest is closed. Linux keeps 8 flows per
 /// GRO bucket; a batch of 64 frames seldom interleaves more than a few dozen flows.
@@ -621,7 +622,7 @@ fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
             return Class::InFlow(PassReason::CsumMeta, seg);
         }
         seg.csum = Csum::Trusted;
-    } else if meta.flags & OffloadMeta::F_DATA_VALID != 0 {
+    } else if meta.flags & F_DATA_VALID != 0 {
         seg.csum = Csum::Trusted;
     }
     if family == Family::V4 && !ipv4::Packet::new_unchecked(&f[l3..]).verify_checksum() {
@@ -735,12 +736,12 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
             let mut ip = ipv4::Packet::new_unchecked(&mut f[first.l3..]);
             ip.set_total_len(run.ip_len as u16);
             ip.fill_checksum();
-            OffloadMeta::GSO_TCPV4
+            GsoType::TcpV4.raw()
         }
         Family::V6 => {
             let mut ip = ipv6::Packet::new_unchecked(&mut f[first.l3..]);
             ip.set_payload_len((run.ip_len - ipv6::HEADER_LEN) as u16);
-            OffloadMeta::GSO_TCPV6
+            GsoType::TcpV6.raw()
         }
     };
     let mut t = tcp::Packet::new_unchecked(&mut f[first.l4..]);
@@ -749,7 +750,7 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
     }
     t.set_checksum(checksum::fold(pseudo(first, l4_len)));
     pkt.offload = OffloadMeta {
-        flags: OffloadMeta::F_NEEDS_CSUM,
+        flags: F_NEEDS_CSUM,
         gso_type,
         hdr_len: first.hdr_len as u16,
         gso_size: run.gso_size as u16,

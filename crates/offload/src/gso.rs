@@ -18,7 +18,7 @@
 use crate::OffloadError;
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
-use qbridge_wire::virtio::GsoType;
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID};
 use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
 
@@ -38,7 +38,7 @@ pub fn segment(
 ) -> Result<usize, OffloadError> {
     let meta = pkt.offload;
     let frame = pkt.frame();
-    let want = match GsoType::from_raw(meta.gso_type) {
+    let want = match meta.gso() {
         GsoType::TcpV4 => EtherType::Ipv4,
         GsoType::TcpV6 => EtherType::Ipv6,
         GsoType::None => return Err(OffloadError::NotGso),
@@ -94,7 +94,7 @@ pub fn segment(
         seg.port = pkt.port;
         seg.time_ns = pkt.time_ns;
         seg.offload = OffloadMeta {
-            flags: OffloadMeta::F_DATA_VALID,
+            flags: F_DATA_VALID,
             ..OffloadMeta::default()
         };
         let buf = seg.frame_mut_with_len(hdr_len + chunk.len());

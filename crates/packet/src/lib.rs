@@ -12,6 +12,7 @@
 //! No locks, no I/O, no unsafe.
 #![forbid(unsafe_code)]
 
+use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM, GSO_ECN};
 use qbridge_wire::vlan::TAG_LEN;
 
 /// Bytes kept free in front of a freshly reset buffer: room for this many tag pushes without a
@@ -32,12 +33,16 @@ fn copy_ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
 }
 
 /// Offload metadata, the virtio-net header's fields (`struct virtio_net_hdr`), carried beside
-/// the frame. All offsets count from the first byte of the Ethernet frame.
+/// the frame. All offsets count from the first byte of the Ethernet frame. The values of
+/// `flags` and `gso_type` are `qbridge_wire::virtio`'s ([`F_NEEDS_CSUM`],
+/// [`F_DATA_VALID`](qbridge_wire::virtio::F_DATA_VALID), [`GsoType`], [`GSO_ECN`]): one
+/// vocabulary, the wire's; [`OffloadMeta::gso`] reads the type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffloadMeta {
     /// `VIRTIO_NET_HDR_F_*` bits: `NEEDS_CSUM` (1), `DATA_VALID` (2).
     pub flags: u8,
-    /// `VIRTIO_NET_HDR_GSO_*`: 0 none, 1 TCPv4, 3 UDP, 4 TCPv6, 0x80 ECN bit.
+    /// The raw `VIRTIO_NET_HDR_GSO_*` byte: a [`GsoType`] or-ed with [`GSO_ECN`]
+    /// (unknown values kept as they came).
     pub gso_type: u8,
     /// Bytes of headers (Ethernet + tags + L3 + L4) in a GSO frame.
     pub hdr_len: u16,
@@ -50,20 +55,23 @@ pub struct OffloadMeta {
 }
 
 impl OffloadMeta {
-    pub const F_NEEDS_CSUM: u8 = 1;
-    pub const F_DATA_VALID: u8 = 2;
-    pub const GSO_NONE: u8 = 0;
-    pub const GSO_TCPV4: u8 = 1;
-    pub const GSO_UDP: u8 = 3;
-    pub const GSO_TCPV6: u8 = 4;
-    pub const GSO_ECN: u8 = 0x80;
+    /// The GSO type, ECN bit aside.
+    pub fn gso(&self) -> GsoType {
+        GsoType::from_raw(self.gso_type)
+    }
 
+    /// The ECN bit of `gso_type` ([`GSO_ECN`]): the sender set CWR on the super-frame.
+    pub const fn gso_ecn(&self) -> bool {
+        self.gso_type & GSO_ECN != 0
+    }
+
+    /// Whether this is a GSO super-frame (a type other than [`GsoType::None`]).
     pub const fn is_gso(&self) -> bool {
-        self.gso_type & !Self::GSO_ECN != Self::GSO_NONE
+        self.gso_type & !GSO_ECN != GsoType::None.raw()
     }
 
     pub const fn needs_csum(&self) -> bool {
-        self.flags & Self::F_NEEDS_CSUM != 0
+        self.flags & F_NEEDS_CSUM != 0
     }
 
     /// Shifts the header offsets after `delta` bytes were inserted (positive) or removed
@@ -585,7 +593,7 @@ mod tests {
         assert!(used.insert_tag(12, [0x81, 0, 0, 1]));
         used.port = 3;
         used.time_ns = 9;
-        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        used.offload.gso_type = GsoType::TcpV4.raw();
         pool.put(used);
         let src = PacketBuf::from_frame(&[7u8; 20]);
         let c = pool.get_copy(&src);
@@ -643,7 +651,7 @@ mod tests {
         }
         p.port = 9;
         p.time_ns = 77;
-        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p.offload.gso_type = GsoType::TcpV4.raw();
         p
     }
 
@@ -825,7 +833,7 @@ mod tests {
         let mut pool = BufPool::new(4);
         let mut used = PacketBuf::from_frame(&frame());
         used.port = 3;
-        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        used.offload.gso_type = GsoType::TcpV4.raw();
         pool.put(used);
         let mut b = Batch::with_capacity(2);
         // From the pool, then (pool empty) a new buffer.
@@ -839,8 +847,8 @@ mod tests {
     #[test]
     fn offload_shift() {
         let mut m = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len: 66,
             gso_size: 1448,
             csum_start: 34,
