@@ -40,7 +40,7 @@ use crate::switch::{Bridge, Outputs, Plan, Port, Worker};
 use crate::tagmap::InnerTag;
 use crate::vlanmode::{pvlan_allows, Violation};
 use qbridge_packet::{Batch, PacketBuf};
-use qbridge_wire::{parse_headers, Tpid};
+use qbridge_wire::Tpid;
 use std::sync::Arc;
 
 type Ports = [Option<Arc<Port>>];
@@ -875,8 +875,9 @@ fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
 }
 
 /// Length the frame has on the wire: its length, or for a GSO super-frame the length of its
-/// largest segment — the real headers plus `gso_size`. Headers are parsed through the
-/// well-known TPIDs and the TPID of the port judging (`tpid`). The `hdr_len` a sender puts in the
+/// largest segment — the real headers plus `gso_size`. Headers are read through the
+/// well-known TPIDs and the TPID of the port judging (`tpid`) with [`PacketBuf::headers`]:
+/// parsed at the first call (ingress), from the recorded layout at each egress. The `hdr_len` a sender puts in the
 /// virtio-net header is not trusted: Linux fills it with the length of the skb's linear part,
 /// which can include payload.
 #[inline(always)]
@@ -892,7 +893,7 @@ pub(crate) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
 #[inline(never)]
 fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
     let len = pkt.len();
-    match parse_headers(pkt.frame(), |t| t.is_well_known() || t.0 == tpid) {
+    match pkt.headers(|t| t.is_well_known() || t.0 == tpid) {
         Ok(h) => match h.payload_offset {
             Some(hdrs) => (hdrs + pkt.offload.gso_size as usize).min(len),
             None => len,

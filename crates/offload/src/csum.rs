@@ -5,11 +5,13 @@
 //! complement at `csum_start + csum_offset`. The end is the IP packet's end by its own length
 //! field when the frame parses as IP (so Ethernet padding stays out of the sum), otherwise the
 //! frame's end, as the kernel does. A UDP result of 0 is sent as 0xffff (0 means "no checksum").
+//! [`complete_checksum`] reads the headers from the buffer ([`PacketBuf::headers`]: its layout,
+//! or one parse that records it); [`complete_checksum_in_place`], on bare bytes, parses them.
 //! Cost: one pass over the L4 bytes; no allocation.
 
 use crate::OffloadError;
 use qbridge_packet::{OffloadMeta, PacketBuf};
-use qbridge_wire::{checksum, parse_headers, IpProtocol, Tpid};
+use qbridge_wire::{checksum, parse_headers, Headers, IpProtocol, Tpid};
 use qbridge_wire::virtio::{F_DATA_VALID, F_NEEDS_CSUM};
 
 /// Completes the checksum of `pkt` if its metadata says `NEEDS_CSUM`, then clears that flag and
@@ -23,7 +25,13 @@ pub fn complete_checksum(
     if !meta.needs_csum() {
         return Ok(());
     }
-    complete_checksum_in_place(pkt.frame_mut(), &meta, is_tag)?;
+    if meta.is_gso() {
+        return Err(OffloadError::CsumOnGsoFrame(meta.gso_type));
+    }
+    // The headers from the frame's layout (parsed at most once); writing the checksum field
+    // leaves the layout true.
+    let parsed = pkt.headers(is_tag).ok();
+    complete_with(pkt.frame_mut(), &meta, parsed)?;
     pkt.offload.flags = (meta.flags & !F_NEEDS_CSUM) | F_DATA_VALID;
     Ok(())
 }
@@ -38,9 +46,19 @@ pub fn complete_checksum_in_place(
     if meta.is_gso() {
         return Err(OffloadError::CsumOnGsoFrame(meta.gso_type));
     }
+    let parsed = parse_headers(frame, is_tag).ok();
+    complete_with(frame, meta, parsed)
+}
+
+/// Completes the checksum described by `meta` in `frame`, whose headers are `parsed` (`None`:
+/// they do not parse).
+fn complete_with(
+    frame: &mut [u8],
+    meta: &OffloadMeta,
+    parsed: Option<Headers>,
+) -> Result<(), OffloadError> {
     let start = usize::from(meta.csum_start);
     let field = start + usize::from(meta.csum_offset);
-    let parsed = parse_headers(frame, is_tag).ok();
     let (data_end, is_udp) = match parsed {
         Some(h) if h.l4_proto.is_some() && start >= h.l3_offset => (
             h.l3_end,

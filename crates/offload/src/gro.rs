@@ -58,7 +58,7 @@
 //! **Buffers.** Merged segments' buffers go back to the caller's [`BufPool`]; the head's buffer
 //! grows to hold the super-frame (`PacketBuf` has no `reserve`, so a buffer grows by doubling
 //! the first time it heads a run, then keeps its capacity). **Cost:** one header walk per
-//! frame, one checksum pass per merged segment unless trusted, one copy of each merged payload
+//! frame (a tag walk only, when the buffer has a recorded layout), one checksum pass per merged segment unless trusted, one copy of each merged payload
 //! (measured in `docs/benchmarks.md`: ~2600 instructions per 1448-byte segment summed, ~1100
 //! trusted).
 //!
@@ -66,7 +66,7 @@
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
-use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
+use qbridge_wire::{checksum, ipv4, ipv6, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
 use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 
@@ -527,7 +527,7 @@ fn pass(out: &mut Vec<PacketBuf>, pkt: PacketBuf, r: PassReason, st: &mut GroSta
 /// Reads what merging needs from `pkt`'s headers, or says why it cannot be merged.
 fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
     let f = pkt.frame();
-    let Ok(h) = parse_headers(f, is_tag) else {
+    let Ok(h) = pkt.headers(is_tag) else {
         return Class::Unknown;
     };
     let family = match h.ethertype {

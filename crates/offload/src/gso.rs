@@ -8,8 +8,9 @@
 //! only on the last segment, CWR only on the first, and a full checksum (the super-frame's
 //! partial checksum is not reused). Segments carry `DATA_VALID` and no GSO metadata.
 //!
-//! Offsets come from [`parse_headers`]; `hdr_len` and `csum_start` in the metadata are hints a
-//! guest may get wrong and are not used. Validation happens before any output, so an error
+//! Offsets come from [`PacketBuf::headers`] (the frame's recorded layout, or
+//! [`qbridge_wire::parse_headers`] once); `hdr_len` and `csum_start` in the metadata are hints
+//! a guest may get wrong and are not used. Validation happens before any output, so an error
 //! leaves `out` untouched. Cost: one copy and one checksum pass over the payload; buffers come
 //! from the caller's pool, nothing else is allocated (beyond `out` growing past its capacity).
 //! The IPv6 pseudo-header uses the fixed header's destination; routing headers that change the
@@ -19,7 +20,7 @@ use crate::OffloadError;
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
 use qbridge_wire::virtio::{GsoType, F_DATA_VALID};
-use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
+use qbridge_wire::{checksum, ipv4, ipv6, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
 
 /// Most segments one super-frame may produce. A 64 KB frame at the smallest MSS Linux sends
@@ -50,7 +51,7 @@ pub fn segment(
     if meta.gso_size == 0 {
         return Err(OffloadError::ZeroGsoSize);
     }
-    let h = parse_headers(frame, is_tag)?;
+    let h = pkt.headers(is_tag)?;
     if h.ethertype != want {
         return Err(OffloadError::L3Mismatch {
             gso_type: meta.gso_type,
