@@ -877,9 +877,9 @@ fn warm_fdb(t: TableView, meta: &[FrameMeta]) {
 /// Length the frame has on the wire: its length, or for a GSO super-frame the length of its
 /// largest segment — the real headers plus `gso_size`. Headers are read through the
 /// well-known TPIDs and the TPID of the port judging (`tpid`) with [`PacketBuf::headers`]:
-/// parsed at the first call (ingress), from the recorded layout at each egress. The `hdr_len` a sender puts in the
-/// virtio-net header is not trusted: Linux fills it with the length of the skb's linear part,
-/// which can include payload.
+/// parsed at the first call (ingress), from the recorded layout at each egress. The `hdr_len`
+/// a sender puts in the virtio-net header is not trusted: Linux fills it with the length of the
+/// skb's linear part, which can include payload.
 #[inline(always)]
 pub(crate) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
     if pkt.offload.is_gso() {

@@ -8,8 +8,8 @@ use qbridge_bridge::{
     Switch, VlanProtocol,
 };
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
-use qbridge_wire::{MacAddr, Tpid};
 use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
+use qbridge_wire::{MacAddr, Tpid};
 
 const S: u64 = 1_000_000_000;
 

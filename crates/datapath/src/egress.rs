@@ -152,8 +152,8 @@ mod tests {
     use core::net::Ipv4Addr;
     use qbridge_io::{DeviceOffloads, MemPort};
     use qbridge_packet::{OffloadMeta, PacketBuf};
-    use qbridge_wire::{checksum, ipv4, parse_headers, tcp, IpProtocol};
     use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
+    use qbridge_wire::{checksum, ipv4, parse_headers, tcp, IpProtocol};
 
     const PAYLOAD: usize = 20_000;
     const MSS: u16 = 1448;

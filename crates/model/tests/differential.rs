@@ -17,8 +17,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use qbridge_bridge::{BridgeSettings, FdbKind, PcpMode, PortSettings, VlanProtocol};
 use qbridge_packet::OffloadMeta;
-use qbridge_wire::{MacAddr, Tpid};
 use qbridge_wire::virtio::F_NEEDS_CSUM;
+use qbridge_wire::{MacAddr, Tpid};
 
 /// Default number of cases: about 35 s in a debug build on a busy 2-core machine (each case is
 /// a switch and up to 40 steps, about 100 frames on average).

@@ -12,8 +12,8 @@
 
 use qbridge_offload::{segment, Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
-use qbridge_wire::Tpid;
 use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
+use qbridge_wire::Tpid;
 use std::time::{Duration, Instant};
 
 const BATCH: usize = 64;

@@ -11,8 +11,8 @@
 
 use crate::OffloadError;
 use qbridge_packet::{OffloadMeta, PacketBuf};
-use qbridge_wire::{checksum, parse_headers, Headers, IpProtocol, Tpid};
 use qbridge_wire::virtio::{F_DATA_VALID, F_NEEDS_CSUM};
+use qbridge_wire::{checksum, parse_headers, Headers, IpProtocol, Tpid};
 
 /// Completes the checksum of `pkt` if its metadata says `NEEDS_CSUM`, then clears that flag and
 /// sets `DATA_VALID`. A frame without `NEEDS_CSUM` is left alone. `is_tag` names the TPIDs of
@@ -85,8 +85,8 @@ fn complete_with(
 mod tests {
     use super::*;
     use core::net::Ipv4Addr;
-    use qbridge_wire::{ipv4, tcp, udp};
     use qbridge_wire::virtio::GsoType;
+    use qbridge_wire::{ipv4, tcp, udp};
 
     /// Untagged/tagged IPv4 + TCP (or UDP) with `n` payload bytes, the L4 checksum field
     /// holding the pseudo-header sum as a sender with `NEEDS_CSUM` leaves it.

@@ -66,9 +66,9 @@
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 use qbridge_wire::{checksum, ipv4, ipv6, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
-use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 
 /// Most runs open at once in one call; when full, the oldest is closed. Linux keeps 8 flows per
 /// GRO bucket; a batch of 64 frames seldom interleaves more than a few dozen flows.

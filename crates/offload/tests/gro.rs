@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 use qbridge_offload::{segment, EndReason, Gro, GroLimits, GroStats, PassReason};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
-use qbridge_wire::{parse_headers, Tpid};
 use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
+use qbridge_wire::{parse_headers, Tpid};
 use std::collections::HashMap;
 
 mod common;

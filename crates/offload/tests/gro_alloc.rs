@@ -6,8 +6,8 @@
 
 use qbridge_offload::{segment, Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
-use qbridge_wire::Tpid;
 use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
+use qbridge_wire::Tpid;
 use std::collections::HashSet;
 
 /// 32 segments of 1448 bytes each of two flows (tags 0x88a8/0x8100, IPv4), interleaved.

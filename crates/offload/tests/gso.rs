@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use qbridge_offload::{segment, segment_into_batch, OffloadError, MAX_SEGMENTS};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
-use qbridge_wire::{parse_headers, EtherType, Tpid};
 use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
+use qbridge_wire::{parse_headers, EtherType, Tpid};
 
 mod common;
 use common::{ones_sum, ACK, CWR, FIN, PSH};

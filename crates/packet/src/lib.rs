@@ -429,7 +429,10 @@ impl PacketBuf {
     }
 
     #[inline(never)]
-    fn parse_and_record(&self, is_tag: impl Fn(Tpid) -> bool) -> Result<Headers, qbridge_wire::Error> {
+    fn parse_and_record(
+        &self,
+        is_tag: impl Fn(Tpid) -> bool,
+    ) -> Result<Headers, qbridge_wire::Error> {
         let h = parse_headers(self.frame(), is_tag)?;
         self.layout.set(Layout::record(&h, self.off()));
         Ok(h)

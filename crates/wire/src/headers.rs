@@ -143,7 +143,12 @@ impl Layout {
     /// Cost: the tag walk (one TPID compare per tag) and three length fields read; the IP
     /// and transport headers are not validated again (they were when the layout was recorded,
     /// and nothing but a checksum field has changed in them since).
-    pub fn resolve(self, frame: &[u8], base: usize, is_tag: impl Fn(Tpid) -> bool) -> Option<Headers> {
+    pub fn resolve(
+        self,
+        frame: &[u8],
+        base: usize,
+        is_tag: impl Fn(Tpid) -> bool,
+    ) -> Option<Headers> {
         let l3_abs = self.l3_in_buffer()?;
         let eth = Frame::new_checked(frame).ok()?;
         let (tags, ethertype, l3) = eth.tags(is_tag).ok()?;
