@@ -729,6 +729,8 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
     st.super_frames += 1;
     let first = &run.first;
     let pkt = &mut out[run.out];
+    // The IP length changes: a layout recorded for the first segment no longer holds.
+    pkt.clear_layout();
     let f = pkt.frame_mut();
     let l4_len = run.ip_len - (first.l4 - first.l3);
     let gso_type = match first.family {
