@@ -8,6 +8,7 @@ use qbridge_bridge::{
     Switch, VlanProtocol,
 };
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
 use qbridge_wire::{MacAddr, Tpid};
 
 const S: u64 = 1_000_000_000;
@@ -291,8 +292,8 @@ fn frame_size_envelope_defaults_and_oversize_counted() {
         let mut p = PacketBuf::from_frame(&tcp_frame(60000, &[(0x8100, 10)]));
         p.port = ca.0;
         p.offload = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len,
             gso_size,
             csum_start: 38,

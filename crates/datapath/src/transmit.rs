@@ -153,6 +153,7 @@ mod tests {
     use core::net::Ipv4Addr;
     use qbridge_io::{DeviceOffloads, MemPort};
     use qbridge_packet::{OffloadMeta, PacketBuf};
+    use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
     use qbridge_wire::{checksum, ipv4, parse_headers, tcp, IpProtocol};
 
     const PAYLOAD: usize = 20_000;
@@ -196,8 +197,8 @@ mod tests {
         f[off..off + 2].copy_from_slice(&checksum::fold(pseudo).to_be_bytes());
         let mut p = PacketBuf::from_frame(&f);
         p.offload = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len: (l4 + 20) as u16,
             gso_size: MSS,
             csum_start: l4 as u16,

@@ -1562,6 +1562,7 @@ impl Port for AfPacketPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qbridge_wire::virtio::GsoType;
 
     /// Small rings in 128 KiB blocks, whole 1 MiB blocks kept where they fill; V3 untouched.
     #[test]
@@ -1616,7 +1617,7 @@ mod tests {
         f.extend([0x08, 0x00]);
         f.resize(f.len() + 3000, 0);
         let mut p = PacketBuf::from_frame(&f);
-        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p.offload.gso_type = GsoType::TcpV4.raw();
         p.offload.gso_size = 1448;
         p
     }

@@ -214,6 +214,7 @@ mod tests {
     use super::*;
     use crate::port::BackendDrops;
     use qbridge_packet::PacketBuf;
+    use qbridge_wire::virtio::GsoType;
 
     /// What a poll loop asks of a boxed port beyond the bursts: the in-memory port has frames
     /// pending without a descriptor, and takes every other default.
@@ -301,7 +302,7 @@ mod tests {
         let mut batch = Batch::default();
         batch.push(PacketBuf::from_frame(&vec![0; 1519]));
         let mut gso = PacketBuf::from_frame(&[0; 200]);
-        gso.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        gso.offload.gso_type = GsoType::TcpV4.raw();
         gso.offload.hdr_len = 54;
         gso.offload.gso_size = 100;
         batch.push(gso);
@@ -343,7 +344,7 @@ mod tests {
         port.refuse_super_frames = true;
         let mut pool = BufPool::new(8);
         let mut gso = PacketBuf::from_frame(&[0; 200]);
-        gso.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        gso.offload.gso_type = GsoType::TcpV4.raw();
         gso.offload.gso_size = 100;
         let mut batch = Batch::default();
         batch.push(gso.clone());

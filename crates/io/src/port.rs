@@ -38,6 +38,7 @@
 //! frame.
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
+use qbridge_wire::virtio::GsoType;
 use std::fmt;
 #[cfg(unix)]
 use std::os::fd::BorrowedFd;
@@ -91,15 +92,16 @@ pub struct DeviceOffloads {
 }
 
 impl DeviceOffloads {
-    /// Whether the device segments a super-frame of `gso_type` with `depth` tags itself.
-    pub fn segments(&self, gso_type: u8, depth: usize) -> bool {
-        let kind = match gso_type & !OffloadMeta::GSO_ECN {
-            OffloadMeta::GSO_TCPV4 => self.tso4,
-            OffloadMeta::GSO_TCPV6 => self.tso6,
+    /// Whether the device segments a super-frame of type `gso` (with the ECN bit `ecn`) with
+    /// `depth` tags itself.
+    pub fn segments(&self, gso: GsoType, ecn: bool, depth: usize) -> bool {
+        let kind = match gso {
+            GsoType::TcpV4 => self.tso4,
+            GsoType::TcpV6 => self.tso6,
             // Not TCP: the caller cannot segment it either; let the kernel decide.
             _ => return true,
         };
-        let ecn = gso_type & OffloadMeta::GSO_ECN == 0 || self.tso_ecn;
+        let ecn = !ecn || self.tso_ecn;
         kind && ecn && self.sg && self.refused_tags & depth_bit(depth) == 0
     }
 
@@ -140,7 +142,7 @@ impl PortCaps {
         }
         match &self.device {
             None => true,
-            Some(d) => d.segments(meta.gso_type, kernel_tag_depth(frame)),
+            Some(d) => d.segments(meta.gso(), meta.gso_ecn(), kernel_tag_depth(frame)),
         }
     }
 
@@ -355,6 +357,7 @@ pub(crate) fn recycle(batch: &mut Batch, pool: &mut BufPool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qbridge_wire::virtio::GSO_ECN;
 
     fn tagged(tpids: &[u16]) -> Vec<u8> {
         let mut f = vec![0u8; 12];
@@ -380,16 +383,16 @@ mod tests {
     #[test]
     fn super_frames_follow_device_features_and_refusals() {
         let v4 = OffloadMeta {
-            gso_type: OffloadMeta::GSO_TCPV4,
+            gso_type: GsoType::TcpV4.raw(),
             gso_size: 1448,
             ..OffloadMeta::default()
         };
         let v6 = OffloadMeta {
-            gso_type: OffloadMeta::GSO_TCPV6,
+            gso_type: GsoType::TcpV6.raw(),
             ..v4
         };
         let ecn = OffloadMeta {
-            gso_type: OffloadMeta::GSO_TCPV4 | OffloadMeta::GSO_ECN,
+            gso_type: GsoType::TcpV4.raw() | GSO_ECN,
             ..v4
         };
         let plain = OffloadMeta::default();

@@ -17,6 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use qbridge_bridge::{BridgeSettings, FdbKind, PcpMode, PortSettings, VlanProtocol};
 use qbridge_packet::OffloadMeta;
+use qbridge_wire::virtio::F_NEEDS_CSUM;
 use qbridge_wire::{MacAddr, Tpid};
 
 /// Default number of cases: about 35 s in a debug build on a busy 2-core machine (each case is
@@ -189,14 +190,14 @@ fn offload() -> impl Strategy<Value = OffloadMeta> {
     prop_oneof![
         6 => Just(OffloadMeta::default()),
         1 => (18u16..80, 18u16..80).prop_map(|(cs, off)| OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
+            flags: F_NEEDS_CSUM,
             csum_start: cs,
             csum_offset: off % 20,
             ..Default::default()
         }),
         1 => (18u16..80, prop_oneof![3 => 1u16..400, 1 => 1400u16..1500], prop::bool::ANY, prop::sample::select(vec![1u8, 3, 4, 0x81]))
             .prop_map(|(hdr, gso, csum, ty)| OffloadMeta {
-                flags: if csum { OffloadMeta::F_NEEDS_CSUM } else { 0 },
+                flags: if csum { F_NEEDS_CSUM } else { 0 },
                 gso_type: ty,
                 hdr_len: hdr,
                 gso_size: gso,

@@ -12,6 +12,7 @@
 
 use qbridge_offload::{segment, Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 use qbridge_wire::Tpid;
 use std::time::{Duration, Instant};
 
@@ -45,11 +46,11 @@ fn flow_segments(v6: bool, id: u8, mss: u16, n: usize) -> Vec<Vec<u8>> {
     f.extend((0..payload).map(|i| (i * 7) as u8));
     let mut p = PacketBuf::from_frame(&f);
     p.offload = OffloadMeta {
-        flags: OffloadMeta::F_NEEDS_CSUM,
+        flags: F_NEEDS_CSUM,
         gso_type: if v6 {
-            OffloadMeta::GSO_TCPV6
+            GsoType::TcpV6.raw()
         } else {
-            OffloadMeta::GSO_TCPV4
+            GsoType::TcpV4.raw()
         },
         hdr_len: (l4 + 32) as u16,
         gso_size: mss,
@@ -162,7 +163,7 @@ fn main() {
             false,
             2,
             1448,
-            OffloadMeta::F_DATA_VALID,
+            F_DATA_VALID,
         ),
         (
             "IPv6, 2 flows, MSS 1428, checksums summed",

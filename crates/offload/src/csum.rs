@@ -5,11 +5,14 @@
 //! complement at `csum_start + csum_offset`. The end is the IP packet's end by its own length
 //! field when the frame parses as IP (so Ethernet padding stays out of the sum), otherwise the
 //! frame's end, as the kernel does. A UDP result of 0 is sent as 0xffff (0 means "no checksum").
+//! [`complete_checksum`] reads the headers from the buffer ([`PacketBuf::headers`]: its layout,
+//! or one parse that records it); [`complete_checksum_in_place`], on bare bytes, parses them.
 //! Cost: one pass over the L4 bytes; no allocation.
 
 use crate::OffloadError;
 use qbridge_packet::{OffloadMeta, PacketBuf};
-use qbridge_wire::{checksum, parse_headers, IpProtocol, Tpid};
+use qbridge_wire::virtio::{F_DATA_VALID, F_NEEDS_CSUM};
+use qbridge_wire::{checksum, parse_headers, Headers, IpProtocol, Tpid};
 
 /// Completes the checksum of `pkt` if its metadata says `NEEDS_CSUM`, then clears that flag and
 /// sets `DATA_VALID`. A frame without `NEEDS_CSUM` is left alone. `is_tag` names the TPIDs of
@@ -22,8 +25,14 @@ pub fn complete_checksum(
     if !meta.needs_csum() {
         return Ok(());
     }
-    complete_checksum_in_place(pkt.frame_mut(), &meta, is_tag)?;
-    pkt.offload.flags = (meta.flags & !OffloadMeta::F_NEEDS_CSUM) | OffloadMeta::F_DATA_VALID;
+    if meta.is_gso() {
+        return Err(OffloadError::CsumOnGsoFrame(meta.gso_type));
+    }
+    // The headers from the frame's layout (parsed at most once); writing the checksum field
+    // leaves the layout true.
+    let parsed = pkt.headers(is_tag).ok();
+    complete_with(pkt.frame_mut(), &meta, parsed)?;
+    pkt.offload.flags = (meta.flags & !F_NEEDS_CSUM) | F_DATA_VALID;
     Ok(())
 }
 
@@ -37,9 +46,19 @@ pub fn complete_checksum_in_place(
     if meta.is_gso() {
         return Err(OffloadError::CsumOnGsoFrame(meta.gso_type));
     }
+    let parsed = parse_headers(frame, is_tag).ok();
+    complete_with(frame, meta, parsed)
+}
+
+/// Completes the checksum described by `meta` in `frame`, whose headers are `parsed` (`None`:
+/// they do not parse).
+fn complete_with(
+    frame: &mut [u8],
+    meta: &OffloadMeta,
+    parsed: Option<Headers>,
+) -> Result<(), OffloadError> {
     let start = usize::from(meta.csum_start);
     let field = start + usize::from(meta.csum_offset);
-    let parsed = parse_headers(frame, is_tag).ok();
     let (data_end, is_udp) = match parsed {
         Some(h) if h.l4_proto.is_some() && start >= h.l3_offset => (
             h.l3_end,
@@ -66,6 +85,7 @@ pub fn complete_checksum_in_place(
 mod tests {
     use super::*;
     use core::net::Ipv4Addr;
+    use qbridge_wire::virtio::GsoType;
     use qbridge_wire::{ipv4, tcp, udp};
 
     /// Untagged/tagged IPv4 + TCP (or UDP) with `n` payload bytes, the L4 checksum field
@@ -108,7 +128,7 @@ mod tests {
         };
         f[l4 + off..l4 + off + 2].copy_from_slice(&checksum::fold(pseudo).to_be_bytes());
         let meta = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
+            flags: F_NEEDS_CSUM,
             csum_start: l4 as u16,
             csum_offset: off as u16,
             ..Default::default()
@@ -156,7 +176,7 @@ mod tests {
         meta.csum_start = u16::MAX;
         meta.csum_offset = u16::MAX;
         assert!(complete_checksum_in_place(&mut f, &meta, Tpid::is_well_known).is_err());
-        meta.gso_type = OffloadMeta::GSO_TCPV4;
+        meta.gso_type = GsoType::TcpV4.raw();
         assert_eq!(
             complete_checksum_in_place(&mut f, &meta, Tpid::is_well_known),
             Err(OffloadError::CsumOnGsoFrame(1))

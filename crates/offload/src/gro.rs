@@ -58,7 +58,7 @@
 //! **Buffers.** Merged segments' buffers go back to the caller's [`BufPool`]; the head's buffer
 //! grows to hold the super-frame (`PacketBuf` has no `reserve`, so a buffer grows by doubling
 //! the first time it heads a run, then keeps its capacity). **Cost:** one header walk per
-//! frame, one checksum pass per merged segment unless trusted, one copy of each merged payload
+//! frame (a tag walk only, when the buffer has a recorded layout), one checksum pass per merged segment unless trusted, one copy of each merged payload
 //! (measured in `docs/benchmarks.md`: ~2600 instructions per 1448-byte segment summed, ~1100
 //! trusted).
 //!
@@ -66,7 +66,8 @@
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
-use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
+use qbridge_wire::{checksum, ipv4, ipv6, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
 
 /// Most runs open at once in one call; when full, the oldest is closed. Linux keeps 8 flows per
@@ -526,7 +527,7 @@ fn pass(out: &mut Vec<PacketBuf>, pkt: PacketBuf, r: PassReason, st: &mut GroSta
 /// Reads what merging needs from `pkt`'s headers, or says why it cannot be merged.
 fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
     let f = pkt.frame();
-    let Ok(h) = parse_headers(f, is_tag) else {
+    let Ok(h) = pkt.headers(is_tag) else {
         return Class::Unknown;
     };
     let family = match h.ethertype {
@@ -621,7 +622,7 @@ fn classify(pkt: &PacketBuf, is_tag: &impl Fn(Tpid) -> bool) -> Class {
             return Class::InFlow(PassReason::CsumMeta, seg);
         }
         seg.csum = Csum::Trusted;
-    } else if meta.flags & OffloadMeta::F_DATA_VALID != 0 {
+    } else if meta.flags & F_DATA_VALID != 0 {
         seg.csum = Csum::Trusted;
     }
     if family == Family::V4 && !ipv4::Packet::new_unchecked(&f[l3..]).verify_checksum() {
@@ -728,6 +729,8 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
     st.super_frames += 1;
     let first = &run.first;
     let pkt = &mut out[run.out];
+    // The IP length changes: a layout recorded for the first segment no longer holds.
+    pkt.clear_layout();
     let f = pkt.frame_mut();
     let l4_len = run.ip_len - (first.l4 - first.l3);
     let gso_type = match first.family {
@@ -735,12 +738,12 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
             let mut ip = ipv4::Packet::new_unchecked(&mut f[first.l3..]);
             ip.set_total_len(run.ip_len as u16);
             ip.fill_checksum();
-            OffloadMeta::GSO_TCPV4
+            GsoType::TcpV4.raw()
         }
         Family::V6 => {
             let mut ip = ipv6::Packet::new_unchecked(&mut f[first.l3..]);
             ip.set_payload_len((run.ip_len - ipv6::HEADER_LEN) as u16);
-            OffloadMeta::GSO_TCPV6
+            GsoType::TcpV6.raw()
         }
     };
     let mut t = tcp::Packet::new_unchecked(&mut f[first.l4..]);
@@ -749,7 +752,7 @@ fn close(run: Run, out: &mut [PacketBuf], st: &mut GroStats) {
     }
     t.set_checksum(checksum::fold(pseudo(first, l4_len)));
     pkt.offload = OffloadMeta {
-        flags: OffloadMeta::F_NEEDS_CSUM,
+        flags: F_NEEDS_CSUM,
         gso_type,
         hdr_len: first.hdr_len as u16,
         gso_size: run.gso_size as u16,

@@ -8,8 +8,9 @@
 //! only on the last segment, CWR only on the first, and a full checksum (the super-frame's
 //! partial checksum is not reused). Segments carry `DATA_VALID` and no GSO metadata.
 //!
-//! Offsets come from [`parse_headers`]; `hdr_len` and `csum_start` in the metadata are hints a
-//! guest may get wrong and are not used. Validation happens before any output, so an error
+//! Offsets come from [`PacketBuf::headers`] (the frame's recorded layout, or
+//! [`qbridge_wire::parse_headers`] once); `hdr_len` and `csum_start` in the metadata are hints
+//! a guest may get wrong and are not used. Validation happens before any output, so an error
 //! leaves `out` untouched. Cost: one copy and one checksum pass over the payload; buffers come
 //! from the caller's pool, nothing else is allocated (beyond `out` growing past its capacity).
 //! The IPv6 pseudo-header uses the fixed header's destination; routing headers that change the
@@ -18,8 +19,8 @@
 use crate::OffloadError;
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
 use qbridge_wire::tcp::Flags;
-use qbridge_wire::virtio::GsoType;
-use qbridge_wire::{checksum, ipv4, ipv6, parse_headers, tcp, EtherType, Fragment};
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID};
+use qbridge_wire::{checksum, ipv4, ipv6, tcp, EtherType, Fragment};
 use qbridge_wire::{IpProtocol, Tpid};
 
 /// Most segments one super-frame may produce. A 64 KB frame at the smallest MSS Linux sends
@@ -38,7 +39,7 @@ pub fn segment(
 ) -> Result<usize, OffloadError> {
     let meta = pkt.offload;
     let frame = pkt.frame();
-    let want = match GsoType::from_raw(meta.gso_type) {
+    let want = match meta.gso() {
         GsoType::TcpV4 => EtherType::Ipv4,
         GsoType::TcpV6 => EtherType::Ipv6,
         GsoType::None => return Err(OffloadError::NotGso),
@@ -50,7 +51,7 @@ pub fn segment(
     if meta.gso_size == 0 {
         return Err(OffloadError::ZeroGsoSize);
     }
-    let h = parse_headers(frame, is_tag)?;
+    let h = pkt.headers(is_tag)?;
     if h.ethertype != want {
         return Err(OffloadError::L3Mismatch {
             gso_type: meta.gso_type,
@@ -94,7 +95,7 @@ pub fn segment(
         seg.port = pkt.port;
         seg.time_ns = pkt.time_ns;
         seg.offload = OffloadMeta {
-            flags: OffloadMeta::F_DATA_VALID,
+            flags: F_DATA_VALID,
             ..OffloadMeta::default()
         };
         let buf = seg.frame_mut_with_len(hdr_len + chunk.len());

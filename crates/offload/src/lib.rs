@@ -3,12 +3,18 @@
 //! TCP segments into super-frames (GRO) for ports that take them, at any VLAN tag depth. Also
 //! the mapping between the virtio-net header's bytes and [`OffloadMeta`].
 //!
-//! Every offset comes from [`qbridge_wire::parse_headers`]; the metadata's `csum_start` and
-//! `hdr_len` are checked against the frame, never trusted to index it. Per-frame work allocates
+//! Every offset comes from [`PacketBuf::headers`] (the buffer's recorded header layout, or one
+//! [`qbridge_wire::parse_headers`] that records it, so a frame's IP and transport headers are
+//! parsed once however many offloads read them); the metadata's `csum_start` and `hdr_len` are
+//! checked against the frame, never trusted to index it. GSO types and flags are
+//! `qbridge_wire::virtio`'s ([`OffloadMeta::gso`]). Must not import `qbridge-bridge` or
+//! `qbridge-io` (they sit above). Per-frame work allocates
 //! nothing except the segment buffers it takes from the caller's [`BufPool`] (and a buffer that
 //! must grow once to hold a segment larger than its capacity). No `unsafe`, no I/O, no locks.
 //!
 //! [`OffloadMeta`]: qbridge_packet::OffloadMeta
+//! [`OffloadMeta::gso`]: qbridge_packet::OffloadMeta::gso
+//! [`PacketBuf::headers`]: qbridge_packet::PacketBuf::headers
 //! [`BufPool`]: qbridge_packet::BufPool
 #![forbid(unsafe_code)]
 

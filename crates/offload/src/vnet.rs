@@ -68,12 +68,13 @@ pub fn write_vnet_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM, GSO_ECN};
 
     #[test]
     fn round_trip_both_kinds() {
         let m = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV6 | OffloadMeta::GSO_ECN,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV6.raw() | GSO_ECN,
             hdr_len: 94,
             gso_size: 1428,
             csum_start: 62,

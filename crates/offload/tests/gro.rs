@@ -6,6 +6,7 @@
 use proptest::prelude::*;
 use qbridge_offload::{segment, EndReason, Gro, GroLimits, GroStats, PassReason};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::{GsoType, F_DATA_VALID, F_NEEDS_CSUM};
 use qbridge_wire::{parse_headers, Tpid};
 use std::collections::HashMap;
 
@@ -206,8 +207,8 @@ fn two_segments_exact_bytes_and_metadata() {
     assert_eq!(
         p.offload,
         OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len: 70,
             gso_size: 4,
             csum_start: 38,
@@ -224,7 +225,7 @@ fn ipv6_two_segments_metadata() {
     let (out, st) = run(pk, GroLimits::default());
     assert_eq!((st.super_frames, st.segments_merged), (1, 1));
     let m = out[0].offload;
-    assert_eq!(m.gso_type, OffloadMeta::GSO_TCPV6);
+    assert_eq!(m.gso_type, GsoType::TcpV6.raw());
     assert_eq!(
         (m.hdr_len, m.gso_size, m.csum_start, m.csum_offset),
         (94, 1000, 62, 16)
@@ -251,7 +252,7 @@ fn every_depth_and_tpid_round_trips() {
     ];
     for tags in stacks {
         for v6 in [false, true] {
-            for meta in [0, OffloadMeta::F_DATA_VALID] {
+            for meta in [0, F_DATA_VALID] {
                 let fl = Flow::new(tags, v6, 9);
                 let pk = run_of(&fl, 5, 1448, 300, meta);
                 let want: Vec<Vec<u8>> = pk.iter().map(|p| p.frame().to_vec()).collect();
@@ -360,12 +361,12 @@ fn bad_checksum_is_never_merged() {
     }
     // The IPv4 header checksum is checked even when the metadata vouches for TCP.
     let fl = Flow::new(&[], false, 4);
-    let mut pk = run_of(&fl, 3, 500, 500, OffloadMeta::F_DATA_VALID);
+    let mut pk = run_of(&fl, 3, 500, 500, F_DATA_VALID);
     pk[1].frame_mut()[14 + 8] -= 1; // TTL without a checksum update
     let (out, st) = run(pk, GroLimits::default());
     assert_eq!((out.len(), st.passed(PassReason::BadChecksum)), (3, 1));
     // DATA_VALID is trusted for TCP (documented): a corrupt payload is merged.
-    let mut pk = run_of(&fl, 2, 500, 500, OffloadMeta::F_DATA_VALID);
+    let mut pk = run_of(&fl, 2, 500, 500, F_DATA_VALID);
     pk[1].frame_mut()[66 + 3] ^= 1;
     let (out, _) = run(pk, GroLimits::default());
     assert_eq!(out.len(), 1);
@@ -418,7 +419,7 @@ fn flags_pure_acks_and_other_frames_pass_and_split() {
     cut.truncate(14 + 20 + 10);
     let gso = {
         let mut p = fl.pkt(3000, ACK, 0, &[0; 100], 0);
-        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p.offload.gso_type = GsoType::TcpV4.raw();
         p.offload.gso_size = 50;
         p
     };
@@ -436,7 +437,7 @@ fn flags_pure_acks_and_other_frames_pass_and_split() {
         gso,
         PacketBuf::from_frame(&cut), // does not parse: closes other's run
     ];
-    let mut bad_meta = fl.pkt(1600, ACK, 0, &[1; 100], OffloadMeta::F_NEEDS_CSUM);
+    let mut bad_meta = fl.pkt(1600, ACK, 0, &[1; 100], F_NEEDS_CSUM);
     bad_meta.offload.csum_start = 14;
     bad_meta.offload.csum_offset = 16;
     pk.push(bad_meta);
@@ -537,7 +538,7 @@ fn needs_csum_segments_merge_without_checksum_pass() {
     // A local sender's frames: TCP checksum field holds junk, NEEDS_CSUM at TCP.
     let fl = Flow::new(&[(0x8100, 1)], false, 2);
     let (_, l4, _) = fl.offsets();
-    let mut pk = run_of(&fl, 3, 200, 200, OffloadMeta::F_NEEDS_CSUM);
+    let mut pk = run_of(&fl, 3, 200, 200, F_NEEDS_CSUM);
     for p in &mut pk {
         p.offload.csum_start = l4 as u16;
         p.offload.csum_offset = 16;
@@ -631,11 +632,11 @@ fn gso_after_gro(
             &payload(*len, i as u8),
         ));
         sup.offload = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
+            flags: F_NEEDS_CSUM,
             gso_type: if *v6 {
-                OffloadMeta::GSO_TCPV6
+                GsoType::TcpV6.raw()
             } else {
-                OffloadMeta::GSO_TCPV4
+                GsoType::TcpV4.raw()
             },
             hdr_len: fl.offsets().2 as u16,
             gso_size: *mss,
@@ -792,7 +793,7 @@ proptest! {
         let fl = Flow::new(&tags, v6, 1);
         let mut pk = run_of(&fl, n, 200, 150, 0);
         for (i, p) in pk.iter_mut().enumerate() {
-            p.offload.flags = metas[i] & OffloadMeta::F_DATA_VALID; // verify or vouched
+            p.offload.flags = metas[i] & F_DATA_VALID; // verify or vouched
         }
         for (i, at, b) in edits {
             let i = i % n;

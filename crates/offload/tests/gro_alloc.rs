@@ -6,6 +6,7 @@
 
 use qbridge_offload::{segment, Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
 use qbridge_wire::Tpid;
 use std::collections::HashSet;
 
@@ -27,8 +28,8 @@ fn segments() -> Vec<Vec<u8>> {
         f.extend((0..payload).map(|i| i as u8));
         let mut p = PacketBuf::from_frame(&f);
         p.offload = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len: 62,
             gso_size: 1448,
             csum_start: 42,

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 use qbridge_offload::{segment, segment_into_batch, OffloadError, MAX_SEGMENTS};
 use qbridge_packet::{Batch, BufPool, OffloadMeta, PacketBuf};
+use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM};
 use qbridge_wire::{parse_headers, EtherType, Tpid};
 
 mod common;
@@ -68,11 +69,11 @@ fn super_frame(tags: &[u16], v6: bool, payload_len: usize, mss: u16) -> Super {
     pkt.port = 3;
     pkt.time_ns = 42;
     pkt.offload = OffloadMeta {
-        flags: OffloadMeta::F_NEEDS_CSUM,
+        flags: F_NEEDS_CSUM,
         gso_type: if v6 {
-            OffloadMeta::GSO_TCPV6
+            GsoType::TcpV6.raw()
         } else {
-            OffloadMeta::GSO_TCPV4
+            GsoType::TcpV4.raw()
         },
         hdr_len: (l4 + tcp_hdr) as u16,
         gso_size: mss,

@@ -9,14 +9,28 @@
 //! owns; the bridge core moves each buffer into exactly one output batch, or returns it to the
 //! pool when it drops the frame; `tx_burst` drains the batch it is given.
 //!
+//! A buffer also carries the frame's header [`Layout`]: the one parse of its headers, done
+//! the first time something needs them ([`PacketBuf::headers`]), and read by every later
+//! reader instead of parsing again (egress sizing, software GSO, checksum completion, GRO). Tag
+//! pushes and pops leave it true (it is kept relative to the buffer, and they never move the
+//! L3 header); everything that replaces the frame, changes its length or moves its L3 header
+//! drops it.
+//!
 //! No locks, no I/O, no unsafe.
 #![forbid(unsafe_code)]
 
+use core::cell::Cell;
+
+use qbridge_wire::virtio::{GsoType, F_NEEDS_CSUM, GSO_ECN};
 use qbridge_wire::vlan::TAG_LEN;
+use qbridge_wire::{parse_headers, Headers, Layout, Tpid};
 
 /// Bytes kept free in front of a freshly reset buffer: room for this many tag pushes without a
 /// shift.
 pub const HEADROOM: usize = 64;
+
+/// The largest frame start a tag can be popped from (the start stays a `u16`).
+const START_MAX: usize = u16::MAX as usize - TAG_LEN;
 
 /// [`PacketBuf::set_frame`] copies a frame of `SMALL_COPY..=4 * SMALL_COPY` bytes (minimum-size
 /// frames, with or without tags and FCS, up to small TCP segments) as two fixed-size pieces.
@@ -32,12 +46,16 @@ fn copy_ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
 }
 
 /// Offload metadata, the virtio-net header's fields (`struct virtio_net_hdr`), carried beside
-/// the frame. All offsets count from the first byte of the Ethernet frame.
+/// the frame. All offsets count from the first byte of the Ethernet frame. The values of
+/// `flags` and `gso_type` are `qbridge_wire::virtio`'s ([`F_NEEDS_CSUM`],
+/// [`F_DATA_VALID`](qbridge_wire::virtio::F_DATA_VALID), [`GsoType`], [`GSO_ECN`]): one
+/// vocabulary, the wire's; [`OffloadMeta::gso`] reads the type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffloadMeta {
     /// `VIRTIO_NET_HDR_F_*` bits: `NEEDS_CSUM` (1), `DATA_VALID` (2).
     pub flags: u8,
-    /// `VIRTIO_NET_HDR_GSO_*`: 0 none, 1 TCPv4, 3 UDP, 4 TCPv6, 0x80 ECN bit.
+    /// The raw `VIRTIO_NET_HDR_GSO_*` byte: a [`GsoType`] or-ed with [`GSO_ECN`]
+    /// (unknown values kept as they came).
     pub gso_type: u8,
     /// Bytes of headers (Ethernet + tags + L3 + L4) in a GSO frame.
     pub hdr_len: u16,
@@ -50,20 +68,23 @@ pub struct OffloadMeta {
 }
 
 impl OffloadMeta {
-    pub const F_NEEDS_CSUM: u8 = 1;
-    pub const F_DATA_VALID: u8 = 2;
-    pub const GSO_NONE: u8 = 0;
-    pub const GSO_TCPV4: u8 = 1;
-    pub const GSO_UDP: u8 = 3;
-    pub const GSO_TCPV6: u8 = 4;
-    pub const GSO_ECN: u8 = 0x80;
+    /// The GSO type, ECN bit aside.
+    pub fn gso(&self) -> GsoType {
+        GsoType::from_raw(self.gso_type)
+    }
 
+    /// The ECN bit of `gso_type` ([`GSO_ECN`]): the sender set CWR on the super-frame.
+    pub const fn gso_ecn(&self) -> bool {
+        self.gso_type & GSO_ECN != 0
+    }
+
+    /// Whether this is a GSO super-frame (a type other than [`GsoType::None`]).
     pub const fn is_gso(&self) -> bool {
-        self.gso_type & !Self::GSO_ECN != Self::GSO_NONE
+        self.gso_type & !GSO_ECN != GsoType::None.raw()
     }
 
     pub const fn needs_csum(&self) -> bool {
-        self.flags & Self::F_NEEDS_CSUM != 0
+        self.flags & F_NEEDS_CSUM != 0
     }
 
     /// Shifts the header offsets after `delta` bytes were inserted (positive) or removed
@@ -84,20 +105,30 @@ impl OffloadMeta {
 }
 
 /// A frame in a buffer with headroom, plus the metadata the datapath carries with it.
+///
+/// `repr(C)`, fields in this order: the metadata a copy takes from its source (`time_ns`,
+/// `offload`, `layout`, `port`) is one contiguous run, which the compiler moves in two wide
+/// moves rather than field by field (a flood copy per target).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct PacketBuf {
     data: Vec<u8>,
-    /// Offset of the frame's first byte in `data` (u32: keeps the struct at 48 bytes, which
-    /// every move of a buffer between batches and pools copies).
-    start: u32,
-    /// Ingress port (set by the receiving port) or egress port (set by the core).
-    pub port: u16,
     /// Receive time in nanoseconds, on the clock the core was handed.
     pub time_ns: u64,
     pub offload: OffloadMeta,
+    /// Where the frame's headers are, once parsed (see [`PacketBuf::headers`]). A `Cell` so
+    /// that a reader holding `&PacketBuf` (the bridge's classify, software GSO) records it.
+    layout: Cell<Layout>,
+    /// Ingress port (set by the receiving port) or egress port (set by the core).
+    pub port: u16,
+    /// Offset of the frame's first byte in `data` (u16: keeps the struct at 48 bytes, which
+    /// every move of a buffer between batches and pools copies; [`PacketBuf::remove_tag`]
+    /// moves the frame back to [`HEADROOM`] rather than let it pass `u16::MAX`).
+    start: u16,
 }
 
 const _: () = assert!(core::mem::size_of::<PacketBuf>() == 48);
+const _: () = assert!(HEADROOM <= u16::MAX as usize);
 
 impl Default for PacketBuf {
     fn default() -> Self {
@@ -116,7 +147,8 @@ impl PacketBuf {
         data.resize(HEADROOM, 0);
         PacketBuf {
             data,
-            start: HEADROOM as u32,
+            start: HEADROOM as u16,
+            layout: Cell::new(Layout::UNKNOWN),
             port: 0,
             time_ns: 0,
             offload: OffloadMeta::default(),
@@ -133,6 +165,7 @@ impl PacketBuf {
     /// Empties the buffer and restores the headroom, keeping the allocation.
     pub fn reset(&mut self) {
         self.restore_headroom();
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.port = 0;
         self.time_ns = 0;
         self.offload = OffloadMeta::default();
@@ -150,7 +183,8 @@ impl PacketBuf {
         }
         PacketBuf {
             data,
-            start: HEADROOM as u32,
+            start: HEADROOM as u16,
+            layout: Cell::new(Layout::UNKNOWN),
             port: 0,
             time_ns: 0,
             offload: OffloadMeta::default(),
@@ -165,6 +199,7 @@ impl PacketBuf {
         self.port = 0;
         self.time_ns = 0;
         self.offload = OffloadMeta::default();
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.copy_frame(frame);
     }
 
@@ -178,7 +213,8 @@ impl PacketBuf {
             return false;
         }
         std::mem::swap(&mut self.data, data);
-        self.start = HEADROOM as u32;
+        self.start = HEADROOM as u16;
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.port = 0;
         self.time_ns = 0;
         self.offload = OffloadMeta::default();
@@ -188,15 +224,23 @@ impl PacketBuf {
     /// Replaces the frame with a copy of `frame` after [`HEADROOM`]; metadata untouched.
     #[inline]
     fn copy_frame(&mut self, frame: &[u8]) {
-        self.start = HEADROOM as u32;
+        self.copy_frame_at(frame, HEADROOM as u16);
+    }
+
+    /// Replaces the frame with a copy of `frame` starting at offset `start` of the buffer;
+    /// metadata untouched.
+    #[inline(always)]
+    fn copy_frame_at(&mut self, frame: &[u8], start: u16) {
+        self.start = start;
+        let at = usize::from(start);
         let len = frame.len();
-        let end = HEADROOM + len;
+        let end = at + len;
         // A small frame into a buffer that held one at least as long (a recycled buffer, in
         // steady state): two overlapping fixed-size copies, which compile to a few vector
         // moves instead of a `memcpy` call; the bytes in between are written by both.
         if (SMALL_COPY..=4 * SMALL_COPY).contains(&len) && self.data.len() >= end {
             self.data.truncate(end);
-            let dst = &mut self.data[HEADROOM..end];
+            let dst = &mut self.data[at..];
             if len <= 2 * SMALL_COPY {
                 copy_ends::<SMALL_COPY>(dst, frame);
             } else {
@@ -204,7 +248,11 @@ impl PacketBuf {
             }
             return;
         }
-        self.restore_headroom();
+        if self.data.len() >= at {
+            self.data.truncate(at);
+        } else {
+            self.data.resize(at, 0);
+        }
         self.data.extend_from_slice(frame);
     }
 
@@ -217,12 +265,13 @@ impl PacketBuf {
         } else {
             self.data.resize(HEADROOM, 0);
         }
-        self.start = HEADROOM as u32;
+        self.start = HEADROOM as u16;
     }
 
     /// Makes the frame `len` bytes long, zero-filled, and returns it for a receiver to fill.
     pub fn frame_mut_with_len(&mut self, len: usize) -> &mut [u8] {
         self.restore_headroom();
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.data.resize(HEADROOM + len, 0);
         &mut self.data[HEADROOM..]
     }
@@ -249,6 +298,9 @@ impl PacketBuf {
         &self.data[self.off()..]
     }
 
+    /// The frame's bytes to change in place. A writer that changes anything from the L3
+    /// header on other than a checksum field calls [`PacketBuf::clear_layout`] (tag rewrites
+    /// and checksum completion do not need to).
     pub fn frame_mut(&mut self) -> &mut [u8] {
         let s = self.off();
         &mut self.data[s..]
@@ -256,7 +308,9 @@ impl PacketBuf {
 
     /// Inserts `tag` (4 wire bytes) at byte offset `at` of the frame (12 for the outermost
     /// position): the `at` bytes before it move 4 bytes into the headroom. `at` must be at most
-    /// the frame length; returns false (frame unchanged) otherwise.
+    /// the frame length; returns false (frame unchanged) otherwise. The L3 header does not
+    /// move, so the recorded [`Layout`] stays true (a tag inserted behind L3's EtherType drops
+    /// it).
     #[inline]
     pub fn insert_tag(&mut self, at: usize, tag: [u8; TAG_LEN]) -> bool {
         if at == 12 && self.off() >= TAG_LEN {
@@ -268,7 +322,7 @@ impl PacketBuf {
                 addrs.copy_from_slice(&w[4..16]);
                 w[..12].copy_from_slice(&addrs);
                 w[12..].copy_from_slice(&tag);
-                self.start = s as u32;
+                self.start = s as u16;
                 return true;
             }
         }
@@ -279,61 +333,144 @@ impl PacketBuf {
         if at > self.len() {
             return false;
         }
+        self.keep_layout_if_before_l3(at);
         if self.off() < TAG_LEN {
             // Out of headroom: one shift of the whole frame restores it.
             let len = self.len();
             let old = self.off();
             self.data.resize(HEADROOM + len, 0);
             self.data.copy_within(old..old + len, HEADROOM);
-            self.start = HEADROOM as u32;
+            self.start = HEADROOM as u16;
+            *self.layout.get_mut() = Layout::UNKNOWN;
         }
         let s = self.off();
         self.data.copy_within(s..s + at, s - TAG_LEN);
-        self.start = (s - TAG_LEN) as u32;
+        self.start = (s - TAG_LEN) as u16;
         let s = self.off();
         self.data[s + at..s + at + TAG_LEN].copy_from_slice(&tag);
         true
     }
 
     /// Removes the 4 bytes at offset `at` of the frame by moving the `at` bytes before them
-    /// forward. Returns false (frame unchanged) if the frame is shorter than `at + 4`.
+    /// forward. Returns false (frame unchanged) if the frame is shorter than `at + 4`. The L3
+    /// header does not move, so the recorded [`Layout`] stays true when the 4 bytes are a tag
+    /// in front of L3's EtherType, as every caller's are (a tag it read at `at`); removed
+    /// bytes elsewhere than at 12 drop it when they reach the EtherType.
     #[inline]
     pub fn remove_tag(&mut self, at: usize) -> bool {
+        let s = self.off();
+        if at == 12 && s <= START_MAX {
+            // The common case, outermost tag: a fixed 12-byte move on one slice, whose bounds
+            // check is the length check (a frame shorter than 16 bytes is left alone).
+            return match self.data.get_mut(s..s + 16) {
+                Some(w) => {
+                    let mut addrs = [0u8; 12];
+                    addrs.copy_from_slice(&w[..12]);
+                    w[TAG_LEN..].copy_from_slice(&addrs);
+                    self.start = (s + TAG_LEN) as u16;
+                    true
+                }
+                None => false,
+            };
+        }
+        self.remove_tag_slow(at)
+    }
+
+    #[inline(never)]
+    fn remove_tag_slow(&mut self, at: usize) -> bool {
         if at + TAG_LEN > self.len() {
             return false;
         }
-        let s = self.off();
-        if at == 12 {
-            if let Some(w) = self.data.get_mut(s..s + 16) {
-                let mut addrs = [0u8; 12];
-                addrs.copy_from_slice(&w[..12]);
-                w[TAG_LEN..].copy_from_slice(&addrs);
-                self.start = (s + TAG_LEN) as u32;
-                return true;
+        let mut s = self.off();
+        if s > START_MAX {
+            s = self.rebase();
+        }
+        self.keep_layout_if_before_l3(at + TAG_LEN);
+        self.data.copy_within(s..s + at, s + TAG_LEN);
+        self.start = (s + TAG_LEN) as u16;
+        true
+    }
+
+    /// Drops the layout unless frame offset `end` (the end of bytes about to be inserted in
+    /// front of, or removed) lies at or before L3's EtherType.
+    fn keep_layout_if_before_l3(&mut self, end: usize) {
+        if let Some(l3) = self.layout.get().l3_in_buffer() {
+            if self.off() + end + 2 > l3 {
+                *self.layout.get_mut() = Layout::UNKNOWN;
             }
         }
-        self.data.copy_within(s..s + at, s + TAG_LEN);
-        self.start = (s + TAG_LEN) as u32;
-        true
+    }
+
+    /// Moves the frame back to [`HEADROOM`] (its L3 header moves: the layout is dropped);
+    /// returns the new start. For a start about to pass `u16::MAX`, which takes thousands of
+    /// tags popped from one buffer.
+    #[cold]
+    #[inline(never)]
+    fn rebase(&mut self) -> usize {
+        let (old, len) = (self.off(), self.len());
+        self.data.copy_within(old..old + len, HEADROOM);
+        self.data.truncate(HEADROOM + len);
+        self.start = HEADROOM as u16;
+        *self.layout.get_mut() = Layout::UNKNOWN;
+        HEADROOM
+    }
+
+    /// The frame's headers under `is_tag` (the TPIDs that count as tags in front of L3), as
+    /// [`parse_headers`] returns them: from the recorded [`Layout`] when it holds (a walk over
+    /// the tags, no IP or transport header parsed), else parsed, and the layout recorded for
+    /// the next reader. Errors are `parse_headers`' (such frames record nothing).
+    #[inline]
+    pub fn headers(&self, is_tag: impl Fn(Tpid) -> bool) -> Result<Headers, qbridge_wire::Error> {
+        let base = self.off();
+        if let Some(h) = self.layout.get().resolve(self.frame(), base, &is_tag) {
+            return Ok(h);
+        }
+        self.parse_and_record(is_tag)
+    }
+
+    #[inline(never)]
+    fn parse_and_record(
+        &self,
+        is_tag: impl Fn(Tpid) -> bool,
+    ) -> Result<Headers, qbridge_wire::Error> {
+        let h = parse_headers(self.frame(), is_tag)?;
+        self.layout.set(Layout::record(&h, self.off()));
+        Ok(h)
+    }
+
+    /// The recorded header layout ([`Layout::UNKNOWN`] until something parsed the headers).
+    pub fn layout(&self) -> Layout {
+        self.layout.get()
+    }
+
+    /// Forgets the recorded layout: for a writer that changed the headers from L3 on (other
+    /// than a checksum field) through [`PacketBuf::frame_mut`].
+    pub fn clear_layout(&mut self) {
+        *self.layout.get_mut() = Layout::UNKNOWN;
     }
 
     /// Truncates the frame to `len` bytes.
     pub fn truncate(&mut self, len: usize) {
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.data.truncate(self.off() + len);
     }
 
     /// Appends bytes at the end of the frame.
     pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        *self.layout.get_mut() = Layout::UNKNOWN;
         self.data.extend_from_slice(bytes);
     }
 
-    /// Makes this buffer a copy of `other` (frame and metadata), reusing this allocation.
+    /// Makes this buffer a copy of `other` (frame and metadata, the header layout included),
+    /// reusing this allocation. The frame lies at the same offset as in `other` (so the
+    /// layout, kept relative to the buffer, carries over as it is).
     #[inline]
     pub fn copy_from(&mut self, other: &PacketBuf) {
-        self.copy_frame(other.frame());
+        self.copy_frame_at(other.frame(), other.start);
         self.port = other.port;
         self.time_ns = other.time_ns;
         self.offload = other.offload;
+        *self.layout.get_mut() = other.layout.get();
     }
 }
 
@@ -585,7 +722,7 @@ mod tests {
         assert!(used.insert_tag(12, [0x81, 0, 0, 1]));
         used.port = 3;
         used.time_ns = 9;
-        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        used.offload.gso_type = GsoType::TcpV4.raw();
         pool.put(used);
         let src = PacketBuf::from_frame(&[7u8; 20]);
         let c = pool.get_copy(&src);
@@ -643,7 +780,7 @@ mod tests {
         }
         p.port = 9;
         p.time_ns = 77;
-        p.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        p.offload.gso_type = GsoType::TcpV4.raw();
         p
     }
 
@@ -825,7 +962,7 @@ mod tests {
         let mut pool = BufPool::new(4);
         let mut used = PacketBuf::from_frame(&frame());
         used.port = 3;
-        used.offload.gso_type = OffloadMeta::GSO_TCPV4;
+        used.offload.gso_type = GsoType::TcpV4.raw();
         pool.put(used);
         let mut b = Batch::with_capacity(2);
         // From the pool, then (pool empty) a new buffer.
@@ -836,11 +973,179 @@ mod tests {
         assert_eq!(b.pkts[1].len(), 0);
     }
 
+    /// A small deterministic generator (the tests here take no dependencies).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, m: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) as usize % m
+        }
+    }
+
+    const TPIDS: [u16; 5] = [0x8100, 0x88a8, 0x9100, 0x9abc, 0x0800];
+
+    /// A frame with up to 3 tags (TPIDs from [`TPIDS`]), then IPv4 or IPv6 (with a
+    /// hop-by-hop header or not, a fragment or not), TCP (with options or not), UDP or ICMP,
+    /// some payload and maybe padding; sometimes a non-IP EtherType or a truncated header.
+    fn random_frame(r: &mut Lcg) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        for _ in 0..r.next(4) {
+            f.extend_from_slice(&TPIDS[r.next(4)].to_be_bytes());
+            f.extend_from_slice(&[0, 7]);
+        }
+        let v6 = r.next(2) == 1;
+        let et: u16 = match r.next(8) {
+            0 => 0x0806,
+            _ if v6 => 0x86dd,
+            _ => 0x0800,
+        };
+        f.extend_from_slice(&et.to_be_bytes());
+        let payload = r.next(40);
+        let (proto, mut l4) = match r.next(3) {
+            0 => {
+                let opts = r.next(2) == 1;
+                let mut t = vec![0u8; if opts { 24 } else { 20 }];
+                t[12] = if opts { 0x60 } else { 0x50 };
+                t[13] = 0x10;
+                (6u8, t)
+            }
+            1 => {
+                let mut u = vec![0u8; 8];
+                u[4..6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+                (17, u)
+            }
+            _ => (if v6 { 58 } else { 1 }, vec![8u8, 0, 0, 0, 0, 0, 0, 0]),
+        };
+        l4.extend((0..payload).map(|i| i as u8));
+        let frag = r.next(6) == 0;
+        if v6 {
+            let ext = r.next(2) == 1;
+            let mut chain = Vec::new();
+            let mut next = proto;
+            if frag {
+                chain.extend_from_slice(&[next, 0, 0, 8, 0, 0, 0, 1]);
+                next = 44;
+            }
+            if ext {
+                let mut hbh = vec![next, 0, 1, 4, 0, 0, 0, 0];
+                hbh.extend_from_slice(&chain);
+                chain = hbh;
+                next = 0;
+            }
+            let plen = (chain.len() + l4.len()) as u16;
+            f.extend_from_slice(&[0x60, 0, 0, 0]);
+            f.extend_from_slice(&plen.to_be_bytes());
+            f.extend_from_slice(&[next, 64]);
+            f.extend_from_slice(&[0x20; 32]);
+            f.extend_from_slice(&chain);
+        } else {
+            let total = (20 + l4.len()) as u16;
+            f.extend_from_slice(&[0x45, 0]);
+            f.extend_from_slice(&total.to_be_bytes());
+            f.extend_from_slice(&[0, 1]);
+            f.extend_from_slice(if frag { &[0x20, 0] } else { &[0x40, 0] });
+            f.extend_from_slice(&[64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        }
+        f.extend_from_slice(&l4);
+        if r.next(4) == 0 {
+            f.extend_from_slice(&[0x55; 9]); // Ethernet padding
+        }
+        if r.next(10) == 0 {
+            let cut = r.next(f.len());
+            f.truncate(cut);
+        }
+        f
+    }
+
+    /// Whatever was pushed, popped, copied or cut, and whichever tag set reads it, a buffer's
+    /// headers are exactly what parsing its frame gives (so the recorded layout never lies),
+    /// and the layout is recorded for the frames offloads read.
+    #[test]
+    fn headers_from_the_layout_are_the_parsed_ones() {
+        let preds: [&dyn Fn(Tpid) -> bool; 5] = [
+            &|t: Tpid| t.is_well_known(),
+            &|t: Tpid| t.is_well_known() || t.0 == 0x9abc,
+            &|t: Tpid| t == Tpid::DOT1AD,
+            &|t: Tpid| t.0 != 0x9100,
+            &|_| true,
+        ];
+        let mut r = Lcg(7);
+        let mut pool = BufPool::new(8);
+        let mut recorded = 0;
+        for _ in 0..4000 {
+            let f = random_frame(&mut r);
+            let mut p = pool.take();
+            p.set_frame(&f);
+            for _ in 0..6 {
+                for pred in preds.iter().take(1 + r.next(5)) {
+                    let want = parse_headers(p.frame(), pred);
+                    assert_eq!(p.headers(pred), want, "{:02x?}", p.frame());
+                    // Asked again: the same (now from the layout when one was recorded).
+                    assert_eq!(p.headers(pred), want, "{:02x?}", p.frame());
+                    recorded += usize::from(p.layout().is_known());
+                }
+                let tag = |r: &mut Lcg| {
+                    let t = TPIDS[r.next(4)].to_be_bytes();
+                    [t[0], t[1], 0, 9]
+                };
+                match r.next(7) {
+                    0 => {
+                        let _ = p.insert_tag(12, tag(&mut r));
+                    }
+                    1 => {
+                        let _ = p.remove_tag(12);
+                    }
+                    2 => {
+                        let at = r.next(p.len() + 1);
+                        let _ = p.insert_tag(at, tag(&mut r));
+                    }
+                    3 => {
+                        let _ = p.remove_tag(r.next(p.len() + 1));
+                    }
+                    4 => {
+                        let c = pool.get_copy(&p);
+                        pool.put(std::mem::replace(&mut p, c));
+                    }
+                    5 => {
+                        let n = p.len();
+                        p.truncate(n.saturating_sub(r.next(3)));
+                    }
+                    _ => {
+                        if let Some(b) = p.frame_mut().get_mut(12) {
+                            *b ^= 0x01; // a TPID rewritten in place
+                        }
+                    }
+                }
+            }
+            pool.put(p);
+        }
+        assert!(recorded > 1000, "layouts recorded: {recorded}");
+    }
+
+    #[test]
+    fn a_start_near_u16_max_moves_back() {
+        let mut f = vec![0u8; 70_000];
+        for i in 0..(70_000 - 12) / 4 {
+            f[12 + 4 * i..14 + 4 * i].copy_from_slice(&[0x81, 0x00]);
+        }
+        let mut p = PacketBuf::from_frame(&f);
+        let mut len = f.len();
+        while p.remove_tag(12) {
+            len -= 4;
+            assert_eq!(p.len(), len);
+            assert!(p.headroom() <= u16::MAX as usize);
+        }
+        assert!(len < 16);
+    }
+
     #[test]
     fn offload_shift() {
         let mut m = OffloadMeta {
-            flags: OffloadMeta::F_NEEDS_CSUM,
-            gso_type: OffloadMeta::GSO_TCPV4,
+            flags: F_NEEDS_CSUM,
+            gso_type: GsoType::TcpV4.raw(),
             hdr_len: 66,
             gso_size: 1448,
             csum_start: 34,

@@ -7,6 +7,14 @@
 //! (offloaded frames carry partial ones). Cost: a few dozen byte reads; no allocation; total
 //! (never panics) on any input.
 //!
+//! [`Layout`] is what one such pass learnt, in two bytes a packet buffer carries beside the
+//! frame (`qbridge_packet::PacketBuf` keeps one): where L3 starts, where L4 starts and which
+//! IP and transport protocols they are, for the frames offloads care about (unfragmented TCP
+//! or UDP over IPv4/IPv6). [`Layout::resolve`] turns it back into the [`Headers`]
+//! `parse_headers` would return, reading only the tag TPIDs (the reader's tag set may differ
+//! from the one the layout was recorded with) and three length fields, never validating an IP
+//! or L4 header again.
+//!
 //! [`flow_hash`] is the receive-side spreading hash: it reads through *all* well-known VLAN
 //! tags to the L3/L4 five-tuple, so Q-in-Q traffic spreads across workers like untagged traffic
 //! (RSS/RPS that stop at the first tag put every flow of a service VLAN on one queue). It is not
@@ -62,6 +70,121 @@ impl Headers {
 
     pub fn is_ipv6(&self) -> bool {
         self.ethertype == EtherType::Ipv6
+    }
+}
+
+/// Where a frame's headers are, packed into two bytes for carrying beside the frame, so a frame
+/// is parsed once and every later reader gets its [`Headers`] from here ([`Layout::resolve`]).
+///
+/// Recorded ([`Layout::record`]) only for what offloads read: IPv4 or IPv6, not a fragment,
+/// TCP or UDP, with L3 within 255 bytes of the buffer's start and L4 within 252 bytes of L3;
+/// any other frame has [`Layout::UNKNOWN`] and is parsed by whoever needs it.
+///
+/// Offsets are kept relative to the *buffer* the frame lies in (`base` is the frame's offset
+/// in it), not to the frame's first byte: pushing or popping a VLAN tag moves the bytes in
+/// front of the tag and never the L3 header, so a layout stays true through every tag push
+/// and pop in front of L3 without being touched (the tag depth is where L3 is, less 14, over
+/// 4). Whoever moves the L3 header in the buffer, or changes a byte from L3 on other than a
+/// checksum field, or the frame's length, must drop the layout; `PacketBuf` does.
+///
+/// Bits: 0-7 L3's offset in the buffer (0: unknown), 8-13 L4's distance from L3 in 4-byte
+/// words, 14 UDP (else TCP), 15 IPv6 (else IPv4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Layout(u16);
+
+impl Layout {
+    /// Nothing recorded: the frame has to be parsed.
+    pub const UNKNOWN: Layout = Layout(0);
+    const UDP: u16 = 1 << 14;
+    const IPV6: u16 = 1 << 15;
+
+    /// The layout of a frame at offset `base` of its buffer whose headers are `h`, or
+    /// [`Layout::UNKNOWN`] if it is not one a layout describes (see the type's doc).
+    pub fn record(h: &Headers, base: usize) -> Layout {
+        let family = match h.ethertype {
+            EtherType::Ipv4 => 0,
+            EtherType::Ipv6 => Self::IPV6,
+            _ => return Layout::UNKNOWN,
+        };
+        let proto = match h.l4_proto {
+            Some(Protocol::Tcp) => 0,
+            Some(Protocol::Udp) => Self::UDP,
+            _ => return Layout::UNKNOWN,
+        };
+        let (Some(l4), Some(_), Fragment::Whole) = (h.l4_offset, h.payload_offset, h.fragment)
+        else {
+            return Layout::UNKNOWN;
+        };
+        let l3 = base + h.l3_offset;
+        let words = (l4 - h.l3_offset) / 4;
+        if l3 > 0xff || (l4 - h.l3_offset) % 4 != 0 || words > 0x3f {
+            return Layout::UNKNOWN;
+        }
+        Layout(family | proto | (words as u16) << 8 | l3 as u16)
+    }
+
+    pub const fn is_known(self) -> bool {
+        self.0 != 0
+    }
+
+    /// L3's offset in the buffer, when known.
+    pub const fn l3_in_buffer(self) -> Option<usize> {
+        match self.0 & 0xff {
+            0 => None,
+            l3 => Some(l3 as usize),
+        }
+    }
+
+    /// The [`Headers`] of `frame` (at offset `base` of its buffer) under `is_tag`, as
+    /// [`parse_headers`] would return them, when the layout holds: the tags `is_tag` accepts
+    /// end where the recorded L3 starts, before the recorded IP version. `None` otherwise
+    /// (unknown layout, or a reader whose tag set stops elsewhere): parse the frame.
+    ///
+    /// Cost: the tag walk (one TPID compare per tag) and three length fields read; the IP
+    /// and transport headers are not validated again (they were when the layout was recorded,
+    /// and nothing but a checksum field has changed in them since).
+    pub fn resolve(
+        self,
+        frame: &[u8],
+        base: usize,
+        is_tag: impl Fn(Tpid) -> bool,
+    ) -> Option<Headers> {
+        let l3_abs = self.l3_in_buffer()?;
+        let eth = Frame::new_checked(frame).ok()?;
+        let (tags, ethertype, l3) = eth.tags(is_tag).ok()?;
+        let ethertype = EtherType::from(ethertype);
+        let want = if self.0 & Self::IPV6 != 0 {
+            EtherType::Ipv6
+        } else {
+            EtherType::Ipv4
+        };
+        if base + l3 != l3_abs || ethertype != want {
+            return None;
+        }
+        let l4 = l3 + usize::from(self.0 >> 8 & 0x3f) * 4;
+        let l3_end = match ethertype {
+            EtherType::Ipv4 => l3 + usize::from(be16(frame.get(l3 + 2..l3 + 4)?, 0)),
+            _ => l3 + ipv6::HEADER_LEN + usize::from(be16(frame.get(l3 + 4..l3 + 6)?, 0)),
+        };
+        let (proto, l4_hdr) = if self.0 & Self::UDP != 0 {
+            (Protocol::Udp, udp::HEADER_LEN)
+        } else {
+            (Protocol::Tcp, usize::from(frame.get(l4 + 12)? >> 4) * 4)
+        };
+        let payload = l4 + l4_hdr;
+        if payload > l3_end || l3_end > frame.len() {
+            return None;
+        }
+        Some(Headers {
+            tags,
+            ethertype,
+            l3_offset: l3,
+            l3_end,
+            l4_proto: Some(proto),
+            l4_offset: Some(l4),
+            payload_offset: Some(payload),
+            fragment: Fragment::Whole,
+        })
     }
 }
 
@@ -234,5 +357,60 @@ impl Mixer {
 impl Default for Mixer {
     fn default() -> Self {
         Mixer::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 802.1ad + 802.1Q, IPv4 (20 bytes), TCP (20 bytes), 4 bytes of payload.
+    fn qinq_tcp(proto: u8) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        f.extend_from_slice(&[0x88, 0xa8, 0, 100, 0x81, 0x00, 0, 10, 0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0, 0, 44, 0, 1, 0x40, 0, 64, proto, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let mut l4 = [0u8; 20];
+        l4[12] = 0x50;
+        if proto == 17 {
+            l4[4..6].copy_from_slice(&24u16.to_be_bytes());
+        }
+        f.extend_from_slice(&l4);
+        f.extend_from_slice(&[1, 2, 3, 4]);
+        f
+    }
+
+    #[test]
+    fn layout_records_and_resolves() {
+        let f = qinq_tcp(6);
+        let h = parse_headers(&f, Tpid::is_well_known).unwrap();
+        let l = Layout::record(&h, 64);
+        assert_eq!(l.l3_in_buffer(), Some(64 + 22));
+        assert_eq!(l.resolve(&f, 64, Tpid::is_well_known), Some(h));
+        // Another tag set that stops at the 802.1Q tag: not this layout's frame.
+        assert_eq!(l.resolve(&f, 64, |t| t == Tpid::DOT1AD), None);
+        // The frame 4 bytes further on in its buffer (a tag pushed in front): L3 moved.
+        assert_eq!(l.resolve(&f, 68, Tpid::is_well_known), None);
+        // The outer tag popped, the frame 4 bytes further on: L3 where it was.
+        let mut popped = f.clone();
+        popped.drain(12..16);
+        assert_eq!(
+            l.resolve(&popped, 68, Tpid::is_well_known),
+            Some(parse_headers(&popped, Tpid::is_well_known).unwrap())
+        );
+        // UDP too; ICMP, other protocols, non-IP and far-off L3 are not recorded.
+        let u = qinq_tcp(17);
+        let hu = parse_headers(&u, Tpid::is_well_known).unwrap();
+        assert_eq!(
+            Layout::record(&hu, 0).resolve(&u, 0, Tpid::is_well_known),
+            Some(hu)
+        );
+        let icmp = qinq_tcp(1);
+        let hi = parse_headers(&icmp, Tpid::is_well_known).unwrap();
+        assert_eq!(Layout::record(&hi, 0), Layout::UNKNOWN);
+        let other = parse_headers(&f, |_| false).unwrap();
+        assert_eq!(Layout::record(&other, 0), Layout::UNKNOWN);
+        assert_eq!(Layout::record(&h, 240), Layout::UNKNOWN);
+        assert_eq!(Layout::UNKNOWN.resolve(&f, 64, Tpid::is_well_known), None);
     }
 }

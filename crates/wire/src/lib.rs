@@ -32,7 +32,7 @@ pub mod virtio;
 pub mod vlan;
 
 pub use ethernet::{EtherType, Frame as EthernetFrame};
-pub use headers::{flow_hash, parse_headers, Fragment, Headers, Mixer};
+pub use headers::{flow_hash, parse_headers, Fragment, Headers, Layout, Mixer};
 pub use ip::Protocol as IpProtocol;
 pub use mac::MacAddr;
 pub use vlan::{Pcp, Tag, TagStack, Tci, Tpid, Vid, MAX_TAGS};

@@ -53,6 +53,19 @@ impl GsoType {
     pub fn from_raw(gso_type: u8) -> GsoType {
         GsoType::from(gso_type & !GSO_ECN)
     }
+
+    /// The raw `gso_type` byte of this type, without the ECN bit (`u8::from`, usable in
+    /// constants).
+    pub const fn raw(self) -> u8 {
+        match self {
+            GsoType::None => 0,
+            GsoType::TcpV4 => 1,
+            GsoType::Udp => 3,
+            GsoType::TcpV6 => 4,
+            GsoType::UdpL4 => 5,
+            GsoType::Unknown(v) => v,
+        }
+    }
 }
 
 /// Which header layout a device uses.
@@ -305,6 +318,10 @@ mod tests {
         assert_eq!(&short[10..], &[0xff, 0xff]);
         assert_eq!(r.emit(&mut [0u8; 11]), Err(Error::Truncated));
         assert_eq!(GsoType::from_raw(0x84), GsoType::TcpV6);
+        for raw in 0..=0x7fu8 {
+            assert_eq!(GsoType::from(raw).raw(), raw);
+            assert_eq!(GsoType::from(raw).raw(), u8::from(GsoType::from(raw)));
+        }
         assert_eq!(HeaderKind::from_len(12), Some(HeaderKind::MrgRxbuf));
     }
 }

@@ -9,7 +9,7 @@ use crate::counters::DropReason;
 use crate::plan::PortRecord;
 use crate::tagmap::InnerTag;
 use qbridge_packet::PacketBuf;
-use qbridge_wire::{frame, parse_headers};
+use qbridge_wire::frame;
 use std::sync::Arc;
 
 pub(super) type Ports = [Option<Arc<PortRecord>>];
@@ -173,10 +173,11 @@ pub(super) fn vlan_limit(inp: &PortRecord, vid: u16) -> u32 {
 }
 
 /// Length the frame has on the wire: its length, or for a GSO super-frame the length of its
-/// largest segment — the real headers plus `gso_size`. Headers are parsed through the
-/// well-known TPIDs and the TPID of the port judging (`tpid`). The `hdr_len` a sender puts in the
-/// virtio-net header is not trusted: Linux fills it with the length of the skb's linear part,
-/// which can include payload.
+/// largest segment — the real headers plus `gso_size`. Headers are read through the
+/// well-known TPIDs and the TPID of the port judging (`tpid`) with [`PacketBuf::headers`]:
+/// parsed at the first call (ingress), from the recorded layout at each egress. The `hdr_len`
+/// a sender puts in the virtio-net header is not trusted: Linux fills it with the length of the
+/// skb's linear part, which can include payload.
 #[inline(always)]
 pub(super) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
     if pkt.offload.is_gso() {
@@ -190,7 +191,7 @@ pub(super) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
 #[inline(never)]
 pub(super) fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
     let len = pkt.len();
-    match parse_headers(pkt.frame(), |t| t.is_well_known() || t.0 == tpid) {
+    match pkt.headers(|t| t.is_well_known() || t.0 == tpid) {
         Ok(h) => match h.payload_offset {
             Some(hdrs) => (hdrs + pkt.offload.gso_size as usize).min(len),
             None => len,
