@@ -56,7 +56,7 @@ pub struct BackendStatus {
     /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offloads: Option<DeviceOffloadStatus>,
-    /// The backend's counters (the egress stage's and per worker), flattened into this
+    /// The backend's counters (the transmit stage's and per worker), flattened into this
     /// object in JSON: `link show -j` shows them under `runtime`.
     #[serde(flatten)]
     pub counters: BackendCounters,
@@ -82,7 +82,7 @@ pub struct DeviceOffloadStatus {
     pub refused_tag_depths: Vec<u8>,
 }
 
-/// A port's counters kept outside the switch, by the daemon's datapath: what the egress stage
+/// A port's counters kept outside the switch, by the daemon's datapath: what the transmit stage
 /// did (software GSO, GRO) and how the port's receive load spreads over the workers. Part of a
 /// port's record in the counter snapshot ([`crate::stats::PortStats`]). Drops the backend
 /// counts (`rx_ring_full`, `tx_queue_full`, …) are not here: they are counted into the switch

@@ -20,7 +20,7 @@
 //!   lifecycle, link state and MTU with the link watch, receive filters, learning watches).
 //!   Imports `worker`, `backends`, `queue`, `patch`, `pcap_port`, `mirror_sink`, `monitor`,
 //!   `reaper`, `shared`.
-//! * `worker` — a worker thread; [`transmit`] — its egress stage. Imports `shared`, `queue`,
+//! * `worker` — a worker thread; [`transmit`] — its transmit stage. Imports `shared`, `queue`,
 //!   `transmit`, `mirror_sink`, `reaper`.
 //! * `shared` — what the threads share ([`Ctl`], [`Handle`], [`PortShared`], `RxFilter`).
 //! * `backends` (AF_PACKET and AF_XDP queues), [`patch`] (patch links), [`pcap_port`] (the

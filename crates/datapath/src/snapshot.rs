@@ -3,8 +3,8 @@
 //!
 //! The workers count into the switch's cells (forwarding, and the backends' drops by
 //! [`DropReason`](qbridge_bridge::DropReason) name: `crate::worker` folds
-//! [`BackendDrops`](qbridge_io::BackendDrops) and each [`EgressReport`](crate::transmit::EgressReport)'s
-//! transmit failures in) and into each port's [`PortShared`] (the egress stage's software GSO
+//! [`BackendDrops`](qbridge_io::BackendDrops) and each [`TransmitReport`](crate::transmit::TransmitReport)'s
+//! transmit failures in) and into each port's [`PortShared`] (the transmit stage's software GSO
 //! and GRO, frames per worker). The control thread copies a port's `PortShared` into its
 //! [`BackendCounters`] here ([`backend_counters`]) when it publishes the port's status, and
 //! takes the whole snapshot here ([`take`]) for a scrape, adding what only it knows (link-down

@@ -1,4 +1,4 @@
-//! The egress stage, the datapath's transmit side (the bridge's egress tag rewrite is another
+//! The transmit stage, the datapath's egress side (the bridge's egress tag rewrite is another
 //! thing, in `qbridge_bridge`): what happens to one port's output batch between the switch and
 //! the port's transmit call. Receive coalescing (GRO) for a port that takes super-frames,
 //! offload fix-up (software segmentation of super-frames the port or its device cannot take,
@@ -10,18 +10,18 @@ use qbridge_offload::{Gro, GroLimits};
 use qbridge_packet::{Batch, BufPool};
 use qbridge_wire::Tpid;
 
-/// A worker's reusable state for [`egress`]: scratch batches and the GRO table. After
+/// A worker's reusable state for [`transmit`]: scratch batches and the GRO table. After
 /// warm-up nothing in it allocates.
 #[derive(Debug, Default)]
-pub struct EgressScratch {
+pub struct TransmitScratch {
     fix: Batch,
     refused: Batch,
     gro: Gro,
 }
 
-/// What [`egress`] did with one port's batch.
+/// What [`transmit`] did with one port's batch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct EgressReport {
+pub struct TransmitReport {
     /// The port's transmit results, summed over both passes.
     pub tx: TxReport,
     /// Super-frames segmented in software (the port or its device could not take them, or the
@@ -36,7 +36,7 @@ pub struct EgressReport {
     pub gro_segments: u64,
 }
 
-/// The egress stage of one port, on a batch the switch produced for it:
+/// The transmit stage of one port, on a batch the switch produced for it:
 ///
 /// 0. receive coalescing: for a port that takes every super-frame whole and leaves checksums
 ///    to the kernel ([`PortCaps::takes_everything`]: a TAP, an AF_PACKET socket whose device
@@ -53,16 +53,16 @@ pub struct EgressReport {
 ///
 /// `batch` is drained. The error is the port's failure, if it failed (its frames are counted
 /// as `error`).
-pub fn egress(
+pub fn transmit(
     port: &mut dyn Port,
     caps: PortCaps,
     is_tag: &dyn Fn(Tpid) -> bool,
     batch: &mut Batch,
     pool: &mut BufPool,
-    scratch: &mut EgressScratch,
-) -> (EgressReport, Option<IoError>) {
-    let EgressScratch { fix, refused, gro } = scratch;
-    let mut r = EgressReport::default();
+    scratch: &mut TransmitScratch,
+) -> (TransmitReport, Option<IoError>) {
+    let TransmitScratch { fix, refused, gro } = scratch;
+    let mut r = TransmitReport::default();
     if caps.takes_everything() {
         // Nothing to coalesce unless two frames are not super-frames already (a TSO sender's
         // stream is all super-frames): a look at the metadata, not the headers.
@@ -227,18 +227,18 @@ mod tests {
         refused_tags: 0,
     };
 
-    /// Runs one batch of one super-frame and two plain frames through [`egress`]; returns the
+    /// Runs one batch of one super-frame and two plain frames through [`transmit`]; returns the
     /// report and what the port sent.
-    fn run(port: &mut MemPort) -> (EgressReport, Vec<qbridge_io::MemFrame>) {
+    fn run(port: &mut MemPort) -> (TransmitReport, Vec<qbridge_io::MemFrame>) {
         let mut pool = BufPool::new(64);
-        let mut scratch = EgressScratch::default();
+        let mut scratch = TransmitScratch::default();
         let mut batch = Batch::default();
         batch.push(PacketBuf::from_frame(&[0u8; 60]));
         batch.push(super_frame());
         batch.push(PacketBuf::from_frame(&[1u8; 60]));
         let caps = port.caps();
         let is_tag = |t: Tpid| t.is_well_known();
-        let (r, err) = egress(port, caps, &is_tag, &mut batch, &mut pool, &mut scratch);
+        let (r, err) = transmit(port, caps, &is_tag, &mut batch, &mut pool, &mut scratch);
         assert!(err.is_none());
         assert!(batch.is_empty() && scratch.fix.is_empty() && scratch.refused.is_empty());
         (r, port.take_sent())

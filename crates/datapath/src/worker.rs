@@ -5,7 +5,7 @@
 //! queue without a descriptor has frames waiting, else at most 100 ms) → per ready queue one
 //! `rx_burst` of up to [`BURST`] frames → the bridge's
 //! [`Forwarder::process`](qbridge_bridge::Forwarder::process) → for each output batch the
-//! [`egress`] stage and one transmit burst on *this worker's* queue of the egress port → the
+//! [`transmit`] stage and one transmit burst on *this worker's* queue of the egress port → the
 //! queue's backend drops, by name, into the switch's counters (this worker's block).
 //!
 //! Between loop turns the worker reads its mailbox: a new plan together with the queues it
@@ -36,7 +36,7 @@ use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
 use crate::shared::{Ctl, PortShared};
-use crate::transmit::{egress, EgressReport, EgressScratch};
+use crate::transmit::{transmit, TransmitReport, TransmitScratch};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
 use qbridge_packet::Batch;
@@ -124,7 +124,7 @@ pub(crate) struct Worker {
     ready: Vec<u16>,
     outputs: Outputs,
     rx: Batch,
-    scratch: EgressScratch,
+    scratch: TransmitScratch,
     epoch: Instant,
     /// Files of the plan's `dst pcap` mirror sessions (`crate::mirror_sink`).
     sinks: Sinks,
@@ -161,7 +161,7 @@ impl Worker {
             ready: Vec::with_capacity(64),
             outputs: Outputs::new(),
             rx: Batch::with_capacity(BURST),
-            scratch: EgressScratch::default(),
+            scratch: TransmitScratch::default(),
             epoch,
             sinks: Arc::from(Vec::new()),
             reaper,
@@ -408,7 +408,7 @@ impl Worker {
         }
     }
 
-    /// The egress stage of port `j` on this worker's queue of it.
+    /// The transmit stage of port `j` on this worker's queue of it.
     fn tx_port(&mut self, j: usize) {
         let id = PortId(j as u16);
         let batch = &mut self.outputs.ports[j];
@@ -427,7 +427,7 @@ impl Worker {
         let tpid = self.plan.port_tpid(id);
         let is_tag = |t: Tpid| t == tpid || t.is_well_known();
         let caps = entry.queue.caps();
-        let (r, failed) = egress(
+        let (r, failed) = transmit(
             &mut *entry.queue,
             caps,
             &is_tag,
@@ -435,7 +435,7 @@ impl Worker {
             &mut self.outputs.pool,
             &mut self.scratch,
         );
-        count_egress(&self.plan, id, self.index, &r);
+        count_transmit(&self.plan, id, self.index, &r);
         if r.gro_frames != 0 {
             entry
                 .shared
@@ -510,8 +510,8 @@ fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 4] {
     ]
 }
 
-/// Counts an egress report's drops into the switch.
-fn count_egress(plan: &Plan, id: PortId, worker: usize, r: &EgressReport) {
+/// Counts a transmit report's drops into the switch.
+fn count_transmit(plan: &Plan, id: PortId, worker: usize, r: &TransmitReport) {
     let counts = [
         (DropReason::TxQueueFull, r.tx.queue_full),
         (DropReason::TxKernelDrop, r.tx.kernel_drop),

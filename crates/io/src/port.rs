@@ -45,7 +45,7 @@ use std::os::fd::BorrowedFd;
 
 use crate::IoError;
 
-/// What a port can take, for the egress stage's offload decisions.
+/// What a port can take, for the transmit stage's offload decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortCaps {
     /// Frames cross this port with a virtio-net header (offload metadata is honoured on tx and

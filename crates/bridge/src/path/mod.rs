@@ -110,7 +110,7 @@ pub struct Forwarder {
     /// FDB table per bridge id.
     pub(crate) tables: Vec<TableCache>,
     /// The batch's per-frame decisions (one per received frame), filled by the ingress
-    /// stages and read by the egress stage; kept to avoid allocating per batch.
+    /// stages and read by the transmit stage; kept to avoid allocating per batch.
     pub(crate) meta: Vec<meta::FrameMeta>,
     /// Scratch of the stacked path (taken while it runs).
     pub(crate) stack: Option<Box<stack::Scratch>>,
