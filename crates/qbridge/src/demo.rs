@@ -926,7 +926,9 @@ mod tests {
     fn qinq_tcp() -> Vec<u8> {
         let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
         f.extend_from_slice(&[0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 10, 0x08, 0x00]);
-        let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 10, 0, 1, 10, 10, 0, 2];
+        let mut ip = vec![
+            0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 10, 0, 1, 10, 10, 0, 2,
+        ];
         ip.extend_from_slice(&40000u16.to_be_bytes());
         ip.extend_from_slice(&41000u16.to_be_bytes());
         ip.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);

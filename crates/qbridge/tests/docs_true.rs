@@ -64,7 +64,8 @@ fn cited(line: &str) -> Vec<String> {
             let word = word.trim_end_matches(['.', '/', '-']).to_string();
             let placeholder = word.chars().any(|c| c.is_ascii_uppercase())
                 && word.rsplit('/').next().is_some_and(|l| {
-                    l.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c == '.')
+                    l.chars()
+                        .all(|c| c.is_ascii_uppercase() || c == '_' || c == '.')
                 });
             if !matches!(next, Some('*' | '{' | '<' | '$'))
                 && !placeholder
@@ -82,7 +83,9 @@ fn cited(line: &str) -> Vec<String> {
 }
 
 fn line_at(chars: &[char], i: usize, pat: &str) -> bool {
-    pat.chars().enumerate().all(|(k, c)| chars.get(i + k) == Some(&c))
+    pat.chars()
+        .enumerate()
+        .all(|(k, c)| chars.get(i + k) == Some(&c))
 }
 
 #[test]
@@ -91,8 +94,14 @@ fn every_cited_path_exists() {
     let mut missing = Vec::new();
     let mut seen = 0;
     for file in texts(&root) {
-        let Ok(text) = fs::read_to_string(&file) else { continue };
-        let rel = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         let is_code = rel.ends_with(".rs") || rel.ends_with(".toml") || rel.ends_with(".sh");
         for (n, line) in text.lines().enumerate() {
             // In code, only comments cite (a string literal may name a path a test creates).
@@ -112,7 +121,10 @@ fn every_cited_path_exists() {
             }
         }
     }
-    assert!(seen > 100, "the scan found only {seen} citations: is the root right?");
+    assert!(
+        seen > 100,
+        "the scan found only {seen} citations: is the root right?"
+    );
     assert!(
         missing.is_empty(),
         "{} cited path(s) do not exist:\n{}",
@@ -133,7 +145,9 @@ fn drawn_graph(doc: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut g = BTreeMap::new();
     for line in doc[begin..end].lines().skip(1) {
         let line = line.trim();
-        let Some((name, deps)) = line.split_once(':') else { continue };
+        let Some((name, deps)) = line.split_once(':') else {
+            continue;
+        };
         if line.starts_with("```") || name.contains(' ') {
             continue;
         }
@@ -149,7 +163,9 @@ fn drawn_graph(doc: &str) -> BTreeMap<String, BTreeSet<String>> {
 fn declared_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut g = BTreeMap::new();
     for e in fs::read_dir(root.join("crates")).unwrap().flatten() {
-        let Ok(toml) = fs::read_to_string(e.path().join("Cargo.toml")) else { continue };
+        let Ok(toml) = fs::read_to_string(e.path().join("Cargo.toml")) else {
+            continue;
+        };
         let mut deps = BTreeSet::new();
         let mut section = String::new();
         for line in toml.lines() {
@@ -185,9 +201,15 @@ fn the_drawn_crate_graph_is_the_declared_one() {
 
 #[test]
 fn citations_are_read_as_meant() {
-    assert_eq!(cited("see `crates/bridge/src/fdb.rs:12`."), ["crates/bridge/src/fdb.rs"]);
+    assert_eq!(
+        cited("see `crates/bridge/src/fdb.rs:12`."),
+        ["crates/bridge/src/fdb.rs"]
+    );
     assert_eq!(cited("(docs/daemon.md, \"x\")"), ["docs/daemon.md"]);
     assert!(cited("target/release/examples/x crates/*/src").is_empty());
     assert!(cited("/usr/share/docs/x $crates/y crates/NAME").is_empty());
-    assert_eq!(cited("scripts/test.sh and fuzz/x"), ["scripts/test.sh", "fuzz/x"]);
+    assert_eq!(
+        cited("scripts/test.sh and fuzz/x"),
+        ["scripts/test.sh", "fuzz/x"]
+    );
 }

@@ -60,7 +60,6 @@ link add link eth0 name eth0.10 type vlan id 10
 const S100_C10: [(u16, u16); 2] = [(0x88a8, 100), (0x8100, 10)];
 const C10: [(u16, u16); 1] = [(0x8100, 10)];
 
-
 // ----- the test -----
 
 fn mtu(ns: &str, dev: &str) -> u64 {

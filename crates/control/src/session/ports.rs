@@ -398,10 +398,7 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             address,
         } => vec![
             ("link", s(link)),
-            (
-                "protocol",
-                s(&qbridge_bridge::tpid_name(protocol.0)),
-            ),
+            ("protocol", s(&qbridge_bridge::tpid_name(protocol.0))),
             ("id", s(id)),
             ("netns", netns.clone()),
             ("address", addr(address)),

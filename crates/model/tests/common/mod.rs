@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use qbridge_bridge::{
-    BridgeId, BridgeSettings, DropReason, FdbFilter, FdbFlushKind, FdbKind, Outputs, PortId,
-    PortSettings, Switch, VlanProtocol, Forwarder,
+    BridgeId, BridgeSettings, DropReason, FdbFilter, FdbFlushKind, FdbKind, Forwarder, Outputs,
+    PortId, PortSettings, Switch, VlanProtocol,
 };
 use qbridge_model::{FdbRow, Flush, Frame, Meta, Model};
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};

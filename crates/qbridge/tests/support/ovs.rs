@@ -109,7 +109,12 @@ pub struct Ovs {
 impl Ovs {
     /// Starts the database, sets `other_config` (read once by `ovs-vswitchd` at start), then
     /// the switch, inside `ns`.
-    pub fn start(bins: OvsBins, ns: &str, dir: PathBuf, other_config: &[&str]) -> Result<Ovs, String> {
+    pub fn start(
+        bins: OvsBins,
+        ns: &str,
+        dir: PathBuf,
+        other_config: &[&str],
+    ) -> Result<Ovs, String> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut ovs = Ovs {
@@ -173,7 +178,13 @@ impl Ovs {
         ]
     }
 
-    pub fn spawn(&mut self, ns: &str, prog: &Path, args: &[String], what: &str) -> Result<(), String> {
+    pub fn spawn(
+        &mut self,
+        ns: &str,
+        prog: &Path,
+        args: &[String],
+        what: &str,
+    ) -> Result<(), String> {
         let err = std::fs::File::create(self.dir.join(format!("{what}.err")))
             .map_err(|e| e.to_string())?;
         let child = Command::new("ip")
@@ -282,4 +293,3 @@ impl Ovs {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
-
