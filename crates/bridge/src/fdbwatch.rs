@@ -1,6 +1,6 @@
 //! Watching FDBs by change, for `monitor`: [`Switch::fdb_watch`] turns on a bridge table's
-//! change log (`crate::fdb::ChangeLog`: each key changed since the last look, with its entry
-//! before the first change; kept by the writer under the lock it already holds, bounded), and
+//! change log (`ChangeLog`, in `fdb/writer.rs`: each key changed since the last look, with its
+//! entry before the first change; kept by the writer under the lock it already holds, bounded), and
 //! [`FdbWatch::changes`] takes it: each changed key's entry before and now, as views. A
 //! monitor thus costs O(the changes) per look, not a walk and a copy of every entry, and
 //! nothing while no one watches. Refreshes (an entry's last-seen time) are not changes.
