@@ -39,6 +39,7 @@
 
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
 use qbridge_wire::virtio::GsoType;
+use qbridge_wire::Tpid;
 use std::fmt;
 #[cfg(unix)]
 use std::os::fd::BorrowedFd;
@@ -116,14 +117,13 @@ pub fn depth_bit(depth: usize) -> u8 {
     1 << depth.min(7)
 }
 
-/// How many VLAN tags the kernel sees in front of L3: leading 0x8100 / 0x88a8 tags (the
+/// How many VLAN tags the kernel sees in front of L3: leading whole 0x8100 / 0x88a8 tags (the
 /// kernel's `eth_type_vlan`; other TPIDs are payload to it). At most 7 are counted.
 pub fn kernel_tag_depth(frame: &[u8]) -> usize {
     let mut n = 0;
     while n < 7 {
-        let at = 12 + 4 * n;
-        match frame.get(at..at + 2) {
-            Some([0x81, 0x00] | [0x88, 0xa8]) => n += 1,
+        match qbridge_wire::frame::tag_at(frame, n).map(|t| t.tpid) {
+            Some(Tpid::DOT1Q | Tpid::DOT1AD) => n += 1,
             _ => break,
         }
     }
