@@ -24,9 +24,10 @@ use std::fmt::Write;
 /// (`crates/control/src/status.rs`, filled by the engine in `crates/datapath/src/snapshot.rs`
 /// from the port's `PortShared`). Then one row in [`PORT_COUNTERS`] or [`BACKEND_COUNTERS`]
 /// ([`VLAN_COUNTERS`], [`MIRROR_COUNTERS`] for those records) names it for `stats.json` and
-/// Prometheus (key, metric, help); `link show -j -s` shows the struct's field by itself (`stats` or
-/// `runtime`); the `link show -s` text shows what [`port_text`] writes. A new drop reason is
-/// one line in `drop_reasons!` and appears everywhere by its name.
+/// Prometheus (key, metric, help) and places it on a line of the `link show -s` text
+/// ([`Counter::text`]: `fdb`, `gso` or a new line); `link show -j -s` shows the struct's field
+/// by itself (`stats` or `runtime`). A new drop reason is one line in `drop_reasons!` and
+/// appears everywhere by its name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     /// Every port, bridges' host ports included, in creation order ([`Switch::port_ids`]).
@@ -152,6 +153,10 @@ pub struct Counter<T> {
     /// The family's `# HELP`.
     pub help: &'static str,
     pub get: fn(&T) -> u64,
+    /// Where `link show -s` writes it: `(line, word)` puts `word N` on the line `    line: …`
+    /// (lines in the order of their first counter, words in table order); `None`: a line of
+    /// its own that [`port_text`] writes (RX and TX, iproute2's shape).
+    pub text: Option<(&'static str, &'static str)>,
 }
 
 /// The switch's per-port counters, as `stats.json` and Prometheus name them.
@@ -161,42 +166,49 @@ pub const PORT_COUNTERS: [Counter<PortCounters>; 7] = [
         metric: "qbridge_port_rx_frames_total",
         help: "Frames received on the port.",
         get: |c| c.rx_frames,
+        text: None,
     },
     Counter {
         key: "rx_bytes",
         metric: "qbridge_port_rx_bytes_total",
         help: "Bytes received on the port.",
         get: |c| c.rx_bytes,
+        text: None,
     },
     Counter {
         key: "tx_frames",
         metric: "qbridge_port_tx_frames_total",
         help: "Frames the switch sent to the port (GSO super-frames count once).",
         get: |c| c.tx_frames,
+        text: None,
     },
     Counter {
         key: "tx_bytes",
         metric: "qbridge_port_tx_bytes_total",
         help: "Bytes the switch sent to the port.",
         get: |c| c.tx_bytes,
+        text: None,
     },
     Counter {
         key: "fdb_learn_refused",
         metric: "qbridge_port_fdb_learn_refused_total",
         help: "Addresses not learned because a limit was reached.",
         get: |c| c.fdb_learn_refused,
+        text: Some(("fdb", "learn_refused")),
     },
     Counter {
         key: "fdb_evictions",
         metric: "qbridge_port_fdb_evictions_total",
         help: "Learned entries of the port evicted because the table was full.",
         get: |c| c.fdb_evictions,
+        text: Some(("fdb", "evictions")),
     },
     Counter {
         key: "fdb_moves",
         metric: "qbridge_port_fdb_moves_total",
         help: "Times an address moved to the port.",
         get: |c| c.fdb_moves,
+        text: Some(("fdb", "moves")),
     },
 ];
 
@@ -208,18 +220,7 @@ pub const BACKEND_COUNTERS: [Counter<BackendCounters>; 4] = [
         metric: "qbridge_port_tx_sw_gso_total",
         help: "TCP super-frames segmented in software for the port (not drops).",
         get: |c| c.tx_sw_gso,
-    },
-    Counter {
-        key: "tx_gro_frames",
-        metric: "qbridge_port_tx_gro_frames_total",
-        help: "TCP super-frames made for the port from segments of one flow (GRO; not drops).",
-        get: |c| c.tx_gro_frames,
-    },
-    Counter {
-        key: "tx_gro_segments",
-        metric: "qbridge_port_tx_gro_segments_total",
-        help: "TCP segments merged into those super-frames (GRO).",
-        get: |c| c.tx_gro_segments,
+        text: Some(("gso", "tx_sw_gso")),
     },
     Counter {
         key: "tx_gso_refused",
@@ -227,6 +228,21 @@ pub const BACKEND_COUNTERS: [Counter<BackendCounters>; 4] = [
         help: "TCP super-frames the kernel refused whole (its device would not segment them), \
                segmented in software and resent (not drops).",
         get: |c| c.tx_gso_refused,
+        text: Some(("gso", "tx_gso_refused")),
+    },
+    Counter {
+        key: "tx_gro_frames",
+        metric: "qbridge_port_tx_gro_frames_total",
+        help: "TCP super-frames made for the port from segments of one flow (GRO; not drops).",
+        get: |c| c.tx_gro_frames,
+        text: Some(("gso", "tx_gro_frames")),
+    },
+    Counter {
+        key: "tx_gro_segments",
+        metric: "qbridge_port_tx_gro_segments_total",
+        help: "TCP segments merged into those super-frames (GRO).",
+        get: |c| c.tx_gro_segments,
+        text: Some(("gso", "tx_gro_segments")),
     },
 ];
 
@@ -237,24 +253,28 @@ pub const VLAN_COUNTERS: [Counter<VlanCounters>; 4] = [
         metric: "qbridge_vlan_rx_frames_total",
         help: "Frames admitted on the VLAN.",
         get: |c| c.rx_frames,
+        text: None,
     },
     Counter {
         key: "rx_bytes",
         metric: "qbridge_vlan_rx_bytes_total",
         help: "Bytes admitted on the VLAN.",
         get: |c| c.rx_bytes,
+        text: None,
     },
     Counter {
         key: "tx_frames",
         metric: "qbridge_vlan_tx_frames_total",
         help: "Copies sent on the VLAN.",
         get: |c| c.tx_frames,
+        text: None,
     },
     Counter {
         key: "tx_bytes",
         metric: "qbridge_vlan_tx_bytes_total",
         help: "Bytes sent on the VLAN.",
         get: |c| c.tx_bytes,
+        text: None,
     },
 ];
 
@@ -266,12 +286,14 @@ pub const MIRROR_COUNTERS: [Counter<MirrorCounters>; 2] = [
         metric: "qbridge_mirror_frames_total",
         help: "Copies the mirror session delivered.",
         get: |c| c.frames,
+        text: None,
     },
     Counter {
         key: "bytes",
         metric: "qbridge_mirror_bytes_total",
         help: "Bytes of the copies the mirror session delivered.",
         get: |c| c.bytes,
+        text: None,
     },
 ];
 
@@ -385,6 +407,30 @@ impl Snapshot {
 /// The counter lines of one port in `link show -s`: RX, TX, drops by reason, FDB, PCP; then,
 /// from a running daemon (`backend`), software GSO and GRO and the frames each worker
 /// received.
+/// The `    line: word N word N` lines of `table`'s counters that have a [`Counter::text`]
+/// place, in table order.
+fn text_lines<T>(s: &mut String, table: &[Counter<T>], c: &T) {
+    let mut done: Vec<&str> = Vec::new();
+    for row in table {
+        let Some((line, _)) = row.text else { continue };
+        if done.contains(&line) {
+            continue;
+        }
+        done.push(line);
+        let _ = write!(s, "    {line}:");
+        for r in table {
+            if let Some((l, word)) = r.text {
+                if l == line {
+                    let _ = write!(s, " {word} {}", (r.get)(c));
+                }
+            }
+        }
+        s.push('\n');
+    }
+}
+
+/// The `link show -s` block of one port: RX, TX, drops by name, the table-placed lines
+/// (`fdb`, and for a daemon's port `gso`), per-PCP receive counts and per-worker receive counts.
 pub fn port_text(s: &mut String, c: &PortCounters, backend: Option<&BackendCounters>) {
     let _ = writeln!(s, "    RX: {} bytes {} packets", c.rx_bytes, c.rx_frames);
     let _ = writeln!(s, "    TX: {} bytes {} packets", c.tx_bytes, c.tx_frames);
@@ -401,11 +447,7 @@ pub fn port_text(s: &mut String, c: &PortCounters, backend: Option<&BackendCount
         s.push_str(" none");
     }
     s.push('\n');
-    let _ = writeln!(
-        s,
-        "    fdb: learn_refused {} evictions {} moves {}",
-        c.fdb_learn_refused, c.fdb_evictions, c.fdb_moves
-    );
+    text_lines(s, &PORT_COUNTERS, c);
     if c.rx_pcp.iter().any(|&n| n != 0) {
         let by: Vec<String> = c
             .rx_pcp
@@ -417,11 +459,7 @@ pub fn port_text(s: &mut String, c: &PortCounters, backend: Option<&BackendCount
         let _ = writeln!(s, "    pcp: rx {}", by.join(" "));
     }
     if let Some(b) = backend {
-        let _ = writeln!(
-            s,
-            "    gso: tx_sw_gso {} tx_gso_refused {} tx_gro_frames {} tx_gro_segments {}",
-            b.tx_sw_gso, b.tx_gso_refused, b.tx_gro_frames, b.tx_gro_segments
-        );
+        text_lines(s, &BACKEND_COUNTERS, b);
         if !b.rx_frames_by_worker.is_empty() {
             let by: Vec<String> = b.rx_frames_by_worker.iter().map(u64::to_string).collect();
             let _ = writeln!(s, "    workers: rx_frames {}", by.join(" "));

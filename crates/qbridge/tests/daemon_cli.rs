@@ -125,6 +125,15 @@ fn daemon_serves_commands_forwards_and_stops_cleanly() {
     let s = d.ok(&["-s", "link", "show", "dev", "p2"]);
     assert!(s.contains("    RX: 64 bytes 1 packets\n"), "{s}");
     assert!(s.contains("    runtime: open link up\n"), "{s}");
+    // The lines the counter tables place (crates/control/src/stats.rs), in their order.
+    assert!(
+        s.contains("    fdb: learn_refused 0 evictions 0 moves 0\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("    gso: tx_sw_gso 0 tx_gso_refused 0 tx_gro_frames 0 tx_gro_segments 0\n"),
+        "{s}"
+    );
     let vs = d.ok(&["-s", "vlan", "show"]);
     assert!(
         vs.contains("                  10\n                    RX: 124 bytes 2 packets\n"),
