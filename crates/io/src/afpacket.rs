@@ -59,6 +59,9 @@
 //! [`AfPacketStats::rx_ring_full`].
 //!
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`).
+//!
+//! One file over 800 lines on purpose: one backend, whose ring, socket options, offload
+//! reading and tag restoring share one socket's state and its `unsafe` blocks.
 #![allow(unsafe_code)]
 
 use std::collections::HashSet;

@@ -73,6 +73,9 @@
 //!
 //! Threads: one port belongs to one thread at a time (`Send`, not `Sync`); the shared
 //! [`XdpProgram`] is `Send + Sync`.
+//!
+//! One file over 800 lines on purpose: one backend, whose UMEM, four rings and loader share
+//! one socket's state and its `unsafe` blocks.
 #![allow(unsafe_code)]
 
 mod bpf;

@@ -13,6 +13,10 @@
 //! `ageing_time` is aged, and a port going down loses its dynamic FDB entries.
 //!
 //! Cost: every frame scans the FDB and the ports; fine for tests, useless for traffic.
+//!
+//! One file on purpose: the oracle is read top to bottom against `docs/semantics.md`, and it
+//! keeps its own byte offsets (no `qbridge_wire::frame`) so that it shares nothing with the
+//! fast path it checks.
 
 use qbridge_bridge::{
     BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, Violation, VlanProtocol,

@@ -16,7 +16,8 @@
 //! L3 header); everything that replaces the frame, changes its length or moves its L3 header
 //! drops it.
 //!
-//! No locks, no I/O, no unsafe.
+//! No locks, no I/O, no unsafe. One file: the buffer, its batch and its pool are one type's
+//! life cycle (the tests make up the second half).
 #![forbid(unsafe_code)]
 
 use core::cell::Cell;
