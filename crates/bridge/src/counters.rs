@@ -91,6 +91,11 @@ drop_reasons! {
     EgressNotMember = "egress_not_member",
     /// Known unicast destination port is down (admin or link).
     EgressDown = "egress_down",
+    /// Spanning tree (bridge `stp` on): a frame received on a port not Forwarding in its VLAN
+    /// (Discarding: dropped unlearned; Learning: its source learned, then dropped), counted on
+    /// that port; or known unicast to a port not Forwarding in the VLAN, counted on that
+    /// (egress) port. Link-local frames for the bridge are not subject to it.
+    StpDiscarding = "stp_discarding",
     /// Flooding found no port to send to (all excluded by VLAN, flags, isolation, hairpin).
     NoDestination = "no_destination",
     /// A flood whose copies the ingress port's flood credit could not pay for: the daemon's

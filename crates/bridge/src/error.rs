@@ -19,6 +19,10 @@ pub enum ConfigError {
     NotAPort(String),
     #[error("device \"{0}\" is not attached to a bridge")]
     NoMaster(String),
+    #[error("bridge \"{0}\" has spanning tree off (stp_state 0): its ports have no STP state")]
+    StpOff(String),
+    #[error("device \"{0}\" is a bridge's own port: it has no STP state")]
+    StpHostPort(String),
     #[error("vid {0} is reserved")]
     ReservedVid(u16),
     #[error("vid {0} is out of range (1-4094)")]

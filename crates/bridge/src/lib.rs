@@ -53,7 +53,7 @@ pub use plan::mirror::MirrorCounters;
 pub use plan::{BridgeId, Plan, PortId, MAX_PORTS};
 pub use settings::{
     BridgeSettings, MacvlanMode, MirrorDirection, MirrorDst, MirrorSpec, PcpMode, PortSettings,
-    Role, VlanProtocol, MAX_MIRRORS,
+    Role, StpState, VlanProtocol, MAX_MIRRORS,
 };
 pub use tagmap::TagMap;
 pub use vlanmode::{PvlanRole, VidList, Violation, VlanMode, VlanModeKind};

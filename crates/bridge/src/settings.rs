@@ -63,6 +63,9 @@ pub struct BridgeSettings {
     /// Learn per (VID, inner C-VID) on a VLAN-filtering bridge: the FDB key includes the VID
     /// of the C-tag behind the bridge tag (`docs/semantics.md` §K7). qbridge extension.
     pub learn_inner_vid: bool,
+    /// Spanning tree on (`stp_state 1`): each port's per-VID [`StpState`] applies to its
+    /// frames, and 01-80-C2-00-00-00 is for the bridge itself. Off: every port forwards.
+    pub stp: bool,
 }
 
 /// Default and largest `fdb_max_entries`.
@@ -80,6 +83,30 @@ impl Default for BridgeSettings {
             group_fwd_mask: 0,
             fdb_max_entries: FDB_DEFAULT_MAX_ENTRIES,
             learn_inner_vid: false,
+            stp: false,
+        }
+    }
+}
+
+/// A bridge port's spanning-tree state in one VLAN (802.1Q 8.6.1/8.6.2, per MSTI; Linux's
+/// blocking and listening are `Discarding`). Applies only while the port's bridge has
+/// [`BridgeSettings::stp`] on (`docs/semantics.md` §STP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StpState {
+    /// Receives nothing but link-local frames for the bridge, sends nothing, learns nothing.
+    Discarding,
+    /// Learns the sources of what it receives, then drops it; sends nothing.
+    Learning,
+    Forwarding,
+}
+
+impl StpState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StpState::Discarding => "discarding",
+            StpState::Learning => "learning",
+            StpState::Forwarding => "forwarding",
         }
     }
 }

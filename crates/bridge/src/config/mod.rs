@@ -5,7 +5,7 @@
 //! the compile functions) and, only to hold worker 0 and forward for [`Switch::process`], the
 //! frame path (`crate::path`). Neither imports this room. Operations live by subject: links and
 //! stacked devices in `ports`, VLANs in `vlans`, FDB in `fdb`, views in `views`, mirror
-//! sessions in `mirror`.
+//! sessions in `mirror`, spanning-tree port states in `stp`.
 //!
 //! Names share one namespace, as network devices do: a bridge and a port cannot have the same
 //! name. Ports have stable ids ([`PortId`]) for as long as they exist; the I/O layer uses them to
@@ -18,6 +18,7 @@
 mod fdb;
 mod mirror;
 mod ports;
+mod stp;
 mod views;
 mod vlans;
 

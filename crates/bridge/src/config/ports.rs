@@ -70,7 +70,15 @@ impl Switch {
             fdb.remove_where(|s| key_fid(s.key) >= FIRST_INNER_FID);
             fdb.reclaim_inner();
         }
+        let stp_turned = old.stp != settings.stp;
         self.bridge_mut(id).settings = settings;
+        if stp_turned {
+            // On: every port starts Discarding everywhere; off: no state at all.
+            for p in self.bridge(id).ports.clone() {
+                self.port_mut(PortId(p)).stp = None;
+                self.stp_start(PortId(p), id);
+            }
+        }
         self.recs.recompile_bridge(id);
         Ok(())
     }
@@ -204,6 +212,8 @@ impl Switch {
             vlan_limits: None,
             cvid_in: None,
             tag2: None,
+            stp: None,
+            egress_gated: false,
             plain: false,
         }));
         Ok(PortId(idx as u16))
@@ -285,6 +295,7 @@ impl Switch {
             port.pvid = pvid;
         }
         self.bridge_mut(b).ports.push(id.0);
+        self.stp_start(id, b);
         self.recs.recompile_port(id);
         let vids: Vec<u16> = std::iter::once(0)
             .chain(self.port(id).member.iter())
@@ -309,6 +320,7 @@ impl Switch {
         port.cvlans = None;
         port.pvlan = None;
         port.vlan_limits = None;
+        port.stp = None;
         self.recs.recompile_flood(b, vids);
         self.recs.recompile_port(id);
     }

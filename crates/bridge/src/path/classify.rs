@@ -1,6 +1,7 @@
 //! Stage 1 of the bridge pipeline, ingress classification: per run of frames from one ingress
 //! port, the size and source checks, link-local groups, VLAN classification (tags, PVID,
-//! tunnel ports, VLAN maps in, selective Q-in-Q, inner-VID learning) and the ingress filter.
+//! tunnel ports, VLAN maps in, selective Q-in-Q, inner-VID learning), the ingress filter and
+//! the port's spanning-tree state in the frame's VLAN.
 //! Pure functions of the frame and the port's compiled state; the result is one
 //! [`FrameMeta`] per frame. Order of checks: see `super::pipeline`.
 
@@ -8,7 +9,7 @@ use super::meta::*;
 use crate::cells::PortCells;
 use crate::counters::DropReason;
 use crate::fdb::{Learned, TableView, F_LOCKED, F_PERMANENT};
-use crate::plan::{Bridge, PortRecord};
+use crate::plan::{Bridge, PortRecord, StpSets};
 use crate::settings::{VlanProtocol, GROUP_FWD_8021AD};
 use qbridge_packet::PacketBuf;
 use qbridge_wire::frame::{self, LINK_LOCAL_BASE, MAC_BROADCAST, MAC_GROUP_BIT};
@@ -77,7 +78,10 @@ pub(super) fn classify_run_features(
     pkts: &mut [PacketBuf],
     meta: &mut [FrameMeta],
 ) -> (usize, usize) {
-    let (n, live) = classify_run::<false>(br, bi, inp, c, wi, pkts, meta);
+    let (n, mut live) = classify_run::<false>(br, bi, inp, c, wi, pkts, meta);
+    if let Some(stp) = &inp.stp {
+        live -= stp_ingress(stp, c, &mut meta[..n]);
+    }
     // On the admitted frames: a two-tag map's change to the C-tag (the map `map_in` found for
     // the same tags), then the FID of the frame's VLAN and C-tag.
     let inner_learning = br.settings.vlan_filtering && br.settings.learn_inner_vid;
@@ -99,6 +103,27 @@ pub(super) fn classify_run_features(
         }
     }
     (n, live)
+}
+
+/// Stage 1's last check, for a port with a spanning-tree state (never plain), once the VLAN
+/// of each frame is known (after the VLAN's rx counters): a frame in a VLAN the port does not
+/// forward in is dropped (Discarding) or marked [`DEST_LEARN`] (Learning: stage 3 learns its
+/// source, then drops it). Returns the number of frames dropped.
+#[cold]
+#[inline(never)]
+fn stp_ingress(stp: &StpSets, c: &PortCells, meta: &mut [FrameMeta]) -> usize {
+    let mut dropped = 0;
+    for m in meta.iter_mut().filter(|m| m.dest != DEST_DROP) {
+        if !stp.fwd.contains(m.vid) {
+            if stp.learn.contains(m.vid) {
+                m.dest = DEST_LEARN;
+            } else {
+                drop_into(m, c, DropReason::StpDiscarding);
+                dropped += 1;
+            }
+        }
+    }
+    dropped
 }
 
 /// Stage 1 for one frame: everything decided from the frame and its ingress port alone.
@@ -271,15 +296,17 @@ pub(super) fn locked_admits(
     false
 }
 
-/// Whether bridge `br` forwards link-local group 01-80-C2-00-00-0`group`. No STP in qbridge:
-/// 01-80-C2-00-00-00 is forwarded, as by a Linux bridge with STP off; MAC pause (01) never.
+/// Whether bridge `br` forwards link-local group 01-80-C2-00-00-0`group`. 01-80-C2-00-00-00
+/// (STP) is forwarded while the bridge has `stp` off, as by a Linux bridge with STP off, and
+/// is the bridge's own with it on (except on an 802.1ad bridge, whose STP group is 08: 00 is
+/// the customers'); MAC pause (01) never.
 #[inline(always)]
 pub(super) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
     let mut mask = br.settings.group_fwd_mask;
     if br.settings.vlan_protocol == VlanProtocol::Dot1Ad {
         mask |= GROUP_FWD_8021AD;
     }
-    group == 0 || (group != 1 && mask & (1 << group) != 0)
+    (group == 0 && !br.settings.stp) || (group != 1 && mask & (1 << group) != 0)
 }
 
 /// The VLAN inside the bridge of a frame tagged to the bridge with (wire) VID `v` on a port

@@ -26,7 +26,11 @@ pub(super) const DEST_DROP: u16 = u16::MAX;
 pub(super) const DEST_FLOOD: u16 = u16::MAX - 1;
 /// Not a [`FrameMeta::dest`]: the frames of a run or batch do not all share one destination.
 pub(super) const DEST_MIXED: u16 = u16::MAX - 2;
-const _: () = assert!(crate::plan::MAX_PORTS < DEST_MIXED as usize);
+/// [`FrameMeta::dest`] after stage 1 of a frame from a port in spanning-tree state Learning in
+/// its VLAN: stage 3 learns its source, then drops it (`stp_discarding`). Never left after
+/// stage 3.
+pub(super) const DEST_LEARN: u16 = u16::MAX - 3;
+const _: () = assert!(crate::plan::MAX_PORTS < DEST_LEARN as usize);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum FloodClass {

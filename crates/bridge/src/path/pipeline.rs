@@ -27,8 +27,11 @@
 //!
 //! Order of checks (the reference model follows the same order, see docs/semantics.md):
 //! port down, no bridge, runt, oversize (ingress), invalid source MAC, link-local group,
-//! VLAN classification (runt tag, reserved VID, no PVID), ingress filter, learning, then
-//! forwarding: local, same port, egress filter, egress down, isolation, or flooding; and per copy
+//! VLAN classification (runt tag, reserved VID, no PVID), ingress filter, spanning-tree state
+//! (Discarding: dropped; Learning: learned, then dropped), learning, then forwarding: local,
+//! same port, egress filter, egress down, isolation, egress spanning-tree state, private
+//! VLANs, or flooding
+//! (to the VID's members that forward in it); and per copy
 //! the oversize check on the egress port after the tag rewrite.
 
 use super::classify::*;
@@ -211,7 +214,7 @@ impl Path<'_> {
         let one = if br.settings.learn_inner_vid && br.settings.vlan_filtering {
             self.decide_inner(wi, now_ns, br, cache, inp, c, pkts, meta, live)
         } else {
-            self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            self.decide::<false, false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
         };
         (n, one)
     }
@@ -244,14 +247,35 @@ impl Path<'_> {
             let (meta, pkts) = (&mut meta[..n], &mut pkts[..n]);
             if br.settings.learn_inner_vid && br.settings.vlan_filtering {
                 self.decide_inner(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+            } else if inp.stp.is_some() {
+                self.decide_stp(wi, now_ns, br, cache, inp, c, pkts, meta, live)
             } else {
-                self.decide::<false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+                self.decide::<false, false>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
             }
         };
         if let Some(i) = inner {
             i.exit(wi);
         }
         (n, one)
+    }
+
+    /// [`Plan::decide`] for a port with a spanning-tree state: out of line.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_stp(
+        &self,
+        wi: usize,
+        now_ns: u64,
+        br: &Bridge,
+        cache: &mut TableCache,
+        inp: &PortRecord,
+        c: &PortCells,
+        pkts: &mut [PacketBuf],
+        meta: &mut [FrameMeta],
+        live: usize,
+    ) -> u16 {
+        self.decide::<false, true>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
     }
 
     /// [`Plan::decide`] for a bridge with `learn_inner_vid`: out of line.
@@ -270,17 +294,18 @@ impl Path<'_> {
         meta: &mut [FrameMeta],
         live: usize,
     ) -> u16 {
-        self.decide::<true>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
+        self.decide::<true, true>(wi, now_ns, br, cache, inp, c, pkts, meta, live)
     }
 
     /// Stages 2 and 3 for the classified run `pkts` (`live` frames not dropped): warm a large
     /// FDB table, then learn and decide frame by frame. Returns the destination every frame
     /// shares, or [`DEST_MIXED`]. `INNER`: the bridge learns per inner VID (the FID is
     /// [`FrameMeta::fid`], and a destination unknown for its pair may be a user's entry of the
-    /// VLAN); else the FID is the VID.
+    /// VLAN); else the FID is the VID. `STP`: the port may have frames marked [`DEST_LEARN`]
+    /// (it is not plain).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn decide<const INNER: bool>(
+    fn decide<const INNER: bool, const STP: bool>(
         &self,
         wi: usize,
         now_ns: u64,
@@ -360,6 +385,12 @@ impl Path<'_> {
                         }
                     }
                 }
+                if STP && m.dest == DEST_LEARN {
+                    // Spanning tree Learning: learned above, not forwarded.
+                    count_drop(c, DropReason::StpDiscarding);
+                    m.dest = DEST_DROP;
+                    continue;
+                }
                 m.dest = if m.dst == MAC_BROADCAST {
                     m.flood = FloodClass::Broadcast;
                     DEST_FLOOD
@@ -382,9 +413,9 @@ impl Path<'_> {
                                 }
                                 let ep = if (key ^ tx.route.key) >> 16 == 0 {
                                     // The route's entry in another VID: the VID's checks.
-                                    unicast_vid(inp, c, tx.route.port, m)
+                                    unicast_vid(inp, c, wi, tx.route.port, m)
                                 } else {
-                                    unicast(&self.ports, inp, in_id, c, &entry, m)
+                                    unicast(&self.ports, inp, in_id, c, wi, &entry, m)
                                 };
                                 let Some(ep) = ep else {
                                     m.dest = DEST_DROP;
@@ -642,7 +673,10 @@ impl Path<'_> {
         let (ep, e) = if entry.flags & F_PERMANENT != 0 {
             local(&self.ports, br, inp, in_id, c, m)
         } else {
-            (unicast(&self.ports, inp, in_id, c, &entry, m), entry.port)
+            (
+                unicast(&self.ports, inp, in_id, c, wi, &entry, m),
+                entry.port,
+            )
         };
         let Some(ep) = ep else {
             return Some(DEST_DROP);
@@ -748,6 +782,7 @@ fn unicast<'a>(
     inp: &PortRecord,
     in_id: usize,
     c: &PortCells,
+    wi: usize,
     entry: &Slot,
     m: &FrameMeta,
 ) -> Option<&'a PortRecord> {
@@ -767,8 +802,8 @@ fn unicast<'a>(
     if inp.settings.isolated && ep.settings.isolated {
         return drop_port(c, DropReason::Isolated);
     }
-    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
-        return drop_port(c, DropReason::Pvlan);
+    if (inp.pvlan.is_some() || ep.egress_gated) && !gates_pass(inp, c, wi, ep, m.vid) {
+        return None;
     }
     Some(ep)
 }
@@ -779,16 +814,35 @@ fn unicast<'a>(
 fn unicast_vid<'a>(
     inp: &PortRecord,
     c: &PortCells,
+    wi: usize,
     ep: &'a PortRecord,
     m: &FrameMeta,
 ) -> Option<&'a PortRecord> {
     if m.filtering && !ep.member.contains(m.vid) {
         return drop_port(c, DropReason::EgressNotMember);
     }
-    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
-        return drop_port(c, DropReason::Pvlan);
+    if (inp.pvlan.is_some() || ep.egress_gated) && !gates_pass(inp, c, wi, ep, m.vid) {
+        return None;
     }
     Some(ep)
+}
+
+/// The last unicast checks, for a pair of ports where one of them has private-VLAN roles or
+/// the egress port a spanning-tree state ([`PortRecord::egress_gated`], one test on the way):
+/// the egress port must forward in `vid` (else `stp_discarding`, counted on that egress
+/// port), then the roles must talk (else `pvlan`, counted on the ingress port's `c`).
+#[cold]
+#[inline(never)]
+fn gates_pass(inp: &PortRecord, c: &PortCells, wi: usize, ep: &PortRecord, vid: u16) -> bool {
+    if ep.stp.as_ref().is_some_and(|s| !s.fwd.contains(vid)) {
+        ep.counters.writer(wi).drop(DropReason::StpDiscarding);
+        return false;
+    }
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, vid) {
+        c.drop(DropReason::Pvlan);
+        return false;
+    }
+    true
 }
 
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.

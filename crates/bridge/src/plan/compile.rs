@@ -93,8 +93,11 @@ impl Records {
                 .master
                 .is_some_and(|b| inner.get(usize::from(b)) == Some(&true));
             let plain = p.is_plain() && !inner_learning;
-            if p.plain != plain {
-                Arc::make_mut(p).plain = plain;
+            let gated = p.pvlan.is_some() || p.stp.is_some();
+            if (p.plain, p.egress_gated) != (plain, gated) {
+                let p = Arc::make_mut(p);
+                p.plain = plain;
+                p.egress_gated = gated;
             }
         }
         let p = Arc::new(Plan {
@@ -227,7 +230,8 @@ impl Records {
     }
 
     /// Rebuilds the flood lists of `vids` in bridge `b` (VID 0: every port), keeping lists
-    /// that come out the same. O(ports of the bridge) per VID.
+    /// that come out the same: a VID's members that forward in it (spanning tree). O(ports of
+    /// the bridge) per VID.
     pub fn recompile_flood(&mut self, b: BridgeId, vids: impl IntoIterator<Item = u16>) {
         let mut changed: Vec<(u16, Arc<[u16]>)> = Vec::new();
         let mut list = Vec::new();
@@ -235,12 +239,11 @@ impl Records {
             let br = self.bridge(b);
             for vid in vids {
                 list.clear();
-                list.extend(
-                    br.ports
-                        .iter()
-                        .copied()
-                        .filter(|&p| vid == 0 || self.port(PortId(p)).member.contains(vid)),
-                );
+                list.extend(br.ports.iter().copied().filter(|&p| {
+                    let p = self.port(PortId(p));
+                    (vid == 0 || p.member.contains(vid))
+                        && p.stp.as_ref().is_none_or(|s| s.fwd.contains(vid))
+                }));
                 let cur = &br.flood[vid as usize & 0x0fff];
                 if cur[..] != list[..] {
                     changed.push((vid, Arc::from(&list[..])));

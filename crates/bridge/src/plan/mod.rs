@@ -2,7 +2,7 @@
 //!
 //! A [`Plan`] is an immutable snapshot of the switch's forwarding state: a vector of `Arc`'d
 //! per-port records (`PortRecord`: VLAN member and untagged sets, PVID, TPID, largest frame,
-//! provider features, the receive table of the devices stacked on it) and per-bridge records
+//! provider features, spanning-tree states (`StpSets`), the receive table of the devices stacked on it) and per-bridge records
 //! (`Bridge`: settings, the shared FDB, per-VID flood lists, VLAN counters), plus the
 //! compiled mirror sessions (`mirror`). The configuration room changes the records
 //! copy-on-write and recompiles their derived fields through `compile::Records`; the frame
@@ -18,7 +18,7 @@ pub(crate) mod mirror;
 use crate::cells::{CellSet, PortCounterSet, VlanCounterSet};
 use crate::counters::DropReason;
 use crate::fdb::Fdb;
-use crate::settings::{BridgeSettings, MacvlanMode, PortSettings, Role};
+use crate::settings::{BridgeSettings, MacvlanMode, PortSettings, Role, StpState};
 use crate::tagmap::TagMaps;
 use crate::vlanmode::VlanMode;
 use crate::vlanset::VlanSet;
@@ -117,10 +117,18 @@ pub(crate) struct PortRecord {
     pub cvid_in: Option<Arc<[u16]>>,
     /// `vlan map … svid S cvid C translate …` (2:1 and 2:2); `None`: none.
     pub tag2: Option<Arc<TagMaps>>,
+    /// Spanning-tree state by VID, while the port's bridge has `stp` on (`None`: the bridge
+    /// has it off, or the port is the bridge's host port: no restriction). Configured by
+    /// [`Switch::set_stp_state`](crate::Switch::set_stp_state); the flood lists leave out the
+    /// VIDs a port does not forward in.
+    pub stp: Option<Arc<StpSets>>,
+    /// Compiled (at publish): the port has private-VLAN roles or a spanning-tree state, so
+    /// known unicast to it takes the out-of-line last checks (one test for both).
+    pub egress_gated: bool,
     /// Compiled ([`Switch::plan`](crate::Switch::plan), from the fields above): frames entering
     /// this port need none of the provider features of its ingress (no tunnel, no `cvlans`,
-    /// `pcp_mode` keep with default PCP 0, no VLAN map in, no selective Q-in-Q, not locked). The
-    /// pipeline tests it once per run.
+    /// `pcp_mode` keep with default PCP 0, no VLAN map in, no selective Q-in-Q, not locked, no
+    /// spanning-tree state). The pipeline tests it once per run.
     pub plain: bool,
 }
 
@@ -135,6 +143,66 @@ impl PortRecord {
             && self.cvid_in.is_none()
             && self.tag2.is_none()
             && !self.settings.locked
+            && self.stp.is_none()
+    }
+}
+
+/// A port's spanning-tree states over the VIDs, as two sets: the VIDs it forwards in and the
+/// VIDs it learns in (Learning or Forwarding; a superset). VID 0, the one VLAN of a
+/// VLAN-unaware bridge, is in a set only when every VID 1-4094 is (the port's least state:
+/// an unaware bridge cannot tell the trees apart, so it must not loop in any of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StpSets {
+    pub fwd: VlanSet,
+    pub learn: VlanSet,
+}
+
+impl StpSets {
+    /// Every VID Discarding: a port joining a bridge with spanning tree on (802.1D: blocked
+    /// until the protocol says otherwise).
+    pub fn discarding() -> StpSets {
+        StpSets {
+            fwd: VlanSet::default(),
+            learn: VlanSet::default(),
+        }
+    }
+
+    pub fn state(&self, vid: u16) -> StpState {
+        if self.fwd.contains(vid) {
+            StpState::Forwarding
+        } else if self.learn.contains(vid) {
+            StpState::Learning
+        } else {
+            StpState::Discarding
+        }
+    }
+
+    /// Sets `vid` (1-4094) to `state`; call [`StpSets::fix_vid0`] after a change.
+    pub fn set(&mut self, vid: u16, state: StpState) {
+        match state {
+            StpState::Forwarding => {
+                self.fwd.insert(vid);
+                self.learn.insert(vid);
+            }
+            StpState::Learning => {
+                self.fwd.remove(vid);
+                self.learn.insert(vid);
+            }
+            StpState::Discarding => {
+                self.fwd.remove(vid);
+                self.learn.remove(vid);
+            }
+        }
+    }
+
+    /// Recompiles VID 0 (see the type's documentation).
+    pub fn fix_vid0(&mut self) {
+        for set in [&mut self.fwd, &mut self.learn] {
+            set.remove(0);
+            if (1..=4094).all(|v| set.contains(v)) {
+                set.insert(0);
+            }
+        }
     }
 }
 
