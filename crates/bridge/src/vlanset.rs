@@ -39,6 +39,13 @@ impl VlanSet {
         self.words[v >> 6] &= !(1u64 << (v & 63));
     }
 
+    /// Keeps only the VIDs that are also in `other` (intersection).
+    pub fn retain(&mut self, other: &VlanSet) {
+        for (w, o) in self.words.iter_mut().zip(other.words.iter()) {
+            *w &= *o;
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
     }

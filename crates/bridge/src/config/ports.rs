@@ -213,7 +213,7 @@ impl Switch {
             cvid_in: None,
             tag2: None,
             stp: None,
-            egress_gated: false,
+            tx_member: VlanSet::default(),
             plain: false,
         }));
         Ok(PortId(idx as u16))

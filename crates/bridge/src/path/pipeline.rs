@@ -29,9 +29,8 @@
 //! port down, no bridge, runt, oversize (ingress), invalid source MAC, link-local group,
 //! VLAN classification (runt tag, reserved VID, no PVID), ingress filter, spanning-tree state
 //! (Discarding: dropped; Learning: learned, then dropped), learning, then forwarding: local,
-//! same port, egress filter, egress down, isolation, egress spanning-tree state, private
-//! VLANs, or flooding
-//! (to the VID's members that forward in it); and per copy
+//! same port, egress filter (membership, then spanning-tree state), egress down, isolation,
+//! private VLANs, or flooding (to the VID's members that forward in it); and per copy
 //! the oversize check on the egress port after the tag rewrite.
 
 use super::classify::*;
@@ -302,7 +301,7 @@ impl Path<'_> {
     /// shares, or [`DEST_MIXED`]. `INNER`: the bridge learns per inner VID (the FID is
     /// [`FrameMeta::fid`], and a destination unknown for its pair may be a user's entry of the
     /// VLAN); else the FID is the VID. `STP`: the port may have frames marked [`DEST_LEARN`]
-    /// (it is not plain).
+    /// (it has a spanning-tree state, so it is not plain).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn decide<const INNER: bool, const STP: bool>(
@@ -793,8 +792,8 @@ fn unicast<'a>(
     let Some(Some(ep)) = ports.get(e) else {
         return drop_port(c, DropReason::EgressDown);
     };
-    if m.filtering && !ep.member.contains(m.vid) {
-        return drop_port(c, DropReason::EgressNotMember);
+    if !ep.tx_member.contains(m.vid) {
+        return egress_filter_drop(c, wi, ep, m.vid);
     }
     if !ep.running {
         return drop_port(c, DropReason::EgressDown);
@@ -802,8 +801,8 @@ fn unicast<'a>(
     if inp.settings.isolated && ep.settings.isolated {
         return drop_port(c, DropReason::Isolated);
     }
-    if (inp.pvlan.is_some() || ep.egress_gated) && !gates_pass(inp, c, wi, ep, m.vid) {
-        return None;
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
+        return drop_port(c, DropReason::Pvlan);
     }
     Some(ep)
 }
@@ -818,31 +817,34 @@ fn unicast_vid<'a>(
     ep: &'a PortRecord,
     m: &FrameMeta,
 ) -> Option<&'a PortRecord> {
-    if m.filtering && !ep.member.contains(m.vid) {
-        return drop_port(c, DropReason::EgressNotMember);
+    if !ep.tx_member.contains(m.vid) {
+        return egress_filter_drop(c, wi, ep, m.vid);
     }
-    if (inp.pvlan.is_some() || ep.egress_gated) && !gates_pass(inp, c, wi, ep, m.vid) {
-        return None;
+    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, m.vid) {
+        return drop_port(c, DropReason::Pvlan);
     }
     Some(ep)
 }
 
-/// The last unicast checks, for a pair of ports where one of them has private-VLAN roles or
-/// the egress port a spanning-tree state ([`PortRecord::egress_gated`], one test on the way):
-/// the egress port must forward in `vid` (else `stp_discarding`, counted on that egress
-/// port), then the roles must talk (else `pvlan`, counted on the ingress port's `c`).
+/// Known unicast to port `ep`, which does not send in `vid` ([`PortRecord::tx_member`]): not
+/// a member (`egress_not_member`, counted on the ingress port's `c`), or not Forwarding in
+/// it (`stp_discarding`, counted on the egress port). Returns `None` (dropped).
 #[cold]
 #[inline(never)]
-fn gates_pass(inp: &PortRecord, c: &PortCells, wi: usize, ep: &PortRecord, vid: u16) -> bool {
-    if ep.stp.as_ref().is_some_and(|s| !s.fwd.contains(vid)) {
+fn egress_filter_drop<'a>(
+    c: &PortCells,
+    wi: usize,
+    ep: &PortRecord,
+    vid: u16,
+) -> Option<&'a PortRecord> {
+    if ep.stp.as_ref().is_some_and(|s| !s.fwd.contains(vid))
+        && (vid == 0 || ep.member.contains(vid))
+    {
         ep.counters.writer(wi).drop(DropReason::StpDiscarding);
-        return false;
+    } else {
+        c.drop(DropReason::EgressNotMember);
     }
-    if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, vid) {
-        c.drop(DropReason::Pvlan);
-        return false;
-    }
-    true
+    None
 }
 
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.

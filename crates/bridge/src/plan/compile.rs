@@ -7,7 +7,8 @@
 //! the recompile function for what it changed: [`Records::recompile_port`] (TPID, largest
 //! frame, running, PCP tables), [`Records::recompile_bridge`], [`Records::recompile_flood`] (the
 //! per-VID flood lists), [`Records::recompile_uppers`] (the receive table of stacked devices).
-//! [`Records::publish`] compiles the `plain` flags and makes the [`Plan`]. All of it runs at
+//! [`Records::publish`] compiles the `plain` flags and the egress VID sets (`tx_member`) and
+//! makes the [`Plan`]. All of it runs at
 //! configuration time, never per frame.
 //!
 //! Imports: the plan's own records and the leaf vocabulary modules (settings, FDB, counters);
@@ -93,11 +94,15 @@ impl Records {
                 .master
                 .is_some_and(|b| inner.get(usize::from(b)) == Some(&true));
             let plain = p.is_plain() && !inner_learning;
-            let gated = p.pvlan.is_some() || p.stp.is_some();
-            if (p.plain, p.egress_gated) != (plain, gated) {
+            let mut tx_member = p.member.clone();
+            tx_member.insert(0);
+            if let Some(stp) = &p.stp {
+                tx_member.retain(&stp.fwd);
+            }
+            if p.plain != plain || p.tx_member != tx_member {
                 let p = Arc::make_mut(p);
                 p.plain = plain;
-                p.egress_gated = gated;
+                p.tx_member = tx_member;
             }
         }
         let p = Arc::new(Plan {

@@ -122,9 +122,10 @@ pub(crate) struct PortRecord {
     /// [`Switch::set_stp_state`](crate::Switch::set_stp_state); the flood lists leave out the
     /// VIDs a port does not forward in.
     pub stp: Option<Arc<StpSets>>,
-    /// Compiled (at publish): the port has private-VLAN roles or a spanning-tree state, so
-    /// known unicast to it takes the out-of-line last checks (one test for both).
-    pub egress_gated: bool,
+    /// Compiled (at publish): the VIDs known unicast may leave this port in: its members (and
+    /// VID 0, a VLAN-unaware bridge's) that it forwards in (spanning tree). The egress filter
+    /// is one test of it.
+    pub tx_member: VlanSet,
     /// Compiled ([`Switch::plan`](crate::Switch::plan), from the fields above): frames entering
     /// this port need none of the provider features of its ingress (no tunnel, no `cvlans`,
     /// `pcp_mode` keep with default PCP 0, no VLAN map in, no selective Q-in-Q, not locked, no
