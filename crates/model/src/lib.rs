@@ -19,7 +19,7 @@
 //! fast path it checks.
 
 use qbridge_bridge::{
-    BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, Violation, VlanProtocol,
+    BridgeSettings, DropReason, FdbKind, PortSettings, PvlanRole, StpState, Violation, VlanProtocol,
 };
 use qbridge_wire::MacAddr;
 use std::collections::{BTreeMap, BTreeSet};
@@ -236,7 +236,26 @@ struct Port {
     /// R-K3: two-tag maps, (S-VID, C-VID) on the wire → (VID inside, inner C-VID inside or
     /// `None` for 2:1).
     tag2: BTreeMap<(u16, u16), (u16, Option<u16>)>,
+    /// R-STP: spanning-tree state by VID (index), while the bridge has `stp` on; `None`: no
+    /// state (every VID forwards).
+    stp: Option<Vec<StpState>>,
     counters: Counters,
+}
+
+impl Port {
+    /// R-STP: the port's state in `vid`; VID 0 (a VLAN-unaware bridge's one VLAN): the least
+    /// state over VIDs 1-4094.
+    fn stp_state(&self, vid: u16) -> StpState {
+        match &self.stp {
+            None => StpState::Forwarding,
+            Some(t) if vid == 0 => t[1..=4094]
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(StpState::Forwarding),
+            Some(t) => t[vid as usize],
+        }
+    }
 }
 
 impl Port {
@@ -495,6 +514,7 @@ impl Model {
             tag2: BTreeMap::new(),
             vlan_limits: BTreeMap::new(),
             cvid_in: BTreeMap::new(),
+            stp: None,
             counters: Counters::default(),
         };
         Ok(put_in_free_slot(&mut self.ports, p))
@@ -546,12 +566,16 @@ impl Model {
             p.tunnel = None;
             p.pvlan.clear();
             p.vlan_limits.clear();
+            p.stp = None;
         }
         if let Some(b) = master {
             let default_pvid = self.bridge(b).settings.default_pvid;
+            let stp = self.bridge(b).settings.stp;
             self.bridge_mut(b).ports.push(id);
             let p = self.port_mut(id);
             p.master = Some(b);
+            // R-STP: a port joining a bridge with spanning tree on is Discarding everywhere.
+            p.stp = stp.then(|| vec![StpState::Discarding; 4096]);
             p.vlans.clear();
             p.pvid = None;
             if default_pvid != 0 {
@@ -560,6 +584,26 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// R-STP: port `id`'s spanning-tree state in VIDs `start..=end`; refused when the port is
+    /// in no bridge or its bridge has `stp` off.
+    pub fn set_stp_state(&mut self, id: u16, start: u32, end: u32, state: StpState) -> Res<()> {
+        let b = self.attached(id)?;
+        let (start, end) = vid_range(start, end)?;
+        if !self.bridge(b).settings.stp {
+            return refuse("bridge has stp off");
+        }
+        let t = self.port_mut(id).stp.as_mut().expect("stp on: a state");
+        for v in start..=end {
+            t[v as usize] = state;
+        }
+        Ok(())
+    }
+
+    /// R-STP: port `id`'s state in `vid` (Forwarding without a state).
+    pub fn stp_state(&self, id: u16, vid: u16) -> StpState {
+        self.port(id).stp_state(vid)
     }
 
     fn attached(&self, id: u16) -> Res<u16> {
@@ -1174,7 +1218,9 @@ impl Model {
                 mask |= 0xb801;
             }
             let forwarded = match group {
-                0 => true,  // bridge group address: no STP in qbridge, so forwarded
+                // Bridge group address: the bridge's own with STP on (R-STP; on an 802.1ad
+                // bridge the customers', in the mask), forwarded with it off.
+                0 => !settings.stp || mask & 1 != 0,
                 1 => false, // MAC pause: never
                 g => mask & (1 << g) != 0,
             };
@@ -1289,6 +1335,14 @@ impl Model {
         vc.rx_frames += 1;
         vc.rx_bytes += len as u64;
 
+        // R-STP: the ingress port's spanning-tree state in the frame's VLAN (link-local frames
+        // for the bridge were dealt with above): Discarding drops, Learning learns and drops.
+        let learn_only = match inp.stp_state(class.vid) {
+            StpState::Discarding => return self.drop_on(in_id, DropReason::StpDiscarding),
+            StpState::Learning => true,
+            StpState::Forwarding => false,
+        };
+
         // R-K7: with `learn_inner_vid`, entries are keyed by the VLAN and the VID of the C-tag
         // behind the bridge tag (or outermost when the frame is untagged to the bridge).
         let fid: Fid = if filtering && settings.learn_inner_vid {
@@ -1331,6 +1385,10 @@ impl Model {
             }
         }
 
+        if learn_only {
+            return self.drop_on(in_id, DropReason::StpDiscarding);
+        }
+
         // R7: forwarding.
         let is_group = dst.0[0] & 1 != 0;
         if !is_group {
@@ -1362,6 +1420,10 @@ impl Model {
                 if filtering && !self.is_member(e.port, class.vid) {
                     return self.drop_on(in_id, DropReason::EgressNotMember);
                 }
+                // R-STP: the egress port must forward in the VLAN (counted on it).
+                if self.port(e.port).stp_state(class.vid) != StpState::Forwarding {
+                    return self.drop_on(e.port, DropReason::StpDiscarding);
+                }
                 let ep = self.port(e.port);
                 if !ep.settings.up {
                     return self.drop_on(in_id, DropReason::EgressDown);
@@ -1392,6 +1454,7 @@ impl Model {
                     s.flood
                 };
                 (!filtering || ep.vlans.contains_key(&class.vid))
+                    && ep.stp_state(class.vid) == StpState::Forwarding
                     && flag
                     && s.up
                     && (p != in_id || inp.settings.hairpin)

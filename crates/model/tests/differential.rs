@@ -9,6 +9,7 @@
 //! The generated space covers `ageing_time 0`, idle times exactly at `ageing_time`, ports going
 //! down and up during a run, `fdb add|del` in unconfigured VLANs and into full tables: the
 //! divergences once found there are fixed, and `divergences.rs` keeps their minimal cases.
+//! Bridges have spanning tree on or off, and ports get random STP states over random VIDs.
 
 mod common;
 
@@ -63,9 +64,20 @@ fn bridge_settings(small_tables: bool) -> impl Strategy<Value = BridgeSettings> 
         prop_oneof![2 => Just(0u16), 1 => any::<u16>().prop_map(|m| m & !7)],
         prop_oneof![3 => Just(1u32 << 21), 1 => max_entries],
         prop::bool::weighted(0.25),
+        prop::bool::weighted(0.3),
     )
         .prop_map(
-            |(filtering, ad, default_pvid, ageing_s, max_learned, mask, max_entries, inner)| {
+            |(
+                filtering,
+                ad,
+                default_pvid,
+                ageing_s,
+                max_learned,
+                mask,
+                max_entries,
+                inner,
+                stp,
+            )| {
                 BridgeSettings {
                     vlan_filtering: filtering,
                     vlan_protocol: if ad {
@@ -79,6 +91,7 @@ fn bridge_settings(small_tables: bool) -> impl Strategy<Value = BridgeSettings> 
                     group_fwd_mask: mask,
                     fdb_max_entries: max_entries,
                     learn_inner_vid: inner,
+                    stp,
                 }
             },
         )
@@ -344,6 +357,24 @@ fn vlan_mode_op(nports: usize) -> impl Strategy<Value = Op> {
         })
 }
 
+/// Spanning-tree port states over random VID ranges, Forwarding most often (ports of a
+/// bridge with `stp` start Discarding), sometimes over every VID (what a VLAN-unaware bridge's
+/// VID 0 follows). Refused alike on a bridge with `stp` off or a port in no bridge.
+fn stp_op(nports: usize) -> impl Strategy<Value = Op> {
+    use qbridge_bridge::StpState as St;
+    (
+        0..nports,
+        prop_oneof![3 => (vid(), 0u32..4).prop_map(|(s, n)| (s, (s + n).min(NVID))), 1 => Just((1u32, 4094u32))],
+        prop_oneof![4 => Just(St::Forwarding), 1 => Just(St::Learning), 1 => Just(St::Discarding)],
+    )
+        .prop_map(|(port, (start, end), state)| Op::Stp {
+            port,
+            start,
+            end,
+            state,
+        })
+}
+
 /// Private-VLAN roles over the scenario's VIDs (two communities, so that both "same" and
 /// "other" communities occur).
 fn pvlan_op(nports: usize) -> impl Strategy<Value = Op> {
@@ -542,6 +573,7 @@ fn run_op(nbridges: usize, nports: usize, ports: Vec<PortSettings>) -> impl Stra
         2 => vlan_op(nports),
         1 => vlan_mode_op(nports),
         1 => pvlan_op(nports),
+        3 => stp_op(nports),
         1 => vlan_map_op(nports),
         1 => cvid_map_op(nports),
         1 => tag_map_op(nports),
@@ -598,7 +630,7 @@ fn scenario(small_tables: bool) -> impl Strategy<Value = Scenario> {
                 .collect();
             let settings: Vec<PortSettings> = ports.iter().map(|p| p.settings.clone()).collect();
             let setup = prop::collection::vec(
-                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np), 2 => fdb_inner(np), 2 => mirror_op(np)],
+                prop_oneof![4 => vlan_op(np), 1 => vlan_mode_op(np), 2 => pvlan_op(np), 2 => vlan_map_op(np), 2 => cvid_map_op(np), 2 => tag_map_op(np), 2 => vlan_limit_op(np), 2 => fdb_add(np), 2 => fdb_inner(np), 2 => mirror_op(np), 4 => stp_op(np)],
                 0..=np * 3,
             );
             let run = prop::collection::vec(run_op(nb, np, settings), 1..=40);

@@ -142,6 +142,13 @@ pub enum Op {
         cvid: u16,
         to: Option<(u16, Option<u16>)>,
     },
+    /// Spanning-tree state of port P in VIDs S-E (§STP; no command yet).
+    Stp {
+        port: usize,
+        start: u32,
+        end: u32,
+        state: qbridge_bridge::StpState,
+    },
     /// `vlan set dev P vid S-E pvlan …` (§J).
     Pvlan {
         port: usize,
@@ -405,6 +412,18 @@ impl Pair {
                 let a = self.sw.set_pvlan(pid(port), start, end, role);
                 let b = self.model.set_pvlan(port as u16, start, end, role);
                 self.same_outcome("pvlan", a, b)?;
+            }
+            &Op::Stp {
+                port,
+                start,
+                end,
+                state,
+            } => {
+                let a = self
+                    .sw
+                    .set_stp_state_ranges(pid(port), &[(start, end)], state);
+                let b = self.model.set_stp_state(port as u16, start, end, state);
+                self.same_outcome("stp state", a, b)?;
             }
             Op::VlanMode { port, mode } => {
                 let a = self.sw.set_vlan_mode(pid(*port), mode.clone());
