@@ -3,8 +3,9 @@
 //! Every frame the core does not forward is counted under exactly one [`DropReason`], on the
 //! port where the decision was made: whole-frame decisions (including `EgressNotMember`,
 //! `EgressDown`, `Isolated`, `SamePort`, `Local`, `NoDestination`) on the receiving port; the
-//! per-copy egress checks (`Oversize` after a tag push, `EgressCvlanNotAllowed`) on the port the
-//! copy was meant for;
+//! per-copy egress checks (`Oversize` after a tag push, `EgressCvlanNotAllowed`) and known
+//! unicast to a port not Forwarding in the VLAN (`StpDiscarding`) on the port the copy was
+//! meant for;
 //! `TxQueueFull` and `TxError` by the I/O layer on the transmitting port (also for frames it could
 //! not segment or checksum in software).
 
