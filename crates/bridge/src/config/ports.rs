@@ -214,6 +214,7 @@ impl Switch {
             tag2: None,
             stp: None,
             tx_member: VlanSet::default(),
+            sends: false,
             plain: false,
         }));
         Ok(PortId(idx as u16))

@@ -792,11 +792,11 @@ fn unicast<'a>(
     let Some(Some(ep)) = ports.get(e) else {
         return drop_port(c, DropReason::EgressDown);
     };
-    if !ep.tx_member.contains(m.vid) {
-        return egress_filter_drop(c, wi, ep, m.vid);
+    if m.filtering && !ep.member.contains(m.vid) {
+        return drop_port(c, DropReason::EgressNotMember);
     }
-    if !ep.running {
-        return drop_port(c, DropReason::EgressDown);
+    if !ep.sends && !sends_in(c, wi, ep, m.vid) {
+        return None;
     }
     if inp.settings.isolated && ep.settings.isolated {
         return drop_port(c, DropReason::Isolated);
@@ -826,8 +826,26 @@ fn unicast_vid<'a>(
     Some(ep)
 }
 
-/// Known unicast to port `ep`, which does not send in `vid` ([`PortRecord::tx_member`]): not
-/// a member (`egress_not_member`, counted on the ingress port's `c`), or not Forwarding in
+/// Known unicast to port `ep` when it is not [`PortRecord::sends`] (the egress-down test,
+/// which also covers the spanning-tree state): not Forwarding in `vid` (`stp_discarding`,
+/// counted on the egress port), or not running (`egress_down`, counted on the ingress port's
+/// `c`). Whether the frame may go on.
+#[cold]
+#[inline(never)]
+fn sends_in(c: &PortCells, wi: usize, ep: &PortRecord, vid: u16) -> bool {
+    if ep.stp.as_ref().is_some_and(|s| !s.fwd.contains(vid)) {
+        ep.counters.writer(wi).drop(DropReason::StpDiscarding);
+        return false;
+    }
+    if !ep.running {
+        c.drop(DropReason::EgressDown);
+        return false;
+    }
+    true
+}
+
+/// [`unicast_vid`]'s egress filter, for port `ep`, which does not send in `vid`
+/// ([`PortRecord::tx_member`]): not a member (`egress_not_member`, counted on the ingress port's `c`), or not Forwarding in
 /// it (`stp_discarding`, counted on the egress port). Returns `None` (dropped).
 #[cold]
 #[inline(never)]

@@ -99,10 +99,12 @@ impl Records {
             if let Some(stp) = &p.stp {
                 tx_member.retain(&stp.fwd);
             }
-            if p.plain != plain || p.tx_member != tx_member {
+            let sends = p.running && p.stp.is_none();
+            if p.plain != plain || p.tx_member != tx_member || p.sends != sends {
                 let p = Arc::make_mut(p);
                 p.plain = plain;
                 p.tx_member = tx_member;
+                p.sends = sends;
             }
         }
         let p = Arc::new(Plan {

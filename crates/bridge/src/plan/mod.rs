@@ -124,8 +124,11 @@ pub(crate) struct PortRecord {
     pub stp: Option<Arc<StpSets>>,
     /// Compiled (at publish): the VIDs known unicast may leave this port in: its members (and
     /// VID 0, a VLAN-unaware bridge's) that it forwards in (spanning tree). The egress filter
-    /// is one test of it.
+    /// of the route memory (the same port in another VID) is one test of it.
     pub tx_member: VlanSet,
+    /// Compiled (at publish): running, with no spanning-tree state: known unicast to it needs
+    /// neither check (one test for both).
+    pub sends: bool,
     /// Compiled ([`Switch::plan`](crate::Switch::plan), from the fields above): frames entering
     /// this port need none of the provider features of its ingress (no tunnel, no `cvlans`,
     /// `pcp_mode` keep with default PCP 0, no VLAN map in, no selective Q-in-Q, not locked, no
