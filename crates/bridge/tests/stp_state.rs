@@ -5,9 +5,7 @@
 mod common;
 
 use common::{frame, mac, nothing, only, Rig};
-use qbridge_bridge::{
-    BridgeSettings, ConfigError, DropReason, FdbKind, PortId, StpState, VlanProtocol, VlanSet,
-};
+use qbridge_bridge::{BridgeSettings, ConfigError, DropReason, FdbKind, PortId, StpState, VlanSet};
 use qbridge_wire::MacAddr;
 
 const Q: u16 = 0x8100;
@@ -248,5 +246,4 @@ fn errors_change_nothing() {
     assert_eq!(r.sw.stp_state(a, 5), StpState::Learning);
     assert_eq!(r.sw.stp_state(a, 100), StpState::Learning);
     assert_eq!(r.sw.stp_state(a, 11), StpState::Discarding);
-    let _ = VlanProtocol::Dot1Q;
 }
