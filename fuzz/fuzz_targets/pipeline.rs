@@ -50,6 +50,8 @@ fuzz_target!(|data: &[u8]| {
         // 0 (hub: nothing learned) or 1-4 s: the range the bridge accepts, short enough to age.
         ageing_time_ns: (b.u8() % 5) as u64 * 1_000_000_000,
         learn_inner_vid: flags & 4 != 0,
+        // Spanning tree on: every port starts Discarding (the `stp_discarding` drops).
+        stp: flags & 8 != 0,
     };
     let mut sw = Switch::new();
     let br = sw.add_bridge("br0", settings).expect("valid settings");
