@@ -23,6 +23,8 @@ pub enum Command {
     Help(Option<Object>),
     /// `mirror …`: port mirroring sessions.
     Mirror(MirrorCommand),
+    /// `stp …`: the spanning tree of bridges with `stp_state 1`.
+    Stp(StpCommand),
 }
 
 /// The objects of the grammar.
@@ -32,6 +34,7 @@ pub enum Object {
     Vlan,
     Fdb,
     Mirror,
+    Stp,
 }
 
 impl Object {
@@ -41,6 +44,7 @@ impl Object {
             Object::Vlan => "vlan",
             Object::Fdb => "fdb",
             Object::Mirror => "mirror",
+            Object::Stp => "stp",
         }
     }
 }
@@ -207,6 +211,93 @@ pub struct BridgeOptions {
     pub fdb_max_entries: Option<u32>,
     /// qbridge's: learn per (VID, inner C-VID).
     pub learn_inner_vid: Option<bool>,
+    /// `stp_state 0|1`: the spanning tree on or off.
+    pub stp_state: Option<bool>,
+    /// The spanning tree's parameters (kept while `stp_state` is 0 too).
+    pub stp: StpBridgeOptions,
+}
+
+/// Spanning-tree parameters of `link add|set … type bridge` (802.1D-2004 17.13, 802.1Q
+/// 13.26): times in seconds; the ranges are checked when parsed, the timer relation of
+/// 17.14 when executed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StpBridgeOptions {
+    /// `stp_mode stp|rstp|mstp`.
+    pub mode: Option<qbridge_stp::Mode>,
+    /// `priority N`: a multiple of 4096 up to 61440.
+    pub priority: Option<u16>,
+    pub hello_time: Option<u16>,
+    pub max_age: Option<u16>,
+    pub forward_delay: Option<u16>,
+    pub tx_hold_count: Option<u16>,
+    pub max_hops: Option<u8>,
+    /// `mst_name NAME` (up to 32 bytes).
+    pub mst_name: Option<String>,
+    pub mst_revision: Option<u16>,
+}
+
+impl StpBridgeOptions {
+    pub fn is_empty(&self) -> bool {
+        *self == StpBridgeOptions::default()
+    }
+}
+
+/// Spanning-tree options of `link set dev PORT` (bridge-link(8)'s `cost`, `priority`,
+/// `guard`, `root_block`; mstpctl's edge, point-to-point, BPDU filter; loop guard).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StpPortOptions {
+    /// `cost N|auto`.
+    pub cost: Option<qbridge_stp::Cost>,
+    /// `priority N`: a multiple of 16 up to 240.
+    pub priority: Option<u16>,
+    /// `guard on|off`: BPDU guard.
+    pub guard: Option<bool>,
+    /// `root_block on|off`: root guard.
+    pub root_block: Option<bool>,
+    pub bpdu_filter: Option<bool>,
+    pub loop_guard: Option<bool>,
+    /// `edge on|off`: admin edge.
+    pub edge: Option<bool>,
+    pub auto_edge: Option<bool>,
+    /// `p2p yes|no|auto`.
+    pub p2p: Option<qbridge_stp::PointToPoint>,
+}
+
+impl StpPortOptions {
+    pub fn is_empty(&self) -> bool {
+        *self == StpPortOptions::default()
+    }
+
+    /// `self` with what `o` gives on top.
+    pub fn merged(&self, o: &StpPortOptions) -> StpPortOptions {
+        StpPortOptions {
+            cost: o.cost.or(self.cost),
+            priority: o.priority.or(self.priority),
+            guard: o.guard.or(self.guard),
+            root_block: o.root_block.or(self.root_block),
+            bpdu_filter: o.bpdu_filter.or(self.bpdu_filter),
+            loop_guard: o.loop_guard.or(self.loop_guard),
+            edge: o.edge.or(self.edge),
+            auto_edge: o.auto_edge.or(self.auto_edge),
+            p2p: o.p2p.or(self.p2p),
+        }
+    }
+}
+
+/// `stp …`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StpCommand {
+    /// `stp show [dev BR]`
+    Show { dev: Option<String> },
+    /// `stp msti set dev BR vid V[-V2] msti M` (iproute2: `bridge vlan global set … msti M`):
+    /// the region's VID to MSTI table; MSTI 0 is the CIST.
+    MstiMap {
+        dev: String,
+        vids: VidRange,
+        msti: u16,
+    },
+    /// `stp msti priority dev BR msti M priority P`: the bridge's priority in an MSTI.
+    MstiPriority { dev: String, msti: u16, priority: u16 },
 }
 
 /// `master BR` or `nomaster`.
@@ -250,6 +341,8 @@ pub struct PortOptions {
     /// `locked on|off`, `mab on|off` (Linux's port security).
     pub locked: Option<bool>,
     pub mab: Option<bool>,
+    /// Spanning-tree port options.
+    pub stp: StpPortOptions,
 }
 
 impl PortOptions {

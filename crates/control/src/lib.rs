@@ -47,7 +47,8 @@ pub mod words;
 
 pub use command::{
     BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, MirrorCommand, Object,
-    OutputOptions, PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
+    OutputOptions, PortOptions, PortSpec, StpBridgeOptions, StpCommand, StpPortOptions, VidRange,
+    VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

@@ -130,17 +130,19 @@ pub enum MonitorObject {
     Fdb,
     Vlan,
     Mirror,
+    Stp,
 }
 
 impl MonitorObject {
-    pub const ALL: [MonitorObject; 4] = [
+    pub const ALL: [MonitorObject; 5] = [
         MonitorObject::Link,
         MonitorObject::Fdb,
         MonitorObject::Vlan,
         MonitorObject::Mirror,
+        MonitorObject::Stp,
     ];
 
-    /// `link`, `fdb`, `vlan`, `mirror`; `all` is every one.
+    /// `link`, `fdb`, `vlan`, `mirror`, `stp`; `all` is every one.
     pub fn parse_words(words: &[String]) -> Result<Vec<MonitorObject>, String> {
         if words.is_empty() {
             return Ok(MonitorObject::ALL.to_vec());
@@ -152,10 +154,12 @@ impl MonitorObject {
                 "fdb" => v.push(MonitorObject::Fdb),
                 "vlan" => v.push(MonitorObject::Vlan),
                 "mirror" => v.push(MonitorObject::Mirror),
+                "stp" => v.push(MonitorObject::Stp),
                 "all" => v.extend(MonitorObject::ALL),
                 _ => {
                     return Err(format!(
-                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan, mirror or all)"
+                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan, mirror, stp \
+                         or all)"
                     ))
                 }
             }

@@ -6,6 +6,9 @@ use crate::command::Object;
 const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_protocol 802.1Q|802.1ad]
            [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
            [group_fwd_mask N] [fdb_max_entries N] [learn_inner_vid on|off]
+           [stp_state 0|1] [stp_mode stp|rstp|mstp] [priority N] [hello_time S]
+           [max_age S] [forward_delay S] [tx_hold_count N] [max_hops N]
+           [mst_name NAME] [mst_revision N]        (spanning tree; times in seconds)
   link set dev BR type bridge [same options as link add]
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
@@ -23,6 +26,9 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
            [tag V] [trunks LIST] [cvlans LIST]      (LIST: 10,20-30; cvlans may hold 0)
   link set dev NAME pcp_mode keep|copy|fixed N|map FROM:TO,… [default_pcp N]
   link set dev NAME locked on|off [mab on|off]      (port security, as Linux's bridge)
+  link set dev NAME [cost N|auto] [priority N] [guard on|off] [root_block on|off]
+           [bpdu_filter on|off] [loop_guard on|off] [edge on|off] [auto_edge on|off]
+           [p2p yes|no|auto]    (spanning tree: guard = BPDU guard, root_block = root guard)
   link del dev NAME
   link show [dev NAME]
 ";
@@ -56,9 +62,14 @@ const MIRROR: &str =
   mirror show [NAME]       (-s: copies sent and dropped; -j: JSON)
 ";
 
+const STP: &str = "  stp show [dev BR]        (root, roles, states, BPDU counters, topology changes; -j)
+  stp msti set dev BR vid V[-V2] msti M        (MSTP region: the VLANs of MSTI M; 0: CIST)
+  stp msti priority dev BR msti M priority P   (the bridge's priority in MSTI M)
+";
+
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
-  monitor [link|fdb|vlan|mirror|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
+  monitor [link|fdb|vlan|mirror|stp|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
 ";
 
 const NOTES: &str = "\
@@ -75,13 +86,14 @@ fn commands_of(o: Object) -> &'static str {
         Object::Vlan => VLAN,
         Object::Fdb => FDB,
         Object::Mirror => MIRROR,
+        Object::Stp => STP,
     }
 }
 
 /// Every object's commands and the notes on `dev` and abbreviations (the body of
 /// `qbridge --help`).
 pub fn commands() -> String {
-    format!("{LINK}{VLAN}{FDB}{MIRROR}{SHOW}{NOTES}")
+    format!("{LINK}{VLAN}{FDB}{MIRROR}{STP}{SHOW}{NOTES}")
 }
 
 /// `qbridge OBJECT help`.
@@ -98,7 +110,7 @@ pub fn object(o: Object) -> String {
 pub fn all() -> String {
     format!(
         "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
-         fdb | mirror | show | monitor | help }}\n{}",
+         fdb | mirror | stp | show | monitor | help }}\n{}",
         commands()
     )
 }

@@ -118,6 +118,7 @@ pub const OBJECTS: &[Kw] = &[
     kw("help", 1),
     exact("show"),
     kw("mirror", 2),
+    kw("stp", 2),
 ];
 
 /// `link` commands: ip/iplink.c `do_iplink` (add, set, change, replace, delete, show, lst,
@@ -205,6 +206,19 @@ pub const BRIDGE_OPTIONS: &[Kw] = &[
     kw("group_fwd_mask", 1),
     exact("fdb_max_entries"),
     exact("learn_inner_vid"),
+    // ip/iplink_bridge.c: stp_state, priority, hello_time, max_age, forward_delay by matches
+    // (taken whole here: qbridge takes seconds where iproute2 takes centiseconds); the rest
+    // is qbridge's (mstpctl's settings).
+    exact("stp_state"),
+    exact("stp_mode"),
+    exact("priority"),
+    exact("hello_time"),
+    exact("max_age"),
+    exact("forward_delay"),
+    exact("tx_hold_count"),
+    exact("max_hops"),
+    exact("mst_name"),
+    exact("mst_revision"),
 ];
 
 /// Options of `link set dev PORT`: ip/iplink.c `iplink_parse` (master, nomaster, address by
@@ -240,6 +254,17 @@ pub const PORT_OPTIONS: &[Kw] = &[
     // bridge/link.c `bridge link set`: locked and mab by strcmp.
     exact("locked"),
     exact("mab"),
+    // bridge/link.c: cost, priority, guard, root_block; mstpctl: edge, auto_edge, p2p,
+    // bpdu_filter; loop_guard is qbridge's.
+    exact("cost"),
+    exact("priority"),
+    exact("guard"),
+    exact("root_block"),
+    exact("bpdu_filter"),
+    exact("loop_guard"),
+    exact("edge"),
+    exact("auto_edge"),
+    exact("p2p"),
 ];
 
 /// `… type vlan` options: ip/iplink_vlan.c `vlan_parse_opt` (protocol, id by matches) and
@@ -322,7 +347,19 @@ pub const FDB_FLUSH_UNSUPPORTED: &[&str] = &[
 
 /// Objects `help OBJECT` names: the objects with commands (qbridge's own `mirror` needs
 /// `mi`: iproute2's `bridge m` is `mdb`).
-pub const HELP_OBJECTS: &[Kw] = &[kw("link", 1), kw("vlan", 1), kw("fdb", 1), kw("mirror", 2)];
+pub const HELP_OBJECTS: &[Kw] = &[
+    kw("link", 1),
+    kw("vlan", 1),
+    kw("fdb", 1),
+    kw("mirror", 2),
+    kw("stp", 2),
+];
+
+/// `stp` commands (qbridge's own object, in the manner of mstpctl's show words).
+pub const STP_COMMANDS: &[Kw] = &[kw("show", 1), kw("msti", 1), kw("help", 1)];
+
+/// `stp msti set|priority` keywords.
+pub const STP_MSTI: &[Kw] = &[exact("dev"), exact("vid"), exact("msti"), exact("priority")];
 
 /// `mirror` commands (qbridge's own object, in the manner of `bridge vlan`'s: `s` is show).
 pub const MIRROR_COMMANDS: &[Kw] = &[

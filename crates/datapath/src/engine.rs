@@ -30,12 +30,13 @@ mod learn_watch;
 mod link;
 mod ports;
 mod rx_filter;
+mod stp;
 
 use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors};
 use crate::queue::Opened;
 use crate::reaper::Reaper;
-use crate::shared::{Ctl, Handle};
+use crate::shared::{Ctl, Handle, PuntGate};
 use crate::worker::{QueueEntry, ToWorker, Worker};
 use ports::Slot;
 use qbridge_bridge::Plan;
@@ -117,6 +118,8 @@ pub struct Engine {
     mirror_dirty: bool,
     /// Threads that close the queues the workers lose (`crate::reaper`).
     reaper: Reaper,
+    /// The bound on BPDUs in flight from the workers ([`Ctl::Bpdu`]).
+    punt: Arc<PuntGate>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -138,6 +141,7 @@ impl Engine {
         let plan = session.switch_mut().plan();
         let n = session.switch().workers();
         let reaper = Reaper::start().map_err(|e| io_err("cannot start a reaper thread", e))?;
+        let punt = Arc::new(PuntGate::default());
         let mut workers = Vec::with_capacity(n);
         for index in 0..n {
             let wake = Arc::new(
@@ -153,6 +157,7 @@ impl Engine {
                 tx.clone(),
                 epoch,
                 reaper.handle(),
+                punt.clone(),
             )
             .map_err(|e| io_err("epoll", e))?;
             let thread = std::thread::Builder::new()
@@ -187,6 +192,7 @@ impl Engine {
             mirror_closing: Vec::new(),
             mirror_dirty: false,
             reaper,
+            punt,
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -245,9 +251,14 @@ impl Engine {
                         .map(|_| (token & 0xffff) as u16);
                     if let Some(id) = id {
                         self.link_down(id, &error);
+                        self.stp_sync();
                         self.publish();
                         self.monitors.notify(&self.session);
                     }
+                }
+                Ok(Ctl::Bpdu { port, frame }) => {
+                    self.stp_bpdu(port, &frame);
+                    self.publish();
                 }
                 Ok(Ctl::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                     self.stop_workers();
@@ -264,6 +275,7 @@ impl Engine {
                     tracing::debug!("aged out {aged} FDB entries");
                 }
                 self.link_watch();
+                self.stp_tick();
                 self.retry_state();
                 self.flap_watch(now);
                 self.mac_limit_watch(now);
@@ -413,6 +425,7 @@ impl Engine {
             change_line = None;
         }
         let mut resp = self.commit(r, before);
+        self.stp_sync();
         self.publish();
         if resp.ok {
             self.save_state(&mut resp, change_line.as_deref());
@@ -580,6 +593,7 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Fdb(FdbCommand::Show { .. })
             | Command::Vlan(VlanCommand::MapShow { .. })
             | Command::Mirror(MirrorCommand::Show { .. })
+            | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig
     )
 }

@@ -142,6 +142,7 @@ fn object_name(o: MonitorObject) -> &'static str {
         MonitorObject::Fdb => "fdb",
         MonitorObject::Vlan => "vlan",
         MonitorObject::Mirror => "mirror",
+        MonitorObject::Stp => "stp",
     }
 }
 
@@ -508,6 +509,23 @@ impl Monitors {
         if objects.contains(&MonitorObject::Fdb) {
             self.fdb_baseline(session.switch());
         }
+    }
+
+    /// A spanning-tree event of bridge `bridge` (`text`: it in words), to the monitors that
+    /// watch `stp`: events, not a state to diff.
+    pub(crate) fn stp_event(&mut self, bridge: &str, text: &str, ev: &qbridge_stp::Event) {
+        let mut json = serde_json::to_value(ev).unwrap_or_default();
+        if let Some(o) = json.as_object_mut() {
+            o.insert("bridge".into(), json!(bridge));
+        }
+        let e = Event {
+            object: MonitorObject::Stp,
+            deleted: false,
+            text: text.to_string(),
+            json,
+        };
+        self.list
+            .retain_mut(|m| !m.objects.contains(&MonitorObject::Stp) || m.send(&e));
     }
 
     /// Tells every monitor what changed since the last call.

@@ -37,7 +37,46 @@ pub enum Ctl {
         token: u64,
         error: String,
     },
+    /// A BPDU port `port` received, for its bridge's spanning tree (the frame path's trap,
+    /// `qbridge_bridge::Outputs::punt`). Bounded by [`PuntGate`].
+    Bpdu {
+        port: u16,
+        frame: Vec<u8>,
+    },
     Shutdown,
+}
+
+/// Most trapped frames on their way from the workers to the control thread; beyond it a
+/// worker drops the copy and counts it in [`PuntGate::dropped`] (a BPDU storm must not grow
+/// the control channel without bound).
+pub(crate) const PUNT_MAX_IN_FLIGHT: usize = 1024;
+
+/// The bound on trapped frames in flight ([`Ctl::Bpdu`]), shared by the workers and the
+/// control thread.
+#[derive(Debug, Default)]
+pub(crate) struct PuntGate {
+    pub in_flight: std::sync::atomic::AtomicUsize,
+    /// Copies dropped because [`PUNT_MAX_IN_FLIGHT`] were in flight.
+    pub dropped: AtomicU64,
+}
+
+impl PuntGate {
+    /// Takes a place for one frame; false when the gate is full (counted).
+    pub fn enter(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.in_flight.fetch_add(1, Relaxed) >= PUNT_MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Relaxed);
+            self.dropped.fetch_add(1, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Gives a place back (the control thread took the frame).
+    pub fn leave(&self) {
+        self.in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The other threads' way in.

@@ -35,7 +35,7 @@
 use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
-use crate::shared::{Ctl, PortShared};
+use crate::shared::{Ctl, PortShared, PuntGate};
 use crate::transmit::{transmit, TransmitReport, TransmitScratch};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
@@ -93,6 +93,9 @@ pub(crate) enum ToWorker {
     },
     /// Once a second: every queue's [`Port::tick`](qbridge_io::Port::tick).
     Tick,
+    /// Send `frame` out of port `port` as it is (a BPDU of the spanning tree): no forwarding
+    /// state applies. Sent to worker 0, which holds queue 0 of every port.
+    Inject { port: u16, frame: Vec<u8> },
     /// Close every queue and end the thread.
     Stop,
 }
@@ -130,6 +133,8 @@ pub(crate) struct Worker {
     sinks: Sinks,
     /// Where queues the worker loses are closed, off its loop (`crate::reaper`).
     reaper: ReaperHandle,
+    /// The bound on trapped BPDUs in flight to the control thread.
+    punt: Arc<PuntGate>,
 }
 
 impl Worker {
@@ -141,6 +146,7 @@ impl Worker {
         control: mpsc::Sender<Ctl>,
         epoch: Instant,
         reaper: ReaperHandle,
+        punt: Arc<PuntGate>,
     ) -> Result<Worker, rustix::io::Errno> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -165,6 +171,7 @@ impl Worker {
             epoch,
             sinks: Arc::from(Vec::new()),
             reaper,
+            punt,
         })
     }
 
@@ -250,6 +257,7 @@ impl Worker {
                         let _ = done.send(());
                     }
                     Ok(ToWorker::Tick) => self.tick(),
+                    Ok(ToWorker::Inject { port, frame }) => self.inject(port, &frame),
                     Ok(ToWorker::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
                         self.close_all();
                         return;
@@ -401,11 +409,44 @@ impl Worker {
         if !self.outputs.mirror_sinks.is_empty() {
             write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);
         }
+        if !self.outputs.punt.is_empty() {
+            self.punt();
+        }
         for j in 0..self.outputs.ports.len() {
             if !self.outputs.ports[j].is_empty() {
                 self.tx_port(j);
             }
         }
+    }
+
+    /// Hands the trapped BPDUs of the last batch to the control thread (at most
+    /// [`crate::shared::PUNT_MAX_IN_FLIGHT`] in flight; beyond, counted and dropped).
+    #[cold]
+    #[inline(never)]
+    fn punt(&mut self) {
+        for pkt in self.outputs.punt.pkts.drain(..) {
+            if self.punt.enter() {
+                let msg = Ctl::Bpdu {
+                    port: pkt.port,
+                    frame: pkt.frame().to_vec(),
+                };
+                if self.control.send(msg).is_err() {
+                    self.punt.leave();
+                }
+            }
+            self.outputs.pool.put(pkt);
+        }
+    }
+
+    /// Sends `frame` out of port `port` now, through the transmit stage of this worker's
+    /// queue of it (a BPDU: no forwarding state applies). A port this worker has no queue of
+    /// (gone since) drops it, counted `tx_error`.
+    fn inject(&mut self, port: u16, frame: &[u8]) {
+        let mut pkt = self.outputs.pool.get();
+        pkt.extend_from_slice(frame);
+        pkt.port = port;
+        self.outputs.batch_mut(PortId(port)).push(pkt);
+        self.tx_port(port as usize);
     }
 
     /// The transmit stage of port `j` on this worker's queue of it.

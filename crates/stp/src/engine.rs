@@ -18,7 +18,7 @@ use crate::select::Prs;
 use crate::types::{BridgeId, Mac, PortRole, PriorityVector, Times, TreeId};
 
 /// A bridge's spanning-tree protocol entity.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Stp {
     pub(crate) config: BridgeConfig,
     pub(crate) mac: Mac,

@@ -84,3 +84,23 @@ impl Switch {
         }
     }
 }
+
+impl Switch {
+    /// The spanning tree's flush (802.1D-2004 17.19.7 fdbFlush, 802.1Q 13.x per MSTI): removes
+    /// the dynamic (learned) entries of port `id` in the VIDs of `vids` (`None`: every VID,
+    /// and VID 0 of a VLAN-unaware bridge). Static and permanent entries stay. Returns the
+    /// number removed; 0 for a port in no bridge.
+    pub fn stp_flush(&mut self, id: PortId, vids: Option<&VlanSet>) -> usize {
+        let Some(b) = self.port(id).master else {
+            return 0;
+        };
+        let fdb = &self.bridge(BridgeId(b)).fdb;
+        let n = fdb.remove_where(|s| {
+            s.kind() == FdbKind::Dynamic
+                && s.port == id.0
+                && vids.is_none_or(|v| v.contains(fdb.key_vlan(s.key).0))
+        });
+        fdb.reclaim_inner();
+        n
+    }
+}

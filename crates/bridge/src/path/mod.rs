@@ -19,6 +19,7 @@ mod mirror;
 mod pipeline;
 mod rewrite;
 mod stack;
+mod trap;
 
 use crate::fdb::TableCache;
 use crate::plan::{Plan, PortId};
@@ -63,6 +64,10 @@ pub struct Outputs {
     /// Copies for the `dst pcap` mirror sessions, by sink index ([`Plan::mirror_sinks`]): the
     /// caller writes them to their files.
     pub mirror_sinks: Vec<Batch>,
+    /// Copies of the BPDUs received on spanning-tree ports (`trap.rs`), each with its
+    /// ingress port in `port`: the caller hands them to the control plane and gives the
+    /// buffers back to `pool`.
+    pub punt: Batch,
 }
 
 impl Default for Outputs {
@@ -77,6 +82,7 @@ impl Outputs {
             ports: Vec::new(),
             pool: BufPool::new(8192),
             mirror_sinks: Vec::new(),
+            punt: Batch::with_capacity(0),
         }
     }
 
@@ -141,6 +147,9 @@ impl Forwarder {
     /// own `Forwarder` and [`Outputs`].
     pub fn process(&mut self, plan: &Plan, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         let path = Path(plan);
+        if plan.trap_bpdu {
+            path.trap_bpdus(rx, out);
+        }
         match &plan.mirrors {
             Some(m) => path.process_mirrored(m, self, now_ns, rx, out),
             None => path.forward(self, now_ns, rx, out),

@@ -113,6 +113,7 @@ impl Records {
             unknown_port_drops: Some(unknown_port_drops.clone()),
             stacked: self.ports.iter().flatten().any(|p| p.role != Role::Device),
             mirrors,
+            trap_bpdu: self.ports.iter().flatten().any(|p| p.stp.is_some()),
         });
         self.plan = Some(p.clone());
         p

@@ -246,6 +246,9 @@ pub struct Plan {
     pub(crate) stacked: bool,
     /// Port mirroring sessions, compiled; `None` without any (`mirror`).
     pub(crate) mirrors: Option<Arc<mirror::Mirrors>>,
+    /// Some port has a spanning-tree state: BPDUs are copied to the control plane
+    /// (`path/trap.rs`).
+    pub(crate) trap_bpdu: bool,
 }
 
 impl Plan {

@@ -446,6 +446,10 @@ fn parse_bridge_options(w: &mut Words<'_>) -> Result<BridgeOptions, ControlError
                 let v = parse_on_off("learn_inner_vid", w.value(kw, ON_OFF)?)?;
                 set_once(&mut o.learn_inner_vid, kw, v)?;
             }
+            "stp_state" | "stp_mode" | "priority" | "hello_time" | "max_age" | "forward_delay"
+            | "tx_hold_count" | "max_hops" | "mst_name" | "mst_revision" => {
+                super::stp::bridge_option(kw, w, &mut o)?
+            }
             other => return Err(unexpected(other, BRIDGE_OPTIONS)),
         }
     }
@@ -554,6 +558,8 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
                 let v = parse_pcp(w.value(kw, "a PCP (0-7)")?)?;
                 set_once(&mut o.default_pcp, kw, v)?;
             }
+            "cost" | "priority" | "guard" | "root_block" | "bpdu_filter" | "loop_guard"
+            | "edge" | "auto_edge" | "p2p" => super::stp::port_option(kw, w, &mut o)?,
             other => return Err(unexpected(other, PORT_OPTIONS)),
         }
     }

@@ -24,6 +24,7 @@ use qbridge_wire::{MacAddr, Tpid};
 mod fdb;
 mod link;
 mod mirror;
+mod stp;
 #[cfg(test)]
 mod tests;
 mod vlan;
@@ -44,11 +45,14 @@ const RING_RANGE: &str = "64-1048576 frames";
 const MAX_XDP_QUEUES: u64 = 64;
 const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
-                              fdb_max_learned, group_fwd_mask, fdb_max_entries or learn_inner_vid";
+                              fdb_max_learned, group_fwd_mask, fdb_max_entries, learn_inner_vid, \
+                              stp_state, stp_mode, priority, hello_time, max_age, \
+                              forward_delay, tx_hold_count, max_hops, mst_name or mst_revision";
 const PORT_OPTIONS: &str = "master, nomaster, up, down, learning, flood, mcast_flood, \
                             bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
                             ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, \
-                            pcp_mode, default_pcp, locked or mab";
+                            pcp_mode, default_pcp, locked, mab, cost, priority, guard, \
+                            root_block, bpdu_filter, loop_guard, edge, auto_edge or p2p";
 const ON_OFF: &str = "on or off";
 const U32_RANGE: &str = "0-4294967295";
 
@@ -83,7 +87,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
     };
     let Some(word) = w.next() else {
         return Err(ControlError::MissingArgument {
-            what: "object (link, vlan, fdb or mirror)",
+            what: "object (link, vlan, fdb, mirror or stp)",
         });
     };
     let object = match lookup(word, words::OBJECTS) {
@@ -91,13 +95,14 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Lookup::Found("vlan") => Object::Vlan,
         Lookup::Found("fdb") => Object::Fdb,
         Lookup::Found("mirror") => Object::Mirror,
+        Lookup::Found("stp") => Object::Stp,
         Lookup::Found("show") => return parse_show(&mut w),
         Lookup::Found(_) => return parse_help(&mut w),
         Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
         Lookup::Unknown(near) => {
             return Err(ControlError::UnknownObject {
                 word: word.to_string(),
-                hint: hint(near, "link, vlan, fdb or mirror"),
+                hint: hint(near, "link, vlan, fdb, mirror or stp"),
             })
         }
     };
@@ -114,6 +119,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Object::Vlan => parse_vlan(&mut w).map(Command::Vlan),
         Object::Fdb => parse_fdb(&mut w).map(Command::Fdb),
         Object::Mirror => mirror::parse_mirror(&mut w).map(Command::Mirror),
+        Object::Stp => stp::parse_stp(&mut w).map(Command::Stp),
     }
 }
 
@@ -123,6 +129,7 @@ fn commands_of(object: Object) -> &'static [Kw] {
         Object::Vlan => words::VLAN_COMMANDS,
         Object::Fdb => words::FDB_COMMANDS,
         Object::Mirror => words::MIRROR_COMMANDS,
+        Object::Stp => words::STP_COMMANDS,
     }
 }
 
@@ -146,10 +153,11 @@ fn parse_help(w: &mut Words<'_>) -> Result<Command, ControlError> {
     let Some(word) = w.next() else {
         return Ok(Command::Help(None));
     };
-    let object = match keyword(word, words::HELP_OBJECTS, "link, vlan, fdb or mirror")? {
+    let object = match keyword(word, words::HELP_OBJECTS, "link, vlan, fdb, mirror or stp")? {
         "link" => Object::Link,
         "vlan" => Object::Vlan,
         "mirror" => Object::Mirror,
+        "stp" => Object::Stp,
         _ => Object::Fdb,
     };
     w.end("nothing after the object")?;

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use std::fmt::Write;
 
 pub mod link;
+pub mod stp;
 
 pub use link::links;
 

@@ -23,6 +23,9 @@ use qbridge_wire::MacAddr;
 use std::collections::BTreeMap;
 
 mod ports;
+mod stp;
+
+pub use stp::{SpanningTree, StpConf};
 
 /// The switch and the backend spec of each port.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +35,8 @@ pub struct Session {
     status: BTreeMap<String, BackendStatus>,
     /// `qbridge apply`: what exists already is not an error (see [`Session::apply_batch`]).
     may_exist: bool,
+    /// The spanning tree of each bridge with `stp_state 1` (`stp.rs`).
+    stp: SpanningTree,
 }
 
 impl Session {
@@ -131,15 +136,25 @@ impl Session {
 
     /// Executes one command; returns its output (empty for commands that change state).
     pub fn execute(&mut self, cmd: &Command, out: OutputOptions) -> Result<String, ControlError> {
-        match cmd {
+        let r = match cmd {
             Command::Link(c) => self.link(c, out),
             Command::Vlan(c) => self.vlan(c, out),
-            Command::Fdb(c) => self.fdb(c, out),
-            Command::ShowRunningConfig => Ok(self.running_config()),
-            Command::Help(Some(o)) => Ok(crate::usage::object(*o)),
-            Command::Help(None) => Ok(crate::usage::all()),
-            Command::Mirror(c) => crate::mirror::execute(&mut self.switch, self.may_exist, c, out),
+            Command::Fdb(c) => return self.fdb(c, out),
+            Command::ShowRunningConfig => return Ok(self.running_config()),
+            Command::Help(Some(o)) => return Ok(crate::usage::object(*o)),
+            Command::Help(None) => return Ok(crate::usage::all()),
+            Command::Mirror(c) => {
+                return crate::mirror::execute(&mut self.switch, self.may_exist, c, out)
+            }
+            Command::Stp(c) => self.stp_command(c, out),
+        };
+        // Ports, bridges, links and VLANs changed: the spanning trees follow.
+        if r.is_ok() && (self.stp.running() || self.switch.bridge_ids().any(|(b, _)| {
+            self.switch.bridge_settings(b).stp
+        })) {
+            self.stp.sync(&mut self.switch);
         }
+        r
     }
 
     fn link(&mut self, cmd: &LinkCommand, out: OutputOptions) -> Result<String, ControlError> {
@@ -150,17 +165,23 @@ impl Session {
                     Ok(id) => id,
                     Err(_) => return Err(self.exists_different(name, "a bridge")),
                 };
+                let conf = self.stp.merged(name, &opts.stp)?;
                 let settings = merge_bridge(sw.bridge_settings(id).clone(), opts);
                 sw.set_bridge(id, settings)?;
+                self.stp.set_conf(name, conf);
             }
             LinkCommand::AddBridge { name, opts } => {
+                let conf = self.stp.merged(name, &opts.stp)?;
                 let settings = merge_bridge(BridgeSettings::default(), opts);
                 sw.add_bridge(name, settings)?;
+                self.stp.set_conf(name, conf);
             }
             LinkCommand::SetBridge { dev, opts } => {
                 let id = sw.bridge_id(dev)?;
+                let conf = self.stp.merged(dev, &opts.stp)?;
                 let settings = merge_bridge(sw.bridge_settings(id).clone(), opts);
                 sw.set_bridge(id, settings)?;
+                self.stp.set_conf(dev, conf);
             }
             LinkCommand::AddPort {
                 name,
@@ -182,6 +203,9 @@ impl Session {
                     ));
                 }
                 let id = sw.port_id(dev)?;
+                if !opts.stp.is_empty() {
+                    return self.set_port_stp(dev, id, opts);
+                }
                 let master = match &opts.master {
                     Some(MasterChange::Set(br)) => Some(Some(sw.bridge_id(br)?)),
                     Some(MasterChange::Unset) => Some(None),
@@ -429,7 +453,9 @@ impl Session {
     /// The whole configuration as a batch file that recreates it on a fresh switch (see
     /// [`crate::running`]).
     pub fn running_config(&self) -> String {
-        crate::running::running_config(&self.switch, self)
+        let mut text = crate::running::running_config(&self.switch, self);
+        crate::running::stp_lines(&self.switch, &self.stp, &mut text);
+        text
     }
 
     /// Every counter of the switch and the ports' backends (see [`Snapshot::take`]).
@@ -549,6 +575,9 @@ fn merge_bridge(mut s: BridgeSettings, o: &BridgeOptions) -> BridgeSettings {
     }
     if let Some(v) = o.learn_inner_vid {
         s.learn_inner_vid = v;
+    }
+    if let Some(v) = o.stp_state {
+        s.stp = v;
     }
     s
 }

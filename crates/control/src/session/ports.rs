@@ -186,6 +186,13 @@ impl Session {
         if opts.master.is_some() {
             return Err(ControlError::HostPortMaster(dev.to_string()));
         }
+        if !opts.stp.is_empty() {
+            return Err(ControlError::Stp(format!(
+                "cost, priority, guard, root_block, bpdu_filter, loop_guard, edge, auto_edge and \
+                 p2p are for a bridge's ports; {dev} itself (its host port) takes no part in the \
+                 spanning tree"
+            )));
+        }
         let id = match self.switch.host_port(b) {
             Some(id) => {
                 let fixed_given = opts.ifname.is_some()

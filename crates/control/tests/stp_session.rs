@@ -1,0 +1,199 @@
+//! The spanning tree in the session, on a simulated clock: three sessions (three switches,
+//! one bridge each) wired in a triangle by handing each BPDU a session sends on a port to
+//! the session at the other end of that "wire" (`Session::stp_receive`), one second
+//! (`Session::stp_tick`) at a time. What is asserted is what the switch does with the
+//! protocol's answers: exactly one port of the triangle stops forwarding, on the bridge the
+//! standard says, the FDB is flushed on a topology change, the commands and `stp show` say
+//! the same, and the running configuration keeps it all.
+
+use qbridge_bridge::{PortId, StpState};
+use qbridge_control::{OutputOptions, Session};
+
+const TEXT: OutputOptions = OutputOptions {
+    json: false,
+    stats: false,
+    pretty: false,
+    compress_vlans: false,
+};
+const JSON: OutputOptions = OutputOptions {
+    json: true,
+    stats: false,
+    pretty: false,
+    compress_vlans: false,
+};
+
+/// A session with bridge br0 (`stp_state 1`, `priority`) and pcap ports `a`, `b` in it.
+fn bridge(priority: u32, mac_tail: u8) -> Session {
+    let mut s = Session::new();
+    let batch = format!(
+        "link add br0 type bridge vlan_filtering 1 priority {priority} forward_delay 4 max_age 6 hello_time 1\n\
+         link set dev br0 up address 02:00:00:00:00:{mac_tail:02x}\n\
+         link add a type pcap\nlink add b type pcap\n\
+         link set dev a master br0\nlink set dev b master br0\n\
+         link set dev br0 type bridge stp_state 1\n"
+    );
+    s.execute_batch(&batch, TEXT).unwrap();
+    s
+}
+
+/// (session, port name) at each end of a wire.
+type Wire = ((usize, &'static str), (usize, &'static str));
+
+/// Runs `secs` seconds: every BPDU sent on a wired port is received at the far end.
+fn run(net: &mut [Session], wires: &[Wire], secs: u32) {
+    for _ in 0..secs {
+        for s in net.iter_mut() {
+            s.stp_tick();
+        }
+        // Deliver until quiet (BPDUs answer BPDUs within a second).
+        for _ in 0..50 {
+            let mut any = false;
+            for i in 0..net.len() {
+                for (port, frame) in net[i].stp_take_bpdus() {
+                    let name = net[i].switch().port_name(port).unwrap().to_string();
+                    for &((x, xp), (y, yp)) in wires {
+                        let far = if (x, xp) == (i, name.as_str()) {
+                            Some((y, yp))
+                        } else if (y, yp) == (i, name.as_str()) {
+                            Some((x, xp))
+                        } else {
+                            None
+                        };
+                        if let Some((j, jp)) = far {
+                            let id = net[j].switch().port_id(jp).unwrap();
+                            assert!(net[j].stp_receive(id, &frame));
+                            any = true;
+                        }
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+}
+
+fn state(s: &Session, port: &str) -> StpState {
+    s.switch().stp_state(s.switch().port_id(port).unwrap(), 10)
+}
+
+fn triangle() -> (Vec<Session>, Vec<Wire>) {
+    // br0 of session 0 is root (priority 4096); session 2 has the worst priority, so its
+    // port towards session 1 (a designated port of 1) is the alternate that blocks.
+    let net = vec![bridge(4096, 1), bridge(8192, 2), bridge(32768, 3)];
+    let wires = vec![((0, "a"), (1, "a")), ((1, "b"), (2, "a")), ((2, "b"), (0, "b"))];
+    (net, wires)
+}
+
+#[test]
+fn triangle_blocks_exactly_one_port() {
+    let (mut net, wires) = triangle();
+    // Before the protocol speaks every port discards.
+    for s in &net {
+        assert_eq!(state(s, "a"), StpState::Discarding);
+        assert_eq!(state(s, "b"), StpState::Discarding);
+    }
+    run(&mut net, &wires, 20);
+    let states: Vec<(usize, &str, StpState)> = (0..3)
+        .flat_map(|i| ["a", "b"].map(|p| (i, p, state(&net[i], p))))
+        .collect();
+    let blocked: Vec<_> = states
+        .iter()
+        .filter(|(_, _, st)| *st != StpState::Forwarding)
+        .collect();
+    assert_eq!(blocked.len(), 1, "{states:?}");
+    // Session 2's port a (towards session 1, the worse path to the root) is the alternate.
+    assert_eq!((blocked[0].0, blocked[0].1), (2, "a"), "{states:?}");
+    // stp show says the same.
+    let text = net[2].execute_line("stp show dev br0", TEXT).unwrap();
+    assert!(text.contains("root 1000.020000000001 via b"), "{text}");
+    let line_a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+    assert!(line_a.contains("alternate") && line_a.contains("discarding"), "{text}");
+    let root = net[0].execute_line("stp show", JSON).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&root).unwrap();
+    assert_eq!(v[0]["root"], true, "{root}");
+    assert_eq!(v[0]["bridge_id"], "1000.020000000001", "{root}");
+    assert_eq!(v[0]["ports"][0]["role"], "designated", "{root}");
+}
+
+#[test]
+fn link_loss_unblocks_the_alternate_within_seconds() {
+    let (mut net, wires) = triangle();
+    run(&mut net, &wires, 20);
+    assert_eq!(state(&net[2], "a"), StpState::Discarding);
+    // The wire between session 2 and the root goes down at both ends.
+    for (i, p) in [(2, "b"), (0, "b")] {
+        let id: PortId = net[i].switch().port_id(p).unwrap();
+        net[i].switch_mut().set_link_state(id, false);
+        net[i].stp_sync();
+    }
+    let live: Vec<Wire> = wires[..2].to_vec();
+    // RSTP: the alternate becomes root port and forwards at once (no forward delay).
+    run(&mut net, &live, 1);
+    assert_eq!(state(&net[2], "a"), StpState::Forwarding);
+    assert_eq!(state(&net[2], "b"), StpState::Discarding);
+}
+
+#[test]
+fn options_validate_and_persist() {
+    let mut s = bridge(4096, 1);
+    // The timer relation of 802.1D-2004 17.14: max_age 6 with forward_delay 4 is fine, 7 is not.
+    let e = s
+        .execute_line("link set dev br0 type bridge max_age 7", TEXT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max age 7"), "{e}");
+    assert!(s
+        .execute_line("link set dev br0 type bridge priority 4097", TEXT)
+        .is_err());
+    assert!(s.execute_line("link set dev a priority 17", TEXT).is_err());
+    s.execute_line("link set dev a cost 100 priority 32 guard on p2p yes", TEXT)
+        .unwrap();
+    let e = s
+        .execute_line("link set dev br0 cost 5", TEXT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("host port"), "{e}");
+    s.execute_line("link add c type pcap", TEXT).unwrap();
+    let e = s
+        .execute_line("link set dev c cost 5", TEXT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("in no bridge"), "{e}");
+    s.execute_line("stp msti set dev br0 vid 10-20 msti 3", TEXT)
+        .unwrap();
+    let text = s.running_config();
+    for line in [
+        "link set dev br0 type bridge stp_mode rstp priority 4096 hello_time 1 max_age 6 forward_delay 4 tx_hold_count 6 max_hops 20",
+        "stp msti set dev br0 vid 10-20 msti 3",
+        "link set dev a cost 100 priority 32 guard on p2p yes",
+        "link set dev br0 type bridge stp_state 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    let mut fresh = Session::new();
+    fresh.execute_batch(&text, TEXT).unwrap();
+    assert_eq!(fresh.running_config(), text);
+    // stp_state 0: no engine, no port states; the configuration stays.
+    s.execute_line("link set dev br0 type bridge stp_state 0", TEXT)
+        .unwrap();
+    assert_eq!(state(&s, "a"), StpState::Forwarding);
+    assert!(s.execute_line("stp show dev br0", TEXT).is_err());
+    assert!(s.running_config().contains("link set dev a cost 100"));
+}
+
+#[test]
+fn bpdu_guard_shuts_an_edge_port() {
+    let (mut net, wires) = triangle();
+    net[1]
+        .execute_line("link set dev a edge on guard on", TEXT)
+        .unwrap();
+    run(&mut net, &wires, 4);
+    let text = net[1].execute_line("stp show dev br0 ", TEXT).unwrap();
+    let a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+    assert!(a.contains("disabled"), "{text}");
+    assert_ne!(state(&net[1], "a"), StpState::Forwarding);
+    let j = net[1].execute_line("stp show dev br0", JSON).unwrap();
+    assert!(j.contains("\"bpdu_guard_shut\""), "{j}");
+}
