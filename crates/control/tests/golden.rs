@@ -308,7 +308,7 @@ fn batch_errors_carry_line_numbers() {
     );
     assert_eq!(
         batch_err("bridge fdb show\n"),
-        "line 18: unknown object \"bridge\" (expected link, vlan, fdb or mirror)"
+        "line 18: unknown object \"bridge\" (expected link, vlan, fdb, mirror or stp)"
     );
     assert_eq!(
         batch_err("vlan show dev p1 extra\n"),

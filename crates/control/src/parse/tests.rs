@@ -265,7 +265,7 @@ fn error_messages_name_the_word() {
     );
     assert_eq!(
         err("route show"),
-        "unknown object \"route\" (expected link, vlan, fdb or mirror)"
+        "unknown object \"route\" (expected link, vlan, fdb, mirror or stp)"
     );
     // "learnin" abbreviates learning now (iproute2's matches()); a word that is no
     // keyword still lists them.
@@ -274,7 +274,8 @@ fn error_messages_name_the_word() {
         "unexpected \"frob\" (expected master, nomaster, up, down, learning, flood, \
          mcast_flood, bcast_flood, isolated, hairpin, mtu, envhdr, tpid, fdb_max_learned, \
          ifname, netns, address, index, vlan_mode, tag, trunks, cvlans, pcp_mode, \
-         default_pcp, locked or mab)"
+         default_pcp, locked, mab, cost, priority, guard, root_block, bpdu_filter, loop_guard, \
+         edge, auto_edge or p2p)"
     );
     assert_eq!(
         err("link set dev p1 flood maybe"),
