@@ -94,15 +94,22 @@ fn triangle_of_qbridge_daemons() {
     }
     let _g = serial();
     let mut lab = Lab::new("stp3");
-    let sw: Vec<String> = (1..=3).map(|i| lab.netns(&format!("s{i}")).unwrap()).collect();
+    let sw: Vec<String> = (1..=3)
+        .map(|i| lab.netns(&format!("s{i}")).unwrap())
+        .collect();
     // Ring: s1.rb - s2.ra, s2.rb - s3.ra, s3.rb - s1.ra.
     lab.veth(&sw[0], "rb", &sw[1], "ra").unwrap();
     lab.veth(&sw[1], "rb", &sw[2], "ra").unwrap();
     lab.veth(&sw[2], "rb", &sw[0], "ra").unwrap();
     let hosts: Vec<Host> = (0..3)
         .map(|i| {
-            lab.host(&format!("h{}", i + 1), &format!("10.9.0.{}/24", i + 1), &sw[i], "hv")
-                .unwrap()
+            lab.host(
+                &format!("h{}", i + 1),
+                &format!("10.9.0.{}/24", i + 1),
+                &sw[i],
+                "hv",
+            )
+            .unwrap()
         })
         .collect();
     let start = Instant::now();
@@ -125,13 +132,20 @@ fn triangle_of_qbridge_daemons() {
         start.elapsed().as_secs_f64()
     );
     let blocked: Vec<_> = ports.iter().filter(|p| p.3 == "discarding").collect();
-    assert_eq!((blocked[0].0, blocked[0].1.as_str()), (2, "r_a"), "{ports:?}");
+    assert_eq!(
+        (blocked[0].0, blocked[0].1.as_str()),
+        (2, "r_a"),
+        "{ports:?}"
+    );
     assert_eq!(blocked[0].2, "alternate", "{ports:?}");
     let s3 = ctls[2].cmd(&["stp", "show"]).unwrap();
     assert!(s3.contains("via r_b"), "{s3}");
 
     // Wait for the host ports (edge) and the FDBs, then: pings across the ring.
-    assert!(wait_until(Duration::from_secs(10), || ping_ok(&hosts[0], &hosts[2].ip)));
+    assert!(wait_until(Duration::from_secs(10), || ping_ok(
+        &hosts[0],
+        &hosts[2].ip
+    )));
     assert_ping(&hosts[0], &hosts[1], 20);
     assert_ping(&hosts[1], &hosts[2], 20);
 
@@ -159,11 +173,20 @@ fn triangle_of_qbridge_daemons() {
     assert!(r.received > 0 && r.transmitted >= 300, "{}", r.output);
     let after = ring_ports(&ctls);
     let s3_ra = after.iter().find(|p| p.0 == 2 && p.1 == "r_a").unwrap();
-    assert_eq!((s3_ra.2.as_str(), s3_ra.3.as_str()), ("root", "forwarding"), "{after:?}");
-    assert!(ping_ok(&hosts[0], &hosts[2].ip), "no path after the failover");
+    assert_eq!(
+        (s3_ra.2.as_str(), s3_ra.3.as_str()),
+        ("root", "forwarding"),
+        "{after:?}"
+    );
+    assert!(
+        ping_ok(&hosts[0], &hosts[2].ip),
+        "no path after the failover"
+    );
 
     // BPDU guard: h2's port (edge) hears a BPDU and is shut, and says so.
-    ctls[1].cmd(&["link", "set", "dev", "h", "guard", "on"]).unwrap();
+    ctls[1]
+        .cmd(&["link", "set", "dev", "h", "guard", "on"])
+        .unwrap();
     inject(&hosts[1].ns, "eth0", &[rst_bpdu(&hosts[1].mac)]).unwrap();
     assert!(
         wait_until(Duration::from_secs(3), || {
@@ -174,14 +197,277 @@ fn triangle_of_qbridge_daemons() {
         "{:?}",
         roles(&ctls[1])
     );
-    assert!(!ping_ok(&hosts[1], &hosts[0].ip), "a shut port still forwards");
+    assert!(
+        !ping_ok(&hosts[1], &hosts[0].ip),
+        "a shut port still forwards"
+    );
     assert!(
         lab.daemon_log(1).contains("BPDU guard shut h"),
         "{}",
         lab.daemon_log(1)
     );
     // `guard off` re-admits it.
-    ctls[1].cmd(&["link", "set", "dev", "h", "guard", "off"]).unwrap();
-    assert!(wait_until(Duration::from_secs(10), || ping_ok(&hosts[1], &hosts[0].ip)));
+    ctls[1]
+        .cmd(&["link", "set", "dev", "h", "guard", "off"])
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || ping_ok(
+        &hosts[1],
+        &hosts[0].ip
+    )));
     assert!(lab.stop_daemons(), "a daemon did not stop cleanly");
+}
+
+/// qbridge (namespace `q`: br0 at `prio`, ports p1, p2 on veths to `k1`, `k2` in the peer's
+/// namespace, host hq behind port h) and a peer namespace with those two veth ends and a
+/// host hk behind `kh`: a loop of two links between qbridge and the peer bridge.
+struct PeerRing {
+    lab: Lab,
+    q: String,
+    peer: String,
+    hq: Host,
+    hk: Host,
+}
+
+fn peer_ring(name: &str) -> PeerRing {
+    let mut lab = Lab::new(name);
+    let q = lab.netns("q").unwrap();
+    let peer = lab.netns("peer").unwrap();
+    lab.veth(&q, "qa", &peer, "k1").unwrap();
+    lab.veth(&q, "qb", &peer, "k2").unwrap();
+    let hq = lab.host("hq", "10.9.1.1/24", &q, "hv").unwrap();
+    let hk = lab.host("hk", "10.9.1.2/24", &peer, "kh").unwrap();
+    PeerRing {
+        lab,
+        q,
+        peer,
+        hq,
+        hk,
+    }
+}
+
+fn qbridge_ring_batch(prio: u32) -> String {
+    format!(
+        "link add br0 type bridge priority {prio} hello_time 1 forward_delay 4 max_age 6\n\
+         link add p1 type afpacket dev qa\n\
+         link add p2 type afpacket dev qb\n\
+         link add h type afpacket dev hv\n\
+         link set dev p1 master br0\n\
+         link set dev p2 master br0\n\
+         link set dev h master br0\n\
+         link set dev h edge on\n\
+         link set dev br0 type bridge stp_state 1\n"
+    )
+}
+
+/// The checks every ring with a peer makes once the peer is root: one of qbridge's p1, p2
+/// is root port and forwards, the other is the alternate and discards (which one follows the
+/// peer's port identifiers); pings cross; 100 broadcasts from hq reach hk 100 times. Returns
+/// the seconds convergence took and the root port's name.
+fn check_peer_is_root(r: &PeerRing, c: &Ctl, started: Instant, sends: &str) -> (f64, String) {
+    let speaks = |c: &Ctl| {
+        let j = c.json(&["stp", "show"]).unwrap_or_default();
+        j[0]["ports"].as_array().is_some_and(|ports| {
+            ports
+                .iter()
+                .filter(|p| p["port"] == "p1" || p["port"] == "p2")
+                .all(|p| p["sends"] == sends)
+        })
+    };
+    // A legacy neighbour is recognised once the migration delay (3 s) has passed.
+    let has = |ro: &[(String, String, String)], port: &str, role: &str, state: &str| {
+        ro.iter()
+            .any(|(p, r, s)| p == port && r == role && s == state)
+    };
+    let ok = wait_until(Duration::from_secs(40), || {
+        let ro = roles(c);
+        let a = has(&ro, "p1", "root", "forwarding") && has(&ro, "p2", "alternate", "discarding");
+        let b = has(&ro, "p2", "root", "forwarding") && has(&ro, "p1", "alternate", "discarding");
+        (a || b) && speaks(c)
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let show = c.cmd(&["stp", "show"]).unwrap_or_default();
+    assert!(ok, "qbridge did not take the peer as root:\n{show}");
+    let j = c.json(&["stp", "show"]).unwrap();
+    for p in j[0]["ports"].as_array().unwrap() {
+        if p["port"] == "p1" || p["port"] == "p2" {
+            assert_eq!(p["sends"], sends, "{show}");
+        }
+    }
+    assert_eq!(j[0]["root"], false, "{show}");
+    assert!(
+        wait_until(Duration::from_secs(15), || ping_ok(&r.hq, &r.hk.ip)),
+        "{show}"
+    );
+    eprintln!(
+        "  qbridge's ports settled {secs:.1} s after it started; first ping through at {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_ping(&r.hq, &r.hk, 20);
+    let cap = Capture::start(&r.hk.ns, "eth0", 0).unwrap();
+    let frames: Vec<Vec<u8>> = (0..100).map(|n| broadcast(&r.hq.mac, n)).collect();
+    inject(&r.hq.ns, "eth0", &frames).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let got = cap.finish().unwrap();
+    assert_eq!(got.count_from(&[&r.hq.mac]), 100, "{}", got.summary());
+    let root = j[0]["root_port"].as_str().unwrap().to_string();
+    (secs, root)
+}
+
+/// Pulls the link of `active` (the root port) while hq pings hk every 10 ms; the other port
+/// must become root port and forward. Returns the pings lost.
+fn pull_active_link(r: &PeerRing, c: &Ctl, active: &str, pings: u32) -> u32 {
+    let (veth, other) = if active == "p1" {
+        ("qa", "p2")
+    } else {
+        ("qb", "p1")
+    };
+    let (h, ip) = (r.hq.clone(), r.hk.ip.clone());
+    let pinger = std::thread::spawn(move || ping(&h, &ip, pings));
+    std::thread::sleep(Duration::from_millis(1000));
+    ip_in(&r.q, &["link", "set", veth, "down"]).unwrap();
+    let rep = pinger.join().unwrap();
+    assert!(rep.received > 0, "{}", rep.output);
+    assert!(
+        wait_until(Duration::from_secs(40), || roles(c)
+            .iter()
+            .any(|(p, r, s)| p == other && r == "root" && s == "forwarding")),
+        "{:?}",
+        roles(c)
+    );
+    assert!(wait_until(Duration::from_secs(40), || ping_ok(
+        &r.hq, &r.hk.ip
+    )));
+    rep.transmitted.saturating_sub(rep.received)
+}
+
+/// A kernel bridge at `stp_state 1` (legacy 802.1D) as root of the ring: qbridge speaks
+/// 802.1D to it on both ports (RSTP's Port Protocol Migration), blocks its alternate.
+#[test]
+fn ring_with_a_kernel_bridge_running_802_1d() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let _g = serial();
+    let r = peer_ring("stpk");
+    // Kernel times are in centiseconds: forward delay 4 s, hello 1 s, max age 6 s.
+    ip_in(
+        &r.peer,
+        &[
+            "link",
+            "add",
+            "kbr",
+            "type",
+            "bridge",
+            "stp_state",
+            "1",
+            "priority",
+            "4096",
+            "forward_delay",
+            "400",
+            "hello_time",
+            "100",
+            "max_age",
+            "600",
+        ],
+    )
+    .unwrap();
+    for dev in ["k1", "k2", "kh"] {
+        ip_in(&r.peer, &["link", "set", dev, "master", "kbr"]).unwrap();
+    }
+    ip_in(&r.peer, &["link", "set", "kbr", "up"]).unwrap();
+    let started = Instant::now();
+    let mut lab = r.lab;
+    let c = lab.daemon(&r.q, &qbridge_ring_batch(32768)).unwrap();
+    let r = PeerRing { lab, ..r };
+    let (secs, active) = check_peer_is_root(&r, &c, started, "stp");
+    eprintln!(
+        "kernel bridge ring: qbridge converged in {secs:.1} s (802.1D peer, forward delay 4 s)"
+    );
+    // The kernel's view: both its ring ports forward (designated); no port blocks on its side.
+    let kstate = exec_in(&r.peer, "bridge", &["link", "show"]).unwrap();
+    for dev in ["k1", "k2"] {
+        let line = kstate
+            .lines()
+            .find(|l| l.contains(&format!(" {dev}@")) || l.contains(&format!(" {dev}:")))
+            .unwrap_or_else(|| panic!("no {dev} in bridge link show:\n{kstate}"));
+        assert!(line.contains("state forwarding"), "{kstate}");
+    }
+    let lost = pull_active_link(&r, &c, &active, 1200);
+    eprintln!(
+        "kernel bridge ring: {active} pulled; {lost} pings (10 ms apart) lost: a loss window of about {} ms",
+        lost * 10
+    );
+}
+
+/// Open vSwitch (userspace datapath, `rstp_enable=true`) as root of the ring: RSTP on both
+/// sides, qbridge's alternate blocks; pulling the active link fails over in RSTP time.
+#[test]
+fn ring_with_open_vswitch_rstp() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let _g = serial();
+    let bins = match support::ovs::ovs_bins() {
+        Ok(b) => b,
+        Err(reason) => {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+    let r = peer_ring("stpo");
+    let ovs = match support::ovs::Ovs::start(
+        bins,
+        &r.peer,
+        r.lab.dir.join("ovs"),
+        &["other_config:vlan-limit=2"],
+    ) {
+        Ok(o) => o,
+        Err(reason) => {
+            eprintln!("SKIPPED: Open vSwitch cannot be started here: {reason}");
+            return;
+        }
+    };
+    ovs.vsctl(&[
+        "add-br",
+        "obr",
+        "--",
+        "set",
+        "bridge",
+        "obr",
+        "datapath_type=netdev",
+        "rstp_enable=true",
+        "other_config:rstp-priority=4096",
+        "other_config:rstp-hello-time=1",
+        "other_config:rstp-forward-delay=4",
+        "other_config:rstp-max-age=6",
+        "--",
+        "add-port",
+        "obr",
+        "k1",
+        "--",
+        "add-port",
+        "obr",
+        "k2",
+        "--",
+        "add-port",
+        "obr",
+        "kh",
+    ])
+    .unwrap();
+    let started = Instant::now();
+    let mut lab = r.lab;
+    let c = lab.daemon(&r.q, &qbridge_ring_batch(32768)).unwrap();
+    let r = PeerRing { lab, ..r };
+    let (secs, active) = check_peer_is_root(&r, &c, started, "rstp");
+    eprintln!("Open vSwitch ring: qbridge converged in {secs:.1} s (RSTP)");
+    let show = ovs.appctl(&["rstp/show"]).unwrap();
+    assert!(show.contains("This bridge is the root"), "{show}");
+    let lost = pull_active_link(&r, &c, &active, 400);
+    eprintln!(
+        "Open vSwitch ring: {active} pulled; {lost} pings (10 ms apart) lost: a loss window of about {} ms",
+        lost * 10
+    );
+    drop(ovs);
 }
