@@ -11,6 +11,9 @@
 //! (`mac_limit_shutdown`) takes its port down right after the batch that counted it, at that
 //! batch's capture time, as the daemon does within a second (`link set dev P down`), so the
 //! rest of the capture meets a port that neither receives nor sends and lost its entries.
+//! Bridges with `stp_state 1` run their spanning tree on the capture clock too: a tick at
+//! each new second, the BPDUs the capture brings are received, the ones the bridge sends are
+//! written to their ports' files (or cross patch links) like any frame.
 
 use crate::read_batch;
 use anyhow::{anyhow, bail, Context};
@@ -205,6 +208,15 @@ fn replay(args: &Args) -> anyhow::Result<String> {
         if aged_sec.is_none_or(|s| sec > s) {
             let removed = run.session.switch_mut().age(ts);
             tracing::debug!(ts_ns = ts, removed, "aged the FDB");
+            // The spanning trees' seconds (at most an hour of them across a gap).
+            if run.session.spanning_tree().running() {
+                let ticks = aged_sec.map_or(1, |s| (sec - s).min(3600));
+                for _ in 0..ticks {
+                    run.session.stp_tick();
+                }
+                run.batch_ts = ts;
+                run.flush()?;
+            }
             aged_sec = Some(sec);
         }
         let mut pkt = run.out.pool.take();
@@ -316,14 +328,39 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The spanning trees on the capture clock: the BPDUs the switch trapped go to the
+    /// session, the BPDUs the session sends join the frames leaving their ports.
+    fn stp_io(&mut self) {
+        let Outputs {
+            punt, pool, ports, ..
+        } = &mut self.out;
+        for pkt in punt.drain() {
+            self.session.stp_receive(PortId(pkt.port), pkt.frame());
+            pool.put(pkt);
+        }
+        for (id, frame) in self.session.stp_take_bpdus() {
+            let mut pkt = pool.take();
+            pkt.set_frame(&frame);
+            pkt.port = id.0;
+            let i = usize::from(id.0);
+            if ports.len() <= i {
+                ports.resize_with(i + 1, || Batch::with_capacity(256));
+            }
+            ports[i].push(pkt);
+        }
+    }
+
     /// Hands the pending batch to the switch and writes what comes out.
     fn flush(&mut self) -> anyhow::Result<()> {
         let ts = self.batch_ts;
-        self.session
-            .switch_mut()
-            .process(ts, &mut self.batch, &mut self.out);
-        self.batches += 1;
+        if !self.batch.is_empty() {
+            self.session
+                .switch_mut()
+                .process(ts, &mut self.batch, &mut self.out);
+            self.batches += 1;
+        }
         for round in 0..=PATCH_ROUNDS {
+            self.stp_io();
             self.write_sinks(ts)?;
             let Outputs { ports, pool, .. } = &mut self.out;
             for (port, batch) in ports.iter_mut().enumerate() {
