@@ -162,11 +162,47 @@ fn unicast_in_one_batch_across_vids() {
 fn link_local_for_the_bridge_is_not_subject_to_the_state() {
     let (mut r, [a, _b, _c]) = triangle(true, true);
     // Port a Discarding; a BPDU (01-80-C2-00-00-00) is the bridge's own with stp on: counted
-    // link_local (trapped to the engine in a later step), not stp_discarding.
+    // link_local, not stp_discarding, and a copy goes to the control plane (Outputs::punt).
     let bpdu = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 0]), mac(1), &[], 64);
-    nothing(&r.send(&[(a, bpdu)]));
+    nothing(&r.send(&[(a, bpdu.clone())]));
     assert_eq!(r.drops(a, DropReason::LinkLocal), 1);
     assert_eq!(r.drops(a, DropReason::StpDiscarding), 0);
+    let punted: Vec<(u16, Vec<u8>)> = r
+        .out
+        .punt
+        .drain()
+        .map(|p| (p.port, p.frame().to_vec()))
+        .collect();
+    assert_eq!(punted, vec![(a.0, bpdu)]);
+    // Other link-local groups are not trapped.
+    let lldp = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 0x0e]), mac(1), &[], 64);
+    nothing(&r.send(&[(a, lldp)]));
+    assert!(r.out.punt.is_empty());
+}
+
+#[test]
+fn provider_bridge_traps_its_own_group_and_forwards_the_customers() {
+    // 802.1ad: the bridge's BPDUs go to 01-80-C2-00-00-08 (trapped); 01-80-C2-00-00-00 is
+    // the customers' (802.1Q table 8-1/8-2), forwarded as data.
+    let mut r = Rig::new();
+    r.bridge("br0", qbridge_bridge::VlanProtocol::Dot1Ad);
+    let br = r.sw.bridge_id("br0").unwrap();
+    let mut s = r.sw.bridge_settings(br).clone();
+    s.stp = true;
+    r.sw.set_bridge(br, s).unwrap();
+    let (a, b) = (r.device("a"), r.device("b"));
+    for p in [a, b] {
+        r.enslave(p, "br0");
+        r.sw.set_stp_state(p, &all_vids(), StpState::Forwarding)
+            .unwrap();
+    }
+    let provider = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 8]), mac(1), &[], 64);
+    nothing(&r.send(&[(a, provider.clone())]));
+    assert_eq!(r.out.punt.drain().map(|p| p.port).collect::<Vec<_>>(), vec![a.0]);
+    let customer = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 0]), mac(1), &[], 64);
+    let out = r.send(&[(a, customer.clone())]);
+    assert!(r.out.punt.is_empty(), "a customer BPDU is data on a provider bridge");
+    assert_eq!(out[b.0 as usize].len(), 1, "forwarded to b");
 }
 
 #[test]
