@@ -122,6 +122,15 @@ fn link_loss_unblocks_the_alternate_within_seconds() {
     let (mut net, wires) = triangle();
     run(&mut net, &wires, 20);
     assert_eq!(state(&net[2], "a"), StpState::Discarding);
+    // Entries on session 1's port a (towards the root): one dynamic, one static.
+    net[1]
+        .execute_line("fdb add 02:00:00:00:00:99 dev a vlan 1 dynamic", TEXT)
+        .unwrap();
+    net[1]
+        .execute_line("fdb add 02:00:00:00:00:98 dev a vlan 1 static", TEXT)
+        .unwrap();
+    let fdb = |s: &mut Session| s.execute_line("fdb show", TEXT).unwrap();
+    assert!(fdb(&mut net[1]).contains("02:00:00:00:00:99"));
     // The wire between session 2 and the root goes down at both ends.
     for (i, p) in [(2, "b"), (0, "b")] {
         let id: PortId = net[i].switch().port_id(p).unwrap();
@@ -133,6 +142,11 @@ fn link_loss_unblocks_the_alternate_within_seconds() {
     run(&mut net, &live, 1);
     assert_eq!(state(&net[2], "a"), StpState::Forwarding);
     assert_eq!(state(&net[2], "b"), StpState::Discarding);
+    // The topology change reached session 1 through its port b: the learned entries of its
+    // other port are flushed (802.1D-2004 17.29), the static one stays.
+    let after = fdb(&mut net[1]);
+    assert!(!after.contains("02:00:00:00:00:99"), "{after}");
+    assert!(after.contains("02:00:00:00:00:98"), "{after}");
 }
 
 #[test]
@@ -196,4 +210,53 @@ fn bpdu_guard_shuts_an_edge_port() {
     assert_ne!(state(&net[1], "a"), StpState::Forwarding);
     let j = net[1].execute_line("stp show dev br0", JSON).unwrap();
     assert!(j.contains("\"bpdu_guard_shut\""), "{j}");
+}
+
+/// MSTP: two bridges, two links, VLAN 10 in MSTI 1 (session 0 its regional root) and VLAN
+/// 20 in MSTI 2 (session 1 its root): each MSTI blocks link b on its non-root bridge, so the
+/// per-VID states differ per tree.
+#[test]
+fn mstp_blocks_per_msti() {
+    let mk = |tail: u8, p1: u32, p2: u32| {
+        let mut s = Session::new();
+        let batch = format!(
+            "link add br0 type bridge vlan_filtering 1 stp_mode mstp mst_name lab mst_revision 3 \
+             hello_time 1 forward_delay 4 max_age 6\n\
+             link set dev br0 up address 02:00:00:00:00:{tail:02x}\n\
+             link add a type pcap\nlink add b type pcap\n\
+             link set dev a master br0\nlink set dev b master br0\n\
+             vlan add vid 10 dev a\nvlan add vid 20 dev a\nvlan add vid 10 dev b\nvlan add vid 20 dev b\n\
+             stp msti set dev br0 vid 10 msti 1\nstp msti set dev br0 vid 20 msti 2\n\
+             stp msti priority dev br0 msti 1 priority {p1}\n\
+             stp msti priority dev br0 msti 2 priority {p2}\n\
+             link set dev br0 type bridge stp_state 1\n"
+        );
+        s.execute_batch(&batch, TEXT).unwrap();
+        s
+    };
+    let mut net = vec![mk(1, 4096, 32768), mk(2, 32768, 4096)];
+    let wires = vec![((0, "a"), (1, "a")), ((0, "b"), (1, "b"))];
+    run(&mut net, &wires, 20);
+    let st = |s: &Session, p: &str, vid: u16| s.switch().stp_state(s.switch().port_id(p).unwrap(), vid);
+    assert_eq!(st(&net[1], "b", 10), StpState::Discarding);
+    assert_eq!(st(&net[1], "b", 20), StpState::Forwarding);
+    assert_eq!(st(&net[0], "b", 20), StpState::Discarding);
+    assert_eq!(st(&net[0], "b", 10), StpState::Forwarding);
+    for s in &net {
+        assert_eq!(st(s, "a", 10), StpState::Forwarding);
+        assert_eq!(st(s, "a", 20), StpState::Forwarding);
+    }
+    let j = net[0].execute_line("stp show", JSON).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v[0]["mode"], "mstp", "{j}");
+    assert_eq!(v[0]["region"]["name"], "lab", "{j}");
+    assert_eq!(v[0]["region"]["revision"], 3, "{j}");
+    let b = &v[0]["ports"][1];
+    assert_eq!(b["mstis"][1]["msti"], 2, "{j}");
+    assert_eq!(b["mstis"][1]["state"], "discarding", "{j}");
+    // The configuration round-trips.
+    let text = net[0].running_config();
+    let mut fresh = Session::new();
+    fresh.execute_batch(&text, TEXT).unwrap();
+    assert_eq!(fresh.running_config(), text);
 }
