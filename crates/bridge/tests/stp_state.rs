@@ -198,10 +198,16 @@ fn provider_bridge_traps_its_own_group_and_forwards_the_customers() {
     }
     let provider = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 8]), mac(1), &[], 64);
     nothing(&r.send(&[(a, provider.clone())]));
-    assert_eq!(r.out.punt.drain().map(|p| p.port).collect::<Vec<_>>(), vec![a.0]);
+    assert_eq!(
+        r.out.punt.drain().map(|p| p.port).collect::<Vec<_>>(),
+        vec![a.0]
+    );
     let customer = frame(MacAddr([1, 0x80, 0xc2, 0, 0, 0]), mac(1), &[], 64);
     let out = r.send(&[(a, customer.clone())]);
-    assert!(r.out.punt.is_empty(), "a customer BPDU is data on a provider bridge");
+    assert!(
+        r.out.punt.is_empty(),
+        "a customer BPDU is data on a provider bridge"
+    );
     assert_eq!(out[b.0 as usize].len(), 1, "forwarded to b");
 }
 

@@ -297,7 +297,11 @@ pub enum StpCommand {
         msti: u16,
     },
     /// `stp msti priority dev BR msti M priority P`: the bridge's priority in an MSTI.
-    MstiPriority { dev: String, msti: u16, priority: u16 },
+    MstiPriority {
+        dev: String,
+        msti: u16,
+        priority: u16,
+    },
 }
 
 /// `master BR` or `nomaster`.

@@ -43,6 +43,30 @@ pub struct Snapshot {
     /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
     /// configuration is not on disk); `None` without `--state` (and offline).
     pub state_unsaved: Option<bool>,
+    /// Every bridge that runs the spanning tree, in name order.
+    pub stp: Vec<StpStats>,
+}
+
+/// One bridge's spanning tree for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StpStats {
+    pub bridge: String,
+    /// This bridge is the (CIST) root.
+    pub root: bool,
+    pub topology_changes: u64,
+    pub ports: Vec<StpPortStats>,
+}
+
+/// One spanning-tree port (CIST) for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StpPortStats {
+    pub port: String,
+    /// `root`, `designated`, `alternate`, `backup`, `master`, `disabled`.
+    pub role: &'static str,
+    /// 0 discarding, 1 learning, 2 forwarding.
+    pub state: u8,
+    pub bpdu_rx: u64,
+    pub bpdu_tx: u64,
 }
 
 /// One port's counters and link facts.
@@ -341,6 +365,7 @@ impl Snapshot {
             })
             .collect();
         Snapshot {
+            stp: Vec::new(),
             ports,
             bridges,
             mirrors,

@@ -62,7 +62,8 @@ const MIRROR: &str =
   mirror show [NAME]       (-s: copies sent and dropped; -j: JSON)
 ";
 
-const STP: &str = "  stp show [dev BR]        (root, roles, states, BPDU counters, topology changes; -j)
+const STP: &str =
+    "  stp show [dev BR]        (root, roles, states, BPDU counters, topology changes; -j)
   stp msti set dev BR vid V[-V2] msti M        (MSTP region: the VLANs of MSTI M; 0: CIST)
   stp msti priority dev BR msti M priority P   (the bridge's priority in MSTI M)
 ";

@@ -82,7 +82,11 @@ fn triangle() -> (Vec<Session>, Vec<Wire>) {
     // br0 of session 0 is root (priority 4096); session 2 has the worst priority, so its
     // port towards session 1 (a designated port of 1) is the alternate that blocks.
     let net = vec![bridge(4096, 1), bridge(8192, 2), bridge(32768, 3)];
-    let wires = vec![((0, "a"), (1, "a")), ((1, "b"), (2, "a")), ((2, "b"), (0, "b"))];
+    let wires = vec![
+        ((0, "a"), (1, "a")),
+        ((1, "b"), (2, "a")),
+        ((2, "b"), (0, "b")),
+    ];
     (net, wires)
 }
 
@@ -108,8 +112,14 @@ fn triangle_blocks_exactly_one_port() {
     // stp show says the same.
     let text = net[2].execute_line("stp show dev br0", TEXT).unwrap();
     assert!(text.contains("root 1000.020000000001 via b"), "{text}");
-    let line_a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
-    assert!(line_a.contains("alternate") && line_a.contains("discarding"), "{text}");
+    let line_a = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("a "))
+        .unwrap();
+    assert!(
+        line_a.contains("alternate") && line_a.contains("discarding"),
+        "{text}"
+    );
     let root = net[0].execute_line("stp show", JSON).unwrap();
     let v: serde_json::Value = serde_json::from_str(&root).unwrap();
     assert_eq!(v[0]["root"], true, "{root}");
@@ -205,7 +215,10 @@ fn bpdu_guard_shuts_an_edge_port() {
         .unwrap();
     run(&mut net, &wires, 4);
     let text = net[1].execute_line("stp show dev br0 ", TEXT).unwrap();
-    let a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+    let a = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("a "))
+        .unwrap();
     assert!(a.contains("disabled"), "{text}");
     assert_ne!(state(&net[1], "a"), StpState::Forwarding);
     let j = net[1].execute_line("stp show dev br0", JSON).unwrap();
@@ -237,7 +250,8 @@ fn mstp_blocks_per_msti() {
     let mut net = vec![mk(1, 4096, 32768), mk(2, 32768, 4096)];
     let wires = vec![((0, "a"), (1, "a")), ((0, "b"), (1, "b"))];
     run(&mut net, &wires, 20);
-    let st = |s: &Session, p: &str, vid: u16| s.switch().stp_state(s.switch().port_id(p).unwrap(), vid);
+    let st =
+        |s: &Session, p: &str, vid: u16| s.switch().stp_state(s.switch().port_id(p).unwrap(), vid);
     assert_eq!(st(&net[1], "b", 10), StpState::Discarding);
     assert_eq!(st(&net[1], "b", 20), StpState::Forwarding);
     assert_eq!(st(&net[0], "b", 20), StpState::Discarding);

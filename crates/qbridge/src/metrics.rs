@@ -388,6 +388,7 @@ pub fn render(snap: &Snapshot) -> String {
             }
         }
     }
+    stp_families(&mut o, snap);
     family(
         &mut o,
         "qbridge_unknown_port_drops_total",
@@ -400,6 +401,80 @@ pub fn render(snap: &Snapshot) -> String {
         snap.unknown_port_drops
     );
     o
+}
+
+/// The spanning tree's families: per bridge root and topology changes, per port state,
+/// role and BPDUs.
+fn stp_families(o: &mut String, snap: &Snapshot) {
+    family(
+        o,
+        "qbridge_stp_root",
+        "gauge",
+        "1 when the bridge is the spanning tree's root.",
+    );
+    for b in &snap.stp {
+        let _ = writeln!(
+            o,
+            "qbridge_stp_root{{bridge=\"{}\"}} {}",
+            esc(&b.bridge),
+            u8::from(b.root)
+        );
+    }
+    family(
+        o,
+        "qbridge_stp_topology_changes_total",
+        "counter",
+        "Topology changes the bridge's spanning tree saw.",
+    );
+    for b in &snap.stp {
+        let _ = writeln!(
+            o,
+            "qbridge_stp_topology_changes_total{{bridge=\"{}\"}} {}",
+            esc(&b.bridge),
+            b.topology_changes
+        );
+    }
+    family(
+        o,
+        "qbridge_stp_port_state",
+        "gauge",
+        "Spanning-tree port state (CIST): 0 discarding, 1 learning, 2 forwarding.",
+    );
+    for b in &snap.stp {
+        for p in &b.ports {
+            let _ = writeln!(
+                o,
+                "qbridge_stp_port_state{{bridge=\"{}\",port=\"{}\",role=\"{}\"}} {}",
+                esc(&b.bridge),
+                esc(&p.port),
+                p.role,
+                p.state
+            );
+        }
+    }
+    for (metric, help, get) in [
+        (
+            "qbridge_stp_bpdu_rx_total",
+            "BPDUs the port received and processed.",
+            (|p: &qbridge_control::stats::StpPortStats| p.bpdu_rx) as fn(&_) -> u64,
+        ),
+        ("qbridge_stp_bpdu_tx_total", "BPDUs the port sent.", |p| {
+            p.bpdu_tx
+        }),
+    ] {
+        family(o, metric, "counter", help);
+        for b in &snap.stp {
+            for p in &b.ports {
+                let _ = writeln!(
+                    o,
+                    "{metric}{{bridge=\"{}\",port=\"{}\"}} {}",
+                    esc(&b.bridge),
+                    esc(&p.port),
+                    get(p)
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -471,6 +546,18 @@ mod tests {
             unknown_port_drops: 0,
             workers: 2,
             state_unsaved: Some(true),
+            stp: vec![qbridge_control::stats::StpStats {
+                bridge: "br0".into(),
+                root: true,
+                topology_changes: 3,
+                ports: vec![qbridge_control::stats::StpPortStats {
+                    port: "p1".into(),
+                    role: "designated",
+                    state: 2,
+                    bpdu_rx: 5,
+                    bpdu_tx: 6,
+                }],
+            }],
         };
         let t = render(&snap);
         assert!(
@@ -494,6 +581,13 @@ mod tests {
         assert!(t.contains("qbridge_mirror_frames_total{session=\"m1\"} 4\n"));
         assert!(t.contains("qbridge_mirror_bytes_total{session=\"m1\"} 256\n"));
         assert!(t.contains("qbridge_mirror_drops_total{session=\"m1\",reason=\"oversize\"} 1\n"));
+        assert!(t.contains("qbridge_stp_root{bridge=\"br0\"} 1\n"));
+        assert!(t.contains("qbridge_stp_topology_changes_total{bridge=\"br0\"} 3\n"));
+        assert!(t.contains(
+            "qbridge_stp_port_state{bridge=\"br0\",port=\"p1\",role=\"designated\"} 2\n"
+        ));
+        assert!(t.contains("qbridge_stp_bpdu_rx_total{bridge=\"br0\",port=\"p1\"} 5\n"));
+        assert!(t.contains("qbridge_stp_bpdu_tx_total{bridge=\"br0\",port=\"p1\"} 6\n"));
     }
 
     #[test]

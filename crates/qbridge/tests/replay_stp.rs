@@ -81,5 +81,8 @@ fn a_loop_of_patch_links_converges_and_a_broadcast_crosses_once() {
     assert_eq!(n, 1, "{summary}");
     let d = dir("replay-stp-off");
     let (n, summary) = run(&d, 0);
-    assert!(n > 1, "without the spanning tree the loop should repeat it: {n}\n{summary}");
+    assert!(
+        n > 1,
+        "without the spanning tree the loop should repeat it: {n}\n{summary}"
+    );
 }

@@ -240,8 +240,7 @@ fn parse_msti(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
             Ok(StpCommand::MstiMap { dev, vids, msti })
         }
         "priority" => {
-            let priority =
-                priority.ok_or(ControlError::MissingArgument { what: "priority P" })?;
+            let priority = priority.ok_or(ControlError::MissingArgument { what: "priority P" })?;
             if vids.is_some() {
                 return Err(unexpected("vid", "dev, msti or priority"));
             }

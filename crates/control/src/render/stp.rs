@@ -21,7 +21,8 @@ pub struct StpBridgeView<'a> {
     pub region: Option<(String, u16, [u8; 16])>,
 }
 
-fn role_word(r: PortRole) -> &'static str {
+/// A role as `stp show` and the metrics name it.
+pub fn role_word(r: PortRole) -> &'static str {
     match r {
         PortRole::Disabled => "disabled",
         PortRole::Root => "root",
@@ -171,17 +172,18 @@ fn bridge_json<'a>(v: &'a StpBridgeView<'a>) -> BridgeJson<'a> {
         bridge_id: id(s.bridge_id),
         root_id: id(s.root_id),
         root: s.root_status == RootStatus::Root,
-        root_port: s
-            .root_port
-            .and_then(|p| v.port_names.get(&p).copied()),
+        root_port: s.root_port.and_then(|p| v.port_names.get(&p).copied()),
         root_path_cost: s.root_path_cost,
         regional_root: mstp.then(|| id(s.regional_root)),
         internal_root_path_cost: mstp.then_some(s.internal_root_path_cost),
-        region: v.region.as_ref().map(|(name, revision, digest)| RegionJson {
-            name: name.clone(),
-            revision: *revision,
-            digest: hex(digest),
-        }),
+        region: v
+            .region
+            .as_ref()
+            .map(|(name, revision, digest)| RegionJson {
+                name: name.clone(),
+                revision: *revision,
+                digest: hex(digest),
+            }),
         max_age: s.max_age,
         forward_delay: s.forward_delay,
         hello_time: s.hello_time,

@@ -149,9 +149,13 @@ impl Session {
             Command::Stp(c) => self.stp_command(c, out),
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
-        if r.is_ok() && (self.stp.running() || self.switch.bridge_ids().any(|(b, _)| {
-            self.switch.bridge_settings(b).stp
-        })) {
+        if r.is_ok()
+            && (self.stp.running()
+                || self
+                    .switch
+                    .bridge_ids()
+                    .any(|(b, _)| self.switch.bridge_settings(b).stp))
+        {
             self.stp.sync(&mut self.switch);
         }
         r
@@ -460,7 +464,9 @@ impl Session {
 
     /// Every counter of the switch and the ports' backends (see [`Snapshot::take`]).
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::take(&self.switch, self)
+        let mut snap = Snapshot::take(&self.switch, self);
+        snap.stp = self.stp.stats(&self.switch);
+        snap
     }
 
     /// Per-port counters with drops by reason (every reason, zeros included), per-VLAN counters

@@ -226,6 +226,42 @@ impl SpanningTree {
         })
     }
 
+    /// The metrics of every bridge that runs the tree.
+    pub fn stats(&self, sw: &Switch) -> Vec<crate::stats::StpStats> {
+        self.live_bridges()
+            .filter_map(|n| self.view(sw, n))
+            .map(|v| crate::stats::StpStats {
+                bridge: v.name.to_string(),
+                root: v.show.root_status == qbridge_stp::RootStatus::Root,
+                topology_changes: v.show.topology_changes,
+                ports: v
+                    .show
+                    .ports
+                    .iter()
+                    .map(|p| {
+                        let c = &p.counters;
+                        crate::stats::StpPortStats {
+                            port: v
+                                .port_names
+                                .get(&p.port)
+                                .copied()
+                                .unwrap_or("?")
+                                .to_string(),
+                            role: crate::render::stp::role_word(p.role),
+                            state: match p.state {
+                                PortState::Discarding => 0,
+                                PortState::Learning => 1,
+                                PortState::Forwarding => 2,
+                            },
+                            bpdu_rx: c.rx_config + c.rx_tcn + c.rx_rst + c.rx_mst,
+                            bpdu_tx: c.tx_config + c.tx_tcn + c.tx_rst + c.tx_mst,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// The names of the bridges that run the tree, in order.
     pub fn live_bridges(&self) -> impl Iterator<Item = &str> {
         self.live.keys().map(String::as_str)
@@ -239,8 +275,11 @@ impl SpanningTree {
         }
         let bridges: Vec<(BridgeId, String)> =
             sw.bridge_ids().map(|(b, n)| (b, n.to_string())).collect();
-        self.live
-            .retain(|name, _| bridges.iter().any(|(b, n)| n == name && sw.bridge_settings(*b).stp));
+        self.live.retain(|name, _| {
+            bridges
+                .iter()
+                .any(|(b, n)| n == name && sw.bridge_settings(*b).stp)
+        });
         self.conf.retain(|name, _| sw.is_bridge(name));
         self.ports.retain(|name, _| sw.exists(name));
         for (b, name) in &bridges {
@@ -370,7 +409,9 @@ impl SpanningTree {
                 None => {
                     let Some(no) = (1..=4095u16).find(|n| !live.numbers.values().any(|m| m == n))
                     else {
-                        tracing::error!("{name}: more than 4095 ports; {pname} has no spanning tree");
+                        tracing::error!(
+                            "{name}: more than 4095 ports; {pname} has no spanning tree"
+                        );
                         continue;
                     };
                     let pmac = sw.port_address(*id).unwrap_or(mac);
@@ -446,8 +487,11 @@ impl SpanningTree {
             return;
         }
         let mstp = live.stp.config().mode == qbridge_stp::Mode::Mstp;
-        let by_no: BTreeMap<u16, String> =
-            live.numbers.iter().map(|(n, no)| (*no, n.clone())).collect();
+        let by_no: BTreeMap<u16, String> = live
+            .numbers
+            .iter()
+            .map(|(n, no)| (*no, n.clone()))
+            .collect();
         let ids: BTreeMap<u16, PortId> = by_no
             .iter()
             .filter_map(|(no, n)| sw.port_id(n).ok().map(|id| (*no, id)))
@@ -470,7 +514,11 @@ impl SpanningTree {
                     tracing::debug!(
                         "{name}: {} {} {:?}",
                         by_no.get(&port).map_or("?", String::as_str),
-                        if tree == TreeId::CIST { "cist".to_string() } else { format!("msti {}", tree.0) },
+                        if tree == TreeId::CIST {
+                            "cist".to_string()
+                        } else {
+                            format!("msti {}", tree.0)
+                        },
                         state
                     );
                 }
@@ -506,7 +554,11 @@ impl SpanningTree {
 /// An event in words, with port names: `br0: root 8000.0200000000aa via eth1`.
 pub fn describe(bridge: &str, names: &BTreeMap<u16, String>, ev: &Event) -> String {
     use qbridge_stp::{Inconsistency, TcSource};
-    let port = |p: &u16| names.get(p).map_or_else(|| format!("port {p}"), Clone::clone);
+    let port = |p: &u16| {
+        names
+            .get(p)
+            .map_or_else(|| format!("port {p}"), Clone::clone)
+    };
     let change = |c: &Inconsistency| match c {
         Inconsistency::Entered => "holds",
         Inconsistency::Cleared => "releases",
@@ -549,12 +601,7 @@ pub fn describe(bridge: &str, names: &BTreeMap<u16, String>, ev: &Event) -> Stri
 
 /// Gives the engine port `no`'s options; `before` are the options applied last (a value no
 /// longer given goes back to its default).
-fn apply_port_options(
-    stp: &mut Stp,
-    no: u16,
-    o: &StpPortOptions,
-    before: Option<&StpPortOptions>,
-) {
+fn apply_port_options(stp: &mut Stp, no: u16, o: &StpPortOptions, before: Option<&StpPortOptions>) {
     let first = before.is_none();
     let before = before.cloned().unwrap_or_default();
     let on = |v: bool| if v { OnOff::On } else { OnOff::Off };
@@ -571,7 +618,12 @@ fn apply_port_options(
         (PortFlag::AdminEdge, o.edge, before.edge, false),
         (PortFlag::AutoEdge, o.auto_edge, before.auto_edge, true),
         (PortFlag::BpduGuard, o.guard, before.guard, false),
-        (PortFlag::BpduFilter, o.bpdu_filter, before.bpdu_filter, false),
+        (
+            PortFlag::BpduFilter,
+            o.bpdu_filter,
+            before.bpdu_filter,
+            false,
+        ),
         (PortFlag::RootGuard, o.root_block, before.root_block, false),
         (PortFlag::LoopGuard, o.loop_guard, before.loop_guard, false),
     ];
