@@ -528,19 +528,6 @@ fn resolve(sw: &Switch, ifname: &str, master: &str) -> Result<PortId, ()> {
     sw.host_port(b).ok_or(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seconds_round_trip_the_grammar() {
-        assert_eq!(seconds(300_000_000_000), "300");
-        assert_eq!(seconds(1_500_000_000), "1.5");
-        assert_eq!(seconds(1), "0.000000001");
-        assert_eq!(seconds(0), "0");
-    }
-}
-
 /// The spanning-tree lines of the running configuration, after everything else (the ports
 /// exist and are in their bridges): each bridge's parameters when not the defaults, its MSTP
 /// region, each port's options, then `stp_state 1` for the bridges that run the tree.
@@ -550,7 +537,7 @@ pub fn stp_lines(sw: &Switch, stp: &crate::session::SpanningTree, out: &mut Stri
     for (b, name) in sw.bridge_ids() {
         let c = stp.conf(name);
         if c.config != defaults.config {
-            let k = &c.config.0;
+            let k = &c.config;
             let mode = match k.mode {
                 Mode::Stp => "stp",
                 Mode::Rstp => "rstp",
@@ -649,5 +636,18 @@ pub fn stp_lines(sw: &Switch, stp: &crate::session::SpanningTree, out: &mut Stri
         if sw.bridge_settings(b).stp {
             let _ = writeln!(out, "link set dev {name} type bridge stp_state 1");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_trip_the_grammar() {
+        assert_eq!(seconds(300_000_000_000), "300");
+        assert_eq!(seconds(1_500_000_000), "1.5");
+        assert_eq!(seconds(1), "0.000000001");
+        assert_eq!(seconds(0), "0");
     }
 }

@@ -394,7 +394,7 @@ impl Engine {
             Op::Command { words, .. } => parse_words(words)
                 .ok()
                 .and_then(|c| undo_command(&c))
-                .map(Undo::Command),
+                .map(|c| Undo::Command(Box::new(c))),
             _ => None,
         }
         .or_else(|| may_open_ports(&op).then(|| Undo::Session(Box::new(self.session.clone()))));
@@ -554,7 +554,7 @@ enum Undo {
     /// The session as it was before (a batch).
     Session(Box<Session>),
     /// The command that deletes what a single command added (`link del`, `mirror del`).
-    Command(Command),
+    Command(Box<Command>),
 }
 
 /// For a single command that can open a backend, the command that undoes it: `link add` of a

@@ -138,6 +138,9 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
+    // Each argument is a separate link of the worker to the engine; a struct bundling them
+    // would only be built here.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
         plan: Arc<Plan>,

@@ -29,7 +29,7 @@ fn number(
     let v: u32 = s
         .parse()
         .ok()
-        .filter(|v: &u32| s.chars().all(|c| c.is_ascii_digit()) && *v <= u32::MAX)
+        .filter(|_| s.chars().all(|c| c.is_ascii_digit()))
         .ok_or_else(bad)?;
     if v < min || v > max || v % step != 0 {
         return Err(bad());

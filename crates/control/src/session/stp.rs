@@ -42,7 +42,7 @@ const EVENTS_KEPT: usize = 64;
 pub struct StpConf {
     /// `stp_mode`, `priority`, the timers, `tx_hold_count`, `max_hops` (the group address
     /// follows the bridge's `vlan_protocol`).
-    pub config: BridgeConfigWords,
+    pub config: BridgeConfig,
     /// `mst_name` (default: the bridge address, as mstpd) and `mst_revision`.
     pub mst_name: Option<String>,
     pub mst_revision: u16,
@@ -50,16 +50,6 @@ pub struct StpConf {
     pub msti_of_vid: BTreeMap<u16, u16>,
     /// The bridge's priority per MSTI (default: its CIST priority).
     pub msti_priority: BTreeMap<u16, u16>,
-}
-
-/// [`BridgeConfig`] without the group address, with `PartialEq` on what the user gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BridgeConfigWords(pub BridgeConfig);
-
-impl Default for BridgeConfigWords {
-    fn default() -> Self {
-        BridgeConfigWords(BridgeConfig::default())
-    }
 }
 
 /// One bridge's running engine.
@@ -136,7 +126,7 @@ impl SpanningTree {
     /// 802.1D-2004 17.14) and returns the result, without keeping it.
     pub fn merged(&self, name: &str, opts: &StpBridgeOptions) -> Result<StpConf, ControlError> {
         let mut c = self.conf(name);
-        let cfg = &mut c.config.0;
+        let cfg = &mut c.config;
         if let Some(v) = opts.mode {
             cfg.mode = v;
         }
@@ -165,7 +155,6 @@ impl SpanningTree {
             c.mst_revision = v;
         }
         c.config
-            .0
             .validate()
             .map_err(|e| ControlError::Stp(e.to_string()))?;
         Ok(c)
@@ -321,7 +310,7 @@ impl SpanningTree {
 
     fn sync_bridge(&mut self, sw: &mut Switch, b: BridgeId, name: &str) {
         let conf = self.conf(name);
-        let mut cfg = conf.config.0.clone();
+        let mut cfg = conf.config.clone();
         cfg.group_address = match sw.bridge_settings(b).vlan_protocol {
             VlanProtocol::Dot1Ad => GroupAddress::Provider,
             _ => GroupAddress::Customer,
