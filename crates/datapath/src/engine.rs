@@ -120,6 +120,8 @@ pub struct Engine {
     reaper: Reaper,
     /// The bound on BPDUs in flight from the workers ([`Ctl::Bpdu`]).
     punt: Arc<PuntGate>,
+    /// The kernel's link notifications (`link.rs`), when they can be had.
+    link_events: Option<link::LinkNotifier>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -193,6 +195,7 @@ impl Engine {
             mirror_dirty: false,
             reaper,
             punt,
+            link_events: link::LinkNotifier::start(tx.clone()),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -256,6 +259,11 @@ impl Engine {
                         self.monitors.notify(&self.session);
                     }
                 }
+                Ok(Ctl::LinkEvent) => {
+                    self.link_event();
+                    self.publish();
+                    self.monitors.notify(&self.session);
+                }
                 Ok(Ctl::Bpdu { port, frame }) => {
                     self.stp_bpdu(port, &frame);
                     self.publish();
@@ -292,6 +300,7 @@ impl Engine {
     }
 
     fn stop_workers(&mut self) {
+        self.link_events = None;
         for w in &self.workers {
             send(w, ToWorker::Stop);
         }

@@ -37,6 +37,9 @@ pub enum Ctl {
         token: u64,
         error: String,
     },
+    /// The kernel told of a link change in the daemon's namespace (`engine/link.rs`'s
+    /// notification thread): run the link watch now rather than at its next second.
+    LinkEvent,
     /// A BPDU port `port` received, for its bridge's spanning tree (the frame path's trap,
     /// `qbridge_bridge::Outputs::punt`). Bounded by [`PuntGate`].
     Bpdu {

@@ -777,3 +777,95 @@ mod tests {
         assert!(get_mtu("lo").unwrap() >= 1500);
     }
 }
+
+/// A netlink socket subscribed to the kernel's link notifications (RTMGRP_LINK) in the
+/// namespace of the thread that opened it: [`LinkEvents::wait`] returns when an interface
+/// was added, removed or changed (admin state, carrier), so that a link watch can look at
+/// once instead of at its next poll.
+#[derive(Debug)]
+pub struct LinkEvents {
+    fd: OwnedFd,
+}
+
+impl LinkEvents {
+    /// Opens and binds the socket; `timeout_ms` bounds each [`LinkEvents::wait`].
+    pub fn open(timeout_ms: u32) -> Result<LinkEvents, IoError> {
+        let err = |op: &'static str| sys_err(op, "netlink", io::Error::last_os_error());
+        // SAFETY: socket(2) takes no pointers.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(err("socket(AF_NETLINK)"));
+        }
+        // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero sockaddr_nl is valid; the fields are set below.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        sa.nl_groups = libc::RTMGRP_LINK as u32;
+        // SAFETY: `sa` is a live sockaddr_nl of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(err("bind(RTMGRP_LINK)"));
+        }
+        let tv = libc::timeval {
+            tv_sec: (timeout_ms / 1000) as libc::time_t,
+            tv_usec: ((timeout_ms % 1000) * 1000) as libc::suseconds_t,
+        };
+        // SAFETY: `tv` is a live timeval of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(err("setsockopt(SO_RCVTIMEO)"));
+        }
+        Ok(LinkEvents { fd })
+    }
+
+    /// Waits for notifications (at most the timeout given to [`LinkEvents::open`]) and reads
+    /// every one queued; true when there was at least one (or the socket overran: events
+    /// were lost, so the caller must look anyway).
+    pub fn wait(&self) -> bool {
+        let mut buf = [0u8; 8192];
+        let mut any = false;
+        let mut flags = 0;
+        loop {
+            // SAFETY: `buf` is a live, writable buffer of the length given.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    flags,
+                )
+            };
+            if n > 0 {
+                any = true;
+                flags = libc::MSG_DONTWAIT;
+                continue;
+            }
+            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOBUFS) {
+                any = true;
+                continue;
+            }
+            return any;
+        }
+    }
+}

@@ -7,12 +7,77 @@
 
 use super::ports::tap_ifname;
 use super::Engine;
+use crate::shared::Ctl;
 use qbridge_bridge::PortId;
 use qbridge_control::PortSpec;
 use qbridge_io::netns::run_in_netns;
 use qbridge_io::{sys, IoError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+
+/// How long the notification thread waits in one read before it checks whether to stop.
+const LINK_EVENTS_WAIT_MS: u32 = 500;
+
+/// The kernel's link notifications, for a link watch that reacts at once (a carrier lost on
+/// a ring port is a spanning-tree topology change: waiting for the next second of the
+/// watch would add up to a second to the loss window). One thread blocked on a netlink socket
+/// of the daemon's namespace sends [`Ctl::LinkEvent`] (at most one waiting at a time);
+/// without the socket (no permission), the watch stays once a second.
+#[derive(Debug)]
+pub(super) struct LinkNotifier {
+    /// The control thread has not taken the last event yet.
+    pub pending: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LinkNotifier {
+    pub(super) fn start(tx: mpsc::Sender<Ctl>) -> Option<LinkNotifier> {
+        let events = match sys::LinkEvents::open(LINK_EVENTS_WAIT_MS) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::info!("no link notifications ({e}): the link watch looks once a second");
+                return None;
+            }
+        };
+        let pending = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (pending.clone(), stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("qbridge-links".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    if events.wait()
+                        && !p.swap(true, Ordering::AcqRel)
+                        && tx.send(Ctl::LinkEvent).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::info!("no link notification thread ({e}): the link watch looks once a second");
+            return None;
+        }
+        Some(LinkNotifier { pending, stop })
+    }
+}
+
+impl Drop for LinkNotifier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
 
 impl Engine {
+    /// A link notification: the link watch now, and the spanning trees follow.
+    pub(super) fn link_event(&mut self) {
+        if let Some(n) = &self.link_events {
+            n.pending.store(false, Ordering::Release);
+        }
+        self.link_watch();
+        self.stp_sync();
+    }
+
     /// Once a second: AF_PACKET ports whose interface is not up (gone, admin down, no carrier)
     /// go down; ports that are down are reopened when their interface is up again.
     pub(super) fn link_watch(&mut self) {
