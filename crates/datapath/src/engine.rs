@@ -17,7 +17,9 @@
 //! and a tick to every worker (device offloads re-read, kernel drop statistics).
 //!
 //! A worker whose queue fails with a link-down error reports it here; the port goes down for
-//! every worker.
+//! every worker. The kernel's link notifications run the link watch at once
+//! ([`Ctl::LinkEvent`], `link.rs`). The spanning trees (`stp.rs`) tick once a second, take the
+//! BPDUs the workers trap ([`Ctl::Bpdu`]) and follow every command and link change.
 //!
 //! The control thread's rooms, each an `impl Engine` of its own: this module (the loop,
 //! commands and their undo, handing plans and queues to the workers, the state file, mirror
