@@ -124,6 +124,8 @@ pub struct Engine {
     punt: Arc<PuntGate>,
     /// The kernel's link notifications (`link.rs`), when they can be had.
     link_events: Option<link::LinkNotifier>,
+    /// Per port name: the opening (token) whose link speed the session has (`stp.rs`).
+    speeds_read: HashMap<String, u64>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -198,6 +200,7 @@ impl Engine {
             reaper,
             punt,
             link_events: link::LinkNotifier::start(tx.clone()),
+            speeds_read: HashMap::new(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -226,9 +229,13 @@ impl Engine {
     /// close every queue.
     pub fn run(mut self) {
         tracing::debug!("control thread running, {} workers", self.workers.len());
+        let mut last_carrier = Instant::now();
         loop {
             let since = self.now_ns().saturating_sub(self.last_tick_ns);
-            let wait = NS_PER_SEC.saturating_sub(since).max(1_000_000);
+            let mut wait = NS_PER_SEC.saturating_sub(since).max(1_000_000);
+            if self.session.spanning_tree().running() {
+                wait = wait.min(stp::CARRIER_POLL.as_nanos() as u64);
+            }
             match self.ctl.recv_timeout(Duration::from_nanos(wait)) {
                 Ok(Ctl::Request { op, reply }) => {
                     let r = self.execute(op);
@@ -276,6 +283,13 @@ impl Engine {
                     return;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if last_carrier.elapsed() >= stp::CARRIER_POLL {
+                last_carrier = Instant::now();
+                if self.carrier_watch() {
+                    self.publish();
+                    self.monitors.notify(&self.session);
+                }
             }
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {

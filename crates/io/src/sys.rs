@@ -869,3 +869,29 @@ impl LinkEvents {
         }
     }
 }
+
+/// The link speed of `ifname` in Mb/s as the kernel reports it (`/sys/class/net/IF/speed`,
+/// read in the calling thread's namespace's sysfs); `None` when unknown (no carrier, a
+/// device without a speed, another namespace's sysfs).
+pub fn link_speed(ifname: &str) -> Option<u32> {
+    if ifname.contains('/') || ifname.starts_with('.') {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed")).ok()?;
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|&v| v > 0)
+        .map(|v| v as u32)
+}
+
+/// Whether `ifname` has carrier now (ETHTOOL_GLINK: the driver's `netif_carrier_ok`, not the
+/// operational state the kernel's linkwatch publishes up to a second later); `None` when the
+/// interface or the request is not there.
+pub fn carrier(ifname: &str) -> Option<bool> {
+    const ETHTOOL_GLINK: u32 = 0x0a;
+    let fd = ctl_socket(ifname).ok()?;
+    let mut buf = [ETHTOOL_GLINK, 0];
+    ethtool(fd.as_raw_fd(), ifname, "ETHTOOL_GLINK", &mut buf).ok()?;
+    Some(buf[1] != 0)
+}
