@@ -895,3 +895,19 @@ pub fn carrier(ifname: &str) -> Option<bool> {
     ethtool(fd.as_raw_fd(), ifname, "ETHTOOL_GLINK", &mut buf).ok()?;
     Some(buf[1] != 0)
 }
+
+/// The link state of `ifname` as it is now: admin state from the interface flags, carrier
+/// from the driver ([`carrier`]) — the flags' `IFF_RUNNING` follows the operational state,
+/// which the kernel's linkwatch updates up to a second after the carrier changed (a veth
+/// just set up reads "no carrier" for that long). Falls back to [`link_state`] where the
+/// device has no carrier query.
+pub fn link_state_now(ifname: &str) -> Result<LinkState, IoError> {
+    match link_state(ifname)? {
+        LinkState::AdminDown => Ok(LinkState::AdminDown),
+        flags => Ok(match carrier(ifname) {
+            Some(true) => LinkState::Up,
+            Some(false) => LinkState::NoCarrier,
+            None => flags,
+        }),
+    }
+}

@@ -3,9 +3,15 @@
 //! ```text
 //! hostA ─ CE1 (802.1Q, access 10) ─ PE1 (802.1ad, S-VLAN 100) ═╗         ╔═ PE2 ─ CE2 ─ hostB
 //! hostC ─ CE3 (802.1Q, access 10) ─ PE1 (802.1ad, S-VLAN 200) ═╩═ trunk ═╩═ PE2 ─ CE4 ─ hostD
+//!                                                               ╚═ trunk2 ═╝ (t5 = t6: a ring)
 //!                                    PE1 ═ trunk t3 = t4 ─┬─ s100 (802.1ad 100) ─ s100.10 (802.1Q 10): hostE
 //!                                                         └─ s200 (802.1ad 200) ─ s200.10 (802.1Q 10): hostF
 //! ```
+//!
+//! PE1 and PE2 are joined twice (t1 = t2 and t5 = t6), a loop: they run RSTP (`stp_state 1`,
+//! on the provider group address 01-80-C2-00-00-08 as 802.1ad bridges do), which blocks the
+//! second trunk; the demo shows `stp show`, then pulls t1 in the middle of a TCP stream and
+//! shows the stream carry on over t5 = t6 with every byte checked.
 //!
 //! Hosts E and F have only the stacked VLAN device qbridge gives them (a TAP in their
 //! namespace, the seeds' `eth0.100.10`): one endpoint per customer, same address, kept apart by
@@ -67,8 +73,32 @@ const HOSTS: [(&str, &str, &str, &str); 4] = [
     ("hostD", "10.10.0.2/24", "d0", "customer 2, site 2"),
 ];
 
-/// Switch-internal veth links: the trunk (CE-PE links are patch links in the daemon).
-const LINKS: [(&str, &str); 2] = [("t1", "t2"), ("t3", "t4")];
+/// Switch-internal veth links: the trunk, the second PE1 trunk, the ring's second trunk
+/// (CE-PE links are patch links in the daemon).
+const LINKS: [(&str, &str); 3] = [("t1", "t2"), ("t3", "t4"), ("t5", "t6")];
+
+/// The ring: a second trunk between PE1 and PE2, and RSTP on both provider bridges (PE1 the
+/// root). Ports that face no bridge are edge ports: they forward at once.
+const RING: &str = "
+# The ring: a second PE1-PE2 trunk (t5 = t6) and RSTP on the provider bridges, which blocks
+# one trunk (PE2's end of t5 = t6: PE1 is root, and t1 = t2 joined first).
+link add pe1-trunkb type afpacket dev t5
+link add pe2-trunkb type afpacket dev t6
+link set dev pe1-trunkb master pe1
+link set dev pe2-trunkb master pe2
+vlan add vid 100 dev pe1-trunkb
+vlan add vid 200 dev pe1-trunkb
+vlan add vid 100 dev pe2-trunkb
+vlan add vid 200 dev pe2-trunkb
+link set dev pe1 type bridge priority 4096
+link set dev pe1-cust1 edge on
+link set dev pe1-cust2 edge on
+link set dev pe1-trunk2 edge on
+link set dev pe2-cust1 edge on
+link set dev pe2-cust2 edge on
+link set dev pe1 type bridge stp_state 1
+link set dev pe2 type bridge stp_state 1
+";
 
 /// Hosts E and F have no interface of their own: each gets a stacked VLAN device made by
 /// qbridge (a TAP in its namespace), C-VLAN 10 inside its customer's S-VLAN, on the far end of
@@ -333,14 +363,18 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
     println!("   hosts keep the kernel defaults: MTU 1500, TSO and checksum offload on");
     println!(
         "   switch namespace {sw}: 6 bridges, 8 AF_PACKET ports, 4 patch links (CE uplink = PE \
-         customer port), trunk t1 = t2, second PE1 trunk t3 = t4 with 4 VLAN devices\n"
+         customer port), trunks t1 = t2 and t5 = t6 (a ring: RSTP), second PE1 trunk t3 = t4 \
+         with 4 VLAN devices\n"
     );
 
     lab.check()?;
     let batch = lab.dir.join("provider.batch");
     let socket = lab.dir.join("qbridge.sock");
     let log = lab.dir.join("daemon.log");
-    let text = format!("{BATCH}{}", stacked_batch(&stacked[0].ns, &stacked[1].ns));
+    let text = format!(
+        "{BATCH}{}{RING}",
+        stacked_batch(&stacked[0].ns, &stacked[1].ns)
+    );
     std::fs::write(&batch, text).context("cannot write the batch file")?;
     let exe = std::env::current_exe().context("cannot find the qbridge executable")?;
     let log_file = std::fs::File::create(&log).context("cannot create the daemon log")?;
@@ -385,6 +419,47 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
         mtu_of(&sw, "t1").unwrap_or(0)
     );
 
+    println!("== RSTP on the ring PE1 = PE2 (t1 = t2, t5 = t6)");
+    let t0 = Instant::now();
+    let blocked = |ctl: &dyn Fn(&[&str]) -> anyhow::Result<String>| -> bool {
+        let pe1_root = ctl(&["-j", "stp", "show", "dev", "pe1"])
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v[0]["root"] == true);
+        pe1_root
+            && ctl(&["-j", "stp", "show", "dev", "pe2"])
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .is_some_and(|v| {
+                    v[0]["ports"].as_array().is_some_and(|ports| {
+                        ports
+                            .iter()
+                            .any(|p| p["port"] == "pe2-trunkb" && p["state"] == "discarding")
+                            && ports
+                                .iter()
+                                .all(|p| p["port"] == "pe2-trunkb" || p["state"] == "forwarding")
+                    })
+                })
+    };
+    while !blocked(&ctl) {
+        lab.check()?;
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "RSTP did not converge within 30 s:\n{}",
+                ctl(&["stp", "show"]).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "   converged in {:.1} s: one trunk blocked, the loop is broken",
+        t0.elapsed().as_secs_f64()
+    );
+    for line in ctl(&["stp", "show"])?.lines() {
+        println!("   {line}");
+    }
+    println!();
+
     let cap1 = TrunkCapture::start(&sw, "t1", lab.stop.clone())?;
     let cap2 = TrunkCapture::start(&sw, "t2", lab.stop.clone())?;
     let (a, b, c, d) = (&hosts[0], &hosts[1], &hosts[2], &hosts[3]);
@@ -392,6 +467,7 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
     for ((_, cidr, tap, _, _), h) in STACKED_HOSTS.iter().zip(&stacked) {
         ip(&["-n", &h.ns, "addr", "add", cidr, "dev", tap])?;
     }
+
     println!("== ping");
     for (x, y) in [(a, b), (c, d)] {
         lab.check()?;
@@ -446,6 +522,36 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
     println!("   a few of them:");
     for f in t2.samples.iter().chain(t1.samples.iter()).take(8) {
         println!("      {f}");
+    }
+
+    lab.check()?;
+    println!(
+        "\n== failover: t1 pulled 1 s into a {:.0} s TCP stream {} -> {}",
+        args.seconds.max(2.0),
+        a.name,
+        b.name
+    );
+    let secs = Duration::from_secs_f64(args.seconds.max(2.0));
+    let (r, pulled) = std::thread::scope(|s| {
+        let stop = &lab.stop;
+        let t = s.spawn(move || tcp_stream(a, b, secs, stop));
+        std::thread::sleep(Duration::from_secs(1));
+        let pulled = ip(&["-n", &sw, "link", "set", "t1", "down"]);
+        (t.join(), pulled)
+    });
+    pulled?;
+    let (bytes, dt) = r.map_err(|_| anyhow!("TCP thread panicked"))??;
+    println!(
+        "   {} -> {}: {:.1} MB in {:.2} s = {:.2} Gbit/s, all bytes verified, the connection \
+         never broke",
+        a.name,
+        b.name,
+        bytes as f64 / 1e6,
+        dt,
+        bytes as f64 * 8.0 / dt / 1e9
+    );
+    for line in ctl(&["stp", "show", "dev", "pe2"])?.lines() {
+        println!("   {line}");
     }
 
     println!("\n== per-port counters (from `qbridge -s link show`)");

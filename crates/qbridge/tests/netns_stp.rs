@@ -471,3 +471,35 @@ fn ring_with_open_vswitch_rstp() {
     );
     drop(ovs);
 }
+
+/// Veths set up just before the daemon starts read "no carrier" in their flags for up to a
+/// second (the kernel's linkwatch publishes the operational state late) while their carrier
+/// is on: the link watch, which the kernel's link notifications now wake at once, must not
+/// take such a port down (it did: a second without the port at every start).
+#[test]
+fn fresh_veths_are_not_taken_down_at_start() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let _g = serial();
+    let mut lab = Lab::new("stpfresh");
+    let sw = lab.netns("sw").unwrap();
+    let a = lab.host("ha", "10.9.2.1/24", &sw, "va").unwrap();
+    let b = lab.host("hb", "10.9.2.2/24", &sw, "vb").unwrap();
+    let c = lab
+        .daemon(
+            &sw,
+            "link add br0 type bridge\nlink add pa type afpacket dev va\n\
+             link add pb type afpacket dev vb\nlink set dev pa master br0\n\
+             link set dev pb master br0\nlink set dev br0 type bridge stp_state 1\n\
+             link set dev pa edge on\nlink set dev pb edge on\n",
+        )
+        .unwrap();
+    let r = ping(&a, &b.ip, 20);
+    assert_eq!(r.received, 20, "{}\n{}", r.output, lab.daemon_log(0));
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = lab.daemon_log(0);
+    assert!(!log.contains("link down"), "{log}");
+    let _ = c;
+}

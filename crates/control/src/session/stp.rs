@@ -333,6 +333,11 @@ impl SpanningTree {
                     old.mac
                 );
             }
+            // BPDUs the old engine queued and nobody sent yet would announce a bridge that
+            // no longer exists (at a daemon's start, the engine made while the batch ran,
+            // before the ports had addresses): its stale root would circulate until Max Age.
+            let ours: Vec<PortId> = sw.bridge_ports(b).collect();
+            self.bpdus.retain(|(id, _)| !ours.contains(id));
             // A new engine starts every port discarding; so does the switch.
             for p in sw.bridge_ports(b).collect::<Vec<_>>() {
                 if !matches!(sw.port_role(p), Role::Host { .. })

@@ -88,14 +88,14 @@ impl Engine {
             let id = i as u16;
             match (&slot.spec, slot.link_up) {
                 (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => {
-                    match sys::link_state(dev) {
+                    match sys::link_state_now(dev) {
                         Ok(sys::LinkState::Up) => {}
                         Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
                         Err(e) => self.link_down(id, &e.to_string()),
                     }
                 }
                 (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, false) => {
-                    if matches!(sys::link_state(dev), Ok(sys::LinkState::Up)) {
+                    if matches!(sys::link_state_now(dev), Ok(sys::LinkState::Up)) {
                         let dev = dev.clone();
                         match self.reopen_device(id, &dev) {
                             Ok(()) => self.link_up(id),
