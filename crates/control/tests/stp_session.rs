@@ -274,3 +274,33 @@ fn mstp_blocks_per_msti() {
     fresh.execute_batch(&text, TEXT).unwrap();
     assert_eq!(fresh.running_config(), text);
 }
+
+/// The bridge address comes from the ports' interface addresses, which a daemon learns only
+/// once the ports are open: the engine then starts again, and the BPDUs the first engine
+/// queued (with a bridge id that no longer exists) are not sent.
+#[test]
+fn a_new_bridge_address_restarts_the_engine_and_drops_its_queued_bpdus() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add br0 type bridge\nlink add a type pcap\nlink add b type pcap\n\
+         link set dev a master br0\nlink set dev b master br0\n\
+         link set dev br0 type bridge stp_state 1\n",
+        TEXT,
+    )
+    .unwrap();
+    let a = s.switch().port_id("a").unwrap();
+    let b = s.switch().port_id("b").unwrap();
+    let mac = qbridge_wire::MacAddr([0x02, 0, 0, 0, 0x42, 0x01]);
+    s.switch_mut()
+        .set_port_address(b, Some(qbridge_wire::MacAddr([0x02, 0, 0, 0, 0x42, 0x02])));
+    s.switch_mut().set_port_address(a, Some(mac));
+    s.stp_sync();
+    let bpdus = s.stp_take_bpdus();
+    assert!(!bpdus.is_empty());
+    for (_, f) in &bpdus {
+        // RST BPDU: bridge identifier at bytes 34..42 (priority, then the address).
+        assert_eq!(&f[36..42], &mac.0, "a BPDU of the old engine: {f:02x?}");
+    }
+    let j = s.execute_line("stp show", JSON).unwrap();
+    assert!(j.contains("\"bridge_id\":\"8000.020000004201\""), "{j}");
+}
