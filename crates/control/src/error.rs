@@ -7,6 +7,9 @@ use qbridge_wire::mac::ParseMacError;
 /// Why a command was refused. The session is unchanged after any of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {
+    /// A bond command refused (the message names the bond, the port and why).
+    #[error("{0}")]
+    Bond(String),
     /// A line with an object but no command, or nothing at all where a command was needed.
     #[error("missing command after \"{object}\" (expected {expected})")]
     MissingCommand {

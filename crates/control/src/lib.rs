@@ -47,7 +47,7 @@ pub mod words;
 
 pub use command::{
     BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, MirrorCommand, Object,
-    OutputOptions, PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach,
+    OutputOptions, PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach, BondMember, BondOptions, BondSpec,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};
@@ -55,6 +55,6 @@ pub use protocol::{
     batch_too_long, Incoming, MonitorObject, Op, Request, Response, WireOptions, MAX_BATCH_BYTES,
     MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION,
 };
-pub use session::Session;
+pub use session::{Session, MAX_BOND_MEMBERS};
 pub use stats::{PortStats, Snapshot};
 pub use status::{BackendCounters, BackendStatus, Backends, DeviceOffloadStatus};

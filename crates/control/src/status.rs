@@ -16,6 +16,11 @@ pub trait Backends {
     fn port_spec(&self, name: &str) -> Option<&PortSpec>;
     /// What a running daemon recorded about port `name`'s backend (`None` offline).
     fn backend_status(&self, name: &str) -> Option<&BackendStatus>;
+    /// The LACP engine's view of bond `name` (`None`: not a bond, or no engine here).
+    fn bond_view(&self, name: &str) -> Option<qbridge_lacp::BondView> {
+        let _ = name;
+        None
+    }
 }
 
 /// No backends: output of a bare switch.

@@ -26,6 +26,7 @@
 //! [`learn_watch`] (MAC flapping, learning limits). What the threads share is
 //! `crate::shared`, which this module imports and never the other way round.
 
+mod bond;
 mod learn_watch;
 mod link;
 mod ports;
@@ -117,6 +118,10 @@ pub struct Engine {
     mirror_dirty: bool,
     /// Threads that close the queues the workers lose (`crate::reaper`).
     reaper: Reaper,
+    /// Bonds' runtime state, by name (`bond.rs`).
+    bonds: HashMap<String, bond::BondRt>,
+    /// The control channel, for the bonds' queues to hand Slow Protocols frames up.
+    ctl_tx: mpsc::Sender<Ctl>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -187,6 +192,8 @@ impl Engine {
             mirror_closing: Vec::new(),
             mirror_dirty: false,
             reaper,
+            bonds: HashMap::new(),
+            ctl_tx: tx.clone(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -217,8 +224,16 @@ impl Engine {
         tracing::debug!("control thread running, {} workers", self.workers.len());
         loop {
             let since = self.now_ns().saturating_sub(self.last_tick_ns);
-            let wait = NS_PER_SEC.saturating_sub(since).max(1_000_000);
+            let wait = NS_PER_SEC
+                .saturating_sub(since)
+                .max(1_000_000)
+                .min(self.bond_wait_ns());
             match self.ctl.recv_timeout(Duration::from_nanos(wait)) {
+                Ok(Ctl::BondPdu {
+                    bond,
+                    member,
+                    frame,
+                }) => self.bond_pdu(&bond, member, &frame),
                 Ok(Ctl::Request { op, reply }) => {
                     let r = self.execute(op);
                     let _ = reply.send(r);
@@ -256,6 +271,7 @@ impl Engine {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
+            self.bond_run();
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;

@@ -325,6 +325,13 @@ impl Engine {
                     }
                 }
             }
+            PortSpec::Bond(b) => {
+                slot.link_up = self
+                    .session
+                    .bond(name)
+                    .is_some_and(|e| e.carrier() == qbridge_lacp::OnOff::On);
+                Some(self.open_bond(id, name, b)?)
+            }
             PortSpec::Patch { peer } => {
                 let queues = match self.patch_peers.remove(name) {
                     Some(q) => q,
