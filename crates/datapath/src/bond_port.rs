@@ -425,8 +425,18 @@ impl Port for BondPort {
         Ok(self.send(batch, pool, Some(refused)))
     }
 
+    /// What every collecting member can take (all members when none collects): a member
+    /// whose link went down must not narrow the bond's offloads (its kernel refuses
+    /// super-frames while down, which would make the bond segment in software).
     fn caps(&self) -> PortCaps {
-        let mut it = self.members.iter().map(|m| m.caps());
+        let any = (0..self.members.len())
+            .any(|i| self.shared.collecting[i].load(Ordering::Relaxed));
+        let mut it = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !any || self.shared.collecting[*i].load(Ordering::Relaxed))
+            .map(|(_, m)| m.caps());
         let Some(mut c) = it.next() else {
             return PortCaps {
                 max_frame: 1518,
