@@ -46,8 +46,9 @@ pub mod usage;
 pub mod words;
 
 pub use command::{
-    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, MirrorCommand, Object,
-    OutputOptions, PortOptions, PortSpec, VidRange, VlanCommand, XdpAttach, BondMember, BondOptions, BondSpec,
+    BondMember, BondOptions, BondSpec, BridgeOptions, Command, FdbCommand, LinkCommand,
+    MasterChange, MirrorCommand, Object, OutputOptions, PortOptions, PortSpec, VidRange,
+    VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

@@ -208,7 +208,10 @@ fn create_line(
 /// A bond: `link add B index I type bond …every option…`, then per member the line that
 /// creates it as a port and `link set dev P master B` (members in failover order).
 fn bond_lines(name: &str, index: u16, b: &crate::command::BondSpec) -> String {
-    let mut l = format!("link add {name} index {index} type bond {}", bond_options(&b.config));
+    let mut l = format!(
+        "link add {name} index {index} type bond {}",
+        bond_options(&b.config)
+    );
     for m in &b.members {
         if let PortSpec::AfPacket {
             dev,

@@ -26,7 +26,9 @@
 
 use crate::queue::Queue;
 use crate::shared::Ctl;
-use qbridge_io::{BackendDrops, DeviceOffloads, IoError, Port, PortCaps, Tick, TxOutcome, TxReport};
+use qbridge_io::{
+    BackendDrops, DeviceOffloads, IoError, Port, PortCaps, Tick, TxOutcome, TxReport,
+};
 use qbridge_lacp::{flow_hash, is_slow_protocols, HashPolicy};
 use qbridge_packet::{Batch, BufPool};
 use rustix::event::{epoll, eventfd, EventfdFlags};
@@ -119,7 +121,9 @@ impl BondShared {
     pub fn publish(&self, policy: HashPolicy, table: &[Option<usize>; BUCKETS]) {
         self.policy.store(policy_code(policy), Ordering::Relaxed);
         for (slot, m) in self.table.iter().zip(table) {
-            let v = m.filter(|&m| m < MAX_MEMBERS).map_or(NO_MEMBER, |m| m as u8);
+            let v = m
+                .filter(|&m| m < MAX_MEMBERS)
+                .map_or(NO_MEMBER, |m| m as u8);
             slot.store(v, Ordering::Relaxed);
         }
         self.generation.fetch_add(1, Ordering::Release);
@@ -429,8 +433,8 @@ impl Port for BondPort {
     /// whose link went down must not narrow the bond's offloads (its kernel refuses
     /// super-frames while down, which would make the bond segment in software).
     fn caps(&self) -> PortCaps {
-        let any = (0..self.members.len())
-            .any(|i| self.shared.collecting[i].load(Ordering::Relaxed));
+        let any =
+            (0..self.members.len()).any(|i| self.shared.collecting[i].load(Ordering::Relaxed));
         let mut it = self
             .members
             .iter()

@@ -131,7 +131,8 @@ fn parse_link_kind(
         }),
         "bond" => {
             let opts = parse_bond_options(w)?;
-            let base = qbridge_lacp::BondConfig::new(qbridge_lacp::Mode::ActiveBackup, MacAddr([0; 6]));
+            let base =
+                qbridge_lacp::BondConfig::new(qbridge_lacp::Mode::ActiveBackup, MacAddr([0; 6]));
             Ok(LinkCommand::AddPort {
                 name,
                 spec: PortSpec::Bond(Box::new(BondSpec {
@@ -611,13 +612,12 @@ fn parse_bond_options(w: &mut Words<'_>) -> Result<BondOptions, ControlError> {
             }
             "lacp_rate" => {
                 let v = w.value(kw, "slow or fast")?;
-                let r = qbridge_lacp::LacpRate::from_word(v).ok_or_else(|| {
-                    ControlError::BadValue {
+                let r =
+                    qbridge_lacp::LacpRate::from_word(v).ok_or_else(|| ControlError::BadValue {
                         what: "lacp_rate",
                         value: v.to_string(),
                         expected: "slow or fast",
-                    }
-                })?;
+                    })?;
                 set_once(&mut o.lacp_rate, kw, r)?;
             }
             "lacp_active" => {

@@ -39,7 +39,12 @@ struct MemberJson<'a> {
 pub(super) fn bond_json<'a>(spec: &'a BondSpec, view: Option<BondView>) -> BondJson<'a> {
     let c = &spec.config;
     let (carrier, fallback_active, active_aggregator_id, views) = match view {
-        Some(v) => (v.carrier, v.fallback_active, v.active_aggregator_id, v.members),
+        Some(v) => (
+            v.carrier,
+            v.fallback_active,
+            v.active_aggregator_id,
+            v.members,
+        ),
         None => (OnOff::Off, OnOff::Off, None, Vec::new()),
     };
     let members = spec
@@ -104,7 +109,11 @@ pub(super) fn bond_text(s: &mut String, spec: &BondSpec, view: Option<&BondView>
         spec.members.len()
     );
     for m in &spec.members {
-        let Some(mv) = v.members.iter().find(|x| x.id.0 == u32::from(m.port_number)) else {
+        let Some(mv) = v
+            .members
+            .iter()
+            .find(|x| x.id.0 == u32::from(m.port_number))
+        else {
             continue;
         };
         let link = match mv.link {

@@ -221,7 +221,9 @@ fn link_json<'a>(
             .map(|spec| backend_json(spec, &l.ifname)),
         runtime: backends.backend_status(&l.ifname),
         bond: match backends.port_spec(&l.ifname) {
-            Some(PortSpec::Bond(b)) => Some(super::bond::bond_json(b, backends.bond_view(&l.ifname))),
+            Some(PortSpec::Bond(b)) => {
+                Some(super::bond::bond_json(b, backends.bond_view(&l.ifname)))
+            }
             _ => None,
         },
     }

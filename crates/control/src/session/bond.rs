@@ -91,10 +91,13 @@ impl Session {
                 let cfg = opts.merge(spec.config);
                 let bond = self.bonds.get_mut(dev).ok_or_else(|| no_engine(dev))?;
                 let mut probe = bond.clone();
-                probe.set_config(0, cfg).map_err(|e| ControlError::Bond(e.to_string()))?;
+                probe
+                    .set_config(0, cfg)
+                    .map_err(|e| ControlError::Bond(e.to_string()))?;
                 *bond = probe;
                 spec.config = cfg;
-                self.specs.insert(dev.clone(), PortSpec::Bond(Box::new(spec)));
+                self.specs
+                    .insert(dev.clone(), PortSpec::Bond(Box::new(spec)));
                 Ok(Some(String::new()))
             }
             LinkCommand::SetPort { dev, opts } => {
@@ -192,14 +195,23 @@ impl Session {
                  member is not a port of the switch)"
             ));
         }
-        let bspec = self.bond_spec(bond).cloned().ok_or_else(|| no_engine(bond))?;
+        let bspec = self
+            .bond_spec(bond)
+            .cloned()
+            .ok_or_else(|| no_engine(bond))?;
         if bspec.members.len() >= MAX_BOND_MEMBERS {
-            return refuse(format!("bond {bond} has {MAX_BOND_MEMBERS} members, the most it takes"));
+            return refuse(format!(
+                "bond {bond} has {MAX_BOND_MEMBERS} members, the most it takes"
+            ));
         }
         let mut sw = self.switch.clone();
         let gone = sw.del_link(port)?;
         if gone.len() > 1 {
-            let others: Vec<&str> = gone.iter().map(String::as_str).filter(|n| *n != port).collect();
+            let others: Vec<&str> = gone
+                .iter()
+                .map(String::as_str)
+                .filter(|n| *n != port)
+                .collect();
             return refuse(format!(
                 "{port} has devices stacked on it ({}): delete them first",
                 others.join(", ")
@@ -235,9 +247,14 @@ impl Session {
 
     /// Takes member `port` out of `bond`; `keep`: it comes back as a standalone port.
     fn release(&mut self, bond: &str, port: &str, keep: bool) -> Result<(), ControlError> {
-        let mut bspec = self.bond_spec(bond).cloned().ok_or_else(|| no_engine(bond))?;
+        let mut bspec = self
+            .bond_spec(bond)
+            .cloned()
+            .ok_or_else(|| no_engine(bond))?;
         let Some(i) = bspec.members.iter().position(|m| m.name == port) else {
-            return Err(ControlError::Bond(format!("{port} is not a member of bond {bond}")));
+            return Err(ControlError::Bond(format!(
+                "{port} is not a member of bond {bond}"
+            )));
         };
         let m = bspec.members.remove(i);
         if keep {
@@ -256,7 +273,10 @@ impl Session {
     /// `link del dev BOND`: the bond goes (with devices stacked on it), its members come back
     /// as standalone ports.
     fn del_bond(&mut self, bond: &str) -> Result<(), ControlError> {
-        let bspec = self.bond_spec(bond).cloned().ok_or_else(|| no_engine(bond))?;
+        let bspec = self
+            .bond_spec(bond)
+            .cloned()
+            .ok_or_else(|| no_engine(bond))?;
         let mut sw = self.switch.clone();
         let gone = sw.del_link(bond)?;
         for m in &bspec.members {

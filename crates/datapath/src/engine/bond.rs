@@ -91,7 +91,10 @@ impl Engine {
             } = &m.spec
             else {
                 self.bonds.insert(name.to_string(), rt);
-                return Err(format!("bond {name}: member {} is not an afpacket port", m.name));
+                return Err(format!(
+                    "bond {name}: member {} is not an afpacket port",
+                    m.name
+                ));
             };
             let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, spec.members.len()));
             match open_afpacket_queues(&m.name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
@@ -279,7 +282,10 @@ fn log_event(bond: &str, spec: &BondSpec, e: Event) {
             tracing::warn!("bond {bond}: member {}: partner expired", name(member))
         }
         Event::Defaulted { member } => {
-            tracing::warn!("bond {bond}: member {}: no partner (defaulted)", name(member))
+            tracing::warn!(
+                "bond {bond}: member {}: no partner (defaulted)",
+                name(member)
+            )
         }
         Event::Fallback { state, member } => tracing::info!(
             "bond {bond}: fallback to active-backup {state:?} ({})",
@@ -289,7 +295,10 @@ fn log_event(bond: &str, spec: &BondSpec, e: Event) {
             member,
             side,
             state,
-        } => tracing::warn!("bond {bond}: member {}: {side:?} churn {state:?}", name(member)),
+        } => tracing::warn!(
+            "bond {bond}: member {}: {side:?} churn {state:?}",
+            name(member)
+        ),
         Event::Carrier { .. } => {}
         Event::BadPdu { member, error } => {
             tracing::debug!("bond {bond}: member {}: bad PDU: {error}", name(member))
