@@ -84,6 +84,7 @@ fn word(v: OnOff) -> &'static str {
 }
 
 fn info(p: &PortInfo) -> String {
+    let words = p.state.words();
     format!(
         "system {},{} key {} port {},{} state {}",
         p.system_priority,
@@ -91,7 +92,11 @@ fn info(p: &PortInfo) -> String {
         p.key,
         p.port_priority,
         p.port,
-        p.state.words().join(",")
+        if words.is_empty() {
+            "none".to_string()
+        } else {
+            words.join(",")
+        }
     )
 }
 

@@ -306,12 +306,11 @@ impl Session {
                     continue;
                 };
                 if have.netns == want.netns && have.ifname == want.ifname {
-                    return Err(ControlError::InterfaceTaken {
-                        what: want.what,
-                        ifname: want.ifname.to_string(),
-                        ns: String::new(),
-                        port: format!("{} (a member of bond {b})", m.name),
-                    });
+                    return Err(ControlError::Bond(format!(
+                        "{} \"{}\" is already used by {}, a member of bond {b} (a device can \
+                         be a port once)",
+                        want.what, want.ifname, m.name
+                    )));
                 }
             }
         }
