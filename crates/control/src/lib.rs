@@ -57,5 +57,5 @@ pub use protocol::{
     MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION,
 };
 pub use session::{Session, MAX_BOND_MEMBERS};
-pub use stats::{PortStats, Snapshot};
+pub use stats::{BondMemberStats, PortStats, Snapshot};
 pub use status::{BackendCounters, BackendStatus, Backends, DeviceOffloadStatus};
