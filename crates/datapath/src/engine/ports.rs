@@ -135,7 +135,7 @@ impl Engine {
         let mut opened: Vec<(u16, Slot, Option<Opened>)> = Vec::new();
         for (id, name, spec) in &wanted {
             let same = matches!(self.slots.get(id.0 as usize),
-                Some(Some(s)) if s.name == *name && s.spec == *spec);
+                Some(Some(s)) if s.name == *name && same_backend(&s.spec, spec));
             if same {
                 continue;
             }
@@ -174,7 +174,7 @@ impl Engine {
         // Phase 2: close what is gone or replaced, install the new.
         for i in 0..self.slots.len() {
             let keep = matches!(&self.slots[i], Some(s)
-                if wanted.iter().any(|(id, n, sp)| id.0 as usize == i && *n == s.name && *sp == s.spec));
+                if wanted.iter().any(|(id, n, sp)| id.0 as usize == i && *n == s.name && same_backend(sp, &s.spec)));
             if !keep {
                 if let Some(s) = self.slots[i].take() {
                     tracing::info!("port {}: closed", s.name);
@@ -631,6 +631,15 @@ pub(super) fn tap_ifname(slot: &Slot) -> String {
     slot.spec
         .tap(&slot.name)
         .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned())
+}
+
+/// Whether a port's open backend serves `b` as it is: the same spec, or for a bond the same
+/// members (its options reach the queues through `BondShared`, no reopening).
+fn same_backend(a: &PortSpec, b: &PortSpec) -> bool {
+    match (a, b) {
+        (PortSpec::Bond(x), PortSpec::Bond(y)) => x.members == y.members,
+        _ => a == b,
+    }
 }
 
 /// The host interface a port's backend binds to (AF_PACKET, AF_XDP).
