@@ -7,6 +7,12 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
            [vlan_default_pvid N] [ageing_time SECONDS] [fdb_max_learned N]
            [group_fwd_mask N] [fdb_max_entries N] [learn_inner_vid on|off]
   link set dev BR type bridge [same options as link add]
+  link add NAME type bond [mode active-backup|balance-xor|802.3ad]
+           [xmit_hash_policy layer2|layer2+vlan|layer3+4|inner-layer3+4]
+           [lacp_rate slow|fast] [lacp_active on|off] [min_links N] [miimon MS]
+           [lacp_fallback on|off] [address MAC]      (one port over its members)
+  link set dev BOND type bond [same options as link add]
+  link set dev PORT master BOND | nomaster   (an afpacket port joins or leaves a bond)
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
@@ -24,7 +30,7 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link set dev NAME pcp_mode keep|copy|fixed N|map FROM:TO,… [default_pcp N]
   link set dev NAME locked on|off [mab on|off]      (port security, as Linux's bridge)
   link del dev NAME
-  link show [dev NAME]
+  link show [dev NAME]    (-d: a bond's LACP state per member)
 ";
 
 const VLAN: &str =
