@@ -403,6 +403,89 @@ pub fn render(snap: &Snapshot) -> String {
     o
 }
 
+/// Per bond member: LACPDUs in and out, link / collecting / distributing as 0 or 1, and the
+/// member's share of the bond's traffic.
+fn bond_metrics(o: &mut String, snap: &Snapshot) {
+    type Get = fn(&qbridge_control::BondMemberStats) -> u64;
+    let rows: [(&str, &str, &str, Get); 10] = [
+        (
+            "qbridge_bond_member_lacpdu_rx_total",
+            "counter",
+            "LACPDUs received on the bond member.",
+            |m| m.lacpdu_rx,
+        ),
+        (
+            "qbridge_bond_member_lacpdu_tx_total",
+            "counter",
+            "LACPDUs sent on the bond member.",
+            |m| m.lacpdu_tx,
+        ),
+        (
+            "qbridge_bond_member_link_up",
+            "gauge",
+            "The bond member's link is up (1) or down (0).",
+            |m| u64::from(m.link_up),
+        ),
+        (
+            "qbridge_bond_member_collecting",
+            "gauge",
+            "The bond member accepts frames (1) or not (0).",
+            |m| u64::from(m.collecting),
+        ),
+        (
+            "qbridge_bond_member_distributing",
+            "gauge",
+            "The bond member is in the transmit table (1) or not (0).",
+            |m| u64::from(m.distributing),
+        ),
+        (
+            "qbridge_bond_member_rx_frames_total",
+            "counter",
+            "Frames received on the bond member and accepted by the bond.",
+            |m| m.rx_frames,
+        ),
+        (
+            "qbridge_bond_member_rx_bytes_total",
+            "counter",
+            "Bytes received on the bond member and accepted by the bond.",
+            |m| m.rx_bytes,
+        ),
+        (
+            "qbridge_bond_member_tx_frames_total",
+            "counter",
+            "Frames the bond sent on the member.",
+            |m| m.tx_frames,
+        ),
+        (
+            "qbridge_bond_member_tx_bytes_total",
+            "counter",
+            "Bytes the bond sent on the member.",
+            |m| m.tx_bytes,
+        ),
+        (
+            "qbridge_bond_member_rx_not_collecting_total",
+            "counter",
+            "Frames dropped: received while the member was not collecting.",
+            |m| m.rx_not_collecting,
+        ),
+    ];
+    if snap.bond_members.is_empty() {
+        return;
+    }
+    for (metric, kind, help, get) in rows {
+        family(o, metric, kind, help);
+        for m in &snap.bond_members {
+            let _ = writeln!(
+                o,
+                "{metric}{{bond=\"{}\",member=\"{}\"}} {}",
+                esc(&m.bond),
+                esc(&m.member),
+                get(m)
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,88 +602,5 @@ mod tests {
         assert!(e.contains("not a loopback address"), "{e}");
         assert!(resolve("0.0.0.0:9477", true).is_ok());
         assert!(resolve("nonsense", false).is_err());
-    }
-}
-
-/// Per bond member: LACPDUs in and out, link / collecting / distributing as 0 or 1, and the
-/// member's share of the bond's traffic.
-fn bond_metrics(o: &mut String, snap: &Snapshot) {
-    type Get = fn(&qbridge_control::BondMemberStats) -> u64;
-    let rows: [(&str, &str, &str, Get); 10] = [
-        (
-            "qbridge_bond_member_lacpdu_rx_total",
-            "counter",
-            "LACPDUs received on the bond member.",
-            |m| m.lacpdu_rx,
-        ),
-        (
-            "qbridge_bond_member_lacpdu_tx_total",
-            "counter",
-            "LACPDUs sent on the bond member.",
-            |m| m.lacpdu_tx,
-        ),
-        (
-            "qbridge_bond_member_link_up",
-            "gauge",
-            "The bond member's link is up (1) or down (0).",
-            |m| u64::from(m.link_up),
-        ),
-        (
-            "qbridge_bond_member_collecting",
-            "gauge",
-            "The bond member accepts frames (1) or not (0).",
-            |m| u64::from(m.collecting),
-        ),
-        (
-            "qbridge_bond_member_distributing",
-            "gauge",
-            "The bond member is in the transmit table (1) or not (0).",
-            |m| u64::from(m.distributing),
-        ),
-        (
-            "qbridge_bond_member_rx_frames_total",
-            "counter",
-            "Frames received on the bond member and accepted by the bond.",
-            |m| m.rx_frames,
-        ),
-        (
-            "qbridge_bond_member_rx_bytes_total",
-            "counter",
-            "Bytes received on the bond member and accepted by the bond.",
-            |m| m.rx_bytes,
-        ),
-        (
-            "qbridge_bond_member_tx_frames_total",
-            "counter",
-            "Frames the bond sent on the member.",
-            |m| m.tx_frames,
-        ),
-        (
-            "qbridge_bond_member_tx_bytes_total",
-            "counter",
-            "Bytes the bond sent on the member.",
-            |m| m.tx_bytes,
-        ),
-        (
-            "qbridge_bond_member_rx_not_collecting_total",
-            "counter",
-            "Frames dropped: received while the member was not collecting.",
-            |m| m.rx_not_collecting,
-        ),
-    ];
-    if snap.bond_members.is_empty() {
-        return;
-    }
-    for (metric, kind, help, get) in rows {
-        family(o, metric, kind, help);
-        for m in &snap.bond_members {
-            let _ = writeln!(
-                o,
-                "{metric}{{bond=\"{}\",member=\"{}\"}} {}",
-                esc(&m.bond),
-                esc(&m.member),
-                get(m)
-            );
-        }
     }
 }
