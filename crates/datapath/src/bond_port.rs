@@ -523,3 +523,194 @@ impl Port for BondPort {
         first
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qbridge_io::MemPort;
+    use qbridge_packet::PacketBuf;
+    use std::collections::HashMap;
+    use std::sync::Mutex as StdMutex;
+
+    /// A member: a [`MemPort`] whose frames to receive and whose transmitted frames the test
+    /// keeps a handle on.
+    struct Probe {
+        port: Arc<StdMutex<MemPort>>,
+    }
+
+    impl Port for Probe {
+        fn rx_burst(
+            &mut self,
+            batch: &mut Batch,
+            pool: &mut BufPool,
+            max: usize,
+        ) -> Result<usize, IoError> {
+            self.port.lock().unwrap().rx_burst(batch, pool, max)
+        }
+        fn tx_burst(
+            &mut self,
+            batch: &mut Batch,
+            pool: &mut BufPool,
+        ) -> Result<TxOutcome, IoError> {
+            self.port.lock().unwrap().tx_burst(batch, pool)
+        }
+        fn caps(&self) -> PortCaps {
+            self.port.lock().unwrap().caps()
+        }
+        fn name(&self) -> &str {
+            "probe"
+        }
+    }
+
+    fn udp(src_port: u16, seq: u8) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let ip = [
+            0x45, 0, 0, 36, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        f.extend(ip);
+        f.extend(src_port.to_be_bytes());
+        f.extend(80u16.to_be_bytes());
+        f.extend([0, 16, 0, 0]);
+        f.extend([seq; 8]);
+        f
+    }
+
+    fn lacpdu() -> Vec<u8> {
+        let mut f = vec![
+            0x01, 0x80, 0xc2, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 9, 0x88, 0x09, 1, 1,
+        ];
+        f.resize(124, 0);
+        f
+    }
+
+    fn bond(n: usize) -> (BondPort, Vec<Arc<StdMutex<MemPort>>>, mpsc::Receiver<Ctl>) {
+        let shared = Arc::new(BondShared::new("bo").unwrap());
+        let ports: Vec<_> = (0..n)
+            .map(|i| Arc::new(StdMutex::new(MemPort::new(&format!("m{i}")))))
+            .collect();
+        let queues: Vec<Queue> = ports
+            .iter()
+            .map(|p| Box::new(Probe { port: p.clone() }) as Queue)
+            .collect();
+        let (tx, rx) = mpsc::channel();
+        (
+            BondPort::new("bo", 0, queues, shared, tx).unwrap(),
+            ports,
+            rx,
+        )
+    }
+
+    fn batch_of(frames: &[Vec<u8>]) -> Batch {
+        let mut b = Batch::with_capacity(frames.len());
+        for f in frames {
+            b.push(PacketBuf::from_frame(f));
+        }
+        b
+    }
+
+    /// Frames go by the published table; a flow stays on one member, in order; both are used.
+    #[test]
+    fn transmit_follows_the_table_per_flow() {
+        let (mut b, ports, _rx) = bond(2);
+        let mut table = [None; BUCKETS];
+        for (i, t) in table.iter_mut().enumerate() {
+            *t = Some(i % 2);
+        }
+        b.shared.publish(HashPolicy::Layer34, &table);
+        let mut pool = BufPool::new(1024);
+        let frames: Vec<Vec<u8>> = (0..4u8)
+            .flat_map(|seq| (0..64u16).map(move |p| udp(1000 + p, seq)))
+            .collect();
+        let mut batch = batch_of(&frames);
+        let r = b.tx_burst(&mut batch, &mut pool).unwrap();
+        assert_eq!((r.sent, r.dropped()), (256, 0));
+        let mut member_of: HashMap<u16, usize> = HashMap::new();
+        let mut per = [0usize; 2];
+        for (m, p) in ports.iter().enumerate() {
+            let mut last_seq: HashMap<u16, u8> = HashMap::new();
+            for f in p.lock().unwrap().take_sent() {
+                let sport = u16::from_be_bytes([f.data[34], f.data[35]]);
+                assert_eq!(
+                    *member_of.entry(sport).or_insert(m),
+                    m,
+                    "flow {sport} split"
+                );
+                let seq = f.data[42];
+                if let Some(prev) = last_seq.insert(sport, seq) {
+                    assert!(seq > prev, "flow {sport} out of order");
+                }
+                per[m] += 1;
+            }
+        }
+        assert_eq!(member_of.len(), 64);
+        assert!(per[0] >= 64 && per[1] >= 64, "one member idle: {per:?}");
+        // No member: dropped and counted.
+        b.shared.publish(HashPolicy::Layer34, &[None; BUCKETS]);
+        let mut batch = batch_of(&frames[..10]);
+        let r = b.tx_burst(&mut batch, &mut pool).unwrap();
+        assert_eq!((r.sent, r.error), (0, 10));
+        assert_eq!(b.shared.tx_no_member.load(Ordering::Relaxed), 10);
+    }
+
+    /// LACPDUs go up with their member; a member that does not collect is dropped and
+    /// counted; a member's failure stays in the bond.
+    #[test]
+    fn receive_hands_pdus_up_and_drops_what_does_not_collect() {
+        let (mut b, ports, rx) = bond(2);
+        b.shared.set_collecting(0, true);
+        ports[0].lock().unwrap().inject(&udp(1, 0));
+        ports[1].lock().unwrap().inject(&udp(2, 0));
+        ports[1].lock().unwrap().inject(&lacpdu());
+        let mut pool = BufPool::new(64);
+        let mut batch = Batch::with_capacity(8);
+        let n = b.rx_burst(&mut batch, &mut pool, 8).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(batch.pkts[0].frame(), &udp(1, 0)[..]);
+        assert_eq!(
+            b.shared.members[1]
+                .rx_not_collecting
+                .load(Ordering::Relaxed),
+            1
+        );
+        match rx.try_recv() {
+            Ok(Ctl::BondPdu { member, frame, .. }) => {
+                assert_eq!((member, frame.len()), (1, 124));
+            }
+            other => panic!("no PDU handed up: {other:?}"),
+        }
+        b.shared.pdu_taken();
+        ports[0].lock().unwrap().set_link_down(true);
+        assert_eq!(b.rx_burst(&mut batch, &mut pool, 8).unwrap(), 0);
+        assert_eq!(b.shared.members[0].errors.load(Ordering::Relaxed), 1);
+    }
+
+    /// Beyond the in-flight bound, PDUs are dropped and counted, not queued.
+    #[test]
+    fn pdus_in_flight_are_bounded() {
+        let (mut b, ports, rx) = bond(1);
+        for _ in 0..PDU_IN_FLIGHT_MAX + 5 {
+            ports[0].lock().unwrap().inject(&lacpdu());
+        }
+        let mut pool = BufPool::new(256);
+        let mut batch = Batch::with_capacity(128);
+        b.rx_burst(&mut batch, &mut pool, 128).unwrap();
+        assert!(batch.is_empty());
+        assert_eq!(rx.try_iter().count(), PDU_IN_FLIGHT_MAX);
+        assert_eq!(b.shared.pdu_overflow.load(Ordering::Relaxed), 5);
+    }
+
+    /// The control thread's frames leave by the member it names, sent by queue 0.
+    #[test]
+    fn outbox_frames_leave_by_their_member() {
+        let (mut b, ports, _rx) = bond(2);
+        b.shared.send(1, lacpdu());
+        let mut pool = BufPool::new(16);
+        let mut batch = Batch::with_capacity(8);
+        b.rx_burst(&mut batch, &mut pool, 8).unwrap();
+        assert!(ports[0].lock().unwrap().take_sent().is_empty());
+        let sent = ports[1].lock().unwrap().take_sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].data, lacpdu());
+        assert_eq!(b.shared.members[1].tx_pdus.load(Ordering::Relaxed), 1);
+    }
+}
