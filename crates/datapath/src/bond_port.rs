@@ -334,6 +334,40 @@ impl BondPort {
     }
 }
 
+/// The queue of a member whose interface does not exist yet: receives nothing, drops what it
+/// is given (its link is down, so the table names it for nothing). The control thread opens
+/// the bond again when the interface appears.
+#[derive(Debug)]
+pub struct AbsentMember {
+    pub name: String,
+}
+
+impl Port for AbsentMember {
+    fn rx_burst(&mut self, _: &mut Batch, _: &mut BufPool, _: usize) -> Result<usize, IoError> {
+        Ok(0)
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        let n = batch.len();
+        pool.put_all(batch);
+        Ok(TxOutcome {
+            error: n,
+            ..TxOutcome::default()
+        })
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps {
+            max_frame: 1518,
+            ..PortCaps::default()
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// Hands a Slow Protocols frame to the control thread, within the in-flight bound.
 fn hand_up(shared: &BondShared, ctl: &mpsc::Sender<Ctl>, member: usize, frame: &[u8]) {
     let taken = shared

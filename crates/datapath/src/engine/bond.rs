@@ -8,7 +8,7 @@
 
 use super::Engine;
 use crate::backends::{default_ring_frames, open_afpacket_queues};
-use crate::bond_port::{BondPort, BondShared};
+use crate::bond_port::{AbsentMember, BondPort, BondShared};
 use crate::queue::{Opened, Queue};
 use crate::shared::RxFilter;
 use qbridge_bridge::PortId;
@@ -30,6 +30,9 @@ pub(super) struct BondRt {
     last_watch_ms: u64,
     /// What the queues were last given: table generation, policy, member order.
     published: Option<(u64, HashPolicy, Vec<u16>)>,
+    /// Members whose interface did not exist at the last opening (name, device): the bond is
+    /// opened again when one appears.
+    absent: Vec<(String, String)>,
 }
 
 /// A member's speed as the kernel reports it (`/sys/class/net/DEV/speed`; 0 when unknown).
@@ -83,6 +86,7 @@ impl Engine {
                 links: HashMap::new(),
                 last_watch_ms: 0,
                 published: None,
+                absent: Vec::new(),
             },
         };
         let filter = RxFilter {
@@ -91,6 +95,7 @@ impl Engine {
         };
         let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
         let mut handles = Vec::new();
+        let mut absent = Vec::new();
         let mut per_member: Vec<std::vec::IntoIter<Queue>> = Vec::new();
         for m in &spec.members {
             let PortSpec::AfPacket {
@@ -115,6 +120,23 @@ impl Engine {
                     handles.push(handle);
                     per_member.push(queues.into_iter());
                 }
+                Err(e) if e.is_link_down() => {
+                    // As an afpacket port whose interface is missing: the bond opens without
+                    // it and again when it appears.
+                    tracing::warn!(
+                        "bond {name}: member {}: {e}; the member stays down until {dev} exists",
+                        m.name
+                    );
+                    absent.push((m.name.clone(), dev.clone()));
+                    let q: Vec<Queue> = (0..n)
+                        .map(|_| {
+                            Box::new(AbsentMember {
+                                name: m.name.clone(),
+                            }) as Queue
+                        })
+                        .collect();
+                    per_member.push(q.into_iter());
+                }
                 Err(e) => {
                     self.bonds.insert(name.to_string(), rt);
                     return Err(format!("bond {name}: member {}: {e}", m.name));
@@ -131,6 +153,7 @@ impl Engine {
         let mut rt = rt;
         rt.handles = handles;
         rt.published = None;
+        rt.absent = absent;
         self.bonds.insert(name.to_string(), rt);
         Ok(opened)
     }
@@ -205,6 +228,7 @@ impl Engine {
         let names = self.session.bond_names();
         self.bonds.retain(|k, _| names.contains(k));
         let mut carrier_changed = false;
+        let mut reopen = Vec::new();
         for name in names {
             let Some(PortSpec::Bond(spec)) = self.session.port_spec(&name).cloned() else {
                 continue;
@@ -218,6 +242,9 @@ impl Engine {
             let miimon = u64::from(engine.config().miimon_ms.max(10));
             if now >= rt.last_watch_ms + miimon || rt.last_watch_ms == 0 {
                 rt.last_watch_ms = now.max(1);
+                if rt.absent.iter().any(|(_, dev)| sys::ifindex(dev).is_ok()) {
+                    reopen.push(name.clone());
+                }
                 for m in &spec.members {
                     let Some(dev) = member_dev(&m.spec) else {
                         continue;
@@ -289,10 +316,43 @@ impl Engine {
                 }
             }
         }
+        for name in reopen {
+            self.reopen_bond(&name);
+            carrier_changed = true;
+        }
         if carrier_changed {
             self.publish();
             self.monitors.notify(&self.session);
         }
+    }
+
+    /// Opens bond `name`'s queues again (a member's interface appeared); they replace the old
+    /// ones at the next publish.
+    fn reopen_bond(&mut self, name: &str) {
+        let Ok(id) = self.session.switch().port_id(name) else {
+            return;
+        };
+        let Some(PortSpec::Bond(spec)) = self.session.port_spec(name).cloned() else {
+            return;
+        };
+        let queues = match self.open_bond(id, name, &spec) {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::warn!("{e}");
+                return;
+            }
+        };
+        tracing::info!("bond {name}: opened again (a member's interface appeared)");
+        let Some(Some(slot)) = self.slots.get_mut(id.0 as usize) else {
+            return;
+        };
+        slot.open = true;
+        slot.status.open = true;
+        self.generation += 1;
+        slot.token = (self.generation << 16) | u64::from(id.0);
+        self.detach.retain(|&d| d != id.0);
+        self.attach.retain(|(a, _)| *a != id.0);
+        self.attach.push((id.0, queues));
     }
 }
 
