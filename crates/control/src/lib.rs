@@ -58,4 +58,6 @@ pub use protocol::{
 };
 pub use session::{Session, MAX_BOND_MEMBERS};
 pub use stats::{BondMemberStats, PortStats, Snapshot};
-pub use status::{BackendCounters, BackendStatus, Backends, DeviceOffloadStatus};
+pub use status::{
+    BackendCounters, BackendStatus, Backends, BondMemberTraffic, DeviceOffloadStatus,
+};

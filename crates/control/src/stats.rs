@@ -48,7 +48,7 @@ pub struct Snapshot {
 }
 
 /// One bond member's LACP state and counters (the engine's), and its traffic through the
-/// bond (a running daemon's, zero offline).
+/// bond (a running daemon's backend status, zero offline).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BondMemberStats {
     pub bond: String,
@@ -68,7 +68,7 @@ pub struct BondMemberStats {
 }
 
 impl BondMemberStats {
-    /// Every member of every bond of `sw`, traffic left at zero.
+    /// Every member of every bond of `sw`.
     pub fn take_all(sw: &Switch, backends: &impl Backends) -> Vec<BondMemberStats> {
         let mut out = Vec::new();
         for (_, name) in sw.port_ids() {
@@ -76,7 +76,12 @@ impl BondMemberStats {
                 continue;
             };
             let view = backends.bond_view(name);
+            let traffic = backends
+                .backend_status(name)
+                .map(|s| s.bond_members.as_slice())
+                .unwrap_or_default();
             for m in &b.members {
+                let t = traffic.iter().find(|t| t.name == m.name);
                 let mv = view.as_ref().and_then(|v| {
                     v.members
                         .iter()
@@ -92,7 +97,11 @@ impl BondMemberStats {
                     distributing: mv.is_some_and(|v| on(v.distributing)),
                     lacpdu_rx: mv.map_or(0, |v| v.counters.rx_lacpdu),
                     lacpdu_tx: mv.map_or(0, |v| v.counters.tx_lacpdu),
-                    ..BondMemberStats::default()
+                    rx_frames: t.map_or(0, |t| t.rx_frames),
+                    rx_bytes: t.map_or(0, |t| t.rx_bytes),
+                    tx_frames: t.map_or(0, |t| t.tx_frames),
+                    tx_bytes: t.map_or(0, |t| t.tx_bytes),
+                    rx_not_collecting: t.map_or(0, |t| t.rx_not_collecting),
                 });
             }
         }

@@ -65,6 +65,26 @@ pub struct BackendStatus {
     /// object in JSON: `link show -j` shows them under `runtime`.
     #[serde(flatten)]
     pub counters: BackendCounters,
+    /// A bond: each member's traffic through the bond, in member order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bond_members: Vec<BondMemberTraffic>,
+}
+
+/// One bond member's traffic as the bond's queues count it (daemon only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BondMemberTraffic {
+    pub name: String,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Dropped: received while the member was not collecting.
+    pub rx_not_collecting: u64,
+    /// Slow Protocols frames received (handed to the LACP engine) and sent.
+    pub rx_pdus: u64,
+    pub tx_pdus: u64,
+    /// Bursts that failed on the member (its link down or gone).
+    pub errors: u64,
 }
 
 /// A device's transmit offloads as the daemon last read them (`ethtool -k` names in the docs).
@@ -138,6 +158,7 @@ mod tests {
                 tx_gro_segments: 4,
                 rx_frames_by_worker: vec![5, 6],
             },
+            bond_members: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&st).unwrap(),

@@ -533,10 +533,7 @@ impl Engine {
                 .map_or(0, |s| s.link_downs)
         };
         let unsaved = self.cfg.state.as_ref().map(|s| !s.is_saved());
-        let mut snap =
-            crate::snapshot::take(&self.session, link_downs, self.workers.len(), unsaved);
-        self.bond_traffic(&mut snap.bond_members);
-        snap
+        crate::snapshot::take(&self.session, link_downs, self.workers.len(), unsaved)
     }
 }
 

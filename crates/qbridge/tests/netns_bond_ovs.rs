@@ -340,6 +340,21 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
         per[0] + per[1] >= total,
         "members carried less than the data"
     );
+    // qbridge's own per-member counters agree: each member sent its share.
+    let v = ctl.json(&["link", "show", "dev", "bo"]).unwrap();
+    let own: Vec<u64> = v[0]["runtime"]["bond_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["tx_bytes"].as_u64().unwrap_or(0))
+        .collect();
+    eprintln!(
+        "qbridge's member counters: tx bytes m1 {} m2 {}",
+        own[0], own[1]
+    );
+    for (d, n) in devs.iter().zip(&own) {
+        assert!(*n > total / 10, "qbridge counted {n} bytes on {d}");
+    }
 
     // Pull the link that carries the ping flow, mid-transfer.
     let k = ping_member(&q_ns, &devs, &a, &b);

@@ -160,3 +160,23 @@ pub(super) fn bond_text(s: &mut String, spec: &BondSpec, view: Option<&BondView>
         );
     }
 }
+
+/// `-s`: each member's traffic through the bond (a daemon's counters).
+pub(super) fn traffic_text(s: &mut String, members: &[crate::status::BondMemberTraffic]) {
+    for m in members {
+        let _ = writeln!(
+            s,
+            "    member {}: RX {} bytes {} packets TX {} bytes {} packets not_collecting {} \
+             pdus rx {} tx {} errors {}",
+            m.name,
+            m.rx_bytes,
+            m.rx_frames,
+            m.tx_bytes,
+            m.tx_frames,
+            m.rx_not_collecting,
+            m.rx_pdus,
+            m.tx_pdus,
+            m.errors
+        );
+    }
+}

@@ -468,6 +468,9 @@ pub fn links(
                 ps.status.as_ref().map(|st| &st.counters),
             );
         }
+        if let (true, Some(rt)) = (out.stats, backends.backend_status(&l.ifname)) {
+            super::bond::traffic_text(&mut s, &rt.bond_members);
+        }
     }
     s
 }

@@ -158,27 +158,32 @@ impl Engine {
         Ok(opened)
     }
 
-    /// Fills each bond member's traffic counters (its bond's queues keep them).
-    pub(super) fn bond_traffic(&self, members: &mut [qbridge_control::BondMemberStats]) {
-        for m in members {
-            let Some(rt) = self.bonds.get(&m.bond) else {
-                continue;
-            };
-            let pos = match self.session.port_spec(&m.bond) {
-                Some(PortSpec::Bond(b)) => b.members.iter().position(|x| x.name == m.member),
-                _ => None,
-            };
-            let Some(t) = pos.and_then(|p| rt.shared.members.get(p)) else {
-                continue;
-            };
-            let get =
-                |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-            m.rx_frames = get(&t.rx_frames);
-            m.rx_bytes = get(&t.rx_bytes);
-            m.tx_frames = get(&t.tx_frames);
-            m.tx_bytes = get(&t.tx_bytes);
-            m.rx_not_collecting = get(&t.rx_not_collecting);
-        }
+    /// Bond `name`'s members' traffic as its queues count it (empty: not a bond).
+    pub(super) fn bond_member_traffic(
+        &self,
+        name: &str,
+    ) -> Vec<qbridge_control::BondMemberTraffic> {
+        let (Some(rt), Some(PortSpec::Bond(b))) =
+            (self.bonds.get(name), self.session.port_spec(name))
+        else {
+            return Vec::new();
+        };
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        b.members
+            .iter()
+            .zip(rt.shared.members.iter())
+            .map(|(m, t)| qbridge_control::BondMemberTraffic {
+                name: m.name.clone(),
+                rx_frames: get(&t.rx_frames),
+                rx_bytes: get(&t.rx_bytes),
+                tx_frames: get(&t.tx_frames),
+                tx_bytes: get(&t.tx_bytes),
+                rx_not_collecting: get(&t.rx_not_collecting),
+                rx_pdus: get(&t.rx_pdus),
+                tx_pdus: get(&t.tx_pdus),
+                errors: get(&t.errors),
+            })
+            .collect()
     }
 
     /// A Slow Protocols frame one of bond `bond`'s queues handed up, from the member at
