@@ -452,6 +452,16 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
         )
         .unwrap();
     }
+    // Two tags on the bond: its members' device MTUs grow with its envelope (1500 + 8).
+    for d in devs {
+        let out = ip_in(&q_ns, &["-j", "link", "show", "dev", d]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let mtu = v[0]["mtu"].as_u64().unwrap_or(0);
+        assert!(
+            mtu >= 1508,
+            "member {d}: device MTU {mtu} after two tags on the bond"
+        );
+    }
     let far = ["o1", "o2"];
     for (cvid, src, dst) in [
         (10, "10.10.0.1", "10.10.0.2"),

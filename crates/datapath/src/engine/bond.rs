@@ -158,6 +158,44 @@ impl Engine {
         Ok(opened)
     }
 
+    /// After a command: raises bond port `id`'s members' device MTUs to the bond's largest
+    /// frame, as for an afpacket port (stacked VLANs on the bond grow its envelope).
+    pub(super) fn bond_sync_mtu(&mut self, id: u16, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
+        let PortSpec::Bond(b) = &slot.spec else {
+            return;
+        };
+        let want = self
+            .session
+            .switch()
+            .port_max_frame(PortId(id))
+            .saturating_sub(14);
+        for m in &b.members {
+            let Some(dev) = member_dev(&m.spec) else {
+                continue;
+            };
+            let Ok(have) = sys::get_mtu(dev) else {
+                continue;
+            };
+            if want <= have {
+                continue;
+            }
+            match sys::raise_mtu(dev, want) {
+                Ok(mtu) => tracing::info!(
+                    "bond {}: device MTU of member {} ({dev}) raised from {have} to {mtu}",
+                    slot.name,
+                    m.name
+                ),
+                Err(e) => warnings.push(format!(
+                    "bond {}: member {}: cannot raise the MTU of {dev} to {want}: {e}",
+                    slot.name, m.name
+                )),
+            }
+        }
+    }
+
     /// Bond `name`'s members' traffic as its queues count it (empty: not a bond).
     pub(super) fn bond_member_traffic(
         &self,
