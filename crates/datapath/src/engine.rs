@@ -574,15 +574,14 @@ fn undo_command(cmd: &Command) -> Option<Command> {
     }
 }
 
-/// Commands that can open a backend: adding a port, a port joining or leaving a bond (the
-/// bond's sockets are opened again, or the port's own), or a batch (which may add ports).
+/// Commands that can open a backend: adding a port, or a batch (which may add ports).
 fn may_open_ports(op: &Op) -> bool {
     match op {
         Op::Command { words, .. } => parse_words(words).is_ok_and(|c| {
             matches!(
                 c,
                 Command::Link(LinkCommand::AddPort { .. }) | Command::Mirror(MirrorCommand::Add(_))
-            ) || matches!(c, Command::Link(LinkCommand::SetPort { opts, .. }) if opts.master.is_some())
+            )
         }),
         Op::Batch { .. } | Op::Apply { .. } => true,
     }
