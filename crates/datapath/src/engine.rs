@@ -401,7 +401,10 @@ impl Engine {
                 .map(Undo::Command),
             _ => None,
         }
-        .or_else(|| may_open_ports(&op).then(|| Undo::Session(Box::new(self.session.clone()))));
+        .or_else(|| {
+            (may_open_ports(&op) || self.bond_membership_change(&op))
+                .then(|| Undo::Session(Box::new(self.session.clone())))
+        });
         // A change the state file can take as one appended line (`fdb add`, `vlan add`, …),
         // unless it made or removed a port (`link set dev BR up` makes the host port, with a
         // random address a replayed line would not give again).

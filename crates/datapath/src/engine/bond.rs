@@ -158,6 +158,27 @@ impl Engine {
         Ok(opened)
     }
 
+    /// Whether `op` is one command that moves a port into or out of a bond (`master BOND`,
+    /// `nomaster` or `link del` of a member, `link del` of a bond): it reopens backends, so
+    /// it must be undone whole if they cannot open.
+    pub(super) fn bond_membership_change(&self, op: &qbridge_control::Op) -> bool {
+        use qbridge_control::{Command, LinkCommand, MasterChange};
+        let qbridge_control::Op::Command { words, .. } = op else {
+            return false;
+        };
+        let is_bond = |n: &str| matches!(self.session.port_spec(n), Some(PortSpec::Bond(_)));
+        let member = |n: &str| self.session.bond_of_member(n).is_some();
+        match qbridge_control::parse_words(words) {
+            Ok(Command::Link(LinkCommand::SetPort { dev, opts })) => match &opts.master {
+                Some(MasterChange::Set(m)) => is_bond(m) || member(&dev),
+                Some(MasterChange::Unset) => member(&dev),
+                None => false,
+            },
+            Ok(Command::Link(LinkCommand::Del { dev })) => is_bond(&dev) || member(&dev),
+            _ => false,
+        }
+    }
+
     /// After a command: raises bond port `id`'s members' device MTUs to the bond's largest
     /// frame, as for an afpacket port (stacked VLANs on the bond grow its envelope).
     pub(super) fn bond_sync_mtu(&mut self, id: u16, warnings: &mut Vec<String>) {
