@@ -59,5 +59,5 @@ pub use protocol::{
 pub use session::{Session, MAX_BOND_MEMBERS};
 pub use stats::{BondMemberStats, PortStats, Snapshot};
 pub use status::{
-    BackendCounters, BackendStatus, Backends, BondMemberTraffic, DeviceOffloadStatus,
+    BackendCounters, BackendStatus, Backends, BondDrops, BondMemberTraffic, DeviceOffloadStatus,
 };

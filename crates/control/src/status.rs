@@ -68,6 +68,18 @@ pub struct BackendStatus {
     /// A bond: each member's traffic through the bond, in member order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bond_members: Vec<BondMemberTraffic>,
+    /// A bond: what its queues dropped that belongs to no member.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bond_drops: Option<BondDrops>,
+}
+
+/// A bond's own drops (daemon only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BondDrops {
+    /// Slow Protocols frames dropped: too many were waiting for the control thread.
+    pub pdu_overflow: u64,
+    /// Frames dropped on transmit: no member distributes (also counted as `tx_error`).
+    pub tx_no_member: u64,
 }
 
 /// One bond member's traffic as the bond's queues count it (daemon only).
@@ -159,6 +171,7 @@ mod tests {
                 rx_frames_by_worker: vec![5, 6],
             },
             bond_members: Vec::new(),
+            bond_drops: None,
         };
         assert_eq!(
             serde_json::to_string(&st).unwrap(),

@@ -469,6 +469,31 @@ fn bond_metrics(o: &mut String, snap: &Snapshot) {
             |m| m.rx_not_collecting,
         ),
     ];
+    let drops: Vec<(&str, qbridge_control::BondDrops)> = snap
+        .ports
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.status.as_ref()?.bond_drops?)))
+        .collect();
+    if !drops.is_empty() {
+        family(
+            o,
+            "qbridge_bond_drops_total",
+            "counter",
+            "Frames a bond dropped that belong to no member, by reason.",
+        );
+    }
+    for (bond, d) in drops {
+        for (reason, n) in [
+            ("pdu_overflow", d.pdu_overflow),
+            ("tx_no_member", d.tx_no_member),
+        ] {
+            let _ = writeln!(
+                o,
+                "qbridge_bond_drops_total{{bond=\"{}\",reason=\"{reason}\"}} {n}",
+                esc(bond)
+            );
+        }
+    }
     if snap.bond_members.is_empty() {
         return;
     }

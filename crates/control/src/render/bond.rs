@@ -162,7 +162,18 @@ pub(super) fn bond_text(s: &mut String, spec: &BondSpec, view: Option<&BondView>
 }
 
 /// `-s`: each member's traffic through the bond (a daemon's counters).
-pub(super) fn traffic_text(s: &mut String, members: &[crate::status::BondMemberTraffic]) {
+pub(super) fn traffic_text(
+    s: &mut String,
+    members: &[crate::status::BondMemberTraffic],
+    drops: Option<crate::status::BondDrops>,
+) {
+    if let Some(d) = drops {
+        let _ = writeln!(
+            s,
+            "    bond drops: pdu_overflow {} tx_no_member {}",
+            d.pdu_overflow, d.tx_no_member
+        );
+    }
     for m in members {
         let _ = writeln!(
             s,

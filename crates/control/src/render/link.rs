@@ -469,7 +469,7 @@ pub fn links(
             );
         }
         if let (true, Some(rt)) = (out.stats, backends.backend_status(&l.ifname)) {
-            super::bond::traffic_text(&mut s, &rt.bond_members);
+            super::bond::traffic_text(&mut s, &rt.bond_members, rt.bond_drops);
         }
     }
     s

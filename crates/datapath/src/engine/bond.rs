@@ -217,6 +217,16 @@ impl Engine {
         }
     }
 
+    /// Bond `name`'s own drops (`None`: not a bond).
+    pub(super) fn bond_drops(&self, name: &str) -> Option<qbridge_control::BondDrops> {
+        let rt = self.bonds.get(name)?;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        Some(qbridge_control::BondDrops {
+            pdu_overflow: get(&rt.shared.pdu_overflow),
+            tx_no_member: get(&rt.shared.tx_no_member),
+        })
+    }
+
     /// Bond `name`'s members' traffic as its queues count it (empty: not a bond).
     pub(super) fn bond_member_traffic(
         &self,

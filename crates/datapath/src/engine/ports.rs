@@ -577,13 +577,14 @@ impl Engine {
     }
 
     pub(super) fn publish_status(&mut self, id: u16) {
-        let bond = match self.slots.get(id as usize) {
-            Some(Some(s)) => self.bond_member_traffic(&s.name),
-            _ => Vec::new(),
+        let (bond, bond_drops) = match self.slots.get(id as usize) {
+            Some(Some(s)) => (self.bond_member_traffic(&s.name), self.bond_drops(&s.name)),
+            _ => (Vec::new(), None),
         };
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.counters = crate::snapshot::backend_counters(&slot.shared);
             slot.status.bond_members = bond;
+            slot.status.bond_drops = bond_drops;
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }
