@@ -18,6 +18,9 @@
 //! hosts' TCP arrives as super-frames; see `netns_stacked_ovs.rs`); it is installed with
 //! apt-get when missing, and the test prints why and skips when it cannot be had.
 //!
+//! `lacp_fallback on` against a far end without LACP (a kernel bridge) falls back to one member
+//! after the expiry and carries verified TCP.
+//!
 //! The active-backup test needs no peer protocol: qbridge's bond of two members to a kernel
 //! bridge (no STP; the backup member drops what it receives, so the two links are no loop);
 //! the active member's far end is set down mid-transfer and traffic moves to the other.
@@ -570,4 +573,66 @@ fn active_backup_bond_fails_over_without_a_protocol() {
     let ms = members(&ctl);
     assert!(!ms[0].1 && ms[1].1 && ms[1].2, "after failover: {ms:?}");
     support::assert_ping(&a, &b, 5);
+}
+
+const BATCH_FALLBACK: &str = "\
+link add br0 type bridge
+link add ha type afpacket dev ha
+link set dev ha master br0
+link add bo type bond mode 802.3ad lacp_rate fast lacp_fallback on
+link add m1 type afpacket dev m1
+link add m2 type afpacket dev m2
+link set dev m1 master bo
+link set dev m2 master bo
+link set dev bo master br0
+";
+
+/// An 802.3ad bond whose far end speaks no LACP (a kernel bridge): without `lacp_fallback`
+/// nothing would pass; with it, once a member has waited out the expiry (3 s at the fast
+/// rate) the bond carries traffic on one member, as Open vSwitch's `lacp-fallback-ab`.
+#[test]
+fn lacp_fallback_carries_traffic_without_a_partner() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("qbb-bond-fb");
+    let q_ns = lab.netns("qbbq").unwrap();
+    let f_ns = lab.netns("qbbf").unwrap();
+    let a = lab.host("qbba", "10.9.2.1/24", &q_ns, "ha").unwrap();
+    let b = lab.host("qbbb", "10.9.2.2/24", &f_ns, "hb").unwrap();
+    lab.veth(&q_ns, "m1", &f_ns, "p1").unwrap();
+    lab.veth(&q_ns, "m2", &f_ns, "p2").unwrap();
+    ip_in(
+        &f_ns,
+        &["link", "add", "kbr", "type", "bridge", "stp_state", "0"],
+    )
+    .unwrap();
+    for d in ["p1", "p2", "hb"] {
+        ip_in(&f_ns, &["link", "set", d, "master", "kbr"]).unwrap();
+    }
+    ip_in(&f_ns, &["link", "set", "kbr", "up"]).unwrap();
+    let ctl = lab.daemon(&q_ns, BATCH_FALLBACK).unwrap();
+    let started = Instant::now();
+    let fell_back = wait_until(Duration::from_secs(10), || {
+        let v = ctl.json(&["link", "show", "dev", "bo"]).unwrap_or_default();
+        v[0]["bond"]["fallback_active"] == "On" && v[0]["bond"]["carrier"] == "On"
+    });
+    let ms = members(&ctl);
+    assert!(
+        fell_back,
+        "no fallback: {}",
+        ctl.cmd(&["-d", "link", "show", "dev", "bo"])
+            .unwrap_or_default()
+    );
+    eprintln!(
+        "fallback to active-backup {:.2?} after start; members {ms:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        ms.iter().filter(|(_, c, d)| *c && *d).count(),
+        1,
+        "fallback carries on one member: {ms:?}"
+    );
+    support::assert_ping(&a, &b, 5);
+    let r = tcp_transfer(&a, &b, 16 << 20, Duration::from_secs(30)).unwrap();
+    eprintln!("{} bytes verified over the fallback member", r.bytes);
 }
