@@ -19,7 +19,8 @@
 //! apt-get when missing, and the test prints why and skips when it cannot be had.
 //!
 //! `lacp_fallback on` against a far end without LACP (a kernel bridge) falls back to one member
-//! after the expiry and carries verified TCP.
+//! after the expiry and carries verified TCP. A member whose interface is missing at start
+//! joins when it appears.
 //!
 //! The active-backup test needs no peer protocol: qbridge's bond of two members to a kernel
 //! bridge (no STP; the backup member drops what it receives, so the two links are no loop);
@@ -635,4 +636,57 @@ fn lacp_fallback_carries_traffic_without_a_partner() {
     support::assert_ping(&a, &b, 5);
     let r = tcp_transfer(&a, &b, 16 << 20, Duration::from_secs(30)).unwrap();
     eprintln!("{} bytes verified over the fallback member", r.bytes);
+}
+
+/// A member whose interface does not exist yet (a daemon restored at boot) does not keep the
+/// daemon from starting: the bond runs on the other member, and takes the missing one in
+/// when its interface appears; then a failover to it works.
+#[test]
+fn a_missing_member_joins_when_its_interface_appears() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("qbb-bond-late");
+    let q_ns = lab.netns("qbbq").unwrap();
+    let f_ns = lab.netns("qbbf").unwrap();
+    let a = lab.host("qbba", "10.9.3.1/24", &q_ns, "ha").unwrap();
+    let b = lab.host("qbbb", "10.9.3.2/24", &f_ns, "hb").unwrap();
+    lab.veth(&q_ns, "m1", &f_ns, "p1").unwrap();
+    ip_in(
+        &f_ns,
+        &["link", "add", "kbr", "type", "bridge", "stp_state", "0"],
+    )
+    .unwrap();
+    for d in ["p1", "hb"] {
+        ip_in(&f_ns, &["link", "set", d, "master", "kbr"]).unwrap();
+    }
+    ip_in(&f_ns, &["link", "set", "kbr", "up"]).unwrap();
+    let ctl = lab.daemon(&q_ns, BATCH_AB).unwrap();
+    support::assert_ping(&a, &b, 3);
+    let link_of = |name: &str| {
+        let v = ctl.json(&["link", "show", "dev", "bo"]).unwrap_or_default();
+        v[0]["bond"]["members"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["name"] == name).cloned())
+            .map(|m| m["link"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(link_of("m2"), "Down");
+    lab.veth(&q_ns, "m2", &f_ns, "p2").unwrap();
+    ip_in(&f_ns, &["link", "set", "p2", "master", "kbr"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || link_of("m2") != "Down"),
+        "m2 did not come up: {}",
+        ctl.cmd(&["-d", "link", "show", "dev", "bo"])
+            .unwrap_or_default()
+    );
+    ip_in(&f_ns, &["link", "set", "p1", "down"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let ms = members(&ctl);
+            ms.len() == 2 && !ms[0].1 && ms[1].1
+        }),
+        "no failover to m2: {:?}",
+        members(&ctl)
+    );
+    support::assert_ping(&a, &b, 3);
 }
