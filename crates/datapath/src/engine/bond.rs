@@ -146,9 +146,13 @@ impl Engine {
         let mut opened: Opened = Vec::with_capacity(n);
         for q in 0..n {
             let members: Vec<Queue> = per_member.iter_mut().filter_map(Iterator::next).collect();
-            let port = BondPort::new(name, q, members, rt.shared.clone(), self.ctl_tx.clone())
-                .map_err(|e| format!("bond {name}: {e}"))?;
-            opened.push(Box::new(port));
+            match BondPort::new(name, q, members, rt.shared.clone(), self.ctl_tx.clone()) {
+                Ok(port) => opened.push(Box::new(port)),
+                Err(e) => {
+                    self.bonds.insert(name.to_string(), rt);
+                    return Err(format!("bond {name}: {e}"));
+                }
+            }
         }
         let mut rt = rt;
         rt.handles = handles;
