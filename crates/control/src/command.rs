@@ -66,6 +66,9 @@ pub enum LinkCommand {
     },
     /// `link set dev BR type bridge [OPTIONS]`
     SetBridge { dev: String, opts: BridgeOptions },
+    /// `link set dev BOND type bond [OPTIONS]` (a bond is added with `AddPort` and
+    /// [`PortSpec::Bond`]).
+    SetBond { dev: String, opts: BondOptions },
     /// `link set dev NAME [master BR|nomaster] [up|down] [learning on|off] …`
     SetPort { dev: String, opts: PortOptions },
     /// `link del dev NAME`
@@ -135,6 +138,76 @@ pub enum PortSpec {
         netns: Option<String>,
         address: Option<MacAddr>,
     },
+    /// A bond (`link add NAME type bond mode …`): one port of the switch over its members,
+    /// each a port's backend moved here by `link set dev P master BOND`.
+    Bond(Box<BondSpec>),
+}
+
+/// A bond's configuration and members (docs/semantics.md, "Bonds and LACP").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BondSpec {
+    /// The engine's configuration; `system` is the bond's MAC (all zeros in a parsed `link
+    /// add` without `address`: the session picks a random one).
+    pub config: qbridge_lacp::BondConfig,
+    /// In order of enslavement (active-backup's failover order).
+    pub members: Vec<BondMember>,
+}
+
+/// A member of a bond: the port it was, with its backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BondMember {
+    pub name: String,
+    pub spec: PortSpec,
+    /// The LACP port number (1-based, unique in the bond); the engine's `MemberId`.
+    pub port_number: u16,
+}
+
+/// Options of `link add|set … type bond` (ip-link(8)'s bond words); `None`: not given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BondOptions {
+    pub mode: Option<qbridge_lacp::Mode>,
+    pub xmit_hash_policy: Option<qbridge_lacp::HashPolicy>,
+    pub lacp_rate: Option<qbridge_lacp::LacpRate>,
+    pub lacp_active: Option<qbridge_lacp::LacpActivity>,
+    pub min_links: Option<u16>,
+    pub miimon: Option<u32>,
+    pub lacp_fallback: Option<bool>,
+    pub address: Option<MacAddr>,
+}
+
+impl BondOptions {
+    /// `cfg` with the options given.
+    pub fn merge(&self, mut cfg: qbridge_lacp::BondConfig) -> qbridge_lacp::BondConfig {
+        if let Some(v) = self.mode {
+            cfg.mode = v;
+        }
+        if let Some(v) = self.xmit_hash_policy {
+            cfg.hash_policy = v;
+        }
+        if let Some(v) = self.lacp_rate {
+            cfg.lacp_rate = v;
+        }
+        if let Some(v) = self.lacp_active {
+            cfg.lacp_activity = v;
+        }
+        if let Some(v) = self.min_links {
+            cfg.min_links = v;
+        }
+        if let Some(v) = self.miimon {
+            cfg.miimon_ms = v;
+        }
+        if let Some(v) = self.lacp_fallback {
+            cfg.fallback = if v {
+                qbridge_lacp::Fallback::ActiveBackup
+            } else {
+                qbridge_lacp::Fallback::Off
+            };
+        }
+        if let Some(v) = self.address {
+            cfg.system = v;
+        }
+        cfg
+    }
 }
 
 impl PortSpec {
@@ -149,6 +222,7 @@ impl PortSpec {
             PortSpec::Vlan { .. } => "vlan",
             PortSpec::Macvlan { .. } => "macvlan",
             PortSpec::Host { .. } => "host",
+            PortSpec::Bond(_) => "bond",
         }
     }
 
@@ -471,6 +545,8 @@ pub struct OutputOptions {
     pub pretty: bool,
     /// `vlan show` prints runs of VIDs with the same flags as one range (`10-20`).
     pub compress_vlans: bool,
+    /// `-d`: details (`link show`: a bond's LACP state per member).
+    pub details: bool,
 }
 
 impl OutputOptions {
@@ -488,6 +564,8 @@ impl OutputOptions {
             self.pretty = true;
         } else if opt == "c" || abbreviates("compressvlans", 3) {
             self.compress_vlans = true;
+        } else if abbreviates("details", 1) {
+            self.details = true;
         } else {
             return false;
         }
@@ -501,6 +579,7 @@ impl OutputOptions {
             (self.stats, "-s"),
             (self.pretty, "-p"),
             (self.compress_vlans, "-c"),
+            (self.details, "-d"),
         ];
         flags
             .iter()

@@ -10,6 +10,9 @@ pub enum ControlError {
     /// A spanning-tree setting the engine refused, or one that does not apply.
     #[error("{0}")]
     Stp(String),
+    /// A bond command refused (the message names the bond, the port and why).
+    #[error("{0}")]
+    Bond(String),
     /// A line with an object but no command, or nothing at all where a command was needed.
     #[error("missing command after \"{object}\" (expected {expected})")]
     MissingCommand {

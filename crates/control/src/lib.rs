@@ -46,9 +46,9 @@ pub mod usage;
 pub mod words;
 
 pub use command::{
-    BridgeOptions, Command, FdbCommand, LinkCommand, MasterChange, MirrorCommand, Object,
-    OutputOptions, PortOptions, PortSpec, StpBridgeOptions, StpCommand, StpPortOptions, VidRange,
-    VlanCommand, XdpAttach,
+    BondMember, BondOptions, BondSpec, BridgeOptions, Command, FdbCommand, LinkCommand,
+    MasterChange, MirrorCommand, Object, OutputOptions, PortOptions, PortSpec, StpBridgeOptions,
+    StpCommand, StpPortOptions, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};
@@ -56,6 +56,8 @@ pub use protocol::{
     batch_too_long, Incoming, MonitorObject, Op, Request, Response, WireOptions, MAX_BATCH_BYTES,
     MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION,
 };
-pub use session::Session;
-pub use stats::{PortStats, Snapshot};
-pub use status::{BackendCounters, BackendStatus, Backends, DeviceOffloadStatus};
+pub use session::{Session, MAX_BOND_MEMBERS};
+pub use stats::{BondMemberStats, PortStats, Snapshot};
+pub use status::{
+    BackendCounters, BackendStatus, Backends, BondDrops, BondMemberTraffic, DeviceOffloadStatus,
+};

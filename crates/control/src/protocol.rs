@@ -75,6 +75,9 @@ pub struct WireOptions {
     /// Sent only when set, so that a line without `-c` reads the same to an older daemon.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub compress_vlans: bool,
+    /// `-d`; sent only when set, like `compress_vlans`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub details: bool,
 }
 
 impl From<OutputOptions> for WireOptions {
@@ -84,6 +87,7 @@ impl From<OutputOptions> for WireOptions {
             stats: o.stats,
             pretty: o.pretty,
             compress_vlans: o.compress_vlans,
+            details: o.details,
         }
     }
 }
@@ -95,6 +99,7 @@ impl From<WireOptions> for OutputOptions {
             stats: o.stats,
             pretty: o.pretty,
             compress_vlans: o.compress_vlans,
+            details: o.details,
         }
     }
 }

@@ -187,6 +187,7 @@ fn create_line(
             }
             l
         }
+        PortSpec::Bond(b) => bond_lines(name, index, b),
         PortSpec::Host { ifname, netns, .. } => {
             let mut l = format!("link set dev {name} up index {index}");
             if let Some(i) = ifname {
@@ -202,6 +203,51 @@ fn create_line(
         let _ = write!(l, " address {mac}");
     }
     Some(l)
+}
+
+/// A bond: `link add B index I type bond …every option…`, then per member the line that
+/// creates it as a port and `link set dev P master B` (members in failover order).
+fn bond_lines(name: &str, index: u16, b: &crate::command::BondSpec) -> String {
+    let mut l = format!(
+        "link add {name} index {index} type bond {}",
+        bond_options(&b.config)
+    );
+    for m in &b.members {
+        if let PortSpec::AfPacket {
+            dev,
+            qdisc_bypass,
+            ring_frames,
+        } = &m.spec
+        {
+            let _ = write!(
+                l,
+                "\nlink add {} type afpacket dev {dev} qdisc_bypass {}",
+                m.name,
+                on_off(*qdisc_bypass)
+            );
+            if let Some(r) = ring_frames {
+                let _ = write!(l, " ring_frames {r}");
+            }
+            let _ = write!(l, "\nlink set dev {} master {name}", m.name);
+        }
+    }
+    l
+}
+
+/// Every option of a bond as `link add … type bond` words.
+pub fn bond_options(c: &qbridge_lacp::BondConfig) -> String {
+    format!(
+        "mode {} xmit_hash_policy {} lacp_rate {} lacp_active {} min_links {} miimon {} \
+         lacp_fallback {} address {}",
+        c.mode.word(),
+        c.hash_policy.word(),
+        c.lacp_rate.word(),
+        c.lacp_activity.word(),
+        c.min_links,
+        c.miimon_ms,
+        on_off(c.fallback == qbridge_lacp::Fallback::ActiveBackup),
+        c.system
+    )
 }
 
 /// `link set dev NAME [master BR] …every setting…`.

@@ -43,6 +43,8 @@ pub struct Snapshot {
     /// `--state FILE`: `Some(true)` when the last write of FILE failed (the running
     /// configuration is not on disk); `None` without `--state` (and offline).
     pub state_unsaved: Option<bool>,
+    /// Every bond member, bonds in port order, members in failover order.
+    pub bond_members: Vec<BondMemberStats>,
     /// Every bridge that runs the spanning tree, in name order.
     pub stp: Vec<StpStats>,
 }
@@ -67,6 +69,68 @@ pub struct StpPortStats {
     pub state: u8,
     pub bpdu_rx: u64,
     pub bpdu_tx: u64,
+}
+
+/// One bond member's LACP state and counters (the engine's), and its traffic through the
+/// bond (a running daemon's backend status, zero offline).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BondMemberStats {
+    pub bond: String,
+    pub member: String,
+    pub port_number: u16,
+    pub link_up: bool,
+    pub collecting: bool,
+    pub distributing: bool,
+    pub lacpdu_rx: u64,
+    pub lacpdu_tx: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Frames dropped: received while the member was not collecting.
+    pub rx_not_collecting: u64,
+}
+
+impl BondMemberStats {
+    /// Every member of every bond of `sw`.
+    pub fn take_all(sw: &Switch, backends: &impl Backends) -> Vec<BondMemberStats> {
+        let mut out = Vec::new();
+        for (_, name) in sw.port_ids() {
+            let Some(crate::command::PortSpec::Bond(b)) = backends.port_spec(name) else {
+                continue;
+            };
+            let view = backends.bond_view(name);
+            let traffic = backends
+                .backend_status(name)
+                .map(|s| s.bond_members.as_slice())
+                .unwrap_or_default();
+            for m in &b.members {
+                let t = traffic.iter().find(|t| t.name == m.name);
+                let mv = view.as_ref().and_then(|v| {
+                    v.members
+                        .iter()
+                        .find(|x| x.id.0 == u32::from(m.port_number))
+                });
+                let on = |v: qbridge_lacp::OnOff| v == qbridge_lacp::OnOff::On;
+                out.push(BondMemberStats {
+                    bond: name.to_string(),
+                    member: m.name.clone(),
+                    port_number: m.port_number,
+                    link_up: mv.is_some_and(|v| v.link != qbridge_lacp::Link::Down),
+                    collecting: mv.is_some_and(|v| on(v.collecting)),
+                    distributing: mv.is_some_and(|v| on(v.distributing)),
+                    lacpdu_rx: mv.map_or(0, |v| v.counters.rx_lacpdu),
+                    lacpdu_tx: mv.map_or(0, |v| v.counters.tx_lacpdu),
+                    rx_frames: t.map_or(0, |t| t.rx_frames),
+                    rx_bytes: t.map_or(0, |t| t.rx_bytes),
+                    tx_frames: t.map_or(0, |t| t.tx_frames),
+                    tx_bytes: t.map_or(0, |t| t.tx_bytes),
+                    rx_not_collecting: t.map_or(0, |t| t.rx_not_collecting),
+                });
+            }
+        }
+        out
+    }
 }
 
 /// One port's counters and link facts.
@@ -372,6 +436,7 @@ impl Snapshot {
             unknown_port_drops: sw.unknown_port_drops(),
             workers: sw.workers(),
             state_unsaved: None,
+            bond_members: BondMemberStats::take_all(sw, backends),
         }
     }
 

@@ -16,6 +16,11 @@ pub trait Backends {
     fn port_spec(&self, name: &str) -> Option<&PortSpec>;
     /// What a running daemon recorded about port `name`'s backend (`None` offline).
     fn backend_status(&self, name: &str) -> Option<&BackendStatus>;
+    /// The LACP engine's view of bond `name` (`None`: not a bond, or no engine here).
+    fn bond_view(&self, name: &str) -> Option<qbridge_lacp::BondView> {
+        let _ = name;
+        None
+    }
 }
 
 /// No backends: output of a bare switch.
@@ -60,6 +65,38 @@ pub struct BackendStatus {
     /// object in JSON: `link show -j` shows them under `runtime`.
     #[serde(flatten)]
     pub counters: BackendCounters,
+    /// A bond: each member's traffic through the bond, in member order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bond_members: Vec<BondMemberTraffic>,
+    /// A bond: what its queues dropped that belongs to no member.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bond_drops: Option<BondDrops>,
+}
+
+/// A bond's own drops (daemon only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BondDrops {
+    /// Slow Protocols frames dropped: too many were waiting for the control thread.
+    pub pdu_overflow: u64,
+    /// Frames dropped on transmit: no member distributes (also counted as `tx_error`).
+    pub tx_no_member: u64,
+}
+
+/// One bond member's traffic as the bond's queues count it (daemon only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BondMemberTraffic {
+    pub name: String,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Dropped: received while the member was not collecting.
+    pub rx_not_collecting: u64,
+    /// Slow Protocols frames received (handed to the LACP engine) and sent.
+    pub rx_pdus: u64,
+    pub tx_pdus: u64,
+    /// Bursts that failed on the member (its link down or gone).
+    pub errors: u64,
 }
 
 /// A device's transmit offloads as the daemon last read them (`ethtool -k` names in the docs).
@@ -133,6 +170,8 @@ mod tests {
                 tx_gro_segments: 4,
                 rx_frames_by_worker: vec![5, 6],
             },
+            bond_members: Vec::new(),
+            bond_drops: None,
         };
         assert_eq!(
             serde_json::to_string(&st).unwrap(),

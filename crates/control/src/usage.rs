@@ -10,6 +10,12 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
            [max_age S] [forward_delay S] [tx_hold_count N] [max_hops N]
            [mst_name NAME] [mst_revision N]        (spanning tree; times in seconds)
   link set dev BR type bridge [same options as link add]
+  link add NAME type bond [mode active-backup|balance-xor|802.3ad]
+           [xmit_hash_policy layer2|layer2+vlan|layer3+4|inner-layer3+4]
+           [lacp_rate slow|fast] [lacp_active on|off] [min_links N] [miimon MS]
+           [lacp_fallback on|off] [address MAC]      (one port over its members)
+  link set dev BOND type bond [same options as link add]
+  link set dev PORT master BOND | nomaster   (an afpacket port joins or leaves a bond)
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
@@ -30,7 +36,7 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
            [bpdu_filter on|off] [loop_guard on|off] [edge on|off] [auto_edge on|off]
            [p2p yes|no|auto]    (spanning tree: guard = BPDU guard, root_block = root guard)
   link del dev NAME
-  link show [dev NAME]
+  link show [dev NAME]    (-d: a bond's LACP state per member)
 ";
 
 const VLAN: &str =

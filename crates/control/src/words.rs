@@ -191,6 +191,20 @@ pub const LINK_ADD: &[Kw] = &[
     exact("index"),
 ];
 
+/// Options of `link add|set … type bond`: ip/iplink_bond.c's words qbridge has, whole (the
+/// kernel's `matches` would take prefixes; bond words share long prefixes), and qbridge's
+/// `lacp_fallback`.
+pub const BOND_OPTIONS: &[Kw] = &[
+    exact("mode"),
+    exact("xmit_hash_policy"),
+    exact("lacp_rate"),
+    exact("lacp_active"),
+    exact("min_links"),
+    exact("miimon"),
+    exact("lacp_fallback"),
+    exact("address"),
+];
+
 /// `link set` before the options: only `type` (from `ty`, as in `iplink_parse`).
 pub const LINK_SET_TYPE: &[Kw] = &[kw("type", 2)];
 

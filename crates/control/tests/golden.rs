@@ -7,12 +7,14 @@ const TEXT: OutputOptions = OutputOptions {
     stats: false,
     pretty: false,
     compress_vlans: false,
+    details: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
     stats: false,
     pretty: false,
     compress_vlans: false,
+    details: false,
 };
 
 const SETUP: &str = "\

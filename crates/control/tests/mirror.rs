@@ -8,6 +8,7 @@ const TEXT: OutputOptions = OutputOptions {
     stats: false,
     pretty: false,
     compress_vlans: false,
+    details: false,
 };
 const JSON: OutputOptions = OutputOptions { json: true, ..TEXT };
 const STATS: OutputOptions = OutputOptions {

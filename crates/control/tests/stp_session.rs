@@ -14,12 +14,14 @@ const TEXT: OutputOptions = OutputOptions {
     stats: false,
     pretty: false,
     compress_vlans: false,
+    details: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
     stats: false,
     pretty: false,
     compress_vlans: false,
+    details: false,
 };
 
 /// A session with bridge br0 (`stp_state 1`, `priority`) and pcap ports `a`, `b` in it.

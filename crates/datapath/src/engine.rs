@@ -28,6 +28,7 @@
 //! [`learn_watch`] (MAC flapping, learning limits). What the threads share is
 //! `crate::shared`, which this module imports and never the other way round.
 
+mod bond;
 mod learn_watch;
 mod link;
 mod ports;
@@ -126,6 +127,10 @@ pub struct Engine {
     link_events: Option<link::LinkNotifier>,
     /// Per port name: the opening (token) whose link speed the session has (`stp.rs`).
     speeds_read: HashMap<String, u64>,
+    /// Bonds' runtime state, by name (`bond.rs`).
+    bonds: HashMap<String, bond::BondRt>,
+    /// The control channel, for the bonds' queues to hand Slow Protocols frames up.
+    ctl_tx: mpsc::Sender<Ctl>,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -201,6 +206,8 @@ impl Engine {
             punt,
             link_events: link::LinkNotifier::start(tx.clone()),
             speeds_read: HashMap::new(),
+            bonds: HashMap::new(),
+            ctl_tx: tx.clone(),
         };
         match engine.reconcile() {
             Ok(warnings) => {
@@ -232,11 +239,19 @@ impl Engine {
         let mut last_carrier = Instant::now();
         loop {
             let since = self.now_ns().saturating_sub(self.last_tick_ns);
-            let mut wait = NS_PER_SEC.saturating_sub(since).max(1_000_000);
+            let mut wait = NS_PER_SEC
+                .saturating_sub(since)
+                .max(1_000_000)
+                .min(self.bond_wait_ns());
             if self.session.spanning_tree().running() {
                 wait = wait.min(stp::CARRIER_POLL.as_nanos() as u64);
             }
             match self.ctl.recv_timeout(Duration::from_nanos(wait)) {
+                Ok(Ctl::BondPdu {
+                    bond,
+                    member,
+                    frame,
+                }) => self.bond_pdu(&bond, member, &frame),
                 Ok(Ctl::Request { op, reply }) => {
                     let r = self.execute(op);
                     let _ = reply.send(r);
@@ -291,6 +306,7 @@ impl Engine {
                     self.monitors.notify(&self.session);
                 }
             }
+            self.bond_run();
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
@@ -422,7 +438,10 @@ impl Engine {
                 .map(|c| Undo::Command(Box::new(c))),
             _ => None,
         }
-        .or_else(|| may_open_ports(&op).then(|| Undo::Session(Box::new(self.session.clone()))));
+        .or_else(|| {
+            (may_open_ports(&op) || self.bond_membership_change(&op))
+                .then(|| Undo::Session(Box::new(self.session.clone())))
+        });
         // A change the state file can take as one appended line (`fdb add`, `vlan add`, …),
         // unless it made or removed a port (`link set dev BR up` makes the host port, with a
         // random address a replayed line would not give again).

@@ -31,6 +31,7 @@
 //! The binary keeps only the wiring (arguments, control socket, metrics endpoint, signals).
 
 mod backends;
+pub mod bond_port;
 mod engine;
 mod mirror_sink;
 pub mod monitor;

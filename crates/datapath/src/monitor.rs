@@ -346,6 +346,13 @@ fn links(session: &Session) -> BTreeMap<String, (String, Value)> {
             if let Some(o) = v.as_object_mut() {
                 o.remove("runtime");
             }
+            // A bond's LACP state is a link change (partner, mux, collecting); its PDU
+            // counters are not.
+            if let Some(ms) = v.pointer_mut("/bond/members").and_then(Value::as_array_mut) {
+                for m in ms.iter_mut().filter_map(Value::as_object_mut) {
+                    m.remove("counters");
+                }
+            }
             if let Some(d) = v
                 .pointer_mut("/linkinfo/info_data")
                 .and_then(Value::as_object_mut)

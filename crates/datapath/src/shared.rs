@@ -32,6 +32,13 @@ pub enum Ctl {
         out: OutputOptions,
         events: mpsc::SyncSender<String>,
     },
+    /// A bond's queue received a Slow Protocols frame (LACPDU, Marker) on the member at
+    /// position `member` of bond `bond` (`crate::bond_port`).
+    BondPdu {
+        bond: std::sync::Arc<str>,
+        member: u8,
+        frame: Vec<u8>,
+    },
     /// A worker's queue failed with a link-down error (`token` names the port's opening).
     QueueFailed {
         token: u64,

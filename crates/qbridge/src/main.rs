@@ -32,6 +32,7 @@ Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
 
 OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
          -c, -com[pressvlans]  vlan show: runs of VIDs as ranges (10-20)
+         -d[etails]  link show: a bond's LACP state per member
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
          --socket PATH  the daemon's control socket     -n, -offline  no daemon (see below)
          -h[elp]  -V[ersion]      (options may be abbreviated, and take one or two dashes)

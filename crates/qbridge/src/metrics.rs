@@ -389,6 +389,7 @@ pub fn render(snap: &Snapshot) -> String {
         }
     }
     stp_families(&mut o, snap);
+    bond_metrics(&mut o, snap);
     family(
         &mut o,
         "qbridge_unknown_port_drops_total",
@@ -477,6 +478,114 @@ fn stp_families(o: &mut String, snap: &Snapshot) {
     }
 }
 
+/// Per bond member: LACPDUs in and out, link / collecting / distributing as 0 or 1, and the
+/// member's share of the bond's traffic.
+fn bond_metrics(o: &mut String, snap: &Snapshot) {
+    type Get = fn(&qbridge_control::BondMemberStats) -> u64;
+    let rows: [(&str, &str, &str, Get); 10] = [
+        (
+            "qbridge_bond_member_lacpdu_rx_total",
+            "counter",
+            "LACPDUs received on the bond member.",
+            |m| m.lacpdu_rx,
+        ),
+        (
+            "qbridge_bond_member_lacpdu_tx_total",
+            "counter",
+            "LACPDUs sent on the bond member.",
+            |m| m.lacpdu_tx,
+        ),
+        (
+            "qbridge_bond_member_link_up",
+            "gauge",
+            "The bond member's link is up (1) or down (0).",
+            |m| u64::from(m.link_up),
+        ),
+        (
+            "qbridge_bond_member_collecting",
+            "gauge",
+            "The bond member accepts frames (1) or not (0).",
+            |m| u64::from(m.collecting),
+        ),
+        (
+            "qbridge_bond_member_distributing",
+            "gauge",
+            "The bond member is in the transmit table (1) or not (0).",
+            |m| u64::from(m.distributing),
+        ),
+        (
+            "qbridge_bond_member_rx_frames_total",
+            "counter",
+            "Frames received on the bond member and accepted by the bond.",
+            |m| m.rx_frames,
+        ),
+        (
+            "qbridge_bond_member_rx_bytes_total",
+            "counter",
+            "Bytes received on the bond member and accepted by the bond.",
+            |m| m.rx_bytes,
+        ),
+        (
+            "qbridge_bond_member_tx_frames_total",
+            "counter",
+            "Frames the bond sent on the member.",
+            |m| m.tx_frames,
+        ),
+        (
+            "qbridge_bond_member_tx_bytes_total",
+            "counter",
+            "Bytes the bond sent on the member.",
+            |m| m.tx_bytes,
+        ),
+        (
+            "qbridge_bond_member_rx_not_collecting_total",
+            "counter",
+            "Frames dropped: received while the member was not collecting.",
+            |m| m.rx_not_collecting,
+        ),
+    ];
+    let drops: Vec<(&str, qbridge_control::BondDrops)> = snap
+        .ports
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.status.as_ref()?.bond_drops?)))
+        .collect();
+    if !drops.is_empty() {
+        family(
+            o,
+            "qbridge_bond_drops_total",
+            "counter",
+            "Frames a bond dropped that belong to no member, by reason.",
+        );
+    }
+    for (bond, d) in drops {
+        for (reason, n) in [
+            ("pdu_overflow", d.pdu_overflow),
+            ("tx_no_member", d.tx_no_member),
+        ] {
+            let _ = writeln!(
+                o,
+                "qbridge_bond_drops_total{{bond=\"{}\",reason=\"{reason}\"}} {n}",
+                esc(bond)
+            );
+        }
+    }
+    if snap.bond_members.is_empty() {
+        return;
+    }
+    for (metric, kind, help, get) in rows {
+        family(o, metric, kind, help);
+        for m in &snap.bond_members {
+            let _ = writeln!(
+                o,
+                "{metric}{{bond=\"{}\",member=\"{}\"}} {}",
+                esc(&m.bond),
+                esc(&m.member),
+                get(m)
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,6 +667,18 @@ mod tests {
                     bpdu_tx: 6,
                 }],
             }],
+            bond_members: vec![qbridge_control::BondMemberStats {
+                bond: "bo".into(),
+                member: "m1".into(),
+                port_number: 1,
+                link_up: true,
+                collecting: true,
+                distributing: true,
+                lacpdu_rx: 7,
+                lacpdu_tx: 8,
+                tx_bytes: 1000,
+                ..Default::default()
+            }],
         };
         let t = render(&snap);
         assert!(
@@ -588,6 +709,9 @@ mod tests {
         ));
         assert!(t.contains("qbridge_stp_bpdu_rx_total{bridge=\"br0\",port=\"p1\"} 5\n"));
         assert!(t.contains("qbridge_stp_bpdu_tx_total{bridge=\"br0\",port=\"p1\"} 6\n"));
+        assert!(t.contains("qbridge_bond_member_lacpdu_rx_total{bond=\"bo\",member=\"m1\"} 7\n"));
+        assert!(t.contains("qbridge_bond_member_distributing{bond=\"bo\",member=\"m1\"} 1\n"));
+        assert!(t.contains("qbridge_bond_member_tx_bytes_total{bond=\"bo\",member=\"m1\"} 1000\n"));
     }
 
     #[test]

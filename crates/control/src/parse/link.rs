@@ -18,13 +18,17 @@ pub(super) fn parse_link(w: &mut Words<'_>) -> Result<LinkCommand, ControlError>
                 .is_some_and(|t| lookup(t, words::LINK_SET_TYPE) == Lookup::Found("type"))
             {
                 w.next();
-                match w.value("type", "bridge or bridge_slave")? {
+                match w.value("type", "bridge, bridge_slave or bond")? {
                     "bridge" => {
                         let opts = parse_bridge_options(w)?;
                         return Ok(LinkCommand::SetBridge { dev, opts });
                     }
+                    "bond" => {
+                        let opts = parse_bond_options(w)?;
+                        return Ok(LinkCommand::SetBond { dev, opts });
+                    }
                     "bridge_slave" => {}
-                    other => return Err(unexpected(other, "bridge or bridge_slave")),
+                    other => return Err(unexpected(other, "bridge, bridge_slave or bond")),
                 }
             }
             let opts = parse_port_options(w)?;
@@ -125,6 +129,20 @@ fn parse_link_kind(
             name,
             opts: parse_bridge_options(w)?,
         }),
+        "bond" => {
+            let opts = parse_bond_options(w)?;
+            let base =
+                qbridge_lacp::BondConfig::new(qbridge_lacp::Mode::ActiveBackup, MacAddr([0; 6]));
+            Ok(LinkCommand::AddPort {
+                name,
+                spec: PortSpec::Bond(Box::new(BondSpec {
+                    config: opts.merge(base),
+                    members: Vec::new(),
+                })),
+                index: None,
+                peer_index: None,
+            })
+        }
         "pcap" => {
             w.end("nothing after \"type pcap\"")?;
             Ok(LinkCommand::AddPort {
@@ -561,6 +579,89 @@ fn parse_port_options(w: &mut Words<'_>) -> Result<PortOptions, ControlError> {
             "cost" | "priority" | "guard" | "root_block" | "bpdu_filter" | "loop_guard"
             | "edge" | "auto_edge" | "p2p" => super::stp::port_option(kw, w, &mut o)?,
             other => return Err(unexpected(other, PORT_OPTIONS)),
+        }
+    }
+    Ok(o)
+}
+
+const BOND_OPTIONS: &str = "mode, xmit_hash_policy, lacp_rate, lacp_active, min_links, miimon, \
+                            lacp_fallback or address";
+const BOND_MODES: &str = "active-backup, balance-xor or 802.3ad";
+const HASH_POLICIES: &str = "layer2, layer2+vlan, layer3+4 or inner-layer3+4";
+
+/// `… type bond [mode M] [xmit_hash_policy P] [lacp_rate slow|fast] [lacp_active on|off]
+/// [min_links N] [miimon MS] [lacp_fallback on|off] [address MAC]` (ip-link(8)'s bond words,
+/// plus qbridge's `lacp_fallback`).
+fn parse_bond_options(w: &mut Words<'_>) -> Result<BondOptions, ControlError> {
+    let mut o = BondOptions::default();
+    while let Some(kw) = w.next_kw(words::BOND_OPTIONS, BOND_OPTIONS)? {
+        match kw {
+            "mode" => {
+                let v = w.value(kw, BOND_MODES)?;
+                let m = qbridge_lacp::Mode::from_word(v).ok_or_else(|| ControlError::BadValue {
+                    what: "bond mode",
+                    value: v.to_string(),
+                    expected: BOND_MODES,
+                })?;
+                set_once(&mut o.mode, kw, m)?;
+            }
+            "xmit_hash_policy" => {
+                let v = w.value(kw, HASH_POLICIES)?;
+                let p = qbridge_lacp::HashPolicy::from_word(v).ok_or_else(|| {
+                    ControlError::BadValue {
+                        what: "xmit_hash_policy",
+                        value: v.to_string(),
+                        expected: HASH_POLICIES,
+                    }
+                })?;
+                set_once(&mut o.xmit_hash_policy, kw, p)?;
+            }
+            "lacp_rate" => {
+                let v = w.value(kw, "slow or fast")?;
+                let r =
+                    qbridge_lacp::LacpRate::from_word(v).ok_or_else(|| ControlError::BadValue {
+                        what: "lacp_rate",
+                        value: v.to_string(),
+                        expected: "slow or fast",
+                    })?;
+                set_once(&mut o.lacp_rate, kw, r)?;
+            }
+            "lacp_active" => {
+                let v = w.value(kw, ON_OFF)?;
+                let a = qbridge_lacp::LacpActivity::from_word(v).ok_or_else(|| {
+                    ControlError::BadValue {
+                        what: "lacp_active",
+                        value: v.to_string(),
+                        expected: ON_OFF,
+                    }
+                })?;
+                set_once(&mut o.lacp_active, kw, a)?;
+            }
+            "min_links" => {
+                let v = parse_u16("min_links", w.value(kw, "a number of links")?, "0-65535")?;
+                set_once(&mut o.min_links, kw, v)?;
+            }
+            "miimon" => {
+                let v = w.value(kw, "milliseconds")?;
+                let n = parse_uint("miimon", v, 60_000, "0-60000 ms")? as u32;
+                set_once(&mut o.miimon, kw, n)?;
+            }
+            "lacp_fallback" => {
+                let v = parse_on_off("lacp_fallback", w.value(kw, ON_OFF)?)?;
+                set_once(&mut o.lacp_fallback, kw, v)?;
+            }
+            "address" => {
+                let a = parse_address(w.value(kw, "a MAC address")?)?;
+                if a.is_multicast() || a == MacAddr([0; 6]) {
+                    return Err(ControlError::BadValue {
+                        what: "bond address",
+                        value: a.to_string(),
+                        expected: "a unicast MAC address, not all zeros",
+                    });
+                }
+                set_once(&mut o.address, kw, a)?;
+            }
+            other => return Err(unexpected(other, BOND_OPTIONS)),
         }
     }
     Ok(o)

@@ -43,7 +43,7 @@ const RING_FRAMES: &str = "a number of frames from 64 to 1048576";
 const RING_RANGE: &str = "64-1048576 frames";
 /// Most device queues an AF_XDP port binds (`queues N`).
 const MAX_XDP_QUEUES: u64 = 64;
-const LINK_KINDS: &str = "bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
+const LINK_KINDS: &str = "bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
                               fdb_max_learned, group_fwd_mask, fdb_max_entries, learn_inner_vid, \
                               stp_state, stp_mode, priority, hello_time, max_age, \

@@ -374,7 +374,7 @@ fn error_messages_name_the_word() {
     );
     assert_eq!(
         err("link add x type veth"),
-        "invalid link type \"veth\" (expected bridge, pcap, afpacket, afxdp, tap, patch, vlan or macvlan)"
+        "invalid link type \"veth\" (expected bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan or macvlan)"
     );
     assert_eq!(
         err("fdb add 02:00:00:00:00:0g dev p1"),

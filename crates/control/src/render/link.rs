@@ -37,6 +37,9 @@ enum BackendJson<'a> {
         mode: &'static str,
         zerocopy: bool,
     },
+    Bond {
+        members: Vec<&'a str>,
+    },
 }
 
 /// The TAP of a stacked device or host port, as `backend` in `link show -j`.
@@ -86,6 +89,9 @@ struct LinkJson<'a> {
     /// Only from a running daemon: the backend's state.
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a BackendStatus>,
+    /// A bond's options and LACP state (`render/bond.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bond: Option<super::bond::BondJson<'a>>,
 }
 
 /// `linkinfo` of `ip -j -d link show`: the device's kind and data, and as a bridge port the
@@ -214,6 +220,12 @@ fn link_json<'a>(
             .port_spec(&l.ifname)
             .map(|spec| backend_json(spec, &l.ifname)),
         runtime: backends.backend_status(&l.ifname),
+        bond: match backends.port_spec(&l.ifname) {
+            Some(PortSpec::Bond(b)) => {
+                Some(super::bond::bond_json(b, backends.bond_view(&l.ifname)))
+            }
+            _ => None,
+        },
     }
 }
 
@@ -246,6 +258,9 @@ fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
             queues: *queues,
             mode: mode.as_str(),
             zerocopy: *zerocopy,
+        },
+        PortSpec::Bond(b) => BackendJson::Bond {
+            members: b.members.iter().map(|m| m.name.as_str()).collect(),
         },
         PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
             let (ifname, netns) = spec.host_tap(port).unwrap_or((port, None));
@@ -342,6 +357,9 @@ pub fn links(
                 }
                 Some(PortSpec::Patch { peer }) => {
                     let _ = write!(s, " peer {peer}");
+                }
+                Some(PortSpec::Bond(b)) => {
+                    let _ = write!(s, " {}", crate::running::bond_options(&b.config));
                 }
                 Some(PortSpec::AfXdp {
                     dev,
@@ -440,12 +458,18 @@ pub fn links(
         if let Some(rt) = backends.backend_status(&l.ifname) {
             runtime_text(&mut s, rt, p.link_up);
         }
+        if let (true, Some(PortSpec::Bond(b))) = (out.details, backends.port_spec(&l.ifname)) {
+            super::bond::bond_text(&mut s, b, backends.bond_view(&l.ifname).as_ref());
+        }
         if let Some(ps) = stats {
             port_text(
                 &mut s,
                 &ps.counters,
                 ps.status.as_ref().map(|st| &st.counters),
             );
+        }
+        if let (true, Some(rt)) = (out.stats, backends.backend_status(&l.ifname)) {
+            super::bond::traffic_text(&mut s, &rt.bond_members, rt.bond_drops);
         }
     }
     s

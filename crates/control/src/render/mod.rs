@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
+mod bond;
 pub mod link;
 pub mod stp;
 

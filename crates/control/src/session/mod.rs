@@ -22,10 +22,13 @@ use qbridge_bridge::{BridgeSettings, FdbFilter, PortId, PortSettings, Switch, Vl
 use qbridge_wire::MacAddr;
 use std::collections::BTreeMap;
 
+mod bond;
 mod ports;
 mod stp;
 
 pub use stp::{SpanningTree, StpConf};
+
+pub use bond::MAX_BOND_MEMBERS;
 
 /// The switch and the backend spec of each port.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +40,8 @@ pub struct Session {
     may_exist: bool,
     /// The spanning tree of each bridge with `stp_state 1` (`stp.rs`).
     stp: SpanningTree,
+    /// The LACP engine of each bond, by name (`bond.rs`).
+    bonds: BTreeMap<String, qbridge_lacp::Bond>,
 }
 
 impl Session {
@@ -162,6 +167,9 @@ impl Session {
     }
 
     fn link(&mut self, cmd: &LinkCommand, out: OutputOptions) -> Result<String, ControlError> {
+        if let Some(r) = self.bond_link(cmd)? {
+            return Ok(r);
+        }
         let sw = &mut self.switch;
         match cmd {
             LinkCommand::AddBridge { name, opts } if self.may_exist && sw.exists(name) => {
@@ -242,6 +250,10 @@ impl Session {
                 if let Some(m) = master {
                     sw.set_master(id, m)?;
                 }
+            }
+            // `bond_link` ran it for every bond.
+            LinkCommand::SetBond { dev, .. } => {
+                return Err(ControlError::Bond(format!("{dev} is not a bond")))
             }
             LinkCommand::Del { dev } if self.may_exist && !sw.exists(dev) => {}
             LinkCommand::Del { dev } => {
@@ -511,6 +523,9 @@ impl Backends for Session {
     }
     fn backend_status(&self, name: &str) -> Option<&BackendStatus> {
         self.status.get(name)
+    }
+    fn bond_view(&self, name: &str) -> Option<qbridge_lacp::BondView> {
+        self.bonds.get(name).map(qbridge_lacp::Bond::view)
     }
 }
 

@@ -267,14 +267,14 @@ impl Session {
 }
 
 /// A host interface a port holds: an AF_PACKET/AF_XDP device, or the TAP it creates.
-struct HostInterface<'a> {
-    what: &'static str,
-    ifname: &'a str,
+pub(super) struct HostInterface<'a> {
+    pub(super) what: &'static str,
+    pub(super) ifname: &'a str,
     /// `None`: the daemon's own namespace.
-    netns: Option<&'a str>,
+    pub(super) netns: Option<&'a str>,
 }
 
-fn host_interface<'a>(name: &'a str, spec: &'a PortSpec) -> Option<HostInterface<'a>> {
+pub(super) fn host_interface<'a>(name: &'a str, spec: &'a PortSpec) -> Option<HostInterface<'a>> {
     let (what, ifname, netns) = match spec {
         PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => ("interface", &**dev, None),
         PortSpec::Tap { ifname, netns } => {
@@ -289,7 +289,7 @@ fn host_interface<'a>(name: &'a str, spec: &'a PortSpec) -> Option<HostInterface
             let (tap, netns) = spec.host_tap(name)?;
             ("interface", tap, netns)
         }
-        PortSpec::Pcap | PortSpec::Patch { .. } => return None,
+        PortSpec::Pcap | PortSpec::Patch { .. } | PortSpec::Bond(_) => return None,
     };
     Some(HostInterface {
         what,
@@ -355,6 +355,7 @@ fn describe_spec(spec: &PortSpec) -> String {
             format!("a macvlan on {link} (mode {})", mode.as_str())
         }
         PortSpec::Host { .. } => "a bridge's host port".to_string(),
+        PortSpec::Bond(_) => "a bond".to_string(),
         PortSpec::Pcap => "a pcap port".to_string(),
     }
 }
@@ -366,7 +367,7 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
     let on_off = |b: bool| Some(if b { "on" } else { "off" }.to_string());
     let addr = |a: &Option<MacAddr>| a.map(|a| a.to_string()).or(mac.clone());
     match spec {
-        PortSpec::Pcap => vec![],
+        PortSpec::Pcap | PortSpec::Bond(_) => vec![],
         PortSpec::AfPacket {
             dev,
             qdisc_bypass,
@@ -435,7 +436,7 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
 
 /// A random locally administered unicast address for a device created without `address`
 /// (as the kernel gives a new TAP or macvlan), fixed from then on.
-fn random_mac(seed: &str) -> MacAddr {
+pub(super) fn random_mac(seed: &str) -> MacAddr {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(seed.as_bytes());

@@ -240,6 +240,7 @@ impl Engine {
                 self.change_filter(id, filter, warnings);
             }
         }
+        self.bond_sync_mtu(id, warnings);
         self.publish_status(id);
     }
 

@@ -135,7 +135,7 @@ impl Engine {
         let mut opened: Vec<(u16, Slot, Option<Opened>)> = Vec::new();
         for (id, name, spec) in &wanted {
             let same = matches!(self.slots.get(id.0 as usize),
-                Some(Some(s)) if s.name == *name && s.spec == *spec);
+                Some(Some(s)) if s.name == *name && same_backend(&s.spec, spec));
             if same {
                 continue;
             }
@@ -174,7 +174,7 @@ impl Engine {
         // Phase 2: close what is gone or replaced, install the new.
         for i in 0..self.slots.len() {
             let keep = matches!(&self.slots[i], Some(s)
-                if wanted.iter().any(|(id, n, sp)| id.0 as usize == i && *n == s.name && *sp == s.spec));
+                if wanted.iter().any(|(id, n, sp)| id.0 as usize == i && *n == s.name && same_backend(sp, &s.spec)));
             if !keep {
                 if let Some(s) = self.slots[i].take() {
                     tracing::info!("port {}: closed", s.name);
@@ -324,6 +324,13 @@ impl Engine {
                         None
                     }
                 }
+            }
+            PortSpec::Bond(b) => {
+                slot.link_up = self
+                    .session
+                    .bond(name)
+                    .is_some_and(|e| e.carrier() == qbridge_lacp::OnOff::On);
+                Some(self.open_bond(id, name, b)?)
             }
             PortSpec::Patch { peer } => {
                 let queues = match self.patch_peers.remove(name) {
@@ -570,8 +577,14 @@ impl Engine {
     }
 
     pub(super) fn publish_status(&mut self, id: u16) {
+        let (bond, bond_drops) = match self.slots.get(id as usize) {
+            Some(Some(s)) => (self.bond_member_traffic(&s.name), self.bond_drops(&s.name)),
+            _ => (Vec::new(), None),
+        };
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.counters = crate::snapshot::backend_counters(&slot.shared);
+            slot.status.bond_members = bond;
+            slot.status.bond_drops = bond_drops;
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }
@@ -624,6 +637,15 @@ pub(super) fn tap_ifname(slot: &Slot) -> String {
     slot.spec
         .tap(&slot.name)
         .map_or_else(|| slot.name.clone(), |(i, _)| i.to_owned())
+}
+
+/// Whether a port's open backend serves `b` as it is: the same spec, or for a bond the same
+/// members (its options reach the queues through `BondShared`, no reopening).
+fn same_backend(a: &PortSpec, b: &PortSpec) -> bool {
+    match (a, b) {
+        (PortSpec::Bond(x), PortSpec::Bond(y)) => x.members == y.members,
+        _ => a == b,
+    }
 }
 
 /// The host interface a port's backend binds to (AF_PACKET, AF_XDP).

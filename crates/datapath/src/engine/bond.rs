@@ -1,0 +1,478 @@
+//! Bonds on the control thread: opening a bond's queues ([`crate::bond_port::BondPort`] over
+//! its members' AF_PACKET sockets), and driving the bonds' LACP engines (which live in the
+//! session: `qbridge_control::Session::bond_mut`) with the engine's clock — member link
+//! watch every `miimon` ms, Slow Protocols frames the bond's queues hand up, timers at
+//! `next_deadline` — and applying what they say: protocol frames sent on a member, each
+//! member's collecting state and the transmit table published to the bond's queues, events
+//! logged, and the bond's carrier as the core port's link state.
+
+use super::Engine;
+use crate::backends::{default_ring_frames, open_afpacket_queues};
+use crate::bond_port::{AbsentMember, BondPort, BondShared};
+use crate::queue::{Opened, Queue};
+use crate::shared::RxFilter;
+use qbridge_bridge::PortId;
+use qbridge_control::{BondSpec, PortSpec};
+use qbridge_io::afpacket::RxFilterHandle;
+use qbridge_io::sys;
+use qbridge_lacp::{Duplex, Event, HashPolicy, Link, MemberId, OnOff, Output, BUCKETS};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A bond's runtime state on the control thread.
+#[derive(Debug)]
+pub(super) struct BondRt {
+    pub(super) shared: Arc<BondShared>,
+    /// The members' receive filters (promiscuous), held while the bond is open.
+    handles: Vec<Arc<RxFilterHandle>>,
+    /// The link each member was last reported with, by LACP port number.
+    links: HashMap<u16, Link>,
+    last_watch_ms: u64,
+    /// What the queues were last given: table generation, policy, member order.
+    published: Option<(u64, HashPolicy, Vec<u16>)>,
+    /// Members whose interface did not exist at the last opening (name, device): the bond is
+    /// opened again when one appears.
+    absent: Vec<(String, String)>,
+}
+
+/// A member's speed as the kernel reports it (`/sys/class/net/DEV/speed`; 0 when unknown).
+fn speed_mbps(dev: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(0, |s| s.min(u32::MAX as i64) as u32)
+}
+
+/// A member's carrier as the driver set it (`/sys/class/net/DEV/carrier`), `None` when it
+/// cannot be read (admin down: EINVAL). Read rather than `IFF_RUNNING`, which follows the
+/// operational state that the kernel's link watch updates from a work queue: under load it
+/// lagged the carrier by up to 750 ms here, and a member's failure waited for it.
+fn carrier(dev: &str) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/sys/class/net/{dev}/carrier")).ok()?;
+    Some(s.trim() == "1")
+}
+
+fn member_dev(spec: &PortSpec) -> Option<&str> {
+    match spec {
+        PortSpec::AfPacket { dev, .. } => Some(dev),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Milliseconds on the engine's clock, for the LACP engines.
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Opens bond `name`'s queues: each member's AF_PACKET sockets (promiscuous: the bond
+    /// takes every frame its members see, Slow Protocols frames included), one [`BondPort`]
+    /// per worker over the members' queues of that worker.
+    pub(super) fn open_bond(
+        &mut self,
+        id: PortId,
+        name: &str,
+        spec: &BondSpec,
+    ) -> Result<Opened, String> {
+        let n = self.workers.len();
+        let rt = match self.bonds.remove(name) {
+            Some(rt) => rt,
+            None => BondRt {
+                shared: Arc::new(
+                    BondShared::new(name).map_err(|e| format!("bond {name}: eventfd: {e}"))?,
+                ),
+                handles: Vec::new(),
+                links: HashMap::new(),
+                last_watch_ms: 0,
+                published: None,
+                absent: Vec::new(),
+            },
+        };
+        let filter = RxFilter {
+            promisc: true,
+            unicast: Vec::new(),
+        };
+        let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
+        let mut handles = Vec::new();
+        let mut absent = Vec::new();
+        let mut per_member: Vec<std::vec::IntoIter<Queue>> = Vec::new();
+        for m in &spec.members {
+            let PortSpec::AfPacket {
+                dev,
+                qdisc_bypass,
+                ring_frames,
+            } = &m.spec
+            else {
+                self.bonds.insert(name.to_string(), rt);
+                return Err(format!(
+                    "bond {name}: member {} is not an afpacket port",
+                    m.name
+                ));
+            };
+            let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, spec.members.len()));
+            match open_afpacket_queues(&m.name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
+                Ok((queues, handle, mtu, _)) => {
+                    tracing::info!(
+                        "bond {name}: member {} on {dev} (device mtu {mtu}, {n} queues)",
+                        m.name
+                    );
+                    handles.push(handle);
+                    per_member.push(queues.into_iter());
+                }
+                Err(e) if e.is_link_down() => {
+                    // As an afpacket port whose interface is missing: the bond opens without
+                    // it and again when it appears.
+                    tracing::warn!(
+                        "bond {name}: member {}: {e}; the member stays down until {dev} exists",
+                        m.name
+                    );
+                    absent.push((m.name.clone(), dev.clone()));
+                    let q: Vec<Queue> = (0..n)
+                        .map(|_| {
+                            Box::new(AbsentMember {
+                                name: m.name.clone(),
+                            }) as Queue
+                        })
+                        .collect();
+                    per_member.push(q.into_iter());
+                }
+                Err(e) => {
+                    self.bonds.insert(name.to_string(), rt);
+                    return Err(format!("bond {name}: member {}: {e}", m.name));
+                }
+            }
+        }
+        let mut opened: Opened = Vec::with_capacity(n);
+        for q in 0..n {
+            let members: Vec<Queue> = per_member.iter_mut().filter_map(Iterator::next).collect();
+            match BondPort::new(name, q, members, rt.shared.clone(), self.ctl_tx.clone()) {
+                Ok(port) => opened.push(Box::new(port)),
+                Err(e) => {
+                    self.bonds.insert(name.to_string(), rt);
+                    return Err(format!("bond {name}: {e}"));
+                }
+            }
+        }
+        let mut rt = rt;
+        rt.handles = handles;
+        rt.published = None;
+        rt.absent = absent;
+        self.bonds.insert(name.to_string(), rt);
+        Ok(opened)
+    }
+
+    /// Whether `op` is one command that moves a port into or out of a bond (`master BOND`,
+    /// `nomaster` or `link del` of a member, `link del` of a bond): it reopens backends, so
+    /// it must be undone whole if they cannot open.
+    pub(super) fn bond_membership_change(&self, op: &qbridge_control::Op) -> bool {
+        use qbridge_control::{Command, LinkCommand, MasterChange};
+        let qbridge_control::Op::Command { words, .. } = op else {
+            return false;
+        };
+        let is_bond = |n: &str| matches!(self.session.port_spec(n), Some(PortSpec::Bond(_)));
+        let member = |n: &str| self.session.bond_of_member(n).is_some();
+        match qbridge_control::parse_words(words) {
+            Ok(Command::Link(LinkCommand::SetPort { dev, opts })) => match &opts.master {
+                Some(MasterChange::Set(m)) => is_bond(m) || member(&dev),
+                Some(MasterChange::Unset) => member(&dev),
+                None => false,
+            },
+            Ok(Command::Link(LinkCommand::Del { dev })) => is_bond(&dev) || member(&dev),
+            _ => false,
+        }
+    }
+
+    /// After a command: raises bond port `id`'s members' device MTUs to the bond's largest
+    /// frame, as for an afpacket port (stacked VLANs on the bond grow its envelope).
+    pub(super) fn bond_sync_mtu(&mut self, id: u16, warnings: &mut Vec<String>) {
+        let Some(Some(slot)) = self.slots.get(id as usize) else {
+            return;
+        };
+        let PortSpec::Bond(b) = &slot.spec else {
+            return;
+        };
+        let want = self
+            .session
+            .switch()
+            .port_max_frame(PortId(id))
+            .saturating_sub(14);
+        for m in &b.members {
+            let Some(dev) = member_dev(&m.spec) else {
+                continue;
+            };
+            let Ok(have) = sys::get_mtu(dev) else {
+                continue;
+            };
+            if want <= have {
+                continue;
+            }
+            match sys::raise_mtu(dev, want) {
+                Ok(mtu) => tracing::info!(
+                    "bond {}: device MTU of member {} ({dev}) raised from {have} to {mtu}",
+                    slot.name,
+                    m.name
+                ),
+                Err(e) => warnings.push(format!(
+                    "bond {}: member {}: cannot raise the MTU of {dev} to {want}: {e}",
+                    slot.name, m.name
+                )),
+            }
+        }
+    }
+
+    /// Bond `name`'s own drops (`None`: not a bond).
+    pub(super) fn bond_drops(&self, name: &str) -> Option<qbridge_control::BondDrops> {
+        let rt = self.bonds.get(name)?;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        Some(qbridge_control::BondDrops {
+            pdu_overflow: get(&rt.shared.pdu_overflow),
+            tx_no_member: get(&rt.shared.tx_no_member),
+        })
+    }
+
+    /// Bond `name`'s members' traffic as its queues count it (empty: not a bond).
+    pub(super) fn bond_member_traffic(
+        &self,
+        name: &str,
+    ) -> Vec<qbridge_control::BondMemberTraffic> {
+        let (Some(rt), Some(PortSpec::Bond(b))) =
+            (self.bonds.get(name), self.session.port_spec(name))
+        else {
+            return Vec::new();
+        };
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        b.members
+            .iter()
+            .zip(rt.shared.members.iter())
+            .map(|(m, t)| qbridge_control::BondMemberTraffic {
+                name: m.name.clone(),
+                rx_frames: get(&t.rx_frames),
+                rx_bytes: get(&t.rx_bytes),
+                tx_frames: get(&t.tx_frames),
+                tx_bytes: get(&t.tx_bytes),
+                rx_not_collecting: get(&t.rx_not_collecting),
+                rx_pdus: get(&t.rx_pdus),
+                tx_pdus: get(&t.tx_pdus),
+                errors: get(&t.errors),
+            })
+            .collect()
+    }
+
+    /// A Slow Protocols frame one of bond `bond`'s queues handed up, from the member at
+    /// position `pos`.
+    pub(super) fn bond_pdu(&mut self, bond: &str, pos: u8, frame: &[u8]) {
+        if let Some(rt) = self.bonds.get(bond) {
+            rt.shared.pdu_taken();
+        }
+        let number = match self.session.port_spec(bond) {
+            Some(PortSpec::Bond(b)) => b.members.get(pos as usize).map(|m| m.port_number),
+            _ => None,
+        };
+        let now = self.now_ms();
+        if let (Some(number), Some(engine)) = (number, self.session.bond_mut(bond)) {
+            let _ = engine.receive(now, MemberId(u32::from(number)), frame);
+        }
+    }
+
+    /// How long the control loop may wait before [`Engine::bond_run`] is due: the earliest
+    /// LACP timer or member link watch, in nanoseconds (`u64::MAX` without bonds).
+    pub(super) fn bond_wait_ns(&self) -> u64 {
+        let now = self.now_ms();
+        let mut due = u64::MAX;
+        for (name, rt) in &self.bonds {
+            let Some(b) = self.session.bond(name) else {
+                continue;
+            };
+            let miimon = u64::from(b.config().miimon_ms.max(10));
+            due = due.min(rt.last_watch_ms + miimon);
+            if let Some(d) = b.next_deadline() {
+                due = due.min(d);
+            }
+        }
+        if due == u64::MAX {
+            return u64::MAX;
+        }
+        due.saturating_sub(now).max(1) * 1_000_000
+    }
+
+    /// Drives every bond: member link watch, timers, outputs, table, carrier. Publishes a new
+    /// plan when a bond's carrier changed.
+    pub(super) fn bond_run(&mut self) {
+        if self.bonds.is_empty() {
+            return;
+        }
+        let now = self.now_ms();
+        let names = self.session.bond_names();
+        self.bonds.retain(|k, _| names.contains(k));
+        let mut carrier_changed = false;
+        let mut reopen = Vec::new();
+        for name in names {
+            let Some(PortSpec::Bond(spec)) = self.session.port_spec(&name).cloned() else {
+                continue;
+            };
+            let Some(rt) = self.bonds.get_mut(&name) else {
+                continue;
+            };
+            let Some(engine) = self.session.bond_mut(&name) else {
+                continue;
+            };
+            let miimon = u64::from(engine.config().miimon_ms.max(10));
+            if now >= rt.last_watch_ms + miimon || rt.last_watch_ms == 0 {
+                rt.last_watch_ms = now.max(1);
+                if rt.absent.iter().any(|(_, dev)| sys::ifindex(dev).is_ok()) {
+                    reopen.push(name.clone());
+                }
+                for m in &spec.members {
+                    let Some(dev) = member_dev(&m.spec) else {
+                        continue;
+                    };
+                    let link = match (sys::link_state(dev), carrier(dev)) {
+                        (Ok(sys::LinkState::Up), Some(true) | None)
+                        | (Ok(sys::LinkState::NoCarrier), Some(true)) => Link::Up {
+                            speed_mbps: speed_mbps(dev),
+                            duplex: Duplex::Full,
+                        },
+                        _ => Link::Down,
+                    };
+                    if rt.links.get(&m.port_number) != Some(&link) {
+                        rt.links.insert(m.port_number, link);
+                        tracing::info!("bond {name}: member {} link {link:?}", m.name);
+                        let _ = engine.set_link(now, MemberId(u32::from(m.port_number)), link);
+                    }
+                }
+            }
+            if engine.next_deadline().is_some_and(|d| d <= now) {
+                engine.poll(now);
+            }
+            let pos_of = |id: MemberId| {
+                spec.members
+                    .iter()
+                    .position(|m| u32::from(m.port_number) == id.0)
+            };
+            for out in engine.drain_outputs() {
+                match out {
+                    Output::Transmit { member, frame } => {
+                        if let Some(p) = pos_of(member) {
+                            rt.shared.send(p, frame);
+                        }
+                    }
+                    Output::MemberState { .. } => {}
+                    Output::Event(e) => log_event(&name, &spec, e),
+                }
+            }
+            for (p, m) in spec.members.iter().enumerate() {
+                let on = engine
+                    .member_view(MemberId(u32::from(m.port_number)))
+                    .is_some_and(|v| v.collecting == OnOff::On);
+                rt.shared.set_collecting(p, on);
+            }
+            let order: Vec<u16> = spec.members.iter().map(|m| m.port_number).collect();
+            let policy = engine.config().hash_policy;
+            let table = engine.tx_table();
+            let want = (table.generation(), policy, order);
+            if rt.published.as_ref() != Some(&want) {
+                let mut buckets = [None; BUCKETS];
+                for (b, m) in buckets.iter_mut().zip(table.buckets()) {
+                    *b = m.and_then(pos_of);
+                }
+                rt.shared.publish(policy, &buckets);
+                rt.published = Some(want);
+            }
+            let carrier = engine.carrier() == OnOff::On;
+            if let Ok(id) = self.session.switch().port_id(&name) {
+                if let Some(Some(slot)) = self.slots.get_mut(id.0 as usize) {
+                    if slot.link_up != carrier {
+                        slot.link_up = carrier;
+                        tracing::info!(
+                            "bond {name}: carrier {}",
+                            if carrier { "up" } else { "down" }
+                        );
+                        self.session.switch_mut().set_link_state(id, carrier);
+                        carrier_changed = true;
+                    }
+                }
+            }
+        }
+        for name in reopen {
+            self.reopen_bond(&name);
+            carrier_changed = true;
+        }
+        if carrier_changed {
+            self.publish();
+            self.monitors.notify(&self.session);
+        }
+    }
+
+    /// Opens bond `name`'s queues again (a member's interface appeared); they replace the old
+    /// ones at the next publish.
+    fn reopen_bond(&mut self, name: &str) {
+        let Ok(id) = self.session.switch().port_id(name) else {
+            return;
+        };
+        let Some(PortSpec::Bond(spec)) = self.session.port_spec(name).cloned() else {
+            return;
+        };
+        let queues = match self.open_bond(id, name, &spec) {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::warn!("{e}");
+                return;
+            }
+        };
+        tracing::info!("bond {name}: opened again (a member's interface appeared)");
+        let Some(Some(slot)) = self.slots.get_mut(id.0 as usize) else {
+            return;
+        };
+        slot.open = true;
+        slot.status.open = true;
+        self.generation += 1;
+        slot.token = (self.generation << 16) | u64::from(id.0);
+        self.detach.retain(|&d| d != id.0);
+        self.attach.retain(|(a, _)| *a != id.0);
+        self.attach.push((id.0, queues));
+    }
+}
+
+fn log_event(bond: &str, spec: &BondSpec, e: Event) {
+    let name = |id: MemberId| {
+        spec.members
+            .iter()
+            .find(|m| u32::from(m.port_number) == id.0)
+            .map_or_else(|| id.to_string(), |m| m.name.clone())
+    };
+    match e {
+        Event::PartnerChanged { member, partner } => tracing::info!(
+            "bond {bond}: member {}: partner system {} key {} port {}",
+            name(member),
+            partner.system,
+            partner.key,
+            partner.port
+        ),
+        Event::Expired { member } => {
+            tracing::warn!("bond {bond}: member {}: partner expired", name(member))
+        }
+        Event::Defaulted { member } => {
+            tracing::warn!(
+                "bond {bond}: member {}: no partner (defaulted)",
+                name(member)
+            )
+        }
+        Event::Fallback { state, member } => tracing::info!(
+            "bond {bond}: fallback to active-backup {state:?} ({})",
+            member.map_or_else(|| "no member".to_string(), name)
+        ),
+        Event::Churn {
+            member,
+            side,
+            state,
+        } => tracing::warn!(
+            "bond {bond}: member {}: {side:?} churn {state:?}",
+            name(member)
+        ),
+        Event::Carrier { .. } => {}
+        Event::BadPdu { member, error } => {
+            tracing::debug!("bond {bond}: member {}: bad PDU: {error}", name(member))
+        }
+    }
+}
