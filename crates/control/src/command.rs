@@ -376,6 +376,15 @@ pub enum StpCommand {
         msti: u16,
         priority: u16,
     },
+    /// `stp msti port dev PORT msti M [priority P] [cost C|auto]`: a port's priority and
+    /// path cost in an MSTI (mstpctl's settreeportprio, settreeportcost); what is not given
+    /// stays.
+    MstiPort {
+        dev: String,
+        msti: u16,
+        priority: Option<u16>,
+        cost: Option<qbridge_stp::Cost>,
+    },
 }
 
 /// `master BR` or `nomaster`.

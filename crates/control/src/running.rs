@@ -677,6 +677,21 @@ pub fn stp_lines(sw: &Switch, stp: &crate::session::SpanningTree, out: &mut Stri
                 let _ = writeln!(out, "link set dev {pname}{words}");
             }
         }
+        for port in sw.bridge_ports(b) {
+            let Some(pname) = sw.port_name(port) else {
+                continue;
+            };
+            for (m, (prio, cost)) in stp.msti_port_options(pname).into_iter().flatten() {
+                let cost = match cost {
+                    Cost::Auto => "auto".to_string(),
+                    Cost::Fixed(v) => v.to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "stp msti port dev {pname} msti {m} priority {prio} cost {cost}"
+                );
+            }
+        }
     }
     for (b, name) in sw.bridge_ids() {
         if sw.bridge_settings(b).stp {

@@ -72,6 +72,7 @@ const STP: &str =
     "  stp show [dev BR]        (root, roles, states, BPDU counters, topology changes; -j)
   stp msti set dev BR vid V[-V2] msti M        (MSTP region: the VLANs of MSTI M; 0: CIST)
   stp msti priority dev BR msti M priority P   (the bridge's priority in MSTI M)
+  stp msti port dev PORT msti M [priority P] [cost C|auto]   (a port's, in MSTI M)
 ";
 
 const SHOW: &str =

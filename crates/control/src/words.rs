@@ -373,7 +373,13 @@ pub const HELP_OBJECTS: &[Kw] = &[
 pub const STP_COMMANDS: &[Kw] = &[kw("show", 1), kw("msti", 1), kw("help", 1)];
 
 /// `stp msti set|priority` keywords.
-pub const STP_MSTI: &[Kw] = &[exact("dev"), exact("vid"), exact("msti"), exact("priority")];
+pub const STP_MSTI: &[Kw] = &[
+    exact("dev"),
+    exact("vid"),
+    exact("msti"),
+    exact("priority"),
+    exact("cost"),
+];
 
 /// `mirror` commands (qbridge's own object, in the manner of `bridge vlan`'s: `s` is show).
 pub const MIRROR_COMMANDS: &[Kw] = &[

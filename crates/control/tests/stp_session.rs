@@ -277,6 +277,57 @@ fn mstp_blocks_per_msti() {
     assert_eq!(fresh.running_config(), text);
 }
 
+/// A port's cost in one MSTI moves that MSTI's root port, and no other tree's: session 1's
+/// port a costs 500000 in MSTI 1, so VLAN 10 reaches the root through b while VLAN 20 (MSTI
+/// 2, session 1 its root) is unchanged.
+#[test]
+fn msti_port_cost_moves_one_tree() {
+    let mk = |tail: u8, p1: u32| {
+        let mut s = Session::new();
+        let batch = format!(
+            "link add br0 type bridge vlan_filtering 1 stp_mode mstp mst_name lab \
+             hello_time 1 forward_delay 4 max_age 6\n\
+             link set dev br0 up address 02:00:00:00:00:{tail:02x}\n\
+             link add a type pcap\nlink add b type pcap\n\
+             link set dev a master br0\nlink set dev b master br0\n\
+             vlan add vid 10 dev a\nvlan add vid 10 dev b\n\
+             stp msti set dev br0 vid 10 msti 1\n\
+             stp msti priority dev br0 msti 1 priority {p1}\n\
+             link set dev br0 type bridge stp_state 1\n"
+        );
+        s.execute_batch(&batch, TEXT).unwrap();
+        s
+    };
+    let mut net = vec![mk(1, 4096), mk(2, 32768)];
+    net[1]
+        .execute_line("stp msti port dev a msti 1 cost 500000", TEXT)
+        .unwrap();
+    assert!(net[1]
+        .execute_line("stp msti port dev a msti 1 priority 17", TEXT)
+        .is_err());
+    assert!(net[1]
+        .execute_line("stp msti port dev a msti 0 cost 5", TEXT)
+        .is_err());
+    let wires = vec![((0, "a"), (1, "a")), ((0, "b"), (1, "b"))];
+    run(&mut net, &wires, 20);
+    let st =
+        |s: &Session, p: &str, vid: u16| s.switch().stp_state(s.switch().port_id(p).unwrap(), vid);
+    assert_eq!(st(&net[1], "a", 10), StpState::Discarding);
+    assert_eq!(st(&net[1], "b", 10), StpState::Forwarding);
+    // The CIST (every other VID) still uses a, the lower port id.
+    assert_eq!(st(&net[1], "a", 30), StpState::Forwarding);
+    assert_eq!(st(&net[1], "b", 30), StpState::Discarding);
+    let text = net[1].running_config();
+    assert!(
+        text.lines()
+            .any(|l| l == "stp msti port dev a msti 1 priority 128 cost 500000"),
+        "{text}"
+    );
+    let mut fresh = Session::new();
+    fresh.execute_batch(&text, TEXT).unwrap();
+    assert_eq!(fresh.running_config(), text);
+}
+
 /// The bridge address comes from the ports' interface addresses, which a daemon learns only
 /// once the ports are open: the engine then starts again, and the BPDUs the first engine
 /// queued (with a bridge id that no longer exists) are not sent.

@@ -183,7 +183,7 @@ pub(super) fn port_option(
 }
 
 /// `stp show [dev BR]`, `stp msti set dev BR vid V[-V2] msti M`, `stp msti priority dev BR
-/// msti M priority P`.
+/// msti M priority P`, `stp msti port dev PORT msti M [priority P] [cost C|auto]`.
 pub(super) fn parse_stp(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
     let Some(cmd) = w.next() else {
         return Err(ControlError::MissingCommand {
@@ -206,15 +206,18 @@ pub(super) fn parse_stp(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
 }
 
 fn parse_msti(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
-    const E: &str = "set or priority";
+    const E: &str = "set, priority or port";
     let what = w.next().ok_or(ControlError::MissingArgument {
-        what: "set or priority after \"stp msti\"",
+        what: "set, priority or port after \"stp msti\"",
     })?;
-    let (mut dev, mut vids, mut msti, mut priority) = (None, None, None, None);
-    const WORDS: &str = "dev, vid, msti or priority";
+    if !matches!(what, "set" | "priority" | "port") {
+        return Err(unexpected(what, E));
+    }
+    let (mut dev, mut vids, mut msti, mut priority, mut cost) = (None, None, None, None, None);
+    const WORDS: &str = "dev, vid, msti, priority or cost";
     while let Some(kw) = w.next_kw(words::STP_MSTI, WORDS)? {
         match kw {
-            "dev" => set_once(&mut dev, kw, w.value(kw, "a bridge name")?.to_string())?,
+            "dev" => set_once(&mut dev, kw, w.value(kw, "a device name")?.to_string())?,
             "vid" => set_once(&mut vids, kw, parse_vid_range(w.value(kw, "V or V-V2")?)?)?,
             "msti" => {
                 const M: &str = "an MSTI from 0 to 4094";
@@ -222,33 +225,52 @@ fn parse_msti(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
                 set_once(&mut msti, kw, v as u16)?
             }
             "priority" => {
-                const P: &str = "a multiple of 4096 from 0 to 61440";
-                let v = number("priority", w.value(kw, P)?, (0, 61440, 4096), P)?;
+                // A bridge's (multiple of 4096) or a port's (multiple of 16): checked below.
+                const P: &str = "a priority";
+                let v = number("priority", w.value(kw, P)?, (0, 61440, 1), P)?;
                 set_once(&mut priority, kw, v as u16)?
+            }
+            "cost" => {
+                const C: &str = "a path cost from 1 to 200000000, or auto";
+                let v = w.value(kw, C)?;
+                let c = if v == "auto" {
+                    Cost::Auto
+                } else {
+                    Cost::Fixed(number("cost", v, (1, 200_000_000, 1), C)?)
+                };
+                set_once(&mut cost, kw, c)?
             }
             other => return Err(unexpected(other, WORDS)),
         }
     }
-    let dev = dev.ok_or(ControlError::MissingArgument { what: "dev BR" })?;
+    let dev = dev.ok_or(ControlError::MissingArgument { what: "dev NAME" })?;
     let msti = msti.ok_or(ControlError::MissingArgument { what: "msti M" })?;
+    let no_cist = || ControlError::BadValue {
+        what: "msti",
+        value: "0".into(),
+        expected: "an MSTI from 1 to 4094 (the CIST's are the bridge's and port's own)",
+    };
     match what {
         "set" => {
             let vids = vids.ok_or(ControlError::MissingArgument { what: "vid V[-V2]" })?;
-            if priority.is_some() {
+            if priority.is_some() || cost.is_some() {
                 return Err(unexpected("priority", "dev, vid or msti"));
             }
             Ok(StpCommand::MstiMap { dev, vids, msti })
         }
         "priority" => {
             let priority = priority.ok_or(ControlError::MissingArgument { what: "priority P" })?;
-            if vids.is_some() {
+            if vids.is_some() || cost.is_some() {
                 return Err(unexpected("vid", "dev, msti or priority"));
             }
             if msti == 0 {
+                return Err(no_cist());
+            }
+            if priority % 4096 != 0 {
                 return Err(ControlError::BadValue {
-                    what: "msti",
-                    value: "0".into(),
-                    expected: "an MSTI from 1 to 4094 (the CIST's priority is the bridge's)",
+                    what: "priority",
+                    value: priority.to_string(),
+                    expected: "a multiple of 4096 from 0 to 61440",
                 });
             }
             Ok(StpCommand::MstiPriority {
@@ -257,6 +279,31 @@ fn parse_msti(w: &mut Words<'_>) -> Result<StpCommand, ControlError> {
                 priority,
             })
         }
-        other => Err(unexpected(other, E)),
+        _ => {
+            if vids.is_some() {
+                return Err(unexpected("vid", "dev, msti, priority or cost"));
+            }
+            if msti == 0 {
+                return Err(no_cist());
+            }
+            if priority.is_none() && cost.is_none() {
+                return Err(ControlError::MissingArgument {
+                    what: "priority P or cost C",
+                });
+            }
+            if let Some(p) = priority.filter(|p| p % 16 != 0 || *p > 240) {
+                return Err(ControlError::BadValue {
+                    what: "priority",
+                    value: p.to_string(),
+                    expected: "a multiple of 16 from 0 to 240",
+                });
+            }
+            Ok(StpCommand::MstiPort {
+                dev,
+                msti,
+                priority,
+                cost,
+            })
+        }
     }
 }

@@ -63,6 +63,8 @@ struct Live {
     links: BTreeMap<u16, Link>,
     /// The options last applied, per port number.
     applied: BTreeMap<u16, StpPortOptions>,
+    /// The per-MSTI settings last applied, per port number.
+    applied_msti: BTreeMap<u16, BTreeMap<u16, (u16, Cost)>>,
     /// The region last given to the engine.
     region: Region,
     /// Recent events: (tick, event).
@@ -76,6 +78,8 @@ pub struct SpanningTree {
     conf: BTreeMap<String, StpConf>,
     /// Per port name: the options given (applied while its bridge runs the tree).
     ports: BTreeMap<String, StpPortOptions>,
+    /// Per port name, per MSTI: its priority and path cost there (`stp msti port`).
+    msti_ports: BTreeMap<String, BTreeMap<u16, (u16, Cost)>>,
     /// Per bridge name with the tree on.
     live: BTreeMap<String, Live>,
     /// Per port name: link speed in Mb/s as the runtime reported it.
@@ -166,6 +170,11 @@ impl SpanningTree {
 
     pub fn set_port_options(&mut self, name: &str, opts: StpPortOptions) {
         self.ports.insert(name.to_string(), opts);
+    }
+
+    /// Port `name`'s priority and cost in each MSTI it has its own for.
+    pub fn msti_port_options(&self, name: &str) -> Option<&BTreeMap<u16, (u16, Cost)>> {
+        self.msti_ports.get(name)
     }
 
     /// Link speed of port `name` (Mb/s; 0 unknown), for `cost auto`.
@@ -271,6 +280,7 @@ impl SpanningTree {
         });
         self.conf.retain(|name, _| sw.is_bridge(name));
         self.ports.retain(|name, _| sw.exists(name));
+        self.msti_ports.retain(|name, _| sw.exists(name));
         for (b, name) in &bridges {
             if sw.bridge_settings(*b).stp {
                 self.sync_bridge(sw, *b, name);
@@ -353,6 +363,7 @@ impl SpanningTree {
                 numbers: BTreeMap::new(),
                 links: BTreeMap::new(),
                 applied: BTreeMap::new(),
+                applied_msti: BTreeMap::new(),
                 region: Region::default(),
                 events: VecDeque::new(),
             };
@@ -395,6 +406,7 @@ impl SpanningTree {
                 let _ = live.stp.remove_port(no);
                 live.links.remove(&no);
                 live.applied.remove(&no);
+                live.applied_msti.remove(&no);
             }
         }
         for (id, pname) in &ports {
@@ -421,6 +433,20 @@ impl SpanningTree {
             if live.applied.get(&no) != Some(&opts) {
                 apply_port_options(&mut live.stp, no, &opts, live.applied.get(&no));
                 live.applied.insert(no, opts);
+            }
+            let per_msti = self.msti_ports.get(pname).cloned().unwrap_or_default();
+            if live.applied_msti.get(&no).is_none_or(|a| *a != per_msti) {
+                let before = live.applied_msti.remove(&no).unwrap_or_default();
+                for (&m, &(prio, cost)) in &per_msti {
+                    if let Err(e) = live.stp.set_msti_port(no, TreeId(m), prio, cost) {
+                        tracing::debug!("{name}: {pname} in MSTI {m}: {e}");
+                    }
+                }
+                // Settings removed go back to the defaults.
+                for m in before.keys().filter(|m| !per_msti.contains_key(m)) {
+                    let _ = live.stp.set_msti_port(no, TreeId(*m), 128, Cost::Auto);
+                }
+                live.applied_msti.insert(no, per_msti);
             }
             let link = if sw.port_running(*id) {
                 Link::Up {
@@ -717,6 +743,23 @@ impl Session {
                     }
                 }
                 self.stp.set_conf(dev, conf);
+                Ok(String::new())
+            }
+            StpCommand::MstiPort {
+                dev,
+                msti,
+                priority,
+                cost,
+            } => {
+                let id = self.switch.port_id(dev)?;
+                if self.switch.port_master(id).is_none() {
+                    return Err(ControlError::Stp(format!(
+                        "{dev} is in no bridge: spanning-tree options are for a bridge's ports"
+                    )));
+                }
+                let per = self.stp.msti_ports.entry(dev.clone()).or_default();
+                let cur = per.get(msti).copied().unwrap_or((128, Cost::Auto));
+                per.insert(*msti, (priority.unwrap_or(cur.0), cost.unwrap_or(cur.1)));
                 Ok(String::new())
             }
             StpCommand::MstiPriority {
