@@ -104,3 +104,43 @@ fn an_interface_is_a_port_of_one_switch_once() {
     // Daemon 1 is the one that refused to start.
     assert!(lab.stop_daemon(2), "daemon B did not exit cleanly");
 }
+
+/// A bond's member interfaces are held like ports' interfaces: a second daemon cannot take
+/// one (the bond's spec carries its members' backends; the lock bookkeeping once looked at
+/// top-level ports only).
+#[test]
+fn a_bond_member_is_a_port_of_one_switch_once() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("oneportbond");
+    let sw = lab.netns("sw").unwrap();
+    let _h1 = lab.host("h1", "10.7.1.1/24", &sw, "m1").unwrap();
+    let _h2 = lab.host("h2", "10.7.1.2/24", &sw, "m2").unwrap();
+    let a = lab
+        .daemon(
+            &sw,
+            "link add bo type bond mode active-backup\n\
+             link add x1 type afpacket dev m1\nlink add x2 type afpacket dev m2\n\
+             link set dev x1 master bo\nlink set dev x2 master bo\n",
+        )
+        .unwrap();
+    let e = lab
+        .daemon(&sw, "link add q1 type afpacket dev m2\n")
+        .unwrap_err();
+    assert!(
+        e.contains("port q1: interface m2 is already a port of another qbridge daemon"),
+        "{e}"
+    );
+    // Leaving the bond, the member keeps its interface (now as its own port).
+    a.cmd(&["link", "set", "dev", "x2", "nomaster"]).unwrap();
+    let e = lab
+        .daemon(&sw, "link add q1 type afpacket dev m2\n")
+        .unwrap_err();
+    assert!(
+        e.contains("already a port of another qbridge daemon"),
+        "{e}"
+    );
+    // Deleted: free for another daemon.
+    a.cmd(&["link", "del", "dev", "x2"]).unwrap();
+    lab.daemon(&sw, "link add q1 type afpacket dev m2\n")
+        .unwrap();
+}

@@ -156,7 +156,7 @@ impl Engine {
                         slots
                             .iter()
                             .flatten()
-                            .any(|s| device_of(&s.spec) == Some(dev.as_str()))
+                            .any(|s| devices_of(&s.spec).contains(&dev.as_str()))
                     });
                     return Err(e);
                 }
@@ -169,7 +169,7 @@ impl Engine {
         self.iface_locks.retain(|dev, _| {
             wanted
                 .iter()
-                .any(|(_, _, sp)| device_of(sp) == Some(dev.as_str()))
+                .any(|(_, _, sp)| devices_of(sp).contains(&dev.as_str()))
         });
         // Phase 2: close what is gone or replaced, install the new.
         for i in 0..self.slots.len() {
@@ -226,7 +226,7 @@ impl Engine {
         };
         let n = self.workers.len();
         let mut warning = None;
-        if let Some(dev) = device_of(spec) {
+        for dev in devices_of(spec) {
             self.lock_interface(dev, name)?;
         }
         let queues = match spec {
@@ -648,11 +648,14 @@ fn same_backend(a: &PortSpec, b: &PortSpec) -> bool {
     }
 }
 
-/// The host interface a port's backend binds to (AF_PACKET, AF_XDP).
-fn device_of(spec: &PortSpec) -> Option<&str> {
+/// The host interfaces a port's backend binds to: an AF_PACKET or AF_XDP port's device, a
+/// bond's members' devices.
+fn devices_of(spec: &PortSpec) -> Vec<&str> {
     match spec {
-        PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => Some(dev),
-        _ => None,
+        PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. } => vec![dev],
+        // A bond's members hold their interfaces as ports do.
+        PortSpec::Bond(b) => b.members.iter().flat_map(|m| devices_of(&m.spec)).collect(),
+        _ => Vec::new(),
     }
 }
 
