@@ -116,6 +116,48 @@ impl BondShared {
         })
     }
 
+    /// The members' counters follow their members when the member list changes: `old` is
+    /// the names the counters were kept for (by position), `new` the order from now on; a
+    /// member that stays keeps its counts at its new position, a new member starts at zero,
+    /// a removed one's are dropped. (Queues still running with the old list may add a burst
+    /// at the old positions before the new queues replace them.)
+    pub fn reorder_members(&self, old: &[String], new: &[String]) {
+        let take = |t: &MemberTraffic| {
+            [
+                &t.rx_frames,
+                &t.rx_bytes,
+                &t.tx_frames,
+                &t.tx_bytes,
+                &t.rx_not_collecting,
+                &t.rx_pdus,
+                &t.tx_pdus,
+                &t.errors,
+            ]
+            .map(|c| c.load(Ordering::Relaxed))
+        };
+        let before: Vec<[u64; 8]> = self.members.iter().map(take).collect();
+        for (i, t) in self.members.iter().enumerate() {
+            let values = new
+                .get(i)
+                .and_then(|n| old.iter().position(|o| o == n))
+                .and_then(|j| before.get(j).copied())
+                .unwrap_or([0; 8]);
+            let cells = [
+                &t.rx_frames,
+                &t.rx_bytes,
+                &t.tx_frames,
+                &t.tx_bytes,
+                &t.rx_not_collecting,
+                &t.rx_pdus,
+                &t.tx_pdus,
+                &t.errors,
+            ];
+            for (c, v) in cells.into_iter().zip(values) {
+                c.store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Publishes the transmit table (bucket → member position, `None`: no member) and the
     /// hash policy; the queues take it at their next burst.
     pub fn publish(&self, policy: HashPolicy, table: &[Option<usize>; BUCKETS]) {
@@ -746,5 +788,21 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].data, lacpdu());
         assert_eq!(b.shared.members[1].tx_pdus.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn counters_follow_their_members_when_the_list_changes() {
+        let shared = BondShared::new("bo").unwrap();
+        shared.members[0].rx_frames.store(10, Ordering::Relaxed);
+        shared.members[1].rx_frames.store(20, Ordering::Relaxed);
+        shared.members[2].tx_bytes.store(30, Ordering::Relaxed);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // m1 leaves; m2 and m3 move up; m4 is new.
+        shared.reorder_members(&names(&["m1", "m2", "m3"]), &names(&["m2", "m3", "m4"]));
+        assert_eq!(shared.members[0].rx_frames.load(Ordering::Relaxed), 20);
+        assert_eq!(shared.members[1].tx_bytes.load(Ordering::Relaxed), 30);
+        assert_eq!(shared.members[1].rx_frames.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.members[2].rx_frames.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.members[2].tx_bytes.load(Ordering::Relaxed), 0);
     }
 }

@@ -33,6 +33,8 @@ pub(super) struct BondRt {
     /// Members whose interface did not exist at the last opening (name, device): the bond is
     /// opened again when one appears.
     absent: Vec<(String, String)>,
+    /// The member names the shared per-member counters are kept for, by position.
+    counted_as: Vec<String>,
 }
 
 /// A member's speed as the kernel reports it (`/sys/class/net/DEV/speed`; 0 when unknown).
@@ -76,7 +78,7 @@ impl Engine {
         spec: &BondSpec,
     ) -> Result<Opened, String> {
         let n = self.workers.len();
-        let rt = match self.bonds.remove(name) {
+        let mut rt = match self.bonds.remove(name) {
             Some(rt) => rt,
             None => BondRt {
                 shared: Arc::new(
@@ -87,8 +89,14 @@ impl Engine {
                 last_watch_ms: 0,
                 published: None,
                 absent: Vec::new(),
+                counted_as: Vec::new(),
             },
         };
+        let order: Vec<String> = spec.members.iter().map(|m| m.name.clone()).collect();
+        if rt.counted_as != order {
+            rt.shared.reorder_members(&rt.counted_as, &order);
+            rt.counted_as = order;
+        }
         let filter = RxFilter {
             promisc: true,
             unicast: Vec::new(),
