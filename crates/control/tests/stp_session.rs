@@ -270,6 +270,16 @@ fn mstp_blocks_per_msti() {
     let b = &v[0]["ports"][1];
     assert_eq!(b["mstis"][1]["msti"], 2, "{j}");
     assert_eq!(b["mstis"][1]["state"], "discarding", "{j}");
+    // VID 30 is in the CIST, where session 0 is root and forwards on b; moved into MSTI 2
+    // (session 1 its root) on both bridges, it takes MSTI 2's state: discarding on session 0's b.
+    assert_eq!(st(&net[0], "b", 30), StpState::Forwarding);
+    for s in net.iter_mut() {
+        s.execute_line("stp msti set dev br0 vid 30 msti 2", TEXT)
+            .unwrap();
+    }
+    run(&mut net, &wires, 10);
+    assert_eq!(st(&net[0], "b", 30), StpState::Discarding);
+    assert_eq!(st(&net[0], "b", 10), StpState::Forwarding);
     // The configuration round-trips.
     let text = net[0].running_config();
     let mut fresh = Session::new();

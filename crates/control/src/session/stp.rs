@@ -384,6 +384,9 @@ impl SpanningTree {
             if live.region != region {
                 live.stp.set_region(region.clone());
                 live.region = region;
+                // VIDs that changed tree take their new tree's state now (the engine reports
+                // changes of state, not of the table).
+                resync_states(live, sw);
             }
             for (&msti, &prio) in &conf.msti_priority {
                 let _ = live.stp.set_msti_priority(TreeId(msti), prio);
@@ -566,6 +569,25 @@ impl SpanningTree {
                     live.events.push_back((now, ev));
                     self.fresh.push((name.to_string(), text, ev));
                 }
+            }
+        }
+    }
+}
+
+/// Gives every port of `live` the state the engine has for it in each tree, over the VIDs
+/// the region gives the tree now.
+fn resync_states(live: &Live, sw: &mut Switch) {
+    let mstp = live.stp.config().mode == qbridge_stp::Mode::Mstp;
+    let trees = live.stp.trees();
+    let sets: Vec<(TreeId, VlanSet)> = trees
+        .iter()
+        .map(|t| (*t, tree_vids(mstp, &live.region, *t)))
+        .collect();
+    for (pname, &no) in &live.numbers {
+        let Ok(id) = sw.port_id(pname) else { continue };
+        for (t, vids) in &sets {
+            if let Some(st) = live.stp.port_state(no, *t) {
+                let _ = sw.set_stp_state(id, vids, state_of(st));
             }
         }
     }
