@@ -271,7 +271,7 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
 
 /// `link show -j`'s `vlan_mode` object as the words `link set` takes.
 fn vlan_mode_words_of(port: &Value) -> Option<String> {
-    let m = port.get("vlan_mode")?;
+    let m = port.get("port")?.get("vlan_mode")?;
     let mut s = format!("vlan_mode {}", m.get("mode")?.as_str()?);
     if let Some(t) = m.get("tag").and_then(Value::as_u64) {
         s += &format!(" tag {t}");
