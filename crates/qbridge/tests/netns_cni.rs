@@ -81,7 +81,9 @@ fn pod_host(name: &str, ns: &str, result: &Value) -> Host {
 
 fn skip_unless_plugins() -> bool {
     if !Path::new(CNI_PATH).join("host-local").exists() {
-        eprintln!("SKIPPED: {CNI_PATH}/host-local missing (apt-get install containernetworking-plugins)");
+        eprintln!(
+            "SKIPPED: {CNI_PATH}/host-local missing (apt-get install containernetworking-plugins)"
+        );
         return true;
     }
     false
@@ -128,18 +130,27 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     let ra = ok(&sw, "ADD", "ctr-a", &na, &c10);
     let rb = ok(&sw, "ADD", "ctr-b", &nb, &c10);
     let rc = ok(&sw, "ADD", "ctr-c", &nc, &c20);
-    let (a, b, c) = (pod_host("a", &na, &ra), pod_host("b", &nb, &rb), pod_host("c", &nc, &rc));
+    let (a, b, c) = (
+        pod_host("a", &na, &ra),
+        pod_host("b", &nb, &rb),
+        pod_host("c", &nc, &rc),
+    );
 
     // The result: both interfaces, the address on interface 1 (the container's), the route.
     assert_eq!(ra["cniVersion"], "1.0.0");
     assert_eq!(ra["interfaces"][1]["name"], "eth0");
-    assert_eq!(ra["interfaces"][1]["sandbox"], format!("/var/run/netns/{na}"));
+    assert_eq!(
+        ra["interfaces"][1]["sandbox"],
+        format!("/var/run/netns/{na}")
+    );
     assert_eq!(ra["ips"][0]["interface"], 1);
     assert_eq!(ra["ips"][0]["gateway"], "10.88.0.1");
     let port_a = ra["interfaces"][0]["name"].as_str().unwrap().to_owned();
     let route = support::ip_in(&na, &["route", "show", "10.99.0.0/16"]).unwrap();
     assert!(route.contains("via 10.88.0.1 dev eth0"), "{route}");
-    assert!(support::ip_in(&na, &["link", "show", "eth0"]).unwrap().contains("mtu 1400"));
+    assert!(support::ip_in(&na, &["link", "show", "eth0"])
+        .unwrap()
+        .contains("mtu 1400"));
 
     // The port as configured, in the daemon.
     let p = ctl.json(&["link", "show", "dev", &port_a]).unwrap();
@@ -150,7 +161,11 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
 
     // a and b share VLAN 10; c, in VLAN 20 and the same subnet, is unreachable.
     assert_ping(&a, &b, 3);
-    assert_eq!(ping(&a, &c.ip, 3).received, 0, "VLAN 20 reached from VLAN 10");
+    assert_eq!(
+        ping(&a, &c.ip, 3).received,
+        0,
+        "VLAN 20 reached from VLAN 10"
+    );
     assert!(ctl.fdb_has(&a.mac, &port_a).unwrap());
 
     // CHECK passes; ADD again for the same container and interface is refused (CNI spec, ADD:
@@ -159,7 +174,10 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     let (good, err) = cni(&sw, "ADD", "ctr-a", &na, &c10);
     assert!(!good);
     assert_eq!(err["code"], 100, "{err}");
-    assert!(err["msg"].as_str().unwrap().contains("already exists"), "{err}");
+    assert!(
+        err["msg"].as_str().unwrap().contains("already exists"),
+        "{err}"
+    );
     assert_ping(&a, &b, 3);
     // CHECK with another VLAN than the port has fails and says so.
     let (good, err) = cni(&sw, "CHECK", "ctr-a", &na, &c20);
@@ -175,7 +193,13 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     let (good, err) = cni(&sw, "CHECK", "ctr-b", &nb, &c10);
     assert!(!good);
     assert_eq!(err["code"], 101);
-    assert!(err["msg"].as_str().unwrap().contains("does not exist in the qbridge daemon"), "{err}");
+    assert!(
+        err["msg"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist in the qbridge daemon"),
+        "{err}"
+    );
 
     // DEL after a daemon restart (the state file brings the ports back), twice, and with the
     // namespace gone: never an error, and nothing is left.
@@ -202,14 +226,25 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
         .iter()
         .filter_map(|p| p["ifname"].as_str())
         .collect();
-    assert!(!names.iter().any(|n| n.starts_with("qbc")), "ports left: {names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("qbc")),
+        "ports left: {names:?}"
+    );
     assert_eq!(qbc_links(&sw), Vec::<String>::new(), "veths left");
-    let lock_dir = std::env::var("QBRIDGE_LOCK_DIR").unwrap_or_else(|_| "/run/qbridge/interfaces".into());
+    let lock_dir =
+        std::env::var("QBRIDGE_LOCK_DIR").unwrap_or_else(|_| "/run/qbridge/interfaces".into());
     let locks: Vec<String> = std::fs::read_dir(&lock_dir)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     for p in [&port_a, &port_b] {
-        assert!(!locks.iter().any(|l| l.contains(p.as_str())), "lock of {p} left: {locks:?}");
+        assert!(
+            !locks.iter().any(|l| l.contains(p.as_str())),
+            "lock of {p} left: {locks:?}"
+        );
     }
     // host-local keeps one file per reserved address: none is left.
     let reserved: Vec<String> = std::fs::read_dir(ipam_dir.join("podnet"))
@@ -250,7 +285,8 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     ok(&sw, "CHECK", "ctr-q1", &n1, &conf);
 
     // Each pod tags C-VLAN 10 itself (a qbridge VLAN device: this kernel has no 8021q).
-    let pod_batch = "link add eth0 type afpacket dev eth0\nlink add link eth0 name eth0.10 type vlan id 10\n";
+    let pod_batch =
+        "link add eth0 type afpacket dev eth0\nlink add link eth0 name eth0.10 type vlan id 10\n";
     lab.daemon(&n1, pod_batch).unwrap();
     lab.daemon(&n2, pod_batch).unwrap();
     let q1 = host_on("q1/eth0.10", &n1, "eth0.10", "10.89.0.1/24");
@@ -262,7 +298,9 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     let stacks = got.stacks_from(&q1.mac);
     assert!(!stacks.is_empty(), "{}", got.summary());
     assert!(
-        stacks.iter().all(|s| s == &vec![(0x88a8, 100), (0x8100, 10)]),
+        stacks
+            .iter()
+            .all(|s| s == &vec![(0x88a8, 100), (0x8100, 10)]),
         "{}",
         got.summary()
     );

@@ -86,9 +86,11 @@ fn vid(v: &Value, what: &str) -> Result<u16, CniError> {
 
 /// `[{"id":N}|{"minID":A,"maxID":B}|N, …]` → `N,A-B` (qbridge's LIST).
 fn vid_list(v: &Value, key: &str) -> Result<String, CniError> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| bad(format!("\"{key}\" must be a list of {{\"id\":N}} or {{\"minID\":A,\"maxID\":B}}, not {v}")))?;
+    let items = v.as_array().ok_or_else(|| {
+        bad(format!(
+            "\"{key}\" must be a list of {{\"id\":N}} or {{\"minID\":A,\"maxID\":B}}, not {v}"
+        ))
+    })?;
     if items.is_empty() {
         return Err(bad(format!("\"{key}\" is an empty list")));
     }
@@ -103,9 +105,7 @@ fn vid_list(v: &Value, key: &str) -> Result<String, CniError> {
             (None, Some(a), Some(b)) => {
                 let (a, b) = (vid(a, key)?, vid(b, key)?);
                 if b < a {
-                    return Err(bad(format!(
-                        "\"{key}\": maxID {b} is below minID {a}"
-                    )));
+                    return Err(bad(format!("\"{key}\": maxID {b} is below minID {a}")));
                 }
                 parts.push(format!("{a}-{b}"));
             }
@@ -157,7 +157,10 @@ impl NetConf {
         let raw: Value = serde_json::from_slice(text)
             .map_err(|e| CniError::new(6, format!("network configuration is not JSON: {e}")))?;
         if !raw.is_object() {
-            return Err(CniError::new(6, "network configuration is not a JSON object".into()));
+            return Err(CniError::new(
+                6,
+                "network configuration is not a JSON object".into(),
+            ));
         }
         let s = |k: &str| raw.get(k).and_then(Value::as_str).map(str::to_owned);
         let cni_version = s("cniVersion").unwrap_or_else(|| "0.3.0".into());
@@ -171,16 +174,14 @@ impl NetConf {
             ));
         }
         s("name").ok_or_else(|| bad("\"name\" is missing".into()))?;
-        let bridge = s("bridge").ok_or_else(|| bad("\"bridge\" is missing (the qbridge bridge to attach to)".into()))?;
+        let bridge = s("bridge")
+            .ok_or_else(|| bad("\"bridge\" is missing (the qbridge bridge to attach to)".into()))?;
         check_name("bridge", &bridge)?;
         let socket = s("socket_file")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| default_socket.to_owned());
         let vlan = raw.get("vlan").map(|v| vid(v, "vlan")).transpose()?;
-        let trunk = raw
-            .get("trunk")
-            .map(|v| vid_list(v, "trunk"))
-            .transpose()?;
+        let trunk = raw.get("trunk").map(|v| vid_list(v, "trunk")).transpose()?;
         let svid = raw.get("svid").map(|v| vid(v, "svid")).transpose()?;
         let cvlans = raw.get("cvlans").map(cvlan_list).transpose()?;
         let membership = match (vlan, trunk, svid, cvlans) {
@@ -219,7 +220,8 @@ impl NetConf {
         };
         if locked && membership.untagged_vid().is_none() {
             return Err(bad(
-                "\"locked\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN".into(),
+                "\"locked\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN"
+                    .into(),
             ));
         }
         let ipam_type = match raw.get("ipam") {
@@ -259,7 +261,10 @@ mod tests {
     #[test]
     fn membership_words() {
         let c = p(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":10}"#).unwrap();
-        assert_eq!(c.membership.vlan_mode_words().unwrap(), "vlan_mode access tag 10");
+        assert_eq!(
+            c.membership.vlan_mode_words().unwrap(),
+            "vlan_mode access tag 10"
+        );
         let c = p(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":5,"trunk":[{"id":20},{"minID":30,"maxID":40}]}"#).unwrap();
         assert_eq!(
             c.membership.vlan_mode_words().unwrap(),
@@ -278,17 +283,36 @@ mod tests {
     #[test]
     fn bad_configs_name_the_input() {
         let e = |s: &str| p(s).unwrap_err();
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":4095}"#).msg,
-            "vlan: 4095 is not a VLAN ID (a whole number from 1 to 4094)");
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":4095}"#).msg,
+            "vlan: 4095 is not a VLAN ID (a whole number from 1 to 4094)"
+        );
         assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","trunk":[{"minID":40,"maxID":30}]}"#).msg,
             "\"trunk\": maxID 30 is below minID 40");
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":3,"svid":100}"#).code, 7);
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","cvlans":[1]}"#).code, 7);
-        assert_eq!(e(r#"{"cniVersion":"9.9.9","name":"n","bridge":"br0"}"#).code, 1);
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n"}"#).msg,
-            "\"bridge\" is missing (the qbridge bridge to attach to)");
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","locked":true}"#).code, 7);
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","vlan":3,"svid":100}"#).code,
+            7
+        );
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","cvlans":[1]}"#).code,
+            7
+        );
+        assert_eq!(
+            e(r#"{"cniVersion":"9.9.9","name":"n","bridge":"br0"}"#).code,
+            1
+        );
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n"}"#).msg,
+            "\"bridge\" is missing (the qbridge bridge to attach to)"
+        );
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0","locked":true}"#).code,
+            7
+        );
         assert_eq!(e("{nope").code, 6);
-        assert_eq!(e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"a/b"}"#).code, 7);
+        assert_eq!(
+            e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"a/b"}"#).code,
+            7
+        );
     }
 }

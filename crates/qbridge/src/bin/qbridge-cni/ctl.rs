@@ -21,7 +21,10 @@ pub fn call(socket: &Path, words: &[&str]) -> Result<Answer, CniError> {
     let unreachable = |e: std::io::Error| {
         CniError::new(
             11,
-            format!("cannot reach the qbridge daemon at {}: {e}", socket.display()),
+            format!(
+                "cannot reach the qbridge daemon at {}: {e}",
+                socket.display()
+            ),
         )
     };
     let mut s = UnixStream::connect(socket).map_err(unreachable)?;
@@ -44,12 +47,14 @@ pub fn call(socket: &Path, words: &[&str]) -> Result<Answer, CniError> {
     if resp.is_empty() {
         return Err(CniError::new(
             11,
-            format!("the qbridge daemon at {} closed the connection", socket.display()),
+            format!(
+                "the qbridge daemon at {} closed the connection",
+                socket.display()
+            ),
         ));
     }
-    let resp: Response = serde_json::from_str(&resp).map_err(|e| {
-        CniError::new(5, format!("bad answer from the qbridge daemon: {e}"))
-    })?;
+    let resp: Response = serde_json::from_str(&resp)
+        .map_err(|e| CniError::new(5, format!("bad answer from the qbridge daemon: {e}")))?;
     Ok(if resp.ok {
         Answer::Ok(resp.output.unwrap_or_default())
     } else {
@@ -72,12 +77,14 @@ pub fn must(socket: &Path, words: &[&str]) -> Result<String, CniError> {
 pub fn port(socket: &Path, name: &str) -> Result<Option<serde_json::Value>, CniError> {
     match call(socket, &["-j", "link", "show", "dev", name])? {
         Answer::Ok(out) => {
-            let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| {
-                CniError::new(5, format!("bad JSON from qbridge link show: {e}"))
-            })?;
+            let v: serde_json::Value = serde_json::from_str(&out)
+                .map_err(|e| CniError::new(5, format!("bad JSON from qbridge link show: {e}")))?;
             Ok(v.as_array().and_then(|a| a.first()).cloned().or(Some(v)))
         }
         Answer::Refused(m) if m.contains("does not exist") => Ok(None),
-        Answer::Refused(m) => Err(CniError::new(5, format!("qbridge link show dev {name}: {m}"))),
+        Answer::Refused(m) => Err(CniError::new(
+            5,
+            format!("qbridge link show dev {name}: {m}"),
+        )),
     }
 }

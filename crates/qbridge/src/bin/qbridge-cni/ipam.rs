@@ -45,7 +45,10 @@ pub fn exec(ty: &str, command: &str, conf: &Value) -> Result<Value, CniError> {
         Value::Null
     } else {
         serde_json::from_str(&text).map_err(|e| {
-            CniError::new(5, format!("IPAM plugin {ty} {command}: bad JSON ({e}): {text}"))
+            CniError::new(
+                5,
+                format!("IPAM plugin {ty} {command}: bad JSON ({e}): {text}"),
+            )
         })?
     };
     if out.status.success() {
@@ -57,7 +60,10 @@ pub fn exec(ty: &str, command: &str, conf: &Value) -> Result<Value, CniError> {
         .map(str::to_owned)
         .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_owned());
     let code = v.get("code").and_then(Value::as_u64).unwrap_or(5) as u32;
-    Err(CniError::new(code, format!("IPAM plugin {ty} {command}: {msg}")))
+    Err(CniError::new(
+        code,
+        format!("IPAM plugin {ty} {command}: {msg}"),
+    ))
 }
 
 /// Applies an IPAM result's `ips` and `routes` to `ifname` inside `netns`. A route without a
@@ -65,7 +71,10 @@ pub fn exec(ty: &str, command: &str, conf: &Value) -> Result<Value, CniError> {
 /// plugins' `ipam.ConfigureIface` does.
 pub fn apply(netns: &str, ifname: &str, result: &Value) -> Result<(), CniError> {
     let empty = Vec::new();
-    let ips = result.get("ips").and_then(Value::as_array).unwrap_or(&empty);
+    let ips = result
+        .get("ips")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
     for ip in ips {
         let addr = ip
             .get("address")
@@ -78,7 +87,10 @@ pub fn apply(netns: &str, ifname: &str, result: &Value) -> Result<(), CniError> 
             .filter(|i| i["address"].as_str().is_some_and(|a| a.contains(':') == v6))
             .find_map(|i| i.get("gateway").and_then(Value::as_str))
     };
-    let routes = result.get("routes").and_then(Value::as_array).unwrap_or(&empty);
+    let routes = result
+        .get("routes")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
     for r in routes {
         let dst = r
             .get("dst")

@@ -106,7 +106,10 @@ impl Call {
 fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
     let netns = call.netns.as_deref().unwrap_or_default();
     if !sys::netns_exists(netns) {
-        return Err(CniError::new(3, format!("CNI_NETNS {netns} does not exist")));
+        return Err(CniError::new(
+            3,
+            format!("CNI_NETNS {netns} does not exist"),
+        ));
     }
     // CNI spec, ADD: "If an interface of the requested name already exists in the container,
     // the CNI plugin MUST return with an error." Refused before anything is touched.
@@ -187,7 +190,10 @@ fn attach(c: &NetConf, call: &Call, netns: &str) -> Result<(), CniError> {
         ctl::must(s, &["link", "set", "dev", p, "mtu", &m.to_string()])?;
     }
     if let Some(pcp) = c.pcp {
-        ctl::must(s, &["link", "set", "dev", p, "default_pcp", &pcp.to_string()])?;
+        ctl::must(
+            s,
+            &["link", "set", "dev", p, "default_pcp", &pcp.to_string()],
+        )?;
     }
     if c.locked {
         // Only the pod's own address may send: a static entry for it, then the lock.
@@ -207,7 +213,10 @@ fn del(c: &NetConf, call: &Call) -> Result<(), CniError> {
         Ok(ctl::Answer::Ok(_)) => {}
         Ok(ctl::Answer::Refused(m)) if m.contains("does not exist") => {}
         Ok(ctl::Answer::Refused(m)) => {
-            first = Some(CniError::new(5, format!("qbridge link del dev {}: {m}", call.host)))
+            first = Some(CniError::new(
+                5,
+                format!("qbridge link del dev {}: {m}", call.host),
+            ))
         }
         Err(e) => first = Some(e),
     }

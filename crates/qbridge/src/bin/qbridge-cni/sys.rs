@@ -68,7 +68,13 @@ pub fn netns_exists(netns: &str) -> bool {
 
 /// Creates `host` (here) — `ifname` (inside `netns`), both up, with `mtu` if given. On failure
 /// nothing is left behind.
-pub fn create_veth(host: &str, tmp: &str, netns: &str, ifname: &str, mtu: Option<u32>) -> Result<(), CniError> {
+pub fn create_veth(
+    host: &str,
+    tmp: &str,
+    netns: &str,
+    ifname: &str,
+    mtu: Option<u32>,
+) -> Result<(), CniError> {
     let mtu_s = mtu.map(|m| m.to_string());
     let mut add = vec!["link", "add", host];
     if let Some(m) = &mtu_s {
