@@ -312,6 +312,80 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     assert!(!good, "{err}");
 }
 
+/// GC (CNI 1.1) removes the attachments of its network that `cni.dev/valid-attachments` does
+/// not list (port, veth, address), and the port whose pod namespace vanished without DEL; a
+/// valid attachment, and another network's on the same bridge, stay.
+#[test]
+fn gc_removes_what_no_container_owns() {
+    skip_unless_netns!();
+    if skip_unless_plugins() {
+        return;
+    }
+    let _g = support::serial();
+    let mut lab = Lab::new("cnigc");
+    let sw = lab.netns("cnisw").unwrap();
+    let far = lab.netns("cnifar").unwrap();
+    lab.veth(&far, "eth0", &sw, "t1").unwrap();
+    let ctl = lab.daemon(&sw, SW).unwrap();
+    let ipam_dir = lab.dir.join("ipam");
+    let conf = |name: &str, subnet: &str| {
+        json!({
+            "cniVersion": "1.1.0", "name": name, "type": "qbridge-cni",
+            "bridge": "br0", "vlan": 10, "socket_file": ctl.socket,
+            "ipam": {"type": "host-local", "subnet": subnet, "dataDir": ipam_dir},
+        })
+    };
+    let net = conf("gcnet", "10.90.0.0/24");
+    let other = conf("othernet", "10.91.0.0/24");
+    let na = lab.netns("cnia").unwrap();
+    let nb = lab.netns("cnib").unwrap();
+    let nc = lab.netns("cnic").unwrap();
+    let no = lab.netns("cnio").unwrap();
+    let ra = ok(&sw, "ADD", "ctr-a", &na, &net);
+    let rb = ok(&sw, "ADD", "ctr-b", &nb, &net);
+    let rc = ok(&sw, "ADD", "ctr-c", &nc, &net);
+    let ro = ok(&sw, "ADD", "ctr-o", &no, &other);
+    let port = |r: &Value| r["interfaces"][0]["name"].as_str().unwrap().to_owned();
+    let (pa, pb, pc, po) = (port(&ra), port(&rb), port(&rc), port(&ro));
+    // c's namespace is destroyed without DEL: its veth goes with it, its port stays.
+    support::ip(&["netns", "del", &nc]).unwrap();
+    assert!(ctl.cmd(&["link", "show"]).unwrap().contains(&pc));
+
+    let mut gc = net.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "ctr-a", "ifname": "eth0"}]);
+    let (good, out) = cni(&sw, "GC", "", &na, &gc);
+    assert!(good, "GC: {out}");
+    let ports = ctl.cmd(&["link", "show"]).unwrap();
+    assert!(ports.contains(&pa) && ports.contains(&po), "{ports}");
+    assert!(!ports.contains(&pb) && !ports.contains(&pc), "{ports}");
+    let mut links = qbc_links(&sw);
+    links.sort();
+    let mut want = vec![pa.clone(), po.clone()];
+    want.sort();
+    assert_eq!(links, want);
+    // b's address is free again, a's and the other network's are not.
+    let b_ip = rb["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let a_ip = ra["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(!ipam_dir.join("gcnet").join(&b_ip).exists());
+    assert!(ipam_dir.join("gcnet").join(&a_ip).exists());
+    ok(&sw, "CHECK", "ctr-a", &na, &net);
+    ok(&sw, "CHECK", "ctr-o", &no, &other);
+    ok(&sw, "DEL", "ctr-a", &na, &net);
+    ok(&sw, "DEL", "ctr-o", &no, &other);
+}
+
 #[test]
 fn version_and_bad_config_answer_in_cni_error_json() {
     let out = Command::new(plugin())

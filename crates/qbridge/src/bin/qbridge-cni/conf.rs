@@ -59,6 +59,8 @@ impl Membership {
 #[derive(Debug, Clone)]
 pub struct NetConf {
     pub cni_version: String,
+    /// `name`: the network; GC works on this network's attachments only.
+    pub name: String,
     pub bridge: String,
     pub socket: std::path::PathBuf,
     pub membership: Membership,
@@ -173,7 +175,17 @@ impl NetConf {
                 ),
             ));
         }
-        s("name").ok_or_else(|| bad("\"name\" is missing".into()))?;
+        let name = s("name").ok_or_else(|| bad("\"name\" is missing".into()))?;
+        // CNI spec: a network name is [a-zA-Z0-9][a-zA-Z0-9_.-]*.
+        if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        {
+            return Err(bad(format!(
+                "name \"{name}\" is not a network name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)"
+            )));
+        }
         let bridge = s("bridge")
             .ok_or_else(|| bad("\"bridge\" is missing (the qbridge bridge to attach to)".into()))?;
         check_name("bridge", &bridge)?;
@@ -237,6 +249,7 @@ impl NetConf {
         };
         Ok(NetConf {
             cni_version,
+            name,
             bridge,
             socket,
             membership,

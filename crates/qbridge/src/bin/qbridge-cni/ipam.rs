@@ -25,8 +25,48 @@ fn find(ty: &str) -> Result<PathBuf, CniError> {
 /// Runs IPAM plugin `ty` for `command` (ADD, DEL, CHECK) with `conf` on stdin; its stdout as
 /// JSON (`Null` when it printed nothing, as DEL and CHECK do), or its error.
 pub fn exec(ty: &str, command: &str, conf: &Value) -> Result<Value, CniError> {
+    exec_for(ty, command, conf, None)
+}
+
+/// As [`exec`], for another attachment than the environment's: `(container id, ifname)`
+/// (GC releases the addresses of attachments no runtime asked about).
+pub fn exec_for(
+    ty: &str,
+    command: &str,
+    conf: &Value,
+    who: Option<(&str, &str)>,
+) -> Result<Value, CniError> {
+    match exec_once(ty, command, conf, who) {
+        // A 1.1 configuration and an IPAM plugin of 1.0 (Debian 12's host-local, 1.1.1, says
+        // "incompatible CNI versions"): the 1.0 and 1.1 results are the same, so ask in 1.0.
+        Err(e) if e.code == 1 && conf["cniVersion"] == "1.1.0" => {
+            let mut older = conf.clone();
+            older["cniVersion"] = Value::from("1.0.0");
+            exec_once(ty, command, &older, who).map(|mut v| {
+                if v.is_object() {
+                    v["cniVersion"] = Value::from("1.1.0");
+                }
+                v
+            })
+        }
+        r => r,
+    }
+}
+
+fn exec_once(
+    ty: &str,
+    command: &str,
+    conf: &Value,
+    who: Option<(&str, &str)>,
+) -> Result<Value, CniError> {
     let prog = find(ty)?;
-    let mut child = Command::new(&prog)
+    let mut cmd = Command::new(&prog);
+    if let Some((container, ifname)) = who {
+        cmd.env("CNI_CONTAINERID", container)
+            .env("CNI_IFNAME", ifname)
+            .env_remove("CNI_NETNS");
+    }
+    let mut child = cmd
         .env("CNI_COMMAND", command)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

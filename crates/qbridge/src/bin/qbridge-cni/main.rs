@@ -138,6 +138,7 @@ fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
         let _ = sys::delete_veth(&call.host);
         e
     };
+    sys::set_alias(&call.host, &owner(&c.name, &call.container, &call.ifname)).map_err(undo)?;
     attach(c, call, netns).map_err(undo)?;
     let mut result = json!({});
     if let Some(ty) = &c.ipam_type {
@@ -208,23 +209,98 @@ fn attach(c: &NetConf, call: &Call, netns: &str) -> Result<(), CniError> {
 /// DEL: every step runs; a missing port, veth, namespace or address is not an error. The
 /// first real failure is reported (the runtime retries DEL).
 fn del(c: &NetConf, call: &Call) -> Result<(), CniError> {
-    let mut first: Option<CniError> = None;
-    match ctl::call(&c.socket, &["link", "del", "dev", &call.host]) {
-        Ok(ctl::Answer::Ok(_)) => {}
-        Ok(ctl::Answer::Refused(m)) if m.contains("does not exist") => {}
-        Ok(ctl::Answer::Refused(m)) => {
-            first = Some(CniError::new(
-                5,
-                format!("qbridge link del dev {}: {m}", call.host),
-            ))
-        }
-        Err(e) => first = Some(e),
-    }
+    del_attachment(c, call, None)
+}
+
+/// DEL's steps for `call`; `who` runs the IPAM plugin for another attachment than the
+/// environment's (GC).
+fn del_attachment(c: &NetConf, call: &Call, who: Option<(&str, &str)>) -> Result<(), CniError> {
+    let mut first = del_port(c, &call.host).err();
     if let Err(e) = sys::delete_veth(&call.host) {
         first.get_or_insert(e);
     }
     if let Some(ty) = &c.ipam_type {
-        if let Err(e) = ipam::exec(ty, "DEL", &c.raw) {
+        if let Err(e) = ipam::exec_for(ty, "DEL", &c.raw, who) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// `link del dev PORT`; a port that does not exist is success.
+fn del_port(c: &NetConf, port: &str) -> Result<(), CniError> {
+    match ctl::call(&c.socket, &["link", "del", "dev", port])? {
+        ctl::Answer::Ok(_) => Ok(()),
+        ctl::Answer::Refused(m) if m.contains("does not exist") => Ok(()),
+        ctl::Answer::Refused(m) => Err(CniError::new(
+            5,
+            format!("qbridge link del dev {port}: {m}"),
+        )),
+    }
+}
+
+/// The host veth's alias: `qbridge-cni NETWORK CONTAINERID IFNAME` (no field has a space).
+fn owner(network: &str, container: &str, ifname: &str) -> String {
+    format!("qbridge-cni {network} {container} {ifname}")
+}
+
+/// GC (CNI 1.1): removes this network's attachments that are not in
+/// `cni.dev/valid-attachments` (their port, veth and IPAM reservation; owners from the host
+/// veths' aliases), then every `qbc…` port of `bridge` whose host interface is gone (its pod's
+/// namespace was destroyed without DEL) and that no valid attachment names.
+fn gc(c: &NetConf) -> Result<(), CniError> {
+    let valid: Vec<(String, String)> = c
+        .raw
+        .get("cni.dev/valid-attachments")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| {
+            Some((
+                a.get("containerID")?.as_str()?.to_owned(),
+                a.get("ifname")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let valid_ports: Vec<String> = valid.iter().map(|(c, i)| port_name(c, i)).collect();
+    let mut first: Option<CniError> = None;
+    let prefix = format!("qbridge-cni {} ", c.name);
+    for (host, alias) in sys::veths_with_alias(&prefix)? {
+        let mut f = alias[prefix.len()..].split(' ');
+        let (Some(container), Some(ifname)) = (f.next(), f.next()) else {
+            continue;
+        };
+        if valid.iter().any(|(vc, vi)| vc == container && vi == ifname) {
+            continue;
+        }
+        let call = Call {
+            container: container.to_owned(),
+            netns: None,
+            ifname: ifname.to_owned(),
+            host,
+        };
+        if let Err(e) = del_attachment(c, &call, Some((container, ifname))) {
+            first.get_or_insert(e);
+        }
+    }
+    let ports = ctl::must(&c.socket, &["-j", "link", "show"])?;
+    let ports: Value = serde_json::from_str(&ports)
+        .map_err(|e| CniError::new(5, format!("bad JSON from qbridge link show: {e}")))?;
+    for p in ports.as_array().into_iter().flatten() {
+        let (Some(name), Some(master)) = (
+            p.get("ifname").and_then(Value::as_str),
+            p.get("master").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        if master != c.bridge
+            || !name.starts_with("qbc")
+            || valid_ports.iter().any(|v| v == name)
+            || sys::link_exists(None, name)
+        {
+            continue;
+        }
+        if let Err(e) = del_port(c, name) {
             first.get_or_insert(e);
         }
     }
@@ -318,10 +394,7 @@ fn run(command: &str, stdin: &[u8]) -> Result<Option<Value>, CniError> {
         "DEL" => del(&c, &Call::from_env(false)?).map(|()| None),
         "CHECK" => check(&c, &Call::from_env(true)?).map(|()| None),
         "STATUS" => status(&c).map(|()| None),
-        "GC" => Err(CniError::new(
-            2,
-            "GC is not implemented by qbridge-cni yet (DEL each attachment)".into(),
-        )),
+        "GC" => gc(&c).map(|()| None),
         other => Err(CniError::new(
             4,
             format!("CNI_COMMAND \"{other}\" is not ADD, DEL, CHECK, STATUS, GC or VERSION"),
@@ -330,7 +403,7 @@ fn run(command: &str, stdin: &[u8]) -> Result<Option<Value>, CniError> {
 }
 
 const USAGE: &str = "qbridge-cni: a CNI plugin; run by a container runtime, not by hand.
-Environment: CNI_COMMAND (ADD|DEL|CHECK|STATUS|VERSION), CNI_CONTAINERID, CNI_NETNS,
+Environment: CNI_COMMAND (ADD|DEL|CHECK|STATUS|GC|VERSION), CNI_CONTAINERID, CNI_NETNS,
 CNI_IFNAME, CNI_PATH; the network configuration (JSON) on stdin. docs/cni.md.
 Config keys: bridge, vlan, trunk [{\"id\":N}|{\"minID\":A,\"maxID\":B}], svid + cvlans
 (Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock), ipam.

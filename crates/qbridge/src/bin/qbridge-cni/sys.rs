@@ -109,3 +109,27 @@ pub fn delete_veth(host: &str) -> Result<(), CniError> {
         Err(e) => Err(e),
     }
 }
+
+/// Sets `host`'s alias to `text` (IFLA_IFALIAS, at most 255 bytes): the attachment's owner,
+/// read back by GC.
+pub fn set_alias(host: &str, text: &str) -> Result<(), CniError> {
+    ip(&["link", "set", "dev", host, "alias", text]).map(|_| ())
+}
+
+/// `(name, alias)` of every veth here whose alias starts with `prefix`.
+pub fn veths_with_alias(prefix: &str) -> Result<Vec<(String, String)>, CniError> {
+    let out = ip(&["-j", "link", "show", "type", "veth"])?;
+    let v: serde_json::Value = serde_json::from_str(&out)
+        .map_err(|e| CniError::new(5, format!("ip -j link show type veth: bad JSON: {e}")))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let name = l.get("ifname")?.as_str()?;
+            let alias = l.get("ifalias")?.as_str()?;
+            alias
+                .starts_with(prefix)
+                .then(|| (name.to_owned(), alias.to_owned()))
+        })
+        .collect())
+}
