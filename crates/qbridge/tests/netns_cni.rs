@@ -267,7 +267,7 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     let ctl = lab.daemon(&sw, SW).unwrap();
     let conf = json!({
         "cniVersion": "1.1.0", "name": "qinq", "type": "qbridge-cni",
-        "bridge": "pe", "svid": 100, "cvlans": [0, {"id": 10}],
+        "bridge": "pe", "svid": 100, "cvlans": [0, {"id": 10}], "pcp": 5,
         "socket_file": ctl.socket,
     });
     let n1 = lab.netns("cniq1").unwrap();
@@ -291,7 +291,7 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     lab.daemon(&n2, pod_batch).unwrap();
     let q1 = host_on("q1/eth0.10", &n1, "eth0.10", "10.89.0.1/24");
     let q2 = host_on("q2/eth0.10", &n2, "eth0.10", "10.89.0.2/24");
-    let cap = Capture::start(&far, "eth0", 0).unwrap();
+    let cap = Capture::start(&far, "eth0", 64).unwrap();
     assert_ping(&q1, &q2, 3);
     let got = cap.finish().unwrap();
     // Flooded ARP from q1 reaches the trunk: S-tag 100 outside, the pod's C-tag 10 inside.
@@ -310,6 +310,61 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     assert_eq!(qbc_links(&sw), Vec::<String>::new());
     let (good, err) = cni(&sw, "CHECK", "ctr-q1", &n1, &conf);
     assert!(!good, "{err}");
+}
+
+/// `locked: true`: the pod's own MAC is admitted (a static entry in its VLAN), a forged source
+/// address is not (`port_locked`).
+#[test]
+fn a_locked_pod_sends_only_from_its_own_address() {
+    skip_unless_netns!();
+    if skip_unless_plugins() {
+        return;
+    }
+    let _g = support::serial();
+    let mut lab = Lab::new("cnilock");
+    let sw = lab.netns("cnisw").unwrap();
+    let far = lab.netns("cnifar").unwrap();
+    lab.veth(&far, "eth0", &sw, "t1").unwrap();
+    let ctl = lab.daemon(&sw, SW).unwrap();
+    let ipam_dir = lab.dir.join("ipam");
+    let conf = |locked: bool| {
+        json!({
+            "cniVersion": "1.0.0", "name": "locknet", "type": "qbridge-cni",
+            "bridge": "br0", "vlan": 30, "locked": locked, "socket_file": ctl.socket,
+            "ipam": {"type": "host-local", "subnet": "10.92.0.0/24", "dataDir": ipam_dir},
+        })
+    };
+    let na = lab.netns("cnia").unwrap();
+    let nb = lab.netns("cnib").unwrap();
+    let ra = ok(&sw, "ADD", "ctr-a", &na, &conf(true));
+    let rb = ok(&sw, "ADD", "ctr-b", &nb, &conf(false));
+    let (a, b) = (pod_host("a", &na, &ra), pod_host("b", &nb, &rb));
+    let pa = ra["interfaces"][0]["name"].as_str().unwrap().to_owned();
+    let p = ctl.json(&["link", "show", "dev", &pa]).unwrap();
+    let p = if p.is_array() { p[0].clone() } else { p };
+    assert_eq!(p["port"]["locked"], true);
+    assert!(ctl
+        .fdb()
+        .unwrap()
+        .iter()
+        .any(|(m, port, v)| m.eq_ignore_ascii_case(&a.mac) && port == &pa && *v == Some(30)));
+    assert_ping(&a, &b, 3);
+    // The pod forges another source address: nothing of it is forwarded.
+    support::ip_in(
+        &na,
+        &["link", "set", "dev", "eth0", "address", "02:00:00:00:99:01"],
+    )
+    .unwrap();
+    assert_eq!(ping(&a, &b.ip, 3).received, 0);
+    let s = ctl.json(&["-s", "link", "show", "dev", &pa]).unwrap();
+    let s = if s.is_array() { s[0].clone() } else { s };
+    assert!(
+        s["stats"]["drops"]["port_locked"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        ctl.stats_text()
+    );
+    ok(&sw, "DEL", "ctr-a", &na, &conf(true));
+    ok(&sw, "DEL", "ctr-b", &nb, &conf(false));
 }
 
 /// GC (CNI 1.1) removes the attachments of its network that `cni.dev/valid-attachments` does
