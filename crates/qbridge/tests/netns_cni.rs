@@ -391,7 +391,8 @@ fn gc_removes_what_no_container_owns() {
         })
     };
     let net = conf("gcnet", "10.90.0.0/24");
-    let other = conf("othernet", "10.91.0.0/24");
+    let mut other = conf("othernet", "10.91.0.0/24");
+    other["trunk"] = json!([{"id": 20}, {"minID": 30, "maxID": 40}]);
     let na = lab.netns("cnia").unwrap();
     let nb = lab.netns("cnib").unwrap();
     let nc = lab.netns("cnic").unwrap();
@@ -437,8 +438,54 @@ fn gc_removes_what_no_container_owns() {
     assert!(ipam_dir.join("gcnet").join(&a_ip).exists());
     ok(&sw, "CHECK", "ctr-a", &na, &net);
     ok(&sw, "CHECK", "ctr-o", &no, &other);
+    let p = ctl.json(&["link", "show", "dev", &po]).unwrap();
+    let p = if p.is_array() { p[0].clone() } else { p };
+    assert_eq!(
+        p["port"]["vlan_mode"],
+        json!({"mode": "native-untagged", "tag": 10, "trunks": "20,30-40"})
+    );
     ok(&sw, "DEL", "ctr-a", &na, &net);
     ok(&sw, "DEL", "ctr-o", &no, &other);
+
+    // ADD into a bridge the daemon does not have fails, naming it, and leaves nothing: no
+    // port, no veth, no interface in the pod, no address reserved (c's stays reserved: its
+    // owner went with its veth, and host-local 1.1.1 has no GC).
+    let reserved = || {
+        std::fs::read_dir(ipam_dir.join("gcnet"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("10."))
+            .count()
+    };
+    let before = reserved();
+    let mut bad = net.clone();
+    bad["bridge"] = json!("nobr");
+    let (good, err) = cni(&sw, "ADD", "ctr-d", &na, &bad);
+    assert!(!good);
+    assert!(err["msg"].as_str().unwrap().contains("nobr"), "{err}");
+    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
+    assert!(!support::ip_in(&na, &["link", "show"])
+        .unwrap()
+        .contains("eth0"));
+    assert_eq!(reserved(), before);
+    // The IPAM plugin fails after the port was made: the port and the veth are undone.
+    let mut bad = net.clone();
+    bad["ipam"]["subnet"] = json!("not-a-subnet");
+    let (good, err) = cni(&sw, "ADD", "ctr-e", &na, &bad);
+    assert!(!good);
+    assert!(
+        err["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("IPAM plugin host-local ADD"),
+        "{err}"
+    );
+    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
+    assert!(!support::ip_in(&na, &["link", "show"])
+        .unwrap()
+        .contains("eth0"));
 }
 
 #[test]
