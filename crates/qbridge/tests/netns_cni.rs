@@ -171,6 +171,26 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     // CHECK passes; ADD again for the same container and interface is refused (CNI spec, ADD:
     // an existing interface of that name MUST be an error) and leaves a working.
     ok(&sw, "CHECK", "ctr-a", &na, &c10);
+    let mut with_prev = c10.clone();
+    with_prev["prevResult"] = ra.clone();
+    ok(&sw, "CHECK", "ctr-a", &na, &with_prev);
+    // An address of the ADD result removed inside the pod: CHECK says which.
+    let a_cidr = ra["ips"][0]["address"].as_str().unwrap().to_owned();
+    support::ip_in(&na, &["addr", "del", &a_cidr, "dev", "eth0"]).unwrap();
+    let (good, err) = cni(&sw, "CHECK", "ctr-a", &na, &with_prev);
+    assert!(!good);
+    assert_eq!(
+        err["msg"],
+        format!("eth0 has no address {a_cidr} (prevResult)")
+    );
+    support::ip_in(&na, &["addr", "add", &a_cidr, "dev", "eth0"]).unwrap();
+    // STATUS: ready with the bridge, error 50 without.
+    ok(&sw, "STATUS", "", &na, &c10);
+    let mut nobr = c10.clone();
+    nobr["bridge"] = json!("nobr");
+    let (good, err) = cni(&sw, "STATUS", "", &na, &nobr);
+    assert!(!good);
+    assert_eq!(err["code"], 50, "{err}");
     let (good, err) = cni(&sw, "ADD", "ctr-a", &na, &c10);
     assert!(!good);
     assert_eq!(err["code"], 100, "{err}");

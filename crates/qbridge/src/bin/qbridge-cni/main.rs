@@ -348,6 +348,23 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
             return fail(format!("port {} has mtu {have:?}, not {m}", call.host));
         }
     }
+    // The addresses of the ADD result the runtime hands back (`prevResult`) are on the
+    // interface.
+    let prev_ips = c.raw.get("prevResult").and_then(|r| r.get("ips"));
+    if let Some(ips) = prev_ips.and_then(Value::as_array) {
+        let have = sys::ip_in(netns, &["-o", "addr", "show", "dev", &call.ifname])?;
+        for ip in ips {
+            let Some(addr) = ip.get("address").and_then(Value::as_str) else {
+                continue;
+            };
+            if !have.split_whitespace().any(|w| w == addr) {
+                return fail(format!(
+                    "{} has no address {addr} (prevResult)",
+                    call.ifname
+                ));
+            }
+        }
+    }
     if let Some(ty) = &c.ipam_type {
         ipam::exec(ty, "CHECK", &c.raw)?;
     }
