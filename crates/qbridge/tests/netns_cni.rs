@@ -224,6 +224,13 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     // DEL after a daemon restart (the state file brings the ports back), twice, and with the
     // namespace gone: never an error, and nothing is left.
     assert!(lab.stop_daemon(0));
+    // DEL while the daemon is down: error 11 (try again later), the port cannot be removed;
+    // the veth and the address are released anyway, and the retry below removes the port.
+    let port_c = rc["interfaces"][0]["name"].as_str().unwrap().to_owned();
+    let (good, err) = cni(&sw, "DEL", "ctr-c", &nc, &c20);
+    assert!(!good);
+    assert_eq!(err["code"], 11, "{err}");
+    assert!(!qbc_links(&sw).contains(&port_c));
     let ctl2 = lab.daemon_args(&sw, "", &["--state", &state_s]).unwrap();
     let with_socket = |c: &Value| {
         let mut c = c.clone();
@@ -237,6 +244,7 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     ok(&sw, "DEL", "ctr-a", &na, &c10);
     ok(&sw, "DEL", "ctr-b", &nb, &c10);
     support::ip(&["netns", "del", &nc]).unwrap();
+    assert!(ctl2.cmd(&["link", "show"]).unwrap().contains(&port_c));
     ok(&sw, "DEL", "ctr-c", &nc, &c20);
     ok(&sw, "DEL", "ctr-c", &nc, &c20);
     let ports = ctl2.json(&["link", "show"]).unwrap();
