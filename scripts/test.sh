@@ -19,6 +19,8 @@ command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
 command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 # Open vSwitch for tests/netns_stacked_ovs.rs, which runs its own private ovs-vswitchd.
 [ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null 2>&1 || missing+=(openvswitch-switch)
+# host-local IPAM (and the reference plugins) for tests/netns_cni.rs.
+[ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${missing[*]}" >&2
