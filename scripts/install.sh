@@ -10,6 +10,8 @@
 #   --destdir DIR  stage everything under DIR (packaging); nothing is started or created
 #   --bin FILE     install FILE instead of building (cargo build --release --locked)
 #   --no-service   leave out the systemd unit, the qbridge user and /etc/qbridge
+# The CNI plugin qbridge-cni (built beside the binary, or next to FILE) goes to
+# /opt/cni/bin/qbridge-cni, where container runtimes look by default (docs/cni.md).
 # The service files: /etc/systemd/system/qbridge.service, /etc/sysusers.d/qbridge.conf and
 # /etc/qbridge/qbridge.conf (kept if it exists). As root without --destdir it also creates the
 # qbridge user and reloads systemd; 'systemctl enable --now qbridge' then starts the switch.
@@ -26,7 +28,7 @@ while [ $# -gt 0 ]; do
         --destdir) destdir=${2:?--destdir needs a DIR}; shift 2 ;;
         --bin) bin=${2:?--bin needs a FILE}; shift 2 ;;
         --no-service) service=; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -48,6 +50,12 @@ compdir=$prefix/share/bash-completion/completions
 install -d "$root$bindir" "$root$mandir" "$root$compdir"
 install -m 0755 "$bin" "$root$bindir/qbridge"
 say "binary: $root$bindir/qbridge"
+cni=$(dirname "$bin")/qbridge-cni
+if [ -x "$cni" ]; then
+    install -d "$root/opt/cni/bin"
+    install -m 0755 "$cni" "$root/opt/cni/bin/qbridge-cni"
+    say "CNI plugin: $root/opt/cni/bin/qbridge-cni"
+fi
 
 # --- the man page, from the --help texts ---
 roff_block() {

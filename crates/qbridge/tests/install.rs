@@ -42,6 +42,16 @@ fn read(p: &Path) -> String {
 fn install_puts_every_piece_in_place() {
     let d = stage();
     let bin = d.join("usr/bin/qbridge");
+    // The CNI plugin, built beside the binary, goes where runtimes look for plugins.
+    let cni = d.join("opt/cni/bin/qbridge-cni");
+    let out = Command::new(&cni)
+        .env("CNI_COMMAND", "VERSION")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("supportedVersions"),
+        "{out:?}"
+    );
     let v = Command::new(&bin).arg("-V").output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&v.stdout),
