@@ -1,0 +1,812 @@
+//! VXLAN port (RFC 7348): a UDP socket bound to `local:dstport` in the caller's network
+//! namespace, carrying the port's frames to and from remote VTEPs. The kernel builds the outer
+//! IP and UDP headers, routes and resolves neighbours; this backend adds and checks the 8-byte
+//! VXLAN header ([`qbridge_wire::vxlan`]) and chooses where each frame goes.
+//!
+//! Where a frame goes is the port's own table, [`VxlanTable`], as a Linux vxlan device's FDB
+//! (`bridge fdb … self`) is the device's and not the bridge's: a unicast destination MAC with
+//! an entry (static: `fdb add MAC dev NAME dst IP`; learned from a received frame's outer
+//! source when `learning` is on, aged after [`VxlanTable::ageing`]) goes to that VTEP; any
+//! other frame — unknown unicast, broadcast, multicast — to every VTEP of the flood list
+//! (`fdb append 00:00:00:00:00:00 dev NAME dst IP`, head-end replication). The bridge's FDB
+//! stays what it is for every port (MAC → port, 8-byte keys); the remote IP lives here,
+//! where only this port's frames pay for it (docs/decisions.md 54).
+//!
+//! Threads and cost: the table is shared (`Arc<Mutex<_>>`) between the control thread, which
+//! edits and shows it, and the worker that owns the port, which takes the lock once per burst
+//! (never per frame; ports of other kinds never see it). A receive burst is one `recvmmsg(2)`
+//! of up to [`BURST`] datagrams into fixed slots, each inner frame then copied into a pool
+//! buffer; a transmit burst is one `sendmmsg(2)` per [`BURST`] datagrams, the VXLAN header
+//! and the frame as two iovecs (no copy), one datagram per destination VTEP. Nothing is
+//! allocated after warm-up (the flood list is copied into a vector kept by the port).
+//!
+//! Drops, each counted ([`VxlanDrops`], switch reasons of the same names): a datagram that is
+//! not VXLAN or whose inner frame is shorter than an Ethernet header (`vxlan_malformed`), of
+//! another VNI (`vxlan_wrong_vni`), longer than a slot (`rx_truncated`); a frame with no VTEP
+//! to go to, the flood list empty (`vxlan_no_remote`). The socket never fragments
+//! (`IP_PMTUDISC_DO`): an inner frame too long for the path is refused with `EMSGSIZE` and
+//! counted `tx_too_long` (a VXLAN port's inner MTU is the underlay's minus
+//! [`qbridge_wire::vxlan::IPV4_OVERHEAD`]).
+//!
+//! Left for later (docs/semantics.md, "VXLAN ports"): the outer source port is the socket's
+//! (`dstport`), not [`qbridge_wire::vxlan::source_port`]'s flow hash — a plain UDP socket
+//! cannot choose it per datagram; IPv6 underlays; `UDP_SEGMENT`/`UDP_GRO`.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use qbridge_packet::{Batch, BufPool};
+use qbridge_wire::vxlan::{self, Vni};
+use qbridge_wire::MacAddr;
+
+use crate::port::{recycle, BackendDrops, Port, PortCaps, TxOutcome, TxReport};
+use crate::IoError;
+
+/// Datagrams per `recvmmsg`/`sendmmsg`.
+pub const BURST: usize = 32;
+/// Bytes of a receive slot: a VXLAN header and a 9216-byte jumbo inner frame.
+pub const SLOT_BYTES: usize = vxlan::HEADER_LEN + 9216;
+/// Learned entries age after this long without a frame from their MAC (Linux vxlan's
+/// default `ageing 300`).
+pub const DEFAULT_AGEING: Duration = Duration::from_secs(300);
+
+/// How to open a VXLAN port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VxlanConfig {
+    /// The port's name, for logs and errors.
+    pub name: String,
+    pub vni: Vni,
+    /// The local VTEP address the socket binds.
+    pub local: Ipv4Addr,
+    /// The UDP port bound and sent to (4789).
+    pub dstport: u16,
+    /// The outer TTL; `None`: the kernel's default.
+    pub ttl: Option<u8>,
+    /// Learn the outer source of received frames into the table.
+    pub learning: bool,
+}
+
+/// What kind of table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VxlanEntryKind {
+    /// `fdb add MAC dev NAME dst IP`.
+    Static,
+    /// Learned from a received frame.
+    Learned,
+    /// A flood-list VTEP (`fdb append 00:00:00:00:00:00 dev NAME dst IP`).
+    Flood,
+}
+
+/// One entry as shown (`fdb show`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VxlanEntry {
+    /// All zeros for a flood-list VTEP.
+    pub mac: MacAddr,
+    pub dst: Ipv4Addr,
+    pub kind: VxlanEntryKind,
+    /// Seconds since last seen (learned entries).
+    pub age_secs: u64,
+}
+
+/// A VXLAN port's remote VTEPs: MAC → VTEP entries and the flood list.
+#[derive(Debug)]
+pub struct VxlanTable {
+    statics: HashMap<MacAddr, Ipv4Addr>,
+    learned: HashMap<MacAddr, (Ipv4Addr, Instant)>,
+    flood: Vec<Ipv4Addr>,
+    /// Learned entries unrefreshed for longer are ignored and removed.
+    pub ageing: Duration,
+    /// Bumped on every change of the flood list, so a port can re-copy it.
+    flood_generation: u64,
+}
+
+/// The table as the control thread and the port's worker share it.
+pub type SharedVxlanTable = Arc<Mutex<VxlanTable>>;
+
+/// Most learned entries a table keeps; a new MAC beyond it is not learned (flooded instead).
+pub const MAX_LEARNED: usize = 65_536;
+
+impl Default for VxlanTable {
+    fn default() -> Self {
+        VxlanTable {
+            statics: HashMap::new(),
+            learned: HashMap::new(),
+            flood: Vec::new(),
+            ageing: DEFAULT_AGEING,
+            flood_generation: 0,
+        }
+    }
+}
+
+impl VxlanTable {
+    pub fn shared() -> SharedVxlanTable {
+        Arc::new(Mutex::new(VxlanTable::default()))
+    }
+
+    /// `fdb add|replace MAC dev NAME dst IP`: a static entry (it replaces a learned one).
+    /// The all-zeros MAC is the flood list's: see [`VxlanTable::append_flood`].
+    pub fn add_static(&mut self, mac: MacAddr, dst: Ipv4Addr) {
+        self.learned.remove(&mac);
+        self.statics.insert(mac, dst);
+    }
+
+    /// `fdb append 00:00:00:00:00:00 dev NAME dst IP`; false if `dst` is listed already.
+    pub fn append_flood(&mut self, dst: Ipv4Addr) -> bool {
+        if self.flood.contains(&dst) {
+            return false;
+        }
+        self.flood.push(dst);
+        self.flood_generation += 1;
+        true
+    }
+
+    /// `fdb del MAC dev NAME [dst IP]`: removes the entry of `mac` (a flood-list VTEP when
+    /// `mac` is all zeros: `dst`, or the whole list without it). False if nothing matched.
+    pub fn remove(&mut self, mac: MacAddr, dst: Option<Ipv4Addr>) -> bool {
+        if mac.is_zero() {
+            let before = self.flood.len();
+            self.flood.retain(|d| dst.is_some_and(|x| x != *d));
+            self.flood_generation += 1;
+            return self.flood.len() != before;
+        }
+        let matches = |d: &Ipv4Addr| dst.is_none_or(|x| x == *d);
+        let s = self.statics.get(&mac).is_some_and(matches) && self.statics.remove(&mac).is_some();
+        let l = self.learned.get(&mac).is_some_and(|(d, _)| matches(d))
+            && self.learned.remove(&mac).is_some();
+        s || l
+    }
+
+    /// Forgets every learned entry (`fdb flush dev NAME`).
+    pub fn flush_learned(&mut self) -> usize {
+        let n = self.learned.len();
+        self.learned.clear();
+        n
+    }
+
+    /// Where a frame to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
+    pub fn lookup(&self, dst: MacAddr, now: Instant) -> Option<Ipv4Addr> {
+        if dst.is_multicast() {
+            return None;
+        }
+        if let Some(ip) = self.statics.get(&dst) {
+            return Some(*ip);
+        }
+        match self.learned.get(&dst) {
+            Some((ip, seen)) if now.saturating_duration_since(*seen) < self.ageing => Some(*ip),
+            _ => None,
+        }
+    }
+
+    /// A frame from `src` arrived from VTEP `from`: learn or refresh it (statics win; at most
+    /// [`MAX_LEARNED`] entries, aged ones removed first when full).
+    pub fn learn(&mut self, src: MacAddr, from: Ipv4Addr, now: Instant) {
+        if !src.is_unicast() || src.is_zero() || self.statics.contains_key(&src) {
+            return;
+        }
+        if let Some(e) = self.learned.get_mut(&src) {
+            *e = (from, now);
+            return;
+        }
+        if self.learned.len() >= MAX_LEARNED {
+            self.expire(now);
+            if self.learned.len() >= MAX_LEARNED {
+                return;
+            }
+        }
+        self.learned.insert(src, (from, now));
+    }
+
+    /// Removes learned entries older than the ageing time.
+    pub fn expire(&mut self, now: Instant) {
+        let ageing = self.ageing;
+        self.learned
+            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < ageing);
+    }
+
+    /// Every entry: flood list first (in order), then statics and learned entries by MAC.
+    pub fn entries(&self, now: Instant) -> Vec<VxlanEntry> {
+        let mut out: Vec<VxlanEntry> = self
+            .flood
+            .iter()
+            .map(|d| VxlanEntry {
+                mac: MacAddr([0; 6]),
+                dst: *d,
+                kind: VxlanEntryKind::Flood,
+                age_secs: 0,
+            })
+            .collect();
+        let mut rest: Vec<VxlanEntry> = self
+            .statics
+            .iter()
+            .map(|(m, d)| VxlanEntry {
+                mac: *m,
+                dst: *d,
+                kind: VxlanEntryKind::Static,
+                age_secs: 0,
+            })
+            .chain(
+                self.learned
+                    .iter()
+                    .filter(|(_, (_, seen))| now.saturating_duration_since(*seen) < self.ageing)
+                    .map(|(m, (d, seen))| VxlanEntry {
+                        mac: *m,
+                        dst: *d,
+                        kind: VxlanEntryKind::Learned,
+                        age_secs: now.saturating_duration_since(*seen).as_secs(),
+                    }),
+            )
+            .collect();
+        rest.sort_by_key(|e| e.mac.to_u64());
+        out.extend(rest);
+        out
+    }
+
+    /// The VTEP a learned or static entry of `mac` points to.
+    pub fn dst_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        self.statics
+            .get(&mac)
+            .or_else(|| self.learned.get(&mac).map(|(d, _)| d))
+            .copied()
+    }
+}
+
+/// What a VXLAN port dropped, by cause (cumulative).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VxlanDrops {
+    /// Not a VXLAN packet (short, the I flag clear) or an inner frame shorter than 14 bytes.
+    pub malformed: u64,
+    /// A VNI other than the port's.
+    pub wrong_vni: u64,
+    /// A frame with no VTEP to go to (no entry, empty flood list).
+    pub no_remote: u64,
+    /// A datagram longer than a receive slot.
+    pub truncated: u64,
+}
+
+/// A VXLAN port: one UDP socket.
+pub struct VxlanPort {
+    cfg: VxlanConfig,
+    fd: OwnedFd,
+    table: SharedVxlanTable,
+    drops: VxlanDrops,
+    hdr: [u8; vxlan::HEADER_LEN],
+    slots: Vec<Vec<u8>>,
+    names: Vec<libc::sockaddr_in>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    /// Per datagram to send: (frame index in the batch, destination).
+    plan: Vec<(usize, Ipv4Addr)>,
+    flood: Vec<Ipv4Addr>,
+    flood_generation: u64,
+}
+
+impl std::fmt::Debug for VxlanPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VxlanPort")
+            .field("cfg", &self.cfg)
+            .field("drops", &self.drops)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` are scratch space, rebuilt before every
+// syscall from buffers the port owns or borrows for that call; none outlives a call.
+unsafe impl Send for VxlanPort {}
+
+fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain old data; all zeros is a valid value.
+    let mut s: libc::sockaddr_in = unsafe { mem::zeroed() };
+    s.sin_family = libc::AF_INET as libc::sa_family_t;
+    s.sin_port = a.port().to_be();
+    s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+    s
+}
+
+impl VxlanPort {
+    /// Binds `local:dstport` (UDP, nonblocking, no fragmentation, `ttl`).
+    pub fn open(cfg: VxlanConfig, table: SharedVxlanTable) -> Result<VxlanPort, IoError> {
+        let sys = |op: &'static str, e: io::Error| IoError::Sys {
+            op,
+            ifname: cfg.name.clone(),
+            source: e,
+        };
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_UDP,
+            )
+        };
+        if raw < 0 {
+            return Err(sys(
+                "socket(AF_INET, SOCK_DGRAM)",
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        crate::sys::setsockopt_int(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+        .map_err(|e| sys("setsockopt(IP_MTU_DISCOVER)", e))?;
+        if let Some(ttl) = cfg.ttl {
+            crate::sys::setsockopt_int(
+                fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_TTL,
+                i32::from(ttl),
+            )
+            .map_err(|e| sys("setsockopt(IP_TTL)", e))?;
+        }
+        let _ =
+            crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        let _ =
+            crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        let sa = sockaddr(SocketAddrV4::new(cfg.local, cfg.dstport));
+        // SAFETY: `sa` is a valid sockaddr_in of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_in).cast(),
+                mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return Err(IoError::Invalid(format!(
+                "vxlan port {}: cannot bind {}:{}: {e}{}",
+                cfg.name,
+                cfg.local,
+                cfg.dstport,
+                if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                    " (local must be an address of this namespace)"
+                } else if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                    " (another socket, a kernel vxlan device or another port, has it)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let mut hdr = [0u8; vxlan::HEADER_LEN];
+        vxlan::Repr { vni: cfg.vni }
+            .emit(&mut hdr)
+            .map_err(|e| IoError::Invalid(e.to_string()))?;
+        Ok(VxlanPort {
+            cfg,
+            fd,
+            table,
+            drops: VxlanDrops::default(),
+            hdr,
+            slots: (0..BURST).map(|_| vec![0u8; SLOT_BYTES]).collect(),
+            // SAFETY: plain old data; zeros are valid.
+            names: vec![unsafe { mem::zeroed() }; BURST],
+            iovs: Vec::with_capacity(2 * BURST),
+            msgs: Vec::with_capacity(BURST),
+            plan: Vec::with_capacity(4 * BURST),
+            flood: Vec::new(),
+            flood_generation: u64::MAX,
+        })
+    }
+
+    pub fn config(&self) -> &VxlanConfig {
+        &self.cfg
+    }
+
+    /// What this port dropped, by VXLAN cause.
+    pub fn vxlan_drops(&self) -> VxlanDrops {
+        self.drops
+    }
+
+    /// The shared drop counts, for a caller that keeps the port boxed.
+    pub fn table(&self) -> &SharedVxlanTable {
+        &self.table
+    }
+
+    /// Sends the datagrams `self.plan[from..to]` of `frames`: one `sendmmsg` (more only
+    /// when one fails: the failed datagram is counted and the rest resent).
+    fn send_chunk(
+        &mut self,
+        frames: &Batch,
+        from: usize,
+        to: usize,
+        report: &mut TxReport,
+    ) -> Result<(), IoError> {
+        let mut start = from;
+        while start < to {
+            self.iovs.clear();
+            self.msgs.clear();
+            for (k, (fi, ip)) in self.plan[start..to].iter().enumerate() {
+                self.names[k] = sockaddr(SocketAddrV4::new(*ip, self.cfg.dstport));
+                self.iovs.push(libc::iovec {
+                    iov_base: self.hdr.as_mut_ptr().cast(),
+                    iov_len: vxlan::HEADER_LEN,
+                });
+                self.iovs.push(libc::iovec {
+                    iov_base: frames.pkts[*fi].frame().as_ptr() as *mut _,
+                    iov_len: frames.pkts[*fi].len(),
+                });
+            }
+            for k in 0..to - start {
+                // SAFETY: plain old data; zeros are valid.
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
+                m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                m.msg_hdr.msg_iov = self.iovs[2 * k..].as_mut_ptr();
+                m.msg_hdr.msg_iovlen = 2;
+                self.msgs.push(m);
+            }
+            // SAFETY: `msgs` holds `len` headers whose names and iovecs point to live
+            // buffers (the port's and the batch's frames), which the kernel only reads.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    self.msgs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc > 0 {
+                report.sent += rc as usize;
+                start += rc as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            // The datagram at `start` failed: count it and go on with the next.
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => report.queue_full += 1,
+                Some(libc::ENOBUFS) => report.kernel_drop += 1,
+                Some(libc::EMSGSIZE) => report.too_long += 1,
+                // No route, no neighbour yet, or an ICMP error of an earlier datagram: the
+                // datagram is lost, the port stays up.
+                _ => report.error += 1,
+            }
+            start += 1;
+        }
+        Ok(())
+    }
+}
+
+impl Port for VxlanPort {
+    fn rx_burst(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+    ) -> Result<usize, IoError> {
+        let want = max.min(BURST);
+        if want == 0 {
+            return Ok(0);
+        }
+        self.iovs.clear();
+        self.msgs.clear();
+        for k in 0..want {
+            self.iovs.push(libc::iovec {
+                iov_base: self.slots[k].as_mut_ptr().cast(),
+                iov_len: SLOT_BYTES,
+            });
+        }
+        for k in 0..want {
+            // SAFETY: plain old data; zeros are valid.
+            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+            m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
+            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &mut self.iovs[k];
+            m.msg_hdr.msg_iovlen = 1;
+            self.msgs.push(m);
+        }
+        // SAFETY: `msgs` holds `want` headers pointing to the port's own slots and names, of
+        // the stated sizes; the kernel writes at most that much.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR) => Ok(0),
+                // An ICMP error of an earlier datagram (port unreachable, ...): not ours to
+                // stop for.
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => Ok(0),
+                _ => Err(IoError::Sys {
+                    op: "recvmmsg",
+                    ifname: self.cfg.name.clone(),
+                    source: e,
+                }),
+            };
+        }
+        let got = rc as usize;
+        let now = Instant::now();
+        let mut table = if self.cfg.learning && got > 0 {
+            Some(self.table.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            None
+        };
+        let mut n = 0;
+        for k in 0..got {
+            let m = &self.msgs[k];
+            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.drops.truncated += 1;
+                continue;
+            }
+            let len = (m.msg_len as usize).min(SLOT_BYTES);
+            let Ok(pkt) = vxlan::Packet::new_checked(&self.slots[k][..len]) else {
+                self.drops.malformed += 1;
+                continue;
+            };
+            if pkt.vni() != self.cfg.vni {
+                self.drops.wrong_vni += 1;
+                continue;
+            }
+            let inner = pkt.inner();
+            if inner.len() < qbridge_wire::ethernet::HDR_LEN {
+                self.drops.malformed += 1;
+                continue;
+            }
+            if let Some(t) = table.as_mut() {
+                let from = Ipv4Addr::from(u32::from_be(self.names[k].sin_addr.s_addr));
+                t.learn(MacAddr::from_bytes(&inner[6..12]), from, now);
+            }
+            let mut p = pool.take();
+            p.set_frame(inner);
+            batch.push(p);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        let mut refused = Batch::with_capacity(0);
+        self.tx_burst_report(batch, pool, &mut refused)
+            .map(|r| r.outcome())
+    }
+
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        _refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        let mut report = TxReport::default();
+        if batch.is_empty() {
+            return Ok(report);
+        }
+        let now = Instant::now();
+        self.plan.clear();
+        {
+            let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            if t.flood_generation != self.flood_generation {
+                self.flood.clear();
+                self.flood.extend_from_slice(&t.flood);
+                self.flood_generation = t.flood_generation;
+            }
+            for (i, p) in batch.iter().enumerate() {
+                let f = p.frame();
+                if f.len() < 6 {
+                    report.error += 1;
+                    continue;
+                }
+                match t.lookup(MacAddr::from_bytes(&f[..6]), now) {
+                    Some(ip) => self.plan.push((i, ip)),
+                    None if self.flood.is_empty() => self.drops.no_remote += 1,
+                    None => self.plan.extend(self.flood.iter().map(|ip| (i, *ip))),
+                }
+            }
+        }
+        let total = self.plan.len();
+        let mut from = 0;
+        while from < total {
+            let to = (from + BURST).min(total);
+            self.send_chunk(batch, from, to, &mut report)?;
+            from = to;
+        }
+        recycle(batch, pool);
+        Ok(report)
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps {
+            vnet_hdr: false,
+            tso: false,
+            csum: false,
+            max_frame: SLOT_BYTES - vxlan::HEADER_LEN,
+            device: None,
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        BackendDrops {
+            rx_truncated: self.drops.truncated,
+            vxlan_malformed: self.drops.malformed,
+            vxlan_wrong_vni: self.drops.wrong_vni,
+            vxlan_no_remote: self.drops.no_remote,
+            ..BackendDrops::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    fn frame(dst: [u8; 6], src: [u8; 6], len: usize) -> Vec<u8> {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x88, 0xb5]);
+        f.resize(len, 0x5a);
+        f
+    }
+
+    const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+    const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+
+    /// A port on 127.0.0.1:`port` with VNI 100 and two "remote VTEPs": UDP sockets on
+    /// 127.0.0.2 and 127.0.0.3 of the same port.
+    fn setup(port: u16) -> Option<(VxlanPort, UdpSocket, UdpSocket)> {
+        let r2 = UdpSocket::bind(("127.0.0.2", port)).ok()?;
+        let r3 = UdpSocket::bind(("127.0.0.3", port)).ok()?;
+        for s in [&r2, &r3] {
+            s.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+        }
+        let cfg = VxlanConfig {
+            name: "vx".into(),
+            vni: Vni::new(100).unwrap(),
+            local: Ipv4Addr::LOCALHOST,
+            dstport: port,
+            ttl: Some(9),
+            learning: true,
+        };
+        Some((VxlanPort::open(cfg, VxlanTable::shared()).unwrap(), r2, r3))
+    }
+
+    fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
+        let mut b = vec![0u8; 65536];
+        let n = s.recv(&mut b).ok()?;
+        b.truncate(n);
+        Some(b)
+    }
+
+    fn rx_all(p: &mut VxlanPort, pool: &mut BufPool) -> Vec<Vec<u8>> {
+        let mut batch = Batch::with_capacity(64);
+        for _ in 0..50 {
+            let _ = p.rx_burst(&mut batch, pool, 64).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        batch.drain().map(|b| b.frame().to_vec()).collect()
+    }
+
+    #[test]
+    fn floods_to_every_listed_vtep_then_unicasts_to_the_learned_one() {
+        let Some((mut p, r2, r3)) = setup(47891) else {
+            eprintln!("SKIPPED: cannot bind 127.0.0.2/3");
+            return;
+        };
+        let mut pool = BufPool::new(256);
+        // No flood list: a broadcast has nowhere to go, counted.
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&frame(
+            [0xff; 6], A, 60,
+        )));
+        let r = p.tx_burst(&mut b, &mut pool).unwrap();
+        assert_eq!((r.sent, p.vxlan_drops().no_remote), (0, 1));
+        {
+            let mut t = p.table().lock().unwrap();
+            assert!(t.append_flood("127.0.0.2".parse().unwrap()));
+            assert!(t.append_flood("127.0.0.3".parse().unwrap()));
+            assert!(!t.append_flood("127.0.0.3".parse().unwrap()));
+        }
+        // Broadcast and unknown unicast: one datagram to each VTEP, header + frame exactly.
+        let bc = frame([0xff; 6], A, 60);
+        let uu = frame(B, A, 1400);
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&bc));
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        let r = p.tx_burst(&mut b, &mut pool).unwrap();
+        assert_eq!(r.sent, 4);
+        for s in [&r2, &r3] {
+            let d = recv(s).unwrap();
+            assert_eq!(&d[..8], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
+            assert_eq!(&d[8..], &bc[..]);
+            assert_eq!(&recv(s).unwrap()[8..], &uu[..]);
+        }
+        // B answers from 127.0.0.3: learned, with its VTEP.
+        let mut dgram = vec![0x08, 0, 0, 0, 0, 0, 100, 0];
+        dgram.extend_from_slice(&frame(A, B, 60));
+        r3.send_to(&dgram, ("127.0.0.1", 47891)).unwrap();
+        // Another VNI, a non-VXLAN datagram and a runt inner frame: dropped, counted.
+        let mut other = vec![0x08, 0, 0, 0, 0, 0, 101, 0];
+        other.extend_from_slice(&frame(A, B, 60));
+        r3.send_to(&other, ("127.0.0.1", 47891)).unwrap();
+        r3.send_to(&[0u8; 30], ("127.0.0.1", 47891)).unwrap();
+        r3.send_to(&[0x08, 0, 0, 0, 0, 0, 100, 0, 1, 2], ("127.0.0.1", 47891))
+            .unwrap();
+        let got = rx_all(&mut p, &mut pool);
+        assert_eq!(got, vec![frame(A, B, 60)]);
+        let d = p.vxlan_drops();
+        assert_eq!((d.wrong_vni, d.malformed), (1, 2));
+        assert_eq!(p.drops().vxlan_wrong_vni, 1);
+        assert_eq!(
+            p.table().lock().unwrap().dst_of(MacAddr(B)),
+            Some("127.0.0.3".parse().unwrap())
+        );
+        // Now unicast to B goes to 127.0.0.3 only.
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
+        assert_eq!(&recv(&r3).unwrap()[8..], &uu[..]);
+        r2.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        assert!(
+            recv(&r2).is_none(),
+            "unicast after learning reached the other VTEP"
+        );
+        // A static entry beats the learned one.
+        p.table()
+            .lock()
+            .unwrap()
+            .add_static(MacAddr(B), "127.0.0.2".parse().unwrap());
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
+        r2.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert_eq!(&recv(&r2).unwrap()[8..], &uu[..]);
+    }
+
+    #[test]
+    fn table_learns_ages_and_lists() {
+        let mut t = VxlanTable::default();
+        let t0 = Instant::now();
+        let ip2: Ipv4Addr = "10.0.0.2".parse().unwrap();
+        let ip3: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        t.learn(MacAddr(B), ip2, t0);
+        t.learn(MacAddr([0xff; 6]), ip2, t0);
+        assert_eq!(t.lookup(MacAddr(B), t0), Some(ip2));
+        // Moves with the frames.
+        t.learn(MacAddr(B), ip3, t0);
+        assert_eq!(t.lookup(MacAddr(B), t0), Some(ip3));
+        // Aged: flooded again, not shown.
+        let later = t0 + DEFAULT_AGEING;
+        assert_eq!(t.lookup(MacAddr(B), later), None);
+        assert!(t.entries(later).is_empty());
+        t.append_flood(ip2);
+        t.add_static(MacAddr(A), ip3);
+        let e = t.entries(t0);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].kind, VxlanEntryKind::Flood);
+        assert_eq!(e[1].mac, MacAddr(A));
+        assert_eq!(e[1].kind, VxlanEntryKind::Static);
+        assert_eq!(e[2].kind, VxlanEntryKind::Learned);
+        // Multicast always floods.
+        assert_eq!(t.lookup(MacAddr([1, 0, 0x5e, 0, 0, 1]), t0), None);
+        assert!(t.remove(MacAddr([0; 6]), Some(ip2)));
+        assert!(!t.remove(MacAddr(A), Some(ip2)));
+        assert!(t.remove(MacAddr(A), None));
+        assert_eq!(t.flush_learned(), 1);
+    }
+}
