@@ -43,6 +43,7 @@ pub mod session;
 pub mod stats;
 pub mod status;
 pub mod usage;
+pub mod vxlan;
 pub mod words;
 
 pub use command::{

@@ -136,6 +136,25 @@ impl VxlanTable {
         self.statics.insert(mac, dst);
     }
 
+    /// Makes the static entries and the flood list exactly `remotes` (all-zeros MAC: a
+    /// flood-list VTEP), in order; learned entries of MACs now static are dropped.
+    pub fn set_statics(&mut self, remotes: &[(MacAddr, Ipv4Addr)]) {
+        let flood: Vec<Ipv4Addr> = remotes
+            .iter()
+            .filter(|(m, _)| m.is_zero())
+            .map(|(_, d)| *d)
+            .collect();
+        if flood != self.flood {
+            self.flood = flood;
+            self.flood_generation += 1;
+        }
+        self.statics.clear();
+        for (m, d) in remotes.iter().filter(|(m, _)| !m.is_zero()) {
+            self.learned.remove(m);
+            self.statics.insert(*m, *d);
+        }
+    }
+
     /// `fdb append 00:00:00:00:00:00 dev NAME dst IP`; false if `dst` is listed already.
     pub fn append_flood(&mut self, dst: Ipv4Addr) -> bool {
         if self.flood.contains(&dst) {
