@@ -44,53 +44,12 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         // The 50 bytes of outer headers on top of a 1500-byte inner MTU.
         ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
     }
-    // The far VTEP: a kernel vxlan device in a kernel bridge.
-    if let Err(e) = ip_in(
-        &b,
-        &[
-            "link",
-            "add",
-            "vx0",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            "192.0.2.2",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-    ) {
-        eprintln!("SKIPPED: cannot make a kernel VXLAN device: {e}");
-        return;
-    }
-    ip_in(&b, &["link", "set", "vx0", "mtu", "1500"]).unwrap();
-    // On a veth underlay a kernel VTEP's frames keep their inner checksums partial (no NIC
-    // completes them), and a UDP socket cannot tell; qbridge needs them complete
-    // (docs/semantics.md, "VXLAN ports"). The kernel completes them with tx offload off.
-    exec_in(&b, "ethtool", &["-K", "vx0", "tx", "off"]).unwrap();
-    ip_in(&b, &["link", "add", "kbr", "type", "bridge"]).unwrap();
-    ip_in(&b, &["link", "set", "vx0", "master", "kbr"]).unwrap();
-    exec_in(
-        &b,
-        "bridge",
-        &[
-            "fdb",
-            "append",
-            "00:00:00:00:00:00",
-            "dev",
-            "vx0",
-            "dst",
-            "192.0.2.1",
-        ],
-    )
-    .unwrap();
     let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
     let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
-    ip_in(&b, &["link", "set", "kb1", "master", "kbr"]).unwrap();
-    for dev in ["vx0", "kbr"] {
-        ip_in(&b, &["link", "set", dev, "up"]).unwrap();
+    // The far VTEP: a kernel vxlan device in a kernel bridge.
+    if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return;
     }
     let ctl = lab.daemon(&a, A).unwrap();
 
@@ -203,6 +162,104 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         assert!(
             !ctl.fdb_has("02:00:00:00:00:09", "vx0").unwrap(),
             "a dropped datagram's source was learned"
+        );
+    }
+}
+
+/// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,
+/// `nolearning`, MTU 1500, tx checksum offload off — see the module doc) in kernel bridge
+/// `kbr` with `port` (the host's veth end). `Err` when the kernel has no VXLAN.
+fn kernel_vtep(ns: &str, local: &str, remote: &str, port: &str) -> Result<(), String> {
+    ip_in(
+        ns,
+        &[
+            "link",
+            "add",
+            "vx0",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            local,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+    )?;
+    ip_in(ns, &["link", "set", "vx0", "mtu", "1500"])?;
+    exec_in(ns, "ethtool", &["-K", "vx0", "tx", "off"])?;
+    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
+    for dev in ["vx0", port] {
+        ip_in(ns, &["link", "set", dev, "master", "kbr"])?;
+    }
+    exec_in(
+        ns,
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx0",
+            "dst",
+            remote,
+        ],
+    )?;
+    for dev in ["vx0", "kbr"] {
+        ip_in(ns, &["link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// Throughput of one TCP stream, 200 MB verified each way, through a qbridge VTEP ↔ kernel
+/// VTEP pair and through a kernel ↔ kernel pair on the same kind of underlay (veth, MTU 1550),
+/// one after the other. A measurement, not a check: run it on a quiet machine, release
+/// build, as docs/benchmarks-live.md says:
+/// `cargo test --release --locked -p qbridge --test netns_vxlan -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn vxlan_throughput_against_the_kernel_pair() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let bytes = 200u64 << 20;
+    let mut results = Vec::new();
+    for qbridge_side in [true, false] {
+        let mut lab = Lab::new("vxbench");
+        let a = lab.netns("vxa").unwrap();
+        let b = lab.netns("vxb").unwrap();
+        lab.veth(&a, "ul", &b, "ul").unwrap();
+        for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
+            ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+            ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+        }
+        let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
+        let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
+        if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+            eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+            return;
+        }
+        let _ctl = if qbridge_side {
+            Some(lab.daemon(&a, A).unwrap())
+        } else {
+            kernel_vtep(&a, "192.0.2.1", "192.0.2.2", "qa").unwrap();
+            None
+        };
+        assert!(support::wait_until(Duration::from_secs(5), || {
+            support::ping_ok(&ha, &hb.ip)
+        }));
+        let t = tcp_transfer(&ha, &hb, bytes, Duration::from_secs(120)).unwrap();
+        let u = tcp_transfer(&hb, &ha, bytes, Duration::from_secs(120)).unwrap();
+        results.push((qbridge_side, t.gbit_per_s(), u.gbit_per_s()));
+    }
+    for (q, t, u) in results {
+        eprintln!(
+            "{}: A->B {t:.2} Gbit/s, B->A {u:.2} Gbit/s",
+            if q {
+                "qbridge VTEP <-> kernel VTEP"
+            } else {
+                "kernel VTEP <-> kernel VTEP"
+            }
         );
     }
 }
