@@ -16,7 +16,8 @@
 //! edits and shows it, and the worker that owns the port, which takes the lock once per burst
 //! (never per frame; ports of other kinds never see it). A receive burst is one `recvmmsg(2)`
 //! of up to [`BURST`] datagrams into fixed slots, each inner frame then copied into a pool
-//! buffer; a transmit burst is one `sendmmsg(2)` per [`BURST`] datagrams, the VXLAN header
+//! buffer; a transmit burst is one `sendmmsg(2)` per [`BURST`] datagrams of one send socket
+//! (so at most one per socket used, in the common case), the VXLAN header
 //! and the frame as two iovecs (no copy), one datagram per destination VTEP. Nothing is
 //! allocated after warm-up (the flood list is copied into a vector kept by the port).
 //!
@@ -28,9 +29,12 @@
 //! counted `tx_too_long` (a VXLAN port's inner MTU is the underlay's minus
 //! [`qbridge_wire::vxlan::IPV4_OVERHEAD`]).
 //!
-//! Left for later (docs/semantics.md, "VXLAN ports"): the outer source port is the socket's
-//! (`dstport`), not [`qbridge_wire::vxlan::source_port`]'s flow hash — a plain UDP socket
-//! cannot choose it per datagram; IPv6 underlays; `UDP_SEGMENT`/`UDP_GRO`.
+//! The outer source port follows the inner flow (RFC 7348 §5): a UDP socket cannot choose it
+//! per datagram, so frames leave from [`TX_SOCKETS`] send sockets bound to `local` and ports
+//! the kernel picks, each frame from the one [`qbridge_wire::vxlan::source_port`] (the flow
+//! hash through every tag) selects; one flow, one port, in order. Receiving is on `dstport`.
+//!
+//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays; `UDP_SEGMENT`/`UDP_GRO`.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -50,6 +54,8 @@ use crate::IoError;
 
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 pub const BURST: usize = 32;
+/// Send sockets per port: the outer source ports a port's flows spread over.
+pub const TX_SOCKETS: usize = 8;
 /// Bytes of a receive slot: a VXLAN header and a 9216-byte jumbo inner frame.
 pub const SLOT_BYTES: usize = vxlan::HEADER_LEN + 9216;
 /// Learned entries age after this long without a frame from their MAC (Linux vxlan's
@@ -291,7 +297,11 @@ pub struct VxlanDrops {
 /// A VXLAN port: one UDP socket.
 pub struct VxlanPort {
     cfg: VxlanConfig,
+    /// Bound to `local:dstport`: receives.
     fd: OwnedFd,
+    /// Send sockets, each on its own source port; a frame takes the one its inner flow
+    /// hashes to (RFC 7348 §5), so one flow keeps one source port and order.
+    tx: Vec<OwnedFd>,
     table: SharedVxlanTable,
     drops: VxlanDrops,
     hdr: [u8; vxlan::HEADER_LEN],
@@ -299,8 +309,8 @@ pub struct VxlanPort {
     names: Vec<libc::sockaddr_in>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
-    /// Per datagram to send: (frame index in the batch, destination).
-    plan: Vec<(usize, Ipv4Addr)>,
+    /// Per datagram to send: (send socket, frame index in the batch, destination).
+    plan: Vec<(usize, usize, Ipv4Addr)>,
     flood: Vec<Ipv4Addr>,
     flood_generation: u64,
 }
@@ -327,9 +337,10 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
     s
 }
 
-impl VxlanPort {
-    /// Binds `local:dstport` (UDP, nonblocking, no fragmentation, `ttl`).
-    pub fn open(cfg: VxlanConfig, table: SharedVxlanTable) -> Result<VxlanPort, IoError> {
+/// A nonblocking UDP socket bound to `cfg.local:port` (0: a port the kernel picks), never
+/// fragmenting, with `cfg.ttl`.
+fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
+    {
         let sys = |op: &'static str, e: io::Error| IoError::Sys {
             op,
             ifname: cfg.name.clone(),
@@ -371,7 +382,7 @@ impl VxlanPort {
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         let _ =
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-        let sa = sockaddr(SocketAddrV4::new(cfg.local, cfg.dstport));
+        let sa = sockaddr(SocketAddrV4::new(cfg.local, port));
         // SAFETY: `sa` is a valid sockaddr_in of the size passed.
         let rc = unsafe {
             libc::bind(
@@ -386,7 +397,7 @@ impl VxlanPort {
                 "vxlan port {}: cannot bind {}:{}: {e}{}",
                 cfg.name,
                 cfg.local,
-                cfg.dstport,
+                port,
                 if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
                     " (local must be an address of this namespace)"
                 } else if e.raw_os_error() == Some(libc::EADDRINUSE) {
@@ -396,6 +407,18 @@ impl VxlanPort {
                 }
             )));
         }
+        Ok(fd)
+    }
+}
+
+impl VxlanPort {
+    /// Binds `local:dstport` (UDP, nonblocking, no fragmentation, `ttl`) for receiving, and
+    /// [`TX_SOCKETS`] sockets on `local` and ports the kernel picks for sending.
+    pub fn open(cfg: VxlanConfig, table: SharedVxlanTable) -> Result<VxlanPort, IoError> {
+        let fd = udp_socket(&cfg, cfg.dstport)?;
+        let tx = (0..TX_SOCKETS)
+            .map(|_| udp_socket(&cfg, 0))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut hdr = [0u8; vxlan::HEADER_LEN];
         vxlan::Repr { vni: cfg.vni }
             .emit(&mut hdr)
@@ -403,6 +426,7 @@ impl VxlanPort {
         Ok(VxlanPort {
             cfg,
             fd,
+            tx,
             table,
             drops: VxlanDrops::default(),
             hdr,
@@ -444,7 +468,8 @@ impl VxlanPort {
         while start < to {
             self.iovs.clear();
             self.msgs.clear();
-            for (k, (fi, ip)) in self.plan[start..to].iter().enumerate() {
+            let sock = self.plan[start].0;
+            for (k, (_, fi, ip)) in self.plan[start..to].iter().enumerate() {
                 self.names[k] = sockaddr(SocketAddrV4::new(*ip, self.cfg.dstport));
                 self.iovs.push(libc::iovec {
                     iov_base: self.hdr.as_mut_ptr().cast(),
@@ -468,7 +493,7 @@ impl VxlanPort {
             // buffers (the port's and the batch's frames), which the kernel only reads.
             let rc = unsafe {
                 libc::sendmmsg(
-                    self.fd.as_raw_fd(),
+                    self.tx[sock].as_raw_fd(),
                     self.msgs.as_mut_ptr(),
                     self.msgs.len() as libc::c_uint,
                     libc::MSG_DONTWAIT,
@@ -620,17 +645,24 @@ impl Port for VxlanPort {
                     report.error += 1;
                     continue;
                 }
+                let sock = usize::from(vxlan::source_port(f)) % TX_SOCKETS;
                 match t.lookup(MacAddr::from_bytes(&f[..6]), now) {
-                    Some(ip) => self.plan.push((i, ip)),
+                    Some(ip) => self.plan.push((sock, i, ip)),
                     None if self.flood.is_empty() => self.drops.no_remote += 1,
-                    None => self.plan.extend(self.flood.iter().map(|ip| (i, *ip))),
+                    None => self.plan.extend(self.flood.iter().map(|ip| (sock, i, *ip))),
                 }
             }
         }
+        // By socket, each socket's datagrams in frame order (no allocation: unstable sort
+        // on a key that is unique per datagram's position).
+        self.plan
+            .sort_unstable_by_key(|(sock, i, ip)| (*sock, *i, u32::from(*ip)));
         let total = self.plan.len();
         let mut from = 0;
         while from < total {
-            let to = (from + BURST).min(total);
+            let sock = self.plan[from].0;
+            let run = self.plan[from..].iter().take_while(|e| e.0 == sock).count();
+            let to = from + run.min(BURST);
             self.send_chunk(batch, from, to, &mut report)?;
             from = to;
         }
@@ -747,11 +779,17 @@ mod tests {
         b.push(qbridge_packet::PacketBuf::from_frame(&uu));
         let r = p.tx_burst(&mut b, &mut pool).unwrap();
         assert_eq!(r.sent, 4);
+        // (Two flows: each in order, the two in any order — they may leave from two sockets.)
         for s in [&r2, &r3] {
             let d = recv(s).unwrap();
+            let e = recv(s).unwrap();
             assert_eq!(&d[..8], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
-            assert_eq!(&d[8..], &bc[..]);
-            assert_eq!(&recv(s).unwrap()[8..], &uu[..]);
+            assert_eq!(&e[..8], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
+            let mut got = vec![d[8..].to_vec(), e[8..].to_vec()];
+            got.sort();
+            let mut want = vec![bc.clone(), uu.clone()];
+            want.sort();
+            assert_eq!(got, want);
         }
         // B answers from 127.0.0.3: learned, with its VTEP.
         let mut dgram = vec![0x08, 0, 0, 0, 0, 0, 100, 0];
@@ -795,6 +833,47 @@ mod tests {
         r2.set_read_timeout(Some(Duration::from_millis(500)))
             .unwrap();
         assert_eq!(&recv(&r2).unwrap()[8..], &uu[..]);
+
+        // Outer source ports follow the inner flow (RFC 7348 §5): IPv4/UDP flows to B that
+        // differ in their UDP source port leave from several ports, each flow from one.
+        let flow = |sport: u16| {
+            let mut f = B.to_vec();
+            f.extend_from_slice(&A);
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend_from_slice(&[
+                0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ]);
+            f.extend_from_slice(&[(sport >> 8) as u8, sport as u8, 0, 53, 0, 8, 0, 0]);
+            f.resize(60, 0);
+            f
+        };
+        let mut seen: Vec<(u16, u16)> = Vec::new();
+        for round in 0..2 {
+            let mut b = Batch::with_capacity(16);
+            for sport in 0..16u16 {
+                b.push(qbridge_packet::PacketBuf::from_frame(&flow(1000 + sport)));
+            }
+            assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 16);
+            let mut buf = vec![0u8; 2048];
+            for _ in 0..16 {
+                let (n, from) = r2.recv_from(&mut buf).unwrap();
+                let inner = &buf[8..n];
+                let sport = u16::from_be_bytes([inner[34], inner[35]]);
+                if round == 0 {
+                    seen.push((sport, from.port()));
+                } else {
+                    assert!(
+                        seen.contains(&(sport, from.port())),
+                        "flow {sport} changed port"
+                    );
+                }
+                assert_ne!(from.port(), 47891, "sent from the receive socket");
+            }
+        }
+        let mut ports: Vec<u16> = seen.iter().map(|s| s.1).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert!(ports.len() >= 3, "16 flows left from {ports:?}");
     }
 
     #[test]
