@@ -155,6 +155,37 @@ pub fn fdb_lines(port: &str, spec: &VxlanSpec, learned: &[(MacAddr, Ipv4Addr)]) 
     s
 }
 
+/// One `fdb show -j` object of a VXLAN port's entry (keys in bridge-fdb's order).
+#[derive(Debug, serde::Serialize)]
+pub struct FdbJson<'a> {
+    pub mac: String,
+    pub ifname: &'a str,
+    pub dst: String,
+    pub flags: [&'static str; 1],
+    pub state: &'static str,
+}
+
+/// The same entries as `fdb show -j` objects, in bridge-fdb(8)'s keys: `mac`, `ifname`, `dst`,
+/// `flags` (`self`), `state` (`permanent` for static ones, empty for learned ones).
+pub fn fdb_json<'a>(
+    port: &'a str,
+    spec: &VxlanSpec,
+    learned: &[(MacAddr, Ipv4Addr)],
+) -> Vec<FdbJson<'a>> {
+    let obj = |m: &MacAddr, d: &Ipv4Addr, state: &'static str| FdbJson {
+        mac: m.to_string(),
+        ifname: port,
+        dst: d.to_string(),
+        flags: ["self"],
+        state,
+    };
+    spec.remotes
+        .iter()
+        .map(|r| obj(&r.mac, &r.dst, "permanent"))
+        .chain(learned.iter().map(|(m, d)| obj(m, d, "")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

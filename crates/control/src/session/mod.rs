@@ -458,11 +458,11 @@ impl Session {
                     vlan: *vlan,
                 };
                 let entries = sw.fdb_entries(&filter)?;
-                let mut text = render::fdb(&entries, out);
-                if !out.json && vlan.is_none() {
-                    text.push_str(&self.vxlan_fdb_lines(br.as_deref(), dev.as_deref()));
+                let text = render::fdb(&entries, out);
+                if vlan.is_some() {
+                    return Ok(text);
                 }
-                return Ok(text);
+                return Ok(self.with_vxlan_fdb(text, br.as_deref(), dev.as_deref(), out));
             }
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;

@@ -37,10 +37,19 @@ impl Session {
         }
     }
 
-    /// `fdb show`'s lines of the VXLAN ports' own entries (bridge-fdb's `self` entries with
-    /// `dst`): of port `dev`, or of the ports of bridge `br`, or all.
-    pub(super) fn vxlan_fdb_lines(&self, br: Option<&str>, dev: Option<&str>) -> String {
-        let mut s = String::new();
+    /// `fdb show`'s output `text` with the VXLAN ports' own entries after the bridge's
+    /// (bridge-fdb's `self` entries with `dst`): of port `dev`, or of the ports of bridge
+    /// `br`, or all. JSON: objects `{"mac","ifname","dst","flags":["self"],"state"}` appended
+    /// to the array.
+    pub(super) fn with_vxlan_fdb(
+        &self,
+        mut text: String,
+        br: Option<&str>,
+        dev: Option<&str>,
+        out: OutputOptions,
+    ) -> String {
+        let mut lines = String::new();
+        let mut objs = Vec::new();
         for (name, spec) in &self.specs {
             let PortSpec::Vxlan(v) = spec else { continue };
             if dev.is_some_and(|d| d != name) {
@@ -62,8 +71,39 @@ impl Session {
                 .get(name)
                 .map(|st| st.vxlan_learned.as_slice())
                 .unwrap_or_default();
-            s.push_str(&crate::vxlan::fdb_lines(name, v, learned));
+            if out.json {
+                objs.extend(crate::vxlan::fdb_json(name, v, learned));
+            } else {
+                lines.push_str(&crate::vxlan::fdb_lines(name, v, learned));
+            }
         }
+        if !out.json {
+            text.push_str(&lines);
+            return text;
+        }
+        if objs.is_empty() {
+            return text;
+        }
+        // Spliced into the bridge entries' array, whose objects keep their keys' order.
+        let body = text
+            .trim_end()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim();
+        let mut s = String::from("[");
+        if !body.is_empty() {
+            s.push_str(body);
+            s.push(',');
+        }
+        let extra = render::to_json(&objs, out);
+        s.push_str(
+            extra
+                .trim_end()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .trim(),
+        );
+        s.push_str("]\n");
         s
     }
 }
@@ -89,6 +129,21 @@ mod tests {
         ] {
             run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
         }
+        let j = s
+            .execute_line(
+                "fdb show dev vx0",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert!(
+            j.starts_with(
+                r#"[{"mac":"00:00:00:00:00:00","ifname":"vx0","dst":"10.0.0.2","flags":["self"],"state":"permanent"},"#
+            ),
+            "{j}"
+        );
         let show = run(&mut s, "fdb show dev vx0").unwrap();
         assert!(
             show.ends_with(
