@@ -137,6 +137,16 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "{show}"
     );
 
+    let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        j.as_array().into_iter().flatten().any(|e| e["mac"]
+            .as_str()
+            .is_some_and(|m| m.eq_ignore_ascii_case(&hb.mac))
+            && e["dst"] == "192.0.2.2"
+            && e["flags"][0] == "self"),
+        "{j}"
+    );
+
     // Verified TCP both ways.
     let t = tcp_transfer(&ha, &hb, 20 << 20, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
