@@ -56,6 +56,21 @@ use crate::IoError;
 pub const BURST: usize = 32;
 /// Send sockets per port: the outer source ports a port's flows spread over.
 pub const TX_SOCKETS: usize = 8;
+/// Most datagrams in one segmented send (`UDP_SEGMENT`; the kernel allows 64 or more).
+pub const GSO_MAX_SEGS: usize = 64;
+/// Most bytes of UDP payload in one segmented send (an IPv4 datagram's limit).
+const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
+/// `UDP_SEGMENT` (linux/udp.h): the size of each datagram of a segmented send.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// One `UDP_SEGMENT` control message, laid out as `CMSG_SPACE(2)`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SegmentCmsg {
+    hdr: libc::cmsghdr,
+    seg: u16,
+    _pad: [u8; 6],
+}
 /// Bytes of a receive slot: a VXLAN header and a 9216-byte jumbo inner frame.
 pub const SLOT_BYTES: usize = vxlan::HEADER_LEN + 9216;
 /// Learned entries age after this long without a frame from their MAC (Linux vxlan's
@@ -311,6 +326,14 @@ pub struct VxlanPort {
     msgs: Vec<libc::mmsghdr>,
     /// Per datagram to send: (send socket, frame index in the batch, destination).
     plan: Vec<(usize, usize, Ipv4Addr)>,
+    /// Per message of a `sendmmsg`: (datagrams, bytes each, destination).
+    segs: Vec<(usize, usize, Ipv4Addr)>,
+    /// One `UDP_SEGMENT` control message per message.
+    cmsgs: Vec<SegmentCmsg>,
+    /// Segmented sends (`UDP_SEGMENT`) are used until the kernel refuses them for good.
+    gso: bool,
+    /// Segmented sends made (each several datagrams).
+    segmented_sends: u64,
     flood: Vec<Ipv4Addr>,
     flood_generation: u64,
 }
@@ -433,7 +456,12 @@ impl VxlanPort {
             slots: (0..BURST).map(|_| vec![0u8; SLOT_BYTES]).collect(),
             // SAFETY: plain old data; zeros are valid.
             names: vec![unsafe { mem::zeroed() }; BURST],
-            iovs: Vec::with_capacity(2 * BURST),
+            iovs: Vec::with_capacity(2 * BURST * GSO_MAX_SEGS),
+            segs: Vec::with_capacity(BURST),
+            // SAFETY: plain old data; zeros are valid.
+            cmsgs: vec![unsafe { mem::zeroed() }; BURST],
+            gso: true,
+            segmented_sends: 0,
             msgs: Vec::with_capacity(BURST),
             plan: Vec::with_capacity(4 * BURST),
             flood: Vec::new(),
@@ -443,6 +471,11 @@ impl VxlanPort {
 
     pub fn config(&self) -> &VxlanConfig {
         &self.cfg
+    }
+
+    /// Segmented sends (`UDP_SEGMENT`, several datagrams in one) made so far.
+    pub fn segmented_sends(&self) -> u64 {
+        self.segmented_sends
     }
 
     /// What this port dropped, by VXLAN cause.
@@ -455,42 +488,84 @@ impl VxlanPort {
         &self.table
     }
 
-    /// Sends the datagrams `self.plan[from..to]` of `frames`: one `sendmmsg` (more only
-    /// when one fails: the failed datagram is counted and the rest resent).
-    fn send_chunk(
+    /// Sends the datagrams `self.plan[from..to]` (one send socket's, by destination, in frame
+    /// order) of `frames`: one `sendmmsg` per [`BURST`] messages, each message one datagram
+    /// or, with `UDP_SEGMENT`, a run of up to [`GSO_MAX_SEGS`] datagrams to one VTEP of one
+    /// length (the last may be shorter) that the kernel splits (more calls only when one
+    /// fails: the failed datagram is counted and the rest resent).
+    fn send_run(
         &mut self,
         frames: &Batch,
         from: usize,
         to: usize,
         report: &mut TxReport,
     ) -> Result<(), IoError> {
+        let sock = self.plan[from].0;
         let mut start = from;
+        // Datagrams before this index go one by one (a segmented send of them was refused).
+        let mut plain_until = from;
         while start < to {
             self.iovs.clear();
             self.msgs.clear();
-            let sock = self.plan[start].0;
-            for (k, (_, fi, ip)) in self.plan[start..to].iter().enumerate() {
-                self.names[k] = sockaddr(SocketAddrV4::new(*ip, self.cfg.dstport));
-                self.iovs.push(libc::iovec {
-                    iov_base: self.hdr.as_mut_ptr().cast(),
-                    iov_len: vxlan::HEADER_LEN,
-                });
-                self.iovs.push(libc::iovec {
-                    iov_base: frames.pkts[*fi].frame().as_ptr() as *mut _,
-                    iov_len: frames.pkts[*fi].len(),
-                });
+            self.segs.clear();
+            let mut p = start;
+            while p < to && self.segs.len() < BURST {
+                let (_, fi, ip) = self.plan[p];
+                let len = frames.pkts[fi].len();
+                let mut n = 1;
+                if self.gso && p >= plain_until {
+                    let mut total = len + vxlan::HEADER_LEN;
+                    while p + n < to && n < GSO_MAX_SEGS {
+                        let (_, fj, ipj) = self.plan[p + n];
+                        let lj = frames.pkts[fj].len();
+                        if ipj != ip || lj > len || total + lj + vxlan::HEADER_LEN > GSO_MAX_BYTES {
+                            break;
+                        }
+                        total += lj + vxlan::HEADER_LEN;
+                        n += 1;
+                        if lj < len {
+                            break;
+                        }
+                    }
+                }
+                for q in p..p + n {
+                    let f = frames.pkts[self.plan[q].1].frame();
+                    self.iovs.push(libc::iovec {
+                        iov_base: self.hdr.as_mut_ptr().cast(),
+                        iov_len: vxlan::HEADER_LEN,
+                    });
+                    self.iovs.push(libc::iovec {
+                        iov_base: f.as_ptr() as *mut _,
+                        iov_len: f.len(),
+                    });
+                }
+                self.segs.push((n, len + vxlan::HEADER_LEN, ip));
+                p += n;
             }
-            for k in 0..to - start {
+            let mut at = 0;
+            for k in 0..self.segs.len() {
+                let (n, seg, ip) = self.segs[k];
+                self.names[k] = sockaddr(SocketAddrV4::new(ip, self.cfg.dstport));
                 // SAFETY: plain old data; zeros are valid.
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
                 m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
                 m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-                m.msg_hdr.msg_iov = self.iovs[2 * k..].as_mut_ptr();
-                m.msg_hdr.msg_iovlen = 2;
+                m.msg_hdr.msg_iov = self.iovs[at..].as_mut_ptr();
+                m.msg_hdr.msg_iovlen = 2 * n;
+                at += 2 * n;
+                if n > 1 {
+                    let c = &mut self.cmsgs[k];
+                    c.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 2;
+                    c.hdr.cmsg_level = libc::SOL_UDP;
+                    c.hdr.cmsg_type = UDP_SEGMENT;
+                    c.seg = seg as u16;
+                    m.msg_hdr.msg_control = (c as *mut SegmentCmsg).cast();
+                    m.msg_hdr.msg_controllen = mem::size_of::<SegmentCmsg>();
+                }
                 self.msgs.push(m);
             }
-            // SAFETY: `msgs` holds `len` headers whose names and iovecs point to live
-            // buffers (the port's and the batch's frames), which the kernel only reads.
+            // SAFETY: `msgs` holds headers whose names, iovecs and control messages point to
+            // live buffers (the port's and the batch's frames), which the kernel only reads.
             let rc = unsafe {
                 libc::sendmmsg(
                     self.tx[sock].as_raw_fd(),
@@ -500,19 +575,41 @@ impl VxlanPort {
                 )
             };
             if rc > 0 {
-                report.sent += rc as usize;
-                start += rc as usize;
+                for k in 0..rc as usize {
+                    report.sent += self.segs[k].0;
+                    start += self.segs[k].0;
+                    if self.segs[k].0 > 1 {
+                        self.segmented_sends += 1;
+                    }
+                }
                 continue;
             }
             let e = io::Error::last_os_error();
+            let errno = e.raw_os_error();
+            let n = self.segs[0].0;
+            if errno == Some(libc::EINTR) {
+                continue;
+            }
+            if n > 1 {
+                // The segmented send was refused: the device cannot (no checksum offload:
+                // `EIO`; no `UDP_SEGMENT`: `ENOPROTOOPT`/`EOPNOTSUPP`) — never again on this
+                // port — or this run cannot (`EINVAL`: longer than the path allows, ...):
+                // its datagrams go one by one, and are judged one by one.
+                if matches!(
+                    errno,
+                    Some(libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                ) {
+                    self.gso = false;
+                }
+                plain_until = start + n;
+                continue;
+            }
             // The datagram at `start` failed: count it and go on with the next.
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
+            match errno {
                 Some(libc::EAGAIN) => report.queue_full += 1,
                 Some(libc::ENOBUFS) => report.kernel_drop += 1,
                 Some(libc::EMSGSIZE) => report.too_long += 1,
-                // No route, no neighbour yet, or an ICMP error of an earlier datagram: the
-                // datagram is lost, the port stays up.
+                // No route, no neighbour yet: the datagram is lost, the port stays up.
                 _ => report.error += 1,
             }
             start += 1;
@@ -653,17 +750,18 @@ impl Port for VxlanPort {
                 }
             }
         }
-        // By socket, each socket's datagrams in frame order (no allocation: unstable sort
-        // on a key that is unique per datagram's position).
+        // By socket, then destination, each in frame order (a flow keeps one socket and one
+        // VTEP, so its order; runs to one VTEP can be sent segmented). No allocation: an
+        // unstable sort on a key unique per datagram.
         self.plan
-            .sort_unstable_by_key(|(sock, i, ip)| (*sock, *i, u32::from(*ip)));
+            .sort_unstable_by_key(|(sock, i, ip)| (*sock, u32::from(*ip), *i));
         let total = self.plan.len();
         let mut from = 0;
         while from < total {
             let sock = self.plan[from].0;
             let run = self.plan[from..].iter().take_while(|e| e.0 == sock).count();
-            let to = from + run.min(BURST);
-            self.send_chunk(batch, from, to, &mut report)?;
+            let to = from + run;
+            self.send_run(batch, from, to, &mut report)?;
             from = to;
         }
         recycle(batch, pool);
@@ -874,6 +972,31 @@ mod tests {
         ports.sort_unstable();
         ports.dedup();
         assert!(ports.len() >= 3, "16 flows left from {ports:?}");
+        // Flows that share a send socket and a VTEP, with frames of one length, left in
+        // segmented sends (loopback takes UDP_SEGMENT), each datagram whole (checked above).
+        assert!(p.segmented_sends() > 0);
+        // One flow, two full datagrams and a shorter last one: one segmented send, the
+        // datagrams whole and in order.
+        let before = p.segmented_sends();
+        let sizes = [1400usize, 1400, 700];
+        let frames: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                let mut f = flow(5000);
+                f.resize(*n, k as u8);
+                f
+            })
+            .collect();
+        let mut b = Batch::with_capacity(4);
+        for f in &frames {
+            b.push(qbridge_packet::PacketBuf::from_frame(f));
+        }
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 3);
+        for f in &frames {
+            assert_eq!(&recv(&r2).unwrap()[8..], &f[..]);
+        }
+        assert_eq!(p.segmented_sends(), before + 1);
     }
 
     #[test]
