@@ -34,7 +34,11 @@
 //! the kernel picks, each frame from the one [`qbridge_wire::vxlan::source_port`] (the flow
 //! hash through every tag) selects; one flow, one port, in order. Receiving is on `dstport`.
 //!
-//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays; `UDP_SEGMENT`/`UDP_GRO`.
+//! Segmented sends: runs of same-length datagrams to one VTEP from one send socket leave as
+//! one `UDP_SEGMENT` message (up to [`GSO_MAX_SEGS`]), which the kernel splits; refused for
+//! good (`EIO`, no such option), the port sends datagram by datagram.
+//!
+//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays; `UDP_GRO`.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
