@@ -373,6 +373,9 @@ pub fn links(
                 Some(PortSpec::Patch { peer }) => {
                     let _ = write!(s, " peer {peer}");
                 }
+                Some(PortSpec::Vxlan(v)) => {
+                    let _ = write!(s, " {}", v.words());
+                }
                 Some(PortSpec::Bond(b)) => {
                     let _ = write!(s, " {}", crate::running::bond_options(&b.config));
                 }

@@ -144,6 +144,13 @@ mod tests {
             ),
             "{j}"
         );
+        let link = run(&mut s, "link show dev vx0").unwrap();
+        assert!(
+            link.starts_with(
+                "vx0: vxlan id 100 local 10.0.0.1 dstport 4789 learning off master br0"
+            ),
+            "{link}"
+        );
         let show = run(&mut s, "fdb show dev vx0").unwrap();
         assert!(
             show.ends_with(
