@@ -6,7 +6,8 @@
 //! The static remotes live in the spec, as a bond's members live in its spec: they are
 //! configuration, shown and saved with the port, and editing them does not reopen the socket
 //! (the engine copies them into the backend's table, `qbridge_io::vxlan::VxlanTable`, which
-//! also holds what the port learns). Imports only [`crate::command`]'s neighbours' types.
+//! also holds what the port learns). Imports nothing of this crate: [`crate::command`] and
+//! the session use it.
 
 use qbridge_wire::MacAddr;
 use std::net::Ipv4Addr;
