@@ -15,9 +15,10 @@
 //! Threads and cost: the table is shared (`Arc<Mutex<_>>`) between the control thread, which
 //! edits and shows it, and the worker that owns the port, which takes the lock once per burst
 //! (never per frame; ports of other kinds never see it). A receive burst is one `recvmmsg(2)`
-//! of up to [`BURST`] datagrams into fixed slots, each inner frame then copied into a pool
-//! buffer; a transmit burst is one `sendmmsg(2)` per [`BURST`] datagrams of one send socket
-//! (so at most one per socket used, in the common case), the VXLAN header
+//! of up to [`BURST`] messages into fixed slots (a message: a datagram, or with `UDP_GRO` a
+//! run of them), each inner frame then copied into a pool buffer; a transmit burst is one
+//! `sendmmsg(2)` per [`BURST`] messages of one send socket (so one per socket used, in the
+//! common case), the VXLAN header
 //! and the frame as two iovecs (no copy), one datagram per destination VTEP. Nothing is
 //! allocated after warm-up (the flood list is copied into a vector kept by the port).
 //!
@@ -38,7 +39,12 @@
 //! one `UDP_SEGMENT` message (up to [`GSO_MAX_SEGS`]), which the kernel splits; refused for
 //! good (`EIO`, no such option), the port sends datagram by datagram.
 //!
-//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays; `UDP_GRO`.
+//! Coalesced receive: with `UDP_GRO` (where the kernel has it) a run of datagrams from one
+//! sender arrives as one message of up to 64 KiB ([`GRO_SLOT_BYTES`] slots), split here into
+//! its datagrams; frames beyond the caller's `max` wait for the next burst
+//! ([`Port::rx_pending`]).
+//!
+//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
