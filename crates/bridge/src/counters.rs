@@ -117,6 +117,14 @@ drop_reasons! {
     /// `XDP_STATISTICS`, ring full or fill ring empty): the datapath did not keep up. Counted
     /// about once a second (set by I/O layers).
     RxRingFull = "rx_ring_full",
+    /// A VXLAN port received a datagram that is not VXLAN (short, the I flag clear) or whose
+    /// inner frame is shorter than an Ethernet header (set by I/O layers).
+    VxlanMalformed = "vxlan_malformed",
+    /// A VXLAN port received a datagram of a VNI other than its own (set by I/O layers).
+    VxlanWrongVni = "vxlan_wrong_vni",
+    /// A frame for a VXLAN port had no remote VTEP to go to: no MAC entry and an empty flood
+    /// list (set by I/O layers).
+    VxlanNoRemote = "vxlan_no_remote",
     /// The egress port's socket buffer or ring was full (`EAGAIN`; set by I/O layers).
     TxQueueFull = "tx_queue_full",
     /// The kernel took the frame and the device or its peer dropped it (`ENOBUFS`: a veth whose

@@ -141,6 +141,9 @@ pub enum PortSpec {
     /// A bond (`link add NAME type bond mode …`): one port of the switch over its members,
     /// each a port's backend moved here by `link set dev P master BOND`.
     Bond(Box<BondSpec>),
+    /// A VXLAN port (`link add NAME type vxlan id VNI local ADDR …`): a UDP socket on
+    /// `local:dstport` (docs/semantics.md, "VXLAN ports").
+    Vxlan(Box<crate::vxlan::VxlanSpec>),
 }
 
 /// A bond's configuration and members (docs/semantics.md, "Bonds and LACP").
@@ -223,6 +226,7 @@ impl PortSpec {
             PortSpec::Macvlan { .. } => "macvlan",
             PortSpec::Host { .. } => "host",
             PortSpec::Bond(_) => "bond",
+            PortSpec::Vxlan(_) => "vxlan",
         }
     }
 
@@ -536,6 +540,14 @@ pub enum FdbCommand {
         br: Option<String>,
         dev: Option<String>,
         vlan: Option<u16>,
+    },
+    /// `fdb add|append|replace|del MAC dev NAME dst IP` on a VXLAN port: its remote VTEPs
+    /// (all-zeros MAC: the flood list).
+    Vxlan {
+        op: crate::vxlan::VxlanFdbOp,
+        mac: MacAddr,
+        dev: String,
+        dst: std::net::Ipv4Addr,
     },
     /// `fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
     /// [[no]added_by_user]`

@@ -13,6 +13,9 @@ pub enum ControlError {
     /// A bond command refused (the message names the bond, the port and why).
     #[error("{0}")]
     Bond(String),
+    /// A VXLAN port or remote-VTEP command refused (the message names the port and why).
+    #[error("{0}")]
+    Vxlan(String),
     /// A line with an object but no command, or nothing at all where a command was needed.
     #[error("missing command after \"{object}\" (expected {expected})")]
     MissingCommand {

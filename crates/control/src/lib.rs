@@ -15,7 +15,8 @@
 //! - [`parse`]: words to a typed [`Command`] (syntax only; no switch needed), with [`words`]
 //!   (iproute2's abbreviation rules and "did you mean");
 //! - [`usage`] (the help texts), [`protocol`] (the control-socket messages between the CLI
-//!   and the daemon), [`command`] (the typed commands), [`error`].
+//!   and the daemon), [`command`] (the typed commands), [`vxlan`] (a VXLAN port's spec, its
+//!   `fdb … dst` operations and their output lines), [`error`].
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
@@ -30,7 +31,8 @@
 //! entry was added or last refreshed; iproute2 prints `used N/M`, and qbridge does not track
 //! use). `link set dev NAME type bridge_slave …` is accepted as a synonym of
 //! `link set dev NAME …`; `fdb add … master` is accepted and ignored (every qbridge entry is a
-//! bridge entry), as are kind words on `fdb del`.
+//! bridge entry, except a VXLAN port's `… dst IP` entries: the port's own, bridge-fdb's
+//! `self`), as are kind words on `fdb del`.
 
 pub mod command;
 pub mod error;
@@ -43,6 +45,7 @@ pub mod session;
 pub mod stats;
 pub mod status;
 pub mod usage;
+pub mod vxlan;
 pub mod words;
 
 pub use command::{

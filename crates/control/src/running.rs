@@ -188,6 +188,14 @@ fn create_line(
             l
         }
         PortSpec::Bond(b) => bond_lines(name, index, b),
+        PortSpec::Vxlan(v) => {
+            let mut l = format!("link add {name} index {index} type vxlan {}", v.words());
+            for r in &v.remotes {
+                let verb = if r.mac.is_zero() { "append" } else { "add" };
+                let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}", r.mac, r.dst);
+            }
+            l
+        }
         PortSpec::Host { ifname, netns, .. } => {
             let mut l = format!("link set dev {name} up index {index}");
             if let Some(i) = ifname {

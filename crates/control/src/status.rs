@@ -71,6 +71,9 @@ pub struct BackendStatus {
     /// A bond: what its queues dropped that belongs to no member.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bond_drops: Option<BondDrops>,
+    /// VXLAN ports: the remote VTEPs learned (MAC, VTEP), for `fdb show`'s `dst`.
+    #[serde(skip)]
+    pub vxlan_learned: Vec<(qbridge_wire::MacAddr, std::net::Ipv4Addr)>,
 }
 
 /// A bond's own drops (daemon only).
@@ -172,6 +175,7 @@ mod tests {
             },
             bond_members: Vec::new(),
             bond_drops: None,
+            vxlan_learned: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&st).unwrap(),

@@ -19,6 +19,7 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
+           | type vxlan id VNI local ADDR [dstport PORT] [ttl N] [learning on|off]
   link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
            [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
                                            a VLAN device, or a bridge = its host port)
@@ -55,6 +56,8 @@ const VLAN: &str =
 const FDB: &str =
     "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky] [extern_learn]
   fdb del MAC dev NAME [vlan V]
+  fdb add|append|replace|del MAC dev VXLAN dst IP   (a vxlan port's remote VTEPs;
+           MAC 00:00:00:00:00:00: the flood list, head-end replication)
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
             [[no]added_by_user] [[no]extern_learn]  (default: dynamic and static, not permanent)

@@ -172,6 +172,7 @@ pub const VLAN_SET: &[Kw] = &[
 /// help; `flush` by strcmp).
 pub const FDB_COMMANDS: &[Kw] = &[
     kw("add", 1),
+    kw("append", 2),
     kw("replace", 1),
     kw("delete", 1),
     kw("show", 1),
@@ -320,6 +321,7 @@ pub const FDB_ADD: &[Kw] = &[
     kw("sticky", 3),
     kw("master", 1),
     kw("extern_learn", 1),
+    exact("dst"),
 ];
 
 /// `fdb show`: bridge/fdb.c `fdb_show` (br, brport, dev, vlan by strcmp).

@@ -564,6 +564,9 @@ impl Port for BondPort {
             d.rx_filtered += x.rx_filtered;
             d.rx_short += x.rx_short;
             d.rx_ring_full += x.rx_ring_full;
+            d.vxlan_malformed += x.vxlan_malformed;
+            d.vxlan_wrong_vni += x.vxlan_wrong_vni;
+            d.vxlan_no_remote += x.vxlan_no_remote;
         }
         d
     }

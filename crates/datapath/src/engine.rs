@@ -34,6 +34,7 @@ mod link;
 mod ports;
 mod rx_filter;
 mod stp;
+mod vxlan;
 
 use crate::mirror_sink::{MirrorSink, Sinks};
 use crate::monitor::{Monitor, Monitors};

@@ -545,12 +545,15 @@ fn fold_drops(plan: &Plan, worker: usize, e: &mut Entry) {
 }
 
 /// Each backend drop count with the switch drop reason it is counted under.
-fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 4] {
+fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 7] {
     [
         (DropReason::RxTruncated, d.rx_truncated),
         (DropReason::RxFiltered, d.rx_filtered),
         (DropReason::RxShort, d.rx_short),
         (DropReason::RxRingFull, d.rx_ring_full),
+        (DropReason::VxlanMalformed, d.vxlan_malformed),
+        (DropReason::VxlanWrongVni, d.vxlan_wrong_vni),
+        (DropReason::VxlanNoRemote, d.vxlan_no_remote),
     ]
 }
 

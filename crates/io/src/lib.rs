@@ -4,7 +4,7 @@
 //! classic pcap files ([`pcap`]), an in-memory port for tests ([`mem`]), and on Linux live
 //! AF_PACKET ([`afpacket`], with a receive filter its sockets share: [`rxfilter`]), AF_XDP
 //! ([`afxdp`], with its own minimal XDP loader) and TAP ([`tap`]) ports, with the interface
-//! ioctls they share ([`sys`]), a helper to open ports inside a network namespace ([`netns`])
+//! ioctls they share ([`sys`]), VXLAN ports over a UDP socket ([`vxlan`]), a helper to open ports inside a network namespace ([`netns`])
 //! and a lock per interface across daemons ([`iflock`]). Every port speaks the batch [`Port`]
 //! interface, which also carries what a poll loop needs (descriptor, backend drops, a
 //! once-a-second tick, start, close). The bridge core never sees which backend is behind it,
@@ -33,6 +33,8 @@ pub mod rxfilter;
 pub mod sys;
 #[cfg(target_os = "linux")]
 pub mod tap;
+#[cfg(target_os = "linux")]
+pub mod vxlan;
 
 pub use error::IoError;
 pub use mem::{MemFrame, MemPort};

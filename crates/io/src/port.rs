@@ -335,6 +335,13 @@ pub struct BackendDrops {
     pub rx_short: u64,
     /// Dropped by the kernel because the receive ring was full (`rx_ring_full`).
     pub rx_ring_full: u64,
+    /// VXLAN ports: a datagram that is not VXLAN, or whose inner frame is shorter than an
+    /// Ethernet header (`vxlan_malformed`).
+    pub vxlan_malformed: u64,
+    /// VXLAN ports: a datagram of another VNI (`vxlan_wrong_vni`).
+    pub vxlan_wrong_vni: u64,
+    /// VXLAN ports: a frame with no remote VTEP to go to (`vxlan_no_remote`).
+    pub vxlan_no_remote: u64,
 }
 
 /// What a port's once-a-second [`Port::tick`] found.

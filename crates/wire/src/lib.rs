@@ -11,7 +11,8 @@
 //!
 //! Module map: [`mac`], [`vlan`] and [`ethernet`] own layer 2 and the tag stack; [`ipv4`],
 //! [`ipv6`] and [`ip`] own layer 3; [`tcp`], [`udp`] and [`icmp`] own layer 4; [`checksum`]
-//! owns one's-complement arithmetic; [`virtio`] owns the virtio-net header's bytes;
+//! owns one's-complement arithmetic; [`virtio`] owns the virtio-net header's bytes; [`vxlan`]
+//! the VXLAN header (RFC 7348) and the outer UDP source port from the inner flow hash;
 //! [`headers`] owns the single walk from Ethernet to L4 payload and the flow hash.
 //!
 //! This crate does no I/O, never allocates, and has no `unsafe`.
@@ -30,6 +31,7 @@ pub mod tcp;
 pub mod udp;
 pub mod virtio;
 pub mod vlan;
+pub mod vxlan;
 
 pub use ethernet::{EtherType, Frame as EthernetFrame};
 pub use headers::{flow_hash, parse_headers, Fragment, Headers, Layout, Mixer};

@@ -10,13 +10,13 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
         });
     };
     match command("fdb", cmd, words::FDB_COMMANDS, FDB_COMMANDS)? {
-        cmd @ ("add" | "replace" | "delete") => {
+        cmd @ ("add" | "append" | "replace" | "delete") => {
             let mac_word = w.next().ok_or(ControlError::MissingArgument {
                 what: "MAC address",
             })?;
             let mac = mac_word.parse()?;
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
-            let (mut inner_vlan, mut extern_learn) = (None, None);
+            let (mut inner_vlan, mut extern_learn, mut dst) = (None, None, None);
             let expected =
                 "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, extern_learn or master";
             while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
@@ -39,6 +39,10 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     }
                     "sticky" => set_once(&mut sticky, kw, true)?,
                     "extern_learn" => set_once(&mut extern_learn, kw, true)?,
+                    "dst" => {
+                        let v = super::vxlan::parse_ipv4("dst", w.value(kw, "an IPv4 address")?)?;
+                        set_once(&mut dst, kw, v)?
+                    }
                     // All qbridge FDB entries are the bridge's ("master") entries.
                     "master" => {}
                     other => return Err(unexpected(other, expected)),
@@ -49,6 +53,38 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     what: "\"dev NAME\"",
                 })?
                 .to_string();
+            if let Some(dst) = dst {
+                // A VXLAN port's own entry (bridge-fdb's `self`): no VLAN, no kind.
+                if vlan.is_some() || inner_vlan.is_some() || extern_learn.is_some() {
+                    return Err(unexpected(
+                        if vlan.is_some() {
+                            "vlan"
+                        } else if inner_vlan.is_some() {
+                            "inner_vlan"
+                        } else {
+                            "extern_learn"
+                        },
+                        "no vlan, inner_vlan or extern_learn with dst (a VXLAN port's remote VTEP)",
+                    ));
+                }
+                use crate::vxlan::VxlanFdbOp;
+                return Ok(FdbCommand::Vxlan {
+                    op: match cmd {
+                        "add" => VxlanFdbOp::Add,
+                        "append" => VxlanFdbOp::Append,
+                        "replace" => VxlanFdbOp::Replace,
+                        _ => VxlanFdbOp::Del,
+                    },
+                    mac,
+                    dev,
+                    dst,
+                });
+            }
+            if cmd == "append" {
+                return Err(ControlError::MissingArgument {
+                    what: "\"dst IP\" (append adds a remote VTEP to a vxlan port's flood list)",
+                });
+            }
             if inner_vlan.is_some() && matches!(vlan, None | Some(0)) {
                 return Err(ControlError::MissingArgument {
                     what: "\"vlan V\" (1-4094) with \"inner_vlan\"",

@@ -274,6 +274,7 @@ fn parse_link_kind(
                 peer_index: None,
             })
         }
+        "vxlan" => super::vxlan::parse_vxlan(w, name),
         "patch" => {
             let (mut peer, mut peer_index) = (None, None);
             while let Some(kw) = w.next_kw(&[exact("peer"), exact("index")], "peer")? {

@@ -28,6 +28,7 @@ mod stp;
 #[cfg(test)]
 mod tests;
 mod vlan;
+mod vxlan;
 
 use fdb::parse_fdb;
 use link::parse_link;
@@ -35,7 +36,7 @@ use vlan::parse_vlan;
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
 const VLAN_COMMANDS: &str = "add, del, set, map, show or help";
-const FDB_COMMANDS: &str = "add, replace, del, show, flush or help";
+const FDB_COMMANDS: &str = "add, append, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;
 const MAX_RING_FRAMES: u64 = 1 << 20;
@@ -43,7 +44,7 @@ const RING_FRAMES: &str = "a number of frames from 64 to 1048576";
 const RING_RANGE: &str = "64-1048576 frames";
 /// Most device queues an AF_XDP port binds (`queues N`).
 const MAX_XDP_QUEUES: u64 = 64;
-const LINK_KINDS: &str = "bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan or macvlan";
+const LINK_KINDS: &str = "bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan, macvlan or vxlan";
 const BRIDGE_OPTIONS: &str = "vlan_filtering, vlan_protocol, vlan_default_pvid, ageing_time, \
                               fdb_max_learned, group_fwd_mask, fdb_max_entries, learn_inner_vid, \
                               stp_state, stp_mode, priority, hello_time, max_age, \

@@ -374,7 +374,7 @@ fn error_messages_name_the_word() {
     );
     assert_eq!(
         err("link add x type veth"),
-        "invalid link type \"veth\" (expected bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan or macvlan)"
+        "invalid link type \"veth\" (expected bridge, bond, pcap, afpacket, afxdp, tap, patch, vlan, macvlan or vxlan)"
     );
     assert_eq!(
         err("fdb add 02:00:00:00:00:0g dev p1"),
@@ -387,7 +387,7 @@ fn error_messages_name_the_word() {
     );
     assert_eq!(
         err("fdb"),
-        "missing command after \"fdb\" (expected add, replace, del, show, flush or help)"
+        "missing command after \"fdb\" (expected add, append, replace, del, show, flush or help)"
     );
 }
 
@@ -446,7 +446,7 @@ fn abbreviations_as_iproute2() {
     // strcmp words are whole words only: fdb flush, mtu, vlan add's keywords.
     assert_eq!(
         err("fdb fl dev br0"),
-        "unknown command \"fl\" for fdb (expected add, replace, del, show, flush or help)"
+        "unknown command \"fl\" for fdb (expected add, append, replace, del, show, flush or help)"
     );
     assert_eq!(
         err("link set p1 mt 9000"),

@@ -40,6 +40,14 @@ enum BackendJson<'a> {
     Bond {
         members: Vec<&'a str>,
     },
+    Vxlan {
+        id: u32,
+        local: String,
+        dstport: u16,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ttl: Option<u8>,
+        learning: bool,
+    },
 }
 
 /// The TAP of a stacked device or host port, as `backend` in `link show -j`.
@@ -262,6 +270,13 @@ fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
         PortSpec::Bond(b) => BackendJson::Bond {
             members: b.members.iter().map(|m| m.name.as_str()).collect(),
         },
+        PortSpec::Vxlan(v) => BackendJson::Vxlan {
+            id: v.vni,
+            local: v.local.to_string(),
+            dstport: v.dstport,
+            ttl: v.ttl,
+            learning: v.learning,
+        },
         PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {
             let (ifname, netns) = spec.host_tap(port).unwrap_or((port, None));
             return AnyBackendJson::HostTap(HostTapJson {
@@ -357,6 +372,9 @@ pub fn links(
                 }
                 Some(PortSpec::Patch { peer }) => {
                     let _ = write!(s, " peer {peer}");
+                }
+                Some(PortSpec::Vxlan(v)) => {
+                    let _ = write!(s, " {}", v.words());
                 }
                 Some(PortSpec::Bond(b)) => {
                     let _ = write!(s, " {}", crate::running::bond_options(&b.config));

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 mod bond;
 mod ports;
 mod stp;
+mod vxlan;
 
 pub use stp::{SpanningTree, StpConf};
 
@@ -457,10 +458,17 @@ impl Session {
                     vlan: *vlan,
                 };
                 let entries = sw.fdb_entries(&filter)?;
-                return Ok(render::fdb(&entries, out));
+                let text = render::fdb(&entries, out);
+                if vlan.is_some() {
+                    return Ok(text);
+                }
+                return Ok(self.with_vxlan_fdb(text, br.as_deref(), dev.as_deref(), out));
             }
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
+            }
+            FdbCommand::Vxlan { op, mac, dev, dst } => {
+                return self.vxlan_fdb(*op, *mac, dev, *dst).map(|()| String::new());
             }
         }
         Ok(String::new())

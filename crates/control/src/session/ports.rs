@@ -289,7 +289,9 @@ pub(super) fn host_interface<'a>(name: &'a str, spec: &'a PortSpec) -> Option<Ho
             let (tap, netns) = spec.host_tap(name)?;
             ("interface", tap, netns)
         }
-        PortSpec::Pcap | PortSpec::Patch { .. } | PortSpec::Bond(_) => return None,
+        PortSpec::Pcap | PortSpec::Patch { .. } | PortSpec::Bond(_) | PortSpec::Vxlan(_) => {
+            return None
+        }
     };
     Some(HostInterface {
         what,
@@ -331,6 +333,8 @@ fn same_spec(have: &PortSpec, want: &PortSpec, mac: Option<MacAddr>) -> bool {
                 address,
             },
         ) => link == l2 && mode == m2 && netns == n2 && address_ok(address),
+        // The remotes are `fdb` lines of their own, not `link add` options.
+        (PortSpec::Vxlan(x), PortSpec::Vxlan(y)) => x.same_socket(y) && x.learning == y.learning,
         (a, b) => a == b,
     }
 }
@@ -356,6 +360,7 @@ fn describe_spec(spec: &PortSpec) -> String {
         }
         PortSpec::Host { .. } => "a bridge's host port".to_string(),
         PortSpec::Bond(_) => "a bond".to_string(),
+        PortSpec::Vxlan(v) => format!("a vxlan port (id {} local {})", v.vni, v.local),
         PortSpec::Pcap => "a pcap port".to_string(),
     }
 }
@@ -368,6 +373,13 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
     let addr = |a: &Option<MacAddr>| a.map(|a| a.to_string()).or(mac.clone());
     match spec {
         PortSpec::Pcap | PortSpec::Bond(_) => vec![],
+        PortSpec::Vxlan(v) => vec![
+            ("id", s(&v.vni)),
+            ("local", s(&v.local)),
+            ("dstport", s(&v.dstport)),
+            ("ttl", v.ttl.map(|t| t.to_string())),
+            ("learning", on_off(v.learning)),
+        ],
         PortSpec::AfPacket {
             dev,
             qdisc_bypass,

@@ -53,6 +53,8 @@ pub(super) struct Slot {
     /// once, not again with every later command, until its text changes or the condition
     /// clears.
     pub(super) warned: HashMap<&'static str, String>,
+    /// VXLAN ports: the backend's table of remote VTEPs, shared with the port's queue.
+    pub(super) vxlan: Option<qbridge_io::vxlan::SharedVxlanTable>,
 }
 
 impl Slot {
@@ -197,6 +199,7 @@ impl Engine {
             }
             self.slots[i] = Some(slot);
         }
+        self.sync_vxlan(&wanted);
         // Phase 3: link state, device MTU and receive filters follow the configuration.
         for (id, _, _) in &wanted {
             self.sync_port(id.0, &mut warnings);
@@ -223,6 +226,7 @@ impl Engine {
             status: BackendStatus::default(),
             shared: Arc::new(PortShared::new(self.workers.len())),
             warned: HashMap::new(),
+            vxlan: None,
         };
         let n = self.workers.len();
         let mut warning = None;
@@ -331,6 +335,11 @@ impl Engine {
                     .bond(name)
                     .is_some_and(|e| e.carrier() == qbridge_lacp::OnOff::On);
                 Some(self.open_bond(id, name, b)?)
+            }
+            PortSpec::Vxlan(v) => {
+                let (queues, table) = super::vxlan::open_vxlan(name, v, n, id.0 as usize)?;
+                slot.vxlan = Some(table);
+                Some(queues)
             }
             PortSpec::Patch { peer } => {
                 let queues = match self.patch_peers.remove(name) {
@@ -588,6 +597,9 @@ impl Engine {
             if let Some(o) = *slot.shared.lock_offloads() {
                 slot.status.offloads = Some(offload_status(o));
             }
+            if let Some(t) = &slot.vxlan {
+                slot.status.vxlan_learned = super::vxlan::learned(t);
+            }
             let st = slot.status.clone();
             let name = slot.name.clone();
             self.session.set_backend_status(&name, st);
@@ -644,6 +656,8 @@ pub(super) fn tap_ifname(slot: &Slot) -> String {
 fn same_backend(a: &PortSpec, b: &PortSpec) -> bool {
     match (a, b) {
         (PortSpec::Bond(x), PortSpec::Bond(y)) => x.members == y.members,
+        // Remotes are copied into the open socket's table (`Engine::sync_vxlan`).
+        (PortSpec::Vxlan(x), PortSpec::Vxlan(y)) => x.same_socket(y) && x.learning == y.learning,
         _ => a == b,
     }
 }

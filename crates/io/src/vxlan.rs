@@ -1,0 +1,1202 @@
+//! VXLAN port (RFC 7348): a UDP socket bound to `local:dstport` in the caller's network
+//! namespace, carrying the port's frames to and from remote VTEPs. The kernel builds the outer
+//! IP and UDP headers, routes and resolves neighbours; this backend adds and checks the 8-byte
+//! VXLAN header ([`qbridge_wire::vxlan`]) and chooses where each frame goes.
+//!
+//! Where a frame goes is the port's own table, [`VxlanTable`], as a Linux vxlan device's FDB
+//! (`bridge fdb … self`) is the device's and not the bridge's: a unicast destination MAC with
+//! an entry (static: `fdb add MAC dev NAME dst IP`; learned from a received frame's outer
+//! source when `learning` is on, aged after [`VxlanTable::ageing`]) goes to that VTEP; any
+//! other frame — unknown unicast, broadcast, multicast — to every VTEP of the flood list
+//! (`fdb append 00:00:00:00:00:00 dev NAME dst IP`, head-end replication). The bridge's FDB
+//! stays what it is for every port (MAC → port, 8-byte keys); the remote IP lives here,
+//! where only this port's frames pay for it (docs/decisions.md 55).
+//!
+//! Threads and cost: the table is shared (`Arc<Mutex<_>>`) between the control thread, which
+//! edits and shows it, and the worker that owns the port, which takes the lock once per burst
+//! (never per frame; ports of other kinds never see it). A receive burst is one `recvmmsg(2)`
+//! of up to [`BURST`] messages into fixed slots (a message: a datagram, or with `UDP_GRO` a
+//! run of them), each inner frame then copied into a pool buffer; a transmit burst is one
+//! `sendmmsg(2)` per [`BURST`] messages of one send socket (so one per socket used, in the
+//! common case), the VXLAN header
+//! and the frame as two iovecs (no copy), one datagram per destination VTEP. Nothing is
+//! allocated after warm-up (the flood list is copied into a vector kept by the port).
+//!
+//! Drops, each counted ([`VxlanDrops`], switch reasons of the same names): a datagram that is
+//! not VXLAN or whose inner frame is shorter than an Ethernet header (`vxlan_malformed`), of
+//! another VNI (`vxlan_wrong_vni`), longer than a slot (`rx_truncated`); a frame with no VTEP
+//! to go to, the flood list empty (`vxlan_no_remote`). The socket never fragments
+//! (`IP_PMTUDISC_DO`): an inner frame too long for the path is refused with `EMSGSIZE` and
+//! counted `tx_too_long` (a VXLAN port's inner MTU is the underlay's minus
+//! [`qbridge_wire::vxlan::IPV4_OVERHEAD`]).
+//!
+//! The outer source port follows the inner flow (RFC 7348 §5): a UDP socket cannot choose it
+//! per datagram, so frames leave from [`TX_SOCKETS`] send sockets bound to `local` and ports
+//! the kernel picks, each frame from the one [`qbridge_wire::vxlan::source_port`] (the flow
+//! hash through every tag) selects; one flow, one port, in order. Receiving is on `dstport`.
+//!
+//! Segmented sends: runs of same-length datagrams to one VTEP from one send socket leave as
+//! one `UDP_SEGMENT` message (up to [`GSO_MAX_SEGS`]), which the kernel splits; refused for
+//! good (`EIO`, no such option), the port sends datagram by datagram.
+//!
+//! Coalesced receive: with `UDP_GRO` (where the kernel has it) a run of datagrams from one
+//! sender arrives as one message of up to 64 KiB ([`GRO_SLOT_BYTES`] slots), split here into
+//! its datagrams; frames beyond the caller's `max` wait for the next burst
+//! ([`Port::rx_pending`]).
+//!
+//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use qbridge_packet::{Batch, BufPool};
+use qbridge_wire::vxlan::{self, Vni};
+use qbridge_wire::MacAddr;
+
+use crate::port::{recycle, BackendDrops, Port, PortCaps, TxOutcome, TxReport};
+use crate::IoError;
+
+/// Datagrams per `recvmmsg`/`sendmmsg`.
+pub const BURST: usize = 32;
+/// Send sockets per port: the outer source ports a port's flows spread over.
+pub const TX_SOCKETS: usize = 8;
+/// Most datagrams in one segmented send (`UDP_SEGMENT`; the kernel allows 64 or more).
+pub const GSO_MAX_SEGS: usize = 64;
+/// Most bytes of UDP payload in one segmented send (an IPv4 datagram's limit).
+const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
+/// `UDP_SEGMENT` (linux/udp.h): the size of each datagram of a segmented send.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// `UDP_GRO` (linux/udp.h): coalesced receive; the control message gives the datagram size.
+const UDP_GRO: libc::c_int = 104;
+/// A receive slot's bytes with `UDP_GRO`: one coalesced message, at most an IPv4 datagram.
+pub const GRO_SLOT_BYTES: usize = 65_536;
+
+/// The bytes of a control-message buffer.
+fn bytemuck_u64(b: &[u64; 4]) -> &[u8] {
+    // SAFETY: a [u64; 4] is 32 initialized bytes; u8 has no alignment or validity needs.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), 32) }
+}
+
+/// Datagrams received and not yet handed over: `slots[slot][off..end]`, `seg` bytes each.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    slot: usize,
+    off: usize,
+    end: usize,
+    seg: usize,
+    from: Ipv4Addr,
+}
+
+/// One `UDP_SEGMENT` control message, laid out as `CMSG_SPACE(2)`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SegmentCmsg {
+    hdr: libc::cmsghdr,
+    seg: u16,
+    _pad: [u8; 6],
+}
+/// Bytes of a receive slot: a VXLAN header and a 9216-byte jumbo inner frame.
+pub const SLOT_BYTES: usize = vxlan::HEADER_LEN + 9216;
+/// Learned entries age after this long without a frame from their MAC (Linux vxlan's
+/// default `ageing 300`).
+pub const DEFAULT_AGEING: Duration = Duration::from_secs(300);
+
+/// How to open a VXLAN port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VxlanConfig {
+    /// The port's name, for logs and errors.
+    pub name: String,
+    pub vni: Vni,
+    /// The local VTEP address the socket binds.
+    pub local: Ipv4Addr,
+    /// The UDP port bound and sent to (4789).
+    pub dstport: u16,
+    /// The outer TTL; `None`: the kernel's default.
+    pub ttl: Option<u8>,
+    /// Learn the outer source of received frames into the table.
+    pub learning: bool,
+}
+
+/// What kind of table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VxlanEntryKind {
+    /// `fdb add MAC dev NAME dst IP`.
+    Static,
+    /// Learned from a received frame.
+    Learned,
+    /// A flood-list VTEP (`fdb append 00:00:00:00:00:00 dev NAME dst IP`).
+    Flood,
+}
+
+/// One entry as shown (`fdb show`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VxlanEntry {
+    /// All zeros for a flood-list VTEP.
+    pub mac: MacAddr,
+    pub dst: Ipv4Addr,
+    pub kind: VxlanEntryKind,
+    /// Seconds since last seen (learned entries).
+    pub age_secs: u64,
+}
+
+/// A VXLAN port's remote VTEPs: MAC → VTEP entries and the flood list.
+#[derive(Debug)]
+pub struct VxlanTable {
+    statics: HashMap<MacAddr, Ipv4Addr>,
+    learned: HashMap<MacAddr, (Ipv4Addr, Instant)>,
+    flood: Vec<Ipv4Addr>,
+    /// Learned entries unrefreshed for longer are ignored and removed.
+    pub ageing: Duration,
+    /// Bumped on every change of the flood list, so a port can re-copy it.
+    flood_generation: u64,
+}
+
+/// The table as the control thread and the port's worker share it.
+pub type SharedVxlanTable = Arc<Mutex<VxlanTable>>;
+
+/// Most learned entries a table keeps; a new MAC beyond it is not learned (flooded instead).
+pub const MAX_LEARNED: usize = 65_536;
+
+impl Default for VxlanTable {
+    fn default() -> Self {
+        VxlanTable {
+            statics: HashMap::new(),
+            learned: HashMap::new(),
+            flood: Vec::new(),
+            ageing: DEFAULT_AGEING,
+            flood_generation: 0,
+        }
+    }
+}
+
+impl VxlanTable {
+    pub fn shared() -> SharedVxlanTable {
+        Arc::new(Mutex::new(VxlanTable::default()))
+    }
+
+    /// `fdb add|replace MAC dev NAME dst IP`: a static entry (it replaces a learned one).
+    /// The all-zeros MAC is the flood list's: see [`VxlanTable::append_flood`].
+    pub fn add_static(&mut self, mac: MacAddr, dst: Ipv4Addr) {
+        self.learned.remove(&mac);
+        self.statics.insert(mac, dst);
+    }
+
+    /// Makes the static entries and the flood list exactly `remotes` (all-zeros MAC: a
+    /// flood-list VTEP), in order; learned entries of MACs now static are dropped.
+    pub fn set_statics(&mut self, remotes: &[(MacAddr, Ipv4Addr)]) {
+        let flood: Vec<Ipv4Addr> = remotes
+            .iter()
+            .filter(|(m, _)| m.is_zero())
+            .map(|(_, d)| *d)
+            .collect();
+        if flood != self.flood {
+            self.flood = flood;
+            self.flood_generation += 1;
+        }
+        self.statics.clear();
+        for (m, d) in remotes.iter().filter(|(m, _)| !m.is_zero()) {
+            self.learned.remove(m);
+            self.statics.insert(*m, *d);
+        }
+    }
+
+    /// `fdb append 00:00:00:00:00:00 dev NAME dst IP`; false if `dst` is listed already.
+    pub fn append_flood(&mut self, dst: Ipv4Addr) -> bool {
+        if self.flood.contains(&dst) {
+            return false;
+        }
+        self.flood.push(dst);
+        self.flood_generation += 1;
+        true
+    }
+
+    /// `fdb del MAC dev NAME [dst IP]`: removes the entry of `mac` (a flood-list VTEP when
+    /// `mac` is all zeros: `dst`, or the whole list without it). False if nothing matched.
+    pub fn remove(&mut self, mac: MacAddr, dst: Option<Ipv4Addr>) -> bool {
+        if mac.is_zero() {
+            let before = self.flood.len();
+            self.flood.retain(|d| dst.is_some_and(|x| x != *d));
+            self.flood_generation += 1;
+            return self.flood.len() != before;
+        }
+        let matches = |d: &Ipv4Addr| dst.is_none_or(|x| x == *d);
+        let s = self.statics.get(&mac).is_some_and(matches) && self.statics.remove(&mac).is_some();
+        let l = self.learned.get(&mac).is_some_and(|(d, _)| matches(d))
+            && self.learned.remove(&mac).is_some();
+        s || l
+    }
+
+    /// Forgets every learned entry (`fdb flush dev NAME`).
+    pub fn flush_learned(&mut self) -> usize {
+        let n = self.learned.len();
+        self.learned.clear();
+        n
+    }
+
+    /// Where a frame to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
+    pub fn lookup(&self, dst: MacAddr, now: Instant) -> Option<Ipv4Addr> {
+        if dst.is_multicast() {
+            return None;
+        }
+        if let Some(ip) = self.statics.get(&dst) {
+            return Some(*ip);
+        }
+        match self.learned.get(&dst) {
+            Some((ip, seen)) if now.saturating_duration_since(*seen) < self.ageing => Some(*ip),
+            _ => None,
+        }
+    }
+
+    /// A frame from `src` arrived from VTEP `from`: learn or refresh it (statics win; at most
+    /// [`MAX_LEARNED`] entries, aged ones removed first when full).
+    pub fn learn(&mut self, src: MacAddr, from: Ipv4Addr, now: Instant) {
+        if !src.is_unicast() || src.is_zero() || self.statics.contains_key(&src) {
+            return;
+        }
+        if let Some(e) = self.learned.get_mut(&src) {
+            *e = (from, now);
+            return;
+        }
+        if self.learned.len() >= MAX_LEARNED {
+            self.expire(now);
+            if self.learned.len() >= MAX_LEARNED {
+                return;
+            }
+        }
+        self.learned.insert(src, (from, now));
+    }
+
+    /// Removes learned entries older than the ageing time.
+    pub fn expire(&mut self, now: Instant) {
+        let ageing = self.ageing;
+        self.learned
+            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < ageing);
+    }
+
+    /// Every entry: flood list first (in order), then statics and learned entries by MAC.
+    pub fn entries(&self, now: Instant) -> Vec<VxlanEntry> {
+        let mut out: Vec<VxlanEntry> = self
+            .flood
+            .iter()
+            .map(|d| VxlanEntry {
+                mac: MacAddr([0; 6]),
+                dst: *d,
+                kind: VxlanEntryKind::Flood,
+                age_secs: 0,
+            })
+            .collect();
+        let mut rest: Vec<VxlanEntry> = self
+            .statics
+            .iter()
+            .map(|(m, d)| VxlanEntry {
+                mac: *m,
+                dst: *d,
+                kind: VxlanEntryKind::Static,
+                age_secs: 0,
+            })
+            .chain(
+                self.learned
+                    .iter()
+                    .filter(|(_, (_, seen))| now.saturating_duration_since(*seen) < self.ageing)
+                    .map(|(m, (d, seen))| VxlanEntry {
+                        mac: *m,
+                        dst: *d,
+                        kind: VxlanEntryKind::Learned,
+                        age_secs: now.saturating_duration_since(*seen).as_secs(),
+                    }),
+            )
+            .collect();
+        rest.sort_by_key(|e| e.mac.to_u64());
+        out.extend(rest);
+        out
+    }
+
+    /// The VTEP a learned or static entry of `mac` points to.
+    pub fn dst_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        self.statics
+            .get(&mac)
+            .or_else(|| self.learned.get(&mac).map(|(d, _)| d))
+            .copied()
+    }
+}
+
+/// What a VXLAN port dropped, by cause (cumulative).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VxlanDrops {
+    /// Not a VXLAN packet (short, the I flag clear) or an inner frame shorter than 14 bytes.
+    pub malformed: u64,
+    /// A VNI other than the port's.
+    pub wrong_vni: u64,
+    /// A frame with no VTEP to go to (no entry, empty flood list).
+    pub no_remote: u64,
+    /// A datagram longer than a receive slot.
+    pub truncated: u64,
+}
+
+/// A VXLAN port: one UDP socket.
+pub struct VxlanPort {
+    cfg: VxlanConfig,
+    /// Bound to `local:dstport`: receives.
+    fd: OwnedFd,
+    /// Send sockets, each on its own source port; a frame takes the one its inner flow
+    /// hashes to (RFC 7348 §5), so one flow keeps one source port and order.
+    tx: Vec<OwnedFd>,
+    table: SharedVxlanTable,
+    drops: VxlanDrops,
+    hdr: [u8; vxlan::HEADER_LEN],
+    slots: Vec<Vec<u8>>,
+    /// Bytes of each slot: [`GRO_SLOT_BYTES`] with `UDP_GRO`, else [`SLOT_BYTES`].
+    slot_bytes: usize,
+    /// The receive socket coalesces (`UDP_GRO`).
+    gro: bool,
+    rx_cmsgs: Vec<[u64; 4]>,
+    pending: Vec<Pending>,
+    pending_at: usize,
+    /// Messages received holding several datagrams (`UDP_GRO`).
+    coalesced_receives: u64,
+    names: Vec<libc::sockaddr_in>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    /// Per datagram to send: (send socket, frame index in the batch, destination).
+    plan: Vec<(usize, usize, Ipv4Addr)>,
+    /// Per message of a `sendmmsg`: (datagrams, bytes each, destination).
+    segs: Vec<(usize, usize, Ipv4Addr)>,
+    /// One `UDP_SEGMENT` control message per message.
+    cmsgs: Vec<SegmentCmsg>,
+    /// Segmented sends (`UDP_SEGMENT`) are used until the kernel refuses them for good.
+    gso: bool,
+    /// Segmented sends made (each several datagrams).
+    segmented_sends: u64,
+    flood: Vec<Ipv4Addr>,
+    flood_generation: u64,
+}
+
+impl std::fmt::Debug for VxlanPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VxlanPort")
+            .field("cfg", &self.cfg)
+            .field("drops", &self.drops)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` are scratch space, rebuilt before every
+// syscall from buffers the port owns or borrows for that call; none outlives a call.
+unsafe impl Send for VxlanPort {}
+
+fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain old data; all zeros is a valid value.
+    let mut s: libc::sockaddr_in = unsafe { mem::zeroed() };
+    s.sin_family = libc::AF_INET as libc::sa_family_t;
+    s.sin_port = a.port().to_be();
+    s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+    s
+}
+
+/// A nonblocking UDP socket bound to `cfg.local:port` (0: a port the kernel picks), never
+/// fragmenting, with `cfg.ttl`.
+fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
+    {
+        let sys = |op: &'static str, e: io::Error| IoError::Sys {
+            op,
+            ifname: cfg.name.clone(),
+            source: e,
+        };
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_UDP,
+            )
+        };
+        if raw < 0 {
+            return Err(sys(
+                "socket(AF_INET, SOCK_DGRAM)",
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        crate::sys::setsockopt_int(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+        .map_err(|e| sys("setsockopt(IP_MTU_DISCOVER)", e))?;
+        if let Some(ttl) = cfg.ttl {
+            crate::sys::setsockopt_int(
+                fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_TTL,
+                i32::from(ttl),
+            )
+            .map_err(|e| sys("setsockopt(IP_TTL)", e))?;
+        }
+        let _ =
+            crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        let _ =
+            crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        let sa = sockaddr(SocketAddrV4::new(cfg.local, port));
+        // SAFETY: `sa` is a valid sockaddr_in of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_in).cast(),
+                mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return Err(IoError::Invalid(format!(
+                "vxlan port {}: cannot bind {}:{}: {e}{}",
+                cfg.name,
+                cfg.local,
+                port,
+                if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                    " (local must be an address of this namespace)"
+                } else if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                    " (another socket, a kernel vxlan device or another port, has it)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Ok(fd)
+    }
+}
+
+impl VxlanPort {
+    /// Binds `local:dstport` (UDP, nonblocking, no fragmentation, `ttl`) for receiving, and
+    /// [`TX_SOCKETS`] sockets on `local` and ports the kernel picks for sending.
+    pub fn open(cfg: VxlanConfig, table: SharedVxlanTable) -> Result<VxlanPort, IoError> {
+        let fd = udp_socket(&cfg, cfg.dstport)?;
+        // Coalesced receive where the kernel has it (5.0 and later): one message per run of
+        // datagrams from one sender.
+        let gro = crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        let slot_bytes = if gro { GRO_SLOT_BYTES } else { SLOT_BYTES };
+        let tx = (0..TX_SOCKETS)
+            .map(|_| udp_socket(&cfg, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut hdr = [0u8; vxlan::HEADER_LEN];
+        vxlan::Repr { vni: cfg.vni }
+            .emit(&mut hdr)
+            .map_err(|e| IoError::Invalid(e.to_string()))?;
+        Ok(VxlanPort {
+            cfg,
+            fd,
+            tx,
+            table,
+            drops: VxlanDrops::default(),
+            hdr,
+            slots: (0..BURST).map(|_| vec![0u8; slot_bytes]).collect(),
+            slot_bytes,
+            gro,
+            rx_cmsgs: vec![[0u64; 4]; BURST],
+            pending: Vec::with_capacity(BURST),
+            pending_at: 0,
+            coalesced_receives: 0,
+            // SAFETY: plain old data; zeros are valid.
+            names: vec![unsafe { mem::zeroed() }; BURST],
+            iovs: Vec::with_capacity(2 * BURST * GSO_MAX_SEGS),
+            segs: Vec::with_capacity(BURST),
+            // SAFETY: plain old data; zeros are valid.
+            cmsgs: vec![unsafe { mem::zeroed() }; BURST],
+            gso: true,
+            segmented_sends: 0,
+            msgs: Vec::with_capacity(BURST),
+            plan: Vec::with_capacity(4 * BURST),
+            flood: Vec::new(),
+            flood_generation: u64::MAX,
+        })
+    }
+
+    pub fn config(&self) -> &VxlanConfig {
+        &self.cfg
+    }
+
+    /// Hands the received datagrams in `self.pending` to `batch`, at most `max` frames; what
+    /// is left stays for the next burst ([`Port::rx_pending`]).
+    fn deliver(&mut self, batch: &mut Batch, pool: &mut BufPool, max: usize) -> usize {
+        let now = Instant::now();
+        let mut table = if self.cfg.learning {
+            Some(self.table.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            None
+        };
+        let mut n = 0;
+        while n < max && self.pending_at < self.pending.len() {
+            let e = &mut self.pending[self.pending_at];
+            let stop = (e.off + e.seg.max(1)).min(e.end);
+            let dgram = &self.slots[e.slot][e.off..stop];
+            let from = e.from;
+            e.off = stop;
+            if e.off >= e.end {
+                self.pending_at += 1;
+            }
+            let Ok(pkt) = vxlan::Packet::new_checked(dgram) else {
+                self.drops.malformed += 1;
+                continue;
+            };
+            if pkt.vni() != self.cfg.vni {
+                self.drops.wrong_vni += 1;
+                continue;
+            }
+            let inner = pkt.inner();
+            if inner.len() < qbridge_wire::ethernet::HDR_LEN {
+                self.drops.malformed += 1;
+                continue;
+            }
+            if let Some(t) = table.as_mut() {
+                t.learn(MacAddr::from_bytes(&inner[6..12]), from, now);
+            }
+            let mut p = pool.take();
+            p.set_frame(inner);
+            batch.push(p);
+            n += 1;
+        }
+        n
+    }
+
+    /// Messages received holding several datagrams (`UDP_GRO`) so far.
+    pub fn coalesced_receives(&self) -> u64 {
+        self.coalesced_receives
+    }
+
+    /// Segmented sends (`UDP_SEGMENT`, several datagrams in one) made so far.
+    pub fn segmented_sends(&self) -> u64 {
+        self.segmented_sends
+    }
+
+    /// What this port dropped, by VXLAN cause.
+    pub fn vxlan_drops(&self) -> VxlanDrops {
+        self.drops
+    }
+
+    /// The shared drop counts, for a caller that keeps the port boxed.
+    pub fn table(&self) -> &SharedVxlanTable {
+        &self.table
+    }
+
+    /// Sends the datagrams `self.plan[from..to]` (one send socket's, by destination, in frame
+    /// order) of `frames`: one `sendmmsg` per [`BURST`] messages, each message one datagram
+    /// or, with `UDP_SEGMENT`, a run of up to [`GSO_MAX_SEGS`] datagrams to one VTEP of one
+    /// length (the last may be shorter) that the kernel splits (more calls only when one
+    /// fails: the failed datagram is counted and the rest resent).
+    fn send_run(
+        &mut self,
+        frames: &Batch,
+        from: usize,
+        to: usize,
+        report: &mut TxReport,
+    ) -> Result<(), IoError> {
+        let sock = self.plan[from].0;
+        let mut start = from;
+        // Datagrams before this index go one by one (a segmented send of them was refused).
+        let mut plain_until = from;
+        while start < to {
+            self.iovs.clear();
+            self.msgs.clear();
+            self.segs.clear();
+            let mut p = start;
+            while p < to && self.segs.len() < BURST {
+                let (_, fi, ip) = self.plan[p];
+                let len = frames.pkts[fi].len();
+                let mut n = 1;
+                if self.gso && p >= plain_until {
+                    let mut total = len + vxlan::HEADER_LEN;
+                    while p + n < to && n < GSO_MAX_SEGS {
+                        let (_, fj, ipj) = self.plan[p + n];
+                        let lj = frames.pkts[fj].len();
+                        if ipj != ip || lj > len || total + lj + vxlan::HEADER_LEN > GSO_MAX_BYTES {
+                            break;
+                        }
+                        total += lj + vxlan::HEADER_LEN;
+                        n += 1;
+                        if lj < len {
+                            break;
+                        }
+                    }
+                }
+                for q in p..p + n {
+                    let f = frames.pkts[self.plan[q].1].frame();
+                    self.iovs.push(libc::iovec {
+                        iov_base: self.hdr.as_mut_ptr().cast(),
+                        iov_len: vxlan::HEADER_LEN,
+                    });
+                    self.iovs.push(libc::iovec {
+                        iov_base: f.as_ptr() as *mut _,
+                        iov_len: f.len(),
+                    });
+                }
+                self.segs.push((n, len + vxlan::HEADER_LEN, ip));
+                p += n;
+            }
+            let mut at = 0;
+            for k in 0..self.segs.len() {
+                let (n, seg, ip) = self.segs[k];
+                self.names[k] = sockaddr(SocketAddrV4::new(ip, self.cfg.dstport));
+                // SAFETY: plain old data; zeros are valid.
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
+                m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                m.msg_hdr.msg_iov = self.iovs[at..].as_mut_ptr();
+                m.msg_hdr.msg_iovlen = 2 * n;
+                at += 2 * n;
+                if n > 1 {
+                    let c = &mut self.cmsgs[k];
+                    c.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 2;
+                    c.hdr.cmsg_level = libc::SOL_UDP;
+                    c.hdr.cmsg_type = UDP_SEGMENT;
+                    c.seg = seg as u16;
+                    m.msg_hdr.msg_control = (c as *mut SegmentCmsg).cast();
+                    m.msg_hdr.msg_controllen = mem::size_of::<SegmentCmsg>();
+                }
+                self.msgs.push(m);
+            }
+            // SAFETY: `msgs` holds headers whose names, iovecs and control messages point to
+            // live buffers (the port's and the batch's frames), which the kernel only reads.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.tx[sock].as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    self.msgs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc > 0 {
+                for k in 0..rc as usize {
+                    report.sent += self.segs[k].0;
+                    start += self.segs[k].0;
+                    if self.segs[k].0 > 1 {
+                        self.segmented_sends += 1;
+                    }
+                }
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            let errno = e.raw_os_error();
+            let n = self.segs[0].0;
+            if errno == Some(libc::EINTR) {
+                continue;
+            }
+            if n > 1 {
+                // The segmented send was refused: the device cannot (no checksum offload:
+                // `EIO`; no `UDP_SEGMENT`: `ENOPROTOOPT`/`EOPNOTSUPP`) — never again on this
+                // port — or this run cannot (`EINVAL`: longer than the path allows, ...):
+                // its datagrams go one by one, and are judged one by one.
+                if matches!(
+                    errno,
+                    Some(libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                ) {
+                    self.gso = false;
+                }
+                plain_until = start + n;
+                continue;
+            }
+            // The datagram at `start` failed: count it and go on with the next.
+            match errno {
+                Some(libc::EAGAIN) => report.queue_full += 1,
+                Some(libc::ENOBUFS) => report.kernel_drop += 1,
+                Some(libc::EMSGSIZE) => report.too_long += 1,
+                // No route, no neighbour yet: the datagram is lost, the port stays up.
+                _ => report.error += 1,
+            }
+            start += 1;
+        }
+        Ok(())
+    }
+}
+
+impl Port for VxlanPort {
+    fn rx_burst(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        max: usize,
+    ) -> Result<usize, IoError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        if self.pending_at < self.pending.len() {
+            return Ok(self.deliver(batch, pool, max));
+        }
+        self.pending.clear();
+        self.pending_at = 0;
+        let want = max.min(BURST);
+        self.iovs.clear();
+        self.msgs.clear();
+        for k in 0..want {
+            self.iovs.push(libc::iovec {
+                iov_base: self.slots[k].as_mut_ptr().cast(),
+                iov_len: self.slot_bytes,
+            });
+        }
+        for k in 0..want {
+            // SAFETY: plain old data; zeros are valid.
+            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+            m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
+            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &mut self.iovs[k];
+            m.msg_hdr.msg_iovlen = 1;
+            if self.gro {
+                m.msg_hdr.msg_control = self.rx_cmsgs[k].as_mut_ptr().cast();
+                m.msg_hdr.msg_controllen = mem::size_of::<[u64; 4]>();
+            }
+            self.msgs.push(m);
+        }
+        // SAFETY: `msgs` holds `want` headers pointing to the port's own slots, names and
+        // control buffers, of the stated sizes; the kernel writes at most that much.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR) => Ok(0),
+                // An ICMP error of an earlier datagram (port unreachable, ...): not ours to
+                // stop for.
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => Ok(0),
+                _ => Err(IoError::Sys {
+                    op: "recvmmsg",
+                    ifname: self.cfg.name.clone(),
+                    source: e,
+                }),
+            };
+        }
+        for k in 0..rc as usize {
+            let m = &self.msgs[k];
+            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.drops.truncated += 1;
+                continue;
+            }
+            let len = (m.msg_len as usize).min(self.slot_bytes);
+            // With UDP_GRO, several datagrams of one size (the last may be shorter) arrive as
+            // one message and a control message says the size.
+            let mut seg = len;
+            if self.gro && m.msg_hdr.msg_controllen >= mem::size_of::<libc::cmsghdr>() + 2 {
+                let c = &self.rx_cmsgs[k];
+                // SAFETY: the buffer is 32 bytes, 8-aligned, and holds at least a cmsghdr
+                // (msg_controllen says the kernel wrote one); read as plain data.
+                let hdr: libc::cmsghdr = unsafe { std::ptr::read(c.as_ptr().cast()) };
+                if hdr.cmsg_level == libc::SOL_UDP && hdr.cmsg_type == UDP_GRO {
+                    let at = mem::size_of::<libc::cmsghdr>();
+                    let bytes: &[u8] = bytemuck_u64(c);
+                    let v = if hdr.cmsg_len >= at + 4 {
+                        i32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                            as usize
+                    } else {
+                        u16::from_ne_bytes([bytes[at], bytes[at + 1]]) as usize
+                    };
+                    if v > 0 {
+                        seg = v;
+                    }
+                }
+            }
+            if seg < len {
+                self.coalesced_receives += 1;
+            }
+            let from = Ipv4Addr::from(u32::from_be(self.names[k].sin_addr.s_addr));
+            self.pending.push(Pending {
+                slot: k,
+                off: 0,
+                end: len,
+                seg,
+                from,
+            });
+        }
+        Ok(self.deliver(batch, pool, max))
+    }
+
+    fn rx_pending(&self) -> bool {
+        self.pending_at < self.pending.len()
+    }
+
+    fn tx_burst(&mut self, batch: &mut Batch, pool: &mut BufPool) -> Result<TxOutcome, IoError> {
+        let mut refused = Batch::with_capacity(0);
+        self.tx_burst_report(batch, pool, &mut refused)
+            .map(|r| r.outcome())
+    }
+
+    fn tx_burst_report(
+        &mut self,
+        batch: &mut Batch,
+        pool: &mut BufPool,
+        _refused: &mut Batch,
+    ) -> Result<TxReport, IoError> {
+        let mut report = TxReport::default();
+        if batch.is_empty() {
+            return Ok(report);
+        }
+        let now = Instant::now();
+        self.plan.clear();
+        {
+            let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            if t.flood_generation != self.flood_generation {
+                self.flood.clear();
+                self.flood.extend_from_slice(&t.flood);
+                self.flood_generation = t.flood_generation;
+            }
+            for (i, p) in batch.iter().enumerate() {
+                let f = p.frame();
+                if f.len() < 6 {
+                    report.error += 1;
+                    continue;
+                }
+                let sock = usize::from(vxlan::source_port(f)) % TX_SOCKETS;
+                match t.lookup(MacAddr::from_bytes(&f[..6]), now) {
+                    Some(ip) => self.plan.push((sock, i, ip)),
+                    None if self.flood.is_empty() => self.drops.no_remote += 1,
+                    None => self.plan.extend(self.flood.iter().map(|ip| (sock, i, *ip))),
+                }
+            }
+        }
+        // By socket, then destination, each in frame order (a flow keeps one socket and one
+        // VTEP, so its order; runs to one VTEP can be sent segmented). No allocation: an
+        // unstable sort on a key unique per datagram.
+        self.plan
+            .sort_unstable_by_key(|(sock, i, ip)| (*sock, u32::from(*ip), *i));
+        let total = self.plan.len();
+        let mut from = 0;
+        while from < total {
+            let sock = self.plan[from].0;
+            let run = self.plan[from..].iter().take_while(|e| e.0 == sock).count();
+            let to = from + run;
+            self.send_run(batch, from, to, &mut report)?;
+            from = to;
+        }
+        recycle(batch, pool);
+        Ok(report)
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps {
+            vnet_hdr: false,
+            tso: false,
+            csum: false,
+            max_frame: SLOT_BYTES - vxlan::HEADER_LEN,
+            device: None,
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
+    fn drops(&self) -> BackendDrops {
+        BackendDrops {
+            rx_truncated: self.drops.truncated,
+            vxlan_malformed: self.drops.malformed,
+            vxlan_wrong_vni: self.drops.wrong_vni,
+            vxlan_no_remote: self.drops.no_remote,
+            ..BackendDrops::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    fn frame(dst: [u8; 6], src: [u8; 6], len: usize) -> Vec<u8> {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x88, 0xb5]);
+        f.resize(len, 0x5a);
+        f
+    }
+
+    const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+    const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+
+    /// A port on 127.0.0.1:`port` with VNI 100 and two "remote VTEPs": UDP sockets on
+    /// 127.0.0.2 and 127.0.0.3 of the same port.
+    fn setup(port: u16) -> Option<(VxlanPort, UdpSocket, UdpSocket)> {
+        let r2 = UdpSocket::bind(("127.0.0.2", port)).ok()?;
+        let r3 = UdpSocket::bind(("127.0.0.3", port)).ok()?;
+        for s in [&r2, &r3] {
+            s.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+        }
+        let cfg = VxlanConfig {
+            name: "vx".into(),
+            vni: Vni::new(100).unwrap(),
+            local: Ipv4Addr::LOCALHOST,
+            dstport: port,
+            ttl: Some(9),
+            learning: true,
+        };
+        Some((VxlanPort::open(cfg, VxlanTable::shared()).unwrap(), r2, r3))
+    }
+
+    fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
+        let mut b = vec![0u8; 65536];
+        let n = s.recv(&mut b).ok()?;
+        b.truncate(n);
+        Some(b)
+    }
+
+    fn rx_all(p: &mut VxlanPort, pool: &mut BufPool) -> Vec<Vec<u8>> {
+        let mut batch = Batch::with_capacity(64);
+        for _ in 0..50 {
+            let _ = p.rx_burst(&mut batch, pool, 64).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        batch.drain().map(|b| b.frame().to_vec()).collect()
+    }
+
+    #[test]
+    fn floods_to_every_listed_vtep_then_unicasts_to_the_learned_one() {
+        let Some((mut p, r2, r3)) = setup(47891) else {
+            eprintln!("SKIPPED: cannot bind 127.0.0.2/3");
+            return;
+        };
+        let mut pool = BufPool::new(256);
+        // No flood list: a broadcast has nowhere to go, counted.
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&frame(
+            [0xff; 6], A, 60,
+        )));
+        let r = p.tx_burst(&mut b, &mut pool).unwrap();
+        assert_eq!((r.sent, p.vxlan_drops().no_remote), (0, 1));
+        {
+            let mut t = p.table().lock().unwrap();
+            assert!(t.append_flood("127.0.0.2".parse().unwrap()));
+            assert!(t.append_flood("127.0.0.3".parse().unwrap()));
+            assert!(!t.append_flood("127.0.0.3".parse().unwrap()));
+        }
+        // Broadcast and unknown unicast: one datagram to each VTEP, header + frame exactly.
+        let bc = frame([0xff; 6], A, 60);
+        let uu = frame(B, A, 1400);
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&bc));
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        let r = p.tx_burst(&mut b, &mut pool).unwrap();
+        assert_eq!(r.sent, 4);
+        // (Two flows: each in order, the two in any order — they may leave from two sockets.)
+        for s in [&r2, &r3] {
+            let d = recv(s).unwrap();
+            let e = recv(s).unwrap();
+            assert_eq!(&d[..8], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
+            assert_eq!(&e[..8], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
+            let mut got = vec![d[8..].to_vec(), e[8..].to_vec()];
+            got.sort();
+            let mut want = vec![bc.clone(), uu.clone()];
+            want.sort();
+            assert_eq!(got, want);
+        }
+        // B answers from 127.0.0.3: learned, with its VTEP.
+        let mut dgram = vec![0x08, 0, 0, 0, 0, 0, 100, 0];
+        dgram.extend_from_slice(&frame(A, B, 60));
+        r3.send_to(&dgram, ("127.0.0.1", 47891)).unwrap();
+        // Another VNI, a non-VXLAN datagram and a runt inner frame: dropped, counted.
+        let mut other = vec![0x08, 0, 0, 0, 0, 0, 101, 0];
+        other.extend_from_slice(&frame(A, B, 60));
+        r3.send_to(&other, ("127.0.0.1", 47891)).unwrap();
+        r3.send_to(&[0u8; 30], ("127.0.0.1", 47891)).unwrap();
+        r3.send_to(&[0x08, 0, 0, 0, 0, 0, 100, 0, 1, 2], ("127.0.0.1", 47891))
+            .unwrap();
+        let got = rx_all(&mut p, &mut pool);
+        assert_eq!(got, vec![frame(A, B, 60)]);
+        let d = p.vxlan_drops();
+        assert_eq!((d.wrong_vni, d.malformed), (1, 2));
+        assert_eq!(p.drops().vxlan_wrong_vni, 1);
+        assert_eq!(
+            p.table().lock().unwrap().dst_of(MacAddr(B)),
+            Some("127.0.0.3".parse().unwrap())
+        );
+        // Now unicast to B goes to 127.0.0.3 only.
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
+        assert_eq!(&recv(&r3).unwrap()[8..], &uu[..]);
+        r2.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        assert!(
+            recv(&r2).is_none(),
+            "unicast after learning reached the other VTEP"
+        );
+        // A static entry beats the learned one.
+        p.table()
+            .lock()
+            .unwrap()
+            .add_static(MacAddr(B), "127.0.0.2".parse().unwrap());
+        let mut b = Batch::with_capacity(4);
+        b.push(qbridge_packet::PacketBuf::from_frame(&uu));
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
+        r2.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert_eq!(&recv(&r2).unwrap()[8..], &uu[..]);
+
+        // Outer source ports follow the inner flow (RFC 7348 §5): IPv4/UDP flows to B that
+        // differ in their UDP source port leave from several ports, each flow from one.
+        let flow = |sport: u16| {
+            let mut f = B.to_vec();
+            f.extend_from_slice(&A);
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend_from_slice(&[
+                0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ]);
+            f.extend_from_slice(&[(sport >> 8) as u8, sport as u8, 0, 53, 0, 8, 0, 0]);
+            f.resize(60, 0);
+            f
+        };
+        let mut seen: Vec<(u16, u16)> = Vec::new();
+        for round in 0..2 {
+            let mut b = Batch::with_capacity(16);
+            for sport in 0..16u16 {
+                b.push(qbridge_packet::PacketBuf::from_frame(&flow(1000 + sport)));
+            }
+            assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 16);
+            let mut buf = vec![0u8; 2048];
+            for _ in 0..16 {
+                let (n, from) = r2.recv_from(&mut buf).unwrap();
+                let inner = &buf[8..n];
+                let sport = u16::from_be_bytes([inner[34], inner[35]]);
+                if round == 0 {
+                    seen.push((sport, from.port()));
+                } else {
+                    assert!(
+                        seen.contains(&(sport, from.port())),
+                        "flow {sport} changed port"
+                    );
+                }
+                assert_ne!(from.port(), 47891, "sent from the receive socket");
+            }
+        }
+        let mut ports: Vec<u16> = seen.iter().map(|s| s.1).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert!(ports.len() >= 3, "16 flows left from {ports:?}");
+        // Flows that share a send socket and a VTEP, with frames of one length, left in
+        // segmented sends (loopback takes UDP_SEGMENT), each datagram whole (checked above).
+        assert!(p.segmented_sends() > 0);
+        // One flow, two full datagrams and a shorter last one: one segmented send, the
+        // datagrams whole and in order.
+        let before = p.segmented_sends();
+        let sizes = [1400usize, 1400, 700];
+        let frames: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                let mut f = flow(5000);
+                f.resize(*n, k as u8);
+                f
+            })
+            .collect();
+        let mut b = Batch::with_capacity(4);
+        for f in &frames {
+            b.push(qbridge_packet::PacketBuf::from_frame(f));
+        }
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 3);
+        for f in &frames {
+            assert_eq!(&recv(&r2).unwrap()[8..], &f[..]);
+        }
+        assert_eq!(p.segmented_sends(), before + 1);
+    }
+
+    /// Port X sends a run of equal frames (one segmented send) to port Y; Y, with UDP_GRO,
+    /// may get them as one message: every frame arrives, whole, in order, also when the
+    /// caller takes fewer per burst than a message holds.
+    #[test]
+    fn segmented_runs_arrive_whole_and_in_order() {
+        let cfg = |ip: &str| VxlanConfig {
+            name: format!("vx-{ip}"),
+            vni: Vni::new(7).unwrap(),
+            local: ip.parse().unwrap(),
+            dstport: 47893,
+            ttl: None,
+            learning: true,
+        };
+        let Ok(mut x) = VxlanPort::open(cfg("127.0.0.5"), VxlanTable::shared()) else {
+            eprintln!("SKIPPED: cannot bind 127.0.0.5");
+            return;
+        };
+        let mut y = VxlanPort::open(cfg("127.0.0.6"), VxlanTable::shared()).unwrap();
+        x.table()
+            .lock()
+            .unwrap()
+            .append_flood("127.0.0.6".parse().unwrap());
+        let mut pool = BufPool::new(256);
+        let frames: Vec<Vec<u8>> = (0..20u8)
+            .map(|k| {
+                let mut f = frame(B, A, 1000);
+                f[20] = k;
+                f
+            })
+            .collect();
+        let mut b = Batch::with_capacity(32);
+        for f in &frames {
+            b.push(qbridge_packet::PacketBuf::from_frame(f));
+        }
+        assert_eq!(x.tx_burst(&mut b, &mut pool).unwrap().sent, 20);
+        let mut got = Batch::with_capacity(32);
+        for _ in 0..100 {
+            let _ = y.rx_burst(&mut got, &mut pool, 3).unwrap();
+            if got.len() == 20 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let got: Vec<Vec<u8>> = got.drain().map(|p| p.frame().to_vec()).collect();
+        assert_eq!(got, frames);
+        assert!(!y.rx_pending());
+        // One segmented send, received as one coalesced message (this kernel has both).
+        assert_eq!((x.segmented_sends(), y.coalesced_receives()), (1, 1));
+        assert_eq!(
+            y.table().lock().unwrap().dst_of(MacAddr(A)),
+            Some("127.0.0.5".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn table_learns_ages_and_lists() {
+        let mut t = VxlanTable::default();
+        let t0 = Instant::now();
+        let ip2: Ipv4Addr = "10.0.0.2".parse().unwrap();
+        let ip3: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        t.learn(MacAddr(B), ip2, t0);
+        t.learn(MacAddr([0xff; 6]), ip2, t0);
+        assert_eq!(t.lookup(MacAddr(B), t0), Some(ip2));
+        // Moves with the frames.
+        t.learn(MacAddr(B), ip3, t0);
+        assert_eq!(t.lookup(MacAddr(B), t0), Some(ip3));
+        // Aged: flooded again, not shown.
+        let later = t0 + DEFAULT_AGEING;
+        assert_eq!(t.lookup(MacAddr(B), later), None);
+        assert!(t.entries(later).is_empty());
+        t.append_flood(ip2);
+        t.add_static(MacAddr(A), ip3);
+        let e = t.entries(t0);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].kind, VxlanEntryKind::Flood);
+        assert_eq!(e[1].mac, MacAddr(A));
+        assert_eq!(e[1].kind, VxlanEntryKind::Static);
+        assert_eq!(e[2].kind, VxlanEntryKind::Learned);
+        // Multicast always floods.
+        assert_eq!(t.lookup(MacAddr([1, 0, 0x5e, 0, 0, 1]), t0), None);
+        assert!(t.remove(MacAddr([0; 6]), Some(ip2)));
+        assert!(!t.remove(MacAddr(A), Some(ip2)));
+        assert!(t.remove(MacAddr(A), None));
+        assert_eq!(t.flush_learned(), 1);
+    }
+}

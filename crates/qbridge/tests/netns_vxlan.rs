@@ -1,0 +1,277 @@
+//! VXLAN ports against the kernel's own VXLAN (root only), the topology of the kernel's
+//! `vxlan_bridge_1d.sh` cut to two VTEPs:
+//!
+//! ```text
+//!  ha (10.20.0.1) ─ qa ┐                                   ┌ kb1 ─ hb (10.20.0.2)
+//!     daemon A: br0 (vlan_filtering 0): p1 (qa), vx0        kernel bridge kbr: kb1, vx0
+//!       vx0: type vxlan id 100 local 192.0.2.1                vx0: kernel vxlan id 100
+//!                  └── ul 192.0.2.1 ═══ veth (MTU 1550) ═══ ul 192.0.2.2 ──┘  nolearning
+//! ```
+//!
+//! Each side's flood list names the other VTEP; nothing else is configured. Checked: ARP
+//! floods and pings both ways; a 1500-byte ping with DF (the underlay MTU raised by the 50
+//! bytes of outer headers, as the kernel's selftests do); a verified TCP transfer both ways;
+//! qbridge's FDB learns hb's MAC on vx0 and `fdb show` prints its VTEP (`dst 192.0.2.2`);
+//! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame; datagrams
+//! of another VNI and non-VXLAN datagrams are counted drops, not frames. The kernel VTEP's
+//! transmit checksum offload is off: over a veth underlay nothing would complete the inner
+//! checksums it leaves partial (docs/semantics.md, "VXLAN ports").
+
+mod support;
+
+use std::time::Duration;
+use support::{exec_in, ip_in, ping, tcp_transfer, Lab};
+
+const A: &str = "\
+link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local 192.0.2.1 dstport 4789
+link set dev p1 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
+";
+
+#[test]
+fn vxlan_port_talks_to_a_kernel_vtep() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxlan");
+    let a = lab.netns("vxa").unwrap();
+    let b = lab.netns("vxb").unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
+        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+        // The 50 bytes of outer headers on top of a 1500-byte inner MTU.
+        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+    }
+    let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
+    let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
+    // The far VTEP: a kernel vxlan device in a kernel bridge.
+    if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return;
+    }
+    let ctl = lab.daemon(&a, A).unwrap();
+
+    // The underlay as tshark/tcpdump sees it while the first pings cross.
+    let dump = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &b, "tcpdump", "-nn", "-e", "-v", "-l", "-i", "ul", "-c", "8",
+        ])
+        .args(["udp", "port", "4789"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    std::thread::sleep(Duration::from_millis(700));
+
+    // Flood (ARP) and ping, both ways.
+    let r = ping(&ha, &hb.ip, 3);
+    assert!(
+        r.received >= 2,
+        "ha -> hb over VXLAN: {}\n{}",
+        r.output,
+        ctl.stats_text()
+    );
+    let r = ping(&hb, &ha.ip, 3);
+    assert!(
+        r.received >= 2,
+        "hb -> ha over VXLAN: {}\n{}",
+        r.output,
+        ctl.stats_text()
+    );
+
+    if let Ok(mut child) = dump {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let out = child
+            .wait_with_output()
+            .map(|o| o.stdout)
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&out);
+        // Outer UDP to 4789, VXLAN with the I flag and VNI 100, an inner frame of one of the
+        // hosts, in both directions.
+        assert!(text.contains("VXLAN, flags [I] (0x08), vni 100"), "{text}");
+        // qbridge sends from the ports of its send sockets (by inner flow), to 4789.
+        assert!(text.contains(" > 192.0.2.2.4789: VXLAN"), "{text}");
+        assert!(text.contains(" > 192.0.2.1.4789: VXLAN"), "{text}");
+        assert!(text.contains(&ha.mac.to_lowercase()), "{text}");
+        assert!(!text.to_lowercase().contains("malformed"), "{text}");
+    }
+
+    // A 1500-byte IP packet inside, DF set: the tunnel carries a full inner MTU.
+    let out = exec_in(
+        &ha.ns,
+        "ping",
+        &["-c", "2", "-W", "2", "-M", "do", "-s", "1472", &hb.ip],
+    );
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains(" 0% packet loss")),
+        "1500-byte ping: {out:?}\n{}",
+        ctl.stats_text()
+    );
+    let out = exec_in(
+        &hb.ns,
+        "ping",
+        &["-c", "2", "-W", "2", "-M", "do", "-s", "1472", &ha.ip],
+    );
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains(" 0% packet loss")),
+        "1500-byte ping back: {out:?}"
+    );
+
+    // qbridge learned hb behind vx0, and its VTEP.
+    assert!(ctl.fdb_has(&hb.mac, "vx0").unwrap(), "{:?}", ctl.fdb());
+    let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        show.contains("00:00:00:00:00:00 dev vx0 dst 192.0.2.2 self permanent"),
+        "{show}"
+    );
+    assert!(
+        show.contains(&format!(
+            "{} dev vx0 dst 192.0.2.2 self\n",
+            hb.mac.to_lowercase()
+        )),
+        "{show}"
+    );
+
+    let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        j.as_array().into_iter().flatten().any(|e| e["mac"]
+            .as_str()
+            .is_some_and(|m| m.eq_ignore_ascii_case(&hb.mac))
+            && e["dst"] == "192.0.2.2"
+            && e["flags"][0] == "self"),
+        "{j}"
+    );
+
+    // Verified TCP both ways.
+    let t = tcp_transfer(&ha, &hb, 20 << 20, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
+    let u = tcp_transfer(&hb, &ha, 20 << 20, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
+    eprintln!(
+        "VXLAN qbridge <-> kernel VTEP: ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s",
+        t.gbit_per_s(),
+        u.gbit_per_s()
+    );
+
+    // Another VNI and a datagram that is not VXLAN: counted drops, nothing forwarded.
+    let send = "import socket,sys\n\
+                s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+                f=bytes.fromhex('ffffffffffff020000000009'+'88b5')+bytes(46)\n\
+                s.sendto(bytes([8,0,0,0,0,0,101,0])+f,('192.0.2.1',4789))\n\
+                s.sendto(bytes(5),('192.0.2.1',4789))\n\
+                s.sendto(bytes([0,0,0,0,0,0,100,0])+f,('192.0.2.1',4789))\n";
+    if exec_in(&b, "python3", &["-c", send]).is_ok() {
+        let ok = support::wait_until(Duration::from_secs(3), || {
+            let s = ctl.stats_text();
+            s.contains("vxlan_wrong_vni 1") && s.contains("vxlan_malformed 2")
+        });
+        assert!(ok, "{}", ctl.stats_text());
+        assert!(
+            !ctl.fdb_has("02:00:00:00:00:09", "vx0").unwrap(),
+            "a dropped datagram's source was learned"
+        );
+    }
+}
+
+/// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,
+/// `nolearning`, MTU 1500, tx checksum offload off — see the module doc) in kernel bridge
+/// `kbr` with `port` (the host's veth end). `Err` when the kernel has no VXLAN.
+fn kernel_vtep(ns: &str, local: &str, remote: &str, port: &str) -> Result<(), String> {
+    ip_in(
+        ns,
+        &[
+            "link",
+            "add",
+            "vx0",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            local,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+    )?;
+    ip_in(ns, &["link", "set", "vx0", "mtu", "1500"])?;
+    exec_in(ns, "ethtool", &["-K", "vx0", "tx", "off"])?;
+    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
+    for dev in ["vx0", port] {
+        ip_in(ns, &["link", "set", dev, "master", "kbr"])?;
+    }
+    exec_in(
+        ns,
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx0",
+            "dst",
+            remote,
+        ],
+    )?;
+    for dev in ["vx0", "kbr"] {
+        ip_in(ns, &["link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// Throughput of one TCP stream, 200 MB verified each way, through a qbridge VTEP ↔ kernel
+/// VTEP pair and through a kernel ↔ kernel pair on the same kind of underlay (veth, MTU 1550),
+/// one after the other. A measurement, not a check: run it on a quiet machine, release
+/// build, as docs/benchmarks-live.md says:
+/// `cargo test --release --locked -p qbridge --test netns_vxlan -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn vxlan_throughput_against_the_kernel_pair() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let bytes = 200u64 << 20;
+    let mut results = Vec::new();
+    for qbridge_side in [true, false] {
+        let mut lab = Lab::new("vxbench");
+        let a = lab.netns("vxa").unwrap();
+        let b = lab.netns("vxb").unwrap();
+        lab.veth(&a, "ul", &b, "ul").unwrap();
+        for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
+            ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+            ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+        }
+        let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
+        let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
+        if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+            eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+            return;
+        }
+        let _ctl = if qbridge_side {
+            Some(lab.daemon(&a, A).unwrap())
+        } else {
+            kernel_vtep(&a, "192.0.2.1", "192.0.2.2", "qa").unwrap();
+            None
+        };
+        assert!(support::wait_until(Duration::from_secs(5), || {
+            support::ping_ok(&ha, &hb.ip)
+        }));
+        let t = tcp_transfer(&ha, &hb, bytes, Duration::from_secs(120)).unwrap();
+        let u = tcp_transfer(&hb, &ha, bytes, Duration::from_secs(120)).unwrap();
+        results.push((qbridge_side, t.gbit_per_s(), u.gbit_per_s()));
+    }
+    for (q, t, u) in results {
+        eprintln!(
+            "{}: A->B {t:.2} Gbit/s, B->A {u:.2} Gbit/s",
+            if q {
+                "qbridge VTEP <-> kernel VTEP"
+            } else {
+                "kernel VTEP <-> kernel VTEP"
+            }
+        );
+    }
+}
