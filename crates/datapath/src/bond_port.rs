@@ -61,6 +61,22 @@ pub struct MemberTraffic {
     pub errors: AtomicU64,
 }
 
+impl MemberTraffic {
+    /// Every counter, in field order.
+    fn cells(&self) -> [&AtomicU64; 8] {
+        [
+            &self.rx_frames,
+            &self.rx_bytes,
+            &self.tx_frames,
+            &self.tx_bytes,
+            &self.rx_not_collecting,
+            &self.rx_pdus,
+            &self.tx_pdus,
+            &self.errors,
+        ]
+    }
+}
+
 /// What a bond's queues share with the control thread.
 #[derive(Debug)]
 pub struct BondShared {
@@ -122,37 +138,18 @@ impl BondShared {
     /// a removed one's are dropped. (Queues still running with the old list may add a burst
     /// at the old positions before the new queues replace them.)
     pub fn reorder_members(&self, old: &[String], new: &[String]) {
-        let take = |t: &MemberTraffic| {
-            [
-                &t.rx_frames,
-                &t.rx_bytes,
-                &t.tx_frames,
-                &t.tx_bytes,
-                &t.rx_not_collecting,
-                &t.rx_pdus,
-                &t.tx_pdus,
-                &t.errors,
-            ]
-            .map(|c| c.load(Ordering::Relaxed))
-        };
-        let before: Vec<[u64; 8]> = self.members.iter().map(take).collect();
+        let before: Vec<[u64; 8]> = self
+            .members
+            .iter()
+            .map(|t| t.cells().map(|c| c.load(Ordering::Relaxed)))
+            .collect();
         for (i, t) in self.members.iter().enumerate() {
             let values = new
                 .get(i)
                 .and_then(|n| old.iter().position(|o| o == n))
                 .and_then(|j| before.get(j).copied())
                 .unwrap_or([0; 8]);
-            let cells = [
-                &t.rx_frames,
-                &t.rx_bytes,
-                &t.tx_frames,
-                &t.tx_bytes,
-                &t.rx_not_collecting,
-                &t.rx_pdus,
-                &t.tx_pdus,
-                &t.errors,
-            ];
-            for (c, v) in cells.into_iter().zip(values) {
+            for (c, v) in t.cells().into_iter().zip(values) {
                 c.store(v, Ordering::Relaxed);
             }
         }

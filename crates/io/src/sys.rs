@@ -882,7 +882,7 @@ pub fn link_speed(ifname: &str) -> Option<u32> {
         .parse::<i64>()
         .ok()
         .filter(|&v| v > 0)
-        .map(|v| v as u32)
+        .map(|v| v.min(i64::from(u32::MAX)) as u32)
 }
 
 /// Whether `ifname` has carrier now (ETHTOOL_GLINK: the driver's `netif_carrier_ok`, not the

@@ -37,24 +37,6 @@ pub(super) struct BondRt {
     counted_as: Vec<String>,
 }
 
-/// A member's speed as the kernel reports it (`/sys/class/net/DEV/speed`; 0 when unknown).
-fn speed_mbps(dev: &str) -> u32 {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .filter(|&s| s > 0)
-        .map_or(0, |s| s.min(u32::MAX as i64) as u32)
-}
-
-/// A member's carrier as the driver set it (`/sys/class/net/DEV/carrier`), `None` when it
-/// cannot be read (admin down: EINVAL). Read rather than `IFF_RUNNING`, which follows the
-/// operational state that the kernel's link watch updates from a work queue: under load it
-/// lagged the carrier by up to 750 ms here, and a member's failure waited for it.
-fn carrier(dev: &str) -> Option<bool> {
-    let s = std::fs::read_to_string(format!("/sys/class/net/{dev}/carrier")).ok()?;
-    Some(s.trim() == "1")
-}
-
 fn member_dev(spec: &PortSpec) -> Option<&str> {
     match spec {
         PortSpec::AfPacket { dev, .. } => Some(dev),
@@ -335,10 +317,11 @@ impl Engine {
                     let Some(dev) = member_dev(&m.spec) else {
                         continue;
                     };
-                    let link = match (sys::link_state(dev), carrier(dev)) {
-                        (Ok(sys::LinkState::Up), Some(true) | None)
-                        | (Ok(sys::LinkState::NoCarrier), Some(true)) => Link::Up {
-                            speed_mbps: speed_mbps(dev),
+                    // The driver's carrier, not IFF_RUNNING, which the kernel's linkwatch
+                    // updates up to a second late (`sys::link_state_now`).
+                    let link = match sys::link_state_now(dev) {
+                        Ok(sys::LinkState::Up) => Link::Up {
+                            speed_mbps: sys::link_speed(dev).unwrap_or(0),
                             duplex: Duplex::Full,
                         },
                         _ => Link::Down,
