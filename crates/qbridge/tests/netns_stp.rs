@@ -503,3 +503,88 @@ fn fresh_veths_are_not_taken_down_at_start() {
     assert!(!log.contains("link down"), "{log}");
     let _ = c;
 }
+
+/// The trap and the inject path through a TAP (not AF_PACKET), whose interface is named
+/// unlike its port and lives in another namespace, where a kernel bridge at `stp_state 1`
+/// enslaves it: the kernel takes qbridge's bridge as root (BPDUs written into the TAP reach
+/// it) and qbridge hears the kernel's 802.1D BPDUs (read from the TAP) and answers in kind.
+#[test]
+fn bpdus_cross_a_tap_in_another_namespace() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let _g = serial();
+    let mut lab = Lab::new("stptap");
+    let sw = lab.netns("sw").unwrap();
+    let k = lab.netns("k").unwrap();
+    let c = lab
+        .daemon(
+            &sw,
+            &format!(
+                "link add br0 type bridge priority 4096 hello_time 1 forward_delay 4 max_age 6\n\
+                 link add p1 type tap ifname qbt-kt0 netns {k}\n\
+                 link set dev p1 master br0\n\
+                 link set dev br0 type bridge stp_state 1\n"
+            ),
+        )
+        .unwrap();
+    ip_in(
+        &k,
+        &[
+            "link",
+            "add",
+            "kbr",
+            "type",
+            "bridge",
+            "stp_state",
+            "1",
+            "forward_delay",
+            "400",
+            "hello_time",
+            "100",
+            "max_age",
+            "600",
+        ],
+    )
+    .unwrap();
+    ip_in(&k, &["link", "set", "qbt-kt0", "master", "kbr"]).unwrap();
+    ip_in(&k, &["link", "set", "kbr", "up"]).unwrap();
+    // The kernel's bridge has a root port (its one port, the TAP): it took qbridge's
+    // superior information (priority 4096 against its 32768) from the BPDUs written into the
+    // TAP. (Its `root_id` attribute reads back its own id on this kernel, so the root port
+    // and path cost are what is checked.)
+    let kernel_root_port = || {
+        exec_in(&k, "ip", &["-d", "-j", "link", "show", "kbr"])
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map(|v| {
+                let d = &v[0]["linkinfo"]["info_data"];
+                (
+                    d["root_port"].as_u64().unwrap_or(0),
+                    d["root_path_cost"].as_u64().unwrap_or(0),
+                )
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || kernel_root_port() == (1, 2)),
+        "the kernel's (root port, root path cost) is {:?}",
+        kernel_root_port()
+    );
+    let j = c.json(&["stp", "show"]).unwrap();
+    assert_eq!(j[0]["root"], true, "{j}");
+    // qbridge heard the kernel's BPDUs through the TAP and speaks 802.1D to it.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let j = c.json(&["stp", "show"]).unwrap_or_default();
+            let p = &j[0]["ports"][0];
+            p["port"] == "p1"
+                && p["sends"] == "stp"
+                && p["counters"]["rx_config"].as_u64().unwrap_or(0) > 0
+        }),
+        "{}",
+        c.cmd(&["-j", "stp", "show"]).unwrap_or_default()
+    );
+    assert!(lab.stop_daemons(), "the daemon did not stop cleanly");
+}
