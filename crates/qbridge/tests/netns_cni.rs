@@ -114,11 +114,12 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     let state_s = state.to_string_lossy().into_owned();
     let ctl = lab.daemon_args(&sw, SW, &["--state", &state_s]).unwrap();
     let ipam_dir = lab.dir.join("ipam");
+    let cni_dir = lab.dir.join("cni");
     let conf = |vlan: u64| {
         json!({
             "cniVersion": "1.0.0", "name": "podnet", "type": "qbridge-cni",
             "bridge": "br0", "vlan": vlan, "mtu": 1400,
-            "socket_file": ctl.socket,
+            "socket_file": ctl.socket, "dataDir": cni_dir,
             "ipam": {"type": "host-local", "subnet": "10.88.0.0/24",
                      "dataDir": ipam_dir, "routes": [{"dst": "10.99.0.0/16"}]},
         })
@@ -296,7 +297,7 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
     let conf = json!({
         "cniVersion": "1.1.0", "name": "qinq", "type": "qbridge-cni",
         "bridge": "pe", "svid": 100, "cvlans": [0, {"id": 10}], "pcp": 5,
-        "socket_file": ctl.socket,
+        "socket_file": ctl.socket, "dataDir": lab.dir.join("cni"),
     });
     let n1 = lab.netns("cniq1").unwrap();
     let n2 = lab.netns("cniq2").unwrap();
@@ -355,10 +356,12 @@ fn a_locked_pod_sends_only_from_its_own_address() {
     lab.veth(&far, "eth0", &sw, "t1").unwrap();
     let ctl = lab.daemon(&sw, SW).unwrap();
     let ipam_dir = lab.dir.join("ipam");
+    let cni_dir = lab.dir.join("cni");
     let conf = |locked: bool| {
         json!({
             "cniVersion": "1.0.0", "name": "locknet", "type": "qbridge-cni",
             "bridge": "br0", "vlan": 30, "locked": locked, "socket_file": ctl.socket,
+            "dataDir": cni_dir,
             "ipam": {"type": "host-local", "subnet": "10.92.0.0/24", "dataDir": ipam_dir},
         })
     };
@@ -411,10 +414,12 @@ fn gc_removes_what_no_container_owns() {
     lab.veth(&far, "eth0", &sw, "t1").unwrap();
     let ctl = lab.daemon(&sw, SW).unwrap();
     let ipam_dir = lab.dir.join("ipam");
+    let cni_dir = lab.dir.join("cni");
     let conf = |name: &str, subnet: &str| {
         json!({
             "cniVersion": "1.1.0", "name": name, "type": "qbridge-cni",
             "bridge": "br0", "vlan": 10, "socket_file": ctl.socket,
+            "dataDir": cni_dir,
             "ipam": {"type": "host-local", "subnet": subnet, "dataDir": ipam_dir},
         })
     };
@@ -447,23 +452,34 @@ fn gc_removes_what_no_container_owns() {
     let mut want = vec![pa.clone(), po.clone()];
     want.sort();
     assert_eq!(links, want);
-    // b's address is free again, a's and the other network's are not.
-    let b_ip = rb["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let a_ip = ra["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    assert!(!ipam_dir.join("gcnet").join(&b_ip).exists());
-    assert!(ipam_dir.join("gcnet").join(&a_ip).exists());
+    // b's and c's addresses are free again (c's pod vanished without DEL: its owner comes
+    // from the attachment record), a's and the other network's are not.
+    let ip_of = |r: &Value| {
+        r["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(!ipam_dir.join("gcnet").join(ip_of(&rb)).exists());
+    assert!(!ipam_dir.join("gcnet").join(ip_of(&rc)).exists());
+    assert!(ipam_dir.join("gcnet").join(ip_of(&ra)).exists());
+    assert!(ipam_dir.join("othernet").join(ip_of(&ro)).exists());
+    let records = |net: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(cni_dir.join(net))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    assert_eq!(records("gcnet"), vec![pa.clone()]);
+    assert_eq!(records("othernet"), vec![po.clone()]);
     ok(&sw, "CHECK", "ctr-a", &na, &net);
     ok(&sw, "CHECK", "ctr-o", &no, &other);
     let p = ctl.json(&["link", "show", "dev", &po]).unwrap();
@@ -474,10 +490,11 @@ fn gc_removes_what_no_container_owns() {
     );
     ok(&sw, "DEL", "ctr-a", &na, &net);
     ok(&sw, "DEL", "ctr-o", &no, &other);
+    assert_eq!(records("gcnet"), Vec::<String>::new());
+    assert_eq!(records("othernet"), Vec::<String>::new());
 
     // ADD into a bridge the daemon does not have fails, naming it, and leaves nothing: no
-    // port, no veth, no interface in the pod, no address reserved (c's stays reserved: its
-    // owner went with its veth, and host-local 1.1.1 has no GC).
+    // port, no veth, no interface in the pod, no address reserved, no record.
     let reserved = || {
         std::fs::read_dir(ipam_dir.join("gcnet"))
             .unwrap()
@@ -497,6 +514,7 @@ fn gc_removes_what_no_container_owns() {
         .unwrap()
         .contains("eth0"));
     assert_eq!(reserved(), before);
+    assert_eq!(records("gcnet"), Vec::<String>::new());
     // The IPAM plugin fails after the port was made: the port and the veth are undone.
     let mut bad = net.clone();
     bad["ipam"]["subnet"] = json!("not-a-subnet");
@@ -514,6 +532,7 @@ fn gc_removes_what_no_container_owns() {
     assert!(!support::ip_in(&na, &["link", "show"])
         .unwrap()
         .contains("eth0"));
+    assert_eq!(records("gcnet"), Vec::<String>::new());
 }
 
 #[test]

@@ -67,11 +67,18 @@ pub struct NetConf {
     pub mtu: Option<u32>,
     pub pcp: Option<u8>,
     pub locked: bool,
+    /// `dataDir`: where the plugin records each attachment's owner (one file per attachment
+    /// in `DIR/NETWORK/`), so GC can release a pod that vanished without DEL. Default
+    /// `/var/lib/cni/qbridge-cni` (host-local keeps its reservations beside it).
+    pub data_dir: std::path::PathBuf,
     /// `ipam`, passed whole to the IPAM plugin named by its `type`.
     pub ipam_type: Option<String>,
     /// The whole configuration as read (the IPAM plugin gets it on its stdin).
     pub raw: Value,
 }
+
+/// Where attachments are recorded when the configuration has no `dataDir`.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/qbridge-cni";
 
 fn bad(msg: String) -> CniError {
     CniError::new(7, msg)
@@ -236,6 +243,11 @@ impl NetConf {
                     .into(),
             ));
         }
+        let data_dir = match raw.get("dataDir") {
+            None => std::path::PathBuf::from(DEFAULT_DATA_DIR),
+            Some(Value::String(d)) if d.starts_with('/') => std::path::PathBuf::from(d),
+            Some(v) => return Err(bad(format!("dataDir: {v} is not an absolute path"))),
+        };
         let ipam_type = match raw.get("ipam") {
             None => None,
             Some(i) if i.as_object().is_some_and(|o| o.is_empty()) => None,
@@ -256,6 +268,7 @@ impl NetConf {
             mtu,
             pcp,
             locked,
+            data_dir,
             ipam_type,
             raw,
         })

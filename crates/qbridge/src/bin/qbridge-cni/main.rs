@@ -13,6 +13,7 @@
 mod conf;
 mod ctl;
 mod ipam;
+mod record;
 mod sys;
 
 use conf::NetConf;
@@ -136,9 +137,11 @@ fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
     let undo = |e: CniError| {
         let _ = ctl::call(&c.socket, &["link", "del", "dev", &call.host]);
         let _ = sys::delete_veth(&call.host);
+        let _ = record::remove(c, &call.host);
         e
     };
     sys::set_alias(&call.host, &owner(&c.name, &call.container, &call.ifname)).map_err(undo)?;
+    record::write(c, &call.host, &call.container, &call.ifname).map_err(undo)?;
     attach(c, call, netns).map_err(undo)?;
     let mut result = json!({});
     if let Some(ty) = &c.ipam_type {
@@ -224,7 +227,12 @@ fn del_attachment(c: &NetConf, call: &Call, who: Option<(&str, &str)>) -> Result
             first.get_or_insert(e);
         }
     }
-    first.map_or(Ok(()), Err)
+    // The record goes last, and only when everything else is gone: a DEL that failed
+    // half-way is retried by the runtime, or finished by GC.
+    match first {
+        None => record::remove(c, &call.host),
+        Some(e) => Err(e),
+    }
 }
 
 /// `link del dev PORT`; a port that does not exist is success.
@@ -245,9 +253,10 @@ fn owner(network: &str, container: &str, ifname: &str) -> String {
 }
 
 /// GC (CNI 1.1): removes this network's attachments that are not in
-/// `cni.dev/valid-attachments` (their port, veth and IPAM reservation; owners from the host
-/// veths' aliases), then every `qbc…` port of `bridge` whose host interface is gone (its pod's
-/// namespace was destroyed without DEL) and that no valid attachment names.
+/// `cni.dev/valid-attachments` (their port, veth and IPAM reservation; owners from the
+/// attachment records, and from the host veths' aliases for attachments made before records
+/// were kept), then every `qbc…` port of `bridge` whose host interface is gone and that no
+/// valid attachment names.
 fn gc(c: &NetConf) -> Result<(), CniError> {
     let valid: Vec<(String, String)> = c
         .raw
@@ -264,22 +273,32 @@ fn gc(c: &NetConf) -> Result<(), CniError> {
         .collect();
     let valid_ports: Vec<String> = valid.iter().map(|(c, i)| port_name(c, i)).collect();
     let mut first: Option<CniError> = None;
+    // port → (container, ifname): the records, then the aliases of live veths.
+    let mut owners = std::collections::BTreeMap::new();
+    for (port, container, ifname) in record::list(c)? {
+        owners.insert(port, (container, ifname));
+    }
     let prefix = format!("qbridge-cni {} ", c.name);
     for (host, alias) in sys::veths_with_alias(&prefix)? {
         let mut f = alias[prefix.len()..].split(' ');
-        let (Some(container), Some(ifname)) = (f.next(), f.next()) else {
-            continue;
-        };
-        if valid.iter().any(|(vc, vi)| vc == container && vi == ifname) {
+        if let (Some(container), Some(ifname)) = (f.next(), f.next()) {
+            owners.insert(host, (container.to_owned(), ifname.to_owned()));
+        }
+    }
+    for (host, (container, ifname)) in owners {
+        if valid
+            .iter()
+            .any(|(vc, vi)| *vc == container && *vi == ifname)
+        {
             continue;
         }
         let call = Call {
-            container: container.to_owned(),
+            container: container.clone(),
             netns: None,
-            ifname: ifname.to_owned(),
+            ifname: ifname.clone(),
             host,
         };
-        if let Err(e) = del_attachment(c, &call, Some((container, ifname))) {
+        if let Err(e) = del_attachment(c, &call, Some((&container, &ifname))) {
             first.get_or_insert(e);
         }
     }
@@ -423,7 +442,8 @@ const USAGE: &str = "qbridge-cni: a CNI plugin; run by a container runtime, not 
 Environment: CNI_COMMAND (ADD|DEL|CHECK|STATUS|GC|VERSION), CNI_CONTAINERID, CNI_NETNS,
 CNI_IFNAME, CNI_PATH; the network configuration (JSON) on stdin. docs/cni.md.
 Config keys: bridge, vlan, trunk [{\"id\":N}|{\"minID\":A,\"maxID\":B}], svid + cvlans
-(Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock), ipam.
+(Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock),
+dataDir (default /var/lib/cni/qbridge-cni), ipam.
 ";
 
 fn main() -> ExitCode {
