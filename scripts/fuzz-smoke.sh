@@ -21,6 +21,12 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     fi
 fi
 
+# A compile error is not a crash: build every target first and say which it is.
+if ! cargo +nightly fuzz build --fuzz-dir fuzz >&2; then
+    echo "fuzz-smoke: the fuzz targets do not build (a compile error, not a crash; see above)" >&2
+    exit 1
+fi
+
 # Targets are the [[bin]]s of fuzz/Cargo.toml: parse_headers, gso, gro, pipeline.
 targets=$(cargo +nightly fuzz list --fuzz-dir fuzz)
 status=0

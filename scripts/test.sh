@@ -78,6 +78,8 @@ if [ "${FUZZ_SECONDS:-20}" != 0 ]; then
                 echo "fuzz: $current: ${line##* } runs, no crash"; fuzz_passed=$((fuzz_passed + 1)) ;;
             "fuzz-smoke: "*" FAILED"*)
                 echo "fuzz: $line (log: target/fuzz-smoke.log)"; fuzz_failed=$((fuzz_failed + 1)) ;;
+            "fuzz-smoke: the fuzz targets do not build"*)
+                echo "fuzz: ${line#fuzz-smoke: } (log: target/fuzz-smoke.log)"; fuzz_failed=$((fuzz_failed + 1)) ;;
             "fuzz-smoke: "*skipping*) echo "fuzz: ${line#fuzz-smoke: }" ;;
         esac
     done <target/fuzz-smoke.log
