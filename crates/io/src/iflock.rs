@@ -29,15 +29,16 @@ use std::path::PathBuf;
 /// Where the lock files live unless `$QBRIDGE_LOCK_DIR` says otherwise.
 pub const DEFAULT_LOCK_DIR: &str = "/run/qbridge/interfaces";
 
-/// A held interface lock; dropping it removes the lock file and releases the interface.
+/// An exclusive `flock` on a file that names its holder; dropping it removes the file (while
+/// still locked) and releases the lock. The interface locks below and the daemon's
+/// `SOCKET.lock` are both this.
 #[derive(Debug)]
-pub struct IfaceLock {
+pub struct LockedFile {
     file: File,
     path: PathBuf,
-    ifname: String,
 }
 
-impl Drop for IfaceLock {
+impl Drop for LockedFile {
     fn drop(&mut self) {
         // Unlinked while still locked (see the module documentation), and only if the name
         // still leads to our file.
@@ -57,6 +58,70 @@ fn same_file(file: &File, path: &std::path::Path) -> bool {
 
 /// Attempts at a lock file removed or replaced under us before giving up.
 const LOCK_ATTEMPTS: usize = 100;
+
+/// Why a lock file could not be locked.
+#[derive(Debug)]
+pub enum LockFileError {
+    /// Another open file holds the lock; what the file says (empty if nothing).
+    Busy(String),
+    /// The file cannot be opened or locked.
+    Unavailable(std::io::Error),
+    /// The file was removed or replaced [`LOCK_ATTEMPTS`] times while being locked.
+    Unstable,
+}
+
+/// Takes an exclusive, non-blocking `flock` on `path` (created with `mode`, never through a
+/// symbolic link) and writes `who` in it. A taker whose lock lands on a file its last holder
+/// has just removed (or that was replaced) starts again.
+pub fn lock_file(
+    path: &std::path::Path,
+    mode: u32,
+    who: &str,
+) -> Result<LockedFile, LockFileError> {
+    for _ in 0..LOCK_ATTEMPTS {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(LockFileError::Unavailable)?;
+        // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let err = std::io::Error::last_os_error();
+        match rc {
+            0 => {}
+            _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(LockFileError::Busy(holder.trim().to_owned()));
+            }
+            _ => return Err(LockFileError::Unavailable(err)),
+        }
+        if !same_file(&file, path) {
+            // Removed (or replaced) by its last holder between our open and our lock.
+            continue;
+        }
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(who.as_bytes()));
+        return Ok(LockedFile {
+            file,
+            path: path.to_owned(),
+        });
+    }
+    Err(LockFileError::Unstable)
+}
+
+/// A held interface lock; dropping it removes the lock file and releases the interface.
+#[derive(Debug)]
+pub struct IfaceLock {
+    _file: LockedFile,
+    ifname: String,
+}
 
 impl IfaceLock {
     pub fn ifname(&self) -> &str {
@@ -111,55 +176,26 @@ pub fn lock_interface(ifname: &str, port: &str) -> Result<IfaceLock, LockError> 
             .map_err(|e| unavailable(&dir.display().to_string(), e))?;
     }
     let path = dir.join(format!("{ns}-{ifname}.lock"));
-    for _ in 0..LOCK_ATTEMPTS {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| unavailable(&path.display().to_string(), e))?;
-        // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        let err = std::io::Error::last_os_error();
-        match rc {
-            0 => {}
-            _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                return Err(LockError::Busy {
-                    ifname: ifname.to_owned(),
-                    holder: if holder.is_empty() {
-                        format!("lock {}", path.display())
-                    } else {
-                        holder.to_owned()
-                    },
-                });
-            }
-            _ => return Err(unavailable(&path.display().to_string(), err)),
-        }
-        if !same_file(&file, &path) {
-            // Removed (or replaced) by its last holder between our open and our lock.
-            continue;
-        }
-        let who = format!("pid {} port {port}\n", std::process::id());
-        let _ = file
-            .set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| file.write_all(who.as_bytes()));
-        return Ok(IfaceLock {
-            file,
-            path,
+    let who = format!("pid {} port {port}\n", std::process::id());
+    match lock_file(&path, 0o644, &who) {
+        Ok(file) => Ok(IfaceLock {
+            _file: file,
             ifname: ifname.to_owned(),
-        });
+        }),
+        Err(LockFileError::Busy(holder)) => Err(LockError::Busy {
+            ifname: ifname.to_owned(),
+            holder: if holder.is_empty() {
+                format!("lock {}", path.display())
+            } else {
+                holder
+            },
+        }),
+        Err(LockFileError::Unavailable(e)) => Err(unavailable(&path.display().to_string(), e)),
+        Err(LockFileError::Unstable) => Err(LockError::Unavailable(format!(
+            "{}: removed or replaced {LOCK_ATTEMPTS} times while being locked",
+            path.display()
+        ))),
     }
-    Err(LockError::Unavailable(format!(
-        "{}: removed or replaced {LOCK_ATTEMPTS} times while being locked",
-        path.display()
-    )))
 }
 
 #[cfg(test)]

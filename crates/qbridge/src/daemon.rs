@@ -33,9 +33,8 @@ use qbridge_datapath::state::StateFile;
 use qbridge_datapath::{Engine, EngineConfig, Handle};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
-use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -159,33 +158,38 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
     Ok(Some(a))
 }
 
-/// Holds `SOCKET.lock` for the life of the daemon.
+/// Holds `SOCKET.lock` for the life of the daemon; the file goes with it (removed under the
+/// lock, as the interface locks are: `qbridge_io::iflock`).
 #[derive(Debug)]
 struct Lock {
-    _file: File,
+    _file: qbridge_io::iflock::LockedFile,
 }
 
 fn lock(socket: &Path) -> anyhow::Result<Lock> {
+    use qbridge_io::iflock::{lock_file, LockFileError};
     let mut name = socket.as_os_str().to_owned();
     name.push(".lock");
     let path = PathBuf::from(name);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&path)
-        .with_context(|| format!("cannot open lock file {}", path.display()))?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(Lock { _file: file }),
-        Err(rustix::io::Errno::WOULDBLOCK) => bail!(
-            "another qbridge daemon is running on {} (it holds {}); stop it first or give \
+    match lock_file(&path, 0o600, &format!("pid {}\n", std::process::id())) {
+        Ok(file) => Ok(Lock { _file: file }),
+        Err(LockFileError::Busy(holder)) => bail!(
+            "another qbridge daemon is running on {} (it holds {}{}); stop it first or give \
              this one another --socket",
             socket.display(),
+            path.display(),
+            if holder.is_empty() {
+                String::new()
+            } else {
+                format!(": {holder}")
+            }
+        ),
+        Err(LockFileError::Unavailable(e)) => {
+            bail!("cannot open lock file {}: {e}", path.display())
+        }
+        Err(LockFileError::Unstable) => bail!(
+            "cannot lock {}: it was removed or replaced while being locked, again and again",
             path.display()
         ),
-        Err(e) => bail!("cannot lock {}: {e}", path.display()),
     }
 }
 

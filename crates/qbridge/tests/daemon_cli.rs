@@ -196,6 +196,8 @@ fn daemon_serves_commands_forwards_and_stops_cleanly() {
         "{}",
         stderr(&o)
     );
+    // … naming the holder, from the lock file.
+    assert!(stderr(&o).contains(".lock: pid "), "{}", stderr(&o));
 
     // Metrics.
     let mut c = std::net::TcpStream::connect(&maddr).unwrap();
@@ -217,6 +219,9 @@ fn daemon_serves_commands_forwards_and_stops_cleanly() {
     let st = d.stop();
     assert!(st.success(), "exit {st:?}; log:\n{}", d.log_text());
     assert!(!d.socket.exists(), "socket left behind");
+    let mut lock = d.socket.as_os_str().to_owned();
+    lock.push(".lock");
+    assert!(!Path::new(&lock).exists(), "lock file left behind");
     let p1_out = read_pcap(&pcaps.join("p1.pcap"));
     assert_eq!(p1_out, vec![frame(A, B)], "B's answer leaves p1 untagged");
     let p2_out = read_pcap(&pcaps.join("p2.pcap"));
