@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/* qbridge's fast path: a TC program on the ingress of every fast-path port. It parses up to
+ * two 802.1Q/802.1ad tags, looks the frame up in the flow table the userspace pipeline fills,
+ * and either executes the pipeline's cached decision (pop the tags, push the egress tags,
+ * redirect to the egress interface; super-frames stay whole) or sends the frame up (a miss):
+ * redirected to the upcall device's ingress with the ingress port index in an accelerated
+ * tag. docs/fast-path-design.md. */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "fastpath.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_MAX_PORTS);
+	__type(key, __u32);		/* ifindex */
+	__type(value, struct qb_port);
+} qb_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, QB_MAX_FLOWS);
+	__type(key, struct qb_flow_key);
+	__type(value, struct qb_flow_action);
+} qb_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_MAX_FDB);
+	__type(key, struct qb_fdb_key);
+	__type(value, struct qb_fdb_entry);
+} qb_fdb SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qb_config);
+} qb_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct qb_port_stats);
+} qb_port_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_MAX_VLAN_SLOTS);
+	__type(key, __u32);
+	__type(value, struct qb_vlan_stats);
+} qb_vlan_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_MISS_MAX + 1);	/* the last: hits */
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_verdicts SEC(".maps");
+
+/* skb->cb[]: the verdict, for BPF_PROG_TEST_RUN (ctx_out returns cb; cb is the TC scratch
+ * area, nothing after this program reads it). cb[0]: the egress ifindex on a hit, else 0;
+ * cb[1]: 1 + the miss reason, else 0; on a hit cb[2] and cb[3] hold the accelerated tag the
+ * frame leaves with (the wire's outer tag, which the test run's output bytes lack): cb[2]
+ * its TPID as __sk_buff has it, cb[3] 0x10000 | TCI, or 0 for none. */
+#define QB_VERDICT_HIT 0
+/* Ethernet, two tags, the longest IPv4 header (IPv6: 40) and TCP header. */
+#define QB_HEADERS (ETH_HLEN + 4 * QB_MAX_TAGS + 60 + 60)
+#define NS_PER_REFRESH 1000000000ULL
+
+static __always_inline void count(__u32 what)
+{
+	__u64 *n = bpf_map_lookup_elem(&qb_verdicts, &what);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline int is_vlan_tpid(__u16 be)
+{
+	return be == bpf_htons(ETH_P_8021Q) || be == bpf_htons(ETH_P_8021AD);
+}
+
+static __always_inline int miss(struct __sk_buff *skb, __u32 reason, const struct qb_port *port)
+{
+	__u32 zero = 0;
+	struct qb_config *cfg;
+
+	count(reason);
+	skb->cb[0] = 0;
+	skb->cb[1] = reason + 1;
+	if (!port)
+		return TC_ACT_OK;	/* not ours: the stack has it */
+	cfg = bpf_map_lookup_elem(&qb_config, &zero);
+	if (!cfg || !cfg->upcall_ifindex)
+		return TC_ACT_OK;
+	/* The frame's own tags (an accelerated one included) go inline; the accelerated tag
+	 * is now the metadata: its TCI is the ingress port index. */
+	if (bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), (__u16)port->index))
+		return TC_ACT_SHOT;
+	return bpf_redirect(cfg->upcall_ifindex, BPF_F_INGRESS);
+}
+
+/* Length of the IP and TCP/UDP headers at `off` (for a super-frame's segment size), or 0
+ * when the fast path does not know them. */
+static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be)
+{
+	__u32 l3, l4_proto;
+
+	if (proto_be == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + off;
+		if ((void *)(ip + 1) > end)
+			return 0;
+		l3 = ip->ihl * 4;
+		l4_proto = ip->protocol;
+	} else if (proto_be == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + off;
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		l3 = sizeof(*ip6);
+		l4_proto = ip6->nexthdr;
+	} else {
+		return 0;
+	}
+	if (l3 < 20 || l3 > 60)
+		return 0;
+	if (l4_proto == IPPROTO_UDP)
+		return l3 + 8;
+	if (l4_proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = data + off + l3;
+		if ((void *)(tcp + 1) > end)
+			return 0;
+		return l3 + tcp->doff * 4;
+	}
+	return 0;
+}
+
+SEC("classifier")
+int qb_ingress(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct qb_port *port = bpf_map_lookup_elem(&qb_ports, &ifindex);
+	struct qb_flow_key key = {};
+	struct qb_flow_action *act;
+	struct qb_fdb_key fk = {};
+	struct qb_fdb_entry *src, *dst;
+	struct qb_config *cfg;
+	__u32 zero = 0, off = ETH_HLEN, out_len;
+	__u16 proto;
+	void *data, *end;
+	struct ethhdr *eth;
+	int i;
+
+	if (!port || !(port->flags & QB_PORT_ENABLED))
+		return miss(skb, QB_MISS_NO_PORT, 0);
+	/* The headers the program reads, in the linear part (usually they are). */
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	if (data + QB_HEADERS > end) {
+		bpf_skb_pull_data(skb, skb->len < QB_HEADERS ? skb->len : QB_HEADERS);
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return miss(skb, QB_MISS_MALFORMED, port);
+	if (eth->h_dest[0] & 1)
+		return miss(skb, QB_MISS_GROUP, port);
+	__builtin_memcpy(key.dst, eth->h_dest, 6);
+	key.in_port = port->index;
+	if (skb->vlan_present) {
+		key.tpid_be[0] = (__u16)skb->vlan_proto;
+		key.tci_be[0] = bpf_htons((__u16)skb->vlan_tci);
+		key.ntags = 1;
+	}
+	proto = eth->h_proto;
+#pragma unroll
+	for (i = 0; i < QB_MAX_TAGS; i++) {
+		__u16 *tag;
+
+		if (!is_vlan_tpid(proto))
+			break;
+		if (key.ntags >= QB_MAX_TAGS)
+			return miss(skb, QB_MISS_TAGS, port);
+		tag = data + off;
+		if ((void *)(tag + 2) > end)
+			return miss(skb, QB_MISS_MALFORMED, port);
+		key.tpid_be[key.ntags & 1] = proto;
+		key.tci_be[key.ntags & 1] = tag[0];
+		key.ntags++;
+		proto = tag[1];
+		off += 4;
+	}
+	if (is_vlan_tpid(proto) ||
+	    (port->extra_tpid_be[0] && proto == port->extra_tpid_be[0]) ||
+	    (port->extra_tpid_be[1] && proto == port->extra_tpid_be[1]))
+		return miss(skb, QB_MISS_TAGS, port);
+	key.ethertype_be = proto;
+
+	act = bpf_map_lookup_elem(&qb_flows, &key);
+	if (!act)
+		return miss(skb, QB_MISS_NO_FLOW, port);
+	cfg = bpf_map_lookup_elem(&qb_config, &zero);
+	if (!cfg || act->generation != cfg->generation)
+		return miss(skb, QB_MISS_STALE, port);
+
+	/* The source must be learned on this port, the destination where the flow says. */
+	fk.fid = act->fid;
+	__builtin_memcpy(fk.mac, eth->h_source, 6);
+	if (fk.mac[0] & 1)
+		return miss(skb, QB_MISS_SRC, port);
+	src = bpf_map_lookup_elem(&qb_fdb, &fk);
+	if (!src || src->port != key.in_port)
+		return miss(skb, QB_MISS_SRC, port);
+	__builtin_memcpy(fk.mac, key.dst, 6);
+	dst = bpf_map_lookup_elem(&qb_fdb, &fk);
+	if (!dst || dst->port != act->out_port || dst->version != act->dst_version)
+		return miss(skb, QB_MISS_DST, port);
+
+	/* Sizes: a frame the pipeline would treat otherwise (runt, oversize) goes up. */
+	if (skb->len < act->min_len)
+		return miss(skb, QB_MISS_SIZE, port);
+	if (skb->gso_size) {
+		__u32 l34 = l34_len(data, end, off, proto);
+		if (!l34)
+			return miss(skb, QB_MISS_SIZE, port);
+		out_len = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
+	} else {
+		out_len = skb->len - 4 * key.ntags + 4 * act->push_n;
+		if (skb->vlan_present)
+			out_len += 4;	/* skb->len does not count the accelerated tag */
+	}
+	if (out_len > act->max_len)
+		return miss(skb, QB_MISS_SIZE, port);
+
+	/* Ageing: refresh the source at most once a second (the ager's granularity). */
+	{
+		__u64 now = bpf_ktime_get_ns();
+		if (now - src->last_seen_ns > NS_PER_REFRESH)
+			src->last_seen_ns = now;
+	}
+
+	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
+	if (!(key.ntags == act->push_n &&
+	      (key.ntags < 1 || (key.tpid_be[0] == act->push_tpid_be[0] &&
+				 key.tci_be[0] == act->push_tci_be[0])) &&
+	      (key.ntags < 2 || (key.tpid_be[1] == act->push_tpid_be[1] &&
+				 key.tci_be[1] == act->push_tci_be[1])))) {
+		for (i = 0; i < QB_MAX_TAGS; i++) {
+			if (i >= key.ntags)
+				break;
+			if (bpf_skb_vlan_pop(skb))
+				return miss(skb, QB_MISS_ACTION, port);
+		}
+		if (act->push_n >= 2 &&
+		    bpf_skb_vlan_push(skb, act->push_tpid_be[1], bpf_ntohs(act->push_tci_be[1])))
+			return miss(skb, QB_MISS_ACTION, port);
+		if (act->push_n >= 1 &&
+		    bpf_skb_vlan_push(skb, act->push_tpid_be[0], bpf_ntohs(act->push_tci_be[0])))
+			return miss(skb, QB_MISS_ACTION, port);
+	}
+
+	{
+		__u32 in = key.in_port, out = act->out_port, slot = act->vlan_slot;
+		struct qb_port_stats *ps;
+		struct qb_vlan_stats *vs;
+
+		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
+		if (ps) {
+			ps->rx_frames += 1;
+			ps->rx_bytes += skb->len;
+		}
+		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
+		if (ps) {
+			ps->tx_frames += 1;
+			ps->tx_bytes += skb->len;
+		}
+		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
+		if (vs) {
+			vs->frames += 1;
+			vs->bytes += skb->len;
+		}
+	}
+	count(QB_MISS_MAX);
+	skb->cb[0] = act->out_ifindex;
+	skb->cb[1] = 0;
+	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
+	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
+	return bpf_redirect(act->out_ifindex, 0);
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,97 @@
+/* The layouts shared by the fast-path program and its loader (crates/fastpath/src/maps.rs
+ * mirrors each one with #[repr(C)] and asserts its size). Integers are host order unless
+ * named _be (network order, as on the wire). */
+#ifndef QB_FASTPATH_H
+#define QB_FASTPATH_H
+
+#include <linux/types.h>
+
+#define QB_MAX_PORTS 4096
+#define QB_MAX_VLAN_SLOTS 16384
+#define QB_MAX_FLOWS 65536
+#define QB_MAX_FDB 262144
+#define QB_MAX_TAGS 2
+
+/* Why a frame went up to the pipeline (counted per CPU; the loader names them). */
+enum qb_miss {
+	QB_MISS_NO_PORT = 0,	/* ingress interface is not a fast-path port */
+	QB_MISS_MALFORMED,	/* shorter than an Ethernet header or a tag */
+	QB_MISS_TAGS,		/* more tags than the fast path parses, or a TPID it does not */
+	QB_MISS_GROUP,		/* destination is a group address (flood, link-local, multicast) */
+	QB_MISS_NO_FLOW,	/* no flow for the key */
+	QB_MISS_STALE,		/* the flow's generation is older than the configuration's */
+	QB_MISS_SRC,		/* source not learned on the ingress port (new, moved, aged) */
+	QB_MISS_DST,		/* destination's FDB entry changed since the flow was made */
+	QB_MISS_SIZE,		/* longer than the egress port takes (the pipeline decides) */
+	QB_MISS_ACTION,		/* a tag edit the kernel refused */
+	QB_MISS_MAX,
+};
+
+/* Per ingress interface (key: ifindex in the daemon's namespace). */
+struct qb_port {
+	__u32 index;		/* qbridge's port index: the flow key's and counters' */
+	__u32 flags;		/* QB_PORT_* */
+	/* TPIDs the port takes as tags besides 0x8100 and 0x88a8: a frame with one is a miss
+	 * (the fast path parses and edits only those two). 0: none. */
+	__u16 extra_tpid_be[2];
+};
+#define QB_PORT_ENABLED 1
+
+/* The flow key: what the pipeline's decision for a known-unicast frame depends on, besides
+ * the source's FDB state (checked in the FDB map). */
+struct qb_flow_key {
+	__u32 in_port;
+	__u16 tpid_be[QB_MAX_TAGS];	/* as received, outer first; 0: absent */
+	__u16 tci_be[QB_MAX_TAGS];
+	__u8 dst[6];
+	__u8 ntags;
+	__u8 pad;
+	__u16 ethertype_be;	/* after the tags */
+	__u16 pad2;
+};
+
+/* What the pipeline decided for that key, compiled: pop the frame's ntags tags, push
+ * push_n tags (outer first in the arrays), redirect to out_ifindex. */
+struct qb_flow_action {
+	__u32 generation;	/* configuration generation the flow was made under */
+	__u32 out_ifindex;
+	__u32 out_port;		/* qbridge port index of the egress port (counters) */
+	__u32 dst_version;	/* the destination's FDB entry version when made */
+	__u16 fid;		/* the VLAN (FDB id) the frame was classified into */
+	__u16 vlan_slot;	/* per-VLAN counters' index */
+	__u16 min_len;		/* shortest frame (as received) the pipeline forwards alike */
+	__u16 max_len;		/* longest frame (no FCS) the egress port sends */
+	__u8 push_n;
+	__u8 pad[3];
+	__u16 push_tpid_be[QB_MAX_TAGS];
+	__u16 push_tci_be[QB_MAX_TAGS];
+};
+
+struct qb_fdb_key {
+	__u16 fid;
+	__u8 mac[6];
+};
+
+/* An FDB entry the fast path relies on (the pipeline's FDB is the truth; this mirrors the
+ * entries that flows use). last_seen_ns is written by the program (bpf_ktime_get_ns) when a
+ * frame from this source is forwarded; the ager reads it. */
+struct qb_fdb_entry {
+	__u32 port;
+	__u32 version;
+	__u64 last_seen_ns;
+};
+
+struct qb_config {
+	__u32 generation;
+	__u32 upcall_ifindex;	/* misses are redirected to this device's ingress; 0: passed */
+};
+
+struct qb_port_stats {
+	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
+};
+
+struct qb_vlan_stats {
+	__u64 frames, bytes;
+};
+
+#endif

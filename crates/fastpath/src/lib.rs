@@ -1,0 +1,284 @@
+//! qbridge's eBPF fast path: the TC program (`bpf/fastpath.c`, compiled by clang at build
+//! time) and its loader. The program forwards frames whose decision the userspace pipeline
+//! cached as a flow, and sends every other frame up; this crate loads it (aya), attaches it
+//! to interfaces, fills its maps, reads its counters, and runs frames through it with
+//! `BPF_PROG_TEST_RUN` for the exactness tests. docs/fast-path-design.md.
+
+pub mod maps;
+mod testrun;
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::programs::{tc, SchedClassifier, TcAttachType};
+use std::collections::BTreeMap;
+
+pub use maps::{
+    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Miss, Port, PortStats, VlanStats, HIT_INDEX,
+    PORT_ENABLED,
+};
+pub use testrun::{TestRun, Verdict};
+
+/// The program's object, as clang made it (empty when the build had no clang).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.o"));
+
+const PROGRAM: &str = "qb_ingress";
+
+/// Why the fast path cannot do something.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("this qbridge was built without the eBPF fast path (clang was missing at build time)")]
+    NotBuilt,
+    #[error("cannot load the fast path's BPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("fast-path program: {0}")]
+    Program(#[from] aya::programs::ProgramError),
+    #[error("fast-path map {map}: {source}")]
+    Map {
+        map: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |source| Error::Map { map, source }
+}
+
+/// The loaded program and its maps; attachments are removed when it is dropped (TCX links
+/// and netlink filters alike), so a daemon that dies leaves no program behind on kernels
+/// with TCX links.
+pub struct FastPath {
+    ebpf: aya::Ebpf,
+    links: BTreeMap<String, aya::programs::tc::SchedClassifierLinkId>,
+}
+
+impl std::fmt::Debug for FastPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastPath")
+            .field("attached", &self.links.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl FastPath {
+    /// Whether the program was compiled into this build.
+    pub fn built() -> bool {
+        !OBJECT.is_empty()
+    }
+
+    /// Loads the object and its program into the kernel (needs CAP_BPF/CAP_SYS_ADMIN).
+    pub fn load() -> Result<FastPath, Error> {
+        if !Self::built() {
+            return Err(Error::NotBuilt);
+        }
+        let mut ebpf = aya::Ebpf::load(OBJECT)?;
+        let prog: &mut SchedClassifier = program(&mut ebpf)?;
+        prog.load()?;
+        Ok(FastPath {
+            ebpf,
+            links: BTreeMap::new(),
+        })
+    }
+
+    /// Attaches the program to `ifname`'s ingress (in the calling thread's namespace): a TCX
+    /// link on kernels from 6.6, a `clsact` filter before.
+    pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
+        if self.links.contains_key(ifname) {
+            return Ok(());
+        }
+        // Before TCX (6.6) the filter needs a clsact qdisc; one that exists is fine.
+        if let Err(e) = tc::qdisc_add_clsact(ifname) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                let tcx = aya::util::KernelVersion::current()
+                    .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0));
+                if !tcx {
+                    return Err(e.into());
+                }
+            }
+        }
+        let prog = program(&mut self.ebpf)?;
+        let id = prog.attach(ifname, TcAttachType::Ingress)?;
+        self.links.insert(ifname.to_owned(), id);
+        Ok(())
+    }
+
+    /// Detaches the program from `ifname`; not attached is not an error.
+    pub fn detach(&mut self, ifname: &str) -> Result<(), Error> {
+        if let Some(id) = self.links.remove(ifname) {
+            program(&mut self.ebpf)?.detach(id)?;
+        }
+        Ok(())
+    }
+
+    fn hash<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<HashMap<&mut MapData, K, V>, Error> {
+        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
+            map: name,
+            source: aya::maps::MapError::InvalidName { name: name.into() },
+        })?;
+        HashMap::try_from(map).map_err(map_err(name))
+    }
+
+    /// Makes `ifindex` a fast-path port (or changes it).
+    pub fn set_port(&mut self, ifindex: u32, port: Port) -> Result<(), Error> {
+        self.hash::<u32, Port>("qb_ports")?
+            .insert(ifindex, port, 0)
+            .map_err(map_err("qb_ports"))
+    }
+
+    /// Forgets `ifindex`: its frames pass to the stack untouched.
+    pub fn remove_port(&mut self, ifindex: u32) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<u32, Port>("qb_ports")?.remove(&ifindex),
+            "qb_ports",
+        )
+    }
+
+    pub fn insert_flow(&mut self, key: FlowKey, action: FlowAction) -> Result<(), Error> {
+        self.hash::<FlowKey, FlowAction>("qb_flows")?
+            .insert(key, action, 0)
+            .map_err(map_err("qb_flows"))
+    }
+
+    pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<FlowKey, FlowAction>("qb_flows")?.remove(key),
+            "qb_flows",
+        )
+    }
+
+    /// The flows in the table (for `show fast-path` and tests).
+    pub fn flows(&mut self) -> Result<Vec<(FlowKey, FlowAction)>, Error> {
+        let m = self.hash::<FlowKey, FlowAction>("qb_flows")?;
+        m.iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("qb_flows"))
+    }
+
+    pub fn set_fdb(&mut self, key: FdbKey, entry: FdbEntry) -> Result<(), Error> {
+        self.hash::<FdbKey, FdbEntry>("qb_fdb")?
+            .insert(key, entry, 0)
+            .map_err(map_err("qb_fdb"))
+    }
+
+    pub fn remove_fdb(&mut self, key: &FdbKey) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<FdbKey, FdbEntry>("qb_fdb")?.remove(key),
+            "qb_fdb",
+        )
+    }
+
+    pub fn fdb(&mut self, key: &FdbKey) -> Result<Option<FdbEntry>, Error> {
+        match self.hash::<FdbKey, FdbEntry>("qb_fdb")?.get(key, 0) {
+            Ok(e) => Ok(Some(e)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("qb_fdb")(e)),
+        }
+    }
+
+    fn config_map(&mut self) -> Result<Array<&mut MapData, Config>, Error> {
+        let map = self.ebpf.map_mut("qb_config").ok_or(Error::Map {
+            map: "qb_config",
+            source: aya::maps::MapError::InvalidName {
+                name: "qb_config".into(),
+            },
+        })?;
+        Array::try_from(map).map_err(map_err("qb_config"))
+    }
+
+    pub fn config(&mut self) -> Result<Config, Error> {
+        self.config_map()?.get(&0, 0).map_err(map_err("qb_config"))
+    }
+
+    pub fn set_config(&mut self, c: Config) -> Result<(), Error> {
+        self.config_map()?
+            .set(0, c, 0)
+            .map_err(map_err("qb_config"))
+    }
+
+    /// Makes every flow installed so far stale (a miss on its next frame): the configuration
+    /// changed. Returns the new generation, which flows installed from now on carry.
+    pub fn bump_generation(&mut self) -> Result<u32, Error> {
+        let mut c = self.config()?;
+        c.generation = c.generation.wrapping_add(1);
+        self.set_config(c)?;
+        Ok(c.generation)
+    }
+
+    fn per_cpu_sum<V: aya::Pod + Default>(
+        &mut self,
+        name: &'static str,
+        index: u32,
+        add: impl Fn(&mut V, &V),
+    ) -> Result<V, Error> {
+        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
+            map: name,
+            source: aya::maps::MapError::InvalidName { name: name.into() },
+        })?;
+        let a: PerCpuArray<&mut MapData, V> = PerCpuArray::try_from(map).map_err(map_err(name))?;
+        let values = a.get(&index, 0).map_err(map_err(name))?;
+        let mut sum = V::default();
+        for v in values.iter() {
+            add(&mut sum, v);
+        }
+        Ok(sum)
+    }
+
+    /// Frames forwarded by the program (`hits`) and sent up, by reason.
+    pub fn verdicts(&mut self) -> Result<(u64, Vec<(Miss, u64)>), Error> {
+        let add = |s: &mut u64, v: &u64| *s += *v;
+        let hits = self.per_cpu_sum("qb_verdicts", HIT_INDEX, add)?;
+        let mut misses = Vec::new();
+        for m in Miss::ALL {
+            misses.push((m, self.per_cpu_sum("qb_verdicts", m as u32, add)?));
+        }
+        Ok((hits, misses))
+    }
+
+    pub fn port_stats(&mut self, port: u32) -> Result<PortStats, Error> {
+        self.per_cpu_sum("qb_port_stats", port, |s: &mut PortStats, v| {
+            s.rx_frames += v.rx_frames;
+            s.rx_bytes += v.rx_bytes;
+            s.tx_frames += v.tx_frames;
+            s.tx_bytes += v.tx_bytes;
+        })
+    }
+
+    pub fn vlan_stats(&mut self, slot: u32) -> Result<VlanStats, Error> {
+        self.per_cpu_sum("qb_vlan_stats", slot, |s: &mut VlanStats, v| {
+            s.frames += v.frames;
+            s.bytes += v.bytes;
+        })
+    }
+
+    /// Runs `frame` through the program as if it arrived on `ifindex` (which must exist in
+    /// the calling thread's namespace), without sending it anywhere (`BPF_PROG_TEST_RUN`).
+    /// `gso`: (segment size, segments) to present it as a super-frame.
+    pub fn test_run(
+        &mut self,
+        frame: &[u8],
+        ifindex: u32,
+        gso: Option<(u16, u16)>,
+    ) -> Result<TestRun, Error> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let prog = program(&mut self.ebpf)?;
+        let fd = prog.fd()?.as_fd().as_raw_fd();
+        testrun::run(fd, frame, ifindex, gso).map_err(Error::Io)
+    }
+}
+
+fn program(ebpf: &mut aya::Ebpf) -> Result<&mut SchedClassifier, Error> {
+    let p = ebpf
+        .program_mut(PROGRAM)
+        .ok_or(aya::programs::ProgramError::UnexpectedProgramType)?;
+    Ok(p.try_into()?)
+}
+
+fn ignore_missing(r: Result<(), aya::maps::MapError>, map: &'static str) -> Result<(), Error> {
+    match r {
+        Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(e) => Err(Error::Map { map, source: e }),
+    }
+}

@@ -1,0 +1,319 @@
+//! The program, frame by frame, through `BPF_PROG_TEST_RUN` (root; skipped otherwise): what
+//! it forwards, with the exact bytes that leave, and why it sends the rest up.
+
+use qbridge_fastpath::*;
+use std::process::Command;
+
+/// A fresh network namespace for this thread, with veths `fa`/`fb` and `fc`/`fd`; their
+/// ifindexes. None when not root or the fast path is not built.
+fn setup() -> Option<(FastPath, u32, u32, u32)> {
+    if !FastPath::built() {
+        eprintln!("skipped: built without clang");
+        return None;
+    }
+    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
+    #[allow(unsafe_code)]
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        eprintln!("skipped: cannot unshare a network namespace (not root?)");
+        return None;
+    }
+    let ip = |args: &[&str]| {
+        let o = Command::new("ip").args(args).output().expect("ip");
+        assert!(
+            o.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
+    ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
+    let idx = |n: &str| -> u32 {
+        std::fs::read_to_string(format!("/sys/class/net/{n}/ifindex"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| {
+                // /sys shows the namespace it was mounted in; ask ip.
+                let o = Command::new("ip")
+                    .args(["-o", "link", "show", n])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&o.stdout)
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+    };
+    let fp = FastPath::load().expect("load");
+    Some((fp, idx("fa"), idx("fc"), idx("fb")))
+}
+
+const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)], len: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    for (tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    // The payload is the same whatever the tags: `len` counts it as an untagged frame.
+    let mut i = 0u8;
+    while f.len() < len + 4 * tags.len() {
+        f.push(i);
+        i = i.wrapping_add(1);
+    }
+    f
+}
+
+fn key(port: u32, dst: [u8; 6], tags: &[(u16, u16)]) -> FlowKey {
+    let mut k = FlowKey {
+        in_port: port,
+        dst,
+        ntags: tags.len() as u8,
+        ethertype_be: 0x0800u16.to_be(),
+        ..FlowKey::default()
+    };
+    for (i, (tpid, tci)) in tags.iter().enumerate() {
+        k.tpid_be[i] = tpid.to_be();
+        k.tci_be[i] = tci.to_be();
+    }
+    k
+}
+
+fn action(gen: u32, out_ifindex: u32, out_port: u32, fid: u16, push: &[(u16, u16)]) -> FlowAction {
+    let mut a = FlowAction {
+        generation: gen,
+        out_ifindex,
+        out_port,
+        dst_version: 7,
+        fid,
+        vlan_slot: fid,
+        min_len: 60,
+        max_len: 1522,
+        push_n: push.len() as u8,
+        ..FlowAction::default()
+    };
+    for (i, (tpid, tci)) in push.iter().enumerate() {
+        a.push_tpid_be[i] = tpid.to_be();
+        a.push_tci_be[i] = tci.to_be();
+    }
+    a
+}
+
+fn learn(fp: &mut FastPath, fid: u16, mac: [u8; 6], port: u32, version: u32) {
+    fp.set_fdb(
+        FdbKey { fid, mac },
+        FdbEntry {
+            port,
+            version,
+            last_seen_ns: 0,
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
+    let Some((mut fp, fa, fc, unknown)) = setup() else {
+        return;
+    };
+    fp.set_port(
+        fa,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED,
+            extra_tpid_be: [0x9100u16.to_be(), 0],
+        },
+    )
+    .unwrap();
+    fp.set_port(
+        fc,
+        Port {
+            index: 2,
+            flags: PORT_ENABLED,
+            extra_tpid_be: [0, 0],
+        },
+    )
+    .unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let run = |fp: &mut FastPath, f: &[u8], on: u32| fp.test_run(f, on, None).unwrap();
+
+    // Not a fast-path interface: passed to the stack untouched.
+    let r = run(&mut fp, &frame(B, A, &[], 60), unknown);
+    assert_eq!(r.verdict, Verdict::Miss(Miss::NoPort));
+    assert_eq!(r.retval, 0, "TC_ACT_OK");
+    // Group destination; no flow yet.
+    assert_eq!(
+        run(&mut fp, &frame([0xff; 6], A, &[], 60), fa).verdict,
+        Verdict::Miss(Miss::Group)
+    );
+    let access = frame(B, A, &[], 60);
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Miss(Miss::NoFlow)
+    );
+
+    // Access port 1 (untagged, VLAN 10) to trunk port 2 (C-tag 10 in S-tag 100).
+    fp.insert_flow(
+        key(1, B, &[]),
+        action(gen, fc, 2, 10, &[(0x88a8, 100), (0x8100, 0x2000 | 10)]),
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Miss(Miss::Src),
+        "A not learned"
+    );
+    learn(&mut fp, 10, A, 1, 1);
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Miss(Miss::Dst),
+        "B not known"
+    );
+    learn(&mut fp, 10, B, 2, 6);
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Miss(Miss::Dst),
+        "B's entry changed since"
+    );
+    learn(&mut fp, 10, B, 2, 7);
+    let r = run(&mut fp, &access, fa);
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
+    assert_eq!(
+        r.frame,
+        frame(B, A, &[(0x88a8, 100), (0x8100, 0x2000 | 10)], 60)
+    );
+    // The source's last-seen time is refreshed.
+    assert!(
+        fp.fdb(&FdbKey { fid: 10, mac: A })
+            .unwrap()
+            .unwrap()
+            .last_seen_ns
+            > 0
+    );
+
+    // The way back: two tags in, none out.
+    fp.insert_flow(
+        key(2, A, &[(0x88a8, 100), (0x8100, 10)]),
+        action(gen, fa, 1, 10, &[]),
+    )
+    .unwrap();
+    let mut back = action(gen, fa, 1, 10, &[]);
+    back.dst_version = 1;
+    fp.insert_flow(key(2, A, &[(0x88a8, 100), (0x8100, 10)]), back)
+        .unwrap();
+    let r = run(
+        &mut fp,
+        &frame(A, B, &[(0x88a8, 100), (0x8100, 10)], 60),
+        fc,
+    );
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
+    assert_eq!(r.frame, frame(A, B, &[], 60));
+    // One tag rewritten (VLAN translation): 20 in, 30 out.
+    let mut xlate = action(gen, fa, 1, 10, &[(0x8100, 30)]);
+    xlate.dst_version = 1;
+    fp.insert_flow(key(2, A, &[(0x8100, 20)]), xlate).unwrap();
+    let r = run(&mut fp, &frame(A, B, &[(0x8100, 20)], 60), fc);
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
+    assert_eq!(r.frame, frame(A, B, &[(0x8100, 30)], 60));
+
+    // Three tags, or a TPID the port takes that the fast path does not edit: up.
+    assert_eq!(
+        run(
+            &mut fp,
+            &frame(A, B, &[(0x88a8, 1), (0x8100, 2), (0x8100, 3)], 60),
+            fc
+        )
+        .verdict,
+        Verdict::Miss(Miss::Tags)
+    );
+    let mut f9100 = frame(B, A, &[], 60);
+    f9100[12..14].copy_from_slice(&0x9100u16.to_be_bytes());
+    assert_eq!(run(&mut fp, &f9100, fa).verdict, Verdict::Miss(Miss::Tags));
+
+    // Sizes: a runt and an oversize frame go up; so does a super-frame whose segments would
+    // be too long, not one whose segments fit.
+    assert_eq!(
+        run(&mut fp, &frame(B, A, &[], 59), fa).verdict,
+        Verdict::Miss(Miss::Size)
+    );
+    assert_eq!(
+        run(&mut fp, &frame(B, A, &[], 1515), fa).verdict,
+        Verdict::Miss(Miss::Size)
+    );
+    assert_eq!(
+        run(&mut fp, &frame(B, A, &[], 1514), fa).verdict,
+        Verdict::Hit { ifindex: fc }
+    );
+
+    // A source learned on another port (moved): up.
+    learn(&mut fp, 10, A, 2, 2);
+    assert_eq!(run(&mut fp, &access, fa).verdict, Verdict::Miss(Miss::Src));
+    learn(&mut fp, 10, A, 1, 3);
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Hit { ifindex: fc }
+    );
+
+    // A configuration change makes every flow stale.
+    fp.bump_generation().unwrap();
+    assert_eq!(
+        run(&mut fp, &access, fa).verdict,
+        Verdict::Miss(Miss::Stale)
+    );
+
+    // The counters add up: every run above was counted once, by its verdict.
+    let (hits, misses) = fp.verdicts().unwrap();
+    assert_eq!(hits, 5);
+    let get = |m: Miss| misses.iter().find(|(x, _)| *x == m).unwrap().1;
+    assert_eq!(get(Miss::NoPort), 1);
+    assert_eq!(get(Miss::Group), 1);
+    assert_eq!(get(Miss::NoFlow), 1);
+    assert_eq!(get(Miss::Src), 2);
+    assert_eq!(get(Miss::Dst), 2);
+    assert_eq!(get(Miss::Tags), 2);
+    assert_eq!(get(Miss::Size), 2);
+    assert_eq!(get(Miss::Stale), 1);
+    let p1 = fp.port_stats(1).unwrap();
+    let p2 = fp.port_stats(2).unwrap();
+    assert_eq!((p1.rx_frames, p1.tx_frames), (3, 2));
+    assert_eq!((p2.rx_frames, p2.tx_frames), (2, 3));
+}
+
+#[test]
+fn super_frames_are_forwarded_when_their_segments_fit() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(
+        fa,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED,
+            extra_tpid_be: [0, 0],
+        },
+    )
+    .unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[(0x8100, 10)]))
+        .unwrap();
+    learn(&mut fp, 10, A, 1, 1);
+    learn(&mut fp, 10, B, 2, 7);
+    // IPv4 (20) + TCP (32 with timestamps): 14 + 4 + 52 + 1448 = 1518 <= 1522.
+    // (A test run takes at most about a page: two segments.)
+    let mut f = frame(B, A, &[], 14 + 52 + 2 * 1448);
+    f[14] = 0x45; // IPv4, IHL 5
+    f[14 + 9] = 6; // TCP
+    f[14 + 20 + 12] = 8 << 4; // data offset 8 words
+    let r = fp.test_run(&f, fa, Some((1448, 2))).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
+}
