@@ -19,6 +19,9 @@ command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
 command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 # Open vSwitch for tests/netns_stacked_ovs.rs, which runs its own private ovs-vswitchd.
 [ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null 2>&1 || missing+=(openvswitch-switch)
+# clang, llvm and libbpf's headers build the eBPF fast path's program (crates/fastpath).
+command -v clang >/dev/null 2>&1 || missing+=(clang llvm)
+[ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 # host-local IPAM (and the reference plugins) for tests/netns_cni.rs.
 [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -46,6 +49,11 @@ fi
 # skipping them.
 if [ "$(id -u)" = 0 ]; then
     export QBRIDGE_REQUIRE_NETNS=1
+fi
+# The fast path's program must build here (clang was installed above): a build without it
+# would skip its tests instead of running them.
+if command -v clang >/dev/null 2>&1; then
+    export QBRIDGE_FASTPATH_REQUIRE=1
 fi
 log=$(mktemp /tmp/qbridge-test.XXXXXX)
 trap 'rm -f "$log"' EXIT

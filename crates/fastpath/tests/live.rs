@@ -156,7 +156,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
 #[test]
 fn a_tcp_stream_crosses_two_tags_whole_and_misses_go_up_with_their_port() {
     if !FastPath::built() || !nix_root() {
-        eprintln!("skipped: needs root and a build with clang");
+        skip("needs root and a build with clang");
         return;
     }
     let tag = format!("fp{}", std::process::id() % 100000);
@@ -436,4 +436,13 @@ fn recv_with_tag(fd: &std::os::fd::OwnedFd) -> Option<(u16, Vec<u8>)> {
         }
     }
     None
+}
+
+/// Says why a test does nothing; with `QBRIDGE_REQUIRE_NETNS=1` (the test command as root)
+/// that is a failure instead.
+fn skip(why: &str) {
+    if std::env::var_os("QBRIDGE_REQUIRE_NETNS").is_some_and(|v| v == "1") {
+        panic!("cannot run: {why} (QBRIDGE_REQUIRE_NETNS=1)");
+    }
+    eprintln!("skipped: {why}");
 }

@@ -8,13 +8,13 @@ use std::process::Command;
 /// ifindexes. None when not root or the fast path is not built.
 fn setup() -> Option<(FastPath, u32, u32, u32)> {
     if !FastPath::built() {
-        eprintln!("skipped: built without clang");
+        skip("built without clang");
         return None;
     }
     // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
     #[allow(unsafe_code)]
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        eprintln!("skipped: cannot unshare a network namespace (not root?)");
+        skip("cannot unshare a network namespace (not root?)");
         return None;
     }
     let ip = |args: &[&str]| {
@@ -316,4 +316,13 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
+}
+
+/// Says why a test does nothing; with `QBRIDGE_REQUIRE_NETNS=1` (the test command as root)
+/// that is a failure instead.
+fn skip(why: &str) {
+    if std::env::var_os("QBRIDGE_REQUIRE_NETNS").is_some_and(|v| v == "1") {
+        panic!("cannot run: {why} (QBRIDGE_REQUIRE_NETNS=1)");
+    }
+    eprintln!("skipped: {why}");
 }
