@@ -442,12 +442,17 @@ impl Worker {
     }
 
     /// Sends `frame` out of port `port` now, through the transmit stage of this worker's
-    /// queue of it (a BPDU: no forwarding state applies). A port this worker has no queue of
-    /// (gone since) drops it, counted `tx_error`.
+    /// queue of it (a BPDU: no forwarding state applies), counted in the port's transmit
+    /// counters. A port this worker has no queue of (gone since) drops it, counted
+    /// `tx_error`.
     fn inject(&mut self, port: u16, frame: &[u8]) {
         let mut pkt = self.outputs.pool.get();
         pkt.extend_from_slice(frame);
         pkt.port = port;
+        // Counted sent as the frame path counts its frames: before the transmit stage, whose
+        // failures are drops.
+        self.plan
+            .count_tx(PortId(port), self.index, 1, frame.len() as u64);
         self.outputs.batch_mut(PortId(port)).push(pkt);
         self.tx_port(port as usize);
     }

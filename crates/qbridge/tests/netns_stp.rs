@@ -586,5 +586,21 @@ fn bpdus_cross_a_tap_in_another_namespace() {
         "{}",
         c.cmd(&["-j", "stp", "show"]).unwrap_or_default()
     );
+    // The BPDUs p1 sent are in its transmit counters (it sends nothing else: br0 has no
+    // other port to forward from), as a device counts what it sends.
+    let j = c.json(&["stp", "show"]).unwrap();
+    let k = &j[0]["ports"][0]["counters"];
+    let sent = ["tx_config", "tx_tcn", "tx_rst", "tx_mst"]
+        .iter()
+        .map(|f| k[f].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    let l = c.json(&["-s", "link", "show", "dev", "p1"]).unwrap();
+    let tx = l[0]["stats"]["tx_frames"].as_u64().unwrap_or(0);
+    assert!(sent > 0, "{j}");
+    // (A hello may go out between the two reads.)
+    assert!(
+        tx >= sent && tx <= sent + 2,
+        "p1 sent {tx} frames, {sent} BPDUs: {l}"
+    );
     assert!(lab.stop_daemons(), "the daemon did not stop cleanly");
 }

@@ -289,6 +289,17 @@ impl Plan {
         }
     }
 
+    /// Counts `n` frames (`bytes` bytes) sent on port `id` by worker `worker` outside the
+    /// frame path (the spanning tree's BPDUs), so a port's transmit counters hold everything
+    /// it sent, as a device's do.
+    pub fn count_tx(&self, id: PortId, worker: usize, n: u64, bytes: u64) {
+        if let Some(p) = self.port(id) {
+            let w = p.counters.writer(worker);
+            w.tx_frames.add(n);
+            w.tx_bytes.add(bytes);
+        }
+    }
+
     /// The pcap files of the plan's `dst pcap` sessions, by sink index: the copies for sink
     /// `i` are left in `Outputs::mirror_sinks[i]` for the caller to write.
     pub fn mirror_sinks(&self) -> &[String] {
