@@ -190,7 +190,9 @@ fn create_line(
         PortSpec::Bond(b) => bond_lines(name, index, b),
         PortSpec::Vxlan(v) => {
             let mut l = format!("link add {name} index {index} type vxlan {}", v.words());
-            for r in &v.remotes {
+            // A control plane's entries (`extern_learn`) are its to re-derive, not configuration.
+            let statics = v.remotes.iter();
+            for r in statics.filter(|r| r.origin == crate::vxlan::RemoteOrigin::Static) {
                 let verb = if r.mac.is_zero() { "append" } else { "add" };
                 let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}", r.mac, r.dst);
             }

@@ -2,7 +2,7 @@
 //! in the port's spec (`crate::vxlan::VxlanSpec`); the engine copies them into the backend.
 
 use super::*;
-use crate::vxlan::VxlanFdbOp;
+use crate::vxlan::{RemoteOrigin, VxlanFdbOp};
 use std::net::Ipv4Addr;
 
 impl Session {
@@ -12,6 +12,7 @@ impl Session {
         mac: MacAddr,
         dev: &str,
         dst: Ipv4Addr,
+        origin: RemoteOrigin,
     ) -> Result<(), ControlError> {
         let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
             return Err(if self.switch.exists(dev) {
@@ -22,7 +23,7 @@ impl Session {
                 qbridge_bridge::ConfigError::NoSuchDevice(dev.to_string()).into()
             });
         };
-        match spec.apply(dev, op, mac, dst) {
+        match spec.apply(dev, op, mac, dst, origin) {
             // `apply` (-may-exist): an entry that is there already is not an error.
             Err(_)
                 if self.may_exist && spec.remotes.iter().any(|r| r.mac == mac && r.dst == dst) =>
