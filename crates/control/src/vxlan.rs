@@ -230,28 +230,52 @@ mod tests {
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
         let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
         let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::Static).unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static).unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::Static)
+            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
             .apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
             .unwrap_err()
             .contains("exists already"));
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, z, "10.0.0.4".parse().unwrap(), RemoteOrigin::Static)
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                z,
+                "10.0.0.4".parse().unwrap(),
+                RemoteOrigin::Static
+            )
             .is_err());
-        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static).unwrap();
+        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
             .apply("vx0", VxlanFdbOp::Add, m, b, RemoteOrigin::Static)
             .unwrap_err()
             .contains("replace"));
-        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::Static).unwrap();
-        assert!(s.apply("vx0", VxlanFdbOp::Append, m, a, RemoteOrigin::Static).is_err());
+        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, MacAddr([0xff; 6], RemoteOrigin::Static), a)
+            .apply("vx0", VxlanFdbOp::Append, m, a, RemoteOrigin::Static)
+            .is_err());
+        assert!(s
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                MacAddr([0xff; 6]),
+                a,
+                RemoteOrigin::Static
+            )
             .unwrap_err()
             .contains("group address"));
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, m, "224.0.0.1".parse().unwrap(), RemoteOrigin::Static)
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                m,
+                "224.0.0.1".parse().unwrap(),
+                RemoteOrigin::Static
+            )
             .is_err());
         assert_eq!(
             fdb_lines("vx0", &s, &[(MacAddr([2, 0, 0, 0, 0, 9]), a)]),
@@ -260,8 +284,11 @@ mod tests {
              02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self permanent\n\
              02:00:00:00:00:09 dev vx0 dst 10.0.0.2 self\n"
         );
-        s.apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static).unwrap();
-        assert!(s.apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static).is_err());
+        s.apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
+            .unwrap();
+        assert!(s
+            .apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
+            .is_err());
         assert_eq!(s.remotes.len(), 2);
         assert_eq!(s.words(), "id 100 local 10.0.0.1 dstport 4789 learning on");
     }

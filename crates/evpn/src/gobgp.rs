@@ -184,7 +184,8 @@ impl Gobgp {
             let codec: tonic::codec::ProstCodec<Q, R> = tonic::codec::ProstCodec::default();
             grpc.unary(tonic::Request::new(req), path, codec).await
         });
-        r.map(|r| r.into_inner()).map_err(|s| self.call_error(call, &s))
+        r.map(|r| r.into_inner())
+            .map_err(|s| self.call_error(call, &s))
     }
 
     fn call_error(&self, call: &'static str, s: &tonic::Status) -> GobgpError {
@@ -225,6 +226,7 @@ impl Gobgp {
             family: Some(evpn()),
             path: Some(Path {
                 family: Some(evpn()),
+                is_withdraw: true,
                 nlri_binary: nlri,
                 ..Path::default()
             }),

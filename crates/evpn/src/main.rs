@@ -98,13 +98,18 @@ struct Links {
     daemon: Option<daemon::Daemon>,
     gobgp: Option<gobgp::Gobgp>,
     asn: Option<u16>,
+    /// The refusals of the last pass (logged when new).
+    refused: std::collections::BTreeSet<String>,
 }
 
 /// One pass: read both sides, decide, act. Returns how many actions it took.
 fn pass(o: &Options, l: &mut Links) -> Result<usize> {
     if l.daemon.is_none() {
         l.daemon = Some(daemon::Daemon::connect(&o.socket)?);
-        eprintln!("qbridge-evpn: connected to the daemon at {}", o.socket.display());
+        eprintln!(
+            "qbridge-evpn: connected to the daemon at {}",
+            o.socket.display()
+        );
     }
     if l.gobgp.is_none() {
         let mut g = gobgp::Gobgp::connect(&o.gobgp)?;
@@ -141,6 +146,7 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
         })
         .collect();
     let actions = reconcile::reconcile(asn, &ports, &fdb, &rib);
+    let mut refused = std::collections::BTreeSet::new();
     for a in &actions {
         match a {
             Action::Advertise {
@@ -160,16 +166,24 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
             Action::Daemon(cmd) => {
                 eprintln!("qbridge-evpn: {cmd}");
                 let words: Vec<&str> = cmd.split_whitespace().collect();
-                // A refusal (the entry changed under us) is logged; the next pass sees why.
+                // A refusal (the entry changed under us, or the operator's configuration
+                // stands in the way) is logged once; the next passes see why.
                 if let Err(e) = d.run(&words) {
                     match e {
-                        daemon::DaemonError::Refused { .. } => eprintln!("qbridge-evpn: {e}"),
+                        daemon::DaemonError::Refused { .. } => {
+                            let msg = e.to_string();
+                            if !l.refused.contains(&msg) {
+                                eprintln!("qbridge-evpn: {msg}");
+                            }
+                            refused.insert(msg);
+                        }
                         e => return Err(e.into()),
                     }
                 }
             }
         }
     }
+    l.refused = refused;
     Ok(actions.len())
 }
 
@@ -185,6 +199,7 @@ fn main() {
         daemon: None,
         gobgp: None,
         asn: o.asn,
+        refused: Default::default(),
     };
     if o.once {
         match pass(&o, &mut l) {

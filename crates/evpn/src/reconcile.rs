@@ -20,8 +20,8 @@
 //!   number from a lower VTEP address) wins: ours is withdrawn and the bridge's local entry
 //!   deleted, so traffic follows the route;
 //! - peers' routes (best paths, RT `ASN:VNI`, not from our own VTEP) are installed with
-//!   `extern_learn`: type-3 → the flood list, type-2 → the MAC's VTEP; an installed entry
-//!   without its route is removed; the operator's static entries are never touched (a MAC
+//!   `extern_learn`: type-3 → the flood list, type-2 → the MAC's VTEP on the port and the
+//!   bridge's entry of the MAC on the port; an installed entry without its route is removed; the operator's static entries are never touched (a MAC
 //!   or flood VTEP that has one is left to it).
 
 use crate::route::{Attrs, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
@@ -114,10 +114,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             continue;
         };
         let rd = Rd::ip(p.local, (d.vni & 0xffff) as u16);
-        let rt = ExtCommunity::RouteTarget {
-            asn,
-            value: d.vni,
-        };
+        let rt = ExtCommunity::RouteTarget { asn, value: d.vni };
         let encap = ExtCommunity::Encapsulation {
             tunnel_type: TUNNEL_VXLAN,
         };
@@ -265,6 +262,31 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
                 )));
             }
         }
+        // The bridge's own entry of a remote MAC, on the VXLAN port (as zebra installs
+        // `master extern_learn` beside the device's `self` entry): unicast to it is not
+        // flooded, and a frame from it on a local port takes it over (a move).
+        let bridge_remote: BTreeMap<[u8; 6], &FdbEntry> = fdb
+            .iter()
+            .filter(|e| e.ifname == d.port && e.dst.is_none() && e.extern_learn)
+            .map(|e| (e.mac, e))
+            .collect();
+        for (m, e) in &bridge_remote {
+            if !want_macs.contains_key(m) {
+                let mut cmd = format!("fdb del {} dev {port}", mac_str(m));
+                if let Some(v) = e.vlan {
+                    cmd.push_str(&format!(" vlan {v}"));
+                }
+                actions.push(Action::Daemon(cmd));
+            }
+        }
+        for m in want_macs.keys() {
+            if !bridge_remote.contains_key(m) {
+                actions.push(Action::Daemon(format!(
+                    "fdb replace {} dev {port} extern_learn",
+                    mac_str(m)
+                )));
+            }
+        }
     }
 
     // Originate what is missing or changed, withdraw what is no longer wanted.
@@ -400,21 +422,28 @@ mod tests {
             },
             learned([2, 0, 0, 0, 0, 0xb], "vx0"),
         ];
-        let rib = [imet(B, false), mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false)];
+        let rib = [
+            imet(B, false),
+            mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false),
+        ];
         let a = reconcile(65000, &ports(), &fdb, &rib);
         assert_eq!(
             daemon(&a),
             [
                 "fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 extern_learn",
-                "fdb replace 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 extern_learn"
+                "fdb replace 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 extern_learn"
             ]
         );
         let adv: Vec<_> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Advertise { nlri, pmsi_vni, communities, .. } => {
-                    Some((*nlri, *pmsi_vni, communities.len()))
-                }
+                Action::Advertise {
+                    nlri,
+                    pmsi_vni,
+                    communities,
+                    ..
+                } => Some((*nlri, *pmsi_vni, communities.len())),
                 _ => None,
             })
             .collect();
@@ -429,6 +458,10 @@ mod tests {
             learned(M, "p1"),
             remote(ZERO_MAC, B, true),
             remote([2, 0, 0, 0, 0, 0xb], B, true),
+            FdbEntry {
+                extern_learn: true,
+                ..learned([2, 0, 0, 0, 0, 0xb], "vx0")
+            },
         ];
         let mut rib = vec![
             imet(A, true),
@@ -445,6 +478,7 @@ mod tests {
             [
                 Action::Daemon("fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2".into()),
                 Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0 dst 192.0.2.2".into()),
+                Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0".into()),
                 Action::Withdraw(mac_route(A, M, None, true).nlri),
             ]
         );
@@ -452,7 +486,10 @@ mod tests {
 
     #[test]
     fn static_entries_are_the_operators() {
-        let fdb = [remote(ZERO_MAC, B, false), remote([2, 0, 0, 0, 0, 0xb], B, false)];
+        let fdb = [
+            remote(ZERO_MAC, B, false),
+            remote([2, 0, 0, 0, 0, 0xb], B, false),
+        ];
         let rib = [
             imet(A, true),
             imet(B, false),
@@ -470,7 +507,10 @@ mod tests {
             },
             ..imet(Ipv4Addr::new(192, 0, 2, 3), false)
         };
-        assert_eq!(daemon(&reconcile(65000, &ports(), &[], &[imet(A, true), other])), Vec::<&str>::new());
+        assert_eq!(
+            daemon(&reconcile(65000, &ports(), &[], &[imet(A, true), other])),
+            Vec::<&str>::new()
+        );
     }
 
     #[test]
@@ -478,24 +518,38 @@ mod tests {
         // M moves here from B (B advertised it with seq 4): ours gets 5.
         let rib = [imet(A, true), mac_route(B, M, Some(4), false)];
         let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
-        assert!(a.contains(&Action::Advertise {
-            nlri: mac_route(A, M, None, true).nlri,
-            next_hop: A,
-            communities: comms(Some(5)),
-            pmsi_vni: None,
-        }), "{a:?}");
+        assert!(
+            a.contains(&Action::Advertise {
+                nlri: mac_route(A, M, None, true).nlri,
+                next_hop: A,
+                communities: comms(Some(5)),
+                pmsi_vni: None,
+            }),
+            "{a:?}"
+        );
         // Ours (seq 5) stands against B's 4: nothing to do.
-        let rib = [imet(A, true), mac_route(A, M, Some(5), true), mac_route(B, M, Some(4), false)];
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(5), true),
+            mac_route(B, M, Some(4), false),
+        ];
         assert_eq!(reconcile(65000, &ports(), &[learned(M, "p1")], &rib), []);
         // M moves to B, which advertises seq 6: ours is withdrawn, the stale local entry
         // deleted, B's installed.
-        let rib = [imet(A, true), mac_route(A, M, Some(5), true), mac_route(B, M, Some(6), false)];
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(5), true),
+            mac_route(B, M, Some(6), false),
+        ];
         let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
         assert_eq!(
             a,
             [
                 Action::Daemon("fdb del 02:00:00:00:00:0a dev p1".into()),
-                Action::Daemon("fdb replace 02:00:00:00:00:0a dev vx0 dst 192.0.2.2 extern_learn".into()),
+                Action::Daemon(
+                    "fdb replace 02:00:00:00:00:0a dev vx0 dst 192.0.2.2 extern_learn".into()
+                ),
+                Action::Daemon("fdb replace 02:00:00:00:00:0a dev vx0 extern_learn".into()),
                 Action::Withdraw(mac_route(A, M, None, true).nlri),
             ]
         );

@@ -283,7 +283,10 @@ fn split_attr(raw: &[u8]) -> Option<(u8, &[u8])> {
     let (&flags, rest) = raw.split_first()?;
     let (&kind, rest) = rest.split_first()?;
     let (len, rest) = if flags & FLAG_EXTENDED_LENGTH != 0 {
-        (usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?)), rest.get(2..)?)
+        (
+            usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?)),
+            rest.get(2..)?,
+        )
     } else {
         (usize::from(*rest.first()?), rest.get(1..)?)
     };
@@ -353,8 +356,8 @@ mod tests {
         assert_eq!(
             b,
             [
-                2, 33, 0, 1, 192, 0, 2, 1, 0, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48,
-                2, 0, 0, 0, 0, 1, 0, 0, 0, 100
+                2, 33, 0, 1, 192, 0, 2, 1, 0, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48, 2,
+                0, 0, 0, 0, 1, 0, 0, 0, 100
             ]
         );
         assert_eq!(Nlri::decode(&b), Some(n));
