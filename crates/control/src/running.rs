@@ -190,11 +190,13 @@ fn create_line(
         PortSpec::Bond(b) => bond_lines(name, index, b),
         PortSpec::Vxlan(v) => {
             let mut l = format!("link add {name} index {index} type vxlan {}", v.words());
-            // A control plane's entries (`extern_learn`) are its to re-derive, not configuration.
-            let statics = v.remotes.iter();
-            for r in statics.filter(|r| r.origin == crate::vxlan::RemoteOrigin::Static) {
+            for r in &v.remotes {
                 let verb = if r.mac.is_zero() { "append" } else { "add" };
                 let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}", r.mac, r.dst);
+                // A control plane's entry says so, as the bridge's extern_learn entries do.
+                if r.origin == crate::vxlan::RemoteOrigin::ExternLearn {
+                    l.push_str(" extern_learn");
+                }
             }
             l
         }

@@ -38,8 +38,9 @@ pub struct VxlanRemote {
 }
 
 /// Who put a remote there: the operator, or a control plane (`extern_learn`, bridge-fdb(8)'s
-/// word; EVPN's `qbridge-evpn`). A control plane's entries are shown with the flag and are
-/// not part of the running configuration: the control plane re-derives them.
+/// word; EVPN's `qbridge-evpn`). A control plane's entries are shown and saved with the flag
+/// (as the bridge's `extern_learn` entries are); the control plane owns them: it re-derives
+/// them and removes those it no longer has a route for, and never touches the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RemoteOrigin {
     #[default]

@@ -196,4 +196,48 @@ mod tests {
             .unwrap()
             .contains("10.0.0.2"));
     }
+
+    #[test]
+    fn a_control_planes_remotes_carry_extern_learn() {
+        let mut s = Session::new();
+        for l in [
+            "link add br0 type bridge vlan_filtering 0",
+            "link add vx0 type vxlan id 100 local 10.0.0.1 nolearning",
+            "link set dev vx0 master br0",
+            "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 extern_learn",
+            "fdb add 02:00:00:00:00:01 dev vx0 dst 10.0.0.3",
+            "fdb replace 02:00:00:00:00:02 dev vx0 dst 10.0.0.2 extern_learn",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert_eq!(
+            run(&mut s, "fdb show dev vx0").unwrap(),
+            "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self extern_learn\n\
+             02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self permanent\n\
+             02:00:00:00:00:02 dev vx0 dst 10.0.0.2 self extern_learn\n"
+        );
+        // `vlan` still has no place beside `dst`.
+        let e = run(
+            &mut s,
+            "fdb add 02:00:00:00:00:03 dev vx0 dst 10.0.0.2 vlan 5",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("no vlan or inner_vlan with dst"),
+            "{e}"
+        );
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 extern_learn\n\
+                 fdb add 02:00:00:00:00:01 dev vx0 dst 10.0.0.3\n\
+                 fdb add 02:00:00:00:00:02 dev vx0 dst 10.0.0.2 extern_learn\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        run(&mut s, "fdb del 02:00:00:00:00:02 dev vx0 dst 10.0.0.2").unwrap();
+    }
 }
