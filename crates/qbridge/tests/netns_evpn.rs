@@ -18,6 +18,7 @@
 //! a MAC moving from A to B is withdrawn by A and advertised by FRR with sequence number 1,
 //! and moving back A advertises it with 2 (RFC 7432 §15, FRR's `show evpn mac`); gobgpd
 //! restarted (the BGP session with it) keeps the operator's static entries and re-converges;
+//! the daemon restarted, the adapter reconnects and re-installs;
 //! a second qbridge VTEP C joins and every VTEP's flood list names the other two.
 //!
 //! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
@@ -164,7 +165,10 @@ fn qbridge_vtep(
     let cfg = lab.dir.join(format!("gobgpd-{local}.toml"));
     std::fs::write(&cfg, gobgpd_config(local, peers)).unwrap();
     start_gobgpd(lab, procs, ns, local);
-    let socket = ctl.socket.to_string_lossy().into_owned();
+    // The adapter reaches the daemon through a link, re-pointed when the daemon restarts.
+    let link = lab.dir.join(format!("evpn-{local}.sock"));
+    std::os::unix::fs::symlink(&ctl.socket, &link).unwrap();
+    let socket = link.to_string_lossy().into_owned();
     let bin = evpn_bin();
     procs.spawn(
         &format!("evpn-{local}"),
@@ -357,7 +361,7 @@ fn evpn_with_frr_and_gobgpd() {
     }
 
     // A: qbridge, gobgpd, the adapter.
-    let va = qbridge_vtep(
+    let mut va = qbridge_vtep(
         &mut lab,
         &mut procs,
         &a,
@@ -449,6 +453,31 @@ fn evpn_with_frr_and_gobgpd() {
     );
     let r = ping(&ha, &hb.ip, 3);
     assert!(r.received >= 2, "after the restart: {}", r.output);
+
+    // The daemon restarted (its batch only): the adapter reconnects, re-installs the peers'
+    // routes, and re-advertises ha once it is learned again.
+    assert!(lab.stop_daemon(0), "daemon A did not stop cleanly");
+    va.ctl = lab
+        .daemon(&a, &QBRIDGE_VTEP.replace("LOCAL", VTEP_A))
+        .unwrap();
+    let link = lab.dir.join(format!("evpn-{VTEP_A}.sock"));
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&va.ctl.socket, &link).unwrap();
+    let ok = support::wait_until(Duration::from_secs(20), || flood_list(&va.ctl) == [VTEP_B]);
+    assert!(
+        ok,
+        "after the daemon's restart: {:?}\n{}",
+        flood_list(&va.ctl),
+        logs(&lab)
+    );
+    let r = ping(&ha, &hb.ip, 3);
+    assert!(r.received >= 2, "after the daemon's restart: {}", r.output);
+    assert!(support::wait_until(Duration::from_secs(10), || vtysh(
+        &b,
+        &frr,
+        "show bgp l2vpn evpn route"
+    )
+    .contains(&format!("[2]:[0]:[48]:[{mac_a}]"))));
 
     // MAC mobility: ha's MAC moves to a host behind B (ha takes another MAC). FRR learns it
     // locally over A's route: sequence number 1; A withdraws and points it at B.
