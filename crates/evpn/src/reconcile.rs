@@ -554,4 +554,56 @@ mod tests {
             ]
         );
     }
+    #[test]
+    fn what_is_not_installed_or_advertised() {
+        // A port in no bridge: nothing advertised, nothing installed.
+        let mut lone = ports();
+        lone[0].master = None;
+        assert_eq!(reconcile(65000, &lone, &[], &[imet(B, false)]), []);
+        // Our own routes reflected back by a peer (next hop ours), and a peer's path that is
+        // not the best: ignored.
+        let reflected = imet(A, false);
+        let not_best = Route {
+            best: false,
+            ..mac_route(B, [2, 0, 0, 0, 0, 0xc], None, false)
+        };
+        assert_eq!(
+            reconcile(65000, &ports(), &[], &[imet(A, true), reflected, not_best]),
+            []
+        );
+        // The operator's static entry for a MAC wins over a peer's route for it.
+        let fdb = [remote(
+            [2, 0, 0, 0, 0, 0xd],
+            Ipv4Addr::new(192, 0, 2, 9),
+            false,
+        )];
+        let rib = [
+            imet(A, true),
+            mac_route(B, [2, 0, 0, 0, 0, 0xd], None, false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &fdb, &rib), []);
+    }
+
+    #[test]
+    fn equal_sequence_numbers_go_to_the_lower_vtep() {
+        // B (192.0.2.2) and we (192.0.2.1) both at 3: ours stands.
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(3), true),
+            mac_route(B, M, Some(3), false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &[learned(M, "p1")], &rib), []);
+        // A VTEP below ours at 3: it wins.
+        let low = Ipv4Addr::new(192, 0, 2, 0);
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(3), true),
+            mac_route(low, M, Some(3), false),
+        ];
+        let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
+        assert!(
+            a.contains(&Action::Withdraw(mac_route(A, M, None, true).nlri)),
+            "{a:?}"
+        );
+    }
 }
