@@ -1,6 +1,6 @@
 //! gobgpd's gRPC API (`apipb.GobgpApi`, gobgp 3.x), the subset qbridge-evpn calls: `GetBgp`
 //! (the local AS), `AddPath`, `DeletePath` and `ListPath` on the global RIB, family L2VPN
-//! EVPN. The messages are written here with prost's derives, their field numbers those of
+//! EVPN, and `WatchEvent` as a wake-up. The messages are written here with prost's derives, their field numbers those of
 //! gobgp's `api/gobgp.proto` (v3.10); fields qbridge does not use are left out (protobuf
 //! skips them). Routes travel as BGP wire bytes (`Path.nlri_binary`, `Path.pattrs_binary`,
 //! which gobgpd accepts and, with `enable_only_binary`, returns), encoded by
@@ -115,6 +115,28 @@ pub struct ListPathResponse {
     pub destination: Option<Destination>,
 }
 
+/// `WatchEventRequest` with only its `table` (field 2): filters of type BEST (0).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchEventRequest {
+    #[prost(message, optional, tag = "2")]
+    pub table: Option<WatchTable>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchTable {
+    #[prost(message, repeated, tag = "1")]
+    pub filters: Vec<WatchFilter>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchFilter {
+    /// 0 = BEST: a best path changed.
+    #[prost(int32, tag = "1")]
+    pub kind: i32,
+    #[prost(bool, tag = "2")]
+    pub init: bool,
+}
+
 /// L2VPN EVPN.
 pub fn evpn() -> Family {
     Family {
@@ -148,8 +170,17 @@ pub struct Gobgp {
 }
 
 impl Gobgp {
-    /// Connects to `addr` (`HOST:PORT`).
+    /// Connects to `addr` (`HOST:PORT`); every call has a deadline.
     pub fn connect(addr: &str) -> Result<Gobgp, GobgpError> {
+        Gobgp::connect_with(addr, Some(DEADLINE))
+    }
+
+    /// Connects for [`Gobgp::watch`]: a stream that lasts, so no deadline per call.
+    pub fn connect_watch(addr: &str) -> Result<Gobgp, GobgpError> {
+        Gobgp::connect_with(addr, None)
+    }
+
+    fn connect_with(addr: &str, deadline: Option<Duration>) -> Result<Gobgp, GobgpError> {
         let err = |d: &dyn std::fmt::Display| GobgpError::Connect {
             addr: addr.to_string(),
             detail: d.to_string(),
@@ -158,10 +189,12 @@ impl Gobgp {
             .enable_all()
             .build()
             .map_err(|e| err(&e))?;
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| err(&e))?
-            .connect_timeout(DEADLINE)
-            .timeout(DEADLINE);
+            .connect_timeout(DEADLINE);
+        if let Some(d) = deadline {
+            endpoint = endpoint.timeout(d);
+        }
         let channel = rt.block_on(endpoint.connect()).map_err(|e| err(&e))?;
         Ok(Gobgp {
             addr: addr.to_string(),
@@ -233,6 +266,44 @@ impl Gobgp {
         };
         let _: Empty = self.unary("/apipb.GobgpApi/DeletePath", req)?;
         Ok(())
+    }
+
+    /// Streams `WatchEvent` (best-path changes, any family) and calls `each` per event,
+    /// until the stream ends or fails (then returns, for the caller to reconnect). Only a
+    /// wake-up: what changed is read with [`Gobgp::list_paths`].
+    pub fn watch(&mut self, mut each: impl FnMut() -> bool) -> Result<(), GobgpError> {
+        let call = "/apipb.GobgpApi/WatchEvent";
+        let req = WatchEventRequest {
+            table: Some(WatchTable {
+                filters: vec![WatchFilter {
+                    kind: 0,
+                    init: false,
+                }],
+            }),
+        };
+        let grpc = &mut self.grpc;
+        let r = self.rt.block_on(async {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let codec: tonic::codec::ProstCodec<WatchEventRequest, Empty> =
+                tonic::codec::ProstCodec::default();
+            let mut stream = grpc
+                .server_streaming(
+                    tonic::Request::new(req),
+                    PathAndQuery::from_static(call),
+                    codec,
+                )
+                .await?
+                .into_inner();
+            while stream.message().await?.is_some() {
+                if !each() {
+                    break;
+                }
+            }
+            Ok::<_, tonic::Status>(())
+        });
+        r.map_err(|s| self.call_error(call, &s))
     }
 
     /// Every EVPN path of the global RIB (local and received, best or not).

@@ -4,9 +4,9 @@
 //!
 //! One thread runs a loop: read the daemon's VXLAN ports and FDB (control socket) and the
 //! speaker's EVPN RIB (`ListPath`), decide ([`reconcile`]), act (`AddPath`/`DeletePath`,
-//! `fdb … extern_learn` commands). A second thread holds a `monitor -j fdb link` stream and
-//! wakes the loop on every event; without events the loop runs every `--interval-ms` anyway,
-//! which is also how it sees the peers' routes change. Either connection lost is retried on
+//! `fdb … extern_learn` commands). A second thread holds a `monitor -j fdb link` stream, a
+//! third gobgpd's `WatchEvent` stream (best-path changes); both wake the loop on every event,
+//! and without events it runs every `--interval-ms` anyway. Either connection lost is retried on
 //! the next pass; nothing is remembered between passes, so a restart of either side (or of
 //! the adapter) re-derives everything.
 
@@ -33,7 +33,8 @@ learned elsewhere, installs the peers' routes as `fdb … extern_learn` entries.
                      /run/qbridge/qbridge.sock)
   --gobgp HOST:PORT  gobgpd's API (default: 127.0.0.1:50051)
   --asn N            the AS of the route targets ASN:VNI (default: gobgpd's own AS)
-  --interval-ms N    how often the RIB is read without daemon events (default: 500)
+  --interval-ms N    how often both sides are read when neither reports a change
+                     (default: 2000)
   --once             one pass, then exit (its actions printed)
   --rd-auto          route distinguishers VTEP:VNI (the default and only mode today)
 ";
@@ -54,7 +55,7 @@ fn options() -> Result<Options> {
             .unwrap_or_else(|| PathBuf::from("/run/qbridge/qbridge.sock")),
         gobgp: "127.0.0.1:50051".into(),
         asn: None,
-        interval: Duration::from_millis(500),
+        interval: Duration::from_millis(2000),
         once: false,
     };
     let mut args = std::env::args().skip(1);
@@ -214,12 +215,24 @@ fn main() {
         }
     }
     let (wake, events) = mpsc::channel();
+    let wake_bgp = wake.clone();
     let socket = o.socket.clone();
     std::thread::spawn(move || loop {
         if let Err(e) = daemon::watch(&socket, &wake) {
             let _ = e;
         }
         // A new stream (or a daemon back) is worth a pass too.
+        if wake.send(()).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    // gobgpd's best-path changes wake the loop too (the peers' routes, at once).
+    let (addr, wake) = (o.gobgp.clone(), wake_bgp);
+    std::thread::spawn(move || loop {
+        if let Ok(mut g) = gobgp::Gobgp::connect_watch(&addr) {
+            let _ = g.watch(|| wake.send(()).is_ok());
+        }
         if wake.send(()).is_err() {
             return;
         }

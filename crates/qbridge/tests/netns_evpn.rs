@@ -174,7 +174,7 @@ fn qbridge_vtep(
         &format!("evpn-{local}"),
         ns,
         bin.to_str().unwrap(),
-        &["--socket", &socket, "--interval-ms", "200"],
+        &["--socket", &socket, "--interval-ms", "1000"],
         &lab.dir.join(format!("evpn-{local}.log")),
     );
     Vtep {
