@@ -18,7 +18,8 @@
 //! a MAC moving from A to B is withdrawn by A and advertised by FRR with sequence number 1,
 //! and moving back A advertises it with 2 (RFC 7432 §15, FRR's `show evpn mac`); gobgpd
 //! restarted (the BGP session with it) keeps the operator's static entries and re-converges;
-//! the daemon restarted, the adapter reconnects and re-installs;
+//! the daemon restarted, the adapter reconnects and re-installs; the adapter restarted, it
+//! takes over and changes nothing;
 //! a second qbridge VTEP C joins and every VTEP's flood list names the other two.
 //!
 //! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
@@ -168,20 +169,30 @@ fn qbridge_vtep(
     // The adapter reaches the daemon through a link, re-pointed when the daemon restarts.
     let link = lab.dir.join(format!("evpn-{local}.sock"));
     std::os::unix::fs::symlink(&ctl.socket, &link).unwrap();
-    let socket = link.to_string_lossy().into_owned();
-    let bin = evpn_bin();
-    procs.spawn(
-        &format!("evpn-{local}"),
-        ns,
-        bin.to_str().unwrap(),
-        &["--socket", &socket, "--interval-ms", "1000"],
-        &lab.dir.join(format!("evpn-{local}.log")),
-    );
+    start_evpn(lab, procs, ns, local);
     Vtep {
         ns: ns.to_string(),
         ctl,
         host,
     }
+}
+
+/// The adapter of the VTEP at `local`, through the socket link `evpn-LOCAL.sock`.
+fn start_evpn(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
+    let socket = lab.dir.join(format!("evpn-{local}.sock"));
+    let bin = evpn_bin();
+    procs.spawn(
+        &format!("evpn-{local}"),
+        ns,
+        bin.to_str().unwrap(),
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--interval-ms",
+            "1000",
+        ],
+        &lab.dir.join(format!("evpn-{local}.log")),
+    );
 }
 
 fn start_gobgpd(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
@@ -565,6 +576,37 @@ fn evpn_with_frr_and_gobgpd() {
     );
     let r = ping(&vc.host, &ha.ip, 3);
     assert!(r.received >= 2, "hc -> ha: {}", r.output);
+
+    // The adapter restarted: it takes over what gobgpd holds and the daemon has, and
+    // changes nothing (its log shows no action). First A has converged on hc's route.
+    let mac_c = vc.host.mac.to_lowercase();
+    assert!(support::wait_until(Duration::from_secs(10), || va
+        .ctl
+        .cmd(&["fdb", "show", "dev", "vx0"])
+        .unwrap_or_default()
+        .contains(&format!(
+            "{mac_c} dev vx0 dst {VTEP_C} self extern_learn"
+        ))));
+    std::thread::sleep(Duration::from_secs(1));
+    procs.kill("evpn-192.0.2.1");
+    let before = std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log")).unwrap();
+    assert!(
+        before.contains("fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.3"),
+        "{before}"
+    );
+    start_evpn(&lab, &mut procs, &a, VTEP_A);
+    assert!(support::wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log"))
+            .unwrap_or_default()
+            .contains("connected to gobgpd")
+    }));
+    std::thread::sleep(Duration::from_secs(2));
+    let after = std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log")).unwrap();
+    assert!(
+        !after.contains("advertise") && !after.contains("withdraw") && !after.contains("fdb "),
+        "{after}"
+    );
+    assert_eq!(flood_list(&va.ctl), [VTEP_B, VTEP_C]);
     let r = ping(&vc.host, &hb.ip, 3);
     assert!(r.received >= 2, "hc -> hb: {}", r.output);
     let _ = (&va.ns, &vc.ns);
