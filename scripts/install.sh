@@ -11,7 +11,8 @@
 #   --bin FILE     install FILE instead of building (cargo build --release --locked)
 #   --no-service   leave out the systemd unit, the qbridge user and /etc/qbridge
 # The CNI plugin qbridge-cni (built beside the binary, or next to FILE) goes to
-# /opt/cni/bin/qbridge-cni, where container runtimes look by default (docs/cni.md).
+# /opt/cni/bin/qbridge-cni, where container runtimes look by default (docs/cni.md); the EVPN
+# adapter qbridge-evpn (built beside it, or next to FILE) to DIR/bin (docs/evpn.md).
 # The service files: /etc/systemd/system/qbridge.service, /etc/sysusers.d/qbridge.conf and
 # /etc/qbridge/qbridge.conf (kept if it exists). As root without --destdir it also creates the
 # qbridge user and reloads systemd; 'systemctl enable --now qbridge' then starts the switch.
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
         --destdir) destdir=${2:?--destdir needs a DIR}; shift 2 ;;
         --bin) bin=${2:?--bin needs a FILE}; shift 2 ;;
         --no-service) service=; shift ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -37,7 +38,7 @@ say() { echo "install.sh: $*" >&2; }
 
 if [ -z "$bin" ]; then
     say "building qbridge (cargo build --release --locked -p qbridge)…"
-    cargo build --release --locked -p qbridge
+    cargo build --release --locked -p qbridge -p qbridge-evpn
     bin=target/release/qbridge
 fi
 [ -x "$bin" ] || { say "$bin is not an executable"; exit 1; }
@@ -55,6 +56,11 @@ if [ -x "$cni" ]; then
     install -d "$root/opt/cni/bin"
     install -m 0755 "$cni" "$root/opt/cni/bin/qbridge-cni"
     say "CNI plugin: $root/opt/cni/bin/qbridge-cni"
+fi
+evpn=$(dirname "$bin")/qbridge-evpn
+if [ -x "$evpn" ]; then
+    install -m 0755 "$evpn" "$root$bindir/qbridge-evpn"
+    say "EVPN adapter: $root$bindir/qbridge-evpn"
 fi
 
 # --- the man page, from the --help texts ---

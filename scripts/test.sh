@@ -24,11 +24,15 @@ command -v clang >/dev/null 2>&1 || missing+=(clang llvm)
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 # host-local IPAM (and the reference plugins) for tests/netns_cni.rs.
 [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
+# EVPN (tests/netns_evpn.rs): gobgpd, which qbridge-evpn drives, and FRR as the peer; the test
+# starts its own zebra, bgpd and gobgpd in namespaces (no system service is started).
+command -v gobgpd >/dev/null 2>&1 || missing+=(gobgpd)
+[ -x /usr/lib/frr/zebra ] || missing+=(frr)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${missing[*]}" >&2
         export DEBIAN_FRONTEND=noninteractive
-        # No package's postinst may start a system-wide service (openvswitch-switch would):
+        # No package's postinst may start a system-wide service (openvswitch-switch, frr would):
         # invoke-rc.d asks policy-rc.d, and 101 means "not allowed".
         policy_rc=""
         if [ ! -e /usr/sbin/policy-rc.d ]; then

@@ -548,6 +548,8 @@ pub enum FdbCommand {
         mac: MacAddr,
         dev: String,
         dst: std::net::Ipv4Addr,
+        /// `extern_learn`: a control plane's entry (EVPN), not configuration.
+        origin: crate::vxlan::RemoteOrigin,
     },
     /// `fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
     /// [[no]added_by_user]`

@@ -193,6 +193,10 @@ fn create_line(
             for r in &v.remotes {
                 let verb = if r.mac.is_zero() { "append" } else { "add" };
                 let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}", r.mac, r.dst);
+                // A control plane's entry says so, as the bridge's extern_learn entries do.
+                if r.origin == crate::vxlan::RemoteOrigin::ExternLearn {
+                    l.push_str(" extern_learn");
+                }
             }
             l
         }

@@ -56,8 +56,9 @@ const VLAN: &str =
 const FDB: &str =
     "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky] [extern_learn]
   fdb del MAC dev NAME [vlan V]
-  fdb add|append|replace|del MAC dev VXLAN dst IP   (a vxlan port's remote VTEPs;
-           MAC 00:00:00:00:00:00: the flood list, head-end replication)
+  fdb add|append|replace|del MAC dev VXLAN dst IP [extern_learn]   (a vxlan port's remote
+           VTEPs; MAC 00:00:00:00:00:00: the flood list, head-end replication;
+           extern_learn: a control plane's, e.g. qbridge-evpn)
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
             [[no]added_by_user] [[no]extern_learn]  (default: dynamic and static, not permanent)

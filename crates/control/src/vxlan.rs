@@ -29,11 +29,23 @@ pub struct VxlanSpec {
     pub remotes: Vec<VxlanRemote>,
 }
 
-/// One static remote: `fdb add MAC dev NAME dst IP` or, all-zeros MAC, a flood-list VTEP.
+/// One configured remote: `fdb add MAC dev NAME dst IP` or, all-zeros MAC, a flood-list VTEP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VxlanRemote {
     pub mac: MacAddr,
     pub dst: Ipv4Addr,
+    pub origin: RemoteOrigin,
+}
+
+/// Who put a remote there: the operator, or a control plane (`extern_learn`, bridge-fdb(8)'s
+/// word; EVPN's `qbridge-evpn`). A control plane's entries are shown and saved with the flag
+/// (as the bridge's `extern_learn` entries are); the control plane owns them: it re-derives
+/// them and removes those it no longer has a route for, and never touches the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteOrigin {
+    #[default]
+    Static,
+    ExternLearn,
 }
 
 /// What an `fdb … dst IP` line does.
@@ -75,13 +87,15 @@ impl VxlanSpec {
         s
     }
 
-    /// Applies `op` to the static remotes; the message of an error names `port`.
+    /// Applies `op` to the remotes (an added or replaced one gets `origin`); the message of
+    /// an error names `port`.
     pub fn apply(
         &mut self,
         port: &str,
         op: VxlanFdbOp,
         mac: MacAddr,
         dst: Ipv4Addr,
+        origin: RemoteOrigin,
     ) -> Result<(), String> {
         let flood = mac.is_zero();
         if !flood && !mac.is_unicast() {
@@ -110,7 +124,7 @@ impl VxlanSpec {
             VxlanFdbOp::Append | VxlanFdbOp::Add if exact.is_some() => {
                 return Err(format!("vxlan port {port}: {mac} dst {dst} exists already"))
             }
-            VxlanFdbOp::Append => self.remotes.push(VxlanRemote { mac, dst }),
+            VxlanFdbOp::Append => self.remotes.push(VxlanRemote { mac, dst, origin }),
             VxlanFdbOp::Add if here.is_some() => {
                 return Err(format!(
                     "vxlan port {port}: {mac} has a VTEP already ({}){}",
@@ -122,11 +136,14 @@ impl VxlanSpec {
                     }
                 ))
             }
-            VxlanFdbOp::Add => self.remotes.push(VxlanRemote { mac, dst }),
+            VxlanFdbOp::Add => self.remotes.push(VxlanRemote { mac, dst, origin }),
             VxlanFdbOp::Replace => match here {
-                Some(i) if !flood => self.remotes[i].dst = dst,
+                Some(i) if !flood => {
+                    self.remotes[i].dst = dst;
+                    self.remotes[i].origin = origin;
+                }
                 _ if exact.is_some() => {}
-                _ => self.remotes.push(VxlanRemote { mac, dst }),
+                _ => self.remotes.push(VxlanRemote { mac, dst, origin }),
             },
             VxlanFdbOp::Del => match exact {
                 Some(i) => {
@@ -140,15 +157,16 @@ impl VxlanSpec {
 }
 
 /// `fdb show` lines of a VXLAN port's remotes as bridge-fdb(8) prints a vxlan device's own
-/// entries: `00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self permanent`; learned ones (`learned`:
-/// MAC, VTEP) without `permanent`.
+/// entries: `00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self permanent`; a control plane's
+/// `… self extern_learn`; learned ones (`learned`: MAC, VTEP) with neither.
 pub fn fdb_lines(port: &str, spec: &VxlanSpec, learned: &[(MacAddr, Ipv4Addr)]) -> String {
     let mut s = String::new();
     for r in &spec.remotes {
-        s.push_str(&format!(
-            "{} dev {port} dst {} self permanent\n",
-            r.mac, r.dst
-        ));
+        let kind = match r.origin {
+            RemoteOrigin::Static => "permanent",
+            RemoteOrigin::ExternLearn => "extern_learn",
+        };
+        s.push_str(&format!("{} dev {port} dst {} self {kind}\n", r.mac, r.dst));
     }
     for (m, d) in learned {
         s.push_str(&format!("{m} dev {port} dst {d} self\n"));
@@ -162,28 +180,32 @@ pub struct FdbJson<'a> {
     pub mac: String,
     pub ifname: &'a str,
     pub dst: String,
-    pub flags: [&'static str; 1],
+    pub flags: &'static [&'static str],
     pub state: &'static str,
 }
 
 /// The same entries as `fdb show -j` objects, in bridge-fdb(8)'s keys: `mac`, `ifname`, `dst`,
-/// `flags` (`self`), `state` (`permanent` for static ones, empty for learned ones).
+/// `flags` (`self`; a control plane's: `self`, `extern_learn`), `state` (`permanent` for
+/// static ones, empty for learned and control-plane ones).
 pub fn fdb_json<'a>(
     port: &'a str,
     spec: &VxlanSpec,
     learned: &[(MacAddr, Ipv4Addr)],
 ) -> Vec<FdbJson<'a>> {
-    let obj = |m: &MacAddr, d: &Ipv4Addr, state: &'static str| FdbJson {
+    let obj = |m: &MacAddr, d: &Ipv4Addr, flags, state: &'static str| FdbJson {
         mac: m.to_string(),
         ifname: port,
         dst: d.to_string(),
-        flags: ["self"],
+        flags,
         state,
     };
     spec.remotes
         .iter()
-        .map(|r| obj(&r.mac, &r.dst, "permanent"))
-        .chain(learned.iter().map(|(m, d)| obj(m, d, "")))
+        .map(|r| match r.origin {
+            RemoteOrigin::Static => obj(&r.mac, &r.dst, &["self"], "permanent"),
+            RemoteOrigin::ExternLearn => obj(&r.mac, &r.dst, &["self", "extern_learn"], ""),
+        })
+        .chain(learned.iter().map(|(m, d)| obj(m, d, &["self"], "")))
         .collect()
 }
 
@@ -209,28 +231,52 @@ mod tests {
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
         let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
         let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, a).unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, b).unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::Static)
+            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Append, z, b)
+            .apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
             .unwrap_err()
             .contains("exists already"));
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, z, "10.0.0.4".parse().unwrap())
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                z,
+                "10.0.0.4".parse().unwrap(),
+                RemoteOrigin::Static
+            )
             .is_err());
-        s.apply("vx0", VxlanFdbOp::Add, m, a).unwrap();
+        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, m, b)
+            .apply("vx0", VxlanFdbOp::Add, m, b, RemoteOrigin::Static)
             .unwrap_err()
             .contains("replace"));
-        s.apply("vx0", VxlanFdbOp::Replace, m, b).unwrap();
-        assert!(s.apply("vx0", VxlanFdbOp::Append, m, a).is_err());
+        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::Static)
+            .unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, MacAddr([0xff; 6]), a)
+            .apply("vx0", VxlanFdbOp::Append, m, a, RemoteOrigin::Static)
+            .is_err());
+        assert!(s
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                MacAddr([0xff; 6]),
+                a,
+                RemoteOrigin::Static
+            )
             .unwrap_err()
             .contains("group address"));
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, m, "224.0.0.1".parse().unwrap())
+            .apply(
+                "vx0",
+                VxlanFdbOp::Add,
+                m,
+                "224.0.0.1".parse().unwrap(),
+                RemoteOrigin::Static
+            )
             .is_err());
         assert_eq!(
             fdb_lines("vx0", &s, &[(MacAddr([2, 0, 0, 0, 0, 9]), a)]),
@@ -239,9 +285,38 @@ mod tests {
              02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self permanent\n\
              02:00:00:00:00:09 dev vx0 dst 10.0.0.2 self\n"
         );
-        s.apply("vx0", VxlanFdbOp::Del, z, a).unwrap();
-        assert!(s.apply("vx0", VxlanFdbOp::Del, z, a).is_err());
+        s.apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
+            .unwrap();
+        assert!(s
+            .apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
+            .is_err());
         assert_eq!(s.remotes.len(), 2);
         assert_eq!(s.words(), "id 100 local 10.0.0.1 dstport 4789 learning on");
+    }
+
+    #[test]
+    fn extern_learn_remotes_are_flagged() {
+        let mut s = spec();
+        let z = MacAddr([0; 6]);
+        let m = MacAddr([2, 0, 0, 0, 0, 1]);
+        let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
+        let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::ExternLearn)
+            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static)
+            .unwrap();
+        // A control plane's replace takes the entry over, flag and all.
+        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::ExternLearn)
+            .unwrap();
+        assert_eq!(
+            fdb_lines("vx0", &s, &[]),
+            "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self extern_learn\n\
+             02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self extern_learn\n"
+        );
+        let j = serde_json::to_string(&fdb_json("vx0", &s, &[])).unwrap();
+        assert!(
+            j.contains(r#""dst":"10.0.0.2","flags":["self","extern_learn"],"state":"""#),
+            "{j}"
+        );
     }
 }

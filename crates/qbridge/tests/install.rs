@@ -52,6 +52,15 @@ fn install_puts_every_piece_in_place() {
         String::from_utf8_lossy(&out.stdout).contains("supportedVersions"),
         "{out:?}"
     );
+    // The EVPN adapter, when built beside the binary (cargo test --workspace builds it).
+    if Path::new(BIN).with_file_name("qbridge-evpn").exists() {
+        let evpn = d.join("usr/bin/qbridge-evpn");
+        let out = Command::new(&evpn).arg("--help").output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("usage: qbridge-evpn"),
+            "{out:?}"
+        );
+    }
     let v = Command::new(&bin).arg("-V").output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&v.stdout),

@@ -54,17 +54,12 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                 })?
                 .to_string();
             if let Some(dst) = dst {
-                // A VXLAN port's own entry (bridge-fdb's `self`): no VLAN, no kind.
-                if vlan.is_some() || inner_vlan.is_some() || extern_learn.is_some() {
+                // A VXLAN port's own entry (bridge-fdb's `self`): no VLAN, no kind;
+                // `extern_learn` marks a control plane's (EVPN) entry.
+                if vlan.is_some() || inner_vlan.is_some() {
                     return Err(unexpected(
-                        if vlan.is_some() {
-                            "vlan"
-                        } else if inner_vlan.is_some() {
-                            "inner_vlan"
-                        } else {
-                            "extern_learn"
-                        },
-                        "no vlan, inner_vlan or extern_learn with dst (a VXLAN port's remote VTEP)",
+                        if vlan.is_some() { "vlan" } else { "inner_vlan" },
+                        "no vlan or inner_vlan with dst (a VXLAN port's remote VTEP)",
                     ));
                 }
                 use crate::vxlan::VxlanFdbOp;
@@ -78,6 +73,11 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     mac,
                     dev,
                     dst,
+                    origin: if extern_learn.is_some() {
+                        crate::vxlan::RemoteOrigin::ExternLearn
+                    } else {
+                        crate::vxlan::RemoteOrigin::Static
+                    },
                 });
             }
             if cmd == "append" {

@@ -467,8 +467,16 @@ impl Session {
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
             }
-            FdbCommand::Vxlan { op, mac, dev, dst } => {
-                return self.vxlan_fdb(*op, *mac, dev, *dst).map(|()| String::new());
+            FdbCommand::Vxlan {
+                op,
+                mac,
+                dev,
+                dst,
+                origin,
+            } => {
+                return self
+                    .vxlan_fdb(*op, *mac, dev, *dst, *origin)
+                    .map(|()| String::new());
             }
         }
         Ok(String::new())

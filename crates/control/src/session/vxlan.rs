@@ -2,7 +2,7 @@
 //! in the port's spec (`crate::vxlan::VxlanSpec`); the engine copies them into the backend.
 
 use super::*;
-use crate::vxlan::VxlanFdbOp;
+use crate::vxlan::{RemoteOrigin, VxlanFdbOp};
 use std::net::Ipv4Addr;
 
 impl Session {
@@ -12,6 +12,7 @@ impl Session {
         mac: MacAddr,
         dev: &str,
         dst: Ipv4Addr,
+        origin: RemoteOrigin,
     ) -> Result<(), ControlError> {
         let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
             return Err(if self.switch.exists(dev) {
@@ -22,7 +23,7 @@ impl Session {
                 qbridge_bridge::ConfigError::NoSuchDevice(dev.to_string()).into()
             });
         };
-        match spec.apply(dev, op, mac, dst) {
+        match spec.apply(dev, op, mac, dst, origin) {
             // `apply` (-may-exist): an entry that is there already is not an error.
             Err(_)
                 if self.may_exist && spec.remotes.iter().any(|r| r.mac == mac && r.dst == dst) =>
@@ -194,5 +195,49 @@ mod tests {
         assert!(!run(&mut s, "fdb show dev vx0")
             .unwrap()
             .contains("10.0.0.2"));
+    }
+
+    #[test]
+    fn a_control_planes_remotes_carry_extern_learn() {
+        let mut s = Session::new();
+        for l in [
+            "link add br0 type bridge vlan_filtering 0",
+            "link add vx0 type vxlan id 100 local 10.0.0.1 nolearning",
+            "link set dev vx0 master br0",
+            "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 extern_learn",
+            "fdb add 02:00:00:00:00:01 dev vx0 dst 10.0.0.3",
+            "fdb replace 02:00:00:00:00:02 dev vx0 dst 10.0.0.2 extern_learn",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert_eq!(
+            run(&mut s, "fdb show dev vx0").unwrap(),
+            "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self extern_learn\n\
+             02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self permanent\n\
+             02:00:00:00:00:02 dev vx0 dst 10.0.0.2 self extern_learn\n"
+        );
+        // `vlan` still has no place beside `dst`.
+        let e = run(
+            &mut s,
+            "fdb add 02:00:00:00:00:03 dev vx0 dst 10.0.0.2 vlan 5",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("no vlan or inner_vlan with dst"),
+            "{e}"
+        );
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 extern_learn\n\
+                 fdb add 02:00:00:00:00:01 dev vx0 dst 10.0.0.3\n\
+                 fdb add 02:00:00:00:00:02 dev vx0 dst 10.0.0.2 extern_learn\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        run(&mut s, "fdb del 02:00:00:00:00:02 dev vx0 dst 10.0.0.2").unwrap();
     }
 }

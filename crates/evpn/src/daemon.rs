@@ -1,0 +1,206 @@
+//! The qbridge daemon's control socket (docs/daemon.md, protocol v1), as the adapter uses
+//! it: one command per request (`{"v":1,"args":[…]}`), the JSON of `link show -j` and
+//! `fdb show -j` read into [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
+//! its own connection and thread whose only job is to wake the adapter's loop.
+
+use crate::reconcile::{FdbEntry, VxlanPort};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv4Addr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("qbridge daemon at {path}: {detail}")]
+    Io { path: PathBuf, detail: String },
+    #[error("qbridge daemon at {path}: `{cmd}` refused: {error}")]
+    Refused {
+        path: PathBuf,
+        cmd: String,
+        error: String,
+    },
+}
+
+/// A connection to the daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    path: PathBuf,
+    reader: BufReader<UnixStream>,
+}
+
+impl Daemon {
+    pub fn connect(path: &Path) -> Result<Daemon, DaemonError> {
+        let s = UnixStream::connect(path).map_err(|e| io(path, &e))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| io(path, &e))?;
+        Ok(Daemon {
+            path: path.to_path_buf(),
+            reader: BufReader::new(s),
+        })
+    }
+
+    /// Runs one command (words as the CLI takes them); its output.
+    pub fn run(&mut self, args: &[&str]) -> Result<String, DaemonError> {
+        let req = serde_json::json!({"v": 1, "args": args});
+        let mut line = req.to_string();
+        line.push('\n');
+        self.reader
+            .get_mut()
+            .write_all(line.as_bytes())
+            .map_err(|e| io(&self.path, &e))?;
+        let mut answer = String::new();
+        match self.reader.read_line(&mut answer) {
+            Ok(0) => return Err(io(&self.path, &"closed the connection")),
+            Ok(_) => {}
+            Err(e) => return Err(io(&self.path, &e)),
+        }
+        let v: Value = serde_json::from_str(&answer).map_err(|e| io(&self.path, &e))?;
+        if v["ok"].as_bool() == Some(true) {
+            Ok(v["output"].as_str().unwrap_or_default().to_string())
+        } else {
+            Err(DaemonError::Refused {
+                path: self.path.clone(),
+                cmd: args.join(" "),
+                error: v["error"].as_str().unwrap_or("no reason given").to_string(),
+            })
+        }
+    }
+
+    /// The VXLAN ports (`link show -j`).
+    pub fn vxlan_ports(&mut self) -> Result<Vec<VxlanPort>, DaemonError> {
+        let out = self.run(&["-j", "link", "show"])?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| io(&self.path, &e))?;
+        Ok(parse_ports(&v))
+    }
+
+    /// The FDB (`fdb show -j`): the bridges' entries, then the VXLAN ports' own.
+    pub fn fdb(&mut self) -> Result<Vec<FdbEntry>, DaemonError> {
+        let out = self.run(&["-j", "fdb", "show"])?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| io(&self.path, &e))?;
+        Ok(parse_fdb(&v))
+    }
+}
+
+fn io(path: &Path, e: &dyn std::fmt::Display) -> DaemonError {
+    DaemonError::Io {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+/// `link show -j`'s VXLAN ports: `{"ifname", "master"?, "backend": {"type": "vxlan", "id",
+/// "local", …}}`.
+pub fn parse_ports(v: &Value) -> Vec<VxlanPort> {
+    let Some(links) = v.as_array() else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .filter_map(|l| {
+            let b = &l["backend"];
+            if b["type"].as_str() != Some("vxlan") {
+                return None;
+            }
+            Some(VxlanPort {
+                name: l["ifname"].as_str()?.to_string(),
+                vni: u32::try_from(b["id"].as_u64()?).ok()?,
+                local: b["local"].as_str()?.parse().ok()?,
+                master: l["master"].as_str().map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+/// Parses `02:00:00:00:00:0a`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut m {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+/// `fdb show -j`'s objects.
+pub fn parse_fdb(v: &Value) -> Vec<FdbEntry> {
+    let Some(entries) = v.as_array() else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|e| {
+            let flags: Vec<&str> = e["flags"]
+                .as_array()
+                .map(|f| f.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            Some(FdbEntry {
+                mac: parse_mac(e["mac"].as_str()?)?,
+                ifname: e["ifname"].as_str()?.to_string(),
+                master: e["master"].as_str().map(str::to_string),
+                vlan: e["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
+                dst: e["dst"].as_str().and_then(|d| d.parse::<Ipv4Addr>().ok()),
+                state: e["state"].as_str().unwrap_or_default().to_string(),
+                extern_learn: flags.contains(&"extern_learn"),
+            })
+        })
+        .collect()
+}
+
+/// Streams `monitor -j fdb link` from the daemon at `path`, sending `()` to `wake` per event,
+/// until the connection ends (then returns; the caller reconnects).
+pub fn watch(path: &Path, wake: &Sender<()>) -> Result<(), DaemonError> {
+    let mut s = UnixStream::connect(path).map_err(|e| io(path, &e))?;
+    let req = serde_json::json!({"v": 1, "monitor": ["fdb", "link"], "opts": {"json": true}});
+    s.write_all(format!("{req}\n").as_bytes())
+        .map_err(|e| io(path, &e))?;
+    let reader = BufReader::new(s);
+    for line in reader.lines() {
+        let _ = line.map_err(|e| io(path, &e))?;
+        if wake.send(()).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_link_and_fdb_json() {
+        let links = serde_json::json!([
+            {"ifname": "br0", "backend": {"type": "bridge"}},
+            {"ifname": "vx0", "master": "br0",
+             "backend": {"type": "vxlan", "id": 100, "local": "192.0.2.1", "dstport": 4789,
+                         "learning": false}}
+        ]);
+        assert_eq!(
+            parse_ports(&links),
+            [VxlanPort {
+                name: "vx0".into(),
+                vni: 100,
+                local: Ipv4Addr::new(192, 0, 2, 1),
+                master: Some("br0".into()),
+            }]
+        );
+        let fdb = serde_json::json!([
+            {"mac": "02:00:00:00:00:0a", "ifname": "p1", "flags": [], "master": "br0",
+             "state": ""},
+            {"mac": "00:00:00:00:00:00", "ifname": "vx0", "dst": "192.0.2.2",
+             "flags": ["self", "extern_learn"], "state": ""},
+            {"mac": "not a mac", "ifname": "p1"}
+        ]);
+        let e = parse_fdb(&fdb);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].mac, [2, 0, 0, 0, 0, 0xa]);
+        assert_eq!(e[0].master.as_deref(), Some("br0"));
+        assert!(e[1].extern_learn);
+        assert_eq!(e[1].dst, Some(Ipv4Addr::new(192, 0, 2, 2)));
+        assert_eq!(parse_mac("02:00:00:00:00"), None);
+        assert_eq!(parse_mac("02:00:00:00:00:00:01"), None);
+    }
+}

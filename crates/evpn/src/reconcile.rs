@@ -1,0 +1,609 @@
+//! The adapter's decision, sans I/O: from what the daemon shows (its VXLAN ports, its FDB)
+//! and what the BGP speaker holds (every EVPN path of its RIB), the routes to originate or
+//! withdraw and the `fdb` commands to run. Level-triggered: the same inputs give the same
+//! actions, and once they are done the next pass gives none, so a restart of the daemon, of
+//! gobgpd or of the adapter itself is handled by the same pass (re-derive, then converge).
+//!
+//! A bridge domain is a (VXLAN port, VNI) pair ([`Domain`]): today one VNI per port; VLAN↔VNI
+//! maps will add more pairs per port without changing the rules below.
+//!
+//! Rules (RFC 7432, RFC 8365):
+//! - per domain, a type-3 route: RD `VTEP:VNI`, Ethernet tag 0, originator the VTEP, PMSI
+//!   tunnel ingress replication to the VTEP with the VNI as label, RT `ASN:VNI` (FRR's auto
+//!   RT), encapsulation VXLAN;
+//! - per MAC the bridge of the domain's port has on another, non-VXLAN port (learned, or a
+//!   user's `static`/`dynamic` entry; not the bridge's own `permanent` ones, not a control
+//!   plane's `extern_learn` ones), a type-2 route with the same RD, RT and encapsulation,
+//!   label the VNI, next hop the VTEP;
+//! - MAC mobility (RFC 7432 §15): a MAC newly local that a peer advertises is advertised
+//!   with sequence number the peer's + 1; a peer's route with a higher number (or the same
+//!   number from a lower VTEP address) wins: ours is withdrawn and the bridge's local entry
+//!   deleted, so traffic follows the route;
+//! - peers' routes (best paths, RT `ASN:VNI`, not from our own VTEP) are installed with
+//!   `extern_learn`: type-3 → the flood list, type-2 → the MAC's VTEP on the port and the
+//!   bridge's entry of the MAC on the port; an installed entry without its route is removed; the operator's static entries are never touched (a MAC
+//!   or flood VTEP that has one is left to it).
+
+use crate::route::{Attrs, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+/// A VXLAN port of the daemon, as `link show -j` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanPort {
+    pub name: String,
+    pub vni: u32,
+    pub local: Ipv4Addr,
+    pub master: Option<String>,
+}
+
+/// (VXLAN port, VNI): one bridge domain stretched over EVPN.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Domain {
+    pub port: String,
+    pub vni: u32,
+}
+
+/// One `fdb show -j` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdbEntry {
+    pub mac: [u8; 6],
+    pub ifname: String,
+    pub master: Option<String>,
+    pub vlan: Option<u16>,
+    /// A VXLAN port's own entry: its VTEP.
+    pub dst: Option<Ipv4Addr>,
+    /// `permanent`, `static` or empty.
+    pub state: String,
+    pub extern_learn: bool,
+}
+
+/// One path of the speaker's RIB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub nlri: Nlri,
+    pub attrs: Attrs,
+    /// Originated here (through the API) rather than received from a peer.
+    pub local: bool,
+    pub best: bool,
+}
+
+/// What the pass decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Originate (or re-originate with new attributes).
+    Advertise {
+        nlri: Nlri,
+        next_hop: Ipv4Addr,
+        communities: Vec<ExtCommunity>,
+        pmsi_vni: Option<u32>,
+    },
+    Withdraw(Nlri),
+    /// A command for the daemon (one line of its grammar).
+    Daemon(String),
+}
+
+fn mac_str(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+const ZERO_MAC: [u8; 6] = [0; 6];
+
+/// The pass. `asn`: the speaker's AS (the RT's administrator, 2 bytes as FRR's auto RT).
+pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route]) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let vxlan_names: BTreeSet<&str> = ports.iter().map(|p| p.name.as_str()).collect();
+    // What we want originated: NLRI → (next hop, communities, pmsi).
+    let mut want: BTreeMap<Nlri, (Ipv4Addr, Vec<ExtCommunity>, Option<u32>)> = BTreeMap::new();
+    let ours: BTreeMap<Nlri, &Attrs> = rib
+        .iter()
+        .filter(|r| r.local)
+        .map(|r| (r.nlri, &r.attrs))
+        .collect();
+
+    for p in ports {
+        let d = Domain {
+            port: p.name.clone(),
+            vni: p.vni,
+        };
+        // A port in no bridge stretches nothing.
+        let Some(bridge) = p.master.as_deref() else {
+            continue;
+        };
+        let rd = Rd::ip(p.local, (d.vni & 0xffff) as u16);
+        let rt = ExtCommunity::RouteTarget { asn, value: d.vni };
+        let encap = ExtCommunity::Encapsulation {
+            tunnel_type: TUNNEL_VXLAN,
+        };
+        want.insert(
+            Nlri::Imet {
+                rd,
+                etag: 0,
+                origin: p.local,
+            },
+            (p.local, vec![rt, encap], Some(d.vni)),
+        );
+
+        // Peers' routes of this domain.
+        let peer = |r: &&Route| {
+            !r.local && r.best && r.attrs.has_rt(asn, d.vni) && r.attrs.next_hop != Some(p.local)
+        };
+        let mut flood_peers: BTreeSet<Ipv4Addr> = BTreeSet::new();
+        // MAC → (seq, VTEP) of the winning peer route.
+        let mut mac_peers: BTreeMap<[u8; 6], (u32, Ipv4Addr)> = BTreeMap::new();
+        for r in rib.iter().filter(peer) {
+            match r.nlri {
+                Nlri::Imet { origin, .. } => {
+                    let vtep = r.attrs.pmsi.map(|(ip, _)| ip).unwrap_or(origin);
+                    if vtep != p.local {
+                        flood_peers.insert(vtep);
+                    }
+                }
+                Nlri::Mac { mac, .. } => {
+                    let Some(vtep) = r.attrs.next_hop else {
+                        continue;
+                    };
+                    let seq = r.attrs.mobility_seq().unwrap_or(0);
+                    let e = mac_peers.entry(mac).or_insert((seq, vtep));
+                    if (seq, std::cmp::Reverse(vtep)) > (e.0, std::cmp::Reverse(e.1)) {
+                        *e = (seq, vtep);
+                    }
+                }
+            }
+        }
+
+        // Local MACs of the bridge, on ports that are not VXLAN ports.
+        let mut local_macs: BTreeMap<[u8; 6], &FdbEntry> = BTreeMap::new();
+        for e in fdb {
+            if e.master.as_deref() == Some(bridge)
+                && e.dst.is_none()
+                && !vxlan_names.contains(e.ifname.as_str())
+                && e.state != "permanent"
+                && !e.extern_learn
+            {
+                local_macs.entry(e.mac).or_insert(e);
+            }
+        }
+        let mut lost: BTreeSet<[u8; 6]> = BTreeSet::new();
+        for (mac, entry) in &local_macs {
+            let nlri = Nlri::Mac {
+                rd,
+                etag: 0,
+                mac: *mac,
+                vni: d.vni,
+            };
+            let our_seq = ours.get(&nlri).map(|a| a.mobility_seq().unwrap_or(0));
+            let seq = match (our_seq, mac_peers.get(mac)) {
+                (None, None) => None,
+                // Moved here: one more than the peer's (RFC 7432 §15.1).
+                (None, Some((s, _))) => Some(s.saturating_add(1)),
+                (Some(s), Some((ps, pv))) if *ps > s || (*ps == s && *pv < p.local) => {
+                    // Moved away: the peer's route wins; the stale local entry goes.
+                    lost.insert(*mac);
+                    let mut cmd = format!("fdb del {} dev {}", mac_str(mac), entry.ifname);
+                    if let Some(v) = entry.vlan {
+                        cmd.push_str(&format!(" vlan {v}"));
+                    }
+                    actions.push(Action::Daemon(cmd));
+                    continue;
+                }
+                // Ours stands: keep its sequence number.
+                (Some(_), _) => ours.get(&nlri).and_then(|a| a.mobility_seq()),
+            };
+            let mut comms = vec![rt, encap];
+            if let Some(seq) = seq {
+                comms.push(ExtCommunity::MacMobility { sticky: false, seq });
+            }
+            want.insert(nlri, (p.local, comms, None));
+        }
+
+        // The port's own entries now.
+        let statics: BTreeSet<([u8; 6], Ipv4Addr)> = fdb
+            .iter()
+            .filter(|e| e.ifname == d.port && !e.extern_learn && e.state == "permanent")
+            .filter_map(|e| e.dst.map(|dst| (e.mac, dst)))
+            .collect();
+        let static_macs: BTreeSet<[u8; 6]> = statics.iter().map(|(m, _)| *m).collect();
+        let installed: Vec<([u8; 6], Ipv4Addr)> = fdb
+            .iter()
+            .filter(|e| e.ifname == d.port && e.extern_learn)
+            .filter_map(|e| e.dst.map(|dst| (e.mac, dst)))
+            .collect();
+        let port = &d.port;
+        // Flood list.
+        let want_flood: BTreeSet<Ipv4Addr> = flood_peers
+            .into_iter()
+            .filter(|v| !statics.contains(&(ZERO_MAC, *v)))
+            .collect();
+        let have_flood: BTreeSet<Ipv4Addr> = installed
+            .iter()
+            .filter(|(m, _)| *m == ZERO_MAC)
+            .map(|(_, v)| *v)
+            .collect();
+        for v in have_flood.difference(&want_flood) {
+            actions.push(Action::Daemon(format!(
+                "fdb del 00:00:00:00:00:00 dev {port} dst {v}"
+            )));
+        }
+        for v in want_flood.difference(&have_flood) {
+            actions.push(Action::Daemon(format!(
+                "fdb append 00:00:00:00:00:00 dev {port} dst {v} extern_learn"
+            )));
+        }
+        // MAC → VTEP.
+        let want_macs: BTreeMap<[u8; 6], Ipv4Addr> = mac_peers
+            .iter()
+            .filter(|(m, _)| {
+                (!local_macs.contains_key(*m) || lost.contains(*m)) && !static_macs.contains(*m)
+            })
+            .map(|(m, (_, v))| (*m, *v))
+            .collect();
+        let have_macs: BTreeMap<[u8; 6], Ipv4Addr> = installed
+            .iter()
+            .filter(|(m, _)| *m != ZERO_MAC)
+            .copied()
+            .collect();
+        for (m, v) in &have_macs {
+            if !want_macs.contains_key(m) {
+                actions.push(Action::Daemon(format!(
+                    "fdb del {} dev {port} dst {v}",
+                    mac_str(m)
+                )));
+            }
+        }
+        for (m, v) in &want_macs {
+            if have_macs.get(m) != Some(v) {
+                actions.push(Action::Daemon(format!(
+                    "fdb replace {} dev {port} dst {v} extern_learn",
+                    mac_str(m)
+                )));
+            }
+        }
+        // The bridge's own entry of a remote MAC, on the VXLAN port (as zebra installs
+        // `master extern_learn` beside the device's `self` entry): unicast to it is not
+        // flooded, and a frame from it on a local port takes it over (a move).
+        let bridge_remote: BTreeMap<[u8; 6], &FdbEntry> = fdb
+            .iter()
+            .filter(|e| e.ifname == d.port && e.dst.is_none() && e.extern_learn)
+            .map(|e| (e.mac, e))
+            .collect();
+        for (m, e) in &bridge_remote {
+            if !want_macs.contains_key(m) {
+                let mut cmd = format!("fdb del {} dev {port}", mac_str(m));
+                if let Some(v) = e.vlan {
+                    cmd.push_str(&format!(" vlan {v}"));
+                }
+                actions.push(Action::Daemon(cmd));
+            }
+        }
+        for m in want_macs.keys() {
+            if !bridge_remote.contains_key(m) {
+                actions.push(Action::Daemon(format!(
+                    "fdb replace {} dev {port} extern_learn",
+                    mac_str(m)
+                )));
+            }
+        }
+    }
+
+    // Originate what is missing or changed, withdraw what is no longer wanted.
+    for (nlri, (nh, comms, pmsi)) in &want {
+        let same = ours.get(nlri).is_some_and(|a| {
+            let mut x = a.communities.clone();
+            let mut y = comms.clone();
+            x.sort();
+            y.sort();
+            a.next_hop == Some(*nh) && x == y && a.pmsi.map(|(_, l)| l) == *pmsi
+        });
+        if !same {
+            actions.push(Action::Advertise {
+                nlri: *nlri,
+                next_hop: *nh,
+                communities: comms.clone(),
+                pmsi_vni: *pmsi,
+            });
+        }
+    }
+    for nlri in ours.keys() {
+        if !want.contains_key(nlri) {
+            actions.push(Action::Withdraw(*nlri));
+        }
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+    const M: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+
+    fn ports() -> Vec<VxlanPort> {
+        vec![VxlanPort {
+            name: "vx0".into(),
+            vni: 100,
+            local: A,
+            master: Some("br0".into()),
+        }]
+    }
+
+    fn learned(mac: [u8; 6], dev: &str) -> FdbEntry {
+        FdbEntry {
+            mac,
+            ifname: dev.into(),
+            master: Some("br0".into()),
+            vlan: None,
+            dst: None,
+            state: String::new(),
+            extern_learn: false,
+        }
+    }
+
+    fn remote(mac: [u8; 6], dst: Ipv4Addr, extern_learn: bool) -> FdbEntry {
+        FdbEntry {
+            mac,
+            ifname: "vx0".into(),
+            master: None,
+            vlan: None,
+            dst: Some(dst),
+            state: if extern_learn { "" } else { "permanent" }.into(),
+            extern_learn,
+        }
+    }
+
+    fn comms(seq: Option<u32>) -> Vec<ExtCommunity> {
+        let mut c = vec![
+            ExtCommunity::RouteTarget {
+                asn: 65000,
+                value: 100,
+            },
+            ExtCommunity::Encapsulation {
+                tunnel_type: TUNNEL_VXLAN,
+            },
+        ];
+        if let Some(seq) = seq {
+            c.push(ExtCommunity::MacMobility { sticky: false, seq });
+        }
+        c
+    }
+
+    fn route(nlri: Nlri, nh: Ipv4Addr, seq: Option<u32>, local: bool) -> Route {
+        let pmsi = matches!(nlri, Nlri::Imet { .. }).then_some(100);
+        let bytes = crate::route::originate_attrs(&nlri, nh, &comms(seq), pmsi);
+        Route {
+            nlri,
+            attrs: Attrs::decode(&bytes),
+            local,
+            best: true,
+        }
+    }
+
+    fn mac_route(vtep: Ipv4Addr, mac: [u8; 6], seq: Option<u32>, local: bool) -> Route {
+        let nlri = Nlri::Mac {
+            rd: Rd::ip(vtep, 100),
+            etag: 0,
+            mac,
+            vni: 100,
+        };
+        route(nlri, vtep, seq, local)
+    }
+
+    fn imet(vtep: Ipv4Addr, local: bool) -> Route {
+        let nlri = Nlri::Imet {
+            rd: Rd::ip(vtep, 100),
+            etag: 0,
+            origin: vtep,
+        };
+        route(nlri, vtep, None, local)
+    }
+
+    fn daemon(a: &[Action]) -> Vec<&str> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Daemon(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fresh_vtep_advertises_its_vni_and_macs_and_installs_the_peers() {
+        let fdb = [
+            learned(M, "p1"),
+            // The bridge's own address and what it learned on the VXLAN port: not advertised.
+            FdbEntry {
+                state: "permanent".into(),
+                ..learned([2, 0, 0, 0, 0, 1], "br0")
+            },
+            learned([2, 0, 0, 0, 0, 0xb], "vx0"),
+        ];
+        let rib = [
+            imet(B, false),
+            mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false),
+        ];
+        let a = reconcile(65000, &ports(), &fdb, &rib);
+        assert_eq!(
+            daemon(&a),
+            [
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 extern_learn"
+            ]
+        );
+        let adv: Vec<_> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advertise {
+                    nlri,
+                    pmsi_vni,
+                    communities,
+                    ..
+                } => Some((*nlri, *pmsi_vni, communities.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(adv.len(), 2, "{a:?}");
+        assert!(adv.contains(&(imet(A, true).nlri, Some(100), 2)));
+        assert!(adv.contains(&(mac_route(A, M, None, true).nlri, None, 2)));
+    }
+
+    #[test]
+    fn converged_state_gives_no_action_and_withdraws_follow() {
+        let fdb = [
+            learned(M, "p1"),
+            remote(ZERO_MAC, B, true),
+            remote([2, 0, 0, 0, 0, 0xb], B, true),
+            FdbEntry {
+                extern_learn: true,
+                ..learned([2, 0, 0, 0, 0, 0xb], "vx0")
+            },
+        ];
+        let mut rib = vec![
+            imet(A, true),
+            mac_route(A, M, None, true),
+            imet(B, false),
+            mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &fdb, &rib), []);
+        // M ages out; B withdraws everything (its session went down).
+        rib.truncate(2);
+        let a = reconcile(65000, &ports(), &fdb[1..], &rib);
+        assert_eq!(
+            a,
+            [
+                Action::Daemon("fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2".into()),
+                Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0 dst 192.0.2.2".into()),
+                Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0".into()),
+                Action::Withdraw(mac_route(A, M, None, true).nlri),
+            ]
+        );
+    }
+
+    #[test]
+    fn static_entries_are_the_operators() {
+        let fdb = [
+            remote(ZERO_MAC, B, false),
+            remote([2, 0, 0, 0, 0, 0xb], B, false),
+        ];
+        let rib = [
+            imet(A, true),
+            imet(B, false),
+            mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &fdb, &rib), []);
+        // Another VNI's routes (another RT) are not imported.
+        let other = Route {
+            attrs: Attrs {
+                communities: vec![ExtCommunity::RouteTarget {
+                    asn: 65000,
+                    value: 200,
+                }],
+                ..imet(B, false).attrs
+            },
+            ..imet(Ipv4Addr::new(192, 0, 2, 3), false)
+        };
+        assert_eq!(
+            daemon(&reconcile(65000, &ports(), &[], &[imet(A, true), other])),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn mac_mobility_sequence_numbers() {
+        // M moves here from B (B advertised it with seq 4): ours gets 5.
+        let rib = [imet(A, true), mac_route(B, M, Some(4), false)];
+        let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
+        assert!(
+            a.contains(&Action::Advertise {
+                nlri: mac_route(A, M, None, true).nlri,
+                next_hop: A,
+                communities: comms(Some(5)),
+                pmsi_vni: None,
+            }),
+            "{a:?}"
+        );
+        // Ours (seq 5) stands against B's 4: nothing to do.
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(5), true),
+            mac_route(B, M, Some(4), false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &[learned(M, "p1")], &rib), []);
+        // M moves to B, which advertises seq 6: ours is withdrawn, the stale local entry
+        // deleted, B's installed.
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(5), true),
+            mac_route(B, M, Some(6), false),
+        ];
+        let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
+        assert_eq!(
+            a,
+            [
+                Action::Daemon("fdb del 02:00:00:00:00:0a dev p1".into()),
+                Action::Daemon(
+                    "fdb replace 02:00:00:00:00:0a dev vx0 dst 192.0.2.2 extern_learn".into()
+                ),
+                Action::Daemon("fdb replace 02:00:00:00:00:0a dev vx0 extern_learn".into()),
+                Action::Withdraw(mac_route(A, M, None, true).nlri),
+            ]
+        );
+    }
+    #[test]
+    fn what_is_not_installed_or_advertised() {
+        // A port in no bridge: nothing advertised, nothing installed.
+        let mut lone = ports();
+        lone[0].master = None;
+        assert_eq!(reconcile(65000, &lone, &[], &[imet(B, false)]), []);
+        // Our own routes reflected back by a peer (next hop ours), and a peer's path that is
+        // not the best: ignored.
+        let reflected = imet(A, false);
+        let not_best = Route {
+            best: false,
+            ..mac_route(B, [2, 0, 0, 0, 0, 0xc], None, false)
+        };
+        assert_eq!(
+            reconcile(65000, &ports(), &[], &[imet(A, true), reflected, not_best]),
+            []
+        );
+        // The operator's static entry for a MAC wins over a peer's route for it.
+        let fdb = [remote(
+            [2, 0, 0, 0, 0, 0xd],
+            Ipv4Addr::new(192, 0, 2, 9),
+            false,
+        )];
+        let rib = [
+            imet(A, true),
+            mac_route(B, [2, 0, 0, 0, 0, 0xd], None, false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &fdb, &rib), []);
+    }
+
+    #[test]
+    fn equal_sequence_numbers_go_to_the_lower_vtep() {
+        // B (192.0.2.2) and we (192.0.2.1) both at 3: ours stands.
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(3), true),
+            mac_route(B, M, Some(3), false),
+        ];
+        assert_eq!(reconcile(65000, &ports(), &[learned(M, "p1")], &rib), []);
+        // A VTEP below ours at 3: it wins.
+        let low = Ipv4Addr::new(192, 0, 2, 0);
+        let rib = [
+            imet(A, true),
+            mac_route(A, M, Some(3), true),
+            mac_route(low, M, Some(3), false),
+        ];
+        let a = reconcile(65000, &ports(), &[learned(M, "p1")], &rib);
+        assert!(
+            a.contains(&Action::Withdraw(mac_route(A, M, None, true).nlri)),
+            "{a:?}"
+        );
+    }
+}

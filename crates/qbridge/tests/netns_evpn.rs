@@ -1,0 +1,614 @@
+//! EVPN (RFC 7432/8365) between qbridge VTEPs and FRR (root only): qbridge-evpn drives a
+//! gobgpd per qbridge VTEP over its gRPC API; FRR 8.4 (zebra + bgpd, `advertise-all-vni`)
+//! with a kernel bridge and vxlan device is the peer operators run.
+//!
+//! ```text
+//!  ha ─ qa ┐                           ┌ kb1 ─ hb          hc ─ qc ┐
+//!   A: daemon br0: p1 (qa), vx0          B: kernel kbr: kb1, vx100     C: daemon br0: p1, vx0
+//!      vx0 vxlan id 100 local .1            vx100 id 100 local .2         vx0 id 100 local .3
+//!      gobgpd (AS 65000) + qbridge-evpn     zebra + bgpd (AS 65000)       gobgpd + qbridge-evpn
+//!        └── ul 192.0.2.1 ──┐                 └── ul 192.0.2.2 ──┐          └── ul 192.0.2.3 ─┐
+//!                           └──────── namespace U: kernel bridge ubr ───────────────────────┘
+//! ```
+//!
+//! iBGP full mesh, AS 65000, timers 1/3 s. No flood list and no MAC entry is configured on
+//! any VTEP. Checked: B's type-3 route fills A's flood list (`extern_learn` entries in `fdb
+//! show -j`); A's learned MAC is a type-2 route in FRR (`show bgp l2vpn evpn route`) and an
+//! `extern_learn` entry of B's kernel vxlan device; pings and a verified TCP transfer cross;
+//! a MAC moving from A to B is withdrawn by A and advertised by FRR with sequence number 1,
+//! and moving back A advertises it with 2 (RFC 7432 §15, FRR's `show evpn mac`); gobgpd
+//! restarted (the BGP session with it) keeps the operator's static entries and re-converges;
+//! the daemon restarted, the adapter reconnects and re-installs; the adapter restarted, it
+//! takes over and changes nothing;
+//! a second qbridge VTEP C joins and every VTEP's flood list names the other two.
+//!
+//! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
+//! off`): remote MACs come from routes, so a moved MAC keeps its local entry until the
+//! winning route says otherwise.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::{exec_in, ip_in, ping, tcp_transfer, Host, Lab};
+
+const VTEP_A: &str = "192.0.2.1";
+const VTEP_B: &str = "192.0.2.2";
+const VTEP_C: &str = "192.0.2.3";
+
+/// A qbridge VTEP's batch: a bridge, the host's port, a VXLAN port with nothing else.
+const QBRIDGE_VTEP: &str = "\
+link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local LOCAL dstport 4789 nolearning
+link set dev p1 master br0
+link set dev vx0 master br0
+link set dev vx0 learning off
+";
+
+/// The processes the test starts besides the daemons; killed when dropped.
+struct Procs {
+    children: Vec<(String, Child)>,
+    pid_files: Vec<PathBuf>,
+}
+
+impl Procs {
+    fn spawn(&mut self, name: &str, ns: &str, prog: &str, args: &[&str], log: &Path) {
+        let log = std::fs::File::create(log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, prog])
+            .args(args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"));
+        self.children.push((name.to_string(), child));
+    }
+
+    fn kill(&mut self, name: &str) {
+        if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
+            let (_, mut c) = self.children.remove(i);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for f in &self.pid_files {
+            if let Ok(pid) = std::fs::read_to_string(f) {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+}
+
+fn missing_tool(what: &str) -> bool {
+    let msg = format!("SKIPPED: {what} is not installed (scripts/test.sh installs it)");
+    if std::env::var_os("QBRIDGE_REQUIRE_NETNS").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("{msg}");
+    true
+}
+
+/// The adapter, built beside the daemon (`cargo test --workspace` builds it; alone: `cargo
+/// build -p qbridge-evpn`), or `$QBRIDGE_EVPN_BIN`.
+fn evpn_bin() -> PathBuf {
+    std::env::var_os("QBRIDGE_EVPN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| support::qbridge_bin().with_file_name("qbridge-evpn"))
+}
+
+fn gobgpd_config(local: &str, peers: &[&str]) -> String {
+    let mut s = format!(
+        "[global.config]\n  as = 65000\n  router-id = \"{local}\"\n  \
+         local-address-list = [\"{local}\"]\n"
+    );
+    for p in peers {
+        s.push_str(&format!(
+            "[[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{p}\"\n    \
+             peer-as = 65000\n  [neighbors.timers.config]\n    connect-retry = 1\n    \
+             hold-time = 3\n    keepalive-interval = 1\n  [[neighbors.afi-safis]]\n    \
+             [neighbors.afi-safis.config]\n      afi-safi-name = \"l2vpn-evpn\"\n"
+        ));
+    }
+    s
+}
+
+fn frr_bgpd_config(log: &Path, peers: &[&str]) -> String {
+    let mut s = format!(
+        "hostname b\nlog file {}\nrouter bgp 65000\n bgp router-id {VTEP_B}\n \
+         no bgp default ipv4-unicast\n timers bgp 1 3\n",
+        log.display()
+    );
+    for p in peers {
+        s.push_str(&format!(
+            " neighbor {p} remote-as 65000\n neighbor {p} timers connect 1\n \
+             neighbor {p} advertisement-interval 0\n"
+        ));
+    }
+    s.push_str(" address-family l2vpn evpn\n");
+    for p in peers {
+        s.push_str(&format!("  neighbor {p} activate\n"));
+    }
+    s.push_str("  advertise-all-vni\n exit-address-family\n");
+    s
+}
+
+/// A qbridge VTEP: daemon, gobgpd, adapter, in `ns`, host `hx` on `qa`.
+struct Vtep {
+    ns: String,
+    ctl: support::Ctl,
+    host: Host,
+}
+
+fn qbridge_vtep(
+    lab: &mut Lab,
+    procs: &mut Procs,
+    ns: &str,
+    name: &str,
+    local: &str,
+    host_ip: &str,
+    peers: &[&str],
+) -> Vtep {
+    let host = lab.host(name, host_ip, ns, "qa").unwrap();
+    let ctl = lab
+        .daemon(ns, &QBRIDGE_VTEP.replace("LOCAL", local))
+        .unwrap();
+    let cfg = lab.dir.join(format!("gobgpd-{local}.toml"));
+    std::fs::write(&cfg, gobgpd_config(local, peers)).unwrap();
+    start_gobgpd(lab, procs, ns, local);
+    // The adapter reaches the daemon through a link, re-pointed when the daemon restarts.
+    let link = lab.dir.join(format!("evpn-{local}.sock"));
+    std::os::unix::fs::symlink(&ctl.socket, &link).unwrap();
+    start_evpn(lab, procs, ns, local);
+    Vtep {
+        ns: ns.to_string(),
+        ctl,
+        host,
+    }
+}
+
+/// The adapter of the VTEP at `local`, through the socket link `evpn-LOCAL.sock`.
+fn start_evpn(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
+    let socket = lab.dir.join(format!("evpn-{local}.sock"));
+    let bin = evpn_bin();
+    procs.spawn(
+        &format!("evpn-{local}"),
+        ns,
+        bin.to_str().unwrap(),
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--interval-ms",
+            "1000",
+        ],
+        &lab.dir.join(format!("evpn-{local}.log")),
+    );
+}
+
+fn start_gobgpd(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
+    let cfg = lab.dir.join(format!("gobgpd-{local}.toml"));
+    procs.spawn(
+        &format!("gobgpd-{local}"),
+        ns,
+        "gobgpd",
+        &[
+            "-f",
+            cfg.to_str().unwrap(),
+            "--api-hosts",
+            "127.0.0.1:50051",
+        ],
+        &lab.dir.join(format!("gobgpd-{local}.log")),
+    );
+}
+
+/// The `extern_learn` flood-list VTEPs of a qbridge VTEP's vx0 (`fdb show -j`).
+fn flood_list(ctl: &support::Ctl) -> Vec<String> {
+    let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+    let mut v: Vec<String> = j
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["mac"] == "00:00:00:00:00:00"
+                && e["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "extern_learn"))
+        })
+        .filter_map(|e| e["dst"].as_str().map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+fn vtysh(ns: &str, dir: &Path, cmd: &str) -> String {
+    exec_in(
+        ns,
+        "vtysh",
+        &["--vty_socket", dir.to_str().unwrap(), "-c", cmd],
+    )
+    .unwrap_or_else(|e| e.to_string())
+}
+
+/// FRR's line for `mac` in `show evpn mac vni 100` (type, VTEP or port, "local/remote" seq).
+fn frr_mac(ns: &str, dir: &Path, mac: &str) -> String {
+    vtysh(ns, dir, "show evpn mac vni 100")
+        .lines()
+        .find(|l| l.starts_with(mac))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn logs(lab: &Lab) -> String {
+    let mut s = String::new();
+    for f in [
+        "evpn-192.0.2.1.log",
+        "gobgpd-192.0.2.1.log",
+        "evpn-192.0.2.3.log",
+    ] {
+        let t = std::fs::read_to_string(lab.dir.join(f)).unwrap_or_default();
+        let tail: Vec<&str> = t.lines().rev().take(30).collect();
+        s.push_str(&format!("----- {f} -----\n"));
+        for l in tail.into_iter().rev() {
+            s.push_str(l);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+#[test]
+fn evpn_with_frr_and_gobgpd() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    for (tool, path) in [("gobgpd", "/usr/bin/gobgpd"), ("frr", "/usr/lib/frr/zebra")] {
+        if !Path::new(path).exists() && missing_tool(tool) {
+            return;
+        }
+    }
+    assert!(
+        evpn_bin().exists(),
+        "{} is not built: cargo build -p qbridge-evpn (cargo test --workspace builds it)",
+        evpn_bin().display()
+    );
+    let mut lab = Lab::new("evpn");
+    let mut procs = Procs {
+        children: Vec::new(),
+        pid_files: Vec::new(),
+    };
+    let u = lab.netns("evu").unwrap();
+    let a = lab.netns("eva").unwrap();
+    let b = lab.netns("evb").unwrap();
+    let c = lab.netns("evc").unwrap();
+    ip_in(&u, &["link", "add", "ubr", "type", "bridge"]).unwrap();
+    ip_in(&u, &["link", "set", "ubr", "up"]).unwrap();
+    for (ns, port, addr) in [(&a, "ua", VTEP_A), (&b, "ub", VTEP_B), (&c, "uc", VTEP_C)] {
+        lab.veth(ns, "ul", &u, port).unwrap();
+        ip_in(&u, &["link", "set", port, "master", "ubr"]).unwrap();
+        ip_in(ns, &["addr", "add", &format!("{addr}/24"), "dev", "ul"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+        ip_in(&u, &["link", "set", port, "mtu", "1550"]).unwrap();
+    }
+
+    // B: FRR with a kernel bridge and vxlan device, as an operator runs it.
+    let hb = lab.host("hb", "10.30.0.2/24", &b, "kb1").unwrap();
+    for args in [
+        &["link", "add", "kbr", "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            "vx100",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            VTEP_B,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", "vx100", "master", "kbr"],
+        &["link", "set", "kb1", "master", "kbr"],
+        &["link", "set", "vx100", "up"],
+        &["link", "set", "kbr", "up"],
+    ] {
+        ip_in(&b, args).unwrap();
+    }
+    // Nothing completes the inner checksums a veth underlay leaves partial (netns_vxlan.rs).
+    exec_in(&b, "ethtool", &["-K", "vx100", "tx", "off"]).unwrap();
+    exec_in(
+        &b,
+        "bridge",
+        &["link", "set", "dev", "vx100", "learning", "off"],
+    )
+    .unwrap();
+    let frr = lab.dir.join("frr");
+    std::fs::create_dir_all(&frr).unwrap();
+    exec_in(&b, "chown", &["frr:frr", frr.to_str().unwrap()]).unwrap();
+    std::fs::write(frr.join("zebra.conf"), "hostname b\n").unwrap();
+    std::fs::write(
+        frr.join("bgpd.conf"),
+        frr_bgpd_config(&frr.join("bgpd.log"), &[VTEP_A, VTEP_C]),
+    )
+    .unwrap();
+    for d in ["zebra", "bgpd"] {
+        let f = |x: &str| frr.join(x).to_string_lossy().into_owned();
+        procs.pid_files.push(frr.join(format!("{d}.pid")));
+        exec_in(
+            &b,
+            &format!("/usr/lib/frr/{d}"),
+            &[
+                "-d",
+                "-f",
+                &f(&format!("{d}.conf")),
+                "-i",
+                &f(&format!("{d}.pid")),
+                "-z",
+                &f("zserv.api"),
+                "--vty_socket",
+                &f(""),
+                "--log",
+                &format!("file:{}", f(&format!("{d}.log"))),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{d}: {e}"));
+        if d == "zebra" {
+            assert!(support::wait_until(Duration::from_secs(5), || frr
+                .join("zserv.api")
+                .exists()));
+        }
+    }
+
+    // A: qbridge, gobgpd, the adapter.
+    let mut va = qbridge_vtep(
+        &mut lab,
+        &mut procs,
+        &a,
+        "ha",
+        VTEP_A,
+        "10.30.0.1/24",
+        &[VTEP_B, VTEP_C],
+    );
+    let ha = va.host.clone();
+
+    // B's type-3 route fills A's flood list; nothing else put it there.
+    let ok = support::wait_until(Duration::from_secs(30), || flood_list(&va.ctl) == [VTEP_B]);
+    assert!(
+        ok,
+        "A's flood list: {:?}\n{}\n{}",
+        flood_list(&va.ctl),
+        vtysh(&b, &frr, "show bgp l2vpn evpn summary"),
+        logs(&lab)
+    );
+    let show = va.ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        show.contains("00:00:00:00:00:00 dev vx0 dst 192.0.2.2 self extern_learn"),
+        "{show}"
+    );
+
+    // Pings cross; A learns ha and advertises it: FRR's table and B's kernel FDB have it.
+    let r = ping(&ha, &hb.ip, 5);
+    assert!(r.received >= 3, "ha -> hb: {}\n{}", r.output, logs(&lab));
+    let mac_a = ha.mac.to_lowercase();
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        let fdb = exec_in(&b, "bridge", &["fdb", "show", "dev", "vx100"]).unwrap_or_default();
+        fdb.contains(&format!("{mac_a} dst {VTEP_A} self extern_learn"))
+    });
+    let routes = vtysh(&b, &frr, "show bgp l2vpn evpn route");
+    assert!(
+        ok && routes.contains(&format!("[2]:[0]:[48]:[{mac_a}]")),
+        "{routes}\n{}\n{}",
+        exec_in(&b, "bridge", &["fdb", "show", "dev", "vx100"]).unwrap_or_default(),
+        logs(&lab)
+    );
+    assert!(frr_mac(&b, &frr, &mac_a).contains(&format!("remote {VTEP_A}")));
+    // And hb as a type-2 route from FRR: A's vx0 sends to it by unicast.
+    let mac_b = hb.mac.to_lowercase();
+    assert!(support::wait_until(Duration::from_secs(10), || va
+        .ctl
+        .cmd(&["fdb", "show", "dev", "vx0"])
+        .unwrap_or_default()
+        .contains(&format!(
+            "{mac_b} dev vx0 dst {VTEP_B} self extern_learn"
+        ))));
+    let t = tcp_transfer(&ha, &hb, 8 << 20, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", va.ctl.stats_text()));
+    assert_eq!(t.bytes, 8 << 20);
+
+    // The operator's static entries, and gobgpd restarted: they stay, the routes return.
+    va.ctl
+        .cmd(&[
+            "fdb",
+            "add",
+            "02:00:00:00:00:99",
+            "dev",
+            "vx0",
+            "dst",
+            "192.0.2.99",
+        ])
+        .unwrap();
+    procs.kill("gobgpd-192.0.2.1");
+    // FRR sees the session go (its routes from A withdrawn) before gobgpd is back.
+    assert!(support::wait_until(Duration::from_secs(10), || !vtysh(
+        &b,
+        &frr,
+        "show bgp l2vpn evpn route"
+    )
+    .contains(&format!("[2]:[0]:[48]:[{mac_a}]"))));
+    start_gobgpd(&lab, &mut procs, &a, VTEP_A);
+    let mut running = String::new();
+    let ok = support::wait_until(Duration::from_secs(30), || {
+        running = va.ctl.cmd(&["show", "running-config"]).unwrap_or_default();
+        flood_list(&va.ctl) == [VTEP_B]
+            && vtysh(&b, &frr, "show bgp l2vpn evpn route")
+                .contains(&format!("[2]:[0]:[48]:[{mac_a}]"))
+            && running.contains("fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 extern_learn\n")
+    });
+    assert!(ok, "after gobgpd's restart\n{running}\n{}", logs(&lab));
+    // The operator's entry stayed through it all.
+    assert!(
+        running.contains("fdb add 02:00:00:00:00:99 dev vx0 dst 192.0.2.99\n"),
+        "{running}"
+    );
+    let r = ping(&ha, &hb.ip, 3);
+    assert!(r.received >= 2, "after the restart: {}", r.output);
+
+    // The daemon restarted (its batch only): the adapter reconnects, re-installs the peers'
+    // routes, and re-advertises ha once it is learned again.
+    assert!(lab.stop_daemon(0), "daemon A did not stop cleanly");
+    va.ctl = lab
+        .daemon(&a, &QBRIDGE_VTEP.replace("LOCAL", VTEP_A))
+        .unwrap();
+    let link = lab.dir.join(format!("evpn-{VTEP_A}.sock"));
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&va.ctl.socket, &link).unwrap();
+    let ok = support::wait_until(Duration::from_secs(20), || flood_list(&va.ctl) == [VTEP_B]);
+    assert!(
+        ok,
+        "after the daemon's restart: {:?}\n{}",
+        flood_list(&va.ctl),
+        logs(&lab)
+    );
+    let r = ping(&ha, &hb.ip, 3);
+    assert!(r.received >= 2, "after the daemon's restart: {}", r.output);
+    assert!(support::wait_until(Duration::from_secs(10), || vtysh(
+        &b,
+        &frr,
+        "show bgp l2vpn evpn route"
+    )
+    .contains(&format!("[2]:[0]:[48]:[{mac_a}]"))));
+
+    // MAC mobility: ha's MAC moves to a host behind B (ha takes another MAC). FRR learns it
+    // locally over A's route: sequence number 1; A withdraws and points it at B.
+    let moved_ip = "10.30.0.3/24";
+    ip_in(
+        &ha.ns,
+        &["link", "set", "eth0", "address", "02:00:00:00:aa:01"],
+    )
+    .unwrap();
+    let hm = lab.host("hm", moved_ip, &b, "kb2").unwrap();
+    ip_in(&hm.ns, &["link", "set", "eth0", "address", &mac_a]).unwrap();
+    ip_in(&b, &["link", "set", "kb2", "master", "kbr"]).unwrap();
+    let hm = Host {
+        mac: mac_a.clone(),
+        ..hm
+    };
+    let _ = ping(&hm, &hb.ip, 2);
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        frr_mac(&b, &frr, &mac_a).contains("local kb2 1/0")
+            && va
+                .ctl
+                .cmd(&["fdb", "show", "dev", "vx0"])
+                .unwrap_or_default()
+                .contains(&format!("{mac_a} dev vx0 dst {VTEP_B} self extern_learn"))
+    });
+    assert!(
+        ok,
+        "FRR: {}\nA: {}\n{}",
+        frr_mac(&b, &frr, &mac_a),
+        va.ctl.cmd(&["fdb", "show"]).unwrap_or_default(),
+        logs(&lab)
+    );
+    // A's own route is gone: FRR's only path for the MAC is its own.
+    let routes = vtysh(&b, &frr, "show bgp l2vpn evpn route");
+    let paths_a = routes
+        .split(&format!("[{mac_a}]"))
+        .skip(1)
+        .filter(|s| s.lines().nth(1).is_some_and(|l| l.contains(VTEP_A)))
+        .count();
+    assert_eq!(paths_a, 0, "{routes}");
+    // ha (its new MAC) reaches the moved host across the tunnel.
+    let r = ping(&ha, &hm.ip, 3);
+    assert!(r.received >= 2, "ha -> moved host: {}", r.output);
+
+    // And back: the moved host takes another MAC, ha its own again: A advertises it with
+    // sequence number 2, which FRR takes over its own 1.
+    ip_in(
+        &hm.ns,
+        &["link", "set", "eth0", "address", "02:00:00:00:bb:01"],
+    )
+    .unwrap();
+    ip_in(&ha.ns, &["link", "set", "eth0", "address", &mac_a]).unwrap();
+    let _ = ping(&ha, &hb.ip, 2);
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        let l = frr_mac(&b, &frr, &mac_a);
+        l.contains(&format!("remote {VTEP_A}")) && l.ends_with("/2")
+    });
+    assert!(ok, "FRR: {}\n{}", frr_mac(&b, &frr, &mac_a), logs(&lab));
+    assert!(vtysh(&b, &frr, "show bgp l2vpn evpn route").contains("MM:2"));
+
+    // C joins: every VTEP's flood list has the other two.
+    let vc = qbridge_vtep(
+        &mut lab,
+        &mut procs,
+        &c,
+        "hc",
+        VTEP_C,
+        "10.30.0.4/24",
+        &[VTEP_A, VTEP_B],
+    );
+    let ok = support::wait_until(Duration::from_secs(30), || {
+        let kb = exec_in(&b, "bridge", &["fdb", "show", "dev", "vx100"]).unwrap_or_default();
+        flood_list(&va.ctl) == [VTEP_B, VTEP_C]
+            && flood_list(&vc.ctl) == [VTEP_A, VTEP_B]
+            && kb.contains(&format!("00:00:00:00:00:00 dst {VTEP_A} self"))
+            && kb.contains(&format!("00:00:00:00:00:00 dst {VTEP_C} self"))
+    });
+    assert!(
+        ok,
+        "A: {:?} C: {:?}\nB: {}\n{}",
+        flood_list(&va.ctl),
+        flood_list(&vc.ctl),
+        exec_in(&b, "bridge", &["fdb", "show", "dev", "vx100"]).unwrap_or_default(),
+        logs(&lab)
+    );
+    let r = ping(&vc.host, &ha.ip, 3);
+    assert!(r.received >= 2, "hc -> ha: {}", r.output);
+
+    // The adapter restarted: it takes over what gobgpd holds and the daemon has, and
+    // changes nothing (its log shows no action). First A has converged on hc's route.
+    let mac_c = vc.host.mac.to_lowercase();
+    assert!(support::wait_until(Duration::from_secs(10), || va
+        .ctl
+        .cmd(&["fdb", "show", "dev", "vx0"])
+        .unwrap_or_default()
+        .contains(&format!(
+            "{mac_c} dev vx0 dst {VTEP_C} self extern_learn"
+        ))));
+    std::thread::sleep(Duration::from_secs(1));
+    procs.kill("evpn-192.0.2.1");
+    let before = std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log")).unwrap();
+    assert!(
+        before.contains("fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.3"),
+        "{before}"
+    );
+    start_evpn(&lab, &mut procs, &a, VTEP_A);
+    assert!(support::wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log"))
+            .unwrap_or_default()
+            .contains("connected to gobgpd")
+    }));
+    std::thread::sleep(Duration::from_secs(2));
+    let after = std::fs::read_to_string(lab.dir.join("evpn-192.0.2.1.log")).unwrap();
+    assert!(
+        !after.contains("advertise") && !after.contains("withdraw") && !after.contains("fdb "),
+        "{after}"
+    );
+    assert_eq!(flood_list(&va.ctl), [VTEP_B, VTEP_C]);
+    let r = ping(&vc.host, &hb.ip, 3);
+    assert!(r.received >= 2, "hc -> hb: {}", r.output);
+    let _ = (&va.ns, &vc.ns);
+    drop(procs);
+}
