@@ -500,6 +500,21 @@ pub enum VlanCommand {
         dev: Option<String>,
         vid: Option<u16>,
     },
+    /// `vlan add vid V[-V2] dev NAME tunnel_info id VNI[-VNI2]`: an external VXLAN port's
+    /// VLAN ↔ VNI map (docs/semantics.md, "VLAN ↔ VNI").
+    TunnelAdd {
+        dev: String,
+        vids: VidRange,
+        vnis: (u32, u32),
+    },
+    /// `vlan del vid V[-V2] dev NAME tunnel_info [id VNI[-VNI2]]`
+    TunnelDel {
+        dev: String,
+        vids: VidRange,
+        vnis: Option<(u32, u32)>,
+    },
+    /// `vlan tunnelshow [dev NAME]`
+    TunnelShow { dev: Option<String> },
 }
 
 /// `V` or `V-V2`; both ends in 1-4094. The order of the ends is checked by the switch.
@@ -548,6 +563,8 @@ pub enum FdbCommand {
         mac: MacAddr,
         dev: String,
         dst: std::net::Ipv4Addr,
+        /// `vni N` (`src_vni N`): the VNI the entry belongs to; `None`: the port's `id`.
+        vni: Option<u32>,
     },
     /// `fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
     /// [[no]added_by_user]`

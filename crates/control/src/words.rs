@@ -143,6 +143,7 @@ pub const VLAN_COMMANDS: &[Kw] = &[
     kw("list", 2),
     kw("set", 2),
     kw("map", 1),
+    kw("tunnelshow", 1),
     kw("help", 1),
 ];
 
@@ -302,8 +303,18 @@ pub const VLAN_ADD: &[Kw] = &[
     exact("untagged"),
     exact("self"),
     exact("master"),
+    exact("tunnel_info"),
 ];
-pub const VLAN_DEL: &[Kw] = &[exact("vid"), exact("dev"), exact("self"), exact("master")];
+pub const VLAN_DEL: &[Kw] = &[
+    exact("vid"),
+    exact("dev"),
+    exact("self"),
+    exact("master"),
+    exact("tunnel_info"),
+];
+
+/// `vlan tunnelshow`: bridge/vlan.c `vlan_show` (dev by strcmp).
+pub const VLAN_TUNNELSHOW: &[Kw] = &[exact("dev")];
 
 /// `vlan show`: bridge/vlan.c `vlan_show` (dev, vid by strcmp).
 pub const VLAN_SHOW: &[Kw] = &[exact("dev"), exact("vid")];
@@ -322,6 +333,8 @@ pub const FDB_ADD: &[Kw] = &[
     kw("master", 1),
     kw("extern_learn", 1),
     exact("dst"),
+    exact("vni"),
+    exact("src_vni"),
 ];
 
 /// `fdb show`: bridge/fdb.c `fdb_show` (br, brport, dev, vlan by strcmp).

@@ -637,6 +637,7 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
             | Command::Vlan(VlanCommand::MapShow { .. })
+            | Command::Vlan(VlanCommand::TunnelShow { .. })
             | Command::Mirror(MirrorCommand::Show { .. })
             | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig

@@ -35,7 +35,7 @@ use link::parse_link;
 use vlan::parse_vlan;
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
-const VLAN_COMMANDS: &str = "add, del, set, map, show or help";
+const VLAN_COMMANDS: &str = "add, del, set, map, show, tunnelshow or help";
 const FDB_COMMANDS: &str = "add, append, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;

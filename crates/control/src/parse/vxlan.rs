@@ -1,16 +1,19 @@
-//! `link add NAME type vxlan id VNI local ADDR [dstport PORT] [ttl N] [learning on|off]`
-//! (ip-link(8)'s words; `nolearning` as ip-link accepts it) and the `dst IP` of `fdb` lines.
+//! `link add NAME type vxlan {id VNI | external} local ADDR [dstport PORT] [ttl N] [learning
+//! on|off]` (ip-link(8)'s words; `nolearning` as ip-link accepts it) and the `dst IP` of `fdb`
+//! lines.
 
 use super::*;
 use crate::vxlan::{VxlanSpec, VNI_MAX};
 use std::net::Ipv4Addr;
 
-const EXPECTED: &str = "id, local, dstport, ttl, learning or nolearning";
+const EXPECTED: &str = "id, external, local, dstport, ttl, learning or nolearning";
 
 /// The words after `type vxlan`.
 pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand, ControlError> {
     let (mut id, mut local, mut dstport, mut ttl, mut learning) = (None, None, None, None, None);
+    let mut external = None;
     let table = [
+        exact("external"),
         exact("id"),
         exact("vni"),
         exact("local"),
@@ -66,12 +69,27 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
                 parse_on_off("learning", w.value(kw, ON_OFF)?)?,
             )?,
             "nolearning" => set_once(&mut learning, "learning", false)?,
+            "external" => set_once(&mut external, kw, true)?,
             other => return Err(unexpected(other, EXPECTED)),
         }
     }
-    let vni = id.ok_or(ControlError::MissingArgument {
-        what: "\"id VNI\" for type vxlan",
-    })?;
+    let external = external.unwrap_or(false);
+    let vni = match (id, external) {
+        (Some(_), true) => {
+            return Err(unexpected(
+                "id",
+                "no id with external (an external port's VNIs come from its VLANs: vlan add \
+                 … tunnel_info id VNI)",
+            ))
+        }
+        (Some(v), false) => v,
+        (None, true) => 0,
+        (None, false) => {
+            return Err(ControlError::MissingArgument {
+                what: "\"id VNI\" (or \"external\") for type vxlan",
+            })
+        }
+    };
     let local = local.ok_or(ControlError::MissingArgument {
         what: "\"local ADDR\" (the local VTEP's IPv4 address) for type vxlan",
     })?;
@@ -84,6 +102,8 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             ttl,
             learning: learning.unwrap_or(true),
             remotes: Vec::new(),
+            external,
+            tunnels: Vec::new(),
         })),
         index: None,
         peer_index: None,

@@ -297,10 +297,26 @@ impl Session {
                 self_,
             } => {
                 let id = vlan_target(sw, dev, *self_)?;
+                if *untagged {
+                    vxlan::refuse_untagged_tunnel(&self.specs, dev, *vids)?;
+                }
                 sw.vlan_add(id, vids.start.into(), vids.end.into(), *pvid, *untagged)?;
             }
+            VlanCommand::TunnelAdd { dev, vids, vnis } => {
+                return self
+                    .vxlan_tunnel_add(dev, *vids, *vnis)
+                    .map(|()| String::new());
+            }
+            VlanCommand::TunnelDel { dev, vids, vnis } => {
+                return self
+                    .vxlan_tunnel_del(dev, *vids, *vnis)
+                    .map(|()| String::new());
+            }
+            VlanCommand::TunnelShow { dev } => return self.vxlan_tunnelshow(dev.as_deref(), out),
             VlanCommand::Del { dev, vids, self_ } => {
                 let id = vlan_target(sw, dev, *self_)?;
+                // A VLAN leaving an external VXLAN port takes its tunnel_info along (Linux).
+                vxlan::forget_tunnels(&mut self.specs, dev, *vids);
                 if self.may_exist {
                     // Only the VIDs the port carries, in runs.
                     let mut run: Option<(u16, u16)> = None;
@@ -467,8 +483,16 @@ impl Session {
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
             }
-            FdbCommand::Vxlan { op, mac, dev, dst } => {
-                return self.vxlan_fdb(*op, *mac, dev, *dst).map(|()| String::new());
+            FdbCommand::Vxlan {
+                op,
+                mac,
+                dev,
+                dst,
+                vni,
+            } => {
+                return self
+                    .vxlan_fdb(*op, *mac, dev, *dst, *vni)
+                    .map(|()| String::new());
             }
         }
         Ok(String::new())
