@@ -298,6 +298,41 @@ fn vlans_map_to_vnis_against_kernel_vteps() {
         );
         assert!(!ctl.fdb_has("02:00:00:00:00:09", "vx0").unwrap());
     }
+
+    // `fdb flush dev vx0` empties the learned VTEPs (the flood lists stay), and learned ones
+    // age with the bridge's ageing_time.
+    let learned = |ctl: &Ctl| {
+        let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
+        show.lines()
+            .filter(|l| l.contains(" dst ") && l.ends_with(" self"))
+            .count()
+    };
+    assert_ping(&a10, &b10, 1);
+    assert!(learned(&ctl) >= 1);
+    ctl.cmd(&["fdb", "flush", "dev", "vx0"]).unwrap();
+    assert_eq!(learned(&ctl), 0);
+    let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        show.contains("dst 192.0.2.2 vni 1000 self permanent"),
+        "{show}"
+    );
+    ctl.cmd(&[
+        "link",
+        "set",
+        "dev",
+        "br0",
+        "type",
+        "bridge",
+        "ageing_time",
+        "1",
+    ])
+    .unwrap();
+    assert_ping(&a10, &b10, 1);
+    assert!(
+        support::wait_until(Duration::from_secs(5), || learned(&ctl) == 0),
+        "learned VTEPs did not age in 1 s: {}",
+        ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap()
+    );
 }
 
 const PE: &str = "\

@@ -43,6 +43,9 @@ pub struct Session {
     stp: SpanningTree,
     /// The LACP engine of each bond, by name (`bond.rs`).
     bonds: BTreeMap<String, qbridge_lacp::Bond>,
+    /// `fdb flush dev NAME` of each VXLAN port so far (`vxlan.rs`): the engine empties the
+    /// port's learned VTEPs when the count moves.
+    vxlan_flushes: BTreeMap<String, u64>,
 }
 
 impl Session {
@@ -482,6 +485,13 @@ impl Session {
             }
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
+                // A VXLAN port's learned VTEPs go too (the engine empties its table).
+                if vlan.is_none()
+                    && which.dynamic
+                    && self.specs.get(dev).is_some_and(vxlan::is_vxlan)
+                {
+                    *self.vxlan_flushes.entry(dev.clone()).or_default() += 1;
+                }
             }
             FdbCommand::Vxlan {
                 op,

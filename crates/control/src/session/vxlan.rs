@@ -215,6 +215,19 @@ impl Session {
     }
 }
 
+impl Session {
+    /// How many `fdb flush dev NAME` (no `vlan`, dynamic entries selected) VXLAN port `name`
+    /// has had: each one empties its learned VTEPs, as the kernel's `bridge fdb flush` does
+    /// on a vxlan device (the engine compares the count with the one it last acted on).
+    pub fn vxlan_flushes(&self, name: &str) -> u64 {
+        self.vxlan_flushes.get(name).copied().unwrap_or(0)
+    }
+}
+
+pub(super) fn is_vxlan(spec: &PortSpec) -> bool {
+    matches!(spec, PortSpec::Vxlan(_))
+}
+
 /// `vlan add vid V dev NAME untagged`: refused for a VID with tunnel_info on `dev` (the
 /// port reads the VLAN from the tag).
 pub(super) fn refuse_untagged_tunnel(

@@ -2,7 +2,8 @@
 //! queue on one worker) and copying into the backend's table, after every command, what the
 //! session's spec and the port's bridge say: the static remotes (`fdb … dst IP [vni N]` does
 //! not reopen the socket), an external port's VLAN ↔ VNI map with the bridge's TPID (when the
-//! bridge filters VLANs), and the bridge's `ageing_time` for learned entries.
+//! bridge filters VLANs), the bridge's `ageing_time` for learned entries, and `fdb flush dev
+//! NAME` (the learned entries go).
 
 use super::Engine;
 use crate::queue::{distribute, Opened};
@@ -58,7 +59,7 @@ impl Engine {
     /// Copies every VXLAN port's static remotes, VLAN ↔ VNI map and its bridge's TPID and
     /// ageing time into its open table.
     pub(super) fn sync_vxlan(&mut self, wanted: &[(PortId, String, PortSpec)]) {
-        for (id, _, spec) in wanted {
+        for (id, name, spec) in wanted {
             let PortSpec::Vxlan(v) = spec else { continue };
             let Some(Some(slot)) = self.slots.get(id.0 as usize) else {
                 continue;
@@ -83,6 +84,13 @@ impl Engine {
             }
             if let Some(b) = bridge {
                 t.ageing = Duration::from_nanos(b.ageing_time_ns);
+            }
+            // `fdb flush dev NAME`: the learned VTEPs go.
+            let flushes = self.session.vxlan_flushes(name);
+            if t.flushes_seen != flushes {
+                let n = t.flush_learned();
+                t.flushes_seen = flushes;
+                tracing::debug!("port {name}: {n} learned VTEP entries flushed");
             }
         }
     }

@@ -152,6 +152,8 @@ pub struct VxlanTable {
     pub ageing: Duration,
     /// External ports: the VLAN ↔ VNI map.
     pub tunnels: TunnelMap,
+    /// The control plane's count of `fdb flush dev NAME` this table has acted on.
+    pub flushes_seen: u64,
 }
 
 impl Default for VxlanTable {
@@ -162,6 +164,7 @@ impl Default for VxlanTable {
             flood: HashMap::new(),
             ageing: DEFAULT_AGEING,
             tunnels: TunnelMap::default(),
+            flushes_seen: 0,
         }
     }
 }
