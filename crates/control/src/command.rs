@@ -25,6 +25,16 @@ pub enum Command {
     Mirror(MirrorCommand),
     /// `stp …`: the spanning tree of bridges with `stp_state 1`.
     Stp(StpCommand),
+    /// `vni …`: the VNIs a `vnifilter` VXLAN port accepts (bridge(8)'s `vni` object).
+    Vni(VniCommand),
+}
+
+/// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]` (docs/semantics.md, "VLAN ↔ VNI").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VniCommand {
+    Add { dev: String, vnis: (u32, u32) },
+    Del { dev: String, vnis: (u32, u32) },
+    Show { dev: Option<String> },
 }
 
 /// The objects of the grammar.
@@ -35,6 +45,7 @@ pub enum Object {
     Fdb,
     Mirror,
     Stp,
+    Vni,
 }
 
 impl Object {
@@ -45,6 +56,7 @@ impl Object {
             Object::Fdb => "fdb",
             Object::Mirror => "mirror",
             Object::Stp => "stp",
+            Object::Vni => "vni",
         }
     }
 }

@@ -205,6 +205,9 @@ fn create_line(
                 };
                 let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}{vni}", r.mac, r.dst);
             }
+            for line in v.vni_lines(name).lines() {
+                let _ = write!(l, "\n{line}");
+            }
             l
         }
         PortSpec::Host { ifname, netns, .. } => {

@@ -36,6 +36,11 @@ pub struct VxlanSpec {
     /// External ports: (VID, VNI) pairs by VID, each side unique (`vlan add vid V dev NAME
     /// tunnel_info id N`).
     pub tunnels: Vec<(u16, u32)>,
+    /// `vnifilter` (an external port): only the VNIs of `vnis` cross, both ways.
+    pub vnifilter: bool,
+    /// `vnifilter` ports: the accepted VNIs (`vni add dev NAME vni N[-M]`), sorted disjoint
+    /// ranges, adjacent ones merged.
+    pub vnis: Vec<(u32, u32)>,
 }
 
 /// One static remote: `fdb add MAC dev NAME dst IP [vni N]` or, all-zeros MAC, a flood-list
@@ -66,20 +71,17 @@ impl VxlanSpec {
     /// Whether `other` needs the same socket (everything but the remotes and learning, which
     /// the engine changes in place).
     pub fn same_socket(&self, other: &VxlanSpec) -> bool {
-        (self.vni, self.external, self.local, self.dstport, self.ttl)
-            == (
-                other.vni,
-                other.external,
-                other.local,
-                other.dstport,
-                other.ttl,
-            )
+        (self.vni, self.external, self.vnifilter, self.local)
+            == (other.vni, other.external, other.vnifilter, other.local)
+            && (self.dstport, self.ttl) == (other.dstport, other.ttl)
     }
 
     /// `id 100 local 10.0.0.1 dstport 4789 [ttl N] learning on` (`external` in place of
     /// `id N`): the words after `type vxlan`.
     pub fn words(&self) -> String {
-        let id = if self.external {
+        let id = if self.vnifilter {
+            "external vnifilter".to_string()
+        } else if self.external {
             "external".to_string()
         } else {
             format!("id {}", self.vni)
@@ -376,6 +378,106 @@ impl VxlanSpec {
     }
 }
 
+impl VxlanSpec {
+    /// `vni add dev PORT vni N[-M]`: on a `vnifilter` port, the VNIs join the accepted list.
+    pub fn vni_add(&mut self, port: &str, (a, z): (u32, u32)) -> Result<(), String> {
+        if !self.vnifilter {
+            return Err(format!(
+                "vxlan port {port} has no vnifilter: vni add lists the VNIs of a port made \
+                 with vnifilter"
+            ));
+        }
+        let mut v = self.vnis.clone();
+        v.push((a, z));
+        v.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(v.len());
+        for (s, e) in v {
+            match merged.last_mut() {
+                Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.vnis = merged;
+        Ok(())
+    }
+
+    /// `vni del dev PORT vni N[-M]`: every VNI of the range must be listed.
+    pub fn vni_del(&mut self, port: &str, (a, z): (u32, u32)) -> Result<(), String> {
+        if !self.vnis.iter().any(|&(s, e)| s <= a && z <= e) {
+            return Err(format!("vni {} is not in {port}'s list", range_words(a, z)));
+        }
+        let mut out = Vec::with_capacity(self.vnis.len() + 1);
+        for &(s, e) in &self.vnis {
+            if e < a || s > z {
+                out.push((s, e));
+                continue;
+            }
+            if s < a {
+                out.push((s, a - 1));
+            }
+            if e > z {
+                out.push((z + 1, e));
+            }
+        }
+        self.vnis = out;
+        Ok(())
+    }
+
+    /// The running configuration's `vni add` lines of port `port`.
+    pub fn vni_lines(&self, port: &str) -> String {
+        self.vnis
+            .iter()
+            .map(|&(a, z)| format!("vni add dev {port} vni {}\n", range_words(a, z)))
+            .collect()
+    }
+}
+
+/// `vni show` text, as bridge(8) prints it: `dev vni` columns, the port's name on its first
+/// line only.
+pub fn vni_show_text(ports: &[(&str, &VxlanSpec)]) -> String {
+    let mut s = format!("{:<16}  {}\n", "dev", "vni");
+    for (name, spec) in ports {
+        for (k, &(a, z)) in spec.vnis.iter().enumerate() {
+            let port = if k == 0 { *name } else { "" };
+            s.push_str(&format!("{port:<16}  {}\n", range_words(a, z)));
+        }
+    }
+    s
+}
+
+/// One range of `vni show -j`, in bridge(8)'s keys.
+#[derive(Debug, serde::Serialize)]
+pub struct VniJson {
+    pub vni: u32,
+    #[serde(rename = "vniEnd", skip_serializing_if = "Option::is_none")]
+    pub vni_end: Option<u32>,
+}
+
+/// One port of `vni show -j`: `{"ifname", "vnis": [...]}`.
+#[derive(Debug, serde::Serialize)]
+pub struct VniPortJson<'a> {
+    pub ifname: &'a str,
+    pub vnis: Vec<VniJson>,
+}
+
+/// `vni show -j`'s objects.
+pub fn vni_show_json<'a>(ports: &[(&'a str, &VxlanSpec)]) -> Vec<VniPortJson<'a>> {
+    ports
+        .iter()
+        .map(|(name, spec)| VniPortJson {
+            ifname: name,
+            vnis: spec
+                .vnis
+                .iter()
+                .map(|&(a, z)| VniJson {
+                    vni: a,
+                    vni_end: (z != a).then_some(z),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// `vlan tunnelshow` text, as bridge(8) prints it: a header, then per port its runs, the
 /// port's name on its first line only.
 pub fn tunnelshow_text(ports: &[(&str, &VxlanSpec)]) -> String {
@@ -444,6 +546,8 @@ mod tests {
             remotes: Vec::new(),
             external: false,
             tunnels: Vec::new(),
+            vnifilter: false,
+            vnis: Vec::new(),
         }
     }
 

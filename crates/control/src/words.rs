@@ -119,6 +119,7 @@ pub const OBJECTS: &[Kw] = &[
     exact("show"),
     kw("mirror", 2),
     kw("stp", 2),
+    kw("vni", 2),
 ];
 
 /// `link` commands: ip/iplink.c `do_iplink` (add, set, change, replace, delete, show, lst,
@@ -382,7 +383,21 @@ pub const HELP_OBJECTS: &[Kw] = &[
     kw("fdb", 1),
     kw("mirror", 2),
     kw("stp", 2),
+    kw("vni", 2),
 ];
+
+/// `vni` commands: bridge/vni.c `do_vni` (add, delete, show, lst, list, help by matches).
+pub const VNI_COMMANDS: &[Kw] = &[
+    kw("add", 1),
+    kw("delete", 1),
+    kw("show", 1),
+    kw("lst", 1),
+    kw("list", 2),
+    kw("help", 1),
+];
+
+/// `vni add|del|show` options: bridge/vni.c `vni_modify`, `vni_show` (strcmp).
+pub const VNI_OPTIONS: &[Kw] = &[exact("dev"), exact("vni")];
 
 /// `stp` commands (qbridge's own object, in the manner of mstpctl's show words).
 pub const STP_COMMANDS: &[Kw] = &[kw("show", 1), kw("msti", 1), kw("help", 1)];

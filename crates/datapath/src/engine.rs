@@ -638,6 +638,7 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Fdb(FdbCommand::Show { .. })
             | Command::Vlan(VlanCommand::MapShow { .. })
             | Command::Vlan(VlanCommand::TunnelShow { .. })
+            | Command::Vni(qbridge_control::command::VniCommand::Show { .. })
             | Command::Mirror(MirrorCommand::Show { .. })
             | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig

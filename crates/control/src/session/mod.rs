@@ -156,6 +156,7 @@ impl Session {
                 return crate::mirror::execute(&mut self.switch, self.may_exist, c, out)
             }
             Command::Stp(c) => self.stp_command(c, out),
+            Command::Vni(c) => return self.vni_command(c, out),
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
         if r.is_ok()

@@ -144,6 +144,62 @@ impl Session {
         })
     }
 
+    /// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]`: a `vnifilter` port's list.
+    pub(super) fn vni_command(
+        &mut self,
+        cmd: &VniCommand,
+        out: OutputOptions,
+    ) -> Result<String, ControlError> {
+        let may_exist = self.may_exist;
+        let (dev, vnis, add) = match cmd {
+            VniCommand::Show { dev } => {
+                if let Some(d) = dev {
+                    if !self.switch.exists(d) {
+                        return Err(qbridge_bridge::ConfigError::NoSuchDevice(d.to_string()).into());
+                    }
+                }
+                let ports: Vec<(&str, &crate::vxlan::VxlanSpec)> = self
+                    .specs
+                    .iter()
+                    .filter_map(|(n, s)| match s {
+                        PortSpec::Vxlan(v)
+                            if v.vnifilter && dev.as_deref().is_none_or(|d| d == n) =>
+                        {
+                            Some((n.as_str(), &**v))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                return Ok(if out.json {
+                    render::to_json(&crate::vxlan::vni_show_json(&ports), out)
+                } else {
+                    crate::vxlan::vni_show_text(&ports)
+                });
+            }
+            VniCommand::Add { dev, vnis } => (dev, *vnis, true),
+            VniCommand::Del { dev, vnis } => (dev, *vnis, false),
+        };
+        let spec = match self.specs.get_mut(dev.as_str()) {
+            Some(PortSpec::Vxlan(spec)) => spec,
+            _ if self.switch.exists(dev) => {
+                return Err(ControlError::Vxlan(format!(
+                    "{dev} is not a vxlan port: vni lists the VNIs of a vxlan port with vnifilter"
+                )))
+            }
+            _ => return Err(qbridge_bridge::ConfigError::NoSuchDevice(dev.clone()).into()),
+        };
+        let r = if add {
+            spec.vni_add(dev, vnis)
+        } else {
+            match spec.vni_del(dev, vnis) {
+                // `apply`: a VNI that is not there is not an error.
+                Err(_) if may_exist && spec.vnifilter => Ok(()),
+                r => r,
+            }
+        };
+        r.map(|()| String::new()).map_err(ControlError::Vxlan)
+    }
+
     /// `fdb show`'s output `text` with the VXLAN ports' own entries after the bridge's
     /// (bridge-fdb's `self` entries with `dst`): of port `dev`, or of the ports of bridge
     /// `br`, or all. JSON: objects `{"mac","ifname","dst","flags":["self"],"state"}` appended
@@ -485,5 +541,71 @@ mod tests {
             let e = run(&mut s, line).unwrap_err().to_string();
             assert!(e.contains(want), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn vnifilter_port_lists_its_vnis() {
+        let mut s = Session::new();
+        for l in [
+            "link add vx0 type vxlan vnifilter local 10.0.0.1",
+            "vni add dev vx0 vni 1000",
+            "vni add dev vx0 vni 1001-1005",
+            "vni add dev vx0 vni 2000",
+            "vni del dev vx0 vni 1003",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert_eq!(
+            run(&mut s, "vni show").unwrap(),
+            "dev               vni\n\
+             vx0               1000-1002\n\
+             \x20                 1004-1005\n\
+             \x20                 2000\n"
+        );
+        let j = s
+            .execute_line(
+                "vni show dev vx0",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            j.trim_end(),
+            r#"[{"ifname":"vx0","vnis":[{"vni":1000,"vniEnd":1002},{"vni":1004,"vniEnd":1005},{"vni":2000}]}]"#
+        );
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "type vxlan external vnifilter local 10.0.0.1 dstport 4789 learning on\n\
+                 vni add dev vx0 vni 1000-1002\n\
+                 vni add dev vx0 vni 1004-1005\n\
+                 vni add dev vx0 vni 2000\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        run(
+            &mut s,
+            "link add vx1 type vxlan external local 10.0.0.1 dstport 4790",
+        )
+        .unwrap();
+        for (line, want) in [
+            ("vni add dev vx1 vni 5", "no vnifilter"),
+            ("vni del dev vx0 vni 1003", "not in vx0's list"),
+            ("vni add dev vx0", "vni N"),
+            ("vni add dev vx0 vni 9-8", "not below"),
+            ("vni add dev nope vni 9", "nope"),
+            ("vni frob", "vni"),
+        ] {
+            let e = run(&mut s, line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        assert!(run(&mut s, "vni help")
+            .unwrap()
+            .contains("vni add|del dev VXLAN"));
     }
 }

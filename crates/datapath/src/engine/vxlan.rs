@@ -76,7 +76,7 @@ impl Engine {
             let tpid = bridge
                 .filter(|s| s.vlan_filtering)
                 .map(|s| s.vlan_protocol.tpid().0);
-            let tunnels = TunnelMap::new(&v.tunnels, tpid, None);
+            let tunnels = TunnelMap::new(&v.tunnels, tpid, v.vnifilter.then(|| v.vnis.clone()));
             let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
             t.set_statics(&remotes);
             if t.tunnels != tunnels {
