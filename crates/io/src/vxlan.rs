@@ -1104,11 +1104,30 @@ mod tests {
         want.splice(12..12, [0x81, 0x00, 0x00, 20]);
         assert_eq!(got, vec![want]);
         assert_eq!(p.vxlan_drops().unmapped_vni, 1);
-        let t = p.table().lock().unwrap();
-        assert_eq!(
-            t.dst_of(v2000, MacAddr(B)),
-            Some("127.0.0.9".parse().unwrap())
+        {
+            let t = p.table().lock().unwrap();
+            assert_eq!(
+                t.dst_of(v2000, MacAddr(B)),
+                Some("127.0.0.9".parse().unwrap())
+            );
+            assert_eq!(t.dst_of(v1000, MacAddr(B)), None);
+        }
+        // vnifilter accepting 1000 only: VNI 2000 is another port's (wrong_vni) both ways
+        // in (a datagram) and unmapped out (VLAN 20's frames).
+        p.table().lock().unwrap().tunnels = TunnelMap::new(
+            &[(10, 1000), (20, 2000)],
+            Some(0x8100),
+            Some(vec![(1000, 1000)]),
         );
-        assert_eq!(t.dst_of(v1000, MacAddr(B)), None);
+        r9.send_to(&dg, ("127.0.0.7", 47895)).unwrap();
+        assert!(rx_all(&mut p, &mut pool).is_empty());
+        assert_eq!(p.vxlan_drops().wrong_vni, 1);
+        let mut b = Batch::with_capacity(4);
+        for f in [tagged(10), tagged(20)] {
+            b.push(qbridge_packet::PacketBuf::from_frame(&f));
+        }
+        assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
+        assert_eq!(p.vxlan_drops().unmapped_vlan, 3);
+        assert_eq!(&recv(&r8).unwrap()[8..], &inner[..]);
     }
 }

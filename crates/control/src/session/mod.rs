@@ -319,8 +319,6 @@ impl Session {
             VlanCommand::TunnelShow { dev } => return self.vxlan_tunnelshow(dev.as_deref(), out),
             VlanCommand::Del { dev, vids, self_ } => {
                 let id = vlan_target(sw, dev, *self_)?;
-                // A VLAN leaving an external VXLAN port takes its tunnel_info along (Linux).
-                vxlan::forget_tunnels(&mut self.specs, dev, *vids);
                 if self.may_exist {
                     // Only the VIDs the port carries, in runs.
                     let mut run: Option<(u16, u16)> = None;
@@ -339,6 +337,8 @@ impl Session {
                 } else {
                     sw.vlan_del(id, vids.start.into(), vids.end.into())?;
                 }
+                // A VLAN leaving an external VXLAN port takes its tunnel_info along (Linux).
+                vxlan::forget_tunnels(&mut self.specs, dev, *vids);
             }
             VlanCommand::Set {
                 dev,

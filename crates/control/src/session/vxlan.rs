@@ -517,7 +517,10 @@ mod tests {
         let mut t = Session::new();
         t.execute_batch(&rc, OutputOptions::default()).unwrap();
         assert_eq!(t.running_config(), rc);
-        // Deleting a VLAN deletes its map; tunnel_info del removes one.
+        // Deleting a VLAN deletes its map (a refused delete keeps it); tunnel_info del
+        // removes one.
+        assert!(run(&mut s, "vlan del vid 20-22 dev vx0").is_err());
+        assert!(run(&mut s, "vlan tunnelshow").unwrap().contains("20-21"));
         run(&mut s, "vlan del vid 21 dev vx0").unwrap();
         run(&mut s, "vlan del vid 20 dev vx0 tunnel_info id 2000").unwrap();
         let e = run(&mut s, "vlan del vid 20 dev vx0 tunnel_info").unwrap_err();
