@@ -395,6 +395,8 @@ mod tests {
         let mut t = Session::new();
         t.execute_batch(&rc, OutputOptions::default()).unwrap();
         assert_eq!(t.running_config(), rc);
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
         run(&mut s, "fdb del 00:00:00:00:00:00 dev vx0 dst 10.0.0.2").unwrap();
         assert!(!run(&mut s, "fdb show dev vx0")
             .unwrap()
@@ -517,6 +519,9 @@ mod tests {
         let mut t = Session::new();
         t.execute_batch(&rc, OutputOptions::default()).unwrap();
         assert_eq!(t.running_config(), rc);
+        // `apply` of it changes nothing (maps, remotes and VLANs exist already).
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
         // Deleting a VLAN deletes its map (a refused delete keeps it); tunnel_info del
         // removes one.
         assert!(run(&mut s, "vlan del vid 20-22 dev vx0").is_err());
@@ -590,6 +595,8 @@ mod tests {
         );
         let mut t = Session::new();
         t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
         assert_eq!(t.running_config(), rc);
         run(
             &mut s,
