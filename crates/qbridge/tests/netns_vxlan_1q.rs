@@ -452,3 +452,54 @@ fn q_in_vni_keeps_the_customer_tag_inside() {
         }
     }
 }
+
+/// Throughput of one TCP stream, 200 MiB verified each way, between a host in VLAN 10 of a
+/// qbridge VTEP and a host behind a kernel VTEP (VNI 1000), with qbridge's port `external`
+/// (VLAN 10 ↔ VNI 1000: a tag removed per frame sent, one pushed per frame received) and then
+/// with one VNI (`id 1000` on a VLAN-unaware bridge), in the same run. A measurement, not a
+/// check (docs/benchmarks-live.md):
+/// `cargo test --release --locked -p qbridge --test netns_vxlan_1q -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn vlan_to_vni_throughput_against_one_vni() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let bytes = 200u64 << 20;
+    let one_vni = "\
+link add br0 type bridge vlan_filtering 0
+link add p10 type afpacket dev qa10
+link add vx0 type vxlan id 1000 local 192.0.2.1 dstport 4789
+link set dev p10 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
+";
+    let mut results = Vec::new();
+    for (mode, batch) in [("external, VLAN 10 <-> VNI 1000", A), ("id 1000", one_vni)] {
+        let mut lab = Lab::new("vx1qbench");
+        let a = lab.netns("vx1qa").unwrap();
+        let b = lab.netns("vx1qb").unwrap();
+        underlay(&mut lab, &a, &b, "1550");
+        let a10 = lab.host("a10", "10.30.0.1/24", &a, "qa10").unwrap();
+        let b10 = lab.host("b10", "10.30.0.2/24", &b, "kb10").unwrap();
+        if let Err(e) = kernel_vtep(&b, "vx1000", "1000", "kbr1000", "kb10") {
+            eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+            return;
+        }
+        // The external batch names ports whose interfaces this lab lacks: only what is used.
+        let batch: String = batch
+            .lines()
+            .filter(|l| !l.contains("p20") && !l.contains("p30"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let _ctl = lab.daemon(&a, &batch).unwrap();
+        assert!(support::wait_until(Duration::from_secs(5), || {
+            support::ping_ok(&a10, &b10.ip)
+        }));
+        let t = tcp_transfer(&a10, &b10, bytes, Duration::from_secs(120)).unwrap();
+        let u = tcp_transfer(&b10, &a10, bytes, Duration::from_secs(120)).unwrap();
+        results.push((mode, t.gbit_per_s(), u.gbit_per_s()));
+    }
+    for (mode, t, u) in results {
+        eprintln!("qbridge {mode} <-> kernel VTEP: A->B {t:.2} Gbit/s, B->A {u:.2} Gbit/s");
+    }
+}
