@@ -27,7 +27,8 @@
 //! `sendmmsg(2)` per [`BURST`] messages of one send socket (so one per socket used, in the
 //! common case), the VXLAN header
 //! and the frame as two iovecs (no copy), one datagram per destination VTEP. Nothing is
-//! allocated after warm-up (the flood list is copied into a vector kept by the port).
+//! allocated after warm-up (flood lists are read in place under the lock; each frame's VXLAN
+//! header is written into a vector the port keeps).
 //!
 //! Drops, each counted ([`VxlanDrops`], switch reasons of the same names): a datagram that is
 //! not VXLAN or whose inner frame is shorter than an Ethernet header (`vxlan_malformed`), of

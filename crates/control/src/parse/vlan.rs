@@ -47,13 +47,14 @@ pub(super) fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError>
                 })?
                 .to_string();
             if let Some(vnis) = tunnel {
-                if let Some(w) = [(pvid.is_some(), "pvid"), (untagged.is_some(), "untagged")]
-                    .iter()
-                    .chain(&[(target.is_some(), "self/master")])
-                    .find(|x| x.0)
-                {
+                let others = [
+                    (pvid.is_some(), "pvid"),
+                    (untagged.is_some(), "untagged"),
+                    (target.is_some(), "self/master"),
+                ];
+                if let Some(&(_, word)) = others.iter().find(|x| x.0) {
                     return Err(unexpected(
-                        w.1,
+                        word,
                         "no pvid, untagged, self or master with tunnel_info",
                     ));
                 }

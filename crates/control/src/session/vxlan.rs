@@ -45,8 +45,8 @@ impl Session {
         }
     }
 
-    /// The external VXLAN port `dev`'s spec, or why there is none.
-    fn external_vxlan(&mut self, dev: &str) -> Result<&mut crate::vxlan::VxlanSpec, ControlError> {
+    /// VXLAN port `dev`'s spec, or why there is none.
+    fn vxlan_spec_mut(&mut self, dev: &str) -> Result<&mut crate::vxlan::VxlanSpec, ControlError> {
         match self.specs.get_mut(dev) {
             Some(PortSpec::Vxlan(spec)) => Ok(spec),
             _ if self.switch.exists(dev) => Err(ControlError::Vxlan(format!(
@@ -65,7 +65,14 @@ impl Session {
         vids: VidRange,
         vnis: (u32, u32),
     ) -> Result<(), ControlError> {
-        self.external_vxlan(dev)?;
+        let spec = self.vxlan_spec_mut(dev)?;
+        if !spec.external {
+            return Err(ControlError::Vxlan(format!(
+                "vxlan port {dev} has one VNI (id {}): tunnel_info maps VLANs on a port made \
+                 with external",
+                spec.vni
+            )));
+        }
         let id = self.switch.port_id(dev)?;
         for vid in vids.start..=vids.end {
             match self.switch.vlan_membership(id, vid) {
@@ -84,7 +91,7 @@ impl Session {
             }
         }
         let may_exist = self.may_exist;
-        let spec = self.external_vxlan(dev)?;
+        let spec = self.vxlan_spec_mut(dev)?;
         match spec.tunnel_add(dev, (vids.start, vids.end), vnis) {
             Err(_)
                 if may_exist
@@ -106,7 +113,7 @@ impl Session {
         vnis: Option<(u32, u32)>,
     ) -> Result<(), ControlError> {
         let may_exist = self.may_exist;
-        let spec = self.external_vxlan(dev)?;
+        let spec = self.vxlan_spec_mut(dev)?;
         match spec.tunnel_del(dev, (vids.start, vids.end), vnis) {
             Err(_) if may_exist => {
                 spec.tunnels.retain(|t| t.0 < vids.start || t.0 > vids.end);
@@ -489,7 +496,6 @@ mod tests {
         )
         .unwrap();
         run(&mut s, "link set dev vx1 master br0").unwrap();
-        run(&mut s, "vlan add vid 10 dev vx1").unwrap();
         let e = run(&mut s, "vlan add vid 10 dev vx1 tunnel_info id 1000").unwrap_err();
         assert!(e.to_string().contains("external"), "{e}");
         let e = run(
