@@ -1,8 +1,9 @@
 //! VXLAN ports in the control plane: a port's configuration ([`VxlanSpec`]: VNI or
 //! `external`, local VTEP address, UDP port, TTL, learning, its static remote VTEPs and, on an
 //! external port, its VLAN ↔ VNI map), the `fdb … dst IP [vni N]` operations on it
-//! ([`VxlanFdbOp`]), the `vlan add|del … tunnel_info id N` ones, and how they are shown
-//! (`fdb show` lines with `dst`, `vlan tunnelshow`, running-config lines).
+//! ([`VxlanFdbOp`]), the `vlan add|del … tunnel_info id N` ones, a `vnifilter` port's VNI
+//! list (`vni add|del`), and how they are shown (`fdb show` lines with `dst`, `vlan
+//! tunnelshow`, `vni show`, running-config lines).
 //!
 //! The static remotes live in the spec, as a bond's members live in its spec: they are
 //! configuration, shown and saved with the port, and editing them does not reopen the socket
@@ -291,6 +292,9 @@ impl VxlanSpec {
         }
         let (a, z) = vids;
         let (n, m) = vnis;
+        if z < a {
+            return Err(format!("vid {a}-{z}: the range ends below its start"));
+        }
         if m < n || u32::from(z - a) != m - n {
             return Err(format!(
                 "tunnel_info id {}: {} VNIs for {} VLANs (vid {}); the ranges must be as long",
@@ -335,6 +339,9 @@ impl VxlanSpec {
         vnis: Option<(u32, u32)>,
     ) -> Result<(), String> {
         let (a, z) = vids;
+        if z < a {
+            return Err(format!("vid {a}-{z}: the range ends below its start"));
+        }
         if let Some((n, m)) = vnis {
             if m < n || u32::from(z - a) != m - n {
                 return Err(format!(
@@ -638,6 +645,8 @@ mod tests {
             .unwrap_err()
             .contains("as long"));
         assert!(s.tunnel_add("vx0", (30, 30), (0, 0)).is_err());
+        assert!(s.tunnel_add("vx0", (31, 30), (3000, 3000)).is_err());
+        assert!(s.tunnel_del("vx0", (31, 30), None).is_err());
         assert_eq!(
             fdb_lines("vx0", &s, &[(2000, MacAddr([2, 0, 0, 0, 0, 9]), a)]),
             "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 1000 self permanent\n\
