@@ -18,7 +18,10 @@
 //! tshark decodes VNI 1000 and 2000 with untagged inner frames and nothing malformed; a 100 MB
 //! verified TCP transfer in VLAN 10; `fdb show` prints the learned remote with its VNI.
 //!
-//! The second test is `q_in_vni.sh`'s: an 802.1ad bridge whose `dot1q-tunnel` customer port
+//! A second test makes the port `vnifilter` with VNI 1000 listed: VLAN 20's VNI 2000 does
+//! not cross (counted both ways) until `vni add dev vx0 vni 2000`, live.
+//!
+//! The third test is `q_in_vni.sh`'s: an 802.1ad bridge whose `dot1q-tunnel` customer port
 //! puts the customer into S-VLAN 100, mapped to VNI 5000; the customer's C-tag 10 stays inside
 //! the VXLAN payload, the far side gets it with the C-tag; 1500-byte pings inside C-VLAN 10
 //! with the underlay's MTU raised (1600). The customer's VLAN devices on both ends are
@@ -332,6 +335,77 @@ fn vlans_map_to_vnis_against_kernel_vteps() {
         support::wait_until(Duration::from_secs(5), || learned(&ctl) == 0),
         "learned VTEPs did not age in 1 s: {}",
         ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap()
+    );
+}
+
+/// `vnifilter`: only listed VNIs cross, and `vni add` takes effect live. VLAN 20 maps to VNI
+/// 2000, which is not listed at first: its frames are `vxlan_unmapped_vlan`, and b20's
+/// datagrams `vxlan_wrong_vni`; after `vni add dev vx0 vni 2000` a20 reaches b20.
+#[test]
+fn vnifilter_admits_listed_vnis_live() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxvf");
+    let a = lab.netns("vxvfa").unwrap();
+    let b = lab.netns("vxvfb").unwrap();
+    underlay(&mut lab, &a, &b, "1550");
+    let a10 = lab.host("a10", "10.30.0.1/24", &a, "qa10").unwrap();
+    let a20 = lab.host("a20", "10.30.0.3/24", &a, "qa20").unwrap();
+    let b10 = lab.host("b10", "10.30.0.2/24", &b, "kb10").unwrap();
+    let b20 = lab.host("b20", "10.30.0.4/24", &b, "kb20").unwrap();
+    for (dev, vni, br, port) in [
+        ("vx1000", "1000", "kbr1000", "kb10"),
+        ("vx2000", "2000", "kbr2000", "kb20"),
+    ] {
+        if let Err(e) = kernel_vtep(&b, dev, vni, br, port) {
+            eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+            return;
+        }
+    }
+    let batch: String = A
+        .replace("type vxlan external", "type vxlan vnifilter")
+        .lines()
+        .filter(|l| !l.contains("p30"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        + "vni add dev vx0 vni 1000\n";
+    let ctl = lab.daemon(&a, &batch).unwrap();
+    assert_ping(&a10, &b10, 2);
+    let (vlan0, vni0) = (
+        drops(&ctl, "vx0", "vxlan_unmapped_vlan"),
+        drops(&ctl, "vx0", "vxlan_wrong_vni"),
+    );
+    assert_eq!(
+        ping(&a20, &b20.ip, 2).received,
+        0,
+        "VNI 2000 crossed unlisted"
+    );
+    assert_eq!(
+        ping(&b20, &a20.ip, 2).received,
+        0,
+        "VNI 2000 crossed unlisted"
+    );
+    let (vlan1, vni1) = (
+        drops(&ctl, "vx0", "vxlan_unmapped_vlan"),
+        drops(&ctl, "vx0", "vxlan_wrong_vni"),
+    );
+    assert!(
+        vlan1 > vlan0 && vni1 > vni0,
+        "unmapped_vlan {vlan0} -> {vlan1}, wrong_vni {vni0} -> {vni1}\n{}",
+        ctl.stats_text()
+    );
+    ctl.cmd(&["vni", "add", "dev", "vx0", "vni", "2000"])
+        .unwrap();
+    assert_eq!(
+        ctl.cmd(&["vni", "show"]).unwrap(),
+        "dev               vni\nvx0               1000\n                  2000\n"
+    );
+    assert_ping(&a20, &b20, 2);
+    assert_ping(&b20, &a20, 2);
+    assert_eq!(
+        ping(&a10, &b20.ip, 2).received,
+        0,
+        "VLAN 10 reached VNI 2000"
     );
 }
 
