@@ -125,6 +125,12 @@ drop_reasons! {
     /// A frame for a VXLAN port had no remote VTEP to go to: no MAC entry and an empty flood
     /// list (set by I/O layers).
     VxlanNoRemote = "vxlan_no_remote",
+    /// A frame for an external VXLAN port whose VLAN maps to no VNI (`tunnel_info`), or
+    /// that the bridge sent untagged (set by I/O layers).
+    VxlanUnmappedVlan = "vxlan_unmapped_vlan",
+    /// An external VXLAN port received a datagram whose VNI maps to no VLAN (set by I/O
+    /// layers).
+    VxlanUnmappedVni = "vxlan_unmapped_vni",
     /// The egress port's socket buffer or ring was full (`EAGAIN`; set by I/O layers).
     TxQueueFull = "tx_queue_full",
     /// The kernel took the frame and the device or its peer dropped it (`ENOBUFS`: a veth whose

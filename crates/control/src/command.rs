@@ -25,6 +25,16 @@ pub enum Command {
     Mirror(MirrorCommand),
     /// `stp …`: the spanning tree of bridges with `stp_state 1`.
     Stp(StpCommand),
+    /// `vni …`: the VNIs a `vnifilter` VXLAN port accepts (bridge(8)'s `vni` object).
+    Vni(VniCommand),
+}
+
+/// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]` (docs/semantics.md, "VLAN ↔ VNI").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VniCommand {
+    Add { dev: String, vnis: (u32, u32) },
+    Del { dev: String, vnis: (u32, u32) },
+    Show { dev: Option<String> },
 }
 
 /// The objects of the grammar.
@@ -35,6 +45,7 @@ pub enum Object {
     Fdb,
     Mirror,
     Stp,
+    Vni,
 }
 
 impl Object {
@@ -45,6 +56,7 @@ impl Object {
             Object::Fdb => "fdb",
             Object::Mirror => "mirror",
             Object::Stp => "stp",
+            Object::Vni => "vni",
         }
     }
 }
@@ -500,6 +512,21 @@ pub enum VlanCommand {
         dev: Option<String>,
         vid: Option<u16>,
     },
+    /// `vlan add vid V[-V2] dev NAME tunnel_info id VNI[-VNI2]`: an external VXLAN port's
+    /// VLAN ↔ VNI map (docs/semantics.md, "VLAN ↔ VNI").
+    TunnelAdd {
+        dev: String,
+        vids: VidRange,
+        vnis: (u32, u32),
+    },
+    /// `vlan del vid V[-V2] dev NAME tunnel_info [id VNI[-VNI2]]`
+    TunnelDel {
+        dev: String,
+        vids: VidRange,
+        vnis: Option<(u32, u32)>,
+    },
+    /// `vlan tunnelshow [dev NAME]`
+    TunnelShow { dev: Option<String> },
 }
 
 /// `V` or `V-V2`; both ends in 1-4094. The order of the ends is checked by the switch.
@@ -550,6 +577,8 @@ pub enum FdbCommand {
         dst: std::net::Ipv4Addr,
         /// `extern_learn`: a control plane's entry (EVPN), not configuration.
         origin: crate::vxlan::RemoteOrigin,
+        /// `vni N` (`src_vni N`): the VNI the entry belongs to; `None`: the port's `id`.
+        vni: Option<u32>,
     },
     /// `fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
     /// [[no]added_by_user]`

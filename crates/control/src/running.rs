@@ -96,6 +96,12 @@ pub fn running_config(sw: &Switch, backends: &impl Backends) -> String {
             );
         }
     }
+    // External VXLAN ports' VLAN ↔ VNI maps, after the VLANs they map.
+    for (_, name) in &ports {
+        if let Some(PortSpec::Vxlan(v)) = backends.port_spec(name) {
+            out.push_str(&v.tunnel_lines(name));
+        }
+    }
     fdb_lines(sw, &mut out);
     crate::mirror::running_lines(sw, &mut out);
     out
@@ -192,11 +198,19 @@ fn create_line(
             let mut l = format!("link add {name} index {index} type vxlan {}", v.words());
             for r in &v.remotes {
                 let verb = if r.mac.is_zero() { "append" } else { "add" };
-                let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}", r.mac, r.dst);
+                let vni = if v.external || r.vni != v.vni {
+                    format!(" vni {}", r.vni)
+                } else {
+                    String::new()
+                };
+                let _ = write!(l, "\nfdb {verb} {} dev {name} dst {}{vni}", r.mac, r.dst);
                 // A control plane's entry says so, as the bridge's extern_learn entries do.
                 if r.origin == crate::vxlan::RemoteOrigin::ExternLearn {
                     l.push_str(" extern_learn");
                 }
+            }
+            for line in v.vni_lines(name).lines() {
+                let _ = write!(l, "\n{line}");
             }
             l
         }

@@ -71,9 +71,9 @@ pub struct BackendStatus {
     /// A bond: what its queues dropped that belongs to no member.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bond_drops: Option<BondDrops>,
-    /// VXLAN ports: the remote VTEPs learned (MAC, VTEP), for `fdb show`'s `dst`.
+    /// VXLAN ports: the remote VTEPs learned (VNI, MAC, VTEP), for `fdb show`'s `dst`.
     #[serde(skip)]
-    pub vxlan_learned: Vec<(qbridge_wire::MacAddr, std::net::Ipv4Addr)>,
+    pub vxlan_learned: Vec<crate::vxlan::Learned>,
 }
 
 /// A bond's own drops (daemon only).

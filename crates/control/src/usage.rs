@@ -19,7 +19,8 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
-           | type vxlan id VNI local ADDR [dstport PORT] [ttl N] [learning on|off]
+           | type vxlan id VNI|external [vnifilter] local ADDR [dstport PORT] [ttl N]
+             [learning on|off]     (external: each VLAN's VNI from vlan … tunnel_info)
   link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
            [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
                                            a VLAN device, or a bridge = its host port)
@@ -51,14 +52,18 @@ const VLAN: &str =
   vlan map add dev NAME svid S cvid C translate S2 C2    (2:2: both tags rewritten, both ways)
   vlan map del dev NAME vid A | cvid C[-C2] | svid S cvid C   vlan map show [dev NAME]
   vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
+  vlan add vid V[-V2] dev VXLAN tunnel_info id VNI[-VNI2]   (an external vxlan port: VLAN V
+           leaves in VNI, untagged inside; VNI enters as VLAN V; V must be tagged on VXLAN)
+  vlan del vid V[-V2] dev VXLAN tunnel_info [id VNI[-VNI2]]   vlan tunnelshow [dev VXLAN]
 ";
 
 const FDB: &str =
     "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky] [extern_learn]
   fdb del MAC dev NAME [vlan V]
-  fdb add|append|replace|del MAC dev VXLAN dst IP [extern_learn]   (a vxlan port's remote
-           VTEPs; MAC 00:00:00:00:00:00: the flood list, head-end replication;
-           extern_learn: a control plane's, e.g. qbridge-evpn)
+  fdb add|append|replace|del MAC dev VXLAN dst IP [vni VNI] [extern_learn]   (a vxlan
+           port's remote VTEPs, per VNI; MAC 00:00:00:00:00:00: the VNI's flood list,
+           head-end replication; vni: required on an external port; src_vni is the same
+           word; extern_learn: a control plane's, e.g. qbridge-evpn)
   fdb show [br BR] [dev NAME] [vlan V]
   fdb flush dev NAME [vlan V] [[no]permanent] [[no]static] [[no]dynamic] [[no]sticky]
             [[no]added_by_user] [[no]extern_learn]  (default: dynamic and static, not permanent)
@@ -77,6 +82,10 @@ const STP: &str =
   stp msti set dev BR vid V[-V2] msti M        (MSTP region: the VLANs of MSTI M; 0: CIST)
   stp msti priority dev BR msti M priority P   (the bridge's priority in MSTI M)
   stp msti port dev PORT msti M [priority P] [cost C|auto]   (a port's, in MSTI M)
+";
+
+const VNI: &str = "  vni add|del dev VXLAN vni N[-M]   (the VNIs a vnifilter vxlan port accepts)
+  vni show [dev VXLAN]
 ";
 
 const SHOW: &str =
@@ -99,13 +108,14 @@ fn commands_of(o: Object) -> &'static str {
         Object::Fdb => FDB,
         Object::Mirror => MIRROR,
         Object::Stp => STP,
+        Object::Vni => VNI,
     }
 }
 
 /// Every object's commands and the notes on `dev` and abbreviations (the body of
 /// `qbridge --help`).
 pub fn commands() -> String {
-    format!("{LINK}{VLAN}{FDB}{MIRROR}{STP}{SHOW}{NOTES}")
+    format!("{LINK}{VLAN}{FDB}{MIRROR}{STP}{VNI}{SHOW}{NOTES}")
 }
 
 /// `qbridge OBJECT help`.
@@ -122,7 +132,7 @@ pub fn object(o: Object) -> String {
 pub fn all() -> String {
     format!(
         "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
-         fdb | mirror | stp | show | monitor | help }}\n{}",
+         fdb | mirror | stp | vni | show | monitor | help }}\n{}",
         commands()
     )
 }

@@ -1,7 +1,9 @@
-//! VXLAN ports in the control plane: a port's configuration ([`VxlanSpec`]: VNI, local VTEP
-//! address, UDP port, TTL, learning, and its static remote VTEPs), the `fdb … dst IP`
-//! operations on it ([`VxlanFdbOp`]), and how they are shown (`fdb show` lines with `dst`,
-//! running-config lines).
+//! VXLAN ports in the control plane: a port's configuration ([`VxlanSpec`]: VNI or
+//! `external`, local VTEP address, UDP port, TTL, learning, its static remote VTEPs and, on an
+//! external port, its VLAN ↔ VNI map), the `fdb … dst IP [vni N]` operations on it
+//! ([`VxlanFdbOp`]), the `vlan add|del … tunnel_info id N` ones, a `vnifilter` port's VNI
+//! list (`vni add|del`), and how they are shown (`fdb show` lines with `dst`, `vlan
+//! tunnelshow`, `vni show`, running-config lines).
 //!
 //! The static remotes live in the spec, as a bond's members live in its spec: they are
 //! configuration, shown and saved with the port, and editing them does not reopen the socket
@@ -18,23 +20,39 @@ pub const VNI_MAX: u32 = 0x00ff_ffff;
 /// A VXLAN port's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VxlanSpec {
+    /// The port's one VNI (`id N`); not used when `external`.
     pub vni: u32,
+    /// `external` (ip-link's collect-metadata mode): no VNI of its own; each frame's VNI
+    /// comes from its VLAN (`tunnels`), as a Linux vxlan device with `external` in a
+    /// VLAN-filtering bridge with `vlan_tunnel on`.
+    pub external: bool,
     pub local: Ipv4Addr,
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
     pub ttl: Option<u8>,
     pub learning: bool,
-    /// Static remote VTEPs in the order given: MAC → VTEP entries and (all-zeros MAC) the
-    /// flood list.
+    /// Static remote VTEPs in the order given: (VNI, MAC) → VTEP entries and (all-zeros MAC)
+    /// each VNI's flood list.
     pub remotes: Vec<VxlanRemote>,
+    /// External ports: (VID, VNI) pairs by VID, each side unique (`vlan add vid V dev NAME
+    /// tunnel_info id N`).
+    pub tunnels: Vec<(u16, u32)>,
+    /// `vnifilter` (an external port): only the VNIs of `vnis` cross, both ways.
+    pub vnifilter: bool,
+    /// `vnifilter` ports: the accepted VNIs (`vni add dev NAME vni N[-M]`), sorted disjoint
+    /// ranges, adjacent ones merged.
+    pub vnis: Vec<(u32, u32)>,
 }
 
-/// One configured remote: `fdb add MAC dev NAME dst IP` or, all-zeros MAC, a flood-list VTEP.
+/// One static remote: `fdb add MAC dev NAME dst IP [vni N]` or, all-zeros MAC, a flood-list
+/// VTEP of VNI `vni`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VxlanRemote {
     pub mac: MacAddr,
     pub dst: Ipv4Addr,
     pub origin: RemoteOrigin,
+    /// The VNI the entry belongs to (the port's `id` on a port with one VNI).
+    pub vni: u32,
 }
 
 /// Who put a remote there: the operator, or a control plane (`extern_learn`, bridge-fdb(8)'s
@@ -66,16 +84,22 @@ impl VxlanSpec {
     /// Whether `other` needs the same socket (everything but the remotes and learning, which
     /// the engine changes in place).
     pub fn same_socket(&self, other: &VxlanSpec) -> bool {
-        (self.vni, self.local, self.dstport, self.ttl)
-            == (other.vni, other.local, other.dstport, other.ttl)
+        (self.vni, self.external, self.vnifilter, self.local)
+            == (other.vni, other.external, other.vnifilter, other.local)
+            && (self.dstport, self.ttl) == (other.dstport, other.ttl)
     }
 
-    /// `id 100 local 10.0.0.1 dstport 4789 [ttl N] learning on`: the words after `type vxlan`.
+    /// `id 100 local 10.0.0.1 dstport 4789 [ttl N] learning on` (`external` in place of
+    /// `id N`): the words after `type vxlan`.
     pub fn words(&self) -> String {
-        let mut s = format!(
-            "id {} local {} dstport {}",
-            self.vni, self.local, self.dstport
-        );
+        let id = if self.vnifilter {
+            "external vnifilter".to_string()
+        } else if self.external {
+            "external".to_string()
+        } else {
+            format!("id {}", self.vni)
+        };
+        let mut s = format!("{id} local {} dstport {}", self.local, self.dstport);
         if let Some(t) = self.ttl {
             s.push_str(&format!(" ttl {t}"));
         }
@@ -87,16 +111,49 @@ impl VxlanSpec {
         s
     }
 
-    /// Applies `op` to the remotes (an added or replaced one gets `origin`); the message of
-    /// an error names `port`.
+    /// The VNI an `fdb … dst IP [vni N]` line names: the port's `id` (which `vni` may
+    /// repeat), or on an external port the `vni` it must give.
+    pub fn entry_vni(&self, port: &str, vni: Option<u32>) -> Result<u32, String> {
+        match (self.external, vni) {
+            (false, None) => Ok(self.vni),
+            (false, Some(v)) if v == self.vni => Ok(v),
+            (false, Some(v)) => Err(format!(
+                "vxlan port {port} carries VNI {} only (id {}): vni {v} is for an external \
+                 port's entries",
+                self.vni, self.vni
+            )),
+            (true, Some(v)) => Ok(v),
+            (true, None) => Err(format!(
+                "vxlan port {port} is external: name the entry's VNI (vni N)"
+            )),
+        }
+    }
+
+    /// Applies `op` to the static remotes of VNI `vni` (see [`VxlanSpec::entry_vni`]); the
+    /// message of an error names `port`.
     pub fn apply(
         &mut self,
         port: &str,
         op: VxlanFdbOp,
         mac: MacAddr,
         dst: Ipv4Addr,
+        vni: Option<u32>,
+    ) -> Result<(), String> {
+        self.apply_from(port, op, mac, dst, vni, RemoteOrigin::Static)
+    }
+
+    /// [`VxlanSpec::apply`] for an entry of `origin`: an added or replaced entry gets it (a
+    /// control plane's `replace` takes an operator's entry over).
+    pub fn apply_from(
+        &mut self,
+        port: &str,
+        op: VxlanFdbOp,
+        mac: MacAddr,
+        dst: Ipv4Addr,
+        vni: Option<u32>,
         origin: RemoteOrigin,
     ) -> Result<(), String> {
+        let vni = self.entry_vni(port, vni)?;
         let flood = mac.is_zero();
         if !flood && !mac.is_unicast() {
             return Err(format!(
@@ -109,11 +166,14 @@ impl VxlanSpec {
                 "vxlan port {port}: dst {dst} is not a unicast VTEP address"
             ));
         }
-        let here = self.remotes.iter().position(|r| r.mac == mac);
+        let here = self
+            .remotes
+            .iter()
+            .position(|r| r.mac == mac && r.vni == vni);
         let exact = self
             .remotes
             .iter()
-            .position(|r| r.mac == mac && r.dst == dst);
+            .position(|r| r.mac == mac && r.dst == dst && r.vni == vni);
         match op {
             VxlanFdbOp::Append if !flood => {
                 return Err(format!(
@@ -124,7 +184,12 @@ impl VxlanSpec {
             VxlanFdbOp::Append | VxlanFdbOp::Add if exact.is_some() => {
                 return Err(format!("vxlan port {port}: {mac} dst {dst} exists already"))
             }
-            VxlanFdbOp::Append => self.remotes.push(VxlanRemote { mac, dst, origin }),
+            VxlanFdbOp::Append => self.remotes.push(VxlanRemote {
+                mac,
+                dst,
+                origin,
+                vni,
+            }),
             VxlanFdbOp::Add if here.is_some() => {
                 return Err(format!(
                     "vxlan port {port}: {mac} has a VTEP already ({}){}",
@@ -136,14 +201,24 @@ impl VxlanSpec {
                     }
                 ))
             }
-            VxlanFdbOp::Add => self.remotes.push(VxlanRemote { mac, dst, origin }),
+            VxlanFdbOp::Add => self.remotes.push(VxlanRemote {
+                mac,
+                dst,
+                origin,
+                vni,
+            }),
             VxlanFdbOp::Replace => match here {
                 Some(i) if !flood => {
                     self.remotes[i].dst = dst;
                     self.remotes[i].origin = origin;
                 }
                 _ if exact.is_some() => {}
-                _ => self.remotes.push(VxlanRemote { mac, dst, origin }),
+                _ => self.remotes.push(VxlanRemote {
+                    mac,
+                    dst,
+                    origin,
+                    vni,
+                }),
             },
             VxlanFdbOp::Del => match exact {
                 Some(i) => {
@@ -156,20 +231,41 @@ impl VxlanSpec {
     }
 }
 
+/// A learned entry of a VXLAN port's table: VNI, MAC, VTEP.
+pub type Learned = (u32, MacAddr, Ipv4Addr);
+
+/// ` vni N` where `vni` is not the port's own VNI (always on an external port).
+fn vni_word(spec: &VxlanSpec, vni: u32) -> String {
+    if spec.external || vni != spec.vni {
+        format!(" vni {vni}")
+    } else {
+        String::new()
+    }
+}
+
 /// `fdb show` lines of a VXLAN port's remotes as bridge-fdb(8) prints a vxlan device's own
-/// entries: `00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self permanent`; a control plane's
-/// `… self extern_learn`; learned ones (`learned`: MAC, VTEP) with neither.
-pub fn fdb_lines(port: &str, spec: &VxlanSpec, learned: &[(MacAddr, Ipv4Addr)]) -> String {
+/// entries: `00:00:00:00:00:00 dev vx0 dst 10.0.0.2 [vni 1000] self permanent` (`vni` where
+/// it is not the port's `id`); a control plane's `… self extern_learn`; learned ones with
+/// neither.
+pub fn fdb_lines(port: &str, spec: &VxlanSpec, learned: &[Learned]) -> String {
     let mut s = String::new();
     for r in &spec.remotes {
         let kind = match r.origin {
             RemoteOrigin::Static => "permanent",
             RemoteOrigin::ExternLearn => "extern_learn",
         };
-        s.push_str(&format!("{} dev {port} dst {} self {kind}\n", r.mac, r.dst));
+        s.push_str(&format!(
+            "{} dev {port} dst {}{} self {kind}\n",
+            r.mac,
+            r.dst,
+            vni_word(spec, r.vni)
+        ));
     }
-    for (m, d) in learned {
-        s.push_str(&format!("{m} dev {port} dst {d} self\n"));
+    for (v, m, d) in learned {
+        s.push_str(&format!(
+            "{m} dev {port} dst {d}{} self\n",
+            vni_word(spec, *v)
+        ));
     }
     s
 }
@@ -180,32 +276,319 @@ pub struct FdbJson<'a> {
     pub mac: String,
     pub ifname: &'a str,
     pub dst: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
     pub flags: &'static [&'static str],
     pub state: &'static str,
 }
 
 /// The same entries as `fdb show -j` objects, in bridge-fdb(8)'s keys: `mac`, `ifname`, `dst`,
 /// `flags` (`self`; a control plane's: `self`, `extern_learn`), `state` (`permanent` for
-/// static ones, empty for learned and control-plane ones).
-pub fn fdb_json<'a>(
-    port: &'a str,
-    spec: &VxlanSpec,
-    learned: &[(MacAddr, Ipv4Addr)],
-) -> Vec<FdbJson<'a>> {
-    let obj = |m: &MacAddr, d: &Ipv4Addr, flags, state: &'static str| FdbJson {
+/// static ones, empty for learned and control-plane ones); `vni` where it is not the port's
+/// `id`.
+pub fn fdb_json<'a>(port: &'a str, spec: &VxlanSpec, learned: &[Learned]) -> Vec<FdbJson<'a>> {
+    let obj = |v: u32, m: &MacAddr, d: &Ipv4Addr, flags, state: &'static str| FdbJson {
         mac: m.to_string(),
         ifname: port,
         dst: d.to_string(),
+        vni: (spec.external || v != spec.vni).then_some(v),
         flags,
         state,
     };
     spec.remotes
         .iter()
         .map(|r| match r.origin {
-            RemoteOrigin::Static => obj(&r.mac, &r.dst, &["self"], "permanent"),
-            RemoteOrigin::ExternLearn => obj(&r.mac, &r.dst, &["self", "extern_learn"], ""),
+            RemoteOrigin::Static => obj(r.vni, &r.mac, &r.dst, &["self"], "permanent"),
+            RemoteOrigin::ExternLearn => obj(r.vni, &r.mac, &r.dst, &["self", "extern_learn"], ""),
         })
-        .chain(learned.iter().map(|(m, d)| obj(m, d, &["self"], "")))
+        .chain(learned.iter().map(|(v, m, d)| obj(*v, m, d, &["self"], "")))
+        .collect()
+}
+
+/// Runs of consecutive VIDs mapped to consecutive VNIs: (first VID, last VID, first VNI).
+pub fn tunnel_runs(tunnels: &[(u16, u32)]) -> Vec<(u16, u16, u32)> {
+    let mut runs: Vec<(u16, u16, u32)> = Vec::new();
+    for &(vid, vni) in tunnels {
+        match runs.last_mut() {
+            Some((a, z, n)) if *z + 1 == vid && *n + u32::from(*z - *a) + 1 == vni => *z = vid,
+            _ => runs.push((vid, vid, vni)),
+        }
+    }
+    runs
+}
+
+fn range_words(a: u32, z: u32) -> String {
+    if a == z {
+        a.to_string()
+    } else {
+        format!("{a}-{z}")
+    }
+}
+
+impl VxlanSpec {
+    /// `vlan add vid A[-Z] dev PORT tunnel_info id N[-M]`: maps each VID to a VNI. Refused on
+    /// a port that is not `external`, for ranges of unequal lengths, VNI 0, a VID mapped to
+    /// another VNI, a VNI mapped from another VID. Nothing changes when refused. (That each
+    /// VID is a tagged member of the port is the session's check.)
+    pub fn tunnel_add(
+        &mut self,
+        port: &str,
+        vids: (u16, u16),
+        vnis: (u32, u32),
+    ) -> Result<(), String> {
+        if !self.external {
+            return Err(format!(
+                "vxlan port {port} has one VNI (id {}): tunnel_info maps VLANs on a port made \
+                 with external",
+                self.vni
+            ));
+        }
+        let (a, z) = vids;
+        let (n, m) = vnis;
+        if z < a {
+            return Err(format!("vid {a}-{z}: the range ends below its start"));
+        }
+        if m < n || u32::from(z - a) != m - n {
+            return Err(format!(
+                "tunnel_info id {}: {} VNIs for {} VLANs (vid {}); the ranges must be as long",
+                range_words(n, m),
+                m.saturating_sub(n) + 1,
+                z - a + 1,
+                range_words(a.into(), z.into())
+            ));
+        }
+        if n == 0 {
+            return Err("tunnel_info id 0: VNI 0 cannot be mapped (1-16777215)".into());
+        }
+        let mut next = self.tunnels.clone();
+        for (k, vid) in (a..=z).enumerate() {
+            let vni = n + k as u32;
+            if let Some(&(_, old)) = next.iter().find(|t| t.0 == vid) {
+                if old != vni {
+                    return Err(format!(
+                        "vid {vid} of {port} maps to VNI {old} already: delete it first"
+                    ));
+                }
+                continue;
+            }
+            if let Some(&(other, _)) = next.iter().find(|t| t.1 == vni) {
+                return Err(format!(
+                    "VNI {vni} of {port} is mapped from vid {other} already"
+                ));
+            }
+            next.push((vid, vni));
+        }
+        next.sort_unstable();
+        self.tunnels = next;
+        Ok(())
+    }
+
+    /// `vlan del vid A[-Z] dev PORT tunnel_info [id N[-M]]`: removes the maps of those VIDs
+    /// (each must have one, to the VNI named when `vnis` is given).
+    pub fn tunnel_del(
+        &mut self,
+        port: &str,
+        vids: (u16, u16),
+        vnis: Option<(u32, u32)>,
+    ) -> Result<(), String> {
+        let (a, z) = vids;
+        if z < a {
+            return Err(format!("vid {a}-{z}: the range ends below its start"));
+        }
+        if let Some((n, m)) = vnis {
+            if m < n || u32::from(z - a) != m - n {
+                return Err(format!(
+                    "tunnel_info id {}: the ranges must be as long (vid {})",
+                    range_words(n, m),
+                    range_words(a.into(), z.into())
+                ));
+            }
+        }
+        for (k, vid) in (a..=z).enumerate() {
+            match self.tunnels.iter().find(|t| t.0 == vid) {
+                None => return Err(format!("vid {vid} of {port} has no tunnel_info")),
+                Some(&(_, old)) => {
+                    if let Some((n, _)) = vnis {
+                        if old != n + k as u32 {
+                            return Err(format!(
+                                "vid {vid} of {port} maps to VNI {old}, not {}",
+                                n + k as u32
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.tunnels.retain(|t| t.0 < a || t.0 > z);
+        Ok(())
+    }
+
+    /// The running configuration's `vlan add … tunnel_info` lines of port `port`.
+    pub fn tunnel_lines(&self, port: &str) -> String {
+        tunnel_runs(&self.tunnels)
+            .into_iter()
+            .map(|(a, z, n)| {
+                format!(
+                    "vlan add vid {} dev {port} tunnel_info id {}\n",
+                    range_words(a.into(), z.into()),
+                    range_words(n, n + u32::from(z - a))
+                )
+            })
+            .collect()
+    }
+}
+
+impl VxlanSpec {
+    /// `vni add dev PORT vni N[-M]`: on a `vnifilter` port, the VNIs join the accepted list.
+    pub fn vni_add(&mut self, port: &str, (a, z): (u32, u32)) -> Result<(), String> {
+        if !self.vnifilter {
+            return Err(format!(
+                "vxlan port {port} has no vnifilter: vni add lists the VNIs of a port made \
+                 with vnifilter"
+            ));
+        }
+        let mut v = self.vnis.clone();
+        v.push((a, z));
+        v.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(v.len());
+        for (s, e) in v {
+            match merged.last_mut() {
+                Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.vnis = merged;
+        Ok(())
+    }
+
+    /// `vni del dev PORT vni N[-M]`: every VNI of the range must be listed.
+    pub fn vni_del(&mut self, port: &str, (a, z): (u32, u32)) -> Result<(), String> {
+        if !self.vnis.iter().any(|&(s, e)| s <= a && z <= e) {
+            return Err(format!("vni {} is not in {port}'s list", range_words(a, z)));
+        }
+        let mut out = Vec::with_capacity(self.vnis.len() + 1);
+        for &(s, e) in &self.vnis {
+            if e < a || s > z {
+                out.push((s, e));
+                continue;
+            }
+            if s < a {
+                out.push((s, a - 1));
+            }
+            if e > z {
+                out.push((z + 1, e));
+            }
+        }
+        self.vnis = out;
+        Ok(())
+    }
+
+    /// The running configuration's `vni add` lines of port `port`.
+    pub fn vni_lines(&self, port: &str) -> String {
+        self.vnis
+            .iter()
+            .map(|&(a, z)| format!("vni add dev {port} vni {}\n", range_words(a, z)))
+            .collect()
+    }
+}
+
+/// `vni show` text, as bridge(8) prints it: `dev vni` columns, the port's name on its first
+/// line only.
+pub fn vni_show_text(ports: &[(&str, &VxlanSpec)]) -> String {
+    let mut s = format!("{:<16}  {}\n", "dev", "vni");
+    for (name, spec) in ports {
+        for (k, &(a, z)) in spec.vnis.iter().enumerate() {
+            let port = if k == 0 { *name } else { "" };
+            s.push_str(&format!("{port:<16}  {}\n", range_words(a, z)));
+        }
+    }
+    s
+}
+
+/// One range of `vni show -j`, in bridge(8)'s keys.
+#[derive(Debug, serde::Serialize)]
+pub struct VniJson {
+    pub vni: u32,
+    #[serde(rename = "vniEnd", skip_serializing_if = "Option::is_none")]
+    pub vni_end: Option<u32>,
+}
+
+/// One port of `vni show -j`: `{"ifname", "vnis": [...]}`.
+#[derive(Debug, serde::Serialize)]
+pub struct VniPortJson<'a> {
+    pub ifname: &'a str,
+    pub vnis: Vec<VniJson>,
+}
+
+/// `vni show -j`'s objects.
+pub fn vni_show_json<'a>(ports: &[(&'a str, &VxlanSpec)]) -> Vec<VniPortJson<'a>> {
+    ports
+        .iter()
+        .map(|(name, spec)| VniPortJson {
+            ifname: name,
+            vnis: spec
+                .vnis
+                .iter()
+                .map(|&(a, z)| VniJson {
+                    vni: a,
+                    vni_end: (z != a).then_some(z),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `vlan tunnelshow` text, as bridge(8) prints it: a header, then per port its runs, the
+/// port's name on its first line only.
+pub fn tunnelshow_text(ports: &[(&str, &VxlanSpec)]) -> String {
+    let mut s = format!("{:<16}  {:<9}    tunnel-id\n", "port", "vlan-id");
+    for (name, spec) in ports {
+        for (k, (a, z, n)) in tunnel_runs(&spec.tunnels).into_iter().enumerate() {
+            let port = if k == 0 { *name } else { "" };
+            s.push_str(&format!(
+                "{port:<16}  {:<9}    {}\n",
+                range_words(a.into(), z.into()),
+                range_words(n, n + u32::from(z - a))
+            ));
+        }
+    }
+    s
+}
+
+/// One run of `vlan tunnelshow -j`, in bridge(8)'s keys.
+#[derive(Debug, serde::Serialize)]
+pub struct TunnelJson {
+    pub vlan: u16,
+    #[serde(rename = "vlanEnd", skip_serializing_if = "Option::is_none")]
+    pub vlan_end: Option<u16>,
+    pub tunid: u32,
+    #[serde(rename = "tunidEnd", skip_serializing_if = "Option::is_none")]
+    pub tunid_end: Option<u32>,
+}
+
+/// One port of `vlan tunnelshow -j`: `{"ifname", "tunnels": [...]}`.
+#[derive(Debug, serde::Serialize)]
+pub struct TunnelPortJson<'a> {
+    pub ifname: &'a str,
+    pub tunnels: Vec<TunnelJson>,
+}
+
+/// `vlan tunnelshow -j`'s objects.
+pub fn tunnelshow_json<'a>(ports: &[(&'a str, &VxlanSpec)]) -> Vec<TunnelPortJson<'a>> {
+    ports
+        .iter()
+        .map(|(name, spec)| TunnelPortJson {
+            ifname: name,
+            tunnels: tunnel_runs(&spec.tunnels)
+                .into_iter()
+                .map(|(a, z, n)| TunnelJson {
+                    vlan: a,
+                    vlan_end: (z != a).then_some(z),
+                    tunid: n,
+                    tunid_end: (z != a).then_some(n + u32::from(z - a)),
+                })
+                .collect(),
+        })
         .collect()
 }
 
@@ -221,6 +604,10 @@ mod tests {
             ttl: None,
             learning: true,
             remotes: Vec::new(),
+            external: false,
+            tunnels: Vec::new(),
+            vnifilter: false,
+            vnis: Vec::new(),
         }
     }
 
@@ -231,42 +618,24 @@ mod tests {
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
         let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
         let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::Static)
-            .unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
-            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, a, None).unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, b, None).unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Append, z, b, RemoteOrigin::Static)
+            .apply("vx0", VxlanFdbOp::Append, z, b, None)
             .unwrap_err()
             .contains("exists already"));
         assert!(s
-            .apply(
-                "vx0",
-                VxlanFdbOp::Add,
-                z,
-                "10.0.0.4".parse().unwrap(),
-                RemoteOrigin::Static
-            )
+            .apply("vx0", VxlanFdbOp::Add, z, "10.0.0.4".parse().unwrap(), None)
             .is_err());
-        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static)
-            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Add, m, a, None).unwrap();
         assert!(s
-            .apply("vx0", VxlanFdbOp::Add, m, b, RemoteOrigin::Static)
+            .apply("vx0", VxlanFdbOp::Add, m, b, None)
             .unwrap_err()
             .contains("replace"));
-        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::Static)
-            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Replace, m, b, None).unwrap();
+        assert!(s.apply("vx0", VxlanFdbOp::Append, m, a, None).is_err());
         assert!(s
-            .apply("vx0", VxlanFdbOp::Append, m, a, RemoteOrigin::Static)
-            .is_err());
-        assert!(s
-            .apply(
-                "vx0",
-                VxlanFdbOp::Add,
-                MacAddr([0xff; 6]),
-                a,
-                RemoteOrigin::Static
-            )
+            .apply("vx0", VxlanFdbOp::Add, MacAddr([0xff; 6]), a, None)
             .unwrap_err()
             .contains("group address"));
         assert!(s
@@ -275,21 +644,18 @@ mod tests {
                 VxlanFdbOp::Add,
                 m,
                 "224.0.0.1".parse().unwrap(),
-                RemoteOrigin::Static
+                None
             )
             .is_err());
         assert_eq!(
-            fdb_lines("vx0", &s, &[(MacAddr([2, 0, 0, 0, 0, 9]), a)]),
+            fdb_lines("vx0", &s, &[(100, MacAddr([2, 0, 0, 0, 0, 9]), a)]),
             "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self permanent\n\
              00:00:00:00:00:00 dev vx0 dst 10.0.0.3 self permanent\n\
              02:00:00:00:00:01 dev vx0 dst 10.0.0.3 self permanent\n\
              02:00:00:00:00:09 dev vx0 dst 10.0.0.2 self\n"
         );
-        s.apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
-            .unwrap();
-        assert!(s
-            .apply("vx0", VxlanFdbOp::Del, z, a, RemoteOrigin::Static)
-            .is_err());
+        s.apply("vx0", VxlanFdbOp::Del, z, a, None).unwrap();
+        assert!(s.apply("vx0", VxlanFdbOp::Del, z, a, None).is_err());
         assert_eq!(s.remotes.len(), 2);
         assert_eq!(s.words(), "id 100 local 10.0.0.1 dstport 4789 learning on");
     }
@@ -301,13 +667,27 @@ mod tests {
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
         let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
         let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
-        s.apply("vx0", VxlanFdbOp::Append, z, a, RemoteOrigin::ExternLearn)
-            .unwrap();
-        s.apply("vx0", VxlanFdbOp::Add, m, a, RemoteOrigin::Static)
+        s.apply_from(
+            "vx0",
+            VxlanFdbOp::Append,
+            z,
+            a,
+            None,
+            RemoteOrigin::ExternLearn,
+        )
+        .unwrap();
+        s.apply_from("vx0", VxlanFdbOp::Add, m, a, None, RemoteOrigin::Static)
             .unwrap();
         // A control plane's replace takes the entry over, flag and all.
-        s.apply("vx0", VxlanFdbOp::Replace, m, b, RemoteOrigin::ExternLearn)
-            .unwrap();
+        s.apply_from(
+            "vx0",
+            VxlanFdbOp::Replace,
+            m,
+            b,
+            None,
+            RemoteOrigin::ExternLearn,
+        )
+        .unwrap();
         assert_eq!(
             fdb_lines("vx0", &s, &[]),
             "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self extern_learn\n\
@@ -317,6 +697,76 @@ mod tests {
         assert!(
             j.contains(r#""dst":"10.0.0.2","flags":["self","extern_learn"],"state":"""#),
             "{j}"
+        );
+    }
+
+    #[test]
+    fn external_ports_key_entries_by_vni_and_map_vlans() {
+        let mut s = spec();
+        let z = MacAddr([0; 6]);
+        let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
+        // One VNI: `vni` may repeat it, not name another; no tunnel_info.
+        s.apply("vx0", VxlanFdbOp::Append, z, a, Some(100)).unwrap();
+        let e = s
+            .apply("vx0", VxlanFdbOp::Append, z, a, Some(200))
+            .unwrap_err();
+        assert!(e.contains("carries VNI 100 only"), "{e}");
+        let e = s.tunnel_add("vx0", (10, 10), (1000, 1000)).unwrap_err();
+        assert!(e.contains("external"), "{e}");
+        // External: the VNI is required; one MAC per VNI.
+        s.external = true;
+        s.remotes.clear();
+        let e = s.apply("vx0", VxlanFdbOp::Append, z, a, None).unwrap_err();
+        assert!(e.contains("vni N"), "{e}");
+        s.apply("vx0", VxlanFdbOp::Append, z, a, Some(1000))
+            .unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, a, Some(2000))
+            .unwrap();
+        s.tunnel_add("vx0", (10, 12), (1000, 1002)).unwrap();
+        s.tunnel_add("vx0", (20, 20), (2000, 2000)).unwrap();
+        s.tunnel_add("vx0", (11, 11), (1001, 1001)).unwrap();
+        assert!(s
+            .tunnel_add("vx0", (10, 10), (3000, 3000))
+            .unwrap_err()
+            .contains("maps to VNI 1000 already"));
+        assert!(s
+            .tunnel_add("vx0", (30, 30), (2000, 2000))
+            .unwrap_err()
+            .contains("mapped from vid 20"));
+        assert!(s
+            .tunnel_add("vx0", (30, 31), (3000, 3000))
+            .unwrap_err()
+            .contains("as long"));
+        assert!(s.tunnel_add("vx0", (30, 30), (0, 0)).is_err());
+        assert!(s.tunnel_add("vx0", (31, 30), (3000, 3000)).is_err());
+        assert!(s.tunnel_del("vx0", (31, 30), None).is_err());
+        assert_eq!(
+            fdb_lines("vx0", &s, &[(2000, MacAddr([2, 0, 0, 0, 0, 9]), a)]),
+            "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 1000 self permanent\n\
+             00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 2000 self permanent\n\
+             02:00:00:00:00:09 dev vx0 dst 10.0.0.2 vni 2000 self\n"
+        );
+        assert_eq!(
+            s.tunnel_lines("vx0"),
+            "vlan add vid 10-12 dev vx0 tunnel_info id 1000-1002\n\
+             vlan add vid 20 dev vx0 tunnel_info id 2000\n"
+        );
+        assert_eq!(
+            tunnelshow_text(&[("vx0", &s)]),
+            "port              vlan-id      tunnel-id\n\
+             vx0               10-12        1000-1002\n\
+             \x20                 20           2000\n"
+        );
+        assert!(s
+            .tunnel_del("vx0", (20, 20), Some((2001, 2001)))
+            .unwrap_err()
+            .contains("maps to VNI 2000, not 2001"));
+        s.tunnel_del("vx0", (11, 12), None).unwrap();
+        assert!(s.tunnel_del("vx0", (11, 11), None).is_err());
+        assert_eq!(s.tunnels, vec![(10, 1000), (20, 2000)]);
+        assert_eq!(
+            s.words(),
+            "external local 10.0.0.1 dstport 4789 learning on"
         );
     }
 }

@@ -119,6 +119,7 @@ pub const OBJECTS: &[Kw] = &[
     exact("show"),
     kw("mirror", 2),
     kw("stp", 2),
+    kw("vni", 2),
 ];
 
 /// `link` commands: ip/iplink.c `do_iplink` (add, set, change, replace, delete, show, lst,
@@ -143,6 +144,7 @@ pub const VLAN_COMMANDS: &[Kw] = &[
     kw("list", 2),
     kw("set", 2),
     kw("map", 1),
+    kw("tunnelshow", 1),
     kw("help", 1),
 ];
 
@@ -302,8 +304,18 @@ pub const VLAN_ADD: &[Kw] = &[
     exact("untagged"),
     exact("self"),
     exact("master"),
+    exact("tunnel_info"),
 ];
-pub const VLAN_DEL: &[Kw] = &[exact("vid"), exact("dev"), exact("self"), exact("master")];
+pub const VLAN_DEL: &[Kw] = &[
+    exact("vid"),
+    exact("dev"),
+    exact("self"),
+    exact("master"),
+    exact("tunnel_info"),
+];
+
+/// `vlan tunnelshow`: bridge/vlan.c `vlan_show` (dev by strcmp).
+pub const VLAN_TUNNELSHOW: &[Kw] = &[exact("dev")];
 
 /// `vlan show`: bridge/vlan.c `vlan_show` (dev, vid by strcmp).
 pub const VLAN_SHOW: &[Kw] = &[exact("dev"), exact("vid")];
@@ -322,6 +334,8 @@ pub const FDB_ADD: &[Kw] = &[
     kw("master", 1),
     kw("extern_learn", 1),
     exact("dst"),
+    exact("vni"),
+    exact("src_vni"),
 ];
 
 /// `fdb show`: bridge/fdb.c `fdb_show` (br, brport, dev, vlan by strcmp).
@@ -369,7 +383,21 @@ pub const HELP_OBJECTS: &[Kw] = &[
     kw("fdb", 1),
     kw("mirror", 2),
     kw("stp", 2),
+    kw("vni", 2),
 ];
+
+/// `vni` commands: bridge/vni.c `do_vni` (add, delete, show, lst, list, help by matches).
+pub const VNI_COMMANDS: &[Kw] = &[
+    kw("add", 1),
+    kw("delete", 1),
+    kw("show", 1),
+    kw("lst", 1),
+    kw("list", 2),
+    kw("help", 1),
+];
+
+/// `vni add|del|show` options: bridge/vni.c `vni_modify`, `vni_show` (strcmp).
+pub const VNI_OPTIONS: &[Kw] = &[exact("dev"), exact("vni")];
 
 /// `stp` commands (qbridge's own object, in the manner of mstpctl's show words).
 pub const STP_COMMANDS: &[Kw] = &[kw("show", 1), kw("msti", 1), kw("help", 1)];

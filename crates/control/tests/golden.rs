@@ -310,7 +310,7 @@ fn batch_errors_carry_line_numbers() {
     );
     assert_eq!(
         batch_err("bridge fdb show\n"),
-        "line 18: unknown object \"bridge\" (expected link, vlan, fdb, mirror or stp)"
+        "line 18: unknown object \"bridge\" (expected link, vlan, fdb, mirror, stp or vni)"
     );
     assert_eq!(
         batch_err("vlan show dev p1 extra\n"),

@@ -564,6 +564,8 @@ impl Port for BondPort {
             d.vxlan_malformed += x.vxlan_malformed;
             d.vxlan_wrong_vni += x.vxlan_wrong_vni;
             d.vxlan_no_remote += x.vxlan_no_remote;
+            d.vxlan_unmapped_vlan += x.vxlan_unmapped_vlan;
+            d.vxlan_unmapped_vni += x.vxlan_unmapped_vni;
         }
         d
     }

@@ -637,6 +637,8 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Vlan(VlanCommand::Show { .. })
             | Command::Fdb(FdbCommand::Show { .. })
             | Command::Vlan(VlanCommand::MapShow { .. })
+            | Command::Vlan(VlanCommand::TunnelShow { .. })
+            | Command::Vni(qbridge_control::command::VniCommand::Show { .. })
             | Command::Mirror(MirrorCommand::Show { .. })
             | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig

@@ -550,7 +550,7 @@ fn fold_drops(plan: &Plan, worker: usize, e: &mut Entry) {
 }
 
 /// Each backend drop count with the switch drop reason it is counted under.
-fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 7] {
+fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 9] {
     [
         (DropReason::RxTruncated, d.rx_truncated),
         (DropReason::RxFiltered, d.rx_filtered),
@@ -559,6 +559,8 @@ fn by_reason(d: &BackendDrops) -> [(DropReason, u64); 7] {
         (DropReason::VxlanMalformed, d.vxlan_malformed),
         (DropReason::VxlanWrongVni, d.vxlan_wrong_vni),
         (DropReason::VxlanNoRemote, d.vxlan_no_remote),
+        (DropReason::VxlanUnmappedVlan, d.vxlan_unmapped_vlan),
+        (DropReason::VxlanUnmappedVni, d.vxlan_unmapped_vni),
     ]
 }
 

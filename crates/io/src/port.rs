@@ -342,6 +342,10 @@ pub struct BackendDrops {
     pub vxlan_wrong_vni: u64,
     /// VXLAN ports: a frame with no remote VTEP to go to (`vxlan_no_remote`).
     pub vxlan_no_remote: u64,
+    /// External VXLAN ports: a frame whose VLAN maps to no VNI (`vxlan_unmapped_vlan`).
+    pub vxlan_unmapped_vlan: u64,
+    /// External VXLAN ports: a datagram whose VNI maps to no VLAN (`vxlan_unmapped_vni`).
+    pub vxlan_unmapped_vni: u64,
 }
 
 /// What a port's once-a-second [`Port::tick`] found.

@@ -17,6 +17,7 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             let mac = mac_word.parse()?;
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
             let (mut inner_vlan, mut extern_learn, mut dst) = (None, None, None);
+            let mut vni = None;
             let expected =
                 "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, extern_learn or master";
             while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
@@ -42,6 +43,14 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     "dst" => {
                         let v = super::vxlan::parse_ipv4("dst", w.value(kw, "an IPv4 address")?)?;
                         set_once(&mut dst, kw, v)?
+                    }
+                    // bridge-fdb(8): `vni` (the VNI to send with) and `src_vni` (the VNI the
+                    // entry belongs to) are one number here: a VXLAN port does not translate.
+                    "vni" | "src_vni" => {
+                        let v = w.value(kw, "a VNI (0-16777215)")?;
+                        let n =
+                            parse_uint("vni", v, u64::from(crate::vxlan::VNI_MAX), "0-16777215")?;
+                        set_once(&mut vni, "vni", n as u32)?
                     }
                     // All qbridge FDB entries are the bridge's ("master") entries.
                     "master" => {}
@@ -78,6 +87,12 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     } else {
                         crate::vxlan::RemoteOrigin::Static
                     },
+                    vni,
+                });
+            }
+            if vni.is_some() {
+                return Err(ControlError::MissingArgument {
+                    what: "\"dst IP\" with \"vni\" (a VXLAN port's remote VTEP)",
                 });
             }
             if cmd == "append" {

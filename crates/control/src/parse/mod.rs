@@ -35,7 +35,7 @@ use link::parse_link;
 use vlan::parse_vlan;
 
 const LINK_COMMANDS: &str = "add, set, del, show or help";
-const VLAN_COMMANDS: &str = "add, del, set, map, show or help";
+const VLAN_COMMANDS: &str = "add, del, set, map, show, tunnelshow or help";
 const FDB_COMMANDS: &str = "add, append, replace, del, show, flush or help";
 /// Receive ring slots per AF_PACKET socket (`ring_frames N`).
 const MIN_RING_FRAMES: u64 = 64;
@@ -88,7 +88,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
     };
     let Some(word) = w.next() else {
         return Err(ControlError::MissingArgument {
-            what: "object (link, vlan, fdb, mirror or stp)",
+            what: "object (link, vlan, fdb, mirror, stp or vni)",
         });
     };
     let object = match lookup(word, words::OBJECTS) {
@@ -97,13 +97,14 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Lookup::Found("fdb") => Object::Fdb,
         Lookup::Found("mirror") => Object::Mirror,
         Lookup::Found("stp") => Object::Stp,
+        Lookup::Found("vni") => Object::Vni,
         Lookup::Found("show") => return parse_show(&mut w),
         Lookup::Found(_) => return parse_help(&mut w),
         Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
         Lookup::Unknown(near) => {
             return Err(ControlError::UnknownObject {
                 word: word.to_string(),
-                hint: hint(near, "link, vlan, fdb, mirror or stp"),
+                hint: hint(near, "link, vlan, fdb, mirror, stp or vni"),
             })
         }
     };
@@ -121,6 +122,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Object::Fdb => parse_fdb(&mut w).map(Command::Fdb),
         Object::Mirror => mirror::parse_mirror(&mut w).map(Command::Mirror),
         Object::Stp => stp::parse_stp(&mut w).map(Command::Stp),
+        Object::Vni => vxlan::parse_vni(&mut w).map(Command::Vni),
     }
 }
 
@@ -131,6 +133,7 @@ fn commands_of(object: Object) -> &'static [Kw] {
         Object::Fdb => words::FDB_COMMANDS,
         Object::Mirror => words::MIRROR_COMMANDS,
         Object::Stp => words::STP_COMMANDS,
+        Object::Vni => words::VNI_COMMANDS,
     }
 }
 
@@ -154,11 +157,16 @@ fn parse_help(w: &mut Words<'_>) -> Result<Command, ControlError> {
     let Some(word) = w.next() else {
         return Ok(Command::Help(None));
     };
-    let object = match keyword(word, words::HELP_OBJECTS, "link, vlan, fdb, mirror or stp")? {
+    let object = match keyword(
+        word,
+        words::HELP_OBJECTS,
+        "link, vlan, fdb, mirror, stp or vni",
+    )? {
         "link" => Object::Link,
         "vlan" => Object::Vlan,
         "mirror" => Object::Mirror,
         "stp" => Object::Stp,
+        "vni" => Object::Vni,
         _ => Object::Fdb,
     };
     w.end("nothing after the object")?;

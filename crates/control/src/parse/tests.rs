@@ -265,7 +265,7 @@ fn error_messages_name_the_word() {
     );
     assert_eq!(
         err("route show"),
-        "unknown object \"route\" (expected link, vlan, fdb, mirror or stp)"
+        "unknown object \"route\" (expected link, vlan, fdb, mirror, stp or vni)"
     );
     // "learnin" abbreviates learning now (iproute2's matches()); a word that is no
     // keyword still lists them.

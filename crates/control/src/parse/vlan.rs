@@ -14,11 +14,14 @@ pub(super) fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError>
         cmd @ ("add" | "delete") => {
             let add = cmd == "add";
             let (mut vids, mut dev, mut pvid, mut untagged) = (None, None, None, None);
-            let mut target = None;
+            let (mut target, mut tunnel) = (None, None);
             let (table, expected) = if add {
-                (words::VLAN_ADD, "vid, dev, pvid, untagged, self or master")
+                (
+                    words::VLAN_ADD,
+                    "vid, dev, pvid, untagged, self, master or tunnel_info",
+                )
             } else {
-                (words::VLAN_DEL, "vid, dev, self or master")
+                (words::VLAN_DEL, "vid, dev, self, master or tunnel_info")
             };
             while let Some(kw) = w.next_kw(table, expected)? {
                 match kw {
@@ -31,6 +34,7 @@ pub(super) fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError>
                     "untagged" if add => set_once(&mut untagged, kw, true)?,
                     "self" => set_once(&mut target, "self/master", true)?,
                     "master" => set_once(&mut target, "self/master", false)?,
+                    "tunnel_info" => set_once(&mut tunnel, kw, parse_tunnel_info(w, add)?)?,
                     other => return Err(unexpected(other, expected)),
                 }
             }
@@ -42,6 +46,30 @@ pub(super) fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError>
                     what: "\"dev NAME\"",
                 })?
                 .to_string();
+            if let Some(vnis) = tunnel {
+                let others = [
+                    (pvid.is_some(), "pvid"),
+                    (untagged.is_some(), "untagged"),
+                    (target.is_some(), "self/master"),
+                ];
+                if let Some(&(_, word)) = others.iter().find(|x| x.0) {
+                    return Err(unexpected(
+                        word,
+                        "no pvid, untagged, self or master with tunnel_info",
+                    ));
+                }
+                if vids.end < vids.start {
+                    return Err(ControlError::BadValue {
+                        what: "vid",
+                        value: format!("{}-{}", vids.start, vids.end),
+                        expected: "V or V-V2 with V2 not below V",
+                    });
+                }
+                return Ok(match (add, vnis) {
+                    (true, Some(vnis)) => VlanCommand::TunnelAdd { dev, vids, vnis },
+                    _ => VlanCommand::TunnelDel { dev, vids, vnis },
+                });
+            }
             let self_ = target.unwrap_or(false);
             Ok(if add {
                 VlanCommand::Add {
@@ -56,6 +84,16 @@ pub(super) fn parse_vlan(w: &mut Words<'_>) -> Result<VlanCommand, ControlError>
             })
         }
         "map" => parse_vlan_map(w),
+        "tunnelshow" => {
+            let mut dev = None;
+            while let Some(kw) = w.next_kw(words::VLAN_TUNNELSHOW, "dev")? {
+                match kw {
+                    "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?.to_string())?,
+                    other => return Err(unexpected(other, "dev")),
+                }
+            }
+            Ok(VlanCommand::TunnelShow { dev })
+        }
         "set" => {
             let (mut vids, mut dev, mut role, mut self_) = (None, None, None, None);
             let (mut limit, mut violation) = (None, None);
@@ -256,4 +294,37 @@ fn parse_vlan_map(w: &mut Words<'_>) -> Result<VlanCommand, ControlError> {
         },
         _ => VlanCommand::MapDel { dev, wire },
     })
+}
+
+/// After `tunnel_info`: `id VNI[-VNI2]` (required by `add`, optional for `del`).
+fn parse_tunnel_info(w: &mut Words<'_>, add: bool) -> Result<Option<(u32, u32)>, ControlError> {
+    if w.peek() != Some("id") {
+        if add {
+            return Err(ControlError::MissingArgument {
+                what: "\"id VNI[-VNI2]\" after \"tunnel_info\"",
+            });
+        }
+        return Ok(None);
+    }
+    w.next();
+    let v = w.value("id", "a VNI or VNI-VNI2 (1-16777215)")?;
+    let (a, z) = v.split_once('-').unwrap_or((v, v));
+    let vni = |t: &str| {
+        parse_uint(
+            "tunnel_info id",
+            t,
+            u64::from(crate::vxlan::VNI_MAX),
+            "1-16777215",
+        )
+        .map(|n| n as u32)
+    };
+    let (a, z) = (vni(a)?, vni(z)?);
+    if a == 0 || z < a {
+        return Err(ControlError::BadValue {
+            what: "tunnel_info id",
+            value: v.to_string(),
+            expected: "a VNI or VNI-VNI2 from 1 to 16777215, VNI2 not below VNI",
+        });
+    }
+    Ok(Some((a, z)))
 }

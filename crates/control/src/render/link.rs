@@ -41,7 +41,11 @@ enum BackendJson<'a> {
         members: Vec<&'a str>,
     },
     Vxlan {
-        id: u32,
+        /// `None`: an external port (`external: true`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        external: bool,
         local: String,
         dstport: u16,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,7 +275,8 @@ fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
             members: b.members.iter().map(|m| m.name.as_str()).collect(),
         },
         PortSpec::Vxlan(v) => BackendJson::Vxlan {
-            id: v.vni,
+            id: (!v.external).then_some(v.vni),
+            external: v.external,
             local: v.local.to_string(),
             dstport: v.dstport,
             ttl: v.ttl,

@@ -43,6 +43,9 @@ pub struct Session {
     stp: SpanningTree,
     /// The LACP engine of each bond, by name (`bond.rs`).
     bonds: BTreeMap<String, qbridge_lacp::Bond>,
+    /// `fdb flush dev NAME` of each VXLAN port so far (`vxlan.rs`): the engine empties the
+    /// port's learned VTEPs when the count moves.
+    vxlan_flushes: BTreeMap<String, u64>,
 }
 
 impl Session {
@@ -153,6 +156,7 @@ impl Session {
                 return crate::mirror::execute(&mut self.switch, self.may_exist, c, out)
             }
             Command::Stp(c) => self.stp_command(c, out),
+            Command::Vni(c) => return self.vni_command(c, out),
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
         if r.is_ok()
@@ -297,8 +301,22 @@ impl Session {
                 self_,
             } => {
                 let id = vlan_target(sw, dev, *self_)?;
+                if *untagged {
+                    vxlan::refuse_untagged_tunnel(&self.specs, dev, *vids)?;
+                }
                 sw.vlan_add(id, vids.start.into(), vids.end.into(), *pvid, *untagged)?;
             }
+            VlanCommand::TunnelAdd { dev, vids, vnis } => {
+                return self
+                    .vxlan_tunnel_add(dev, *vids, *vnis)
+                    .map(|()| String::new());
+            }
+            VlanCommand::TunnelDel { dev, vids, vnis } => {
+                return self
+                    .vxlan_tunnel_del(dev, *vids, *vnis)
+                    .map(|()| String::new());
+            }
+            VlanCommand::TunnelShow { dev } => return self.vxlan_tunnelshow(dev.as_deref(), out),
             VlanCommand::Del { dev, vids, self_ } => {
                 let id = vlan_target(sw, dev, *self_)?;
                 if self.may_exist {
@@ -319,6 +337,8 @@ impl Session {
                 } else {
                     sw.vlan_del(id, vids.start.into(), vids.end.into())?;
                 }
+                // A VLAN leaving an external VXLAN port takes its tunnel_info along (Linux).
+                vxlan::forget_tunnels(&mut self.specs, dev, *vids);
             }
             VlanCommand::Set {
                 dev,
@@ -466,6 +486,13 @@ impl Session {
             }
             FdbCommand::Flush { dev, vlan, which } => {
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
+                // A VXLAN port's learned VTEPs go too (the engine empties its table).
+                if vlan.is_none()
+                    && which.dynamic
+                    && self.specs.get(dev).is_some_and(vxlan::is_vxlan)
+                {
+                    *self.vxlan_flushes.entry(dev.clone()).or_default() += 1;
+                }
             }
             FdbCommand::Vxlan {
                 op,
@@ -473,9 +500,10 @@ impl Session {
                 dev,
                 dst,
                 origin,
+                vni,
             } => {
                 return self
-                    .vxlan_fdb(*op, *mac, dev, *dst, *origin)
+                    .vxlan_fdb(*op, *mac, dev, *dst, *vni, *origin)
                     .map(|()| String::new());
             }
         }

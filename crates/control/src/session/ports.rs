@@ -360,6 +360,7 @@ fn describe_spec(spec: &PortSpec) -> String {
         }
         PortSpec::Host { .. } => "a bridge's host port".to_string(),
         PortSpec::Bond(_) => "a bond".to_string(),
+        PortSpec::Vxlan(v) if v.external => format!("a vxlan port (external local {})", v.local),
         PortSpec::Vxlan(v) => format!("a vxlan port (id {} local {})", v.vni, v.local),
         PortSpec::Pcap => "a pcap port".to_string(),
     }

@@ -1,5 +1,7 @@
-//! `fdb add|append|replace|del MAC dev NAME dst IP` on a VXLAN port: edits the static remotes
-//! in the port's spec (`crate::vxlan::VxlanSpec`); the engine copies them into the backend.
+//! `fdb add|append|replace|del MAC dev NAME dst IP [vni N]` on a VXLAN port: edits the static
+//! remotes in the port's spec (`crate::vxlan::VxlanSpec`); `vlan add|del … tunnel_info id N`
+//! and `vlan tunnelshow`: an external port's VLAN ↔ VNI map, also in the spec. The engine
+//! copies both into the backend's table.
 
 use super::*;
 use crate::vxlan::{RemoteOrigin, VxlanFdbOp};
@@ -12,6 +14,7 @@ impl Session {
         mac: MacAddr,
         dev: &str,
         dst: Ipv4Addr,
+        vni: Option<u32>,
         origin: RemoteOrigin,
     ) -> Result<(), ControlError> {
         let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
@@ -23,10 +26,15 @@ impl Session {
                 qbridge_bridge::ConfigError::NoSuchDevice(dev.to_string()).into()
             });
         };
-        match spec.apply(dev, op, mac, dst, origin) {
+        let key = spec.entry_vni(dev, vni).map_err(ControlError::Vxlan)?;
+        match spec.apply_from(dev, op, mac, dst, vni, origin) {
             // `apply` (-may-exist): an entry that is there already is not an error.
             Err(_)
-                if self.may_exist && spec.remotes.iter().any(|r| r.mac == mac && r.dst == dst) =>
+                if self.may_exist
+                    && spec
+                        .remotes
+                        .iter()
+                        .any(|r| r.mac == mac && r.dst == dst && r.vni == key) =>
             {
                 Ok(())
             }
@@ -36,6 +44,168 @@ impl Session {
             }
             r => r.map_err(ControlError::Vxlan),
         }
+    }
+
+    /// VXLAN port `dev`'s spec, or why there is none.
+    fn vxlan_spec_mut(&mut self, dev: &str) -> Result<&mut crate::vxlan::VxlanSpec, ControlError> {
+        match self.specs.get_mut(dev) {
+            Some(PortSpec::Vxlan(spec)) => Ok(spec),
+            _ if self.switch.exists(dev) => Err(ControlError::Vxlan(format!(
+                "{dev} is not a vxlan port: tunnel_info maps VLANs to VNIs on an external vxlan \
+                 port"
+            ))),
+            _ => Err(qbridge_bridge::ConfigError::NoSuchDevice(dev.to_string()).into()),
+        }
+    }
+
+    /// `vlan add vid V[-V2] dev NAME tunnel_info id N[-M]`: each VID must be a member of the
+    /// port that leaves tagged (the port removes the tag it reads the VLAN from).
+    pub(super) fn vxlan_tunnel_add(
+        &mut self,
+        dev: &str,
+        vids: VidRange,
+        vnis: (u32, u32),
+    ) -> Result<(), ControlError> {
+        let spec = self.vxlan_spec_mut(dev)?;
+        if !spec.external {
+            return Err(ControlError::Vxlan(format!(
+                "vxlan port {dev} has one VNI (id {}): tunnel_info maps VLANs on a port made \
+                 with external",
+                spec.vni
+            )));
+        }
+        let id = self.switch.port_id(dev)?;
+        for vid in vids.start..=vids.end {
+            match self.switch.vlan_membership(id, vid) {
+                None => {
+                    return Err(ControlError::Vxlan(format!(
+                        "vid {vid} is not a VLAN of {dev}: vlan add vid {vid} dev {dev} first"
+                    )))
+                }
+                Some((_, true)) => {
+                    return Err(ControlError::Vxlan(format!(
+                        "vid {vid} leaves {dev} untagged: a tunnel VLAN must be tagged on the \
+                         port (its tag selects the VNI, and is removed)"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let may_exist = self.may_exist;
+        let spec = self.vxlan_spec_mut(dev)?;
+        match spec.tunnel_add(dev, (vids.start, vids.end), vnis) {
+            Err(_)
+                if may_exist
+                    && (vids.start..=vids.end)
+                        .zip(vnis.0..)
+                        .all(|t| spec.tunnels.contains(&t)) =>
+            {
+                Ok(())
+            }
+            r => r.map_err(ControlError::Vxlan),
+        }
+    }
+
+    /// `vlan del vid V[-V2] dev NAME tunnel_info [id N[-M]]`.
+    pub(super) fn vxlan_tunnel_del(
+        &mut self,
+        dev: &str,
+        vids: VidRange,
+        vnis: Option<(u32, u32)>,
+    ) -> Result<(), ControlError> {
+        let may_exist = self.may_exist;
+        let spec = self.vxlan_spec_mut(dev)?;
+        match spec.tunnel_del(dev, (vids.start, vids.end), vnis) {
+            Err(_) if may_exist => {
+                spec.tunnels.retain(|t| t.0 < vids.start || t.0 > vids.end);
+                Ok(())
+            }
+            r => r.map_err(ControlError::Vxlan),
+        }
+    }
+
+    /// `vlan tunnelshow [dev NAME]`: the external VXLAN ports' maps (text or `-j`).
+    pub(super) fn vxlan_tunnelshow(
+        &self,
+        dev: Option<&str>,
+        out: OutputOptions,
+    ) -> Result<String, ControlError> {
+        if let Some(d) = dev {
+            if !self.switch.exists(d) {
+                return Err(qbridge_bridge::ConfigError::NoSuchDevice(d.to_string()).into());
+            }
+        }
+        let ports: Vec<(&str, &crate::vxlan::VxlanSpec)> = self
+            .specs
+            .iter()
+            .filter_map(|(n, s)| match s {
+                PortSpec::Vxlan(v) if v.external && dev.is_none_or(|d| d == n) => {
+                    Some((n.as_str(), &**v))
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(if out.json {
+            render::to_json(&crate::vxlan::tunnelshow_json(&ports), out)
+        } else {
+            crate::vxlan::tunnelshow_text(&ports)
+        })
+    }
+
+    /// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]`: a `vnifilter` port's list.
+    pub(super) fn vni_command(
+        &mut self,
+        cmd: &VniCommand,
+        out: OutputOptions,
+    ) -> Result<String, ControlError> {
+        let may_exist = self.may_exist;
+        let (dev, vnis, add) = match cmd {
+            VniCommand::Show { dev } => {
+                if let Some(d) = dev {
+                    if !self.switch.exists(d) {
+                        return Err(qbridge_bridge::ConfigError::NoSuchDevice(d.to_string()).into());
+                    }
+                }
+                let ports: Vec<(&str, &crate::vxlan::VxlanSpec)> = self
+                    .specs
+                    .iter()
+                    .filter_map(|(n, s)| match s {
+                        PortSpec::Vxlan(v)
+                            if v.vnifilter && dev.as_deref().is_none_or(|d| d == n) =>
+                        {
+                            Some((n.as_str(), &**v))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                return Ok(if out.json {
+                    render::to_json(&crate::vxlan::vni_show_json(&ports), out)
+                } else {
+                    crate::vxlan::vni_show_text(&ports)
+                });
+            }
+            VniCommand::Add { dev, vnis } => (dev, *vnis, true),
+            VniCommand::Del { dev, vnis } => (dev, *vnis, false),
+        };
+        let spec = match self.specs.get_mut(dev.as_str()) {
+            Some(PortSpec::Vxlan(spec)) => spec,
+            _ if self.switch.exists(dev) => {
+                return Err(ControlError::Vxlan(format!(
+                    "{dev} is not a vxlan port: vni lists the VNIs of a vxlan port with vnifilter"
+                )))
+            }
+            _ => return Err(qbridge_bridge::ConfigError::NoSuchDevice(dev.clone()).into()),
+        };
+        let r = if add {
+            spec.vni_add(dev, vnis)
+        } else {
+            match spec.vni_del(dev, vnis) {
+                // `apply`: a VNI that is not there is not an error.
+                Err(_) if may_exist && spec.vnifilter => Ok(()),
+                r => r,
+            }
+        };
+        r.map(|()| String::new()).map_err(ControlError::Vxlan)
     }
 
     /// `fdb show`'s output `text` with the VXLAN ports' own entries after the bridge's
@@ -106,6 +276,48 @@ impl Session {
         );
         s.push_str("]\n");
         s
+    }
+}
+
+impl Session {
+    /// How many `fdb flush dev NAME` (no `vlan`, dynamic entries selected) VXLAN port `name`
+    /// has had: each one empties its learned VTEPs, as the kernel's `bridge fdb flush` does
+    /// on a vxlan device (the engine compares the count with the one it last acted on).
+    pub fn vxlan_flushes(&self, name: &str) -> u64 {
+        self.vxlan_flushes.get(name).copied().unwrap_or(0)
+    }
+}
+
+pub(super) fn is_vxlan(spec: &PortSpec) -> bool {
+    matches!(spec, PortSpec::Vxlan(_))
+}
+
+/// `vlan add vid V dev NAME untagged`: refused for a VID with tunnel_info on `dev` (the
+/// port reads the VLAN from the tag).
+pub(super) fn refuse_untagged_tunnel(
+    specs: &BTreeMap<String, PortSpec>,
+    dev: &str,
+    vids: VidRange,
+) -> Result<(), ControlError> {
+    let Some(PortSpec::Vxlan(v)) = specs.get(dev) else {
+        return Ok(());
+    };
+    match v
+        .tunnels
+        .iter()
+        .find(|t| (vids.start..=vids.end).contains(&t.0))
+    {
+        Some((vid, vni)) => Err(ControlError::Vxlan(format!(
+            "vid {vid} of {dev} maps to VNI {vni} (tunnel_info): it must leave the port tagged"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `vlan del vid V[-V2] dev NAME`: the VIDs' tunnel_info goes with them.
+pub(super) fn forget_tunnels(specs: &mut BTreeMap<String, PortSpec>, dev: &str, vids: VidRange) {
+    if let Some(PortSpec::Vxlan(v)) = specs.get_mut(dev) {
+        v.tunnels.retain(|t| t.0 < vids.start || t.0 > vids.end);
     }
 }
 
@@ -191,10 +403,227 @@ mod tests {
         let mut t = Session::new();
         t.execute_batch(&rc, OutputOptions::default()).unwrap();
         assert_eq!(t.running_config(), rc);
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
         run(&mut s, "fdb del 00:00:00:00:00:00 dev vx0 dst 10.0.0.2").unwrap();
         assert!(!run(&mut s, "fdb show dev vx0")
             .unwrap()
             .contains("10.0.0.2"));
+    }
+
+    #[test]
+    fn external_port_maps_vlans_and_keys_remotes_by_vni() {
+        let mut s = Session::new();
+        for l in [
+            "link add br0 type bridge vlan_filtering 1",
+            "link add vx0 type vxlan external local 10.0.0.1 dstport 4789",
+            "link set dev vx0 master br0",
+            "vlan add vid 10 dev vx0",
+            "vlan add vid 20-21 dev vx0",
+            "vlan add vid 10 dev vx0 tunnel_info id 1000",
+            "vlan add vid 20-21 dev vx0 tunnel_info id 2000-2001",
+            "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 1000",
+            "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.3 src_vni 2000",
+            "fdb add 02:00:00:00:00:01 dev vx0 dst 10.0.0.3 vni 2000",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert_eq!(
+            run(&mut s, "vlan tunnelshow").unwrap(),
+            "port              vlan-id      tunnel-id\n\
+             vx0               10           1000\n\
+             \x20                 20-21        2000-2001\n"
+        );
+        let j = s
+            .execute_line(
+                "vlan tunnelshow dev vx0",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            j.trim_end(),
+            r#"[{"ifname":"vx0","tunnels":[{"vlan":10,"tunid":1000},{"vlan":20,"vlanEnd":21,"tunid":2000,"tunidEnd":2001}]}]"#
+        );
+        let show = run(&mut s, "fdb show dev vx0").unwrap();
+        assert!(
+            show.ends_with(
+                "00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 1000 self permanent\n\
+                 00:00:00:00:00:00 dev vx0 dst 10.0.0.3 vni 2000 self permanent\n\
+                 02:00:00:00:00:01 dev vx0 dst 10.0.0.3 vni 2000 self permanent\n"
+            ),
+            "{show}"
+        );
+        let link = run(&mut s, "link show dev vx0").unwrap();
+        assert!(
+            link.starts_with("vx0: vxlan external local 10.0.0.1"),
+            "{link}"
+        );
+        // Refusals, each naming the problem.
+        for (line, want) in [
+            (
+                "vlan add vid 30 dev vx0 tunnel_info id 3000",
+                "not a VLAN of vx0",
+            ),
+            (
+                "vlan add vid 10 dev vx0 tunnel_info id 3000",
+                "maps to VNI 1000 already",
+            ),
+            (
+                "vlan add vid 10 dev vx0 untagged",
+                "must leave the port tagged",
+            ),
+            (
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2",
+                "name the entry's VNI",
+            ),
+            (
+                "vlan add vid 10 dev br0 tunnel_info id 3000",
+                "not a vxlan port",
+            ),
+            ("vlan tunnelshow dev nope", "nope"),
+        ] {
+            let e = run(&mut s, line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        run(&mut s, "vlan add vid 30 dev vx0 untagged").unwrap();
+        let e = run(&mut s, "vlan add vid 30 dev vx0 tunnel_info id 3000").unwrap_err();
+        assert!(e.to_string().contains("untagged"), "{e}");
+        run(
+            &mut s,
+            "link add vx1 type vxlan id 5 local 10.0.0.1 dstport 4790",
+        )
+        .unwrap();
+        run(&mut s, "link set dev vx1 master br0").unwrap();
+        let e = run(&mut s, "vlan add vid 10 dev vx1 tunnel_info id 1000").unwrap_err();
+        assert!(e.to_string().contains("external"), "{e}");
+        let e = run(
+            &mut s,
+            "fdb append 00:00:00:00:00:00 dev vx1 dst 10.0.0.2 vni 6",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("carries VNI 5 only"), "{e}");
+        run(&mut s, "link del dev vx1").unwrap();
+        run(&mut s, "vlan del vid 30 dev vx0").unwrap();
+        // The running configuration recreates it, maps after the VLANs.
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "type vxlan external local 10.0.0.1 dstport 4789 learning on\n\
+                 fdb append 00:00:00:00:00:00 dev vx0 dst 10.0.0.2 vni 1000\n"
+            ),
+            "{rc}"
+        );
+        assert!(
+            rc.contains(
+                "vlan add vid 10 dev vx0 tunnel_info id 1000\n\
+                 vlan add vid 20-21 dev vx0 tunnel_info id 2000-2001\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        // `apply` of it changes nothing (maps, remotes and VLANs exist already).
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        // Deleting a VLAN deletes its map (a refused delete keeps it); tunnel_info del
+        // removes one.
+        assert!(run(&mut s, "vlan del vid 20-22 dev vx0").is_err());
+        assert!(run(&mut s, "vlan tunnelshow").unwrap().contains("20-21"));
+        run(&mut s, "vlan del vid 21 dev vx0").unwrap();
+        run(&mut s, "vlan del vid 20 dev vx0 tunnel_info id 2000").unwrap();
+        let e = run(&mut s, "vlan del vid 20 dev vx0 tunnel_info").unwrap_err();
+        assert!(e.to_string().contains("no tunnel_info"), "{e}");
+        assert_eq!(
+            run(&mut s, "vlan tunnelshow").unwrap(),
+            "port              vlan-id      tunnel-id\n\
+             vx0               10           1000\n"
+        );
+        // Parse errors.
+        for (line, want) in [
+            ("vlan add vid 10 dev vx0 tunnel_info", "id VNI"),
+            ("vlan add vid 10 dev vx0 tunnel_info id 0", "tunnel_info id"),
+            ("vlan add vid 10 dev vx0 pvid tunnel_info id 5", "pvid"),
+            (
+                "link add vx2 type vxlan external id 5 local 10.0.0.1",
+                "no id with external",
+            ),
+            ("fdb add 02:00:00:00:00:01 dev vx0 vni 5", "dst IP"),
+        ] {
+            let e = run(&mut s, line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn vnifilter_port_lists_its_vnis() {
+        let mut s = Session::new();
+        for l in [
+            "link add vx0 type vxlan vnifilter local 10.0.0.1",
+            "vni add dev vx0 vni 1000",
+            "vni add dev vx0 vni 1001-1005",
+            "vni add dev vx0 vni 2000",
+            "vni del dev vx0 vni 1003",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert_eq!(
+            run(&mut s, "vni show").unwrap(),
+            "dev               vni\n\
+             vx0               1000-1002\n\
+             \x20                 1004-1005\n\
+             \x20                 2000\n"
+        );
+        let j = s
+            .execute_line(
+                "vni show dev vx0",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            j.trim_end(),
+            r#"[{"ifname":"vx0","vnis":[{"vni":1000,"vniEnd":1002},{"vni":1004,"vniEnd":1005},{"vni":2000}]}]"#
+        );
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "type vxlan external vnifilter local 10.0.0.1 dstport 4789 learning on\n\
+                 vni add dev vx0 vni 1000-1002\n\
+                 vni add dev vx0 vni 1004-1005\n\
+                 vni add dev vx0 vni 2000\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        run(
+            &mut s,
+            "link add vx1 type vxlan external local 10.0.0.1 dstport 4790",
+        )
+        .unwrap();
+        for (line, want) in [
+            ("vni add dev vx1 vni 5", "no vnifilter"),
+            ("vni del dev vx0 vni 1003", "not in vx0's list"),
+            ("vni add dev vx0", "vni N"),
+            ("vni add dev vx0 vni 9-8", "not below"),
+            ("vni add dev nope vni 9", "nope"),
+            ("vni frob", "vni"),
+        ] {
+            let e = run(&mut s, line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        assert!(run(&mut s, "vni help")
+            .unwrap()
+            .contains("vni add|del dev VXLAN"));
     }
 
     #[test]

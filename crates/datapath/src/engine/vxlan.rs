@@ -1,14 +1,18 @@
 //! VXLAN ports in the engine: opening the UDP socket (`qbridge_io::vxlan::VxlanPort`, one
-//! queue on one worker) and copying the static remotes of the session's spec into the
-//! backend's table after every change (`fdb … dst IP` does not reopen the socket).
+//! queue on one worker) and copying into the backend's table, after every command, what the
+//! session's spec and the port's bridge say: the static remotes (`fdb … dst IP [vni N]` does
+//! not reopen the socket), an external port's VLAN ↔ VNI map with the bridge's TPID (when the
+//! bridge filters VLANs), the bridge's `ageing_time` for learned entries, and `fdb flush dev
+//! NAME` (the learned entries go).
 
 use super::Engine;
 use crate::queue::{distribute, Opened};
 use qbridge_bridge::PortId;
 use qbridge_control::vxlan::VxlanSpec;
 use qbridge_control::PortSpec;
-use qbridge_io::vxlan::{SharedVxlanTable, VxlanConfig, VxlanPort, VxlanTable};
+use qbridge_io::vxlan::{SharedVxlanTable, TunnelMap, VxlanConfig, VxlanPort, VxlanTable};
 use qbridge_wire::vxlan::Vni;
+use std::time::Duration;
 
 /// Opens port `name`'s socket: one queue, on worker `rotate % workers`.
 pub(super) fn open_vxlan(
@@ -17,8 +21,14 @@ pub(super) fn open_vxlan(
     workers: usize,
     rotate: usize,
 ) -> Result<(Opened, SharedVxlanTable), String> {
-    let vni = Vni::new(spec.vni)
-        .ok_or_else(|| format!("port {name}: id {} is above 16777215", spec.vni))?;
+    let vni = if spec.external {
+        None
+    } else {
+        Some(
+            Vni::new(spec.vni)
+                .ok_or_else(|| format!("port {name}: id {} is above 16777215", spec.vni))?,
+        )
+    };
     let table = VxlanTable::shared();
     let cfg = VxlanConfig {
         name: name.to_owned(),
@@ -30,8 +40,12 @@ pub(super) fn open_vxlan(
     };
     let port = VxlanPort::open(cfg, table.clone()).map_err(|e| format!("port {name}: {e}"))?;
     tracing::info!(
-        "port {name}: vxlan id {} on {}:{} (learning {})",
-        spec.vni,
+        "port {name}: vxlan {} on {}:{} (learning {})",
+        if spec.external {
+            "external".to_string()
+        } else {
+            format!("id {}", spec.vni)
+        },
         spec.local,
         spec.dstport,
         if spec.learning { "on" } else { "off" }
@@ -42,29 +56,52 @@ pub(super) fn open_vxlan(
 }
 
 impl Engine {
-    /// Copies every VXLAN port's static remotes from the session into its open table.
+    /// Copies every VXLAN port's static remotes, VLAN ↔ VNI map and its bridge's TPID and
+    /// ageing time into its open table.
     pub(super) fn sync_vxlan(&mut self, wanted: &[(PortId, String, PortSpec)]) {
-        for (id, _, spec) in wanted {
+        for (id, name, spec) in wanted {
             let PortSpec::Vxlan(v) = spec else { continue };
             let Some(Some(slot)) = self.slots.get(id.0 as usize) else {
                 continue;
             };
             let Some(table) = &slot.vxlan else { continue };
-            let remotes: Vec<_> = v.remotes.iter().map(|r| (r.mac, r.dst)).collect();
-            table
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_statics(&remotes);
+            let remotes: Vec<_> = v
+                .remotes
+                .iter()
+                .filter_map(|r| Some((Vni::new(r.vni)?, r.mac, r.dst)))
+                .collect();
+            let sw = self.session.switch();
+            let bridge = sw.port_master(*id).map(|b| sw.bridge_settings(b));
+            // The map reads the bridge's tags: only in a VLAN-filtering bridge.
+            let tpid = bridge
+                .filter(|s| s.vlan_filtering)
+                .map(|s| s.vlan_protocol.tpid().0);
+            let tunnels = TunnelMap::new(&v.tunnels, tpid, v.vnifilter.then(|| v.vnis.clone()));
+            let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+            t.set_statics(&remotes);
+            if t.tunnels != tunnels {
+                t.tunnels = tunnels;
+            }
+            if let Some(b) = bridge {
+                t.ageing = Duration::from_nanos(b.ageing_time_ns);
+            }
+            // `fdb flush dev NAME`: the learned VTEPs go.
+            let flushes = self.session.vxlan_flushes(name);
+            if t.flushes_seen != flushes {
+                let n = t.flush_learned();
+                t.flushes_seen = flushes;
+                tracing::debug!("port {name}: {n} learned VTEP entries flushed");
+            }
         }
     }
 }
 
-/// The learned entries of a VXLAN port's table (MAC, VTEP), for `fdb show`.
-pub(super) fn learned(t: &SharedVxlanTable) -> Vec<(qbridge_wire::MacAddr, std::net::Ipv4Addr)> {
+/// The learned entries of a VXLAN port's table (VNI, MAC, VTEP), for `fdb show`.
+pub(super) fn learned(t: &SharedVxlanTable) -> Vec<qbridge_control::vxlan::Learned> {
     let t = t.lock().unwrap_or_else(|p| p.into_inner());
     t.entries(std::time::Instant::now())
         .into_iter()
         .filter(|e| e.kind == qbridge_io::vxlan::VxlanEntryKind::Learned)
-        .map(|e| (e.mac, e.dst))
+        .map(|e| (e.vni.get(), e.mac, e.dst))
         .collect()
 }
