@@ -10,9 +10,12 @@
 //!
 //! Each side's flood list names the other VTEP; nothing else is configured. Checked: ARP
 //! floods and pings both ways; a 1500-byte ping with DF (the underlay MTU raised by the 50
-//! bytes of outer headers, as the kernel's selftests do); a verified TCP transfer both ways;
+//! bytes of outer headers, as the kernel's selftests do); 100 MiB of verified TCP each way;
 //! qbridge's FDB learns hb's MAC on vx0 and `fdb show` prints its VTEP (`dst 192.0.2.2`);
-//! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame; datagrams
+//! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame, and
+//! tshark decodes a capture of the ARP, pings and a short TCP exchange (outer IPv4/UDP 4789,
+//! VNI 100, inner ARP/ICMP/TCP from both hosts) with nothing malformed and no bad IPv4, TCP
+//! or ICMP checksum ([`check_capture`]); datagrams
 //! of another VNI and non-VXLAN datagrams are counted drops, not frames. The kernel VTEP's
 //! transmit checksum offload is off: over a veth underlay nothing would complete the inner
 //! checksums it leaves partial (docs/semantics.md, "VXLAN ports").
@@ -20,7 +23,7 @@
 mod support;
 
 use std::time::Duration;
-use support::{exec_in, ip_in, ping, tcp_transfer, Lab};
+use support::{exec_in, ip_in, ping, tcp_transfer, tshark, Host, Lab};
 
 const A: &str = "\
 link add br0 type bridge vlan_filtering 0
@@ -53,7 +56,20 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
     }
     let ctl = lab.daemon(&a, A).unwrap();
 
-    // The underlay as tshark/tcpdump sees it while the first pings cross.
+    // The underlay as tshark sees it, from the first ARP to a short TCP exchange. Meanwhile
+    // the kernel segments qbridge's `UDP_SEGMENT` sends before the veth (in software), so
+    // each datagram is captured, and dissected, alone.
+    exec_in(&a, "ethtool", &["-K", "ul", "tx-udp-segmentation", "off"]).unwrap();
+    let capture = tshark::have_tshark().then(|| {
+        tshark::PcapCapture::start(
+            &b,
+            "ul",
+            &lab.dir.join("underlay.pcap"),
+            &["udp", "port", "4789"],
+        )
+        .unwrap()
+    });
+    // And as tcpdump prints it while the first pings cross.
     let dump = std::process::Command::new("ip")
         .args([
             "netns", "exec", &b, "tcpdump", "-nn", "-e", "-v", "-l", "-i", "ul", "-c", "8",
@@ -122,6 +138,24 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "1500-byte ping back: {out:?}"
     );
 
+    // A short verified TCP exchange inside the capture, then tshark's reading of it.
+    for (from, to) in [(&ha, &hb), (&hb, &ha)] {
+        tcp_transfer(from, to, 1 << 20, Duration::from_secs(30)).unwrap_or_else(|e| {
+            panic!(
+                "TCP {} -> {}: {e}\n{}",
+                from.name,
+                to.name,
+                ctl.stats_text()
+            )
+        });
+    }
+    exec_in(&a, "ethtool", &["-K", "ul", "tx-udp-segmentation", "on"]).unwrap();
+    if let Some(cap) = capture {
+        check_capture(&cap.stop(), &ha, &hb);
+    } else {
+        eprintln!("tshark is not installed (scripts/test.sh installs it): capture not decoded");
+    }
+
     // qbridge learned hb behind vx0, and its VTEP.
     assert!(ctl.fdb_has(&hb.mac, "vx0").unwrap(), "{:?}", ctl.fdb());
     let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
@@ -147,10 +181,10 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "{j}"
     );
 
-    // Verified TCP both ways.
-    let t = tcp_transfer(&ha, &hb, 20 << 20, Duration::from_secs(60))
+    // 100 MiB of verified TCP both ways.
+    let t = tcp_transfer(&ha, &hb, 100 << 20, Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
-    let u = tcp_transfer(&hb, &ha, 20 << 20, Duration::from_secs(60))
+    let u = tcp_transfer(&hb, &ha, 100 << 20, Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
     eprintln!(
         "VXLAN qbridge <-> kernel VTEP: ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s",
@@ -176,6 +210,53 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
             "a dropped datagram's source was learned"
         );
     }
+}
+
+/// tshark's reading of the underlay capture `pcap` (datagrams to and from 4789): every frame
+/// is outer Ethernet/IPv4/UDP to 4789 with VXLAN VNI 100 and an inner Ethernet frame; ARP,
+/// ICMP and TCP inside, from both hosts behind their VTEPs; nothing malformed, no bad IPv4,
+/// TCP or ICMP checksum, inner or outer. The outer UDP checksum is not judged: both VTEPs
+/// leave it to the underlay's transmit checksum offload, which a veth never completes (the
+/// receiving kernel accepts the packet as partial; a NIC would have filled it in).
+fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
+    let d = tshark::decode(pcap, &["ip", "tcp"]).unwrap();
+    let vx = "eth:ethertype:ip:udp:vxlan:eth:ethertype:";
+    assert!(d.count(&format!("{vx}arp")) >= 2, "{:#?}", d.frames);
+    assert!(d.count(&format!("{vx}ip:icmp")) >= 8, "{:#?}", d.frames);
+    assert!(
+        d.count(&format!("{vx}ip:tcp")) >= 100,
+        "{} frames",
+        d.frames.len()
+    );
+    for f in &d.frames {
+        assert!(f.protocols.starts_with(vx), "{f:?}");
+        assert_eq!(f.vni, [100], "{f:?}");
+        assert_eq!(f.udp_dstport.first(), Some(&4789), "{f:?}");
+    }
+    for (mac, outer) in [(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")] {
+        assert!(
+            d.frames
+                .iter()
+                .any(|f| f.ip_src.first().map(String::as_str) == Some(outer)
+                    && f.eth_src
+                        .get(1)
+                        .is_some_and(|m| m.eq_ignore_ascii_case(mac))),
+            "no frame of {mac} from VTEP {outer}"
+        );
+    }
+    assert!(
+        d.errors.is_empty(),
+        "tshark: malformed or bad checksums:\n{}",
+        d.errors.join("\n")
+    );
+    // Each datagram was captured alone (no super-packet of which tshark would read only the
+    // first datagram): at most the underlay's MTU and its Ethernet header.
+    let longest = d.frames.iter().map(|f| f.len).max().unwrap_or(0);
+    assert!(longest <= 1550 + 14, "a {longest}-byte packet was captured");
+    eprintln!(
+        "tshark: {} VXLAN frames decoded, none malformed, no bad checksum; longest {longest} bytes",
+        d.frames.len()
+    );
 }
 
 /// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,

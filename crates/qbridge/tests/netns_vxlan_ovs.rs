@@ -31,8 +31,8 @@
 //!   drops a partial one (`datapath_drop_tunnel_pop_error`). The kernel fills qbridge's UDP
 //!   checksums only if A's `ul` has no transmit checksum offload: `ethtool -K ul tx off` (which
 //!   also turns the port's segmented sends into datagram-by-datagram ones: `UDP_SEGMENT`
-//!   needs the offload). A kernel vxlan device sends a zero UDP checksum (`noudpcsum`, RFC
-//!   7348's advice), which OVS does not check.
+//!   needs the offload). OVS itself sends a zero UDP checksum (unless `options:csum=true`),
+//!   as RFC 7348 §5 advises.
 //! - For the same reason OVS puts hb's partial TCP checksums into the tunnel unfinished
 //!   (without `userspace-tso-enable` it does not read the virtio-net header that says so):
 //!   hb's `eth0` has `tx off`, as the kernel VTEP's vx0 does in `netns_vxlan.rs`.

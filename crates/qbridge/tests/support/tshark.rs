@@ -76,6 +76,8 @@ impl PcapCapture {
 /// One frame as tshark dissected it (outer and inner values in order, outer first).
 #[derive(Clone, Debug, Default)]
 pub struct Dissected {
+    /// `frame.len`: bytes on the wire (a super-packet handed over unsegmented shows whole).
+    pub len: usize,
     /// `frame.protocols`, e.g. `eth:ethertype:ip:udp:vxlan:eth:ethertype:arp`.
     pub protocols: String,
     pub ip_src: Vec<String>,
@@ -132,6 +134,8 @@ pub fn decode(pcap: &Path, check_checksums: &[&str]) -> Result<Decoded> {
         "-E",
         "aggregator=,",
         "-e",
+        "frame.len",
+        "-e",
         "frame.protocols",
         "-e",
         "ip.src",
@@ -155,11 +159,12 @@ pub fn decode(pcap: &Path, check_checksums: &[&str]) -> Result<Decoded> {
             let c: Vec<&str> = l.split('|').collect();
             let get = |i: usize| c.get(i).copied().unwrap_or("");
             Dissected {
-                protocols: get(0).to_owned(),
-                ip_src: list(get(1)),
-                udp_dstport: list(get(2)).iter().filter_map(|x| x.parse().ok()).collect(),
-                vni: list(get(3)).iter().filter_map(|x| x.parse().ok()).collect(),
-                eth_src: list(get(4)),
+                len: get(0).parse().unwrap_or(0),
+                protocols: get(1).to_owned(),
+                ip_src: list(get(2)),
+                udp_dstport: list(get(3)).iter().filter_map(|x| x.parse().ok()).collect(),
+                vni: list(get(4)).iter().filter_map(|x| x.parse().ok()).collect(),
+                eth_src: list(get(5)),
             }
         })
         .collect();
