@@ -9,6 +9,7 @@
 //! also holds what the port learns). Imports nothing of this crate: [`crate::command`] and
 //! the session use it.
 
+pub use qbridge_wire::vxlan::OuterTos;
 use qbridge_wire::MacAddr;
 use std::net::Ipv4Addr;
 
@@ -23,6 +24,10 @@ pub struct VxlanSpec {
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
     pub ttl: Option<u8>,
+    /// The underlay device the sockets are bound to (`dev NAME`); `None`: any.
+    pub dev: Option<String>,
+    /// The outer TOS (`tos T|inherit`); `None`: 0.
+    pub tos: Option<OuterTos>,
     pub learning: bool,
     /// Static remote VTEPs in the order given: MAC → VTEP entries and (all-zeros MAC) the
     /// flood list.
@@ -56,16 +61,22 @@ impl VxlanSpec {
     pub fn same_socket(&self, other: &VxlanSpec) -> bool {
         (self.vni, self.local, self.dstport, self.ttl)
             == (other.vni, other.local, other.dstport, other.ttl)
+            && (&self.dev, self.tos) == (&other.dev, other.tos)
     }
 
-    /// `id 100 local 10.0.0.1 dstport 4789 [ttl N] learning on`: the words after `type vxlan`.
+    /// `id 100 local 10.0.0.1 [dev ul] dstport 4789 [ttl N] [tos T] learning on`: the words
+    /// after `type vxlan`.
     pub fn words(&self) -> String {
-        let mut s = format!(
-            "id {} local {} dstport {}",
-            self.vni, self.local, self.dstport
-        );
+        let mut s = format!("id {} local {}", self.vni, self.local);
+        if let Some(d) = &self.dev {
+            s.push_str(&format!(" dev {d}"));
+        }
+        s.push_str(&format!(" dstport {}", self.dstport));
         if let Some(t) = self.ttl {
             s.push_str(&format!(" ttl {t}"));
+        }
+        if let Some(t) = self.tos {
+            s.push_str(&format!(" tos {}", tos_word(t)));
         }
         s.push_str(if self.learning {
             " learning on"
@@ -139,6 +150,14 @@ impl VxlanSpec {
     }
 }
 
+/// `tos`'s value as ip-link(8) prints it: `inherit`, or the byte in hex (`0x28`).
+pub fn tos_word(t: OuterTos) -> String {
+    match t {
+        OuterTos::Inherit => "inherit".to_string(),
+        OuterTos::Fixed(v) => format!("{v:#04x}"),
+    }
+}
+
 /// `fdb show` lines of a VXLAN port's remotes as bridge-fdb(8) prints a vxlan device's own
 /// entries: `00:00:00:00:00:00 dev vx0 dst 10.0.0.2 self permanent`; learned ones (`learned`:
 /// MAC, VTEP) without `permanent`.
@@ -197,6 +216,8 @@ mod tests {
             local: "10.0.0.1".parse().unwrap(),
             dstport: 4789,
             ttl: None,
+            dev: None,
+            tos: None,
             learning: true,
             remotes: Vec::new(),
         }
@@ -243,5 +264,16 @@ mod tests {
         assert!(s.apply("vx0", VxlanFdbOp::Del, z, a).is_err());
         assert_eq!(s.remotes.len(), 2);
         assert_eq!(s.words(), "id 100 local 10.0.0.1 dstport 4789 learning on");
+        let mut t = s.clone();
+        t.dev = Some("ul".into());
+        t.ttl = Some(9);
+        t.tos = Some(OuterTos::Fixed(0x28));
+        assert_eq!(
+            t.words(),
+            "id 100 local 10.0.0.1 dev ul dstport 4789 ttl 9 tos 0x28 learning on"
+        );
+        assert!(!t.same_socket(&s));
+        t.tos = Some(OuterTos::Inherit);
+        assert!(t.words().contains(" tos inherit "));
     }
 }

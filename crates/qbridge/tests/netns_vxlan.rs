@@ -4,7 +4,8 @@
 //! ```text
 //!  ha (10.20.0.1) ─ qa ┐                                   ┌ kb1 ─ hb (10.20.0.2)
 //!     daemon A: br0 (vlan_filtering 0): p1 (qa), vx0        kernel bridge kbr: kb1, vx0
-//!       vx0: type vxlan id 100 local 192.0.2.1                vx0: kernel vxlan id 100
+//!       vx0: type vxlan id 100 local 192.0.2.1 dev ul         vx0: kernel vxlan id 100
+//!            tos inherit
 //!                  └── ul 192.0.2.1 ═══ veth (MTU 1550) ═══ ul 192.0.2.2 ──┘  nolearning
 //! ```
 //!
@@ -15,7 +16,8 @@
 //! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame, and
 //! tshark decodes a capture of the ARP, pings and a short TCP exchange (outer IPv4/UDP 4789,
 //! VNI 100, inner ARP/ICMP/TCP from both hosts) with nothing malformed and no bad IPv4, TCP
-//! or ICMP checksum ([`check_capture`]); datagrams
+//! or ICMP checksum, and `tos inherit` giving EF pings an EF outer header ([`check_capture`]);
+//! `dev` bound to the underlay, a missing `dev` refused with its reason; datagrams
 //! of another VNI and non-VXLAN datagrams are counted drops, not frames. The kernel VTEP's
 //! transmit checksum offload is off: over a veth underlay nothing would complete the inner
 //! checksums it leaves partial (docs/semantics.md, "VXLAN ports").
@@ -28,7 +30,7 @@ use support::{exec_in, ip_in, ping, tcp_transfer, tshark, Host, Lab};
 const A: &str = "\
 link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev qa
-link add vx0 type vxlan id 100 local 192.0.2.1 dstport 4789
+link add vx0 type vxlan id 100 local 192.0.2.1 dev ul dstport 4789 tos inherit
 link set dev p1 master br0
 link set dev vx0 master br0
 fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
@@ -138,6 +140,16 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "1500-byte ping back: {out:?}"
     );
 
+    // `tos inherit`: an EF-marked ping's datagrams carry DSCP EF outside too.
+    let out = exec_in(
+        &ha.ns,
+        "ping",
+        &["-c", "2", "-W", "2", "-Q", "0xb8", &hb.ip],
+    );
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains(" 0% packet loss")),
+        "{out:?}"
+    );
     // A short verified TCP exchange inside the capture, then tshark's reading of it.
     for (from, to) in [(&ha, &hb), (&hb, &ha)] {
         tcp_transfer(from, to, 1 << 20, Duration::from_secs(30)).unwrap_or_else(|e| {
@@ -192,6 +204,33 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         u.gbit_per_s()
     );
 
+    // `dev` names a device of the namespace, or the port is refused with the reason.
+    let e = ctl
+        .cmd(&[
+            "link",
+            "add",
+            "vx1",
+            "type",
+            "vxlan",
+            "id",
+            "5",
+            "local",
+            "192.0.2.1",
+            "dstport",
+            "4790",
+            "dev",
+            "nosuch0",
+        ])
+        .unwrap_err();
+    assert!(
+        e.contains("dev nosuch0") && e.contains("no such device in this namespace"),
+        "{e}"
+    );
+    assert!(ctl.cmd(&["link", "show", "dev", "vx1"]).is_err());
+    let j = ctl.json(&["link", "show", "dev", "vx0"]).unwrap();
+    assert_eq!(j[0]["backend"]["link"], "ul", "{j}");
+    assert_eq!(j[0]["backend"]["tos"], "inherit", "{j}");
+
     // Another VNI and a datagram that is not VXLAN: counted drops, nothing forwarded.
     let send = "import socket,sys\n\
                 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
@@ -244,6 +283,26 @@ fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
             "no frame of {mac} from VTEP {outer}"
         );
     }
+    // `tos inherit` on qbridge's side: the outer TOS is the inner one (EF pings: 0xb8);
+    // the kernel VTEP's default (`tos 0`) sends 0.
+    for f in &d.frames {
+        if f.protocols.ends_with(":ip:icmp:data")
+            && f.ip_src.first().map(String::as_str) == Some("192.0.2.1")
+        {
+            assert_eq!(f.dsfield.len(), 2, "{f:?}");
+            assert_eq!(
+                f.dsfield[0], f.dsfield[1],
+                "outer TOS is not the inner one: {f:?}"
+            );
+        }
+    }
+    assert!(
+        d.frames.iter().any(
+            |f| f.ip_src.first().map(String::as_str) == Some("192.0.2.1")
+                && f.dsfield == [0xb8, 0xb8]
+        ),
+        "no EF datagram from qbridge"
+    );
     assert!(
         d.errors.is_empty(),
         "tshark: malformed or bad checksums:\n{}",

@@ -84,6 +84,8 @@ pub struct Dissected {
     pub udp_dstport: Vec<u16>,
     pub vni: Vec<u32>,
     pub eth_src: Vec<String>,
+    /// `ip.dsfield`: each IPv4 header's DSCP and ECN byte.
+    pub dsfield: Vec<u8>,
 }
 
 /// What tshark said about a capture.
@@ -145,6 +147,8 @@ pub fn decode(pcap: &Path, check_checksums: &[&str]) -> Result<Decoded> {
         "vxlan.vni",
         "-e",
         "eth.src",
+        "-e",
+        "ip.dsfield",
     ])?;
     let list = |s: &str| -> Vec<String> {
         s.split(',')
@@ -165,6 +169,13 @@ pub fn decode(pcap: &Path, check_checksums: &[&str]) -> Result<Decoded> {
                 udp_dstport: list(get(3)).iter().filter_map(|x| x.parse().ok()).collect(),
                 vni: list(get(4)).iter().filter_map(|x| x.parse().ok()).collect(),
                 eth_src: list(get(5)),
+                dsfield: list(get(6))
+                    .iter()
+                    .filter_map(|x| {
+                        let h = x.trim_start_matches("0x");
+                        u8::from_str_radix(h, if h.len() < x.len() { 16 } else { 10 }).ok()
+                    })
+                    .collect(),
             }
         })
         .collect();
