@@ -36,6 +36,7 @@
 //! - For the same reason OVS puts hb's partial TCP checksums into the tunnel unfinished
 //!   (without `userspace-tso-enable` it does not read the virtio-net header that says so):
 //!   hb's `eth0` has `tx off`, as the kernel VTEP's vx0 does in `netns_vxlan.rs`.
+//!
 //! On a real wire both are moot: the NIC completes the checksums it was left.
 
 mod support;
