@@ -44,6 +44,13 @@
 //! its datagrams; frames beyond the caller's `max` wait for the next burst
 //! ([`Port::rx_pending`]).
 //!
+//! Underlay options (ip-link(8)'s): `dev` binds every socket to the underlay device
+//! (`SO_BINDTODEVICE`; a missing one refuses the port); a fixed `tos` is the sockets'
+//! `IP_TOS`; `tos inherit` sends each message's TOS (the inner packet's,
+//! [`qbridge_wire::vxlan::inherited_tos`]) as an `IP_TOS` control message beside the
+//! `UDP_SEGMENT` one — no extra system call — and cuts segmented runs where it changes
+//! (docs/semantics.md §S).
+//!
 //! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
 #![allow(unsafe_code)]
 

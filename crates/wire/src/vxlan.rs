@@ -19,6 +19,9 @@
 //! which reads through every well-known VLAN tag, so two customer flows inside one S-VLAN get
 //! different ports.
 //!
+//! [`inherited_tos`] is the outer TOS byte of `tos inherit`: the inner IPv4/IPv6 DSCP and ECN
+//! (RFC 6040 normal mode), read through the same tags.
+//!
 //! No I/O, no allocation.
 
 use crate::{Error, Result};
