@@ -3,7 +3,7 @@
 //! no frame is malformed or carries a bad checksum.
 //!
 //! [`PcapCapture::start`] runs `tcpdump -w FILE` in a namespace (stopped by pid with SIGINT,
-//! so the file is complete); [`decode`] runs `tshark -r FILE` twice: once for per-frame
+//! so the file is complete; also when dropped); [`decode`] runs `tshark -r FILE` twice: once for per-frame
 //! fields (protocol chain, addresses, UDP ports, VNI, Ethernet sources), once with checksum
 //! validation on for the protocols asked, listing every malformed frame and every frame with
 //! an expert error (a bad checksum is one). `tshark` is installed by `scripts/test.sh`
@@ -59,6 +59,15 @@ impl PcapCapture {
 
     /// Stops tcpdump (SIGINT: it flushes and closes the file) and returns the file's path.
     pub fn stop(mut self) -> PathBuf {
+        self.interrupt();
+        self.path.clone()
+    }
+
+    /// SIGINT to this tcpdump (by pid), up to 5 s for it to exit, then SIGKILL.
+    fn interrupt(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .stderr(Stdio::null())
@@ -69,7 +78,13 @@ impl PcapCapture {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.path.clone()
+    }
+}
+
+/// A test that panics before [`PcapCapture::stop`] still stops its tcpdump.
+impl Drop for PcapCapture {
+    fn drop(&mut self) {
+        self.interrupt();
     }
 }
 
