@@ -28,6 +28,8 @@ command -v clang >/dev/null 2>&1 || missing+=(clang llvm)
 # starts its own zebra, bgpd and gobgpd in namespaces (no system service is started).
 command -v gobgpd >/dev/null 2>&1 || missing+=(gobgpd)
 [ -x /usr/lib/frr/zebra ] || missing+=(frr)
+# Wireshark's dissectors for the VXLAN captures of tests/netns_vxlan*.rs.
+command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${missing[*]}" >&2
@@ -39,6 +41,10 @@ if [ ${#missing[@]} -gt 0 ]; then
             printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
             chmod 755 /usr/sbin/policy-rc.d
             policy_rc=1
+        fi
+        # wireshark-common asks whether non-root users may capture: no, without asking.
+        if command -v debconf-set-selections >/dev/null 2>&1; then
+            echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
         fi
         apt-get update -qq >/dev/null
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status_apt=$?

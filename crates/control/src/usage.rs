@@ -19,8 +19,9 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
-           | type vxlan id VNI|external [vnifilter] local ADDR [dstport PORT] [ttl N]
-             [learning on|off]     (external: each VLAN's VNI from vlan … tunnel_info)
+           | type vxlan id VNI|external [vnifilter] local ADDR [dev UNDERLAY] [dstport PORT]
+             [ttl N] [tos T|inherit] [learning on|off]
+             (external: each VLAN's VNI from vlan … tunnel_info)
   link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
            [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
                                            a VLAN device, or a bridge = its host port)

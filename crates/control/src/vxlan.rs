@@ -11,6 +11,7 @@
 //! also holds what the port learns). Imports nothing of this crate: [`crate::command`] and
 //! the session use it.
 
+pub use qbridge_wire::vxlan::OuterTos;
 use qbridge_wire::MacAddr;
 use std::net::Ipv4Addr;
 
@@ -30,6 +31,10 @@ pub struct VxlanSpec {
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
     pub ttl: Option<u8>,
+    /// The underlay device the sockets are bound to (`dev NAME`); `None`: any.
+    pub dev: Option<String>,
+    /// The outer TOS (`tos T|inherit`); `None`: 0.
+    pub tos: Option<OuterTos>,
     pub learning: bool,
     /// Static remote VTEPs in the order given: (VNI, MAC) → VTEP entries and (all-zeros MAC)
     /// each VNI's flood list.
@@ -87,10 +92,11 @@ impl VxlanSpec {
         (self.vni, self.external, self.vnifilter, self.local)
             == (other.vni, other.external, other.vnifilter, other.local)
             && (self.dstport, self.ttl) == (other.dstport, other.ttl)
+            && (&self.dev, self.tos) == (&other.dev, other.tos)
     }
 
-    /// `id 100 local 10.0.0.1 dstport 4789 [ttl N] learning on` (`external` in place of
-    /// `id N`): the words after `type vxlan`.
+    /// `id 100 local 10.0.0.1 [dev ul] dstport 4789 [ttl N] [tos T] learning on` (`external`
+    /// in place of `id N`): the words after `type vxlan`.
     pub fn words(&self) -> String {
         let id = if self.vnifilter {
             "external vnifilter".to_string()
@@ -99,9 +105,16 @@ impl VxlanSpec {
         } else {
             format!("id {}", self.vni)
         };
-        let mut s = format!("{id} local {} dstport {}", self.local, self.dstport);
+        let mut s = format!("{id} local {}", self.local);
+        if let Some(d) = &self.dev {
+            s.push_str(&format!(" dev {d}"));
+        }
+        s.push_str(&format!(" dstport {}", self.dstport));
         if let Some(t) = self.ttl {
             s.push_str(&format!(" ttl {t}"));
+        }
+        if let Some(t) = self.tos {
+            s.push_str(&format!(" tos {}", tos_word(t)));
         }
         s.push_str(if self.learning {
             " learning on"
@@ -240,6 +253,14 @@ fn vni_word(spec: &VxlanSpec, vni: u32) -> String {
         format!(" vni {vni}")
     } else {
         String::new()
+    }
+}
+
+/// `tos`'s value as ip-link(8) prints it: `inherit`, or the byte in hex (`0x28`).
+pub fn tos_word(t: OuterTos) -> String {
+    match t {
+        OuterTos::Inherit => "inherit".to_string(),
+        OuterTos::Fixed(v) => format!("{v:#04x}"),
     }
 }
 
@@ -602,6 +623,8 @@ mod tests {
             local: "10.0.0.1".parse().unwrap(),
             dstport: 4789,
             ttl: None,
+            dev: None,
+            tos: None,
             learning: true,
             remotes: Vec::new(),
             external: false,
@@ -658,6 +681,17 @@ mod tests {
         assert!(s.apply("vx0", VxlanFdbOp::Del, z, a, None).is_err());
         assert_eq!(s.remotes.len(), 2);
         assert_eq!(s.words(), "id 100 local 10.0.0.1 dstport 4789 learning on");
+        let mut t = s.clone();
+        t.dev = Some("ul".into());
+        t.ttl = Some(9);
+        t.tos = Some(OuterTos::Fixed(0x28));
+        assert_eq!(
+            t.words(),
+            "id 100 local 10.0.0.1 dev ul dstport 4789 ttl 9 tos 0x28 learning on"
+        );
+        assert!(!t.same_socket(&s));
+        t.tos = Some(OuterTos::Inherit);
+        assert!(t.words().contains(" tos inherit "));
     }
 
     #[test]

@@ -54,6 +54,13 @@
 //! its datagrams; frames beyond the caller's `max` wait for the next burst
 //! ([`Port::rx_pending`]).
 //!
+//! Underlay options (ip-link(8)'s): `dev` binds every socket to the underlay device
+//! (`SO_BINDTODEVICE`; a missing one refuses the port); a fixed `tos` is the sockets'
+//! `IP_TOS`; `tos inherit` sends each message's TOS (the inner packet's,
+//! [`qbridge_wire::vxlan::inherited_tos`]) as an `IP_TOS` control message beside the
+//! `UDP_SEGMENT` one — no extra system call — and cuts segmented runs where it changes
+//! (docs/semantics.md §U).
+//!
 //! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
 #![allow(unsafe_code)]
 
@@ -114,6 +121,25 @@ struct SegmentCmsg {
     seg: u16,
     _pad: [u8; 6],
 }
+
+/// One `IP_TOS` control message (`tos inherit`: the TOS of one message), `CMSG_SPACE(4)`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TosCmsg {
+    hdr: libc::cmsghdr,
+    tos: libc::c_int,
+    _pad: [u8; 4],
+}
+
+/// A message's control messages: `UDP_SEGMENT` (a run), then `IP_TOS` (`tos inherit`),
+/// adjacent as `CMSG_NXTHDR` finds them; a message uses either or both.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SendCmsgs {
+    seg: SegmentCmsg,
+    tos: TosCmsg,
+}
+const _: () = assert!(mem::size_of::<SegmentCmsg>() == 24 && mem::size_of::<TosCmsg>() == 24);
 /// Bytes of a receive slot: a VXLAN header and a 9216-byte jumbo inner frame.
 pub const SLOT_BYTES: usize = vxlan::HEADER_LEN + 9216;
 
@@ -132,6 +158,10 @@ pub struct VxlanConfig {
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
     pub ttl: Option<u8>,
+    /// The underlay device every socket is bound to (`SO_BINDTODEVICE`); `None`: any.
+    pub dev: Option<String>,
+    /// The outer TOS; `None`: 0. `Fixed` is every socket's `IP_TOS`; `Inherit` is per datagram.
+    pub tos: Option<vxlan::OuterTos>,
     /// Learn the outer source of received frames into the table.
     pub learning: bool,
 }
@@ -182,10 +212,13 @@ pub struct VxlanPort {
     msgs: Vec<libc::mmsghdr>,
     /// Per datagram to send: (send socket, frame index in the batch, destination).
     plan: Vec<(usize, usize, Ipv4Addr)>,
-    /// Per message of a `sendmmsg`: (datagrams, bytes each, destination).
-    segs: Vec<(usize, usize, Ipv4Addr)>,
-    /// One `UDP_SEGMENT` control message per message.
-    cmsgs: Vec<SegmentCmsg>,
+    /// Per message of a `sendmmsg`: (datagrams, bytes each, destination, outer TOS).
+    segs: Vec<(usize, usize, Ipv4Addr, u8)>,
+    /// The control messages of each message (`UDP_SEGMENT`, `IP_TOS`).
+    cmsgs: Vec<SendCmsgs>,
+    /// `tos inherit`: each datagram's outer TOS from its inner packet (an `IP_TOS` control
+    /// message per message; runs are cut where the TOS changes).
+    inherit_tos: bool,
     /// Segmented sends (`UDP_SEGMENT`) are used until the kernel refuses them for good.
     gso: bool,
     /// Segmented sends made (each several datagrams).
@@ -216,8 +249,31 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
     s
 }
 
+/// `SO_BINDTODEVICE`: the socket sends and receives through `dev` only (ip-link(8)'s `dev` of
+/// a vxlan device: the underlay device).
+fn bind_to_device(fd: std::os::fd::RawFd, dev: &str) -> io::Result<()> {
+    if dev.is_empty() || dev.len() >= libc::IFNAMSIZ || dev.contains('\0') {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: `dev` is a valid buffer of `dev.len()` bytes, which the kernel copies (it
+    // takes a name without a terminating NUL when the length says where it ends).
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            dev.as_ptr().cast(),
+            dev.len() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A nonblocking UDP socket bound to `cfg.local:port` (0: a port the kernel picks), never
-/// fragmenting, with `cfg.ttl`.
+/// fragmenting, with `cfg.ttl`, a fixed `cfg.tos`, and bound to `cfg.dev`.
 fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
     {
         let sys = |op: &'static str, e: io::Error| IoError::Sys {
@@ -256,6 +312,28 @@ fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
                 i32::from(ttl),
             )
             .map_err(|e| sys("setsockopt(IP_TTL)", e))?;
+        }
+        if let Some(vxlan::OuterTos::Fixed(tos)) = cfg.tos {
+            crate::sys::setsockopt_int(
+                fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_TOS,
+                i32::from(tos),
+            )
+            .map_err(|e| sys("setsockopt(IP_TOS)", e))?;
+        }
+        if let Some(dev) = &cfg.dev {
+            bind_to_device(fd.as_raw_fd(), dev).map_err(|e| {
+                IoError::Invalid(format!(
+                    "vxlan port {}: dev {dev}: {e}{}",
+                    cfg.name,
+                    match e.raw_os_error() {
+                        Some(libc::ENODEV) => " (no such device in this namespace)",
+                        Some(libc::EPERM) => " (binding to a device needs CAP_NET_RAW)",
+                        _ => "",
+                    }
+                ))
+            })?;
         }
         let _ =
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
@@ -311,6 +389,7 @@ impl VxlanPort {
             .map(|_| udp_socket(&cfg, 0))
             .collect::<Result<Vec<_>, _>>()?;
         let hdr = cfg.vni.map_or([0; vxlan::HEADER_LEN], header);
+        let inherit_tos = cfg.tos == Some(vxlan::OuterTos::Inherit);
         Ok(VxlanPort {
             cfg,
             fd,
@@ -331,6 +410,7 @@ impl VxlanPort {
             segs: Vec::with_capacity(BURST),
             // SAFETY: plain old data; zeros are valid.
             cmsgs: vec![unsafe { mem::zeroed() }; BURST],
+            inherit_tos,
             gso: true,
             segmented_sends: 0,
             msgs: Vec::with_capacity(BURST),
@@ -430,6 +510,16 @@ impl VxlanPort {
         &self.table
     }
 
+    /// The outer TOS of frame `i` of `frames` with `tos inherit` (0 otherwise: unused).
+    #[inline]
+    fn tos_of(&self, frames: &Batch, i: usize) -> u8 {
+        if self.inherit_tos {
+            vxlan::inherited_tos(frames.pkts[i].frame())
+        } else {
+            0
+        }
+    }
+
     /// Sends the datagrams `self.plan[from..to]` (one send socket's, by destination, in frame
     /// order) of `frames`: one `sendmmsg` per [`BURST`] messages, each message one datagram
     /// or, with `UDP_SEGMENT`, a run of up to [`GSO_MAX_SEGS`] datagrams to one VTEP of one
@@ -454,13 +544,18 @@ impl VxlanPort {
             while p < to && self.segs.len() < BURST {
                 let (_, fi, ip) = self.plan[p];
                 let len = frames.pkts[fi].len();
+                let tos = self.tos_of(frames, fi);
                 let mut n = 1;
                 if self.gso && p >= plain_until {
                     let mut total = len + vxlan::HEADER_LEN;
                     while p + n < to && n < GSO_MAX_SEGS {
                         let (_, fj, ipj) = self.plan[p + n];
                         let lj = frames.pkts[fj].len();
-                        if ipj != ip || lj > len || total + lj + vxlan::HEADER_LEN > GSO_MAX_BYTES {
+                        if ipj != ip
+                            || lj > len
+                            || total + lj + vxlan::HEADER_LEN > GSO_MAX_BYTES
+                            || self.tos_of(frames, fj) != tos
+                        {
                             break;
                         }
                         total += lj + vxlan::HEADER_LEN;
@@ -482,12 +577,12 @@ impl VxlanPort {
                         iov_len: f.len(),
                     });
                 }
-                self.segs.push((n, len + vxlan::HEADER_LEN, ip));
+                self.segs.push((n, len + vxlan::HEADER_LEN, ip, tos));
                 p += n;
             }
             let mut at = 0;
             for k in 0..self.segs.len() {
-                let (n, seg, ip) = self.segs[k];
+                let (n, seg, ip, tos) = self.segs[k];
                 self.names[k] = sockaddr(SocketAddrV4::new(ip, self.cfg.dstport));
                 // SAFETY: plain old data; zeros are valid.
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
@@ -496,14 +591,27 @@ impl VxlanPort {
                 m.msg_hdr.msg_iov = self.iovs[at..].as_mut_ptr();
                 m.msg_hdr.msg_iovlen = 2 * n;
                 at += 2 * n;
+                let c = &mut self.cmsgs[k];
                 if n > 1 {
-                    let c = &mut self.cmsgs[k];
-                    c.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 2;
-                    c.hdr.cmsg_level = libc::SOL_UDP;
-                    c.hdr.cmsg_type = UDP_SEGMENT;
-                    c.seg = seg as u16;
-                    m.msg_hdr.msg_control = (c as *mut SegmentCmsg).cast();
+                    c.seg.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 2;
+                    c.seg.hdr.cmsg_level = libc::SOL_UDP;
+                    c.seg.hdr.cmsg_type = UDP_SEGMENT;
+                    c.seg.seg = seg as u16;
+                    m.msg_hdr.msg_control = (&mut c.seg as *mut SegmentCmsg).cast();
                     m.msg_hdr.msg_controllen = mem::size_of::<SegmentCmsg>();
+                }
+                if self.inherit_tos {
+                    c.tos.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 4;
+                    c.tos.hdr.cmsg_level = libc::IPPROTO_IP;
+                    c.tos.hdr.cmsg_type = libc::IP_TOS;
+                    c.tos.tos = libc::c_int::from(tos);
+                    if n > 1 {
+                        // Both: `seg` then `tos`, adjacent in `SendCmsgs`.
+                        m.msg_hdr.msg_controllen = mem::size_of::<SendCmsgs>();
+                    } else {
+                        m.msg_hdr.msg_control = (&mut c.tos as *mut TosCmsg).cast();
+                        m.msg_hdr.msg_controllen = mem::size_of::<TosCmsg>();
+                    }
                 }
                 self.msgs.push(m);
             }
@@ -809,9 +917,166 @@ mod tests {
             local: Ipv4Addr::LOCALHOST,
             dstport: port,
             ttl: Some(9),
+            dev: None,
+            tos: None,
             learning: true,
         };
         Some((VxlanPort::open(cfg, VxlanTable::shared()).unwrap(), r2, r3))
+    }
+
+    /// `dev` binds every socket to the underlay device, and a missing one is refused with a
+    /// reason; a fixed `tos` is the send sockets' `IP_TOS`.
+    #[test]
+    fn dev_and_tos_are_socket_options() {
+        let cfg = |dev: &str, tos| VxlanConfig {
+            name: "vx".into(),
+            vni: Some(Vni::new(5).unwrap()),
+            local: Ipv4Addr::LOCALHOST,
+            dstport: 47895,
+            ttl: None,
+            dev: Some(dev.into()),
+            tos,
+            learning: true,
+        };
+        let e = VxlanPort::open(cfg("nosuch-qbx0", None), VxlanTable::shared()).unwrap_err();
+        let msg = e.to_string();
+        if msg.contains("CAP_NET_RAW") {
+            eprintln!("SKIPPED: not allowed to bind to a device: {msg}");
+            return;
+        }
+        assert!(
+            msg.contains("dev nosuch-qbx0") && msg.contains("no such device in this namespace"),
+            "{msg}"
+        );
+        let p = VxlanPort::open(
+            cfg("lo", Some(vxlan::OuterTos::Fixed(0x28))),
+            VxlanTable::shared(),
+        )
+        .unwrap();
+        for fd in p.tx.iter().chain([&p.fd]) {
+            let mut tos: libc::c_int = 0;
+            let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+            let mut name = [0u8; libc::IFNAMSIZ];
+            let mut name_len = name.len() as libc::socklen_t;
+            // SAFETY: the out-buffers are live and of the sizes passed.
+            let (rc_tos, rc_dev) = unsafe {
+                (
+                    libc::getsockopt(
+                        fd.as_raw_fd(),
+                        libc::IPPROTO_IP,
+                        libc::IP_TOS,
+                        (&mut tos as *mut libc::c_int).cast(),
+                        &mut len,
+                    ),
+                    libc::getsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_BINDTODEVICE,
+                        name.as_mut_ptr().cast(),
+                        &mut name_len,
+                    ),
+                )
+            };
+            assert_eq!((rc_tos, rc_dev), (0, 0));
+            assert_eq!(tos, 0x28);
+            assert_eq!(&name[..3], b"lo\0");
+        }
+    }
+
+    /// One datagram and the TOS byte it arrived with (`IP_RECVTOS` on `s`).
+    fn recv_with_tos(s: &UdpSocket) -> Option<(Vec<u8>, u8)> {
+        let mut b = vec![0u8; 65536];
+        let mut ctl = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        // SAFETY: plain old data; zeros are valid.
+        let mut m: libc::msghdr = unsafe { mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.as_mut_ptr().cast();
+        m.msg_controllen = mem::size_of_val(&ctl);
+        // SAFETY: `m` points to live buffers of the sizes stated.
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut m, 0) };
+        if n < 0 {
+            return None;
+        }
+        b.truncate(n as usize);
+        let mut tos = None;
+        // SAFETY: the kernel wrote `msg_controllen` bytes of control messages into `ctl`;
+        // the CMSG macros stay within them.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                    tos = Some(*libc::CMSG_DATA(c));
+                }
+                c = libc::CMSG_NXTHDR(&m, c);
+            }
+        }
+        Some((b, tos?))
+    }
+
+    /// `tos inherit`: each datagram's outer TOS is its inner packet's DSCP and ECN (CE leaves
+    /// as ECT(0)), 0 for a frame that is not IP; a run of one length is cut where the TOS
+    /// changes, and each part keeps its own.
+    #[test]
+    fn inherited_tos_follows_each_inner_packet() {
+        let r = UdpSocket::bind(("127.0.0.2", 47896)).unwrap();
+        r.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        crate::sys::setsockopt_int(r.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1).unwrap();
+        let cfg = VxlanConfig {
+            name: "vx".into(),
+            vni: Some(Vni::new(100).unwrap()),
+            local: Ipv4Addr::LOCALHOST,
+            dstport: 47896,
+            ttl: None,
+            dev: None,
+            tos: Some(vxlan::OuterTos::Inherit),
+            learning: true,
+        };
+        let mut p = VxlanPort::open(cfg, VxlanTable::shared()).unwrap();
+        p.table()
+            .lock()
+            .unwrap()
+            .append_flood(Vni::new(100).unwrap(), "127.0.0.2".parse().unwrap());
+        let ip = |ethertype: [u8; 2], b0: u8, b1: u8, len: usize| {
+            let mut f = [0xff; 6].to_vec();
+            f.extend_from_slice(&A);
+            f.extend_from_slice(&ethertype);
+            f.extend_from_slice(&[b0, b1]);
+            f.resize(len, 0);
+            f
+        };
+        // One flow's worth of same-length frames (one source socket: the same MACs, and the
+        // flow hash of frames that are not TCP/UDP reads addresses only), TOS changing.
+        let frames = [
+            (ip([0x08, 0x00], 0x45, 0xb8, 300), 0xb8),
+            (ip([0x08, 0x00], 0x45, 0xb8, 300), 0xb8),
+            (ip([0x08, 0x00], 0x45, 0xbb, 300), 0xba),
+            (ip([0x86, 0xdd], 0x62, 0x80, 300), 0x28),
+            (ip([0x08, 0x06], 0, 1, 300), 0),
+        ];
+        let mut pool = BufPool::new(16);
+        let mut b = Batch::with_capacity(8);
+        for (f, _) in &frames {
+            b.push(qbridge_packet::PacketBuf::from_frame(f));
+        }
+        let rep = p.tx_burst(&mut b, &mut pool).unwrap();
+        assert_eq!(rep.sent, frames.len());
+        // The first two (one length, one TOS) left as one segmented send with both control
+        // messages.
+        assert_eq!(p.segmented_sends(), 1);
+        let mut got: Vec<(Vec<u8>, u8)> = (0..frames.len())
+            .map(|_| recv_with_tos(&r).unwrap())
+            .map(|(d, t)| (d[8..].to_vec(), t))
+            .collect();
+        let mut want: Vec<(Vec<u8>, u8)> = frames.to_vec();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
     }
 
     fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
@@ -991,6 +1256,8 @@ mod tests {
             local: ip.parse().unwrap(),
             dstport: 47893,
             ttl: None,
+            dev: None,
+            tos: None,
             learning: true,
         };
         let Ok(mut x) = VxlanPort::open(cfg("127.0.0.5"), VxlanTable::shared()) else {
@@ -1057,6 +1324,8 @@ mod tests {
             local: "127.0.0.7".parse().unwrap(),
             dstport: 47895,
             ttl: None,
+            dev: None,
+            tos: None,
             learning: true,
         };
         let mut p = VxlanPort::open(cfg, VxlanTable::shared()).unwrap();

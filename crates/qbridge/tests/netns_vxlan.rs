@@ -4,15 +4,21 @@
 //! ```text
 //!  ha (10.20.0.1) ─ qa ┐                                   ┌ kb1 ─ hb (10.20.0.2)
 //!     daemon A: br0 (vlan_filtering 0): p1 (qa), vx0        kernel bridge kbr: kb1, vx0
-//!       vx0: type vxlan id 100 local 192.0.2.1                vx0: kernel vxlan id 100
+//!       vx0: type vxlan id 100 local 192.0.2.1 dev ul         vx0: kernel vxlan id 100
+//!            tos inherit
 //!                  └── ul 192.0.2.1 ═══ veth (MTU 1550) ═══ ul 192.0.2.2 ──┘  nolearning
 //! ```
 //!
 //! Each side's flood list names the other VTEP; nothing else is configured. Checked: ARP
 //! floods and pings both ways; a 1500-byte ping with DF (the underlay MTU raised by the 50
-//! bytes of outer headers, as the kernel's selftests do); a verified TCP transfer both ways;
+//! bytes of outer headers, as the kernel's selftests do); 100 MiB of verified TCP each way;
 //! qbridge's FDB learns hb's MAC on vx0 and `fdb show` prints its VTEP (`dst 192.0.2.2`);
-//! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame; datagrams
+//! tcpdump on the underlay decodes VXLAN (flags I, VNI 100) with the inner frame, and
+//! tshark decodes a capture of the ARP, pings and a short TCP exchange (outer IPv4/UDP 4789,
+//! VNI 100, inner ARP/ICMP/TCP from both hosts) with nothing malformed and no bad IPv4,
+//! UDP, TCP or ICMP checksum, and `tos inherit` giving EF pings an EF outer header
+//! ([`check_capture`]);
+//! `dev` bound to the underlay, a missing `dev` refused with its reason; datagrams
 //! of another VNI and non-VXLAN datagrams are counted drops, not frames. The kernel VTEP's
 //! transmit checksum offload is off: over a veth underlay nothing would complete the inner
 //! checksums it leaves partial (docs/semantics.md, "VXLAN ports").
@@ -20,12 +26,12 @@
 mod support;
 
 use std::time::Duration;
-use support::{exec_in, ip_in, ping, tcp_transfer, Lab};
+use support::{exec_in, ip_in, ping, tcp_transfer, tshark, Host, Lab};
 
 const A: &str = "\
 link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev qa
-link add vx0 type vxlan id 100 local 192.0.2.1 dstport 4789
+link add vx0 type vxlan id 100 local 192.0.2.1 dev ul dstport 4789 tos inherit
 link set dev p1 master br0
 link set dev vx0 master br0
 fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
@@ -52,8 +58,44 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         return;
     }
     let ctl = lab.daemon(&a, A).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || support::ping_ok(&ha, &hb.ip)),
+        "no ping over VXLAN\n{}",
+        ctl.stats_text()
+    );
 
-    // The underlay as tshark/tcpdump sees it while the first pings cross.
+    // 100 MiB of verified TCP both ways.
+    let t = tcp_transfer(&ha, &hb, 100 << 20, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
+    let u = tcp_transfer(&hb, &ha, 100 << 20, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
+    eprintln!(
+        "VXLAN qbridge <-> kernel VTEP: ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s",
+        t.gbit_per_s(),
+        u.gbit_per_s()
+    );
+
+    // The underlay as tshark sees it, from ARP to a short TCP exchange. From here on the
+    // underlay devices have no transmit checksum offload: every outer UDP checksum is
+    // complete on the wire, for tshark to judge (a veth completes none), and each datagram
+    // is captured alone (qbridge's port stops using `UDP_SEGMENT`, which needs the offload;
+    // the 100 MiB above used it). The hosts forget each other, so ARP runs again.
+    for ns in [&a, &b] {
+        exec_in(ns, "ethtool", &["-K", "ul", "tx", "off"]).unwrap();
+    }
+    for h in [&ha, &hb] {
+        ip_in(&h.ns, &["neigh", "flush", "dev", "eth0"]).unwrap();
+    }
+    let capture = tshark::have_tshark().then(|| {
+        tshark::PcapCapture::start(
+            &b,
+            "ul",
+            &lab.dir.join("underlay.pcap"),
+            &["udp", "port", "4789"],
+        )
+        .unwrap()
+    });
+    // And as tcpdump prints it while the first pings cross.
     let dump = std::process::Command::new("ip")
         .args([
             "netns", "exec", &b, "tcpdump", "-nn", "-e", "-v", "-l", "-i", "ul", "-c", "8",
@@ -122,6 +164,33 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "1500-byte ping back: {out:?}"
     );
 
+    // `tos inherit`: an EF-marked ping's datagrams carry DSCP EF outside too.
+    let out = exec_in(
+        &ha.ns,
+        "ping",
+        &["-c", "2", "-W", "2", "-Q", "0xb8", &hb.ip],
+    );
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains(" 0% packet loss")),
+        "{out:?}"
+    );
+    // A short verified TCP exchange inside the capture, then tshark's reading of it.
+    for (from, to) in [(&ha, &hb), (&hb, &ha)] {
+        tcp_transfer(from, to, 1 << 20, Duration::from_secs(30)).unwrap_or_else(|e| {
+            panic!(
+                "TCP {} -> {}: {e}\n{}",
+                from.name,
+                to.name,
+                ctl.stats_text()
+            )
+        });
+    }
+    if let Some(cap) = capture {
+        check_capture(&cap.stop(), &ha, &hb);
+    } else {
+        eprintln!("tshark is not installed (scripts/test.sh installs it): capture not decoded");
+    }
+
     // qbridge learned hb behind vx0, and its VTEP.
     assert!(ctl.fdb_has(&hb.mac, "vx0").unwrap(), "{:?}", ctl.fdb());
     let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
@@ -147,16 +216,32 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
         "{j}"
     );
 
-    // Verified TCP both ways.
-    let t = tcp_transfer(&ha, &hb, 20 << 20, Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
-    let u = tcp_transfer(&hb, &ha, 20 << 20, Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
-    eprintln!(
-        "VXLAN qbridge <-> kernel VTEP: ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s",
-        t.gbit_per_s(),
-        u.gbit_per_s()
+    // `dev` names a device of the namespace, or the port is refused with the reason.
+    let e = ctl
+        .cmd(&[
+            "link",
+            "add",
+            "vx1",
+            "type",
+            "vxlan",
+            "id",
+            "5",
+            "local",
+            "192.0.2.1",
+            "dstport",
+            "4790",
+            "dev",
+            "nosuch0",
+        ])
+        .unwrap_err();
+    assert!(
+        e.contains("dev nosuch0") && e.contains("no such device in this namespace"),
+        "{e}"
     );
+    assert!(ctl.cmd(&["link", "show", "dev", "vx1"]).is_err());
+    let j = ctl.json(&["link", "show", "dev", "vx0"]).unwrap();
+    assert_eq!(j[0]["backend"]["link"], "ul", "{j}");
+    assert_eq!(j[0]["backend"]["tos"], "inherit", "{j}");
 
     // Another VNI and a datagram that is not VXLAN: counted drops, nothing forwarded.
     let send = "import socket,sys\n\
@@ -176,6 +261,73 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
             "a dropped datagram's source was learned"
         );
     }
+}
+
+/// tshark's reading of the underlay capture `pcap` (datagrams to and from 4789): every frame
+/// is outer Ethernet/IPv4/UDP to 4789 with VXLAN VNI 100 and an inner Ethernet frame; ARP,
+/// ICMP and TCP inside, from both hosts behind their VTEPs; nothing malformed, no bad IPv4,
+/// UDP, TCP or ICMP checksum, inner or outer (the underlays have `tx off` meanwhile: with the
+/// offload, both VTEPs leave the outer UDP checksum partial, which a veth never completes and
+/// the receiving kernel accepts as it is; a NIC would fill it in).
+fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
+    let d = tshark::decode(pcap, &["ip", "udp", "tcp"]).unwrap();
+    let vx = "eth:ethertype:ip:udp:vxlan:eth:ethertype:";
+    assert!(d.count(&format!("{vx}arp")) >= 2, "{:#?}", d.frames);
+    assert!(d.count(&format!("{vx}ip:icmp")) >= 8, "{:#?}", d.frames);
+    assert!(
+        d.count(&format!("{vx}ip:tcp")) >= 100,
+        "{} frames",
+        d.frames.len()
+    );
+    for f in &d.frames {
+        assert!(f.protocols.starts_with(vx), "{f:?}");
+        assert_eq!(f.vni, [100], "{f:?}");
+        assert_eq!(f.udp_dstport.first(), Some(&4789), "{f:?}");
+    }
+    for (mac, outer) in [(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")] {
+        assert!(
+            d.frames
+                .iter()
+                .any(|f| f.ip_src.first().map(String::as_str) == Some(outer)
+                    && f.eth_src
+                        .get(1)
+                        .is_some_and(|m| m.eq_ignore_ascii_case(mac))),
+            "no frame of {mac} from VTEP {outer}"
+        );
+    }
+    // `tos inherit` on qbridge's side: the outer TOS is the inner one (EF pings: 0xb8);
+    // the kernel VTEP's default (`tos 0`) sends 0.
+    for f in &d.frames {
+        if f.protocols.ends_with(":ip:icmp:data")
+            && f.ip_src.first().map(String::as_str) == Some("192.0.2.1")
+        {
+            assert_eq!(f.dsfield.len(), 2, "{f:?}");
+            assert_eq!(
+                f.dsfield[0], f.dsfield[1],
+                "outer TOS is not the inner one: {f:?}"
+            );
+        }
+    }
+    assert!(
+        d.frames.iter().any(
+            |f| f.ip_src.first().map(String::as_str) == Some("192.0.2.1")
+                && f.dsfield == [0xb8, 0xb8]
+        ),
+        "no EF datagram from qbridge"
+    );
+    assert!(
+        d.errors.is_empty(),
+        "tshark: malformed or bad checksums:\n{}",
+        d.errors.join("\n")
+    );
+    // Each datagram was captured alone (no super-packet of which tshark would read only the
+    // first datagram): at most the underlay's MTU and its Ethernet header.
+    let longest = d.frames.iter().map(|f| f.len).max().unwrap_or(0);
+    assert!(longest <= 1550 + 14, "a {longest}-byte packet was captured");
+    eprintln!(
+        "tshark: {} VXLAN frames decoded, none malformed, no bad checksum; longest {longest} bytes",
+        d.frames.len()
+    );
 }
 
 /// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,

@@ -19,6 +19,9 @@
 //! which reads through every well-known VLAN tag, so two customer flows inside one S-VLAN get
 //! different ports.
 //!
+//! [`inherited_tos`] is the outer TOS byte of `tos inherit`: the inner IPv4/IPv6 DSCP and ECN
+//! (RFC 6040 normal mode), read through the same tags.
+//!
 //! No I/O, no allocation.
 
 use crate::{Error, Result};
@@ -130,6 +133,69 @@ impl Repr {
     }
 }
 
+/// The outer IPv4 TOS byte (DSCP and ECN) of a VXLAN port's datagrams: ip-link(8)'s `tos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OuterTos {
+    /// One value for every datagram; its two ECN bits are zero (the kernel reads `tos 1` as
+    /// `inherit`, so a value with ECN bits set has no one meaning).
+    Fixed(u8),
+    /// The inner IPv4 or IPv6 packet's DSCP and ECN ([`inner_tos`]), per frame; 0 for other
+    /// frames (ARP, ...), as Linux's `tos inherit`.
+    Inherit,
+}
+
+impl OuterTos {
+    /// The two ECN bits of a TOS byte.
+    pub const ECN_MASK: u8 = 0x03;
+
+    /// A fixed TOS; `None` when its ECN bits are not zero.
+    pub const fn fixed(tos: u8) -> Option<OuterTos> {
+        if tos & Self::ECN_MASK == 0 {
+            Some(OuterTos::Fixed(tos))
+        } else {
+            None
+        }
+    }
+}
+
+/// The DSCP and ECN byte of the IPv4 or IPv6 packet in inner frame `frame`, read through
+/// every well-known VLAN tag (IPv4's TOS, IPv6's Traffic Class); 0 for any other frame or a
+/// frame too short to tell. Total on any input.
+pub fn inner_tos(frame: &[u8]) -> u8 {
+    let mut at = crate::ethernet::ADDRS_LEN;
+    // At most 8 tags, as the header parser reads (a longer stack is not IP to us).
+    for _ in 0..=8 {
+        let Some(t) = frame.get(at..at + 2) else {
+            return 0;
+        };
+        let ethertype = u16::from_be_bytes([t[0], t[1]]);
+        if crate::Tpid(ethertype).is_well_known() {
+            at += 4;
+            continue;
+        }
+        let l3 = frame.get(at + 2..at + 4).unwrap_or_default();
+        return match (ethertype, l3) {
+            (0x0800, [vihl, tos]) if vihl >> 4 == 4 => *tos,
+            (0x86dd, [v_tc, tc_fl]) if v_tc >> 4 == 6 => (v_tc << 4) | (tc_fl >> 4),
+            _ => 0,
+        };
+    }
+    0
+}
+
+/// The outer TOS byte `tos inherit` gives inner frame `frame` (as Linux's
+/// `ip_tunnel_ecn_encap`): the inner DSCP, and the inner ECN field by RFC 6040 §4.1's normal
+/// mode — copied, except CE, which leaves as ECT(0) (congestion marked on the way in is not
+/// the underlay's to report again).
+pub fn inherited_tos(frame: &[u8]) -> u8 {
+    let inner = inner_tos(frame);
+    if inner & OuterTos::ECN_MASK == OuterTos::ECN_MASK {
+        (inner & !OuterTos::ECN_MASK) | 0x02
+    } else {
+        inner
+    }
+}
+
 /// The outer UDP source port for inner frame `frame` (RFC 7348 §5): its flow hash folded into
 /// `SOURCE_PORT_MIN..=65535`. Frames of one flow always get one port; total on any input.
 pub fn source_port(frame: &[u8]) -> u16 {
@@ -147,6 +213,51 @@ pub fn source_port_of_hash(hash: u32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inner_tos_reads_ipv4_and_ipv6_through_tags() {
+        let macs = [0u8; 12];
+        // IPv4, TOS 0xb8 (EF) with ECT(0) (0x02): 0xba.
+        let v4 = [&macs[..], &[0x08, 0x00, 0x45, 0xba, 0, 20][..]].concat();
+        assert_eq!(inner_tos(&v4), 0xba);
+        assert_eq!(inherited_tos(&v4), 0xba);
+        // CE (0x03) leaves as ECT(0) (RFC 6040 normal mode); Not-ECT stays Not-ECT.
+        let ce = [&macs[..], &[0x08, 0x00, 0x45, 0xbb, 0, 20][..]].concat();
+        assert_eq!((inner_tos(&ce), inherited_tos(&ce)), (0xbb, 0xba));
+        let not_ect = [&macs[..], &[0x08, 0x00, 0x45, 0x28, 0, 20][..]].concat();
+        assert_eq!(inherited_tos(&not_ect), 0x28);
+        // The same inside an S-tag and a C-tag.
+        let qinq = [
+            &macs[..],
+            &[0x88, 0xa8, 0, 10, 0x81, 0x00, 0, 20, 0x08, 0x00, 0x45, 0xba][..],
+        ]
+        .concat();
+        assert_eq!(inner_tos(&qinq), 0xba);
+        // IPv6, Traffic Class 0x2a (AF11 0x28 with ECT(0) 0x02): nibbles 6 2, a 0.
+        let v6 = [&macs[..], &[0x86, 0xdd, 0x62, 0xa0, 0, 0][..]].concat();
+        assert_eq!(inner_tos(&v6), 0x2a);
+        // ARP, truncated frames, a wrong IP version: 0.
+        let arp = [&macs[..], &[0x08, 0x06, 0, 1][..]].concat();
+        assert_eq!(inner_tos(&arp), 0);
+        assert_eq!(inner_tos(&v4[..15]), 0);
+        assert_eq!(inner_tos(&[]), 0);
+        let bad = [&macs[..], &[0x08, 0x00, 0x65, 0xba][..]].concat();
+        assert_eq!(inner_tos(&bad), 0);
+        // A stack of tags only: 0, no panic.
+        let tags: Vec<u8> = macs
+            .iter()
+            .copied()
+            .chain([0x81, 0x00, 0, 1].iter().copied().cycle().take(40))
+            .collect();
+        assert_eq!(inner_tos(&tags), 0);
+    }
+
+    #[test]
+    fn fixed_tos_refuses_ecn_bits() {
+        assert_eq!(OuterTos::fixed(0x28), Some(OuterTos::Fixed(0x28)));
+        assert_eq!(OuterTos::fixed(0x29), None);
+        assert_eq!(OuterTos::fixed(1), None);
+    }
 
     /// RFC 7348 §5's layout, VNI 100 (0x000064): flags 0x08, three reserved bytes, the VNI in
     /// network order, one reserved byte. The bytes a kernel vxlan device sends (tshark:

@@ -1,17 +1,20 @@
-//! `link add NAME type vxlan {id VNI | external [vnifilter]} local ADDR [dstport PORT] [ttl N]
-//! [learning on|off]` (ip-link(8)'s words; `nolearning` as ip-link accepts it), the `dst IP` of
-//! `fdb` lines, and `vni add|del|show` (bridge(8)'s vnifilter words).
+//! `link add NAME type vxlan {id VNI | external [vnifilter]} local ADDR [dev UNDERLAY]
+//! [dstport PORT] [ttl N] [tos T|inherit] [learning on|off]` (ip-link(8)'s words; `nolearning`
+//! and `dsfield` as ip-link accepts them), the `dst IP` of `fdb` lines, and `vni add|del|show`
+//! (bridge(8)'s vnifilter words).
 
 use super::*;
-use crate::vxlan::{VxlanSpec, VNI_MAX};
+use crate::vxlan::{OuterTos, VxlanSpec, VNI_MAX};
 use std::net::Ipv4Addr;
 
-const EXPECTED: &str = "id, external, vnifilter, local, dstport, ttl, learning or nolearning";
+const EXPECTED: &str =
+    "id, external, vnifilter, local, dev, dstport, ttl, tos, learning or nolearning";
 
 /// The words after `type vxlan`.
 pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand, ControlError> {
     let (mut id, mut local, mut dstport, mut ttl, mut learning) = (None, None, None, None, None);
     let (mut external, mut vnifilter) = (None, None);
+    let (mut dev, mut tos) = (None, None);
     let table = [
         exact("external"),
         exact("vnifilter"),
@@ -19,8 +22,11 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
         exact("vni"),
         exact("local"),
         exact("dstport"),
+        exact("dev"),
         exact("ttl"),
         exact("hoplimit"),
+        exact("tos"),
+        exact("dsfield"),
         exact("learning"),
         exact("nolearning"),
     ];
@@ -64,6 +70,14 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
                 }
                 set_once(&mut ttl, "ttl", n as u8)?;
             }
+            "dev" => {
+                let v = w.value(kw, "the underlay's interface name")?;
+                set_once(&mut dev, kw, parse_ifname("dev", v)?)?;
+            }
+            "tos" | "dsfield" => {
+                let v = w.value(kw, "a TOS byte (0x00-0xfc, ECN bits 0) or inherit")?;
+                set_once(&mut tos, "tos", parse_tos(v)?)?;
+            }
             "learning" => set_once(
                 &mut learning,
                 kw,
@@ -104,6 +118,8 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             local,
             dstport: dstport.unwrap_or(4789),
             ttl,
+            dev,
+            tos,
             learning: learning.unwrap_or(true),
             remotes: Vec::new(),
             external,
@@ -180,5 +196,45 @@ pub(super) fn parse_vni(w: &mut Words<'_>) -> Result<VniCommand, ControlError> {
         VniCommand::Add { dev, vnis }
     } else {
         VniCommand::Del { dev, vnis }
+    })
+}
+
+/// An interface name as the kernel takes it: 1-15 bytes, no `/`, whitespace or NUL.
+fn parse_ifname(what: &'static str, s: &str) -> Result<String, ControlError> {
+    let bad = s.is_empty()
+        || s.len() > 15
+        || s == "."
+        || s == ".."
+        || s.chars()
+            .any(|c| c == '/' || c == '\0' || c.is_whitespace());
+    if bad {
+        return Err(ControlError::BadValue {
+            what,
+            value: s.to_string(),
+            expected: "an interface name (1-15 bytes, no '/' or spaces)",
+        });
+    }
+    Ok(s.to_string())
+}
+
+/// `inherit`, or a TOS byte in decimal or `0x` hex whose two ECN bits are 0 (the kernel reads
+/// `tos 1` as `inherit`; the ECN bits of a fixed TOS would mark every datagram).
+fn parse_tos(s: &str) -> Result<OuterTos, ControlError> {
+    if s == "inherit" {
+        return Ok(OuterTos::Inherit);
+    }
+    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u8::from_str_radix(h, 16).ok(),
+        None => s.parse::<u8>().ok(),
+    };
+    let n = n.ok_or_else(|| ControlError::BadValue {
+        what: "tos",
+        value: s.to_string(),
+        expected: "a TOS byte (0-255, or 0x00-0xff) or inherit",
+    })?;
+    OuterTos::fixed(n).ok_or_else(|| ControlError::BadValue {
+        what: "tos",
+        value: s.to_string(),
+        expected: "a TOS byte whose two ECN bits are 0 (a multiple of 4), or inherit",
     })
 }

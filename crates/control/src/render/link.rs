@@ -50,6 +50,12 @@ enum BackendJson<'a> {
         dstport: u16,
         #[serde(skip_serializing_if = "Option::is_none")]
         ttl: Option<u8>,
+        /// The underlay device (`dev`), under ip -j -d's key for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        link: Option<&'a str>,
+        /// `inherit` or the byte in hex, as ip -j -d prints it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tos: Option<String>,
         learning: bool,
     },
 }
@@ -280,6 +286,8 @@ fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
             local: v.local.to_string(),
             dstport: v.dstport,
             ttl: v.ttl,
+            link: v.dev.as_deref(),
+            tos: v.tos.map(crate::vxlan::tos_word),
             learning: v.learning,
         },
         PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {

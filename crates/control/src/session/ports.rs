@@ -379,6 +379,8 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             ("local", s(&v.local)),
             ("dstport", s(&v.dstport)),
             ("ttl", v.ttl.map(|t| t.to_string())),
+            ("dev", v.dev.clone()),
+            ("tos", v.tos.map(crate::vxlan::tos_word)),
             ("learning", on_off(v.learning)),
         ],
         PortSpec::AfPacket {

@@ -669,4 +669,77 @@ mod tests {
         assert_eq!(t.running_config(), rc);
         run(&mut s, "fdb del 02:00:00:00:00:02 dev vx0 dst 10.0.0.2").unwrap();
     }
+
+    /// `dev` and `tos` (ip-link's words): parsed, shown (text and `-j`, under ip's keys
+    /// `link` and `tos`), written to the running configuration, refused with reasons.
+    #[test]
+    fn vxlan_dev_and_tos() {
+        let mut s = Session::new();
+        for l in [
+            "link add vx0 type vxlan id 100 local 10.0.0.1 dev ul tos 0x28",
+            "link add vx1 type vxlan id 101 local 10.0.0.1 dsfield inherit dstport 4790",
+            "link add vx2 type vxlan id 102 local 10.0.0.1 tos 184",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let link = run(&mut s, "link show dev vx0").unwrap();
+        assert!(
+            link.starts_with(
+                "vx0: vxlan id 100 local 10.0.0.1 dev ul dstport 4789 tos 0x28 learning on"
+            ),
+            "{link}"
+        );
+        let j = s
+            .execute_line(
+                "link show dev vx1",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert!(j.contains(r#""tos":"inherit""#), "{j}");
+        assert!(!j.contains(r#""link":"#), "{j}");
+        let j = s
+            .execute_line(
+                "link show dev vx0",
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap();
+        assert!(
+            j.contains(r#""link":"ul""#) && j.contains(r#""tos":"0x28""#),
+            "{j}"
+        );
+        let rc = s.running_config();
+        for want in [
+            "type vxlan id 100 local 10.0.0.1 dev ul dstport 4789 tos 0x28 learning on\n",
+            "type vxlan id 101 local 10.0.0.1 dstport 4790 tos inherit learning on\n",
+            "type vxlan id 102 local 10.0.0.1 dstport 4789 tos 0xb8 learning on\n",
+        ] {
+            assert!(rc.contains(want), "{want}\n{rc}");
+        }
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        for (line, says) in [
+            ("tos 0x29", "ECN bits are 0"),
+            ("tos 1", "ECN bits are 0"),
+            ("tos 256", "0-255"),
+            ("tos cs1", "0-255"),
+            ("dev a/b", "interface name"),
+            ("dev abcdefghijklmnop", "interface name"),
+            ("dev ul dev ul2", "twice"),
+        ] {
+            let e = run(
+                &mut s,
+                &format!("link add vx9 type vxlan id 9 local 10.0.0.1 {line}"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(says), "{line}: {e}");
+        }
+    }
 }

@@ -36,11 +36,13 @@ pub(super) fn open_vxlan(
         local: spec.local,
         dstport: spec.dstport,
         ttl: spec.ttl,
+        dev: spec.dev.clone(),
+        tos: spec.tos,
         learning: spec.learning,
     };
     let port = VxlanPort::open(cfg, table.clone()).map_err(|e| format!("port {name}: {e}"))?;
     tracing::info!(
-        "port {name}: vxlan {} on {}:{} (learning {})",
+        "port {name}: vxlan {} on {}:{}{} (learning {})",
         if spec.external {
             "external".to_string()
         } else {
@@ -48,6 +50,9 @@ pub(super) fn open_vxlan(
         },
         spec.local,
         spec.dstport,
+        spec.dev
+            .as_deref()
+            .map_or(String::new(), |d| format!(" dev {d}")),
         if spec.learning { "on" } else { "off" }
     );
     let queues = distribute(vec![Box::new(port)], workers, rotate)

@@ -21,6 +21,7 @@
 #![allow(dead_code)]
 
 pub mod ovs;
+pub mod tshark;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

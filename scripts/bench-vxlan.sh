@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# TCP through VXLAN between two hosts, one run, four VTEP pairs side by side, as root:
+#
+#   ha ═ veth ═ [VTEP A] ═══ underlay veth, MTU 1550 ═══ [VTEP B] ═ veth ═ hb
+#
+#   qbridge-kernel  A: qbridge daemon, vx0 type vxlan id 100 (the release build)
+#                   B: kernel vxlan device id 100 in a kernel bridge
+#   kernel-kernel   A and B: kernel vxlan devices in kernel bridges
+#   ovs-kernel      A: Open vSwitch, netdev datapath: br-phy (underlay address, ul) and
+#                   br-int (qa, vx0 type=vxlan options:key=100); B: kernel
+#   qbridge-ovs     A: qbridge; B: Open vSwitch netdev
+#
+# iperf3 from ha to hb (A -> B) and back (-R, B -> A), 1 and 4 streams, SECONDS each; the
+# receiver's rate in Gbit/s. Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
+# a kernel vxlan device has `tx off`; a VTEP that sends to OVS has its underlay `tx off`;
+# the host behind OVS has `tx off`. Results go to docs/benchmarks-live.md by hand.
+#
+#   scripts/bench-vxlan.sh [SECONDS] [WORKERS]        (defaults 5 and 2)
+set -euo pipefail
+secs=${1:-5}
+workers=${2:-2}
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
+for t in iperf3 ethtool python3; do
+  command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs it)"; exit 1; }
+done
+have_ovs=1
+[ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null || have_ovs=0
+cargo build --release --locked -q -p qbridge
+bin=$PWD/target/release/qbridge
+tmp=$(mktemp -d)
+p=qbvx$$
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for f in "$tmp"/ovs/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  sleep 0.5
+  for n in a b ha hb; do ip netns del $p-$n 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+kernel_vtep() { # NS LOCAL REMOTE PORT
+  local ns=$1
+  ip -n $ns link add vx0 type vxlan id 100 local $2 dstport 4789 nolearning
+  ip -n $ns link set vx0 mtu 1500
+  ip netns exec $ns ethtool -K vx0 tx off >/dev/null
+  ip -n $ns link add kbr type bridge
+  ip -n $ns link set vx0 master kbr
+  ip -n $ns link set $4 master kbr
+  ip netns exec $ns bridge fdb append 00:00:00:00:00:00 dev vx0 dst $3
+  ip -n $ns link set vx0 up
+  ip -n $ns link set kbr up
+}
+
+qbridge_vtep() { # NS LOCAL REMOTE PORT
+  cat > "$tmp/$1.batch" <<EOF
+link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev $4
+link add vx0 type vxlan id 100 local $2 dstport 4789
+link set dev p1 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst $3
+EOF
+  ip netns exec $1 "$bin" daemon -batch "$tmp/$1.batch" --socket "$tmp/$1.sock" \
+    --workers "$workers" >"$tmp/$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && return 0; sleep 0.05; done
+  echo "qbridge did not start:"; cat "$tmp/$1.log"; exit 1
+}
+
+ovs_vtep() { # NS LOCAL REMOTE PORT
+  local d=$tmp/ovs ns=$1
+  rm -rf "$d"; mkdir -p "$d"
+  export OVS_RUNDIR=$d OVS_DBDIR=$d OVS_LOGDIR=$d OVS_SYSCONFDIR=$d
+  ovsdb-tool create "$d/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+  ip netns exec $ns ovsdb-server "$d/conf.db" --remote=punix:$d/db.sock \
+    --pidfile=$d/ovsdb-server.pid --unixctl=$d/ovsdb-server.ctl \
+    --log-file=$d/ovsdb-server.log --no-chdir --detach 2>"$d/ovsdb-server.err"
+  local v="ovs-vsctl --db=unix:$d/db.sock --timeout=10"
+  $v --no-wait init
+  ip netns exec $ns ovs-vswitchd unix:$d/db.sock --pidfile=$d/ovs-vswitchd.pid \
+    --unixctl=$d/ovs-vswitchd.ctl --log-file=$d/ovs-vswitchd.log --no-chdir --detach \
+    2>"$d/ovs-vswitchd.err"
+  $v add-br br-phy -- set bridge br-phy datapath_type=netdev -- add-port br-phy ul
+  $v add-br br-int -- set bridge br-int datapath_type=netdev -- add-port br-int $4 \
+    -- add-port br-int vx0 -- set interface vx0 type=vxlan options:remote_ip=$3 options:key=100
+  ip -n $ns addr add $2/24 dev br-phy
+  ip -n $ns link set br-phy mtu 1550
+  ip -n $ns link set br-phy up
+  ip -n $ns link set br-int up
+}
+
+stop_ovs() {
+  for f in "$tmp"/ovs/ovs-vswitchd.pid "$tmp"/ovs/ovsdb-server.pid; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
+  sleep 0.5
+}
+
+rate() { # ARGS…: iperf3 client args; prints Gbit/s received
+  ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" "$@" 2>/dev/null |
+    python3 -c 'import json,sys
+try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))
+except Exception: print("fail")'
+}
+
+pair() { # A-KIND B-KIND
+  local ka=$1 kb=$2
+  for n in a b ha hb; do
+    ip netns add $p-$n; ip -n $p-$n link set lo up
+    ip netns exec $p-$n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  done
+  ip -n $p-a link add ul type veth peer name ul netns $p-b
+  ip -n $p-ha link add eth0 type veth peer name qa netns $p-a
+  ip -n $p-hb link add eth0 type veth peer name kb1 netns $p-b
+  for x in "a ul" "b ul" "ha eth0" "hb eth0" "a qa" "b kb1"; do
+    set -- $x; ip -n $p-$1 link set $2 up
+  done
+  ip -n $p-ha addr add 10.20.0.1/24 dev eth0
+  ip -n $p-hb addr add 10.20.0.2/24 dev eth0
+  for s in a b; do ip -n $p-$s link set ul mtu 1550; done
+  [ "$ka" = ovs ] || ip -n $p-a addr add 192.0.2.1/24 dev ul
+  [ "$kb" = ovs ] || ip -n $p-b addr add 192.0.2.2/24 dev ul
+  # Checksum facts of a veth underlay (header comment).
+  [ "$kb" = ovs ] && ip netns exec $p-a ethtool -K ul tx off >/dev/null
+  [ "$ka" = ovs ] && ip netns exec $p-b ethtool -K ul tx off >/dev/null
+  [ "$ka" = ovs ] && ip netns exec $p-ha ethtool -K eth0 tx off >/dev/null
+  [ "$kb" = ovs ] && ip netns exec $p-hb ethtool -K eth0 tx off >/dev/null
+  ${ka}_vtep $p-a 192.0.2.1 192.0.2.2 qa
+  ${kb}_vtep $p-b 192.0.2.2 192.0.2.1 kb1
+  ip netns exec $p-hb iperf3 -s -D --pidfile "$tmp/iperf.pid" >/dev/null
+  local ok=0
+  for _ in $(seq 50); do
+    if ip netns exec $p-ha ping -c 1 -W 1 10.20.0.2 >/dev/null 2>&1; then ok=1; break; fi
+  done
+  local r
+  if [ $ok = 1 ]; then
+    sleep 0.3
+    r="$(rate -P 1) $(rate -P 4) $(rate -R -P 1) $(rate -R -P 4)"
+  else
+    r="no-ping no-ping no-ping no-ping"
+  fi
+  printf '%-16s %s\n' "$ka-$kb" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}'
+  [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  pids=()
+  stop_ovs
+  for n in a b ha hb; do ip netns del $p-$n; done
+  rm -f "$tmp"/*.sock "$tmp/iperf.pid"
+}
+
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
+printf '%-16s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4"
+pair qbridge kernel
+pair kernel kernel
+if [ $have_ovs = 1 ]; then
+  pair ovs kernel
+  pair qbridge ovs
+else
+  echo "(Open vSwitch is not installed: no OVS pairs; scripts/test.sh installs it)"
+fi
