@@ -1,6 +1,9 @@
 //! The program, frame by frame, through `BPF_PROG_TEST_RUN` (root; skipped otherwise): what
 //! it forwards, with the exact bytes that leave, and why it sends the rest up.
 
+mod common;
+
+use common::{action, key, skip};
 use qbridge_fastpath::*;
 use std::process::Command;
 
@@ -69,41 +72,6 @@ fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)], len: usize) -> Vec<u8>
         i = i.wrapping_add(1);
     }
     f
-}
-
-fn key(port: u32, dst: [u8; 6], tags: &[(u16, u16)]) -> FlowKey {
-    let mut k = FlowKey {
-        in_port: port,
-        dst,
-        ntags: tags.len() as u8,
-        ethertype_be: 0x0800u16.to_be(),
-        ..FlowKey::default()
-    };
-    for (i, (tpid, tci)) in tags.iter().enumerate() {
-        k.tpid_be[i] = tpid.to_be();
-        k.tci_be[i] = tci.to_be();
-    }
-    k
-}
-
-fn action(gen: u32, out_ifindex: u32, out_port: u32, fid: u16, push: &[(u16, u16)]) -> FlowAction {
-    let mut a = FlowAction {
-        generation: gen,
-        out_ifindex,
-        out_port,
-        dst_version: 7,
-        fid,
-        vlan_slot: fid,
-        min_len: 60,
-        max_len: 1522,
-        push_n: push.len() as u8,
-        ..FlowAction::default()
-    };
-    for (i, (tpid, tci)) in push.iter().enumerate() {
-        a.push_tpid_be[i] = tpid.to_be();
-        a.push_tci_be[i] = tci.to_be();
-    }
-    a
 }
 
 fn learn(fp: &mut FastPath, fid: u16, mac: [u8; 6], port: u32, version: u32) {
@@ -316,13 +284,4 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
-}
-
-/// Says why a test does nothing; with `QBRIDGE_REQUIRE_NETNS=1` (the test command as root)
-/// that is a failure instead.
-fn skip(why: &str) {
-    if std::env::var_os("QBRIDGE_REQUIRE_NETNS").is_some_and(|v| v == "1") {
-        panic!("cannot run: {why} (QBRIDGE_REQUIRE_NETNS=1)");
-    }
-    eprintln!("skipped: {why}");
 }

@@ -1,0 +1,59 @@
+//! What the fast path's tests share: flow keys and actions as the pipeline would install
+//! them, and the skip rule.
+#![allow(dead_code)]
+
+use qbridge_fastpath::{FlowAction, FlowKey};
+
+/// The key of an IPv4 frame to `dst` arriving on port `port` with `tags` (TPID, TCI), outer
+/// first.
+pub fn key(port: u32, dst: [u8; 6], tags: &[(u16, u16)]) -> FlowKey {
+    let mut k = FlowKey {
+        in_port: port,
+        dst,
+        ntags: tags.len() as u8,
+        ethertype_be: 0x0800u16.to_be(),
+        ..FlowKey::default()
+    };
+    for (i, (tpid, tci)) in tags.iter().enumerate() {
+        k.tpid_be[i] = tpid.to_be();
+        k.tci_be[i] = tci.to_be();
+    }
+    k
+}
+
+/// An action of generation `gen`: to `out_ifindex` (port `out_port`) in FID `fid`, leaving
+/// with `push` (outer first); the destination's FDB version 7, frames of 60 to 1522 bytes.
+pub fn action(
+    gen: u32,
+    out_ifindex: u32,
+    out_port: u32,
+    fid: u16,
+    push: &[(u16, u16)],
+) -> FlowAction {
+    let mut a = FlowAction {
+        generation: gen,
+        out_ifindex,
+        out_port,
+        dst_version: 7,
+        fid,
+        vlan_slot: fid,
+        min_len: 60,
+        max_len: 1522,
+        push_n: push.len() as u8,
+        ..FlowAction::default()
+    };
+    for (i, (tpid, tci)) in push.iter().enumerate() {
+        a.push_tpid_be[i] = tpid.to_be();
+        a.push_tci_be[i] = tci.to_be();
+    }
+    a
+}
+
+/// Says why a test does nothing; with `QBRIDGE_REQUIRE_NETNS=1` (the test command as root)
+/// that is a failure instead.
+pub fn skip(why: &str) {
+    if std::env::var_os("QBRIDGE_REQUIRE_NETNS").is_some_and(|v| v == "1") {
+        panic!("cannot run: {why} (QBRIDGE_REQUIRE_NETNS=1)");
+    }
+    eprintln!("skipped: {why}");
+}
