@@ -4,6 +4,7 @@
 //! to interfaces, fills its maps, reads its counters, and runs frames through it with
 //! `BPF_PROG_TEST_RUN` for the exactness tests. docs/fast-path-design.md.
 
+mod compile;
 pub mod maps;
 mod testrun;
 
@@ -11,6 +12,7 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use std::collections::BTreeMap;
 
+pub use compile::{compile, Decision, NotCached};
 pub use maps::{
     Config, FdbEntry, FdbKey, FlowAction, FlowKey, Miss, Port, PortStats, VlanStats, HIT_INDEX,
     PORT_ENABLED,

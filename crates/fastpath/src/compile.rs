@@ -1,0 +1,219 @@
+//! A flow from a forwarded frame: the pipeline forwarded `input` (as received on port
+//! `in_port`) as `output` (as sent on one egress port); if `output` is `input` with its tag
+//! stack replaced — same addresses, same EtherType and payload — the decision is the flow
+//! `key → pop the input's tags, push the output's`, which the program executes without
+//! knowing any tagging rule. Anything else the pipeline did (a tag the program cannot edit,
+//! a rewrite beyond the tags) is not cached, with the reason.
+
+use crate::maps::{FlowAction, FlowKey, MAX_TAGS};
+
+const TPID_8021Q: u16 = 0x8100;
+const TPID_8021AD: u16 = 0x88a8;
+
+/// What the pipeline decided for one frame, and what the flow needs besides the two frames.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    /// The ingress port's index (the program's `qb_port.index`).
+    pub in_port: u32,
+    /// TPIDs the ingress port takes as tags besides 0x8100/0x88a8 (0: none).
+    pub in_extra_tpids: [u16; 2],
+    /// The frame as received (tags inline, as on the wire).
+    pub input: &'a [u8],
+    /// The frame as the pipeline sent it on the egress port.
+    pub output: &'a [u8],
+    pub out_ifindex: u32,
+    pub out_port: u32,
+    /// The FDB id the frame was classified into, and the destination's entry version.
+    pub fid: u16,
+    pub dst_version: u32,
+    pub vlan_slot: u16,
+    pub generation: u32,
+    /// The frame lengths (as received) the pipeline treats alike: shorter ones are runts to
+    /// it, longer ones too long for the egress port.
+    pub min_len: u16,
+    pub max_len: u16,
+}
+
+/// Why a decision is not cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCached {
+    /// Either frame is shorter than its headers.
+    Short,
+    /// The destination is a group address (floods are never cached).
+    Group,
+    /// More tags than the program edits, or a TPID it does not (on either side).
+    Tags,
+    /// The output differs from the input beyond the tag stack.
+    Rewrite,
+}
+
+/// The tags at the front of `frame` (after the addresses) that the program parses: up to
+/// [`MAX_TAGS`] of 0x8100/0x88a8; then the EtherType and the payload's offset. `None` when
+/// the frame is too short; `Err` when there are more, or a TPID in `extra`.
+#[allow(clippy::type_complexity)]
+fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(Vec<(u16, u16)>, u16, usize), NotCached> {
+    let be = |o: usize| -> Result<u16, NotCached> {
+        frame
+            .get(o..o + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or(NotCached::Short)
+    };
+    let mut off = 12;
+    let mut out = Vec::new();
+    let mut proto = be(off)?;
+    while proto == TPID_8021Q || proto == TPID_8021AD {
+        if out.len() == MAX_TAGS {
+            return Err(NotCached::Tags);
+        }
+        out.push((proto, be(off + 2)?));
+        off += 4;
+        proto = be(off)?;
+    }
+    if extra.iter().any(|&t| t != 0 && t == proto) {
+        return Err(NotCached::Tags);
+    }
+    Ok((out, proto, off + 2))
+}
+
+/// The flow of `d`, or why there is none.
+pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
+    if d.input.len() < 14 || d.output.len() < 14 {
+        return Err(NotCached::Short);
+    }
+    if d.input[0] & 1 != 0 {
+        return Err(NotCached::Group);
+    }
+    let (in_tags, proto, in_payload) = tags(d.input, d.in_extra_tpids)?;
+    let (out_tags, out_proto, out_payload) = tags(d.output, [0, 0])?;
+    if d.input[..12] != d.output[..12]
+        || proto != out_proto
+        || d.input[in_payload..] != d.output[out_payload..]
+    {
+        return Err(NotCached::Rewrite);
+    }
+    let mut key = FlowKey {
+        in_port: d.in_port,
+        ntags: in_tags.len() as u8,
+        ethertype_be: proto.to_be(),
+        ..FlowKey::default()
+    };
+    key.dst.copy_from_slice(&d.input[..6]);
+    for (i, (tpid, tci)) in in_tags.iter().enumerate() {
+        key.tpid_be[i] = tpid.to_be();
+        key.tci_be[i] = tci.to_be();
+    }
+    let mut action = FlowAction {
+        generation: d.generation,
+        out_ifindex: d.out_ifindex,
+        out_port: d.out_port,
+        dst_version: d.dst_version,
+        fid: d.fid,
+        vlan_slot: d.vlan_slot,
+        min_len: d.min_len,
+        max_len: d.max_len,
+        push_n: out_tags.len() as u8,
+        ..FlowAction::default()
+    };
+    for (i, (tpid, tci)) in out_tags.iter().enumerate() {
+        action.push_tpid_be[i] = tpid.to_be();
+        action.push_tci_be[i] = tci.to_be();
+    }
+    Ok((key, action))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa];
+        for (t, c) in tags {
+            f.extend_from_slice(&t.to_be_bytes());
+            f.extend_from_slice(&c.to_be_bytes());
+        }
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn decision<'a>(input: &'a [u8], output: &'a [u8]) -> Decision<'a> {
+        Decision {
+            in_port: 3,
+            in_extra_tpids: [0x9100, 0],
+            input,
+            output,
+            out_ifindex: 42,
+            out_port: 4,
+            fid: 10,
+            dst_version: 9,
+            vlan_slot: 10,
+            generation: 5,
+            min_len: 60,
+            max_len: 1522,
+        }
+    }
+
+    #[test]
+    fn the_tag_stacks_become_the_key_and_the_push() {
+        let p = [0x45u8; 50];
+        let input = frame(&[], 0x0800, &p);
+        let output = frame(&[(0x88a8, 100), (0x8100, 0x200a)], 0x0800, &p);
+        let (k, a) = compile(&decision(&input, &output)).unwrap();
+        assert_eq!((k.in_port, k.ntags, k.dst), (3, 0, [2, 0, 0, 0, 0, 0xb]));
+        assert_eq!(u16::from_be(k.ethertype_be), 0x0800);
+        assert_eq!(a.push_n, 2);
+        assert_eq!(a.push_tpid_be.map(u16::from_be), [0x88a8, 0x8100]);
+        assert_eq!(a.push_tci_be.map(u16::from_be), [100, 0x200a]);
+        assert_eq!(
+            (
+                a.out_ifindex,
+                a.out_port,
+                a.fid,
+                a.dst_version,
+                a.generation
+            ),
+            (42, 4, 10, 9, 5)
+        );
+        // The way back: two tags in, one out (a rewrite of VID and PCP).
+        let (k, a) = compile(&decision(&output, &frame(&[(0x8100, 7)], 0x0800, &p))).unwrap();
+        assert_eq!(k.ntags, 2);
+        assert_eq!(k.tci_be.map(u16::from_be), [100, 0x200a]);
+        assert_eq!((a.push_n, u16::from_be(a.push_tci_be[0])), (1, 7));
+    }
+
+    #[test]
+    fn what_the_program_cannot_do_is_not_cached() {
+        let p = [1u8; 50];
+        let plain = frame(&[], 0x0800, &p);
+        let mut group = plain.clone();
+        group[0] = 0x01;
+        assert_eq!(compile(&decision(&group, &group)), Err(NotCached::Group));
+        let three = frame(&[(0x88a8, 1), (0x8100, 2), (0x8100, 3)], 0x0800, &p);
+        assert_eq!(compile(&decision(&three, &plain)), Err(NotCached::Tags));
+        assert_eq!(compile(&decision(&plain, &three)), Err(NotCached::Tags));
+        // A TPID the ingress port takes as a tag, which the program does not parse.
+        let q9100 = frame(&[], 0x9100, &p);
+        assert_eq!(compile(&decision(&q9100, &q9100)), Err(NotCached::Tags));
+        // Anything changed beyond the tags: an address, the EtherType, a payload byte.
+        let mut other = plain.clone();
+        other[11] ^= 1;
+        assert_eq!(compile(&decision(&plain, &other)), Err(NotCached::Rewrite));
+        let ipv6 = frame(&[], 0x86dd, &p);
+        assert_eq!(compile(&decision(&plain, &ipv6)), Err(NotCached::Rewrite));
+        let mut payload = plain.clone();
+        *payload.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            compile(&decision(&plain, &payload)),
+            Err(NotCached::Rewrite)
+        );
+        assert_eq!(
+            compile(&decision(&plain[..13], &plain)),
+            Err(NotCached::Short)
+        );
+        let cut = frame(&[(0x8100, 1)], 0x0800, &[]);
+        assert_eq!(
+            compile(&decision(&cut[..15], &plain)),
+            Err(NotCached::Short)
+        );
+    }
+}
