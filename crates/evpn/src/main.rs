@@ -26,8 +26,9 @@ const USAGE: &str = "\
 usage: qbridge-evpn [--socket PATH] [--gobgp HOST:PORT] [--asn N] [--interval-ms N] [--once]
 
 EVPN for a qbridge daemon's VXLAN ports through gobgpd's gRPC API (docs/evpn.md):
-advertises a type-3 route per VXLAN port (VNI) and a type-2 route per MAC the port's bridge
-learned elsewhere, installs the peers' routes as `fdb … extern_learn` entries.
+advertises a type-3 route per bridge domain (a VXLAN port's `id`, or each VNI an `external`
+port maps a VLAN to) and a type-2 route per MAC the port's bridge learned elsewhere (in that
+VLAN), installs the peers' routes as `fdb … extern_learn` entries.
 
   --socket PATH      the daemon's control socket (default: $QBRIDGE_SOCKET, else
                      /run/qbridge/qbridge.sock)
