@@ -25,8 +25,10 @@
 //!   deleted, so traffic follows the route;
 //! - peers' routes (best paths, RT `ASN:VNI`, not from our own VTEP) are installed with
 //!   `extern_learn`: type-3 → the flood list, type-2 → the MAC's VTEP on the port and the
-//!   bridge's entry of the MAC on the port; an installed entry without its route is removed; the operator's static entries are never touched (a MAC
-//!   or flood VTEP that has one is left to it).
+//!   bridge's entry of the MAC on the port; an installed entry without its route, or of a
+//!   domain that is gone (VLAN unmapped, VNI unlisted, port out of its bridge), is removed;
+//!   the operator's static entries are never touched (a MAC or flood VTEP that has one is
+//!   left to it).
 
 use crate::route::{Attrs, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
 use std::collections::{BTreeMap, BTreeSet};
@@ -357,6 +359,46 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
                     "fdb replace {} dev {port}{vlan_word} extern_learn",
                     mac_str(m)
                 )));
+            }
+        }
+    }
+
+    // A control plane's entries of a domain that is gone (a VLAN unmapped, a VNI no longer
+    // listed, the port out of its bridge): no pass above sees them, so they go here.
+    for p in ports {
+        let domains = if p.master.is_some() {
+            p.domains()
+        } else {
+            Vec::new()
+        };
+        let external = matches!(p.vnis, PortVnis::External { .. });
+        for e in fdb.iter().filter(|e| e.ifname == p.name && e.extern_learn) {
+            let mac = mac_str(&e.mac);
+            match e.dst {
+                Some(dst) => {
+                    let vni = p.entry_vni(e);
+                    if vni.is_some_and(|v| domains.iter().any(|d| d.vni == v)) {
+                        continue;
+                    }
+                    let vni_word = match (external, vni) {
+                        (true, Some(v)) => format!(" vni {v}"),
+                        _ => String::new(),
+                    };
+                    actions.push(Action::Daemon(format!(
+                        "fdb del {mac} dev {} dst {dst}{vni_word}",
+                        p.name
+                    )));
+                }
+                None => {
+                    if domains.iter().any(|d| d.vlan.is_none() || d.vlan == e.vlan) {
+                        continue;
+                    }
+                    let vlan_word = e.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+                    actions.push(Action::Daemon(format!(
+                        "fdb del {mac} dev {}{vlan_word}",
+                        p.name
+                    )));
+                }
             }
         }
     }
@@ -846,6 +888,7 @@ mod tests {
         rib.extend(want.iter().cloned());
         assert_eq!(reconcile(65000, &external(None), &done, &rib), []);
         // B withdraws VNI 1000: its entries go, with the VNI and VLAN named; VNI 2000's stay.
+        let full = rib.clone();
         rib.retain(|r| !r.attrs.has_rt(65000, 1000) || r.local);
         assert_eq!(
             daemon(&reconcile(65000, &external(None), &done, &rib)),
@@ -855,6 +898,47 @@ mod tests {
                 "fdb del 02:00:00:00:00:0b dev vx0 vlan 10",
             ]
         );
+        // VLAN 20's map removed: VNI 2000's domain goes — its routes withdrawn, the entries
+        // installed for it deleted (the VNI's on the port, the VLAN's in the bridge).
+        let mut only_10 = external(None);
+        only_10[0].vnis = PortVnis::External {
+            map: vec![(10, 1000)],
+            filter: None,
+        };
+        let mut rib = full;
+        rib.push(mac_vni(B, [2, 0, 0, 0, 0, 0x2b], 2000, false));
+        let mut done = done.clone();
+        done.extend([
+            in_vni(remote([2, 0, 0, 0, 0, 0x2b], B, true), 2000),
+            in_vlan(
+                FdbEntry {
+                    extern_learn: true,
+                    ..learned([2, 0, 0, 0, 0, 0x2b], "vx0")
+                },
+                20,
+            ),
+        ]);
+        let a = reconcile(65000, &only_10, &done, &rib);
+        assert_eq!(
+            daemon(&a),
+            [
+                "fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 2000",
+                "fdb del 02:00:00:00:00:2b dev vx0 dst 192.0.2.2 vni 2000",
+                "fdb del 02:00:00:00:00:2b dev vx0 vlan 20",
+            ]
+        );
+        let withdrawn: Vec<&Action> = a
+            .iter()
+            .filter(|a| matches!(a, Action::Withdraw(_)))
+            .collect();
+        assert_eq!(
+            withdrawn,
+            [
+                &Action::Withdraw(mac_vni(A, M20, 2000, true).nlri),
+                &Action::Withdraw(imet_vni(A, 2000, true).nlri)
+            ]
+        );
+
         // The same MAC in both VLANs: a route per VNI, and a move is per (VNI, MAC).
         let fdb = [
             in_vlan(learned(M, "p10"), 10),
