@@ -117,6 +117,14 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
         let mut g = gobgp::Gobgp::connect(&o.gobgp)?;
         if l.asn.is_none() {
             let asn = g.asn()?;
+            // gobgpd answers before it has read its configuration: AS 0 until then (route
+            // targets 0:VNI would match no peer's); the next pass asks again.
+            if asn == 0 {
+                bail!(
+                    "gobgpd at {} has no AS yet (configuration not read, or no [global.config] as)",
+                    o.gobgp
+                );
+            }
             l.asn = Some(u16::try_from(asn).with_context(|| {
                 format!("gobgpd's AS {asn} does not fit a 2-byte route target; give --asn")
             })?);
