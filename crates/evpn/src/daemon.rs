@@ -121,6 +121,15 @@ pub fn parse_ports(links: &Value, tunnels: &Value, vnis: &Value) -> Vec<VxlanPor
             .map(|p| p[key].as_array().cloned().unwrap_or_default())
     };
     let u32_of = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    // Out of a VLAN-filtering bridge an external port maps nothing (docs/semantics.md §T 3):
+    // its map gives no domain there.
+    let unfiltered = |master: Option<&str>| {
+        links.iter().any(|l| {
+            master.is_some()
+                && l["ifname"].as_str() == master
+                && l["bridge"]["vlan_filtering"].as_bool() == Some(false)
+        })
+    };
     links
         .iter()
         .filter_map(|l| {
@@ -131,7 +140,12 @@ pub fn parse_ports(links: &Value, tunnels: &Value, vnis: &Value) -> Vec<VxlanPor
             let name = l["ifname"].as_str()?;
             let vnis = if b["external"].as_bool() == Some(true) {
                 let mut map = Vec::new();
-                for t in of(tunnels, name, "tunnels").unwrap_or_default() {
+                let tunnels = if unfiltered(l["master"].as_str()) {
+                    Vec::new()
+                } else {
+                    of(tunnels, name, "tunnels").unwrap_or_default()
+                };
+                for t in tunnels {
                     let (Some(vid), Some(vni)) = (
                         t["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
                         u32_of(&t["tunid"]),
@@ -291,6 +305,11 @@ mod tests {
                 filter: Some(vec![(4000, 4001)])
             }
         );
+        // In a bridge that does not filter VLANs, the map gives no domain.
+        let mut links = links;
+        links.as_array_mut().unwrap().push(serde_json::json!(
+            {"ifname": "br0", "kind": "bridge", "bridge": {"vlan_filtering": false}}));
+        assert!(parse_ports(&links, &tunnels, &vnis)[0].domains().is_empty());
         // Without the maps read, an external port has no domain; an entry's VNI is read.
         let p = parse_ports(&links, &Value::Null, &Value::Null);
         assert!(p[0].domains().is_empty());
