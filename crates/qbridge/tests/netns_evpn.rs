@@ -22,6 +22,11 @@
 //! takes over and changes nothing;
 //! a second qbridge VTEP C joins and every VTEP's flood list names the other two.
 //!
+//! A second test (`evpn_external_port_with_frr`) does the same for an `external` VXLAN port
+//! whose VLANs 10 and 20 are VNIs 1000 and 2000, against FRR with one kernel vxlan device per
+//! VNI: per-VNI flood lists and type-2 routes, nothing between VLANs, a map removed and added
+//! back live.
+//!
 //! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
 //! off`): remote MACs come from routes, so a moved MAC keeps its local entry until the
 //! winning route says otherwise.
