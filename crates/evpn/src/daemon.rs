@@ -1,9 +1,10 @@
 //! The qbridge daemon's control socket (docs/daemon.md, protocol v1), as the adapter uses
-//! it: one command per request (`{"v":1,"args":[…]}`), the JSON of `link show -j` and
-//! `fdb show -j` read into [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
+//! it: one command per request (`{"v":1,"args":[…]}`), the JSON of `link show -j` (with
+//! `vlan tunnelshow -j` and `vni show -j` for external ports) and `fdb show -j` read into
+//! [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
 //! its own connection and thread whose only job is to wake the adapter's loop.
 
-use crate::reconcile::{FdbEntry, VxlanPort};
+use crate::reconcile::{FdbEntry, PortVnis, VxlanPort};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
@@ -69,11 +70,24 @@ impl Daemon {
         }
     }
 
-    /// The VXLAN ports (`link show -j`).
+    /// The VXLAN ports (`link show -j`); the maps of external ones (`vlan tunnelshow -j`,
+    /// `vni show -j`, read only when there is one).
     pub fn vxlan_ports(&mut self) -> Result<Vec<VxlanPort>, DaemonError> {
-        let out = self.run(&["-j", "link", "show"])?;
-        let v: Value = serde_json::from_str(&out).map_err(|e| io(&self.path, &e))?;
-        Ok(parse_ports(&v))
+        let links = self.json(&["-j", "link", "show"])?;
+        let (mut tunnels, mut vnis) = (Value::Null, Value::Null);
+        if parse_ports(&links, &tunnels, &vnis)
+            .iter()
+            .any(|p| matches!(p.vnis, PortVnis::External { .. }))
+        {
+            tunnels = self.json(&["-j", "vlan", "tunnelshow"])?;
+            vnis = self.json(&["-j", "vni", "show"])?;
+        }
+        Ok(parse_ports(&links, &tunnels, &vnis))
+    }
+
+    fn json(&mut self, args: &[&str]) -> Result<Value, DaemonError> {
+        let out = self.run(args)?;
+        serde_json::from_str(&out).map_err(|e| io(&self.path, &e))
     }
 
     /// The FDB (`fdb show -j`): the bridges' entries, then the VXLAN ports' own.
@@ -91,11 +105,30 @@ fn io(path: &Path, e: &dyn std::fmt::Display) -> DaemonError {
     }
 }
 
-/// `link show -j`'s VXLAN ports: `{"ifname", "master"?, "backend": {"type": "vxlan", "id",
-/// "local", …}}`.
-pub fn parse_ports(v: &Value) -> Vec<VxlanPort> {
-    let Some(links) = v.as_array() else {
+/// `link show -j`'s VXLAN ports: `{"ifname", "master"?, "backend": {"type": "vxlan", "id"
+/// | "external": true, "local", …}}`; an external port's map from `tunnels` (`vlan tunnelshow
+/// -j`: `[{"ifname", "tunnels": [{"vlan", "vlanEnd"?, "tunid", "tunidEnd"?}]}]`), and its
+/// VNI list from `vnis` when it is there (`vni show -j`, which lists the `vnifilter` ports
+/// only: `[{"ifname", "vnis": [{"vni", "vniEnd"?}]}]`). Objects that do not read are skipped.
+pub fn parse_ports(links: &Value, tunnels: &Value, vnis: &Value) -> Vec<VxlanPort> {
+    let Some(links) = links.as_array() else {
         return Vec::new();
+    };
+    let of = |v: &Value, name: &str, key: &str| -> Option<Vec<Value>> {
+        v.as_array()?
+            .iter()
+            .find(|p| p["ifname"].as_str() == Some(name))
+            .map(|p| p[key].as_array().cloned().unwrap_or_default())
+    };
+    let u32_of = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    // Out of a VLAN-filtering bridge an external port maps nothing (docs/semantics.md §T 3):
+    // its map gives no domain there.
+    let unfiltered = |master: Option<&str>| {
+        links.iter().any(|l| {
+            master.is_some()
+                && l["ifname"].as_str() == master
+                && l["bridge"]["vlan_filtering"].as_bool() == Some(false)
+        })
     };
     links
         .iter()
@@ -104,9 +137,44 @@ pub fn parse_ports(v: &Value) -> Vec<VxlanPort> {
             if b["type"].as_str() != Some("vxlan") {
                 return None;
             }
+            let name = l["ifname"].as_str()?;
+            let vnis = if b["external"].as_bool() == Some(true) {
+                let mut map = Vec::new();
+                let tunnels = if unfiltered(l["master"].as_str()) {
+                    Vec::new()
+                } else {
+                    of(tunnels, name, "tunnels").unwrap_or_default()
+                };
+                for t in tunnels {
+                    let (Some(vid), Some(vni)) = (
+                        t["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
+                        u32_of(&t["tunid"]),
+                    ) else {
+                        continue;
+                    };
+                    let end = t["vlanEnd"]
+                        .as_u64()
+                        .and_then(|v| u16::try_from(v).ok())
+                        .unwrap_or(vid);
+                    for (k, v) in (vid..=end.min(4094)).enumerate() {
+                        map.push((v, vni.saturating_add(k as u32)));
+                    }
+                }
+                let filter = of(vnis, name, "vnis").map(|r| {
+                    r.iter()
+                        .filter_map(|x| {
+                            let a = u32_of(&x["vni"])?;
+                            Some((a, u32_of(&x["vniEnd"]).unwrap_or(a)))
+                        })
+                        .collect()
+                });
+                PortVnis::External { map, filter }
+            } else {
+                PortVnis::Id(u32_of(&b["id"])?)
+            };
             Some(VxlanPort {
-                name: l["ifname"].as_str()?.to_string(),
-                vni: u32::try_from(b["id"].as_u64()?).ok()?,
+                name: name.to_string(),
+                vnis,
                 local: b["local"].as_str()?.parse().ok()?,
                 master: l["master"].as_str().map(str::to_string),
             })
@@ -142,6 +210,7 @@ pub fn parse_fdb(v: &Value) -> Vec<FdbEntry> {
                 master: e["master"].as_str().map(str::to_string),
                 vlan: e["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
                 dst: e["dst"].as_str().and_then(|d| d.parse::<Ipv4Addr>().ok()),
+                vni: e["vni"].as_u64().and_then(|v| u32::try_from(v).ok()),
                 state: e["state"].as_str().unwrap_or_default().to_string(),
                 extern_learn: flags.contains(&"extern_learn"),
             })
@@ -179,10 +248,10 @@ mod tests {
                          "learning": false}}
         ]);
         assert_eq!(
-            parse_ports(&links),
+            parse_ports(&links, &Value::Null, &Value::Null),
             [VxlanPort {
                 name: "vx0".into(),
-                vni: 100,
+                vnis: PortVnis::Id(100),
                 local: Ipv4Addr::new(192, 0, 2, 1),
                 master: Some("br0".into()),
             }]
@@ -202,5 +271,50 @@ mod tests {
         assert_eq!(e[1].dst, Some(Ipv4Addr::new(192, 0, 2, 2)));
         assert_eq!(parse_mac("02:00:00:00:00"), None);
         assert_eq!(parse_mac("02:00:00:00:00:00:01"), None);
+    }
+
+    #[test]
+    fn reads_external_ports_with_their_maps() {
+        let links = serde_json::json!([
+            {"ifname": "vx0", "master": "br0",
+             "backend": {"type": "vxlan", "external": true, "local": "192.0.2.1",
+                         "dstport": 4789, "learning": false}},
+            {"ifname": "vx1",
+             "backend": {"type": "vxlan", "external": true, "local": "192.0.2.1",
+                         "dstport": 4790, "learning": false}}
+        ]);
+        let tunnels = serde_json::json!([
+            {"ifname": "vx0", "tunnels": [{"vlan": 10, "tunid": 1000},
+                                          {"vlan": 20, "vlanEnd": 21, "tunid": 2000,
+                                           "tunidEnd": 2001}]},
+            {"ifname": "vx1", "tunnels": [{"vlan": 5, "tunid": 5000}]}
+        ]);
+        let vnis = serde_json::json!([{"ifname": "vx1", "vnis": [{"vni": 4000, "vniEnd": 4001}]}]);
+        let p = parse_ports(&links, &tunnels, &vnis);
+        assert_eq!(
+            p[0].vnis,
+            PortVnis::External {
+                map: vec![(10, 1000), (20, 2000), (21, 2001)],
+                filter: None
+            }
+        );
+        assert_eq!(
+            p[1].vnis,
+            PortVnis::External {
+                map: vec![(5, 5000)],
+                filter: Some(vec![(4000, 4001)])
+            }
+        );
+        // In a bridge that does not filter VLANs, the map gives no domain.
+        let mut links = links;
+        links.as_array_mut().unwrap().push(serde_json::json!(
+            {"ifname": "br0", "kind": "bridge", "bridge": {"vlan_filtering": false}}));
+        assert!(parse_ports(&links, &tunnels, &vnis)[0].domains().is_empty());
+        // Without the maps read, an external port has no domain; an entry's VNI is read.
+        let p = parse_ports(&links, &Value::Null, &Value::Null);
+        assert!(p[0].domains().is_empty());
+        let fdb = serde_json::json!([{"mac": "00:00:00:00:00:00", "ifname": "vx0",
+            "dst": "192.0.2.2", "vni": 1000, "flags": ["self"], "state": "permanent"}]);
+        assert_eq!(parse_fdb(&fdb)[0].vni, Some(1000));
     }
 }

@@ -26,8 +26,9 @@ const USAGE: &str = "\
 usage: qbridge-evpn [--socket PATH] [--gobgp HOST:PORT] [--asn N] [--interval-ms N] [--once]
 
 EVPN for a qbridge daemon's VXLAN ports through gobgpd's gRPC API (docs/evpn.md):
-advertises a type-3 route per VXLAN port (VNI) and a type-2 route per MAC the port's bridge
-learned elsewhere, installs the peers' routes as `fdb … extern_learn` entries.
+advertises a type-3 route per bridge domain (a VXLAN port's `id`, or each VNI an `external`
+port maps a VLAN to) and a type-2 route per MAC the port's bridge learned elsewhere (in that
+VLAN), installs the peers' routes as `fdb … extern_learn` entries.
 
   --socket PATH      the daemon's control socket (default: $QBRIDGE_SOCKET, else
                      /run/qbridge/qbridge.sock)
@@ -116,6 +117,14 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
         let mut g = gobgp::Gobgp::connect(&o.gobgp)?;
         if l.asn.is_none() {
             let asn = g.asn()?;
+            // gobgpd answers before it has read its configuration: AS 0 until then (route
+            // targets 0:VNI would match no peer's); the next pass asks again.
+            if asn == 0 {
+                bail!(
+                    "gobgpd at {} has no AS yet (configuration not read, or no [global.config] as)",
+                    o.gobgp
+                );
+            }
             l.asn = Some(u16::try_from(asn).with_context(|| {
                 format!("gobgpd's AS {asn} does not fit a 2-byte route target; give --asn")
             })?);

@@ -4,8 +4,12 @@
 //! actions, and once they are done the next pass gives none, so a restart of the daemon, of
 //! gobgpd or of the adapter itself is handled by the same pass (re-derive, then converge).
 //!
-//! A bridge domain is a (VXLAN port, VNI) pair ([`Domain`]): today one VNI per port; VLAN↔VNI
-//! maps will add more pairs per port without changing the rules below.
+//! A bridge domain is a (VXLAN port, VNI) pair ([`Domain`], [`VxlanPort::domains`]): a port
+//! with `id N` has one, which carries whatever VLAN the bridge sends it; an `external` port has
+//! one per VLAN mapped to a VNI (`vlan … tunnel_info id N`; on a `vnifilter` port only the
+//! mapped VNIs also listed by `vni add`), which carries that VLAN only. The rules below are per
+//! domain; on an external port "the bridge's entries" are those of the domain's VLAN, the
+//! port's own entries those of its VNI, and the commands name both (`vlan V`, `vni N`).
 //!
 //! Rules (RFC 7432, RFC 8365):
 //! - per domain, a type-3 route: RD `VTEP:VNI`, Ethernet tag 0, originator the VTEP, PMSI
@@ -21,27 +25,84 @@
 //!   deleted, so traffic follows the route;
 //! - peers' routes (best paths, RT `ASN:VNI`, not from our own VTEP) are installed with
 //!   `extern_learn`: type-3 → the flood list, type-2 → the MAC's VTEP on the port and the
-//!   bridge's entry of the MAC on the port; an installed entry without its route is removed; the operator's static entries are never touched (a MAC
-//!   or flood VTEP that has one is left to it).
+//!   bridge's entry of the MAC on the port; an installed entry without its route, or of a
+//!   domain that is gone (VLAN unmapped, VNI unlisted, port out of its bridge), is removed;
+//!   the operator's static entries are never touched (a MAC or flood VTEP that has one is
+//!   left to it).
 
 use crate::route::{Attrs, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-/// A VXLAN port of the daemon, as `link show -j` shows it.
+/// A VXLAN port of the daemon, as `link show -j` (and for an external port `vlan tunnelshow
+/// -j` and `vni show -j`) shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VxlanPort {
     pub name: String,
-    pub vni: u32,
+    pub vnis: PortVnis,
     pub local: Ipv4Addr,
     pub master: Option<String>,
 }
 
-/// (VXLAN port, VNI): one bridge domain stretched over EVPN.
+/// The VNIs a VXLAN port carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortVnis {
+    /// `id N`: one VNI, whatever the VLAN of the frame.
+    Id(u32),
+    /// `external`: the VLAN → VNI map (`vlan tunnelshow -j`, one pair per VID); `filter`: on a
+    /// `vnifilter` port, the VNIs it accepts (`vni show -j`, inclusive ranges), else `None`.
+    External {
+        map: Vec<(u16, u32)>,
+        filter: Option<Vec<(u32, u32)>>,
+    },
+}
+
+/// (VXLAN port, VNI): one bridge domain stretched over EVPN; `vlan`: the bridge's VLAN of it
+/// on an external port, `None` for a port with `id` (every VLAN).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Domain {
     pub port: String,
     pub vni: u32,
+    pub vlan: Option<u16>,
+}
+
+impl VxlanPort {
+    /// The port's bridge domains, by VNI. A VNI the map gives twice (which the daemon refuses)
+    /// is taken once, with its lowest VID.
+    pub fn domains(&self) -> Vec<Domain> {
+        let d = |vni, vlan| Domain {
+            port: self.name.clone(),
+            vni,
+            vlan,
+        };
+        match &self.vnis {
+            PortVnis::Id(vni) => vec![d(*vni, None)],
+            PortVnis::External { map, filter } => {
+                let mut by_vni: BTreeMap<u32, u16> = BTreeMap::new();
+                for &(vid, vni) in map {
+                    let listed = filter
+                        .as_ref()
+                        .is_none_or(|f| f.iter().any(|&(a, z)| (a..=z).contains(&vni)));
+                    if listed {
+                        let e = by_vni.entry(vni).or_insert(vid);
+                        *e = (*e).min(vid);
+                    }
+                }
+                by_vni
+                    .into_iter()
+                    .map(|(vni, vid)| d(vni, Some(vid)))
+                    .collect()
+            }
+        }
+    }
+
+    /// The VNI of one of the port's own entries (`fdb show -j`'s `vni`, else the port's `id`).
+    fn entry_vni(&self, e: &FdbEntry) -> Option<u32> {
+        match self.vnis {
+            PortVnis::Id(id) => Some(e.vni.unwrap_or(id)),
+            PortVnis::External { .. } => e.vni,
+        }
+    }
 }
 
 /// One `fdb show -j` object.
@@ -53,6 +114,9 @@ pub struct FdbEntry {
     pub vlan: Option<u16>,
     /// A VXLAN port's own entry: its VTEP.
     pub dst: Option<Ipv4Addr>,
+    /// A VXLAN port's own entry: its VNI where it is not the port's `id` (always on an
+    /// external port).
+    pub vni: Option<u32>,
     /// `permanent`, `static` or empty.
     pub state: String,
     pub extern_learn: bool,
@@ -104,14 +168,19 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         .map(|r| (r.nlri, &r.attrs))
         .collect();
 
-    for p in ports {
-        let d = Domain {
-            port: p.name.clone(),
-            vni: p.vni,
-        };
+    for (p, d) in ports
+        .iter()
+        .flat_map(|p| p.domains().into_iter().map(move |d| (p, d)))
+    {
         // A port in no bridge stretches nothing.
         let Some(bridge) = p.master.as_deref() else {
             continue;
+        };
+        // The words an external port's commands need: the VNI of its own entries, the VLAN
+        // of the bridge's.
+        let (vni_word, vlan_word) = match d.vlan {
+            Some(v) => (format!(" vni {}", d.vni), format!(" vlan {v}")),
+            None => (String::new(), String::new()),
         };
         let rd = Rd::ip(p.local, (d.vni & 0xffff) as u16);
         let rt = ExtCommunity::RouteTarget { asn, value: d.vni };
@@ -163,6 +232,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
                 && !vxlan_names.contains(e.ifname.as_str())
                 && e.state != "permanent"
                 && !e.extern_learn
+                && d.vlan.is_none_or(|v| e.vlan == Some(v))
             {
                 local_macs.entry(e.mac).or_insert(e);
             }
@@ -200,16 +270,19 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             want.insert(nlri, (p.local, comms, None));
         }
 
-        // The port's own entries now.
+        // The port's own entries of the domain's VNI now.
+        let own = |e: &&FdbEntry| e.ifname == d.port && p.entry_vni(e) == Some(d.vni);
         let statics: BTreeSet<([u8; 6], Ipv4Addr)> = fdb
             .iter()
-            .filter(|e| e.ifname == d.port && !e.extern_learn && e.state == "permanent")
+            .filter(own)
+            .filter(|e| !e.extern_learn && e.state == "permanent")
             .filter_map(|e| e.dst.map(|dst| (e.mac, dst)))
             .collect();
         let static_macs: BTreeSet<[u8; 6]> = statics.iter().map(|(m, _)| *m).collect();
         let installed: Vec<([u8; 6], Ipv4Addr)> = fdb
             .iter()
-            .filter(|e| e.ifname == d.port && e.extern_learn)
+            .filter(own)
+            .filter(|e| e.extern_learn)
             .filter_map(|e| e.dst.map(|dst| (e.mac, dst)))
             .collect();
         let port = &d.port;
@@ -225,12 +298,12 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             .collect();
         for v in have_flood.difference(&want_flood) {
             actions.push(Action::Daemon(format!(
-                "fdb del 00:00:00:00:00:00 dev {port} dst {v}"
+                "fdb del 00:00:00:00:00:00 dev {port} dst {v}{vni_word}"
             )));
         }
         for v in want_flood.difference(&have_flood) {
             actions.push(Action::Daemon(format!(
-                "fdb append 00:00:00:00:00:00 dev {port} dst {v} extern_learn"
+                "fdb append 00:00:00:00:00:00 dev {port} dst {v}{vni_word} extern_learn"
             )));
         }
         // MAC → VTEP.
@@ -249,7 +322,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         for (m, v) in &have_macs {
             if !want_macs.contains_key(m) {
                 actions.push(Action::Daemon(format!(
-                    "fdb del {} dev {port} dst {v}",
+                    "fdb del {} dev {port} dst {v}{vni_word}",
                     mac_str(m)
                 )));
             }
@@ -257,7 +330,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         for (m, v) in &want_macs {
             if have_macs.get(m) != Some(v) {
                 actions.push(Action::Daemon(format!(
-                    "fdb replace {} dev {port} dst {v} extern_learn",
+                    "fdb replace {} dev {port} dst {v}{vni_word} extern_learn",
                     mac_str(m)
                 )));
             }
@@ -268,6 +341,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         let bridge_remote: BTreeMap<[u8; 6], &FdbEntry> = fdb
             .iter()
             .filter(|e| e.ifname == d.port && e.dst.is_none() && e.extern_learn)
+            .filter(|e| d.vlan.is_none_or(|v| e.vlan == Some(v)))
             .map(|e| (e.mac, e))
             .collect();
         for (m, e) in &bridge_remote {
@@ -282,9 +356,49 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         for m in want_macs.keys() {
             if !bridge_remote.contains_key(m) {
                 actions.push(Action::Daemon(format!(
-                    "fdb replace {} dev {port} extern_learn",
+                    "fdb replace {} dev {port}{vlan_word} extern_learn",
                     mac_str(m)
                 )));
+            }
+        }
+    }
+
+    // A control plane's entries of a domain that is gone (a VLAN unmapped, a VNI no longer
+    // listed, the port out of its bridge): no pass above sees them, so they go here.
+    for p in ports {
+        let domains = if p.master.is_some() {
+            p.domains()
+        } else {
+            Vec::new()
+        };
+        let external = matches!(p.vnis, PortVnis::External { .. });
+        for e in fdb.iter().filter(|e| e.ifname == p.name && e.extern_learn) {
+            let mac = mac_str(&e.mac);
+            match e.dst {
+                Some(dst) => {
+                    let vni = p.entry_vni(e);
+                    if vni.is_some_and(|v| domains.iter().any(|d| d.vni == v)) {
+                        continue;
+                    }
+                    let vni_word = match (external, vni) {
+                        (true, Some(v)) => format!(" vni {v}"),
+                        _ => String::new(),
+                    };
+                    actions.push(Action::Daemon(format!(
+                        "fdb del {mac} dev {} dst {dst}{vni_word}",
+                        p.name
+                    )));
+                }
+                None => {
+                    if domains.iter().any(|d| d.vlan.is_none() || d.vlan == e.vlan) {
+                        continue;
+                    }
+                    let vlan_word = e.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+                    actions.push(Action::Daemon(format!(
+                        "fdb del {mac} dev {}{vlan_word}",
+                        p.name
+                    )));
+                }
             }
         }
     }
@@ -326,7 +440,7 @@ mod tests {
     fn ports() -> Vec<VxlanPort> {
         vec![VxlanPort {
             name: "vx0".into(),
-            vni: 100,
+            vnis: PortVnis::Id(100),
             local: A,
             master: Some("br0".into()),
         }]
@@ -339,6 +453,7 @@ mod tests {
             master: Some("br0".into()),
             vlan: None,
             dst: None,
+            vni: None,
             state: String::new(),
             extern_learn: false,
         }
@@ -351,6 +466,7 @@ mod tests {
             master: None,
             vlan: None,
             dst: Some(dst),
+            vni: None,
             state: if extern_learn { "" } else { "permanent" }.into(),
             extern_learn,
         }
@@ -605,5 +721,293 @@ mod tests {
             a.contains(&Action::Withdraw(mac_route(A, M, None, true).nlri)),
             "{a:?}"
         );
+    }
+
+    // ----- external ports: one domain per mapped VLAN -----
+
+    /// vx0 external, VLAN 10 → VNI 1000, 20 → 2000; `filter` as `vni show -j` lists it.
+    fn external(filter: Option<Vec<(u32, u32)>>) -> Vec<VxlanPort> {
+        vec![VxlanPort {
+            name: "vx0".into(),
+            vnis: PortVnis::External {
+                map: vec![(10, 1000), (20, 2000)],
+                filter,
+            },
+            local: A,
+            master: Some("br0".into()),
+        }]
+    }
+
+    fn in_vlan(e: FdbEntry, vlan: u16) -> FdbEntry {
+        FdbEntry {
+            vlan: Some(vlan),
+            ..e
+        }
+    }
+
+    fn in_vni(e: FdbEntry, vni: u32) -> FdbEntry {
+        FdbEntry {
+            vni: Some(vni),
+            ..e
+        }
+    }
+
+    fn comms_vni(vni: u32) -> Vec<ExtCommunity> {
+        vec![
+            ExtCommunity::RouteTarget {
+                asn: 65000,
+                value: vni,
+            },
+            ExtCommunity::Encapsulation {
+                tunnel_type: TUNNEL_VXLAN,
+            },
+        ]
+    }
+
+    fn imet_vni(vtep: Ipv4Addr, vni: u32, local: bool) -> Route {
+        let nlri = Nlri::Imet {
+            rd: Rd::ip(vtep, vni as u16),
+            etag: 0,
+            origin: vtep,
+        };
+        let bytes = crate::route::originate_attrs(&nlri, vtep, &comms_vni(vni), Some(vni));
+        Route {
+            nlri,
+            attrs: Attrs::decode(&bytes),
+            local,
+            best: true,
+        }
+    }
+
+    fn mac_vni(vtep: Ipv4Addr, mac: [u8; 6], vni: u32, local: bool) -> Route {
+        let nlri = Nlri::Mac {
+            rd: Rd::ip(vtep, vni as u16),
+            etag: 0,
+            mac,
+            vni,
+        };
+        let bytes = crate::route::originate_attrs(&nlri, vtep, &comms_vni(vni), None);
+        Route {
+            nlri,
+            attrs: Attrs::decode(&bytes),
+            local,
+            best: true,
+        }
+    }
+
+    #[test]
+    fn an_external_port_has_a_domain_per_mapped_vlan() {
+        assert_eq!(
+            external(None)[0].domains(),
+            [
+                Domain {
+                    port: "vx0".into(),
+                    vni: 1000,
+                    vlan: Some(10)
+                },
+                Domain {
+                    port: "vx0".into(),
+                    vni: 2000,
+                    vlan: Some(20)
+                }
+            ]
+        );
+        assert_eq!(
+            ports()[0].domains(),
+            [Domain {
+                port: "vx0".into(),
+                vni: 100,
+                vlan: None
+            }]
+        );
+    }
+
+    #[test]
+    fn two_vnis_on_one_port_and_an_unmapped_vlan() {
+        const M20: [u8; 6] = [2, 0, 0, 0, 0, 0x14];
+        const M30: [u8; 6] = [2, 0, 0, 0, 0, 0x1e];
+        const MB: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+        let fdb = [
+            in_vlan(learned(M, "p10"), 10),
+            in_vlan(learned(M20, "p20"), 20),
+            // VLAN 30 has no VNI: its MACs stay home.
+            in_vlan(learned(M30, "p30"), 30),
+        ];
+        let rib = [
+            imet_vni(B, 1000, false),
+            imet_vni(B, 2000, false),
+            mac_vni(B, MB, 1000, false),
+        ];
+        let a = reconcile(65000, &external(None), &fdb, &rib);
+        assert_eq!(
+            daemon(&a),
+            [
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 1000 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 vni 1000 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 vlan 10 extern_learn",
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 2000 extern_learn",
+            ]
+        );
+        let adv: Vec<(Nlri, Vec<ExtCommunity>)> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advertise {
+                    nlri, communities, ..
+                } => Some((*nlri, communities.clone())),
+                _ => None,
+            })
+            .collect();
+        let want = [
+            imet_vni(A, 1000, true),
+            imet_vni(A, 2000, true),
+            mac_vni(A, M, 1000, true),
+            mac_vni(A, M20, 2000, true),
+        ];
+        assert_eq!(adv.len(), want.len(), "{a:?}");
+        for r in &want {
+            assert!(
+                adv.contains(&(r.nlri, r.attrs.communities.clone())),
+                "{r:?}\n{a:?}"
+            );
+        }
+        // Installed and advertised: nothing more to do.
+        let mut done = fdb.to_vec();
+        done.extend([
+            in_vni(remote(ZERO_MAC, B, true), 1000),
+            in_vni(remote(MB, B, true), 1000),
+            in_vlan(
+                FdbEntry {
+                    extern_learn: true,
+                    ..learned(MB, "vx0")
+                },
+                10,
+            ),
+            in_vni(remote(ZERO_MAC, B, true), 2000),
+        ]);
+        let mut rib = rib.to_vec();
+        rib.extend(want.iter().cloned());
+        assert_eq!(reconcile(65000, &external(None), &done, &rib), []);
+        // B withdraws VNI 1000: its entries go, with the VNI and VLAN named; VNI 2000's stay.
+        let full = rib.clone();
+        rib.retain(|r| !r.attrs.has_rt(65000, 1000) || r.local);
+        assert_eq!(
+            daemon(&reconcile(65000, &external(None), &done, &rib)),
+            [
+                "fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 1000",
+                "fdb del 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 vni 1000",
+                "fdb del 02:00:00:00:00:0b dev vx0 vlan 10",
+            ]
+        );
+        // VLAN 20's map removed: VNI 2000's domain goes — its routes withdrawn, the entries
+        // installed for it deleted (the VNI's on the port, the VLAN's in the bridge).
+        let mut only_10 = external(None);
+        only_10[0].vnis = PortVnis::External {
+            map: vec![(10, 1000)],
+            filter: None,
+        };
+        let mut rib = full;
+        rib.push(mac_vni(B, [2, 0, 0, 0, 0, 0x2b], 2000, false));
+        let mut done = done.clone();
+        done.extend([
+            in_vni(remote([2, 0, 0, 0, 0, 0x2b], B, true), 2000),
+            in_vlan(
+                FdbEntry {
+                    extern_learn: true,
+                    ..learned([2, 0, 0, 0, 0, 0x2b], "vx0")
+                },
+                20,
+            ),
+        ]);
+        let a = reconcile(65000, &only_10, &done, &rib);
+        assert_eq!(
+            daemon(&a),
+            [
+                "fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 2000",
+                "fdb del 02:00:00:00:00:2b dev vx0 dst 192.0.2.2 vni 2000",
+                "fdb del 02:00:00:00:00:2b dev vx0 vlan 20",
+            ]
+        );
+        let withdrawn: Vec<&Action> = a
+            .iter()
+            .filter(|a| matches!(a, Action::Withdraw(_)))
+            .collect();
+        assert_eq!(
+            withdrawn,
+            [
+                &Action::Withdraw(mac_vni(A, M20, 2000, true).nlri),
+                &Action::Withdraw(imet_vni(A, 2000, true).nlri)
+            ]
+        );
+
+        // The same MAC in both VLANs: a route per VNI, and a move is per (VNI, MAC).
+        let fdb = [
+            in_vlan(learned(M, "p10"), 10),
+            in_vlan(learned(M, "p20"), 20),
+        ];
+        let rib = [
+            imet_vni(A, 1000, true),
+            imet_vni(A, 2000, true),
+            mac_vni(A, M, 1000, true),
+            mac_vni(A, M, 2000, true),
+            Route {
+                attrs: Attrs {
+                    communities: {
+                        let mut c = comms_vni(2000);
+                        c.push(ExtCommunity::MacMobility {
+                            sticky: false,
+                            seq: 1,
+                        });
+                        c
+                    },
+                    ..mac_vni(B, M, 2000, false).attrs
+                },
+                ..mac_vni(B, M, 2000, false)
+            },
+        ];
+        assert_eq!(
+            reconcile(65000, &external(None), &fdb, &rib),
+            [
+                Action::Daemon("fdb del 02:00:00:00:00:0a dev p20 vlan 20".into()),
+                Action::Daemon(
+                    "fdb replace 02:00:00:00:00:0a dev vx0 dst 192.0.2.2 vni 2000 extern_learn"
+                        .into()
+                ),
+                Action::Daemon("fdb replace 02:00:00:00:00:0a dev vx0 vlan 20 extern_learn".into()),
+                Action::Withdraw(mac_vni(A, M, 2000, true).nlri),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_vnifilter_port_serves_its_listed_vnis_only() {
+        let ports = external(Some(vec![(1000, 1000)]));
+        assert_eq!(ports[0].domains().len(), 1);
+        let fdb = [
+            in_vlan(learned(M, "p10"), 10),
+            in_vlan(learned([2, 0, 0, 0, 0, 0x14], "p20"), 20),
+        ];
+        let rib = [imet_vni(B, 1000, false), imet_vni(B, 2000, false)];
+        let a = reconcile(65000, &ports, &fdb, &rib);
+        assert_eq!(
+            daemon(&a),
+            ["fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 1000 extern_learn"]
+        );
+        let adv: Vec<Nlri> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Advertise { nlri, .. } => Some(*nlri),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            adv,
+            [mac_vni(A, M, 1000, true).nlri, imet_vni(A, 1000, true).nlri]
+        );
+        // A vnifilter port listing nothing, or a map out of a bridge: nothing at all.
+        let none = external(Some(Vec::new()));
+        assert_eq!(reconcile(65000, &none, &fdb, &rib), []);
+        let mut lone = external(None);
+        lone[0].master = None;
+        assert_eq!(reconcile(65000, &lone, &fdb, &rib), []);
     }
 }

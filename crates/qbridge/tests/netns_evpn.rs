@@ -22,6 +22,11 @@
 //! takes over and changes nothing;
 //! a second qbridge VTEP C joins and every VTEP's flood list names the other two.
 //!
+//! A second test (`evpn_external_port_with_frr`) does the same for an `external` VXLAN port
+//! whose VLANs 10 and 20 are VNIs 1000 and 2000, against FRR with one kernel vxlan device per
+//! VNI: per-VNI flood lists and type-2 routes, nothing between VLANs, a map removed and added
+//! back live.
+//!
 //! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
 //! off`): remote MACs come from routes, so a moved MAC keeps its local entry until the
 //! winning route says otherwise.
@@ -141,6 +146,49 @@ fn frr_bgpd_config(log: &Path, peers: &[&str]) -> String {
     }
     s.push_str("  advertise-all-vni\n exit-address-family\n");
     s
+}
+
+/// FRR's zebra and bgpd in `ns` (VTEP B, `advertise-all-vni`, iBGP to `peers`), their files
+/// in `LAB/frr`; the directory (vtysh's `--vty_socket`).
+fn start_frr(lab: &Lab, procs: &mut Procs, b: &str, peers: &[&str]) -> PathBuf {
+    let frr = lab.dir.join("frr");
+    std::fs::create_dir_all(&frr).unwrap();
+    exec_in(b, "chown", &["frr:frr", frr.to_str().unwrap()]).unwrap();
+    std::fs::write(frr.join("zebra.conf"), "hostname b\n").unwrap();
+    std::fs::write(
+        frr.join("bgpd.conf"),
+        frr_bgpd_config(&frr.join("bgpd.log"), peers),
+    )
+    .unwrap();
+    for d in ["zebra", "bgpd"] {
+        let f = |x: &str| frr.join(x).to_string_lossy().into_owned();
+        procs.pid_files.push(frr.join(format!("{d}.pid")));
+        exec_in(
+            b,
+            &format!("/usr/lib/frr/{d}"),
+            &[
+                "-d",
+                "-f",
+                &f(&format!("{d}.conf")),
+                "-i",
+                &f(&format!("{d}.pid")),
+                "-z",
+                &f("zserv.api"),
+                "--vty_socket",
+                &f(""),
+                "--log",
+                &format!("file:{}", f(&format!("{d}.log"))),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{d}: {e}"));
+        if d == "zebra" {
+            assert!(support::wait_until(Duration::from_secs(5), || frr
+                .join("zserv.api")
+                .exists()));
+        }
+    }
+
+    frr
 }
 
 /// A qbridge VTEP: daemon, gobgpd, adapter, in `ns`, host `hx` on `qa`.
@@ -334,42 +382,7 @@ fn evpn_with_frr_and_gobgpd() {
         &["link", "set", "dev", "vx100", "learning", "off"],
     )
     .unwrap();
-    let frr = lab.dir.join("frr");
-    std::fs::create_dir_all(&frr).unwrap();
-    exec_in(&b, "chown", &["frr:frr", frr.to_str().unwrap()]).unwrap();
-    std::fs::write(frr.join("zebra.conf"), "hostname b\n").unwrap();
-    std::fs::write(
-        frr.join("bgpd.conf"),
-        frr_bgpd_config(&frr.join("bgpd.log"), &[VTEP_A, VTEP_C]),
-    )
-    .unwrap();
-    for d in ["zebra", "bgpd"] {
-        let f = |x: &str| frr.join(x).to_string_lossy().into_owned();
-        procs.pid_files.push(frr.join(format!("{d}.pid")));
-        exec_in(
-            &b,
-            &format!("/usr/lib/frr/{d}"),
-            &[
-                "-d",
-                "-f",
-                &f(&format!("{d}.conf")),
-                "-i",
-                &f(&format!("{d}.pid")),
-                "-z",
-                &f("zserv.api"),
-                "--vty_socket",
-                &f(""),
-                "--log",
-                &format!("file:{}", f(&format!("{d}.log"))),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{d}: {e}"));
-        if d == "zebra" {
-            assert!(support::wait_until(Duration::from_secs(5), || frr
-                .join("zserv.api")
-                .exists()));
-        }
-    }
+    let frr = start_frr(&lab, &mut procs, &b, &[VTEP_A, VTEP_C]);
 
     // A: qbridge, gobgpd, the adapter.
     let mut va = qbridge_vtep(
@@ -611,4 +624,313 @@ fn evpn_with_frr_and_gobgpd() {
     assert!(r.received >= 2, "hc -> hb: {}", r.output);
     let _ = (&va.ns, &vc.ns);
     drop(procs);
+}
+
+/// VTEP A's batch for the external test: VLANs 10 and 20 mapped to VNIs 1000 and 2000 on an
+/// `external` port; VLAN 30 crosses vx0 tagged with no VNI.
+const QBRIDGE_EXTERNAL: &str = "\
+link add br0 type bridge vlan_filtering 1
+link add p10 type afpacket dev qa10
+link add p20 type afpacket dev qa20
+link add p30 type afpacket dev qa30
+link add vx0 type vxlan external local 192.0.2.1 dstport 4789 nolearning
+link set dev p10 master br0
+link set dev p20 master br0
+link set dev p30 master br0
+link set dev vx0 master br0
+link set dev vx0 learning off
+vlan add vid 10 dev p10 pvid untagged
+vlan add vid 20 dev p20 pvid untagged
+vlan add vid 30 dev p30 pvid untagged
+vlan del vid 1 dev vx0
+vlan add vid 10 dev vx0
+vlan add vid 20 dev vx0
+vlan add vid 30 dev vx0
+vlan add vid 10 dev vx0 tunnel_info id 1000
+vlan add vid 20 dev vx0 tunnel_info id 2000
+";
+
+/// The `extern_learn` flood-list VTEPs of VNI `vni` on a qbridge VTEP's external vx0.
+fn flood_list_vni(ctl: &support::Ctl, vni: u64) -> Vec<String> {
+    let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+    let mut v: Vec<String> = j
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["mac"] == "00:00:00:00:00:00"
+                && e["vni"].as_u64() == Some(vni)
+                && e["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "extern_learn"))
+        })
+        .filter_map(|e| e["dst"].as_str().map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, local
+/// VTEP_B, `nolearning`, bridge learning off, transmit checksum offload off) in its own
+/// kernel bridge `br` with `port`; no flood list (EVPN fills it).
+fn kernel_vni(ns: &str, dev: &str, vni: &str, br: &str, port: &str) {
+    for args in [
+        &["link", "add", br, "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            dev,
+            "type",
+            "vxlan",
+            "id",
+            vni,
+            "local",
+            VTEP_B,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", dev, "master", br],
+        &["link", "set", port, "master", br],
+        &["link", "set", dev, "up"],
+        &["link", "set", br, "up"],
+    ] {
+        ip_in(ns, args).unwrap();
+    }
+    exec_in(ns, "ethtool", &["-K", dev, "tx", "off"]).unwrap();
+    exec_in(
+        ns,
+        "bridge",
+        &["link", "set", "dev", dev, "learning", "off"],
+    )
+    .unwrap();
+}
+
+/// An external VXLAN port (VLAN ↔ VNI) through EVPN: qbridge VTEP A maps VLAN 10 → VNI 1000
+/// and 20 → 2000 on one `external` port; FRR VTEP B has a kernel vxlan device per VNI, each in
+/// its own kernel bridge with a host (`advertise-all-vni` serves both). All hosts share one
+/// IP subnet, so a frame crossing between VLANs would show as a ping answered.
+///
+/// ```text
+///  ha10 ─ qa10 (pvid 10) ┐ A: br0 (vlan_filtering 1)   ┌ vx1000 ─ kbr1000 ─ kb10 ─ hb10
+///  ha20 ─ qa20 (pvid 20) ┤   vx0 external 10↔1000,     ├ vx2000 ─ kbr2000 ─ kb20 ─ hb20
+///  ha30 ─ qa30 (pvid 30) ┘   20↔2000, 30 unmapped      │ B: zebra + bgpd
+///                            └── ul 192.0.2.1 ═══ veth ═══ ul 192.0.2.2
+/// ```
+///
+/// Checked: A's flood list of each VNI comes from B's type-3 route of that VNI; A's MACs are
+/// type-2 routes of the right VNI in FRR and `extern_learn` entries of the right kernel vxlan
+/// device only; B's MACs are installed on vx0 with their VNI and in the bridge with their VLAN;
+/// pings cross per VLAN and not between them; VLAN 30's MAC is never advertised.
+#[test]
+fn evpn_external_port_with_frr() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    for (tool, path) in [("gobgpd", "/usr/bin/gobgpd"), ("frr", "/usr/lib/frr/zebra")] {
+        if !Path::new(path).exists() && missing_tool(tool) {
+            return;
+        }
+    }
+    assert!(evpn_bin().exists(), "{} is not built", evpn_bin().display());
+    let mut lab = Lab::new("evpnx");
+    let mut procs = Procs {
+        children: Vec::new(),
+        pid_files: Vec::new(),
+    };
+    let a = lab.netns("exa").unwrap();
+    let b = lab.netns("exb").unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, VTEP_A), (&b, VTEP_B)] {
+        ip_in(ns, &["addr", "add", &format!("{addr}/24"), "dev", "ul"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+    }
+
+    // B: FRR with one kernel bridge and vxlan device per VNI.
+    let hb10 = lab.host("hb10", "10.40.0.2/24", &b, "kb10").unwrap();
+    let hb20 = lab.host("hb20", "10.40.0.4/24", &b, "kb20").unwrap();
+    kernel_vni(&b, "vx1000", "1000", "kbr1000", "kb10");
+    kernel_vni(&b, "vx2000", "2000", "kbr2000", "kb20");
+    let frr = start_frr(&lab, &mut procs, &b, &[VTEP_A]);
+
+    // A: qbridge with the external port, gobgpd, the adapter.
+    let ha10 = lab.host("ha10", "10.40.0.1/24", &a, "qa10").unwrap();
+    let ha20 = lab.host("ha20", "10.40.0.3/24", &a, "qa20").unwrap();
+    let ha30 = lab.host("ha30", "10.40.0.5/24", &a, "qa30").unwrap();
+    let ctl = lab.daemon(&a, QBRIDGE_EXTERNAL).unwrap();
+    std::fs::write(
+        lab.dir.join(format!("gobgpd-{VTEP_A}.toml")),
+        gobgpd_config(VTEP_A, &[VTEP_B]),
+    )
+    .unwrap();
+    start_gobgpd(&lab, &mut procs, &a, VTEP_A);
+    std::os::unix::fs::symlink(&ctl.socket, lab.dir.join(format!("evpn-{VTEP_A}.sock"))).unwrap();
+    start_evpn(&lab, &mut procs, &a, VTEP_A);
+
+    // Each VNI's flood list from B's type-3 route of that VNI; nothing else put them there.
+    let ok = support::wait_until(Duration::from_secs(30), || {
+        flood_list_vni(&ctl, 1000) == [VTEP_B] && flood_list_vni(&ctl, 2000) == [VTEP_B]
+    });
+    let show = ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+    assert!(
+        ok,
+        "A's flood lists:\n{show}\n{}\n{}",
+        vtysh(&b, &frr, "show bgp l2vpn evpn route"),
+        logs(&lab)
+    );
+    for vni in ["1000", "2000"] {
+        assert!(
+            show.contains(&format!(
+                "00:00:00:00:00:00 dev vx0 dst {VTEP_B} vni {vni} self extern_learn"
+            )),
+            "{show}"
+        );
+    }
+
+    // Pings cross per VLAN; then A's MACs are type-2 routes of their own VNI in FRR and
+    // entries of the right kernel vxlan device.
+    let r = ping(&ha10, &hb10.ip, 5);
+    assert!(
+        r.received >= 3,
+        "ha10 -> hb10: {}\n{}",
+        r.output,
+        logs(&lab)
+    );
+    let r = ping(&ha20, &hb20.ip, 5);
+    assert!(
+        r.received >= 3,
+        "ha20 -> hb20: {}\n{}",
+        r.output,
+        logs(&lab)
+    );
+    let (m10, m20, m30) = (
+        ha10.mac.to_lowercase(),
+        ha20.mac.to_lowercase(),
+        ha30.mac.to_lowercase(),
+    );
+    let kfdb = |dev: &str| exec_in(&b, "bridge", &["fdb", "show", "dev", dev]).unwrap_or_default();
+    let route = |m: &str| format!("[2]:[0]:[48]:[{m}]");
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        kfdb("vx1000").contains(&format!("{m10} dst {VTEP_A} self extern_learn"))
+            && kfdb("vx2000").contains(&format!("{m20} dst {VTEP_A} self extern_learn"))
+    });
+    let (r1000, r2000) = (
+        vtysh(&b, &frr, "show bgp l2vpn evpn route vni 1000"),
+        vtysh(&b, &frr, "show bgp l2vpn evpn route vni 2000"),
+    );
+    assert!(
+        ok && r1000.contains(&route(&m10)) && r2000.contains(&route(&m20)),
+        "VNI 1000:\n{r1000}\nVNI 2000:\n{r2000}\nvx1000: {}\nvx2000: {}\n{}",
+        kfdb("vx1000"),
+        kfdb("vx2000"),
+        logs(&lab)
+    );
+    // Not in the other VNI, in FRR's tables or the kernel's.
+    assert!(!r1000.contains(&route(&m20)) && !r2000.contains(&route(&m10)));
+    assert!(!kfdb("vx1000").contains(&m20) && !kfdb("vx2000").contains(&m10));
+    assert!(frr_mac_vni(&b, &frr, "1000", &m10).contains(&format!("remote {VTEP_A}")));
+    assert!(frr_mac_vni(&b, &frr, "2000", &m20).contains(&format!("remote {VTEP_A}")));
+
+    // B's MACs on A: vx0's entry of the VNI, the bridge's entry of the VLAN.
+    for (h, vni, vlan) in [(&hb10, 1000, 10), (&hb20, 2000, 20)] {
+        let m = h.mac.to_lowercase();
+        let ok = support::wait_until(Duration::from_secs(10), || {
+            let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+            let has = |f: &dyn Fn(&serde_json::Value) -> bool| {
+                j.as_array().into_iter().flatten().any(|e| {
+                    e["mac"] == m.as_str()
+                        && e["flags"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|x| x == "extern_learn"))
+                        && f(e)
+                })
+            };
+            has(&|e| e["dst"] == VTEP_B && e["vni"] == vni)
+                && has(&|e| e["dst"].is_null() && e["vlan"] == vlan)
+        });
+        assert!(
+            ok,
+            "{m} (VNI {vni}, VLAN {vlan}) on A:\n{}\n{}",
+            ctl.cmd(&["fdb", "show"]).unwrap_or_default(),
+            logs(&lab)
+        );
+    }
+
+    // Nothing between VLANs, and VLAN 30 (no VNI) reaches neither; its MAC is not advertised.
+    for (from, to) in [
+        (&ha10, &hb20),
+        (&ha20, &hb10),
+        (&ha30, &hb10),
+        (&ha30, &hb20),
+    ] {
+        let r = ping(from, &to.ip, 2);
+        assert_eq!(r.received, 0, "{} -> {}: {}", from.name, to.name, r.output);
+    }
+    let all = vtysh(&b, &frr, "show bgp l2vpn evpn route");
+    assert!(!all.contains(&route(&m30)), "{all}");
+    assert!(!kfdb("vx1000").contains(&m30) && !kfdb("vx2000").contains(&m30));
+    // Both VLANs still cross after all that.
+    let r = ping(&ha10, &hb10.ip, 2);
+    assert!(r.received >= 1, "ha10 -> hb10: {}", r.output);
+    let r = ping(&ha20, &hb20.ip, 2);
+    assert!(r.received >= 1, "ha20 -> hb20: {}", r.output);
+
+    // VLAN 20's map removed live: the domain goes — VNI 2000's routes withdrawn (B's kernel
+    // flood list and FDB lose A), its entries on A deleted; VNI 1000 is untouched. Mapped
+    // again, it comes back.
+    ctl.cmd(&["vlan", "del", "vid", "20", "dev", "vx0", "tunnel_info"])
+        .unwrap();
+    let gone = || {
+        let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+        let a_clean = !j.as_array().into_iter().flatten().any(|e| {
+            (e["vni"] == 2000 || e["vlan"] == 20)
+                && e["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "extern_learn"))
+        });
+        a_clean && !kfdb("vx2000").contains(VTEP_A) && flood_list_vni(&ctl, 1000) == [VTEP_B]
+    };
+    assert!(
+        support::wait_until(Duration::from_secs(10), gone),
+        "after vlan del … tunnel_info:\nA: {}\nvx2000: {}\n{}",
+        ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap_or_default(),
+        kfdb("vx2000"),
+        logs(&lab)
+    );
+    assert!(!vtysh(&b, &frr, "show bgp l2vpn evpn route vni 2000").contains(&route(&m20)));
+    assert!(kfdb("vx1000").contains(&format!("{m10} dst {VTEP_A} self extern_learn")));
+    ctl.cmd(&[
+        "vlan",
+        "add",
+        "vid",
+        "20",
+        "dev",
+        "vx0",
+        "tunnel_info",
+        "id",
+        "2000",
+    ])
+    .unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(10), || flood_list_vni(&ctl, 2000)
+            == [VTEP_B]
+            && kfdb("vx2000").contains(&format!("00:00:00:00:00:00 dst {VTEP_A} self"))),
+        "after vlan add … tunnel_info:\nA: {}\nvx2000: {}\n{}",
+        ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap_or_default(),
+        kfdb("vx2000"),
+        logs(&lab)
+    );
+    let r = ping(&ha20, &hb20.ip, 3);
+    assert!(r.received >= 2, "ha20 -> hb20 mapped again: {}", r.output);
+    drop(procs);
+}
+
+/// FRR's line for `mac` in `show evpn mac vni VNI`.
+fn frr_mac_vni(ns: &str, dir: &Path, vni: &str, mac: &str) -> String {
+    vtysh(ns, dir, &format!("show evpn mac vni {vni}"))
+        .lines()
+        .find(|l| l.starts_with(mac))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
