@@ -640,6 +640,9 @@ impl TcpReport {
     }
 }
 
+/// The longest a [`tcp_transfer`] waits for its next bytes, either way.
+const STALL: Duration = Duration::from_secs(30);
+
 /// Moves `bytes` bytes from a kernel socket in `from` to one in `to` (listener on `to.ip`,
 /// an ephemeral port) and checks every byte at the receiver. Errors name the first bad
 /// offset, or the count received when the stream stopped short.
@@ -665,8 +668,11 @@ pub fn tcp_transfer(from: &Host, to: &Host, bytes: u64, timeout: Duration) -> Re
             }
         };
         s.set_nonblocking(false).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| e.to_string())?;
+        // A stall this long ends the transfer. TCP's retransmission backoff after a link
+        // is pulled can pass 10 s on a loaded machine (0.2+0.4+…+6.4 s), and the closed
+        // socket then resets the sender ("Broken pipe"); the callers' own deadline and
+        // their gap measurements judge the failover.
+        s.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 1 << 18];
         let mut want = vec![0u8; 1 << 18];
         let mut got = 0u64;
@@ -693,7 +699,7 @@ pub fn tcp_transfer(from: &Host, to: &Host, bytes: u64, timeout: Duration) -> Re
     let sent = run_in_netns(&from_ns, move || -> Result<u64> {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .map_err(|e| format!("connect to {addr}: {e}"))?;
-        s.set_write_timeout(Some(Duration::from_secs(10)))
+        s.set_write_timeout(Some(STALL))
             .map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 1 << 18];
         let mut off = 0u64;
@@ -713,8 +719,13 @@ pub fn tcp_transfer(from: &Host, to: &Host, bytes: u64, timeout: Duration) -> Re
         .join()
         .map_err(|_| "receiver thread panicked".to_string())?;
     let secs = start.elapsed().as_secs_f64();
-    let sent = sent?;
-    let received = received?;
+    // The receiver's error first: a sender's "Broken pipe" is usually its consequence.
+    let (sent, received) = match (sent, received) {
+        (Ok(s), Ok(r)) => (s, r),
+        (Err(s), Err(r)) => return Err(format!("{s}; the receiver: {r}")),
+        (Err(s), Ok(r)) => return Err(format!("{s} (the receiver read {r} bytes)")),
+        (Ok(_), Err(r)) => return Err(format!("the receiver: {r}")),
+    };
     if received != bytes || sent != bytes {
         return Err(format!("sent {sent}, received {received}, wanted {bytes}"));
     }
