@@ -268,26 +268,24 @@ impl Gobgp {
         Ok(())
     }
 
-    /// Streams `WatchEvent` (best-path changes, any family) and calls `each` per event,
-    /// until the stream ends or fails (then returns, for the caller to reconnect). Only a
-    /// wake-up: what changed is read with [`Gobgp::list_paths`].
-    pub fn watch(&mut self, mut each: impl FnMut() -> bool) -> Result<(), GobgpError> {
-        let call = "/apipb.GobgpApi/WatchEvent";
-        let req = WatchEventRequest {
-            table: Some(WatchTable {
-                filters: vec![WatchFilter {
-                    kind: 0,
-                    init: false,
-                }],
-            }),
-        };
+    /// A server-streaming call: `each` gets every message until it returns `false` or the
+    /// stream ends or fails.
+    fn stream<Q, R>(
+        &mut self,
+        call: &'static str,
+        req: Q,
+        mut each: impl FnMut(R) -> bool,
+    ) -> Result<(), GobgpError>
+    where
+        Q: prost::Message + Send + Sync + 'static,
+        R: prost::Message + Default + Send + Sync + 'static,
+    {
         let grpc = &mut self.grpc;
         let r = self.rt.block_on(async {
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            let codec: tonic::codec::ProstCodec<WatchEventRequest, Empty> =
-                tonic::codec::ProstCodec::default();
+            let codec: tonic::codec::ProstCodec<Q, R> = tonic::codec::ProstCodec::default();
             let mut stream = grpc
                 .server_streaming(
                     tonic::Request::new(req),
@@ -296,8 +294,8 @@ impl Gobgp {
                 )
                 .await?
                 .into_inner();
-            while stream.message().await?.is_some() {
-                if !each() {
+            while let Some(m) = stream.message().await? {
+                if !each(m) {
                     break;
                 }
             }
@@ -306,38 +304,36 @@ impl Gobgp {
         r.map_err(|s| self.call_error(call, &s))
     }
 
+    /// Streams `WatchEvent` (best-path changes, any family) and calls `each` per event,
+    /// until the stream ends or fails (then returns, for the caller to reconnect). Only a
+    /// wake-up: what changed is read with [`Gobgp::list_paths`].
+    pub fn watch(&mut self, mut each: impl FnMut() -> bool) -> Result<(), GobgpError> {
+        let req = WatchEventRequest {
+            table: Some(WatchTable {
+                filters: vec![WatchFilter {
+                    kind: 0,
+                    init: false,
+                }],
+            }),
+        };
+        self.stream("/apipb.GobgpApi/WatchEvent", req, |_: Empty| each())
+    }
+
     /// Every EVPN path of the global RIB (local and received, best or not).
     pub fn list_paths(&mut self) -> Result<Vec<Path>, GobgpError> {
-        let call = "/apipb.GobgpApi/ListPath";
         let req = ListPathRequest {
             table_type: TABLE_GLOBAL,
             name: String::new(),
             family: Some(evpn()),
             enable_only_binary: true,
         };
-        let grpc = &mut self.grpc;
-        let r = self.rt.block_on(async {
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            let codec: tonic::codec::ProstCodec<ListPathRequest, ListPathResponse> =
-                tonic::codec::ProstCodec::default();
-            let mut stream = grpc
-                .server_streaming(
-                    tonic::Request::new(req),
-                    PathAndQuery::from_static(call),
-                    codec,
-                )
-                .await?
-                .into_inner();
-            let mut out = Vec::new();
-            while let Some(m) = stream.message().await? {
-                if let Some(d) = m.destination {
-                    out.extend(d.paths);
-                }
+        let mut out = Vec::new();
+        self.stream("/apipb.GobgpApi/ListPath", req, |m: ListPathResponse| {
+            if let Some(d) = m.destination {
+                out.extend(d.paths);
             }
-            Ok::<_, tonic::Status>(out)
-        });
-        r.map_err(|s| self.call_error(call, &s))
+            true
+        })?;
+        Ok(out)
     }
 }
