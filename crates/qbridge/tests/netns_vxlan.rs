@@ -271,30 +271,12 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
 /// the receiving kernel accepts as it is; a NIC would fill it in).
 fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
     let d = tshark::decode(pcap, &["ip", "udp", "tcp"]).unwrap();
-    let vx = "eth:ethertype:ip:udp:vxlan:eth:ethertype:";
-    assert!(d.count(&format!("{vx}arp")) >= 2, "{:#?}", d.frames);
-    assert!(d.count(&format!("{vx}ip:icmp")) >= 8, "{:#?}", d.frames);
-    assert!(
-        d.count(&format!("{vx}ip:tcp")) >= 100,
-        "{} frames",
-        d.frames.len()
+    tshark::check_vxlan(
+        &d,
+        100,
+        &[(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")],
+        100,
     );
-    for f in &d.frames {
-        assert!(f.protocols.starts_with(vx), "{f:?}");
-        assert_eq!(f.vni, [100], "{f:?}");
-        assert_eq!(f.udp_dstport.first(), Some(&4789), "{f:?}");
-    }
-    for (mac, outer) in [(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")] {
-        assert!(
-            d.frames
-                .iter()
-                .any(|f| f.ip_src.first().map(String::as_str) == Some(outer)
-                    && f.eth_src
-                        .get(1)
-                        .is_some_and(|m| m.eq_ignore_ascii_case(mac))),
-            "no frame of {mac} from VTEP {outer}"
-        );
-    }
     // `tos inherit` on qbridge's side: the outer TOS is the inner one (EF pings: 0xb8);
     // the kernel VTEP's default (`tos 0`) sends 0.
     for f in &d.frames {
@@ -314,11 +296,6 @@ fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
                 && f.dsfield == [0xb8, 0xb8]
         ),
         "no EF datagram from qbridge"
-    );
-    assert!(
-        d.errors.is_empty(),
-        "tshark: malformed or bad checksums:\n{}",
-        d.errors.join("\n")
     );
     // Each datagram was captured alone (no super-packet of which tshark would read only the
     // first datagram): at most the underlay's MTU and its Ethernet header.

@@ -226,34 +226,11 @@ fn vxlan_port_talks_to_open_vswitch_netdev_vxlan() {
     if let Some(cap) = capture {
         let pcap = cap.stop();
         let d = tshark::decode(&pcap, &["ip", "udp", "tcp"]).unwrap();
-        let vx = "eth:ethertype:ip:udp:vxlan:eth:ethertype:";
-        assert!(d.count(&format!("{vx}arp")) >= 2, "{:#?}", d.frames);
-        assert!(d.count(&format!("{vx}ip:icmp")) >= 8, "{:#?}", d.frames);
-        assert!(
-            d.count(&format!("{vx}ip:tcp")) >= 200,
-            "{} frames",
-            d.frames.len()
-        );
-        for f in &d.frames {
-            assert!(f.protocols.starts_with(vx), "{f:?}");
-            assert_eq!(f.vni, [100], "{f:?}");
-            assert_eq!(f.udp_dstport.first(), Some(&4789), "{f:?}");
-        }
-        for (mac, outer) in [(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")] {
-            assert!(
-                d.frames
-                    .iter()
-                    .any(|f| f.ip_src.first().map(String::as_str) == Some(outer)
-                        && f.eth_src
-                            .get(1)
-                            .is_some_and(|m| m.eq_ignore_ascii_case(mac))),
-                "no frame of {mac} from VTEP {outer}"
-            );
-        }
-        assert!(
-            d.errors.is_empty(),
-            "tshark: malformed or bad checksums:\n{}",
-            d.errors.join("\n")
+        tshark::check_vxlan(
+            &d,
+            100,
+            &[(&ha.mac, "192.0.2.1"), (&hb.mac, "192.0.2.2")],
+            200,
         );
         eprintln!(
             "tshark: {} VXLAN frames decoded, none malformed, every checksum good",

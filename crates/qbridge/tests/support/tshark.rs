@@ -209,3 +209,39 @@ pub fn decode(pcap: &Path, check_checksums: &[&str]) -> Result<Decoded> {
         .collect();
     Ok(Decoded { frames, errors })
 }
+
+/// What every VXLAN underlay capture of the tests must show: only VXLAN to UDP 4789 in VNI
+/// `vni`, inner ARP (at least 2), ICMP (8) and TCP (`min_tcp`) frames, each `(inner source
+/// MAC, outer source address)` of `senders` at least once, and no malformed frame or bad
+/// checksum.
+pub fn check_vxlan(d: &Decoded, vni: u32, senders: &[(&str, &str)], min_tcp: usize) {
+    let vx = "eth:ethertype:ip:udp:vxlan:eth:ethertype:";
+    assert!(d.count(&format!("{vx}arp")) >= 2, "{:#?}", d.frames);
+    assert!(d.count(&format!("{vx}ip:icmp")) >= 8, "{:#?}", d.frames);
+    assert!(
+        d.count(&format!("{vx}ip:tcp")) >= min_tcp,
+        "{} frames",
+        d.frames.len()
+    );
+    for f in &d.frames {
+        assert!(f.protocols.starts_with(vx), "{f:?}");
+        assert_eq!(f.vni, [vni], "{f:?}");
+        assert_eq!(f.udp_dstport.first(), Some(&4789), "{f:?}");
+    }
+    for (mac, outer) in senders {
+        assert!(
+            d.frames
+                .iter()
+                .any(|f| f.ip_src.first().map(String::as_str) == Some(*outer)
+                    && f.eth_src
+                        .get(1)
+                        .is_some_and(|m| m.eq_ignore_ascii_case(mac))),
+            "no frame of {mac} from VTEP {outer}"
+        );
+    }
+    assert!(
+        d.errors.is_empty(),
+        "tshark: malformed or bad checksums:\n{}",
+        d.errors.join("\n")
+    );
+}
