@@ -151,7 +151,7 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_fdb_key fk = {};
 	struct qb_fdb_entry *src, *dst;
 	struct qb_config *cfg;
-	__u32 zero = 0, off = ETH_HLEN, out_len;
+	__u32 zero = 0, off = ETH_HLEN, in_len, out_len;
 	__u16 proto;
 	void *data, *end;
 	struct ethhdr *eth;
@@ -223,8 +223,10 @@ int qb_ingress(struct __sk_buff *skb)
 	if (!dst || dst->port != act->out_port || dst->version != act->dst_version)
 		return miss(skb, QB_MISS_DST, port);
 
-	/* Sizes: a frame the pipeline would treat otherwise (runt, oversize) goes up. */
-	if (skb->len < act->min_len)
+	/* Sizes, as on the wire: skb->len does not count an accelerated tag. A frame the
+	 * pipeline would treat otherwise (runt, oversize) goes up. */
+	in_len = skb->len + (skb->vlan_present ? 4 : 0);
+	if (in_len < act->min_len)
 		return miss(skb, QB_MISS_SIZE, port);
 	if (skb->gso_size) {
 		__u32 l34 = l34_len(data, end, off, proto);
@@ -232,9 +234,7 @@ int qb_ingress(struct __sk_buff *skb)
 			return miss(skb, QB_MISS_SIZE, port);
 		out_len = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
 	} else {
-		out_len = skb->len - 4 * key.ntags + 4 * act->push_n;
-		if (skb->vlan_present)
-			out_len += 4;	/* skb->len does not count the accelerated tag */
+		out_len = in_len - 4 * key.ntags + 4 * act->push_n;
 	}
 	if (out_len > act->max_len)
 		return miss(skb, QB_MISS_SIZE, port);
@@ -267,6 +267,8 @@ int qb_ingress(struct __sk_buff *skb)
 	}
 
 	{
+		/* What leaves, as on the wire (the edit may have left an accelerated tag). */
+		__u32 sent_len = skb->len + (skb->vlan_present ? 4 : 0);
 		__u32 in = key.in_port, out = act->out_port, slot = act->vlan_slot;
 		struct qb_port_stats *ps;
 		struct qb_vlan_stats *vs;
@@ -274,17 +276,17 @@ int qb_ingress(struct __sk_buff *skb)
 		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
 		if (ps) {
 			ps->rx_frames += 1;
-			ps->rx_bytes += skb->len;
+			ps->rx_bytes += in_len;
 		}
 		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
 		if (ps) {
 			ps->tx_frames += 1;
-			ps->tx_bytes += skb->len;
+			ps->tx_bytes += sent_len;
 		}
 		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
 		if (vs) {
 			vs->frames += 1;
-			vs->bytes += skb->len;
+			vs->bytes += in_len;
 		}
 	}
 	count(QB_MISS_MAX);

@@ -41,7 +41,9 @@ pub enum NotCached {
     Short,
     /// The destination is a group address (floods are never cached).
     Group,
-    /// More tags than the program edits, or a TPID it does not (on either side).
+    /// More tags than the program edits, or an input TPID the ingress port takes that the
+    /// program does not parse. (An output tag of another TPID is not a tag to the program:
+    /// that output reads as [`NotCached::Rewrite`].)
     Tags,
     /// The output differs from the input beyond the tag stack.
     Rewrite,

@@ -253,6 +253,13 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     let p2 = fp.port_stats(2).unwrap();
     assert_eq!((p1.rx_frames, p1.tx_frames), (3, 2));
     assert_eq!((p2.rx_frames, p2.tx_frames), (2, 3));
+    // Bytes as on the wire, received before the edit and sent after it (an accelerated tag
+    // the edit leaves counts): port 1 received 60 + 1514 + 60 and sent them with two tags
+    // more; port 2 received 68 (two tags) + 64 (one) and sent 60 + 64.
+    assert_eq!((p1.rx_bytes, p2.tx_bytes), (1634, 1658));
+    assert_eq!((p2.rx_bytes, p1.tx_bytes), (132, 124));
+    let v = fp.vlan_stats(10).unwrap();
+    assert_eq!((v.frames, v.bytes), (5, 1634 + 132));
 }
 
 #[test]
