@@ -210,14 +210,19 @@ int qb_ingress(struct __sk_buff *skb)
 	if (!cfg || act->generation != cfg->generation)
 		return miss(skb, QB_MISS_STALE, port);
 
-	/* The source must be learned on this port, the destination where the flow says. */
+	/* The source must be learned on this port (if it learns), the destination where the
+	 * flow says. */
+	fk.bridge = act->bridge;
 	fk.fid = act->fid;
 	__builtin_memcpy(fk.mac, eth->h_source, 6);
 	if (fk.mac[0] & 1)
 		return miss(skb, QB_MISS_SRC, port);
-	src = bpf_map_lookup_elem(&qb_fdb, &fk);
-	if (!src || src->port != key.in_port)
-		return miss(skb, QB_MISS_SRC, port);
+	src = 0;
+	if (port->flags & QB_PORT_LEARNING) {
+		src = bpf_map_lookup_elem(&qb_fdb, &fk);
+		if (!src || src->port != key.in_port)
+			return miss(skb, QB_MISS_SRC, port);
+	}
 	__builtin_memcpy(fk.mac, key.dst, 6);
 	dst = bpf_map_lookup_elem(&qb_fdb, &fk);
 	if (!dst || dst->port != act->out_port || dst->version != act->dst_version)
@@ -240,7 +245,7 @@ int qb_ingress(struct __sk_buff *skb)
 		return miss(skb, QB_MISS_SIZE, port);
 
 	/* Ageing: refresh the source at most once a second (the ager's granularity). */
-	{
+	if (src) {
 		__u64 now = bpf_ktime_get_ns();
 		if (now - src->last_seen_ns > NS_PER_REFRESH)
 			src->last_seen_ns = now;
@@ -269,7 +274,8 @@ int qb_ingress(struct __sk_buff *skb)
 	{
 		/* What leaves, as on the wire (the edit may have left an accelerated tag). */
 		__u32 sent_len = skb->len + (skb->vlan_present ? 4 : 0);
-		__u32 in = key.in_port, out = act->out_port, slot = act->vlan_slot;
+		__u32 in = key.in_port & QB_PORT_ID_MASK, out = act->out_port & QB_PORT_ID_MASK;
+		__u32 slot = act->vlan_slot;
 		struct qb_port_stats *ps;
 		struct qb_vlan_stats *vs;
 
@@ -285,8 +291,10 @@ int qb_ingress(struct __sk_buff *skb)
 		}
 		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
 		if (vs) {
-			vs->frames += 1;
-			vs->bytes += in_len;
+			vs->rx_frames += 1;
+			vs->rx_bytes += in_len;
+			vs->tx_frames += 1;
+			vs->tx_bytes += sent_len;
 		}
 	}
 	count(QB_MISS_MAX);
@@ -295,6 +303,14 @@ int qb_ingress(struct __sk_buff *skb)
 	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
 	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
 	return bpf_redirect(act->out_ifindex, 0);
+}
+
+/* On the upcall device's ingress: the frames redirected there were seen by the daemon's
+ * packet socket (taps run before TC ingress); the host stack never sees them. */
+SEC("classifier")
+int qb_sink(struct __sk_buff *skb)
+{
+	return TC_ACT_SHOT;
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -7,7 +7,7 @@
 #include <linux/types.h>
 
 #define QB_MAX_PORTS 4096
-#define QB_MAX_VLAN_SLOTS 16384
+#define QB_MAX_VLAN_SLOTS 65536	/* bridge index (4 bits) << 12 | VID */
 #define QB_MAX_FLOWS 65536
 #define QB_MAX_FDB 262144
 #define QB_MAX_TAGS 2
@@ -29,13 +29,19 @@ enum qb_miss {
 
 /* Per ingress interface (key: ifindex in the daemon's namespace). */
 struct qb_port {
-	__u32 index;		/* qbridge's port index: the flow key's and counters' */
+	/* qbridge's port id (low 12 bits: the counters' index) and its opening's generation
+	 * (4 bits above): the flow key's in_port, the FDB entries' port, the upcall's TCI. */
+	__u32 index;
 	__u32 flags;		/* QB_PORT_* */
 	/* TPIDs the port takes as tags besides 0x8100 and 0x88a8: a frame with one is a miss
 	 * (the fast path parses and edits only those two). 0: none. */
 	__u16 extra_tpid_be[2];
 };
 #define QB_PORT_ENABLED 1
+/* The port learns: a hit needs the source learned on it (else the source is not checked,
+ * as the pipeline learns nothing there). */
+#define QB_PORT_LEARNING 2
+#define QB_PORT_ID_MASK 0xfff
 
 /* The flow key: what the pipeline's decision for a known-unicast frame depends on, besides
  * the source's FDB state (checked in the FDB map). */
@@ -62,14 +68,17 @@ struct qb_flow_action {
 	__u16 min_len;		/* shortest frame (as received) the pipeline forwards alike */
 	__u16 max_len;		/* longest frame (no FCS) the egress port sends */
 	__u8 push_n;
-	__u8 pad[3];
+	__u8 pad;
+	__u16 bridge;		/* the bridge's index (the FDB map's key) */
 	__u16 push_tpid_be[QB_MAX_TAGS];
 	__u16 push_tci_be[QB_MAX_TAGS];
 };
 
 struct qb_fdb_key {
+	__u16 bridge;
 	__u16 fid;
 	__u8 mac[6];
+	__u16 pad;
 };
 
 /* An FDB entry the fast path relies on (the pipeline's FDB is the truth; this mirrors the
@@ -91,7 +100,7 @@ struct qb_port_stats {
 };
 
 struct qb_vlan_stats {
-	__u64 frames, bytes;
+	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
 };
 
 #endif

@@ -23,7 +23,9 @@ pub struct Decision<'a> {
     pub output: &'a [u8],
     pub out_ifindex: u32,
     pub out_port: u32,
-    /// The FDB id the frame was classified into, and the destination's entry version.
+    /// The bridge's index and the FDB id the frame was classified into, and the
+    /// destination's entry version.
+    pub bridge: u16,
     pub fid: u16,
     pub dst_version: u32,
     pub vlan_slot: u16,
@@ -110,6 +112,7 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
         out_port: d.out_port,
         dst_version: d.dst_version,
         fid: d.fid,
+        bridge: d.bridge,
         vlan_slot: d.vlan_slot,
         min_len: d.min_len,
         max_len: d.max_len,

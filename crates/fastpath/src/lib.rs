@@ -15,14 +15,17 @@ use std::collections::BTreeMap;
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
     Config, FdbEntry, FdbKey, FlowAction, FlowKey, Miss, Port, PortStats, VlanStats, HIT_INDEX,
-    PORT_ENABLED,
+    MAX_BRIDGES, MAX_PORTS, PORT_ENABLED, PORT_ID_MASK, PORT_LEARNING,
 };
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};
 
 /// The program's object, as clang made it (empty when the build had no clang).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.o"));
 
 const PROGRAM: &str = "qb_ingress";
+/// The upcall device's program: drops what the daemon's socket has seen.
+const SINK: &str = "qb_sink";
 
 /// Why the fast path cannot do something.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +54,7 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 /// with TCX links.
 pub struct FastPath {
     ebpf: aya::Ebpf,
-    links: BTreeMap<String, aya::programs::tc::SchedClassifierLinkId>,
+    links: BTreeMap<String, (&'static str, aya::programs::tc::SchedClassifierLinkId)>,
 }
 
 impl std::fmt::Debug for FastPath {
@@ -74,8 +77,10 @@ impl FastPath {
             return Err(Error::NotBuilt);
         }
         let mut ebpf = aya::Ebpf::load(OBJECT)?;
-        let prog: &mut SchedClassifier = program(&mut ebpf)?;
-        prog.load()?;
+        for name in [PROGRAM, SINK] {
+            let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
+            prog.load()?;
+        }
         Ok(FastPath {
             ebpf,
             links: BTreeMap::new(),
@@ -85,6 +90,15 @@ impl FastPath {
     /// Attaches the program to `ifname`'s ingress (in the calling thread's namespace): a TCX
     /// link on kernels from 6.6, a `clsact` filter before.
     pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_program(ifname, PROGRAM)
+    }
+
+    /// Attaches the sink (drop everything) to the upcall device `ifname`'s ingress.
+    pub fn attach_sink(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_program(ifname, SINK)
+    }
+
+    fn attach_program(&mut self, ifname: &str, name: &'static str) -> Result<(), Error> {
         if self.links.contains_key(ifname) {
             return Ok(());
         }
@@ -98,16 +112,16 @@ impl FastPath {
                 }
             }
         }
-        let prog = program(&mut self.ebpf)?;
+        let prog = program(&mut self.ebpf, name)?;
         let id = prog.attach(ifname, TcAttachType::Ingress)?;
-        self.links.insert(ifname.to_owned(), id);
+        self.links.insert(ifname.to_owned(), (name, id));
         Ok(())
     }
 
     /// Detaches the program from `ifname`; not attached is not an error.
     pub fn detach(&mut self, ifname: &str) -> Result<(), Error> {
-        if let Some(id) = self.links.remove(ifname) {
-            program(&mut self.ebpf)?.detach(id)?;
+        if let Some((name, id)) = self.links.remove(ifname) {
+            program(&mut self.ebpf, name)?.detach(id)?;
         }
         Ok(())
     }
@@ -180,6 +194,39 @@ impl FastPath {
         }
     }
 
+    /// Every entry of the FDB map (the engine's sync walks it).
+    pub fn fdb_entries(&mut self) -> Result<Vec<(FdbKey, FdbEntry)>, Error> {
+        let m = self.hash::<FdbKey, FdbEntry>("qb_fdb")?;
+        m.iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("qb_fdb"))
+    }
+
+    /// A handle on the flow and FDB maps that other threads may use (the datapath workers
+    /// install flows with it).
+    pub fn writer(&mut self) -> Result<MapWriter, Error> {
+        let fd = |ebpf: &mut aya::Ebpf, name: &'static str| -> Result<OwnedFd, Error> {
+            let map = ebpf.map_mut(name).ok_or(Error::Map {
+                map: name,
+                source: aya::maps::MapError::InvalidName { name: name.into() },
+            })?;
+            let data: &MapData = match map {
+                aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d,
+                _ => {
+                    return Err(Error::Map {
+                        map: name,
+                        source: aya::maps::MapError::InvalidName { name: name.into() },
+                    })
+                }
+            };
+            Ok(data.fd().as_fd().try_clone_to_owned()?)
+        };
+        Ok(MapWriter {
+            flows: fd(&mut self.ebpf, "qb_flows")?,
+            fdb: fd(&mut self.ebpf, "qb_fdb")?,
+        })
+    }
+
     fn config_map(&mut self) -> Result<Array<&mut MapData, Config>, Error> {
         let map = self.ebpf.map_mut("qb_config").ok_or(Error::Map {
             map: "qb_config",
@@ -250,8 +297,10 @@ impl FastPath {
 
     pub fn vlan_stats(&mut self, slot: u32) -> Result<VlanStats, Error> {
         self.per_cpu_sum("qb_vlan_stats", slot, |s: &mut VlanStats, v| {
-            s.frames += v.frames;
-            s.bytes += v.bytes;
+            s.rx_frames += v.rx_frames;
+            s.rx_bytes += v.rx_bytes;
+            s.tx_frames += v.tx_frames;
+            s.tx_bytes += v.tx_bytes;
         })
     }
 
@@ -264,16 +313,44 @@ impl FastPath {
         ifindex: u32,
         gso: Option<(u16, u16)>,
     ) -> Result<TestRun, Error> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let prog = program(&mut self.ebpf)?;
+        let prog = program(&mut self.ebpf, PROGRAM)?;
         let fd = prog.fd()?.as_fd().as_raw_fd();
         testrun::run(fd, frame, ifindex, gso).map_err(Error::Io)
     }
 }
 
-fn program(ebpf: &mut aya::Ebpf) -> Result<&mut SchedClassifier, Error> {
+/// The flow and FDB maps, for any thread (plain `bpf(2)` calls on descriptors of its own).
+#[derive(Debug)]
+pub struct MapWriter {
+    flows: OwnedFd,
+    fdb: OwnedFd,
+}
+
+impl MapWriter {
+    pub fn insert_flow(&self, key: &FlowKey, action: &FlowAction) -> std::io::Result<()> {
+        maps::raw::update(self.flows.as_raw_fd(), key, action)
+    }
+
+    pub fn remove_flow(&self, key: &FlowKey) -> std::io::Result<()> {
+        maps::raw::delete(self.flows.as_raw_fd(), key)
+    }
+
+    pub fn set_fdb(&self, key: &FdbKey, entry: &FdbEntry) -> std::io::Result<()> {
+        maps::raw::update(self.fdb.as_raw_fd(), key, entry)
+    }
+
+    pub fn fdb(&self, key: &FdbKey) -> std::io::Result<Option<FdbEntry>> {
+        maps::raw::lookup(self.fdb.as_raw_fd(), key)
+    }
+
+    pub fn remove_fdb(&self, key: &FdbKey) -> std::io::Result<()> {
+        maps::raw::delete(self.fdb.as_raw_fd(), key)
+    }
+}
+
+fn program<'a>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut SchedClassifier, Error> {
     let p = ebpf
-        .program_mut(PROGRAM)
+        .program_mut(name)
         .ok_or(aya::programs::ProgramError::UnexpectedProgramType)?;
     Ok(p.try_into()?)
 }

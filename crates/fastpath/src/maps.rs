@@ -4,8 +4,12 @@
 
 /// Ports the program knows (its `qb_ports` map's size).
 pub const MAX_PORTS: u32 = 4096;
-/// Per-VLAN counter slots.
-pub const MAX_VLAN_SLOTS: u32 = 16384;
+/// Per-VLAN counter slots: bridge index (below [`MAX_BRIDGES`]) << 12 | VID.
+pub const MAX_VLAN_SLOTS: u32 = 65536;
+/// Bridges whose ports the fast path serves (their index fits the VLAN slot).
+pub const MAX_BRIDGES: u16 = 16;
+/// The port id's bits of [`Port::index`]; the 4 above are its opening's generation.
+pub const PORT_ID_MASK: u32 = 0xfff;
 /// Tags the program parses and edits.
 pub const MAX_TAGS: usize = 2;
 
@@ -65,11 +69,14 @@ pub const HIT_INDEX: u32 = Miss::ALL.len() as u32;
 
 /// `QB_PORT_ENABLED`.
 pub const PORT_ENABLED: u32 = 1;
+/// `QB_PORT_LEARNING`: a hit needs the source learned on the port.
+pub const PORT_LEARNING: u32 = 2;
 
 /// `struct qb_port`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Port {
+    /// Port id (low 12 bits) and its opening's generation (4 bits above).
     pub index: u32,
     pub flags: u32,
     /// TPIDs (network order) the port takes as tags besides 0x8100/0x88a8.
@@ -103,7 +110,9 @@ pub struct FlowAction {
     pub min_len: u16,
     pub max_len: u16,
     pub push_n: u8,
-    pub pad: [u8; 3],
+    pub pad: u8,
+    /// The bridge's index (the FDB map's key).
+    pub bridge: u16,
     pub push_tpid_be: [u16; MAX_TAGS],
     pub push_tci_be: [u16; MAX_TAGS],
 }
@@ -112,8 +121,10 @@ pub struct FlowAction {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(C)]
 pub struct FdbKey {
+    pub bridge: u16,
     pub fid: u16,
     pub mac: [u8; 6],
+    pub pad: u16,
 }
 
 /// `struct qb_fdb_entry`.
@@ -147,19 +158,21 @@ pub struct PortStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct VlanStats {
-    pub frames: u64,
-    pub bytes: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
 }
 
 const _: () = {
     assert!(std::mem::size_of::<Port>() == 12);
     assert!(std::mem::size_of::<FlowKey>() == 24);
     assert!(std::mem::size_of::<FlowAction>() == 36);
-    assert!(std::mem::size_of::<FdbKey>() == 8);
+    assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<Config>() == 8);
     assert!(std::mem::size_of::<PortStats>() == 32);
-    assert!(std::mem::size_of::<VlanStats>() == 16);
+    assert!(std::mem::size_of::<VlanStats>() == 32);
 };
 
 // SAFETY: each type is #[repr(C)], made of integers and integer arrays only, with its padding
@@ -179,3 +192,69 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for PortStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for VlanStats {}
+
+/// Raw `bpf(2)` map operations on a descriptor, for [`crate::MapWriter`] (datapath workers
+/// write flows and FDB entries without the loader's object).
+pub(crate) mod raw {
+    use std::os::fd::RawFd;
+
+    const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+
+    /// `union bpf_attr`'s map-element member.
+    #[repr(C)]
+    struct ElemAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+
+    fn call<K, V>(cmd: libc::c_long, fd: RawFd, key: &K, value: Option<*mut V>) -> std::io::Result<()> {
+        let attr = ElemAttr {
+            map_fd: fd as u32,
+            _pad: 0,
+            key: key as *const K as u64,
+            value: value.map_or(0, |v| v as u64),
+            flags: 0,
+        };
+        // SAFETY: `attr` is a valid bpf_attr prefix for the command; `key` and `value` point
+        // to live values of the map's key and value sizes (the callers' types are the maps'
+        // #[repr(C)] layouts, size-checked above).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                &attr as *const ElemAttr,
+                std::mem::size_of::<ElemAttr>(),
+            )
+        };
+        if rc < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn update<K, V>(fd: RawFd, key: &K, value: &V) -> std::io::Result<()> {
+        call(BPF_MAP_UPDATE_ELEM, fd, key, Some(value as *const V as *mut V))
+    }
+
+    pub fn lookup<K, V: Default>(fd: RawFd, key: &K) -> std::io::Result<Option<V>> {
+        let mut v = V::default();
+        match call(BPF_MAP_LOOKUP_ELEM, fd, key, Some(&mut v as *mut V)) {
+            Ok(()) => Ok(Some(v)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn delete<K>(fd: RawFd, key: &K) -> std::io::Result<()> {
+        match call::<K, u8>(BPF_MAP_DELETE_ELEM, fd, key, None) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            r => r,
+        }
+    }
+}

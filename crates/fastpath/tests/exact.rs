@@ -59,7 +59,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
         xa,
         Port {
             index: 1,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
         },
     )
@@ -67,7 +67,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
     let gen = fp.bump_generation().unwrap();
     for (mac, port) in [([2, 0, 0, 0, 0, 0xa], 1), ([2, 0, 0, 0, 0, 0xb], 2)] {
         fp.set_fdb(
-            FdbKey { fid: 10, mac },
+            FdbKey { fid: 10, mac, ..FdbKey::default() },
             FdbEntry {
                 port,
                 version: 3,
@@ -96,6 +96,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
                     output: &output,
                     out_ifindex: xb,
                     out_port: 2,
+                    bridge: 0,
                     fid: 10,
                     dst_version: 3,
                     vlan_slot: 10,

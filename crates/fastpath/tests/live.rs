@@ -85,7 +85,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
         ia,
         Port {
             index: 1,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
         },
     )
@@ -94,7 +94,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
         it,
         Port {
             index: 2,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
         },
     )
@@ -115,7 +115,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
         .unwrap();
     for (m, p) in [(local, 1), (remote, 2)] {
         fp.set_fdb(
-            FdbKey { fid: 10, mac: m },
+            FdbKey { fid: 10, mac: m, ..FdbKey::default() },
             FdbEntry {
                 port: p,
                 version: 1,

@@ -76,7 +76,7 @@ fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)], len: usize) -> Vec<u8>
 
 fn learn(fp: &mut FastPath, fid: u16, mac: [u8; 6], port: u32, version: u32) {
     fp.set_fdb(
-        FdbKey { fid, mac },
+        FdbKey { fid, mac, ..FdbKey::default() },
         FdbEntry {
             port,
             version,
@@ -95,7 +95,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
         fa,
         Port {
             index: 1,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0x9100u16.to_be(), 0],
         },
     )
@@ -104,7 +104,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
         fc,
         Port {
             index: 2,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
         },
     )
@@ -160,7 +160,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     );
     // The source's last-seen time is refreshed.
     assert!(
-        fp.fdb(&FdbKey { fid: 10, mac: A })
+        fp.fdb(&FdbKey { fid: 10, mac: A, ..FdbKey::default() })
             .unwrap()
             .unwrap()
             .last_seen_ns
@@ -259,7 +259,8 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     assert_eq!((p1.rx_bytes, p2.tx_bytes), (1634, 1658));
     assert_eq!((p2.rx_bytes, p1.tx_bytes), (132, 124));
     let v = fp.vlan_stats(10).unwrap();
-    assert_eq!((v.frames, v.bytes), (5, 1634 + 132));
+    assert_eq!((v.rx_frames, v.rx_bytes), (5, 1634 + 132));
+    assert_eq!((v.tx_frames, v.tx_bytes), (5, 1658 + 124));
 }
 
 #[test]
@@ -271,7 +272,7 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
         fa,
         Port {
             index: 1,
-            flags: PORT_ENABLED,
+            flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
         },
     )
