@@ -149,6 +149,7 @@ mod tests {
             output,
             out_ifindex: 42,
             out_port: 4,
+            bridge: 0,
             fid: 10,
             dst_version: 9,
             vlan_slot: 10,
