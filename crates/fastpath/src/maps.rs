@@ -212,7 +212,12 @@ pub(crate) mod raw {
         flags: u64,
     }
 
-    fn call<K, V>(cmd: libc::c_long, fd: RawFd, key: &K, value: Option<*mut V>) -> std::io::Result<()> {
+    fn call<K, V>(
+        cmd: libc::c_long,
+        fd: RawFd,
+        key: &K,
+        value: Option<*mut V>,
+    ) -> std::io::Result<()> {
         let attr = ElemAttr {
             map_fd: fd as u32,
             _pad: 0,
@@ -239,7 +244,12 @@ pub(crate) mod raw {
     }
 
     pub fn update<K, V>(fd: RawFd, key: &K, value: &V) -> std::io::Result<()> {
-        call(BPF_MAP_UPDATE_ELEM, fd, key, Some(value as *const V as *mut V))
+        call(
+            BPF_MAP_UPDATE_ELEM,
+            fd,
+            key,
+            Some(value as *const V as *mut V),
+        )
     }
 
     pub fn lookup<K, V: Default>(fd: RawFd, key: &K) -> std::io::Result<Option<V>> {

@@ -67,7 +67,11 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
     let gen = fp.bump_generation().unwrap();
     for (mac, port) in [([2, 0, 0, 0, 0, 0xa], 1), ([2, 0, 0, 0, 0, 0xb], 2)] {
         fp.set_fdb(
-            FdbKey { fid: 10, mac, ..FdbKey::default() },
+            FdbKey {
+                fid: 10,
+                mac,
+                ..FdbKey::default()
+            },
             FdbEntry {
                 port,
                 version: 3,

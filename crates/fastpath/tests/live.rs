@@ -115,7 +115,11 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
         .unwrap();
     for (m, p) in [(local, 1), (remote, 2)] {
         fp.set_fdb(
-            FdbKey { fid: 10, mac: m, ..FdbKey::default() },
+            FdbKey {
+                fid: 10,
+                mac: m,
+                ..FdbKey::default()
+            },
             FdbEntry {
                 port: p,
                 version: 1,

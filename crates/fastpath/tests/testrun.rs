@@ -76,7 +76,11 @@ fn frame(dst: [u8; 6], src: [u8; 6], tags: &[(u16, u16)], len: usize) -> Vec<u8>
 
 fn learn(fp: &mut FastPath, fid: u16, mac: [u8; 6], port: u32, version: u32) {
     fp.set_fdb(
-        FdbKey { fid, mac, ..FdbKey::default() },
+        FdbKey {
+            fid,
+            mac,
+            ..FdbKey::default()
+        },
         FdbEntry {
             port,
             version,
@@ -160,10 +164,14 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     );
     // The source's last-seen time is refreshed.
     assert!(
-        fp.fdb(&FdbKey { fid: 10, mac: A, ..FdbKey::default() })
-            .unwrap()
-            .unwrap()
-            .last_seen_ns
+        fp.fdb(&FdbKey {
+            fid: 10,
+            mac: A,
+            ..FdbKey::default()
+        })
+        .unwrap()
+        .unwrap()
+        .last_seen_ns
             > 0
     );
 

@@ -218,6 +218,10 @@ pub enum RingVersion {
     V2,
 }
 
+/// [`PacketBuf::port`] of an upcalled frame that came without its port (not from the fast
+/// path's program: counted and dropped by the caller).
+pub const UPCALL_NO_PORT: u16 = u16::MAX;
+
 /// How to attach to an interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AfPacketConfig {
@@ -266,6 +270,24 @@ pub struct AfPacketConfig {
     /// keep forwarding until the new ones take over — both receiving would deliver the frames
     /// of that moment twice (two fanout groups each get every frame). Transmit works at once.
     pub paused: bool,
+    /// What the socket receives (default [`RxMode::Frames`]).
+    pub rx: RxMode,
+}
+
+/// What an AF_PACKET socket receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxMode {
+    /// Every frame of the interface (bound to `ETH_P_ALL`).
+    #[default]
+    Frames,
+    /// Nothing: bound with protocol 0, the socket only transmits (a port whose frames the
+    /// eBPF fast path receives at TC ingress; packet taps run before TC, so a receiving socket
+    /// would see frames twice, and frames a tc rule drops). Its ring is one small block.
+    None,
+    /// The fast path's upcall device: every frame carries the ingress port in its accelerated
+    /// tag, which is metadata, not a tag of the frame: [`PacketBuf::port`] gets the TCI and
+    /// nothing is put back into the frame.
+    Upcall,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,
@@ -390,6 +412,7 @@ impl AfPacketConfig {
             fanout: None,
             filter: None,
             paused: false,
+            rx: RxMode::Frames,
         }
     }
 
@@ -687,7 +710,14 @@ fn errno_err(op: &'static str, ifname: &str) -> IoError {
 
 impl AfPacketPort {
     /// Opens a socket on `cfg.ifname`, sets up the rings and options, and binds it.
-    pub fn open(cfg: AfPacketConfig) -> Result<AfPacketPort, IoError> {
+    pub fn open(mut cfg: AfPacketConfig) -> Result<AfPacketPort, IoError> {
+        if cfg.rx == RxMode::None {
+            // Receives nothing: the smallest ring the code below accepts.
+            cfg.block_bytes = 128 * 1024;
+            cfg.block_count = 1;
+            cfg.fanout = None;
+            cfg.paused = false;
+        }
         let name = cfg.ifname.clone();
         let ifindex = sys::ifindex(&name)?;
         let page = 4096u32;
@@ -862,7 +892,12 @@ impl AfPacketPort {
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL.to_be();
+        // Protocol 0 registers no receive hook: a transmit-only socket.
+        sll.sll_protocol = if cfg.rx == RxMode::None {
+            0
+        } else {
+            ETH_P_ALL.to_be()
+        };
         sll.sll_ifindex = ifindex as i32;
         // SAFETY: `sll` is a live sockaddr_ll and the length passed is its size.
         let rc = unsafe {
@@ -1283,7 +1318,15 @@ impl AfPacketPort {
         };
         p.time_ns = u64::from(r.read_u32(at(r.layout.sec))) * 1_000_000_000
             + u64::from(r.read_u32(at(r.layout.nsec)));
-        if status & TP_STATUS_VLAN_VALID != 0 && p.len() >= 12 {
+        if self.cfg.rx == RxMode::Upcall {
+            // The accelerated tag is the ingress port (the fast path's upcall); the frame's
+            // own tags are inline.
+            p.port = if status & TP_STATUS_VLAN_VALID != 0 {
+                r.read_tci(at(r.layout.vlan_tci))
+            } else {
+                UPCALL_NO_PORT
+            };
+        } else if status & TP_STATUS_VLAN_VALID != 0 && p.len() >= 12 {
             let tci = r.read_tci(at(r.layout.vlan_tci));
             let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
                 r.read_u16(at(r.layout.vlan_tpid))

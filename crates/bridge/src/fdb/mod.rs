@@ -278,6 +278,7 @@ impl Fdb {
             last_move: None,
             inner: None,
             log: None,
+            fast_log: None,
         })
     }
 
@@ -298,6 +299,43 @@ impl Fdb {
     /// Stops logging changes.
     pub(crate) fn unwatch(&self) {
         self.lock().log = None;
+    }
+
+    /// Moves `key`'s last-seen time up to `seen_ns` (never back): the eBPF fast path forwarded
+    /// frames from it.
+    pub(crate) fn seen(&self, key: u64, seen_ns: u64) {
+        let w = self.lock();
+        if let Some((i, s)) = w.table.find(key) {
+            if s.seen_ns < seen_ns {
+                w.table.refresh(i, seen_ns);
+            }
+        }
+    }
+
+    /// Starts (or stops) logging, for the eBPF fast path, the keys whose entries move to
+    /// another port, change flags or go.
+    pub(crate) fn log_fast(&self, on: bool) {
+        let mut w = self.lock();
+        match (on, w.fast_log.is_some()) {
+            (true, false) => w.fast_log = Some(Vec::new()),
+            (false, true) => w.fast_log = None,
+            _ => {}
+        }
+    }
+
+    /// The keys [`Fdb::log_fast`] logged since the last call, each with its entry now.
+    pub(crate) fn take_fast_changes(&self, out: &mut Vec<(u64, Option<Slot>)>) {
+        let mut w = self.lock();
+        let Some(log) = w.fast_log.as_mut() else {
+            return;
+        };
+        if log.is_empty() {
+            return;
+        }
+        let keys = std::mem::take(log);
+        for key in keys {
+            out.push((key, w.table.find(key).map(|(_, s)| s)));
+        }
     }
 
     /// The changes logged since the last call, each key with its entry before and now (a

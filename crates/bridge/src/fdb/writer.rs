@@ -36,6 +36,10 @@ pub(super) struct Writer {
     pub(super) inner: Option<Arc<InnerFids>>,
     /// While a monitor watches: what changed since it last looked (`crate::fdbwatch`).
     pub(super) log: Option<Box<ChangeLog>>,
+    /// While the eBPF fast path mirrors entries: keys whose entry moved to another port or
+    /// went ([`Fdb::take_fast_changes`](super::Fdb::take_fast_changes)); bounded by
+    /// [`CHANGE_LOG_KEYS`] (beyond, the engine's once-a-second sync catches up).
+    pub(super) fast_log: Option<Vec<u64>>,
 }
 
 /// The keys whose entries changed (added, moved, flags changed, removed) since the log was
@@ -58,6 +62,15 @@ pub(crate) const CHANGE_LOG_KEYS: usize = 1 << 16;
 impl Writer {
     pub(super) fn port_learned(&self, port: u16) -> u32 {
         self.port_learned.get(port as usize).copied().unwrap_or(0)
+    }
+
+    /// Notes for the fast path that `key`'s entry moved or went.
+    fn note_fast(&mut self, key: u64) {
+        if let Some(l) = self.fast_log.as_mut() {
+            if l.len() < CHANGE_LOG_KEYS {
+                l.push(key);
+            }
+        }
     }
 
     /// Notes a change of `key`, whose entry was `before` (see [`ChangeLog`]).
@@ -127,6 +140,13 @@ impl Writer {
     }
 
     fn set_meta(&mut self, i: usize, port: u16, flags: u8, stamp: u32) {
+        if self.fast_log.is_some() {
+            if let Some(old) = self.table.get_slot(i) {
+                if old.port != port || old.flags != flags {
+                    self.note_fast(old.key);
+                }
+            }
+        }
         if self.log.is_some() {
             if let Some(old) = self.table.get_slot(i) {
                 self.note(old.key, Some(old));
@@ -171,6 +191,7 @@ impl Writer {
     pub(super) fn remove_at(&mut self, i: usize) -> Slot {
         let removed = self.table.get_slot(i).expect("slot in use");
         self.note(removed.key, Some(removed));
+        self.note_fast(removed.key);
         if removed.is_learned() {
             self.uncount_learned(removed.port, removed.key);
         }

@@ -71,7 +71,7 @@ impl FrameMeta {
     /// FID of the frame's FDB keys: its VID, or with `learn_inner_vid` that of (VID, inner
     /// C-VID).
     #[inline(always)]
-    pub(super) fn fid(&self) -> u16 {
+    pub(crate) fn fid(&self) -> u16 {
         self.vid ^ self.fid_x
     }
 

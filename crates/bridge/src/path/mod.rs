@@ -171,6 +171,21 @@ impl Forwarder {
         self.flood_credit = credit;
     }
 
+    /// What classification made of frame `i` of the last [`Forwarder::process`] call (`None`
+    /// when it was dropped before reaching a bridge's decision). For the eBPF fast path
+    /// (`crate::plan::fast`).
+    pub fn fast_class(&self, i: usize) -> Option<crate::plan::fast::FastClass> {
+        let m = self.meta.get(i)?;
+        if m.dest == meta::DEST_DROP {
+            return None;
+        }
+        Some(crate::plan::fast::FastClass {
+            bridge: m.bridge,
+            vid: m.vid,
+            fid: m.fid(),
+        })
+    }
+
     /// The credit left (see [`Forwarder::set_flood_credit`]).
     pub fn flood_credit(&self) -> Option<u64> {
         self.flood_credit

@@ -13,6 +13,7 @@
 //! counters, VLAN sets and maps).
 
 pub(crate) mod compile;
+pub mod fast;
 pub(crate) mod mirror;
 
 use crate::cells::{CellSet, PortCounterSet, VlanCounterSet};

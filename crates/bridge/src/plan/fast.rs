@@ -1,0 +1,146 @@
+//! What the eBPF fast path needs of a plan and of a forwarded frame (docs/fast-path.md): which
+//! ports it may serve, the FDB entries its flows rely on, its counters folded into the
+//! switch's. The datapath's fast-path module reads these; the pipeline itself does not know
+//! the fast path exists.
+
+use super::{Plan, PortId};
+use crate::fdb::{fdb_key, key_fid, key_mac, Slot, F_LOCKED, F_PERMANENT};
+use crate::settings::Role;
+use qbridge_wire::MacAddr;
+
+/// A port as the fast path sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastPort {
+    /// The bridge the port belongs to.
+    pub bridge: u16,
+    /// The port's bridge TPID (a tag of another TPID is not the bridge's).
+    pub tpid: u16,
+    /// Longest frame (no FCS) the port takes in or sends out.
+    pub max_frame: u32,
+    /// The port learns source addresses (the fast path then needs each source learned on it).
+    pub learning: bool,
+}
+
+/// An FDB entry as the fast path sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastEntry {
+    pub port: u16,
+    /// Frames to it go to `port` alone (not a local entry, not a locked one).
+    pub forwards: bool,
+    /// Last seen, on the engine's clock.
+    pub seen_ns: u64,
+}
+
+impl FastEntry {
+    fn of(s: &Slot) -> FastEntry {
+        FastEntry {
+            port: s.port,
+            forwards: s.flags & (F_PERMANENT | F_LOCKED) == 0,
+            seen_ns: s.seen_ns,
+        }
+    }
+}
+
+/// What classification made of a frame: its bridge, VLAN and FDB id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastClass {
+    pub bridge: u16,
+    pub vid: u16,
+    pub fid: u16,
+}
+
+/// One FDB change the fast path must follow: `(bridge, mac, fid)` and the entry now.
+pub type FastChange = (u16, MacAddr, u16, Option<FastEntry>);
+
+impl Plan {
+    /// Port `id` when the fast path may receive for it and send to it: a running device port
+    /// of a bridge (no stacked device on it, not locked, no MAB) whose bridge does not learn
+    /// per inner VID (those FIDs live only while a batch runs), in a plan without mirror
+    /// sessions (a session's filters may read more of a frame than a flow's key).
+    pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
+        if self.mirrors.is_some() {
+            return None;
+        }
+        let p = self.port(id)?;
+        let bridge = p.master?;
+        let br = self.bridges.get(bridge as usize)?.as_deref()?;
+        let plain_device = matches!(p.role, Role::Device) && p.uppers.is_none();
+        if !p.running || !plain_device || p.settings.locked || p.settings.mab {
+            return None;
+        }
+        if br.settings.learn_inner_vid && br.settings.vlan_filtering {
+            return None;
+        }
+        Some(FastPort {
+            bridge,
+            tpid: p.tpid,
+            max_frame: p.max_frame,
+            learning: p.settings.learning && br.settings.ageing_time_ns != 0,
+        })
+    }
+
+    /// The entry of `mac` in FDB `fid` of bridge `bridge`.
+    pub fn fdb_entry(&self, bridge: u16, mac: MacAddr, fid: u16) -> Option<FastEntry> {
+        let br = self.bridges.get(bridge as usize)?.as_deref()?;
+        br.fdb.get(fdb_key(mac, fid)).map(|s| FastEntry::of(&s))
+    }
+
+    /// Moves the last-seen time of `mac` in FDB `fid` of bridge `bridge` up to `seen_ns` (the
+    /// fast path forwarded frames from it), never back.
+    pub fn fdb_seen(&self, bridge: u16, mac: MacAddr, fid: u16, seen_ns: u64) {
+        if let Some(br) = self.bridges.get(bridge as usize).and_then(|b| b.as_deref()) {
+            br.fdb.seen(fdb_key(mac, fid), seen_ns);
+        }
+    }
+
+    /// Turns on (or off) the log of FDB entries that move or go, on every bridge.
+    pub fn log_fast(&self, on: bool) {
+        for br in self.bridges.iter().flatten() {
+            br.fdb.log_fast(on);
+        }
+    }
+
+    /// The FDB entries that moved, changed or went since the last call, with their state now.
+    pub fn take_fast_changes(&self, out: &mut Vec<FastChange>) {
+        let mut keys = Vec::new();
+        for (b, br) in self.bridges.iter().enumerate() {
+            let Some(br) = br else { continue };
+            keys.clear();
+            br.fdb.take_fast_changes(&mut keys);
+            for (key, slot) in &keys {
+                out.push((
+                    b as u16,
+                    key_mac(*key),
+                    key_fid(*key),
+                    slot.as_ref().map(FastEntry::of),
+                ));
+            }
+        }
+    }
+
+    /// Counts frames the fast path received on port `id` (writer `worker`'s block; the
+    /// control plane's is any index past the workers).
+    pub fn count_rx(&self, id: PortId, worker: usize, n: u64, bytes: u64) {
+        if let Some(p) = self.port(id) {
+            let w = p.counters.writer(worker);
+            w.rx_frames.add(n);
+            w.rx_bytes.add(bytes);
+        }
+    }
+
+    /// Counts frames the fast path forwarded in VLAN `vid` of bridge `bridge`.
+    pub fn count_vlan(&self, bridge: u16, vid: u16, worker: usize, rx: (u64, u64), tx: (u64, u64)) {
+        if let Some(br) = self.bridges.get(bridge as usize).and_then(|b| b.as_deref()) {
+            let c = br.vlan_counters.writer(worker, vid);
+            c.rx_frames.add(rx.0);
+            c.rx_bytes.add(rx.1);
+            c.tx_frames.add(tx.0);
+            c.tx_bytes.add(tx.1);
+        }
+    }
+
+    /// Bridge slots of the plan (bridge indices are below this).
+    pub fn bridge_slots(&self) -> usize {
+        self.bridges.len()
+    }
+}
