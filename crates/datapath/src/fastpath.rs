@@ -289,6 +289,7 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         fid: class.fid,
         dst_version: 0,
         vlan_slot: class.bridge << 12 | (class.vid & 0xfff),
+        rx_pcp: class.pcp,
         generation: f.generation,
         min_len: 14,
         max_len,

@@ -378,7 +378,8 @@ impl Engine {
                 d(now.tx_bytes, before.tx_bytes),
             );
             if rf != 0 {
-                plan.count_rx(PortId(id), ctl, rf, rb);
+                let pcp: [u64; 8] = std::array::from_fn(|i| d(now.rx_pcp[i], before.rx_pcp[i]));
+                plan.count_rx(PortId(id), ctl, rf, rb, &pcp);
             }
             if tf != 0 {
                 plan.count_tx(PortId(id), ctl, tf, tb);
