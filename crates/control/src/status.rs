@@ -58,6 +58,10 @@ pub struct BackendStatus {
     /// AF_PACKET: receive ring slots per socket (one socket per worker).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ring_frames: Option<u32>,
+    /// AF_PACKET: whether the eBPF fast path receives the port's frames (its sockets only
+    /// transmit then; docs/fast-path.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<bool>,
     /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offloads: Option<DeviceOffloadStatus>,

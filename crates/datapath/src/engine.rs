@@ -241,6 +241,11 @@ impl Engine {
         self.workers.len()
     }
 
+    /// Whether the eBPF fast path runs (`--fast-path`; docs/fast-path.md).
+    pub fn fast_path_on(&self) -> bool {
+        self.fast.is_some()
+    }
+
     /// Monotonic nanoseconds since the engine started (never 0).
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64 + 1
