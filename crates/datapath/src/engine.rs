@@ -286,7 +286,11 @@ impl Engine {
                 }
                 Ok(Ctl::Metrics { reply }) => {
                     self.publish_all();
-                    let _ = reply.send(self.metrics());
+                    let mut snap = self.metrics();
+                    if self.fast.is_some() {
+                        snap.fast_path = Some(self.fast_status(false));
+                    }
+                    let _ = reply.send(snap);
                 }
                 Ok(Ctl::QueueFailed { token, error }) => {
                     let id = self
@@ -459,7 +463,7 @@ impl Engine {
         self.publish_all();
         if matches!(&op, Op::Command { words, .. } if words.len() >= 2 && words[0] == "show" && words[1] == "fast-path")
         {
-            let st = self.fast_status();
+            let st = self.fast_status(true);
             self.session.set_fast_path(st);
         }
         let now = self.now_ns();
