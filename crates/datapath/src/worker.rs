@@ -549,7 +549,9 @@ impl Worker {
             f.refused.clear();
         }
         f.installed.clear();
-        self.core.set_flood_credit(None);
+        // The misses of every fast-path port share one queue: a round's flood work at most,
+        // as a queue alone in its round (the module documentation's flood fairness).
+        self.core.set_flood_credit(Some(ROUND_FLOOD_COPIES));
         let mut stale = 0u64;
         let pkts = std::mem::take(&mut f.batch.pkts);
         let mut pkts = pkts;
