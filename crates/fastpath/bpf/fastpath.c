@@ -108,6 +108,29 @@ static __always_inline int miss(struct __sk_buff *skb, __u32 reason, const struc
 	return bpf_redirect(cfg->upcall_ifindex, BPF_F_INGRESS);
 }
 
+/* A copy up to the pipeline (the ingress port in the copy's accelerated tag); the frame
+ * itself goes on to the host's stack, as a packet socket's frames do. The tag pushed for the
+ * copy is popped again: a tag the frame had inline may come back accelerated, which the stack
+ * takes alike. */
+static __always_inline int miss_and_pass(struct __sk_buff *skb, __u32 reason,
+					 const struct qb_port *port)
+{
+	__u32 zero = 0;
+	struct qb_config *cfg;
+
+	count(reason);
+	skb->cb[0] = 0;
+	skb->cb[1] = reason + 1;
+	cfg = bpf_map_lookup_elem(&qb_config, &zero);
+	if (!cfg || !cfg->upcall_ifindex)
+		return TC_ACT_OK;
+	if (bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), (__u16)port->index))
+		return TC_ACT_OK;
+	bpf_clone_redirect(skb, cfg->upcall_ifindex, BPF_F_INGRESS);
+	bpf_skb_vlan_pop(skb);
+	return TC_ACT_OK;
+}
+
 /* Length of the IP and TCP/UDP headers at `off` (for a super-frame's segment size), or 0
  * when the fast path does not know them. */
 static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be)
@@ -172,7 +195,11 @@ int qb_ingress(struct __sk_buff *skb)
 	if ((void *)(eth + 1) > end)
 		return miss(skb, QB_MISS_MALFORMED, port);
 	if (eth->h_dest[0] & 1)
-		return miss(skb, QB_MISS_GROUP, port);
+		return miss_and_pass(skb, QB_MISS_GROUP, port);
+	if (eth->h_dest[0] == port->mac[0] && eth->h_dest[1] == port->mac[1] &&
+	    eth->h_dest[2] == port->mac[2] && eth->h_dest[3] == port->mac[3] &&
+	    eth->h_dest[4] == port->mac[4] && eth->h_dest[5] == port->mac[5])
+		return miss_and_pass(skb, QB_MISS_LOCAL, port);
 	__builtin_memcpy(key.dst, eth->h_dest, 6);
 	key.in_port = port->index;
 	if (skb->vlan_present) {

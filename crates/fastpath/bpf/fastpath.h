@@ -24,6 +24,7 @@ enum qb_miss {
 	QB_MISS_DST,		/* destination's FDB entry changed since the flow was made */
 	QB_MISS_SIZE,		/* longer than the egress port takes (the pipeline decides) */
 	QB_MISS_ACTION,		/* a tag edit the kernel refused */
+	QB_MISS_LOCAL,		/* to the port interface's own address: the host's too */
 	QB_MISS_MAX,
 };
 
@@ -36,6 +37,10 @@ struct qb_port {
 	/* TPIDs the port takes as tags besides 0x8100 and 0x88a8: a frame with one is a miss
 	 * (the fast path parses and edits only those two). 0: none. */
 	__u16 extra_tpid_be[2];
+	/* The interface's own address: frames to it (and group frames) reach the host's stack
+	 * as well as the pipeline, as they do with a packet socket, which only taps. */
+	__u8 mac[6];
+	__u16 pad;
 };
 #define QB_PORT_ENABLED 1
 /* The port learns: a hit needs the source learned on it (else the source is not checked,

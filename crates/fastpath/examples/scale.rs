@@ -85,6 +85,7 @@ fn main() {
             index: 1,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();

@@ -27,10 +27,11 @@ pub enum Miss {
     Dst,
     Size,
     Action,
+    Local,
 }
 
 impl Miss {
-    pub const ALL: [Miss; 10] = [
+    pub const ALL: [Miss; 11] = [
         Miss::NoPort,
         Miss::Malformed,
         Miss::Tags,
@@ -41,6 +42,7 @@ impl Miss {
         Miss::Dst,
         Miss::Size,
         Miss::Action,
+        Miss::Local,
     ];
 
     /// The counter's name (`link show -d`, metrics).
@@ -56,6 +58,7 @@ impl Miss {
             Miss::Dst => "destination",
             Miss::Size => "size",
             Miss::Action => "action",
+            Miss::Local => "local",
         }
     }
 
@@ -81,6 +84,10 @@ pub struct Port {
     pub flags: u32,
     /// TPIDs (network order) the port takes as tags besides 0x8100/0x88a8.
     pub extra_tpid_be: [u16; 2],
+    /// The interface's own address: frames to it and group frames reach the host's stack
+    /// too (a copy goes up).
+    pub mac: [u8; 6],
+    pub pad: u16,
 }
 
 /// `struct qb_flow_key`.
@@ -169,7 +176,7 @@ pub struct VlanStats {
 }
 
 const _: () = {
-    assert!(std::mem::size_of::<Port>() == 12);
+    assert!(std::mem::size_of::<Port>() == 20);
     assert!(std::mem::size_of::<FlowKey>() == 24);
     assert!(std::mem::size_of::<FlowAction>() == 36);
     assert!(std::mem::size_of::<FdbKey>() == 12);

@@ -61,6 +61,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
             index: 1,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();

@@ -87,6 +87,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
             index: 1,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();
@@ -96,6 +97,7 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
             index: 2,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();

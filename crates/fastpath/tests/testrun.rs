@@ -101,6 +101,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
             index: 1,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0x9100u16.to_be(), 0],
+            ..Port::default()
         },
     )
     .unwrap();
@@ -110,6 +111,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
             index: 2,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();
@@ -120,10 +122,32 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     let r = run(&mut fp, &frame(B, A, &[], 60), unknown);
     assert_eq!(r.verdict, Verdict::Miss(Miss::NoPort));
     assert_eq!(r.retval, 0, "TC_ACT_OK");
-    // Group destination; no flow yet.
+    // Group destination; no flow yet. It goes on to the host's stack too (a copy goes up).
+    let r = run(&mut fp, &frame([0xff; 6], A, &[], 60), fa);
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Group));
     assert_eq!(
-        run(&mut fp, &frame([0xff; 6], A, &[], 60), fa).verdict,
-        Verdict::Miss(Miss::Group)
+        r.retval, 0,
+        "TC_ACT_OK: the stack gets group frames as with a packet socket"
+    );
+    // To the interface's own address: the host's as well (no flow is ever looked up).
+    fp.set_port(
+        fa,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED | PORT_LEARNING,
+            extra_tpid_be: [0x9100u16.to_be(), 0],
+            mac: [0x02, 0, 0, 0, 0xaa, 0x01],
+            pad: 0,
+        },
+    )
+    .unwrap();
+    let r = run(&mut fp, &frame([0x02, 0, 0, 0, 0xaa, 0x01], A, &[], 60), fa);
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Local));
+    assert_eq!(r.retval, 0, "TC_ACT_OK");
+    assert_eq!(
+        r.frame,
+        frame([0x02, 0, 0, 0, 0xaa, 0x01], A, &[], 60),
+        "untouched"
     );
     let access = frame(B, A, &[], 60);
     assert_eq!(
@@ -251,6 +275,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     let get = |m: Miss| misses.iter().find(|(x, _)| *x == m).unwrap().1;
     assert_eq!(get(Miss::NoPort), 1);
     assert_eq!(get(Miss::Group), 1);
+    assert_eq!(get(Miss::Local), 1);
     assert_eq!(get(Miss::NoFlow), 1);
     assert_eq!(get(Miss::Src), 2);
     assert_eq!(get(Miss::Dst), 2);
@@ -282,6 +307,7 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
             index: 1,
             flags: PORT_ENABLED | PORT_LEARNING,
             extra_tpid_be: [0, 0],
+            ..Port::default()
         },
     )
     .unwrap();

@@ -255,6 +255,9 @@ impl Engine {
                         index: u32::from(port_index(s.token)),
                         flags: PORT_ENABLED | if learning { PORT_LEARNING } else { 0 },
                         extra_tpid_be: [extra, 0],
+                        // Frames to the interface's own address reach the host too.
+                        mac: sys::get_mac(dev).unwrap_or([0; 6]),
+                        pad: 0,
                     },
                 ),
             );
