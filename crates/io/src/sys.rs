@@ -277,19 +277,7 @@ pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
     const IFLA_VXLAN_LOCAL6: u16 = 17;
     let index = ifindex(ifname)?;
     let err = |op: &'static str| sys_err(op, ifname, io::Error::last_os_error());
-    // SAFETY: socket(2) takes no pointers.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(err("socket(AF_NETLINK)"));
-    }
-    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = rtnl_socket(ifname)?;
     let mut req = [0u8; HDR + IFI];
     req[0..4].copy_from_slice(&((HDR + IFI) as u32).to_ne_bytes());
     req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
@@ -912,11 +900,8 @@ pub fn link_state_now(ifname: &str) -> Result<LinkState, IoError> {
     }
 }
 
-/// Sends one rtnetlink request (`flags` besides `NLM_F_REQUEST | NLM_F_ACK`) in the calling
-/// thread's namespace and waits for its acknowledgement.
-fn rtnl_request(ty: u16, flags: u16, body: &[u8], what: &str) -> Result<(), IoError> {
-    const HDR: usize = 16;
-    let err = |op: &'static str| sys_err(op, what, io::Error::last_os_error());
+/// A route netlink socket in the calling thread's namespace (`what`: for errors).
+fn rtnl_socket(what: &str) -> Result<OwnedFd, IoError> {
     // SAFETY: socket(2) takes no pointers.
     let fd = unsafe {
         libc::socket(
@@ -926,10 +911,22 @@ fn rtnl_request(ty: u16, flags: u16, body: &[u8], what: &str) -> Result<(), IoEr
         )
     };
     if fd < 0 {
-        return Err(err("socket(AF_NETLINK)"));
+        return Err(sys_err(
+            "socket(AF_NETLINK)",
+            what,
+            io::Error::last_os_error(),
+        ));
     }
     // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends one rtnetlink request (`flags` besides `NLM_F_REQUEST | NLM_F_ACK`) in the calling
+/// thread's namespace and waits for its acknowledgement.
+fn rtnl_request(ty: u16, flags: u16, body: &[u8], what: &str) -> Result<(), IoError> {
+    const HDR: usize = 16;
+    let err = |op: &'static str| sys_err(op, what, io::Error::last_os_error());
+    let fd = rtnl_socket(what)?;
     let mut req = Vec::with_capacity(HDR + body.len());
     req.extend_from_slice(&((HDR + body.len()) as u32).to_ne_bytes());
     req.extend_from_slice(&ty.to_ne_bytes());

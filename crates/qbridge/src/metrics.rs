@@ -419,17 +419,22 @@ fn fast_path_metrics(o: &mut String, snap: &Snapshot) {
         "Frames the eBPF fast path forwarded.",
     );
     let _ = writeln!(o, "qbridge_fast_path_hits_total {}", fp.hits);
-    family(
-        o,
-        "qbridge_fast_path_misses_total",
-        "counter",
-        "Frames the eBPF fast path sent up to the pipeline, by reason.",
-    );
-    for (reason, n) in &fp.misses {
-        let _ = writeln!(
-            o,
-            "qbridge_fast_path_misses_total{{reason=\"{reason}\"}} {n}"
-        );
+    for (name, help, by_reason) in [
+        (
+            "qbridge_fast_path_misses_total",
+            "Frames the eBPF fast path sent up to the pipeline, by reason.",
+            &fp.misses,
+        ),
+        (
+            "qbridge_fast_path_not_cached_total",
+            "Misses the pipeline forwarded without installing a flow, by reason.",
+            &fp.not_cached,
+        ),
+    ] {
+        family(o, name, "counter", help);
+        for (reason, n) in by_reason {
+            let _ = writeln!(o, "{name}{{reason=\"{reason}\"}} {n}");
+        }
     }
     family(
         o,
@@ -442,18 +447,6 @@ fn fast_path_metrics(o: &mut String, snap: &Snapshot) {
         "qbridge_fast_path_flows_installed_total {}",
         fp.installed
     );
-    family(
-        o,
-        "qbridge_fast_path_not_cached_total",
-        "counter",
-        "Misses the pipeline forwarded without installing a flow, by reason.",
-    );
-    for (reason, n) in &fp.not_cached {
-        let _ = writeln!(
-            o,
-            "qbridge_fast_path_not_cached_total{{reason=\"{reason}\"}} {n}"
-        );
-    }
     family(
         o,
         "qbridge_fast_path_stale_upcalls_total",
