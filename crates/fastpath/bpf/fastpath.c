@@ -233,13 +233,15 @@ int qb_ingress(struct __sk_buff *skb)
 	in_len = skb->len + (skb->vlan_present ? 4 : 0);
 	if (in_len < act->min_len)
 		return miss(skb, QB_MISS_SIZE, port);
+	out_len = in_len - 4 * key.ntags + 4 * act->push_n;
 	if (skb->gso_size) {
+		/* A super-frame as the pipeline judges it (wire_len): its largest segment, the
+		 * headers and gso_size but never more than the whole; the whole when its headers
+		 * are not TCP or UDP over IP. */
 		__u32 l34 = l34_len(data, end, off, proto);
-		if (!l34)
-			return miss(skb, QB_MISS_SIZE, port);
-		out_len = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
-	} else {
-		out_len = in_len - 4 * key.ntags + 4 * act->push_n;
+		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
+		if (l34 && seg < out_len)
+			out_len = seg;
 	}
 	if (out_len > act->max_len)
 		return miss(skb, QB_MISS_SIZE, port);
