@@ -632,8 +632,28 @@ struct Stats {
     pipeline_one: u64,
     pipeline_more: u64,
     drops: BTreeMap<&'static str, u64>,
+    /// Hits by the tag stacks in and out (`8`: 0x8100, `a`: 0x88a8, `-`: none).
+    hit_tags: BTreeMap<String, u64>,
     /// Super-frames the program cannot measure, missed (size) right after their flow went in.
     gso_unmeasured: u64,
+}
+
+/// The 802.1Q/802.1ad tags a frame starts with, as `8` and `a` (`-`: none).
+fn tags_of(b: &[u8]) -> String {
+    let mut s = String::new();
+    let mut off = 12;
+    while let Some(t) = b.get(off..off + 2) {
+        match u16::from_be_bytes([t[0], t[1]]) {
+            0x8100 => s.push('8'),
+            0x88a8 => s.push('a'),
+            _ => break,
+        }
+        off += 4;
+    }
+    if s.is_empty() {
+        s.push('-');
+    }
+    s
 }
 
 fn is_gso(f: &FrameSpec) -> bool {
@@ -829,6 +849,10 @@ impl Rig {
             match &r.verdict {
                 Verdict::Hit { ifindex } => {
                     stats.hits += 1;
+                    *stats
+                        .hit_tags
+                        .entry(format!("{}>{}", tags_of(bytes), tags_of(&r.frame)))
+                        .or_default() += 1;
                     if gso.is_some() {
                         stats.gso_hits += 1;
                     }
@@ -1144,8 +1168,9 @@ fn program_forwards_exactly_as_the_pipeline() {
         start.elapsed().as_secs_f64()
     );
     eprintln!(
-        "fastpath_exact: pipeline drops {:?}; unmeasured super-frames missed after install: {}",
-        s.drops, s.gso_unmeasured
+        "fastpath_exact: hits by tags in>out {:?}; pipeline drops {:?}; unmeasured super-frames \
+         missed after install: {}",
+        s.hit_tags, s.drops, s.gso_unmeasured
     );
     if let Err(e) = r {
         panic!("{e}");
