@@ -300,4 +300,16 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
+    // As the pipeline judges it (wire_len): a segment is never longer than the whole frame,
+    // and a super-frame whose headers are not TCP/UDP over IP is judged whole.
+    let mut short = f[..14 + 52 + 100].to_vec();
+    let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "170 bytes out");
+    short[14 + 9] = 1; // ICMP
+    let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "judged whole");
+    let mut long = f.clone();
+    long[14 + 9] = 1;
+    let r = fp.test_run(&long, fa, Some((1448, 2))).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "judged whole: 2966 bytes");
 }
