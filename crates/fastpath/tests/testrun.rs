@@ -311,5 +311,9 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     let mut long = f.clone();
     long[14 + 9] = 1;
     let r = fp.test_run(&long, fa, Some((1448, 2))).unwrap();
-    assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "judged whole: 2966 bytes");
+    assert_eq!(
+        r.verdict,
+        Verdict::Miss(Miss::Size),
+        "judged whole: 2966 bytes"
+    );
 }
