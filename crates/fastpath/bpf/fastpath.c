@@ -215,7 +215,10 @@ int qb_ingress(struct __sk_buff *skb)
 	fk.bridge = act->bridge;
 	fk.fid = act->fid;
 	__builtin_memcpy(fk.mac, eth->h_source, 6);
-	if (fk.mac[0] & 1)
+	/* A group or all-zero source is invalid: the pipeline drops it (a port that does not
+	 * learn would otherwise forward it, no FDB entry being looked up). */
+	if ((fk.mac[0] & 1) ||
+	    !(fk.mac[0] | fk.mac[1] | fk.mac[2] | fk.mac[3] | fk.mac[4] | fk.mac[5]))
 		return miss(skb, QB_MISS_SRC, port);
 	src = 0;
 	if (port->flags & QB_PORT_LEARNING) {

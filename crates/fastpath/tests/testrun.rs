@@ -317,3 +317,37 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
         "judged whole: 2966 bytes"
     );
 }
+
+#[test]
+fn invalid_sources_go_up_on_a_port_that_does_not_learn() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(
+        fa,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED,
+            extra_tpid_be: [0, 0],
+        },
+    )
+    .unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, B, 2, 7);
+    let run = |fp: &mut FastPath, src: [u8; 6]| fp.test_run(&frame(B, src, &[], 60), fa, None);
+    assert_eq!(
+        run(&mut fp, A).unwrap().verdict,
+        Verdict::Hit { ifindex: fc }
+    );
+    // The pipeline drops these (invalid_src_mac); no FDB entry is looked up for them here.
+    assert_eq!(
+        run(&mut fp, [0; 6]).unwrap().verdict,
+        Verdict::Miss(Miss::Src)
+    );
+    assert_eq!(
+        run(&mut fp, [1, 0, 0x5e, 0, 0, 1]).unwrap().verdict,
+        Verdict::Miss(Miss::Src)
+    );
+}

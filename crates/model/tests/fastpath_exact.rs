@@ -512,8 +512,13 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
         ],
         offload(),
         prop_oneof![6 => Just(Some(true)), 3 => Just(Some(false)), 1 => Just(None)],
+        prop_oneof![
+            20 => Just(None),
+            1 => Just(Some(MacAddr::ZERO)),
+            1 => Just(Some(MacAddr([0x01, 0x00, 0x5e, 0, 0, 1]))),
+        ],
     )
-        .prop_map(move |(src, moved, any_tags, dst, len, meta, ip)| {
+        .prop_map(move |(src, moved, any_tags, dst, len, meta, ip, bad_src)| {
             // IPv4 with real headers, IPv4 with none, or another EtherType (the kernel's test
             // run takes an IPv4 frame only with its 20-byte header: short frames need one).
             let real_ip = ip == Some(true);
@@ -524,7 +529,10 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
                 None => &own[..],
             };
             let ntags = tags.len();
-            let mut bytes = common::frame(dst, common::mac(src as u8 + 1), tags, len);
+            // Sometimes an invalid source address (all zeros, a group address) from the host's
+            // port with its tags.
+            let from = bad_src.unwrap_or(common::mac(src as u8 + 1));
+            let mut bytes = common::frame(dst, from, tags, len);
             bytes.truncate(len);
             // Real IPv4 + TCP headers after the tags, so super-frames are judged per
             // segment by both (headers as parsed + gso_size).
