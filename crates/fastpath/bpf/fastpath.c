@@ -108,35 +108,60 @@ static __always_inline int miss(struct __sk_buff *skb, __u32 reason, const struc
 }
 
 /* Length of the IP and TCP/UDP headers at `off` (for a super-frame's segment size), or 0
- * when the fast path does not know them. */
-static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be)
+ * when the fast path does not know them, and then the frame is judged whole. As the pipeline
+ * (qbridge_wire::parse_headers) finds them or more: an IPv4 packet that is a fragment, whose
+ * version, header or total length is not sound, or that does not fit in the frame's `len`
+ * bytes from `off`, or a TCP/UDP header that does not fit in the IP packet, is not measured
+ * (the pipeline judges those whole too: a smaller measure would let through a frame it drops
+ * as oversize). IPv6 with extension headers is not measured (the pipeline's measure is then
+ * larger than this would be, never smaller). */
+static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be,
+				     __u32 len)
 {
-	__u32 l3, l4_proto;
+	__u32 l3, l3_len, l4_proto;
 
 	if (proto_be == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + off;
 		if ((void *)(ip + 1) > end)
 			return 0;
+		if (ip->version != 4 || (ip->frag_off & bpf_htons(0x3fff)))
+			return 0;
 		l3 = ip->ihl * 4;
+		l3_len = bpf_ntohs(ip->tot_len);
 		l4_proto = ip->protocol;
 	} else if (proto_be == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + off;
 		if ((void *)(ip6 + 1) > end)
 			return 0;
+		if (ip6->version != 6)
+			return 0;
 		l3 = sizeof(*ip6);
+		l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 		l4_proto = ip6->nexthdr;
 	} else {
 		return 0;
 	}
-	if (l3 < 20 || l3 > 60)
+	if (l3 < 20 || l3 > 60 || l3_len < l3 || off + l3_len > len)
 		return 0;
-	if (l4_proto == IPPROTO_UDP)
+	if (l4_proto == IPPROTO_UDP) {
+		__u16 *udp = data + off + l3;	/* ports, length, checksum */
+		__u32 ulen;
+		if ((void *)(udp + 4) > end)
+			return 0;
+		ulen = bpf_ntohs(udp[2]);
+		if (ulen < 8 || l3 + ulen > l3_len)
+			return 0;
 		return l3 + 8;
+	}
 	if (l4_proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = data + off + l3;
+		__u32 l4;
 		if ((void *)(tcp + 1) > end)
 			return 0;
-		return l3 + tcp->doff * 4;
+		l4 = tcp->doff * 4;
+		if (l4 < 20 || l3 + l4 > l3_len)
+			return 0;
+		return l3 + l4;
 	}
 	return 0;
 }
@@ -241,7 +266,7 @@ int qb_ingress(struct __sk_buff *skb)
 		/* A super-frame as the pipeline judges it (wire_len): its largest segment, the
 		 * headers and gso_size but never more than the whole; the whole when its headers
 		 * are not TCP or UDP over IP. */
-		__u32 l34 = l34_len(data, end, off, proto);
+		__u32 l34 = l34_len(data, end, off, proto, skb->len);
 		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
 		if (l34 && seg < out_len)
 			out_len = seg;

@@ -292,30 +292,46 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     learn(&mut fp, 10, B, 2, 7);
     // IPv4 (20) + TCP (32 with timestamps): 14 + 4 + 52 + 1448 = 1518 <= 1522.
     // (A test run takes at most about a page: two segments.)
-    let mut f = frame(B, A, &[], 14 + 52 + 2 * 1448);
-    f[14] = 0x45; // IPv4, IHL 5
-    f[14 + 9] = 6; // TCP
-    f[14 + 20 + 12] = 8 << 4; // data offset 8 words
+    let ipv4_tcp = |len: usize| {
+        let mut f = frame(B, A, &[], len);
+        f[14] = 0x45; // IPv4, IHL 5
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes()); // total length
+        f[20..22].copy_from_slice(&[0x40, 0]); // don't fragment, offset 0
+        f[14 + 9] = 6; // TCP
+        f[14 + 20 + 12] = 8 << 4; // data offset 8 words
+        f
+    };
+    let f = ipv4_tcp(14 + 52 + 2 * 1448);
     let r = fp.test_run(&f, fa, Some((1448, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
     // As the pipeline judges it (wire_len): a segment is never longer than the whole frame,
     // and a super-frame whose headers are not TCP/UDP over IP is judged whole.
-    let mut short = f[..14 + 52 + 100].to_vec();
+    let mut short = ipv4_tcp(14 + 52 + 100);
     let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "170 bytes out");
     short[14 + 9] = 1; // ICMP
     let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "judged whole");
-    let mut long = f.clone();
-    long[14 + 9] = 1;
-    let r = fp.test_run(&long, fa, Some((1448, 2))).unwrap();
-    assert_eq!(
-        r.verdict,
-        Verdict::Miss(Miss::Size),
-        "judged whole: 2966 bytes"
-    );
+    // Headers the pipeline's parser does not take are not measured either: the frame is
+    // judged whole (2966 bytes out), too long.
+    let quirks: [(&str, fn(&mut Vec<u8>)); 6] = [
+        ("ICMP", |f| f[14 + 9] = 1),
+        ("more fragments", |f| f[20] = 0x20),
+        ("fragment offset", |f| f[21] = 0x10),
+        ("total length past the frame", |f| f[16] = 0x20),
+        ("total length inside the TCP header", |f| {
+            f[16..18].copy_from_slice(&40u16.to_be_bytes())
+        }),
+        ("TCP data offset 4 words", |f| f[14 + 20 + 12] = 4 << 4),
+    ];
+    for (what, quirk) in quirks {
+        let mut long = f.clone();
+        quirk(&mut long);
+        let r = fp.test_run(&long, fa, Some((1448, 2))).unwrap();
+        assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "{what}");
+    }
 }
 
 #[test]

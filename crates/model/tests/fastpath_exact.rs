@@ -517,8 +517,9 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
             1 => Just(Some(MacAddr::ZERO)),
             1 => Just(Some(MacAddr([0x01, 0x00, 0x5e, 0, 0, 1]))),
         ],
+        prop_oneof![10 => Just(0u8), 1 => 1u8..=7],
     )
-        .prop_map(move |(src, moved, any_tags, dst, len, meta, ip, bad_src)| {
+        .prop_map(move |(src, moved, any_tags, dst, len, meta, ip, bad_src, quirk)| {
             // IPv4 with real headers, IPv4 with none, or another EtherType (the kernel's test
             // run takes an IPv4 frame only with its 20-byte header: short frames need one).
             let real_ip = ip == Some(true);
@@ -549,6 +550,19 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
                 bytes[l3..l3 + 20].copy_from_slice(&ip);
                 bytes[l3 + 20..l3 + 40].fill(0);
                 bytes[l3 + 32] = 5 << 4;
+                // Sometimes headers a parser may judge otherwise: a fragment (more fragments,
+                // an offset), a total length short or past the frame, a TCP data offset under
+                // 5 words, IP options, UDP.
+                match quirk {
+                    1 => bytes[l3 + 6] = 0x20,
+                    2 => bytes[l3 + 7] = 0x10,
+                    3 => bytes[l3 + 2..l3 + 4].copy_from_slice(&30u16.to_be_bytes()),
+                    4 => bytes[l3 + 2..l3 + 4].copy_from_slice(&0x2000u16.to_be_bytes()),
+                    5 => bytes[l3 + 32] = 2 << 4,
+                    6 => bytes[l3] = 0x46,
+                    7 => bytes[l3 + 9] = 17,
+                    _ => {}
+                }
             }
             FrameSpec {
                 port,
