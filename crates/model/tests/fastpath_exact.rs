@@ -511,7 +511,14 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
             1 => 2000usize..=3000,
         ],
         offload(),
-        prop_oneof![6 => Just(Some(true)), 3 => Just(Some(false)), 1 => Just(None)],
+        prop_oneof![
+            4 => Just(Ip::V4Tcp),
+            1 => Just(Ip::V4Udp),
+            1 => Just(Ip::V6Tcp),
+            1 => Just(Ip::V6Udp),
+            3 => Just(Ip::NoHeaders),
+            1 => Just(Ip::Other),
+        ],
         prop_oneof![
             20 => Just(None),
             1 => Just(Some(MacAddr::ZERO)),
@@ -520,9 +527,6 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
         prop_oneof![10 => Just(0u8), 1 => 1u8..=7],
     )
         .prop_map(move |(src, moved, any_tags, dst, len, meta, ip, bad_src, quirk)| {
-            // IPv4 with real headers, IPv4 with none, or another EtherType (the kernel's test
-            // run takes an IPv4 frame only with its 20-byte header: short frames need one).
-            let real_ip = ip == Some(true);
             let (home, own) = &hosts[src];
             let port = moved.unwrap_or(*home);
             let tags = match &any_tags {
@@ -535,34 +539,75 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
             let from = bad_src.unwrap_or(common::mac(src as u8 + 1));
             let mut bytes = common::frame(dst, from, tags, len);
             bytes.truncate(len);
-            // Real IPv4 + TCP headers after the tags, so super-frames are judged per
-            // segment by both (headers as parsed + gso_size).
+            // Real IP and TCP/UDP headers after the tags, so super-frames are judged per
+            // segment by both (headers as parsed + gso_size); or IPv4 with no headers; or
+            // another EtherType (the kernel's test run takes an IP frame only with its IP
+            // header: short frames need another EtherType).
             let l3 = 14 + 4 * ntags;
-            if ip.is_none() && bytes.len() >= l3 {
-                bytes[l3 - 2..l3].copy_from_slice(&0x88b5u16.to_be_bytes());
-            }
-            if real_ip && bytes.len() >= l3 + 40 {
-                let total = ((bytes.len() - l3) as u16).to_be_bytes();
-                let ip = [
-                    0x45, 0, total[0], total[1], 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0,
-                    2,
-                ];
-                bytes[l3..l3 + 20].copy_from_slice(&ip);
-                bytes[l3 + 20..l3 + 40].fill(0);
-                bytes[l3 + 32] = 5 << 4;
-                // Sometimes headers a parser may judge otherwise: a fragment (more fragments,
-                // an offset), a total length short or past the frame, a TCP data offset under
-                // 5 words, IP options, UDP.
-                match quirk {
-                    1 => bytes[l3 + 6] = 0x20,
-                    2 => bytes[l3 + 7] = 0x10,
-                    3 => bytes[l3 + 2..l3 + 4].copy_from_slice(&30u16.to_be_bytes()),
-                    4 => bytes[l3 + 2..l3 + 4].copy_from_slice(&0x2000u16.to_be_bytes()),
-                    5 => bytes[l3 + 32] = 2 << 4,
-                    6 => bytes[l3] = 0x46,
-                    7 => bytes[l3 + 9] = 17,
-                    _ => {}
+            let n = bytes.len();
+            match ip {
+                Ip::Other if n >= l3 => {
+                    bytes[l3 - 2..l3].copy_from_slice(&0x88b5u16.to_be_bytes())
                 }
+                Ip::V4Tcp | Ip::V4Udp if n >= l3 + 40 => {
+                    let udp = ip == Ip::V4Udp;
+                    let total = ((n - l3) as u16).to_be_bytes();
+                    let proto = if udp { 17 } else { 6 };
+                    let hdr = [
+                        0x45, 0, total[0], total[1], 0, 0, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1,
+                        10, 0, 0, 2,
+                    ];
+                    bytes[l3..l3 + 20].copy_from_slice(&hdr);
+                    bytes[l3 + 20..l3 + 40].fill(0);
+                    if udp {
+                        let ulen = (n - l3 - 20) as u16;
+                        bytes[l3 + 24..l3 + 26].copy_from_slice(&ulen.to_be_bytes());
+                    } else {
+                        bytes[l3 + 32] = 5 << 4;
+                    }
+                    // Sometimes headers a parser may judge otherwise: a fragment (more
+                    // fragments, an offset), a total length short or past the frame, a TCP
+                    // data offset under 5 words (or a UDP length of 2), IP options, another
+                    // protocol.
+                    match quirk {
+                        1 => bytes[l3 + 6] = 0x20,
+                        2 => bytes[l3 + 7] = 0x10,
+                        3 => bytes[l3 + 2..l3 + 4].copy_from_slice(&30u16.to_be_bytes()),
+                        4 => bytes[l3 + 2..l3 + 4].copy_from_slice(&0x2000u16.to_be_bytes()),
+                        5 if udp => bytes[l3 + 24..l3 + 26].copy_from_slice(&[0, 2]),
+                        5 => bytes[l3 + 32] = 2 << 4,
+                        6 => bytes[l3] = 0x46,
+                        7 => bytes[l3 + 9] = 47,
+                        _ => {}
+                    }
+                }
+                Ip::V6Tcp | Ip::V6Udp if n >= l3 + 60 => {
+                    let udp = ip == Ip::V6Udp;
+                    bytes[l3 - 2..l3].copy_from_slice(&0x86ddu16.to_be_bytes());
+                    let plen = (n - l3 - 40) as u16;
+                    bytes[l3..l3 + 60].fill(0);
+                    bytes[l3] = 0x60;
+                    bytes[l3 + 4..l3 + 6].copy_from_slice(&plen.to_be_bytes());
+                    bytes[l3 + 6] = if udp { 17 } else { 6 };
+                    bytes[l3 + 7] = 64;
+                    bytes[l3 + 23] = 1;
+                    bytes[l3 + 39] = 2;
+                    if udp {
+                        bytes[l3 + 44..l3 + 46].copy_from_slice(&plen.to_be_bytes());
+                    } else {
+                        bytes[l3 + 52] = 5 << 4;
+                    }
+                    // A payload length past the frame or short of the TCP/UDP header, a
+                    // fragment header, a hop-by-hop header.
+                    match quirk {
+                        1 => bytes[l3 + 4..l3 + 6].copy_from_slice(&0x2000u16.to_be_bytes()),
+                        2 => bytes[l3 + 4..l3 + 6].copy_from_slice(&4u16.to_be_bytes()),
+                        3 => bytes[l3 + 6] = 44,
+                        4 => bytes[l3 + 6] = 0,
+                        _ => {}
+                    }
+                }
+                _ => {}
             }
             FrameSpec {
                 port,
@@ -570,6 +615,19 @@ fn frame_spec(np: usize, hosts: Vec<(usize, Vec<(u16, u16)>)>) -> impl Strategy<
                 meta,
             }
         })
+}
+
+/// What follows the tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ip {
+    V4Tcp,
+    V4Udp,
+    V6Tcp,
+    V6Udp,
+    /// EtherType IPv4 and a counting payload (no sound header).
+    NoHeaders,
+    /// EtherType 0x88b5.
+    Other,
 }
 
 #[derive(Debug, Clone)]
