@@ -1,30 +1,35 @@
 //! Exactness of the eBPF fast path against the userspace pipeline (issue 21 §2): generated
 //! switch configurations (the differential test's vocabulary: VLAN-filtering and not, 802.1Q
 //! and 802.1ad bridges, every TPID mode incl. a custom port TPID, PCP modes, VLAN maps and
-//! translations, untagged and priority-tagged frames, small MTUs, learning on and off, several
-//! bridges, sometimes a mirror session) and frame sequences (zero to three tags, runts,
-//! oversize frames, unicast/broadcast/multicast/link-local, GSO super-frames) go, frame by
+//! translations, untagged and priority-tagged frames, small MTUs, learning on and off, locked
+//! ports, STP states, several bridges, sometimes a mirror session) and frame sequences (zero to
+//! three tags, runts, oversize frames, unicast/broadcast/multicast/link-local destinations,
+//! invalid sources, IPv4/IPv6 with TCP/UDP headers sound or not, GSO super-frames) go, frame by
 //! frame, through the pipeline (`Forwarder::process`, a batch of one, as the daemon's worker
 //! forwards a miss) and through the program (`BPF_PROG_TEST_RUN` on the ingress port's
-//! interface, in a private network namespace). When the program forwards (a hit), the pipeline
-//! must have sent exactly that frame, byte for byte, on exactly that port and nothing else. A
-//! miss is always allowed (counted by reason). After each frame the flow of what the pipeline
-//! did is installed as the daemon's worker installs it (`qbridge_datapath::fastpath::flow_for`)
-//! and the FDB map follows the pipeline's moves and removals (as `follow_changes` does); a frame
-//! whose flow was just installed is sent again at once and must hit. Earlier frames are re-sent
-//! later in the sequence, after time passes, entries age, sources move and the configuration
-//! changes (the program's generation bumped as the engine bumps it), so hits happen in every
+//! interface, one veth per port in a private network namespace). When the program forwards (a
+//! hit), the pipeline must have sent exactly that frame, byte for byte, on exactly that port,
+//! and nothing else (no mirror or trapped copy). A miss is always allowed (counted by reason).
+//! After each frame the flow of what the pipeline did is installed as the daemon's worker
+//! installs it (`qbridge_datapath::fastpath::flow_for`) and the FDB map follows the pipeline's
+//! log of moved and removed entries (as the daemon's `follow_changes`); a frame whose flow was
+//! just installed is sent again at once and must hit. Earlier frames are re-sent later in the
+//! sequence, after time passes, entries age, sources move and the configuration changes (the
+//! program's generation bumped for every new plan, as the engine does), so hits happen in every
 //! state the generators reach.
 //!
 //! Needs root (loading the program, `BPF_PROG_TEST_RUN`, a network namespace) and a build with
 //! the program (clang): otherwise says `SKIPPED:` and passes, unless `QBRIDGE_FASTPATH_REQUIRE=1`
-//! (for a build without the program) or `QBRIDGE_REQUIRE_NETNS=1` (for the rest), which
-//! scripts/test.sh sets when clang is there and when it runs as root (CI): then a skip fails. `PROPTEST_CASES=N` runs N cases instead of the default;
-//! `PROPTEST_RNG_SEED=S` changes the otherwise fixed seed. A one-line summary (cases, frames,
-//! hits, misses by reason, flows installed and refused) is printed at the end.
+//! (for a build without the program) or `QBRIDGE_REQUIRE_NETNS=1` (for the rest): scripts/test.sh
+//! sets the first when clang is there and the second when it runs as root (CI), so there a skip
+//! fails. `PROPTEST_CASES=N` runs N cases instead of the default; `PROPTEST_RNG_SEED=S` changes
+//! the otherwise fixed seed. A summary (cases, frames, hits, misses by reason, flows installed
+//! and refused, hits by tag stacks, the pipeline's drops) is printed at the end.
 //!
-//! What it does not cover: frames arriving with an accelerated (NIC-stripped) tag (a test run's
-//! frame has its tags inline), the upcall path itself, the program's counters.
+//! What it cannot cover: frames arriving with an accelerated (NIC-stripped) tag (a test run's
+//! frame has its tags inline); frames the kernel's test run refuses (14 bytes or less, or
+//! shorter than the IP header their EtherType promises: counted as not run); the upcall path;
+//! the program's counters; the engine's ageing sync (the pipeline sees every frame here).
 
 mod common;
 
