@@ -316,7 +316,8 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "judged whole");
     // Headers the pipeline's parser does not take are not measured either: the frame is
     // judged whole (2966 bytes out), too long.
-    let quirks: [(&str, fn(&mut Vec<u8>)); 6] = [
+    type Quirk = fn(&mut [u8]);
+    let quirks: [(&str, Quirk); 6] = [
         ("ICMP", |f| f[14 + 9] = 1),
         ("more fragments", |f| f[20] = 0x20),
         ("fragment offset", |f| f[21] = 0x10),
