@@ -222,7 +222,11 @@ int qb_ingress(struct __sk_buff *skb)
 		proto = tag[1];
 		off += 4;
 	}
-	if (is_vlan_tpid(proto) ||
+	/* A third tag, a tag of a TPID the port takes, or one of the other TPIDs the pipeline
+	 * knows (0x9100, 0x9200, 0x9300: it may read that tag, e.g. the PCP a port copies into
+	 * the tag it pushes, and its TCI is not in the key): up. */
+	if (is_vlan_tpid(proto) || proto == bpf_htons(0x9100) || proto == bpf_htons(0x9200) ||
+	    proto == bpf_htons(0x9300) ||
 	    (port->extra_tpid_be[0] && proto == port->extra_tpid_be[0]) ||
 	    (port->extra_tpid_be[1] && proto == port->extra_tpid_be[1]))
 		return miss(skb, QB_MISS_TAGS, port);
