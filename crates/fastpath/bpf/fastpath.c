@@ -132,35 +132,60 @@ static __always_inline int miss_and_pass(struct __sk_buff *skb, __u32 reason,
 }
 
 /* Length of the IP and TCP/UDP headers at `off` (for a super-frame's segment size), or 0
- * when the fast path does not know them. */
-static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be)
+ * when the fast path does not know them, and then the frame is judged whole. As the pipeline
+ * (qbridge_wire::parse_headers) finds them or more: an IPv4 packet that is a fragment, whose
+ * version, header or total length is not sound, or that does not fit in the frame's `len`
+ * bytes from `off`, or a TCP/UDP header that does not fit in the IP packet, is not measured
+ * (the pipeline judges those whole too: a smaller measure would let through a frame it drops
+ * as oversize). IPv6 with extension headers is not measured (the pipeline's measure is then
+ * larger than this would be, never smaller). */
+static __always_inline __u32 l34_len(void *data, void *end, __u32 off, __u16 proto_be,
+				     __u32 len)
 {
-	__u32 l3, l4_proto;
+	__u32 l3, l3_len, l4_proto;
 
 	if (proto_be == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + off;
 		if ((void *)(ip + 1) > end)
 			return 0;
+		if (ip->version != 4 || (ip->frag_off & bpf_htons(0x3fff)))
+			return 0;
 		l3 = ip->ihl * 4;
+		l3_len = bpf_ntohs(ip->tot_len);
 		l4_proto = ip->protocol;
 	} else if (proto_be == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + off;
 		if ((void *)(ip6 + 1) > end)
 			return 0;
+		if (ip6->version != 6)
+			return 0;
 		l3 = sizeof(*ip6);
+		l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 		l4_proto = ip6->nexthdr;
 	} else {
 		return 0;
 	}
-	if (l3 < 20 || l3 > 60)
+	if (l3 < 20 || l3 > 60 || l3_len < l3 || off + l3_len > len)
 		return 0;
-	if (l4_proto == IPPROTO_UDP)
+	if (l4_proto == IPPROTO_UDP) {
+		__u16 *udp = data + off + l3;	/* ports, length, checksum */
+		__u32 ulen;
+		if ((void *)(udp + 4) > end)
+			return 0;
+		ulen = bpf_ntohs(udp[2]);
+		if (ulen < 8 || l3 + ulen > l3_len)
+			return 0;
 		return l3 + 8;
+	}
 	if (l4_proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = data + off + l3;
+		__u32 l4;
 		if ((void *)(tcp + 1) > end)
 			return 0;
-		return l3 + tcp->doff * 4;
+		l4 = tcp->doff * 4;
+		if (l4 < 20 || l3 + l4 > l3_len)
+			return 0;
+		return l3 + l4;
 	}
 	return 0;
 }
@@ -225,7 +250,11 @@ int qb_ingress(struct __sk_buff *skb)
 		proto = tag[1];
 		off += 4;
 	}
-	if (is_vlan_tpid(proto) ||
+	/* A third tag, a tag of a TPID the port takes, or one of the other TPIDs the pipeline
+	 * knows (0x9100, 0x9200, 0x9300: it may read that tag, e.g. the PCP a port copies into
+	 * the tag it pushes, and its TCI is not in the key): up. */
+	if (is_vlan_tpid(proto) || proto == bpf_htons(0x9100) || proto == bpf_htons(0x9200) ||
+	    proto == bpf_htons(0x9300) ||
 	    (port->extra_tpid_be[0] && proto == port->extra_tpid_be[0]) ||
 	    (port->extra_tpid_be[1] && proto == port->extra_tpid_be[1]))
 		return miss(skb, QB_MISS_TAGS, port);
@@ -243,7 +272,10 @@ int qb_ingress(struct __sk_buff *skb)
 	fk.bridge = act->bridge;
 	fk.fid = act->fid;
 	__builtin_memcpy(fk.mac, eth->h_source, 6);
-	if (fk.mac[0] & 1)
+	/* A group or all-zero source is invalid: the pipeline drops it (a port that does not
+	 * learn would otherwise forward it, no FDB entry being looked up). */
+	if ((fk.mac[0] & 1) ||
+	    !(fk.mac[0] | fk.mac[1] | fk.mac[2] | fk.mac[3] | fk.mac[4] | fk.mac[5]))
 		return miss(skb, QB_MISS_SRC, port);
 	src = 0;
 	if (port->flags & QB_PORT_LEARNING) {
@@ -261,13 +293,15 @@ int qb_ingress(struct __sk_buff *skb)
 	in_len = skb->len + (skb->vlan_present ? 4 : 0);
 	if (in_len < act->min_len)
 		return miss(skb, QB_MISS_SIZE, port);
+	out_len = in_len - 4 * key.ntags + 4 * act->push_n;
 	if (skb->gso_size) {
-		__u32 l34 = l34_len(data, end, off, proto);
-		if (!l34)
-			return miss(skb, QB_MISS_SIZE, port);
-		out_len = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
-	} else {
-		out_len = in_len - 4 * key.ntags + 4 * act->push_n;
+		/* A super-frame as the pipeline judges it (wire_len): its largest segment, the
+		 * headers and gso_size but never more than the whole; the whole when its headers
+		 * are not TCP or UDP over IP. */
+		__u32 l34 = l34_len(data, end, off, proto, skb->len);
+		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
+		if (l34 && seg < out_len)
+			out_len = seg;
 	}
 	if (out_len > act->max_len)
 		return miss(skb, QB_MISS_SIZE, port);

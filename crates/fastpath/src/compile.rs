@@ -45,17 +45,23 @@ pub enum NotCached {
     Short,
     /// The destination is a group address (floods are never cached).
     Group,
-    /// More tags than the program edits, or an input TPID the ingress port takes that the
-    /// program does not parse. (An output tag of another TPID is not a tag to the program:
+    /// More tags than the program edits, or an input TPID the ingress port takes (or the
+    /// pipeline parses anyway: 0x9100, 0x9200, 0x9300) that the program does not parse. (An output tag of another TPID is not a tag to the program:
     /// that output reads as [`NotCached::Rewrite`].)
     Tags,
     /// The output differs from the input beyond the tag stack.
     Rewrite,
 }
 
+/// TPIDs the pipeline parses as tags on any port (`Tpid::is_well_known`) besides 0x8100 and
+/// 0x88a8: the program does not, and sends a frame whose EtherType is one of them up (the
+/// pipeline may read that tag: a port that copies the PCP of a frame's own outer tag does).
+const OTHER_KNOWN_TPIDS: [u16; 3] = [0x9100, 0x9200, 0x9300];
+
 /// The tags at the front of `frame` (after the addresses) that the program parses: up to
 /// [`MAX_TAGS`] of 0x8100/0x88a8; then the EtherType and the payload's offset. `None` when
-/// the frame is too short; `Err` when there are more, or a TPID in `extra`.
+/// the frame is too short; `Err` when there are more, a TPID in `extra`, or one of
+/// [`OTHER_KNOWN_TPIDS`].
 #[allow(clippy::type_complexity)]
 fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(Vec<(u16, u16)>, u16, usize), NotCached> {
     let be = |o: usize| -> Result<u16, NotCached> {
@@ -75,7 +81,7 @@ fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(Vec<(u16, u16)>, u16, usize), 
         off += 4;
         proto = be(off)?;
     }
-    if extra.iter().any(|&t| t != 0 && t == proto) {
+    if extra.iter().any(|&t| t != 0 && t == proto) || OTHER_KNOWN_TPIDS.contains(&proto) {
         return Err(NotCached::Tags);
     }
     Ok((out, proto, off + 2))
@@ -204,6 +210,11 @@ mod tests {
         // A TPID the ingress port takes as a tag, which the program does not parse.
         let q9100 = frame(&[], 0x9100, &p);
         assert_eq!(compile(&decision(&q9100, &q9100)), Err(NotCached::Tags));
+        // One the pipeline parses on any port (it may read its PCP), after a tag.
+        let q9200 = frame(&[(0x8100, 5)], 0x9200, &p);
+        let mut d = decision(&q9200, &q9200);
+        d.in_extra_tpids = [0, 0];
+        assert_eq!(compile(&d), Err(NotCached::Tags));
         // Anything changed beyond the tags: an address, the EtherType, a payload byte.
         let mut other = plain.clone();
         other[11] ^= 1;

@@ -318,12 +318,80 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     learn(&mut fp, 10, B, 2, 7);
     // IPv4 (20) + TCP (32 with timestamps): 14 + 4 + 52 + 1448 = 1518 <= 1522.
     // (A test run takes at most about a page: two segments.)
-    let mut f = frame(B, A, &[], 14 + 52 + 2 * 1448);
-    f[14] = 0x45; // IPv4, IHL 5
-    f[14 + 9] = 6; // TCP
-    f[14 + 20 + 12] = 8 << 4; // data offset 8 words
+    let ipv4_tcp = |len: usize| {
+        let mut f = frame(B, A, &[], len);
+        f[14] = 0x45; // IPv4, IHL 5
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes()); // total length
+        f[20..22].copy_from_slice(&[0x40, 0]); // don't fragment, offset 0
+        f[14 + 9] = 6; // TCP
+        f[14 + 20 + 12] = 8 << 4; // data offset 8 words
+        f
+    };
+    let f = ipv4_tcp(14 + 52 + 2 * 1448);
     let r = fp.test_run(&f, fa, Some((1448, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     let r = fp.test_run(&f, fa, Some((1460, 2))).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "1530-byte segments");
+    // As the pipeline judges it (wire_len): a segment is never longer than the whole frame,
+    // and a super-frame whose headers are not TCP/UDP over IP is judged whole.
+    let mut short = ipv4_tcp(14 + 52 + 100);
+    let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "170 bytes out");
+    short[14 + 9] = 1; // ICMP
+    let r = fp.test_run(&short, fa, Some((1460, 1))).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "judged whole");
+    // Headers the pipeline's parser does not take are not measured either: the frame is
+    // judged whole (2966 bytes out), too long.
+    type Quirk = fn(&mut [u8]);
+    let quirks: [(&str, Quirk); 6] = [
+        ("ICMP", |f| f[14 + 9] = 1),
+        ("more fragments", |f| f[20] = 0x20),
+        ("fragment offset", |f| f[21] = 0x10),
+        ("total length past the frame", |f| f[16] = 0x20),
+        ("total length inside the TCP header", |f| {
+            f[16..18].copy_from_slice(&40u16.to_be_bytes())
+        }),
+        ("TCP data offset 4 words", |f| f[14 + 20 + 12] = 4 << 4),
+    ];
+    for (what, quirk) in quirks {
+        let mut long = f.clone();
+        quirk(&mut long);
+        let r = fp.test_run(&long, fa, Some((1448, 2))).unwrap();
+        assert_eq!(r.verdict, Verdict::Miss(Miss::Size), "{what}");
+    }
+}
+
+#[test]
+fn invalid_sources_go_up_on_a_port_that_does_not_learn() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(
+        fa,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED,
+            extra_tpid_be: [0, 0],
+            ..Port::default()
+        },
+    )
+    .unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, B, 2, 7);
+    let run = |fp: &mut FastPath, src: [u8; 6]| fp.test_run(&frame(B, src, &[], 60), fa, None);
+    assert_eq!(
+        run(&mut fp, A).unwrap().verdict,
+        Verdict::Hit { ifindex: fc }
+    );
+    // The pipeline drops these (invalid_src_mac); no FDB entry is looked up for them here.
+    assert_eq!(
+        run(&mut fp, [0; 6]).unwrap().verdict,
+        Verdict::Miss(Miss::Src)
+    );
+    assert_eq!(
+        run(&mut fp, [1, 0, 0x5e, 0, 0, 1]).unwrap().verdict,
+        Verdict::Miss(Miss::Src)
+    );
 }
