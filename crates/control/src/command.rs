@@ -19,6 +19,8 @@ pub enum Command {
     Fdb(FdbCommand),
     /// `show running-config`: the configuration as a batch file that recreates it.
     ShowRunningConfig,
+    /// `show fast-path`: the eBPF fast path's state, flows and counters (daemon only).
+    ShowFastPath,
     /// `help`, `OBJECT help`: the usage of every object, or of one.
     Help(Option<Object>),
     /// `mirror …`: port mirroring sessions.

@@ -63,4 +63,5 @@ pub use session::{Session, MAX_BOND_MEMBERS};
 pub use stats::{BondMemberStats, PortStats, Snapshot};
 pub use status::{
     BackendCounters, BackendStatus, Backends, BondDrops, BondMemberTraffic, DeviceOffloadStatus,
+    FastPathStatus,
 };

@@ -188,3 +188,30 @@ mod tests {
         );
     }
 }
+
+/// The eBPF fast path as the daemon's engine sees it (`show fast-path`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FastPathStatus {
+    /// `--fast-path`: auto, on or off.
+    pub mode: String,
+    /// on or off.
+    pub state: String,
+    /// Why it is off.
+    pub reason: Option<String>,
+    /// The device misses go up through.
+    pub upcall: Option<String>,
+    /// The ports whose frames it receives.
+    pub ports: Vec<String>,
+    /// Flows of the current configuration generation in the program's table.
+    pub flows: u64,
+    /// Frames it forwarded.
+    pub hits: u64,
+    /// Frames it sent up, by reason.
+    pub misses: std::collections::BTreeMap<String, u64>,
+    /// Flows installed since the start.
+    pub installed: u64,
+    /// Frames forwarded by the pipeline whose flow was not installed, by reason.
+    pub not_cached: std::collections::BTreeMap<String, u64>,
+    /// Upcalls of a port closed or reopened since: dropped.
+    pub stale_upcalls: u64,
+}

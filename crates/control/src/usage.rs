@@ -91,6 +91,7 @@ const VNI: &str = "  vni add|del dev VXLAN vni N[-M]   (the VNIs a vnifilter vxl
 
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
+  show fast-path           (the eBPF fast path: state, ports, flows, hits, misses by reason)
   monitor [link|fdb|vlan|mirror|stp|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
 ";
 

@@ -128,7 +128,10 @@ fn running_config_is_a_command() {
         .execute_line("show running", TEXT)
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "unexpected \"running\" (expected running-config)");
+    assert_eq!(
+        e,
+        "unexpected \"running\" (expected running-config or fast-path)"
+    );
 }
 
 #[test]

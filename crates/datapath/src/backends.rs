@@ -5,7 +5,9 @@
 use crate::queue::{distribute, Opened};
 use crate::shared::RxFilter;
 use qbridge_control::{DeviceOffloadStatus, PortSpec, XdpAttach};
-use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle};
+use qbridge_io::afpacket::{
+    AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxFilterHandle, RxMode,
+};
 use qbridge_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, XdpProgram};
 use qbridge_io::{sys, DeviceOffloads, IoError};
 use std::sync::Arc;
@@ -24,6 +26,7 @@ pub(crate) fn open_afpacket_queues(
     filter: &RxFilter,
     want_mtu: u32,
     workers: usize,
+    rx: RxMode,
 ) -> Result<(Opened, Arc<RxFilterHandle>, u32, DeviceOffloads), IoError> {
     let before = sys::get_mtu(dev)?;
     let handle = RxFilterHandle::open(dev)?;
@@ -39,7 +42,8 @@ pub(crate) fn open_afpacket_queues(
     // replace others of this interface (a port re-added in one batch, a changed spec) must not
     // receive alongside them meanwhile — two fanout groups would each get every frame.
     cfg.paused = true;
-    if workers > 1 {
+    cfg.rx = rx;
+    if workers > 1 && rx != RxMode::None {
         // A group id the kernel picks, so it can never be one a group of a deleted port still
         // holds (its sockets close after the new ones opened: a batch that deletes a port and
         // adds another is rolled back whole if the new one cannot open; docs/decisions.md 27).

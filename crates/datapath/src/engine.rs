@@ -29,6 +29,7 @@
 //! `crate::shared`, which this module imports and never the other way round.
 
 mod bond;
+mod fast;
 mod learn_watch;
 mod link;
 mod ports;
@@ -75,6 +76,8 @@ pub struct EngineConfig {
     pub file_access: qbridge_io::pcap::FileAccess,
     /// `--state FILE`: the running configuration is written there after each change.
     pub state: Option<crate::state::StateFile>,
+    /// `--fast-path`: the eBPF fast path (`crate::fastpath`).
+    pub fast_path: crate::fastpath::FastPathMode,
 }
 
 #[derive(Debug)]
@@ -132,6 +135,9 @@ pub struct Engine {
     bonds: HashMap<String, bond::BondRt>,
     /// The control channel, for the bonds' queues to hand Slow Protocols frames up.
     ctl_tx: mpsc::Sender<Ctl>,
+    /// The eBPF fast path while it runs (`fast.rs`), and what `show fast-path` says of it.
+    fast: Option<fast::FastRt>,
+    fast_state: fast::FastState,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> String {
@@ -209,7 +215,14 @@ impl Engine {
             speeds_read: HashMap::new(),
             bonds: HashMap::new(),
             ctl_tx: tx.clone(),
+            fast: None,
+            fast_state: fast::FastState::default(),
         };
+        let mode = engine.cfg.fast_path;
+        if let Err(e) = engine.fast_start(mode) {
+            engine.stop_workers();
+            return Err(e);
+        }
         match engine.reconcile() {
             Ok(warnings) => {
                 engine.log_rings();
@@ -311,7 +324,10 @@ impl Engine {
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
+                self.fast_merge_seen();
                 let aged = self.session.switch_mut().age(now);
+                self.fast_sync_fdb();
+                self.fast_fold();
                 if aged > 0 {
                     tracing::debug!("aged out {aged} FDB entries");
                 }
@@ -346,6 +362,9 @@ impl Engine {
         }
         // The workers handed every queue to the reaper; it closes them and ends.
         self.reaper.stop();
+        if let Some(mut rt) = self.fast.take() {
+            rt.stop();
+        }
     }
 
     // ----- handing changes to the workers -----
@@ -359,9 +378,17 @@ impl Engine {
             .published
             .as_ref()
             .is_some_and(|p| Arc::ptr_eq(p, &plan));
-        if same_plan && self.attach.is_empty() && self.detach.is_empty() && !self.mirror_dirty {
+        let fast_dirty = self.fast.as_ref().is_some_and(|f| f.dirty);
+        if same_plan
+            && self.attach.is_empty()
+            && self.detach.is_empty()
+            && !self.mirror_dirty
+            && !fast_dirty
+        {
             return;
         }
+        // Flows made under the old plan are stale before any worker forwards with the new.
+        let fast_gen = self.fast_publish(&plan, !same_plan);
         self.mirror_dirty = false;
         let sinks: Sinks = plan
             .mirror_sinks()
@@ -401,6 +428,7 @@ impl Engine {
                     detach: detach.clone(),
                     done: done_tx.clone(),
                     sinks: sinks.clone(),
+                    fast_gen,
                 },
             );
         }
@@ -424,6 +452,11 @@ impl Engine {
 
     fn execute(&mut self, op: Op) -> Response {
         self.publish_all();
+        if matches!(&op, Op::Command { words, .. } if words.len() >= 2 && words[0] == "show" && words[1] == "fast-path")
+        {
+            let st = self.fast_status();
+            self.session.set_fast_path(st);
+        }
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
         // A way back is needed only when reconciling can fail hard, which is when a new port's
@@ -468,6 +501,10 @@ impl Engine {
         }
         if self.session.switch().port_ids().count() != ports_before {
             change_line = None;
+        }
+        if let Some(f) = self.fast.as_mut() {
+            // FDB commands change no plan; the flows must not outlive them either.
+            f.dirty = true;
         }
         let mut resp = self.commit(r, before);
         self.stp_sync();

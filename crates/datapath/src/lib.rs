@@ -33,6 +33,7 @@
 mod backends;
 pub mod bond_port;
 mod engine;
+pub mod fastpath;
 mod mirror_sink;
 pub mod monitor;
 pub mod patch;
@@ -47,6 +48,7 @@ mod worker;
 
 pub use backends::default_ring_frames;
 pub use engine::{Engine, EngineConfig};
+pub use fastpath::FastPathMode;
 pub use queue::{Queue, Queues, SharedQueue};
 pub use shared::{Ctl, Handle, PortShared};
 pub use worker::BURST;

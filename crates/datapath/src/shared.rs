@@ -148,6 +148,8 @@ pub struct PortShared {
     pub rx_frames_by_worker: Box<[AtomicU64]>,
     /// AF_PACKET: the device's offloads as a worker last read them.
     offloads: Mutex<Option<DeviceOffloads>>,
+    /// The port's ifindex while the eBPF fast path receives for it (0: it does not).
+    pub fast_ifindex: std::sync::atomic::AtomicU32,
 }
 
 impl PortShared {

@@ -32,6 +32,7 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
+use crate::fastpath::{FastShared, Forwarded, PREFIX};
 use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
@@ -67,6 +68,8 @@ pub fn max_flood_credit(quantum: u64) -> u64 {
 const POLL_TIMEOUT_MS: i64 = 100;
 /// epoll token of the wake-up eventfd; queue tokens are `generation << 16 | port id`.
 const WAKE_TOKEN: u64 = u64::MAX;
+/// epoll token of the fast path's upcall queue.
+const UPCALL_TOKEN: u64 = u64::MAX - 1;
 
 /// A queue handed to a worker, with the port's shared counters.
 #[derive(Debug)]
@@ -90,6 +93,14 @@ pub(crate) enum ToWorker {
         done: mpsc::Sender<()>,
         /// The files of the plan's `dst pcap` mirror sessions, by sink index.
         sinks: Sinks,
+        /// The fast path's configuration generation of this plan (0 without a fast path).
+        fast_gen: u32,
+    },
+    /// The fast path is on: this worker's socket on the upcall device, and what the engine
+    /// shares with the workers (`crate::fastpath`).
+    Upcall {
+        queue: Queue,
+        shared: Arc<FastShared>,
     },
     /// Once a second: every queue's [`Port::tick`](qbridge_io::Port::tick).
     Tick,
@@ -135,6 +146,26 @@ pub(crate) struct Worker {
     reaper: ReaperHandle,
     /// The bound on trapped BPDUs in flight to the control thread.
     punt: Arc<PuntGate>,
+    /// The eBPF fast path's upcalls and flow installs, when it is on.
+    fast: Option<Box<WorkerFast>>,
+}
+
+/// A worker's half of the fast path (`crate::fastpath`).
+#[derive(Debug)]
+struct WorkerFast {
+    upcall: Queue,
+    shared: Arc<FastShared>,
+    /// The generation of the plan this worker forwards with.
+    generation: u32,
+    /// The upcall burst (frames of many ports).
+    batch: Batch,
+    /// (ingress index, destination) pairs whose flow was refused for a reason of the
+    /// configuration, under `generation`: their frames are forwarded in bursts, not alone.
+    refused: std::collections::HashSet<(u16, [u8; 6])>,
+    /// Pairs installed from this burst (their later frames in it are no news).
+    installed: Vec<(u16, [u8; 6])>,
+    input: Vec<u8>,
+    changes: Vec<qbridge_bridge::FastChange>,
 }
 
 impl Worker {
@@ -175,6 +206,7 @@ impl Worker {
             sinks: Arc::from(Vec::new()),
             reaper,
             punt,
+            fast: None,
         })
     }
 
@@ -214,10 +246,15 @@ impl Worker {
             }
             self.ready.clear();
             let mut woken = false;
+            let mut upcalls = false;
             for ev in &events {
                 let token = ev.data.u64();
                 if token == WAKE_TOKEN {
                     woken = true;
+                    continue;
+                }
+                if token == UPCALL_TOKEN {
+                    upcalls = true;
                     continue;
                 }
                 let id = (token & 0xffff) as u16;
@@ -242,6 +279,9 @@ impl Worker {
                 let id = self.ready[i];
                 self.service_rx(id, quantum, &mut round_left);
             }
+            if upcalls || self.fast.as_ref().is_some_and(|f| f.upcall.rx_pending()) {
+                self.service_upcall();
+            }
             if woken {
                 let mut buf = [0u8; 8];
                 let _ = rustix::io::read(&*self.wake, &mut buf);
@@ -254,11 +294,19 @@ impl Worker {
                         detach,
                         done,
                         sinks,
+                        fast_gen,
                     }) => {
                         self.update(plan, attach, detach);
                         self.sinks = sinks;
+                        if let Some(f) = self.fast.as_mut() {
+                            if f.generation != fast_gen {
+                                f.refused.clear();
+                            }
+                            f.generation = fast_gen;
+                        }
                         let _ = done.send(());
                     }
+                    Ok(ToWorker::Upcall { queue, shared }) => self.start_upcall(queue, shared),
                     Ok(ToWorker::Tick) => self.tick(),
                     Ok(ToWorker::Inject { port, frame }) => self.inject(port, &frame),
                     Ok(ToWorker::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
@@ -409,6 +457,12 @@ impl Worker {
         if let Some(Some(e)) = self.queues.get_mut(id as usize) {
             e.flood_credit -= used.min(e.flood_credit);
         }
+        self.send_outputs();
+    }
+
+    /// Writes the mirror copies, hands up the trapped frames and transmits every output
+    /// batch of the last [`Forwarder::process`](qbridge_bridge::Forwarder::process).
+    fn send_outputs(&mut self) {
         if !self.outputs.mirror_sinks.is_empty() {
             write_sinks(&self.plan, self.index, &self.sinks, &mut self.outputs);
         }
@@ -420,6 +474,196 @@ impl Worker {
                 self.tx_port(j);
             }
         }
+    }
+
+    /// Forwards `self.rx` (frames of any ports, `port` set) and sends what leaves.
+    fn forward_rx(&mut self) {
+        let now = self.now_ns();
+        self.core
+            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+        self.send_outputs();
+    }
+
+    fn start_upcall(&mut self, mut queue: Queue, shared: Arc<FastShared>) {
+        if let Err(e) = queue.start() {
+            tracing::warn!("fast path: upcall socket: {e}");
+        }
+        if let Some(fd) = queue.fd() {
+            if let Err(e) = epoll::add(
+                &self.epoll,
+                fd,
+                epoll::EventData::new_u64(UPCALL_TOKEN),
+                epoll::EventFlags::IN,
+            ) {
+                tracing::error!(
+                    "worker {}: epoll_ctl for the upcall socket: {e}",
+                    self.index
+                );
+            }
+        }
+        let generation = shared.generation.load(Ordering::Acquire);
+        self.fast = Some(Box::new(WorkerFast {
+            upcall: queue,
+            shared,
+            generation,
+            batch: Batch::with_capacity(BURST),
+            refused: std::collections::HashSet::new(),
+            installed: Vec::new(),
+            input: Vec::with_capacity(PREFIX),
+            changes: Vec::new(),
+        }));
+    }
+
+    /// The program's index of port `id`'s opening this worker holds (`None`: no such queue).
+    fn port_index(&self, id: u16) -> Option<u16> {
+        match self.queues.get(id as usize) {
+            Some(Some(e)) if !e.failed => Some(crate::fastpath::port_index(e.token)),
+            _ => None,
+        }
+    }
+
+    /// One burst of the fast path's misses: each frame given to its ingress port, forwarded
+    /// in order; a unicast frame whose flow may be new is forwarded alone and its flow
+    /// installed when the pipeline's decision allows (`crate::fastpath::install`).
+    fn service_upcall(&mut self) {
+        let Some(mut f) = self.fast.take() else {
+            return;
+        };
+        let received = f
+            .upcall
+            .rx_burst(&mut f.batch, &mut self.outputs.pool, BURST);
+        if let Err(e) = received {
+            tracing::warn!("fast path: upcall socket: {e}");
+            self.outputs.pool.put_all(&mut f.batch);
+            self.fast = Some(f);
+            return;
+        }
+        if f.batch.is_empty() {
+            self.fast = Some(f);
+            return;
+        }
+        // Flows are made only under the generation of the plan in hand: a change published
+        // but not yet taken makes them stale at once, so none is made.
+        let install = f.shared.generation.load(Ordering::Acquire) == f.generation;
+        if f.refused.len() > 65_536 {
+            f.refused.clear();
+        }
+        f.installed.clear();
+        self.core.set_flood_credit(None);
+        let mut stale = 0u64;
+        let pkts = std::mem::take(&mut f.batch.pkts);
+        let mut pkts = pkts;
+        for mut pkt in pkts.drain(..) {
+            let tci = pkt.port;
+            let id = tci & 0x0fff;
+            let index = self.port_index(id);
+            if tci == qbridge_io::afpacket::UPCALL_NO_PORT || index != Some(tci) {
+                stale += 1;
+                self.outputs.pool.put(pkt);
+                continue;
+            }
+            pkt.port = id;
+            let frame = pkt.frame();
+            let pair = match frame.get(..6) {
+                Some(d) if install && d[0] & 1 == 0 => {
+                    let mut dst = [0u8; 6];
+                    dst.copy_from_slice(d);
+                    let pair = (tci, dst);
+                    (!f.refused.contains(&pair) && !f.installed.contains(&pair)).then_some(pair)
+                }
+                _ => None,
+            };
+            let Some(pair) = pair else {
+                self.rx.push(pkt);
+                continue;
+            };
+            if !self.rx.is_empty() {
+                self.forward_rx();
+            }
+            f.input.clear();
+            f.input.extend_from_slice(&frame[..frame.len().min(PREFIX)]);
+            let in_len = pkt.len();
+            self.rx.push(pkt);
+            let now = self.now_ns();
+            self.core
+                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+            match self.install_from_outputs(&f, id, tci, in_len) {
+                Ok(()) => f.installed.push(pair),
+                Err(r) => {
+                    f.shared.refuse(r);
+                    if matches!(
+                        r,
+                        crate::fastpath::Refusal::Port | crate::fastpath::Refusal::Rewrite
+                    ) {
+                        f.refused.insert(pair);
+                    }
+                }
+            }
+            self.send_outputs();
+        }
+        f.batch.pkts = pkts;
+        if !self.rx.is_empty() {
+            self.forward_rx();
+        }
+        if stale != 0 {
+            f.shared.stale_upcalls.fetch_add(stale, Ordering::Relaxed);
+        }
+        // Entries the pipeline moved or removed meanwhile: the map follows at once.
+        f.changes.clear();
+        self.plan.take_fast_changes(&mut f.changes);
+        if !f.changes.is_empty() {
+            crate::fastpath::follow_changes(&f.shared, &f.changes, |p| self.port_index(p));
+        }
+        self.fast = Some(f);
+    }
+
+    /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
+    /// when the outputs and the FDB allow.
+    fn install_from_outputs(
+        &self,
+        f: &WorkerFast,
+        in_id: u16,
+        in_index: u16,
+        in_len: usize,
+    ) -> Result<(), crate::fastpath::Refusal> {
+        use crate::fastpath::Refusal;
+        if !self.outputs.mirror_sinks.is_empty() || !self.outputs.punt.is_empty() {
+            return Err(Refusal::Outputs);
+        }
+        let mut one = None;
+        for (j, b) in self.outputs.ports.iter().enumerate() {
+            if b.is_empty() {
+                continue;
+            }
+            if one.is_some() || b.len() != 1 {
+                return Err(Refusal::Outputs);
+            }
+            one = Some(j);
+        }
+        let out_id = one.ok_or(Refusal::Outputs)? as u16;
+        let Some(Some(e)) = self.queues.get(out_id as usize) else {
+            return Err(Refusal::Port);
+        };
+        if e.failed {
+            return Err(Refusal::Port);
+        }
+        let out_ifindex = e.shared.fast_ifindex.load(Ordering::Relaxed);
+        crate::fastpath::install(
+            &f.shared,
+            &Forwarded {
+                plan: &self.plan,
+                in_id,
+                in_index,
+                input: &f.input,
+                in_len,
+                class: self.core.fast_class(0),
+                out_id,
+                out_index: crate::fastpath::port_index(e.token),
+                out_ifindex,
+                output: self.outputs.ports[out_id as usize].pkts[0].frame(),
+                generation: f.generation,
+            },
+        )
     }
 
     /// Hands the trapped BPDUs of the last batch to the control thread (at most

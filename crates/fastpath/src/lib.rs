@@ -24,6 +24,10 @@ pub use testrun::{TestRun, Verdict};
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.o"));
 
 const PROGRAM: &str = "qb_ingress";
+/// The `clsact` filter priority of the program: after every filter of a lower number (an
+/// administrator's, 49152 by default), so those act first.
+pub const FILTER_PRIORITY: u16 = 0xfff0;
+
 /// The upcall device's program: drops what the daemon's socket has seen.
 const SINK: &str = "qb_sink";
 
@@ -49,9 +53,9 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |source| Error::Map { map, source }
 }
 
-/// The loaded program and its maps; attachments are removed when it is dropped (TCX links
-/// and netlink filters alike), so a daemon that dies leaves no program behind on kernels
-/// with TCX links.
+/// The loaded program and its maps; its filters are removed when it is dropped. A daemon that
+/// dies leaves its filters (classic `clsact` filters outlive their process); the next
+/// [`FastPath::attach`] on the interface removes them.
 pub struct FastPath {
     ebpf: aya::Ebpf,
     links: BTreeMap<String, (&'static str, aya::programs::tc::SchedClassifierLinkId)>,
@@ -87,8 +91,11 @@ impl FastPath {
         })
     }
 
-    /// Attaches the program to `ifname`'s ingress (in the calling thread's namespace): a TCX
-    /// link on kernels from 6.6, a `clsact` filter before.
+    /// Attaches the program to `ifname`'s ingress (in the calling thread's namespace) as a
+    /// classic `clsact` filter of priority [`FILTER_PRIORITY`]: the last of the usual ones, so
+    /// a filter an administrator added (`tc filter add dev X ingress …`, priority 49152 when
+    /// unsaid) runs first, as it does before the kernel bridge. A filter of this program left
+    /// by a daemon that died is removed first.
     pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
         self.attach_program(ifname, PROGRAM)
     }
@@ -102,18 +109,22 @@ impl FastPath {
         if self.links.contains_key(ifname) {
             return Ok(());
         }
-        // Before TCX (6.6) the filter needs a clsact qdisc; one that exists is fine.
         if let Err(e) = tc::qdisc_add_clsact(ifname) {
             if e.kind() != std::io::ErrorKind::AlreadyExists {
-                let tcx = aya::util::KernelVersion::current()
-                    .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0));
-                if !tcx {
-                    return Err(e.into());
-                }
+                return Err(e.into());
             }
         }
+        // A filter of ours an earlier daemon left (it died without detaching).
+        let _ = tc::qdisc_detach_program(ifname, TcAttachType::Ingress, name);
         let prog = program(&mut self.ebpf, name)?;
-        let id = prog.attach(ifname, TcAttachType::Ingress)?;
+        let id = prog.attach_with_options(
+            ifname,
+            TcAttachType::Ingress,
+            tc::TcAttachOptions::Netlink(tc::NlOptions {
+                priority: FILTER_PRIORITY,
+                handle: 0,
+            }),
+        )?;
         self.links.insert(ifname.to_owned(), (name, id));
         Ok(())
     }

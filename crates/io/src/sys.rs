@@ -911,3 +911,109 @@ pub fn link_state_now(ifname: &str) -> Result<LinkState, IoError> {
         }),
     }
 }
+
+/// Sends one rtnetlink request (`flags` besides `NLM_F_REQUEST | NLM_F_ACK`) in the calling
+/// thread's namespace and waits for its acknowledgement.
+fn rtnl_request(ty: u16, flags: u16, body: &[u8], what: &str) -> Result<(), IoError> {
+    const HDR: usize = 16;
+    let err = |op: &'static str| sys_err(op, what, io::Error::last_os_error());
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(err("socket(AF_NETLINK)"));
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = Vec::with_capacity(HDR + body.len());
+    req.extend_from_slice(&((HDR + body.len()) as u32).to_ne_bytes());
+    req.extend_from_slice(&ty.to_ne_bytes());
+    req.extend_from_slice(
+        &(libc::NLM_F_REQUEST as u16 | libc::NLM_F_ACK as u16 | flags).to_ne_bytes(),
+    );
+    req.extend_from_slice(&1u32.to_ne_bytes());
+    req.extend_from_slice(&0u32.to_ne_bytes());
+    req.extend_from_slice(body);
+    // SAFETY: `req` is a live buffer of the length given; the kernel only reads it.
+    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if n < 0 {
+        return Err(err("send(netlink)"));
+    }
+    let mut buf = [0u8; 4096];
+    // SAFETY: `buf` is a live buffer of the length given.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(err("recv(netlink)"));
+    }
+    let msg = &buf[..n as usize];
+    if msg.len() >= HDR + 4 && u16::from_ne_bytes([msg[4], msg[5]]) == libc::NLMSG_ERROR as u16 {
+        let code = i32::from_ne_bytes([msg[16], msg[17], msg[18], msg[19]]);
+        if code != 0 {
+            return Err(sys_err(
+                "rtnetlink",
+                what,
+                io::Error::from_raw_os_error(-code),
+            ));
+        }
+        return Ok(());
+    }
+    Err(IoError::Invalid(format!(
+        "{what}: no acknowledgement from the kernel"
+    )))
+}
+
+/// One netlink attribute: header, payload, padding to 4 bytes.
+fn rtattr(out: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+    out.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(payload);
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+}
+
+fn ifname_attr(name: &str) -> Vec<u8> {
+    let mut v = name.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// Creates a veth pair `a` — `b` in the calling thread's namespace (`ip link add a type veth
+/// peer name b`).
+pub fn create_veth(a: &str, b: &str) -> Result<(), IoError> {
+    const IFLA_IFNAME: u16 = 3;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_INFO_KIND: u16 = 1;
+    const IFLA_INFO_DATA: u16 = 2;
+    const VETH_INFO_PEER: u16 = 1;
+    let ifinfo = [0u8; 16];
+    let mut peer = ifinfo.to_vec();
+    rtattr(&mut peer, IFLA_IFNAME, &ifname_attr(b));
+    let mut data = Vec::new();
+    rtattr(&mut data, VETH_INFO_PEER, &peer);
+    let mut info = Vec::new();
+    rtattr(&mut info, IFLA_INFO_KIND, b"veth");
+    rtattr(&mut info, IFLA_INFO_DATA | 0x8000, &data);
+    let mut body = ifinfo.to_vec();
+    rtattr(&mut body, IFLA_IFNAME, &ifname_attr(a));
+    rtattr(&mut body, IFLA_LINKINFO | 0x8000, &info);
+    rtnl_request(
+        libc::RTM_NEWLINK,
+        (libc::NLM_F_CREATE | libc::NLM_F_EXCL) as u16,
+        &body,
+        a,
+    )
+}
+
+/// Deletes interface `name` (and a veth's peer with it).
+pub fn delete_link(name: &str) -> Result<(), IoError> {
+    let index = ifindex(name)?;
+    let mut body = [0u8; 16];
+    body[4..8].copy_from_slice(&(index as i32).to_ne_bytes());
+    rtnl_request(libc::RTM_DELLINK, 0, &body, name)
+}

@@ -49,7 +49,7 @@ pub const SOCKET_ENV: &str = "QBRIDGE_SOCKET";
 pub const DAEMON_USAGE: &str = "\
 Usage: qbridge daemon [-batch FILE] [--socket PATH] [--socket-group GROUP]
                       [--metrics ADDR:PORT [--metrics-public]] [--pcap-dir DIR] [--workers N]
-                      [--idle-timeout SECONDS] [--state FILE]
+                      [--idle-timeout SECONDS] [--state FILE] [--fast-path auto|on|off]
 
 Runs the switch in the foreground until SIGTERM or SIGINT; logs go to stderr, at info by
 default (QBRIDGE_LOG=warn for less, debug for more), one 'ready' line once it serves. The
@@ -77,6 +77,12 @@ SIGUSR2, SIGPIPE: ignored.
                        saved after every change: rewritten atomically, or a line
                        appended for a single fdb, vlan or link set command; a regular
                        file of at most 256 MiB (see docs/operating.md)
+  --fast-path auto|on|off  the eBPF fast path (docs/fast-path.md): a TC program on the
+                       ports' interfaces forwards the frames whose decision the pipeline
+                       cached as a flow, and sends the others up. auto (the default): on
+                       where the kernel allows it (BPF, clsact), else off, said once at
+                       start; on: the daemon does not start without it; off: every frame
+                       through the pipeline. 'qbridge show fast-path' shows it.
 ";
 
 /// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
@@ -101,6 +107,7 @@ struct Args {
     state: Option<PathBuf>,
     socket_group: Option<String>,
     idle_timeout: Option<Duration>,
+    fast_path: qbridge_datapath::FastPathMode,
 }
 
 /// Most datapath threads `--workers` accepts.
@@ -149,6 +156,10 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<Args>> {
                         format!("invalid --workers \"{v}\" (expected 1 to {MAX_WORKERS})")
                     })?;
                 a.workers = Some(n);
+            }
+            "fast-path" => {
+                let v = value("auto, on or off")?;
+                a.fast_path = v.parse().map_err(anyhow::Error::msg)?;
             }
             "h" | "help" => return Ok(None),
             _ => bail!("unknown option \"{arg}\" (try \"qbridge daemon --help\")"),
@@ -373,6 +384,7 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         pcap_dir: args.pcap_dir.clone(),
         file_access,
         state,
+        fast_path: args.fast_path,
     };
     let (engine, handle, warnings) = Engine::new(session, cfg).map_err(anyhow::Error::msg)?;
     for w in warnings {

@@ -137,19 +137,26 @@ fn commands_of(object: Object) -> &'static [Kw] {
     }
 }
 
-/// `show running-config`.
+/// `show running-config`, `show fast-path`.
 fn parse_show(w: &mut Words<'_>) -> Result<Command, ControlError> {
     match w.next() {
-        Some("running-config") => {}
-        Some(other) => return Err(refuse(other, &[exact("running-config")], "running-config")),
-        None => {
-            return Err(ControlError::MissingArgument {
-                what: "\"running-config\" after \"show\"",
-            })
+        Some("running-config") => {
+            w.end("nothing after \"running-config\"")?;
+            Ok(Command::ShowRunningConfig)
         }
+        Some("fast-path") => {
+            w.end("nothing after \"fast-path\"")?;
+            Ok(Command::ShowFastPath)
+        }
+        Some(other) => Err(refuse(
+            other,
+            &[exact("running-config"), exact("fast-path")],
+            "running-config or fast-path",
+        )),
+        None => Err(ControlError::MissingArgument {
+            what: "\"running-config\" or \"fast-path\" after \"show\"",
+        }),
     }
-    w.end("nothing after \"running-config\"")?;
-    Ok(Command::ShowRunningConfig)
 }
 
 /// `help [OBJECT]`.

@@ -424,3 +424,44 @@ pub fn vlan_stats(
     }
     Ok(s)
 }
+
+/// `show fast-path`: the eBPF fast path's state, its flows and its counters (`None`: not a
+/// daemon).
+pub fn fast_path(st: Option<&crate::status::FastPathStatus>, out: OutputOptions) -> String {
+    let off = crate::status::FastPathStatus {
+        mode: "off".into(),
+        state: "off".into(),
+        reason: Some("not a daemon".into()),
+        ..Default::default()
+    };
+    let st = st.unwrap_or(&off);
+    if out.json {
+        return to_json(st, out);
+    }
+    let mut s = format!("fast-path {} (mode {})", st.state, st.mode);
+    if let Some(r) = &st.reason {
+        s.push_str(&format!(": {r}"));
+    }
+    s.push('\n');
+    if st.state != "on" {
+        return s;
+    }
+    let list = |m: &std::collections::BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    s.push_str(&format!(
+        "    upcall {} ports {}\n    flows {} installed {} hits {}\n    misses: {}\n    not cached: {}\n    stale upcalls {}\n",
+        st.upcall.as_deref().unwrap_or("-"),
+        if st.ports.is_empty() { "none".to_string() } else { st.ports.join(" ") },
+        st.flows,
+        st.installed,
+        st.hits,
+        list(&st.misses),
+        list(&st.not_cached),
+        st.stale_upcalls
+    ));
+    s
+}

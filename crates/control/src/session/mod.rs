@@ -46,6 +46,8 @@ pub struct Session {
     /// `fdb flush dev NAME` of each VXLAN port so far (`vxlan.rs`): the engine empties the
     /// port's learned VTEPs when the count moves.
     vxlan_flushes: BTreeMap<String, u64>,
+    /// What the daemon's engine last said of the eBPF fast path (`show fast-path`).
+    fast_path: Option<crate::status::FastPathStatus>,
 }
 
 impl Session {
@@ -80,6 +82,11 @@ impl Session {
     /// Records what the runtime knows about port `name`'s backend (for `link show`).
     pub fn set_backend_status(&mut self, name: &str, status: BackendStatus) {
         self.status.insert(name.to_owned(), status);
+    }
+
+    /// Records the eBPF fast path's state for `show fast-path` (the daemon's engine).
+    pub fn set_fast_path(&mut self, status: crate::status::FastPathStatus) {
+        self.fast_path = Some(status);
     }
 
     /// What the runtime recorded for port `name`, if it did.
@@ -150,6 +157,9 @@ impl Session {
             Command::Vlan(c) => self.vlan(c, out),
             Command::Fdb(c) => return self.fdb(c, out),
             Command::ShowRunningConfig => return Ok(self.running_config()),
+            Command::ShowFastPath => {
+                return Ok(crate::render::fast_path(self.fast_path.as_ref(), out))
+            }
             Command::Help(Some(o)) => return Ok(crate::usage::object(*o)),
             Command::Help(None) => return Ok(crate::usage::all()),
             Command::Mirror(c) => {

@@ -101,7 +101,16 @@ impl Engine {
                 ));
             };
             let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, spec.members.len()));
-            match open_afpacket_queues(&m.name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
+            match open_afpacket_queues(
+                &m.name,
+                dev,
+                *qdisc_bypass,
+                ring,
+                &filter,
+                want_mtu,
+                n,
+                qbridge_io::afpacket::RxMode::Frames,
+            ) {
                 Ok((queues, handle, mtu, _)) => {
                     tracing::info!(
                         "bond {name}: member {} on {dev} (device mtu {mtu}, {n} queues)",

@@ -55,6 +55,8 @@ pub(super) struct Slot {
     pub(super) warned: HashMap<&'static str, String>,
     /// VXLAN ports: the backend's table of remote VTEPs, shared with the port's queue.
     pub(super) vxlan: Option<qbridge_io::vxlan::SharedVxlanTable>,
+    /// AF_PACKET: the open sockets only transmit; the eBPF fast path receives (`fast.rs`).
+    pub(super) fast: bool,
 }
 
 impl Slot {
@@ -227,6 +229,7 @@ impl Engine {
             shared: Arc::new(PortShared::new(self.workers.len())),
             warned: HashMap::new(),
             vxlan: None,
+            fast: false,
         };
         let n = self.workers.len();
         let mut warning = None;
@@ -266,8 +269,11 @@ impl Engine {
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
-                match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n) {
+                let rx = self.fast_rx(id.0);
+                match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n, rx)
+                {
                     Ok((queues, handle, mtu, offloads)) => {
+                        slot.fast = rx == qbridge_io::afpacket::RxMode::None;
                         slot.filter_handle = Some(handle);
                         let offloads = offload_status(offloads);
                         tracing::info!(
@@ -502,6 +508,7 @@ impl Engine {
         let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
         let n = self.workers.len();
         let ports = self.afpacket_ports();
+        let rx = self.fast_rx(id);
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };
@@ -521,7 +528,8 @@ impl Engine {
             _ => (true, had.unwrap_or_else(|| default_ring_frames(n, ports))),
         };
         let (queues, handle, mtu, offloads) =
-            open_afpacket_queues(&slot.name, dev, bypass, ring, &filter, want_mtu, n)?;
+            open_afpacket_queues(&slot.name, dev, bypass, ring, &filter, want_mtu, n, rx)?;
+        slot.fast = rx == qbridge_io::afpacket::RxMode::None;
         slot.status.ring_frames = Some(ring);
         slot.filter_handle = Some(handle);
         slot.status.offloads = Some(offload_status(offloads));
@@ -609,6 +617,7 @@ impl Engine {
     /// Copies every port's runtime status (its counters move with every batch) into the
     /// session, for a show command or a metrics scrape.
     pub(super) fn publish_all(&mut self) {
+        self.fast_fold();
         for i in 0..self.slots.len() {
             self.publish_status(i as u16);
         }

@@ -1,0 +1,455 @@
+//! The control thread's half of the eBPF fast path (docs/fast-path.md; the workers' half and
+//! what both share: `crate::fastpath`): loading the program, the upcall device, attaching the
+//! program to the ports it receives for, the configuration generation, the FDB map kept in
+//! line with the pipeline's FDB (last-seen times merged before ageing, entries that aged or
+//! were removed taken out after), and the program's counters folded into the switch's.
+
+use super::Engine;
+use crate::fastpath::{fdb_key, mono_now, port_index, FastPathMode, FastShared, Refusal};
+use crate::worker::ToWorker;
+use qbridge_bridge::{Plan, PortId};
+use qbridge_control::{FastPathStatus, PortSpec};
+use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_ENABLED, PORT_LEARNING};
+use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxMode};
+use qbridge_io::sys;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A port the program is attached to.
+#[derive(Debug)]
+struct Attached {
+    dev: String,
+    ifindex: u32,
+    port: Port,
+}
+
+/// The fast path while it runs.
+#[derive(Debug)]
+pub(super) struct FastRt {
+    fp: FastPath,
+    shared: Arc<FastShared>,
+    /// The upcall veth (its other end is `upcall` with a `p` appended).
+    upcall: String,
+    attached: HashMap<u16, Attached>,
+    /// The program's per-port and per-VLAN counters as last folded into the switch's.
+    port_seen: HashMap<u16, PortStats>,
+    vlan_seen: HashMap<u16, VlanStats>,
+    /// A command changed something the flows may depend on: bump before it answers.
+    pub(super) dirty: bool,
+}
+
+/// What `show fast-path` says when the fast path does not run.
+#[derive(Debug, Default)]
+pub(super) struct FastState {
+    pub(super) mode: FastPathMode,
+    pub(super) reason: Option<String>,
+}
+
+impl FastRt {
+    /// Loads the program and makes the upcall device; `None` with the reason when the kernel
+    /// or the build cannot.
+    pub(super) fn start(epoch: Instant) -> Result<FastRt, String> {
+        if !FastPath::built() {
+            return Err("this qbridge was built without clang: no eBPF program".into());
+        }
+        let mut fp = FastPath::load().map_err(|e| e.to_string())?;
+        let shared = {
+            let writer = fp.writer().map_err(|e| e.to_string())?;
+            // The program's clock at the engine's epoch (engine times count from 1 there).
+            let offset = mono_now().saturating_sub(epoch.elapsed().as_nanos() as u64 + 1);
+            Arc::new(FastShared::new(writer, offset))
+        };
+        let upcall = format!("qbfp{}", std::process::id() % 1_000_000_000);
+        let peer = format!("{upcall}p");
+        if sys::ifindex(&upcall).is_ok() {
+            // Left by a daemon of the same pid that died (another namespace's pid, or a
+            // restarted container).
+            let _ = sys::delete_link(&upcall);
+        }
+        let made = sys::create_veth(&upcall, &peer)
+            .map(|()| {
+                // Nothing of the host's may arrive there (IPv6 router solicitations, DAD):
+                // every frame on the upcall device comes from the program.
+                for dev in [&upcall, &peer] {
+                    let _ =
+                        std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+                }
+            })
+            .and_then(|()| sys::set_up(&peer))
+            .and_then(|()| sys::set_up(&upcall));
+        if let Err(e) = made {
+            let _ = sys::delete_link(&upcall);
+            return Err(format!("cannot make the upcall device {upcall}: {e}"));
+        }
+        let mut rt = FastRt {
+            fp,
+            shared,
+            upcall,
+            attached: HashMap::new(),
+            port_seen: HashMap::new(),
+            vlan_seen: HashMap::new(),
+            dirty: true,
+        };
+        let setup = (|| -> Result<(), String> {
+            rt.fp
+                .attach_sink(&rt.upcall)
+                .map_err(|e| format!("upcall device {}: {e}", rt.upcall))?;
+            let ifindex = sys::ifindex(&rt.upcall).map_err(|e| e.to_string())?;
+            let mut c = rt.fp.config().map_err(|e| e.to_string())?;
+            c.upcall_ifindex = ifindex;
+            c.generation = 1;
+            rt.fp.set_config(c).map_err(|e| e.to_string())?;
+            rt.shared.generation.store(1, Ordering::Release);
+            Ok(())
+        })();
+        if let Err(e) = setup {
+            rt.stop();
+            return Err(e);
+        }
+        Ok(rt)
+    }
+
+    /// One socket per worker on the upcall device, in one fanout group.
+    pub(super) fn open_upcall(&self, workers: usize) -> Result<Vec<crate::Queue>, String> {
+        let mut cfg = AfPacketConfig::new(&self.upcall).with_ring_frames(4096);
+        cfg.rx = RxMode::Upcall;
+        if workers > 1 {
+            cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
+        }
+        let mut queues: Vec<crate::Queue> = Vec::with_capacity(workers);
+        for w in 0..workers.max(1) {
+            let p = AfPacketPort::open(cfg.clone())
+                .map_err(|e| format!("upcall device {}: {e}", self.upcall))?;
+            if w == 0 {
+                cfg.fanout = p.fanout();
+            }
+            queues.push(Box::new(p));
+        }
+        Ok(queues)
+    }
+
+    pub(super) fn shared(&self) -> Arc<FastShared> {
+        self.shared.clone()
+    }
+
+    pub(super) fn generation(&self) -> u32 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+
+    /// Makes every flow so far stale (a miss on its next frame).
+    pub(super) fn bump(&mut self) {
+        match self.fp.bump_generation() {
+            Ok(g) => self.shared.generation.store(g, Ordering::Release),
+            Err(e) => tracing::error!("fast path: cannot bump the generation: {e}"),
+        }
+        self.dirty = false;
+    }
+
+    /// Detaches everything and removes the upcall device.
+    pub(super) fn stop(&mut self) {
+        let ids: Vec<u16> = self.attached.keys().copied().collect();
+        for id in ids {
+            self.detach(id);
+        }
+        let _ = self.fp.detach(&self.upcall);
+        let _ = sys::delete_link(&self.upcall);
+    }
+
+    fn detach(&mut self, id: u16) {
+        if let Some(a) = self.attached.remove(&id) {
+            let _ = self.fp.remove_port(a.ifindex);
+            if let Err(e) = self.fp.detach(&a.dev) {
+                tracing::debug!("fast path: detaching from {}: {e}", a.dev);
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// The receive mode of an AF_PACKET port opened now: transmit only when the fast path
+    /// receives for it (in the daemon's namespace, a port id the program's 12 bits hold).
+    pub(super) fn fast_rx(&self, id: u16) -> RxMode {
+        if self.fast.is_some() && u32::from(id) < qbridge_fastpath::MAX_PORTS {
+            RxMode::None
+        } else {
+            RxMode::Frames
+        }
+    }
+
+    /// Starts the fast path as `mode` says; hands each worker its upcall socket.
+    pub(super) fn fast_start(&mut self, mode: FastPathMode) -> Result<(), String> {
+        self.fast_state.mode = mode;
+        if mode == FastPathMode::Off {
+            self.fast_state.reason = Some("off (--fast-path off)".into());
+            return Ok(());
+        }
+        let started = FastRt::start(self.epoch).and_then(|rt| {
+            let queues = match rt.open_upcall(self.workers.len()) {
+                Ok(q) => q,
+                Err(e) => {
+                    let mut rt = rt;
+                    rt.stop();
+                    return Err(e);
+                }
+            };
+            Ok((rt, queues))
+        });
+        match started {
+            Ok((rt, queues)) => {
+                for (w, q) in self.workers.iter().zip(queues) {
+                    super::send(
+                        w,
+                        ToWorker::Upcall {
+                            queue: q,
+                            shared: rt.shared(),
+                        },
+                    );
+                }
+                tracing::info!(
+                    "fast path on: eBPF program on the ports' TC ingress, misses through {}",
+                    rt.upcall
+                );
+                self.fast = Some(rt);
+                Ok(())
+            }
+            Err(e) if mode == FastPathMode::On => Err(format!("--fast-path on: {e}")),
+            Err(e) => {
+                tracing::info!("fast path off: {e}");
+                self.fast_state.reason = Some(e);
+                Ok(())
+            }
+        }
+    }
+
+    /// Before a plan goes to the workers: the program attached to every port it receives for
+    /// (and to no other), each port's entry current, and the generation bumped when the plan
+    /// or a command changed anything. Returns the generation the workers get.
+    pub(super) fn fast_publish(&mut self, plan: &Plan, changed: bool) -> u32 {
+        let Some(rt) = self.fast.as_mut() else {
+            return 0;
+        };
+        plan.log_fast(true);
+        let mut want: HashMap<u16, (String, Port)> = HashMap::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let (true, PortSpec::AfPacket { dev, .. }, true) = (s.open, &s.spec, s.fast) else {
+                continue;
+            };
+            let id = i as u16;
+            let learning = plan.fast_port(PortId(id)).is_none_or(|p| p.learning);
+            let tpid = plan.port_tpid(PortId(id)).0;
+            let extra = if tpid == 0x8100 || tpid == 0x88a8 {
+                0
+            } else {
+                tpid.to_be()
+            };
+            want.insert(
+                id,
+                (
+                    dev.clone(),
+                    Port {
+                        index: u32::from(port_index(s.token)),
+                        flags: PORT_ENABLED | if learning { PORT_LEARNING } else { 0 },
+                        extra_tpid_be: [extra, 0],
+                    },
+                ),
+            );
+        }
+        let gone: Vec<u16> = rt
+            .attached
+            .iter()
+            .filter(|(id, a)| want.get(id).is_none_or(|(dev, _)| *dev != a.dev))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            rt.detach(id);
+            if let Some(Some(s)) = self.slots.get(id as usize) {
+                s.shared.fast_ifindex.store(0, Ordering::Relaxed);
+            }
+        }
+        for (id, (dev, port)) in want {
+            if rt.attached.get(&id).is_some_and(|a| a.port == port) {
+                continue;
+            }
+            let ifindex = match sys::ifindex(&dev) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!("fast path: port on {dev}: {e}");
+                    continue;
+                }
+            };
+            if let Err(e) = rt.fp.attach(&dev) {
+                tracing::warn!("fast path: cannot attach to {dev}: {e}; its frames are lost");
+                continue;
+            }
+            if let Err(e) = rt.fp.set_port(ifindex, port) {
+                tracing::warn!("fast path: port on {dev}: {e}");
+            }
+            if let Some(Some(s)) = self.slots.get(id as usize) {
+                s.shared.fast_ifindex.store(ifindex, Ordering::Relaxed);
+            }
+            rt.attached.insert(id, Attached { dev, ifindex, port });
+        }
+        if changed || rt.dirty {
+            rt.bump();
+            self.fast_sync_fdb();
+        }
+        self.fast.as_ref().map_or(0, FastRt::generation)
+    }
+
+    /// The FDB map's last-seen times into the pipeline's FDB (before ageing).
+    pub(super) fn fast_merge_seen(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let plan = self.session.switch_mut().plan();
+        let entries = match rt.fp.fdb_entries() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!("fast path: FDB map: {e}");
+                return;
+            }
+        };
+        for (k, e) in entries {
+            let seen = rt.shared.engine_time(e.last_seen_ns);
+            plan.fdb_seen(k.bridge, qbridge_wire::MacAddr(k.mac), k.fid, seen);
+        }
+    }
+
+    /// The FDB map in line with the pipeline's FDB: entries it no longer has, or has on
+    /// another port (or not forwarding), are removed; the flows that relied on them miss.
+    pub(super) fn fast_sync_fdb(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let plan = self.session.switch_mut().plan();
+        let mut changes = Vec::new();
+        plan.take_fast_changes(&mut changes);
+        let entries = match rt.fp.fdb_entries() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!("fast path: FDB map: {e}");
+                return;
+            }
+        };
+        let index = |port: u16| -> Option<u16> {
+            let s = self.slots.get(port as usize)?.as_ref()?;
+            s.open.then(|| port_index(s.token))
+        };
+        for (k, e) in entries {
+            let now = plan.fdb_entry(k.bridge, qbridge_wire::MacAddr(k.mac), k.fid);
+            let keep = now.is_some_and(|n| {
+                n.forwards && index(n.port).is_some_and(|i| u32::from(i) == e.port)
+            });
+            if !keep {
+                let _ = rt
+                    .shared
+                    .writer
+                    .remove_fdb(&fdb_key(k.bridge, k.mac, k.fid));
+            }
+        }
+    }
+
+    /// The program's counters since the last fold, into the switch's (the control plane's
+    /// block): a port's and a VLAN's counters then hold the frames of both paths.
+    pub(super) fn fast_fold(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let plan = self.session.switch_mut().plan();
+        let ctl = usize::MAX;
+        let ids: Vec<u16> = rt.attached.keys().copied().collect();
+        for id in ids {
+            let Ok(now) = rt.fp.port_stats(u32::from(id)) else {
+                continue;
+            };
+            let before = rt.port_seen.insert(id, now).unwrap_or_default();
+            let d = |a: u64, b: u64| a.wrapping_sub(b);
+            let (rf, rb) = (
+                d(now.rx_frames, before.rx_frames),
+                d(now.rx_bytes, before.rx_bytes),
+            );
+            let (tf, tb) = (
+                d(now.tx_frames, before.tx_frames),
+                d(now.tx_bytes, before.tx_bytes),
+            );
+            if rf != 0 {
+                plan.count_rx(PortId(id), ctl, rf, rb);
+            }
+            if tf != 0 {
+                plan.count_tx(PortId(id), ctl, tf, tb);
+            }
+        }
+        let slots: Vec<u16> = match rt.shared.vlan_slots.lock() {
+            Ok(s) => s.iter().copied().collect(),
+            Err(_) => Vec::new(),
+        };
+        for slot in slots {
+            let Ok(now) = rt.fp.vlan_stats(u32::from(slot)) else {
+                continue;
+            };
+            let before = rt.vlan_seen.insert(slot, now).unwrap_or_default();
+            let d = |a: u64, b: u64| a.wrapping_sub(b);
+            let rx = (
+                d(now.rx_frames, before.rx_frames),
+                d(now.rx_bytes, before.rx_bytes),
+            );
+            let tx = (
+                d(now.tx_frames, before.tx_frames),
+                d(now.tx_bytes, before.tx_bytes),
+            );
+            if rx.0 != 0 || tx.0 != 0 {
+                plan.count_vlan(slot >> 12, slot & 0xfff, ctl, rx, tx);
+            }
+        }
+    }
+
+    /// What `show fast-path` shows.
+    pub(super) fn fast_status(&mut self) -> FastPathStatus {
+        let mode = self.fast_state.mode.name().to_owned();
+        let Some(rt) = self.fast.as_mut() else {
+            return FastPathStatus {
+                mode,
+                state: "off".into(),
+                reason: self.fast_state.reason.clone(),
+                ..FastPathStatus::default()
+            };
+        };
+        let mut ports: Vec<String> = rt
+            .attached
+            .keys()
+            .filter_map(|id| Some(self.slots.get(*id as usize)?.as_ref()?.name.clone()))
+            .collect();
+        ports.sort();
+        let (hits, misses) = rt.fp.verdicts().unwrap_or_default();
+        FastPathStatus {
+            mode,
+            state: "on".into(),
+            reason: None,
+            upcall: Some(rt.upcall.clone()),
+            ports,
+            flows: rt.fp.flows().map_or(0, |f| {
+                let g = rt.shared.generation.load(Ordering::Acquire);
+                f.iter().filter(|(_, a)| a.generation == g).count() as u64
+            }),
+            hits,
+            misses: misses
+                .into_iter()
+                .map(|(m, n): (Miss, u64)| (m.name().to_owned(), n))
+                .collect(),
+            installed: rt.shared.installed.load(Ordering::Relaxed),
+            not_cached: Refusal::ALL
+                .iter()
+                .map(|r| {
+                    (
+                        r.name().to_owned(),
+                        rt.shared.refused[*r as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            stale_upcalls: rt.shared.stale_upcalls.load(Ordering::Relaxed),
+        }
+    }
+}
