@@ -134,6 +134,10 @@ fn start(lab: &mut Lab, ns: &str, batch: &str, ports: &[&str]) -> Ctl {
         .daemon_args(ns, batch, &mode_args())
         .unwrap_or_else(|e| panic!("daemon with {:?}: {e}", mode_args()));
     if fast_path_on() {
+        let text = ctl
+            .cmd(&["show", "fast-path"])
+            .unwrap_or_else(|e| panic!("show fast-path: {e}"));
+        assert!(text.starts_with("fast-path on"), "show fast-path: {text}");
         let v = show_fast_path(&ctl);
         assert_eq!(v["mode"], "on", "show fast-path: {v}");
         assert_eq!(v["state"], "on", "--fast-path on, yet: {v}");
@@ -151,12 +155,8 @@ fn start(lab: &mut Lab, ns: &str, batch: &str, ports: &[&str]) -> Ctl {
     ctl
 }
 
-/// `qbridge -j show fast-path`, also checked as text (`show fast-path`).
+/// `qbridge -j show fast-path`.
 fn show_fast_path(ctl: &Ctl) -> Value {
-    let text = ctl
-        .cmd(&["show", "fast-path"])
-        .unwrap_or_else(|e| panic!("show fast-path: {e}"));
-    assert!(!text.trim().is_empty(), "show fast-path printed nothing");
     ctl.json(&["show", "fast-path"])
         .unwrap_or_else(|e| panic!("-j show fast-path: {e}"))
 }
@@ -369,17 +369,27 @@ fn plain_bridge_counts_what_the_hosts_sent() {
         );
     }
 
+    // Right after the traffic, before any other command; again after the counters were read.
+    let right_after = fast_path_on().then(|| show_fast_path(&ctl));
     assert_counts_agree(&ctl, &pairs);
     for p in ["left", "right"] {
         let c = port_counts(&ctl, p);
         assert!(c.drops.is_empty(), "{p} dropped frames: {:?}", c.drops);
         eprintln!("{p}: rx {} tx {} tx_sw_gso {}", c.rx, c.tx, c.tx_sw_gso);
     }
-    if fast_path_on() {
+    if let Some(first) = right_after {
         let v = show_fast_path(&ctl);
-        eprintln!("show fast-path: {v}");
-        assert!(num(&v, "hits") > 0, "no fast-path hits: {v}");
-        assert!(num(&v, "flows") >= 2, "fewer than 2 flows: {v}");
+        eprintln!("show fast-path right after the traffic: {first}\nand after the counters: {v}");
+        assert!(num(&first, "hits") > 0, "no fast-path hits: {first}");
+        assert!(
+            num(&first, "flows") >= 2,
+            "fewer than 2 flows right after the traffic: {first}"
+        );
+        assert!(
+            num(&v, "flows") >= 2,
+            "fewer than 2 flows after read-only commands (-j show fast-path, link show -s) and \
+             no traffic: {v}; right after the traffic: {first}"
+        );
     }
 }
 
@@ -445,6 +455,8 @@ fn provider_trunk_carries_both_tags() {
             r.gbit_per_s()
         );
     }
+    // Each daemon's first command after the traffic.
+    let right_after = fast_path_on().then(|| (show_fast_path(&ctl_a), show_fast_path(&ctl_b)));
     let at_b = cap_b.finish().unwrap();
     let at_a = cap_a.finish().unwrap();
     eprintln!(
@@ -474,15 +486,11 @@ fn provider_trunk_carries_both_tags() {
         );
         assert!(cap.tcp_frames > 0, "no TCP on the trunk: {}", cap.summary());
     }
-    if fast_path_on() {
-        for (side, ctl) in [("A", &ctl_a), ("B", &ctl_b)] {
-            let v = show_fast_path(ctl);
+    if let Some((a, b)) = right_after {
+        for (side, v) in [("A", &a), ("B", &b)] {
             eprintln!("side {side}: show fast-path: {v}");
-            assert!(num(&v, "hits") > 0, "side {side}: no hits: {v}");
-            assert!(
-                num(&v, "flows") >= 2,
-                "side {side}: fewer than 2 flows: {v}"
-            );
+            assert!(num(v, "hits") > 0, "side {side}: no hits: {v}");
+            assert!(num(v, "flows") >= 2, "side {side}: fewer than 2 flows: {v}");
         }
     }
 }
@@ -794,6 +802,33 @@ fn churn_never_delivers_what_it_must_not() {
 
 // ----- d: the administrator's tc rule -----
 
+/// Adds a priority-1 ingress filter on `dev` (in `ns`) that drops every frame:
+/// `matchall action drop`, or, on a kernel without the matchall classifier or the gact action
+/// (this one has neither), `bpf da` with a program that returns `TC_ACT_SHOT` (compiled by
+/// clang into the lab's directory). Returns the filter's words.
+fn admin_drop(lab: &Lab, ns: &str, dev: &str) -> Result<String, String> {
+    let base = ["filter", "add", "dev", dev, "ingress", "prio", "1"];
+    let matchall = ["matchall", "action", "drop"];
+    let e1 = match exec_in(ns, "tc", &[&base[..], &matchall[..]].concat()) {
+        Ok(_) => return Ok(matchall.join(" ")),
+        Err(e) => e,
+    };
+    let src = lab.dir.join("admin_drop.c");
+    let obj = lab.dir.join("admin_drop.o");
+    std::fs::write(
+        &src,
+        "__attribute__((section(\"tc\"), used)) int drop_all(void *skb) { return 2; }\n\
+         char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let (src, obj) = (src.to_string_lossy(), obj.to_string_lossy());
+    support::run("clang", &["-O2", "-target", "bpf", "-c", &src, "-o", &obj])
+        .map_err(|e2| format!("{e1}; and no clang for a bpf drop program: {e2}"))?;
+    let bpf = ["bpf", "da", "obj", &obj, "sec", "tc"];
+    exec_in(ns, "tc", &[&base[..], &bpf[..]].concat()).map_err(|e2| format!("{e1}; {e2}"))?;
+    Ok(format!("{} (matchall refused: {e1})", bpf.join(" ")))
+}
+
 /// With `tc filter add dev s1 ingress prio 1 matchall action drop` (ahead of qbridge's own
 /// filter), nothing h1 sends reaches the bridge: 20 frames injected and a ping, yet the FDB
 /// has no entry for h1's MAC, h2 receives nothing, p1 counts nothing. Once the filter is
@@ -826,10 +861,14 @@ fn administrators_tc_drop_comes_first() {
     let tc = |args: &[&str]| exec_in(&sw, "tc", args);
     // qbridge's clsact is there already; an administrator would add it otherwise.
     let _ = tc(&["qdisc", "add", "dev", "s1", "clsact"]);
-    tc(&[
-        "filter", "add", "dev", "s1", "ingress", "prio", "1", "matchall", "action", "drop",
-    ])
-    .unwrap();
+    let rule = match admin_drop(&star.lab, &sw, "s1") {
+        Ok(rule) => rule,
+        Err(why) => {
+            eprintln!("SKIPPED: no tc drop rule can be added on this kernel: {why}");
+            return;
+        }
+    };
+    eprintln!("the administrator's rule: tc filter add dev s1 ingress prio 1 {rule}");
     eprintln!(
         "tc filters on s1:\n{}",
         tc(&["filter", "show", "dev", "s1", "ingress"]).unwrap_or_default()
