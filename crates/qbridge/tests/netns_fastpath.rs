@@ -15,8 +15,8 @@
 //!   moved to another port: nothing twice, nothing that left the sender after a command
 //!   took the receiver out, nothing in another VLAN, counters equal to the hosts'.
 //! - [`administrators_tc_drop_comes_first`]: `tc filter … prio 1 matchall action drop` on a
-//!   port's interface hides the host from the bridge (not learned, not forwarded) until it
-//!   is removed.
+//!   port's interface (a `bpf da` drop program on a kernel without matchall or gact) hides the
+//!   host from the bridge (not learned, not forwarded) until it is removed.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
