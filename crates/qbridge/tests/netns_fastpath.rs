@@ -17,6 +17,9 @@
 //! - [`administrators_tc_drop_comes_first`]: `tc filter … prio 1 matchall action drop` on a
 //!   port's interface (a `bpf da` drop program on a kernel without matchall or gact) hides the
 //!   host from the bridge (not learned, not forwarded) until it is removed.
+//! - [`the_hosts_own_traffic_on_a_port_interface_still_arrives`]: the kernel's own untagged
+//!   traffic on an AF_PACKET port's interface (a VLAN device stacked on the port) reaches the
+//!   kernel with the fast path on, as it does with it off.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -911,4 +914,38 @@ fn administrators_tc_drop_comes_first() {
         num(&v, "hits") > 0,
         "no fast-path hits after the filter went: {v}"
     );
+}
+
+// ----- e: the host's own traffic on a port's interface -----
+
+/// A port's interface that the host uses itself: `eth0` in namespace `h` is an AF_PACKET
+/// port of the daemon there (with a VLAN device `eth0.10` stacked on it, qbridge's TAP) and
+/// also has the kernel's own address; `eth0` in `p` is plain kernel. The kernel's untagged
+/// traffic on that interface must reach it with the fast path on as with it off (an
+/// AF_PACKET port only taps what the kernel receives), and so must the stacked device's.
+#[test]
+fn the_hosts_own_traffic_on_a_port_interface_still_arrives() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    let mut lab = Lab::new("fp-own");
+    let h = lab.netns("fpownh").unwrap();
+    let p = lab.netns("fpownp").unwrap();
+    lab.veth(&h, "eth0", &p, "eth0").unwrap();
+    // The far side's VLAN 10 device is a second daemon's (this kernel has no 8021q), without
+    // the fast path: only `h`'s daemon is under test.
+    let vlan_batch = "link add eth0 type afpacket dev eth0\n\
+                      link add link eth0 name eth0.10 type vlan id 10\n";
+    let _ctl = start(&mut lab, &h, vlan_batch, &["eth0"]);
+    lab.daemon_args(&p, vlan_batch, &["--fast-path", "off"])
+        .or_else(|_| lab.daemon(&p, vlan_batch))
+        .unwrap();
+    let own_h = support::host_on("h/eth0", &h, "eth0", "10.21.50.1/24");
+    let own_p = support::host_on("p/eth0", &p, "eth0", "10.21.50.2/24");
+    let v10_h = support::host_on("h/eth0.10", &h, "eth0.10", "10.21.51.1/24");
+    let v10_p = support::host_on("p/eth0.10", &p, "eth0.10", "10.21.51.2/24");
+    support::assert_ping(&v10_h, &v10_p, 3);
+    support::assert_ping(&own_h, &own_p, 3);
+    support::assert_ping(&own_p, &own_h, 3);
+    tcp_transfer(&own_p, &own_h, 1 << 20, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("TCP to h's own address on eth0: {e}"));
 }
