@@ -49,10 +49,12 @@
 #                     about 4 minutes at SECS=5, 3 minutes at SECS=3)
 #   ROUNDS=1          repeat the whole interleaved sequence N times, report medians
 #   SETUPS="..."      subset/order of setups (names above)
-#   QB_VARIANTS="w1:--workers 1 wN:--workers 2"
+#   QB_VARIANTS="off:--fast-path off fp:--fast-path on"
 #                     qbridge rows, NAME:daemon args (one row per variant and qb setup, named
-#                     qb-plain/NAME); default: those two when `qbridge daemon --help` lists
-#                     --workers, else one variant with no extra arguments
+#                     qb-plain/NAME); default: the fast path off and on (all CPUs as workers)
+#                     when `qbridge daemon --help` lists --fast-path, else "w1:--workers 1
+#                     wN:--workers N" when it lists --workers, else one variant with no
+#                     extra arguments
 #   QB_DAEMON_ARGS    daemon arguments for every variant
 #   QB_PORT_TYPE      port type written into the qbridge batch files instead of afpacket
 #   QB_BUILD=0        do not run cargo build --release -p qbridge (use target/release/qbridge)
@@ -160,6 +162,8 @@ fi
 vnames=(); vargs=()
 if [ "${QB_VARIANTS+set}" = set ]; then
     qbv=$QB_VARIANTS
+elif [ $want_qb = 1 ] && "$qb" daemon --help 2>&1 | grep -q -- --fast-path; then
+    qbv="off:--fast-path off --workers $(nproc) fp:--fast-path on --workers $(nproc)"
 elif [ $want_qb = 1 ] && "$qb" daemon --help 2>&1 | grep -q -- --workers; then
     qbv="w1:--workers 1 wN:--workers $(nproc)"
 else

@@ -56,7 +56,7 @@ impl std::str::FromStr for FastPathMode {
 
 /// Why a worker did not install a flow for a frame it forwarded (counted, `show fast-path`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// Not exactly one frame out on one port (a flood, a drop, a mirror or trapped copy).
     Outputs,
     /// A port the fast path does not serve (another backend, locked, stacked, …).
@@ -145,12 +145,12 @@ pub(crate) fn mono_now() -> u64 {
 /// The program's index of a port opening (`token` = `generation << 16 | id`): the id in the
 /// low 12 bits, 4 bits of the opening's generation above (an upcall of an earlier opening of a
 /// reused id is told apart).
-pub(crate) fn port_index(token: u64) -> u16 {
+pub fn port_index(token: u64) -> u16 {
     (token & 0xfff) as u16 | (((token >> 16) & 0xf) as u16) << 12
 }
 
 /// The FDB map's key.
-pub(crate) fn fdb_key(bridge: u16, mac: [u8; 6], fid: u16) -> FdbKey {
+pub fn fdb_key(bridge: u16, mac: [u8; 6], fid: u16) -> FdbKey {
     FdbKey {
         bridge,
         fid,
@@ -193,13 +193,16 @@ pub(crate) fn follow_changes(
 }
 
 /// What a worker knows of a frame it forwarded alone, to make a flow of it.
-pub(crate) struct Forwarded<'a> {
+#[derive(Debug)]
+pub struct Forwarded<'a> {
     pub plan: &'a Plan,
     pub in_id: u16,
+    /// The program's index of the ingress port's opening ([`port_index`]).
     pub in_index: u16,
-    /// The frame as received, its first [`PREFIX`] bytes, and its whole length.
+    /// The frame as received, its first [`PREFIX`] bytes (or more), and its whole length.
     pub input: &'a [u8],
     pub in_len: usize,
+    /// [`qbridge_bridge::Forwarder::fast_class`] of the frame.
     pub class: Option<qbridge_bridge::FastClass>,
     /// The one output: port id, the program's index and ifindex of that port, the frame.
     pub out_id: u16,
@@ -211,10 +214,21 @@ pub(crate) struct Forwarded<'a> {
 
 /// Bytes of a frame a worker keeps to compare with what the pipeline sent: every tag and the
 /// start of the payload (the pipeline edits tags only; `compile` checks the rest is equal).
-pub(crate) const PREFIX: usize = 128;
+pub const PREFIX: usize = 128;
 
-/// Installs the flow of `f`, or says why not.
-pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refusal> {
+/// A flow to install: its key and action, and the FDB map entries it relies on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowPlan {
+    pub key: qbridge_fastpath::FlowKey,
+    pub action: qbridge_fastpath::FlowAction,
+    /// The destination's entry, and the source's when the ingress port learns; last-seen
+    /// times on the engine's clock.
+    pub fdb: Vec<(FdbKey, FdbEntry)>,
+}
+
+/// The flow of `f`, or why there is none: what the worker installs (a pure function of the
+/// plan, its FDB and the two frames; the exactness tests call it too).
+pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     let class = f.class.ok_or(Refusal::Outputs)?;
     let fin = f.plan.fast_port(PortId(f.in_id)).ok_or(Refusal::Port)?;
     let fout = f.plan.fast_port(PortId(f.out_id)).ok_or(Refusal::Port)?;
@@ -275,6 +289,7 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
         fid: class.fid,
         dst_version: 0,
         vlan_slot: class.bridge << 12 | (class.vid & 0xfff),
+        rx_pcp: class.pcp,
         generation: f.generation,
         min_len: 14,
         max_len,
@@ -283,30 +298,40 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
         NotCached::Short | NotCached::Tags | NotCached::Rewrite => Refusal::Rewrite,
         NotCached::Group => Refusal::Outputs,
     })?;
-    let w = &shared.writer;
     let entry = |port: u16, seen: u64| FdbEntry {
         port: u32::from(port),
         version: 0,
-        last_seen_ns: shared.mono_time(seen),
+        last_seen_ns: seen,
     };
-    let mut r = w.set_fdb(
-        &fdb_key(class.bridge, dst, class.fid),
-        &entry(f.out_index, d.seen_ns),
-    );
+    let mut fdb = vec![(
+        fdb_key(class.bridge, dst, class.fid),
+        entry(f.out_index, d.seen_ns),
+    )];
     if let Some(s) = s {
-        r = r.and_then(|()| {
-            w.set_fdb(
-                &fdb_key(class.bridge, src, class.fid),
-                &entry(f.in_index, s.seen_ns),
-            )
-        });
+        fdb.push((
+            fdb_key(class.bridge, src, class.fid),
+            entry(f.in_index, s.seen_ns),
+        ));
     }
-    r.and_then(|()| w.insert_flow(&key, &action)).map_err(|e| {
-        tracing::debug!("fast path: installing a flow: {e}");
-        Refusal::Map
-    })?;
+    Ok(FlowPlan { key, action, fdb })
+}
+
+/// Installs the flow of `f`, or says why not.
+pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refusal> {
+    let p = flow_for(f)?;
+    let w = &shared.writer;
+    let mut r = Ok(());
+    for (k, mut e) in p.fdb {
+        e.last_seen_ns = shared.mono_time(e.last_seen_ns);
+        r = r.and_then(|()| w.set_fdb(&k, &e));
+    }
+    r.and_then(|()| w.insert_flow(&p.key, &p.action))
+        .map_err(|e| {
+            tracing::debug!("fast path: installing a flow: {e}");
+            Refusal::Map
+        })?;
     if let Ok(mut slots) = shared.vlan_slots.lock() {
-        slots.insert(action.vlan_slot);
+        slots.insert(p.action.vlan_slot);
     }
     shared.installed.fetch_add(1, Ordering::Relaxed);
     Ok(())

@@ -563,6 +563,11 @@ impl Worker {
                 continue;
             }
             pkt.port = id;
+            if let Some(Some(e)) = self.queues.get(id as usize) {
+                if let Some(c) = e.shared.rx_frames_by_worker.get(self.index) {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let frame = pkt.frame();
             let pair = match frame.get(..6) {
                 Some(d) if install && d[0] & 1 == 0 => {

@@ -283,6 +283,8 @@ int qb_ingress(struct __sk_buff *skb)
 		if (ps) {
 			ps->rx_frames += 1;
 			ps->rx_bytes += in_len;
+			if (act->rx_pcp < 8)
+				ps->rx_pcp[act->rx_pcp] += 1;
 		}
 		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
 		if (ps) {

@@ -68,7 +68,7 @@ struct qb_flow_action {
 	__u16 min_len;		/* shortest frame (as received) the pipeline forwards alike */
 	__u16 max_len;		/* longest frame (no FCS) the egress port sends */
 	__u8 push_n;
-	__u8 pad;
+	__u8 rx_pcp;		/* the priority the pipeline counted the frame under; 8: none */
 	__u16 bridge;		/* the bridge's index (the FDB map's key) */
 	__u16 push_tpid_be[QB_MAX_TAGS];
 	__u16 push_tci_be[QB_MAX_TAGS];
@@ -97,6 +97,7 @@ struct qb_config {
 
 struct qb_port_stats {
 	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
+	__u64 rx_pcp[8];	/* received frames by the priority the pipeline gives them */
 };
 
 struct qb_vlan_stats {

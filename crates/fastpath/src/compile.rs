@@ -29,6 +29,8 @@ pub struct Decision<'a> {
     pub fid: u16,
     pub dst_version: u32,
     pub vlan_slot: u16,
+    /// The priority the pipeline gave the frame (its ingress port's `rx_pcp` counter).
+    pub rx_pcp: u8,
     pub generation: u32,
     /// The frame lengths (as received) the pipeline treats alike: shorter ones are runts to
     /// it, longer ones too long for the egress port.
@@ -113,6 +115,7 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
         dst_version: d.dst_version,
         fid: d.fid,
         bridge: d.bridge,
+        rx_pcp: d.rx_pcp,
         vlan_slot: d.vlan_slot,
         min_len: d.min_len,
         max_len: d.max_len,
@@ -153,6 +156,7 @@ mod tests {
             fid: 10,
             dst_version: 9,
             vlan_slot: 10,
+            rx_pcp: 0,
             generation: 5,
             min_len: 60,
             max_len: 1522,

@@ -303,6 +303,9 @@ impl FastPath {
             s.rx_bytes += v.rx_bytes;
             s.tx_frames += v.tx_frames;
             s.tx_bytes += v.tx_bytes;
+            for (a, b) in s.rx_pcp.iter_mut().zip(v.rx_pcp) {
+                *a += b;
+            }
         })
     }
 

@@ -110,7 +110,9 @@ pub struct FlowAction {
     pub min_len: u16,
     pub max_len: u16,
     pub push_n: u8,
-    pub pad: u8,
+    /// The priority the pipeline counted the frame under in the ingress port's `rx_pcp`
+    /// (8: none, a bridge that does not filter VLANs).
+    pub rx_pcp: u8,
     /// The bridge's index (the FDB map's key).
     pub bridge: u16,
     pub push_tpid_be: [u16; MAX_TAGS],
@@ -152,6 +154,8 @@ pub struct PortStats {
     pub rx_bytes: u64,
     pub tx_frames: u64,
     pub tx_bytes: u64,
+    /// Received frames by the priority the pipeline gives them.
+    pub rx_pcp: [u64; 8],
 }
 
 /// `struct qb_vlan_stats`.
@@ -171,7 +175,7 @@ const _: () = {
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<Config>() == 8);
-    assert!(std::mem::size_of::<PortStats>() == 32);
+    assert!(std::mem::size_of::<PortStats>() == 96);
     assert!(std::mem::size_of::<VlanStats>() == 32);
 };
 

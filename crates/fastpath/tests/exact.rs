@@ -101,6 +101,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
                     out_ifindex: xb,
                     out_port: 2,
                     bridge: 0,
+                    rx_pcp: 0,
                     fid: 10,
                     dst_version: 3,
                     vlan_slot: 10,

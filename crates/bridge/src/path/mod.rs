@@ -183,6 +183,11 @@ impl Forwarder {
             bridge: m.bridge,
             vid: m.vid,
             fid: m.fid(),
+            pcp: if m.filtering {
+                (m.tci_hi >> 13) as u8
+            } else {
+                8
+            },
         })
     }
 

@@ -47,6 +47,9 @@ pub struct FastClass {
     pub bridge: u16,
     pub vid: u16,
     pub fid: u16,
+    /// The priority the ingress port's `rx_pcp` counts it under (8: not counted, a bridge
+    /// that does not filter VLANs).
+    pub pcp: u8,
 }
 
 /// One FDB change the fast path must follow: `(bridge, mac, fid)` and the entry now.
@@ -119,12 +122,17 @@ impl Plan {
     }
 
     /// Counts frames the fast path received on port `id` (writer `worker`'s block; the
-    /// control plane's is any index past the workers).
-    pub fn count_rx(&self, id: PortId, worker: usize, n: u64, bytes: u64) {
+    /// control plane's is any index past the workers), `pcp[p]` of them with priority `p`.
+    pub fn count_rx(&self, id: PortId, worker: usize, n: u64, bytes: u64, pcp: &[u64; 8]) {
         if let Some(p) = self.port(id) {
             let w = p.counters.writer(worker);
             w.rx_frames.add(n);
             w.rx_bytes.add(bytes);
+            for (c, k) in w.rx_pcp.iter().zip(pcp) {
+                if *k != 0 {
+                    c.add(*k);
+                }
+            }
         }
     }
 

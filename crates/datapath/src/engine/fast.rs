@@ -169,9 +169,11 @@ impl FastRt {
 
 impl Engine {
     /// The receive mode of an AF_PACKET port opened now: transmit only when the fast path
-    /// receives for it (in the daemon's namespace, a port id the program's 12 bits hold).
-    pub(super) fn fast_rx(&self, id: u16) -> RxMode {
-        if self.fast.is_some() && u32::from(id) < qbridge_fastpath::MAX_PORTS {
+    /// receives for it (in the daemon's namespace, a port id the program's 12 bits hold, a
+    /// promiscuous port: the program does not filter by destination as a unicast receive
+    /// filter does).
+    pub(super) fn fast_rx(&self, id: u16, promisc: bool) -> RxMode {
+        if self.fast.is_some() && promisc && u32::from(id) < qbridge_fastpath::MAX_PORTS {
             RxMode::None
         } else {
             RxMode::Frames
@@ -376,7 +378,8 @@ impl Engine {
                 d(now.tx_bytes, before.tx_bytes),
             );
             if rf != 0 {
-                plan.count_rx(PortId(id), ctl, rf, rb);
+                let pcp: [u64; 8] = std::array::from_fn(|i| d(now.rx_pcp[i], before.rx_pcp[i]));
+                plan.count_rx(PortId(id), ctl, rf, rb, &pcp);
             }
             if tf != 0 {
                 plan.count_tx(PortId(id), ctl, tf, tb);

@@ -237,7 +237,20 @@ impl Engine {
             }
             let filter = self.rx_filter(pid);
             if is_afpacket && filter_now.as_ref() != Some(&filter) {
+                let fast_was = self
+                    .slots
+                    .get(id as usize)
+                    .and_then(|s| s.as_ref())
+                    .is_some_and(|s| s.fast);
+                let promisc = filter.promisc;
                 self.change_filter(id, filter, warnings);
+                // The fast path receives only for promiscuous ports (it does not filter by
+                // address); a port that turns either way is reopened the other way.
+                if self.fast.is_some() && fast_was != promisc {
+                    if let Err(e) = self.open_afpacket(id, &dev) {
+                        warnings.push(format!("port {name}: cannot reopen {dev}: {e}"));
+                    }
+                }
             }
         }
         self.bond_sync_mtu(id, warnings);

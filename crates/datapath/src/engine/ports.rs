@@ -269,7 +269,7 @@ impl Engine {
                 let filter = self.rx_filter(id);
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
-                let rx = self.fast_rx(id.0);
+                let rx = self.fast_rx(id.0, filter.promisc);
                 match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n, rx)
                 {
                     Ok((queues, handle, mtu, offloads)) => {
@@ -502,13 +502,13 @@ impl Engine {
 
     /// (Re)opens the AF_PACKET sockets of port `id` with the filter and MTU the configuration
     /// asks for now; the new queues replace the old ones in the workers at the next publish.
-    fn open_afpacket(&mut self, id: u16, dev: &str) -> Result<(), IoError> {
+    pub(super) fn open_afpacket(&mut self, id: u16, dev: &str) -> Result<(), IoError> {
         let pid = PortId(id);
         let filter = self.rx_filter(pid);
         let want_mtu = self.session.switch().port_max_frame(pid).saturating_sub(14);
         let n = self.workers.len();
         let ports = self.afpacket_ports();
-        let rx = self.fast_rx(id);
+        let rx = self.fast_rx(id, filter.promisc);
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };
