@@ -7,7 +7,8 @@
 #   3. a short, bounded fuzz run of every fuzz target (FUZZ_SECONDS each, default 20; 0 skips),
 #      its log in target/fuzz-smoke.log, one summary line per target here;
 #   4. as root with clang: every namespace test binary of the qbridge crate again, its daemons
-#      with the eBPF fast path on (QBRIDGE_FAST_PATH=on), failures labelled `fast-path: …`;
+#      with the eBPF fast path on (QBRIDGE_FAST_PATH=on), failures labelled `fast-path: …`,
+#      the whole output in target/fast-path-round.log;
 #   5. the verdict as the last line: `N passed, M failed` (failing tests named above it).
 # Environment: PROPTEST_CASES raises the differential test case count; FUZZ_SECONDS as above.
 set -euo pipefail
@@ -110,13 +111,15 @@ fi
 # QBRIDGE_FAST_PATH=on, which every test daemon then gets as `--fast-path on`
 # (tests/support/mod.rs). The binaries are the ones the first run built (same cargo
 # arguments, so nothing is rebuilt); netns_fastpath chooses its modes itself and ran already.
-# Its own log; its failures are labelled `fast-path: BINARY: TEST`.
-fp_log=$(mktemp /tmp/qbridge-test-fp.XXXXXX)
-trap 'rm -f "$log" "$fp_log"' EXIT
+# Its whole output goes to target/fast-path-round.log; here one line per binary, and the panic
+# messages of what failed. Its failures are labelled `fast-path: BINARY: TEST`.
+fp_log=target/fast-path-round.log
 fp_passed=0
 fp_failed=0
 fp_labels=()
 if [ "$(id -u)" = 0 ] && command -v clang >/dev/null 2>&1; then
+    mkdir -p target
+    : >"$fp_log"
     fp_bins=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
         grep -F '"manifest_path":"'"$PWD"'/crates/qbridge/Cargo.toml"' |
         grep -oE '"executable":"[^"]*/netns_[a-z0-9_]+-[0-9a-f]+"' |
@@ -149,12 +152,13 @@ if [ "$(id -u)" = 0 ] && command -v clang >/dev/null 2>&1; then
                 fp_failed=$((fp_failed + 1))
                 fp_labels+=("fast-path: $name: the binary failed before reporting (exit $bin_status)")
             fi
-            # Its output, for the reader: only when it failed.
-            tail -n 60 "$fp_log.one"
+            # What failed, for the reader (the rest is in the log).
+            grep -A4 ' panicked at ' "$fp_log.one" | grep -vE '^(stack backtrace:|note: |--$)' | head -n 40 || true
         fi
         unset bin_status
         echo "fast-path: $name: $p passed, $f failed"
     done
+    echo "fast-path: $fp_passed passed, $fp_failed failed (log: $fp_log)"
     rm -f "$fp_log.one"
 fi
 
