@@ -328,9 +328,9 @@ const MIB32: u64 = 32 << 20;
 // ----- a: a plain 802.1Q bridge -----
 
 /// Two hosts on access ports of VLAN 10 (ports `left` and `right` on interfaces `s1`, `s2`):
-/// 32 MiB of verified TCP each way; then the fast path has flows and hits, and every port's
+/// 32 MiB of verified TCP each way; then the fast path has flows and hits, every port's
 /// rx/tx frames are exactly what its host's veth sent and received (static neighbours: no
-/// ARP, IPv6 off: nothing else on the wire).
+/// ARP, IPv6 off: nothing else on the wire), and VLAN 10's counters are the ports' sums.
 #[test]
 fn plain_bridge_counts_what_the_hosts_sent() {
     let _g = support::serial();
@@ -375,11 +375,30 @@ fn plain_bridge_counts_what_the_hosts_sent() {
     // Right after the traffic, before any other command; again after the counters were read.
     let right_after = fast_path_on().then(|| show_fast_path(&ctl));
     assert_counts_agree(&ctl, &pairs);
+    let mut ports_rx_tx = (0, 0);
     for p in ["left", "right"] {
         let c = port_counts(&ctl, p);
         assert!(c.drops.is_empty(), "{p} dropped frames: {:?}", c.drops);
         eprintln!("{p}: rx {} tx {} tx_sw_gso {}", c.rx, c.tx, c.tx_sw_gso);
+        ports_rx_tx.0 += c.rx;
+        ports_rx_tx.1 += c.tx;
     }
+    // VLAN 10's counters (`vlan show -s`) hold every frame of both ports, whichever path
+    // took it.
+    let vlans = ctl.json(&["-s", "vlan", "show"]).unwrap();
+    let v10 = vlans
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["ifname"] == "br0")
+        .flat_map(|b| b["vlans"].as_array().cloned().unwrap_or_default())
+        .find(|v| v["vid"] == 10)
+        .unwrap_or_else(|| panic!("no VLAN 10 in vlan show -s: {vlans}"));
+    assert_eq!(
+        (num(&v10, "rx_packets"), num(&v10, "tx_packets")),
+        ports_rx_tx,
+        "VLAN 10's rx/tx packets against the ports' rx/tx frames: {v10}"
+    );
     if let Some(first) = right_after {
         let v = show_fast_path(&ctl);
         eprintln!("show fast-path right after the traffic: {first}\nand after the counters: {v}");
