@@ -679,6 +679,8 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Mirror(MirrorCommand::Show { .. })
             | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig
+            | Command::ShowFastPath
+            | Command::Help(_)
     )
 }
 

@@ -33,6 +33,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, QB_MAX_FDB);
+	__uint(map_flags, BPF_F_NO_PREALLOC);	/* a million MACs, memory as they come */
 	__type(key, struct qb_fdb_key);
 	__type(value, struct qb_fdb_entry);
 } qb_fdb SEC(".maps");

@@ -9,7 +9,7 @@
 #define QB_MAX_PORTS 4096
 #define QB_MAX_VLAN_SLOTS 65536	/* bridge index (4 bits) << 12 | VID */
 #define QB_MAX_FLOWS 65536
-#define QB_MAX_FDB 262144
+#define QB_MAX_FDB 1048576
 #define QB_MAX_TAGS 2
 
 /* Why a frame went up to the pipeline (counted per CPU; the loader names them). */

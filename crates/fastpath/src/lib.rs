@@ -329,7 +329,20 @@ impl FastPath {
     ) -> Result<TestRun, Error> {
         let prog = program(&mut self.ebpf, PROGRAM)?;
         let fd = prog.fd()?.as_fd().as_raw_fd();
-        testrun::run(fd, frame, ifindex, gso).map_err(Error::Io)
+        testrun::run(fd, frame, ifindex, gso, 1).map_err(Error::Io)
+    }
+
+    /// [`FastPath::test_run`] `repeat` times in the kernel (the map state persists between
+    /// runs, as for a stream of equal frames); [`TestRun::ns_per_run`] is the mean time.
+    pub fn test_run_repeat(
+        &mut self,
+        frame: &[u8],
+        ifindex: u32,
+        repeat: u32,
+    ) -> Result<TestRun, Error> {
+        let prog = program(&mut self.ebpf, PROGRAM)?;
+        let fd = prog.fd()?.as_fd().as_raw_fd();
+        testrun::run(fd, frame, ifindex, None, repeat).map_err(Error::Io)
     }
 }
 

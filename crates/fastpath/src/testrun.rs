@@ -24,6 +24,8 @@ pub struct TestRun {
     /// The frame as it leaves on a hit, the accelerated tag put back at offset 12 as the
     /// wire carries it; on a miss, the program's output bytes.
     pub frame: Vec<u8>,
+    /// The kernel's mean time per run, in ns (`repeat` runs).
+    pub ns_per_run: u32,
 }
 
 /// `union bpf_attr`'s test-run member.
@@ -61,6 +63,7 @@ pub(crate) fn run(
     frame: &[u8],
     ifindex: u32,
     gso: Option<(u16, u16)>,
+    repeat: u32,
 ) -> std::io::Result<TestRun> {
     let mut ctx_in = [0u32; SKB_WORDS];
     ctx_in[SKB_IFINDEX] = ifindex;
@@ -76,7 +79,7 @@ pub(crate) fn run(
         data_size_out: out.len() as u32,
         data_in: frame.as_ptr() as u64,
         data_out: out.as_mut_ptr() as u64,
-        repeat: 1,
+        repeat: repeat.max(1),
         ctx_size_in: std::mem::size_of_val(&ctx_in) as u32,
         ctx_size_out: std::mem::size_of_val(&ctx_out) as u32,
         ctx_in: ctx_in.as_ptr() as u64,
@@ -120,5 +123,6 @@ pub(crate) fn run(
         verdict,
         retval: attr.retval,
         frame: out,
+        ns_per_run: attr.duration,
     })
 }
