@@ -47,6 +47,8 @@ pub struct Snapshot {
     pub bond_members: Vec<BondMemberStats>,
     /// Every bridge that runs the spanning tree, in name order.
     pub stp: Vec<StpStats>,
+    /// The eBPF fast path while it runs (daemon only; `flows` not counted).
+    pub fast_path: Option<crate::status::FastPathStatus>,
 }
 
 /// One bridge's spanning tree for the metrics.
@@ -437,6 +439,7 @@ impl Snapshot {
             workers: sw.workers(),
             state_unsaved: None,
             bond_members: BondMemberStats::take_all(sw, backends),
+            fast_path: None,
         }
     }
 

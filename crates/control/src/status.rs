@@ -58,6 +58,10 @@ pub struct BackendStatus {
     /// AF_PACKET: receive ring slots per socket (one socket per worker).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ring_frames: Option<u32>,
+    /// AF_PACKET: whether the eBPF fast path receives the port's frames (its sockets only
+    /// transmit then; docs/fast-path.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<bool>,
     /// AF_PACKET: the device's transmit offloads as last read (at open, then once a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offloads: Option<DeviceOffloadStatus>,
@@ -161,6 +165,7 @@ mod tests {
             error: Some("gone".into()),
             qdisc_bypass: Some(true),
             ring_frames: Some(256),
+            fast_path: Some(true),
             offloads: Some(DeviceOffloadStatus {
                 tso4: true,
                 refused_tag_depths: vec![2],
@@ -179,7 +184,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&st).unwrap(),
-            r#"{"open":true,"device_mtu":1504,"promisc":false,"ifname":"tap3","error":"gone","qdisc_bypass":true,"ring_frames":256,"offloads":{"tso4":true,"tso6":false,"tso_ecn":false,"sg":false,"csum4":false,"csum6":false,"refused_tag_depths":[2]},"tx_sw_gso":1,"tx_gso_refused":2,"tx_gro_frames":3,"tx_gro_segments":4,"rx_frames_by_worker":[5,6]}"#
+            r#"{"open":true,"device_mtu":1504,"promisc":false,"ifname":"tap3","error":"gone","qdisc_bypass":true,"ring_frames":256,"fast_path":true,"offloads":{"tso4":true,"tso6":false,"tso_ecn":false,"sg":false,"csum4":false,"csum6":false,"refused_tag_depths":[2]},"tx_sw_gso":1,"tx_gso_refused":2,"tx_gro_frames":3,"tx_gro_segments":4,"rx_frames_by_worker":[5,6]}"#
         );
         let empty = serde_json::to_string(&BackendStatus::default()).unwrap();
         assert_eq!(

@@ -241,6 +241,11 @@ impl Engine {
         self.workers.len()
     }
 
+    /// Whether the eBPF fast path runs (`--fast-path`; docs/fast-path.md).
+    pub fn fast_path_on(&self) -> bool {
+        self.fast.is_some()
+    }
+
     /// Monotonic nanoseconds since the engine started (never 0).
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64 + 1
@@ -281,7 +286,11 @@ impl Engine {
                 }
                 Ok(Ctl::Metrics { reply }) => {
                     self.publish_all();
-                    let _ = reply.send(self.metrics());
+                    let mut snap = self.metrics();
+                    if self.fast.is_some() {
+                        snap.fast_path = Some(self.fast_status(false));
+                    }
+                    let _ = reply.send(snap);
                 }
                 Ok(Ctl::QueueFailed { token, error }) => {
                     let id = self
@@ -454,7 +463,7 @@ impl Engine {
         self.publish_all();
         if matches!(&op, Op::Command { words, .. } if words.len() >= 2 && words[0] == "show" && words[1] == "fast-path")
         {
-            let st = self.fast_status();
+            let st = self.fast_status(true);
             self.session.set_fast_path(st);
         }
         let now = self.now_ns();

@@ -391,6 +391,7 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         tracing::warn!("{w}");
     }
     let workers = engine.workers();
+    let fast_path = if engine.fast_path_on() { "on" } else { "off" };
     let datapath = std::thread::Builder::new()
         .name("qbridge-control-plane".into())
         .spawn(move || engine.run())
@@ -418,7 +419,8 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         .spawn(move || control_socket::accept_loop(listener, h, socket_cfg))
         .context("cannot start the control thread")?;
     tracing::info!(
-        "qbridge daemon ready: control socket {}, {} ports ({}), {workers} datapath workers{}",
+        "qbridge daemon ready: control socket {}, {} ports ({}), {workers} datapath workers, \
+         fast path {}{}",
         socket.display(),
         ports.len(),
         if ports.is_empty() {
@@ -426,6 +428,7 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         } else {
             ports.join(" ")
         },
+        fast_path,
         metrics_note
     );
     ready.store(true, Ordering::Release);

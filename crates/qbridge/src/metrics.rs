@@ -390,6 +390,7 @@ pub fn render(snap: &Snapshot) -> String {
     }
     stp_families(&mut o, snap);
     bond_metrics(&mut o, snap);
+    fast_path_metrics(&mut o, snap);
     family(
         &mut o,
         "qbridge_unknown_port_drops_total",
@@ -402,6 +403,68 @@ pub fn render(snap: &Snapshot) -> String {
         snap.unknown_port_drops
     );
     o
+}
+
+/// The eBPF fast path's counters (docs/fast-path.md), when it runs: frames it forwarded, frames
+/// it sent up by reason, flows installed, forwarded misses not cached by reason. Its frames are
+/// in the ports' and VLANs' counters too.
+fn fast_path_metrics(o: &mut String, snap: &Snapshot) {
+    let Some(fp) = &snap.fast_path else {
+        return;
+    };
+    family(
+        o,
+        "qbridge_fast_path_hits_total",
+        "counter",
+        "Frames the eBPF fast path forwarded.",
+    );
+    let _ = writeln!(o, "qbridge_fast_path_hits_total {}", fp.hits);
+    family(
+        o,
+        "qbridge_fast_path_misses_total",
+        "counter",
+        "Frames the eBPF fast path sent up to the pipeline, by reason.",
+    );
+    for (reason, n) in &fp.misses {
+        let _ = writeln!(
+            o,
+            "qbridge_fast_path_misses_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        o,
+        "qbridge_fast_path_flows_installed_total",
+        "counter",
+        "Flows the pipeline installed in the eBPF fast path.",
+    );
+    let _ = writeln!(
+        o,
+        "qbridge_fast_path_flows_installed_total {}",
+        fp.installed
+    );
+    family(
+        o,
+        "qbridge_fast_path_not_cached_total",
+        "counter",
+        "Misses the pipeline forwarded without installing a flow, by reason.",
+    );
+    for (reason, n) in &fp.not_cached {
+        let _ = writeln!(
+            o,
+            "qbridge_fast_path_not_cached_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        o,
+        "qbridge_fast_path_stale_upcalls_total",
+        "counter",
+        "Misses of a port closed or reopened since: dropped.",
+    );
+    let _ = writeln!(
+        o,
+        "qbridge_fast_path_stale_upcalls_total {}",
+        fp.stale_upcalls
+    );
 }
 
 /// The spanning tree's families: per bridge root and topology changes, per port state,
@@ -655,6 +718,7 @@ mod tests {
             unknown_port_drops: 0,
             workers: 2,
             state_unsaved: Some(true),
+            fast_path: None,
             stp: vec![qbridge_control::stats::StpStats {
                 bridge: "br0".into(),
                 root: true,
@@ -712,6 +776,29 @@ mod tests {
         assert!(t.contains("qbridge_bond_member_lacpdu_rx_total{bond=\"bo\",member=\"m1\"} 7\n"));
         assert!(t.contains("qbridge_bond_member_distributing{bond=\"bo\",member=\"m1\"} 1\n"));
         assert!(t.contains("qbridge_bond_member_tx_bytes_total{bond=\"bo\",member=\"m1\"} 1000\n"));
+    }
+
+    #[test]
+    fn renders_the_fast_path() {
+        let mut fp = qbridge_control::FastPathStatus {
+            hits: 41,
+            installed: 3,
+            stale_upcalls: 2,
+            ..Default::default()
+        };
+        fp.misses.insert("no_flow".into(), 5);
+        fp.not_cached.insert("outputs".into(), 7);
+        let snap = Snapshot {
+            fast_path: Some(fp),
+            ..Snapshot::default()
+        };
+        let t = render(&snap);
+        assert!(t.contains("qbridge_fast_path_hits_total 41\n"), "{t}");
+        assert!(t.contains("qbridge_fast_path_misses_total{reason=\"no_flow\"} 5\n"));
+        assert!(t.contains("qbridge_fast_path_flows_installed_total 3\n"));
+        assert!(t.contains("qbridge_fast_path_not_cached_total{reason=\"outputs\"} 7\n"));
+        assert!(t.contains("qbridge_fast_path_stale_upcalls_total 2\n"));
+        assert!(!render(&Snapshot::default()).contains("fast_path"));
     }
 
     #[test]

@@ -529,6 +529,9 @@ fn runtime_text(s: &mut String, rt: &BackendStatus, link_up: bool) {
     if let Some(n) = rt.ring_frames {
         let _ = write!(s, " ring_frames {n}");
     }
+    if let Some(f) = rt.fast_path {
+        let _ = write!(s, " fast_path {}", on_off(f));
+    }
     if let Some(e) = &rt.error {
         let _ = write!(s, " (error: {e})");
     }

@@ -409,8 +409,9 @@ impl Engine {
         }
     }
 
-    /// What `show fast-path` shows.
-    pub(super) fn fast_status(&mut self) -> FastPathStatus {
+    /// What `show fast-path` shows (`count_flows`: walk the flow table to count the current
+    /// flows, up to 65 536 map reads; the metrics leave it).
+    pub(super) fn fast_status(&mut self, count_flows: bool) -> FastPathStatus {
         let mode = self.fast_state.mode.name().to_owned();
         let Some(rt) = self.fast.as_mut() else {
             return FastPathStatus {
@@ -433,10 +434,14 @@ impl Engine {
             reason: None,
             upcall: Some(rt.upcall.clone()),
             ports,
-            flows: rt.fp.flows().map_or(0, |f| {
-                let g = rt.shared.generation.load(Ordering::Acquire);
-                f.iter().filter(|(_, a)| a.generation == g).count() as u64
-            }),
+            flows: if !count_flows {
+                0
+            } else {
+                rt.fp.flows().map_or(0, |f| {
+                    let g = rt.shared.generation.load(Ordering::Acquire);
+                    f.iter().filter(|(_, a)| a.generation == g).count() as u64
+                })
+            },
             hits,
             misses: misses
                 .into_iter()

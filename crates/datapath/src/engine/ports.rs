@@ -600,6 +600,16 @@ impl Engine {
         };
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {
             slot.status.counters = crate::snapshot::backend_counters(&slot.shared);
+            if matches!(slot.spec, PortSpec::AfPacket { .. }) {
+                slot.status.fast_path = Some(
+                    slot.open
+                        && slot
+                            .shared
+                            .fast_ifindex
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                            != 0,
+                );
+            }
             slot.status.bond_members = bond;
             slot.status.bond_drops = bond_drops;
             if let Some(o) = *slot.shared.lock_offloads() {
