@@ -20,6 +20,9 @@
 //! - [`the_hosts_own_traffic_on_a_port_interface_still_arrives`]: the kernel's own untagged
 //!   traffic on an AF_PACKET port's interface (a VLAN device stacked on the port) reaches the
 //!   kernel with the fast path on, as it does with it off.
+//! - [`on_refuses_to_start_without_bpf_and_auto_runs_without`]: as `nobody` with the shipped
+//!   unit's two capabilities, `--fast-path on` fails the start with its reason and leaves
+//!   nothing behind; `auto` runs with state off, a reason, and forwards.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -972,4 +975,90 @@ fn the_hosts_own_traffic_on_a_port_interface_still_arrives() {
     support::assert_ping(&own_p, &own_h, 3);
     tcp_transfer(&own_p, &own_h, 1 << 20, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("TCP to h's own address on eth0: {e}"));
+}
+
+// ----- f: without the privileges BPF needs -----
+
+/// The daemon as `nobody` with `CAP_NET_RAW` and `CAP_NET_ADMIN` only (the shipped unit's
+/// capabilities, `dist/qbridge.service`): no BPF program can be loaded. `--fast-path on` does
+/// not start, says why, and leaves nothing behind (no upcall device, no tc filter on the
+/// ports' interfaces); `--fast-path auto` starts without the fast path (`show fast-path`: mode
+/// auto, state off, a reason) and forwards through AF_PACKET.
+#[test]
+fn on_refuses_to_start_without_bpf_and_auto_runs_without() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    if !fast_path_on() {
+        eprintln!("SKIPPED: a test of --fast-path on and auto");
+        return;
+    }
+    if support::run("setpriv", &["--version"]).is_err() {
+        panic!("setpriv (util-linux) is needed for this test");
+    }
+    let mut star = support::Star::new("fp-caps", &["10.21.60.1", "10.21.60.2"]).unwrap();
+    // The daemon's user must be able to create its socket and lock files.
+    let locks = star.lab.dir.join("locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    for d in [&star.lab.dir, &locks] {
+        support::run("chown", &["nobody:nogroup", &d.to_string_lossy()]).unwrap();
+        support::run("chmod", &["0755", &d.to_string_lossy()]).unwrap();
+    }
+    let caps = "+net_raw,+net_admin";
+    let wrapper = [
+        "env".to_string(),
+        format!("QBRIDGE_LOCK_DIR={}", locks.display()),
+        "setpriv".into(),
+        "--reuid=nobody".into(),
+        "--regid=nogroup".into(),
+        "--clear-groups".into(),
+        format!("--inh-caps=-all,{caps}"),
+        format!("--ambient-caps=-all,{caps}"),
+        format!("--bounding-set=-all,{caps}"),
+    ];
+    let w: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let sw = star.sw.clone();
+    let batch = star.port_lines()
+        + "link add br0 type bridge\n\
+           link set dev p1 master br0\n\
+           link set dev p2 master br0\n";
+
+    let e = star
+        .lab
+        .daemon_wrapped(&sw, &w, &batch, &["--fast-path", "on"])
+        .expect_err("--fast-path on started without the privileges BPF needs");
+    eprintln!("--fast-path on, as nobody with {caps}: {e}");
+    assert!(e.contains("--fast-path on"), "{e}");
+    let links = ip_in(&sw, &["-o", "link", "show"]).unwrap();
+    assert!(
+        !links.contains("qbfp"),
+        "the failed start left its upcall device: {links}"
+    );
+    for dev in ["s1", "s2"] {
+        let filters =
+            exec_in(&sw, "tc", &["filter", "show", "dev", dev, "ingress"]).unwrap_or_default();
+        assert!(
+            filters.trim().is_empty(),
+            "the failed start left a filter on {dev}: {filters}"
+        );
+    }
+
+    let ctl = star
+        .lab
+        .daemon_wrapped(&sw, &w, &batch, &["--fast-path", "auto"])
+        .unwrap_or_else(|e| panic!("--fast-path auto as nobody with {caps}: {e}"));
+    let v = show_fast_path(&ctl);
+    eprintln!("--fast-path auto, as nobody with {caps}: {v}");
+    assert_eq!(
+        (v["mode"].as_str(), v["state"].as_str()),
+        (Some("auto"), Some("off")),
+        "{v}"
+    );
+    assert!(
+        v["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "no reason: {v}"
+    );
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    support::assert_ping(&h1, &h2, 5);
+    tcp_transfer(&h1, &h2, 4 << 20, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("TCP without the fast path: {e}\n{}", ctl.stats_text()));
 }
