@@ -237,19 +237,39 @@ fn port_counts(ctl: &Ctl, port: &str) -> PortCounts {
     }
 }
 
-/// One port and the host behind it, with the host's counters when the daemon started.
+/// A kernel counter of interface `dev` in namespace `ns` (`/sys/class/net/DEV/statistics/`).
+fn dev_counter(ns: &str, dev: &str, what: &str) -> u64 {
+    exec_in(
+        ns,
+        "cat",
+        &[&format!("/sys/class/net/{dev}/statistics/{what}")],
+    )
+    .unwrap_or_else(|e| panic!("{dev} {what} in {ns}: {e}"))
+    .trim()
+    .parse()
+    .unwrap_or_else(|e| panic!("{dev} {what} in {ns}: {e}"))
+}
+
+/// One port, the host behind it and the port's interface (`sw_if` in `sw_ns`), with the
+/// host's counters and the interface's transmit drops when the daemon started.
 struct Pair<'a> {
     port: &'a str,
     host: &'a Host,
+    sw_ns: &'a str,
+    sw_if: &'a str,
     base: (u64, u64),
+    base_sw_tx_dropped: u64,
 }
 
 impl<'a> Pair<'a> {
-    fn new(port: &'a str, host: &'a Host) -> Pair<'a> {
+    fn new(port: &'a str, host: &'a Host, sw_ns: &'a str, sw_if: &'a str) -> Pair<'a> {
         Pair {
             port,
             host,
+            sw_ns,
+            sw_if,
             base: host_counts(host),
+            base_sw_tx_dropped: dev_counter(sw_ns, sw_if, "tx_dropped"),
         }
     }
 
@@ -259,12 +279,21 @@ impl<'a> Pair<'a> {
         (rx - self.base.0, tx - self.base.1)
     }
 
+    /// Frames the kernel dropped since between the port's interface and the host (a veth's
+    /// transmit that found the peer's backlog full): the switch sent them, the host never
+    /// received them.
+    fn sw_tx_dropped(&self) -> u64 {
+        dev_counter(self.sw_ns, self.sw_if, "tx_dropped") - self.base_sw_tx_dropped
+    }
+
     /// Empty when the port's counters equal the host's: rx = frames the host sent (less the
     /// ones the kernel dropped before the switch, counted as `rx_*` drops), tx less the
-    /// frames the backend refused = frames the host received. Otherwise the difference.
+    /// frames the backend refused, less the frames the kernel dropped on the veth to the host
+    /// = frames the host received. Otherwise the difference.
     fn mismatch(&self, ctl: &Ctl) -> String {
         let c = port_counts(ctl, self.port);
         let (h_rx, h_tx) = self.host_delta();
+        let lost_to_host = self.sw_tx_dropped();
         let mut m = String::new();
         if c.rx + c.rx_lost() != h_tx {
             m += &format!(
@@ -276,15 +305,21 @@ impl<'a> Pair<'a> {
                 h_tx
             );
         }
-        if c.tx - c.tx_refused() != h_rx {
+        if c.tx - c.tx_refused() - lost_to_host != h_rx {
             m += &format!(
-                "{}: port tx {} (- {} refused by the backend, tx_sw_gso {}), {} received {}; ",
+                "{}: port tx {} (- {} refused by the backend, - {} dropped by {}'s transmit; \
+                 tx_sw_gso {}), {} received {} (rx_dropped {}; {} tx_packets {}); ",
                 self.port,
                 c.tx,
                 c.tx_refused(),
+                lost_to_host,
+                self.sw_if,
                 c.tx_sw_gso,
                 self.host.name,
-                h_rx
+                h_rx,
+                dev_counter(&self.host.ns, &self.host.ifname, "rx_dropped"),
+                self.sw_if,
+                dev_counter(self.sw_ns, self.sw_if, "tx_packets")
             );
         }
         m
@@ -354,7 +389,10 @@ fn plain_bridge_counts_what_the_hosts_sent() {
          vlan add vid 10 dev right pvid untagged\n",
         &["left", "right"],
     );
-    let pairs = [Pair::new("left", &h1), Pair::new("right", &h2)];
+    let pairs = [
+        Pair::new("left", &h1, &sw, "s1"),
+        Pair::new("right", &h2, &sw, "s2"),
+    ];
 
     for (from, to) in [(&h1, &h2), (&h2, &h1)] {
         let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
@@ -630,10 +668,10 @@ fn churn_never_delivers_what_it_must_not() {
         &["p1", "p2", "p3", "p4"],
     );
     let pairs = [
-        Pair::new("p1", h1),
-        Pair::new("p2", h2),
-        Pair::new("p3", h3),
-        Pair::new("p4", h4),
+        Pair::new("p1", h1, &sw, "s1"),
+        Pair::new("p2", h2, &sw, "s2"),
+        Pair::new("p3", h3, &sw, "s3"),
+        Pair::new("p4", h4, &sw, "s4"),
     ];
     let stop = Arc::new(AtomicBool::new(false));
     let (got2, rx2) = receiver(h2, stop.clone());
@@ -806,12 +844,14 @@ fn churn_never_delivers_what_it_must_not() {
     eprintln!("p1: {c1:?}");
     // To h1: the five hellos of h2 and h3 (start, after each of the four steps), nothing else.
     assert_eq!(c1.tx, 5, "p1 sent other frames than the 5 hellos: {c1:?}");
-    // To h2: datagrams only, and its socket got every one the bridge sent.
+    // To h2: datagrams only, and its socket got every one the bridge sent (and the kernel
+    // did not drop on the veth).
     let c2 = port_counts(&ctl, "p2");
+    let lost_to_h2 = pairs[1].sw_tx_dropped();
     assert_eq!(
-        c2.tx,
+        c2.tx - lost_to_h2,
         got2.len() as u64,
-        "p2 sent {} frames, h2's socket got {} datagrams",
+        "p2 sent {} frames ({lost_to_h2} dropped by s2's transmit), h2's socket got {} datagrams",
         c2.tx,
         got2.len()
     );
@@ -882,7 +922,10 @@ fn administrators_tc_drop_comes_first() {
                vlan add vid 10 dev p2 pvid untagged\n"),
         &["p1", "p2"],
     );
-    let pairs = [Pair::new("p1", &h1), Pair::new("p2", &h2)];
+    let pairs = [
+        Pair::new("p1", &h1, &sw, "s1"),
+        Pair::new("p2", &h2, &sw, "s2"),
+    ];
     let tc = |args: &[&str]| exec_in(&sw, "tc", args);
     // qbridge's clsact is there already; an administrator would add it otherwise.
     let _ = tc(&["qdisc", "add", "dev", "s1", "clsact"]);
