@@ -333,9 +333,8 @@ impl Engine {
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
-                self.fast_merge_seen();
-                let aged = self.session.switch_mut().age(now);
-                self.fast_sync_fdb();
+                let aged = self.fast_age(now);
+                self.fast_follow();
                 self.fast_fold();
                 if aged > 0 {
                     tracing::debug!("aged out {aged} FDB entries");

@@ -106,6 +106,8 @@ pub(crate) struct FastShared {
     pub mono_offset: u64,
     /// Per-VLAN counter slots the flows use (`bridge << 12 | VID`): the engine folds those.
     pub vlan_slots: Mutex<BTreeSet<u16>>,
+    /// An FDB change log overflowed: the engine compares the whole FDB map at its next tick.
+    pub resync: std::sync::atomic::AtomicBool,
 }
 
 impl FastShared {
@@ -118,6 +120,7 @@ impl FastShared {
             stale_upcalls: AtomicU64::new(0),
             mono_offset,
             vlan_slots: Mutex::new(BTreeSet::new()),
+            resync: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

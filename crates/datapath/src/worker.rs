@@ -615,7 +615,9 @@ impl Worker {
         }
         // Entries the pipeline moved or removed meanwhile: the map follows at once.
         f.changes.clear();
-        self.plan.take_fast_changes(&mut f.changes);
+        if self.plan.take_fast_changes(&mut f.changes) {
+            f.shared.resync.store(true, Ordering::Relaxed);
+        }
         if !f.changes.is_empty() {
             crate::fastpath::follow_changes(&f.shared, &f.changes, |p| self.port_index(p));
         }

@@ -516,6 +516,25 @@ impl Switch {
         n
     }
 
+    /// [`Switch::age`], asking `seen(bridge, mac, fid)` first of each entry that would age (the
+    /// eBPF fast path's last-seen time of that source, on this clock): a later time keeps it.
+    pub fn age_with(
+        &mut self,
+        now_ns: u64,
+        mut seen: impl FnMut(u16, MacAddr, u16) -> Option<u64>,
+    ) -> usize {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut n = 0;
+        for (i, b) in self.recs.bridges.iter().enumerate() {
+            let Some(b) = b else { continue };
+            n += b.fdb.age_with(now_ns, b.settings.ageing_time_ns, |key| {
+                seen(i as u16, crate::fdb::key_mac(key), crate::fdb::key_fid(key))
+            });
+            b.fdb.reclaim_inner();
+        }
+        n
+    }
+
     /// `learn_inner_vid`: (S-VID, C-VID) pairs of bridge `id` that hold a FID now, and FIDs
     /// given back but not yet free (a datapath worker may still be using them); `None`:
     /// the bridge never learned per inner VID.

@@ -279,6 +279,7 @@ impl Fdb {
             inner: None,
             log: None,
             fast_log: None,
+            fast_lost: false,
         })
     }
 
@@ -323,19 +324,22 @@ impl Fdb {
         }
     }
 
-    /// The keys [`Fdb::log_fast`] logged since the last call, each with its entry now.
-    pub(crate) fn take_fast_changes(&self, out: &mut Vec<(u64, Option<Slot>)>) {
+    /// The keys [`Fdb::log_fast`] logged since the last call, each with its entry now; true
+    /// when the log overflowed meanwhile (some changes are not in `out`).
+    pub(crate) fn take_fast_changes(&self, out: &mut Vec<(u64, Option<Slot>)>) -> bool {
         let mut w = self.lock();
+        let lost = std::mem::take(&mut w.fast_lost);
         let Some(log) = w.fast_log.as_mut() else {
-            return;
+            return lost;
         };
         if log.is_empty() {
-            return;
+            return lost;
         }
         let keys = std::mem::take(log);
         for key in keys {
             out.push((key, w.table.find(key).map(|(_, s)| s)));
         }
+        lost
     }
 
     /// The changes logged since the last call, each key with its entry before and now (a
@@ -625,6 +629,34 @@ impl Fdb {
     /// `updated + ageing_time <= now`). With `ageing_ns == 0` every dynamic entry is expired.
     pub fn age(&self, now_ns: u64, ageing_ns: u64) -> usize {
         self.remove_where(|s| s.ages() && now_ns.saturating_sub(s.seen_ns) >= ageing_ns)
+    }
+
+    /// [`Fdb::age`], asking `seen(key)` first of each entry that would age: a later time it
+    /// gives (the eBPF fast path forwarded frames from that source) keeps the entry, with that
+    /// time. One question per entry that would go, none for the others.
+    pub fn age_with(
+        &self,
+        now_ns: u64,
+        ageing_ns: u64,
+        mut seen: impl FnMut(u64) -> Option<u64>,
+    ) -> usize {
+        let mut kept = Vec::new();
+        let n = self.remove_where(|s| {
+            if !(s.ages() && now_ns.saturating_sub(s.seen_ns) >= ageing_ns) {
+                return false;
+            }
+            match seen(s.key) {
+                Some(t) if t > s.seen_ns && now_ns.saturating_sub(t) < ageing_ns => {
+                    kept.push((s.key, t));
+                    false
+                }
+                _ => true,
+            }
+        });
+        for (key, t) in kept {
+            self.seen(key, t);
+        }
+        n
     }
 
     /// Sets the table bound. Lowering it below the number of entries evicts learned entries

@@ -40,6 +40,8 @@ pub(super) struct Writer {
     /// went ([`Fdb::take_fast_changes`](super::Fdb::take_fast_changes)); bounded by
     /// [`CHANGE_LOG_KEYS`] (beyond, the engine's once-a-second sync catches up).
     pub(super) fast_log: Option<Vec<u64>>,
+    /// Keys `fast_log` could not hold since it was last taken.
+    pub(super) fast_lost: bool,
 }
 
 /// The keys whose entries changed (added, moved, flags changed, removed) since the log was
@@ -69,6 +71,8 @@ impl Writer {
         if let Some(l) = self.fast_log.as_mut() {
             if l.len() < CHANGE_LOG_KEYS {
                 l.push(key);
+            } else {
+                self.fast_lost = true;
             }
         }
     }

@@ -103,13 +103,16 @@ impl Plan {
         }
     }
 
-    /// The FDB entries that moved, changed or went since the last call, with their state now.
-    pub fn take_fast_changes(&self, out: &mut Vec<FastChange>) {
+    /// The FDB entries that moved, changed or went since the last call, with their state now;
+    /// true when a log overflowed meanwhile (some changes are missing: the caller must compare
+    /// everything it mirrors).
+    pub fn take_fast_changes(&self, out: &mut Vec<FastChange>) -> bool {
         let mut keys = Vec::new();
+        let mut lost = false;
         for (b, br) in self.bridges.iter().enumerate() {
             let Some(br) = br else { continue };
             keys.clear();
-            br.fdb.take_fast_changes(&mut keys);
+            lost |= br.fdb.take_fast_changes(&mut keys);
             for (key, slot) in &keys {
                 out.push((
                     b as u16,
@@ -119,6 +122,7 @@ impl Plan {
                 ));
             }
         }
+        lost
     }
 
     /// Counts frames the fast path received on port `id` (writer `worker`'s block; the

@@ -296,39 +296,52 @@ impl Engine {
         }
         if changed || rt.dirty {
             rt.bump();
-            self.fast_sync_fdb();
+            self.fast_follow();
         }
         self.fast.as_ref().map_or(0, FastRt::generation)
     }
 
-    /// The FDB map's last-seen times into the pipeline's FDB (before ageing).
-    pub(super) fn fast_merge_seen(&mut self) {
-        let Some(rt) = self.fast.as_mut() else {
+    /// FDB ageing with the fast path's last-seen times: an entry about to age is kept when
+    /// the program saw frames from it since (one map read per such entry). Returns the entries
+    /// aged out.
+    pub(super) fn fast_age(&mut self, now: u64) -> usize {
+        let Some(shared) = self.fast.as_ref().map(FastRt::shared) else {
+            return self.session.switch_mut().age(now);
+        };
+        self.session.switch_mut().age_with(now, |bridge, mac, fid| {
+            let e = shared.writer.fdb(&fdb_key(bridge, mac.0, fid)).ok()??;
+            Some(shared.engine_time(e.last_seen_ns))
+        })
+    }
+
+    /// The FDB map follows the entries the pipeline's FDB moved, changed or removed since the
+    /// last look (learning, ageing, commands); when a change log overflowed, the whole map is
+    /// compared with the FDB.
+    pub(super) fn fast_follow(&mut self) {
+        let Some(rt) = self.fast.as_ref() else {
             return;
         };
+        let shared = rt.shared();
         let plan = self.session.switch_mut().plan();
-        let entries = match rt.fp.fdb_entries() {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::debug!("fast path: FDB map: {e}");
-                return;
-            }
+        let mut changes = Vec::new();
+        let lost = plan.take_fast_changes(&mut changes);
+        let index = |port: u16| -> Option<u16> {
+            let s = self.slots.get(port as usize)?.as_ref()?;
+            s.open.then(|| port_index(s.token))
         };
-        for (k, e) in entries {
-            let seen = rt.shared.engine_time(e.last_seen_ns);
-            plan.fdb_seen(k.bridge, qbridge_wire::MacAddr(k.mac), k.fid, seen);
+        crate::fastpath::follow_changes(&shared, &changes, index);
+        if lost || shared.resync.swap(false, Ordering::Relaxed) {
+            self.fast_sync_fdb(&plan);
         }
     }
 
-    /// The FDB map in line with the pipeline's FDB: entries it no longer has, or has on
+    /// The whole FDB map compared with the pipeline's FDB: entries it no longer has, or has on
     /// another port (or not forwarding), are removed; the flows that relied on them miss.
-    pub(super) fn fast_sync_fdb(&mut self) {
+    /// Two system calls per mirrored entry: only when a change log overflowed.
+    fn fast_sync_fdb(&mut self, plan: &Plan) {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
-        let plan = self.session.switch_mut().plan();
-        let mut changes = Vec::new();
-        plan.take_fast_changes(&mut changes);
         let entries = match rt.fp.fdb_entries() {
             Ok(e) => e,
             Err(e) => {
@@ -336,6 +349,7 @@ impl Engine {
                 return;
             }
         };
+        tracing::debug!("fast path: comparing {} FDB map entries", entries.len());
         let index = |port: u16| -> Option<u16> {
             let s = self.slots.get(port as usize)?.as_ref()?;
             s.open.then(|| port_index(s.token))
