@@ -23,6 +23,9 @@
 //! - [`on_refuses_to_start_without_bpf_and_auto_runs_without`]: as `nobody` with the shipped
 //!   unit's two capabilities, `--fast-path on` fails the start with its reason and leaves
 //!   nothing behind; `auto` runs with state off, a reason, and forwards.
+//! - [`sources_the_program_forwards_do_not_age_and_silent_ones_do`]: with `ageing_time 2`,
+//!   hosts whose frames only the program forwards stay in the FDB (`monitor fdb` shows no
+//!   deletion) for 4 ageing times; silent, they age out.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -1104,4 +1107,119 @@ fn on_refuses_to_start_without_bpf_and_auto_runs_without() {
     support::assert_ping(&h1, &h2, 5);
     tcp_transfer(&h1, &h2, 4 << 20, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("TCP without the fast path: {e}\n{}", ctl.stats_text()));
+}
+
+// ----- g: ageing of what the program forwards -----
+
+/// A bridge with `ageing_time 2`: h1 sends a datagram to h2 every 5 ms and h2 a hello to h1
+/// every 500 ms for 8 s (4 ageing times), so after the first frames both are forwarded by the
+/// program and their sources refreshed in its FDB map only. `monitor fdb` must show no
+/// deletion of either entry while they talk; once they stop, both age out (ageing still
+/// works: silent hosts go).
+#[test]
+fn sources_the_program_forwards_do_not_age_and_silent_ones_do() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    let mut star = support::Star::new("fp-age", &["10.21.70.1", "10.21.70.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    static_neighbours(&h1, &h2);
+    let sw = star.sw.clone();
+    let lines = star.port_lines();
+    let ctl = start(
+        &mut star.lab,
+        &sw,
+        &(lines
+            + "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0 ageing_time 2\n\
+               link set dev p1 master br0\n\
+               link set dev p2 master br0\n\
+               vlan add vid 10 dev p1 pvid untagged\n\
+               vlan add vid 10 dev p2 pvid untagged\n"),
+        &["p1", "p2"],
+    );
+    // `monitor fdb`, its lines collected by a thread.
+    let mut mon = std::process::Command::new(support::qbridge_bin())
+        .args(["--socket", &ctl.socket.to_string_lossy(), "monitor", "fdb"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("qbridge monitor fdb");
+    let out = mon.stdout.take().unwrap();
+    let events: Arc<Mutex<Vec<String>>> = Arc::default();
+    let reader = {
+        let events = events.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                events.lock().unwrap().push(line);
+            }
+        })
+    };
+    // h2 drains the datagrams (no ICMP back: h2 sends only its hellos).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (_got, rx) = receiver(&h2, stop.clone());
+    let sock = {
+        let ip = h1.ip.clone();
+        run_in_netns(&h1.ns, move || UdpSocket::bind((ip.as_str(), 0)))
+            .unwrap()
+            .unwrap()
+    };
+    let to = format!("{}:{UDP_PORT}", h2.ip);
+    let start_at = std::time::Instant::now();
+    let mut seq = 0u64;
+    let mut next_hello = start_at;
+    while start_at.elapsed() < Duration::from_secs(8) {
+        if std::time::Instant::now() >= next_hello {
+            inject(&h2.ns, "eth0", &[hello(&h2.mac, &h1.mac)]).unwrap();
+            next_hello += Duration::from_millis(500);
+        }
+        let _ = sock.send_to(&datagram(seq, 0), to.as_str());
+        seq += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let talking = events.lock().unwrap().clone();
+    let v = if fast_path_on() {
+        Some(show_fast_path(&ctl))
+    } else {
+        None
+    };
+    // Silent now: both entries age out.
+    let gone = |mac: &str| {
+        let mac = mac.to_ascii_lowercase();
+        move |e: &String| e.starts_with("Deleted ") && e.to_ascii_lowercase().contains(&mac)
+    };
+    let aged = support::wait_until(Duration::from_secs(10), || {
+        let ev = events.lock().unwrap();
+        ev.iter().any(gone(&h1.mac)) && ev.iter().any(gone(&h2.mac))
+    });
+    stop.store(true, Ordering::Release);
+    rx.join().unwrap();
+    let _ = mon.kill();
+    let _ = mon.wait();
+    let _ = reader.join();
+    eprintln!(
+        "{seq} datagrams; monitor while talking: {talking:?}; show fast-path: {}",
+        v.as_ref().map_or("-".into(), |v| v.to_string())
+    );
+    let deleted: Vec<&String> = talking
+        .iter()
+        .filter(|e| gone(&h1.mac)(e) || gone(&h2.mac)(e))
+        .collect();
+    assert!(
+        deleted.is_empty(),
+        "entries of hosts that talked all along were deleted (aged) while they talked: \
+         {deleted:?}"
+    );
+    if let Some(v) = v {
+        assert!(
+            num(&v, "hits") > seq / 2,
+            "most datagrams were not hits: {v}"
+        );
+    }
+    assert!(
+        aged,
+        "h1's and h2's entries did not age out once silent: {:?}\n{:?}",
+        events.lock().unwrap(),
+        ctl.fdb()
+    );
 }
