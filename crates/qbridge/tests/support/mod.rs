@@ -346,7 +346,9 @@ impl Lab {
     }
 
     /// As [`Lab::daemon_args`], the daemon started through `wrapper` (a command that runs its
-    /// arguments, e.g. `setpriv --reuid nobody …`) inside `ns`.
+    /// arguments, e.g. `setpriv --reuid nobody …`) inside `ns`. With `QBRIDGE_FAST_PATH=VALUE`
+    /// in the environment and no `--fast-path` in `extra`, the daemon gets
+    /// `--fast-path VALUE`.
     pub fn daemon_wrapped(
         &mut self,
         ns: &str,
@@ -359,6 +361,18 @@ impl Lab {
             &[]
         } else {
             &["--workers", &workers]
+        };
+        // `QBRIDGE_FAST_PATH=on|off|auto` runs every test's daemons with that fast-path mode
+        // (scripts/test.sh runs the namespace tests again with `on`); a test that chooses its
+        // own mode in `extra` keeps it.
+        let fast_path = std::env::var("QBRIDGE_FAST_PATH")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let default_fast_path: Vec<String> = match fast_path {
+            Some(v) if !extra.iter().any(|a| a.starts_with("--fast-path")) => {
+                vec!["--fast-path".into(), v]
+            }
+            _ => Vec::new(),
         };
         let n = self.daemons.len();
         let batch_path = self.dir.join(format!("d{n}.batch"));
@@ -378,6 +392,7 @@ impl Lab {
             .arg(&socket)
             .args(extra)
             .args(default_workers)
+            .args(&default_fast_path)
             .env(
                 "QBRIDGE_LOG",
                 std::env::var("QBRIDGE_LOG").unwrap_or_else(|_| "info".into()),
