@@ -385,6 +385,12 @@ fn program<'a>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut SchedClass
 fn ignore_missing(r: Result<(), aya::maps::MapError>, map: &'static str) -> Result<(), Error> {
     match r {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        // aya reports a delete of a missing key as the system call's ENOENT.
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
         Err(e) => Err(Error::Map { map, source: e }),
     }
 }

@@ -116,6 +116,10 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     )
     .unwrap();
     let gen = fp.bump_generation().unwrap();
+    // Removing what is not there is not an error (the engine removes without looking first).
+    fp.remove_flow(&key(9, [9; 6], &[])).unwrap();
+    fp.remove_port(0x7fff_fff0).unwrap();
+    fp.remove_fdb(&FdbKey::default()).unwrap();
     let run = |fp: &mut FastPath, f: &[u8], on: u32| fp.test_run(f, on, None).unwrap();
 
     // Not a fast-path interface: passed to the stack untouched.
