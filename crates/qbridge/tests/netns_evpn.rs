@@ -534,14 +534,22 @@ fn evpn_with_frr_and_gobgpd() {
         va.ctl.cmd(&["fdb", "show"]).unwrap_or_default(),
         logs(&lab)
     );
-    // A's own route is gone: FRR's only path for the MAC is its own.
-    let routes = vtysh(&b, &frr, "show bgp l2vpn evpn route");
-    let paths_a = routes
-        .split(&format!("[{mac_a}]"))
-        .skip(1)
-        .filter(|s| s.lines().nth(1).is_some_and(|l| l.contains(VTEP_A)))
-        .count();
-    assert_eq!(paths_a, 0, "{routes}");
+    // A's own route is gone: FRR's only path for the MAC is its own (the withdrawal may
+    // still be on its way: FRR lists a path it is removing with status R).
+    let mut routes = String::new();
+    let gone = support::wait_until(Duration::from_secs(10), || {
+        routes = vtysh(&b, &frr, "show bgp l2vpn evpn route");
+        routes
+            .split(&format!("[{mac_a}]"))
+            .skip(1)
+            .filter(|s| s.lines().nth(1).is_some_and(|l| l.contains(VTEP_A)))
+            .count()
+            == 0
+    });
+    assert!(
+        gone,
+        "A's path for {mac_a} is still in FRR's table:\n{routes}"
+    );
     // ha (its new MAC) reaches the moved host across the tunnel.
     let r = ping(&ha, &hm.ip, 3);
     assert!(r.received >= 2, "ha -> moved host: {}", r.output);
