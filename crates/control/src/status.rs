@@ -219,4 +219,7 @@ pub struct FastPathStatus {
     pub not_cached: std::collections::BTreeMap<String, u64>,
     /// Upcalls of a port closed or reopened since: dropped.
     pub stale_upcalls: u64,
+    /// Misses the kernel dropped because an upcall socket's ring was full (the pipeline fell
+    /// behind the misses).
+    pub upcall_ring_full: u64,
 }

@@ -108,6 +108,9 @@ pub(crate) struct FastShared {
     pub vlan_slots: Mutex<BTreeSet<u16>>,
     /// An FDB change log overflowed: the engine compares the whole FDB map at its next tick.
     pub resync: std::sync::atomic::AtomicBool,
+    /// Misses the kernel dropped because an upcall socket's ring was full (the workers fell
+    /// behind): lost before any port could count them.
+    pub upcall_ring_full: AtomicU64,
 }
 
 impl FastShared {
@@ -121,6 +124,7 @@ impl FastShared {
             mono_offset,
             vlan_slots: Mutex::new(BTreeSet::new()),
             resync: std::sync::atomic::AtomicBool::new(false),
+            upcall_ring_full: AtomicU64::new(0),
         }
     }
 

@@ -166,6 +166,8 @@ struct WorkerFast {
     installed: Vec<(u16, [u8; 6])>,
     input: Vec<u8>,
     changes: Vec<qbridge_bridge::FastChange>,
+    /// The upcall socket's drops already counted into `FastShared::upcall_ring_full`.
+    seen_drops: BackendDrops,
 }
 
 impl Worker {
@@ -379,6 +381,19 @@ impl Worker {
     }
 
     fn tick(&mut self) {
+        if let Some(f) = self.fast.as_mut() {
+            // The upcall socket's kernel drops: a ring the workers did not empty in time.
+            if let Err(e) = f.upcall.tick() {
+                tracing::debug!("fast path: upcall socket: {e}");
+            }
+            let now = f.upcall.drops();
+            let lost = (now.rx_ring_full + now.rx_truncated)
+                .saturating_sub(f.seen_drops.rx_ring_full + f.seen_drops.rx_truncated);
+            if lost != 0 {
+                f.shared.upcall_ring_full.fetch_add(lost, Ordering::Relaxed);
+            }
+            f.seen_drops = now;
+        }
         for i in 0..self.queues.len() {
             let Some(Some(e)) = self.queues.get_mut(i) else {
                 continue;
@@ -511,6 +526,7 @@ impl Worker {
             installed: Vec::new(),
             input: Vec::with_capacity(PREFIX),
             changes: Vec::new(),
+            seen_drops: BackendDrops::default(),
         }));
     }
 

@@ -458,6 +458,17 @@ fn fast_path_metrics(o: &mut String, snap: &Snapshot) {
         "qbridge_fast_path_stale_upcalls_total {}",
         fp.stale_upcalls
     );
+    family(
+        o,
+        "qbridge_fast_path_upcall_ring_full_total",
+        "counter",
+        "Misses the kernel dropped: an upcall socket's ring was full.",
+    );
+    let _ = writeln!(
+        o,
+        "qbridge_fast_path_upcall_ring_full_total {}",
+        fp.upcall_ring_full
+    );
 }
 
 /// The spanning tree's families: per bridge root and topology changes, per port state,

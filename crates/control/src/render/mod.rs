@@ -453,7 +453,7 @@ pub fn fast_path(st: Option<&crate::status::FastPathStatus>, out: OutputOptions)
             .join(" ")
     };
     s.push_str(&format!(
-        "    upcall {} ports {}\n    flows {} installed {} hits {}\n    misses: {}\n    not cached: {}\n    stale upcalls {}\n",
+        "    upcall {} ports {}\n    flows {} installed {} hits {}\n    misses: {}\n    not cached: {}\n    stale upcalls {} upcall ring full {}\n",
         st.upcall.as_deref().unwrap_or("-"),
         if st.ports.is_empty() { "none".to_string() } else { st.ports.join(" ") },
         st.flows,
@@ -461,7 +461,8 @@ pub fn fast_path(st: Option<&crate::status::FastPathStatus>, out: OutputOptions)
         st.hits,
         list(&st.misses),
         list(&st.not_cached),
-        st.stale_upcalls
+        st.stale_upcalls,
+        st.upcall_ring_full
     ));
     s
 }

@@ -475,6 +475,7 @@ impl Engine {
                 })
                 .collect(),
             stale_upcalls: rt.shared.stale_upcalls.load(Ordering::Relaxed),
+            upcall_ring_full: rt.shared.upcall_ring_full.load(Ordering::Relaxed),
         }
     }
 }
