@@ -569,8 +569,10 @@ impl Worker {
         // as a queue alone in its round (the module documentation's flood fairness).
         self.core.set_flood_credit(Some(ROUND_FLOOD_COPIES));
         let mut stale = 0u64;
-        let pkts = std::mem::take(&mut f.batch.pkts);
-        let mut pkts = pkts;
+        // Frames per ingress port for `rx_frames_by_worker`, counted per run of one port (one
+        // atomic add per run, not per frame).
+        let mut run: Option<(u16, u64)> = None;
+        let mut pkts = std::mem::take(&mut f.batch.pkts);
         for mut pkt in pkts.drain(..) {
             let tci = pkt.port;
             let id = tci & 0x0fff;
@@ -581,9 +583,12 @@ impl Worker {
                 continue;
             }
             pkt.port = id;
-            if let Some(Some(e)) = self.queues.get(id as usize) {
-                if let Some(c) = e.shared.rx_frames_by_worker.get(self.index) {
-                    c.fetch_add(1, Ordering::Relaxed);
+            match &mut run {
+                Some((p, n)) if *p == id => *n += 1,
+                _ => {
+                    if let Some((p, n)) = run.replace((id, 1)) {
+                        self.count_worker_rx(p, n);
+                    }
                 }
             }
             let frame = pkt.frame();
@@ -625,6 +630,9 @@ impl Worker {
             self.send_outputs();
         }
         f.batch.pkts = pkts;
+        if let Some((p, n)) = run {
+            self.count_worker_rx(p, n);
+        }
         if !self.rx.is_empty() {
             self.forward_rx();
         }
@@ -640,6 +648,16 @@ impl Worker {
             crate::fastpath::follow_changes(&f.shared, &f.changes, |p| self.port_index(p));
         }
         self.fast = Some(f);
+    }
+
+    /// Counts `n` frames this worker received for port `id` (`link show -s`'s per-worker
+    /// receive counts).
+    fn count_worker_rx(&self, id: u16, n: u64) {
+        if let Some(Some(e)) = self.queues.get(id as usize) {
+            if let Some(c) = e.shared.rx_frames_by_worker.get(self.index) {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        }
     }
 
     /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
