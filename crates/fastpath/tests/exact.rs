@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::skip;
+use common::{port, skip};
 use proptest::prelude::*;
 use qbridge_fastpath::*;
 use std::process::Command;
@@ -55,16 +55,7 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
     };
     let (xa, xb) = (idx("xa"), idx("xb"));
     let mut fp = FastPath::load().expect("load");
-    fp.set_port(
-        xa,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
+    fp.set_port(xa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     for (mac, port) in [([2, 0, 0, 0, 0, 0xa], 1), ([2, 0, 0, 0, 0, 0xb], 2)] {
         fp.set_fdb(

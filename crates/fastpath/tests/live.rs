@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{action, key, skip};
+use common::{action, key, port, skip};
 use qbridge_fastpath::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -81,26 +81,8 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
     enter(ns);
     let mut fp = FastPath::load().expect("load");
     let (ia, it) = (ifindex(ns, acc), ifindex(ns, trunk));
-    fp.set_port(
-        ia,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
-    fp.set_port(
-        it,
-        Port {
-            index: 2,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
+    fp.set_port(ia, port(1, 0)).unwrap();
+    fp.set_port(it, port(2, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     let q = [(0x88a8, 100), (0x8100, 10)];
     // Every frame of the stream qualifies (pure ACKs are 54-66 bytes on a veth, unpadded);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{action, key, skip};
+use common::{action, key, port, skip};
 use qbridge_fastpath::*;
 use std::process::Command;
 
@@ -95,26 +95,8 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     let Some((mut fp, fa, fc, unknown)) = setup() else {
         return;
     };
-    fp.set_port(
-        fa,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0x9100u16.to_be(), 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
-    fp.set_port(
-        fc,
-        Port {
-            index: 2,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
+    fp.set_port(fa, port(1, 0x9100)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     // Removing what is not there is not an error (the engine removes without looking first).
     fp.remove_flow(&key(9, [9; 6], &[])).unwrap();
@@ -305,16 +287,7 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     let Some((mut fp, fa, fc, _)) = setup() else {
         return;
     };
-    fp.set_port(
-        fa,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
+    fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[(0x8100, 10)]))
         .unwrap();

@@ -2,7 +2,7 @@
 //! them, and the skip rule.
 #![allow(dead_code)]
 
-use qbridge_fastpath::{FlowAction, FlowKey};
+use qbridge_fastpath::{FlowAction, FlowKey, Port, PORT_ENABLED, PORT_LEARNING};
 
 /// The key of an IPv4 frame to `dst` arriving on port `port` with `tags` (TPID, TCI), outer
 /// first.
@@ -56,4 +56,14 @@ pub fn skip(why: &str) {
         panic!("cannot run: {why} (QBRIDGE_REQUIRE_NETNS=1)");
     }
     eprintln!("skipped: {why}");
+}
+
+/// A learning fast-path port of index `index` that also takes `extra_tpid` as a tag (0: none).
+pub fn port(index: u32, extra_tpid: u16) -> Port {
+    Port {
+        index,
+        flags: PORT_ENABLED | PORT_LEARNING,
+        extra_tpid_be: [extra_tpid.to_be(), 0],
+        ..Port::default()
+    }
 }
