@@ -333,6 +333,7 @@ impl Engine {
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
+                self.fast_peers();
                 let aged = self.fast_age(now);
                 self.fast_follow();
                 self.fast_fold();

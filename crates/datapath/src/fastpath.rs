@@ -106,6 +106,9 @@ pub(crate) struct FastShared {
     pub mono_offset: u64,
     /// Per-VLAN counter slots the flows use (`bridge << 12 | VID`): the engine folds those.
     pub vlan_slots: Mutex<BTreeSet<u16>>,
+    /// Ports the flows count (the ports the program receives on, and the patch link ends
+    /// flows cross): the engine folds those.
+    pub counted_ports: Mutex<BTreeSet<u16>>,
     /// An FDB change log overflowed: the engine compares the whole FDB map at its next tick.
     pub resync: std::sync::atomic::AtomicBool,
     /// Misses the kernel dropped because an upcall socket's ring was full (the workers fell
@@ -123,6 +126,7 @@ impl FastShared {
             stale_upcalls: AtomicU64::new(0),
             mono_offset,
             vlan_slots: Mutex::new(BTreeSet::new()),
+            counted_ports: Mutex::new(BTreeSet::new()),
             resync: std::sync::atomic::AtomicBool::new(false),
             upcall_ring_full: AtomicU64::new(0),
         }
@@ -199,23 +203,37 @@ pub(crate) fn follow_changes(
     }
 }
 
-/// What a worker knows of a frame it forwarded alone, to make a flow of it.
-#[derive(Debug)]
-pub struct Forwarded<'a> {
-    pub plan: &'a Plan,
+/// One bridge a frame crossed, as the worker that forwarded it alone saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crossing {
     pub in_id: u16,
     /// The program's index of the ingress port's opening ([`port_index`]).
     pub in_index: u16,
-    /// The frame as received, its first [`PREFIX`] bytes (or more), and its whole length.
-    pub input: &'a [u8],
+    /// The frame's whole length as it entered.
     pub in_len: usize,
-    /// [`qbridge_bridge::Forwarder::fast_class`] of the frame.
+    /// [`qbridge_bridge::Forwarder::fast_class`] of the frame in this bridge.
     pub class: Option<qbridge_bridge::FastClass>,
-    /// The one output: port id, the program's index and ifindex of that port, the frame.
+    /// The one output: port id and the program's index of that port.
     pub out_id: u16,
     pub out_index: u16,
+    /// The output's whole length.
+    pub out_len: usize,
+}
+
+/// What a worker knows of a frame it forwarded alone, to make a flow of it: every bridge it
+/// crossed (more than one when patch links joined them) and the frames on the way.
+#[derive(Debug)]
+pub struct Forwarded<'a> {
+    pub plan: &'a Plan,
+    pub hops: &'a [Crossing],
+    /// `frames[i]`: the frame entering hop `i`, its first [`PREFIX`] bytes (or more);
+    /// `frames[hops.len()]`: as it left the last.
+    pub frames: &'a [&'a [u8]],
+    /// The egress interface (the last hop's output port's).
     pub out_ifindex: u32,
-    pub output: &'a [u8],
+    /// The egress interface is a veth whose peer, in another namespace, has this address: a
+    /// frame to it is redirected to the peer directly ([`qbridge_fastpath::ACT_PEER`]).
+    pub out_peer_mac: Option<[u8; 6]>,
     pub generation: u32,
 }
 
@@ -228,75 +246,145 @@ pub const PREFIX: usize = 128;
 pub struct FlowPlan {
     pub key: qbridge_fastpath::FlowKey,
     pub action: qbridge_fastpath::FlowAction,
-    /// The destination's entry, and the source's when the ingress port learns; last-seen
-    /// times on the engine's clock.
+    /// Per hop, the destination's entry, and the source's when the ingress port learns;
+    /// last-seen times on the engine's clock.
     pub fdb: Vec<(FdbKey, FdbEntry)>,
 }
 
+/// Tags (0x8100/0x88a8) at the front of `frame`, as the program counts them.
+fn tag_count(frame: &[u8]) -> usize {
+    let mut n = 0;
+    while let Some(t) = frame.get(12 + 4 * n..14 + 4 * n) {
+        if t != [0x81, 0x00] && t != [0x88, 0xa8] {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// The flow of `f`, or why there is none: what the worker installs (a pure function of the
-/// plan, its FDB and the two frames; the exactness tests call it too).
+/// plan, its FDB and the frames; the exactness tests call it too).
 pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
-    let class = f.class.ok_or(Refusal::Outputs)?;
-    let fin = f.plan.fast_port(PortId(f.in_id)).ok_or(Refusal::Port)?;
-    let fout = f.plan.fast_port(PortId(f.out_id)).ok_or(Refusal::Port)?;
-    if fin.bridge != class.bridge
-        || fout.bridge != class.bridge
-        || class.bridge >= qbridge_fastpath::MAX_BRIDGES
-        || f.out_ifindex == 0
-    {
+    let (first, last) = match (f.hops.first(), f.hops.last()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => return Err(Refusal::Outputs),
+    };
+    if f.hops.len() > qbridge_fastpath::MAX_HOPS || f.frames.len() != f.hops.len() + 1 {
         return Err(Refusal::Port);
     }
-    if f.input.len() < 14 {
+    if f.out_ifindex == 0 {
+        return Err(Refusal::Port);
+    }
+    let input = f.frames[0];
+    if input.len() < 14 {
         return Err(Refusal::Rewrite);
     }
     let mut dst = [0u8; 6];
     let mut src = [0u8; 6];
-    dst.copy_from_slice(&f.input[..6]);
-    src.copy_from_slice(&f.input[6..12]);
+    dst.copy_from_slice(&input[..6]);
+    src.copy_from_slice(&input[6..12]);
     let mac = qbridge_wire::MacAddr;
-    let d = f
-        .plan
-        .fdb_entry(class.bridge, mac(dst), class.fid)
-        .filter(|e| e.forwards && e.port == f.out_id)
-        .ok_or(Refusal::Fdb)?;
-    let s = if fin.learning {
-        Some(
-            f.plan
+    let entry = |port: u16, seen: u64| FdbEntry {
+        port: u32::from(port),
+        version: 0,
+        last_seen_ns: seen,
+    };
+    // Tags entering each hop, from the lengths (the program counts bytes so).
+    let tags0 = tag_count(input) as isize;
+    let mut hops = Vec::with_capacity(f.hops.len());
+    let mut fdb = Vec::with_capacity(2 * f.hops.len());
+    let mut payload_max = i64::MAX;
+    let mut extra = [0, 0];
+    for (i, h) in f.hops.iter().enumerate() {
+        let class = h.class.ok_or(Refusal::Outputs)?;
+        let fin = f.plan.fast_port(PortId(h.in_id)).ok_or(Refusal::Port)?;
+        let fout = f.plan.fast_port(PortId(h.out_id)).ok_or(Refusal::Port)?;
+        if fin.bridge != class.bridge
+            || fout.bridge != class.bridge
+            || class.bridge >= qbridge_fastpath::MAX_BRIDGES
+        {
+            return Err(Refusal::Port);
+        }
+        if i == 0 && fin.tpid != 0x8100 && fin.tpid != 0x88a8 {
+            extra = [fin.tpid, 0];
+        }
+        // Every hop changes whole tags and nothing else (`compile` checks the ends).
+        let (d_in, d_out) = (
+            h.in_len as isize - first.in_len as isize,
+            h.out_len as isize - first.in_len as isize,
+        );
+        if d_in % 4 != 0 || d_out % 4 != 0 {
+            return Err(Refusal::Rewrite);
+        }
+        let (in_tags, out_tags) = (tags0 + d_in / 4, tags0 + d_out / 4);
+        let most = qbridge_fastpath::maps::MAX_TAGS as isize;
+        if !(0..=most).contains(&in_tags) || !(0..=most).contains(&out_tags) {
+            return Err(Refusal::Rewrite);
+        }
+        if i > 0 && f.hops[i - 1].out_len != h.in_len {
+            return Err(Refusal::Rewrite);
+        }
+        let d = f
+            .plan
+            .fdb_entry(class.bridge, mac(dst), class.fid)
+            .filter(|e| e.forwards && e.port == h.out_id)
+            .ok_or(Refusal::Fdb)?;
+        fdb.push((
+            fdb_key(class.bridge, dst, class.fid),
+            entry(h.out_index, d.seen_ns),
+        ));
+        if fin.learning {
+            let s = f
+                .plan
                 .fdb_entry(class.bridge, mac(src), class.fid)
-                .filter(|e| e.port == f.in_id)
-                .ok_or(Refusal::Fdb)?,
-        )
-    } else {
-        None
-    };
-    // The lengths differ by whole tags; compare the same span of payload.
-    let delta = f.output.len() as isize - f.in_len as isize;
-    if delta % 4 != 0 || delta.abs() > 8 {
-        return Err(Refusal::Rewrite);
+                .filter(|e| e.port == h.in_id)
+                .ok_or(Refusal::Fdb)?;
+            fdb.push((
+                fdb_key(class.bridge, src, class.fid),
+                entry(h.in_index, s.seen_ns),
+            ));
+        }
+        // The pipeline's size checks (each port's, with the frame's tags there) as one on
+        // the frame without tags.
+        payload_max = payload_max
+            .min(fin.max_frame as i64 - 4 * in_tags as i64)
+            .min(fout.max_frame as i64 - 4 * out_tags as i64);
+        hops.push(qbridge_fastpath::Hop {
+            in_port: u32::from(h.in_index),
+            out_port: u32::from(h.out_index),
+            dst_version: 0,
+            bridge: class.bridge,
+            fid: class.fid,
+            vlan_slot: class.bridge << 12 | (class.vid & 0xfff),
+            rx_pcp: class.pcp,
+            flags: if fin.learning {
+                qbridge_fastpath::HOP_LEARNING
+            } else {
+                0
+            },
+            in_tags: in_tags as u8,
+            out_tags: out_tags as u8,
+            pad: 0,
+        });
     }
-    let out_prefix = (f.input.len() as isize + delta).clamp(0, f.output.len() as isize) as usize;
-    let extra = if fin.tpid == 0x8100 || fin.tpid == 0x88a8 {
-        [0, 0]
-    } else {
-        [fin.tpid, 0]
+    let output = f.frames[f.hops.len()];
+    // The lengths differ by whole tags; compare the same span of payload.
+    let delta = last.out_len as isize - first.in_len as isize;
+    let out_prefix = (input.len() as isize + delta).clamp(0, output.len() as isize) as usize;
+    let out_tags = hops.last().map_or(0, |h| h.out_tags);
+    let max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
+    let flags = match f.out_peer_mac {
+        Some(m) if m == dst => qbridge_fastpath::ACT_PEER,
+        _ => 0,
     };
-    // The pipeline's two size checks as one on the output: the ingress port's (before the
-    // edit) and the egress port's.
-    let max_len = (fout.max_frame as i64)
-        .min(fin.max_frame as i64 + delta as i64)
-        .clamp(0, u16::MAX as i64) as u16;
     let (key, action) = qbridge_fastpath::compile(&qbridge_fastpath::Decision {
-        in_port: u32::from(f.in_index),
         in_extra_tpids: extra,
-        input: f.input,
-        output: &f.output[..out_prefix],
+        input,
+        output: &output[..out_prefix],
         out_ifindex: f.out_ifindex,
-        out_port: u32::from(f.out_index),
-        bridge: class.bridge,
-        fid: class.fid,
-        dst_version: 0,
-        vlan_slot: class.bridge << 12 | (class.vid & 0xfff),
-        rx_pcp: class.pcp,
+        hops: &hops,
+        flags,
         generation: f.generation,
         min_len: 14,
         max_len,
@@ -305,21 +393,6 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         NotCached::Short | NotCached::Tags | NotCached::Rewrite => Refusal::Rewrite,
         NotCached::Group => Refusal::Outputs,
     })?;
-    let entry = |port: u16, seen: u64| FdbEntry {
-        port: u32::from(port),
-        version: 0,
-        last_seen_ns: seen,
-    };
-    let mut fdb = vec![(
-        fdb_key(class.bridge, dst, class.fid),
-        entry(f.out_index, d.seen_ns),
-    )];
-    if let Some(s) = s {
-        fdb.push((
-            fdb_key(class.bridge, src, class.fid),
-            entry(f.in_index, s.seen_ns),
-        ));
-    }
     Ok(FlowPlan { key, action, fdb })
 }
 
@@ -338,7 +411,13 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
             Refusal::Map
         })?;
     if let Ok(mut slots) = shared.vlan_slots.lock() {
-        slots.insert(p.action.vlan_slot);
+        slots.extend(p.action.hops().iter().map(|h| h.vlan_slot));
+    }
+    if let Ok(mut ports) = shared.counted_ports.lock() {
+        for h in p.action.hops() {
+            ports.insert((h.in_port & qbridge_fastpath::PORT_ID_MASK) as u16);
+            ports.insert((h.out_port & qbridge_fastpath::PORT_ID_MASK) as u16);
+        }
     }
     shared.installed.fetch_add(1, Ordering::Relaxed);
     Ok(())

@@ -150,12 +150,38 @@ pub struct PortShared {
     offloads: Mutex<Option<DeviceOffloads>>,
     /// The port's ifindex while the eBPF fast path receives for it (0: it does not).
     pub fast_ifindex: std::sync::atomic::AtomicU32,
+    /// A veth port whose other end is in another namespace: that end's address, `1 << 63 |`
+    /// the address as a big-endian 48-bit number (0: none, or unknown). Flows to it are
+    /// redirected to the peer directly (`crate::fastpath`).
+    pub fast_peer_mac: AtomicU64,
+    /// A patch link end: the port id of the other end ([`NO_PATCH_PEER`]: none), for the
+    /// workers to fold the link into flows.
+    pub patch_peer: std::sync::atomic::AtomicU32,
+}
+
+/// [`PortShared::patch_peer`] of a port that is no patch link end (or whose peer is absent).
+pub const NO_PATCH_PEER: u32 = u32::MAX;
+
+/// [`PortShared::fast_peer_mac`]'s encoding of `mac`.
+pub fn encode_peer_mac(mac: Option<[u8; 6]>) -> u64 {
+    mac.map_or(0, |m| {
+        1 << 63 | m.iter().fold(0u64, |a, &b| a << 8 | u64::from(b))
+    })
+}
+
+/// The address [`encode_peer_mac`] encoded.
+pub fn decode_peer_mac(v: u64) -> Option<[u8; 6]> {
+    (v >> 63 == 1).then(|| {
+        let b = v.to_be_bytes();
+        [b[2], b[3], b[4], b[5], b[6], b[7]]
+    })
 }
 
 impl PortShared {
     pub(crate) fn new(workers: usize) -> PortShared {
         PortShared {
             rx_frames_by_worker: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            patch_peer: NO_PATCH_PEER.into(),
             ..PortShared::default()
         }
     }

@@ -164,7 +164,10 @@ struct WorkerFast {
     refused: std::collections::HashSet<(u16, [u8; 6])>,
     /// Pairs installed from this burst (their later frames in it are no news).
     installed: Vec<(u16, [u8; 6])>,
-    input: Vec<u8>,
+    /// The frame forwarded alone: the bridges it crossed, and its first bytes entering
+    /// each and leaving the last.
+    hops: Vec<crate::fastpath::Crossing>,
+    frames: Vec<Vec<u8>>,
     changes: Vec<qbridge_bridge::FastChange>,
     /// The upcall socket's drops already counted into `FastShared::upcall_ring_full`.
     seen_drops: BackendDrops,
@@ -524,7 +527,10 @@ impl Worker {
             batch: Batch::with_capacity(BURST),
             refused: std::collections::HashSet::new(),
             installed: Vec::new(),
-            input: Vec::with_capacity(PREFIX),
+            hops: Vec::with_capacity(qbridge_fastpath::MAX_HOPS),
+            frames: (0..=qbridge_fastpath::MAX_HOPS)
+                .map(|_| Vec::with_capacity(PREFIX))
+                .collect(),
             changes: Vec::new(),
             seen_drops: BackendDrops::default(),
         }));
@@ -608,14 +614,14 @@ impl Worker {
             if !self.rx.is_empty() {
                 self.forward_rx();
             }
-            f.input.clear();
-            f.input.extend_from_slice(&frame[..frame.len().min(PREFIX)]);
+            f.frames[0].clear();
+            f.frames[0].extend_from_slice(&frame[..frame.len().min(PREFIX)]);
             let in_len = pkt.len();
             self.rx.push(pkt);
             let now = self.now_ns();
             self.core
                 .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-            match self.install_from_outputs(&f, id, tci, in_len) {
+            match self.install_from_outputs(&mut f, id, tci, in_len) {
                 Ok(()) => f.installed.push(pair),
                 Err(r) => {
                     f.shared.refuse(r);
@@ -660,15 +666,9 @@ impl Worker {
         }
     }
 
-    /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
-    /// when the outputs and the FDB allow.
-    fn install_from_outputs(
-        &self,
-        f: &WorkerFast,
-        in_id: u16,
-        in_index: u16,
-        in_len: usize,
-    ) -> Result<(), crate::fastpath::Refusal> {
+    /// The one output of the last [`Forwarder::process`](qbridge_bridge::Forwarder::process)
+    /// of a single frame: its port, or why a flow cannot be made of it.
+    fn one_output(&self) -> Result<u16, crate::fastpath::Refusal> {
         use crate::fastpath::Refusal;
         if !self.outputs.mirror_sinks.is_empty() || !self.outputs.punt.is_empty() {
             return Err(Refusal::Outputs);
@@ -681,32 +681,123 @@ impl Worker {
             if one.is_some() || b.len() != 1 {
                 return Err(Refusal::Outputs);
             }
-            one = Some(j);
+            one = Some(j as u16);
         }
-        let out_id = one.ok_or(Refusal::Outputs)? as u16;
-        let Some(Some(e)) = self.queues.get(out_id as usize) else {
-            return Err(Refusal::Port);
+        one.ok_or(Refusal::Outputs)
+    }
+
+    /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
+    /// when the outputs and the FDB allow. An output on a patch link is received by the other
+    /// end at once (after the frames the link already held, which go first), so that the
+    /// flow folds the bridges behind it; the outputs left are the caller's to send.
+    fn install_from_outputs(
+        &mut self,
+        f: &mut WorkerFast,
+        in_id: u16,
+        in_index: u16,
+        in_len: usize,
+    ) -> Result<(), crate::fastpath::Refusal> {
+        use crate::fastpath::{Crossing, Refusal};
+        f.hops.clear();
+        let (mut in_id, mut in_index, mut in_len) = (in_id, in_index, in_len);
+        let (out_ifindex, out_peer_mac) = loop {
+            let out_id = self.one_output()?;
+            let Some(Some(e)) = self.queues.get(out_id as usize) else {
+                return Err(Refusal::Port);
+            };
+            if e.failed {
+                return Err(Refusal::Port);
+            }
+            let out_index = crate::fastpath::port_index(e.token);
+            let peer = e.shared.patch_peer.load(Ordering::Relaxed);
+            let ends = (
+                e.shared.fast_ifindex.load(Ordering::Relaxed),
+                crate::shared::decode_peer_mac(e.shared.fast_peer_mac.load(Ordering::Relaxed)),
+            );
+            let out = &self.outputs.ports[out_id as usize].pkts[0];
+            let n = f.hops.len();
+            f.hops.push(Crossing {
+                in_id,
+                in_index,
+                in_len,
+                class: self.core.fast_class(0),
+                out_id,
+                out_index,
+                out_len: out.len(),
+            });
+            let bytes = out.frame();
+            f.frames[n + 1].clear();
+            f.frames[n + 1].extend_from_slice(&bytes[..bytes.len().min(PREFIX)]);
+            let peer_index = u16::try_from(peer).ok().and_then(|p| self.port_index(p));
+            let (Some(peer_index), true) = (peer_index, n + 1 < qbridge_fastpath::MAX_HOPS) else {
+                break ends;
+            };
+            // Through the patch link now: what the other end has waiting first, then this
+            // frame, received there (its transmit counted as sent, as the link does).
+            let peer = peer as u16;
+            let Some(mut pkt) = self.outputs.ports[out_id as usize].pkts.pop() else {
+                return Err(Refusal::Outputs);
+            };
+            self.drain_patch(peer);
+            pkt.port = peer;
+            self.count_worker_rx(peer, 1);
+            (in_id, in_index, in_len) = (peer, peer_index, pkt.len());
+            self.rx.push(pkt);
+            let now = self.now_ns();
+            self.core
+                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
         };
-        if e.failed {
-            return Err(Refusal::Port);
-        }
-        let out_ifindex = e.shared.fast_ifindex.load(Ordering::Relaxed);
+        let frames: Vec<&[u8]> = f.frames[..=f.hops.len()]
+            .iter()
+            .map(Vec::as_slice)
+            .collect();
         crate::fastpath::install(
             &f.shared,
             &Forwarded {
                 plan: &self.plan,
-                in_id,
-                in_index,
-                input: &f.input,
-                in_len,
-                class: self.core.fast_class(0),
-                out_id,
-                out_index: crate::fastpath::port_index(e.token),
+                hops: &f.hops,
+                frames: &frames,
                 out_ifindex,
-                output: self.outputs.ports[out_id as usize].pkts[0].frame(),
+                out_peer_mac,
                 generation: f.generation,
             },
         )
+    }
+
+    /// Forwards the frames patch link end `id` has waiting on this worker (an earlier turn's
+    /// sends through the link), as its receive would.
+    fn drain_patch(&mut self, id: u16) {
+        debug_assert!(self.rx.is_empty());
+        loop {
+            let Some(Some(e)) = self.queues.get_mut(id as usize) else {
+                return;
+            };
+            if e.failed || !e.queue.rx_pending() {
+                return;
+            }
+            let n = match e
+                .queue
+                .rx_burst(&mut self.rx, &mut self.outputs.pool, BURST)
+            {
+                Ok(n) => n,
+                Err(err) => {
+                    self.outputs.pool.put_all(&mut self.rx);
+                    self.failed(id, &err);
+                    return;
+                }
+            };
+            if n == 0 {
+                return;
+            }
+            self.count_worker_rx(id, n as u64);
+            for p in self.rx.pkts.iter_mut() {
+                p.port = id;
+            }
+            let now = self.now_ns();
+            self.core
+                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+            self.send_outputs();
+        }
     }
 
     /// Hands the trapped BPDUs of the last batch to the control thread (at most

@@ -200,7 +200,8 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_fdb_key fk = {};
 	struct qb_fdb_entry *src, *dst;
 	struct qb_config *cfg;
-	__u32 zero = 0, off = ETH_HLEN, in_len, out_len;
+	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
+	__u64 now;
 	__u16 proto;
 	void *data, *end;
 	struct ethhdr *eth;
@@ -267,26 +268,15 @@ int qb_ingress(struct __sk_buff *skb)
 	if (!cfg || act->generation != cfg->generation)
 		return miss(skb, QB_MISS_STALE, port);
 
-	/* The source must be learned on this port (if it learns), the destination where the
-	 * flow says. */
-	fk.bridge = act->bridge;
-	fk.fid = act->fid;
-	__builtin_memcpy(fk.mac, eth->h_source, 6);
 	/* A group or all-zero source is invalid: the pipeline drops it (a port that does not
 	 * learn would otherwise forward it, no FDB entry being looked up). */
-	if ((fk.mac[0] & 1) ||
-	    !(fk.mac[0] | fk.mac[1] | fk.mac[2] | fk.mac[3] | fk.mac[4] | fk.mac[5]))
+	if ((eth->h_source[0] & 1) ||
+	    !(eth->h_source[0] | eth->h_source[1] | eth->h_source[2] | eth->h_source[3] |
+	      eth->h_source[4] | eth->h_source[5]))
 		return miss(skb, QB_MISS_SRC, port);
-	src = 0;
-	if (port->flags & QB_PORT_LEARNING) {
-		src = bpf_map_lookup_elem(&qb_fdb, &fk);
-		if (!src || src->port != key.in_port)
-			return miss(skb, QB_MISS_SRC, port);
-	}
-	__builtin_memcpy(fk.mac, key.dst, 6);
-	dst = bpf_map_lookup_elem(&qb_fdb, &fk);
-	if (!dst || dst->port != act->out_port || dst->version != act->dst_version)
-		return miss(skb, QB_MISS_DST, port);
+	n_hops = act->n_hops;
+	if (n_hops < 1 || n_hops > QB_MAX_HOPS)
+		return miss(skb, QB_MISS_ACTION, port);
 
 	/* Sizes, as on the wire: skb->len does not count an accelerated tag. A frame the
 	 * pipeline would treat otherwise (runt, oversize) goes up. */
@@ -306,11 +296,32 @@ int qb_ingress(struct __sk_buff *skb)
 	if (out_len > act->max_len)
 		return miss(skb, QB_MISS_SIZE, port);
 
-	/* Ageing: refresh the source at most once a second (the ager's granularity). */
-	if (src) {
-		__u64 now = bpf_ktime_get_ns();
-		if (now - src->last_seen_ns > NS_PER_REFRESH)
-			src->last_seen_ns = now;
+	/* In every bridge on the way: the source learned on the hop's ingress port (if it
+	 * learns), the destination where the flow says. Sources seen are refreshed at most
+	 * once a second (the ager's granularity). */
+	now = 0;
+#pragma unroll
+	for (i = 0; i < QB_MAX_HOPS; i++) {
+		const struct qb_hop *h = &act->hops[i];
+
+		if (i >= n_hops)
+			break;
+		fk.bridge = h->bridge;
+		fk.fid = h->fid;
+		if (h->flags & QB_HOP_LEARNING) {
+			__builtin_memcpy(fk.mac, eth->h_source, 6);
+			src = bpf_map_lookup_elem(&qb_fdb, &fk);
+			if (!src || src->port != h->in_port)
+				return miss(skb, QB_MISS_SRC, port);
+			if (!now)
+				now = bpf_ktime_get_ns();
+			if (now - src->last_seen_ns > NS_PER_REFRESH)
+				src->last_seen_ns = now;
+		}
+		__builtin_memcpy(fk.mac, key.dst, 6);
+		dst = bpf_map_lookup_elem(&qb_fdb, &fk);
+		if (!dst || dst->port != h->out_port || dst->version != h->dst_version)
+			return miss(skb, QB_MISS_DST, port);
 	}
 
 	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
@@ -333,32 +344,41 @@ int qb_ingress(struct __sk_buff *skb)
 			return miss(skb, QB_MISS_ACTION, port);
 	}
 
-	{
-		/* What leaves, as on the wire (the edit may have left an accelerated tag). */
-		__u32 sent_len = skb->len + (skb->vlan_present ? 4 : 0);
-		__u32 in = key.in_port & QB_PORT_ID_MASK, out = act->out_port & QB_PORT_ID_MASK;
-		__u32 slot = act->vlan_slot;
+	/* Counters of every port and VLAN on the way, with the frame's length there (as on
+	 * the wire: its tags then). */
+	base = in_len - 4 * key.ntags;
+#pragma unroll
+	for (i = 0; i < QB_MAX_HOPS; i++) {
+		const struct qb_hop *h = &act->hops[i];
+		__u32 in, out, slot, rx_len, tx_len;
 		struct qb_port_stats *ps;
 		struct qb_vlan_stats *vs;
 
+		if (i >= n_hops)
+			break;
+		in = h->in_port & QB_PORT_ID_MASK;
+		out = h->out_port & QB_PORT_ID_MASK;
+		slot = h->vlan_slot;
+		rx_len = base + 4 * h->in_tags;
+		tx_len = base + 4 * h->out_tags;
 		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
 		if (ps) {
 			ps->rx_frames += 1;
-			ps->rx_bytes += in_len;
-			if (act->rx_pcp < 8)
-				ps->rx_pcp[act->rx_pcp] += 1;
+			ps->rx_bytes += rx_len;
+			if (h->rx_pcp < 8)
+				ps->rx_pcp[h->rx_pcp & 7] += 1;
 		}
 		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
 		if (ps) {
 			ps->tx_frames += 1;
-			ps->tx_bytes += sent_len;
+			ps->tx_bytes += tx_len;
 		}
 		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
 		if (vs) {
 			vs->rx_frames += 1;
-			vs->rx_bytes += in_len;
+			vs->rx_bytes += rx_len;
 			vs->tx_frames += 1;
-			vs->tx_bytes += sent_len;
+			vs->tx_bytes += tx_len;
 		}
 	}
 	count(QB_MISS_MAX);
@@ -366,6 +386,8 @@ int qb_ingress(struct __sk_buff *skb)
 	skb->cb[1] = 0;
 	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
 	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
+	if (act->flags & QB_ACT_PEER)
+		return bpf_redirect_peer(act->out_ifindex, 0);
 	return bpf_redirect(act->out_ifindex, 0);
 }
 

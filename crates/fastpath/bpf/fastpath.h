@@ -43,9 +43,6 @@ struct qb_port {
 	__u16 pad;
 };
 #define QB_PORT_ENABLED 1
-/* The port learns: a hit needs the source learned on it (else the source is not checked,
- * as the pipeline learns nothing there). */
-#define QB_PORT_LEARNING 2
 #define QB_PORT_ID_MASK 0xfff
 
 /* The flow key: what the pipeline's decision for a known-unicast frame depends on, besides
@@ -61,23 +58,48 @@ struct qb_flow_key {
 	__u16 pad2;
 };
 
+/* Most bridges one flow crosses: its ingress port's, and those behind patch links (a patch
+ * link joins two ports of the daemon; the flow folds the frame's way through it). */
+#define QB_MAX_HOPS 4
+
+/* One bridge a flow crosses: the frame enters it on in_port with in_tags tags, leaves it on
+ * out_port with out_tags (the next hop's in_tags). */
+struct qb_hop {
+	__u32 in_port;		/* qbridge port index (counters: low 12 bits; the FDB's port) */
+	__u32 out_port;
+	__u32 dst_version;	/* the destination's FDB entry version when made */
+	__u16 bridge;		/* the bridge's index (the FDB map's key) */
+	__u16 fid;		/* the VLAN (FDB id) the frame was classified into */
+	__u16 vlan_slot;	/* per-VLAN counters' index */
+	__u8 rx_pcp;		/* the priority the pipeline counted the frame under; 8: none */
+	__u8 flags;		/* QB_HOP_* */
+	__u8 in_tags;
+	__u8 out_tags;
+	__u16 pad;
+};
+/* The hop's ingress port learns: a hit needs the source learned on it (else the source is
+ * not checked, as the pipeline learns nothing there). */
+#define QB_HOP_LEARNING 1
+
 /* What the pipeline decided for that key, compiled: pop the frame's ntags tags, push
- * push_n tags (outer first in the arrays), redirect to out_ifindex. */
+ * push_n tags (outer first in the arrays), redirect to out_ifindex; the checks and counters
+ * of every bridge on the way (hops). */
 struct qb_flow_action {
 	__u32 generation;	/* configuration generation the flow was made under */
 	__u32 out_ifindex;
-	__u32 out_port;		/* qbridge port index of the egress port (counters) */
-	__u32 dst_version;	/* the destination's FDB entry version when made */
-	__u16 fid;		/* the VLAN (FDB id) the frame was classified into */
-	__u16 vlan_slot;	/* per-VLAN counters' index */
 	__u16 min_len;		/* shortest frame (as received) the pipeline forwards alike */
-	__u16 max_len;		/* longest frame (no FCS) the egress port sends */
+	__u16 max_len;		/* longest frame (no FCS, as sent) every port on the way takes */
 	__u8 push_n;
-	__u8 rx_pcp;		/* the priority the pipeline counted the frame under; 8: none */
-	__u16 bridge;		/* the bridge's index (the FDB map's key) */
+	__u8 n_hops;		/* 1 ..= QB_MAX_HOPS */
+	__u8 flags;		/* QB_ACT_* */
+	__u8 pad;
 	__u16 push_tpid_be[QB_MAX_TAGS];
 	__u16 push_tci_be[QB_MAX_TAGS];
+	struct qb_hop hops[QB_MAX_HOPS];
 };
+/* Redirect to the egress interface's peer (bpf_redirect_peer): a veth whose other end is in
+ * another namespace, the frame addressed to that end (docs/fast-path-design.md). */
+#define QB_ACT_PEER 1
 
 struct qb_fdb_key {
 	__u16 bridge;

@@ -83,7 +83,7 @@ fn main() {
         lo,
         Port {
             index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
+            flags: PORT_ENABLED,
             extra_tpid_be: [0, 0],
             ..Port::default()
         },
@@ -144,19 +144,26 @@ fn main() {
                 ethertype_be: 0x0800u16.to_be(),
                 pad2: 0,
             };
-            let action = FlowAction {
+            let mut action = FlowAction {
                 generation: 1,
                 out_ifindex: lo,
-                out_port: 2,
-                fid: vid,
-                vlan_slot: vid,
                 min_len: 14,
                 max_len: 1522,
                 push_n: 1,
-                rx_pcp: 0,
+                n_hops: 1,
                 push_tpid_be: [tag.0.to_be(), 0],
                 push_tci_be: [tag.1.to_be(), 0],
                 ..FlowAction::default()
+            };
+            action.hops[0] = Hop {
+                in_port: 1,
+                out_port: 2,
+                fid: vid,
+                vlan_slot: vid,
+                flags: HOP_LEARNING,
+                in_tags: 1,
+                out_tags: 1,
+                ..Hop::default()
             };
             w.insert_flow(&key, &action).unwrap();
         }

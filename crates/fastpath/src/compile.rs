@@ -5,7 +5,7 @@
 //! knowing any tagging rule. Anything else the pipeline did (a tag the program cannot edit,
 //! a rewrite beyond the tags) is not cached, with the reason.
 
-use crate::maps::{FlowAction, FlowKey, MAX_TAGS};
+use crate::maps::{FlowAction, FlowKey, Hop, MAX_HOPS, MAX_TAGS};
 
 const TPID_8021Q: u16 = 0x8100;
 const TPID_8021AD: u16 = 0x88a8;
@@ -13,8 +13,6 @@ const TPID_8021AD: u16 = 0x88a8;
 /// What the pipeline decided for one frame, and what the flow needs besides the two frames.
 #[derive(Debug, Clone, Copy)]
 pub struct Decision<'a> {
-    /// The ingress port's index (the program's `qb_port.index`).
-    pub in_port: u32,
     /// TPIDs the ingress port takes as tags besides 0x8100/0x88a8 (0: none).
     pub in_extra_tpids: [u16; 2],
     /// The frame as received (tags inline, as on the wire).
@@ -22,18 +20,15 @@ pub struct Decision<'a> {
     /// The frame as the pipeline sent it on the egress port.
     pub output: &'a [u8],
     pub out_ifindex: u32,
-    pub out_port: u32,
-    /// The bridge's index and the FDB id the frame was classified into, and the
-    /// destination's entry version.
-    pub bridge: u16,
-    pub fid: u16,
-    pub dst_version: u32,
-    pub vlan_slot: u16,
-    /// The priority the pipeline gave the frame (its ingress port's `rx_pcp` counter).
-    pub rx_pcp: u8,
+    /// Every bridge the frame crossed, in order: the first's `in_port` is the ingress port's
+    /// index (the key's), the last's `out_port` the egress port's. The first's `in_tags` and
+    /// the last's `out_tags` are the frames' (filled in here); the others are the caller's.
+    pub hops: &'a [Hop],
+    /// [`crate::maps::ACT_PEER`] or 0.
+    pub flags: u8,
     pub generation: u32,
-    /// The frame lengths (as received) the pipeline treats alike: shorter ones are runts to
-    /// it, longer ones too long for the egress port.
+    /// The frame lengths the pipeline treats alike: shorter ones (as received) are runts to
+    /// it, longer ones (as sent) too long for a port on the way.
     pub min_len: u16,
     pub max_len: u16,
 }
@@ -49,7 +44,8 @@ pub enum NotCached {
     /// pipeline parses anyway: 0x9100, 0x9200, 0x9300) that the program does not parse. (An output tag of another TPID is not a tag to the program:
     /// that output reads as [`NotCached::Rewrite`].)
     Tags,
-    /// The output differs from the input beyond the tag stack.
+    /// The output differs from the input beyond the tag stack, or the hops do not chain
+    /// (none, more than [`MAX_HOPS`], tag counts that do not follow).
     Rewrite,
 }
 
@@ -103,8 +99,19 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
     {
         return Err(NotCached::Rewrite);
     }
+    if d.hops.is_empty() || d.hops.len() > MAX_HOPS {
+        return Err(NotCached::Rewrite);
+    }
+    let mut hops = [Hop::default(); MAX_HOPS];
+    hops[..d.hops.len()].copy_from_slice(d.hops);
+    let last = d.hops.len() - 1;
+    hops[0].in_tags = in_tags.len() as u8;
+    hops[last].out_tags = out_tags.len() as u8;
+    if (0..last).any(|i| hops[i].out_tags != hops[i + 1].in_tags) {
+        return Err(NotCached::Rewrite);
+    }
     let mut key = FlowKey {
-        in_port: d.in_port,
+        in_port: hops[0].in_port,
         ntags: in_tags.len() as u8,
         ethertype_be: proto.to_be(),
         ..FlowKey::default()
@@ -117,15 +124,12 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
     let mut action = FlowAction {
         generation: d.generation,
         out_ifindex: d.out_ifindex,
-        out_port: d.out_port,
-        dst_version: d.dst_version,
-        fid: d.fid,
-        bridge: d.bridge,
-        rx_pcp: d.rx_pcp,
-        vlan_slot: d.vlan_slot,
         min_len: d.min_len,
         max_len: d.max_len,
         push_n: out_tags.len() as u8,
+        n_hops: d.hops.len() as u8,
+        flags: d.flags,
+        hops,
         ..FlowAction::default()
     };
     for (i, (tpid, tci)) in out_tags.iter().enumerate() {
@@ -150,19 +154,28 @@ mod tests {
         f
     }
 
+    const HOP: [Hop; 1] = [Hop {
+        in_port: 3,
+        out_port: 4,
+        dst_version: 9,
+        bridge: 0,
+        fid: 10,
+        vlan_slot: 10,
+        rx_pcp: 0,
+        flags: 0,
+        in_tags: 0,
+        out_tags: 0,
+        pad: 0,
+    }];
+
     fn decision<'a>(input: &'a [u8], output: &'a [u8]) -> Decision<'a> {
         Decision {
-            in_port: 3,
             in_extra_tpids: [0x9100, 0],
             input,
             output,
             out_ifindex: 42,
-            out_port: 4,
-            bridge: 0,
-            fid: 10,
-            dst_version: 9,
-            vlan_slot: 10,
-            rx_pcp: 0,
+            hops: &HOP,
+            flags: 0,
             generation: 5,
             min_len: 60,
             max_len: 1522,
@@ -183,18 +196,51 @@ mod tests {
         assert_eq!(
             (
                 a.out_ifindex,
-                a.out_port,
-                a.fid,
-                a.dst_version,
+                a.out_port(),
+                a.hops[0].fid,
+                a.hops[0].dst_version,
                 a.generation
             ),
             (42, 4, 10, 9, 5)
         );
+        assert_eq!((a.n_hops, a.hops[0].in_tags, a.hops[0].out_tags), (1, 0, 2));
         // The way back: two tags in, one out (a rewrite of VID and PCP).
         let (k, a) = compile(&decision(&output, &frame(&[(0x8100, 7)], 0x0800, &p))).unwrap();
         assert_eq!(k.ntags, 2);
         assert_eq!(k.tci_be.map(u16::from_be), [100, 0x200a]);
         assert_eq!((a.push_n, u16::from_be(a.push_tci_be[0])), (1, 7));
+    }
+
+    #[test]
+    fn hops_chain_by_their_tags() {
+        let p = [0x45u8; 50];
+        let input = frame(&[], 0x0800, &p);
+        let output = frame(&[(0x88a8, 100), (0x8100, 10)], 0x0800, &p);
+        // Through a customer bridge (one tag out) and a provider bridge (two).
+        let mut hops = [HOP[0], HOP[0]];
+        hops[0].out_tags = 1;
+        hops[1].in_tags = 1;
+        hops[1].in_port = 7;
+        let mut d = decision(&input, &output);
+        d.hops = &hops;
+        let (k, a) = compile(&d).unwrap();
+        assert_eq!((k.in_port, a.n_hops, a.hops().len()), (3, 2, 2));
+        assert_eq!(
+            a.hops()
+                .iter()
+                .map(|h| (h.in_tags, h.out_tags))
+                .collect::<Vec<_>>(),
+            [(0, 1), (1, 2)]
+        );
+        let mut broken = hops;
+        broken[1].in_tags = 2;
+        let d = Decision { hops: &broken, ..d };
+        assert_eq!(compile(&d), Err(NotCached::Rewrite));
+        let d = Decision { hops: &[], ..d };
+        assert_eq!(compile(&d), Err(NotCached::Rewrite));
+        let five = [HOP[0]; MAX_HOPS + 1];
+        let d = Decision { hops: &five, ..d };
+        assert_eq!(compile(&d), Err(NotCached::Rewrite));
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
-    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Miss, Port, PortStats, VlanStats, HIT_INDEX,
-    MAX_BRIDGES, MAX_PORTS, PORT_ENABLED, PORT_ID_MASK, PORT_LEARNING,
+    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Port, PortStats, VlanStats, ACT_PEER,
+    HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_HOPS, MAX_PORTS, PORT_ENABLED, PORT_ID_MASK,
 };
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};

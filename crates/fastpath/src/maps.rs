@@ -72,8 +72,6 @@ pub const HIT_INDEX: u32 = Miss::ALL.len() as u32;
 
 /// `QB_PORT_ENABLED`.
 pub const PORT_ENABLED: u32 = 1;
-/// `QB_PORT_LEARNING`: a hit needs the source learned on the port.
-pub const PORT_LEARNING: u32 = 2;
 
 /// `struct qb_port`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,26 +102,73 @@ pub struct FlowKey {
     pub pad2: u16,
 }
 
+/// `QB_MAX_HOPS`: most bridges one flow crosses (its ingress port's and those behind patch
+/// links).
+pub const MAX_HOPS: usize = 4;
+
+/// `QB_HOP_LEARNING`: the hop's ingress port learns; a hit needs the source learned on it.
+pub const HOP_LEARNING: u8 = 1;
+
+/// `struct qb_hop`: one bridge a flow crosses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Hop {
+    /// The ports' indexes (counters: the low 12 bits; the FDB map's port).
+    pub in_port: u32,
+    pub out_port: u32,
+    /// The destination's FDB entry version when made.
+    pub dst_version: u32,
+    /// The bridge's index (the FDB map's key).
+    pub bridge: u16,
+    /// The FDB id the frame was classified into.
+    pub fid: u16,
+    /// Per-VLAN counters' index.
+    pub vlan_slot: u16,
+    /// The priority the pipeline counted the frame under in the ingress port's `rx_pcp`
+    /// (8: none, a bridge that does not filter VLANs).
+    pub rx_pcp: u8,
+    /// [`HOP_LEARNING`].
+    pub flags: u8,
+    /// Tags the frame has entering the bridge and leaving it (its lengths there).
+    pub in_tags: u8,
+    pub out_tags: u8,
+    pub pad: u16,
+}
+
+/// `QB_ACT_PEER`: redirect to the egress interface's peer (`bpf_redirect_peer`).
+pub const ACT_PEER: u8 = 1;
+
 /// `struct qb_flow_action`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowAction {
     pub generation: u32,
     pub out_ifindex: u32,
-    pub out_port: u32,
-    pub dst_version: u32,
-    pub fid: u16,
-    pub vlan_slot: u16,
+    /// Shortest frame (as received) the pipeline forwards alike.
     pub min_len: u16,
+    /// Longest frame (no FCS, as sent) every port on the way takes.
     pub max_len: u16,
     pub push_n: u8,
-    /// The priority the pipeline counted the frame under in the ingress port's `rx_pcp`
-    /// (8: none, a bridge that does not filter VLANs).
-    pub rx_pcp: u8,
-    /// The bridge's index (the FDB map's key).
-    pub bridge: u16,
+    /// Hops used, 1 ..= [`MAX_HOPS`].
+    pub n_hops: u8,
+    /// [`ACT_PEER`].
+    pub flags: u8,
+    pub pad: u8,
     pub push_tpid_be: [u16; MAX_TAGS],
     pub push_tci_be: [u16; MAX_TAGS],
+    pub hops: [Hop; MAX_HOPS],
+}
+
+impl FlowAction {
+    /// The hops used.
+    pub fn hops(&self) -> &[Hop] {
+        &self.hops[..(self.n_hops as usize).min(MAX_HOPS)]
+    }
+
+    /// The egress port's index (the last hop's).
+    pub fn out_port(&self) -> u32 {
+        self.hops().last().map_or(0, |h| h.out_port)
+    }
 }
 
 /// `struct qb_fdb_key`.
@@ -178,7 +223,8 @@ pub struct VlanStats {
 const _: () = {
     assert!(std::mem::size_of::<Port>() == 20);
     assert!(std::mem::size_of::<FlowKey>() == 24);
-    assert!(std::mem::size_of::<FlowAction>() == 36);
+    assert!(std::mem::size_of::<Hop>() == 24);
+    assert!(std::mem::size_of::<FlowAction>() == 24 + 24 * MAX_HOPS);
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<Config>() == 8);

@@ -85,18 +85,22 @@ fn compiled_flows_reproduce_the_pipelines_bytes() {
             |(tin, tout, payload)| {
                 let input = frame(&tin, &payload);
                 let output = frame(&tout, &payload);
-                let (key, action) = compile(&Decision {
+                let hop = Hop {
                     in_port: 1,
+                    out_port: 2,
+                    fid: 10,
+                    dst_version: 3,
+                    vlan_slot: 10,
+                    flags: HOP_LEARNING,
+                    ..Hop::default()
+                };
+                let (key, action) = compile(&Decision {
                     in_extra_tpids: [0, 0],
                     input: &input,
                     output: &output,
                     out_ifindex: xb,
-                    out_port: 2,
-                    bridge: 0,
-                    rx_pcp: 0,
-                    fid: 10,
-                    dst_version: 3,
-                    vlan_slot: 10,
+                    hops: &[hop],
+                    flags: 0,
                     generation: gen,
                     min_len: 14,
                     max_len: 1522,

@@ -88,9 +88,11 @@ fn switch(ns: &str, acc: &str, trunk: &str, local: [u8; 6], remote: [u8; 6]) -> 
     // Every frame of the stream qualifies (pure ACKs are 54-66 bytes on a veth, unpadded);
     // the FDB entries below are version 1.
     let act = |gen, out, port, push: &[(u16, u16)]| {
-        let mut a = action(gen, out, port, 10, push);
+        // Access (port 1, untagged) to trunk (port 2, two tags) and back.
+        let in_tags = if push.is_empty() { 2 } else { 0 };
+        let mut a = action(gen, (3 - port, in_tags), out, port, 10, push);
         a.min_len = 14;
-        a.dst_version = 1;
+        a.hops[0].dst_version = 1;
         a
     };
     fp.insert_flow(key(1, remote, &[]), act(gen, it, 2, &q))

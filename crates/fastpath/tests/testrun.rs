@@ -120,7 +120,7 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
         fa,
         Port {
             index: 1,
-            flags: PORT_ENABLED | PORT_LEARNING,
+            flags: PORT_ENABLED,
             extra_tpid_be: [0x9100u16.to_be(), 0],
             mac: [0x02, 0, 0, 0, 0xaa, 0x01],
             pad: 0,
@@ -144,7 +144,14 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     // Access port 1 (untagged, VLAN 10) to trunk port 2 (C-tag 10 in S-tag 100).
     fp.insert_flow(
         key(1, B, &[]),
-        action(gen, fc, 2, 10, &[(0x88a8, 100), (0x8100, 0x2000 | 10)]),
+        action(
+            gen,
+            (1, 0),
+            fc,
+            2,
+            10,
+            &[(0x88a8, 100), (0x8100, 0x2000 | 10)],
+        ),
     )
     .unwrap();
     assert_eq!(
@@ -188,11 +195,11 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     // The way back: two tags in, none out.
     fp.insert_flow(
         key(2, A, &[(0x88a8, 100), (0x8100, 10)]),
-        action(gen, fa, 1, 10, &[]),
+        action(gen, (2, 2), fa, 1, 10, &[]),
     )
     .unwrap();
-    let mut back = action(gen, fa, 1, 10, &[]);
-    back.dst_version = 1;
+    let mut back = action(gen, (2, 2), fa, 1, 10, &[]);
+    back.hops[0].dst_version = 1;
     fp.insert_flow(key(2, A, &[(0x88a8, 100), (0x8100, 10)]), back)
         .unwrap();
     let r = run(
@@ -203,8 +210,8 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
     assert_eq!(r.frame, frame(A, B, &[], 60));
     // One tag rewritten (VLAN translation): 20 in, 30 out.
-    let mut xlate = action(gen, fa, 1, 10, &[(0x8100, 30)]);
-    xlate.dst_version = 1;
+    let mut xlate = action(gen, (2, 1), fa, 1, 10, &[(0x8100, 30)]);
+    xlate.hops[0].dst_version = 1;
     fp.insert_flow(key(2, A, &[(0x8100, 20)]), xlate).unwrap();
     let r = run(&mut fp, &frame(A, B, &[(0x8100, 20)], 60), fc);
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
@@ -289,8 +296,11 @@ fn super_frames_are_forwarded_when_their_segments_fit() {
     };
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
-    fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[(0x8100, 10)]))
-        .unwrap();
+    fp.insert_flow(
+        key(1, B, &[]),
+        action(gen, (1, 0), fc, 2, 10, &[(0x8100, 10)]),
+    )
+    .unwrap();
     learn(&mut fp, 10, A, 1, 1);
     learn(&mut fp, 10, B, 2, 7);
     // IPv4 (20) + TCP (32 with timestamps): 14 + 4 + 52 + 1448 = 1518 <= 1522.
@@ -354,8 +364,10 @@ fn invalid_sources_go_up_on_a_port_that_does_not_learn() {
     )
     .unwrap();
     let gen = fp.bump_generation().unwrap();
-    fp.insert_flow(key(1, B, &[]), action(gen, fc, 2, 10, &[]))
-        .unwrap();
+    // The pipeline learns nothing on port 1: the flow checks no source.
+    let mut a = action(gen, (1, 0), fc, 2, 10, &[]);
+    a.hops[0].flags = 0;
+    fp.insert_flow(key(1, B, &[]), a).unwrap();
     learn(&mut fp, 10, B, 2, 7);
     let run = |fp: &mut FastPath, src: [u8; 6]| fp.test_run(&frame(B, src, &[], 60), fa, None);
     assert_eq!(

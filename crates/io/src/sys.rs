@@ -265,8 +265,6 @@ fn lower_of(index: u32) -> Option<(String, u32)> {
 /// What limits the MTU of `ifname`: one `RTM_GETLINK` on a netlink socket, in the calling
 /// thread's namespace. For messages: the ioctl that refuses an MTU does not say why.
 pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
-    const HDR: usize = 16; // struct nlmsghdr
-    const IFI: usize = 16; // struct ifinfomsg
     const IFLA_LINK: u16 = 5;
     const IFLA_LINKINFO: u16 = 18;
     const IFLA_MAX_MTU: u16 = 51;
@@ -276,36 +274,9 @@ pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
     const IFLA_VXLAN_GROUP6: u16 = 16;
     const IFLA_VXLAN_LOCAL6: u16 = 17;
     let index = ifindex(ifname)?;
-    let err = |op: &'static str| sys_err(op, ifname, io::Error::last_os_error());
-    let fd = rtnl_socket(ifname)?;
-    let mut req = [0u8; HDR + IFI];
-    req[0..4].copy_from_slice(&((HDR + IFI) as u32).to_ne_bytes());
-    req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
-    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
-    req[HDR] = libc::AF_UNSPEC as u8;
-    req[HDR + 4..HDR + 8].copy_from_slice(&(index as i32).to_ne_bytes());
-    // SAFETY: `req` is a live buffer of the length given; the kernel only reads it.
-    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
-    if n < 0 {
-        return Err(err("send(RTM_GETLINK)"));
-    }
-    let mut buf = vec![0u8; 32 << 10];
-    // SAFETY: `buf` is a live, writable buffer of the length given.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(err("recv(RTM_GETLINK)"));
-    }
-    let msg = &buf[..n as usize];
-    let ty = msg.get(4..6).map(|x| u16::from_ne_bytes([x[0], x[1]]));
-    let len = msg.get(0..4).and_then(u32_of).unwrap_or(0) as usize;
-    if ty != Some(libc::RTM_NEWLINK) || len < HDR + IFI || len > msg.len() {
-        return Err(IoError::Invalid(format!(
-            "{ifname}: no RTM_NEWLINK answer from the kernel"
-        )));
-    }
+    let msg = rtnl_getlink(ifname, index, None)?;
     let mut l = MtuLimit::default();
-    for (ty, p) in rtattrs(&msg[HDR + IFI..len]) {
+    for (ty, p) in rtattrs(&msg) {
         match ty {
             IFLA_MAX_MTU => l.max_mtu = u32_of(p),
             IFLA_LINK => {
@@ -343,6 +314,77 @@ pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
         }
     }
     Ok(l)
+}
+
+/// The attributes of interface `index` (`RTM_GETLINK`; `what`: for errors): in the calling
+/// thread's namespace, or in the one of namespace id `nsid` there (`IFLA_TARGET_NETNSID`).
+fn rtnl_getlink(what: &str, index: u32, nsid: Option<i32>) -> Result<Vec<u8>, IoError> {
+    const HDR: usize = 16; // struct nlmsghdr
+    const IFI: usize = 16; // struct ifinfomsg
+    const IFLA_TARGET_NETNSID: u16 = 46;
+    let err = |op: &'static str| sys_err(op, what, io::Error::last_os_error());
+    let fd = rtnl_socket(what)?;
+    let mut req = vec![0u8; HDR + IFI];
+    req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    req[HDR] = libc::AF_UNSPEC as u8;
+    req[HDR + 4..HDR + 8].copy_from_slice(&(index as i32).to_ne_bytes());
+    if let Some(id) = nsid {
+        rtattr(&mut req, IFLA_TARGET_NETNSID, &id.to_ne_bytes());
+    }
+    let total = req.len() as u32;
+    req[0..4].copy_from_slice(&total.to_ne_bytes());
+    // SAFETY: `req` is a live buffer of the length given; the kernel only reads it.
+    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if n < 0 {
+        return Err(err("send(RTM_GETLINK)"));
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    // SAFETY: `buf` is a live, writable buffer of the length given.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(err("recv(RTM_GETLINK)"));
+    }
+    let msg = &buf[..n as usize];
+    let ty = msg.get(4..6).map(|x| u16::from_ne_bytes([x[0], x[1]]));
+    let len = msg.get(0..4).and_then(u32_of).unwrap_or(0) as usize;
+    if ty != Some(libc::RTM_NEWLINK) || len < HDR + IFI || len > msg.len() {
+        return Err(IoError::Invalid(format!(
+            "{what}: no RTM_NEWLINK answer from the kernel"
+        )));
+    }
+    Ok(msg[HDR + IFI..len].to_vec())
+}
+
+/// When `ifname` is a veth whose other end is in another namespace: that end's address
+/// (`None`: another kind of device, or both ends here).
+pub fn veth_peer_mac(ifname: &str) -> Result<Option<[u8; 6]>, IoError> {
+    const IFLA_ADDRESS: u16 = 1;
+    const IFLA_LINK: u16 = 5;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_INFO_KIND: u16 = 1;
+    const IFLA_LINK_NETNSID: u16 = 37;
+    let index = ifindex(ifname)?;
+    let (mut veth, mut peer, mut nsid) = (false, None, None);
+    for (ty, p) in rtattrs(&rtnl_getlink(ifname, index, None)?) {
+        match ty {
+            IFLA_LINK => peer = u32_of(p).filter(|&i| i != 0),
+            IFLA_LINK_NETNSID => nsid = u32_of(p).map(|v| v as i32).filter(|&v| v >= 0),
+            IFLA_LINKINFO => {
+                veth |= rtattrs(p).any(|(t, k)| t == IFLA_INFO_KIND && k.starts_with(b"veth\0"));
+            }
+            _ => {}
+        }
+    }
+    let (true, Some(peer), Some(nsid)) = (veth, peer, nsid) else {
+        return Ok(None);
+    };
+    let attrs = rtnl_getlink(ifname, peer, Some(nsid))?;
+    let mac = rtattrs(&attrs)
+        .find(|(t, _)| *t == IFLA_ADDRESS)
+        .and_then(|(_, a)| <[u8; 6]>::try_from(a).ok());
+    Ok(mac)
 }
 
 /// Raises the device MTU of `ifname` to at least `mtu`; never lowers it. Returns the MTU now

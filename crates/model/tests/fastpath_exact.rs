@@ -40,8 +40,10 @@ use qbridge_bridge::{
     BridgeSettings, FastChange, FdbKind, Forwarder, Outputs, PcpMode, Plan, PortId, PortSettings,
     VlanProtocol,
 };
-use qbridge_datapath::fastpath::{fdb_key, flow_for, port_index, Forwarded, Refusal, PREFIX};
-use qbridge_fastpath::{FastPath, FdbEntry, Miss, Port, Verdict, PORT_ENABLED, PORT_LEARNING};
+use qbridge_datapath::fastpath::{
+    fdb_key, flow_for, port_index, Crossing, Forwarded, Refusal, PREFIX,
+};
+use qbridge_fastpath::{FastPath, FdbEntry, Miss, Port, Verdict, PORT_ENABLED};
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
 use qbridge_wire::virtio::F_NEEDS_CSUM;
 use qbridge_wire::{MacAddr, Tpid};
@@ -818,7 +820,6 @@ impl Rig {
                 continue;
             }
             let id = PortId(i as u16);
-            let learning = plan.fast_port(id).is_none_or(|p| p.learning);
             let tpid = plan.port_tpid(id).0;
             let extra = if tpid == 0x8100 || tpid == 0x88a8 {
                 0
@@ -830,7 +831,7 @@ impl Rig {
                     ifindex,
                     Port {
                         index: u32::from(index(i)),
-                        flags: PORT_ENABLED | if learning { PORT_LEARNING } else { 0 },
+                        flags: PORT_ENABLED,
                         extra_tpid_be: [extra, 0],
                         ..Port::default()
                     },
@@ -1005,17 +1006,21 @@ impl Rig {
         let mut installed = false;
         if copies == 0 && sent.len() == 1 && sent[0].0 < np {
             let (j, output) = &sent[0];
-            let fw = Forwarded {
-                plan,
+            let hop = [Crossing {
                 in_id: f.port as u16,
                 in_index: index(f.port),
-                input: &bytes[..bytes.len().min(PREFIX)],
                 in_len: bytes.len(),
                 class,
                 out_id: *j as u16,
                 out_index: index(*j),
+                out_len: output.len(),
+            }];
+            let fw = Forwarded {
+                plan,
+                hops: &hop,
+                frames: &[&bytes[..bytes.len().min(PREFIX)], output],
                 out_ifindex: self.ifindex[*j],
-                output,
+                out_peer_mac: None,
                 generation: self.generation,
             };
             match flow_for(&fw) {

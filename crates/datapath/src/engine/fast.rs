@@ -6,10 +6,11 @@
 
 use super::Engine;
 use crate::fastpath::{fdb_key, mono_now, port_index, FastPathMode, FastShared, Refusal};
+use crate::shared::{encode_peer_mac, NO_PATCH_PEER};
 use crate::worker::ToWorker;
 use qbridge_bridge::{Plan, PortId};
 use qbridge_control::{FastPathStatus, PortSpec};
-use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_ENABLED, PORT_LEARNING};
+use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_ENABLED};
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxMode};
 use qbridge_io::sys;
 use std::collections::HashMap;
@@ -23,6 +24,8 @@ struct Attached {
     dev: String,
     ifindex: u32,
     port: Port,
+    /// The address of the veth's other end when that is in another namespace.
+    peer_mac: Option<[u8; 6]>,
 }
 
 /// The fast path while it runs.
@@ -167,6 +170,15 @@ impl FastRt {
     }
 }
 
+/// The address of `dev`'s other end when `dev` is a veth whose other end is in another
+/// namespace.
+fn peer_mac(dev: &str) -> Option<[u8; 6]> {
+    sys::veth_peer_mac(dev).unwrap_or_else(|e| {
+        tracing::debug!("fast path: {dev}: {e}");
+        None
+    })
+}
+
 impl Engine {
     /// The receive mode of an AF_PACKET port opened now: transmit only when the fast path
     /// receives for it (in the daemon's namespace, a port id the program's 12 bits hold, a
@@ -240,7 +252,6 @@ impl Engine {
                 continue;
             };
             let id = i as u16;
-            let learning = plan.fast_port(PortId(id)).is_none_or(|p| p.learning);
             let tpid = plan.port_tpid(PortId(id)).0;
             let extra = if tpid == 0x8100 || tpid == 0x88a8 {
                 0
@@ -253,7 +264,7 @@ impl Engine {
                     dev.clone(),
                     Port {
                         index: u32::from(port_index(s.token)),
-                        flags: PORT_ENABLED | if learning { PORT_LEARNING } else { 0 },
+                        flags: PORT_ENABLED,
                         extra_tpid_be: [extra, 0],
                         // Frames to the interface's own address reach the host too.
                         mac: sys::get_mac(dev).unwrap_or([0; 6]),
@@ -272,6 +283,7 @@ impl Engine {
             rt.detach(id);
             if let Some(Some(s)) = self.slots.get(id as usize) {
                 s.shared.fast_ifindex.store(0, Ordering::Relaxed);
+                s.shared.fast_peer_mac.store(0, Ordering::Relaxed);
             }
         }
         for (id, (dev, port)) in want {
@@ -292,16 +304,72 @@ impl Engine {
             if let Err(e) = rt.fp.set_port(ifindex, port) {
                 tracing::warn!("fast path: port on {dev}: {e}");
             }
+            let peer_mac = peer_mac(&dev);
             if let Some(Some(s)) = self.slots.get(id as usize) {
                 s.shared.fast_ifindex.store(ifindex, Ordering::Relaxed);
+                s.shared
+                    .fast_peer_mac
+                    .store(encode_peer_mac(peer_mac), Ordering::Relaxed);
             }
-            rt.attached.insert(id, Attached { dev, ifindex, port });
+            rt.attached.insert(
+                id,
+                Attached {
+                    dev,
+                    ifindex,
+                    port,
+                    peer_mac,
+                },
+            );
+        }
+        // Patch links: each end learns the other's port id (the workers fold links into
+        // flows through it).
+        let ends: HashMap<&str, u16> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref()?;
+                (s.open && matches!(s.spec, PortSpec::Patch { .. }))
+                    .then_some((s.name.as_str(), i as u16))
+            })
+            .collect();
+        for s in self.slots.iter().flatten() {
+            let peer = match &s.spec {
+                PortSpec::Patch { peer } if s.open => ends.get(peer.as_str()).copied(),
+                _ => None,
+            };
+            s.shared
+                .patch_peer
+                .store(peer.map_or(NO_PATCH_PEER, u32::from), Ordering::Relaxed);
         }
         if changed || rt.dirty {
             rt.bump();
             self.fast_follow();
         }
         self.fast.as_ref().map_or(0, FastRt::generation)
+    }
+
+    /// Once a second: the addresses of the ports' veth peers read again; a change makes every
+    /// flow stale (a flow redirects to a peer only frames to its address, which the peer's
+    /// stack takes as its own).
+    pub(super) fn fast_peers(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        for (id, a) in rt.attached.iter_mut() {
+            let now = peer_mac(&a.dev);
+            if now == a.peer_mac {
+                continue;
+            }
+            tracing::debug!("fast path: {}: peer address now {now:?}", a.dev);
+            a.peer_mac = now;
+            if let Some(Some(s)) = self.slots.get(*id as usize) {
+                s.shared
+                    .fast_peer_mac
+                    .store(encode_peer_mac(now), Ordering::Relaxed);
+            }
+            rt.dirty = true;
+        }
     }
 
     /// FDB ageing with the fast path's last-seen times: an entry about to age is kept when
@@ -379,7 +447,10 @@ impl Engine {
         };
         let plan = self.session.switch_mut().plan();
         let ctl = usize::MAX;
-        let ids: Vec<u16> = rt.attached.keys().copied().collect();
+        let mut ids: std::collections::BTreeSet<u16> = rt.attached.keys().copied().collect();
+        if let Ok(counted) = rt.shared.counted_ports.lock() {
+            ids.extend(counted.iter().copied());
+        }
         for id in ids {
             let Ok(now) = rt.fp.port_stats(u32::from(id)) else {
                 continue;

@@ -2,7 +2,7 @@
 //! them, and the skip rule.
 #![allow(dead_code)]
 
-use qbridge_fastpath::{FlowAction, FlowKey, Port, PORT_ENABLED, PORT_LEARNING};
+use qbridge_fastpath::{FlowAction, FlowKey, Hop, Port, HOP_LEARNING, PORT_ENABLED};
 
 /// The key of an IPv4 frame to `dst` arriving on port `port` with `tags` (TPID, TCI), outer
 /// first.
@@ -21,10 +21,13 @@ pub fn key(port: u32, dst: [u8; 6], tags: &[(u16, u16)]) -> FlowKey {
     k
 }
 
-/// An action of generation `gen`: to `out_ifindex` (port `out_port`) in FID `fid`, leaving
-/// with `push` (outer first); the destination's FDB version 7, frames of 60 to 1522 bytes.
+/// An action of generation `gen` for frames of port `in_port` with `in_tags` tags: to
+/// `out_ifindex` (port `out_port`) in FID `fid` of bridge 0, leaving with `push` (outer
+/// first); one hop, whose ingress port learns; the destination's FDB version 7, frames of 60
+/// to 1522 bytes.
 pub fn action(
     gen: u32,
+    (in_port, in_tags): (u32, usize),
     out_ifindex: u32,
     out_port: u32,
     fid: u16,
@@ -33,14 +36,22 @@ pub fn action(
     let mut a = FlowAction {
         generation: gen,
         out_ifindex,
+        min_len: 60,
+        max_len: 1522,
+        push_n: push.len() as u8,
+        n_hops: 1,
+        ..FlowAction::default()
+    };
+    a.hops[0] = Hop {
+        in_port,
         out_port,
         dst_version: 7,
         fid,
         vlan_slot: fid,
-        min_len: 60,
-        max_len: 1522,
-        push_n: push.len() as u8,
-        ..FlowAction::default()
+        flags: HOP_LEARNING,
+        in_tags: in_tags as u8,
+        out_tags: push.len() as u8,
+        ..Hop::default()
     };
     for (i, (tpid, tci)) in push.iter().enumerate() {
         a.push_tpid_be[i] = tpid.to_be();
@@ -58,11 +69,11 @@ pub fn skip(why: &str) {
     eprintln!("skipped: {why}");
 }
 
-/// A learning fast-path port of index `index` that also takes `extra_tpid` as a tag (0: none).
+/// A fast-path port of index `index` that also takes `extra_tpid` as a tag (0: none).
 pub fn port(index: u32, extra_tpid: u16) -> Port {
     Port {
         index,
-        flags: PORT_ENABLED | PORT_LEARNING,
+        flags: PORT_ENABLED,
         extra_tpid_be: [extra_tpid.to_be(), 0],
         ..Port::default()
     }
