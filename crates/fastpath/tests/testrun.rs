@@ -384,3 +384,95 @@ fn invalid_sources_go_up_on_a_port_that_does_not_learn() {
         Verdict::Miss(Miss::Src)
     );
 }
+
+/// A flow through a patch link (a customer bridge, then a provider bridge): the source and
+/// destination are checked in both bridges, and every port and VLAN on the way counts the
+/// frame with its tags there.
+#[test]
+fn a_flow_through_a_patch_link_checks_and_counts_every_bridge() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let input = frame(B, A, &[], 60);
+    let output = frame(B, A, &[(0x88a8, 100), (0x8100, 10)], 60);
+    // Bridge 0: port 1 (access VLAN 10) to patch end 5 (C-tag 10); bridge 1: the other end,
+    // 6 (S-VLAN 100 untagged), to trunk port 2 (both tags).
+    let hops = [
+        Hop {
+            in_port: 1,
+            out_port: 5,
+            bridge: 0,
+            fid: 10,
+            vlan_slot: 10,
+            flags: HOP_LEARNING,
+            out_tags: 1,
+            ..Hop::default()
+        },
+        Hop {
+            in_port: 6,
+            out_port: 2,
+            bridge: 1,
+            fid: 100,
+            vlan_slot: 1 << 12 | 100,
+            flags: HOP_LEARNING,
+            in_tags: 1,
+            ..Hop::default()
+        },
+    ];
+    let (k, a) = compile(&Decision {
+        in_extra_tpids: [0, 0],
+        input: &input,
+        output: &output,
+        out_ifindex: fc,
+        hops: &hops,
+        flags: 0,
+        generation: gen,
+        min_len: 14,
+        max_len: 1522,
+    })
+    .unwrap();
+    fp.insert_flow(k, a).unwrap();
+    let at = |fp: &mut FastPath, bridge: u16, fid: u16, mac: [u8; 6], port: u32| {
+        fp.set_fdb(
+            FdbKey {
+                bridge,
+                fid,
+                mac,
+                ..FdbKey::default()
+            },
+            FdbEntry {
+                port,
+                version: 0,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    };
+    at(&mut fp, 0, 10, B, 5);
+    at(&mut fp, 0, 10, A, 1);
+    at(&mut fp, 1, 100, B, 2);
+    // The source is not learned in the provider bridge yet: up (the pipeline learns it).
+    let r = fp.test_run(&input, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Src));
+    at(&mut fp, 1, 100, A, 6);
+    let r = fp.test_run(&input, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    assert_eq!(r.frame, output);
+    // Every port and VLAN of the way, with the frame's length there: 60, 64, 68.
+    let mut p = |i| fp.port_stats(i).unwrap();
+    let (p1, p5, p6, p2) = (p(1), p(5), p(6), p(2));
+    assert_eq!((p1.rx_frames, p1.rx_bytes, p1.tx_frames), (1, 60, 0));
+    assert_eq!((p5.tx_frames, p5.tx_bytes, p5.rx_frames), (1, 64, 0));
+    assert_eq!((p6.rx_frames, p6.rx_bytes, p6.tx_frames), (1, 64, 0));
+    assert_eq!((p2.tx_frames, p2.tx_bytes, p2.rx_frames), (1, 68, 0));
+    let c = fp.vlan_stats(10).unwrap();
+    assert_eq!((c.rx_bytes, c.tx_bytes), (60, 64));
+    let s = fp.vlan_stats(1 << 12 | 100).unwrap();
+    assert_eq!((s.rx_bytes, s.tx_bytes), (64, 68));
+    // The destination moved in the provider bridge: up.
+    at(&mut fp, 1, 100, B, 6);
+    let r = fp.test_run(&input, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Dst));
+}

@@ -26,6 +26,12 @@
 //! - [`sources_the_program_forwards_do_not_age_and_silent_ones_do`]: with `ageing_time 2`,
 //!   hosts whose frames only the program forwards stay in the FDB (`monitor fdb` shows no
 //!   deletion) for 4 ageing times; silent, they age out.
+//! - [`patch_links_fold_into_the_flows`]: the provider network with patch links between the
+//!   CE and PE bridges of one daemon: TCP both ways, both tags on the trunk, every frame
+//!   counted once on every port of its way, no flow refused for a patch link.
+//! - [`frames_to_another_address_stay_out_of_the_hosts_stack`]: frames to an address a static
+//!   FDB entry puts behind a host's port reach its interface and not its stack, also when
+//!   the program forwards them (only frames to a veth peer's own address go straight to it).
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -1222,4 +1228,209 @@ fn sources_the_program_forwards_do_not_age_and_silent_ones_do() {
         events.lock().unwrap(),
         ctl.fdb()
     );
+}
+
+// ----- patch links folded into flows -----
+
+/// Host 1 — CE1 (access C-VLAN 10) ═patch═ PE1 (802.1ad, S-VLAN 100) — t1 ═veth═ t2 — PE2
+/// ═patch═ CE2 — host 2, in one daemon: the provider network of
+/// `scripts/provider-network.batch`, one customer.
+const PATCHED: &str = "\
+link add ce1 type bridge vlan_filtering 1 vlan_default_pvid 0
+link add ce2 type bridge vlan_filtering 1 vlan_default_pvid 0
+link add pe1 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
+link add pe2 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0
+link add ce1-host type afpacket dev s1
+link add ce2-host type afpacket dev s2
+link add pe1-trunk type afpacket dev t1
+link add pe2-trunk type afpacket dev t2
+link add ce1-up type patch peer pe1-cust
+link add ce2-up type patch peer pe2-cust
+link set dev ce1-host master ce1
+link set dev ce1-up master ce1
+link set dev ce2-host master ce2
+link set dev ce2-up master ce2
+link set dev pe1-cust master pe1
+link set dev pe1-trunk master pe1
+link set dev pe2-cust master pe2
+link set dev pe2-trunk master pe2
+vlan add vid 10 dev ce1-host pvid untagged
+vlan add vid 10 dev ce1-up
+vlan add vid 10 dev ce2-host pvid untagged
+vlan add vid 10 dev ce2-up
+vlan add vid 100 dev pe1-cust pvid untagged
+vlan add vid 100 dev pe1-trunk
+vlan add vid 100 dev pe2-cust pvid untagged
+vlan add vid 100 dev pe2-trunk
+";
+
+/// The provider network with patch links between CE and PE bridges: 32 MiB of verified TCP
+/// each way; both tags on the trunk; every frame a host sent counted once on every port of
+/// its way (host ports equal the hosts' veths; each patch link end's tx equals the other
+/// end's rx; the host port's rx equals its patch end's tx: static neighbours and IPv6 off
+/// leave nothing but the TCP on the wire), on both paths alike. With the fast path: hits,
+/// and no frame refused a flow for its ports (a patch link is folded into the flow of the
+/// port before it, not a port the fast path cannot serve).
+#[test]
+fn patch_links_fold_into_the_flows() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    let mut star = support::Star::new("fp-patch", &["10.21.30.1", "10.21.30.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    static_neighbours(&h1, &h2);
+    let sw = star.sw.clone();
+    star.lab.veth(&sw, "t1", &sw, "t2").unwrap();
+    let ctl = start(
+        &mut star.lab,
+        &sw,
+        PATCHED,
+        &["ce1-host", "ce2-host", "pe1-trunk", "pe2-trunk"],
+    );
+    let pairs = [
+        Pair::new("ce1-host", &h1, &sw, "s1"),
+        Pair::new("ce2-host", &h2, &sw, "s2"),
+    ];
+    let cap = Capture::start(&sw, "t2", 0).unwrap();
+    for (from, to) in [(&h1, &h2), (&h2, &h1)] {
+        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
+            panic!(
+                "TCP {} -> {}: {e}\n{}",
+                from.name,
+                to.name,
+                ctl.stats_text()
+            )
+        });
+        eprintln!(
+            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
+            from.name,
+            to.name,
+            r.bytes,
+            r.secs,
+            r.gbit_per_s()
+        );
+    }
+    let right_after = fast_path_on().then(|| show_fast_path(&ctl));
+    let at_t2 = cap.finish().unwrap();
+    assert_eq!(
+        at_t2.stacks_from(&h1.mac),
+        vec![S100_C10.to_vec()],
+        "host 1's frames on the trunk: {}",
+        at_t2.summary()
+    );
+    assert!(
+        at_t2.tcp_frames > 0,
+        "no TCP on the trunk: {}",
+        at_t2.summary()
+    );
+    assert_counts_agree(&ctl, &pairs);
+    let chain = || {
+        let c = |p: &str| port_counts(&ctl, p);
+        let mut m = String::new();
+        for (host, up, cust) in [
+            ("ce1-host", "ce1-up", "pe1-cust"),
+            ("ce2-host", "ce2-up", "pe2-cust"),
+        ] {
+            let (h, u, p) = (c(host), c(up), c(cust));
+            if u.tx != p.rx || p.tx != u.rx {
+                m += &format!(
+                    "{up} tx {} rx {}, {cust} rx {} tx {}; ",
+                    u.tx, u.rx, p.rx, p.tx
+                );
+            }
+            if h.rx != u.tx {
+                m += &format!("{host} rx {} but {up} tx {}; ", h.rx, u.tx);
+            }
+        }
+        m
+    };
+    support::wait_until(Duration::from_secs(10), || chain().is_empty());
+    let m = chain();
+    assert!(
+        m.is_empty(),
+        "frames counted differently along the patch links: {m}\n{}",
+        ctl.stats_text()
+    );
+    if let Some(v) = right_after {
+        eprintln!("show fast-path: {v}");
+        assert!(num(&v, "hits") > 0, "no hits: {v}");
+        assert!(num(&v, "flows") >= 4, "fewer than 4 flows: {v}");
+        assert_eq!(
+            v["not_cached"]["port"].as_u64(),
+            Some(0),
+            "flows refused for their ports: {v}"
+        );
+    }
+}
+
+// ----- a frame to another address than the host's -----
+
+/// Host 2's port has a static FDB entry for an address that is not host 2's, and host 1
+/// sends its pings to that address: the bridge delivers them to host 2's interface, whose
+/// stack drops them (not its address: PACKET_OTHERHOST), as with the kernel bridge — also
+/// after the fast path cached the flow (it redirects straight to a veth's peer only frames
+/// to the peer's own address, which that stack takes as its own). Pings to host 2's own
+/// address are answered, through the fast path.
+#[test]
+fn frames_to_another_address_stay_out_of_the_hosts_stack() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    let mut star = support::Star::new("fp-other", &["10.21.40.1", "10.21.40.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    static_neighbours(&h1, &h2);
+    let sw = star.sw.clone();
+    let ctl = start(
+        &mut star.lab,
+        &sw,
+        "link add br0 type bridge\n\
+         link add left type afpacket dev s1\n\
+         link add right type afpacket dev s2\n\
+         link set dev left master br0\n\
+         link set dev right master br0\n\
+         fdb add 02:99:00:00:00:99 dev right master static\n",
+        &["left", "right"],
+    );
+    let r = support::ping(&h1, &h2.ip, 10);
+    assert_eq!(
+        r.received, 10,
+        "pings to host 2's own address: {}",
+        r.output
+    );
+    let hits_before = fast_path_on().then(|| num(&show_fast_path(&ctl), "hits"));
+    ip_in(
+        &h1.ns,
+        &[
+            "neigh",
+            "replace",
+            &h2.ip,
+            "lladdr",
+            "02:99:00:00:00:99",
+            "dev",
+            &h1.ifname,
+            "nud",
+            "permanent",
+        ],
+    )
+    .unwrap();
+    let before = port_counts(&ctl, "right").tx;
+    let r = support::ping(&h1, &h2.ip, 10);
+    assert_eq!(
+        r.received, 0,
+        "host 2 answered pings to an address not its own: {}",
+        r.output
+    );
+    // Unanswered, ping sends until its deadline.
+    let sent = port_counts(&ctl, "right").tx - before;
+    assert_eq!(
+        sent,
+        u64::from(r.transmitted),
+        "frames to 02:99:00:00:00:99 sent on right: {}",
+        r.output
+    );
+    if let Some(b) = hits_before {
+        let v = show_fast_path(&ctl);
+        assert!(
+            num(&v, "hits") >= b + u64::from(r.transmitted) - 2,
+            "the pings to the static address were not forwarded by the program: {v}"
+        );
+    }
 }
