@@ -234,6 +234,9 @@ pub struct Forwarded<'a> {
     /// The egress interface is a veth whose peer, in another namespace, has this address: a
     /// frame to it is redirected to the peer directly ([`qbridge_fastpath::ACT_PEER`]).
     pub out_peer_mac: Option<[u8; 6]>,
+    /// The egress port is a TAP: the frame is delivered into its receive
+    /// ([`qbridge_fastpath::ACT_INGRESS`]).
+    pub out_into_host: bool,
     pub generation: u32,
 }
 
@@ -375,6 +378,7 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     let out_tags = hops.last().map_or(0, |h| h.out_tags);
     let max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
     let flags = match f.out_peer_mac {
+        _ if f.out_into_host => qbridge_fastpath::ACT_INGRESS,
         Some(m) if m == dst => qbridge_fastpath::ACT_PEER,
         _ => 0,
     };

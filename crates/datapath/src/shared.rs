@@ -154,6 +154,9 @@ pub struct PortShared {
     /// the address as a big-endian 48-bit number (0: none, or unknown). Flows to it are
     /// redirected to the peer directly (`crate::fastpath`).
     pub fast_peer_mac: AtomicU64,
+    /// A TAP port the fast path serves: frames to it are delivered into the TAP's own
+    /// receive (the host's stack), as writing them to the TAP does.
+    pub fast_into_host: std::sync::atomic::AtomicBool,
     /// A patch link end: the port id of the other end ([`NO_PATCH_PEER`]: none), for the
     /// workers to fold the link into flows.
     pub patch_peer: std::sync::atomic::AtomicU32,

@@ -40,7 +40,7 @@ use crate::shared::{Ctl, PortShared, PuntGate};
 use crate::transmit::{transmit, TransmitReport, TransmitScratch};
 use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
-use qbridge_packet::Batch;
+use qbridge_packet::{Batch, PacketBuf};
 use qbridge_wire::Tpid;
 use rustix::event::{epoll, Timespec};
 use std::os::fd::OwnedFd;
@@ -464,12 +464,32 @@ impl Worker {
                 return;
             }
         }
-        for p in self.rx.pkts.iter_mut() {
-            p.port = id;
+        let fast_tap = e.shared.fast_into_host.load(Ordering::Relaxed)
+            && e.shared.fast_ifindex.load(Ordering::Relaxed) != 0;
+        let token = e.token;
+        match self.fast.take() {
+            // A TAP port the fast path serves: what it reads are the program's misses.
+            Some(mut f) if fast_tap => {
+                let index = crate::fastpath::port_index(token);
+                std::mem::swap(&mut self.rx.pkts, &mut f.batch.pkts);
+                let mut pkts = std::mem::take(&mut f.batch.pkts);
+                for p in pkts.iter_mut() {
+                    p.port = index;
+                }
+                self.forward_misses(&mut f, &mut pkts, false);
+                f.batch.pkts = pkts;
+                self.fast = Some(f);
+            }
+            fast => {
+                self.fast = fast;
+                for p in self.rx.pkts.iter_mut() {
+                    p.port = id;
+                }
+                let now = self.now_ns();
+                self.core
+                    .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+            }
         }
-        let now = self.now_ns();
-        self.core
-            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
         let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
         *round_left -= used;
         if let Some(Some(e)) = self.queues.get_mut(id as usize) {
@@ -564,6 +584,21 @@ impl Worker {
             self.fast = Some(f);
             return;
         }
+        // The misses of every fast-path port share one queue: a round's flood work at most,
+        // as a queue alone in its round (the module documentation's flood fairness).
+        self.core.set_flood_credit(Some(ROUND_FLOOD_COPIES));
+        let mut pkts = std::mem::take(&mut f.batch.pkts);
+        self.forward_misses(&mut f, &mut pkts, true);
+        f.batch.pkts = pkts;
+        self.fast = Some(f);
+    }
+
+    /// Forwards the fast path's misses `pkts` (each with its ingress port's index in `port`),
+    /// in order; a unicast frame whose flow may be new is forwarded alone and its flow
+    /// installed when the pipeline's decision allows (`crate::fastpath::install`).
+    /// `count_rx`: count them in the ports' per-worker receive counts (the upcall's; a TAP
+    /// port's burst was counted as read).
+    fn forward_misses(&mut self, f: &mut WorkerFast, pkts: &mut Vec<PacketBuf>, count_rx: bool) {
         // Flows are made only under the generation of the plan in hand: a change published
         // but not yet taken makes them stale at once, so none is made.
         let install = f.shared.generation.load(Ordering::Acquire) == f.generation;
@@ -571,14 +606,10 @@ impl Worker {
             f.refused.clear();
         }
         f.installed.clear();
-        // The misses of every fast-path port share one queue: a round's flood work at most,
-        // as a queue alone in its round (the module documentation's flood fairness).
-        self.core.set_flood_credit(Some(ROUND_FLOOD_COPIES));
         let mut stale = 0u64;
         // Frames per ingress port for `rx_frames_by_worker`, counted per run of one port (one
         // atomic add per run, not per frame).
         let mut run: Option<(u16, u64)> = None;
-        let mut pkts = std::mem::take(&mut f.batch.pkts);
         for mut pkt in pkts.drain(..) {
             let tci = pkt.port;
             let id = tci & 0x0fff;
@@ -590,6 +621,7 @@ impl Worker {
             }
             pkt.port = id;
             match &mut run {
+                _ if !count_rx => {}
                 Some((p, n)) if *p == id => *n += 1,
                 _ => {
                     if let Some((p, n)) = run.replace((id, 1)) {
@@ -621,7 +653,7 @@ impl Worker {
             let now = self.now_ns();
             self.core
                 .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-            match self.install_from_outputs(&mut f, id, tci, in_len) {
+            match self.install_from_outputs(f, id, tci, in_len) {
                 Ok(()) => f.installed.push(pair),
                 Err(r) => {
                     f.shared.refuse(r);
@@ -635,7 +667,6 @@ impl Worker {
             }
             self.send_outputs();
         }
-        f.batch.pkts = pkts;
         if let Some((p, n)) = run {
             self.count_worker_rx(p, n);
         }
@@ -653,7 +684,6 @@ impl Worker {
         if !f.changes.is_empty() {
             crate::fastpath::follow_changes(&f.shared, &f.changes, |p| self.port_index(p));
         }
-        self.fast = Some(f);
     }
 
     /// Counts `n` frames this worker received for port `id` (`link show -s`'s per-worker
@@ -700,7 +730,7 @@ impl Worker {
         use crate::fastpath::{Crossing, Refusal};
         f.hops.clear();
         let (mut in_id, mut in_index, mut in_len) = (in_id, in_index, in_len);
-        let (out_ifindex, out_peer_mac) = loop {
+        let (out_ifindex, out_peer_mac, out_into_host) = loop {
             let out_id = self.one_output()?;
             let Some(Some(e)) = self.queues.get(out_id as usize) else {
                 return Err(Refusal::Port);
@@ -713,6 +743,7 @@ impl Worker {
             let ends = (
                 e.shared.fast_ifindex.load(Ordering::Relaxed),
                 crate::shared::decode_peer_mac(e.shared.fast_peer_mac.load(Ordering::Relaxed)),
+                e.shared.fast_into_host.load(Ordering::Relaxed),
             );
             let out = &self.outputs.ports[out_id as usize].pkts[0];
             let n = f.hops.len();
@@ -759,6 +790,7 @@ impl Worker {
                 frames: &frames,
                 out_ifindex,
                 out_peer_mac,
+                out_into_host,
                 generation: f.generation,
             },
         )

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
-/* qbridge's fast path: a TC program on the ingress of every fast-path port. It parses up to
+/* qbridge's fast path: a TC program on the ingress of every fast-path port (on the egress of
+ * a TAP port's interface, where what the host sends it leaves the kernel). It parses up to
  * two 802.1Q/802.1ad tags, looks the frame up in the flow table the userspace pipeline fills,
  * and either executes the pipeline's cached decision (pop the tags, push the egress tags,
  * redirect to the egress interface; super-frames stay whole) or sends the frame up (a miss):
@@ -96,8 +97,8 @@ static __always_inline int miss(struct __sk_buff *skb, __u32 reason, const struc
 	count(reason);
 	skb->cb[0] = 0;
 	skb->cb[1] = reason + 1;
-	if (!port)
-		return TC_ACT_OK;	/* not ours: the stack has it */
+	if (!port || (port->flags & QB_PORT_EGRESS))
+		return TC_ACT_OK;	/* not ours: the stack has it; a TAP's: to its reader */
 	cfg = bpf_map_lookup_elem(&qb_config, &zero);
 	if (!cfg || !cfg->upcall_ifindex)
 		return TC_ACT_OK;
@@ -121,6 +122,8 @@ static __always_inline int miss_and_pass(struct __sk_buff *skb, __u32 reason,
 	count(reason);
 	skb->cb[0] = 0;
 	skb->cb[1] = reason + 1;
+	if (port->flags & QB_PORT_EGRESS)
+		return TC_ACT_OK;	/* a TAP's: its reader is the pipeline */
 	cfg = bpf_map_lookup_elem(&qb_config, &zero);
 	if (!cfg || !cfg->upcall_ifindex)
 		return TC_ACT_OK;
@@ -386,7 +389,10 @@ int qb_ingress(struct __sk_buff *skb)
 	skb->cb[1] = 0;
 	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
 	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
-	if (act->flags & QB_ACT_PEER)
+	if (act->flags & QB_ACT_INGRESS)
+		return bpf_redirect(act->out_ifindex, BPF_F_INGRESS);
+	/* (The peer's way exists only from an ingress hook.) */
+	if ((act->flags & QB_ACT_PEER) && !(port->flags & QB_PORT_EGRESS))
 		return bpf_redirect_peer(act->out_ifindex, 0);
 	return bpf_redirect(act->out_ifindex, 0);
 }

@@ -43,6 +43,10 @@ struct qb_port {
 	__u16 pad;
 };
 #define QB_PORT_ENABLED 1
+/* The program runs on the interface's egress: a TAP port, whose frames from the host leave
+ * the kernel there for the daemon's file descriptor. A miss goes on to that descriptor (the
+ * pipeline reads it), with no copy and no upcall. */
+#define QB_PORT_EGRESS 2
 #define QB_PORT_ID_MASK 0xfff
 
 /* The flow key: what the pipeline's decision for a known-unicast frame depends on, besides
@@ -100,6 +104,9 @@ struct qb_flow_action {
 /* Redirect to the egress interface's peer (bpf_redirect_peer): a veth whose other end is in
  * another namespace, the frame addressed to that end (docs/fast-path-design.md). */
 #define QB_ACT_PEER 1
+/* Deliver into the egress interface's own receive (bpf_redirect BPF_F_INGRESS): a TAP port,
+ * where what the daemon writes to its descriptor is what the host's stack receives. */
+#define QB_ACT_INGRESS 2
 
 struct qb_fdb_key {
 	__u16 bridge;

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
-    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Port, PortStats, VlanStats, ACT_PEER,
-    HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_HOPS, MAX_PORTS, PORT_ENABLED, PORT_ID_MASK,
+    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Port, PortStats, VlanStats,
+    ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_HOPS, MAX_PORTS, PORT_EGRESS,
+    PORT_ENABLED, PORT_ID_MASK,
 };
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};
@@ -97,15 +98,27 @@ impl FastPath {
     /// unsaid) runs first, as it does before the kernel bridge. A filter of this program left
     /// by a daemon that died is removed first.
     pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
-        self.attach_program(ifname, PROGRAM)
+        self.attach_program(ifname, PROGRAM, TcAttachType::Ingress)
+    }
+
+    /// Attaches the program to `ifname`'s egress, as [`FastPath::attach`] does to an
+    /// ingress: a TAP port's interface, where what the host sends leaves the kernel (its port
+    /// entry has [`PORT_EGRESS`]).
+    pub fn attach_egress(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_program(ifname, PROGRAM, TcAttachType::Egress)
     }
 
     /// Attaches the sink (drop everything) to the upcall device `ifname`'s ingress.
     pub fn attach_sink(&mut self, ifname: &str) -> Result<(), Error> {
-        self.attach_program(ifname, SINK)
+        self.attach_program(ifname, SINK, TcAttachType::Ingress)
     }
 
-    fn attach_program(&mut self, ifname: &str, name: &'static str) -> Result<(), Error> {
+    fn attach_program(
+        &mut self,
+        ifname: &str,
+        name: &'static str,
+        way: TcAttachType,
+    ) -> Result<(), Error> {
         if self.links.contains_key(ifname) {
             return Ok(());
         }
@@ -115,11 +128,11 @@ impl FastPath {
             }
         }
         // A filter of ours an earlier daemon left (it died without detaching).
-        let _ = tc::qdisc_detach_program(ifname, TcAttachType::Ingress, name);
+        let _ = tc::qdisc_detach_program(ifname, way, name);
         let prog = program(&mut self.ebpf, name)?;
         let id = prog.attach_with_options(
             ifname,
-            TcAttachType::Ingress,
+            way,
             tc::TcAttachOptions::Netlink(tc::NlOptions {
                 priority: FILTER_PRIORITY,
                 handle: 0,

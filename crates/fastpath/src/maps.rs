@@ -72,6 +72,9 @@ pub const HIT_INDEX: u32 = Miss::ALL.len() as u32;
 
 /// `QB_PORT_ENABLED`.
 pub const PORT_ENABLED: u32 = 1;
+/// `QB_PORT_EGRESS`: the program runs on the interface's egress (a TAP port); a miss goes on
+/// to the TAP's reader.
+pub const PORT_EGRESS: u32 = 2;
 
 /// `struct qb_port`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,6 +140,8 @@ pub struct Hop {
 
 /// `QB_ACT_PEER`: redirect to the egress interface's peer (`bpf_redirect_peer`).
 pub const ACT_PEER: u8 = 1;
+/// `QB_ACT_INGRESS`: deliver into the egress interface's receive (a TAP port's host side).
+pub const ACT_INGRESS: u8 = 2;
 
 /// `struct qb_flow_action`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -151,7 +156,7 @@ pub struct FlowAction {
     pub push_n: u8,
     /// Hops used, 1 ..= [`MAX_HOPS`].
     pub n_hops: u8,
-    /// [`ACT_PEER`].
+    /// [`ACT_PEER`], [`ACT_INGRESS`].
     pub flags: u8,
     pub pad: u8,
     pub push_tpid_be: [u16; MAX_TAGS],

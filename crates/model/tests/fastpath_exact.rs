@@ -1021,6 +1021,7 @@ impl Rig {
                 frames: &[&bytes[..bytes.len().min(PREFIX)], output],
                 out_ifindex: self.ifindex[*j],
                 out_peer_mac: None,
+                out_into_host: false,
                 generation: self.generation,
             };
             match flow_for(&fw) {

@@ -1434,3 +1434,75 @@ fn frames_to_another_address_stay_out_of_the_hosts_stack() {
         );
     }
 }
+
+// ----- a TAP port -----
+
+/// A TAP port in the daemon's namespace, whose host is that namespace's own stack, and a
+/// host behind a veth: 32 MiB of verified TCP each way. With the fast path, the program on
+/// the TAP's egress forwards what the stack sends (hits, the TAP among the ports served) and
+/// its misses reach the pipeline through the TAP as before; the veth port's counters equal
+/// its host's.
+#[test]
+fn a_tap_ports_host_sends_through_the_fast_path() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    let mut star = support::Star::new("fp-tap", &["10.21.50.1"]).unwrap();
+    let h1 = star.h(1).clone();
+    let sw = star.sw.clone();
+    let ctl = start(
+        &mut star.lab,
+        &sw,
+        "link add br0 type bridge\n\
+         link add p1 type afpacket dev s1\n\
+         link add vm type tap ifname qbfptap\n\
+         link set dev p1 master br0\n\
+         link set dev vm master br0\n",
+        &["p1", "vm"],
+    );
+    exec_in(
+        &sw,
+        "sysctl",
+        &["-qw", "net.ipv6.conf.qbfptap.disable_ipv6=1"],
+    )
+    .unwrap();
+    ip_in(&sw, &["addr", "add", "10.21.50.9/24", "dev", "qbfptap"]).unwrap();
+    ip_in(&sw, &["link", "set", "qbfptap", "up"]).unwrap();
+    let mac = exec_in(&sw, "cat", &["/sys/class/net/qbfptap/address"])
+        .unwrap()
+        .trim()
+        .to_owned();
+    let tap = support::Host {
+        name: "the switch namespace's stack".into(),
+        ns: sw.clone(),
+        ifname: "qbfptap".into(),
+        ip: "10.21.50.9".into(),
+        mac,
+    };
+    static_neighbours(&h1, &tap);
+    let pairs = [Pair::new("p1", &h1, &sw, "s1")];
+    for (from, to) in [(&tap, &h1), (&h1, &tap)] {
+        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
+            panic!(
+                "TCP {} -> {}: {e}\n{}",
+                from.name,
+                to.name,
+                ctl.stats_text()
+            )
+        });
+        eprintln!(
+            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
+            from.name,
+            to.name,
+            r.bytes,
+            r.secs,
+            r.gbit_per_s()
+        );
+    }
+    let right_after = fast_path_on().then(|| show_fast_path(&ctl));
+    assert_counts_agree(&ctl, &pairs);
+    if let Some(v) = right_after {
+        eprintln!("show fast-path: {v}");
+        assert!(num(&v, "hits") > 0, "no hits: {v}");
+        assert!(num(&v, "flows") >= 1, "no flow: {v}");
+    }
+}

@@ -10,7 +10,7 @@ use crate::shared::{encode_peer_mac, NO_PATCH_PEER};
 use crate::worker::ToWorker;
 use qbridge_bridge::{Plan, PortId};
 use qbridge_control::{FastPathStatus, PortSpec};
-use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_ENABLED};
+use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_EGRESS, PORT_ENABLED};
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxMode};
 use qbridge_io::sys;
 use std::collections::HashMap;
@@ -248,9 +248,23 @@ impl Engine {
         let mut want: HashMap<u16, (String, Port)> = HashMap::new();
         for (i, s) in self.slots.iter().enumerate() {
             let Some(s) = s else { continue };
-            let (true, PortSpec::AfPacket { dev, .. }, true) = (s.open, &s.spec, s.fast) else {
-                continue;
+            // AF_PACKET ports opened to only transmit, and TAP ports in this namespace (the
+            // program on the TAP's egress, where what the host sends it leaves the kernel).
+            let (dev, egress) = match (&s.spec, s.open) {
+                (PortSpec::AfPacket { dev, .. }, true) if s.fast => (dev.clone(), false),
+                (
+                    PortSpec::Tap {
+                        ifname,
+                        netns: None,
+                    },
+                    true,
+                ) if u32::from(i as u16) < qbridge_fastpath::MAX_PORTS => {
+                    let dev = s.status.ifname.as_deref().or(ifname.as_deref());
+                    (dev.unwrap_or(&s.name).to_owned(), true)
+                }
+                _ => continue,
             };
+            let dev = &dev;
             let id = i as u16;
             let tpid = plan.port_tpid(PortId(id)).0;
             let extra = if tpid == 0x8100 || tpid == 0x88a8 {
@@ -264,7 +278,7 @@ impl Engine {
                     dev.clone(),
                     Port {
                         index: u32::from(port_index(s.token)),
-                        flags: PORT_ENABLED,
+                        flags: PORT_ENABLED | if egress { PORT_EGRESS } else { 0 },
                         extra_tpid_be: [extra, 0],
                         // Frames to the interface's own address reach the host too.
                         mac: sys::get_mac(dev).unwrap_or([0; 6]),
@@ -297,7 +311,12 @@ impl Engine {
                     continue;
                 }
             };
-            if let Err(e) = rt.fp.attach(&dev) {
+            let attached = if port.flags & PORT_EGRESS != 0 {
+                rt.fp.attach_egress(&dev)
+            } else {
+                rt.fp.attach(&dev)
+            };
+            if let Err(e) = attached {
                 tracing::warn!("fast path: cannot attach to {dev}: {e}; its frames are lost");
                 continue;
             }
@@ -307,6 +326,9 @@ impl Engine {
             let peer_mac = peer_mac(&dev);
             if let Some(Some(s)) = self.slots.get(id as usize) {
                 s.shared.fast_ifindex.store(ifindex, Ordering::Relaxed);
+                s.shared
+                    .fast_into_host
+                    .store(port.flags & PORT_EGRESS != 0, Ordering::Relaxed);
                 s.shared
                     .fast_peer_mac
                     .store(encode_peer_mac(peer_mac), Ordering::Relaxed);
