@@ -18,6 +18,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Frames the upcall sockets' rings hold together (each at least 4 096, at most 8 192).
+const UPCALL_RING_FRAMES: u32 = 16_384;
+
 /// A port the program is attached to.
 #[derive(Debug)]
 struct Attached {
@@ -116,7 +119,10 @@ impl FastRt {
 
     /// One socket per worker on the upcall device, in one fanout group.
     pub(super) fn open_upcall(&self, workers: usize) -> Result<Vec<crate::Queue>, String> {
-        let mut cfg = AfPacketConfig::new(&self.upcall).with_ring_frames(4096);
+        // A burst of new flows waits here for the workers: 16 384 frames across the sockets
+        // (4 096 to 8 192 each, 2 KiB per frame).
+        let frames = (UPCALL_RING_FRAMES / workers.max(1) as u32).clamp(4096, 8192);
+        let mut cfg = AfPacketConfig::new(&self.upcall).with_ring_frames(frames);
         cfg.rx = RxMode::Upcall;
         if workers > 1 {
             cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
