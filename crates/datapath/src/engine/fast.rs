@@ -304,6 +304,7 @@ impl Engine {
             if let Some(Some(s)) = self.slots.get(id as usize) {
                 s.shared.fast_ifindex.store(0, Ordering::Relaxed);
                 s.shared.fast_peer_mac.store(0, Ordering::Relaxed);
+                s.shared.fast_into_host.store(false, Ordering::Relaxed);
             }
         }
         for (id, (dev, port)) in want {
