@@ -372,6 +372,23 @@ fn static_neighbours(a: &Host, b: &Host) {
 
 const MIB32: u64 = 32 << 20;
 
+/// 32 MiB of verified TCP from `a` to `b`, then back; `stats` says what the switch counted
+/// when one fails.
+fn tcp_each_way(a: &Host, b: &Host, stats: &dyn Fn() -> String) {
+    for (from, to) in [(a, b), (b, a)] {
+        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180))
+            .unwrap_or_else(|e| panic!("TCP {} -> {}: {e}\n{}", from.name, to.name, stats()));
+        eprintln!(
+            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
+            from.name,
+            to.name,
+            r.bytes,
+            r.secs,
+            r.gbit_per_s()
+        );
+    }
+}
+
 // ----- a: a plain 802.1Q bridge -----
 
 /// Two hosts on access ports of VLAN 10 (ports `left` and `right` on interfaces `s1`, `s2`):
@@ -403,24 +420,7 @@ fn plain_bridge_counts_what_the_hosts_sent() {
         Pair::new("right", &h2, &sw, "s2"),
     ];
 
-    for (from, to) in [(&h1, &h2), (&h2, &h1)] {
-        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
-            panic!(
-                "TCP {} -> {}: {e}\n{}",
-                from.name,
-                to.name,
-                ctl.stats_text()
-            )
-        });
-        eprintln!(
-            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
-            from.name,
-            to.name,
-            r.bytes,
-            r.secs,
-            r.gbit_per_s()
-        );
-    }
+    tcp_each_way(&h1, &h2, &|| ctl.stats_text());
 
     // Right after the traffic, before any other command; again after the counters were read.
     let right_after = fast_path_on().then(|| show_fast_path(&ctl));
@@ -515,18 +515,7 @@ fn provider_trunk_carries_both_tags() {
     let cap_b = Capture::start(&swb, "t0", 0).unwrap();
     let cap_a = Capture::start(&swa, "t0", 0).unwrap();
     let stats = || format!("A:\n{}\nB:\n{}", ctl_a.stats_text(), ctl_b.stats_text());
-    for (from, to) in [(&ha, &hb), (&hb, &ha)] {
-        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180))
-            .unwrap_or_else(|e| panic!("TCP {} -> {}: {e}\n{}", from.name, to.name, stats()));
-        eprintln!(
-            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
-            from.name,
-            to.name,
-            r.bytes,
-            r.secs,
-            r.gbit_per_s()
-        );
-    }
+    tcp_each_way(&ha, &hb, &stats);
     // Each daemon's first command after the traffic.
     let right_after = fast_path_on().then(|| (show_fast_path(&ctl_a), show_fast_path(&ctl_b)));
     let at_b = cap_b.finish().unwrap();
@@ -1291,24 +1280,7 @@ fn patch_links_fold_into_the_flows() {
         Pair::new("ce2-host", &h2, &sw, "s2"),
     ];
     let cap = Capture::start(&sw, "t2", 0).unwrap();
-    for (from, to) in [(&h1, &h2), (&h2, &h1)] {
-        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
-            panic!(
-                "TCP {} -> {}: {e}\n{}",
-                from.name,
-                to.name,
-                ctl.stats_text()
-            )
-        });
-        eprintln!(
-            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
-            from.name,
-            to.name,
-            r.bytes,
-            r.secs,
-            r.gbit_per_s()
-        );
-    }
+    tcp_each_way(&h1, &h2, &|| ctl.stats_text());
     let right_after = fast_path_on().then(|| show_fast_path(&ctl));
     let at_t2 = cap.finish().unwrap();
     assert_eq!(
@@ -1480,24 +1452,7 @@ fn a_tap_ports_host_sends_through_the_fast_path() {
     };
     static_neighbours(&h1, &tap);
     let pairs = [Pair::new("p1", &h1, &sw, "s1")];
-    for (from, to) in [(&tap, &h1), (&h1, &tap)] {
-        let r = tcp_transfer(from, to, MIB32, Duration::from_secs(180)).unwrap_or_else(|e| {
-            panic!(
-                "TCP {} -> {}: {e}\n{}",
-                from.name,
-                to.name,
-                ctl.stats_text()
-            )
-        });
-        eprintln!(
-            "{} -> {}: {} bytes in {:.2} s ({:.2} Gbit/s)",
-            from.name,
-            to.name,
-            r.bytes,
-            r.secs,
-            r.gbit_per_s()
-        );
-    }
+    tcp_each_way(&tap, &h1, &|| ctl.stats_text());
     let right_after = fast_path_on().then(|| show_fast_path(&ctl));
     assert_counts_agree(&ctl, &pairs);
     if let Some(v) = right_after {
