@@ -212,10 +212,11 @@ int qb_ingress(struct __sk_buff *skb)
 
 	if (!port || !(port->flags & QB_PORT_ENABLED))
 		return miss(skb, QB_MISS_NO_PORT, 0);
-	/* The headers the program reads, in the linear part (usually they are). */
+	/* The headers the program reads, in the linear part (usually they are; a short frame
+	 * that is all linear has nothing to pull). */
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
-	if (data + QB_HEADERS > end) {
+	if (data + QB_HEADERS > end && end - data < skb->len) {
 		bpf_skb_pull_data(skb, skb->len < QB_HEADERS ? skb->len : QB_HEADERS);
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
