@@ -60,6 +60,9 @@
 #   QB_BUILD=0        do not run cargo build --release -p qbridge (use target/release/qbridge)
 #   BENCH_JSON=FILE   also write every round's values and the medians as JSON
 #   SINK64=0          64B test without hostB's ingress drop (hostB's stack answers each frame)
+#   PERF_DIR=DIR      also `perf record -a -g` during each TCP-4 run: DIR/ROW-rN.data and the
+#                     symbols above 0.8 % of the samples (self) in DIR/ROW-rN.txt (that
+#                     run's TCP-4 figure is then measured under perf)
 # Installs what is missing (iperf3, iputils-ping, jq, ethtool, netsniff-ng, nftables, and
 # openvswitch-switch when an ovs setup is asked for, without starting its system service).
 # OVS runs fully private: its own ovsdb-server and ovs-vswitchd, started here inside the
@@ -380,10 +383,22 @@ rtt() {
     [ "$3" = 200 ] || note "ping: $3 of 200 replies"
 }
 tcp4_cpu() {  # TCP with 4 streams, with the switch's and softirq's CPU cores meanwhile
-    local c0 s0 t0 c1 s1 t1
+    local c0 s0 t0 c1 s1 t1 prof="" perf_pid=""
+    if [ -n "${PERF_DIR:-}" ]; then  # perf record -a -g over the run's middle
+        mkdir -p "$PERF_DIR"
+        prof="$PERF_DIR/${row_cur//\//-}-r$round"
+        (sleep 1; perf record -a -g -o "$prof.data" -- sleep $((secs > 3 ? secs - 2 : 1)) \
+            >/dev/null 2>&1) &
+        perf_pid=$!
+    fi
     c0=$(ticks); s0=$(softirq); t0=$(now_ns)
     tcp 4 -P 4
     c1=$(ticks); s1=$(softirq); t1=$(now_ns)
+    if [ -n "$prof" ]; then
+        wait "$perf_pid" || true
+        perf report -i "$prof.data" --no-children --sort symbol --percent-limit 0.8 --stdio \
+            2>/dev/null | grep -E '^ +[0-9]' >"$prof.txt" || true
+    fi
     if [ -n "$switch_pid" ]; then
         put cpu "$(awk -v d=$((c1 - c0)) -v t=$((t1 - t0)) -v h="$clk" 'BEGIN { printf "%.2f", d / h / (t / 1e9) }')"
     else
