@@ -16,7 +16,8 @@
 //!    works.
 //!
 //! Each moves 20 MB of verified TCP across the trunk, and the trunk ports count no drop at
-//! all: the software segmentation is counted as events (`tx_sw_gso`, `tx_gso_refused`).
+//! all: the software segmentation is counted as events (`tx_sw_gso`, `tx_gso_refused`). The
+//! daemons run with `--fast-path off`: the pipeline's fallbacks are what is tested.
 
 mod support;
 
@@ -80,10 +81,15 @@ fn provider_network(name: &str) -> (Lab, String, Host, Host, Ctl) {
     lab.host("hostC", "10.10.0.1/24", &sw, "c0").unwrap();
     lab.host("hostD", "10.10.0.2/24", &sw, "d0").unwrap();
     lab.veth(&sw, "t1", &sw, "t2").unwrap();
+    // The pipeline's software segmentation and coalescing are what is tested: with the fast
+    // path, flows carry the frames from port to port through the patch links, the kernel
+    // segments a super-frame for a device without TSO itself, and nothing coalesces
+    // (tests/netns_fastpath.rs covers that path through this network).
     let ctl = lab
-        .daemon(
+        .daemon_args(
             &sw,
             include_str!("../../../examples/provider-network.batch"),
+            &["--fast-path", "off"],
         )
         .unwrap();
     (lab, sw, a, b, ctl)
