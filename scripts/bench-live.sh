@@ -33,7 +33,7 @@
 #              (/proc/stat; for veth and the kernel bridge the forwarding happens there)
 #   UDP        iperf3 -u -b 0 with 1472- and 18-byte payloads: delivered payload Mbit/s and
 #              delivered frames/s (the receiver's count)
-#   64B        trafgen (netsniff-ng, PACKET_TX_RING, qdisc bypass, one CPU) blasts 60-byte
+#   64B        trafgen (netsniff-ng, PACKET_TX_RING, qdisc bypass, TRAFGEN_CPUS CPUs) blasts 60-byte
 #              (64 with FCS) UDP frames at hostB's MAC for SECS s: offered = hostA eth0
 #              tx_packets+tx_dropped, delivered = hostB eth0 rx_packets (interface counters, no
 #              userspace receiver), loss = 1 - delivered/offered; hostB drops the frames at
@@ -60,6 +60,7 @@
 #   QB_BUILD=0        do not run cargo build --release -p qbridge (use target/release/qbridge)
 #   BENCH_JSON=FILE   also write every round's values and the medians as JSON
 #   SINK64=0          64B test without hostB's ingress drop (hostB's stack answers each frame)
+#   TRAFGEN_CPUS=1    trafgen processes (one per CPU) for the 64B test
 #   PERF_DIR=DIR      also `perf record -a -g` during each TCP-4 run: DIR/ROW-rN.data and the
 #                     symbols above 0.8 % of the samples (self) in DIR/ROW-rN.txt (that
 #                     run's TCP-4 figure is then measured under perf)
@@ -431,9 +432,10 @@ NFT
     elif [ "${SINK64:-1}" != 0 ]; then
         note "64B: no nftables ingress drop on hostB (hostB's stack answers every frame)"
     fi
-    # -P 1: one sender process; --no-sock-mem, -Q: leave the machine's sysctls and IRQs alone
+    # -P N: N sender processes, one per CPU (TRAFGEN_CPUS, default 1); --no-sock-mem, -Q: leave
+    # the machine's sysctls and IRQs alone
     ip netns exec "$p-a" timeout -k 2 -s INT $((secs + 2)) trafgen -o eth0 -i "$tmp/udp64.cfg" \
-        -P 1 --no-sock-mem -Q -C >"$tmp/trafgen.log" 2>&1 &
+        -P "${TRAFGEN_CPUS:-1}" --no-sock-mem -Q -C >"$tmp/trafgen.log" 2>&1 &
     tg=$!; pids+=($tg)
     sleep 0.7   # ring set up and running
     o0=$(( $(ctr a tx_packets) + $(ctr a tx_dropped) )); d0=$(ctr b rx_packets); t0=$(now_ns)
