@@ -160,6 +160,12 @@ pub fn port_index(token: u64) -> u16 {
     (token & 0xfff) as u16 | (((token >> 16) & 0xf) as u16) << 12
 }
 
+/// Whether the program may receive for port `id`: ids below 4095 (the index of id 4095's
+/// sixteenth opening would be 0xffff, an upcall's "no port").
+pub(crate) fn servable(id: u16) -> bool {
+    u32::from(id) < qbridge_fastpath::MAX_PORTS - 1
+}
+
 /// The FDB map's key.
 pub fn fdb_key(bridge: u16, mac: [u8; 6], fid: u16) -> FdbKey {
     FdbKey {

@@ -191,7 +191,7 @@ impl Engine {
     /// promiscuous port: the program does not filter by destination as a unicast receive
     /// filter does).
     pub(super) fn fast_rx(&self, id: u16, promisc: bool) -> RxMode {
-        if self.fast.is_some() && promisc && u32::from(id) < qbridge_fastpath::MAX_PORTS {
+        if self.fast.is_some() && promisc && crate::fastpath::servable(id) {
             RxMode::None
         } else {
             RxMode::Frames
@@ -264,7 +264,7 @@ impl Engine {
                         netns: None,
                     },
                     true,
-                ) if u32::from(i as u16) < qbridge_fastpath::MAX_PORTS => {
+                ) if crate::fastpath::servable(i as u16) => {
                     let dev = s.status.ifname.as_deref().or(ifname.as_deref());
                     (dev.unwrap_or(&s.name).to_owned(), true)
                 }
