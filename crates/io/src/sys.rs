@@ -226,6 +226,13 @@ impl MtuLimit {
     }
 }
 
+// rtnetlink attributes (linux/if_link.h) the functions below read or write.
+const IFLA_IFNAME: u16 = 3;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+
 /// Attributes `(type, payload)` of a netlink attribute stream.
 fn rtattrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
@@ -265,11 +272,7 @@ fn lower_of(index: u32) -> Option<(String, u32)> {
 /// What limits the MTU of `ifname`: one `RTM_GETLINK` on a netlink socket, in the calling
 /// thread's namespace. For messages: the ioctl that refuses an MTU does not say why.
 pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
-    const IFLA_LINK: u16 = 5;
-    const IFLA_LINKINFO: u16 = 18;
     const IFLA_MAX_MTU: u16 = 51;
-    const IFLA_INFO_KIND: u16 = 1;
-    const IFLA_INFO_DATA: u16 = 2;
     const IFLA_VXLAN_LINK: u16 = 3;
     const IFLA_VXLAN_GROUP6: u16 = 16;
     const IFLA_VXLAN_LOCAL6: u16 = 17;
@@ -361,9 +364,6 @@ fn rtnl_getlink(what: &str, index: u32, nsid: Option<i32>) -> Result<Vec<u8>, Io
 /// (`None`: another kind of device, or both ends here).
 pub fn veth_peer_mac(ifname: &str) -> Result<Option<[u8; 6]>, IoError> {
     const IFLA_ADDRESS: u16 = 1;
-    const IFLA_LINK: u16 = 5;
-    const IFLA_LINKINFO: u16 = 18;
-    const IFLA_INFO_KIND: u16 = 1;
     const IFLA_LINK_NETNSID: u16 = 37;
     let index = ifindex(ifname)?;
     let (mut veth, mut peer, mut nsid) = (false, None, None);
@@ -1025,10 +1025,6 @@ fn ifname_attr(name: &str) -> Vec<u8> {
 /// Creates a veth pair `a` — `b` in the calling thread's namespace (`ip link add a type veth
 /// peer name b`).
 pub fn create_veth(a: &str, b: &str) -> Result<(), IoError> {
-    const IFLA_IFNAME: u16 = 3;
-    const IFLA_LINKINFO: u16 = 18;
-    const IFLA_INFO_KIND: u16 = 1;
-    const IFLA_INFO_DATA: u16 = 2;
     const VETH_INFO_PEER: u16 = 1;
     let ifinfo = [0u8; 16];
     let mut peer = ifinfo.to_vec();
