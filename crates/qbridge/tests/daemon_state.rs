@@ -183,6 +183,10 @@ fn sigkill_during_changes_leaves_the_old_or_the_new_state() {
         // runs, at a different moment each round.
         let socket = d.socket.clone();
         let stop_at = Instant::now() + Duration::from_millis(150 + 170 * round);
+        // Changes acknowledged so far: the kill waits for the first (on a loaded machine the
+        // first CLI round trip can outlast the round's delay), so it always falls among them.
+        let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first_w = first.clone();
         let writer = std::thread::spawn(move || {
             let mut acked = 0u64;
             for i in 0.. {
@@ -201,10 +205,14 @@ fn sigkill_during_changes_leaves_the_old_or_the_new_state() {
                     break;
                 }
                 acked += 1;
+                first_w.store(true, std::sync::atomic::Ordering::Release);
             }
             acked
         });
-        while Instant::now() < stop_at {
+        let give_up = stop_at + Duration::from_secs(4);
+        while Instant::now() < give_up
+            && (Instant::now() < stop_at || !first.load(std::sync::atomic::Ordering::Acquire))
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         let mut d = d;
