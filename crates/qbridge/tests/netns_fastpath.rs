@@ -31,7 +31,8 @@
 //!   counted once on every port of its way, no flow refused for a patch link.
 //! - [`frames_to_another_address_stay_out_of_the_hosts_stack`]: frames to an address a static
 //!   FDB entry puts behind a host's port reach its interface and not its stack, also when
-//!   the program forwards them (only frames to a veth peer's own address go straight to it).
+//!   the program forwards them (only frames to a veth peer's own address go straight to it),
+//!   and also to an address the host has just given up (the peer's address is read again).
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -358,26 +359,46 @@ fn assert_counts_agree(ctl: &Ctl, pairs: &[Pair]) {
     );
 }
 
+/// A permanent neighbour entry on `x`: `ip` is at `mac`.
+fn neighbour(x: &Host, ip: &str, mac: &str) {
+    ip_in(
+        &x.ns,
+        &[
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            mac,
+            "dev",
+            &x.ifname,
+            "nud",
+            "permanent",
+        ],
+    )
+    .unwrap();
+}
+
 /// Static neighbour entries both ways, so that no ARP is on the wire: every frame a host
 /// sends is one the test made it send.
 fn static_neighbours(a: &Host, b: &Host) {
-    for (x, y) in [(a, b), (b, a)] {
-        ip_in(
-            &x.ns,
-            &[
-                "neigh",
-                "replace",
-                &y.ip,
-                "lladdr",
-                &y.mac,
-                "dev",
-                &x.ifname,
-                "nud",
-                "permanent",
-            ],
-        )
-        .unwrap();
-    }
+    neighbour(a, &b.ip, &b.mac);
+    neighbour(b, &a.ip, &a.mac);
+}
+
+/// Two hosts (`ips`) behind interfaces s1 and s2 of a switch namespace, static neighbours,
+/// and this run's daemon there with `batch` (`ports`: the ones the fast path must serve).
+fn two_hosts(
+    test: &str,
+    ips: [&str; 2],
+    batch: &str,
+    ports: &[&str],
+) -> (support::Star, Host, Host, Ctl) {
+    let mut star = support::Star::new(test, &ips).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    static_neighbours(&h1, &h2);
+    let sw = star.sw.clone();
+    let ctl = start(&mut star.lab, &sw, batch, ports);
+    (star, h1, h2, ctl)
 }
 
 const MIB32: u64 = 32 << 20;
@@ -411,13 +432,9 @@ fn tcp_each_way(a: &Host, b: &Host, stats: &dyn Fn() -> String) {
 fn plain_bridge_counts_what_the_hosts_sent() {
     let _g = support::serial();
     skip_unless_fast_path!();
-    let mut star = support::Star::new("fp-plain", &["10.21.10.1", "10.21.10.2"]).unwrap();
-    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
-    static_neighbours(&h1, &h2);
-    let sw = star.sw.clone();
-    let ctl = start(
-        &mut star.lab,
-        &sw,
+    let (star, h1, h2, ctl) = two_hosts(
+        "fp-plain",
+        ["10.21.10.1", "10.21.10.2"],
         "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
          link add left type afpacket dev s1\n\
          link add right type afpacket dev s2\n\
@@ -428,8 +445,8 @@ fn plain_bridge_counts_what_the_hosts_sent() {
         &["left", "right"],
     );
     let pairs = [
-        Pair::new("left", &h1, &sw, "s1"),
-        Pair::new("right", &h2, &sw, "s2"),
+        Pair::new("left", &h1, &star.sw, "s1"),
+        Pair::new("right", &h2, &star.sw, "s2"),
     ];
 
     tcp_each_way(&h1, &h2, &|| ctl.stats_text());
@@ -1361,13 +1378,9 @@ fn patch_links_fold_into_the_flows() {
 fn frames_to_another_address_stay_out_of_the_hosts_stack() {
     let _g = support::serial();
     skip_unless_fast_path!();
-    let mut star = support::Star::new("fp-other", &["10.21.40.1", "10.21.40.2"]).unwrap();
-    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
-    static_neighbours(&h1, &h2);
-    let sw = star.sw.clone();
-    let ctl = start(
-        &mut star.lab,
-        &sw,
+    let (_star, h1, h2, ctl) = two_hosts(
+        "fp-other",
+        ["10.21.40.1", "10.21.40.2"],
         "link add br0 type bridge\n\
          link add left type afpacket dev s1\n\
          link add right type afpacket dev s2\n\
@@ -1383,21 +1396,7 @@ fn frames_to_another_address_stay_out_of_the_hosts_stack() {
         r.output
     );
     let hits_before = fast_path_on().then(|| num(&show_fast_path(&ctl), "hits"));
-    ip_in(
-        &h1.ns,
-        &[
-            "neigh",
-            "replace",
-            &h2.ip,
-            "lladdr",
-            "02:99:00:00:00:99",
-            "dev",
-            &h1.ifname,
-            "nud",
-            "permanent",
-        ],
-    )
-    .unwrap();
+    neighbour(&h1, &h2.ip, "02:99:00:00:00:99");
     let before = port_counts(&ctl, "right").tx;
     let r = support::ping(&h1, &h2.ip, 10);
     assert_eq!(
@@ -1420,6 +1419,25 @@ fn frames_to_another_address_stay_out_of_the_hosts_stack() {
             "the pings to the static address were not forwarded by the program: {v}"
         );
     }
+
+    // Host 2 takes another address while the flow to its old one is cached (and the FDB
+    // still has the old one on right): after the engine's next look at the peer (once a
+    // second), frames to the old address are not host 2's any more.
+    neighbour(&h1, &h2.ip, &h2.mac);
+    let r = support::ping(&h1, &h2.ip, 5);
+    assert_eq!(r.received, 5, "pings to host 2's address: {}", r.output);
+    ip_in(
+        &h2.ns,
+        &["link", "set", &h2.ifname, "address", "02:98:00:00:00:98"],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = support::ping(&h1, &h2.ip, 10);
+    assert_eq!(
+        r.received, 0,
+        "host 2 answered pings to the address it gave up: {}",
+        r.output
+    );
 }
 
 // ----- a TAP port -----
