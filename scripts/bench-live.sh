@@ -65,7 +65,8 @@
 #                     extra arguments
 #   QB_DAEMON_ARGS    daemon arguments for every variant
 #   QB_PORT_TYPE      port type written into the qbridge batch files instead of afpacket
-#   QB_BUILD=0        do not run cargo build --release -p qbridge (use target/release/qbridge)
+#   QB_BUILD=0        do not run cargo build --release for qbridge and qbridge-blast (use the
+#                     binaries in target/release)
 #   BENCH_JSON=FILE   also write every round's values and the medians as JSON
 #   SINK64=0          64B test without hostB's ingress drop (hostB's stack answers each frame)
 #   SENDER64=xdp      the 64B test's sender: xdp (qbridge-blast) or trafgen; xdp falls back to
@@ -76,8 +77,9 @@
 #   PERF_DIR=DIR      also `perf record -a -g` during each TCP-4 run: DIR/ROW-rN.data and the
 #                     symbols above 0.8 % of the samples (self) in DIR/ROW-rN.txt (that
 #                     run's TCP-4 figure is then measured under perf)
-# Installs what is missing (iperf3, iputils-ping, jq, ethtool, netsniff-ng, nftables, and
-# openvswitch-switch when an ovs setup is asked for, without starting its system service).
+# Installs what is missing (iperf3, iputils-ping, jq, ethtool, netsniff-ng, nftables, clang and
+# libbpf-dev for qbridge-blast, and openvswitch-switch when an ovs setup is asked for, without
+# starting its system service).
 # OVS runs fully private: its own ovsdb-server and ovs-vswitchd, started here inside the
 # switch namespace with database, sockets, pid and log files in the temp dir, never a system OVS.
 # Everything it creates (namespaces qbbl-PID-*, daemons, iperf3 servers, trafgen, OVS processes,
@@ -148,6 +150,8 @@ command -v jq >/dev/null || need+=(jq)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v trafgen >/dev/null || need+=(netsniff-ng)
 [ "${SINK64:-1}" = 0 ] || command -v nft >/dev/null || need+=(nftables)
+# qbridge-blast's XDP program is built by clang (crates/bench/build.rs)
+[ "${SENDER64:-xdp}" != xdp ] || command -v clang >/dev/null || need+=(clang libbpf-dev)
 if [ $want_ovs = 1 ] && ! { command -v ovs-vswitchd && command -v ovsdb-server && command -v ovs-vsctl; } >/dev/null; then
     need+=(openvswitch-switch)
 fi
