@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# TCP through qbridge's fast path beside the kernel bridge and a bare veth pair, as paired
-# samples: all three setups stay up at once and short iperf3 runs alternate between them, so a
-# slow moment of the machine falls on all three alike. bench-live.sh builds one setup at a time
-# and its rounds are minutes apart; on this 2-CPU VM one TCP run swings by 15-30 % from one
-# minute to the next, more than the differences to be measured. Here each iteration runs the
-# three setups back to back, and the report gives each setup's mean with a 95 % confidence
-# interval and the mean of the per-iteration ratios to the kernel bridge, with its interval.
+# TCP through qbridge's fast path beside the kernel bridge, a bare veth pair and a switch with
+# no logic at all (a tc redirect), as paired samples: all four setups stay up at once and short
+# iperf3 runs alternate between them, so a slow moment of the machine falls on all four alike.
+# bench-live.sh builds one setup at a time and its rounds are minutes apart; on this 2-CPU VM
+# one TCP run swings by 15-30 % from one minute to the next, more than the differences to be
+# measured. Here each iteration runs the setups back to back, and the report gives each
+# setup's mean with a 95 % confidence interval and the mean of the per-iteration ratios to the
+# kernel bridge, with its interval.
 #
-# Setups (three pairs of namespaces, hosts 10.77.0.1 -> 10.77.0.2, MTU 1500, offloads at
+# Setups (four pairs of namespaces, hosts 10.77.0.1 -> 10.77.0.2, MTU 1500, offloads at
 # their defaults, IPv6 off):
 #   veth     hostA eth0 = hostB eth0, one veth pair (the ceiling of any switch between veths)
 #   kbridge  the Linux bridge (ip link add br0 type bridge), ports s1 s2
+#   redirect s1 and s2 joined by tc alone (clsact ingress, u32 match-all, mirred egress
+#            redirect to the other): a switch that decides nothing, between two veth pairs
 #   qb       qbridge daemon --fast-path on: one 802.1Q bridge, AF_PACKET ports p1 (dev s1) and
 #            p2 (dev s2)
 #
 # Usage (root):  scripts/bench-tcp-paired.sh
 # Environment:
-#   N=20          iterations (each runs the three setups once per stream count)
+#   N=20          iterations (each runs the four setups once per stream count)
 #   SECS=3        seconds per iperf3 run
 #   STREAMS="1 4 16"
 #   AFFINITY=0,1  iperf3 -A: client on CPU 0, server on CPU 1 (empty: no pinning)
@@ -62,10 +65,11 @@ mkns() {
     ip -n "$p-$1" link set lo up
     ip netns exec "$p-$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 }
-for s in veth kbridge qb; do mkns "$s-a"; mkns "$s-b"; done
-mkns kbridge-sw; mkns qb-sw
+setups="veth kbridge redirect qb"
+for s in $setups; do mkns "$s-a"; mkns "$s-b"; done
+mkns kbridge-sw; mkns redirect-sw; mkns qb-sw
 ip link add eth0 netns "$p-veth-a" type veth peer name eth0 netns "$p-veth-b"
-for s in kbridge qb; do
+for s in kbridge redirect qb; do
     ip link add eth0 netns "$p-$s-a" type veth peer name s1 netns "$p-$s-sw"
     ip link add eth0 netns "$p-$s-b" type veth peer name s2 netns "$p-$s-sw"
     ip -n "$p-$s-sw" link set s1 up; ip -n "$p-$s-sw" link set s2 up
@@ -73,7 +77,12 @@ done
 ip -n "$p-kbridge-sw" link add br0 type bridge
 ip -n "$p-kbridge-sw" link set s1 master br0; ip -n "$p-kbridge-sw" link set s2 master br0
 ip -n "$p-kbridge-sw" link set br0 up
-for s in veth kbridge qb; do
+for l in "s1 s2" "s2 s1"; do
+    set -- $l
+    ip netns exec "$p-redirect-sw" tc qdisc add dev "$1" clsact
+    ip netns exec "$p-redirect-sw" tc filter add dev "$1" ingress protocol all u32 match u32 0 0 action mirred egress redirect dev "$2"
+done
+for s in $setups; do
     ip -n "$p-$s-a" link set eth0 up; ip -n "$p-$s-b" link set eth0 up
     ip -n "$p-$s-a" addr add 10.77.0.1/24 dev eth0; ip -n "$p-$s-b" addr add 10.77.0.2/24 dev eth0
     ip netns exec "$p-$s-b" iperf3 -s >/dev/null 2>&1 &
@@ -93,7 +102,7 @@ pids+=($!)
 for _ in $(seq 200); do [ -S "$tmp/qb.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/qb.sock" ] || { echo "$me: the daemon did not start:" >&2; cat "$tmp/qb.log" >&2; exit 1; }
 sleep 0.5
-for s in veth kbridge qb; do
+for s in $setups; do
     ip netns exec "$p-$s-a" ping -n -q -c 3 -i 0.1 -W 1 10.77.0.2 >/dev/null ||
         { echo "$me: $s: hostA cannot reach hostB" >&2; exit 1; }
 done
@@ -103,7 +112,7 @@ t_start=$(date +%s)
 for i in $(seq "$n_iter"); do
     for k in $streams; do
         line="iteration $i, $k stream(s):"
-        for s in veth kbridge qb; do
+        for s in $setups; do
             # shellcheck disable=SC2086  # -A x,y or nothing
             g=$(ip netns exec "$p-$s-a" iperf3 -c 10.77.0.2 -t "$secs" -P "$k" ${aff:+-A $aff} -J 2>/dev/null |
                 jq '.end.sum_received.bits_per_second / 1e9' 2>/dev/null || echo 0)
@@ -131,7 +140,7 @@ stats() {
     echo
     printf '%-8s %-9s %16s %22s\n' streams setup "Gbit/s (95 % CI)" "x kbridge (95 % CI)"
     for k in $streams; do
-        for s in veth kbridge qb; do
+        for s in $setups; do
             read -r m c < <(awk -v k="$k" -v s="$s" '$1 == k && $3 == s { print $4 }' "$res" | stats)
             if [ "$s" = kbridge ]; then
                 printf '%-8s %-9s %9s ± %-5s\n' "$k" "$s" "$m" "$c"
@@ -143,6 +152,6 @@ stats() {
         done
     done
     echo
-    echo "x kbridge: the mean of the per-iteration ratios (each iteration runs the three setups"
+    echo "x kbridge: the mean of the per-iteration ratios (each iteration runs the setups"
     echo "back to back), with its 95 % confidence interval."
 }

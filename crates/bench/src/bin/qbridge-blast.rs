@@ -119,14 +119,8 @@ fn frame(dst: [u8; 6], src: [u8; 6], sip: std::net::Ipv4Addr, dip: std::net::Ipv
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip.extend_from_slice(&sip.octets());
     ip.extend_from_slice(&dip.octets());
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let sum = qbridge_wire::checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&9u16.to_be_bytes());
     f.extend_from_slice(&9u16.to_be_bytes());
@@ -300,15 +294,7 @@ mod tests {
         assert_eq!(&f[6..12], &[2, 0, 0, 0, 0, 1]);
         assert_eq!(&f[12..14], &[0x08, 0x00]);
         let ip = &f[14..34];
-        // a header with its checksum sums to 0xffff
-        let mut sum: u32 = ip
-            .chunks(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        assert_eq!(sum, 0xffff);
+        assert!(qbridge_wire::checksum::verify(ip), "IPv4 header checksum");
         assert_eq!(u16::from_be_bytes([ip[2], ip[3]]), 46, "IPv4 total length");
         assert_eq!(ip[9], 17, "UDP");
         assert_eq!(&ip[12..16], &[10, 77, 0, 1]);
