@@ -191,7 +191,6 @@ fn forwards_cached_decisions_with_the_exact_tags_and_sends_the_rest_up() {
         .last_seen_ns
             > 0
     );
-
     // The way back: two tags in, none out.
     fp.insert_flow(
         key(2, A, &[(0x88a8, 100), (0x8100, 10)]),
@@ -475,4 +474,45 @@ fn a_flow_through_a_patch_link_checks_and_counts_every_bridge() {
     at(&mut fp, 1, 100, B, 6);
     let r = fp.test_run(&input, fa, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Dst));
+}
+
+#[test]
+fn a_last_seen_time_ahead_of_the_programs_clock_is_left_alone() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, (1, 0), fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, B, 2, 7); // the version `action` expects
+    let a_key = FdbKey {
+        fid: 10,
+        mac: A,
+        ..FdbKey::default()
+    };
+    let seen = |fp: &mut FastPath| fp.fdb(&a_key).unwrap().unwrap().last_seen_ns;
+    let access = frame(B, A, &[], 60);
+    // Learned long ago: the hit refreshes it.
+    learn(&mut fp, 10, A, 1, 1);
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    let refreshed = seen(&mut fp);
+    assert!(refreshed > 0);
+    // The program reads the coarse clock, the engine writes from the fine one: a time ahead
+    // of the program's stays as it is (an older one is never written over a newer one).
+    let ahead = u64::MAX / 2;
+    fp.set_fdb(
+        a_key,
+        FdbEntry {
+            port: 1,
+            version: 1,
+            last_seen_ns: ahead,
+        },
+    )
+    .unwrap();
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    assert_eq!(seen(&mut fp), ahead);
 }
