@@ -497,15 +497,21 @@ NFT
     # The XDP sender outruns any path here: where the first, unpaced run lost 1 % or more,
     # search the highest paced rate that loses less (RFC 2544 throughput): BLAST_TRIALS runs
     # (default 5) bisecting 0.8-1.2 times what the unpaced run delivered, starting at it, and
-    # report the best run that held; the unpaced run's figures go to the notes.
+    # report the run that delivered most of those that held; the unpaced run's figures go to
+    # the notes.
     if [ "$sender64" = xdp ] && [ "$loss" != - ] && awk -v l="$loss" 'BEGIN { exit !(l >= 1) }'; then
         note "64B unpaced: offered $off, delivered $del kframes/s, loss $loss%"
-        local lo=$((del * 4 / 5)) hi=$((del * 6 / 5)) r=$del n best=""
+        local lo=$((del * 4 / 5)) hi=$((del * 6 / 5)) r=$del n best="" best_r="" best_loss=""
         for n in $(seq "${BLAST_TRIALS:-5}"); do
             blast_once $((r * 1000))
             [ "$b_loss" = - ] && break
             if awk -v l="$b_loss" 'BEGIN { exit !(l < 1) }'; then
-                lo=$r; best="$b_off $b_del $b_loss"
+                lo=$r
+                # the run that delivered most among those that held (a sender that shares its
+                # CPU with the path's softirq may offer less than it was asked)
+                if [ -z "$best" ] || [ "$b_del" -gt "${best#* }" ]; then
+                    best="$b_off $b_del"; best_loss=$b_loss; best_r=$r
+                fi
             else
                 hi=$r
             fi
@@ -513,8 +519,8 @@ NFT
             [ $((hi - lo)) -le $((hi / 50)) ] && break   # within 2 %
         done
         if [ -n "$best" ]; then
-            read -r off del loss <<<"$best"
-            note "64B paced: $lo kframes/s offered is the highest rate tried that lost < 1 %"
+            read -r off del <<<"$best"; loss=$best_loss
+            note "64B paced: asked $best_r kframes/s, offered $off, delivered $del, lost $loss % (the best of the paced runs that lost < 1 %)"
         else
             note "64B paced: no rate tried lost < 1 % (the unpaced run is reported)"
         fi
