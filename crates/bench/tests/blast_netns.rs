@@ -131,7 +131,7 @@ fn every_frame_sent_arrives_or_is_counted_and_a_paced_run_keeps_its_rate() {
 }
 
 #[test]
-fn an_interface_that_is_not_there_is_a_clear_error() {
+fn an_interface_that_is_not_there_and_a_bad_duration_are_clear_errors() {
     if !root() {
         eprintln!("skipped: not root");
         return;
@@ -145,4 +145,9 @@ fn an_interface_that_is_not_there_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no interface \"nosuch0\""), "{err}");
+    // and a duration that is none
+    let err = ns
+        .blast(&["--seconds=-1"])
+        .expect_err("a negative duration is refused");
+    assert!(err.contains("--seconds -1: not a duration"), "{err}");
 }

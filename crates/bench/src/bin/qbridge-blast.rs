@@ -5,11 +5,10 @@
 //! `BPF_F_TEST_XDP_LIVE_FRAMES`, Linux 5.18+): an XDP program (`bpf/blast.c`, compiled by
 //! clang, loaded with aya) answers `XDP_TX` for the copies that go out, and the kernel
 //! transmits each out of `--dev` through the driver's `ndo_xdp_xmit`, from a page pool,
-//! without building a socket buffer. On a veth the
-//! frames land in the peer's receive ring and are received by the peer's NAPI (the peer needs
-//! NAPI: `ethtool -K PEER gro on`, or an XDP program on it); frames that find the ring full
-//! are counted as the veth's `tx_dropped` (the peer's `peer_tq_xdp_xmit_err`), like a NIC's
-//! receive ring overflowing. This is what xdp-trafficgen (xdp-tools 1.3+) does; the Debian 12
+//! without building a socket buffer. On a veth the frames land in the peer's receive ring and
+//! are received by the peer's NAPI (the peer needs NAPI: `ethtool -K PEER gro on`, or an XDP
+//! program on it); frames that find the ring full are counted as the veth's `tx_dropped` (the
+//! peer's `peer_tq_xdp_xmit_err`), like a NIC's receive ring overflowing. This is what xdp-trafficgen (xdp-tools 1.3+) does; the Debian 12
 //! build of it no longer loads on kernels without the `xdp_redirect_map_err` tracepoint.
 //!
 //! `--rate` paces the sender: the program lets one copy out per 1/rate seconds and drops the
@@ -193,6 +192,12 @@ fn run(args: &Args) -> io::Result<(u64, f64)> {
             "built without its XDP program (clang was missing at build time; Debian: apt-get install clang libbpf-dev)",
         ));
     }
+    let stop = Duration::try_from_secs_f64(args.seconds).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--seconds {}: not a duration", args.seconds),
+        )
+    })?;
     let index = ifindex(&args.dev)?;
     let dst = parse_mac(&args.dst_mac)?;
     let src = match &args.src_mac {
@@ -258,7 +263,6 @@ fn run(args: &Args) -> io::Result<(u64, f64)> {
     };
     let before = tx_frames(&args.dev)?;
     let start = Instant::now();
-    let stop = Duration::from_secs_f64(args.seconds.max(0.0));
     // Calls of about a second each (the loop's speed measured on the first, short call): a
     // call's fixed cost (~20 ms) is then a pause of 2 %, and the end comes within a second.
     let mut n: u64 = 1_000_000;
@@ -274,7 +278,7 @@ fn run(args: &Args) -> io::Result<(u64, f64)> {
         n = ((left.min(1.0) / per.max(1e-9)) as u64).max(1);
     }
     let secs = start.elapsed().as_secs_f64();
-    Ok((tx_frames(&args.dev)? - before, secs))
+    Ok((tx_frames(&args.dev)?.saturating_sub(before), secs))
 }
 
 #[cfg(test)]
