@@ -15,7 +15,7 @@
 #              hostB in one netdev datapath; CE access port tag 10, CE uplink trunks=10 (patch),
 #              PE customer port vlan_mode=dot1q-tunnel tag=100 (patch, S-tag 0x88a8), PE trunk
 #              trunks=100 on a veth pair with MTU 1508; other_config:vlan-limit=2
-#   qb-plain   qbridge: one 802.1Q bridge, two untagged AF_PACKET ports
+#   qb-plain   qbridge: scripts/plain-bridge.batch, one 802.1Q bridge, two untagged AF_PACKET ports
 #   qb-qinq    qbridge: the provider network of scripts/provider-network.batch (4 bridges, 4
 #              AF_PACKET ports and 2 patch links, 802.1ad S-VLAN 100 over C-VLAN 10, 3 veth
 #              hops), the same shape as ovs-qinq
@@ -70,7 +70,8 @@
 #   BENCH_JSON=FILE   also write every round's values and the medians as JSON
 #   SINK64=0          64B test without hostB's ingress drop (hostB's stack answers each frame)
 #   SENDER64=xdp      the 64B test's sender: xdp (qbridge-blast) or trafgen; xdp falls back to
-#                     trafgen where qbridge-blast cannot run (it says so in the notes)
+#                     trafgen where qbridge-blast did not build (said on stderr); one that
+#                     cannot run leaves the 64B columns "-" and its error in the notes
 #   BLAST_TRIALS=5    paced runs of the 64B rate search (SENDER64=xdp; only where the
 #                     unpaced run lost 1 % or more)
 #   TRAFGEN_CPUS=1    trafgen processes (one per CPU) for the 64B test with SENDER64=trafgen
@@ -328,14 +329,7 @@ build() {  # build KIND VARIANT-INDEX ROW
             -- add-port ce2 b0 tag=10 ;;
     qb-plain|qb-plain-xdp)
         hosts s1 s2
-        cat >"$tmp/plain.batch" <<EOF
-link add br0 type bridge vlan_filtering 1
-link add p1 type afpacket dev s1
-link add p2 type afpacket dev s2
-link set dev p1 master br0
-link set dev p2 master br0
-EOF
-        start_qbridge "$tmp/plain.batch" "$var" "$row" || return 1 ;;
+        start_qbridge scripts/plain-bridge.batch "$var" "$row" || return 1 ;;
     qb-qinq|qb-qinq-xdp)
         hosts a0 b0
         veth sw t1 sw t2
@@ -490,7 +484,8 @@ NFT
     fi
     if [ "$sender64" = xdp ]; then
         # XDP-sent frames reach a veth's other end only through its NAPI (GRO on turns it on)
-        ip netns exec "$p-${a_end[0]}" ethtool -K "${a_end[1]}" gro on >/dev/null
+        ip netns exec "$p-${a_end[0]}" ethtool -K "${a_end[1]}" gro on >/dev/null 2>&1 ||
+            note "64B: ethtool -K ${a_end[1]} gro on failed: XDP-sent frames may not reach the switch"
     fi
     blast_once 0
     local off=$b_off del=$b_del loss=$b_loss

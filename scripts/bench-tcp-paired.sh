@@ -14,8 +14,8 @@
 #   kbridge  the Linux bridge (ip link add br0 type bridge), ports s1 s2
 #   redirect s1 and s2 joined by tc alone (clsact ingress, u32 match-all, mirred egress
 #            redirect to the other): a switch that decides nothing, between two veth pairs
-#   qb       qbridge daemon --fast-path on: one 802.1Q bridge, AF_PACKET ports p1 (dev s1) and
-#            p2 (dev s2)
+#   qb       qbridge daemon --fast-path on: scripts/plain-bridge.batch, one 802.1Q bridge,
+#            AF_PACKET ports p1 (dev s1) and p2 (dev s2)
 #
 # Usage (root):  scripts/bench-tcp-paired.sh
 # Environment:
@@ -88,15 +88,8 @@ for s in $setups; do
     ip netns exec "$p-$s-b" iperf3 -s >/dev/null 2>&1 &
     pids+=($!)
 done
-cat >"$tmp/plain.batch" <<'EOF'
-link add br0 type bridge vlan_filtering 1
-link add p1 type afpacket dev s1
-link add p2 type afpacket dev s2
-link set dev p1 master br0
-link set dev p2 master br0
-EOF
 # shellcheck disable=SC2086  # the daemon's arguments are a word list
-QBRIDGE_LOG=warn ip netns exec "$p-qb-sw" "$qb" daemon -batch "$tmp/plain.batch" \
+QBRIDGE_LOG=warn ip netns exec "$p-qb-sw" "$qb" daemon -batch scripts/plain-bridge.batch \
     --socket "$tmp/qb.sock" $qb_args 2>"$tmp/qb.log" &
 pids+=($!)
 for _ in $(seq 200); do [ -S "$tmp/qb.sock" ] && break; sleep 0.05; done
@@ -123,7 +116,7 @@ for i in $(seq "$n_iter"); do
     done
 done
 
-# mean and 95 % interval (Student's t, two-sided) of a column of numbers
+# mean and 95 % interval (Student's t, two-sided) of a column of numbers; "-" for one sample
 stats() {
     awk '{ x[n++] = $1; s += $1 } END {
         if (n == 0) { print "- -"; exit }
@@ -132,7 +125,7 @@ stats() {
         # t quantiles 0.975 for n-1 degrees of freedom (1..30), then 1.96
         split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26 2.23 2.20 2.18 2.16 2.14 2.13 2.12 2.11 2.10 2.09 2.09 2.08 2.07 2.07 2.06 2.06 2.06 2.05 2.05 2.05 2.04", t, " ")
         q = (n - 1 <= 30 && n > 1) ? t[n - 1] : 1.96
-        printf "%.2f %.2f\n", m, q * sd / sqrt(n) }'
+        if (n < 2) printf "%.2f -\n", m; else printf "%.2f %.2f\n", m, q * sd / sqrt(n) }'
 }
 {
     echo "qbridge bench-tcp-paired, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
