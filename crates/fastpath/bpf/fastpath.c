@@ -47,6 +47,13 @@ struct {
 } qb_config SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qb_owner);
+} qb_owner SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, QB_MAX_PORTS);
 	__type(key, __u32);
@@ -82,6 +89,15 @@ static __always_inline void count(__u32 what)
 	__u64 *n = bpf_map_lookup_elem(&qb_verdicts, &what);
 	if (n)
 		*n += 1;
+}
+
+/* Whether the daemon that loaded the program stopped renewing its lease (it died). */
+static __always_inline int orphaned(__u64 now)
+{
+	__u32 zero = 0;
+	struct qb_owner *o = bpf_map_lookup_elem(&qb_owner, &zero);
+
+	return !o || now > o->deadline_ns;
 }
 
 static __always_inline int is_vlan_tpid(__u16 be)
@@ -210,6 +226,10 @@ int qb_ingress(struct __sk_buff *skb)
 	struct ethhdr *eth;
 	int i;
 
+	/* An orphan's filter is as if it were not there: the next filter, or the stack. */
+	now = bpf_ktime_get_coarse_ns();
+	if (orphaned(now))
+		return TC_ACT_UNSPEC;
 	if (!port || !(port->flags & QB_PORT_ENABLED))
 		return miss(skb, QB_MISS_NO_PORT, 0);
 	/* The headers the program reads, in the linear part (usually they are; a short frame
@@ -302,12 +322,11 @@ int qb_ingress(struct __sk_buff *skb)
 
 	/* In every bridge on the way: the source learned on the hop's ingress port (if it
 	 * learns), the destination where the flow says. Sources seen are refreshed at most
-	 * once a second (the ager's granularity), from the coarse clock (CLOCK_MONOTONIC_COARSE,
+	 * once a second (the ager's granularity), from the coarse clock read at the start (CLOCK_MONOTONIC_COARSE,
 	 * a tick behind CLOCK_MONOTONIC at most, without the clock source read: 246 -> 229 ns a
 	 * test run in the scale example); a time the engine wrote from the fine clock can be
 	 * ahead of it, and is left alone until the coarse clock passes it (the ager takes only
 	 * newer times). */
-	now = 0;
 #pragma unroll
 	for (i = 0; i < QB_MAX_HOPS; i++) {
 		const struct qb_hop *h = &act->hops[i];
@@ -321,8 +340,6 @@ int qb_ingress(struct __sk_buff *skb)
 			src = bpf_map_lookup_elem(&qb_fdb, &fk);
 			if (!src || src->port != h->in_port)
 				return miss(skb, QB_MISS_SRC, port);
-			if (!now)
-				now = bpf_ktime_get_coarse_ns();
 			if (now > src->last_seen_ns && now - src->last_seen_ns > NS_PER_REFRESH)
 				src->last_seen_ns = now;
 		}
@@ -407,7 +424,7 @@ int qb_ingress(struct __sk_buff *skb)
 SEC("classifier")
 int qb_sink(struct __sk_buff *skb)
 {
-	return TC_ACT_SHOT;
+	return orphaned(bpf_ktime_get_coarse_ns()) ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

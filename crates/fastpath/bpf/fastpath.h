@@ -129,6 +129,19 @@ struct qb_config {
 	__u32 upcall_ifindex;	/* misses are redirected to this device's ingress; 0: passed */
 };
 
+/* The daemon that loaded the program, in qb_owner: it moves deadline_ns (CLOCK_MONOTONIC) a
+ * lease ahead every second while it runs. Past the deadline the program is an orphan — its
+ * daemon died without removing its filters (classic clsact filters outlive their process) —
+ * and claims nothing: every frame goes on as if the filter were not there. netns_ino (the
+ * inode of the daemon's /proc/self/ns/net) and upcall_ifindex let a later daemon find, and
+ * remove, what an orphan left in its namespace. docs/fast-path.md, "When the daemon dies". */
+struct qb_owner {
+	__u64 deadline_ns;
+	__u64 netns_ino;
+	__u32 upcall_ifindex;
+	__u32 pad;
+};
+
 struct qb_port_stats {
 	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
 	__u64 rx_pcp[8];	/* received frames by the priority the pipeline gives them */

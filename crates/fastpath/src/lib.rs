@@ -6,6 +6,7 @@
 
 mod compile;
 pub mod maps;
+mod owner;
 mod testrun;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
@@ -14,10 +15,11 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
-    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Port, PortStats, VlanStats,
+    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats, VlanStats,
     ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_HOPS, MAX_PORTS, PORT_EGRESS,
     PORT_ENABLED, PORT_ID_MASK,
 };
+pub use owner::{orphans, Orphan, LEASE, RENEW};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};
 
@@ -55,11 +57,13 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 }
 
 /// The loaded program and its maps; its filters are removed when it is dropped. A daemon that
-/// dies leaves its filters (classic `clsact` filters outlive their process); the next
-/// [`FastPath::attach`] on the interface removes them.
+/// dies leaves its filters (classic `clsact` filters outlive their process): with a
+/// [`FastPath::lease`] they claim no frame once the lease ends, [`orphans`] finds them and
+/// [`remove_filters`] removes them (as the next [`FastPath::attach`] on the interface does).
 pub struct FastPath {
     ebpf: aya::Ebpf,
     links: BTreeMap<String, (&'static str, aya::programs::tc::SchedClassifierLinkId)>,
+    lease: Option<owner::Lease>,
 }
 
 impl std::fmt::Debug for FastPath {
@@ -86,10 +90,80 @@ impl FastPath {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()?;
         }
-        Ok(FastPath {
+        let mut fp = FastPath {
             ebpf,
             links: BTreeMap::new(),
-        })
+            lease: None,
+        };
+        // No lease until one is taken: the program claims frames as long as it is attached.
+        let owner = Owner {
+            deadline_ns: u64::MAX,
+            netns_ino: owner::netns_ino()?,
+            upcall_ifindex: 0,
+            pad: 0,
+        };
+        maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
+        Ok(fp)
+    }
+
+    fn owner_fd(&mut self) -> Result<OwnedFd, Error> {
+        let name = "qb_owner";
+        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
+            map: name,
+            source: aya::maps::MapError::InvalidName { name: name.into() },
+        })?;
+        let aya::maps::Map::Array(data) = map else {
+            return Err(Error::Map {
+                map: name,
+                source: aya::maps::MapError::InvalidName { name: name.into() },
+            });
+        };
+        Ok(data.fd().as_fd().try_clone_to_owned()?)
+    }
+
+    /// The id of the program's `qb_owner` map (what [`orphans`] is told is the caller's own).
+    pub fn owner_map_id(&mut self) -> Result<u32, Error> {
+        let name = "qb_owner";
+        match self.ebpf.map("qb_owner") {
+            Some(aya::maps::Map::Array(data)) => Ok(data.info().map_err(map_err(name))?.id()),
+            _ => Err(Error::Map {
+                map: name,
+                source: aya::maps::MapError::InvalidName { name: name.into() },
+            }),
+        }
+    }
+
+    /// Takes a lease on the program for this process: renewed every [`RENEW`] by a thread
+    /// of its own, it lets the program claim frames until [`LEASE`] after the last renewal.
+    /// When the process dies the renewals stop and its filters, wherever they were left, claim
+    /// nothing after at most [`LEASE`]; dropping the `FastPath` ends the lease at once.
+    /// `upcall_ifindex` is recorded for whoever removes what an orphan left.
+    pub fn lease(&mut self, upcall_ifindex: u32) -> Result<(), Error> {
+        if self.lease.is_some() {
+            return Ok(());
+        }
+        let owner = Owner {
+            deadline_ns: 0,
+            netns_ino: owner::netns_ino()?,
+            upcall_ifindex,
+            pad: 0,
+        };
+        self.lease = Some(owner::Lease::start(self.owner_fd()?, owner)?);
+        Ok(())
+    }
+
+    /// Ends the lease (or the lease-less life [`FastPath::load`] gives) now: from here on
+    /// the program claims no frame, wherever it is attached — what it does once a daemon that
+    /// held the lease died. The daemon ends it first when it stops.
+    pub fn end_lease(&mut self) -> Result<(), Error> {
+        let Some(lease) = self.lease.take() else {
+            let fd = self.owner_fd()?;
+            let mut o: Owner = maps::raw::lookup(fd.as_raw_fd(), &0u32)?.unwrap_or_default();
+            o.deadline_ns = 0;
+            return Ok(maps::raw::update(fd.as_raw_fd(), &0u32, &o)?);
+        };
+        drop(lease);
+        Ok(())
     }
 
     /// Attaches the program to `ifname`'s ingress (in the calling thread's namespace) as a
@@ -386,6 +460,24 @@ impl MapWriter {
     pub fn remove_fdb(&self, key: &FdbKey) -> std::io::Result<()> {
         maps::raw::delete(self.fdb.as_raw_fd(), key)
     }
+}
+
+/// Removes every filter of qbridge's program (ingress and egress, the upcall device's sink
+/// included) from `ifname` in the calling thread's namespace, whoever attached it; returns
+/// how many went. For an interface a daemon takes as its own, where a daemon that died left
+/// its program.
+pub fn remove_filters(ifname: &str) -> usize {
+    let mut removed = 0;
+    for (way, name) in [
+        (TcAttachType::Ingress, PROGRAM),
+        (TcAttachType::Egress, PROGRAM),
+        (TcAttachType::Ingress, SINK),
+    ] {
+        if tc::qdisc_detach_program(ifname, way, name).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 fn program<'a>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut SchedClassifier, Error> {

@@ -203,6 +203,19 @@ pub struct Config {
     pub upcall_ifindex: u32,
 }
 
+/// `struct qb_owner`: the daemon that loaded the program and until when it is alive
+/// ([`crate::FastPath::lease`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Owner {
+    /// CLOCK_MONOTONIC nanoseconds; past it the program claims no frame.
+    pub deadline_ns: u64,
+    /// The inode of the owner's `/proc/self/ns/net`.
+    pub netns_ino: u64,
+    pub upcall_ifindex: u32,
+    pub pad: u32,
+}
+
 /// `struct qb_port_stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -233,6 +246,7 @@ const _: () = {
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<Config>() == 8);
+    assert!(std::mem::size_of::<Owner>() == 24);
     assert!(std::mem::size_of::<PortStats>() == 96);
     assert!(std::mem::size_of::<VlanStats>() == 32);
 };
@@ -250,6 +264,8 @@ unsafe impl aya::Pod for FdbKey {}
 unsafe impl aya::Pod for FdbEntry {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Owner {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PortStats {}
 // SAFETY: as above.

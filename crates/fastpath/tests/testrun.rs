@@ -516,3 +516,48 @@ fn a_last_seen_time_ahead_of_the_programs_clock_is_left_alone() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     assert_eq!(seen(&mut fp), ahead);
 }
+
+/// A program whose daemon died (its lease ended; its filters stay, as classic `clsact` filters
+/// outlive their process) claims no frame — `TC_ACT_UNSPEC`, as if it were not attached — and
+/// is found as an orphan in its namespace with the interfaces it was on; removing its filters
+/// leaves none. While the lease runs it forwards, and it is not an orphan.
+#[test]
+fn an_orphan_claims_nothing_and_is_found_with_its_interfaces() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, (1, 0), fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, B, 2, 7);
+    learn(&mut fp, 10, A, 1, 1);
+    fp.attach("fa").unwrap();
+    let access = frame(B, A, &[], 60);
+    let upcall = fc; // any interface: only its index is recorded
+    fp.lease(upcall).unwrap();
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "leased: forwards");
+    assert_eq!(orphans(None).unwrap(), vec![], "a live lease is no orphan");
+
+    fp.end_lease().unwrap();
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.retval, u32::MAX, "TC_ACT_UNSPEC: as if not attached");
+    assert_eq!(r.frame, access, "untouched");
+    let own = fp.owner_map_id().unwrap();
+    assert_eq!(
+        orphans(Some(own)).unwrap(),
+        vec![],
+        "the caller's own program is never an orphan"
+    );
+    let found = orphans(None).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].owner_map, own);
+    assert_eq!(found[0].upcall_ifindex, upcall);
+    let mut ports = found[0].ports.clone();
+    ports.sort_unstable();
+    assert_eq!(ports, vec![fa.min(fc), fa.max(fc)]);
+    assert_eq!(remove_filters("fa"), 1, "the orphan's filter on fa");
+    assert_eq!(remove_filters("fa"), 0, "and no other");
+}
