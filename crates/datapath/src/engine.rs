@@ -334,6 +334,7 @@ impl Engine {
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
                 self.fast_peers();
+                self.fast_sweep();
                 let aged = self.fast_age(now);
                 self.fast_follow();
                 self.fast_fold();

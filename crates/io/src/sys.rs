@@ -119,6 +119,19 @@ pub fn ifindex(ifname: &str) -> Result<u32, IoError> {
     Ok(idx)
 }
 
+/// The name of interface `index` in the calling thread's network namespace; `None` when there
+/// is none.
+pub fn ifname(index: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes if_indextoname(3) may write.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// A datagram socket for interface ioctls.
 fn ctl_socket(ifname: &str) -> Result<OwnedFd, IoError> {
     // SAFETY: socket(2) takes no pointers.

@@ -33,6 +33,10 @@
 //!   FDB entry puts behind a host's port reach its interface and not its stack, also when
 //!   the program forwards them (only frames to a veth peer's own address go straight to it),
 //!   and also to an address the host has just given up (the peer's address is read again).
+//! - [`a_daemon_killed_leaves_nothing_that_forwards`]: SIGKILL leaves the TC filters; a
+//!   daemon started at once in its place (fast path off) delivers every ping once, a later
+//!   one removes the dead one's upcall device, and unreplaced it forwards nothing once its
+//!   lease ended.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -1493,4 +1497,105 @@ fn a_tap_ports_host_sends_through_the_fast_path() {
         assert!(num(&v, "hits") > 0, "no hits: {v}");
         assert!(num(&v, "flows") >= 1, "no flow: {v}");
     }
+}
+
+// ----- a daemon that dies -----
+
+/// How long a daemon's program claims frames after its last renewal (docs/fast-path.md,
+/// "When the daemon dies").
+const LEASE: Duration = Duration::from_secs(5);
+
+/// Whether `dev` in `ns` has a filter of qbridge's program on its ingress.
+fn has_qb_filter(ns: &str, dev: &str) -> bool {
+    exec_in(ns, "tc", &["filter", "show", "dev", dev, "ingress"])
+        .unwrap_or_default()
+        .contains("qb_ingress")
+}
+
+/// A daemon killed with SIGKILL (a crash, the OOM killer) cannot remove its TC filters, and
+/// classic `clsact` filters outlive their process. What it left must not forward: a daemon
+/// started in its place at once — with the fast path off, its packet sockets receiving every
+/// frame — delivers each ping exactly once (the dead one's filters on its interfaces are
+/// removed when it opens them); a daemon started after the dead one's lease (5 s) removes its
+/// upcall device; and a dead daemon that nobody replaces forwards nothing once its lease
+/// ended (its flows are the config of a switch that no longer runs: no learning, no ageing,
+/// no commands).
+#[test]
+fn a_daemon_killed_leaves_nothing_that_forwards() {
+    let _g = support::serial();
+    skip_unless_fast_path!();
+    if !fast_path_on() {
+        eprintln!("SKIPPED: without the fast path a daemon leaves no TC filters");
+        return;
+    }
+    let mut star = support::Star::new("fp-kill", &["10.21.60.1", "10.21.60.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    let sw = star.sw.clone();
+    let batch = star.port_lines()
+        + "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+           link set dev p1 master br0\n\
+           link set dev p2 master br0\n\
+           vlan add vid 10 dev p1 pvid untagged\n\
+           vlan add vid 10 dev p2 pvid untagged\n";
+    let once = |what: &str| {
+        let r = support::ping(&h1, &h2.ip, 5);
+        assert!(
+            r.received >= 5 && r.transmitted == r.received && !r.output.contains("duplicates"),
+            "{what}: every ping once, none twice:\n{}",
+            r.output
+        );
+    };
+    let upcall_of = |ctl: &Ctl| -> String {
+        show_fast_path(ctl)["upcall"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let dev_exists = |dev: &str| ip_in(&sw, &["link", "show", dev]).is_ok();
+
+    // 1. A daemon with the fast path forwards; it is killed.
+    let ctl = start(&mut star.lab, &sw, &batch, &["p1", "p2"]);
+    once("through the fast path");
+    assert!(num(&show_fast_path(&ctl), "hits") > 0);
+    let first_upcall = upcall_of(&ctl);
+    star.lab.kill_daemon(0).unwrap();
+    assert!(has_qb_filter(&sw, "s1") && dev_exists(&first_upcall));
+
+    // 2. At once, a daemon with the fast path off: the filters go as it opens the ports.
+    star.lab
+        .daemon_args(&sw, &batch, &["--fast-path", "off"])
+        .unwrap();
+    assert!(!has_qb_filter(&sw, "s1") && !has_qb_filter(&sw, "s2"));
+    once("packet sockets only, right after the kill");
+    assert!(
+        star.lab
+            .daemon_log(1)
+            .contains("removed from s1 the fast-path program"),
+        "{}",
+        star.lab.daemon_log(1)
+    );
+    assert!(star.lab.stop_daemon(1));
+
+    // 3. After the dead daemon's lease: a new daemon removes its upcall device.
+    std::thread::sleep(LEASE + Duration::from_secs(1));
+    let ctl = start(&mut star.lab, &sw, &batch, &["p1", "p2"]);
+    assert!(
+        !dev_exists(&first_upcall),
+        "{first_upcall} is still there:\n{}",
+        star.lab.daemon_log(2)
+    );
+    once("through the new daemon's fast path");
+    let second_upcall = upcall_of(&ctl);
+
+    // 4. Killed and not replaced: within the lease its flows may still forward; after it,
+    //    nothing does.
+    star.lab.kill_daemon(2).unwrap();
+    std::thread::sleep(LEASE + Duration::from_secs(1));
+    assert!(has_qb_filter(&sw, "s1") && dev_exists(&second_upcall));
+    let r = support::ping(&h1, &h2.ip, 3);
+    assert_eq!(
+        r.received, 0,
+        "a dead daemon's filters forwarded after its lease:\n{}",
+        r.output
+    );
 }

@@ -16,7 +16,7 @@ use qbridge_io::sys;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Frames the upcall sockets' rings hold together (each at least 4 096, at most 8 192).
 const UPCALL_RING_FRAMES: u32 = 16_384;
@@ -44,6 +44,54 @@ pub(super) struct FastRt {
     vlan_seen: HashMap<u16, VlanStats>,
     /// A command changed something the flows may depend on: bump before it answers.
     pub(super) dirty: bool,
+    /// The id of the program's `qb_owner` map (never an orphan to [`sweep`]).
+    own_owner: Option<u32>,
+    /// When [`sweep`] last ran.
+    swept: Instant,
+}
+
+/// How often the daemon looks for what daemons that died left in its namespace.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Removes what fast-path programs whose daemon died left in this namespace (their lease
+/// ended; classic `clsact` filters outlive their process): their upcall devices, and their
+/// filters on interfaces no live daemon serves. Such a filter already claims nothing; this
+/// takes away the cost of running it, and the devices. Needs what loading a program needs
+/// (an error is logged at debug level and the next sweep tries again).
+fn sweep(own: Option<u32>) {
+    let found = match qbridge_fastpath::orphans(own) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!("fast path: cannot look for what stopped daemons left: {e}");
+            return;
+        }
+    };
+    for o in found {
+        // The name is checked too: an index is the device's only while it exists.
+        let upcall_like = |n: &String| {
+            n.strip_prefix("qbfp")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if let Some(dev) = sys::ifname(o.upcall_ifindex).filter(upcall_like) {
+            match sys::delete_link(&dev) {
+                Ok(()) => tracing::info!(
+                    "fast path: removed {dev}, the upcall device of a qbridge that stopped \
+                     without removing it"
+                ),
+                Err(e) => {
+                    tracing::warn!("fast path: cannot remove {dev}, a stopped qbridge's: {e}")
+                }
+            }
+        }
+        for dev in o.ports.iter().filter_map(|&i| sys::ifname(i)) {
+            if qbridge_fastpath::remove_filters(&dev) > 0 {
+                tracing::info!(
+                    "fast path: removed from {dev} the program of a qbridge that stopped \
+                     without removing it"
+                );
+            }
+        }
+    }
 }
 
 /// What `show fast-path` says when the fast path does not run.
@@ -97,6 +145,8 @@ impl FastRt {
             port_seen: HashMap::new(),
             vlan_seen: HashMap::new(),
             dirty: true,
+            own_owner: None,
+            swept: Instant::now(),
         };
         let setup = (|| -> Result<(), String> {
             rt.fp
@@ -108,12 +158,18 @@ impl FastRt {
             c.generation = 1;
             rt.fp.set_config(c).map_err(|e| e.to_string())?;
             rt.shared.generation.store(1, Ordering::Release);
+            rt.fp
+                .lease(ifindex)
+                .map_err(|e| format!("the program's lease: {e}"))?;
             Ok(())
         })();
         if let Err(e) = setup {
             rt.stop();
             return Err(e);
         }
+        rt.own_owner = rt.fp.owner_map_id().ok();
+        sweep(rt.own_owner);
+        rt.swept = Instant::now();
         Ok(rt)
     }
 
@@ -156,8 +212,12 @@ impl FastRt {
         self.dirty = false;
     }
 
-    /// Detaches everything and removes the upcall device.
+    /// Detaches everything and removes the upcall device. The lease ends first: a filter
+    /// that cannot be detached claims nothing from then on.
     pub(super) fn stop(&mut self) {
+        if let Err(e) = self.fp.end_lease() {
+            tracing::warn!("fast path: cannot end the program's lease: {e}");
+        }
         let ids: Vec<u16> = self.attached.keys().copied().collect();
         for id in ids {
             self.detach(id);
@@ -203,6 +263,7 @@ impl Engine {
         self.fast_state.mode = mode;
         if mode == FastPathMode::Off {
             self.fast_state.reason = Some("off (--fast-path off)".into());
+            sweep(None);
             return Ok(());
         }
         let started = FastRt::start(self.epoch).and_then(|rt| {
@@ -385,6 +446,7 @@ impl Engine {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
+
         for (id, a) in rt.attached.iter_mut() {
             let now = peer_mac(&a.dev);
             if now == a.peer_mac {
@@ -398,6 +460,38 @@ impl Engine {
                     .store(encode_peer_mac(now), Ordering::Relaxed);
             }
             rt.dirty = true;
+        }
+    }
+
+    /// Every [`SWEEP_EVERY`]: what daemons that died left in this namespace removed
+    /// ([`sweep`]).
+    pub(super) fn fast_sweep(&mut self) {
+        if let Some(rt) = self.fast.as_mut() {
+            if rt.swept.elapsed() >= SWEEP_EVERY {
+                rt.swept = Instant::now();
+                sweep(rt.own_owner);
+            }
+        }
+    }
+
+    /// Port `port` on `dev` is received through the daemon's own socket (the fast path is
+    /// off, or does not serve it): a fast-path filter that a daemon that died left on `dev`
+    /// would forward, by that daemon's flows, frames the socket also receives — delivered
+    /// twice. It is removed now (it would stop claiming frames when the dead daemon's lease
+    /// ends, and a qbridge before the lease left filters that never stop).
+    pub(super) fn fast_claim(&self, port: &str, dev: &str) {
+        if self
+            .fast
+            .as_ref()
+            .is_some_and(|rt| rt.attached.values().any(|a| a.dev == dev))
+        {
+            return;
+        }
+        if qbridge_fastpath::remove_filters(dev) > 0 {
+            tracing::info!(
+                "port {port}: removed from {dev} the fast-path program of a qbridge that \
+                 stopped without removing it"
+            );
         }
     }
 

@@ -270,6 +270,9 @@ impl Engine {
                 let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
                 slot.status.qdisc_bypass = Some(*qdisc_bypass);
                 let rx = self.fast_rx(id.0, filter.promisc);
+                if rx != qbridge_io::afpacket::RxMode::None {
+                    self.fast_claim(name, dev);
+                }
                 match open_afpacket_queues(name, dev, *qdisc_bypass, ring, &filter, want_mtu, n, rx)
                 {
                     Ok((queues, handle, mtu, offloads)) => {
@@ -509,6 +512,11 @@ impl Engine {
         let n = self.workers.len();
         let ports = self.afpacket_ports();
         let rx = self.fast_rx(id, filter.promisc);
+        if rx != qbridge_io::afpacket::RxMode::None {
+            if let Some(Some(slot)) = self.slots.get(id as usize) {
+                self.fast_claim(&slot.name, dev);
+            }
+        }
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
             return Ok(());
         };

@@ -450,6 +450,16 @@ impl Lab {
             .is_some_and(|d| stop_child(&mut d.child))
     }
 
+    /// Kills daemon `n` with SIGKILL, as a crash or the OOM killer would: nothing of its own
+    /// cleanup runs. Returns its pid.
+    pub fn kill_daemon(&mut self, n: usize) -> Option<u32> {
+        let d = self.daemons.get_mut(n)?;
+        let pid = d.child.id();
+        let _ = d.child.kill();
+        let _ = d.child.wait();
+        Some(pid)
+    }
+
     /// Stops every daemon with SIGTERM (SIGKILL after 5 s); returns whether all exited
     /// cleanly (status 0) by themselves.
     pub fn stop_daemons(&mut self) -> bool {
