@@ -6,7 +6,9 @@
 # one TCP run swings by 15-30 % from one minute to the next, more than the differences to be
 # measured. Here each iteration runs the setups back to back, and the report gives each
 # setup's mean with a 95 % confidence interval and the mean of the per-iteration ratios to the
-# kernel bridge, with its interval.
+# kernel bridge, with its interval, and the CPUs' idle share during the runs (with how
+# closely the throughput follows it: on this VM the slow runs are the ones where both CPUs
+# wait, not the ones where the switch works more).
 #
 # Setups (four pairs of namespaces, hosts 10.77.0.1 -> 10.77.0.2, MTU 1500, offloads at
 # their defaults, IPv6 off):
@@ -100,17 +102,22 @@ for s in $setups; do
         { echo "$me: $s: hostA cannot reach hostB" >&2; exit 1; }
 done
 
-res=$tmp/res   # STREAMS ITER SETUP GBIT
+res=$tmp/res   # STREAMS ITER SETUP GBIT IDLE%
+# busy and idle ticks of all CPUs (/proc/stat: user nice system idle iowait irq softirq steal)
+ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
 t_start=$(date +%s)
 for i in $(seq "$n_iter"); do
     for k in $streams; do
         line="iteration $i, $k stream(s):"
         for s in $setups; do
+            read -r b0 i0 < <(ticks)
             # shellcheck disable=SC2086  # -A x,y or nothing
             g=$(ip netns exec "$p-$s-a" iperf3 -c 10.77.0.2 -t "$secs" -P "$k" ${aff:+-A $aff} -J 2>/dev/null |
                 jq '.end.sum_received.bits_per_second / 1e9' 2>/dev/null || echo 0)
-            echo "$k $i $s $g" >>"$res"
-            line+=" $s $(printf '%.2f' "$g")"
+            read -r b1 i1 < <(ticks)
+            idle=$(awk -v b=$((b1 - b0)) -v i=$((i1 - i0)) 'BEGIN { printf "%.1f", (b + i > 0) ? 100 * i / (b + i) : 0 }')
+            echo "$k $i $s $g $idle" >>"$res"
+            line+=" $s $(printf '%.2f' "$g") (idle $idle %)"
         done
         echo "$line" >&2
     done
@@ -131,20 +138,29 @@ stats() {
     echo "qbridge bench-tcp-paired, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "N=$n_iter SECS=$secs AFFINITY=${aff:-none}; qbridge daemon $qb_args; $(( $(date +%s) - t_start )) s"
     echo
-    printf '%-8s %-9s %16s %22s\n' streams setup "Gbit/s (95 % CI)" "x kbridge (95 % CI)"
+    printf '%-8s %-9s %16s %22s %8s\n' streams setup "Gbit/s (95 % CI)" "x kbridge (95 % CI)" "idle %"
     for k in $streams; do
         for s in $setups; do
             read -r m c < <(awk -v k="$k" -v s="$s" '$1 == k && $3 == s { print $4 }' "$res" | stats)
+            idle=$(awk -v k="$k" -v s="$s" '$1 == k && $3 == s { t += $5; n++ } END { printf "%.1f", n ? t / n : 0 }' "$res")
             if [ "$s" = kbridge ]; then
-                printf '%-8s %-9s %9s ± %-5s\n' "$k" "$s" "$m" "$c"
+                printf '%-8s %-9s %9s ± %-5s %22s %8s\n' "$k" "$s" "$m" "$c" "" "$idle"
             else
                 read -r rm rc < <(awk -v k="$k" -v s="$s" '$1 == k && $3 == "kbridge" { b[$2] = $4 }
                     $1 == k && $3 == s { x[$2] = $4 } END { for (i in x) if (b[i] > 0) print x[i] / b[i] }' "$res" | stats)
-                printf '%-8s %-9s %9s ± %-5s %14s ± %-5s\n' "$k" "$s" "$m" "$c" "$rm" "$rc"
+                printf '%-8s %-9s %9s ± %-5s %14s ± %-5s %8s\n' "$k" "$s" "$m" "$c" "$rm" "$rc" "$idle"
             fi
         done
     done
     echo
     echo "x kbridge: the mean of the per-iteration ratios (each iteration runs the setups"
-    echo "back to back), with its 95 % confidence interval."
+    echo "back to back), with its 95 % confidence interval. idle %: the CPUs' idle share"
+    echo "during the runs (/proc/stat, all CPUs), the mean over the iterations."
+    # Whether the runs were bound by the CPUs: the correlation of Gbit/s with idle, per
+    # stream count over every run of every setup (near -1: the slow runs are the idle ones).
+    for k in $streams; do
+        awk -v k="$k" '$1 == k { n++; x += $4; y += $5; xx += $4 * $4; yy += $5 * $5; xy += $4 * $5 }
+            END { d = sqrt((n * xx - x * x) * (n * yy - y * y))
+                  if (n > 2 && d > 0) printf "%s stream(s): Gbit/s against idle %%, Pearson r = %.2f over %d runs\n", k, (n * xy - x * y) / d, n }' "$res"
+    done
 }
