@@ -24,7 +24,9 @@
 #   N=20          iterations (each runs the four setups once per stream count)
 #   SECS=3        seconds per iperf3 run
 #   STREAMS="1 4 16"
-#   AFFINITY=0,1  iperf3 -A: client on CPU 0, server on CPU 1 (empty: no pinning)
+#   AFFINITY=0,1  iperf3 -A: client on CPU 0, server on CPU 1 (empty: no pinning); 0,0 puts
+#                 both on CPU 0, which then never waits: the figure is each path's cost per
+#                 byte, not its luck with wakeups between CPUs (docs/benchmarks-live.md)
 #   QB_ARGS="--fast-path on --workers 2"   the daemon's arguments
 #   QB_BUILD=0    do not run cargo build --release -p qbridge
 # Installs iperf3 and jq when missing. Everything it creates (namespaces qbtp-PID-*, the
