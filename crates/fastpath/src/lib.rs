@@ -52,6 +52,14 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// The object has no map `map` of the expected type.
+fn no_map(map: &'static str) -> Error {
+    Error::Map {
+        map,
+        source: aya::maps::MapError::InvalidName { name: map.into() },
+    }
+}
+
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |source| Error::Map { map, source }
 }
@@ -108,15 +116,9 @@ impl FastPath {
 
     fn owner_fd(&mut self) -> Result<OwnedFd, Error> {
         let name = "qb_owner";
-        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
-            map: name,
-            source: aya::maps::MapError::InvalidName { name: name.into() },
-        })?;
+        let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
         let aya::maps::Map::Array(data) = map else {
-            return Err(Error::Map {
-                map: name,
-                source: aya::maps::MapError::InvalidName { name: name.into() },
-            });
+            return Err(no_map(name));
         };
         Ok(data.fd().as_fd().try_clone_to_owned()?)
     }
@@ -126,10 +128,7 @@ impl FastPath {
         let name = "qb_owner";
         match self.ebpf.map("qb_owner") {
             Some(aya::maps::Map::Array(data)) => Ok(data.info().map_err(map_err(name))?.id()),
-            _ => Err(Error::Map {
-                map: name,
-                source: aya::maps::MapError::InvalidName { name: name.into() },
-            }),
+            _ => Err(no_map(name)),
         }
     }
 
@@ -228,10 +227,7 @@ impl FastPath {
         &mut self,
         name: &'static str,
     ) -> Result<HashMap<&mut MapData, K, V>, Error> {
-        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
-            map: name,
-            source: aya::maps::MapError::InvalidName { name: name.into() },
-        })?;
+        let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
         HashMap::try_from(map).map_err(map_err(name))
     }
 
@@ -304,18 +300,10 @@ impl FastPath {
     /// install flows with it).
     pub fn writer(&mut self) -> Result<MapWriter, Error> {
         let fd = |ebpf: &mut aya::Ebpf, name: &'static str| -> Result<OwnedFd, Error> {
-            let map = ebpf.map_mut(name).ok_or(Error::Map {
-                map: name,
-                source: aya::maps::MapError::InvalidName { name: name.into() },
-            })?;
+            let map = ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
             let data: &MapData = match map {
                 aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d,
-                _ => {
-                    return Err(Error::Map {
-                        map: name,
-                        source: aya::maps::MapError::InvalidName { name: name.into() },
-                    })
-                }
+                _ => return Err(no_map(name)),
             };
             Ok(data.fd().as_fd().try_clone_to_owned()?)
         };
@@ -326,12 +314,10 @@ impl FastPath {
     }
 
     fn config_map(&mut self) -> Result<Array<&mut MapData, Config>, Error> {
-        let map = self.ebpf.map_mut("qb_config").ok_or(Error::Map {
-            map: "qb_config",
-            source: aya::maps::MapError::InvalidName {
-                name: "qb_config".into(),
-            },
-        })?;
+        let map = self
+            .ebpf
+            .map_mut("qb_config")
+            .ok_or_else(|| no_map("qb_config"))?;
         Array::try_from(map).map_err(map_err("qb_config"))
     }
 
@@ -360,10 +346,7 @@ impl FastPath {
         index: u32,
         add: impl Fn(&mut V, &V),
     ) -> Result<V, Error> {
-        let map = self.ebpf.map_mut(name).ok_or(Error::Map {
-            map: name,
-            source: aya::maps::MapError::InvalidName { name: name.into() },
-        })?;
+        let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
         let a: PerCpuArray<&mut MapData, V> = PerCpuArray::try_from(map).map_err(map_err(name))?;
         let values = a.get(&index, 0).map_err(map_err(name))?;
         let mut sum = V::default();
