@@ -35,8 +35,8 @@
 //!   and also to an address the host has just given up (the peer's address is read again).
 //! - [`a_daemon_killed_leaves_nothing_that_forwards`]: SIGKILL leaves the TC filters; a
 //!   daemon started at once in its place (fast path off) delivers every ping once, a later
-//!   one removes the dead one's upcall device, and unreplaced it forwards nothing once its
-//!   lease ended.
+//!   one removes the dead one's upcall device and forwards by the program for longer than a
+//!   lease (it renews it), and unreplaced it forwards nothing once its lease ended.
 //!
 //! `QBRIDGE_FASTPATH_TEST_MODE=off` runs the same tests with `--fast-path off` (with a
 //! qbridge that predates the option: without it), the fast path's own checks left out: the
@@ -1586,6 +1586,15 @@ fn a_daemon_killed_leaves_nothing_that_forwards() {
     );
     once("through the new daemon's fast path");
     let second_upcall = upcall_of(&ctl);
+    // Running longer than a lease, it renews it: the program still forwards.
+    let hits = num(&show_fast_path(&ctl), "hits");
+    std::thread::sleep(LEASE + Duration::from_secs(1));
+    once("through the fast path after more than a lease");
+    let later = num(&show_fast_path(&ctl), "hits");
+    assert!(
+        later > hits,
+        "the program stopped forwarding after a lease: hits {hits} -> {later}"
+    );
 
     // 4. Killed and not replaced: within the lease its flows may still forward; after it,
     //    nothing does.

@@ -66,12 +66,13 @@ fn sweep(own: Option<u32>) {
             return;
         }
     };
+    // The name is checked too (`qbfpPID`, as FastRt::start names it): an index is the
+    // device's only while it exists.
+    let upcall_like = |n: &String| {
+        n.strip_prefix("qbfp")
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    };
     for o in found {
-        // The name is checked too: an index is the device's only while it exists.
-        let upcall_like = |n: &String| {
-            n.strip_prefix("qbfp")
-                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-        };
         if let Some(dev) = sys::ifname(o.upcall_ifindex).filter(upcall_like) {
             match sys::delete_link(&dev) {
                 Ok(()) => tracing::info!(
@@ -446,7 +447,6 @@ impl Engine {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
-
         for (id, a) in rt.attached.iter_mut() {
             let now = peer_mac(&a.dev);
             if now == a.peer_mac {
