@@ -7,6 +7,27 @@
 # Usage: scripts/demo.sh [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What the build and the demo need (scripts/deps.sh): as root, installed here; without root the
+# demo replays pcap files (no namespaces, no fast path needed), so the build goes on without.
+# shellcheck source=scripts/deps.sh
+. scripts/deps.sh
+read -r -a missing <<<"$(deps_need build demo)"
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        deps_install demo.sh "${missing[@]}" || {
+            echo "demo.sh: cannot go on without ${missing[*]}: install them and run it again" >&2
+            exit 1
+        }
+    else
+        echo "demo.sh: not root, and ${missing[*]} missing: building without the eBPF fast" \
+            "path; the demo will replay pcap files (run as root for the live network)" >&2
+    fi
+fi
+# With clang, the fast path's program must build: a failure is an error, not a slow product.
+if command -v clang >/dev/null 2>&1; then
+    export QBRIDGE_FASTPATH_REQUIRE=1
+fi
 if [ -x target/release/qbridge ]; then
     echo "demo.sh: bringing target/release/qbridge up to date (cargo build --release)…" >&2
 else

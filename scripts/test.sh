@@ -15,45 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-command -v ping >/dev/null 2>&1 || missing+=(iputils-ping)
-command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
-command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
-command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
-# Open vSwitch for tests/netns_stacked_ovs.rs, which runs its own private ovs-vswitchd.
-[ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null 2>&1 || missing+=(openvswitch-switch)
-# clang, llvm and libbpf's headers build the eBPF fast path's program (crates/fastpath).
-command -v clang >/dev/null 2>&1 || missing+=(clang llvm)
-[ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
-# host-local IPAM (and the reference plugins) for tests/netns_cni.rs.
-[ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
-# EVPN (tests/netns_evpn.rs): gobgpd, which qbridge-evpn drives, and FRR as the peer; the test
-# starts its own zebra, bgpd and gobgpd in namespaces (no system service is started).
-command -v gobgpd >/dev/null 2>&1 || missing+=(gobgpd)
-[ -x /usr/lib/frr/zebra ] || missing+=(frr)
-# Wireshark's dissectors for the VXLAN captures of tests/netns_vxlan*.rs.
-command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+# shellcheck source=scripts/deps.sh
+. scripts/deps.sh
+read -r -a missing <<<"$(deps_need build tests)"
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "test.sh: installing ${missing[*]}" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        # No package's postinst may start a system-wide service (openvswitch-switch, frr would):
-        # invoke-rc.d asks policy-rc.d, and 101 means "not allowed".
-        policy_rc=""
-        if [ ! -e /usr/sbin/policy-rc.d ]; then
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-            chmod 755 /usr/sbin/policy-rc.d
-            policy_rc=1
-        fi
-        # wireshark-common asks whether non-root users may capture: no, without asking.
-        if command -v debconf-set-selections >/dev/null 2>&1; then
-            echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
-        fi
-        apt-get update -qq >/dev/null
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status_apt=$?
-        if [ -n "$policy_rc" ]; then rm -f /usr/sbin/policy-rc.d; fi
-        if [ -n "${status_apt:-}" ]; then exit "$status_apt"; fi
+        deps_install test.sh "${missing[@]}"
     else
         echo "test.sh: ${missing[*]} missing and not root; namespace tests will skip" >&2
     fi

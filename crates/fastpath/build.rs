@@ -2,7 +2,9 @@
 //! by `src/lib.rs`. Without clang the crate still builds: the object is empty, loading says
 //! why, and the daemon runs without the fast path (`--fast-path auto`). Set
 //! `QBRIDGE_FASTPATH_REQUIRE=1` to make a missing or failing clang a build error (the test
-//! command does).
+//! command and the demo do, where clang is installed). A build without the program runs this
+//! script again when clang or libbpf's headers appear (it watches the `PATH` directories and
+//! `/usr/include` then), so installing clang afterwards is enough: no `cargo clean`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,6 +41,19 @@ fn main() {
             "cannot run {clang} ({e}); install clang (Debian: apt-get install clang libbpf-dev)"
         ),
     };
+    // Built without the program, the build script must run again once clang (or libbpf's
+    // headers) is installed, not only when the C files or `CLANG` change: cargo reruns it
+    // when an entry of a watched directory changes, so the directories of `PATH` and the
+    // include directory are watched while the program is missing (decision 65).
+    println!("cargo:rerun-if-env-changed=PATH");
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path).filter(|d| d.is_dir()) {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
+    }
+    if !std::path::Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
+        println!("cargo:rerun-if-changed=/usr/include");
+    }
     if std::env::var_os("QBRIDGE_FASTPATH_REQUIRE").is_some_and(|v| v == "1") {
         panic!("the fast path's BPF program does not build: {why}");
     }

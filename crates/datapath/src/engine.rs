@@ -246,6 +246,12 @@ impl Engine {
         self.fast.is_some()
     }
 
+    /// Why the fast path does not run under `--fast-path auto` (not built, not permitted, …);
+    /// `None` when it runs or was turned off.
+    pub fn fast_path_off_reason(&self) -> Option<&str> {
+        self.fast_state.reason.as_deref()
+    }
+
     /// Monotonic nanoseconds since the engine started (never 0).
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64 + 1

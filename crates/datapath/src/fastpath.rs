@@ -19,6 +19,13 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// Whether this build has the fast path's program (clang was there when it was built): a
+/// binary without it forwards every frame in the pipeline, and says so in `-V`, in the
+/// daemon's `ready` line and in `show fast-path`.
+pub fn built() -> bool {
+    qbridge_fastpath::FastPath::built()
+}
+
 /// `qbridge daemon --fast-path`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FastPathMode {

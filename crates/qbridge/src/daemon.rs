@@ -391,7 +391,11 @@ pub fn main(args: &[String]) -> anyhow::Result<ExitCode> {
         tracing::warn!("{w}");
     }
     let workers = engine.workers();
-    let fast_path = if engine.fast_path_on() { "on" } else { "off" };
+    let fast_path = match (engine.fast_path_on(), engine.fast_path_off_reason()) {
+        (true, _) => "on".to_string(),
+        (false, Some(why)) => format!("off ({why})"),
+        (false, None) => "off".to_string(),
+    };
     let datapath = std::thread::Builder::new()
         .name("qbridge-control-plane".into())
         .spawn(move || engine.run())

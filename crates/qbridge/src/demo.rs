@@ -510,6 +510,11 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
         );
     }
 
+    println!("\n== which path the frames took (qbridge show fast-path)");
+    for line in fast_path_summary(&ctl(&["-j", "show", "fast-path"])?) {
+        println!("   {line}");
+    }
+
     let t1 = cap1.finish()?;
     let t2 = cap2.finish()?;
     println!("\n== on the 802.1ad trunk (frames received by each end, full tag stacks)");
@@ -562,6 +567,62 @@ fn live(lab: &mut Lab, args: &Args) -> anyhow::Result<()> {
     }
     println!("\n== removing the namespaces, veths and the daemon");
     Ok(())
+}
+
+/// What `show fast-path -j` says of the frames so far, for a person: how many the eBPF program
+/// forwarded in the kernel (hits) and how many went up to the pipeline (misses, by reason), or
+/// why the fast path is off — the figure the demo's throughput depends on.
+fn fast_path_summary(json: &str) -> Vec<String> {
+    let st: serde_json::Value = match serde_json::from_str(json) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("(show fast-path -j gave no JSON: {e})")],
+    };
+    let n = |k: &str| st[k].as_u64().unwrap_or(0);
+    if st["state"] != "on" {
+        let why = st["reason"]
+            .as_str()
+            .unwrap_or("turned off (--fast-path off)");
+        return vec![
+            format!("fast path OFF: {why}"),
+            "every frame went through the userspace pipeline: about 0.6x the kernel bridge's \
+             TCP here, 0.3x in this provider network (docs/benchmarks-live.md)"
+                .to_string(),
+        ];
+    }
+    let misses: Vec<(String, u64)> = st["misses"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                .filter(|(_, v)| *v > 0)
+                .collect()
+        })
+        .unwrap_or_default();
+    let missed: u64 = misses.iter().map(|(_, v)| v).sum();
+    let (hits, all) = (n("hits"), n("hits") + missed);
+    let share = if all == 0 {
+        0.0
+    } else {
+        hits as f64 * 100.0 / all as f64
+    };
+    let ports = st["ports"].as_array().map_or(0, Vec::len);
+    let reasons = misses
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        format!(
+            "fast path ON: the eBPF program on {ports} ports holds {} flows ({} installed so far)",
+            n("flows"),
+            n("installed")
+        ),
+        format!(
+            "{hits} frames forwarded in the kernel by the program (hits), {missed} sent up to the \
+             pipeline (misses{}{reasons}): {share:.1} % of the frames took the fast path",
+            if reasons.is_empty() { "" } else { ": " }
+        ),
+    ]
 }
 
 /// One line per port out of `link show -s`: name, device, RX and TX packets and bytes, drops.
@@ -1040,6 +1101,31 @@ mod tests {
         ip.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
         f.extend_from_slice(&ip);
         f
+    }
+
+    #[test]
+    fn the_fast_path_summary_gives_hits_misses_and_why_off() {
+        let on = r#"{"mode":"auto","state":"on","reason":null,"upcall":"qbfp1","ports":["a","b"],
+            "flows":4,"hits":900,"misses":{"no_flow":90,"stale":10,"flood":0},"installed":6,
+            "not_cached":{},"stale_upcalls":0,"upcall_ring_full":0}"#;
+        let s = fast_path_summary(on).join("\n");
+        assert!(
+            s.contains("fast path ON: the eBPF program on 2 ports holds 4 flows"),
+            "{s}"
+        );
+        assert!(s.contains("900 frames forwarded in the kernel"), "{s}");
+        assert!(
+            s.contains("100 sent up to the pipeline (misses: no_flow 90, stale 10)"),
+            "{s}"
+        );
+        assert!(s.contains("90.0 % of the frames took the fast path"), "{s}");
+        let off = r#"{"mode":"auto","state":"off","reason":"this qbridge was built without the eBPF fast path (clang was missing at build time)"}"#;
+        let s = fast_path_summary(off).join("\n");
+        assert!(
+            s.starts_with("fast path OFF: this qbridge was built without the eBPF fast path"),
+            "{s}"
+        );
+        assert!(fast_path_summary("garbage")[0].contains("gave no JSON"));
     }
 
     #[test]

@@ -57,6 +57,18 @@ Errors go to stderr as 'qbridge: line 7: vid 4095 is reserved'; the exit code is
 Logs go to stderr; set QBRIDGE_LOG (e.g. QBRIDGE_LOG=debug) to see more.
 ";
 
+/// `qbridge -V`: the version, and whether this build has the eBPF fast path (a build made
+/// without clang forwards every frame in the pipeline, at a fraction of the speed).
+fn version_text() -> String {
+    let fast_path = if qbridge_datapath::fastpath::built() {
+        "eBPF fast path built in"
+    } else {
+        "built WITHOUT the eBPF fast path (clang was missing at build time: install clang, \
+         llvm and libbpf-dev and build again)"
+    };
+    format!("qbridge {} ({fast_path})\n", env!("CARGO_PKG_VERSION"))
+}
+
 fn usage_text() -> String {
     format!("{USAGE_HEAD}{}{USAGE_TAIL}", usage::commands())
 }
@@ -171,7 +183,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             }
             o if abbreviates(o, "help") => return print_stdout(&usage_text()),
             o if abbreviates(o, "Version") || o == "version" => {
-                return print_stdout(&format!("qbridge {}\n", env!("CARGO_PKG_VERSION")));
+                return print_stdout(&version_text());
             }
             o if abbreviates(o, "batch") => {
                 i += 1;

@@ -390,9 +390,21 @@ fn help_version_and_messages_without_a_daemon() {
         assert_eq!(text, qbridge_control::usage::object(o));
         assert!(all.contains(text.lines().nth(1).unwrap()), "{text}");
     }
-    let version = format!("qbridge {}\n", env!("CARGO_PKG_VERSION"));
+    // The version, and whether the build has the eBPF fast path (the test command builds
+    // with QBRIDGE_FASTPATH_REQUIRE=1 where clang is installed: then it must say so).
+    let fast_path = if qbridge_datapath::fastpath::built() {
+        "(eBPF fast path built in)\n".to_string()
+    } else {
+        "(built WITHOUT the eBPF fast path (clang was missing at build time: install clang, \
+         llvm and libbpf-dev and build again))\n"
+            .to_string()
+    };
+    let version = format!("qbridge {} {fast_path}", env!("CARGO_PKG_VERSION"));
     for v in ["-V", "--version", "-Version", "-Ver"] {
         assert_eq!(ok(&[v]), version, "{v}");
+    }
+    if std::env::var("QBRIDGE_FASTPATH_REQUIRE").is_ok_and(|v| v == "1") {
+        assert!(version.contains("fast path built in"), "{version}");
     }
     // Grammar errors, the same with and without -n.
     for offline in [true, false] {

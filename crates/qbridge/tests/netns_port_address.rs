@@ -81,3 +81,103 @@ fn port_address_is_a_local_entry() {
     );
     assert_eq!(tx_frames(&ctl, "p1"), tx_before, "{}", ctl.stats_text());
 }
+
+/// The permanent entries of `port` with address `mac`, by VLAN (`None`: VLAN 0).
+fn local_entries(ctl: &support::Ctl, port: &str, mac: &str) -> Vec<Option<u64>> {
+    let fdb = ctl.json(&["fdb", "show", "dev", port]).unwrap();
+    fdb.as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["mac"] == mac && e["state"] == "permanent")
+        .map(|e| e["vlan"].as_u64())
+        .collect()
+}
+
+/// An interface whose address changes moves its port's local entries to the new address, as
+/// Linux follows `NETDEV_CHANGEADDR` (`br_fdb_changeaddr`): for an AF_PACKET port changed
+/// before it joins a bridge (in one go, the command right after `ip link set … address`), and
+/// for an AF_XDP port changed while it is in one. Frames to the new address are the bridge's
+/// (`local`); frames to the old one are unknown unicast again, flooded. (The kernel's
+/// `bridge_fdb_learning_limit.sh` counts on this for its "local" entries.)
+#[test]
+fn a_changed_interface_address_moves_the_local_entries() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("portaddr-change");
+    let sw = lab.netns("sw").unwrap();
+    let h1 = lab.host("h1", "10.9.1.1/24", &sw, "s1").unwrap();
+    let _h2 = lab.host("h2", "10.9.1.2/24", &sw, "s2").unwrap();
+    let ctl = lab
+        .daemon(
+            &sw,
+            "link add br0 type bridge vlan_filtering 1\n\
+             link add p1 type afpacket dev s1\nlink add p2 type afxdp dev s2 mode skb\n\
+             link set dev p2 master br0\n",
+        )
+        .unwrap();
+    let old1 = mac_of(&sw, "s1").unwrap();
+    let new1 = "02:00:00:00:00:aa";
+    ip_in(&sw, &["link", "set", "dev", "s1", "address", new1]).unwrap();
+    ctl.cmd(&["link", "set", "dev", "p1", "master", "br0"])
+        .unwrap();
+    assert_eq!(local_entries(&ctl, "p1", new1), [None, Some(1)]);
+    assert_eq!(local_entries(&ctl, "p1", &old1), []);
+
+    let old2 = mac_of(&sw, "s2").unwrap();
+    assert_eq!(local_entries(&ctl, "p2", &old2), [None, Some(1)]);
+    let new2 = "02:00:00:00:00:bb";
+    ip_in(&sw, &["link", "set", "dev", "s2", "address", new2]).unwrap();
+    let moved = support::wait_until(std::time::Duration::from_secs(3), || {
+        local_entries(&ctl, "p2", new2) == [None, Some(1)]
+    });
+    assert!(moved, "{}", ctl.cmd(&["fdb", "show"]).unwrap());
+    assert_eq!(local_entries(&ctl, "p2", &old2), []);
+    let log = lab.daemon_log(0);
+    assert!(
+        log.contains(&format!("interface s2 now has address {new2}")),
+        "{log}"
+    );
+
+    // h1 sends to both addresses (static neighbours): the new one is the bridge's own
+    // (dropped as `local` on p1, nothing out of p2); the old one is nobody's, flooded to p2.
+    for (ip, mac) in [("10.9.1.98", new2), ("10.9.1.99", old2.as_str())] {
+        ip_in(
+            &h1.ns,
+            &[
+                "neigh",
+                "replace",
+                ip,
+                "lladdr",
+                mac,
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ],
+        )
+        .unwrap();
+    }
+    let (local0, tx0) = (drops(&ctl, "p1", "local"), tx_frames(&ctl, "p2"));
+    let r = ping(&h1, "10.9.1.98", 3);
+    assert_eq!(r.received, 0);
+    assert_eq!(
+        drops(&ctl, "p1", "local") - local0,
+        u64::from(r.transmitted),
+        "{}",
+        ctl.stats_text()
+    );
+    assert_eq!(tx_frames(&ctl, "p2"), tx0, "{}", ctl.stats_text());
+    let to_local = u64::from(r.transmitted);
+    let r = ping(&h1, "10.9.1.99", 3);
+    assert_eq!(
+        drops(&ctl, "p1", "local") - local0,
+        to_local,
+        "{}",
+        ctl.stats_text()
+    );
+    assert_eq!(
+        tx_frames(&ctl, "p2") - tx0,
+        u64::from(r.transmitted),
+        "{}",
+        ctl.stats_text()
+    );
+}

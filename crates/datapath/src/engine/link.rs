@@ -89,7 +89,10 @@ impl Engine {
             match (&slot.spec, slot.link_up) {
                 (PortSpec::AfPacket { dev, .. } | PortSpec::AfXdp { dev, .. }, true) => {
                     match sys::link_state_now(dev) {
-                        Ok(sys::LinkState::Up) => {}
+                        Ok(sys::LinkState::Up) => {
+                            let dev = dev.clone();
+                            self.follow_address(id, &dev);
+                        }
                         Ok(s) => self.link_down(id, &format!("interface {dev}: {s:?}")),
                         Err(e) => self.link_down(id, &e.to_string()),
                     }
@@ -137,6 +140,33 @@ impl Engine {
                 _ => {}
             }
         }
+    }
+
+    /// The interface address of an AF_PACKET or AF_XDP port read again: a change moves the
+    /// port's local FDB entries to the new address (Linux follows `NETDEV_CHANGEADDR` with
+    /// `br_fdb_changeaddr`). Runs on every link notification (an address change is one), once
+    /// a second, and after every command (so a `link set dev P master BR` right after `ip link
+    /// set dev IF address …` finds the new address). Returns whether it changed.
+    pub(super) fn follow_address(&mut self, id: u16, dev: &str) -> bool {
+        let Ok(mac) = sys::get_mac(dev) else {
+            return false;
+        };
+        let mac = qbridge_wire::MacAddr(mac);
+        let sw = self.session.switch_mut();
+        let before = sw.port_address(PortId(id));
+        sw.set_port_address(PortId(id), Some(mac));
+        let after = sw.port_address(PortId(id));
+        if before == after {
+            return false;
+        }
+        tracing::info!(
+            "port {}: interface {dev} now has address {}: local FDB entries moved",
+            self.slots[id as usize]
+                .as_ref()
+                .map_or("?", |s| s.name.as_str()),
+            after.map_or_else(|| "none".to_string(), |m| m.to_string())
+        );
+        true
     }
 
     /// Marks port `id` down (once): the switch stops using it and forgets its learned
@@ -213,6 +243,7 @@ impl Engine {
             let want = max_frame.saturating_sub(14);
             let have = slot.status.device_mtu.unwrap_or(0);
             let filter_now = slot.filter.clone();
+            self.follow_address(id, &dev);
             if want > have {
                 match sys::raise_mtu(&dev, want) {
                     Ok(m) => {
