@@ -249,6 +249,9 @@ impl Engine {
     /// Why the fast path does not run under `--fast-path auto` (not built, not permitted, …);
     /// `None` when it runs or was turned off.
     pub fn fast_path_off_reason(&self) -> Option<&str> {
+        if self.fast_state.mode == crate::FastPathMode::Off {
+            return None;
+        }
         self.fast_state.reason.as_deref()
     }
 

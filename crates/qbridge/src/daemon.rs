@@ -31,6 +31,7 @@ use anyhow::{bail, Context};
 use qbridge_control::{Op, OutputOptions, Session};
 use qbridge_datapath::state::StateFile;
 use qbridge_datapath::{Engine, EngineConfig, Handle};
+use qbridge_io::netns::OwnNetns;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::io::Write;
@@ -42,9 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where the CLI and the daemon meet unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/qbridge/qbridge.sock";
-/// Environment variable that overrides [`DEFAULT_SOCKET`] (the `--socket` option wins).
+/// Environment variable that overrides the default socket (the `--socket` option wins).
 pub const SOCKET_ENV: &str = "QBRIDGE_SOCKET";
 pub const DAEMON_USAGE: &str = "\
 Usage: qbridge daemon [-batch FILE] [--socket PATH] [--socket-group GROUP]
@@ -60,7 +59,9 @@ SIGHUP: re-applies the -batch file as 'qbridge apply' does. SIGUSR1: every port'
 SIGUSR2, SIGPIPE: ignored.
 
   -batch FILE          apply FILE (one command per line) before serving; '-' reads stdin
-  --socket PATH        control socket (default: $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock)
+  --socket PATH        control socket (default: $QBRIDGE_SOCKET, else, in the host's network
+                       namespace /run/qbridge/qbridge.sock, in another one
+                       /run/qbridge/netns/NAME.sock: one daemon per namespace by default)
   --socket-group GROUP the control socket belongs to GROUP (a name or number) with mode 0660,
                        so its members may use qbridge without root
   --idle-timeout SECONDS  close a control connection without a request for this long
@@ -85,13 +86,14 @@ SIGUSR2, SIGPIPE: ignored.
                        through the pipeline. 'qbridge show fast-path' shows it.
 ";
 
-/// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default.
+/// The socket path: `--socket`, else `$QBRIDGE_SOCKET`, else the default of the caller's
+/// network namespace (`/run/qbridge/qbridge.sock` in the host's; decision 66).
 pub fn socket_path(arg: Option<&str>) -> PathBuf {
     match arg {
         Some(p) => PathBuf::from(p),
         None => match std::env::var_os(SOCKET_ENV) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => PathBuf::from(DEFAULT_SOCKET),
+            _ => OwnNetns::current().default_socket(),
         },
     }
 }

@@ -34,7 +34,8 @@ OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indent
          -c, -com[pressvlans]  vlan show: runs of VIDs as ranges (10-20)
          -d[etails]  link show: a bond's LACP state per member
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
-         --socket PATH  the daemon's control socket     -n, -offline  no daemon (see below)
+         --socket PATH  the daemon's control socket     -offline  no daemon (see below)
+         -n[etns] NETNS  run in network namespace NETNS (as ip -n): its daemon, by default
          -h[elp]  -V[ersion]      (options may be abbreviated, and take one or two dashes)
 
 OBJECT COMMAND (the words of ip-link(8) and bridge(8)):
@@ -46,11 +47,16 @@ As in iproute2, 'fdb add' without static or dynamic adds a permanent (local) ent
 to it are for the bridge itself and are dropped; use 'static' for a forwarding entry.
 
 Commands go to the running daemon ('qbridge daemon', see 'qbridge daemon --help') over its
-control socket: --socket PATH, else $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock. Every
-command takes effect at once, between two batches of frames; a batch file is applied
-all-or-nothing. With no daemon there: 'qbridge: no daemon at PATH (start one with ...)'.
-  -n, -offline  work on a fresh, empty, in-process switch instead (no daemon needed): check
+control socket: --socket PATH, else $QBRIDGE_SOCKET, else the default of the network
+namespace qbridge runs in: /run/qbridge/qbridge.sock in the host's, /run/qbridge/netns/NAME.sock
+in namespace NAME (so 'ip netns exec NAME qbridge …' and 'qbridge -n NAME …' reach the
+daemon of NAME, never another's). Every command takes effect at once, between two batches of
+frames; a batch file is applied all-or-nothing. With no daemon there: 'qbridge: no daemon at
+PATH (start one with ...)'.
+  -offline      work on a fresh, empty, in-process switch instead (no daemon needed): check
                 the syntax and errors of a command, or preview a batch file (its show output).
+  -n NETNS      as ip -n: everything runs in network namespace NETNS (/var/run/netns/NETNS),
+                'qbridge -n NETNS daemon …' too.
   'qbridge replay' applies a batch file and then runs pcap files through the switch
   (see 'qbridge replay --help').
 Errors go to stderr as 'qbridge: line 7: vid 4095 is reserved'; the exit code is 1.
@@ -162,6 +168,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut batch: Option<String> = None;
     let mut offline = false;
     let mut socket: Option<String> = None;
+    let mut netns: Option<String> = None;
     let mut i = 0;
     while let Some(arg) = args.get(i) {
         let Some(opt) = arg.strip_prefix('-') else {
@@ -175,7 +182,14 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
         // In bridge/bridge.c `main`'s order: -help, -Version, …, -batch.
         match opt {
-            "n" | "offline" => offline = true,
+            "offline" => offline = true,
+            o if o == "n" || abbreviates(o, "netns") && o.len() >= 2 => {
+                i += 1;
+                let name = args
+                    .get(i)
+                    .context("option -n (-netns) needs a network namespace NAME (as ip -n)")?;
+                netns = Some(name.clone());
+            }
             "socket" => {
                 i += 1;
                 let path = args.get(i).context("option --socket needs a PATH")?;
@@ -195,6 +209,17 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let rest = &args[i..];
+    if let Some(name) = &netns {
+        // Before any thread starts: every thread qbridge starts later is in the namespace.
+        if !qbridge_io::netns::netns_path(name).is_ok_and(|p| p.exists()) {
+            // `qbridge -n link show` was "offline" before -n meant what it means to ip.
+            bail!(
+                "no network namespace \"{name}\" (-n takes one, as ip -n does; to work \
+                 without a daemon, use -offline)"
+            );
+        }
+        qbridge_io::netns::enter_netns(name).with_context(|| format!("-n {name}"))?;
+    }
     init_tracing(if rest.first().is_some_and(|w| w == "daemon") {
         "info"
     } else {
@@ -226,7 +251,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
                 return demo::main(&rest[1..]);
             }
             "monitor" if offline => {
-                bail!("monitor streams a running daemon's changes: it cannot run with -n")
+                bail!("monitor streams a running daemon's changes: it cannot run with -offline")
             }
             "monitor" => {
                 if batch.is_some() {
@@ -237,7 +262,10 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             }
             "apply" => {
                 let [_, file] = rest else {
-                    bail!("usage: qbridge [-n] [--socket PATH] apply FILE ('-' reads stdin)");
+                    bail!(
+                        "usage: qbridge [-offline] [-n NETNS] [--socket PATH] apply FILE \
+                         ('-' reads stdin)"
+                    );
                 };
                 if batch.is_some() {
                     bail!("apply takes its FILE itself: qbridge apply FILE");

@@ -1,5 +1,5 @@
 //! The CLI fed what users feed it by accident (issue 17, item 16): arguments and batch files
-//! that are not UTF-8, names with terminal escape sequences. Offline (`-n`): no daemon, no
+//! that are not UTF-8, names with terminal escape sequences. Offline (`-offline`): no daemon, no
 //! privileges.
 
 use std::os::unix::ffi::OsStrExt;
@@ -28,7 +28,7 @@ fn stderr(o: &Output) -> String {
 fn a_non_utf8_argument_is_an_error_not_a_panic() {
     let bad = std::ffi::OsStr::from_bytes(b"p\xff1");
     let o = run(&[
-        "-n".as_ref(),
+        "-offline".as_ref(),
         "link".as_ref(),
         "show".as_ref(),
         "dev".as_ref(),
@@ -52,7 +52,7 @@ fn a_non_utf8_batch_file_names_the_line() {
         b"link add br0 type bridge\n# ok\nlink add p\xe9 type pcap\n",
     )
     .unwrap();
-    let o = run(&["-n".as_ref(), "-batch".as_ref(), f.as_os_str()]);
+    let o = run(&["-offline".as_ref(), "-batch".as_ref(), f.as_os_str()]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o),
@@ -69,7 +69,7 @@ fn a_non_utf8_batch_file_names_the_line() {
 #[test]
 fn control_characters_are_refused_and_not_echoed_raw() {
     let o = run(&[
-        "-n".as_ref(),
+        "-offline".as_ref(),
         "link".as_ref(),
         "show".as_ref(),
         "dev".as_ref(),
@@ -88,7 +88,7 @@ fn control_characters_are_refused_and_not_echoed_raw() {
     );
     for args in [
         [
-            "-n",
+            "-offline",
             "link",
             "add",
             "t1",
@@ -98,7 +98,7 @@ fn control_characters_are_refused_and_not_echoed_raw() {
             "a\u{1b}[31mb",
         ],
         [
-            "-n",
+            "-offline",
             "link",
             "add",
             "p1",
@@ -126,7 +126,7 @@ fn control_characters_are_refused_and_not_echoed_raw() {
         "link add br0 type bridge\nlink add t1 type tap netns n\x1b[32mx\n",
     )
     .unwrap();
-    let o = run(&["-n".as_ref(), "-batch".as_ref(), f.as_os_str()]);
+    let o = run(&["-offline".as_ref(), "-batch".as_ref(), f.as_os_str()]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o),

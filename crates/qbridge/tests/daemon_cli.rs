@@ -406,13 +406,13 @@ fn help_version_and_messages_without_a_daemon() {
     if std::env::var("QBRIDGE_FASTPATH_REQUIRE").is_ok_and(|v| v == "1") {
         assert!(version.contains("fast path built in"), "{version}");
     }
-    // Grammar errors, the same with and without -n.
+    // Grammar errors, the same with and without -offline.
     for offline in [true, false] {
         let err = |args: &[&str]| {
             let mut c = Command::new(BIN);
             c.arg("--socket").arg(&no_daemon);
             if offline {
-                c.arg("-n");
+                c.arg("-offline");
             }
             let o = c.args(args).output().unwrap();
             assert_eq!(o.status.code(), Some(1), "{args:?}");
@@ -436,7 +436,7 @@ fn help_version_and_messages_without_a_daemon() {
         );
     }
     let o = Command::new(BIN)
-        .args(["-n", "link", "add", "abcdefghijklmnop", "type", "pcap"])
+        .args(["-offline", "link", "add", "abcdefghijklmnop", "type", "pcap"])
         .output()
         .unwrap();
     assert_eq!(
@@ -445,7 +445,7 @@ fn help_version_and_messages_without_a_daemon() {
     );
     // 8 two-byte characters are 16 bytes: too long, though 8 characters.
     let o = Command::new(BIN)
-        .args(["-n", "link", "add", "éééééééé", "type", "pcap"])
+        .args(["-offline", "link", "add", "éééééééé", "type", "pcap"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -454,7 +454,7 @@ fn help_version_and_messages_without_a_daemon() {
     assert_eq!(
         String::from_utf8(
             Command::new(BIN)
-                .args(["-n", "vlan", "show"])
+                .args(["-offline", "vlan", "show"])
                 .output()
                 .unwrap()
                 .stdout
@@ -466,7 +466,7 @@ fn help_version_and_messages_without_a_daemon() {
     let batch = "link add br0 type bridge vlan_filtering 1\nlink add p1 type pcap\n\
                  link set p1 master br0\nvlan add vid 10-20 dev p1\nv s\n";
     for c in ["-c", "-compressvlans", "--com"] {
-        let o = run_with_stdin(&["-n", c, "-batch", "-"], batch);
+        let o = run_with_stdin(&["-offline", c, "-batch", "-"], batch);
         assert!(o.status.success(), "{c}: {}", stderr(&o));
         assert_eq!(
             String::from_utf8(o.stdout).unwrap(),
@@ -479,7 +479,7 @@ fn help_version_and_messages_without_a_daemon() {
 #[test]
 fn closed_stdout_is_quiet() {
     let batch = long_batch();
-    let o = run_into_closed_pipe(&["-n", "-batch", "-"], &batch);
+    let o = run_into_closed_pipe(&["-offline", "-batch", "-"], &batch);
     assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
     assert_eq!(stderr(&o), "");
     let o = run_into_closed_pipe(&["-h"], "");

@@ -274,3 +274,96 @@ fn live_vlan_changes_and_link_loss_on_veth() {
     assert!(st.success(), "daemon exit {st:?}");
     assert!(!lab.socket.exists());
 }
+
+/// Two daemons in two network namespaces (docs/across-hosts.md's two hosts), each started
+/// with no `--socket` and no `$QBRIDGE_SOCKET`, as an operator starts them: each listens on
+/// its namespace's default socket (`/run/qbridge/netns/NAME.sock`), and a command run in a
+/// namespace — `ip netns exec NAME qbridge …` or `qbridge -n NAME …` — reaches that
+/// namespace's daemon, never the other's. `-n` with a word that is no namespace (the old
+/// meaning of `-n`, offline) is a clear error.
+#[test]
+fn each_namespace_has_its_own_default_socket() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("daemon-netns-sock-{id}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let names = [format!("qbdH1x{id}"), format!("qbdH2x{id}")];
+    let mut labs = Vec::new();
+    for (i, ns) in names.iter().enumerate() {
+        let socket = PathBuf::from(format!("/run/qbridge/netns/{ns}.sock"));
+        let mut lab = Lab {
+            ns: vec![],
+            daemon: None,
+            socket: socket.clone(),
+            log: dir.join(format!("daemon{i}.log")),
+        };
+        must(&["ip", "netns", "add", ns]);
+        lab.ns.push(ns.clone());
+        let cfg = dir.join(format!("cfg{i}.batch"));
+        std::fs::write(&cfg, format!("link add br{i} type bridge\n")).unwrap();
+        let log = std::fs::File::create(&lab.log).unwrap();
+        lab.daemon = Some(
+            Command::new("ip")
+                .args(["netns", "exec", ns, BIN, "daemon", "-batch"])
+                .arg(&cfg)
+                .args(["--fast-path", "off"])
+                .env_remove("QBRIDGE_SOCKET")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        wait_for(
+            &format!("{} (daemon in {ns})", socket.display()),
+            20,
+            || UnixStream::connect(&socket).is_ok(),
+        );
+        labs.push(lab);
+    }
+    let run = |args: &[&str]| -> Output {
+        Command::new(args[0])
+            .args(&args[1..])
+            .env_remove("QBRIDGE_SOCKET")
+            .output()
+            .unwrap()
+    };
+    let bridges = |o: &Output| -> String {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mut names: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ifname"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names.join(" ")
+    };
+    for (i, ns) in names.iter().enumerate() {
+        let want = format!("br{i}");
+        let o = run(&["ip", "netns", "exec", ns, BIN, "-j", "link", "show"]);
+        assert_eq!(bridges(&o), want, "ip netns exec {ns}");
+        let o = run(&[BIN, "-n", ns, "-j", "link", "show"]);
+        assert_eq!(bridges(&o), want, "qbridge -n {ns}");
+        let o = run(&[BIN, "-netns", ns, "-j", "link", "show"]);
+        assert_eq!(bridges(&o), want, "qbridge -netns {ns}");
+    }
+    let o = run(&[BIN, "-n", "link", "show"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "qbridge: no network namespace \"link\" (-n takes one, as ip -n does; to work without \
+         a daemon, use -offline)\n"
+    );
+    for lab in &mut labs {
+        let mut c = lab.daemon.take().unwrap();
+        let _ = sh(&["kill", "-TERM", &c.id().to_string()]);
+        let _ = c.wait();
+        let _ = std::fs::remove_file(&lab.socket);
+    }
+}

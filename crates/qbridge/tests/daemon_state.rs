@@ -221,7 +221,7 @@ fn sigkill_during_changes_leaves_the_old_or_the_new_state() {
         let text = std::fs::read_to_string(dir.join("state")).unwrap();
         // Whole: it applies to a fresh offline switch…
         let out = Command::new(BIN)
-            .args(["-n", "-batch"])
+            .args(["-offline", "-batch"])
             .arg(dir.join("state"))
             .output()
             .unwrap();

@@ -129,7 +129,7 @@ fn install_puts_every_piece_in_place() {
     // The shipped configuration file is a valid (empty) batch.
     let conf = d.join("etc/qbridge/qbridge.conf");
     let out = Command::new(BIN)
-        .args(["-n", "-batch"])
+        .args(["-offline", "-batch"])
         .arg(&conf)
         .output()
         .unwrap();

@@ -190,9 +190,9 @@ fn offline_command_runs_against_an_empty_session() {
     let o = qbridge(&["-offline", "link", "show"]);
     assert!(o.status.success());
     assert_eq!(stdout(&o), "");
-    let o = qbridge(&["-n", "-j", "fdb", "show"]);
+    let o = qbridge(&["-offline", "-j", "fdb", "show"]);
     assert_eq!(stdout(&o), "[]\n");
-    let o = qbridge(&["-n", "vlan", "add", "vid", "4095", "dev", "x"]);
+    let o = qbridge(&["-offline", "vlan", "add", "vid", "4095", "dev", "x"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), "qbridge: vid 4095 is reserved\n");
     assert_eq!(stdout(&o), "");
@@ -225,7 +225,7 @@ fn batch_prints_show_output_and_errors_with_line_numbers() {
         stdout(&o),
         "port              vlan-id\np1                1 PVID Egress Untagged\n"
     );
-    let o = qbridge(&["-n", "-j", "-batch", good.to_str().unwrap()]);
+    let o = qbridge(&["-offline", "-j", "-batch", good.to_str().unwrap()]);
     assert_eq!(
         stdout(&o),
         "[{\"ifname\":\"p1\",\"vlans\":[{\"vlan\":1,\"flags\":[\"PVID\",\"Egress Untagged\"]}]}]\n"

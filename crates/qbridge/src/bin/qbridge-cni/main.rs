@@ -22,9 +22,6 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The daemon's default socket, as `qbridge` finds it: `$QBRIDGE_SOCKET`, else this.
-const DEFAULT_SOCKET: &str = "/run/qbridge/qbridge.sock";
-
 /// A CNI error: `code` (1-99 the specification's, 100+ this plugin's) and `msg`.
 #[derive(Debug, Clone)]
 pub struct CniError {
@@ -60,11 +57,13 @@ fn port_name(container: &str, ifname: &str) -> String {
     format!("qbc{:012x}", h >> 16)
 }
 
+/// The daemon's default socket, as `qbridge` finds it: `$QBRIDGE_SOCKET`, else the default
+/// of the namespace the plugin runs in (the runtime's: `/run/qbridge/qbridge.sock` on a host).
 fn default_socket() -> PathBuf {
     std::env::var_os("QBRIDGE_SOCKET")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+        .unwrap_or_else(|| qbridge_io::netns::OwnNetns::current().default_socket())
 }
 
 /// The environment of ADD, DEL, CHECK.
@@ -442,8 +441,8 @@ const USAGE: &str = "qbridge-cni: a CNI plugin; run by a container runtime, not 
 Environment: CNI_COMMAND (ADD|DEL|CHECK|STATUS|GC|VERSION), CNI_CONTAINERID, CNI_NETNS,
 CNI_IFNAME, CNI_PATH; the network configuration (JSON) on stdin. docs/cni.md.
 Config keys: bridge, vlan, trunk [{\"id\":N}|{\"minID\":A,\"maxID\":B}], svid + cvlans
-(Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else /run/qbridge/qbridge.sock),
-dataDir (default /var/lib/cni/qbridge-cni), ipam.
+(Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else qbridge's default
+for the plugin's network namespace: /run/qbridge/qbridge.sock in the host's), dataDir (default /var/lib/cni/qbridge-cni), ipam.
 ";
 
 fn main() -> ExitCode {
