@@ -41,29 +41,57 @@ fn partial_requests_on_every_connection_do_not_lock_others_out() {
     let took = t0.elapsed();
     // 5 commands in well under one request deadline (30 s) each; measured ~0.05 s.
     assert!(took < Duration::from_secs(10), "5 commands took {took:?}");
-    // The connection that made room was told why (one: the slot stays free once the command
-    // is done).
-    let mut told = 0;
+    // The connections that made room were told why: at least the first command needed one,
+    // and at most one per command (a command's own slot is free again once the daemon has
+    // seen it close, which on a loaded machine may come after the next command connects: a
+    // count of exactly one depended on that timing). Every other held connection is still
+    // open: nothing else was closed to admit the commands.
+    let mut told = vec![false; held.len()];
     let t0 = Instant::now();
     for c in &held {
         c.set_nonblocking(true).unwrap();
     }
-    // The evicted connection's thread answers on its own time: look for up to 10 s.
-    while told == 0 && t0.elapsed() < Duration::from_secs(10) {
-        for c in &held {
+    // An evicted connection's thread answers on its own time: look for up to 10 s for the
+    // first, then 1 s more for the others.
+    let mut first_at = None;
+    while first_at.map_or(t0.elapsed() < Duration::from_secs(10), |t: Instant| {
+        t.elapsed() < Duration::from_secs(1)
+    }) {
+        for (i, c) in held.iter().enumerate() {
             let mut line = String::new();
-            if BufReader::new(c).read_line(&mut line).is_ok() && !line.is_empty() {
+            if !told[i] && BufReader::new(c).read_line(&mut line).is_ok() && !line.is_empty() {
                 assert!(
                     line.contains("its request was not complete and the daemon needed room")
                         || line.contains("closing this idle connection to admit another"),
                     "{line}"
                 );
-                told += 1;
+                told[i] = true;
+                first_at.get_or_insert_with(Instant::now);
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(told, 1, "one partial request closed to make room");
+    for (i, c) in held.iter().enumerate() {
+        if told[i] {
+            continue;
+        }
+        let mut line = String::new();
+        match BufReader::new(c).read_line(&mut line) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // Told after the window: counted.
+            Ok(_)
+                if line.contains("the daemon needed room") || line.contains("to admit another") =>
+            {
+                told[i] = true
+            }
+            other => panic!("held connection {i} was closed untold: {other:?} {line:?}"),
+        }
+    }
+    let n = told.iter().filter(|t| **t).count();
+    assert!(
+        (1..=5).contains(&n),
+        "{n} partial requests closed for 5 commands (1 to 5 expected)"
+    );
     drop(held);
     assert!(d.stop().success());
 }
