@@ -591,7 +591,8 @@ pub enum FdbCommand {
     },
 }
 
-/// Output flags: `-j` JSON, `-s` statistics, `-p` pretty JSON, `-c` compressed VLAN ranges.
+/// Output flags: `-j` JSON, `-s` statistics, `-p` pretty JSON, `-c` compressed VLAN ranges,
+/// `-d` details, `-br` brief.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutputOptions {
     pub json: bool,
@@ -601,6 +602,9 @@ pub struct OutputOptions {
     pub compress_vlans: bool,
     /// `-d`: details (`link show`: a bond's LACP state per member).
     pub details: bool,
+    /// `-br[ief]`, as `ip -br`: `link show` and `vlan show` print one line per link or port
+    /// (name, state, master, VLANs as ranges); other show commands ignore it, as ip does.
+    pub brief: bool,
 }
 
 impl OutputOptions {
@@ -608,6 +612,7 @@ impl OutputOptions {
     /// an output option. As bridge/bridge.c `main`, any prefix of `json`, `stats`,
     /// `statistics` and `pretty` names it, and `compressvlans` from `com`; `c` is
     /// `compressvlans` too (iproute2 reads it as `-color`, which qbridge does not have).
+    /// `brief` from `br`, as ip/ip.c (`-b` alone is `-batch`, which the caller handles).
     pub fn set(&mut self, opt: &str) -> bool {
         let abbreviates = |word: &str, min: usize| opt.len() >= min && word.starts_with(opt);
         if abbreviates("json", 1) {
@@ -620,13 +625,16 @@ impl OutputOptions {
             self.compress_vlans = true;
         } else if abbreviates("details", 1) {
             self.details = true;
+        } else if abbreviates("brief", 2) {
+            self.brief = true;
         } else {
             return false;
         }
         true
     }
 
-    /// The options as command-line words (`-j`, `-s`, `-p`, `-c`), to send to the daemon.
+    /// The options as command-line words (`-j`, `-s`, `-p`, `-c`, `-d`, `-br`), to send to
+    /// the daemon.
     pub fn words(&self) -> Vec<String> {
         let flags = [
             (self.json, "-j"),
@@ -634,6 +642,7 @@ impl OutputOptions {
             (self.pretty, "-p"),
             (self.compress_vlans, "-c"),
             (self.details, "-d"),
+            (self.brief, "-br"),
         ];
         flags
             .iter()

@@ -78,6 +78,9 @@ pub struct WireOptions {
     /// `-d`; sent only when set, like `compress_vlans`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub details: bool,
+    /// `-br`; sent only when set, like `compress_vlans`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub brief: bool,
 }
 
 impl From<OutputOptions> for WireOptions {
@@ -88,6 +91,7 @@ impl From<OutputOptions> for WireOptions {
             pretty: o.pretty,
             compress_vlans: o.compress_vlans,
             details: o.details,
+            brief: o.brief,
         }
     }
 }
@@ -100,6 +104,7 @@ impl From<WireOptions> for OutputOptions {
             pretty: o.pretty,
             compress_vlans: o.compress_vlans,
             details: o.details,
+            brief: o.brief,
         }
     }
 }
@@ -527,6 +532,30 @@ mod tests {
             Request::parse(&Request::command(&args).to_line()),
             Ok(Op::Command { out: o, .. }) if o.compress_vlans
         ));
+    }
+
+    #[test]
+    fn brief_travels_only_when_set_and_b_stays_batch() {
+        let plain = Request::batch("link show\n", OutputOptions::default()).to_line();
+        assert!(!plain.contains("brief"), "{plain}");
+        let out = OutputOptions {
+            brief: true,
+            ..OutputOptions::default()
+        };
+        assert_eq!(out.words(), ["-br"]);
+        let line = Request::batch("link show\n", out).to_line();
+        assert!(line.contains("\"brief\":true"), "{line}");
+        assert!(matches!(Request::parse(&line), Ok(Op::Batch { out: o, .. }) if o == out));
+        for w in ["-br", "-bri", "--brief"] {
+            let args: Vec<String> = [w, "link", "show"].map(String::from).to_vec();
+            assert!(matches!(
+                Request::parse(&Request::command(&args).to_line()),
+                Ok(Op::Command { out: o, .. }) if o.brief
+            ));
+        }
+        // `-b` is `-batch` (ip/ip.c tests it first): not an output option.
+        assert!(!OutputOptions::default().set("b"));
+        assert!(!OutputOptions::default().set("ba"));
     }
 
     #[test]

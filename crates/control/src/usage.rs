@@ -39,7 +39,8 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
            [bpdu_filter on|off] [loop_guard on|off] [edge on|off] [auto_edge on|off]
            [p2p yes|no|auto]    (spanning tree: guard = BPDU guard, root_block = root guard)
   link del dev NAME
-  link show [dev NAME]    (-d: a bond's LACP state per member)
+  link show [dev NAME]    (-d: a bond's LACP state per member; -br: one line per link:
+                          name, state, master, VLANs)
 ";
 
 const VLAN: &str =
@@ -52,7 +53,8 @@ const VLAN: &str =
   vlan map add dev NAME svid S cvid C translate V        (2:1: S-tag S + C-tag C are VLAN V)
   vlan map add dev NAME svid S cvid C translate S2 C2    (2:2: both tags rewritten, both ways)
   vlan map del dev NAME vid A | cvid C[-C2] | svid S cvid C   vlan map show [dev NAME]
-  vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge)
+  vlan show [dev NAME] [vid V]      (-c: runs of VIDs as ranges; -s: counters per bridge;
+                                    -br: one line per port)
   vlan add vid V[-V2] dev VXLAN tunnel_info id VNI[-VNI2]   (an external vxlan port: VLAN V
            leaves in VNI, untagged inside; VNI enters as VLAN V; V must be tagged on VXLAN)
   vlan del vid V[-V2] dev VXLAN tunnel_info [id VNI[-VNI2]]   vlan tunnelshow [dev VXLAN]

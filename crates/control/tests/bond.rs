@@ -10,6 +10,7 @@ const TEXT: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 const DETAILS: OutputOptions = OutputOptions {
     details: true,

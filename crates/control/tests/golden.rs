@@ -8,6 +8,7 @@ const TEXT: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
@@ -15,6 +16,7 @@ const JSON: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 
 const SETUP: &str = "\
@@ -1209,4 +1211,78 @@ fn fdb_extern_learn_shows_and_saves() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("01:00:5e:00:00:01"), "{e}");
+}
+
+const BRIEF: OutputOptions = OutputOptions {
+    brief: true,
+    ..TEXT
+};
+
+#[test]
+fn brief_link_and_vlan_show() {
+    let mut s = session();
+    run(&mut s, "link set dev br0 up ifname br0", TEXT);
+    run(&mut s, "link add link p1 name p1.20 type vlan id 20", TEXT);
+    run(&mut s, "link add p4 type pcap", TEXT);
+    let p1 = s.switch().port_id("p1").unwrap();
+    s.switch_mut().set_link_state(p1, false);
+    // p1: set up, no carrier; p3: set down; br0: its host port, in VLAN 1 (the default).
+    assert_eq!(
+        run(&mut s, "link show", BRIEF),
+        "\
+br0              UP                              pvid 1 untagged 1
+p1               LOWERLAYERDOWN br0              pvid 10 untagged 10
+p2               UP             br0              tagged 10-12
+p3               DOWN           br0              pvid 1 untagged 1
+p1.20@p1         UP
+p4               UP
+"
+    );
+    assert_eq!(
+        run(&mut s, "link show dev p2", BRIEF),
+        "p2               UP             br0              tagged 10-12\n"
+    );
+    run(&mut s, "vlan add vid 30 dev p2 untagged", TEXT);
+    run(&mut s, "vlan add vid 14 dev p2", TEXT);
+    assert_eq!(
+        run(&mut s, "vlan show", BRIEF),
+        "\
+p1               pvid 10 untagged 10
+p2               untagged 30 tagged 10-12,14
+p3               pvid 1 untagged 1
+br0              pvid 1 untagged 1
+"
+    );
+    assert_eq!(
+        run(&mut s, "vlan show vid 30", BRIEF),
+        "p2               untagged 30 tagged 10-12,14\n"
+    );
+    assert_eq!(
+        run(&mut s, "link show dev p1", OutputOptions { json: true, ..BRIEF }),
+        r#"[{"ifname":"p1","operstate":"LOWERLAYERDOWN","master":"br0","vlans":[{"vlan":10,"flags":["PVID","Egress Untagged"]}]}]"#
+            .to_string()
+            + "\n"
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            "link show dev p1.20",
+            OutputOptions {
+                json: true,
+                ..BRIEF
+            }
+        ),
+        "[{\"ifname\":\"p1.20\",\"link\":\"p1\",\"operstate\":\"UP\"}]\n"
+    );
+    assert_eq!(
+        run(&mut s, "vlan show dev p2", OutputOptions { json: true, ..BRIEF }),
+        r#"[{"ifname":"p2","vlans":[{"vlan":10,"vlanEnd":12},{"vlan":14},{"vlan":30,"flags":["Egress Untagged"]}]}]"#
+            .to_string()
+            + "\n"
+    );
+    // Commands without a brief form print as they do without -br (as ip does).
+    assert_eq!(
+        run(&mut s, "fdb show dev p1", BRIEF),
+        run(&mut s, "fdb show dev p1", TEXT)
+    );
 }

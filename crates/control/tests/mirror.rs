@@ -9,6 +9,7 @@ const TEXT: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 const JSON: OutputOptions = OutputOptions { json: true, ..TEXT };
 const STATS: OutputOptions = OutputOptions {

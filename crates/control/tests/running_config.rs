@@ -10,6 +10,7 @@ const TEXT: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
@@ -17,6 +18,7 @@ const JSON: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 
 /// The three views a restored switch must reproduce exactly.

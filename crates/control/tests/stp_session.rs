@@ -15,6 +15,7 @@ const TEXT: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 const JSON: OutputOptions = OutputOptions {
     json: true,
@@ -22,6 +23,7 @@ const JSON: OutputOptions = OutputOptions {
     pretty: false,
     compress_vlans: false,
     details: false,
+    brief: false,
 };
 
 /// A session with bridge br0 (`stp_state 1`, `priority`) and pcap ports `a`, `b` in it.

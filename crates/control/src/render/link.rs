@@ -310,14 +310,91 @@ fn port_stats(sw: &Switch, backends: &impl Backends, l: &LinkView) -> Option<Por
     Some(PortStats::take(sw, id, backends))
 }
 
+/// A link's state as `ip -br link` words it: `UP`; `DOWN` when set down; `LOWERLAYERDOWN`
+/// when set up but its interface has no carrier; `UNKNOWN` for a bridge without its own
+/// interface (it has no state of its own).
+fn brief_state(l: &LinkView) -> &'static str {
+    match &l.port {
+        None => "UNKNOWN",
+        Some(p) if !p.settings.up => "DOWN",
+        Some(p) if !p.link_up => "LOWERLAYERDOWN",
+        Some(_) => "UP",
+    }
+}
+
+/// One `-br -j link show` object: ip -br -j's `ifname` and `operstate`, `link` and `master`
+/// as `ip -j link show` has them, and the VLANs as `-c -j vlan show` gives them.
+#[derive(Serialize)]
+struct BriefJson<'a> {
+    ifname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<&'a str>,
+    operstate: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    master: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    vlans: Vec<super::VlanJson>,
+}
+
+/// `-br link show [dev NAME]`: one line per link, as `ip -br link`: the name (`NAME@LOWER`
+/// for a stacked device), its state, its master, its VLANs
+/// (`p1               UP             br0              pvid 10 untagged 10 tagged 11-12`).
+fn links_brief(sw: &Switch, views: &[LinkView], out: OutputOptions) -> String {
+    let vlans: Vec<qbridge_bridge::VlanView> = sw.vlans(None).unwrap_or_default();
+    let vlans_of = |name: &str| vlans.iter().find(|v| v.ifname == name);
+    if out.json {
+        let v: Vec<BriefJson<'_>> = views
+            .iter()
+            .map(|l| BriefJson {
+                ifname: &l.ifname,
+                link: l.link.as_deref(),
+                operstate: brief_state(l),
+                master: l.master.as_deref(),
+                vlans: vlans_of(&l.ifname)
+                    .map(|v| super::vlan_entries(v, true, None))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        return to_json(&v, out);
+    }
+    let mut s = String::new();
+    for l in views {
+        let name = match &l.link {
+            Some(lower) => format!("{}@{lower}", l.ifname),
+            None => l.ifname.clone(),
+        };
+        let line = format!(
+            "{name:<name_col$} {:<state_col$} {:<name_col$} {}",
+            brief_state(l),
+            l.master.as_deref().unwrap_or(""),
+            vlans_of(&l.ifname)
+                .map(super::vlan_brief)
+                .unwrap_or_default(),
+            name_col = super::BRIEF_NAME_COL,
+            state_col = super::BRIEF_STATE_COL,
+        );
+        s.push_str(line.trim_end());
+        s.push('\n');
+    }
+    s
+}
+
 /// `link show [dev NAME]`: bridges first, then ports in id order; each port's backend from
-/// `backends`, and with `-s` its counters.
+/// `backends`, and with `-s` its counters; with `-br` one line per link.
 pub fn links(
     sw: &Switch,
     backends: &impl Backends,
     dev: Option<&str>,
     out: OutputOptions,
 ) -> String {
+    if out.brief {
+        let views: Vec<LinkView> = sw
+            .links(false)
+            .into_iter()
+            .filter(|l| dev.is_none_or(|d| d == l.ifname))
+            .collect();
+        return links_brief(sw, &views, out);
+    }
     let views: Vec<(LinkView, Option<PortStats>)> = sw
         .links(false)
         .into_iter()

@@ -158,7 +158,7 @@ fn vlan_header(s: &mut String) {
 /// for a range (`-c`, lib/json_print.c `print_range`), `flags` only when there are some
 /// (lib/bridge.c `bridge_print_vlan_flags`).
 #[derive(Serialize)]
-struct VlanJson {
+pub(crate) struct VlanJson {
     vlan: u16,
     #[serde(rename = "vlanEnd", skip_serializing_if = "Option::is_none")]
     vlan_end: Option<u16>,
@@ -183,7 +183,7 @@ struct PortVlansJson<'a> {
 /// A port's VLANs as entries: one per VID, or with `compress` runs of consecutive VIDs with
 /// the same flags as one range (the kernel's `RTEXT_FILTER_BRVLAN_COMPRESSED`; the PVID has
 /// a flag no other VID has, so it stands alone). With `vid`, only the entry that holds it.
-fn vlan_entries(
+pub(crate) fn vlan_entries(
     view: &qbridge_bridge::VlanView,
     compress: bool,
     vid: Option<u16>,
@@ -216,8 +216,87 @@ fn vlan_entries(
     out
 }
 
+/// VIDs as a LIST in the words `trunks` takes: `1,10-20,30`.
+fn vid_list(vids: impl IntoIterator<Item = u16>) -> String {
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for v in vids {
+        match runs.last_mut() {
+            Some((_, z)) if *z + 1 == v => *z = v,
+            _ => runs.push((v, v)),
+        }
+    }
+    runs.iter()
+        .map(|&(a, z)| {
+            if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A port's VLANs in one phrase, for `-br`: `pvid 10 untagged 10 tagged 11-12` (each part
+/// only when it has VIDs; the PVID's VID is in `untagged` or `tagged` as well). Empty when
+/// the port is in no VLAN.
+pub(crate) fn vlan_brief(view: &qbridge_bridge::VlanView) -> String {
+    let has = |e: &qbridge_bridge::VlanEntryView, f: &str| e.flags.contains(&f);
+    let pvid = view.vlans.iter().find(|e| has(e, "PVID"));
+    let untagged = vid_list(
+        view.vlans
+            .iter()
+            .filter(|e| has(e, "Egress Untagged"))
+            .map(|e| e.vlan),
+    );
+    let tagged = vid_list(
+        view.vlans
+            .iter()
+            .filter(|e| !has(e, "Egress Untagged"))
+            .map(|e| e.vlan),
+    );
+    let mut parts = Vec::new();
+    if let Some(e) = pvid {
+        parts.push(format!("pvid {}", e.vlan));
+    }
+    if !untagged.is_empty() {
+        parts.push(format!("untagged {untagged}"));
+    }
+    if !tagged.is_empty() {
+        parts.push(format!("tagged {tagged}"));
+    }
+    parts.join(" ")
+}
+
+/// `-br` columns, as ip/ipaddress.c's brief output: the name `%-16s `, the state `%-14s `.
+pub(crate) const BRIEF_NAME_COL: usize = 16;
+pub(crate) const BRIEF_STATE_COL: usize = 14;
+
+/// `-br vlan show [dev NAME] [vid V]`: one line per port, `p1  pvid 10 untagged 10 tagged
+/// 11-12`; JSON as `-c -j vlan show`.
+fn vlans_brief(views: &[qbridge_bridge::VlanView], vid: Option<u16>, out: OutputOptions) -> String {
+    let shown = views
+        .iter()
+        .filter(|v| !v.vlans.is_empty())
+        .filter(|v| vid.is_none_or(|only| v.vlans.iter().any(|e| e.vlan == only)));
+    if out.json {
+        let ports: Vec<PortVlansJson<'_>> = shown
+            .map(|v| PortVlansJson {
+                ifname: &v.ifname,
+                vlans: vlan_entries(v, true, None),
+            })
+            .collect();
+        return to_json(&ports, out);
+    }
+    let mut s = String::new();
+    for v in shown {
+        let _ = writeln!(s, "{:<BRIEF_NAME_COL$} {}", v.ifname, vlan_brief(v));
+    }
+    s
+}
+
 /// `vlan show [dev NAME] [vid V]`: iproute2's table, one VID per line, or one range per line
-/// with `-c` (bridge/vlan.c `print_vlan_info`).
+/// with `-c` (bridge/vlan.c `print_vlan_info`); with `-br` one line per port.
 pub fn vlans(
     sw: &Switch,
     dev: Option<&str>,
@@ -225,6 +304,9 @@ pub fn vlans(
     out: OutputOptions,
 ) -> Result<String, ControlError> {
     let views = sw.vlans(dev)?;
+    if out.brief {
+        return Ok(vlans_brief(&views, vid, out));
+    }
     let ports: Vec<PortVlansJson<'_>> = views
         .iter()
         .map(|v| PortVlansJson {
