@@ -158,6 +158,7 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
     let actions = reconcile::reconcile(asn, &ports, &fdb, &rib);
     let mut refused = std::collections::BTreeSet::new();
     for a in &actions {
+        eprintln!("qbridge-evpn: {a}");
         match a {
             Action::Advertise {
                 nlri,
@@ -165,16 +166,13 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
                 communities,
                 pmsi_vni,
             } => {
-                eprintln!("qbridge-evpn: advertise {nlri:?} {communities:?}");
                 let attrs = route::originate_attrs(nlri, *next_hop, communities, *pmsi_vni);
                 g.add_path(nlri.encode(), attrs)?;
             }
             Action::Withdraw(nlri) => {
-                eprintln!("qbridge-evpn: withdraw {nlri:?}");
                 g.delete_path(nlri.encode())?;
             }
             Action::Daemon(cmd) => {
-                eprintln!("qbridge-evpn: {cmd}");
                 let words: Vec<&str> = cmd.split_whitespace().collect();
                 // A refusal (the entry changed under us, or the operator's configuration
                 // stands in the way) is logged once; the next passes see why.
@@ -266,7 +264,10 @@ fn main() {
             }
             Err(e) => {
                 if !failing {
-                    eprintln!("qbridge-evpn: {e:#}; retrying every {:?}", o.interval);
+                    eprintln!(
+                        "qbridge-evpn: {e:#}; retrying every {} ms",
+                        o.interval.as_millis()
+                    );
                     failing = true;
                 }
                 // Reconnect both: either may have restarted.

@@ -147,11 +147,35 @@ pub enum Action {
     Daemon(String),
 }
 
+/// A log line's words for an action: `advertise type-2 rd 192.0.2.1:100 mac
+/// 02:00:00:00:00:0a vni 100 next-hop 192.0.2.1 rt 65000:100 encap vxlan`, `withdraw …`, or
+/// the daemon command itself.
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Advertise {
+                nlri,
+                next_hop,
+                communities,
+                pmsi_vni,
+            } => {
+                write!(f, "advertise {nlri} next-hop {next_hop}")?;
+                for c in communities {
+                    write!(f, " {c}")?;
+                }
+                if let Some(vni) = pmsi_vni {
+                    write!(f, " pmsi ingress-replication vni {vni}")?;
+                }
+                Ok(())
+            }
+            Action::Withdraw(nlri) => write!(f, "withdraw {nlri}"),
+            Action::Daemon(cmd) => f.write_str(cmd),
+        }
+    }
+}
+
 fn mac_str(m: &[u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    crate::route::Mac(*m).to_string()
 }
 
 const ZERO_MAC: [u8; 6] = [0; 6];
@@ -436,6 +460,58 @@ mod tests {
     const A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
     const M: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+
+    #[test]
+    fn actions_log_in_words_not_debug_structures() {
+        let nlri = Nlri::Mac {
+            rd: Rd::ip(A, 100),
+            etag: 0,
+            mac: M,
+            vni: 100,
+        };
+        let adv = Action::Advertise {
+            nlri,
+            next_hop: A,
+            communities: vec![
+                ExtCommunity::RouteTarget {
+                    asn: 65000,
+                    value: 100,
+                },
+                ExtCommunity::Encapsulation {
+                    tunnel_type: TUNNEL_VXLAN,
+                },
+            ],
+            pmsi_vni: None,
+        };
+        assert_eq!(
+            adv.to_string(),
+            "advertise type-2 rd 192.0.2.1:100 mac 02:00:00:00:00:0a vni 100 next-hop \
+             192.0.2.1 rt 65000:100 encap vxlan"
+        );
+        let imet = Nlri::Imet {
+            rd: Rd::ip(B, 100),
+            etag: 0,
+            origin: B,
+        };
+        let adv3 = Action::Advertise {
+            nlri: imet,
+            next_hop: B,
+            communities: vec![],
+            pmsi_vni: Some(100),
+        };
+        assert_eq!(
+            adv3.to_string(),
+            "advertise type-3 rd 192.0.2.2:100 origin 192.0.2.2 next-hop 192.0.2.2 pmsi \
+             ingress-replication vni 100"
+        );
+        assert_eq!(
+            Action::Withdraw(imet).to_string(),
+            "withdraw type-3 rd 192.0.2.2:100 origin 192.0.2.2"
+        );
+        let cmd = "fdb del 02:00:00:00:00:0a dev p1 vlan 10";
+        assert_eq!(Action::Daemon(cmd.into()).to_string(), cmd);
+        assert_eq!(mac_str(&M), "02:00:00:00:00:0a");
+    }
 
     fn ports() -> Vec<VxlanPort> {
         vec![VxlanPort {

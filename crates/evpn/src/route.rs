@@ -56,6 +56,21 @@ impl std::fmt::Display for Rd {
     }
 }
 
+/// A MAC address as logs and commands write it: `02:00:00:00:00:0a`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub [u8; 6]);
+
+impl std::fmt::Display for Mac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = &self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
 /// The NLRI of one of the two route types; other types decode to `None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Nlri {
@@ -69,6 +84,41 @@ pub enum Nlri {
     },
     /// Type 3: RD, Ethernet tag, the originating router's IPv4 address.
     Imet { rd: Rd, etag: u32, origin: Ipv4Addr },
+}
+
+/// As a log line names a route: `type-2 rd 192.0.2.1:100 mac 02:00:00:00:00:0a vni 100`,
+/// `type-3 rd 192.0.2.1:100 origin 192.0.2.1` (the Ethernet tag only when it is not 0).
+impl std::fmt::Display for Nlri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let etag = |f: &mut std::fmt::Formatter<'_>, etag: u32| {
+            if etag == 0 {
+                Ok(())
+            } else {
+                write!(f, " etag {etag}")
+            }
+        };
+        match self {
+            Nlri::Mac {
+                rd,
+                etag: e,
+                mac,
+                vni,
+            } => {
+                write!(f, "type-2 rd {rd}")?;
+                etag(f, *e)?;
+                write!(f, " mac {} vni {vni}", Mac(*mac))
+            }
+            Nlri::Imet {
+                rd,
+                etag: e,
+                origin,
+            } => {
+                write!(f, "type-3 rd {rd}")?;
+                etag(f, *e)?;
+                write!(f, " origin {origin}")
+            }
+        }
+    }
 }
 
 const TYPE_MAC_IP: u8 = 2;
@@ -159,6 +209,27 @@ pub enum ExtCommunity {
 }
 
 pub const TUNNEL_VXLAN: u16 = 8;
+
+/// As FRR and gobgp write them: `rt 65000:100`, `encap vxlan` (another tunnel type by its
+/// number), `mac-mobility seq 7` (` sticky` when set).
+impl std::fmt::Display for ExtCommunity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ExtCommunity::RouteTarget { asn, value } => write!(f, "rt {asn}:{value}"),
+            ExtCommunity::Encapsulation {
+                tunnel_type: TUNNEL_VXLAN,
+            } => f.write_str("encap vxlan"),
+            ExtCommunity::Encapsulation { tunnel_type } => write!(f, "encap {tunnel_type}"),
+            ExtCommunity::MacMobility { sticky, seq } => {
+                write!(f, "mac-mobility seq {seq}")?;
+                if sticky {
+                    f.write_str(" sticky")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 impl ExtCommunity {
     fn encode(&self) -> [u8; 8] {
@@ -366,6 +437,72 @@ mod tests {
         for cut in 0..b.len() {
             assert_eq!(Nlri::decode(&b[..cut]), None);
         }
+    }
+
+    #[test]
+    fn routes_and_communities_display_as_logs_write_them() {
+        let vtep = Ipv4Addr::new(192, 0, 2, 1);
+        assert_eq!(Mac([2, 0, 0, 0, 0, 0x0a]).to_string(), "02:00:00:00:00:0a");
+        assert_eq!(
+            Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]).to_string(),
+            "aa:bb:cc:dd:ee:ff"
+        );
+        let mac = Nlri::Mac {
+            rd: Rd::ip(vtep, 100),
+            etag: 0,
+            mac: [2, 0, 0, 0, 0, 0x0a],
+            vni: 100,
+        };
+        assert_eq!(
+            mac.to_string(),
+            "type-2 rd 192.0.2.1:100 mac 02:00:00:00:00:0a vni 100"
+        );
+        let imet = Nlri::Imet {
+            rd: Rd::ip(vtep, 7),
+            etag: 5,
+            origin: vtep,
+        };
+        assert_eq!(
+            imet.to_string(),
+            "type-3 rd 192.0.2.1:7 etag 5 origin 192.0.2.1"
+        );
+        // An RD of type 0 (2-byte ASN : 4-byte number) and of type 2 (4-byte ASN : 2 bytes).
+        assert_eq!(
+            Rd([0, 0, 0xfd, 0xe8, 0, 1, 0, 0]).to_string(),
+            "65000:65536"
+        );
+        assert_eq!(Rd([0, 2, 0, 1, 0, 0, 0, 9]).to_string(), "65536:9");
+        let shown: Vec<String> = [
+            ExtCommunity::RouteTarget {
+                asn: 65000,
+                value: 100,
+            },
+            ExtCommunity::Encapsulation {
+                tunnel_type: TUNNEL_VXLAN,
+            },
+            ExtCommunity::Encapsulation { tunnel_type: 11 },
+            ExtCommunity::MacMobility {
+                sticky: false,
+                seq: 7,
+            },
+            ExtCommunity::MacMobility {
+                sticky: true,
+                seq: 0,
+            },
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            shown,
+            [
+                "rt 65000:100",
+                "encap vxlan",
+                "encap 11",
+                "mac-mobility seq 7",
+                "mac-mobility seq 0 sticky"
+            ]
+        );
     }
 
     #[test]
