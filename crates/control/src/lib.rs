@@ -16,7 +16,9 @@
 //!   (iproute2's abbreviation rules and "did you mean");
 //! - [`usage`] (the help texts), [`protocol`] (the control-socket messages between the CLI
 //!   and the daemon), [`command`] (the typed commands), [`vxlan`] (a VXLAN port's spec, its
-//!   `fdb … dst` operations and their output lines), [`error`].
+//!   `fdb … dst` operations and their output lines), [`error`], [`json`] (the show commands'
+//!   JSON as another program reads it: typed, deserializable, for qbridge-cni and
+//!   qbridge-evpn).
 //!
 //! Semantics (what a VLAN, an FDB kind or a port flag does, and which values the switch
 //! accepts) live in `qbridge-bridge`; this crate only names them. Where iproute2 differs:
@@ -36,6 +38,7 @@
 
 pub mod command;
 pub mod error;
+pub mod json;
 pub mod mirror;
 pub mod parse;
 pub mod protocol;

@@ -1,10 +1,12 @@
 //! The qbridge daemon's control socket (docs/daemon.md, protocol v1), as the adapter uses
 //! it: one command per request (`{"v":1,"args":[…]}`), the JSON of `link show -j` (with
-//! `vlan tunnelshow -j` and `vni show -j` for external ports) and `fdb show -j` read into
-//! [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
+//! `vlan tunnelshow -j` and `vni show -j` for external ports) and `fdb show -j` read through
+//! `qbridge_control::json`'s typed structs (the ones tested against the daemon's renderers)
+//! into [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
 //! its own connection and thread whose only job is to wake the adapter's loop.
 
 use crate::reconcile::{FdbEntry, PortVnis, VxlanPort};
+use qbridge_control::json::{self, Link, PortTunnels};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
@@ -73,8 +75,8 @@ impl Daemon {
     /// The VXLAN ports (`link show -j`); the maps of external ones (`vlan tunnelshow -j`,
     /// `vni show -j`, read only when there is one).
     pub fn vxlan_ports(&mut self) -> Result<Vec<VxlanPort>, DaemonError> {
-        let links = self.json(&["-j", "link", "show"])?;
-        let (mut tunnels, mut vnis) = (Value::Null, Value::Null);
+        let links: Vec<Link> = self.json(&["-j", "link", "show"])?;
+        let (mut tunnels, mut vnis) = (Vec::new(), Vec::new());
         if parse_ports(&links, &tunnels, &vnis)
             .iter()
             .any(|p| matches!(p.vnis, PortVnis::External { .. }))
@@ -85,16 +87,20 @@ impl Daemon {
         Ok(parse_ports(&links, &tunnels, &vnis))
     }
 
-    fn json(&mut self, args: &[&str]) -> Result<Value, DaemonError> {
+    /// A show command's JSON objects, typed (`qbridge_control::json`; objects that do not
+    /// read are skipped).
+    fn json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        args: &[&str],
+    ) -> Result<Vec<T>, DaemonError> {
         let out = self.run(args)?;
-        serde_json::from_str(&out).map_err(|e| io(&self.path, &e))
+        json::objects(&out).map_err(|e| io(&self.path, &e))
     }
 
     /// The FDB (`fdb show -j`): the bridges' entries, then the VXLAN ports' own.
     pub fn fdb(&mut self) -> Result<Vec<FdbEntry>, DaemonError> {
-        let out = self.run(&["-j", "fdb", "show"])?;
-        let v: Value = serde_json::from_str(&out).map_err(|e| io(&self.path, &e))?;
-        Ok(parse_fdb(&v))
+        let entries: Vec<json::FdbEntry> = self.json(&["-j", "fdb", "show"])?;
+        Ok(parse_fdb(&entries))
     }
 }
 
@@ -105,78 +111,63 @@ fn io(path: &Path, e: &dyn std::fmt::Display) -> DaemonError {
     }
 }
 
-/// `link show -j`'s VXLAN ports: `{"ifname", "master"?, "backend": {"type": "vxlan", "id"
-/// | "external": true, "local", …}}`; an external port's map from `tunnels` (`vlan tunnelshow
-/// -j`: `[{"ifname", "tunnels": [{"vlan", "vlanEnd"?, "tunid", "tunidEnd"?}]}]`), and its
-/// VNI list from `vnis` when it is there (`vni show -j`, which lists the `vnifilter` ports
-/// only: `[{"ifname", "vnis": [{"vni", "vniEnd"?}]}]`). Objects that do not read are skipped.
-pub fn parse_ports(links: &Value, tunnels: &Value, vnis: &Value) -> Vec<VxlanPort> {
-    let Some(links) = links.as_array() else {
-        return Vec::new();
-    };
-    let of = |v: &Value, name: &str, key: &str| -> Option<Vec<Value>> {
-        v.as_array()?
-            .iter()
-            .find(|p| p["ifname"].as_str() == Some(name))
-            .map(|p| p[key].as_array().cloned().unwrap_or_default())
-    };
-    let u32_of = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+/// `link show -j`'s VXLAN ports (`backend.type` `vxlan`, with `id` or `external`, and
+/// `local`); an external port's map from `tunnels` (`vlan tunnelshow -j`), and its VNI list
+/// from `vnis` when the port is there (`vni show -j`, which lists the `vnifilter` ports
+/// only). Ports that do not read (no VNI, a bad address) are skipped.
+pub fn parse_ports(
+    links: &[Link],
+    tunnels: &[PortTunnels],
+    vnis: &[json::PortVnis],
+) -> Vec<VxlanPort> {
     // Out of a VLAN-filtering bridge an external port maps nothing (docs/semantics.md §T 3):
     // its map gives no domain there.
     let unfiltered = |master: Option<&str>| {
         links.iter().any(|l| {
             master.is_some()
-                && l["ifname"].as_str() == master
-                && l["bridge"]["vlan_filtering"].as_bool() == Some(false)
+                && Some(l.ifname.as_str()) == master
+                && l.bridge.as_ref().is_some_and(|b| !b.vlan_filtering)
         })
     };
     links
         .iter()
         .filter_map(|l| {
-            let b = &l["backend"];
-            if b["type"].as_str() != Some("vxlan") {
+            let b = l.backend.as_ref()?;
+            if b.kind != "vxlan" {
                 return None;
             }
-            let name = l["ifname"].as_str()?;
-            let vnis = if b["external"].as_bool() == Some(true) {
+            let name = l.ifname.as_str();
+            let vnis = if b.external {
                 let mut map = Vec::new();
-                let tunnels = if unfiltered(l["master"].as_str()) {
-                    Vec::new()
+                let runs: &[json::Tunnel] = if unfiltered(l.master.as_deref()) {
+                    &[]
                 } else {
-                    of(tunnels, name, "tunnels").unwrap_or_default()
+                    tunnels
+                        .iter()
+                        .find(|p| p.ifname == name)
+                        .map_or(&[], |p| &p.tunnels)
                 };
-                for t in tunnels {
-                    let (Some(vid), Some(vni)) = (
-                        t["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
-                        u32_of(&t["tunid"]),
-                    ) else {
-                        continue;
-                    };
-                    let end = t["vlanEnd"]
-                        .as_u64()
-                        .and_then(|v| u16::try_from(v).ok())
-                        .unwrap_or(vid);
-                    for (k, v) in (vid..=end.min(4094)).enumerate() {
-                        map.push((v, vni.saturating_add(k as u32)));
+                for t in runs {
+                    let end = t.vlan_end.unwrap_or(t.vlan);
+                    for (k, v) in (t.vlan..=end.min(4094)).enumerate() {
+                        map.push((v, t.tunid.saturating_add(k as u32)));
                     }
                 }
-                let filter = of(vnis, name, "vnis").map(|r| {
-                    r.iter()
-                        .filter_map(|x| {
-                            let a = u32_of(&x["vni"])?;
-                            Some((a, u32_of(&x["vniEnd"]).unwrap_or(a)))
-                        })
+                let filter = vnis.iter().find(|p| p.ifname == name).map(|p| {
+                    p.vnis
+                        .iter()
+                        .map(|r| (r.vni, r.vni_end.unwrap_or(r.vni)))
                         .collect()
                 });
                 PortVnis::External { map, filter }
             } else {
-                PortVnis::Id(u32_of(&b["id"])?)
+                PortVnis::Id(b.id?)
             };
             Some(VxlanPort {
                 name: name.to_string(),
                 vnis,
-                local: b["local"].as_str()?.parse().ok()?,
-                master: l["master"].as_str().map(str::to_string),
+                local: b.local.as_deref()?.parse().ok()?,
+                master: l.master.clone(),
             })
         })
         .collect()
@@ -192,27 +183,21 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(m)
 }
 
-/// `fdb show -j`'s objects.
-pub fn parse_fdb(v: &Value) -> Vec<FdbEntry> {
-    let Some(entries) = v.as_array() else {
-        return Vec::new();
-    };
+/// `fdb show -j`'s entries as the decision takes them (an entry whose MAC does not read is
+/// skipped).
+pub fn parse_fdb(entries: &[json::FdbEntry]) -> Vec<FdbEntry> {
     entries
         .iter()
         .filter_map(|e| {
-            let flags: Vec<&str> = e["flags"]
-                .as_array()
-                .map(|f| f.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
             Some(FdbEntry {
-                mac: parse_mac(e["mac"].as_str()?)?,
-                ifname: e["ifname"].as_str()?.to_string(),
-                master: e["master"].as_str().map(str::to_string),
-                vlan: e["vlan"].as_u64().and_then(|v| u16::try_from(v).ok()),
-                dst: e["dst"].as_str().and_then(|d| d.parse::<Ipv4Addr>().ok()),
-                vni: e["vni"].as_u64().and_then(|v| u32::try_from(v).ok()),
-                state: e["state"].as_str().unwrap_or_default().to_string(),
-                extern_learn: flags.contains(&"extern_learn"),
+                mac: parse_mac(&e.mac)?,
+                ifname: e.ifname.clone(),
+                master: e.master.clone(),
+                vlan: e.vlan,
+                dst: e.dst.as_deref().and_then(|d| d.parse::<Ipv4Addr>().ok()),
+                vni: e.vni,
+                state: e.state.clone(),
+                extern_learn: e.has_flag("extern_learn"),
             })
         })
         .collect()
@@ -239,6 +224,11 @@ pub fn watch(path: &Path, wake: &Sender<()>) -> Result<(), DaemonError> {
 mod tests {
     use super::*;
 
+    /// The typed objects of a `json!` array, as [`Daemon::json`] reads the daemon's answer.
+    fn read<T: serde::de::DeserializeOwned>(v: Value) -> Vec<T> {
+        json::objects(&v.to_string()).unwrap()
+    }
+
     #[test]
     fn reads_link_and_fdb_json() {
         let links = serde_json::json!([
@@ -248,7 +238,7 @@ mod tests {
                          "learning": false}}
         ]);
         assert_eq!(
-            parse_ports(&links, &Value::Null, &Value::Null),
+            parse_ports(&read(links.clone()), &[], &[]),
             [VxlanPort {
                 name: "vx0".into(),
                 vnis: PortVnis::Id(100),
@@ -263,7 +253,7 @@ mod tests {
              "flags": ["self", "extern_learn"], "state": ""},
             {"mac": "not a mac", "ifname": "p1"}
         ]);
-        let e = parse_fdb(&fdb);
+        let e = parse_fdb(&read(fdb));
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].mac, [2, 0, 0, 0, 0, 0xa]);
         assert_eq!(e[0].master.as_deref(), Some("br0"));
@@ -290,7 +280,11 @@ mod tests {
             {"ifname": "vx1", "tunnels": [{"vlan": 5, "tunid": 5000}]}
         ]);
         let vnis = serde_json::json!([{"ifname": "vx1", "vnis": [{"vni": 4000, "vniEnd": 4001}]}]);
-        let p = parse_ports(&links, &tunnels, &vnis);
+        let p = parse_ports(
+            &read(links.clone()),
+            &read(tunnels.clone()),
+            &read(vnis.clone()),
+        );
         assert_eq!(
             p[0].vnis,
             PortVnis::External {
@@ -309,12 +303,18 @@ mod tests {
         let mut links = links;
         links.as_array_mut().unwrap().push(serde_json::json!(
             {"ifname": "br0", "kind": "bridge", "bridge": {"vlan_filtering": false}}));
-        assert!(parse_ports(&links, &tunnels, &vnis)[0].domains().is_empty());
+        assert!(parse_ports(
+            &read(links.clone()),
+            &read(tunnels.clone()),
+            &read(vnis.clone())
+        )[0]
+        .domains()
+        .is_empty());
         // Without the maps read, an external port has no domain; an entry's VNI is read.
-        let p = parse_ports(&links, &Value::Null, &Value::Null);
+        let p = parse_ports(&read(links.clone()), &[], &[]);
         assert!(p[0].domains().is_empty());
         let fdb = serde_json::json!([{"mac": "00:00:00:00:00:00", "ifname": "vx0",
             "dst": "192.0.2.2", "vni": 1000, "flags": ["self"], "state": "permanent"}]);
-        assert_eq!(parse_fdb(&fdb)[0].vni, Some(1000));
+        assert_eq!(parse_fdb(&read(fdb))[0].vni, Some(1000));
     }
 }

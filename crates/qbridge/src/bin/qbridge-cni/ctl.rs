@@ -2,6 +2,7 @@
 //! command's words, one response line. The plugin is a client like `qbridge` itself.
 
 use crate::CniError;
+use qbridge_control::json::{self, Link};
 use qbridge_control::protocol::{Request, Response, PROTOCOL_VERSION};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -73,14 +74,17 @@ pub fn must(socket: &Path, words: &[&str]) -> Result<String, CniError> {
     }
 }
 
+/// `link show -j`'s objects, typed (`qbridge_control::json`, the structs tested against the
+/// daemon's renderer); objects that do not read are left out.
+pub fn links(out: &str) -> Result<Vec<Link>, CniError> {
+    json::objects(out)
+        .map_err(|e| CniError::new(5, format!("bad JSON from qbridge link show: {e}")))
+}
+
 /// The port's `link show -j` object, `None` when the daemon has no such port.
-pub fn port(socket: &Path, name: &str) -> Result<Option<serde_json::Value>, CniError> {
+pub fn port(socket: &Path, name: &str) -> Result<Option<Link>, CniError> {
     match call(socket, &["-j", "link", "show", "dev", name])? {
-        Answer::Ok(out) => {
-            let v: serde_json::Value = serde_json::from_str(&out)
-                .map_err(|e| CniError::new(5, format!("bad JSON from qbridge link show: {e}")))?;
-            Ok(v.as_array().and_then(|a| a.first()).cloned().or(Some(v)))
-        }
+        Answer::Ok(out) => Ok(links(&out)?.into_iter().next()),
         Answer::Refused(m) if m.contains("does not exist") => Ok(None),
         Answer::Refused(m) => Err(CniError::new(
             5,

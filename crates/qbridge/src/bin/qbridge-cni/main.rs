@@ -301,14 +301,9 @@ fn gc(c: &NetConf) -> Result<(), CniError> {
             first.get_or_insert(e);
         }
     }
-    let ports = ctl::must(&c.socket, &["-j", "link", "show"])?;
-    let ports: Value = serde_json::from_str(&ports)
-        .map_err(|e| CniError::new(5, format!("bad JSON from qbridge link show: {e}")))?;
-    for p in ports.as_array().into_iter().flatten() {
-        let (Some(name), Some(master)) = (
-            p.get("ifname").and_then(Value::as_str),
-            p.get("master").and_then(Value::as_str),
-        ) else {
+    let ports = ctl::links(&ctl::must(&c.socket, &["-j", "link", "show"])?)?;
+    for p in &ports {
+        let (name, Some(master)) = (p.ifname.as_str(), p.master.as_deref()) else {
             continue;
         };
         if master != c.bridge
@@ -343,7 +338,7 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
             c.socket.display()
         ));
     };
-    let master = port.get("master").and_then(Value::as_str).unwrap_or("");
+    let master = port.master.as_deref().unwrap_or("");
     if master != c.bridge {
         return fail(format!(
             "port {} is in bridge \"{master}\", not \"{}\"",
@@ -351,7 +346,11 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
         ));
     }
     if let Some(want) = c.membership.vlan_mode_words() {
-        let have = vlan_mode_words_of(&port);
+        let have = port
+            .port
+            .as_ref()
+            .and_then(|p| p.vlan_mode.as_ref())
+            .map(|m| m.words());
         if have.as_deref() != Some(want.as_str()) {
             return fail(format!(
                 "port {} has {}, not {want}",
@@ -361,8 +360,8 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
         }
     }
     if let Some(m) = c.mtu {
-        let have = port.get("mtu").and_then(Value::as_u64);
-        if have != Some(u64::from(m)) {
+        let have = port.mtu;
+        if have != Some(m) {
             return fail(format!("port {} has mtu {have:?}, not {m}", call.host));
         }
     }
@@ -387,21 +386,6 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
         ipam::exec(ty, "CHECK", &c.raw)?;
     }
     Ok(())
-}
-
-/// `link show -j`'s `vlan_mode` object as the words `link set` takes.
-fn vlan_mode_words_of(port: &Value) -> Option<String> {
-    let m = port.get("port")?.get("vlan_mode")?;
-    let mut s = format!("vlan_mode {}", m.get("mode")?.as_str()?);
-    if let Some(t) = m.get("tag").and_then(Value::as_u64) {
-        s += &format!(" tag {t}");
-    }
-    for k in ["trunks", "cvlans"] {
-        if let Some(l) = m.get(k).and_then(Value::as_str) {
-            s += &format!(" {k} {l}");
-        }
-    }
-    Some(s)
 }
 
 /// STATUS (CNI 1.1): ready when the daemon answers and has the bridge.
