@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Installs qbridge: the binary, its man page qbridge(8) (generated from the binary's own --help
-# texts, so it cannot drift from them), bash completion, and the systemd service that runs the
-# daemon as user qbridge with CAP_NET_RAW and CAP_NET_ADMIN only (docs/operating.md).
+# texts, so it cannot drift from them, with the examples of dist/qbridge.8.examples), bash
+# completion, and the systemd service that runs the daemon as user qbridge with CAP_NET_RAW
+# and CAP_NET_ADMIN only (docs/operating.md).
 #
 # Usage: scripts/install.sh [--prefix DIR] [--destdir DIR] [--bin FILE] [--no-service]
-#   --prefix DIR   where the binary, man page and completion go (default /usr/local):
-#                  DIR/bin/qbridge, DIR/share/man/man8/qbridge.8,
-#                  DIR/share/bash-completion/completions/qbridge
+#   --prefix DIR   where the binaries, man pages and completion go (default /usr/local):
+#                  DIR/bin/qbridge, DIR/bin/qbridge-evpn, DIR/share/man/man8/qbridge.8,
+#                  qbridge-cni.8, qbridge-evpn.8, DIR/share/bash-completion/completions/qbridge
 #   --destdir DIR  stage everything under DIR (packaging); nothing is started or created
-#   --bin FILE     install FILE instead of building (cargo build --release --locked)
+#   --bin FILE     install FILE instead of building (cargo build --release --locked -p qbridge
+#                  -p qbridge-evpn, which builds qbridge, qbridge-cni and qbridge-evpn)
 #   --no-service   leave out the systemd unit, the qbridge user and /etc/qbridge
 # The CNI plugin qbridge-cni (built beside the binary, or next to FILE) goes to
 # /opt/cni/bin/qbridge-cni, where container runtimes look by default (docs/cni.md); the EVPN
-# adapter qbridge-evpn (built beside it, or next to FILE) to DIR/bin (docs/evpn.md).
+# adapter qbridge-evpn (built beside it, or next to FILE) to DIR/bin (docs/evpn.md); each
+# with its man page (dist/qbridge-cni.8, dist/qbridge-evpn.8).
 # The service files: /etc/systemd/system/qbridge.service, /etc/sysusers.d/qbridge.conf and
 # /etc/qbridge/qbridge.conf (kept if it exists). As root without --destdir it also creates the
 # qbridge user and reloads systemd; 'systemctl enable --now qbridge' then starts the switch.
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
         --destdir) destdir=${2:?--destdir needs a DIR}; shift 2 ;;
         --bin) bin=${2:?--bin needs a FILE}; shift 2 ;;
         --no-service) service=; shift ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -37,7 +40,7 @@ done
 say() { echo "install.sh: $*" >&2; }
 
 if [ -z "$bin" ]; then
-    say "building qbridge (cargo build --release --locked -p qbridge)…"
+    say "building qbridge, qbridge-cni and qbridge-evpn (cargo build --release --locked -p qbridge -p qbridge-evpn)…"
     cargo build --release --locked -p qbridge -p qbridge-evpn
     bin=target/release/qbridge
 fi
@@ -111,13 +114,24 @@ version=$("$bin" -V | awk '{print $2}')
     echo ".TP"
     echo ".B QBRIDGE_LOCK_DIR"
     echo "where interface locks are kept (default /run/qbridge/interfaces)"
+    cat dist/qbridge.8.examples
     echo ".SH SEE ALSO"
+    echo ".BR qbridge-cni (8),"
+    echo ".BR qbridge-evpn (8),"
     echo ".BR ip-link (8),"
     echo ".BR bridge (8),"
     echo ".BR ovs-vsctl (8);"
     echo "the documentation in docs/ of the source: commands.md, operating.md, daemon.md."
 } >"$root$mandir/qbridge.8"
 say "man page: $root$mandir/qbridge.8 (man qbridge)"
+# The two other programs' pages, with the version of this build, where they were installed.
+for prog in qbridge-cni qbridge-evpn; do
+    if [ -x "$(dirname "$bin")/$prog" ]; then
+        sed "s|@VERSION@|$version|" "dist/$prog.8" >"$root$mandir/$prog.8"
+        chmod 0644 "$root$mandir/$prog.8"
+        say "man page: $root$mandir/$prog.8 (man $prog)"
+    fi
+done
 
 install -m 0644 dist/qbridge.bash-completion "$root$compdir/qbridge"
 say "bash completion: $root$compdir/qbridge"

@@ -64,7 +64,8 @@ fn install_puts_every_piece_in_place() {
     let v = Command::new(&bin).arg("-V").output().unwrap();
     let v = String::from_utf8_lossy(&v.stdout);
     assert!(
-        v.starts_with(&format!("qbridge {} (", env!("CARGO_PKG_VERSION"))) && v.contains("fast path"),
+        v.starts_with(&format!("qbridge {} (", env!("CARGO_PKG_VERSION")))
+            && v.contains("fast path"),
         "{v}"
     );
 
@@ -93,6 +94,95 @@ fn install_puts_every_piece_in_place() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("QBRIDGE(8)") && text.contains("link add NAME type bridge"));
+        // No roff warnings (a line that starts a request, a bad escape) in any page.
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // EXAMPLES: the four of dist/qbridge.8.examples, and every batch line there is valid.
+    for title in [
+        "A VLAN-aware bridge on two veths",
+        "A provider edge",
+        "Changing a running daemon",
+        "Checking without a daemon",
+    ] {
+        assert!(page.contains(&format!(".SS {title}")), "{title}");
+    }
+    assert!(page.contains(".SH EXAMPLES") && page.contains(".BR qbridge-evpn (8),"));
+    let examples = &page[page.find(".SH EXAMPLES").unwrap()..];
+    let batch: String = examples
+        .lines()
+        .filter_map(|l| {
+            let l = l.strip_prefix("qbridge ").unwrap_or(l);
+            ["link ", "vlan ", "fdb add "]
+                .iter()
+                .any(|w| l.starts_with(w))
+                .then(|| format!("{l}\n"))
+        })
+        .collect();
+    assert!(batch.lines().count() >= 20, "{batch}");
+    let file = d.join("examples.batch");
+    std::fs::write(&file, &batch).unwrap();
+    let out = Command::new(BIN)
+        .args(["-offline", "-batch"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{batch}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The other programs' pages: qbridge-cni's always (it is built beside the binary),
+    // qbridge-evpn's when it was built; the version of this build, every option of
+    // qbridge-evpn --help.
+    let cni_page = read(&d.join("usr/share/man/man8/qbridge-cni.8"));
+    assert!(
+        cni_page.starts_with(&format!(
+            ".TH QBRIDGE-CNI 8 \"\" \"qbridge {}\" ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{cni_page}"
+    );
+    assert!(cni_page.contains(".SH EXAMPLES") && !cni_page.contains("@VERSION@"));
+    let mut pages = vec![man.clone(), d.join("usr/share/man/man8/qbridge-cni.8")];
+    if Path::new(BIN).with_file_name("qbridge-evpn").exists() {
+        let evpn_page = read(&d.join("usr/share/man/man8/qbridge-evpn.8"));
+        assert!(evpn_page.starts_with(".TH QBRIDGE-EVPN 8 "), "{evpn_page}");
+        let help = Command::new(d.join("usr/bin/qbridge-evpn"))
+            .arg("--help")
+            .output()
+            .unwrap();
+        for opt in String::from_utf8_lossy(&help.stdout)
+            .split(|c: char| c.is_whitespace() || c == '[' || c == ']')
+            .filter(|w| w.starts_with("--"))
+        {
+            assert!(
+                evpn_page.contains(&opt.replace('-', "\\-")),
+                "qbridge-evpn.8 lacks {opt}"
+            );
+        }
+        pages.push(d.join("usr/share/man/man8/qbridge-evpn.8"));
+    }
+    if Command::new("man").arg("--version").output().is_ok() {
+        for p in &pages {
+            let out = Command::new("man")
+                .args(["-l", "-P", "cat", "--warnings"])
+                .arg(p)
+                .env("MANWIDTH", "100")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", p.display());
+            assert!(
+                out.stderr.is_empty(),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 
     // The completion completes objects, commands and keywords.
