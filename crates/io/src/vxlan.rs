@@ -81,6 +81,10 @@ use qbridge_wire::MacAddr;
 use crate::port::{recycle, BackendDrops, Port, PortCaps, TxOutcome, TxReport};
 use crate::IoError;
 
+/// The L3 MTU a received TSO super-frame is cut back to (its sender's segment size is lost on
+/// the way through the UDP socket): the default MTU of the hosts behind a VXLAN port, so the
+/// segments fit every port at its default (docs/semantics.md §U.5).
+pub const INNER_L3_MTU: usize = 1500;
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 pub const BURST: usize = 32;
 /// Send sockets per port: the outer source ports a port's flows spread over.
@@ -207,6 +211,9 @@ pub struct VxlanPort {
     pending_at: usize,
     /// Messages received holding several datagrams (`UDP_GRO`).
     coalesced_receives: u64,
+    /// Inner frames received with their TCP/UDP checksum left partial by the sender's
+    /// offload, marked `NEEDS_CSUM` ([`qbridge_offload::find_partial_checksum`]).
+    partial_checksums: u64,
     names: Vec<libc::sockaddr_in>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
@@ -404,6 +411,7 @@ impl VxlanPort {
             pending: Vec::with_capacity(BURST),
             pending_at: 0,
             coalesced_receives: 0,
+            partial_checksums: 0,
             // SAFETY: plain old data; zeros are valid.
             names: vec![unsafe { mem::zeroed() }; BURST],
             iovs: Vec::with_capacity(2 * BURST * GSO_MAX_SEGS),
@@ -484,6 +492,17 @@ impl VxlanPort {
                 // The VNI's VLAN, as the bridge tags it: the frame enters tagged.
                 p.insert_tag(12, tag);
             }
+            // A same-host sender's offload left the inner checksum for the wire to complete
+            // (a veth completes nothing, and the socket drops the skb's CHECKSUM_PARTIAL):
+            // restore the state, for the egress port to pass on or complete.
+            if let Some(meta) = qbridge_offload::find_partial_checksum(
+                p.frame(),
+                qbridge_wire::Tpid::is_well_known,
+                INNER_L3_MTU,
+            ) {
+                p.offload = meta;
+                self.partial_checksums += 1;
+            }
             batch.push(p);
             n += 1;
         }
@@ -493,6 +512,12 @@ impl VxlanPort {
     /// Messages received holding several datagrams (`UDP_GRO`) so far.
     pub fn coalesced_receives(&self) -> u64 {
         self.coalesced_receives
+    }
+
+    /// Inner frames received with a checksum the sender left partial, marked `NEEDS_CSUM`
+    /// so far.
+    pub fn partial_checksums(&self) -> u64 {
+        self.partial_checksums
     }
 
     /// Segmented sends (`UDP_SEGMENT`, several datagrams in one) made so far.

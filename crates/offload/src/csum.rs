@@ -81,6 +81,93 @@ fn complete_with(
     Ok(())
 }
 
+/// The checksum a sender's offload left for someone else to complete, found in a frame that
+/// arrived without its metadata: `Some` with `NEEDS_CSUM`, `csum_start` and `csum_offset` when
+/// `frame` is an unfragmented TCP or UDP packet over IPv4 or IPv6 (through the tags `is_tag`
+/// accepts) whose checksum field holds exactly the folded pseudo-header sum — what Linux puts
+/// there for `CHECKSUM_PARTIAL` — and whose checksum does not verify. A packet whose checksum
+/// verifies is never marked (so no correct checksum is ever rewritten), and one whose field
+/// holds anything else is left as it is (a corrupt packet stays corrupt for its receiver).
+///
+/// A TCP packet with a partial checksum whose L3 packet is longer than `l3_mtu` is a
+/// super-frame the sender's TSO made: it is marked GSO too (`TcpV4`/`TcpV6`, `hdr_len`, and
+/// a `gso_size` that makes every segment's L3 packet at most `l3_mtu` long).
+///
+/// Why: a VXLAN datagram from a VTEP on the same host (a kernel vxlan device across a veth,
+/// every container lab) carries its inner TCP/UDP checksum partial — the kernel keeps
+/// `CHECKSUM_PARTIAL` across a veth and the inner header is the VTEP's to leave so — and a UDP
+/// socket hands the payload over without that state; a TSO super-frame even crosses whole, one
+/// 64 KB "datagram" (the kernel segments a tunnel GSO packet only where a device or a tunnel
+/// endpoint needs it, and a plain UDP socket is neither). Marking it restores the state: the
+/// egress port passes it on (a TAP, AF_PACKET with a virtio-net header) or completes and
+/// segments it ([`complete_checksum`], [`crate::segment`]), as a NIC would have. Cost: the
+/// pseudo-header sum (36 or 72 bytes) per TCP/UDP packet; the whole-packet sum only for the
+/// packets that match it.
+pub fn find_partial_checksum(
+    frame: &[u8],
+    is_tag: impl Fn(Tpid) -> bool,
+    l3_mtu: usize,
+) -> Option<OffloadMeta> {
+    use qbridge_wire::virtio::GsoType;
+    use qbridge_wire::{ipv4, ipv6, tcp, udp, EtherType, Fragment};
+    let h = parse_headers(frame, is_tag).ok()?;
+    let (Some(l4), Fragment::Whole) = (h.l4_offset, h.fragment) else {
+        return None;
+    };
+    let off = match h.l4_proto? {
+        IpProtocol::Tcp => tcp::CHECKSUM_OFFSET,
+        IpProtocol::Udp => udp::CHECKSUM_OFFSET,
+        _ => return None,
+    };
+    if h.l3_end > frame.len() || l4 + off + 2 > h.l3_end {
+        return None;
+    }
+    let proto = h.l4_proto?;
+    let l4_len = u32::try_from(h.l3_end - l4).ok()?;
+    let l3 = &frame[h.l3_offset..h.l3_end];
+    let pseudo = match h.ethertype {
+        EtherType::Ipv4 => {
+            let ip = ipv4::Packet::new_checked(l3).ok()?;
+            checksum::pseudo_header_v4(ip.src_addr(), ip.dst_addr(), proto, l4_len)
+        }
+        EtherType::Ipv6 => {
+            let ip = ipv6::Packet::new_checked(l3).ok()?;
+            checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), proto, l4_len)
+        }
+        _ => return None,
+    };
+    let field = u16::from_be_bytes([frame[l4 + off], frame[l4 + off + 1]]);
+    // A UDP checksum of 0 is "none": nothing to complete.
+    if field != checksum::fold(pseudo) || (proto == IpProtocol::Udp && field == 0) {
+        return None;
+    }
+    if checksum::finish(checksum::combine(
+        pseudo,
+        checksum::sum(&frame[l4..h.l3_end]),
+    )) == 0
+    {
+        return None;
+    }
+    let mut meta = OffloadMeta {
+        flags: F_NEEDS_CSUM,
+        csum_start: u16::try_from(l4).ok()?,
+        csum_offset: off as u16,
+        ..OffloadMeta::default()
+    };
+    if h.l3_end - h.l3_offset > l3_mtu && proto == IpProtocol::Tcp {
+        let hdrs = h.payload_offset?;
+        let per_segment = l3_mtu.checked_sub(hdrs - h.l3_offset).filter(|n| *n > 0)?;
+        meta.gso_type = match h.ethertype {
+            EtherType::Ipv4 => GsoType::TcpV4,
+            _ => GsoType::TcpV6,
+        }
+        .raw();
+        meta.hdr_len = u16::try_from(hdrs).ok()?;
+        meta.gso_size = u16::try_from(per_segment).ok()?;
+    }
+    Some(meta)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +235,114 @@ mod tests {
             let t = tcp::Packet::new_checked(ip.payload()).unwrap();
             assert!(t.verify_checksum(ip.pseudo_header_sum()), "{tags} tags");
         }
+    }
+
+    #[test]
+    fn a_partial_checksum_is_found_and_a_complete_or_corrupt_one_is_not() {
+        for proto in [IpProtocol::Tcp, IpProtocol::Udp] {
+            for tags in 0..3 {
+                let (mut f, meta) = partial_frame(tags, proto, 333);
+                assert_eq!(
+                    find_partial_checksum(&f, Tpid::is_well_known, 1500),
+                    Some(meta),
+                    "{proto:?} {tags} tags"
+                );
+                // Completed: nothing to find, whatever its value.
+                complete_checksum_in_place(&mut f, &meta, Tpid::is_well_known).unwrap();
+                assert_eq!(find_partial_checksum(&f, Tpid::is_well_known, 1500), None);
+                // Corrupt (a payload byte changed): its field is not the pseudo-header sum, so
+                // it is left for the receiver to refuse.
+                let last = f.len() - 1;
+                f[last] ^= 0x5a;
+                assert_eq!(find_partial_checksum(&f, Tpid::is_well_known, 1500), None);
+            }
+        }
+        // Fragments, non-IP frames and short frames: nothing.
+        let (mut f, _) = partial_frame(0, IpProtocol::Tcp, 40);
+        f[14 + 6] = 0x20; // more fragments
+        assert_eq!(find_partial_checksum(&f, Tpid::is_well_known, 1500), None);
+        assert_eq!(
+            find_partial_checksum(&[0u8; 10], Tpid::is_well_known, 1500),
+            None
+        );
+        let (f, _) = partial_frame(0, IpProtocol::Tcp, 40);
+        assert_eq!(
+            find_partial_checksum(&f[..40], Tpid::is_well_known, 1500),
+            None
+        );
+    }
+
+    #[test]
+    fn a_partial_tcp_packet_longer_than_the_mtu_is_a_super_frame() {
+        for tags in 0..2 {
+            // 20 + 20 + 4000 bytes of IPv4 and TCP: longer than 1500.
+            let (f, meta) = partial_frame(tags, IpProtocol::Tcp, 4000);
+            let m = find_partial_checksum(&f, Tpid::is_well_known, 1500).unwrap();
+            let hdrs = 14 + 4 * tags + 40;
+            assert_eq!(
+                m,
+                OffloadMeta {
+                    gso_type: GsoType::TcpV4.raw(),
+                    hdr_len: hdrs as u16,
+                    gso_size: 1460,
+                    ..meta
+                }
+            );
+            // Segmented: three segments of at most 1500 bytes of IPv4, each with a checksum
+            // that verifies.
+            let mut p = PacketBuf::from_frame(&f);
+            p.offload = m;
+            let mut pool = qbridge_packet::BufPool::new(8);
+            let mut out = Vec::new();
+            assert_eq!(
+                crate::segment(&p, Tpid::is_well_known, &mut pool, &mut out).unwrap(),
+                3
+            );
+            for s in &out {
+                let ip = ipv4::Packet::new_checked(&s.frame()[14 + 4 * tags..]).unwrap();
+                assert!(usize::from(ip.total_len()) <= 1500);
+                let t = tcp::Packet::new_checked(ip.payload()).unwrap();
+                assert!(t.verify_checksum(ip.pseudo_header_sum()));
+            }
+            // Within the MTU, or UDP: the checksum alone.
+            let (f, meta) = partial_frame(tags, IpProtocol::Tcp, 1000);
+            assert_eq!(
+                find_partial_checksum(&f, Tpid::is_well_known, 1500),
+                Some(meta)
+            );
+            let (f, meta) = partial_frame(tags, IpProtocol::Udp, 4000);
+            assert_eq!(
+                find_partial_checksum(&f, Tpid::is_well_known, 1500),
+                Some(meta)
+            );
+        }
+    }
+
+    #[test]
+    fn a_correct_checksum_equal_to_the_pseudo_header_sum_is_left_alone() {
+        // Search a payload byte for which the complete checksum equals the pseudo-header sum
+        // (one in 65 536): such a packet is correct and must not be marked.
+        let (f, meta) = partial_frame(0, IpProtocol::Udp, 64);
+        let l4 = usize::from(meta.csum_start);
+        let field = l4 + usize::from(meta.csum_offset);
+        let want = [f[field], f[field + 1]];
+        let mut found = false;
+        'search: for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                let mut g = f.clone();
+                let n = g.len();
+                g[n - 2] = a;
+                g[n - 1] = b;
+                g[field..field + 2].copy_from_slice(&want);
+                complete_checksum_in_place(&mut g, &meta, Tpid::is_well_known).unwrap();
+                if g[field..field + 2] == want {
+                    assert_eq!(find_partial_checksum(&g, Tpid::is_well_known, 1500), None);
+                    found = true;
+                    break 'search;
+                }
+            }
+        }
+        assert!(found, "no payload gave that checksum");
     }
 
     #[test]

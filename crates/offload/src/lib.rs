@@ -23,7 +23,7 @@ pub mod gro;
 pub mod gso;
 pub mod vnet;
 
-pub use csum::{complete_checksum, complete_checksum_in_place};
+pub use csum::{complete_checksum, complete_checksum_in_place, find_partial_checksum};
 pub use gro::{EndReason, Gro, GroLimits, GroStats, PassReason, MAX_OPEN_FLOWS};
 pub use gso::{segment, segment_into_batch, MAX_SEGMENTS};
 pub use vnet::{meta_from_vnet, read_vnet_header, vnet_from_meta, write_vnet_header};

@@ -92,7 +92,6 @@ fn kernel_vtep(ns: &str, dev: &str, vni: &str, br: &str, port: &str) -> Result<(
         ],
     )?;
     ip_in(ns, &["link", "set", dev, "mtu", "1500"])?;
-    exec_in(ns, "ethtool", &["-K", dev, "tx", "off"])?;
     ip_in(ns, &["link", "add", br, "type", "bridge"])?;
     for d in [dev, port] {
         ip_in(ns, &["link", "set", d, "master", br])?;
