@@ -30,8 +30,10 @@ advertises a type-3 route per bridge domain (a VXLAN port's `id`, or each VNI an
 port maps a VLAN to) and a type-2 route per MAC the port's bridge learned elsewhere (in that
 VLAN), installs the peers' routes as `fdb … extern_learn` entries.
 
-  --socket PATH      the daemon's control socket (default: $QBRIDGE_SOCKET, else
-                     /run/qbridge/qbridge.sock)
+  --socket PATH      the daemon's control socket (default: $QBRIDGE_SOCKET, else the
+                     default of this network namespace, as qbridge finds it:
+                     /run/qbridge/qbridge.sock in the host's, /run/qbridge/netns/NAME.sock
+                     in namespace NAME)
   --gobgp HOST:PORT  gobgpd's API (default: 127.0.0.1:50051)
   --asn N            the AS of the route targets ASN:VNI (default: gobgpd's own AS)
   --interval-ms N    how often both sides are read when neither reports a change
@@ -52,8 +54,9 @@ struct Options {
 fn options() -> Result<Options> {
     let mut o = Options {
         socket: std::env::var_os("QBRIDGE_SOCKET")
+            .filter(|s| !s.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/run/qbridge/qbridge.sock")),
+            .unwrap_or_else(|| qbridge_io::netns::OwnNetns::current().default_socket()),
         gobgp: "127.0.0.1:50051".into(),
         asn: None,
         interval: Duration::from_millis(2000),
