@@ -14,8 +14,8 @@ pub use crate::config::{BridgeConfig, ConfigError, GroupAddress, Link, Mode};
 use crate::mst::Region;
 pub use crate::output::{Event, Inconsistency, Output, RxError, TcSource};
 use crate::port::{Cost, OnOff, PointToPoint, Port, PortFlag, Ptx};
-use crate::select::Prs;
 use crate::types::{BridgeId, Mac, PortRole, PriorityVector, Times, TreeId};
+use crate::vars::{Prs, TreeBridge};
 
 /// A bridge's spanning-tree protocol entity.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct Stp {
     /// Per MSTI, per port: the per-tree variables while out of context.
     pub(crate) msti_ports: Vec<Vec<Port>>,
     /// Per MSTI: bridge-level variables while out of context.
-    pub(crate) msti_bridge: Vec<crate::trees::TreeBridge>,
+    pub(crate) msti_bridge: Vec<TreeBridge>,
     /// Per MSTID bridge priority (default: the CIST's).
     pub(crate) msti_priority: std::collections::BTreeMap<u16, u16>,
     pub(crate) begin: bool,

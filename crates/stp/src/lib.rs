@@ -13,8 +13,14 @@
 //! digest), `port.rs` (per-port variables), `machines.rs` (PRX, PPM, BDM, PTX, PIM),
 //! `roles.rs` (PRT, PST), `topology.rs` (TCM), `procs.rs` (17.21 procedures), `select.rs`
 //! (PRS), `trees.rs` (MSTIs: per-tree state and the context switch), `config.rs` (bridge
-//! configuration), `output.rs` (outputs, events), `engine.rs` (the API), `show.rs`
-//! (status snapshot).
+//! configuration), `output.rs` (outputs, events), `vars.rs` (bridge-level machine state the
+//! engine holds: the PRS state, an MSTI's variables out of context), `engine.rs` (the
+//! [`Stp`] struct and the API), `show.rs` (status snapshot).
+//!
+//! Imports run one way: `types`, then `bpdu`, `port`, `config`, `mst`, `output`, `vars`,
+//! then `engine`, then the files that add `impl Stp` blocks (`machines`, `roles`,
+//! `topology`, `procs`, `select`, `trees`, `show`), which import the engine; the engine
+//! imports none of them and calls their methods through `self`.
 //!
 //! Design notes and deviations:
 //! - Times are whole seconds; the caller calls [`Stp::tick`] once per second.
@@ -53,6 +59,7 @@ mod show;
 mod topology;
 mod trees;
 pub mod types;
+mod vars;
 
 pub use engine::{
     BridgeConfig, ConfigError, Event, GroupAddress, Inconsistency, Link, Mode, Output, RxError,
@@ -61,5 +68,7 @@ pub use engine::{
 pub use port::{
     BadCounts, Cost, Duplex, InfoIs, Neighbour, OnOff, PointToPoint, PortCounters, PortFlag,
 };
-pub use show::{PortShow, RootStatus, SendProtocol, Show, TreeShow};
-pub use types::{BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, Times, TreeId};
+pub use show::{PortShow, RootStatus, Show, TreeShow};
+pub use types::{
+    BridgeId, Mac, PortId, PortRole, PortState, PriorityVector, SendProtocol, Times, TreeId,
+};

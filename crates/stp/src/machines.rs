@@ -162,9 +162,9 @@ impl Stp {
         }
         if !self.b(p) && was != self.ports[p].send_rstp {
             let now_sends = if self.ports[p].send_rstp {
-                crate::show::SendProtocol::Rstp
+                crate::types::SendProtocol::Rstp
             } else {
-                crate::show::SendProtocol::Stp
+                crate::types::SendProtocol::Stp
             };
             self.outputs.push(Output::Event(Event::ProtocolMigration {
                 port: no,

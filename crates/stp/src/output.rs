@@ -48,7 +48,7 @@ pub enum Event {
         /// Port number.
         port: u16,
         /// What the port sends from now on.
-        now_sends: crate::show::SendProtocol,
+        now_sends: crate::types::SendProtocol,
     },
 }
 

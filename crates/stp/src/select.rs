@@ -5,17 +5,12 @@
 //!
 //! Cost: O(ports) per selection; selection runs only when some port set `reselect`.
 
-use crate::engine::{Event, Inconsistency, Output, Stp};
+use crate::engine::Stp;
+use crate::output::{Event, Inconsistency, Output};
 use crate::port::InfoIs;
 use crate::types::BridgeId;
 use crate::types::{PortId, PortRole, PriorityVector};
-
-/// PRS states.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Prs {
-    InitBridge,
-    RoleSelection,
-}
+use crate::vars::Prs;
 
 impl Stp {
     /// The bridge priority vector (17.6): this bridge as root.

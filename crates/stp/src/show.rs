@@ -1,20 +1,12 @@
 //! The `show` snapshot: bridge and per-port spanning-tree status and counters, plain data
 //! serialisable with serde for `qbridge stp show -j`. Built on demand, O(ports).
 
-use crate::engine::{Mode, Stp};
+use crate::config::Mode;
+use crate::engine::Stp;
 use crate::port::{InfoIs, Neighbour, PortCounters};
+pub use crate::types::SendProtocol;
 use crate::types::{BridgeId, PortId, PortRole, PortState, TreeId};
 use serde::Serialize;
-
-/// Which BPDUs a port sends (after Port Protocol Migration).
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SendProtocol {
-    /// Configuration and TCN BPDUs.
-    Stp,
-    /// RST (or MST) BPDUs.
-    Rstp,
-}
 
 /// Whether this bridge is the root.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]

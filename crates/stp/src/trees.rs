@@ -12,21 +12,9 @@
 use crate::bpdu::{Bpdu, MstiMsg};
 use crate::engine::Stp;
 use crate::port::Port;
-use crate::select::Prs;
-use crate::types::{BridgeId, PortId, PriorityVector, Times, TreeId};
+use crate::types::{BridgeId, PriorityVector, TreeId};
+use crate::vars::{Prs, TreeBridge};
 use std::mem::swap;
-
-/// The bridge-level variables of one MSTI while it is not in context.
-#[derive(Clone, Debug)]
-pub(crate) struct TreeBridge {
-    pub bridge_id: BridgeId,
-    pub root_priority: PriorityVector,
-    pub root_port_id: Option<PortId>,
-    pub root_times: Times,
-    pub root_hops: u8,
-    pub prs: Prs,
-    pub tree_begin: bool,
-}
 
 /// Swap the per-tree fields of two ports.
 fn swap_port(a: &mut Port, b: &mut Port) {
@@ -145,7 +133,7 @@ impl Stp {
     /// MSTIs restart from BEGIN.
     pub(crate) fn rebuild_trees(&mut self) {
         // Back to the CIST context is guaranteed outside `run`.
-        let mstis = if self.config.mode == crate::engine::Mode::Mstp {
+        let mstis = if self.config.mode == crate::config::Mode::Mstp {
             self.region.mstis()
         } else {
             Vec::new()

@@ -1,5 +1,5 @@
-//! Identifiers, priority vectors, timer sets, roles and states shared by the codec and the
-//! state machines (802.1D-2004 17.2-17.7, 802.1Q-2022 13.9-13.11).
+//! Identifiers, priority vectors, timer sets, roles and states (and which BPDUs a port
+//! sends, [`SendProtocol`]) shared by the codec, the outputs and the state machines (802.1D-2004 17.2-17.7, 802.1Q-2022 13.9-13.11).
 //!
 //! Every comparison of spanning-tree information goes through [`PriorityVector`]'s derived
 //! `Ord`: "better" is "numerically smaller", component by component, exactly the ordering of
@@ -187,4 +187,14 @@ pub fn auto_path_cost(speed_mbps: u32) -> u32 {
         return 200_000;
     }
     (20_000_000 / speed_mbps).clamp(1, 200_000_000)
+}
+
+/// Which BPDUs a port sends (after Port Protocol Migration).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProtocol {
+    /// Configuration and TCN BPDUs.
+    Stp,
+    /// RST (or MST) BPDUs.
+    Rstp,
 }

@@ -191,3 +191,19 @@ pub(super) fn traffic_text(
         );
     }
 }
+
+/// Every option of a bond as `link add … type bond` words.
+pub fn bond_options(c: &qbridge_lacp::BondConfig) -> String {
+    format!(
+        "mode {} xmit_hash_policy {} lacp_rate {} lacp_active {} min_links {} miimon {} \
+         lacp_fallback {} address {}",
+        c.mode.word(),
+        c.hash_policy.word(),
+        c.lacp_rate.word(),
+        c.lacp_activity.word(),
+        c.min_links,
+        c.miimon_ms,
+        on_off(c.fallback == qbridge_lacp::Fallback::ActiveBackup),
+        c.system
+    )
+}

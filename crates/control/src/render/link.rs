@@ -467,7 +467,7 @@ pub fn links(
                     let _ = write!(s, " {}", v.words());
                 }
                 Some(PortSpec::Bond(b)) => {
-                    let _ = write!(s, " {}", crate::running::bond_options(&b.config));
+                    let _ = write!(s, " {}", super::bond_options(&b.config));
                 }
                 Some(PortSpec::AfXdp {
                     dev,

@@ -22,6 +22,7 @@ mod bond;
 pub mod link;
 pub mod stp;
 
+pub use bond::bond_options;
 pub use link::links;
 
 pub(crate) fn to_json<T: Serialize>(v: &T, out: OutputOptions) -> String {

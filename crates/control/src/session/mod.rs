@@ -524,7 +524,7 @@ impl Session {
     /// [`crate::running`]).
     pub fn running_config(&self) -> String {
         let mut text = crate::running::running_config(&self.switch, self);
-        crate::running::stp_lines(&self.switch, &self.stp, &mut text);
+        self.stp.running_lines(&self.switch, &mut text);
         text
     }
 

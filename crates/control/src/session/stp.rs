@@ -833,3 +833,138 @@ impl Session {
         &self.stp
     }
 }
+
+impl SpanningTree {
+    /// The spanning-tree lines of `show running-config`, after everything else (the ports
+    /// exist and are in their bridges): each bridge's parameters when not the defaults, its MSTP
+    /// region, each port's options, then `stp_state 1` for the bridges that run the tree.
+    pub fn running_lines(&self, sw: &Switch, out: &mut String) {
+        use crate::render::on_off;
+        use qbridge_stp::Mode;
+        use std::fmt::Write;
+        let defaults = StpConf::default();
+        for (b, name) in sw.bridge_ids() {
+            let c = self.conf(name);
+            if c.config != defaults.config {
+                let k = &c.config;
+                let mode = match k.mode {
+                    Mode::Stp => "stp",
+                    Mode::Rstp => "rstp",
+                    Mode::Mstp => "mstp",
+                };
+                let _ = writeln!(
+                    out,
+                    "link set dev {name} type bridge stp_mode {mode} priority {} hello_time {} \
+                     max_age {} forward_delay {} tx_hold_count {} max_hops {}",
+                    k.priority,
+                    k.hello_time,
+                    k.max_age,
+                    k.forward_delay,
+                    k.tx_hold_count,
+                    k.max_hops
+                );
+            }
+            if let Some(n) = &c.mst_name {
+                let _ = writeln!(out, "link set dev {name} type bridge mst_name {n}");
+            }
+            if c.mst_revision != 0 {
+                let _ = writeln!(
+                    out,
+                    "link set dev {name} type bridge mst_revision {}",
+                    c.mst_revision
+                );
+            }
+            // Runs of VIDs with one MSTI as ranges.
+            let mut run: Option<(u16, u16, u16)> = None;
+            let flush = |r: (u16, u16, u16), out: &mut String| {
+                let (a, z, m) = r;
+                let vids = if a == z {
+                    a.to_string()
+                } else {
+                    format!("{a}-{z}")
+                };
+                let _ = writeln!(out, "stp msti set dev {name} vid {vids} msti {m}");
+            };
+            for (&vid, &m) in &c.msti_of_vid {
+                run = match run {
+                    Some((a, z, rm)) if rm == m && z + 1 == vid => Some((a, vid, m)),
+                    Some(r) => {
+                        flush(r, out);
+                        Some((vid, vid, m))
+                    }
+                    None => Some((vid, vid, m)),
+                };
+            }
+            if let Some(r) = run {
+                flush(r, out);
+            }
+            for (m, p) in &c.msti_priority {
+                let _ = writeln!(out, "stp msti priority dev {name} msti {m} priority {p}");
+            }
+            for port in sw.bridge_ports(b) {
+                let Some(pname) = sw.port_name(port) else {
+                    continue;
+                };
+                let Some(o) = self.port_options(pname) else {
+                    continue;
+                };
+                let mut words = String::new();
+                if let Some(c) = o.cost {
+                    match c {
+                        Cost::Auto => words.push_str(" cost auto"),
+                        Cost::Fixed(v) => {
+                            let _ = write!(words, " cost {v}");
+                        }
+                    }
+                }
+                if let Some(p) = o.priority {
+                    let _ = write!(words, " priority {p}");
+                }
+                let flags = [
+                    ("guard", o.guard),
+                    ("root_block", o.root_block),
+                    ("bpdu_filter", o.bpdu_filter),
+                    ("loop_guard", o.loop_guard),
+                    ("edge", o.edge),
+                    ("auto_edge", o.auto_edge),
+                ];
+                for (w, v) in flags {
+                    if let Some(v) = v {
+                        let _ = write!(words, " {w} {}", on_off(v));
+                    }
+                }
+                if let Some(p) = o.p2p {
+                    let w = match p {
+                        PointToPoint::Auto => "auto",
+                        PointToPoint::Yes => "yes",
+                        PointToPoint::No => "no",
+                    };
+                    let _ = write!(words, " p2p {w}");
+                }
+                if !words.is_empty() {
+                    let _ = writeln!(out, "link set dev {pname}{words}");
+                }
+            }
+            for port in sw.bridge_ports(b) {
+                let Some(pname) = sw.port_name(port) else {
+                    continue;
+                };
+                for (m, (prio, cost)) in self.msti_port_options(pname).into_iter().flatten() {
+                    let cost = match cost {
+                        Cost::Auto => "auto".to_string(),
+                        Cost::Fixed(v) => v.to_string(),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "stp msti port dev {pname} msti {m} priority {prio} cost {cost}"
+                    );
+                }
+            }
+        }
+        for (b, name) in sw.bridge_ids() {
+            if sw.bridge_settings(b).stp {
+                let _ = writeln!(out, "link set dev {name} type bridge stp_state 1");
+            }
+        }
+    }
+}
