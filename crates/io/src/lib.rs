@@ -12,8 +12,11 @@
 //! backends and wires them to the core; the binary and the examples use them directly too
 //! (replay's pcap files, the demo's AF_PACKET ports).
 //!
-//! This is the only crate allowed `unsafe`; it is confined to the syscall modules, and every
-//! block carries a `// SAFETY:` comment (clippy `undocumented_unsafe_blocks` is deny).
+//! The workspace denies `unsafe_code`; this crate holds most of qbridge's `unsafe`, confined
+//! to the syscall modules (each allows it for itself), and every block carries a `// SAFETY:`
+//! comment (clippy `undocumented_unsafe_blocks` is deny). The two other places that allow it:
+//! `qbridge-fastpath` (aya's `Pod` impls, a bpf syscall, BPF_PROG_TEST_RUN) and the bench
+//! crate's `qbridge-blast` binary (an XDP sender).
 
 #[cfg(target_os = "linux")]
 pub mod afpacket;
