@@ -33,6 +33,7 @@ Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]
 OPTIONS: -j[son]  JSON output      -s[tats]  add counters      -p[retty]  indented JSON
          -c, -com[pressvlans]  vlan show: runs of VIDs as ranges (10-20)
          -d[etails]  link show: a bond's LACP state per member
+         -br[ief]  link show, vlan show: one line per port (as ip -br)
          -b[atch] FILE  apply FILE (one command per line, # comments; '-' reads stdin)
          --socket PATH  the daemon's control socket     -offline  no daemon (see below)
          -n[etns] NETNS  run in network namespace NETNS (as ip -n): its daemon, by default

@@ -154,7 +154,8 @@ fn triangle_of_qbridge_daemons() {
     let cap = Capture::start(&hosts[2].ns, "eth0", 0).unwrap();
     let frames: Vec<Vec<u8>> = (0..100).map(|n| broadcast(&hosts[0].mac, n)).collect();
     inject(&hosts[0].ns, "eth0", &frames).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // All 100 arrive (then `finish`'s grace would catch the copies a loop adds).
+    assert!(cap.wait_from(&hosts[0].mac, 100, Duration::from_secs(10)));
     let got = cap.finish().unwrap();
     assert_eq!(got.count_from(&[&hosts[0].mac]), 100, "{}", got.summary());
 
@@ -306,7 +307,7 @@ fn check_peer_is_root(r: &PeerRing, c: &Ctl, started: Instant, sends: &str) -> (
     let cap = Capture::start(&r.hk.ns, "eth0", 0).unwrap();
     let frames: Vec<Vec<u8>> = (0..100).map(|n| broadcast(&r.hq.mac, n)).collect();
     inject(&r.hq.ns, "eth0", &frames).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(cap.wait_from(&r.hq.mac, 100, Duration::from_secs(10)));
     let got = cap.finish().unwrap();
     assert_eq!(got.count_from(&[&r.hq.mac]), 100, "{}", got.summary());
     let root = j[0]["root_port"].as_str().unwrap().to_string();

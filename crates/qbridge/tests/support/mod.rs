@@ -917,6 +917,8 @@ impl Captured {
 pub struct Capture {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<Result<Captured>>>,
+    /// Frames seen so far by source MAC, for [`Capture::wait_from`].
+    seen: Arc<Mutex<BTreeMap<[u8; 6], u64>>>,
 }
 
 impl Captured {
@@ -945,6 +947,8 @@ impl Capture {
             .map_err(|e| format!("capture on {ifname} in {ns}: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let seen2 = seen.clone();
         let (tx, rx) = mpsc::channel::<()>();
         let handle = std::thread::spawn(move || -> Result<Captured> {
             let mut c = Captured::default();
@@ -960,6 +964,11 @@ impl Capture {
                         .map_err(|e| e.to_string())?;
                     for p in batch.drain() {
                         record(&mut c, &p, keep);
+                        if let (Some(src), Ok(mut m)) = (p.frame().get(6..12), seen2.lock()) {
+                            let mut mac = [0u8; 6];
+                            mac.copy_from_slice(src);
+                            *m.entry(mac).or_default() += 1;
+                        }
                         pool.put(p);
                     }
                     if n == 0 {
@@ -975,6 +984,19 @@ impl Capture {
         Ok(Capture {
             stop,
             handle: Some(handle),
+            seen,
+        })
+    }
+
+    /// Waits until at least `n` frames from source `mac` were captured (`false` after
+    /// `timeout`): a test that counts frames waits on the count, not a guessed time.
+    pub fn wait_from(&self, mac: &str, n: u64, timeout: Duration) -> bool {
+        let m = parse_mac(mac);
+        wait_until(timeout, || {
+            self.seen
+                .lock()
+                .map(|s| s.get(&m).copied().unwrap_or(0) >= n)
+                .unwrap_or(false)
         })
     }
 
