@@ -1,14 +1,30 @@
 //! The network configuration a runtime hands `qbridge-cni` on stdin, validated once, and the
 //! qbridge words it becomes. Keys follow the reference bridge plugin and ovs-cni (`bridge`,
-//! `vlan`, `trunk`, `mtu`, `socket_file`) plus qbridge's own (`svid` + `cvlans`: Q-in-Q;
-//! `pcp`; `locked`). Unknown keys are ignored, as the CNI specification expects of plugins
-//! (a configuration may carry keys for other plugins of a chain).
+//! `vlan`, `vlanTrunk`/`trunk`, `mtu`, `hairpinMode`, `portIsolation`, `macspoofchk`,
+//! `enabledad`, `runtimeConfig.mac`, `socket_file`) plus qbridge's own (`svid` + `cvlans`:
+//! Q-in-Q; `pcp`; `locked`). The reference plugin's keys qbridge cannot honour (`isGateway`,
+//! `ipMasq`, … set to true) are refused by name ([`REFUSED`]): a pod must not come up
+//! without what its configuration asked for. Unknown keys are ignored, as the CNI
+//! specification expects of plugins (a configuration may carry keys for other plugins of a
+//! chain). docs/cni.md has the table of every reference key.
 
 use crate::CniError;
 use serde_json::Value;
 
 /// The CNI versions this plugin speaks (`VERSION`'s `supportedVersions`).
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The reference bridge plugin's boolean keys that qbridge-cni cannot honour when true, and
+/// why (the error message's tail). `false` (their default) is accepted: nothing to do.
+pub const REFUSED: [(&str, &str); 7] = [
+    ("isGateway", "qbridge-cni does not give the bridge an address: a qbridge bridge's own interface (link set dev BR up ifname IF) is configured by its operator, and a gateway on it is theirs to add"),
+    ("isDefaultGateway", "qbridge-cni does not make the bridge a gateway; for a default route through a router of the VLAN, put {\"dst\":\"0.0.0.0/0\"} in ipam.routes"),
+    ("forceAddress", "it only applies to the bridge's gateway address, which qbridge-cni does not set (isGateway)"),
+    ("ipMasq", "qbridge is a layer-2 switch: no NAT; masquerade on the router of the VLAN"),
+    ("promiscMode", "a qbridge bridge has no kernel device to make promiscuous (its ports already receive every frame)"),
+    ("preserveDefaultVlan", "a pod's port is a member of its configured VLANs only; keeping the default VLAN as well would put VLAN 1's untagged frames in the pod"),
+    ("disableContainerInterface", "the container's interface is always brought up (its addresses are set on it)"),
+];
 
 /// A port's VLAN membership, from `vlan`, `trunk`, `svid`/`cvlans`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +82,17 @@ pub struct NetConf {
     pub membership: Membership,
     pub mtu: Option<u32>,
     pub pcp: Option<u8>,
+    /// `locked` or `macspoofchk`: only the pod's own MAC may send.
     pub locked: bool,
+    /// `hairpinMode`: frames may go back out of the port they came in on.
+    pub hairpin: bool,
+    /// `portIsolation`: the port talks only to non-isolated ports (`isolated on`).
+    pub isolated: bool,
+    /// `enabledad`: IPv6 duplicate address detection on the pod's addresses (the reference
+    /// plugin's default is off: addresses are added `nodad`).
+    pub dad: bool,
+    /// `runtimeConfig.mac` (or `args.cni.mac`): the MAC of the pod's interface.
+    pub mac: Option<String>,
     /// `dataDir`: where the plugin records each attachment's owner (one file per attachment
     /// in `DIR/NETWORK/`), so GC can release a pod that vanished without DEL. Default
     /// `/var/lib/cni/qbridge-cni` (host-local keeps its reservations beside it).
@@ -146,6 +172,37 @@ fn cvlan_list(v: &Value) -> Result<String, CniError> {
     vid_list(v, "cvlans")
 }
 
+/// An optional boolean key: absent is `false`.
+fn flag(raw: &Value, key: &str) -> Result<bool, CniError> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(bad(format!("{key}: {v} is not true or false"))),
+    }
+}
+
+/// A unicast MAC address `aa:bb:cc:dd:ee:ff` (either case), lower-cased.
+fn unicast_mac(v: &Value, key: &str) -> Result<String, CniError> {
+    let s = v.as_str().unwrap_or_default();
+    let parts: Vec<&str> = s.split(':').collect();
+    let hex = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
+    if !hex {
+        return Err(bad(format!(
+            "{key}: {v} is not a MAC address (aa:bb:cc:dd:ee:ff)"
+        )));
+    }
+    let first = u8::from_str_radix(parts[0], 16).unwrap_or(1);
+    if first & 1 == 1 || parts.iter().all(|p| *p == "00") {
+        return Err(bad(format!(
+            "{key}: {s} is not a unicast address a pod may have"
+        )));
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
 /// A port or bridge name as qbridge takes it (1-15 bytes, no `/`, `:` or white space).
 pub fn check_name(what: &str, s: &str) -> Result<(), CniError> {
     if s.is_empty()
@@ -199,8 +256,26 @@ impl NetConf {
         let socket = s("socket_file")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| default_socket.to_owned());
-        let vlan = raw.get("vlan").map(|v| vid(v, "vlan")).transpose()?;
-        let trunk = raw.get("trunk").map(|v| vid_list(v, "trunk")).transpose()?;
+        for (key, why) in REFUSED {
+            if flag(&raw, key)? {
+                return Err(bad(format!("{key}: true is not supported: {why}")));
+            }
+        }
+        // The reference plugin's `vlan: 0` is "no VLAN".
+        let vlan = match raw.get("vlan") {
+            Some(v) if v.as_u64() == Some(0) => None,
+            v => v.map(|v| vid(v, "vlan")).transpose()?,
+        };
+        let trunk = match (raw.get("trunk"), raw.get("vlanTrunk")) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "\"trunk\" and \"vlanTrunk\" are the same key (ovs-cni's and the reference plugin's words): give one".into(),
+                ))
+            }
+            (Some(v), None) => Some(vid_list(v, "trunk")?),
+            (None, Some(v)) => Some(vid_list(v, "vlanTrunk")?),
+            (None, None) => None,
+        };
         let svid = raw.get("svid").map(|v| vid(v, "svid")).transpose()?;
         let cvlans = raw.get("cvlans").map(cvlan_list).transpose()?;
         let membership = match (vlan, trunk, svid, cvlans) {
@@ -232,17 +307,29 @@ impl NetConf {
                 _ => return Err(bad(format!("pcp: {v} is not a priority (0 to 7)"))),
             },
         };
-        let locked = match raw.get("locked") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(bad(format!("locked: {v} is not true or false"))),
-        };
-        if locked && membership.untagged_vid().is_none() {
-            return Err(bad(
-                "\"locked\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN"
-                    .into(),
-            ));
+        let locked = flag(&raw, "locked")?;
+        let spoofchk = flag(&raw, "macspoofchk")?;
+        if (locked || spoofchk) && membership.untagged_vid().is_none() {
+            let key = if locked { "locked" } else { "macspoofchk" };
+            return Err(bad(format!(
+                "\"{key}\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN"
+            )));
         }
+        let hairpin = flag(&raw, "hairpinMode")?;
+        let isolated = flag(&raw, "portIsolation")?;
+        let dad = flag(&raw, "enabledad")?;
+        // The runtime's `mac` capability (runtimeConfig), or CNI_ARGS-style `args.cni.mac`.
+        let mac = raw
+            .get("runtimeConfig")
+            .and_then(|r| r.get("mac"))
+            .map(|v| unicast_mac(v, "runtimeConfig.mac"))
+            .or_else(|| {
+                raw.get("args")
+                    .and_then(|a| a.get("cni"))
+                    .and_then(|c| c.get("mac"))
+                    .map(|v| unicast_mac(v, "args.cni.mac"))
+            })
+            .transpose()?;
         let data_dir = match raw.get("dataDir") {
             None => std::path::PathBuf::from(DEFAULT_DATA_DIR),
             Some(Value::String(d)) if d.starts_with('/') => std::path::PathBuf::from(d),
@@ -267,7 +354,11 @@ impl NetConf {
             membership,
             mtu,
             pcp,
-            locked,
+            locked: locked || spoofchk,
+            hairpin,
+            isolated,
+            dad,
+            mac,
             data_dir,
             ipam_type,
             raw,
@@ -339,6 +430,47 @@ mod tests {
         assert_eq!(
             e(r#"{"cniVersion":"1.0.0","name":"n","bridge":"a/b"}"#).code,
             7
+        );
+    }
+
+    /// The reference bridge plugin's keys: what a pod needs is honoured, the rest refused by
+    /// name when true, accepted (nothing to do) when false.
+    #[test]
+    fn reference_bridge_keys() {
+        let base = r#"{"cniVersion":"1.0.0","name":"n","bridge":"br0""#;
+        let with = |extra: &str| p(&format!("{base},{extra}}}"));
+        let c = with(r#""vlan":10,"hairpinMode":true,"portIsolation":true,"macspoofchk":true,"enabledad":true,"runtimeConfig":{"mac":"02:AA:bb:00:00:01"}"#).unwrap();
+        assert!(c.hairpin && c.isolated && c.locked && c.dad);
+        assert_eq!(c.mac.as_deref(), Some("02:aa:bb:00:00:01"));
+        let c = with(r#""vlan":0,"hairpinMode":false,"enabledad":false"#).unwrap();
+        assert_eq!(c.membership, Membership::Default);
+        assert!(!c.hairpin && !c.isolated && !c.locked && !c.dad && c.mac.is_none());
+        let c = with(r#""vlanTrunk":[{"id":20},{"minID":30,"maxID":40}]"#).unwrap();
+        assert_eq!(c.membership, Membership::Trunk("20,30-40".into()));
+        let c = with(r#""args":{"cni":{"mac":"02:00:00:00:00:09"}}"#).unwrap();
+        assert_eq!(c.mac.as_deref(), Some("02:00:00:00:00:09"));
+        for (key, why) in REFUSED {
+            let e = with(&format!(r#""{key}":true"#)).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert_eq!(e.msg, format!("{key}: true is not supported: {why}"));
+            assert!(with(&format!(r#""{key}":false"#)).is_ok(), "{key}: false");
+        }
+        // ipMasqBackend only chooses how ipMasq masquerades: nothing to do without ipMasq.
+        assert!(with(r#""ipMasq":false,"ipMasqBackend":"nftables""#).is_ok());
+        let e = |extra: &str| with(extra).unwrap_err();
+        assert_eq!(e(r#""hairpinMode":"yes""#).msg, "hairpinMode: \"yes\" is not true or false");
+        assert_eq!(
+            e(r#""macspoofchk":true"#).msg,
+            "\"macspoofchk\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN"
+        );
+        assert_eq!(e(r#""trunk":[{"id":2}],"vlanTrunk":[{"id":2}]"#).code, 7);
+        assert_eq!(
+            e(r#""runtimeConfig":{"mac":"03:00:00:00:00:01"}"#).msg,
+            "runtimeConfig.mac: 03:00:00:00:00:01 is not a unicast address a pod may have"
+        );
+        assert_eq!(
+            e(r#""runtimeConfig":{"mac":"nope"}"#).msg,
+            "runtimeConfig.mac: \"nope\" is not a MAC address (aa:bb:cc:dd:ee:ff)"
         );
     }
 }

@@ -108,8 +108,9 @@ fn exec_once(
 
 /// Applies an IPAM result's `ips` and `routes` to `ifname` inside `netns`. A route without a
 /// gateway goes through the gateway of the first address of its family, as the reference
-/// plugins' `ipam.ConfigureIface` does.
-pub fn apply(netns: &str, ifname: &str, result: &Value) -> Result<(), CniError> {
+/// plugins' `ipam.ConfigureIface` does. IPv6 addresses are added `nodad` unless `dad`
+/// (`enabledad`; the reference bridge plugin's default is off too).
+pub fn apply(netns: &str, ifname: &str, result: &Value, dad: bool) -> Result<(), CniError> {
     let empty = Vec::new();
     let ips = result
         .get("ips")
@@ -120,7 +121,11 @@ pub fn apply(netns: &str, ifname: &str, result: &Value) -> Result<(), CniError> 
             .get("address")
             .and_then(Value::as_str)
             .ok_or_else(|| CniError::new(5, format!("IPAM result: an ip without address: {ip}")))?;
-        crate::sys::ip_in(netns, &["addr", "add", addr, "dev", ifname])?;
+        let mut args = vec!["addr", "add", addr, "dev", ifname];
+        if addr.contains(':') && !dad {
+            args.push("nodad");
+        }
+        crate::sys::ip_in(netns, &args)?;
     }
     let gw_for = |v6: bool| {
         ips.iter()

@@ -139,13 +139,20 @@ fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
         let _ = record::remove(c, &call.host);
         e
     };
+    if let Some(mac) = &c.mac {
+        sys::ip_in(
+            netns,
+            &["link", "set", "dev", &call.ifname, "address", mac],
+        )
+        .map_err(undo)?;
+    }
     sys::set_alias(&call.host, &owner(&c.name, &call.container, &call.ifname)).map_err(undo)?;
     record::write(c, &call.host, &call.container, &call.ifname).map_err(undo)?;
     attach(c, call, netns).map_err(undo)?;
     let mut result = json!({});
     if let Some(ty) = &c.ipam_type {
         result = ipam::exec(ty, "ADD", &c.raw).map_err(undo)?;
-        if let Err(e) = ipam::apply(netns, &call.ifname, &result) {
+        if let Err(e) = ipam::apply(netns, &call.ifname, &result, c.dad) {
             let _ = ipam::exec(ty, "DEL", &c.raw);
             return Err(undo(e));
         }
@@ -178,7 +185,8 @@ fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
     Ok(out)
 }
 
-/// The daemon side of ADD: the port, its bridge, VLANs, MTU, PCP, port security.
+/// The daemon side of ADD: the port, its bridge, VLANs, MTU, hairpin, isolation, PCP, port
+/// security.
 fn attach(c: &NetConf, call: &Call, netns: &str) -> Result<(), CniError> {
     let p = call.host.as_str();
     let s = &c.socket;
@@ -191,6 +199,12 @@ fn attach(c: &NetConf, call: &Call, netns: &str) -> Result<(), CniError> {
     }
     if let Some(m) = c.mtu {
         ctl::must(s, &["link", "set", "dev", p, "mtu", &m.to_string()])?;
+    }
+    if c.hairpin {
+        ctl::must(s, &["link", "set", "dev", p, "hairpin", "on"])?;
+    }
+    if c.isolated {
+        ctl::must(s, &["link", "set", "dev", p, "isolated", "on"])?;
     }
     if let Some(pcp) = c.pcp {
         ctl::must(
@@ -424,8 +438,10 @@ fn run(command: &str, stdin: &[u8]) -> Result<Option<Value>, CniError> {
 const USAGE: &str = "qbridge-cni: a CNI plugin; run by a container runtime, not by hand.
 Environment: CNI_COMMAND (ADD|DEL|CHECK|STATUS|GC|VERSION), CNI_CONTAINERID, CNI_NETNS,
 CNI_IFNAME, CNI_PATH; the network configuration (JSON) on stdin. docs/cni.md.
-Config keys: bridge, vlan, trunk [{\"id\":N}|{\"minID\":A,\"maxID\":B}], svid + cvlans
-(Q-in-Q), mtu, pcp, locked, socket_file (default $QBRIDGE_SOCKET, else qbridge's default
+Config keys: bridge, vlan, trunk or vlanTrunk [{\"id\":N}|{\"minID\":A,\"maxID\":B}], svid +
+cvlans (Q-in-Q), mtu, pcp, locked or macspoofchk, hairpinMode, portIsolation, enabledad,
+runtimeConfig.mac; isGateway, isDefaultGateway, forceAddress, ipMasq, promiscMode,
+preserveDefaultVlan, disableContainerInterface only false; socket_file (default $QBRIDGE_SOCKET, else qbridge's default
 for the plugin's network namespace: /run/qbridge/qbridge.sock in the host's), dataDir (default /var/lib/cni/qbridge-cni), ipam.
 ";
 
