@@ -42,6 +42,12 @@ deps_need() {
                 [ -x /usr/lib/frr/zebra ] || missing+=(frr)
                 # Wireshark's dissectors for the VXLAN captures of tests/netns_vxlan*.rs.
                 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+                # tests/netns_podman.rs: podman 4 (its CNI backend) runs busybox containers
+                # under runc on qbridge-cni; the image is a busybox-static rootfs.
+                command -v podman >/dev/null 2>&1 || missing+=(podman)
+                command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+                [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 ||
+                    missing+=(busybox-static)
                 ;;
             *)
                 echo "deps.sh: unknown group $group" >&2

@@ -458,7 +458,10 @@ mod tests {
         // ipMasqBackend only chooses how ipMasq masquerades: nothing to do without ipMasq.
         assert!(with(r#""ipMasq":false,"ipMasqBackend":"nftables""#).is_ok());
         let e = |extra: &str| with(extra).unwrap_err();
-        assert_eq!(e(r#""hairpinMode":"yes""#).msg, "hairpinMode: \"yes\" is not true or false");
+        assert_eq!(
+            e(r#""hairpinMode":"yes""#).msg,
+            "hairpinMode: \"yes\" is not true or false"
+        );
         assert_eq!(
             e(r#""macspoofchk":true"#).msg,
             "\"macspoofchk\" needs \"vlan\" or \"svid\": the pod's address is admitted in that VLAN"

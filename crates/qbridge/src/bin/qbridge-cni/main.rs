@@ -140,11 +140,7 @@ fn add(c: &NetConf, call: &Call) -> Result<Value, CniError> {
         e
     };
     if let Some(mac) = &c.mac {
-        sys::ip_in(
-            netns,
-            &["link", "set", "dev", &call.ifname, "address", mac],
-        )
-        .map_err(undo)?;
+        sys::ip_in(netns, &["link", "set", "dev", &call.ifname, "address", mac]).map_err(undo)?;
     }
     sys::set_alias(&call.host, &owner(&c.name, &call.container, &call.ifname)).map_err(undo)?;
     record::write(c, &call.host, &call.container, &call.ifname).map_err(undo)?;
