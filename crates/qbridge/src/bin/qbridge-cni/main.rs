@@ -372,7 +372,8 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
     if let Some(m) = c.mtu {
         let have = port.mtu;
         if have != Some(m) {
-            return fail(format!("port {} has mtu {have:?}, not {m}", call.host));
+            let have = have.map_or_else(|| "no mtu".to_string(), |h| format!("mtu {h}"));
+            return fail(format!("port {} has {have}, not mtu {m}", call.host));
         }
     }
     // The addresses of the ADD result the runtime hands back (`prevResult`) are on the
