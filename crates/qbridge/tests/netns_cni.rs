@@ -79,11 +79,18 @@ fn pod_host(name: &str, ns: &str, result: &Value) -> Host {
     }
 }
 
+/// True (after printing why) when the IPAM plugin is missing; with `QBRIDGE_REQUIRE_NETNS`
+/// set (scripts/test.sh as root) a missing plugin fails the test instead: it must not pass
+/// without running.
 fn skip_unless_plugins() -> bool {
     if !Path::new(CNI_PATH).join("host-local").exists() {
-        eprintln!(
-            "SKIPPED: {CNI_PATH}/host-local missing (apt-get install containernetworking-plugins)"
+        let reason =
+            format!("{CNI_PATH}/host-local missing (apt-get install containernetworking-plugins)");
+        assert!(
+            !std::env::var("QBRIDGE_REQUIRE_NETNS").is_ok_and(|v| !v.is_empty() && v != "0"),
+            "tests/netns_cni.rs is required here (QBRIDGE_REQUIRE_NETNS) but cannot run: {reason}"
         );
+        eprintln!("SKIPPED: {reason}");
         return true;
     }
     false
@@ -570,4 +577,203 @@ fn version_and_bad_config_answer_in_cni_error_json() {
         v["msg"],
         "\"trunk\": {\"minID\":9} is neither {\"id\":N} nor {\"minID\":A,\"maxID\":B}"
     );
+}
+
+/// The reference bridge plugin's keys a pod needs: `portIsolation` (isolated pods do not
+/// reach each other, both reach a pod that is not isolated), `hairpinMode`, `macspoofchk` (as
+/// `locked`), `runtimeConfig.mac` (the pod's interface gets it, the port admits it),
+/// `vlanTrunk`. The keys qbridge-cni cannot honour are refused by name (error 7) before
+/// anything is made; a missing namespace is error 3 and a missing CNI_NETNS error 4, each as
+/// the specification's error JSON.
+#[test]
+fn reference_bridge_keys_and_refusals() {
+    skip_unless_netns!();
+    if skip_unless_plugins() {
+        return;
+    }
+    let _g = support::serial();
+    let mut lab = Lab::new("cniref");
+    let sw = lab.netns("cnisw").unwrap();
+    let far = lab.netns("cnifar").unwrap();
+    lab.veth(&far, "eth0", &sw, "t1").unwrap();
+    let ctl = lab.daemon(&sw, SW).unwrap();
+    let ipam_dir = lab.dir.join("ipam");
+    let cni_dir = lab.dir.join("cni");
+    let conf = |extra: Value| {
+        let mut c = json!({
+            "cniVersion": "1.0.0", "name": "refnet", "type": "qbridge-cni",
+            "bridge": "br0", "vlan": 10, "socket_file": ctl.socket, "dataDir": cni_dir,
+            "ipam": {"type": "host-local", "subnet": "10.93.0.0/24", "dataDir": ipam_dir},
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    };
+    let ca = conf(
+        json!({"portIsolation": true, "hairpinMode": true, "macspoofchk": true,
+                         "runtimeConfig": {"mac": "02:00:00:0a:00:01"}}),
+    );
+    let cb = conf(json!({"portIsolation": true}));
+    let cc = conf(json!({"portIsolation": false, "isGateway": false, "ipMasq": false}));
+    let na = lab.netns("cnia").unwrap();
+    let nb = lab.netns("cnib").unwrap();
+    let nc = lab.netns("cnic").unwrap();
+    let ra = ok(&sw, "ADD", "ctr-a", &na, &ca);
+    let rb = ok(&sw, "ADD", "ctr-b", &nb, &cb);
+    let rc = ok(&sw, "ADD", "ctr-c", &nc, &cc);
+    let (a, b, c) = (
+        pod_host("a", &na, &ra),
+        pod_host("b", &nb, &rb),
+        pod_host("c", &nc, &rc),
+    );
+    assert_eq!(a.mac, "02:00:00:0a:00:01");
+    assert_eq!(support::mac_of(&na, "eth0").unwrap(), "02:00:00:0a:00:01");
+    let port = |r: &Value| {
+        let name = r["interfaces"][0]["name"].as_str().unwrap();
+        let p = ctl.json(&["link", "show", "dev", name]).unwrap();
+        if p.is_array() {
+            p[0].clone()
+        } else {
+            p
+        }
+    };
+    let (pa, pb, pc) = (port(&ra), port(&rb), port(&rc));
+    assert_eq!(
+        (
+            &pa["port"]["isolated"],
+            &pa["port"]["hairpin"],
+            &pa["port"]["locked"]
+        ),
+        (&json!(true), &json!(true), &json!(true)),
+        "{pa}"
+    );
+    assert_eq!(pb["port"]["isolated"], true, "{pb}");
+    assert_eq!(pb["port"]["hairpin"], false, "{pb}");
+    assert_eq!(pc["port"]["isolated"], false, "{pc}");
+    // macspoofchk: the pod's (runtimeConfig) address is admitted in its VLAN.
+    let pa_name = pa["ifname"].as_str().unwrap();
+    assert!(ctl
+        .fdb()
+        .unwrap()
+        .iter()
+        .any(|(m, p, v)| m == "02:00:00:0a:00:01" && p == pa_name && *v == Some(10)));
+    assert_ping(&a, &c, 3);
+    assert_ping(&b, &c, 3);
+    assert_eq!(
+        ping(&a, &b.ip, 3).received,
+        0,
+        "isolated a reached isolated b"
+    );
+    ok(&sw, "CHECK", "ctr-a", &na, &ca);
+    for (ctr, ns, cf) in [
+        ("ctr-a", &na, &ca),
+        ("ctr-b", &nb, &cb),
+        ("ctr-c", &nc, &cc),
+    ] {
+        ok(&sw, "DEL", ctr, ns, cf);
+    }
+
+    // vlanTrunk: the reference plugin's word for trunk.
+    let mut ct = conf(json!({"vlanTrunk": [{"id": 20}, {"minID": 30, "maxID": 40}]}));
+    ct.as_object_mut().unwrap().remove("vlan");
+    let rt = ok(&sw, "ADD", "ctr-t", &na, &ct);
+    assert_eq!(
+        port(&rt)["port"]["vlan_mode"],
+        json!({"mode": "trunk", "trunks": "20,30-40"})
+    );
+    ok(&sw, "CHECK", "ctr-t", &na, &ct);
+    ok(&sw, "DEL", "ctr-t", &na, &ct);
+
+    // Refused keys, a missing namespace, a missing CNI_NETNS, garbage: the specification's
+    // error JSON, and nothing made (no port, veth, interface in the pod, address, record).
+    let nothing_made = || {
+        assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
+        assert_eq!(qbc_links(&sw), Vec::<String>::new());
+        assert!(!support::ip_in(&na, &["link", "show"])
+            .unwrap()
+            .contains("eth0"));
+        let reserved = std::fs::read_dir(ipam_dir.join("refnet"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("10."))
+            .count();
+        assert_eq!(reserved, 0);
+        assert_eq!(
+            std::fs::read_dir(cni_dir.join("refnet")).unwrap().count(),
+            0,
+            "records left"
+        );
+    };
+    for key in [
+        "isGateway",
+        "isDefaultGateway",
+        "forceAddress",
+        "ipMasq",
+        "promiscMode",
+        "preserveDefaultVlan",
+        "disableContainerInterface",
+    ] {
+        let (good, err) = cni(&sw, "ADD", "ctr-x", &na, &conf(json!({key: true})));
+        assert!(!good);
+        assert_eq!(err["code"], 7, "{err}");
+        assert!(
+            err["msg"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{key}: true is not supported: ")),
+            "{err}"
+        );
+        nothing_made();
+    }
+    let (good, err) = cni(&sw, "ADD", "ctr-x", &na, &conf(json!({"hairpinMode": 1})));
+    assert!(!good);
+    assert_eq!(
+        err,
+        json!({"cniVersion": "1.1.0", "code": 7,
+                           "msg": "hairpinMode: 1 is not true or false"})
+    );
+    let (good, err) = cni(&sw, "ADD", "ctr-x", "qbt-no-such-ns", &conf(json!({})));
+    assert!(!good);
+    assert_eq!(err["code"], 3, "{err}");
+    nothing_made();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &sw, plugin()])
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "ctr-x")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", CNI_PATH)
+        .env_remove("CNI_NETNS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // stdin is empty: not JSON (6) comes first, as the configuration is read first.
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["code"], 6, "{v}");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &sw, plugin()])
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "ctr-x")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", CNI_PATH)
+        .env_remove("CNI_NETNS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf(json!({})).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v,
+        json!({"cniVersion": "1.1.0", "code": 4, "msg": "CNI_NETNS is not set"})
+    );
+    nothing_made();
 }
