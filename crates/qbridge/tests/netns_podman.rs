@@ -208,21 +208,12 @@ tmp_dir = "{}"
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
     }
 
-    /// `podman run -d` on `net`: the container's full id.
-    fn start(&self, name: &str, net: &str) -> String {
-        self.ok(&[
-            "run",
-            "-d",
-            "--name",
-            name,
-            "--network",
-            net,
-            "--cap-add",
-            "NET_RAW",
-            IMAGE,
-            "sleep",
-            "600",
-        ])
+    /// `podman run -d [EXTRA…]` on `net`: the container's full id.
+    fn start(&self, name: &str, net: &str, extra: &[&str]) -> String {
+        let mut args = vec!["run", "-d", "--name", name, "--network", net];
+        args.extend_from_slice(extra);
+        args.extend(["--cap-add", "NET_RAW", IMAGE, "sleep", "600"]);
+        self.ok(&args)
     }
 
     /// The container's address on `net`, and its namespace path.
@@ -298,6 +289,18 @@ fn qbc_ports(ctl: &Ctl) -> Vec<Value> {
         .filter(|p| p["ifname"].as_str().is_some_and(|n| n.starts_with("qbc")))
         .cloned()
         .collect()
+}
+
+/// The port of container `id` on `net`, from qbridge-cni's attachment record
+/// (`dataDir/NET/PORT` holding `CONTAINERID eth0`).
+fn port_of(lab: &Lab, net: &str, id: &str) -> String {
+    let records = lab.dir.join("cni").join(net);
+    files(&records, "qbc")
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(records.join(p)).is_ok_and(|t| t.trim() == format!("{id} eth0"))
+        })
+        .unwrap_or_else(|| panic!("no attachment record for container {id}"))
 }
 
 fn qbc_links(ns: &str) -> Vec<String> {
@@ -376,9 +379,11 @@ fn podman_containers_on_qbridge_vlans() {
     let pm = Podman::new(&lab.dir.join("podman"), &sw, &nets);
 
     // Two containers on VLAN 10, one on VLAN 20, all in 10.89.10.0/24.
-    pm.start("a", "qbn10");
-    pm.start("b", "qbn10");
-    pm.start("c", "qbn20");
+    // a's MAC from the runtime (podman passes --mac-address as CNI_ARGS MAC=).
+    let a_mac = "02:00:00:0a:00:0a";
+    let a_id = pm.start("a", "qbn10", &["--mac-address", a_mac]);
+    pm.start("b", "qbn10", &[]);
+    pm.start("c", "qbn20", &[]);
     let (a, sa) = pm.addr("a", "qbn10");
     let (b, sb) = pm.addr("b", "qbn10");
     let (c, sc) = pm.addr("c", "qbn20");
@@ -411,6 +416,10 @@ fn podman_containers_on_qbridge_vlans() {
         "VLAN 20 reached b (VLAN 10)"
     );
     assert!(!exec_ping("a", &c, "2"), "a (VLAN 10) reached c (VLAN 20)");
+    assert!(pm
+        .ok(&["exec", "a", "ip", "link", "show", "eth0"])
+        .contains(a_mac));
+    assert!(ctl.fdb_has(a_mac, &port_of(&lab, "qbn10", &a_id)).unwrap());
 
     // A network whose configuration asks for what qbridge-cni refuses: podman run fails
     // with the plugin's message naming the key, and nothing of it is made.
@@ -432,7 +441,7 @@ fn podman_containers_on_qbridge_vlans() {
         let hs: Vec<_> = (0..20)
             .map(|i| {
                 let pm = &pm;
-                s.spawn(move || pm.start(&format!("p{i}"), "qbn10"))
+                s.spawn(move || pm.start(&format!("p{i}"), "qbn10", &[]))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -451,15 +460,8 @@ fn podman_containers_on_qbridge_vlans() {
     // the daemon has it in br0, VLAN 10.
     let ports = qbc_ports(&ctl);
     assert_eq!(ports.len(), 20);
-    let records = lab.dir.join("cni").join("qbn10");
     for id in &ids {
-        let port = files(&records, "qbc")
-            .into_iter()
-            .find(|p| {
-                std::fs::read_to_string(records.join(p))
-                    .is_ok_and(|t| t.trim() == format!("{id} eth0"))
-            })
-            .unwrap_or_else(|| panic!("no attachment record for container {id}"));
+        let port = port_of(&lab, "qbn10", id);
         let p = ports
             .iter()
             .find(|p| p["ifname"] == port.as_str())

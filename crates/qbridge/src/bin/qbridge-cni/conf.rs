@@ -91,7 +91,8 @@ pub struct NetConf {
     /// `enabledad`: IPv6 duplicate address detection on the pod's addresses (the reference
     /// plugin's default is off: addresses are added `nodad`).
     pub dad: bool,
-    /// `runtimeConfig.mac` (or `args.cni.mac`): the MAC of the pod's interface.
+    /// `runtimeConfig.mac` (or `args.cni.mac`; else `MAC=` of `CNI_ARGS`, which podman 4's
+    /// `--mac-address` sets): the MAC of the pod's interface.
     pub mac: Option<String>,
     /// `dataDir`: where the plugin records each attachment's owner (one file per attachment
     /// in `DIR/NETWORK/`), so GC can release a pod that vanished without DEL. Default
@@ -182,7 +183,7 @@ fn flag(raw: &Value, key: &str) -> Result<bool, CniError> {
 }
 
 /// A unicast MAC address `aa:bb:cc:dd:ee:ff` (either case), lower-cased.
-fn unicast_mac(v: &Value, key: &str) -> Result<String, CniError> {
+pub fn unicast_mac(v: &Value, key: &str) -> Result<String, CniError> {
     let s = v.as_str().unwrap_or_default();
     let parts: Vec<&str> = s.split(':').collect();
     let hex = parts.len() == 6

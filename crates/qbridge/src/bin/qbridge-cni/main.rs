@@ -66,6 +66,18 @@ fn default_socket() -> PathBuf {
         .unwrap_or_else(|| qbridge_io::netns::OwnNetns::current().default_socket())
 }
 
+/// `MAC=aa:bb:…` of `CNI_ARGS` (`K=V;K=V`, as the reference plugins read it; podman 4 passes
+/// `--mac-address` so). The configuration's `runtimeConfig.mac` / `args.cni.mac` win.
+fn mac_from_cni_args() -> Result<Option<String>, CniError> {
+    let args = std::env::var("CNI_ARGS").unwrap_or_default();
+    args.split(';')
+        .find_map(|kv| kv.strip_prefix("MAC="))
+        .map(|m| {
+            conf::unicast_mac(&Value::from(m), "CNI_ARGS MAC").map_err(|e| CniError::new(4, e.msg))
+        })
+        .transpose()
+}
+
 /// The environment of ADD, DEL, CHECK.
 struct Call {
     container: String,
@@ -418,7 +430,10 @@ fn run(command: &str, stdin: &[u8]) -> Result<Option<Value>, CniError> {
             "supportedVersions": conf::SUPPORTED_VERSIONS,
         })));
     }
-    let c = NetConf::parse(stdin, &default_socket())?;
+    let mut c = NetConf::parse(stdin, &default_socket())?;
+    if c.mac.is_none() {
+        c.mac = mac_from_cni_args()?;
+    }
     match command {
         "ADD" => add(&c, &Call::from_env(true)?).map(Some),
         "DEL" => del(&c, &Call::from_env(false)?).map(|()| None),
