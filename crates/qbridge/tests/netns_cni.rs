@@ -816,7 +816,8 @@ fn a_pod_sending_garbage_hurts_no_one() {
     // Sources of what must reach no one, and of what stays in VLAN 10.
     let (tagged, in10) = ("02:00:00:00:66:01", "02:00:00:00:66:02");
     // (A tag cut short never reaches the switch through a veth: the kernel drops it on
-    // receive, before packet sockets see it; `runt` is tested in crates/bridge/tests/forwarding.rs.)
+    // receive, before packet sockets see it; `runt` is tested in
+    // crates/bridge/tests/forwarding.rs.)
     let dropped = vec![
         support::frame(bc, "01:00:5e:00:00:01", &[], 0x0800, 46),
         support::frame(bc, "00:00:00:00:00:00", &[], 0x0800, 46),

@@ -98,10 +98,11 @@ macro_rules! skip_unless_podman {
     };
 }
 
-/// A private podman whose every file is under `dir`, run inside namespace `ns`.
+/// A private podman whose every file is under `dir`, run inside namespace `ns` (`None`: the
+/// caller's, for [`sweep_stale`]).
 struct Podman {
     dir: PathBuf,
-    ns: String,
+    ns: Option<String>,
 }
 
 impl Podman {
@@ -110,7 +111,7 @@ impl Podman {
     fn new(dir: &Path, ns: &str, nets: &[(&str, Value)]) -> Podman {
         let p = Podman {
             dir: dir.to_owned(),
-            ns: ns.to_owned(),
+            ns: Some(ns.to_owned()),
         };
         for d in ["root", "runroot", "tmp", "net", "rootfs"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -178,9 +179,11 @@ tmp_dir = "{}"
     fn command(&self, args: &[&str]) -> Command {
         let d = |s: &str| self.dir.join(s).to_string_lossy().into_owned();
         let mut c = Command::new("timeout");
-        c.args(["-k", "5", PODMAN_TIMEOUT_S, "nsenter"])
-            .arg(format!("--net=/run/netns/{}", self.ns))
-            .args(["podman", "--root", &d("root"), "--runroot", &d("runroot")])
+        c.args(["-k", "5", PODMAN_TIMEOUT_S]);
+        if let Some(ns) = &self.ns {
+            c.arg("nsenter").arg(format!("--net=/run/netns/{ns}"));
+        }
+        c.args(["podman", "--root", &d("root"), "--runroot", &d("runroot")])
             .args(["--tmpdir", &d("tmp"), "--storage-driver", "vfs"])
             .args(args)
             .env("CONTAINERS_CONF", d("containers.conf"))
@@ -266,6 +269,35 @@ impl Drop for Podman {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes what a killed run of this test left (a panic cleans up in `Drop`; SIGKILL cannot):
+/// for each `qbt-podman-PID-N` directory whose process is gone, its containers (`rm -af`,
+/// which ends their conmon and namespaces), storage and mounts, then the directory. Runs
+/// before the lab is made, so a daemon the killed run left still answers the plugin's DEL.
+fn sweep_stale() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("qbt-podman-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = e.path().join("podman");
+        if dir.join("containers.conf").exists() {
+            eprintln!("removing what a killed run left in {}", dir.display());
+            drop(Podman { dir, ns: None });
+        }
+        let _ = std::fs::remove_dir_all(e.path());
     }
 }
 
@@ -359,6 +391,7 @@ fn podman_containers_on_qbridge_vlans() {
     skip_unless_podman!();
     let _g = support::serial();
     let t0 = Instant::now();
+    sweep_stale();
     let mut lab = Lab::new("podman");
     let sw = lab.netns("pmsw").unwrap();
     let ctl = lab.daemon(&sw, SW).unwrap();
