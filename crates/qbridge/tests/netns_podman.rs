@@ -103,6 +103,8 @@ macro_rules! skip_unless_podman {
 struct Podman {
     dir: PathBuf,
     ns: Option<String>,
+    /// Whether /var/lib/cni did not exist before this podman ran.
+    made_cni_dir: bool,
 }
 
 impl Podman {
@@ -112,6 +114,9 @@ impl Podman {
         let p = Podman {
             dir: dir.to_owned(),
             ns: Some(ns.to_owned()),
+            // libcni makes /var/lib/cni/results for its cache (emptied again by DEL): if
+            // this test makes it, `Drop` removes it.
+            made_cni_dir: !Path::new("/var/lib/cni").exists(),
         };
         for d in ["root", "runroot", "tmp", "net", "rootfs"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -172,7 +177,31 @@ tmp_dir = "{}"
             &["-C", &d("rootfs"), "-cf", &tar.to_string_lossy(), "."],
         )
         .unwrap();
-        p.ok(&["import", &tar.to_string_lossy(), IMAGE]);
+        // Podman 4.3 keeps a blob cache in /var/lib/containers/cache whatever `--root` says:
+        // the import runs in a mount namespace of its own where that is a tmpfs.
+        let import = p.command(&["import", &tar.to_string_lossy(), IMAGE]);
+        let prog = import.get_program().to_owned();
+        let args: Vec<_> = import.get_args().map(|a| a.to_owned()).collect();
+        let over = if Path::new("/var/lib/containers").is_dir() {
+            "/var/lib/containers"
+        } else {
+            "/var/lib"
+        };
+        let o = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("mount -t tmpfs qbt-podman {over} && exec \"$@\""))
+            .arg("sh")
+            .arg(prog)
+            .args(args)
+            .envs(import.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run unshare");
+        assert!(
+            o.status.success(),
+            "podman import: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         p
     }
 
@@ -269,6 +298,11 @@ impl Drop for Podman {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        if self.made_cni_dir {
+            // Only if empty: another user's files stay.
+            let _ = std::fs::remove_dir("/var/lib/cni/results");
+            let _ = std::fs::remove_dir("/var/lib/cni");
+        }
     }
 }
 
@@ -295,7 +329,11 @@ fn sweep_stale() {
         let dir = e.path().join("podman");
         if dir.join("containers.conf").exists() {
             eprintln!("removing what a killed run left in {}", dir.display());
-            drop(Podman { dir, ns: None });
+            drop(Podman {
+                dir,
+                ns: None,
+                made_cni_dir: false,
+            });
         }
         let _ = std::fs::remove_dir_all(e.path());
     }
