@@ -9,19 +9,21 @@
 //!
 //! Podman is private to the test: its own `--root`, `--runroot` and `--tmpdir` under the lab's
 //! directory, a `containers.conf` (`CONTAINERS_CONF`: the CNI backend, plugin directories =
-//! the directory of the `qbridge-cni` Cargo built + /usr/lib/cni for host-local, the
-//! network directory holding the test's two conflists, runc, the ulimits this sandbox needs,
-//! file locks instead of the host's shared-memory lock segment, no events journal), its own
-//! `storage.conf` (vfs: no overlay mounts) and an empty `registries.conf`. The image is
-//! `podman import` of a rootfs the test makes from busybox-static: no registry is asked.
-//! Podman, its plugins and the daemon run in the lab's namespace (`nsenter --net`, which
-//! leaves the mount namespace alone, so every podman call sees the same storage), so the
-//! host veths are there and go with it. Runtimes run plugins with a clean environment: the
-//! conflists carry `socket_file` and `dataDir`.
+//! the directory of the `qbridge-cni` Cargo built + /usr/lib/cni for host-local, the network
+//! directory holding the test's conflists, runc, the ulimits this sandbox needs, file locks
+//! instead of the host's shared-memory lock segment, no events journal, image copies in its
+//! own temporary directory), its own `storage.conf` (vfs: no overlay mounts) and an empty
+//! `registries.conf`. The image is `podman import` of a rootfs the test makes from
+//! busybox-static: no registry is asked. Podman, its plugins and the daemon run in the lab's
+//! namespace (`nsenter --net`, which leaves the mount namespace alone, so every podman call
+//! sees the same storage), so the host veths are there and go with it. A runtime's
+//! environment is not the test's (a service's would differ): the conflists carry
+//! `socket_file` and `dataDir`.
 //!
 //! [`Podman`]'s `Drop` removes every container (`rm -af`: CNI DEL while the daemon still
 //! runs), then `system reset` and any mount left under its root, also when an assertion
-//! panics; the [`Lab`] then stops the daemon and deletes the namespace.
+//! panics; the [`Lab`] then stops the daemon and deletes the namespace. A run killed with
+//! SIGKILL is cleaned up by the next ([`sweep_stale`]).
 //!
 //! Needs podman (with CNI: version 4), runc, busybox-static and containernetworking-plugins
 //! (`scripts/deps.sh`, group `tests`). Missing, the test is skipped, unless
@@ -139,9 +141,11 @@ cgroup_manager = "cgroupfs"
 events_logger = "none"
 lock_type = "file"
 tmp_dir = "{}"
+image_copy_tmp_dir = "{}"
 "#,
             plugin_dir.display(),
             d("net"),
+            d("tmp"),
             d("tmp")
         );
         std::fs::write(dir.join("containers.conf"), conf).unwrap();
