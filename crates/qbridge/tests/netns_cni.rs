@@ -581,7 +581,7 @@ fn version_and_bad_config_answer_in_cni_error_json() {
 
 /// The reference bridge plugin's keys a pod needs: `portIsolation` (isolated pods do not
 /// reach each other, both reach a pod that is not isolated), `hairpinMode`, `macspoofchk` (as
-/// `locked`), `runtimeConfig.mac` (the pod's interface gets it, the port admits it),
+/// `locked`), `runtimeConfig.mac` (the pod's interface gets it, the port admits it), `enabledad`,
 /// `vlanTrunk`. The keys qbridge-cni cannot honour are refused by name (error 7) before
 /// anything is made; a missing namespace is error 3 and a missing CNI_NETNS error 4, each as
 /// the specification's error JSON.
@@ -672,6 +672,31 @@ fn reference_bridge_keys_and_refusals() {
         ("ctr-c", &nc, &cc),
     ] {
         ok(&sw, "DEL", ctr, ns, cf);
+    }
+
+    // enabledad: IPv6 addresses are added `nodad` unless it is true (as the reference plugin).
+    let n6 = lab.netns("cni6").unwrap();
+    for key in ["all", "default"] {
+        support::exec_in(
+            &n6,
+            "sysctl",
+            &["-qw", &format!("net.ipv6.conf.{key}.disable_ipv6=0")],
+        )
+        .unwrap();
+    }
+    for (dad, ctr) in [(false, "ctr-6"), (true, "ctr-6d")] {
+        let mut c6 = conf(json!({"enabledad": dad}));
+        c6["ipam"] = json!({"type": "host-local", "dataDir": ipam_dir,
+                            "ranges": [[{"subnet": "fd00:93::/64"}]]});
+        let r6 = ok(&sw, "ADD", ctr, &n6, &c6);
+        let addr = r6["ips"][0]["address"].as_str().unwrap().to_owned();
+        let shown = support::ip_in(&n6, &["-6", "addr", "show", "dev", "eth0"]).unwrap();
+        let line = shown
+            .lines()
+            .find(|l| l.contains(&addr))
+            .unwrap_or_else(|| panic!("{addr} not on eth0: {shown}"));
+        assert_eq!(line.contains("nodad"), !dad, "enabledad {dad}: {line}");
+        ok(&sw, "DEL", ctr, &n6, &c6);
     }
 
     // vlanTrunk: the reference plugin's word for trunk.
