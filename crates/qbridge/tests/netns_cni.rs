@@ -581,10 +581,10 @@ fn version_and_bad_config_answer_in_cni_error_json() {
 
 /// The reference bridge plugin's keys a pod needs: `portIsolation` (isolated pods do not
 /// reach each other, both reach a pod that is not isolated), `hairpinMode`, `macspoofchk` (as
-/// `locked`), `runtimeConfig.mac` (the pod's interface gets it, the port admits it), `enabledad`,
-/// `vlanTrunk`. The keys qbridge-cni cannot honour are refused by name (error 7) before
-/// anything is made; a missing namespace is error 3 and a missing CNI_NETNS error 4, each as
-/// the specification's error JSON.
+/// `locked`), `runtimeConfig.mac` (the pod's interface gets it, the port admits it),
+/// `enabledad`, `vlanTrunk`. The keys qbridge-cni cannot honour are refused by name (error 7)
+/// before anything is made; a missing namespace is error 3 and a missing CNI_NETNS error 4,
+/// each as the specification's error JSON.
 #[test]
 fn reference_bridge_keys_and_refusals() {
     skip_unless_netns!();
