@@ -107,6 +107,9 @@ struct Podman {
     ns: Option<String>,
     /// Whether /var/lib/cni did not exist before this podman ran.
     made_cni_dir: bool,
+    /// Whether no cgroup hierarchy had `libpod_parent` (the parent of the containers'
+    /// cgroups with the cgroupfs manager) before this podman ran.
+    made_cgroup_parent: bool,
 }
 
 impl Podman {
@@ -119,6 +122,7 @@ impl Podman {
             // libcni makes /var/lib/cni/results for its cache (emptied again by DEL): if
             // this test makes it, `Drop` removes it.
             made_cni_dir: !Path::new("/var/lib/cni").exists(),
+            made_cgroup_parent: cgroup_parents().is_empty(),
         };
         for d in ["root", "runroot", "tmp", "net", "rootfs"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -294,6 +298,12 @@ impl Drop for Podman {
     fn drop(&mut self) {
         // rm first, while the daemon runs: CNI DEL takes the ports away.
         let _ = self.output(&["rm", "-af", "-t", "0"]);
+        // Each container's conmon exits a moment after `rm`: wait for them (their command
+        // lines name this podman's directories) so none outlives the test.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while !processes_naming(&self.dir).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let _ = self.output(&["system", "reset", "-f"]);
         if let Ok(m) = support::run("findmnt", &["-rn", "-o", "TARGET"]) {
             let root = self.dir.to_string_lossy().into_owned();
@@ -307,7 +317,58 @@ impl Drop for Podman {
             let _ = std::fs::remove_dir("/var/lib/cni/results");
             let _ = std::fs::remove_dir("/var/lib/cni");
         }
+        if self.made_cgroup_parent {
+            // Empty once every container and its conmon are gone (conmon exits a moment
+            // after `rm`; rmdir of a cgroup in use fails, and another podman's stays).
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            for d in cgroup_parents() {
+                let conmon = d.join("conmon");
+                while conmon.exists()
+                    && std::fs::remove_dir(&conmon).is_err()
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                let _ = std::fs::remove_dir(d);
+            }
+        }
     }
+}
+
+/// Pids of the processes whose command line names `dir` (this podman's conmons).
+fn processes_naming(dir: &Path) -> Vec<u32> {
+    let needle = dir.to_string_lossy().into_owned();
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| *pid != me)
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `/sys/fs/cgroup/…/libpod_parent` of every hierarchy that has one (v1 and hybrid; the
+/// top level on a pure v2 system).
+fn cgroup_parents() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("libpod_parent"))
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    let unified = PathBuf::from("/sys/fs/cgroup/libpod_parent");
+    if unified.is_dir() {
+        v.push(unified);
+    }
+    v
 }
 
 /// Removes what a killed run of this test left (a panic cleans up in `Drop`; SIGKILL cannot):
@@ -337,6 +398,7 @@ fn sweep_stale() {
                 dir,
                 ns: None,
                 made_cni_dir: false,
+                made_cgroup_parent: false,
             });
         }
         let _ = std::fs::remove_dir_all(e.path());
@@ -549,6 +611,12 @@ fn podman_containers_on_qbridge_vlans() {
     rm.extend(names.iter().map(String::as_str));
     pm.ok(&rm);
     assert_nothing_left(&pm, &ctl, &lab, &sw, &sandboxes);
+    drop(pm);
+    let left = processes_naming(&lab.dir.join("podman"));
+    assert!(
+        left.is_empty(),
+        "processes of the test's podman left: {left:?}"
+    );
     eprintln!(
         "20 in parallel and removed: {:?}; whole test {:?}",
         t1.elapsed(),
