@@ -256,7 +256,8 @@ fn help_documents_the_daemon_and_offline_mode() {
     let o = qbridge(&["-help"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("qbridge daemon [-batch FILE]"));
-    assert!(stdout(&o).contains("-n, -offline"));
+    assert!(stdout(&o).contains("-offline  no daemon"));
+    assert!(stdout(&o).contains("-n[etns] NETNS  run in network namespace NETNS"));
     let o = qbridge(&[]);
     assert_eq!(o.status.code(), Some(2));
 }
