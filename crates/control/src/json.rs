@@ -64,6 +64,15 @@ pub struct LinkPort {
     pub link_up: bool,
     /// `vlan_mode` as configured (`link set … vlan_mode`), if one was.
     pub vlan_mode: Option<VlanMode>,
+    /// `hairpin on|off`.
+    #[serde(default)]
+    pub hairpin: bool,
+    /// `isolated on|off`.
+    #[serde(default)]
+    pub isolated: bool,
+    /// `locked on|off` (port security: only known sources send).
+    #[serde(default)]
+    pub locked: bool,
 }
 
 /// A port's `vlan_mode`: the words of `link set … vlan_mode MODE [tag V] [trunks LIST]

@@ -666,6 +666,19 @@ fn reference_bridge_keys_and_refusals() {
         "isolated a reached isolated b"
     );
     ok(&sw, "CHECK", "ctr-a", &na, &ca);
+    ok(&sw, "CHECK", "ctr-b", &nb, &cb);
+    // CHECK reads the port's flags back: hairpin turned off behind the runtime's back fails
+    // it, naming the flag.
+    ctl.cmd(&["link", "set", "dev", pa_name, "hairpin", "off"])
+        .unwrap();
+    let (good, err) = cni(&sw, "CHECK", "ctr-a", &na, &ca);
+    assert!(!good, "{err}");
+    assert!(
+        err["msg"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("port {pa_name} has hairpin off, not hairpin on"))),
+        "{err}"
+    );
     for (ctr, ns, cf) in [
         ("ctr-a", &na, &ca),
         ("ctr-b", &nb, &cb),

@@ -367,6 +367,22 @@ fn check(c: &NetConf, call: &Call) -> Result<(), CniError> {
             call.host, c.bridge
         ));
     }
+    let flags = port.port.as_ref();
+    for (key, want, have) in [
+        ("hairpin", c.hairpin, flags.is_some_and(|p| p.hairpin)),
+        ("isolated", c.isolated, flags.is_some_and(|p| p.isolated)),
+        ("locked", c.locked, flags.is_some_and(|p| p.locked)),
+    ] {
+        if want != have {
+            let onoff = |b: bool| if b { "on" } else { "off" };
+            return fail(format!(
+                "port {} has {key} {}, not {key} {}",
+                call.host,
+                onoff(have),
+                onoff(want)
+            ));
+        }
+    }
     if let Some(want) = c.membership.vlan_mode_words() {
         let have = port
             .port
