@@ -534,7 +534,44 @@ fn sweep_stale() {
                 let _ = ip(&["netns", "del", name]);
             }
         }
+        kill_stale_daemons();
     });
+}
+
+/// Daemons a killed test process started outlive it (its namespaces are gone, the daemons run
+/// on in them): each is found by the lab directory in its command line
+/// (`…/qbt-NAME-PID-N/…`) whose PID no longer runs, and killed.
+fn kill_stale_daemons() {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.iter().any(|a| a == "daemon") {
+            continue;
+        }
+        let owner = args.iter().find_map(|a| {
+            let dir = a.split('/').find(|c| c.starts_with("qbt-"))?;
+            let parts: Vec<&str> = dir.rsplitn(3, '-').collect();
+            parts.get(1)?.parse::<u32>().ok()
+        });
+        if let Some(owner) = owner {
+            if owner != std::process::id() && !Path::new(&format!("/proc/{owner}")).exists() {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
 }
 
 // ----- ping -----
