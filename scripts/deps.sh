@@ -10,7 +10,7 @@
 #   demo   ip and ping, for the namespaces of `qbridge demo`
 #   tests  what the namespace tests drive: tcpdump, iperf3, ethtool, Open vSwitch, the CNI
 #          reference plugins, gobgpd and FRR (EVPN), tshark (VXLAN captures), qemu and a
-#          busybox (the virtual machine test), podman and runc (the container runtime test)
+#          static busybox (the virtual machine test), podman and runc (the container test)
 
 # Prints the missing packages of GROUPs, space-separated (nothing when all are there).
 deps_need() {
@@ -48,6 +48,9 @@ deps_need() {
                 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
                 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 ||
                     missing+=(busybox-static)
+                # tests/netns_vm.rs: a qemu guest (TCG) of Debian's kernel and that busybox
+                # (scripts/vm-guest.sh downloads the kernel package with apt-get).
+                command -v qemu-system-x86_64 >/dev/null 2>&1 || missing+=(qemu-system-x86)
                 ;;
             *)
                 echo "deps.sh: unknown group $group" >&2

@@ -7,7 +7,8 @@
 # Usage: scripts/install.sh [--prefix DIR] [--destdir DIR] [--bin FILE] [--no-service]
 #   --prefix DIR   where the binaries, man pages and completion go (default /usr/local):
 #                  DIR/bin/qbridge, DIR/bin/qbridge-evpn, DIR/share/man/man8/qbridge.8,
-#                  qbridge-cni.8, qbridge-evpn.8, DIR/share/bash-completion/completions/qbridge
+#                  qbridge-cni.8, qbridge-evpn.8, DIR/share/bash-completion/completions/qbridge,
+#                  DIR/libexec/qbridge/qbridge-ifup and qbridge-ifdown (qemu's script=)
 #   --destdir DIR  stage everything under DIR (packaging); nothing is started or created
 #   --bin FILE     install FILE instead of building (cargo build --release --locked -p qbridge
 #                  -p qbridge-evpn, which builds qbridge, qbridge-cni and qbridge-evpn)
@@ -135,6 +136,11 @@ done
 
 install -m 0644 dist/qbridge.bash-completion "$root$compdir/qbridge"
 say "bash completion: $root$compdir/qbridge"
+
+# qemu's script=/downscript= (and libvirt's): a VM's TAP becomes a port in one step.
+install -d "$root$prefix/libexec/qbridge"
+install -m 0755 dist/qbridge-ifup dist/qbridge-ifdown "$root$prefix/libexec/qbridge/"
+say "VM helpers: $root$prefix/libexec/qbridge/qbridge-ifup, qbridge-ifdown (profiles in /etc/qbridge/ifup, docs/hosts.md)"
 
 if [ -n "$service" ]; then
     install -d "$root/etc/systemd/system" "$root/etc/sysusers.d" "$root/etc/qbridge"

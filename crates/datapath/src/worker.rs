@@ -423,9 +423,17 @@ impl Worker {
                             );
                         }
                         if t.offloads_changed {
+                            let on = |b: bool| if b { "on" } else { "off" };
                             tracing::info!(
-                                "port {}: device offloads changed: {now:?}",
-                                e.queue.name()
+                                "port {}: device offloads now tso4 {} tso6 {} tso_ecn {} sg {} \
+                                 csum4 {} csum6 {}",
+                                e.queue.name(),
+                                on(now.tso4),
+                                on(now.tso6),
+                                on(now.tso_ecn),
+                                on(now.sg),
+                                on(now.csum4),
+                                on(now.csum6)
                             );
                         }
                     }

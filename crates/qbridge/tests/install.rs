@@ -2,6 +2,7 @@
 //! the man page generated from the binary's own help and readable by man(1), the completion
 //! completing, the service running the daemon with two capabilities.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -183,6 +184,16 @@ fn install_puts_every_piece_in_place() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+
+    // qemu's helpers, executable.
+    for h in ["qbridge-ifup", "qbridge-ifdown"] {
+        let f = d.join("usr/libexec/qbridge").join(h);
+        let mode = std::fs::metadata(&f)
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755, "{}", f.display());
     }
 
     // The completion completes objects, commands and keywords.
