@@ -332,6 +332,34 @@ pub fn mtu_limit(ifname: &str) -> Result<MtuLimit, IoError> {
     Ok(l)
 }
 
+/// The queues attached to TAP (tun) device `ifname` (`IFLA_TUN_NUM_QUEUES` plus
+/// `IFLA_TUN_NUM_DISABLED_QUEUES`, as `ip -d link show` prints them), in the calling thread's
+/// namespace; `None` for a device that is not a tun/tap or a kernel that does not say (before
+/// Linux 4.20). qbridge's TAP ports count them: a queue it did not open is someone else's
+/// process (qemu with `queues=N`) wired to qbridge's end of the device.
+pub fn tun_queues(ifname: &str) -> Result<Option<u32>, IoError> {
+    const IFLA_TUN_NUM_QUEUES: u16 = 8;
+    const IFLA_TUN_NUM_DISABLED_QUEUES: u16 = 9;
+    let index = ifindex(ifname)?;
+    let msg = rtnl_getlink(ifname, index, None)?;
+    let Some((_, info)) = rtattrs(&msg).find(|(t, _)| *t == IFLA_LINKINFO) else {
+        return Ok(None);
+    };
+    if !rtattrs(info).any(|(t, k)| t == IFLA_INFO_KIND && k.starts_with(b"tun\0")) {
+        return Ok(None);
+    }
+    let Some((_, data)) = rtattrs(info).find(|(t, _)| *t == IFLA_INFO_DATA) else {
+        return Ok(None);
+    };
+    let mut queues = None;
+    for (ty, p) in rtattrs(data) {
+        if ty == IFLA_TUN_NUM_QUEUES || ty == IFLA_TUN_NUM_DISABLED_QUEUES {
+            queues = Some(queues.unwrap_or(0) + u32_of(p).unwrap_or(0));
+        }
+    }
+    Ok(queues)
+}
+
 /// The attributes of interface `index` (`RTM_GETLINK`; `what`: for errors): in the calling
 /// thread's namespace, or in the one of namespace id `nsid` there (`IFLA_TARGET_NETNSID`).
 fn rtnl_getlink(what: &str, index: u32, nsid: Option<i32>) -> Result<Vec<u8>, IoError> {
@@ -818,6 +846,12 @@ mod tests {
     fn loopback_is_up() {
         assert_eq!(link_state("lo").unwrap(), LinkState::Up);
         assert!(get_mtu("lo").unwrap() >= 1500);
+    }
+
+    #[test]
+    fn a_device_that_is_not_a_tap_has_no_tun_queues() {
+        assert_eq!(tun_queues("lo").unwrap(), None);
+        assert!(tun_queues("qb-no-such-if").is_err());
     }
 }
 

@@ -196,6 +196,113 @@ impl Drop for Guest {
     }
 }
 
+/// Whether qemu runs here, or why not (a failure under `QBRIDGE_REQUIRE_NETNS`).
+fn qemu_or_skip() -> bool {
+    if Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return true;
+    }
+    let why = "qemu-system-x86_64 is missing (scripts/deps.sh installs it)";
+    if std::env::var("QBRIDGE_REQUIRE_NETNS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        panic!("a VM test is required here (QBRIDGE_REQUIRE_NETNS) but cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// qemu (paused, no guest: it opens its netdev at start) with `-netdev tap,NETDEV` in `ns`.
+fn qemu_paused(ns: &str, netdev: &str) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "qemu-system-x86_64"])
+        .args(["-accel", "tcg", "-S", "-nodefaults", "-no-user-config"])
+        .args(["-display", "none", "-monitor", "none", "-serial", "none"])
+        .args(["-netdev", &format!("tap,id=n0,{netdev}")])
+        .args(["-device", "virtio-net-pci,netdev=n0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu starts")
+}
+
+/// Kills `child` on drop (a qemu a failed assertion would leave running).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// qemu pointed at a TAP that qbridge made (a `type tap` port) is refused: without `queues`
+/// qemu's own attach fails (EINVAL: qbridge's TAP is multi-queue); with `queues=2` it attaches
+/// as two more queues on qbridge's end — the daemon sees the queue count (rtnetlink's
+/// IFLA_TUN_NUM_QUEUES) above its own, takes the port down with an error naming the cause and
+/// the fix, and brings it back when qemu lets go.
+#[test]
+fn qemu_on_a_qbridge_tap_is_refused() {
+    skip_unless_netns!();
+    if !qemu_or_skip() {
+        return;
+    }
+    let mut lab = Lab::new("vmtap");
+    let sw = lab.netns("sw").unwrap();
+    let ctl = lab
+        .daemon(
+            &sw,
+            "link add br0 type bridge vlan_filtering 1\n\
+             link add t0 type tap ifname qbt0\nlink set dev t0 master br0\n",
+        )
+        .unwrap();
+    let port = |ctl: &Ctl| ctl.json(&["link", "show", "dev", "t0"]).unwrap()[0].clone();
+    assert!(support::wait_until(Duration::from_secs(5), || {
+        port(&ctl)["port"]["link_up"] == true
+    }));
+
+    // Plain: qemu cannot open it (it exits, naming the TAP), and the port carries on.
+    let mut q = qemu_paused(&sw, "ifname=qbt0,script=no,downscript=no,vnet_hdr=on");
+    let exited = support::wait_until(Duration::from_secs(20), || {
+        q.try_wait().is_ok_and(|s| s.is_some())
+    });
+    if !exited {
+        let _ = q.kill();
+    }
+    let out = q.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        exited && !out.status.success(),
+        "qemu took qbridge's TAP: {err}"
+    );
+    eprintln!("plain qemu on qbridge's TAP: {}", err.trim());
+    assert_eq!(port(&ctl)["port"]["link_up"], true);
+
+    // queues=2: attached as extra queues; the port goes down, naming why.
+    let q = KillOnDrop(qemu_paused(
+        &sw,
+        "ifname=qbt0,script=no,downscript=no,vnet_hdr=on,queues=2",
+    ));
+    let refused = support::wait_until(Duration::from_secs(10), || {
+        let p = port(&ctl);
+        p["port"]["link_up"] == false && p.to_string().contains("queues attached")
+    });
+    assert!(refused, "{}\n{}", port(&ctl), ctl.stats_text());
+    let text = ctl.cmd(&["link", "show", "dev", "t0"]).unwrap();
+    assert!(text.contains("qemu with queues=N"), "{text}");
+    eprintln!("refused: {text}");
+    // qemu gone: the port is up again.
+    drop(q);
+    assert!(
+        support::wait_until(Duration::from_secs(10), || port(&ctl)["port"]["link_up"]
+            == true),
+        "{}",
+        port(&ctl)
+    );
+}
+
 /// The ports of the daemon whose name is `name`.
 fn ports_named(ctl: &Ctl, name: &str) -> usize {
     let v = ctl.json(&["link", "show"]).unwrap();

@@ -123,6 +123,14 @@ impl Engine {
                         None => sys::link_state(&ifname),
                     };
                     let gone = matches!(state, Err(IoError::NoSuchInterface { .. }));
+                    let queues = if gone {
+                        None
+                    } else {
+                        tun_queues_in(&ifname, netns.as_deref())
+                    };
+                    if self.foreign_tap_queues(id, &ifname, queues, up) {
+                        continue;
+                    }
                     if up {
                         // Workers see a deleted TAP too (EBADFD), but only if they poll it.
                         if gone {
@@ -140,6 +148,41 @@ impl Engine {
                 _ => {}
             }
         }
+    }
+
+    /// TAP-backed port `id` whose TAP `ifname` has `queues` queues attached: more than qbridge
+    /// opened (one per worker) means another program attached to qbridge's end of the TAP —
+    /// qemu given `ifname=` of a qbridge TAP with `queues=N` (without `queues` qemu's attach
+    /// fails, EINVAL, as the TAP is multi-queue). Its frames would enter the bridge as the
+    /// host's and the host's would reach it: refused, the port goes down (its error says why
+    /// and what to do; `link show`, the log) until the extra queues close. Seen on two checks in
+    /// a row, since a port replacing another on the same TAP in one batch holds both sets of
+    /// queues for a moment. Returns whether the port stays down.
+    fn foreign_tap_queues(&mut self, id: u16, ifname: &str, queues: Option<u32>, up: bool) -> bool {
+        let ours = self.workers.len() as u32;
+        let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
+            return false;
+        };
+        let Some(q) = queues.filter(|&q| q > ours) else {
+            slot.warned.remove("tun_queues");
+            return false;
+        };
+        let first = slot.warned.insert("tun_queues", String::new()).is_none();
+        if up && first {
+            return false;
+        }
+        if up {
+            self.link_down(
+                id,
+                &format!(
+                    "TAP {ifname} has {q} queues attached, qbridge opened {ours}: another program \
+                     (qemu with queues=N given this TAP?) attached to qbridge's own end of it; \
+                     the port stays down until it lets go. A VM needs a TAP of its own: qemu \
+                     -netdev tap,ifname=…,script=qbridge-ifup (docs/hosts.md)"
+                ),
+            );
+        }
+        true
     }
 
     /// The interface address of an AF_PACKET or AF_XDP port read again: a change moves the
@@ -382,5 +425,16 @@ impl Engine {
             }
             e => format!("port {name}: cannot raise {dev}'s MTU to {want} ({need}): {e}"),
         }
+    }
+}
+
+/// The queues attached to TAP `ifname` (in `netns`), when the kernel says.
+fn tun_queues_in(ifname: &str, netns: Option<&str>) -> Option<u32> {
+    match netns {
+        Some(ns) => {
+            let n = ifname.to_owned();
+            run_in_netns(ns, move || sys::tun_queues(&n)).ok()?.ok()?
+        }
+        None => sys::tun_queues(ifname).ok()?,
     }
 }
