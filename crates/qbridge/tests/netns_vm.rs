@@ -303,6 +303,26 @@ fn qemu_on_a_qbridge_tap_is_refused() {
     );
 }
 
+/// TCP between `host` and the guest (iperf3's server in the guest, its client in `host`;
+/// `from_guest`: `-R`): the bytes the receiving kernel socket counted.
+fn iperf(g: &mut Guest, host: &support::Host, from_guest: bool) -> u64 {
+    g.ok("iperf3 -s -D -1 >/dev/null 2>&1");
+    let mut args = vec!["-c", "10.50.0.5", "-t", "2", "-J"];
+    if from_guest {
+        args.push("-R");
+    }
+    let mut out = String::new();
+    for _ in 0..20 {
+        out = support::exec_in(&host.ns, "iperf3", &args).unwrap_or_else(|e| e);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        if let Some(b) = v["end"]["sum_received"]["bytes"].as_u64() {
+            return b;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("iperf3 {args:?} from {}: {out}", host.ns);
+}
+
 /// The ports of the daemon whose name is `name`.
 fn ports_named(ctl: &Ctl, name: &str) -> usize {
     let v = ctl.json(&["link", "show"]).unwrap();
@@ -327,6 +347,9 @@ fn a_virtual_machine_on_a_port() {
     let sw = lab.netns("sw").unwrap();
     let h1 = lab.host("h1", "10.50.0.2/24", &sw, "s1").unwrap();
     let h2 = lab.host("h2", "10.50.0.3/24", &sw, "s2").unwrap();
+    // h3 behind the provider network: ce2's access port; the trunk t1 = t2 is a veth.
+    let h3 = lab.host("h3", "10.50.0.7/24", &sw, "s3").unwrap();
+    lab.veth(&sw, "t1", &sw, "t2").unwrap();
     let state = lab.dir.join("state");
     let ctl = lab
         .daemon_args(
@@ -335,7 +358,22 @@ fn a_virtual_machine_on_a_port() {
              link add p1 type afpacket dev s1\nlink add p2 type afpacket dev s2\n\
              link set dev p1 master br0\nlink set dev p2 master br0\n\
              vlan del vid 1 dev p1\nvlan del vid 1 dev p2\n\
-             vlan add vid 10 dev p1 pvid untagged\nvlan add vid 20 dev p2 pvid untagged\n",
+             vlan add vid 10 dev p1 pvid untagged\nvlan add vid 20 dev p2 pvid untagged\n\
+             link add ce1 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+             link add ce2 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+             link add pe1 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0\n\
+             link add pe2 type bridge vlan_filtering 1 vlan_protocol 802.1ad vlan_default_pvid 0\n\
+             link add ce1-up type patch peer pe1-cust\nlink add ce2-up type patch peer pe2-cust\n\
+             link add pe1-trunk type afpacket dev t1\nlink add pe2-trunk type afpacket dev t2\n\
+             link add ce2-host type afpacket dev s3\n\
+             link set dev ce1-up master ce1\nlink set dev pe1-cust master pe1\n\
+             link set dev pe1-trunk master pe1\nlink set dev pe2-trunk master pe2\n\
+             link set dev pe2-cust master pe2\nlink set dev ce2-up master ce2\n\
+             link set dev ce2-host master ce2\n\
+             vlan add vid 10 dev ce1-up\nvlan add vid 100 dev pe1-cust pvid untagged\n\
+             vlan add vid 100 dev pe1-trunk\nvlan add vid 100 dev pe2-trunk\n\
+             vlan add vid 100 dev pe2-cust pvid untagged\nvlan add vid 10 dev ce2-up\n\
+             vlan add vid 10 dev ce2-host pvid untagged\n",
             &["--state", state.to_str().unwrap()],
         )
         .unwrap();
@@ -440,6 +478,52 @@ fn a_virtual_machine_on_a_port() {
     .unwrap();
     ctl.cmd(&["vlan", "del", "vid", "20", "dev", "guest1"])
         .unwrap();
+
+    // Behind a customer edge of the provider network: guest1 becomes ce1's access port in
+    // C-VLAN 10 (untagged -> C-VLAN 10 -> S-VLAN 100 -> trunk t1 = t2 -> pe2 -> ce2 -> h3).
+    for c in [
+        "link set dev guest1 nomaster",
+        "link set dev guest1 master ce1",
+        "vlan add vid 10 dev guest1 pvid untagged",
+    ] {
+        ctl.cmd(&c.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    assert!(
+        g.pings(&h3.ip),
+        "guest -> h3 over the provider network\n{}",
+        ctl.stats_text()
+    );
+    assert!(!g.pings(&h1.ip), "guest behind ce1 reached h1 in br0");
+    let cap = support::Capture::start(&sw, "t2", 0).unwrap();
+    let sent = iperf(&mut g, &h3, true);
+    let got = iperf(&mut g, &h3, false);
+    let trunk = cap.finish().unwrap();
+    eprintln!(
+        "provider network: guest -> h3 {sent} bytes, h3 -> guest {got} bytes; trunk t2 \
+         received {} TCP frames, {} super-frames, segments of L3 {} bytes",
+        trunk.tcp_frames, trunk.tcp_super_frames, trunk.max_tcp_segment_l3
+    );
+    assert!(sent > 1_000_000 && got > 1_000_000, "{}", ctl.stats_text());
+    // The guest's TSO super-frames crossed both tags whole (GSO frames on the trunk, their
+    // segments a 1500-byte MTU's).
+    assert!(
+        trunk.tcp_super_frames > 0 && trunk.max_tcp_segment_l3 == 1500,
+        "{}",
+        trunk.summary()
+    );
+    for c in [
+        "link set dev guest1 nomaster",
+        "link set dev guest1 master br0",
+        "vlan add vid 10 dev guest1 pvid untagged",
+    ] {
+        ctl.cmd(&c.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    let _ = ctl.cmd(&["vlan", "del", "vid", "1", "dev", "guest1"]);
+    assert!(
+        g.pings(&h1.ip),
+        "guest back in br0 -> h1\n{}",
+        ctl.stats_text()
+    );
 
     // The daemon restarted under the running guest: its state file brings guest1 back.
     assert!(lab.stop_daemon(0));
