@@ -562,6 +562,28 @@ fn a_virtual_machine_on_a_port() {
             .is_ok_and(|v| v[0]["port"]["link_up"] == false || v[0]["operstate"] == "DOWN")
     }));
     assert_eq!(ports_named(&ctl, "guest1"), 1);
+    // Left alone, the port comes up again by itself when a TAP of that name is back (a qemu
+    // without the script, holding vmt0, and `ip link set vmt0 up`): the link watch reopens it.
+    let q = KillOnDrop(qemu_paused(
+        &sw,
+        "ifname=vmt0,script=no,downscript=no,vnet_hdr=on",
+    ));
+    assert!(support::wait_until(Duration::from_secs(10), || {
+        ip_in(&sw, &["link", "set", "vmt0", "up"]).is_ok()
+    }));
+    let link_up = |ctl: &Ctl| {
+        ctl.json(&["link", "show", "dev", "guest1"])
+            .is_ok_and(|v| v[0]["port"]["link_up"] == true)
+    };
+    assert!(
+        support::wait_until(Duration::from_secs(10), || link_up(&ctl)),
+        "guest1 stayed down with vmt0 back\n{}",
+        ctl.stats_text()
+    );
+    drop(q);
+    assert!(support::wait_until(Duration::from_secs(10), || !link_up(
+        &ctl
+    )));
     let mut g = Guest::boot(&sw, "vmt0", "10.50.0.5/24", mac, &env(&ctl));
     assert_eq!(ports_named(&ctl, "guest1"), 1);
     assert!(g.pings(&h1.ip), "{}", ctl.stats_text());
