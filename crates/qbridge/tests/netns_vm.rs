@@ -15,7 +15,10 @@
 //! the daemon restarted under the running guest (`--state`) forwards its frames again (the
 //! time printed); the guest powered off: qemu's downscript removed the port; a VM started
 //! again with the same TAP name, and one killed with SIGKILL (no downscript) then started
-//! again, each have exactly one working port.
+//! again, each have exactly one working port (in between, the port comes up by itself when a
+//! TAP of its name is back). On the way the guest is moved behind a customer edge of a
+//! provider network (ce1 access port → C-VLAN 10 → pe1 S-VLAN 100 → trunk veth t1 = t2 → pe2 →
+//! ce2 → h3): ping, TCP both ways, its TSO super-frames whole on the trunk.
 
 mod support;
 
@@ -242,7 +245,9 @@ impl Drop for KillOnDrop {
 /// qemu's own attach fails (EINVAL: qbridge's TAP is multi-queue); with `queues=2` it attaches
 /// as two more queues on qbridge's end — the daemon sees the queue count (rtnetlink's
 /// IFLA_TUN_NUM_QUEUES) above its own, takes the port down with an error naming the cause and
-/// the fix, and brings it back when qemu lets go.
+/// the fix, and brings it back when qemu lets go. Then `qbridge-ifup`/`qbridge-ifdown` run by
+/// hand on a TAP made with `ip tuntap` (`QBRIDGE_IFUP_PROFILE`): ifup twice leaves one port,
+/// named and configured by the profile; ifdown removes it, and again is no error.
 #[test]
 fn qemu_on_a_qbridge_tap_is_refused() {
     skip_unless_netns!();
@@ -301,6 +306,48 @@ fn qemu_on_a_qbridge_tap_is_refused() {
         "{}",
         port(&ctl)
     );
+
+    // qbridge-ifup by hand on a TAP of someone else's (no VM needed), with a profile of its
+    // own: one port named by the profile, in its VLAN; run again (the VM restarted), still
+    // exactly one; qbridge-ifdown removes it.
+    let dir = lab.dir.clone();
+    ip_in(&sw, &["tuntap", "add", "dev", "vmx0", "mode", "tap"]).unwrap();
+    let profile = dir.join("vmx.conf");
+    std::fs::write(
+        &profile,
+        "port vm-x\nlink set dev PORT master br0\nvlan add vid 30 dev PORT pvid untagged\n",
+    )
+    .unwrap();
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist");
+    let helper = |script: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &sw, "sh"])
+            .arg(dist.join(script))
+            .arg("vmx0")
+            .env("QBRIDGE", support::qbridge_bin())
+            .env("QBRIDGE_SOCKET", &ctl.socket)
+            .env("QBRIDGE_IFUP_DIR", dir.join("no-such-dir"))
+            .env("QBRIDGE_IFUP_PROFILE", &profile)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for _ in 0..2 {
+        helper("qbridge-ifup");
+        assert_eq!(ports_named(&ctl, "vm-x"), 1);
+        let v = ctl.json(&["link", "show", "dev", "vm-x"]).unwrap();
+        assert_eq!(v[0]["master"], "br0", "{v}");
+        assert_eq!(v[0]["backend"]["dev"], "vmx0", "{v}");
+        let vlans = ctl.cmd(&["vlan", "show", "dev", "vm-x"]).unwrap();
+        assert!(vlans.contains("30"), "{vlans}");
+    }
+    helper("qbridge-ifdown");
+    assert_eq!(ports_named(&ctl, "vm-x"), 0);
+    helper("qbridge-ifdown");
 }
 
 /// TCP between `host` and the guest (iperf3's server in the guest, its client in `host`;

@@ -157,7 +157,9 @@ impl Engine {
     /// host's and the host's would reach it: refused, the port goes down (its error says why
     /// and what to do; `link show`, the log) until the extra queues close. Seen on two checks in
     /// a row, since a port replacing another on the same TAP in one batch holds both sets of
-    /// queues for a moment. Returns whether the port stays down.
+    /// queues for a moment (the first sighting is remembered as the slot's `tun_queues`
+    /// condition in `warned`). Costs one `RTM_GETLINK` per TAP-backed port and second.
+    /// Returns whether the port stays down.
     fn foreign_tap_queues(&mut self, id: u16, ifname: &str, queues: Option<u32>, up: bool) -> bool {
         let ours = self.workers.len() as u32;
         let Some(Some(slot)) = self.slots.get_mut(id as usize) else {
