@@ -50,7 +50,13 @@ fn vm_image() -> Result<(PathBuf, PathBuf), String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok((dir.join("vmlinuz"), dir.join("initrd.gz")))
+    // "KERNEL INITRD": vmlinux (booted without decompressing itself) where it could be made.
+    let paths = String::from_utf8_lossy(&out.stdout);
+    let mut words = paths.lines().last().unwrap_or("").split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(k), Some(i)) => Ok((PathBuf::from(k), PathBuf::from(i))),
+        _ => Err(format!("scripts/vm-guest.sh printed {paths:?}")),
+    }
 }
 
 /// A guest under qemu, its serial console a command line (`/init` of scripts/vm-guest.sh).
