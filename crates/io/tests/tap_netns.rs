@@ -268,6 +268,29 @@ fn tap_down_is_link_down() {
     assert!(batch.is_empty());
 }
 
+/// `sys::tun_queues` counts the queues attached to a TAP (what the daemon compares with its
+/// own to refuse a qemu attached to qbridge's end): 3 opened, 3 counted; one closed, 2.
+#[test]
+fn tun_queues_counts_the_attached_queues() {
+    skip_unless_root!();
+    let ns = Netns::new().unwrap();
+    let name = common::unique("qt");
+    let mut cfg = TapConfig::new(Some(&name));
+    cfg.netns = Some(ns.name.clone());
+    cfg.queues = 3;
+    let mut queues = TapPort::open_queues(cfg).unwrap();
+    let count = |n: &str| {
+        let n = n.to_owned();
+        run_in_netns(&ns.name, move || qbridge_io::sys::tun_queues(&n))
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(count(&name), Some(3));
+    drop(queues.pop());
+    assert_eq!(count(&name), Some(2));
+    assert_eq!(count("lo"), None);
+}
+
 /// A TAP with 2 queues (host A's interface, moved into its own namespace after both queues
 /// were attached) joined to an AF_PACKET port on a veth to host B: 8 TCP connections from A
 /// to B arrive byte-exact. Host A's kernel spreads its frames over both queues (by flow),
