@@ -436,7 +436,14 @@ fn help_version_and_messages_without_a_daemon() {
         );
     }
     let o = Command::new(BIN)
-        .args(["-offline", "link", "add", "abcdefghijklmnop", "type", "pcap"])
+        .args([
+            "-offline",
+            "link",
+            "add",
+            "abcdefghijklmnop",
+            "type",
+            "pcap",
+        ])
         .output()
         .unwrap();
     assert_eq!(
