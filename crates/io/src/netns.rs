@@ -29,28 +29,37 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let path = netns_path(name)?;
-    let ns = File::open(&path).map_err(|source| IoError::File {
-        path: path.clone(),
-        source,
-    })?;
+    let ns = open_netns(name)?;
     std::thread::scope(|s| {
         s.spawn(|| {
-            // SAFETY: `ns` is an open namespace file; setns only changes this thread's network
-            // namespace, and this thread ends when the closure returns.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            if rc < 0 {
-                return Err(IoError::Sys {
-                    op: "setns(CLONE_NEWNET)",
-                    ifname: name.to_owned(),
-                    source: std::io::Error::last_os_error(),
-                });
-            }
+            // This thread ends when the closure returns: the caller's namespace never changes.
+            setns(&ns, name)?;
             Ok(f())
         })
         .join()
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
     })
+}
+
+/// The handle of namespace `name`.
+fn open_netns(name: &str) -> Result<File, IoError> {
+    let path = netns_path(name)?;
+    File::open(&path).map_err(|source| IoError::File { path, source })
+}
+
+/// Moves the calling thread into the network namespace of handle `ns` (named `name`).
+fn setns(ns: &File, name: &str) -> Result<(), IoError> {
+    // SAFETY: `ns` is an open namespace file; setns changes only the calling thread's network
+    // namespace, which is what each caller asks for.
+    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc < 0 {
+        return Err(IoError::Sys {
+            op: "setns(CLONE_NEWNET)",
+            ifname: name.to_owned(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
 }
 
 /// The control socket a daemon of the init network namespace listens on by default.
@@ -127,22 +136,7 @@ impl OwnNetns {
 /// called by a single-threaded process before it starts any thread, every thread it starts
 /// later is in `name` too.
 pub fn enter_netns(name: &str) -> Result<(), IoError> {
-    let path = netns_path(name)?;
-    let ns = File::open(&path).map_err(|source| IoError::File {
-        path: path.clone(),
-        source,
-    })?;
-    // SAFETY: `ns` is an open namespace file; setns changes only the calling thread's network
-    // namespace, which is what the caller asks for.
-    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc < 0 {
-        return Err(IoError::Sys {
-            op: "setns(CLONE_NEWNET)",
-            ifname: name.to_owned(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    setns(&open_netns(name)?, name)
 }
 
 #[cfg(test)]
