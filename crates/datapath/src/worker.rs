@@ -422,11 +422,12 @@ impl Worker {
                                 qbridge_io::afpacket::REFUSAL_TICKS
                             );
                         }
-                        if t.offloads_changed {
+                        // Once, by the first worker to see it (the state is shared).
+                        if t.offloads_changed && before != Some(now) {
                             let on = |b: bool| if b { "on" } else { "off" };
                             tracing::info!(
-                                "port {}: device offloads now tso4 {} tso6 {} tso_ecn {} sg {} \
-                                 csum4 {} csum6 {}",
+                                "interface {}: device offloads now tso4 {} tso6 {} tso_ecn {} \
+                                 sg {} csum4 {} csum6 {}",
                                 e.queue.name(),
                                 on(now.tso4),
                                 on(now.tso6),
