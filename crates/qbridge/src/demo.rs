@@ -585,7 +585,7 @@ fn fast_path_summary(json: &str) -> Vec<String> {
         return vec![
             format!("fast path OFF: {why}"),
             "every frame went through the userspace pipeline: about 0.6x the kernel bridge's \
-             TCP here, 0.3x in this provider network (docs/benchmarks-live.md)"
+             TCP here, 0.3x in this provider network (docs/decisions.md 65)"
                 .to_string(),
         ];
     }

@@ -96,16 +96,6 @@ fn skip_unless_plugins() -> bool {
     false
 }
 
-fn qbc_links(ns: &str) -> Vec<String> {
-    support::ip_in(ns, &["-o", "link", "show"])
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap().to_owned())
-        .filter(|n| n.starts_with("qbc"))
-        .collect()
-}
-
 #[test]
 fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     skip_unless_netns!();
@@ -238,7 +228,7 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
     let (good, err) = cni(&sw, "DEL", "ctr-c", &nc, &c20);
     assert!(!good);
     assert_eq!(err["code"], 11, "{err}");
-    assert!(!qbc_links(&sw).contains(&port_c));
+    assert!(!support::links_named_from(&sw, "qbc").contains(&port_c));
     let ctl2 = lab.daemon_args(&sw, "", &["--state", &state_s]).unwrap();
     let with_socket = |c: &Value| {
         let mut c = c.clone();
@@ -266,7 +256,11 @@ fn pods_in_one_vlan_talk_others_do_not_and_del_leaves_nothing() {
         !names.iter().any(|n| n.starts_with("qbc")),
         "ports left: {names:?}"
     );
-    assert_eq!(qbc_links(&sw), Vec::<String>::new(), "veths left");
+    assert_eq!(
+        support::links_named_from(&sw, "qbc"),
+        Vec::<String>::new(),
+        "veths left"
+    );
     let lock_dir =
         std::env::var("QBRIDGE_LOCK_DIR").unwrap_or_else(|_| "/run/qbridge/interfaces".into());
     let locks: Vec<String> = std::fs::read_dir(&lock_dir)
@@ -343,7 +337,7 @@ fn q_in_q_pods_keep_their_c_tags_inside_the_s_vlan() {
 
     ok(&sw, "DEL", "ctr-q1", &n1, &conf);
     ok(&sw, "DEL", "ctr-q2", &n2, &conf);
-    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert_eq!(support::links_named_from(&sw, "qbc"), Vec::<String>::new());
     let (good, err) = cni(&sw, "CHECK", "ctr-q1", &n1, &conf);
     assert!(!good, "{err}");
 }
@@ -454,7 +448,7 @@ fn gc_removes_what_no_container_owns() {
     let ports = ctl.cmd(&["link", "show"]).unwrap();
     assert!(ports.contains(&pa) && ports.contains(&po), "{ports}");
     assert!(!ports.contains(&pb) && !ports.contains(&pc), "{ports}");
-    let mut links = qbc_links(&sw);
+    let mut links = support::links_named_from(&sw, "qbc");
     links.sort();
     let mut want = vec![pa.clone(), po.clone()];
     want.sort();
@@ -515,7 +509,7 @@ fn gc_removes_what_no_container_owns() {
     let (good, err) = cni(&sw, "ADD", "ctr-d", &na, &bad);
     assert!(!good);
     assert!(err["msg"].as_str().unwrap().contains("nobr"), "{err}");
-    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert_eq!(support::links_named_from(&sw, "qbc"), Vec::<String>::new());
     assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
     assert!(!support::ip_in(&na, &["link", "show"])
         .unwrap()
@@ -534,7 +528,7 @@ fn gc_removes_what_no_container_owns() {
             .starts_with("IPAM plugin host-local ADD"),
         "{err}"
     );
-    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert_eq!(support::links_named_from(&sw, "qbc"), Vec::<String>::new());
     assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
     assert!(!support::ip_in(&na, &["link", "show"])
         .unwrap()
@@ -727,7 +721,7 @@ fn reference_bridge_keys_and_refusals() {
     // error JSON, and nothing made (no port, veth, interface in the pod, address, record).
     let nothing_made = || {
         assert!(!ctl.cmd(&["link", "show"]).unwrap().contains("qbc"));
-        assert_eq!(qbc_links(&sw), Vec::<String>::new());
+        assert_eq!(support::links_named_from(&sw, "qbc"), Vec::<String>::new());
         assert!(!support::ip_in(&na, &["link", "show"])
             .unwrap()
             .contains("eth0"));
@@ -904,5 +898,5 @@ fn a_pod_sending_garbage_hurts_no_one() {
     ] {
         ok(&sw, "DEL", ctr, ns, cf);
     }
-    assert_eq!(qbc_links(&sw), Vec::<String>::new());
+    assert_eq!(support::links_named_from(&sw, "qbc"), Vec::<String>::new());
 }

@@ -439,16 +439,6 @@ fn port_of(lab: &Lab, net: &str, id: &str) -> String {
         .unwrap_or_else(|| panic!("no attachment record for container {id}"))
 }
 
-fn qbc_links(ns: &str) -> Vec<String> {
-    support::ip_in(ns, &["-o", "link", "show"])
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap().to_owned())
-        .filter(|n| n.starts_with("qbc"))
-        .collect()
-}
-
 /// Files of `dir` whose names start with `prefix` (host-local: one per reserved address;
 /// qbridge-cni: one record per attachment).
 fn files(dir: &Path, prefix: &str) -> Vec<String> {
@@ -471,7 +461,11 @@ fn assert_nothing_left(pm: &Podman, ctl: &Ctl, lab: &Lab, sw: &str, sandboxes: &
         .map(|p| p["ifname"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(ports, Vec::<String>::new(), "qbridge ports left");
-    assert_eq!(qbc_links(sw), Vec::<String>::new(), "host veths left");
+    assert_eq!(
+        support::links_named_from(sw, "qbc"),
+        Vec::<String>::new(),
+        "host veths left"
+    );
     for net in ["qbn10", "qbn20", "qbnbad"] {
         assert_eq!(
             files(&lab.dir.join("ipam").join(net), "10."),
@@ -565,7 +559,7 @@ fn podman_containers_on_qbridge_vlans() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("ipMasq: true is not supported"), "{err}");
     assert_eq!(qbc_ports(&ctl).len(), 3);
-    assert_eq!(qbc_links(&sw).len(), 3);
+    assert_eq!(support::links_named_from(&sw, "qbc").len(), 3);
 
     // podman rm -f: no port, veth, address, record or namespace is left.
     pm.ok(&["rm", "-f", "-t", "0", "a", "b", "c"]);

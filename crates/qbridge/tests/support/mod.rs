@@ -147,6 +147,17 @@ pub fn exec_in(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
     ip(&v)
 }
 
+/// The interfaces of `ns` whose names start with `prefix` (`qbc`: qbridge-cni's host ends).
+pub fn links_named_from(ns: &str, prefix: &str) -> Vec<String> {
+    ip_in(ns, &["-o", "link", "show"])
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
 /// The MAC address of `ifname` in `ns`, as `aa:bb:cc:dd:ee:ff`.
 pub fn mac_of(ns: &str, ifname: &str) -> Result<String> {
     let out = ip_in(ns, &["-j", "link", "show", "dev", ifname])?;
