@@ -33,6 +33,13 @@ macro_rules! drop_reasons {
             pub fn from_name(s: &str) -> Option<DropReason> {
                 match s { $($label => Some(DropReason::$name),)* _ => None }
             }
+
+            /// What the reason means, in words (its documentation above, one line): what
+            /// `qbridge trace` and the drop watch print beside the name.
+            pub fn describe(self) -> String {
+                let doc: &'static str = match self { $(DropReason::$name => concat!($($doc, "\n"),*),)* };
+                doc.split_whitespace().collect::<Vec<_>>().join(" ")
+            }
         }
     };
 }

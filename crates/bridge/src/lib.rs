@@ -37,6 +37,7 @@ pub mod path;
 pub mod plan;
 pub mod settings;
 pub mod tagmap;
+pub mod trace;
 pub mod vlanmode;
 mod vlanset;
 
@@ -57,5 +58,6 @@ pub use settings::{
     Role, StpState, VlanProtocol, MAX_MIRRORS,
 };
 pub use tagmap::TagMap;
+pub use trace::{OutputKind, Trace, TraceDrop, TraceFrame, TraceOutput, TraceStep, Verdict};
 pub use vlanmode::{PvlanRole, VidList, Violation, VlanMode, VlanModeKind};
 pub use vlanset::VlanSet;

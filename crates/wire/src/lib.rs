@@ -27,6 +27,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mac;
+pub mod summary;
 pub mod tcp;
 pub mod udp;
 pub mod virtio;

@@ -316,6 +316,11 @@ impl Switch {
         self.worker.process(&plan, now_ns, rx, out);
     }
 
+    /// What worker 0's last [`Switch::process`] made of its first frame (`trace`).
+    pub(crate) fn worker_class(&self) -> Option<crate::plan::fast::FastClass> {
+        self.worker.fast_class(0)
+    }
+
     // ----- lookups -----
 
     pub(crate) fn link(&self, name: &str) -> Result<Link, ConfigError> {

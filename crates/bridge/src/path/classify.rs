@@ -301,7 +301,7 @@ pub(super) fn locked_admits(
 /// is the bridge's own with it on (except on an 802.1ad bridge, whose STP group is 08: 00 is
 /// the customers'); MAC pause (01) never.
 #[inline(always)]
-pub(super) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
+pub(crate) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
     let mut mask = br.settings.group_fwd_mask;
     if br.settings.vlan_protocol == VlanProtocol::Dot1Ad {
         mask |= GROUP_FWD_8021AD;
@@ -315,7 +315,7 @@ pub(super) fn link_local_forwarded(br: &Bridge, group: u8) -> bool {
 /// `v` with that C-tag) is what a map sends translated (dropped as `translated_vid`).
 #[cold]
 #[inline(never)]
-pub(super) fn map_in(inp: &PortRecord, v: u16, frame: &[u8]) -> u16 {
+pub(crate) fn map_in(inp: &PortRecord, v: u16, frame: &[u8]) -> u16 {
     let inner = inner_cvid(frame);
     if let Some((vid, _)) = inp.tag2.as_ref().and_then(|t| t.ingress(v, inner)) {
         return vid;
@@ -352,7 +352,7 @@ pub(super) fn inner_fid(br: &Bridge, m: &FrameMeta, pkt: &PacketBuf) -> u16 {
 }
 
 /// The VID of the C-tag (0x8100) right behind a frame's bridge tag (0: none there).
-pub(super) fn inner_cvid(f: &[u8]) -> u16 {
+pub(crate) fn inner_cvid(f: &[u8]) -> u16 {
     match frame::full_tag_at(f, 1) {
         Some(c) if c.tpid == Tpid::DOT1Q => c.tci.vid().get(),
         _ => 0,

@@ -183,7 +183,7 @@ pub(super) fn vlan_limit(inp: &PortRecord, vid: u16) -> u32 {
 /// a sender puts in the virtio-net header is not trusted: Linux fills it with the length of the
 /// skb's linear part, which can include payload.
 #[inline(always)]
-pub(super) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
+pub(crate) fn wire_len(pkt: &PacketBuf, tpid: u16) -> usize {
     if pkt.offload.is_gso() {
         gso_segment_len(pkt, tpid)
     } else {
@@ -208,7 +208,7 @@ pub(super) fn gso_segment_len(pkt: &PacketBuf, tpid: u16) -> usize {
 /// A `dot1q-tunnel` port's customer VLAN of a frame whose bytes 12..16 are `tag`, `len` bytes
 /// long: the VID of its 0x8100 outer tag, 0 when it has none (`cvlans` on ingress and egress).
 #[inline(always)]
-pub(super) fn customer_vid(tag: u32, len: usize) -> u16 {
+pub(crate) fn customer_vid(tag: u32, len: usize) -> u16 {
     if (tag >> 16) as u16 == 0x8100 && len >= 18 {
         tag as u16 & 0x0fff
     } else {

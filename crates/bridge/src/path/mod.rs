@@ -13,10 +13,10 @@
 //! never `crate::config`. No allocation after warm-up, no lock but the FDB writer's, no
 //! syscall, no `dyn` call.
 
-mod classify;
-mod meta;
+pub(crate) mod classify;
+pub(crate) mod meta;
 mod mirror;
-mod pipeline;
+pub(crate) mod pipeline;
 mod rewrite;
 mod stack;
 mod trap;

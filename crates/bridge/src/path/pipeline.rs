@@ -867,7 +867,7 @@ fn egress_filter_drop<'a>(
 
 /// Whether private-VLAN roles in `vid` let a frame go from `inp` to `ep`.
 #[inline(always)]
-fn pvlan_ok(inp: &PortRecord, ep: &PortRecord, vid: u16) -> bool {
+pub(crate) fn pvlan_ok(inp: &PortRecord, ep: &PortRecord, vid: u16) -> bool {
     let code = |p: &PortRecord| p.pvlan.as_ref().map_or(0, |t| t[usize::from(vid & 0x0fff)]);
     pvlan_allows(code(inp), code(ep))
 }
