@@ -576,7 +576,8 @@ pub enum FdbCommand {
         op: crate::vxlan::VxlanFdbOp,
         mac: MacAddr,
         dev: String,
-        dst: std::net::Ipv4Addr,
+        /// IPv4 or IPv6, of the port's `local`'s family.
+        dst: std::net::IpAddr,
         /// `extern_learn`: a control plane's entry (EVPN), not configuration.
         origin: crate::vxlan::RemoteOrigin,
         /// `vni N` (`src_vni N`): the VNI the entry belongs to; `None`: the port's `id`.

@@ -13,7 +13,7 @@
 
 pub use qbridge_wire::vxlan::OuterTos;
 use qbridge_wire::MacAddr;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// The largest VNI (24 bits).
 pub const VNI_MAX: u32 = 0x00ff_ffff;
@@ -27,7 +27,9 @@ pub struct VxlanSpec {
     /// comes from its VLAN (`tunnels`), as a Linux vxlan device with `external` in a
     /// VLAN-filtering bridge with `vlan_tunnel on`.
     pub external: bool,
-    pub local: Ipv4Addr,
+    /// The local VTEP address, IPv4 or IPv6; every remote of the port is of its family (a
+    /// kernel vxlan device refuses mixed families too).
+    pub local: IpAddr,
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
     pub ttl: Option<u8>,
@@ -36,6 +38,13 @@ pub struct VxlanSpec {
     /// The outer TOS (`tos T|inherit`); `None`: 0.
     pub tos: Option<OuterTos>,
     pub learning: bool,
+    /// IPv6 underlays: send UDP datagrams with a zero checksum (`udp6zerocsumtx`; RFC 6935
+    /// allows it for tunnels, but a peer refuses them unless it has `udp6zerocsumrx`).
+    /// Default off: the checksum is computed.
+    pub udp6zerocsumtx: bool,
+    /// IPv6 underlays: accept datagrams with a zero UDP checksum (`udp6zerocsumrx`); default
+    /// off: refused, as the kernel refuses them.
+    pub udp6zerocsumrx: bool,
     /// Static remote VTEPs in the order given: (VNI, MAC) → VTEP entries and (all-zeros MAC)
     /// each VNI's flood list.
     pub remotes: Vec<VxlanRemote>,
@@ -54,7 +63,8 @@ pub struct VxlanSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VxlanRemote {
     pub mac: MacAddr,
-    pub dst: Ipv4Addr,
+    /// Of the family of the port's `local`.
+    pub dst: IpAddr,
     pub origin: RemoteOrigin,
     /// The VNI the entry belongs to (the port's `id` on a port with one VNI).
     pub vni: u32,
@@ -93,10 +103,13 @@ impl VxlanSpec {
             == (other.vni, other.external, other.vnifilter, other.local)
             && (self.dstport, self.ttl) == (other.dstport, other.ttl)
             && (&self.dev, self.tos) == (&other.dev, other.tos)
+            && (self.udp6zerocsumtx, self.udp6zerocsumrx)
+                == (other.udp6zerocsumtx, other.udp6zerocsumrx)
     }
 
-    /// `id 100 local 10.0.0.1 [dev ul] dstport 4789 [ttl N] [tos T] learning on` (`external`
-    /// in place of `id N`): the words after `type vxlan`.
+    /// `id 100 local 10.0.0.1 [dev ul] dstport 4789 [ttl N] [tos T] [udp6zerocsumtx]
+    /// [udp6zerocsumrx] learning on` (`external` in place of `id N`; `local 2001:db8::1` on an
+    /// IPv6 underlay): the words after `type vxlan`.
     pub fn words(&self) -> String {
         let id = if self.vnifilter {
             "external vnifilter".to_string()
@@ -115,6 +128,12 @@ impl VxlanSpec {
         }
         if let Some(t) = self.tos {
             s.push_str(&format!(" tos {}", tos_word(t)));
+        }
+        if self.udp6zerocsumtx {
+            s.push_str(" udp6zerocsumtx");
+        }
+        if self.udp6zerocsumrx {
+            s.push_str(" udp6zerocsumrx");
         }
         s.push_str(if self.learning {
             " learning on"
@@ -149,7 +168,7 @@ impl VxlanSpec {
         port: &str,
         op: VxlanFdbOp,
         mac: MacAddr,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         vni: Option<u32>,
     ) -> Result<(), String> {
         self.apply_from(port, op, mac, dst, vni, RemoteOrigin::Static)
@@ -162,7 +181,7 @@ impl VxlanSpec {
         port: &str,
         op: VxlanFdbOp,
         mac: MacAddr,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         vni: Option<u32>,
         origin: RemoteOrigin,
     ) -> Result<(), String> {
@@ -174,10 +193,11 @@ impl VxlanSpec {
                  00:00:00:00:00:00 (the flood list) have remote VTEPs"
             ));
         }
-        if dst.is_unspecified() || dst.is_multicast() || dst.is_broadcast() {
-            return Err(format!(
-                "vxlan port {port}: dst {dst} is not a unicast VTEP address"
-            ));
+        if let Some(why) = vtep_problem(dst) {
+            return Err(format!("vxlan port {port}: dst {dst} {why}"));
+        }
+        if dst.is_ipv6() != self.local.is_ipv6() {
+            return Err(mixed_families(port, self.local, "dst", dst));
         }
         let here = self
             .remotes
@@ -245,7 +265,42 @@ impl VxlanSpec {
 }
 
 /// A learned entry of a VXLAN port's table: VNI, MAC, VTEP.
-pub type Learned = (u32, MacAddr, Ipv4Addr);
+pub type Learned = (u32, MacAddr, IpAddr);
+
+/// Why `a` cannot be a VTEP address (`local`, `remote`, `dst`), or `None`: a unicast address
+/// of either family that a socket can bind or send to without a scope. Link-local IPv6
+/// addresses are refused: their scope (the underlay device) is not part of the address a
+/// flood list or an EVPN next hop names (docs/decisions.md 69).
+pub fn vtep_problem(a: IpAddr) -> Option<&'static str> {
+    match a {
+        IpAddr::V4(v) if v.is_unspecified() || v.is_multicast() || v.is_broadcast() => {
+            Some("is not a unicast VTEP address")
+        }
+        IpAddr::V6(v) if v.is_unspecified() || v.is_multicast() => {
+            Some("is not a unicast VTEP address")
+        }
+        IpAddr::V6(v) if v.to_ipv4_mapped().is_some() => {
+            Some("is an IPv4-mapped IPv6 address: give the IPv4 address itself")
+        }
+        IpAddr::V6(v) if (v.segments()[0] & 0xffc0) == 0xfe80 => Some(
+            "is link-local: a VTEP address must be global or unique-local (fe80::/10 needs a \
+             scope that a flood list or EVPN next hop cannot carry)",
+        ),
+        _ => None,
+    }
+}
+
+/// The error of a VTEP address whose family differs from the port's `local` (the kernel:
+/// "local and remote address must be from the same family").
+pub fn mixed_families(port: &str, local: IpAddr, what: &str, a: IpAddr) -> String {
+    let fam = |a: IpAddr| if a.is_ipv6() { "IPv6" } else { "IPv4" };
+    format!(
+        "vxlan port {port}: {what} {a} is {} but local {local} is {}: one port's VTEP \
+         addresses are of one family (make a second port for the other)",
+        fam(a),
+        fam(local)
+    )
+}
 
 /// ` vni N` where `vni` is not the port's own VNI (always on an external port).
 fn vni_word(spec: &VxlanSpec, vni: u32) -> String {
@@ -308,7 +363,7 @@ pub struct FdbJson<'a> {
 /// static ones, empty for learned and control-plane ones); `vni` where it is not the port's
 /// `id`.
 pub fn fdb_json<'a>(port: &'a str, spec: &VxlanSpec, learned: &[Learned]) -> Vec<FdbJson<'a>> {
-    let obj = |v: u32, m: &MacAddr, d: &Ipv4Addr, flags, state: &'static str| FdbJson {
+    let obj = |v: u32, m: &MacAddr, d: &IpAddr, flags, state: &'static str| FdbJson {
         mac: m.to_string(),
         ifname: port,
         dst: d.to_string(),
@@ -626,6 +681,8 @@ mod tests {
             dev: None,
             tos: None,
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
             remotes: Vec::new(),
             external: false,
             tunnels: Vec::new(),
@@ -639,8 +696,8 @@ mod tests {
         let mut s = spec();
         let z = MacAddr([0; 6]);
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
-        let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
-        let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
+        let b: IpAddr = "10.0.0.3".parse().unwrap();
         s.apply("vx0", VxlanFdbOp::Append, z, a, None).unwrap();
         s.apply("vx0", VxlanFdbOp::Append, z, b, None).unwrap();
         assert!(s
@@ -699,8 +756,8 @@ mod tests {
         let mut s = spec();
         let z = MacAddr([0; 6]);
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
-        let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
-        let b: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
+        let b: IpAddr = "10.0.0.3".parse().unwrap();
         s.apply_from(
             "vx0",
             VxlanFdbOp::Append,
@@ -738,7 +795,7 @@ mod tests {
     fn external_ports_key_entries_by_vni_and_map_vlans() {
         let mut s = spec();
         let z = MacAddr([0; 6]);
-        let a: Ipv4Addr = "10.0.0.2".parse().unwrap();
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
         // One VNI: `vni` may repeat it, not name another; no tunnel_info.
         s.apply("vx0", VxlanFdbOp::Append, z, a, Some(100)).unwrap();
         let e = s
@@ -802,5 +859,59 @@ mod tests {
             s.words(),
             "external local 10.0.0.1 dstport 4789 learning on"
         );
+    }
+
+    #[test]
+    fn ipv6_vteps_and_one_family_per_port() {
+        let mut s = spec();
+        let z = MacAddr([0; 6]);
+        let m = MacAddr([2, 0, 0, 0, 0, 1]);
+        let v6: IpAddr = "2001:db8::2".parse().unwrap();
+        // An IPv4 port refuses an IPv6 VTEP, as the kernel does.
+        let e = s.apply("vx0", VxlanFdbOp::Append, z, v6, None).unwrap_err();
+        assert!(e.contains("is IPv6 but local 10.0.0.1 is IPv4"), "{e}");
+        // An IPv6 port: flood list, a static entry, shown and saved as IPv6.
+        s.local = "2001:db8::1".parse().unwrap();
+        s.apply("vx0", VxlanFdbOp::Append, z, v6, None).unwrap();
+        s.apply(
+            "vx0",
+            VxlanFdbOp::Append,
+            z,
+            "2001:db8::3".parse().unwrap(),
+            None,
+        )
+        .unwrap();
+        s.apply("vx0", VxlanFdbOp::Add, m, v6, None).unwrap();
+        let e = s
+            .apply("vx0", VxlanFdbOp::Add, m, "10.0.0.2".parse().unwrap(), None)
+            .unwrap_err();
+        assert!(e.contains("is IPv4 but local 2001:db8::1 is IPv6"), "{e}");
+        for bad in ["ff02::1", "::", "fe80::1", "::ffff:10.0.0.2"] {
+            let e = s
+                .apply("vx0", VxlanFdbOp::Replace, m, bad.parse().unwrap(), None)
+                .unwrap_err();
+            assert!(e.contains(&format!("dst {bad} ")), "{e}");
+        }
+        assert_eq!(
+            fdb_lines("vx0", &s, &[(100, MacAddr([2, 0, 0, 0, 0, 9]), v6)]),
+            "00:00:00:00:00:00 dev vx0 dst 2001:db8::2 self permanent\n\
+             00:00:00:00:00:00 dev vx0 dst 2001:db8::3 self permanent\n\
+             02:00:00:00:00:01 dev vx0 dst 2001:db8::2 self permanent\n\
+             02:00:00:00:00:09 dev vx0 dst 2001:db8::2 self\n"
+        );
+        let j = serde_json::to_string(&fdb_json("vx0", &s, &[])).unwrap();
+        assert!(j.contains(r#""dst":"2001:db8::3","flags":["self"]"#), "{j}");
+        assert_eq!(
+            s.words(),
+            "id 100 local 2001:db8::1 dstport 4789 learning on"
+        );
+        let mut t = s.clone();
+        t.udp6zerocsumtx = true;
+        t.udp6zerocsumrx = true;
+        assert_eq!(
+            t.words(),
+            "id 100 local 2001:db8::1 dstport 4789 udp6zerocsumtx udp6zerocsumrx learning on"
+        );
+        assert!(!t.same_socket(&s));
     }
 }

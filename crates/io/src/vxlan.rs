@@ -69,7 +69,7 @@ pub use table::{TunnelMap, VxlanEntry, VxlanEntryKind, VxlanTable, DEFAULT_AGEIN
 
 use std::io;
 use std::mem;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -96,6 +96,13 @@ const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
 /// `UDP_SEGMENT` (linux/udp.h): the size of each datagram of a segmented send.
 const UDP_SEGMENT: libc::c_int = 103;
 
+/// `UDP_NO_CHECK6_TX` (linux/udp.h): send IPv6 datagrams with a zero UDP checksum
+/// (`udp6zerocsumtx`).
+const UDP_NO_CHECK6_TX: libc::c_int = 101;
+/// `UDP_NO_CHECK6_RX` (linux/udp.h): accept IPv6 datagrams with a zero UDP checksum
+/// (`udp6zerocsumrx`; without it the kernel drops them, RFC 6935).
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
 /// `UDP_GRO` (linux/udp.h): coalesced receive; the control message gives the datagram size.
 const UDP_GRO: libc::c_int = 104;
 /// A receive slot's bytes with `UDP_GRO`: one coalesced message, at most an IPv4 datagram.
@@ -114,7 +121,7 @@ struct Pending {
     off: usize,
     end: usize,
     seg: usize,
-    from: Ipv4Addr,
+    from: IpAddr,
 }
 
 /// One `UDP_SEGMENT` control message, laid out as `CMSG_SPACE(2)`.
@@ -126,7 +133,8 @@ struct SegmentCmsg {
     _pad: [u8; 6],
 }
 
-/// One `IP_TOS` control message (`tos inherit`: the TOS of one message), `CMSG_SPACE(4)`.
+/// One `IP_TOS` (IPv6: `IPV6_TCLASS`) control message (`tos inherit`: the TOS of one
+/// message), `CMSG_SPACE(4)`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct TosCmsg {
@@ -156,8 +164,9 @@ pub struct VxlanConfig {
     /// `vnifilter`), whose frames' VNIs come from the table's VLAN ↔ VNI map
     /// ([`TunnelMap`]).
     pub vni: Option<Vni>,
-    /// The local VTEP address the socket binds.
-    pub local: Ipv4Addr,
+    /// The local VTEP address the sockets bind; its family is the underlay's (every remote
+    /// VTEP of the table is of it).
+    pub local: IpAddr,
     /// The UDP port bound and sent to (4789).
     pub dstport: u16,
     /// The outer TTL; `None`: the kernel's default.
@@ -168,6 +177,11 @@ pub struct VxlanConfig {
     pub tos: Option<vxlan::OuterTos>,
     /// Learn the outer source of received frames into the table.
     pub learning: bool,
+    /// IPv6: send with a zero UDP checksum (`UDP_NO_CHECK6_TX`); default off: computed.
+    pub udp6zerocsumtx: bool,
+    /// IPv6: accept a zero UDP checksum (`UDP_NO_CHECK6_RX`); default off: the kernel drops
+    /// such datagrams.
+    pub udp6zerocsumrx: bool,
 }
 
 /// The table as the control thread and the port's worker share it.
@@ -214,13 +228,14 @@ pub struct VxlanPort {
     /// Inner frames received with their TCP/UDP checksum left partial by the sender's
     /// offload, marked `NEEDS_CSUM` ([`qbridge_offload::find_partial_checksum`]).
     partial_checksums: u64,
-    names: Vec<libc::sockaddr_in>,
+    /// Each message's peer: a `sockaddr_in` (IPv4, in the first bytes) or a `sockaddr_in6`.
+    names: Vec<libc::sockaddr_in6>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     /// Per datagram to send: (send socket, frame index in the batch, destination).
-    plan: Vec<(usize, usize, Ipv4Addr)>,
+    plan: Vec<(usize, usize, IpAddr)>,
     /// Per message of a `sendmmsg`: (datagrams, bytes each, destination, outer TOS).
-    segs: Vec<(usize, usize, Ipv4Addr, u8)>,
+    segs: Vec<(usize, usize, IpAddr, u8)>,
     /// The control messages of each message (`UDP_SEGMENT`, `IP_TOS`).
     cmsgs: Vec<SendCmsgs>,
     /// `tos inherit`: each datagram's outer TOS from its inner packet (an `IP_TOS` control
@@ -256,6 +271,51 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
     s
 }
 
+fn sockaddr6(a: Ipv6Addr, port: u16) -> libc::sockaddr_in6 {
+    // SAFETY: sockaddr_in6 is plain old data; all zeros is a valid value.
+    let mut s: libc::sockaddr_in6 = unsafe { mem::zeroed() };
+    s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    s.sin6_port = port.to_be();
+    s.sin6_addr.s6_addr = a.octets();
+    s
+}
+
+/// Writes `ip:port` into `n` (a `sockaddr_in` in its first 16 bytes for IPv4); returns the
+/// length to pass.
+fn fill_name(n: &mut libc::sockaddr_in6, ip: IpAddr, port: u16) -> libc::socklen_t {
+    match ip {
+        IpAddr::V4(a) => {
+            let s = sockaddr(SocketAddrV4::new(a, port));
+            const _: () = assert!(
+                mem::size_of::<libc::sockaddr_in>() <= mem::size_of::<libc::sockaddr_in6>()
+                    && mem::align_of::<libc::sockaddr_in>()
+                        <= mem::align_of::<libc::sockaddr_in6>()
+            );
+            // SAFETY: a sockaddr_in fits in a sockaddr_in6, whose alignment is at least its.
+            unsafe { std::ptr::write((n as *mut libc::sockaddr_in6).cast(), s) };
+            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        IpAddr::V6(a) => {
+            *n = sockaddr6(a, port);
+            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The address the kernel wrote into `n` (`recvmmsg`'s source): IPv4 or IPv6 by its family.
+fn name_ip(n: &libc::sockaddr_in6) -> IpAddr {
+    if n.sin6_family == libc::AF_INET as libc::sa_family_t {
+        // SAFETY: the kernel wrote a sockaddr_in there (its family says so); it fits.
+        let s: libc::sockaddr_in =
+            unsafe { std::ptr::read((n as *const libc::sockaddr_in6).cast()) };
+        IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)))
+    } else {
+        let a = Ipv6Addr::from(n.sin6_addr.s6_addr);
+        // A mapped source cannot reach a socket bound with IPV6_V6ONLY; read it as IPv4 if it does.
+        a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4)
+    }
+}
+
 /// `SO_BINDTODEVICE`: the socket sends and receives through `dev` only (ip-link(8)'s `dev` of
 /// a vxlan device: the underlay device).
 fn bind_to_device(fd: std::os::fd::RawFd, dev: &str) -> io::Result<()> {
@@ -288,22 +348,30 @@ fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
             ifname: cfg.name.clone(),
             source: e,
         };
+        let v6 = cfg.local.is_ipv6();
         // SAFETY: socket(2) with constant arguments; the result is checked.
         let raw = unsafe {
             libc::socket(
-                libc::AF_INET,
+                if v6 { libc::AF_INET6 } else { libc::AF_INET },
                 libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
                 libc::IPPROTO_UDP,
             )
         };
         if raw < 0 {
             return Err(sys(
-                "socket(AF_INET, SOCK_DGRAM)",
+                if v6 {
+                    "socket(AF_INET6, SOCK_DGRAM)"
+                } else {
+                    "socket(AF_INET, SOCK_DGRAM)"
+                },
                 io::Error::last_os_error(),
             ));
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        if v6 {
+            return udp6_options(cfg, fd, port);
+        }
         crate::sys::setsockopt_int(
             fd.as_raw_fd(),
             libc::IPPROTO_IP,
@@ -329,6 +397,71 @@ fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
             )
             .map_err(|e| sys("setsockopt(IP_TOS)", e))?;
         }
+        bind_common(cfg, fd, port)
+    }
+}
+
+/// The IPv6 socket's options (`ttl`: the hop limit, a fixed `tos`: the traffic class; never
+/// fragmenting; the zero-checksum options), then [`bind_common`].
+fn udp6_options(cfg: &VxlanConfig, fd: OwnedFd, port: u16) -> Result<OwnedFd, IoError> {
+    let sys = |op: &'static str, e: io::Error| IoError::Sys {
+        op,
+        ifname: cfg.name.clone(),
+        source: e,
+    };
+    let raw = fd.as_raw_fd();
+    let set =
+        |level, opt, v, op| crate::sys::setsockopt_int(raw, level, opt, v).map_err(|e| sys(op, e));
+    set(
+        libc::IPPROTO_IPV6,
+        libc::IPV6_V6ONLY,
+        1,
+        "setsockopt(IPV6_V6ONLY)",
+    )?;
+    set(
+        libc::IPPROTO_IPV6,
+        libc::IPV6_MTU_DISCOVER,
+        libc::IPV6_PMTUDISC_DO,
+        "setsockopt(IPV6_MTU_DISCOVER)",
+    )?;
+    if let Some(ttl) = cfg.ttl {
+        set(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_UNICAST_HOPS,
+            i32::from(ttl),
+            "setsockopt(IPV6_UNICAST_HOPS)",
+        )?;
+    }
+    if let Some(vxlan::OuterTos::Fixed(tos)) = cfg.tos {
+        set(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_TCLASS,
+            i32::from(tos),
+            "setsockopt(IPV6_TCLASS)",
+        )?;
+    }
+    if cfg.udp6zerocsumtx {
+        set(
+            libc::SOL_UDP,
+            UDP_NO_CHECK6_TX,
+            1,
+            "setsockopt(UDP_NO_CHECK6_TX)",
+        )?;
+    }
+    if cfg.udp6zerocsumrx {
+        set(
+            libc::SOL_UDP,
+            UDP_NO_CHECK6_RX,
+            1,
+            "setsockopt(UDP_NO_CHECK6_RX)",
+        )?;
+    }
+    bind_common(cfg, fd, port)
+}
+
+/// `dev`, the buffer sizes, and the bind to `cfg.local:port`, of either family.
+fn bind_common(cfg: &VxlanConfig, fd: OwnedFd, port: u16) -> Result<OwnedFd, IoError> {
+    {
         if let Some(dev) = &cfg.dev {
             bind_to_device(fd.as_raw_fd(), dev).map_err(|e| {
                 IoError::Invalid(format!(
@@ -346,22 +479,23 @@ fn udp_socket(cfg: &VxlanConfig, port: u16) -> Result<OwnedFd, IoError> {
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         let _ =
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-        let sa = sockaddr(SocketAddrV4::new(cfg.local, port));
-        // SAFETY: `sa` is a valid sockaddr_in of the size passed.
+        // SAFETY: plain old data; zeros are valid.
+        let mut sa: libc::sockaddr_in6 = unsafe { mem::zeroed() };
+        let len = fill_name(&mut sa, cfg.local, port);
+        // SAFETY: `sa` holds a valid sockaddr of the family and length passed.
         let rc = unsafe {
             libc::bind(
                 fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_in).cast(),
-                mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                (&sa as *const libc::sockaddr_in6).cast(),
+                len,
             )
         };
         if rc < 0 {
             let e = io::Error::last_os_error();
             return Err(IoError::Invalid(format!(
-                "vxlan port {}: cannot bind {}:{}: {e}{}",
+                "vxlan port {}: cannot bind {}: {e}{}",
                 cfg.name,
-                cfg.local,
-                port,
+                std::net::SocketAddr::new(cfg.local, port),
                 if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
                     " (local must be an address of this namespace)"
                 } else if e.raw_os_error() == Some(libc::EADDRINUSE) {
@@ -397,6 +531,9 @@ impl VxlanPort {
             .collect::<Result<Vec<_>, _>>()?;
         let hdr = cfg.vni.map_or([0; vxlan::HEADER_LEN], header);
         let inherit_tos = cfg.tos == Some(vxlan::OuterTos::Inherit);
+        // A segmented send needs the checksum the device completes: with a zero IPv6 checksum
+        // (`udp6zerocsumtx`) the kernel refuses it (EINVAL) every time, so never try.
+        let gso = !(cfg.local.is_ipv6() && cfg.udp6zerocsumtx);
         Ok(VxlanPort {
             cfg,
             fd,
@@ -419,7 +556,7 @@ impl VxlanPort {
             // SAFETY: plain old data; zeros are valid.
             cmsgs: vec![unsafe { mem::zeroed() }; BURST],
             inherit_tos,
-            gso: true,
+            gso,
             segmented_sends: 0,
             msgs: Vec::with_capacity(BURST),
             plan: Vec::with_capacity(4 * BURST),
@@ -617,11 +754,11 @@ impl VxlanPort {
             let mut at = 0;
             for k in 0..self.segs.len() {
                 let (n, seg, ip, tos) = self.segs[k];
-                self.names[k] = sockaddr(SocketAddrV4::new(ip, self.cfg.dstport));
+                let namelen = fill_name(&mut self.names[k], ip, self.cfg.dstport);
                 // SAFETY: plain old data; zeros are valid.
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-                m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
-                m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in6).cast();
+                m.msg_hdr.msg_namelen = namelen;
                 m.msg_hdr.msg_iov = self.iovs[at..].as_mut_ptr();
                 m.msg_hdr.msg_iovlen = 2 * n;
                 at += 2 * n;
@@ -636,8 +773,11 @@ impl VxlanPort {
                 }
                 if self.inherit_tos {
                     c.tos.hdr.cmsg_len = mem::size_of::<libc::cmsghdr>() + 4;
-                    c.tos.hdr.cmsg_level = libc::IPPROTO_IP;
-                    c.tos.hdr.cmsg_type = libc::IP_TOS;
+                    (c.tos.hdr.cmsg_level, c.tos.hdr.cmsg_type) = if ip.is_ipv6() {
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                    } else {
+                        (libc::IPPROTO_IP, libc::IP_TOS)
+                    };
                     c.tos.tos = libc::c_int::from(tos);
                     if n > 1 {
                         // Both: `seg` then `tos`, adjacent in `SendCmsgs`.
@@ -730,8 +870,8 @@ impl Port for VxlanPort {
         for k in 0..want {
             // SAFETY: plain old data; zeros are valid.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in).cast();
-            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_in6).cast();
+            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
             m.msg_hdr.msg_iov = &mut self.iovs[k];
             m.msg_hdr.msg_iovlen = 1;
             if self.gro {
@@ -797,7 +937,7 @@ impl Port for VxlanPort {
             if seg < len {
                 self.coalesced_receives += 1;
             }
-            let from = Ipv4Addr::from(u32::from_be(self.names[k].sin_addr.s_addr));
+            let from = name_ip(&self.names[k]);
             self.pending.push(Pending {
                 slot: k,
                 off: 0,
@@ -870,7 +1010,7 @@ impl Port for VxlanPort {
         // VTEP, so its order; runs to one VTEP can be sent segmented). No allocation: an
         // unstable sort on a key unique per datagram.
         self.plan
-            .sort_unstable_by_key(|(sock, i, ip)| (*sock, u32::from(*ip), *i));
+            .sort_unstable_by_key(|(sock, i, ip)| (*sock, *ip, *i));
         let total = self.plan.len();
         let mut from = 0;
         while from < total {
@@ -948,12 +1088,14 @@ mod tests {
         let cfg = VxlanConfig {
             name: "vx".into(),
             vni: Vni::new(100),
-            local: Ipv4Addr::LOCALHOST,
+            local: Ipv4Addr::LOCALHOST.into(),
             dstport: port,
             ttl: Some(9),
             dev: None,
             tos: None,
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         Some((VxlanPort::open(cfg, VxlanTable::shared()).unwrap(), r2, r3))
     }
@@ -965,12 +1107,14 @@ mod tests {
         let cfg = |dev: &str, tos| VxlanConfig {
             name: "vx".into(),
             vni: Some(Vni::new(5).unwrap()),
-            local: Ipv4Addr::LOCALHOST,
+            local: Ipv4Addr::LOCALHOST.into(),
             dstport: 47895,
             ttl: None,
             dev: Some(dev.into()),
             tos,
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         let e = VxlanPort::open(cfg("nosuch-qbx0", None), VxlanTable::shared()).unwrap_err();
         let msg = e.to_string();
@@ -1064,12 +1208,14 @@ mod tests {
         let cfg = VxlanConfig {
             name: "vx".into(),
             vni: Some(Vni::new(100).unwrap()),
-            local: Ipv4Addr::LOCALHOST,
+            local: Ipv4Addr::LOCALHOST.into(),
             dstport: 47896,
             ttl: None,
             dev: None,
             tos: Some(vxlan::OuterTos::Inherit),
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         let mut p = VxlanPort::open(cfg, VxlanTable::shared()).unwrap();
         p.table()
@@ -1293,6 +1439,8 @@ mod tests {
             dev: None,
             tos: None,
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         let Ok(mut x) = VxlanPort::open(cfg("127.0.0.5"), VxlanTable::shared()) else {
             eprintln!("SKIPPED: cannot bind 127.0.0.5");
@@ -1393,6 +1541,8 @@ mod tests {
             dev: None,
             tos: None,
             learning: false,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         let mut p = VxlanPort::open(cfg, VxlanTable::shared()).unwrap();
         p.table().lock().unwrap().tunnels = TunnelMap::new(&[(20, 2000)], Some(0x9100), None);
@@ -1449,6 +1599,8 @@ mod tests {
             dev: None,
             tos: None,
             learning: true,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
         };
         let mut p = VxlanPort::open(cfg, VxlanTable::shared()).unwrap();
         let (v1000, v2000) = (Vni::new(1000).unwrap(), Vni::new(2000).unwrap());

@@ -41,7 +41,10 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     "sticky" => set_once(&mut sticky, kw, true)?,
                     "extern_learn" => set_once(&mut extern_learn, kw, true)?,
                     "dst" => {
-                        let v = super::vxlan::parse_ipv4("dst", w.value(kw, "an IPv4 address")?)?;
+                        let v = super::vxlan::parse_vtep_ip(
+                            "dst",
+                            w.value(kw, "an IPv4 or IPv6 address")?,
+                        )?;
                         set_once(&mut dst, kw, v)?
                     }
                     // bridge-fdb(8): `vni` (the VNI to send with) and `src_vni` (the VNI the

@@ -1,26 +1,31 @@
-//! `link add NAME type vxlan {id VNI | external [vnifilter]} local ADDR [dev UNDERLAY]
-//! [dstport PORT] [ttl N] [tos T|inherit] [learning on|off]` (ip-link(8)'s words; `nolearning`
-//! and `dsfield` as ip-link accepts them), the `dst IP` of `fdb` lines, and `vni add|del|show`
-//! (bridge(8)'s vnifilter words).
+//! `link add NAME type vxlan {id VNI | external [vnifilter]} local ADDR [remote ADDR]
+//! [dev UNDERLAY] [dstport PORT] [ttl N] [tos T|inherit] [[no]udp6zerocsumtx]
+//! [[no]udp6zerocsumrx] [learning on|off]` (ip-link(8)'s words; `nolearning`, `hoplimit` and
+//! `dsfield` as ip-link accepts them; ADDR IPv4 or IPv6, one family per port), the `dst IP` of
+//! `fdb` lines, and `vni add|del|show` (bridge(8)'s vnifilter words).
 
 use super::*;
 use crate::vxlan::{OuterTos, VxlanSpec, VNI_MAX};
-use std::net::Ipv4Addr;
+use crate::vxlan::{RemoteOrigin, VxlanRemote};
+use std::net::IpAddr;
 
-const EXPECTED: &str =
-    "id, external, vnifilter, local, dev, dstport, ttl, tos, learning or nolearning";
+const EXPECTED: &str = "id, external, vnifilter, local, remote, dev, dstport, ttl, tos, \
+     udp6zerocsumtx, udp6zerocsumrx, learning or nolearning";
 
 /// The words after `type vxlan`.
 pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand, ControlError> {
     let (mut id, mut local, mut dstport, mut ttl, mut learning) = (None, None, None, None, None);
     let (mut external, mut vnifilter) = (None, None);
-    let (mut dev, mut tos) = (None, None);
+    let (mut dev, mut tos, mut remote) = (None, None, None);
+    let (mut csum6_tx, mut csum6_rx) = (None, None);
     let table = [
         exact("external"),
         exact("vnifilter"),
         exact("id"),
         exact("vni"),
         exact("local"),
+        exact("remote"),
+        exact("group"),
         exact("dstport"),
         exact("dev"),
         exact("ttl"),
@@ -29,6 +34,10 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
         exact("dsfield"),
         exact("learning"),
         exact("nolearning"),
+        exact("udp6zerocsumtx"),
+        exact("noudp6zerocsumtx"),
+        exact("udp6zerocsumrx"),
+        exact("noudp6zerocsumrx"),
     ];
     while let Some(kw) = w.next_kw(&table, EXPECTED)? {
         match kw {
@@ -44,8 +53,30 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             "local" => set_once(
                 &mut local,
                 kw,
-                parse_ipv4("local", w.value(kw, "an IPv4 address")?)?,
+                parse_vtep_ip("local", w.value(kw, "an IPv4 or IPv6 address")?)?,
             )?,
+            // ip-link(8)'s `remote`: the default destination, the first VTEP of the flood
+            // list (kept as the `fdb append 00:00:00:00:00:00 … dst` entry it is).
+            "remote" => set_once(
+                &mut remote,
+                kw,
+                parse_vtep_ip("remote", w.value(kw, "an IPv4 or IPv6 address")?)?,
+            )?,
+            "group" => {
+                return Err(ControlError::BadValue {
+                    what: "group",
+                    value: w.value(kw, "a multicast group")?.to_string(),
+                    expected: "no multicast group: qbridge VXLAN ports replicate at the head \
+                               end (list the remote VTEPs with fdb append \
+                               00:00:00:00:00:00 dev NAME dst IP)",
+                })
+            }
+            "udp6zerocsumtx" | "noudp6zerocsumtx" => {
+                set_once(&mut csum6_tx, "udp6zerocsumtx", kw == "udp6zerocsumtx")?
+            }
+            "udp6zerocsumrx" | "noudp6zerocsumrx" => {
+                set_once(&mut csum6_rx, "udp6zerocsumrx", kw == "udp6zerocsumrx")?
+            }
             "dstport" => {
                 let v = w.value(kw, "a UDP port (1-65535)")?;
                 let n = parse_uint("dstport", v, 65535, "1-65535")?;
@@ -108,9 +139,23 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             })
         }
     };
-    let local = local.ok_or(ControlError::MissingArgument {
-        what: "\"local ADDR\" (the local VTEP's IPv4 address) for type vxlan",
+    let local: IpAddr = local.ok_or(ControlError::MissingArgument {
+        what: "\"local ADDR\" (the local VTEP's IPv4 or IPv6 address) for type vxlan",
     })?;
+    let mut remotes = Vec::new();
+    if let Some(r) = remote {
+        if r.is_ipv6() != local.is_ipv6() {
+            return Err(ControlError::Vxlan(crate::vxlan::mixed_families(
+                &name, local, "remote", r,
+            )));
+        }
+        remotes.push(VxlanRemote {
+            mac: MacAddr([0; 6]),
+            dst: r,
+            origin: RemoteOrigin::Static,
+            vni,
+        });
+    }
     Ok(LinkCommand::AddPort {
         name,
         spec: PortSpec::Vxlan(Box::new(VxlanSpec {
@@ -121,7 +166,9 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             dev,
             tos,
             learning: learning.unwrap_or(true),
-            remotes: Vec::new(),
+            udp6zerocsumtx: csum6_tx.unwrap_or(false),
+            udp6zerocsumrx: csum6_rx.unwrap_or(false),
+            remotes,
             external,
             tunnels: Vec::new(),
             vnifilter,
@@ -132,17 +179,28 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
     })
 }
 
-/// An IPv4 address; IPv6 underlays are not supported yet and say so.
-pub(super) fn parse_ipv4(what: &'static str, s: &str) -> Result<Ipv4Addr, ControlError> {
-    s.parse().map_err(|_| ControlError::BadValue {
+/// A VTEP address, IPv4 or IPv6. `local` and `remote` are checked here
+/// ([`crate::vxlan::vtep_problem`]; an IPv4 `local` as before, unchecked: the bind says),
+/// `dst` where it is applied.
+pub(super) fn parse_vtep_ip(what: &'static str, s: &str) -> Result<IpAddr, ControlError> {
+    let a: IpAddr = s.parse().map_err(|_| ControlError::BadValue {
         what,
         value: s.to_string(),
-        expected: if s.contains(':') {
-            "an IPv4 address (IPv6 underlays are not supported yet)"
-        } else {
-            "an IPv4 address"
-        },
-    })
+        expected: "an IPv4 or IPv6 address",
+    })?;
+    if what == "dst" || (what == "local" && a.is_ipv4()) {
+        return Ok(a);
+    }
+    match crate::vxlan::vtep_problem(a) {
+        None => Ok(a),
+        Some(_) if a.is_multicast() => Err(ControlError::BadValue {
+            what,
+            value: s.to_string(),
+            expected: "a unicast address (multicast groups are not supported: the flood list \
+                       replicates at the head end)",
+        }),
+        Some(why) => Err(ControlError::Vxlan(format!("{what} {a} {why}"))),
+    }
 }
 
 /// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]`.

@@ -56,6 +56,11 @@ enum BackendJson<'a> {
         /// `inherit` or the byte in hex, as ip -j -d prints it.
         #[serde(skip_serializing_if = "Option::is_none")]
         tos: Option<String>,
+        /// IPv6 underlays' zero-checksum options, under ip -j -d's keys (shown when set).
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        udp_zero_csum6_tx: bool,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        udp_zero_csum6_rx: bool,
         learning: bool,
     },
 }
@@ -288,6 +293,8 @@ fn backend_json<'a>(spec: &'a PortSpec, port: &'a str) -> AnyBackendJson<'a> {
             ttl: v.ttl,
             link: v.dev.as_deref(),
             tos: v.tos.map(crate::vxlan::tos_word),
+            udp_zero_csum6_tx: v.udp6zerocsumtx,
+            udp_zero_csum6_rx: v.udp6zerocsumrx,
             learning: v.learning,
         },
         PortSpec::Vlan { .. } | PortSpec::Macvlan { .. } | PortSpec::Host { .. } => {

@@ -381,6 +381,8 @@ fn spec_options(spec: &PortSpec, mac: Option<String>) -> Vec<(&'static str, Opti
             ("ttl", v.ttl.map(|t| t.to_string())),
             ("dev", v.dev.clone()),
             ("tos", v.tos.map(crate::vxlan::tos_word)),
+            ("udp6zerocsumtx", on_off(v.udp6zerocsumtx)),
+            ("udp6zerocsumrx", on_off(v.udp6zerocsumrx)),
             ("learning", on_off(v.learning)),
         ],
         PortSpec::AfPacket {

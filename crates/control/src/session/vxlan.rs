@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::vxlan::{RemoteOrigin, VxlanFdbOp};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 impl Session {
     pub(super) fn vxlan_fdb(
@@ -13,7 +13,7 @@ impl Session {
         op: VxlanFdbOp,
         mac: MacAddr,
         dev: &str,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         vni: Option<u32>,
         origin: RemoteOrigin,
     ) -> Result<(), ControlError> {
@@ -386,7 +386,7 @@ mod tests {
         let e = run(&mut s, "link add vx1 type vxlan id 16777216 local 10.0.0.1").unwrap_err();
         assert!(e.to_string().contains("16777216"), "{e}");
         let e = run(&mut s, "link add vx1 type vxlan id 5 local fe80::1").unwrap_err();
-        assert!(e.to_string().contains("IPv6"), "{e}");
+        assert!(e.to_string().contains("link-local"), "{e}");
         let e = run(&mut s, "link add vx1 type vxlan id 5").unwrap_err();
         assert!(e.to_string().contains("local"), "{e}");
         // The running configuration recreates it, and `apply` of it changes nothing.
@@ -409,6 +409,113 @@ mod tests {
         assert!(!run(&mut s, "fdb show dev vx0")
             .unwrap()
             .contains("10.0.0.2"));
+    }
+
+    /// An IPv6 underlay: the words as iproute2 spells them, `remote` as the first flood-list
+    /// VTEP, `fdb … dst` and the flood list over IPv6, shown (text, `-j`) and saved; mixed
+    /// families and multicast groups refused with the reason.
+    #[test]
+    fn ipv6_vteps_show_save_and_refuse_mixed_families() {
+        let mut s = Session::new();
+        for l in [
+            "link add br0 type bridge vlan_filtering 0",
+            "link add vx6 type vxlan id 600 local 2001:db8::1 remote 2001:db8::2 dstport 4789 \
+             udp6zerocsumrx",
+            "link set dev vx6 master br0",
+            "fdb append 00:00:00:00:00:00 dev vx6 dst 2001:db8::3",
+            "fdb add 02:00:00:00:00:01 dev vx6 dst 2001:db8::3",
+            "link add vx4 type vxlan id 400 local 10.0.0.1",
+        ] {
+            run(&mut s, l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let json = |s: &mut Session, l: &str| {
+            s.execute_line(
+                l,
+                OutputOptions {
+                    json: true,
+                    ..OutputOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        let j = json(&mut s, "fdb show dev vx6");
+        assert!(
+            j.starts_with(
+                r#"[{"mac":"00:00:00:00:00:00","ifname":"vx6","dst":"2001:db8::2","flags":["self"],"state":"permanent"},"#
+            ),
+            "{j}"
+        );
+        let j = json(&mut s, "link show dev vx6");
+        assert!(
+            j.contains(r#""local":"2001:db8::1","dstport":4789,"udp_zero_csum6_rx":true"#),
+            "{j}"
+        );
+        let link = run(&mut s, "link show dev vx6").unwrap();
+        assert!(
+            link.starts_with(
+                "vx6: vxlan id 600 local 2001:db8::1 dstport 4789 udp6zerocsumrx learning on"
+            ),
+            "{link}"
+        );
+        assert_eq!(
+            run(&mut s, "fdb show dev vx6").unwrap(),
+            "00:00:00:00:00:00 dev vx6 dst 2001:db8::2 self permanent\n\
+             00:00:00:00:00:00 dev vx6 dst 2001:db8::3 self permanent\n\
+             02:00:00:00:00:01 dev vx6 dst 2001:db8::3 self permanent\n"
+        );
+        for (line, want) in [
+            (
+                "fdb append 00:00:00:00:00:00 dev vx6 dst 10.0.0.2",
+                "dst 10.0.0.2 is IPv4 but local 2001:db8::1 is IPv6",
+            ),
+            (
+                "fdb append 00:00:00:00:00:00 dev vx4 dst 2001:db8::2",
+                "dst 2001:db8::2 is IPv6 but local 10.0.0.1 is IPv4",
+            ),
+            (
+                "link add vx1 type vxlan id 5 local 2001:db8::1 remote 10.0.0.2",
+                "remote 10.0.0.2 is IPv4 but local 2001:db8::1 is IPv6",
+            ),
+            (
+                "link add vx1 type vxlan id 5 local 2001:db8::1 group ff05::100",
+                "no multicast group",
+            ),
+            (
+                "link add vx1 type vxlan id 5 local 2001:db8::1 remote ff05::100",
+                "multicast groups are not supported",
+            ),
+            (
+                "fdb add 02:00:00:00:00:02 dev vx6 dst ff02::1",
+                "not a unicast VTEP address",
+            ),
+            (
+                "link add vx1 type vxlan id 5 local 2001:db8::zz",
+                "IPv6 address",
+            ),
+        ] {
+            let e = run(&mut s, line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        // The running configuration recreates it, and `apply` of it changes nothing.
+        let rc = s.running_config();
+        assert!(
+            rc.contains(
+                "type vxlan id 600 local 2001:db8::1 dstport 4789 udp6zerocsumrx learning on\n\
+                 fdb append 00:00:00:00:00:00 dev vx6 dst 2001:db8::2\n\
+                 fdb append 00:00:00:00:00:00 dev vx6 dst 2001:db8::3\n\
+                 fdb add 02:00:00:00:00:01 dev vx6 dst 2001:db8::3\n"
+            ),
+            "{rc}"
+        );
+        let mut t = Session::new();
+        t.execute_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        t.apply_batch(&rc, OutputOptions::default()).unwrap();
+        assert_eq!(t.running_config(), rc);
+        run(&mut s, "fdb del 00:00:00:00:00:00 dev vx6 dst 2001:db8::2").unwrap();
+        assert!(!run(&mut s, "fdb show dev vx6")
+            .unwrap()
+            .contains("2001:db8::2 "));
     }
 
     #[test]

@@ -39,17 +39,18 @@ pub(super) fn open_vxlan(
         dev: spec.dev.clone(),
         tos: spec.tos,
         learning: spec.learning,
+        udp6zerocsumtx: spec.udp6zerocsumtx,
+        udp6zerocsumrx: spec.udp6zerocsumrx,
     };
     let port = VxlanPort::open(cfg, table.clone()).map_err(|e| format!("port {name}: {e}"))?;
     tracing::info!(
-        "port {name}: vxlan {} on {}:{}{} (learning {})",
+        "port {name}: vxlan {} on {}{} (learning {})",
         if spec.external {
             "external".to_string()
         } else {
             format!("id {}", spec.vni)
         },
-        spec.local,
-        spec.dstport,
+        std::net::SocketAddr::new(spec.local, spec.dstport),
         spec.dev
             .as_deref()
             .map_or(String::new(), |d| format!(" dev {d}")),

@@ -14,7 +14,7 @@
 //! allocated per frame. docs/decisions.md 58 says why the map lives here and not in the bridge.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use qbridge_wire::vxlan::Vni;
@@ -44,7 +44,7 @@ pub struct VxlanEntry {
     pub vni: Vni,
     /// All zeros for a flood-list VTEP.
     pub mac: MacAddr,
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     pub kind: VxlanEntryKind,
     /// Seconds since last seen (learned entries).
     pub age_secs: u64,
@@ -144,9 +144,9 @@ impl TunnelMap {
 /// VNI map.
 #[derive(Debug)]
 pub struct VxlanTable {
-    statics: HashMap<(Vni, MacAddr), Ipv4Addr>,
-    learned: HashMap<(Vni, MacAddr), (Ipv4Addr, Instant)>,
-    flood: HashMap<Vni, Vec<Ipv4Addr>>,
+    statics: HashMap<(Vni, MacAddr), IpAddr>,
+    learned: HashMap<(Vni, MacAddr), (IpAddr, Instant)>,
+    flood: HashMap<Vni, Vec<IpAddr>>,
     /// Learned entries unrefreshed for longer are ignored and removed (the bridge's
     /// `ageing_time`, set by the engine; 0: every learned entry is expired at once).
     pub ageing: Duration,
@@ -169,7 +169,7 @@ impl Default for VxlanTable {
     }
 }
 
-const NO_VTEPS: &[Ipv4Addr] = &[];
+const NO_VTEPS: &[IpAddr] = &[];
 
 impl VxlanTable {
     pub fn shared() -> super::SharedVxlanTable {
@@ -178,7 +178,7 @@ impl VxlanTable {
 
     /// `fdb add|replace MAC dev NAME dst IP [vni N]`: a static entry (it replaces a learned
     /// one). The all-zeros MAC is the flood list's: see [`VxlanTable::append_flood`].
-    pub fn add_static(&mut self, vni: Vni, mac: MacAddr, dst: Ipv4Addr) {
+    pub fn add_static(&mut self, vni: Vni, mac: MacAddr, dst: IpAddr) {
         self.learned.remove(&(vni, mac));
         self.statics.insert((vni, mac), dst);
     }
@@ -186,7 +186,7 @@ impl VxlanTable {
     /// Makes the static entries and the flood lists exactly `remotes` (VNI, MAC, VTEP;
     /// all-zeros MAC: a flood-list VTEP), in order; learned entries of keys now static are
     /// dropped.
-    pub fn set_statics(&mut self, remotes: &[(Vni, MacAddr, Ipv4Addr)]) {
+    pub fn set_statics(&mut self, remotes: &[(Vni, MacAddr, IpAddr)]) {
         self.flood.clear();
         self.statics.clear();
         for &(vni, m, d) in remotes {
@@ -201,7 +201,7 @@ impl VxlanTable {
 
     /// `fdb append 00:00:00:00:00:00 dev NAME dst IP [vni N]`; false if `dst` is listed
     /// already.
-    pub fn append_flood(&mut self, vni: Vni, dst: Ipv4Addr) -> bool {
+    pub fn append_flood(&mut self, vni: Vni, dst: IpAddr) -> bool {
         let l = self.flood.entry(vni).or_default();
         if l.contains(&dst) {
             return false;
@@ -212,14 +212,14 @@ impl VxlanTable {
 
     /// VNI `vni`'s flood list.
     #[inline]
-    pub fn flood(&self, vni: Vni) -> &[Ipv4Addr] {
+    pub fn flood(&self, vni: Vni) -> &[IpAddr] {
         self.flood.get(&vni).map_or(NO_VTEPS, Vec::as_slice)
     }
 
     /// `fdb del MAC dev NAME [dst IP]`: removes the entry of `mac` in `vni` (a flood-list
     /// VTEP when `mac` is all zeros: `dst`, or the whole list without it). False if nothing
     /// matched.
-    pub fn remove(&mut self, vni: Vni, mac: MacAddr, dst: Option<Ipv4Addr>) -> bool {
+    pub fn remove(&mut self, vni: Vni, mac: MacAddr, dst: Option<IpAddr>) -> bool {
         if mac.is_zero() {
             let Some(l) = self.flood.get_mut(&vni) else {
                 return false;
@@ -229,7 +229,7 @@ impl VxlanTable {
             return l.len() != before;
         }
         let key = (vni, mac);
-        let matches = |d: &Ipv4Addr| dst.is_none_or(|x| x == *d);
+        let matches = |d: &IpAddr| dst.is_none_or(|x| x == *d);
         let s = self.statics.get(&key).is_some_and(matches) && self.statics.remove(&key).is_some();
         let l = self.learned.get(&key).is_some_and(|(d, _)| matches(d))
             && self.learned.remove(&key).is_some();
@@ -245,7 +245,7 @@ impl VxlanTable {
 
     /// Where a frame of `vni` to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
     #[inline]
-    pub fn lookup(&self, vni: Vni, dst: MacAddr, now: Instant) -> Option<Ipv4Addr> {
+    pub fn lookup(&self, vni: Vni, dst: MacAddr, now: Instant) -> Option<IpAddr> {
         if dst.is_multicast() {
             return None;
         }
@@ -260,7 +260,7 @@ impl VxlanTable {
 
     /// A frame of `vni` from `src` arrived from VTEP `from`: learn or refresh it (statics
     /// win; at most [`MAX_LEARNED`] entries, aged ones removed first when full).
-    pub fn learn(&mut self, vni: Vni, src: MacAddr, from: Ipv4Addr, now: Instant) {
+    pub fn learn(&mut self, vni: Vni, src: MacAddr, from: IpAddr, now: Instant) {
         let key = (vni, src);
         if !src.is_unicast() || src.is_zero() || self.statics.contains_key(&key) {
             return;
@@ -331,7 +331,7 @@ impl VxlanTable {
     }
 
     /// The VTEP a learned or static entry of (`vni`, `mac`) points to.
-    pub fn dst_of(&self, vni: Vni, mac: MacAddr) -> Option<Ipv4Addr> {
+    pub fn dst_of(&self, vni: Vni, mac: MacAddr) -> Option<IpAddr> {
         self.statics
             .get(&(vni, mac))
             .or_else(|| self.learned.get(&(vni, mac)).map(|(d, _)| d))
@@ -355,8 +355,8 @@ mod tests {
         let mut t = VxlanTable::default();
         let v = vni(100);
         let t0 = Instant::now();
-        let ip2: Ipv4Addr = "10.0.0.2".parse().unwrap();
-        let ip3: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        let ip2: IpAddr = "10.0.0.2".parse().unwrap();
+        let ip3: IpAddr = "10.0.0.3".parse().unwrap();
         t.learn(v, MacAddr(B), ip2, t0);
         t.learn(v, MacAddr([0xff; 6]), ip2, t0);
         assert_eq!(t.lookup(v, MacAddr(B), t0), Some(ip2));
@@ -387,8 +387,8 @@ mod tests {
     fn keys_are_vni_and_mac_and_ageing_follows_the_setting() {
         let mut t = VxlanTable::default();
         let t0 = Instant::now();
-        let ip2: Ipv4Addr = "10.0.0.2".parse().unwrap();
-        let ip3: Ipv4Addr = "10.0.0.3".parse().unwrap();
+        let ip2: IpAddr = "10.0.0.2".parse().unwrap();
+        let ip3: IpAddr = "10.0.0.3".parse().unwrap();
         // One MAC in two VNIs, at two VTEPs: two entries.
         t.learn(vni(1000), MacAddr(B), ip2, t0);
         t.learn(vni(2000), MacAddr(B), ip3, t0);
