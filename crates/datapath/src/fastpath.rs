@@ -267,18 +267,6 @@ pub struct FlowPlan {
     pub fdb: Vec<(FdbKey, FdbEntry)>,
 }
 
-/// Tags (0x8100/0x88a8) at the front of `frame`, as the program counts them.
-fn tag_count(frame: &[u8]) -> usize {
-    let mut n = 0;
-    while let Some(t) = frame.get(12 + 4 * n..14 + 4 * n) {
-        if t != [0x81, 0x00] && t != [0x88, 0xa8] {
-            break;
-        }
-        n += 1;
-    }
-    n
-}
-
 /// The flow of `f`, or why there is none: what the worker installs (a pure function of the
 /// plan, its FDB and the frames; the exactness tests call it too).
 pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
@@ -306,8 +294,9 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         version: 0,
         last_seen_ns: seen,
     };
-    // Tags entering each hop, from the lengths (the program counts bytes so).
-    let tags0 = tag_count(input) as isize;
+    // Tags entering each hop, from the lengths (the program counts bytes so): the kernel's
+    // TPIDs ([`qbridge_wire::Tpid::KERNEL`]), the program's.
+    let tags0 = qbridge_io::port::kernel_tag_depth(input) as isize;
     let mut hops = Vec::with_capacity(f.hops.len());
     let mut fdb = Vec::with_capacity(2 * f.hops.len());
     let mut payload_max = i64::MAX;
@@ -322,7 +311,7 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         {
             return Err(Refusal::Port);
         }
-        if i == 0 && fin.tpid != 0x8100 && fin.tpid != 0x88a8 {
+        if i == 0 && !qbridge_wire::Tpid(fin.tpid).is_kernel() {
             extra = [fin.tpid, 0];
         }
         // Every hop changes whole tags and nothing else (`compile` checks the ends).

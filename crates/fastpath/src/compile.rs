@@ -6,9 +6,7 @@
 //! a rewrite beyond the tags) is not cached, with the reason.
 
 use crate::maps::{FlowAction, FlowKey, Hop, MAX_HOPS, MAX_TAGS};
-
-const TPID_8021Q: u16 = 0x8100;
-const TPID_8021AD: u16 = 0x88a8;
+use qbridge_wire::{TagStack, Tpid};
 
 /// What the pipeline decided for one frame, and what the flow needs besides the two frames.
 #[derive(Debug, Clone, Copy)]
@@ -41,46 +39,34 @@ pub enum NotCached {
     /// The destination is a group address (floods are never cached).
     Group,
     /// More tags than the program edits, or an input TPID the ingress port takes (or the
-    /// pipeline parses anyway: 0x9100, 0x9200, 0x9300) that the program does not parse. (An output tag of another TPID is not a tag to the program:
-    /// that output reads as [`NotCached::Rewrite`].)
+    /// pipeline parses anyway: [`Tpid::WELL_KNOWN`]) that the program does not parse. (An
+    /// output tag of another TPID is not a tag to the program: that output reads as
+    /// [`NotCached::Rewrite`].)
     Tags,
     /// The output differs from the input beyond the tag stack, or the hops do not chain
     /// (none, more than [`MAX_HOPS`], tag counts that do not follow).
     Rewrite,
 }
 
-/// TPIDs the pipeline parses as tags on any port (`Tpid::is_well_known`) besides 0x8100 and
-/// 0x88a8: the program does not, and sends a frame whose EtherType is one of them up (the
-/// pipeline may read that tag: a port that copies the PCP of a frame's own outer tag does).
-const OTHER_KNOWN_TPIDS: [u16; 3] = [0x9100, 0x9200, 0x9300];
-
 /// The tags at the front of `frame` (after the addresses) that the program parses: up to
-/// [`MAX_TAGS`] of 0x8100/0x88a8; then the EtherType and the payload's offset. `None` when
-/// the frame is too short; `Err` when there are more, a TPID in `extra`, or one of
-/// [`OTHER_KNOWN_TPIDS`].
-#[allow(clippy::type_complexity)]
-fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(Vec<(u16, u16)>, u16, usize), NotCached> {
-    let be = |o: usize| -> Result<u16, NotCached> {
-        frame
-            .get(o..o + 2)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]))
-            .ok_or(NotCached::Short)
-    };
-    let mut off = 12;
-    let mut out = Vec::new();
-    let mut proto = be(off)?;
-    while proto == TPID_8021Q || proto == TPID_8021AD {
-        if out.len() == MAX_TAGS {
-            return Err(NotCached::Tags);
-        }
-        out.push((proto, be(off + 2)?));
-        off += 4;
-        proto = be(off)?;
-    }
-    if extra.iter().any(|&t| t != 0 && t == proto) || OTHER_KNOWN_TPIDS.contains(&proto) {
+/// [`MAX_TAGS`] of the kernel's TPIDs ([`Tpid::KERNEL`], read by `qbridge_wire`'s one tag
+/// parser); then the EtherType and the payload's offset. `Short` when the frame is too short;
+/// `Tags` when there are more, or the EtherType is a TPID in `extra` or another of
+/// [`Tpid::WELL_KNOWN`] (the pipeline parses those on any port and may read that tag: a port
+/// that copies the PCP of a frame's own outer tag does; the program sends such a frame up).
+pub fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(TagStack, u16, usize), NotCached> {
+    let after_macs = frame.get(12..).ok_or(NotCached::Short)?;
+    let (stack, proto) = TagStack::parse(after_macs, Tpid::is_kernel).map_err(|e| match e {
+        qbridge_wire::Error::TooManyTags => NotCached::Tags,
+        _ => NotCached::Short,
+    })?;
+    if stack.len() > MAX_TAGS
+        || extra.iter().any(|&t| t != 0 && t == proto)
+        || Tpid(proto).is_well_known()
+    {
         return Err(NotCached::Tags);
     }
-    Ok((out, proto, off + 2))
+    Ok((stack, proto, 14 + stack.wire_len()))
 }
 
 /// The flow of `d`, or why there is none.
@@ -117,9 +103,9 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
         ..FlowKey::default()
     };
     key.dst.copy_from_slice(&d.input[..6]);
-    for (i, (tpid, tci)) in in_tags.iter().enumerate() {
-        key.tpid_be[i] = tpid.to_be();
-        key.tci_be[i] = tci.to_be();
+    for (i, t) in in_tags.as_slice().iter().enumerate() {
+        key.tpid_be[i] = t.tpid.0.to_be();
+        key.tci_be[i] = t.tci.0.to_be();
     }
     let mut action = FlowAction {
         generation: d.generation,
@@ -132,9 +118,9 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
         hops,
         ..FlowAction::default()
     };
-    for (i, (tpid, tci)) in out_tags.iter().enumerate() {
-        action.push_tpid_be[i] = tpid.to_be();
-        action.push_tci_be[i] = tci.to_be();
+    for (i, t) in out_tags.as_slice().iter().enumerate() {
+        action.push_tpid_be[i] = t.tpid.0.to_be();
+        action.push_tci_be[i] = t.tci.0.to_be();
     }
     Ok((key, action))
 }

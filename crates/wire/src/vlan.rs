@@ -27,9 +27,43 @@ impl Tpid {
     pub const QINQ_9200: Tpid = Tpid(0x9200);
     pub const QINQ_9300: Tpid = Tpid(0x9300);
 
-    /// The TPIDs any stack parser recognises without configuration.
+    /// The TPIDs the kernel takes as VLAN tags (`eth_type_vlan`): 802.1Q and 802.1ad. The
+    /// eBPF fast path's program parses and edits these and no other.
+    pub const KERNEL: [Tpid; 2] = [Tpid::DOT1Q, Tpid::DOT1AD];
+
+    /// The TPIDs any stack parser recognises without configuration: the kernel's, then the
+    /// pre-standard Q-in-Q ones. The one list (the pipeline, the bond hash, the fast path's
+    /// compiler read it; the fast path's C program, which cannot, names the same five).
+    pub const WELL_KNOWN: [Tpid; 5] = [
+        Tpid::DOT1Q,
+        Tpid::DOT1AD,
+        Tpid::QINQ_9100,
+        Tpid::QINQ_9200,
+        Tpid::QINQ_9300,
+    ];
+
+    /// Whether this TPID is one of [`Tpid::WELL_KNOWN`].
+    #[inline]
     pub const fn is_well_known(self) -> bool {
-        matches!(self.0, 0x8100 | 0x88a8 | 0x9100 | 0x9200 | 0x9300)
+        Self::listed(&Self::WELL_KNOWN, self)
+    }
+
+    /// Whether this TPID is one of [`Tpid::KERNEL`].
+    #[inline]
+    pub const fn is_kernel(self) -> bool {
+        Self::listed(&Self::KERNEL, self)
+    }
+
+    #[inline(always)]
+    const fn listed(list: &[Tpid], t: Tpid) -> bool {
+        let mut i = 0;
+        while i < list.len() {
+            if list[i].0 == t.0 {
+                return true;
+            }
+            i += 1;
+        }
+        false
     }
 }
 
@@ -217,6 +251,17 @@ mod tests {
         assert_eq!(t.0, 0xb064);
         assert_eq!((t.pcp(), t.dei(), t.vid().get()), (5, true, 100));
         assert_eq!(t.with_vid(Vid::from_bits(7)).0, 0xb007);
+    }
+
+    #[test]
+    fn the_tpid_lists() {
+        let known: Vec<u16> = (0..=u16::MAX)
+            .filter(|&t| Tpid(t).is_well_known())
+            .collect();
+        assert_eq!(known, [0x8100, 0x88a8, 0x9100, 0x9200, 0x9300]);
+        let kernel: Vec<u16> = (0..=u16::MAX).filter(|&t| Tpid(t).is_kernel()).collect();
+        assert_eq!(kernel, [0x8100, 0x88a8]);
+        assert!(Tpid::KERNEL.iter().all(|t| t.is_well_known()));
     }
 
     #[test]
