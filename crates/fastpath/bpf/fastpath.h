@@ -151,4 +151,18 @@ struct qb_vlan_stats {
 	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
 };
 
+/* The sizes crates/fastpath/src/maps.rs asserts of its #[repr(C)] mirrors: a layout changed on
+ * one side only fails the build of that side. */
+_Static_assert(sizeof(struct qb_port) == 20, "qb_port: maps.rs Port");
+_Static_assert(sizeof(struct qb_flow_key) == 24, "qb_flow_key: maps.rs FlowKey");
+_Static_assert(sizeof(struct qb_hop) == 24, "qb_hop: maps.rs Hop");
+_Static_assert(sizeof(struct qb_flow_action) == 24 + 24 * QB_MAX_HOPS,
+	       "qb_flow_action: maps.rs FlowAction");
+_Static_assert(sizeof(struct qb_fdb_key) == 12, "qb_fdb_key: maps.rs FdbKey");
+_Static_assert(sizeof(struct qb_fdb_entry) == 16, "qb_fdb_entry: maps.rs FdbEntry");
+_Static_assert(sizeof(struct qb_config) == 8, "qb_config: maps.rs Config");
+_Static_assert(sizeof(struct qb_owner) == 24, "qb_owner: maps.rs Owner");
+_Static_assert(sizeof(struct qb_port_stats) == 96, "qb_port_stats: maps.rs PortStats");
+_Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanStats");
+
 #endif
