@@ -64,6 +64,7 @@
 //! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
 #![allow(unsafe_code)]
 
+pub mod outer;
 mod table;
 pub use table::{TunnelMap, VxlanEntry, VxlanEntryKind, VxlanTable, DEFAULT_AGEING, MAX_LEARNED};
 
@@ -1673,5 +1674,177 @@ mod tests {
         assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 1);
         assert_eq!(p.vxlan_drops().unmapped_vlan, 3);
         assert_eq!(&recv(&r8).unwrap()[8..], &inner[..]);
+    }
+
+    /// Runs `f` on a thread in a network namespace of its own (`unshare(CLONE_NEWNET)`), its
+    /// loopback up with 2001:db8::1-4; `None` (a skip) where that is not allowed.
+    fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        std::thread::spawn(move || {
+            // SAFETY: unshare(2) of this thread's network namespace; no memory is involved.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return None;
+            }
+            // Children of this thread start in its namespace.
+            let ip = |args: &str| {
+                std::process::Command::new("ip")
+                    .args(args.split(' '))
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            if !ip("link set lo up") {
+                return None;
+            }
+            for k in 1..=4 {
+                if !ip(&format!("-6 addr add 2001:db8::{k}/128 dev lo")) {
+                    return None;
+                }
+            }
+            Some(f())
+        })
+        .join()
+        .expect("the namespace thread panicked")
+    }
+
+    /// A datagram and its hop limit and traffic class (`IPV6_RECVHOPLIMIT`, `IPV6_RECVTCLASS`).
+    fn recv6(s: &UdpSocket) -> Option<(Vec<u8>, i32, i32)> {
+        let mut b = vec![0u8; 65536];
+        let mut ctl = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        // SAFETY: plain old data; zeros are valid.
+        let mut m: libc::msghdr = unsafe { mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.as_mut_ptr().cast();
+        m.msg_controllen = mem::size_of_val(&ctl);
+        // SAFETY: `m` points to live buffers of the sizes stated.
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut m, 0) };
+        if n < 0 {
+            return None;
+        }
+        b.truncate(n as usize);
+        let (mut hops, mut tclass) = (-1, -1);
+        // SAFETY: the kernel wrote `msg_controllen` bytes of control messages into `ctl`;
+        // the CMSG macros stay within them; each value is an int.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::IPPROTO_IPV6 {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    match (*c).cmsg_type {
+                        libc::IPV6_HOPLIMIT => hops = v,
+                        libc::IPV6_TCLASS => tclass = v,
+                        _ => {}
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&m, c);
+            }
+        }
+        Some((b, hops, tclass))
+    }
+
+    /// An IPv6 underlay: the port floods to both listed IPv6 VTEPs with its hop limit and
+    /// each inner packet's traffic class (`tos inherit`), learns a VTEP's IPv6 address,
+    /// sends runs segmented, and refuses a zero UDP checksum unless `udp6zerocsumrx`.
+    #[test]
+    fn ipv6_underlay_floods_learns_and_checksums() {
+        let done = in_private_netns(|| {
+            let v6 = |k: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, k));
+            let r2 = UdpSocket::bind((v6(2), 4789)).unwrap();
+            let r3 = UdpSocket::bind((v6(3), 4789)).unwrap();
+            for s in [&r2, &r3] {
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                for opt in [libc::IPV6_RECVHOPLIMIT, libc::IPV6_RECVTCLASS] {
+                    crate::sys::setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IPV6, opt, 1).unwrap();
+                }
+            }
+            let cfg = |local: IpAddr, rx0: bool| VxlanConfig {
+                name: "vx6".into(),
+                vni: Vni::new(600),
+                local,
+                dstport: 4789,
+                ttl: Some(9),
+                dev: None,
+                tos: Some(vxlan::OuterTos::Inherit),
+                learning: true,
+                udp6zerocsumtx: false,
+                udp6zerocsumrx: rx0,
+            };
+            let mut p = VxlanPort::open(cfg(v6(1), false), VxlanTable::shared()).unwrap();
+            let v600 = Vni::new(600).unwrap();
+            {
+                let mut t = p.table().lock().unwrap();
+                t.append_flood(v600, v6(2));
+                t.append_flood(v600, v6(3));
+            }
+            let mut pool = BufPool::new(64);
+            // A broadcast inner IPv4 packet with TOS 0xb8: to both, hop limit 9, TC 0xb8.
+            let mut bc = [0xff; 6].to_vec();
+            bc.extend_from_slice(&A);
+            bc.extend_from_slice(&[0x08, 0x00, 0x45, 0xb8]);
+            bc.resize(120, 7);
+            let mut b = Batch::with_capacity(4);
+            b.push(qbridge_packet::PacketBuf::from_frame(&bc));
+            assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 2);
+            for r in [&r2, &r3] {
+                let (d, hops, tc) = recv6(r).unwrap();
+                assert_eq!(&d[..8], &[0x08, 0, 0, 0, 0, 0x02, 0x58, 0]);
+                assert_eq!(&d[8..], &bc[..]);
+                assert_eq!((hops, tc), (9, 0xb8));
+            }
+            // B answers from 2001:db8::3: learned with its IPv6 address; unicast goes there.
+            let mut dg = vec![0x08, 0, 0, 0, 0, 0x02, 0x58, 0];
+            dg.extend_from_slice(&frame(A, B, 60));
+            r3.send_to(&dg, (v6(1), 4789)).unwrap();
+            assert_eq!(rx_all(&mut p, &mut pool), vec![frame(A, B, 60)]);
+            assert_eq!(
+                p.table().lock().unwrap().dst_of(v600, MacAddr(B)),
+                Some(v6(3))
+            );
+            let entries = p.table().lock().unwrap().entries(Instant::now());
+            assert!(entries
+                .iter()
+                .any(|e| e.kind == VxlanEntryKind::Learned && e.dst == v6(3)));
+            // A run of equal frames to B: one segmented send, each datagram whole.
+            let mut b = Batch::with_capacity(4);
+            for _ in 0..3 {
+                b.push(qbridge_packet::PacketBuf::from_frame(&frame(B, A, 900)));
+            }
+            assert_eq!(p.tx_burst(&mut b, &mut pool).unwrap().sent, 3);
+            for _ in 0..3 {
+                assert_eq!(&recv6(&r3).unwrap().0[8..], &frame(B, A, 900)[..]);
+            }
+            assert_eq!(p.segmented_sends(), 1);
+            // A zero UDP checksum from ::2 (UDP_NO_CHECK6_TX): dropped by the kernel before
+            // the port; a port with udp6zerocsumrx takes it.
+            let z = UdpSocket::bind((v6(2), 0)).unwrap();
+            crate::sys::setsockopt_int(z.as_raw_fd(), libc::SOL_UDP, UDP_NO_CHECK6_TX, 1).unwrap();
+            let mut from2 = vec![0x08, 0, 0, 0, 0, 0x02, 0x58, 0];
+            from2.extend_from_slice(&frame(A, [2, 0, 0, 0, 0, 0xc], 60));
+            z.send_to(&from2, (v6(1), 4789)).unwrap();
+            assert!(
+                rx_all(&mut p, &mut pool).is_empty(),
+                "a zero checksum was taken"
+            );
+            drop(p);
+            let mut q = VxlanPort::open(cfg(v6(4), true), VxlanTable::shared()).unwrap();
+            z.send_to(&from2, (v6(4), 4789)).unwrap();
+            assert_eq!(rx_all(&mut q, &mut pool), vec![from2[8..].to_vec()]);
+            // An IPv4 VTEP in an IPv6 port's table cannot be sent to: counted, not a panic.
+            q.table()
+                .lock()
+                .unwrap()
+                .append_flood(v600, "10.0.0.2".parse().unwrap());
+            let mut b = Batch::with_capacity(1);
+            b.push(qbridge_packet::PacketBuf::from_frame(&bc));
+            let r = q.tx_burst(&mut b, &mut pool).unwrap();
+            assert_eq!(r.sent, 0);
+        });
+        if done.is_none() {
+            eprintln!("SKIPPED: no private network namespace (needs root and ip(8))");
+        }
     }
 }

@@ -32,6 +32,9 @@ pub const HEADER_LEN: usize = 8;
 /// the outer Ethernet header (14). A VXLAN port's inner frames must be this much smaller than
 /// the underlay's frames; its inner MTU is the underlay's MTU minus 50.
 pub const IPV4_OVERHEAD: usize = 20 + 8 + HEADER_LEN + 14;
+/// Bytes the outer headers add over IPv6: IPv6 (40, no extension headers) + UDP (8) + VXLAN
+/// (8) + the outer Ethernet header (14): 70; the inner MTU is the underlay's minus 70.
+pub const IPV6_OVERHEAD: usize = 40 + 8 + HEADER_LEN + 14;
 /// The IANA-assigned VXLAN UDP port.
 pub const DEFAULT_PORT: u16 = 4789;
 /// The first port of RFC 7348 §5's recommended source-port range (the dynamic ports).
