@@ -32,15 +32,16 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
-use crate::fastpath::{FastShared, Forwarded, PREFIX};
+use crate::fastpath::upcall::{Egress, FastWorker, Host};
+use crate::fastpath::FastShared;
 use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
 use crate::shared::{Ctl, PortShared, PuntGate};
 use crate::transmit::{transmit, TransmitReport, TransmitScratch};
-use qbridge_bridge::{DropReason, Outputs, Plan, PortId};
+use qbridge_bridge::{DropReason, FastClass, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
-use qbridge_packet::{Batch, PacketBuf};
+use qbridge_packet::Batch;
 use qbridge_wire::Tpid;
 use rustix::event::{epoll, Timespec};
 use std::os::fd::OwnedFd;
@@ -146,31 +147,8 @@ pub(crate) struct Worker {
     reaper: ReaperHandle,
     /// The bound on trapped BPDUs in flight to the control thread.
     punt: Arc<PuntGate>,
-    /// The eBPF fast path's upcalls and flow installs, when it is on.
-    fast: Option<Box<WorkerFast>>,
-}
-
-/// A worker's half of the fast path (`crate::fastpath`).
-#[derive(Debug)]
-struct WorkerFast {
-    upcall: Queue,
-    shared: Arc<FastShared>,
-    /// The generation of the plan this worker forwards with.
-    generation: u32,
-    /// The upcall burst (frames of many ports).
-    batch: Batch,
-    /// (ingress index, destination) pairs whose flow was refused for a reason of the
-    /// configuration, under `generation`: their frames are forwarded in bursts, not alone.
-    refused: std::collections::HashSet<(u16, [u8; 6])>,
-    /// Pairs installed from this burst (their later frames in it are no news).
-    installed: Vec<(u16, [u8; 6])>,
-    /// The frame forwarded alone: the bridges it crossed, and its first bytes entering
-    /// each and leaving the last.
-    hops: Vec<crate::fastpath::Crossing>,
-    frames: Vec<Vec<u8>>,
-    changes: Vec<qbridge_bridge::FastChange>,
-    /// The upcall socket's drops already counted into `FastShared::upcall_ring_full`.
-    seen_drops: BackendDrops,
+    /// The eBPF fast path's upcalls and flow installs, when it is on (`crate::fastpath`).
+    fast: Option<Box<FastWorker>>,
 }
 
 impl Worker {
@@ -284,7 +262,7 @@ impl Worker {
                 let id = self.ready[i];
                 self.service_rx(id, quantum, &mut round_left);
             }
-            if upcalls || self.fast.as_ref().is_some_and(|f| f.upcall.rx_pending()) {
+            if upcalls || self.fast.as_ref().is_some_and(|f| f.rx_pending()) {
                 self.service_upcall();
             }
             if woken {
@@ -304,10 +282,7 @@ impl Worker {
                         self.update(plan, attach, detach);
                         self.sinks = sinks;
                         if let Some(f) = self.fast.as_mut() {
-                            if f.generation != fast_gen {
-                                f.refused.clear();
-                            }
-                            f.generation = fast_gen;
+                            f.follow_plan(fast_gen);
                         }
                         let _ = done.send(());
                     }
@@ -385,17 +360,7 @@ impl Worker {
 
     fn tick(&mut self) {
         if let Some(f) = self.fast.as_mut() {
-            // The upcall socket's kernel drops: a ring the workers did not empty in time.
-            if let Err(e) = f.upcall.tick() {
-                tracing::debug!("fast path: upcall socket: {e}");
-            }
-            let now = f.upcall.drops();
-            let lost = (now.rx_ring_full + now.rx_truncated)
-                .saturating_sub(f.seen_drops.rx_ring_full + f.seen_drops.rx_truncated);
-            if lost != 0 {
-                f.shared.upcall_ring_full.fetch_add(lost, Ordering::Relaxed);
-            }
-            f.seen_drops = now;
+            f.tick();
         }
         for i in 0..self.queues.len() {
             let Some(Some(e)) = self.queues.get_mut(i) else {
@@ -479,14 +444,7 @@ impl Worker {
         match self.fast.take() {
             // A TAP port the fast path serves: what it reads are the program's misses.
             Some(mut f) if fast_tap => {
-                let index = crate::fastpath::port_index(token);
-                std::mem::swap(&mut self.rx.pkts, &mut f.batch.pkts);
-                let mut pkts = std::mem::take(&mut f.batch.pkts);
-                for p in pkts.iter_mut() {
-                    p.port = index;
-                }
-                self.forward_misses(&mut f, &mut pkts, false);
-                f.batch.pkts = pkts;
+                f.forward_tap(self, token);
                 self.fast = Some(f);
             }
             fast => {
@@ -523,19 +481,9 @@ impl Worker {
         }
     }
 
-    /// Forwards `self.rx` (frames of any ports, `port` set) and sends what leaves.
-    fn forward_rx(&mut self) {
-        let now = self.now_ns();
-        self.core
-            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-        self.send_outputs();
-    }
-
-    fn start_upcall(&mut self, mut queue: Queue, shared: Arc<FastShared>) {
-        if let Err(e) = queue.start() {
-            tracing::warn!("fast path: upcall socket: {e}");
-        }
-        if let Some(fd) = queue.fd() {
+    fn start_upcall(&mut self, queue: Queue, shared: Arc<FastShared>) {
+        let f = FastWorker::new(queue, shared, BURST);
+        if let Some(fd) = f.fd() {
             if let Err(e) = epoll::add(
                 &self.epoll,
                 fd,
@@ -548,150 +496,14 @@ impl Worker {
                 );
             }
         }
-        let generation = shared.generation.load(Ordering::Acquire);
-        self.fast = Some(Box::new(WorkerFast {
-            upcall: queue,
-            shared,
-            generation,
-            batch: Batch::with_capacity(BURST),
-            refused: std::collections::HashSet::new(),
-            installed: Vec::new(),
-            hops: Vec::with_capacity(qbridge_fastpath::MAX_HOPS),
-            frames: (0..=qbridge_fastpath::MAX_HOPS)
-                .map(|_| Vec::with_capacity(PREFIX))
-                .collect(),
-            changes: Vec::new(),
-            seen_drops: BackendDrops::default(),
-        }));
+        self.fast = Some(Box::new(f));
     }
 
-    /// The program's index of port `id`'s opening this worker holds (`None`: no such queue).
-    fn port_index(&self, id: u16) -> Option<u16> {
-        match self.queues.get(id as usize) {
-            Some(Some(e)) if !e.failed => Some(crate::fastpath::port_index(e.token)),
-            _ => None,
-        }
-    }
-
-    /// One burst of the fast path's misses: each frame given to its ingress port, forwarded
-    /// in order; a unicast frame whose flow may be new is forwarded alone and its flow
-    /// installed when the pipeline's decision allows (`crate::fastpath::install`).
+    /// One burst of the fast path's misses (`crate::fastpath::upcall`).
     fn service_upcall(&mut self) {
-        let Some(mut f) = self.fast.take() else {
-            return;
-        };
-        let received = f
-            .upcall
-            .rx_burst(&mut f.batch, &mut self.outputs.pool, BURST);
-        if let Err(e) = received {
-            tracing::warn!("fast path: upcall socket: {e}");
-            self.outputs.pool.put_all(&mut f.batch);
+        if let Some(mut f) = self.fast.take() {
+            f.service(self, BURST, ROUND_FLOOD_COPIES);
             self.fast = Some(f);
-            return;
-        }
-        if f.batch.is_empty() {
-            self.fast = Some(f);
-            return;
-        }
-        // The misses of every fast-path port share one queue: a round's flood work at most,
-        // as a queue alone in its round (the module documentation's flood fairness).
-        self.core.set_flood_credit(Some(ROUND_FLOOD_COPIES));
-        let mut pkts = std::mem::take(&mut f.batch.pkts);
-        self.forward_misses(&mut f, &mut pkts, true);
-        f.batch.pkts = pkts;
-        self.fast = Some(f);
-    }
-
-    /// Forwards the fast path's misses `pkts` (each with its ingress port's index in `port`),
-    /// in order; a unicast frame whose flow may be new is forwarded alone and its flow
-    /// installed when the pipeline's decision allows (`crate::fastpath::install`).
-    /// `count_rx`: count them in the ports' per-worker receive counts (the upcall's; a TAP
-    /// port's burst was counted as read).
-    fn forward_misses(&mut self, f: &mut WorkerFast, pkts: &mut Vec<PacketBuf>, count_rx: bool) {
-        // Flows are made only under the generation of the plan in hand: a change published
-        // but not yet taken makes them stale at once, so none is made.
-        let install = f.shared.generation.load(Ordering::Acquire) == f.generation;
-        if f.refused.len() > 65_536 {
-            f.refused.clear();
-        }
-        f.installed.clear();
-        let mut stale = 0u64;
-        // Frames per ingress port for `rx_frames_by_worker`, counted per run of one port (one
-        // atomic add per run, not per frame).
-        let mut run: Option<(u16, u64)> = None;
-        for mut pkt in pkts.drain(..) {
-            let tci = pkt.port;
-            let id = tci & 0x0fff;
-            let index = self.port_index(id);
-            if tci == qbridge_io::afpacket::UPCALL_NO_PORT || index != Some(tci) {
-                stale += 1;
-                self.outputs.pool.put(pkt);
-                continue;
-            }
-            pkt.port = id;
-            match &mut run {
-                _ if !count_rx => {}
-                Some((p, n)) if *p == id => *n += 1,
-                _ => {
-                    if let Some((p, n)) = run.replace((id, 1)) {
-                        self.count_worker_rx(p, n);
-                    }
-                }
-            }
-            let frame = pkt.frame();
-            let pair = match frame.get(..6) {
-                Some(d) if install && d[0] & 1 == 0 => {
-                    let mut dst = [0u8; 6];
-                    dst.copy_from_slice(d);
-                    let pair = (tci, dst);
-                    (!f.refused.contains(&pair) && !f.installed.contains(&pair)).then_some(pair)
-                }
-                _ => None,
-            };
-            let Some(pair) = pair else {
-                self.rx.push(pkt);
-                continue;
-            };
-            if !self.rx.is_empty() {
-                self.forward_rx();
-            }
-            f.frames[0].clear();
-            f.frames[0].extend_from_slice(&frame[..frame.len().min(PREFIX)]);
-            let in_len = pkt.len();
-            self.rx.push(pkt);
-            let now = self.now_ns();
-            self.core
-                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-            match self.install_from_outputs(f, id, tci, in_len) {
-                Ok(()) => f.installed.push(pair),
-                Err(r) => {
-                    f.shared.refuse(r);
-                    if matches!(
-                        r,
-                        crate::fastpath::Refusal::Port | crate::fastpath::Refusal::Rewrite
-                    ) {
-                        f.refused.insert(pair);
-                    }
-                }
-            }
-            self.send_outputs();
-        }
-        if let Some((p, n)) = run {
-            self.count_worker_rx(p, n);
-        }
-        if !self.rx.is_empty() {
-            self.forward_rx();
-        }
-        if stale != 0 {
-            f.shared.stale_upcalls.fetch_add(stale, Ordering::Relaxed);
-        }
-        // Entries the pipeline moved or removed meanwhile: the map follows at once.
-        f.changes.clear();
-        if self.plan.take_fast_changes(&mut f.changes) {
-            f.shared.resync.store(true, Ordering::Relaxed);
-        }
-        if !f.changes.is_empty() {
-            crate::fastpath::follow_changes(&f.shared, &f.changes, |p| self.port_index(p));
         }
     }
 
@@ -703,106 +515,6 @@ impl Worker {
                 c.fetch_add(n, Ordering::Relaxed);
             }
         }
-    }
-
-    /// The one output of the last [`Forwarder::process`](qbridge_bridge::Forwarder::process)
-    /// of a single frame: its port, or why a flow cannot be made of it.
-    fn one_output(&self) -> Result<u16, crate::fastpath::Refusal> {
-        use crate::fastpath::Refusal;
-        if !self.outputs.mirror_sinks.is_empty() || !self.outputs.punt.is_empty() {
-            return Err(Refusal::Outputs);
-        }
-        let mut one = None;
-        for (j, b) in self.outputs.ports.iter().enumerate() {
-            if b.is_empty() {
-                continue;
-            }
-            if one.is_some() || b.len() != 1 {
-                return Err(Refusal::Outputs);
-            }
-            one = Some(j as u16);
-        }
-        one.ok_or(Refusal::Outputs)
-    }
-
-    /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
-    /// when the outputs and the FDB allow. An output on a patch link is received by the other
-    /// end at once (after the frames the link already held, which go first), so that the
-    /// flow folds the bridges behind it; the outputs left are the caller's to send.
-    fn install_from_outputs(
-        &mut self,
-        f: &mut WorkerFast,
-        in_id: u16,
-        in_index: u16,
-        in_len: usize,
-    ) -> Result<(), crate::fastpath::Refusal> {
-        use crate::fastpath::{Crossing, Refusal};
-        f.hops.clear();
-        let (mut in_id, mut in_index, mut in_len) = (in_id, in_index, in_len);
-        let (out_ifindex, out_peer_mac, out_into_host) = loop {
-            let out_id = self.one_output()?;
-            let Some(Some(e)) = self.queues.get(out_id as usize) else {
-                return Err(Refusal::Port);
-            };
-            if e.failed {
-                return Err(Refusal::Port);
-            }
-            let out_index = crate::fastpath::port_index(e.token);
-            let peer = e.shared.patch_peer.load(Ordering::Relaxed);
-            let ends = (
-                e.shared.fast_ifindex.load(Ordering::Relaxed),
-                crate::shared::decode_peer_mac(e.shared.fast_peer_mac.load(Ordering::Relaxed)),
-                e.shared.fast_into_host.load(Ordering::Relaxed),
-            );
-            let out = &self.outputs.ports[out_id as usize].pkts[0];
-            let n = f.hops.len();
-            f.hops.push(Crossing {
-                in_id,
-                in_index,
-                in_len,
-                class: self.core.fast_class(0),
-                out_id,
-                out_index,
-                out_len: out.len(),
-            });
-            let bytes = out.frame();
-            f.frames[n + 1].clear();
-            f.frames[n + 1].extend_from_slice(&bytes[..bytes.len().min(PREFIX)]);
-            let peer_index = u16::try_from(peer).ok().and_then(|p| self.port_index(p));
-            let (Some(peer_index), true) = (peer_index, n + 1 < qbridge_fastpath::MAX_HOPS) else {
-                break ends;
-            };
-            // Through the patch link now: what the other end has waiting first, then this
-            // frame, received there (its transmit counted as sent, as the link does).
-            let peer = peer as u16;
-            let Some(mut pkt) = self.outputs.ports[out_id as usize].pkts.pop() else {
-                return Err(Refusal::Outputs);
-            };
-            self.drain_patch(peer);
-            pkt.port = peer;
-            self.count_worker_rx(peer, 1);
-            (in_id, in_index, in_len) = (peer, peer_index, pkt.len());
-            self.rx.push(pkt);
-            let now = self.now_ns();
-            self.core
-                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-        };
-        let frames: Vec<&[u8]> = f.frames[..=f.hops.len()]
-            .iter()
-            .map(Vec::as_slice)
-            .collect();
-        crate::fastpath::install(
-            &f.shared,
-            &Forwarded {
-                plan: &self.plan,
-                hops: &f.hops,
-                frames: &frames,
-                out_ifindex,
-                out_peer_mac,
-                out_into_host,
-                generation: f.generation,
-            },
-        )
     }
 
     /// Forwards the frames patch link end `id` has waiting on this worker (an earlier turn's
@@ -948,6 +660,74 @@ impl Worker {
         } else {
             tracing::warn!("port {}: {err}", e.queue.name());
         }
+    }
+}
+
+/// What the fast path drives of a worker (`crate::fastpath::upcall`).
+impl Host for Worker {
+    fn port_index(&self, id: u16) -> Option<u16> {
+        match self.queues.get(id as usize) {
+            Some(Some(e)) if !e.failed => Some(crate::fastpath::port_index(e.token)),
+            _ => None,
+        }
+    }
+
+    fn egress(&self, id: u16) -> Option<Egress> {
+        let e = self
+            .queues
+            .get(id as usize)?
+            .as_ref()
+            .filter(|e| !e.failed)?;
+        let s = &e.shared;
+        Some(Egress {
+            index: crate::fastpath::port_index(e.token),
+            ifindex: s.fast_ifindex.load(Ordering::Relaxed),
+            peer_mac: crate::shared::decode_peer_mac(s.fast_peer_mac.load(Ordering::Relaxed)),
+            into_host: s.fast_into_host.load(Ordering::Relaxed),
+            patch_peer: u16::try_from(s.patch_peer.load(Ordering::Relaxed)).ok(),
+        })
+    }
+
+    fn count_worker_rx(&self, id: u16, n: u64) {
+        Worker::count_worker_rx(self, id, n);
+    }
+
+    fn rx(&mut self) -> &mut Batch {
+        &mut self.rx
+    }
+
+    fn outputs(&mut self) -> &mut Outputs {
+        &mut self.outputs
+    }
+
+    fn outputs_ref(&self) -> &Outputs {
+        &self.outputs
+    }
+
+    fn process(&mut self) {
+        let now = self.now_ns();
+        self.core
+            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+    }
+
+    fn send_outputs(&mut self) {
+        Worker::send_outputs(self);
+    }
+
+    fn fast_class(&self, i: usize) -> Option<FastClass> {
+        self.core.fast_class(i)
+    }
+
+    fn drain_patch(&mut self, id: u16) {
+        Worker::drain_patch(self, id);
+    }
+
+    fn set_flood_credit(&mut self, credit: Option<u64>) {
+        self.core.set_flood_credit(credit);
+    }
+
+    fn plan(&self) -> &Plan {
+        &self.plan
     }
 }
 

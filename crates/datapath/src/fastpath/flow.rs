@@ -1,0 +1,194 @@
+//! The flow of a frame the pipeline forwarded alone: [`flow_for`], a pure function of the
+//! plan, its FDB and the frames on the way (the worker's install and the exactness tests call
+//! it), with [`qbridge_fastpath::compile`] checking that the output is the input with its tag
+//! stack replaced.
+
+use super::{fdb_key, Refusal};
+use qbridge_bridge::{Plan, PortId};
+use qbridge_fastpath::{FdbEntry, FdbKey, NotCached};
+
+/// One bridge a frame crossed, as the worker that forwarded it alone saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crossing {
+    pub in_id: u16,
+    /// The program's index of the ingress port's opening ([`port_index`]).
+    pub in_index: u16,
+    /// The frame's whole length as it entered.
+    pub in_len: usize,
+    /// [`qbridge_bridge::Forwarder::fast_class`] of the frame in this bridge.
+    pub class: Option<qbridge_bridge::FastClass>,
+    /// The one output: port id and the program's index of that port.
+    pub out_id: u16,
+    pub out_index: u16,
+    /// The output's whole length.
+    pub out_len: usize,
+}
+
+/// What a worker knows of a frame it forwarded alone, to make a flow of it: every bridge it
+/// crossed (more than one when patch links joined them) and the frames on the way.
+#[derive(Debug)]
+pub struct Forwarded<'a> {
+    pub plan: &'a Plan,
+    pub hops: &'a [Crossing],
+    /// `frames[i]`: the frame entering hop `i`, its first [`PREFIX`] bytes (or more);
+    /// `frames[hops.len()]`: as it left the last.
+    pub frames: &'a [&'a [u8]],
+    /// The egress interface (the last hop's output port's).
+    pub out_ifindex: u32,
+    /// The egress interface is a veth whose peer, in another namespace, has this address: a
+    /// frame to it is redirected to the peer directly ([`qbridge_fastpath::ACT_PEER`]).
+    pub out_peer_mac: Option<[u8; 6]>,
+    /// The egress port is a TAP: the frame is delivered into its receive
+    /// ([`qbridge_fastpath::ACT_INGRESS`]).
+    pub out_into_host: bool,
+    pub generation: u32,
+}
+
+/// Bytes of a frame a worker keeps to compare with what the pipeline sent: every tag and the
+/// start of the payload (the pipeline edits tags only; `compile` checks the rest is equal).
+pub const PREFIX: usize = 128;
+
+/// A flow to install: its key and action, and the FDB map entries it relies on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowPlan {
+    pub key: qbridge_fastpath::FlowKey,
+    pub action: qbridge_fastpath::FlowAction,
+    /// Per hop, the destination's entry, and the source's when the ingress port learns;
+    /// last-seen times on the engine's clock.
+    pub fdb: Vec<(FdbKey, FdbEntry)>,
+}
+
+/// The flow of `f`, or why there is none: what the worker installs (a pure function of the
+/// plan, its FDB and the frames; the exactness tests call it too).
+pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
+    let (first, last) = match (f.hops.first(), f.hops.last()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => return Err(Refusal::Outputs),
+    };
+    if f.hops.len() > qbridge_fastpath::MAX_HOPS || f.frames.len() != f.hops.len() + 1 {
+        return Err(Refusal::Port);
+    }
+    if f.out_ifindex == 0 {
+        return Err(Refusal::Port);
+    }
+    let input = f.frames[0];
+    if input.len() < 14 {
+        return Err(Refusal::Rewrite);
+    }
+    let mut dst = [0u8; 6];
+    let mut src = [0u8; 6];
+    dst.copy_from_slice(&input[..6]);
+    src.copy_from_slice(&input[6..12]);
+    let mac = qbridge_wire::MacAddr;
+    let entry = |port: u16, seen: u64| FdbEntry {
+        port: u32::from(port),
+        version: 0,
+        last_seen_ns: seen,
+    };
+    // Tags entering each hop, from the lengths (the program counts bytes so): the kernel's
+    // TPIDs ([`qbridge_wire::Tpid::KERNEL`]), the program's.
+    let tags0 = qbridge_io::port::kernel_tag_depth(input) as isize;
+    let mut hops = Vec::with_capacity(f.hops.len());
+    let mut fdb = Vec::with_capacity(2 * f.hops.len());
+    let mut payload_max = i64::MAX;
+    let mut extra = [0, 0];
+    for (i, h) in f.hops.iter().enumerate() {
+        let class = h.class.ok_or(Refusal::Outputs)?;
+        let fin = f.plan.fast_port(PortId(h.in_id)).ok_or(Refusal::Port)?;
+        let fout = f.plan.fast_port(PortId(h.out_id)).ok_or(Refusal::Port)?;
+        if fin.bridge != class.bridge
+            || fout.bridge != class.bridge
+            || class.bridge >= qbridge_fastpath::MAX_BRIDGES
+        {
+            return Err(Refusal::Port);
+        }
+        if i == 0 && !qbridge_wire::Tpid(fin.tpid).is_kernel() {
+            extra = [fin.tpid, 0];
+        }
+        // Every hop changes whole tags and nothing else (`compile` checks the ends).
+        let (d_in, d_out) = (
+            h.in_len as isize - first.in_len as isize,
+            h.out_len as isize - first.in_len as isize,
+        );
+        if d_in % 4 != 0 || d_out % 4 != 0 {
+            return Err(Refusal::Rewrite);
+        }
+        let (in_tags, out_tags) = (tags0 + d_in / 4, tags0 + d_out / 4);
+        let most = qbridge_fastpath::maps::MAX_TAGS as isize;
+        if !(0..=most).contains(&in_tags) || !(0..=most).contains(&out_tags) {
+            return Err(Refusal::Rewrite);
+        }
+        if i > 0 && f.hops[i - 1].out_len != h.in_len {
+            return Err(Refusal::Rewrite);
+        }
+        let d = f
+            .plan
+            .fdb_entry(class.bridge, mac(dst), class.fid)
+            .filter(|e| e.forwards && e.port == h.out_id)
+            .ok_or(Refusal::Fdb)?;
+        fdb.push((
+            fdb_key(class.bridge, dst, class.fid),
+            entry(h.out_index, d.seen_ns),
+        ));
+        if fin.learning {
+            let s = f
+                .plan
+                .fdb_entry(class.bridge, mac(src), class.fid)
+                .filter(|e| e.port == h.in_id)
+                .ok_or(Refusal::Fdb)?;
+            fdb.push((
+                fdb_key(class.bridge, src, class.fid),
+                entry(h.in_index, s.seen_ns),
+            ));
+        }
+        // The pipeline's size checks (each port's, with the frame's tags there) as one on
+        // the frame without tags.
+        payload_max = payload_max
+            .min(fin.max_frame as i64 - 4 * in_tags as i64)
+            .min(fout.max_frame as i64 - 4 * out_tags as i64);
+        hops.push(qbridge_fastpath::Hop {
+            in_port: u32::from(h.in_index),
+            out_port: u32::from(h.out_index),
+            dst_version: 0,
+            bridge: class.bridge,
+            fid: class.fid,
+            vlan_slot: class.bridge << 12 | (class.vid & 0xfff),
+            rx_pcp: class.pcp,
+            flags: if fin.learning {
+                qbridge_fastpath::HOP_LEARNING
+            } else {
+                0
+            },
+            in_tags: in_tags as u8,
+            out_tags: out_tags as u8,
+            pad: 0,
+        });
+    }
+    let output = f.frames[f.hops.len()];
+    // The lengths differ by whole tags; compare the same span of payload.
+    let delta = last.out_len as isize - first.in_len as isize;
+    let out_prefix = (input.len() as isize + delta).clamp(0, output.len() as isize) as usize;
+    let out_tags = hops.last().map_or(0, |h| h.out_tags);
+    let max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
+    let flags = match f.out_peer_mac {
+        _ if f.out_into_host => qbridge_fastpath::ACT_INGRESS,
+        Some(m) if m == dst => qbridge_fastpath::ACT_PEER,
+        _ => 0,
+    };
+    let (key, action) = qbridge_fastpath::compile(&qbridge_fastpath::Decision {
+        in_extra_tpids: extra,
+        input,
+        output: &output[..out_prefix],
+        out_ifindex: f.out_ifindex,
+        hops: &hops,
+        flags,
+        generation: f.generation,
+        min_len: 14,
+        max_len,
+    })
+    .map_err(|e| match e {
+        NotCached::Short | NotCached::Tags | NotCached::Rewrite => Refusal::Rewrite,
+        NotCached::Group => Refusal::Outputs,
+    })?;
+    Ok(FlowPlan { key, action, fdb })
+}

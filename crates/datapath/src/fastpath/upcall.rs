@@ -1,0 +1,353 @@
+//! A worker's half of the fast path: its socket on the upcall device (the program's misses,
+//! the ingress port's index in the accelerated tag), the misses forwarded in order with the
+//! worker's pipeline, and a flow installed when the pipeline's decision for a frame forwarded
+//! alone allows (`super::install`). The worker runs this through [`Host`], what it lends of
+//! itself (its queues, its pipeline, its transmit); it knows nothing of flows.
+
+use super::{install, port_index, Crossing, FastShared, Forwarded, Refusal, PREFIX};
+use crate::queue::Queue;
+use qbridge_bridge::{FastClass, Outputs, Plan};
+use qbridge_io::BackendDrops;
+use qbridge_packet::{Batch, PacketBuf};
+use std::collections::HashSet;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Port `id` as an output of a flow, as the worker holding its queue sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Egress {
+    /// The program's index of the opening ([`port_index`]).
+    pub index: u16,
+    /// The interface the program redirects to (0: the fast path does not serve the port).
+    pub ifindex: u32,
+    /// The interface is a veth whose peer, in another namespace, has this address.
+    pub peer_mac: Option<[u8; 6]>,
+    /// The port is a TAP (the frame is delivered into its receive).
+    pub into_host: bool,
+    /// The port is a patch link end; its peer's id.
+    pub patch_peer: Option<u16>,
+}
+
+/// What the fast path needs of the worker it runs in. The worker's receive burst, pipeline
+/// and transmit stay the worker's; this is how the fast path drives them.
+pub(crate) trait Host {
+    /// The program's index of port `id`'s opening this worker holds (`None`: no such queue,
+    /// or a failed one).
+    fn port_index(&self, id: u16) -> Option<u16>;
+    /// Port `id` as an output (`None`: no such queue, or a failed one).
+    fn egress(&self, id: u16) -> Option<Egress>;
+    /// Counts `n` frames received for port `id` (the per-worker receive counts).
+    fn count_worker_rx(&self, id: u16, n: u64);
+    /// The batch the pipeline forwards next (frames with their ingress port id in `port`).
+    fn rx(&mut self) -> &mut Batch;
+    /// The pipeline's outputs (and the buffer pool).
+    fn outputs(&mut self) -> &mut Outputs;
+    fn outputs_ref(&self) -> &Outputs;
+    /// Forwards [`Host::rx`] with the pipeline, leaving the outputs unsent.
+    fn process(&mut self);
+    /// Sends the outputs of the last [`Host::process`].
+    fn send_outputs(&mut self);
+    /// Classification of frame `i` of the last [`Host::process`]
+    /// ([`qbridge_bridge::Forwarder::fast_class`]).
+    fn fast_class(&self, i: usize) -> Option<FastClass>;
+    /// Forwards (and sends) what patch link end `id` has waiting on this worker.
+    fn drain_patch(&mut self, id: u16);
+    /// The flood work the next [`Host::process`] may do.
+    fn set_flood_credit(&mut self, credit: Option<u64>);
+    fn plan(&self) -> &Plan;
+}
+
+/// The fast path in one worker.
+#[derive(Debug)]
+pub(crate) struct FastWorker {
+    upcall: Queue,
+    shared: Arc<FastShared>,
+    /// The generation of the plan this worker forwards with.
+    generation: u32,
+    /// The upcall burst (frames of many ports).
+    batch: Batch,
+    /// (ingress index, destination) pairs whose flow was refused for a reason of the
+    /// configuration, under `generation`: their frames are forwarded in bursts, not alone.
+    refused: HashSet<(u16, [u8; 6])>,
+    /// Pairs installed from this burst (their later frames in it are no news).
+    installed: Vec<(u16, [u8; 6])>,
+    /// The frame forwarded alone: the bridges it crossed, and its first bytes entering
+    /// each and leaving the last.
+    hops: Vec<Crossing>,
+    frames: Vec<Vec<u8>>,
+    changes: Vec<qbridge_bridge::FastChange>,
+    /// The upcall socket's drops already counted into `FastShared::upcall_ring_full`.
+    seen_drops: BackendDrops,
+}
+
+impl FastWorker {
+    /// The worker's socket on the upcall device, started; the worker polls [`FastWorker::fd`].
+    pub fn new(mut upcall: Queue, shared: Arc<FastShared>, burst: usize) -> FastWorker {
+        if let Err(e) = upcall.start() {
+            tracing::warn!("fast path: upcall socket: {e}");
+        }
+        let generation = shared.generation.load(Ordering::Acquire);
+        FastWorker {
+            upcall,
+            shared,
+            generation,
+            batch: Batch::with_capacity(burst),
+            refused: HashSet::new(),
+            installed: Vec::new(),
+            hops: Vec::with_capacity(qbridge_fastpath::MAX_HOPS),
+            frames: (0..=qbridge_fastpath::MAX_HOPS)
+                .map(|_| Vec::with_capacity(PREFIX))
+                .collect(),
+            changes: Vec::new(),
+            seen_drops: BackendDrops::default(),
+        }
+    }
+
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.upcall.fd()
+    }
+
+    /// Misses wait on the upcall socket without a wake-up.
+    pub fn rx_pending(&self) -> bool {
+        self.upcall.rx_pending()
+    }
+
+    /// The worker forwards with a new plan, of the fast path's generation `generation`.
+    pub fn follow_plan(&mut self, generation: u32) {
+        if self.generation != generation {
+            self.refused.clear();
+        }
+        self.generation = generation;
+    }
+
+    /// Once a second: the upcall socket's kernel drops (a ring the workers did not empty in
+    /// time) counted.
+    pub fn tick(&mut self) {
+        if let Err(e) = self.upcall.tick() {
+            tracing::debug!("fast path: upcall socket: {e}");
+        }
+        let now = self.upcall.drops();
+        let lost = (now.rx_ring_full + now.rx_truncated)
+            .saturating_sub(self.seen_drops.rx_ring_full + self.seen_drops.rx_truncated);
+        if lost != 0 {
+            self.shared
+                .upcall_ring_full
+                .fetch_add(lost, Ordering::Relaxed);
+        }
+        self.seen_drops = now;
+    }
+
+    /// One burst of the upcall socket: each frame given to its ingress port, forwarded in
+    /// order ([`FastWorker::forward_misses`]). `round`: the flood work of a worker's round
+    /// (the misses of every fast-path port share one queue: a round's at most, as a queue
+    /// alone in its round).
+    pub fn service(&mut self, host: &mut impl Host, burst: usize, round: u64) {
+        let received = self
+            .upcall
+            .rx_burst(&mut self.batch, &mut host.outputs().pool, burst);
+        if let Err(e) = received {
+            tracing::warn!("fast path: upcall socket: {e}");
+            host.outputs().pool.put_all(&mut self.batch);
+            return;
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        host.set_flood_credit(Some(round));
+        let mut pkts = std::mem::take(&mut self.batch.pkts);
+        self.forward_misses(host, &mut pkts, true);
+        self.batch.pkts = pkts;
+    }
+
+    /// A TAP port the fast path serves read a burst into [`Host::rx`] (counted as read): the
+    /// program's misses on its egress, forwarded as the upcall's are. `token`: the port's
+    /// opening.
+    pub fn forward_tap(&mut self, host: &mut impl Host, token: u64) {
+        let index = port_index(token);
+        std::mem::swap(&mut host.rx().pkts, &mut self.batch.pkts);
+        let mut pkts = std::mem::take(&mut self.batch.pkts);
+        for p in pkts.iter_mut() {
+            p.port = index;
+        }
+        self.forward_misses(host, &mut pkts, false);
+        self.batch.pkts = pkts;
+    }
+
+    /// Forwards the fast path's misses `pkts` (each with its ingress port's index in `port`),
+    /// in order; a unicast frame whose flow may be new is forwarded alone and its flow
+    /// installed when the pipeline's decision allows (`super::install`). `count_rx`: count
+    /// them in the ports' per-worker receive counts (the upcall's; a TAP port's burst was
+    /// counted as read).
+    fn forward_misses(&mut self, host: &mut impl Host, pkts: &mut Vec<PacketBuf>, count_rx: bool) {
+        // Flows are made only under the generation of the plan in hand: a change published
+        // but not yet taken makes them stale at once, so none is made.
+        let install = self.shared.generation.load(Ordering::Acquire) == self.generation;
+        if self.refused.len() > 65_536 {
+            self.refused.clear();
+        }
+        self.installed.clear();
+        let mut stale = 0u64;
+        // Frames per ingress port for `rx_frames_by_worker`, counted per run of one port (one
+        // atomic add per run, not per frame).
+        let mut run: Option<(u16, u64)> = None;
+        for mut pkt in pkts.drain(..) {
+            let tci = pkt.port;
+            let id = tci & 0x0fff;
+            let index = host.port_index(id);
+            if tci == qbridge_io::afpacket::UPCALL_NO_PORT || index != Some(tci) {
+                stale += 1;
+                host.outputs().pool.put(pkt);
+                continue;
+            }
+            pkt.port = id;
+            match &mut run {
+                _ if !count_rx => {}
+                Some((p, n)) if *p == id => *n += 1,
+                _ => {
+                    if let Some((p, n)) = run.replace((id, 1)) {
+                        host.count_worker_rx(p, n);
+                    }
+                }
+            }
+            let frame = pkt.frame();
+            let pair = match frame.get(..6) {
+                Some(d) if install && d[0] & 1 == 0 => {
+                    let mut dst = [0u8; 6];
+                    dst.copy_from_slice(d);
+                    let pair = (tci, dst);
+                    (!self.refused.contains(&pair) && !self.installed.contains(&pair))
+                        .then_some(pair)
+                }
+                _ => None,
+            };
+            let Some(pair) = pair else {
+                host.rx().push(pkt);
+                continue;
+            };
+            if !host.rx().is_empty() {
+                host.process();
+                host.send_outputs();
+            }
+            self.frames[0].clear();
+            self.frames[0].extend_from_slice(&frame[..frame.len().min(PREFIX)]);
+            let in_len = pkt.len();
+            host.rx().push(pkt);
+            host.process();
+            match self.install_from_outputs(host, id, tci, in_len) {
+                Ok(()) => self.installed.push(pair),
+                Err(r) => {
+                    self.shared.refuse(r);
+                    if matches!(r, Refusal::Port | Refusal::Rewrite) {
+                        self.refused.insert(pair);
+                    }
+                }
+            }
+            host.send_outputs();
+        }
+        if let Some((p, n)) = run {
+            host.count_worker_rx(p, n);
+        }
+        if !host.rx().is_empty() {
+            host.process();
+            host.send_outputs();
+        }
+        if stale != 0 {
+            self.shared
+                .stale_upcalls
+                .fetch_add(stale, Ordering::Relaxed);
+        }
+        // Entries the pipeline moved or removed meanwhile: the map follows at once.
+        self.changes.clear();
+        if host.plan().take_fast_changes(&mut self.changes) {
+            self.shared.resync.store(true, Ordering::Relaxed);
+        }
+        if !self.changes.is_empty() {
+            super::follow_changes(&self.shared, &self.changes, |p| host.port_index(p));
+        }
+    }
+
+    /// After a frame of port `in_id` (index `in_index`) was forwarded alone: installs its flow
+    /// when the outputs and the FDB allow. An output on a patch link is received by the other
+    /// end at once (after the frames the link already held, which go first), so that the
+    /// flow folds the bridges behind it; the outputs left are the caller's to send.
+    fn install_from_outputs(
+        &mut self,
+        host: &mut impl Host,
+        in_id: u16,
+        in_index: u16,
+        in_len: usize,
+    ) -> Result<(), Refusal> {
+        self.hops.clear();
+        let (mut in_id, mut in_index, mut in_len) = (in_id, in_index, in_len);
+        let out = loop {
+            let out_id = one_output(host.outputs_ref())?;
+            let out = host.egress(out_id).ok_or(Refusal::Port)?;
+            let frame = &host.outputs_ref().ports[out_id as usize].pkts[0];
+            let n = self.hops.len();
+            self.hops.push(Crossing {
+                in_id,
+                in_index,
+                in_len,
+                class: host.fast_class(0),
+                out_id,
+                out_index: out.index,
+                out_len: frame.len(),
+            });
+            let bytes = frame.frame();
+            self.frames[n + 1].clear();
+            self.frames[n + 1].extend_from_slice(&bytes[..bytes.len().min(PREFIX)]);
+            let peer = out.patch_peer.and_then(|p| Some((p, host.port_index(p)?)));
+            let (Some((peer, peer_index)), true) = (peer, n + 1 < qbridge_fastpath::MAX_HOPS)
+            else {
+                break out;
+            };
+            // Through the patch link now: what the other end has waiting first, then this
+            // frame, received there (its transmit counted as sent, as the link does).
+            let Some(mut pkt) = host.outputs().ports[out_id as usize].pkts.pop() else {
+                return Err(Refusal::Outputs);
+            };
+            host.drain_patch(peer);
+            pkt.port = peer;
+            host.count_worker_rx(peer, 1);
+            (in_id, in_index, in_len) = (peer, peer_index, pkt.len());
+            host.rx().push(pkt);
+            host.process();
+        };
+        let frames: Vec<&[u8]> = self.frames[..=self.hops.len()]
+            .iter()
+            .map(Vec::as_slice)
+            .collect();
+        install(
+            &self.shared,
+            &Forwarded {
+                plan: host.plan(),
+                hops: &self.hops,
+                frames: &frames,
+                out_ifindex: out.ifindex,
+                out_peer_mac: out.peer_mac,
+                out_into_host: out.into_host,
+                generation: self.generation,
+            },
+        )
+    }
+}
+
+/// The one output of the last forwarding of a single frame: its port, or why a flow cannot
+/// be made of it.
+fn one_output(outputs: &Outputs) -> Result<u16, Refusal> {
+    if !outputs.mirror_sinks.is_empty() || !outputs.punt.is_empty() {
+        return Err(Refusal::Outputs);
+    }
+    let mut one = None;
+    for (j, b) in outputs.ports.iter().enumerate() {
+        if b.is_empty() {
+            continue;
+        }
+        if one.is_some() || b.len() != 1 {
+            return Err(Refusal::Outputs);
+        }
+        one = Some(j as u16);
+    }
+    one.ok_or(Refusal::Outputs)
+}
