@@ -9,6 +9,9 @@
 #   ovs-kernel      A: Open vSwitch, netdev datapath: br-phy (underlay address, ul) and
 #                   br-int (qa, vx0 type=vxlan options:key=100); B: kernel
 #   qbridge-ovs     A: qbridge; B: Open vSwitch netdev
+#   qbridge-kernel/6, kernel-kernel/6: the first two over an IPv6 underlay (2001:db8:100::1
+#                   and ::2, MTU 1570: IPv6's 70 bytes of outer headers over a 1500-byte
+#                   inner MTU), both VTEPs at their defaults (UDP checksum computed)
 #
 # iperf3 from ha to hb (A -> B) and back (-R, B -> A), 1 and 4 streams, SECONDS each; the
 # receiver's rate in Gbit/s. Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
@@ -17,10 +20,12 @@
 # host behind OVS has `tx off` (OVS's userspace datapath needs it on veths). Results go to
 # docs/benchmarks-live.md by hand.
 #
-#   scripts/bench-vxlan.sh [SECONDS] [WORKERS]        (defaults 5 and 2)
+#   scripts/bench-vxlan.sh [SECONDS] [WORKERS] [FAMILIES]   (defaults 5, 2 and "4 6";
+#                                                          FAMILIES=6: the IPv6 pairs only)
 set -euo pipefail
 secs=${1:-5}
 workers=${2:-2}
+families=${3:-4 6}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
 for t in iperf3 ethtool python3; do
@@ -106,8 +111,12 @@ try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_secon
 except Exception: print("fail")'
 }
 
-pair() { # A-KIND B-KIND
-  local ka=$1 kb=$2
+pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
+  local ka=$1 kb=$2 fam=${3:-4}
+  local ipa=192.0.2.1 ipb=192.0.2.2 plen=24 mtu=1550 label="$1-$2"
+  if [ "$fam" = 6 ]; then
+    ipa=2001:db8:100::1 ipb=2001:db8:100::2 plen=64 mtu=1570 label="$1-$2/6"
+  fi
   for n in a b ha hb; do
     ip netns add $p-$n; ip -n $p-$n link set lo up
     ip netns exec $p-$n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
@@ -120,16 +129,21 @@ pair() { # A-KIND B-KIND
   done
   ip -n $p-ha addr add 10.20.0.1/24 dev eth0
   ip -n $p-hb addr add 10.20.0.2/24 dev eth0
-  for s in a b; do ip -n $p-$s link set ul mtu 1550; done
-  [ "$ka" = ovs ] || ip -n $p-a addr add 192.0.2.1/24 dev ul
-  [ "$kb" = ovs ] || ip -n $p-b addr add 192.0.2.2/24 dev ul
+  for s in a b; do
+    ip -n $p-$s link set ul mtu $mtu
+    if [ "$fam" = 6 ]; then ip netns exec $p-$s sysctl -qw net.ipv6.conf.ul.disable_ipv6=0; fi
+  done
+  local dad=
+  if [ "$fam" = 6 ]; then dad=nodad; fi
+  [ "$ka" = ovs ] || ip -n $p-a addr add $ipa/$plen dev ul $dad
+  [ "$kb" = ovs ] || ip -n $p-b addr add $ipb/$plen dev ul $dad
   # Checksum facts of a veth underlay (header comment).
   [ "$kb" = ovs ] && ip netns exec $p-a ethtool -K ul tx off >/dev/null
   [ "$ka" = ovs ] && ip netns exec $p-b ethtool -K ul tx off >/dev/null
   [ "$ka" = ovs ] && ip netns exec $p-ha ethtool -K eth0 tx off >/dev/null
   [ "$kb" = ovs ] && ip netns exec $p-hb ethtool -K eth0 tx off >/dev/null
-  ${ka}_vtep $p-a 192.0.2.1 192.0.2.2 qa
-  ${kb}_vtep $p-b 192.0.2.2 192.0.2.1 kb1
+  ${ka}_vtep $p-a $ipa $ipb qa
+  ${kb}_vtep $p-b $ipb $ipa kb1
   ip netns exec $p-hb iperf3 -s -D --pidfile "$tmp/iperf.pid" >/dev/null
   local ok=0
   for _ in $(seq 50); do
@@ -142,7 +156,7 @@ pair() { # A-KIND B-KIND
   else
     r="no-ping no-ping no-ping no-ping"
   fi
-  printf '%-16s %s\n' "$ka-$kb" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}'
+  printf '%-16s %s\n' "$label" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}'
   [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   pids=()
@@ -153,9 +167,14 @@ pair() { # A-KIND B-KIND
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
 printf '%-16s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4"
-pair qbridge kernel
-pair kernel kernel
-if [ $have_ovs = 1 ]; then
+case " $families " in *" 4 "*) ;; *) have_ovs=2 ;; esac
+for fam in $families; do
+  pair qbridge kernel "$fam"
+  pair kernel kernel "$fam"
+done
+if [ $have_ovs = 2 ]; then
+  :
+elif [ $have_ovs = 1 ]; then
   pair ovs kernel
   pair qbridge ovs
 else

@@ -19,9 +19,11 @@ const LINK: &str = "  link add NAME type bridge [vlan_filtering 0|1] [vlan_proto
   link add NAME type pcap | type tap [ifname IF] [netns NS] | type patch peer NAME2
            | type afpacket dev IFNAME [qdisc_bypass on|off] [ring_frames N]
            | type afxdp dev IFNAME [queues N] [mode native|skb] [zerocopy on|off]
-           | type vxlan id VNI|external [vnifilter] local ADDR [dev UNDERLAY] [dstport PORT]
-             [ttl N] [tos T|inherit] [learning on|off]
-             (external: each VLAN's VNI from vlan … tunnel_info)
+           | type vxlan id VNI|external [vnifilter] local ADDR [remote ADDR] [dev UNDERLAY]
+             [dstport PORT] [ttl N] [tos T|inherit] [[no]udp6zerocsumtx]
+             [[no]udp6zerocsumrx] [learning on|off]
+             (ADDR IPv4 or IPv6, one family per port; remote: the first flood-list VTEP;
+              external: each VLAN's VNI from vlan … tunnel_info)
   link add link LOWER name NAME type vlan [protocol 802.1Q|802.1ad|0xHHHH] id VID
            [netns NS] [address MAC]       (a VLAN device: a TAP NAME; LOWER: a port,
                                            a VLAN device, or a bridge = its host port)
@@ -64,7 +66,7 @@ const FDB: &str =
     "  fdb add|replace MAC dev NAME [vlan V] [static|dynamic|permanent] [sticky] [extern_learn]
   fdb del MAC dev NAME [vlan V]
   fdb add|append|replace|del MAC dev VXLAN dst IP [vni VNI] [extern_learn]   (a vxlan
-           port's remote VTEPs, per VNI; MAC 00:00:00:00:00:00: the VNI's flood list,
+           port's remote VTEPs, per VNI, IP of the port's local family; MAC 00:00:00:00:00:00: the VNI's flood list,
            head-end replication; vni: required on an external port; src_vni is the same
            word; extern_learn: a control plane's, e.g. qbridge-evpn)
   fdb show [br BR] [dev NAME] [vlan V]

@@ -38,7 +38,7 @@
 //! (`vxlan_unmapped_vlan`). The socket never fragments
 //! (`IP_PMTUDISC_DO`): an inner frame too long for the path is refused with `EMSGSIZE` and
 //! counted `tx_too_long` (a VXLAN port's inner MTU is the underlay's minus
-//! [`qbridge_wire::vxlan::IPV4_OVERHEAD`]).
+//! [`qbridge_wire::vxlan::IPV4_OVERHEAD`], or [`qbridge_wire::vxlan::IPV6_OVERHEAD`]).
 //!
 //! The outer source port follows the inner flow (RFC 7348 §5): a UDP socket cannot choose it
 //! per datagram, so frames leave from [`TX_SOCKETS`] send sockets bound to `local` and ports
@@ -61,7 +61,13 @@
 //! `UDP_SEGMENT` one — no extra system call — and cuts segmented runs where it changes
 //! (docs/semantics.md §U).
 //!
-//! Left for later (docs/semantics.md, "VXLAN ports"): IPv6 underlays.
+//! IPv6 underlays (docs/decisions.md 69): a port whose `local` is IPv6 opens `AF_INET6`
+//! sockets (`IPV6_V6ONLY`, `IPV6_PMTUDISC_DO`; `ttl` as `IPV6_UNICAST_HOPS`, a fixed `tos` as
+//! `IPV6_TCLASS`, `tos inherit` as an `IPV6_TCLASS` control message); its table's VTEPs are
+//! IPv6 (the control plane refuses the other family). The UDP checksum is the socket's,
+//! computed; `udp6zerocsumtx`/`udp6zerocsumrx` are `UDP_NO_CHECK6_TX`/`_RX`. The outer
+//! headers are [`qbridge_wire::vxlan::IPV6_OVERHEAD`] (70) bytes; [`outer`] is the same
+//! arithmetic as a codec.
 #![allow(unsafe_code)]
 
 pub mod outer;
