@@ -62,7 +62,7 @@
 //! (docs/semantics.md §U).
 //!
 //! IPv6 underlays (docs/decisions.md 69): a port whose `local` is IPv6 opens `AF_INET6`
-//! sockets (`IPV6_V6ONLY`, `IPV6_PMTUDISC_DO`; `ttl` as `IPV6_UNICAST_HOPS`, a fixed `tos` as
+//! sockets (`IPV6_V6ONLY`, `IPV6_PMTUDISC_DO` and `IPV6_DONTFRAG`: never fragmenting; `ttl` as `IPV6_UNICAST_HOPS`, a fixed `tos` as
 //! `IPV6_TCLASS`, `tos inherit` as an `IPV6_TCLASS` control message); its table's VTEPs are
 //! IPv6 (the control plane refuses the other family). The UDP checksum is the socket's,
 //! computed; `udp6zerocsumtx`/`udp6zerocsumrx` are `UDP_NO_CHECK6_TX`/`_RX`. The outer
@@ -109,6 +109,11 @@ const UDP_NO_CHECK6_TX: libc::c_int = 101;
 /// `UDP_NO_CHECK6_RX` (linux/udp.h): accept IPv6 datagrams with a zero UDP checksum
 /// (`udp6zerocsumrx`; without it the kernel drops them, RFC 6935).
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// `IPV6_DONTFRAG` (linux/in6.h; not in libc for Linux): a datagram longer than the path MTU
+/// is refused with `EMSGSIZE` at the send, as `IP_PMTUDISC_DO` does over IPv4 (IPv6 senders
+/// may otherwise fragment).
+const IPV6_DONTFRAG: libc::c_int = 62;
 
 /// `UDP_GRO` (linux/udp.h): coalesced receive; the control message gives the datagram size.
 const UDP_GRO: libc::c_int = 104;
@@ -430,6 +435,12 @@ fn udp6_options(cfg: &VxlanConfig, fd: OwnedFd, port: u16) -> Result<OwnedFd, Io
         libc::IPV6_MTU_DISCOVER,
         libc::IPV6_PMTUDISC_DO,
         "setsockopt(IPV6_MTU_DISCOVER)",
+    )?;
+    set(
+        libc::IPPROTO_IPV6,
+        IPV6_DONTFRAG,
+        1,
+        "setsockopt(IPV6_DONTFRAG)",
     )?;
     if let Some(ttl) = cfg.ttl {
         set(
@@ -1701,7 +1712,26 @@ mod tests {
                 return None;
             }
             for k in 1..=4 {
-                if !ip(&format!("-6 addr add 2001:db8::{k}/128 dev lo")) {
+                if !ip(&format!("-6 addr add 2001:db8::{k}/128 dev lo nodad")) {
+                    return None;
+                }
+            }
+            // The kernel installs an address's local route from a work queue: wait until
+            // each address takes a datagram from itself.
+            for k in 1..=4u16 {
+                let a = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, k);
+                let ready = (0..200).any(|_| {
+                    let ok = UdpSocket::bind((a, 0)).is_ok_and(|s| {
+                        let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
+                        s.local_addr().is_ok_and(|me| s.send_to(b"x", me).is_ok())
+                            && s.recv(&mut [0u8; 4]).is_ok()
+                    });
+                    if !ok {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    ok
+                });
+                if !ready {
                     return None;
                 }
             }

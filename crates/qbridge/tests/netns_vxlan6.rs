@@ -16,7 +16,8 @@
 //! the 70 bytes of IPv6 outer headers); 64 MiB of verified TCP each way through real kernel
 //! sockets; the learned remote VTEP's IPv6 address in `fdb show` and `-j`; a static `fdb add
 //! MAC … dst IPV6` carrying the unicast with the flood list gone; an IPv4 `dst` refused on an
-//! IPv6 port; and a capture of the underlay decoded by tshark (outer IPv6/UDP 4789/VXLAN VNI
+//! IPv6 port; the 70 bytes of overhead exactly (an underlay one byte short refuses a
+//! 1500-byte inner packet as `tx_too_long` and passes a 1499-byte one); and a capture of the underlay decoded by tshark (outer IPv6/UDP 4789/VXLAN VNI
 //! 100, inner ARP/ICMP/TCP of both hosts, nothing malformed, no bad checksum) and by
 //! `qbridge_io::vxlan::outer::decapsulate` (every datagram's UDP checksum verified over the
 //! IPv6 pseudo-header, none zero, qbridge's with a flow label).
@@ -227,6 +228,35 @@ fn vxlan_port_over_ipv6_talks_to_a_kernel_vtep() {
             && rc.contains(&format!("fdb add {hb_mac} dev vx0 dst {REMOTE}")),
         "{rc}"
     );
+    // The MTU arithmetic, 70 bytes of outer headers: with qbridge's underlay at 1569, a
+    // 1500-byte inner IP packet is one byte too long (refused by the socket, counted
+    // `tx_too_long`: nothing is fragmented), a 1499-byte one crosses.
+    ip_in(&a, &["link", "set", "ul", "mtu", "1569"]).unwrap();
+    let too_long = || {
+        let v = ctl.json(&["-s", "link", "show", "dev", "vx0"]).unwrap();
+        v[0]["stats"]["drops"]["tx_too_long"].as_u64().unwrap_or(0)
+    };
+    let before = too_long();
+    let out = exec_in(
+        &ha.ns,
+        "ping",
+        &["-c", "2", "-W", "1", "-M", "do", "-s", "1472", &hb.ip],
+    )
+    .unwrap_or_else(|e| e);
+    assert!(out.contains(" 100% packet loss"), "{out}");
+    assert!(too_long() >= before + 2, "{}", ctl.stats_text());
+    let out = exec_in(
+        &ha.ns,
+        "ping",
+        &["-c", "2", "-W", "2", "-M", "do", "-s", "1471", &hb.ip],
+    );
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains(" 0% packet loss")),
+        "1499-byte ping: {out:?}\n{}",
+        ctl.stats_text()
+    );
+    ip_in(&a, &["link", "set", "ul", "mtu", "1570"]).unwrap();
+
     ctl.cmd(&[
         "fdb",
         "append",
