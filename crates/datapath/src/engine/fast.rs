@@ -1,250 +1,21 @@
-//! The control thread's half of the eBPF fast path (docs/fast-path.md; the workers' half and
-//! what both share: `crate::fastpath`): loading the program, the upcall device, attaching the
-//! program to the ports it receives for, the configuration generation, the FDB map kept in
-//! line with the pipeline's FDB (last-seen times merged before ageing, entries that aged or
-//! were removed taken out after), and the program's counters folded into the switch's.
+//! The engine's glue to the eBPF fast path (docs/fast-path.md; the fast path itself, its
+//! runtime and the workers' half: `crate::fastpath`): what the engine knows of its ports —
+//! which ones the program receives for, their openings, their shared state — handed to
+//! [`FastRt`], and the FDB ageing merged with the program's last-seen times.
 
 use super::Engine;
-use crate::fastpath::{fdb_key, mono_now, port_index, FastPathMode, FastShared, Refusal};
+use crate::fastpath::control::{port_entry, sweep, PortEnds};
+pub(super) use crate::fastpath::control::{FastRt, FastState};
+use crate::fastpath::{fdb_key, port_index, FastPathMode};
 use crate::shared::{encode_peer_mac, NO_PATCH_PEER};
 use crate::worker::ToWorker;
 use qbridge_bridge::{Plan, PortId};
 use qbridge_control::{FastPathStatus, PortSpec};
-use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_EGRESS, PORT_ENABLED};
-use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxMode};
+use qbridge_fastpath::Port;
+use qbridge_io::afpacket::RxMode;
 use qbridge_io::sys;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Frames the upcall sockets' rings hold together (each at least 4 096, at most 8 192).
-const UPCALL_RING_FRAMES: u32 = 16_384;
-
-/// A port the program is attached to.
-#[derive(Debug)]
-struct Attached {
-    dev: String,
-    ifindex: u32,
-    port: Port,
-    /// The address of the veth's other end when that is in another namespace.
-    peer_mac: Option<[u8; 6]>,
-}
-
-/// The fast path while it runs.
-#[derive(Debug)]
-pub(super) struct FastRt {
-    fp: FastPath,
-    shared: Arc<FastShared>,
-    /// The upcall veth (its other end is `upcall` with a `p` appended).
-    upcall: String,
-    attached: HashMap<u16, Attached>,
-    /// The program's per-port and per-VLAN counters as last folded into the switch's.
-    port_seen: HashMap<u16, PortStats>,
-    vlan_seen: HashMap<u16, VlanStats>,
-    /// A command changed something the flows may depend on: bump before it answers.
-    pub(super) dirty: bool,
-    /// The id of the program's `qb_owner` map (never an orphan to [`sweep`]).
-    own_owner: Option<u32>,
-    /// When [`sweep`] last ran.
-    swept: Instant,
-}
-
-/// How often the daemon looks for what daemons that died left in its namespace.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-/// Removes what fast-path programs whose daemon died left in this namespace (their lease
-/// ended; classic `clsact` filters outlive their process): their upcall devices, and their
-/// filters on interfaces no live daemon serves. Such a filter already claims nothing; this
-/// takes away the cost of running it, and the devices. Needs what loading a program needs
-/// (an error is logged at debug level and the next sweep tries again).
-fn sweep(own: Option<u32>) {
-    let found = match qbridge_fastpath::orphans(own) {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::debug!("fast path: cannot look for what stopped daemons left: {e}");
-            return;
-        }
-    };
-    // The name is checked too (`qbfpPID`, as FastRt::start names it): an index is the
-    // device's only while it exists.
-    let upcall_like = |n: &String| {
-        n.strip_prefix("qbfp")
-            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-    };
-    for o in found {
-        if let Some(dev) = sys::ifname(o.upcall_ifindex).filter(upcall_like) {
-            match sys::delete_link(&dev) {
-                Ok(()) => tracing::info!(
-                    "fast path: removed {dev}, the upcall device of a qbridge that stopped \
-                     without removing it"
-                ),
-                Err(e) => {
-                    tracing::warn!("fast path: cannot remove {dev}, a stopped qbridge's: {e}")
-                }
-            }
-        }
-        for dev in o.ports.iter().filter_map(|&i| sys::ifname(i)) {
-            if qbridge_fastpath::remove_filters(&dev) > 0 {
-                tracing::info!(
-                    "fast path: removed from {dev} the program of a qbridge that stopped \
-                     without removing it"
-                );
-            }
-        }
-    }
-}
-
-/// What `show fast-path` says when the fast path does not run.
-#[derive(Debug, Default)]
-pub(super) struct FastState {
-    pub(super) mode: FastPathMode,
-    pub(super) reason: Option<String>,
-}
-
-impl FastRt {
-    /// Loads the program and makes the upcall device; `None` with the reason when the kernel
-    /// or the build cannot.
-    pub(super) fn start(epoch: Instant) -> Result<FastRt, String> {
-        if !FastPath::built() {
-            return Err("this qbridge was built without clang: no eBPF program".into());
-        }
-        let mut fp = FastPath::load().map_err(|e| e.to_string())?;
-        let shared = {
-            let writer = fp.writer().map_err(|e| e.to_string())?;
-            // The program's clock at the engine's epoch (engine times count from 1 there).
-            let offset = mono_now().saturating_sub(epoch.elapsed().as_nanos() as u64 + 1);
-            Arc::new(FastShared::new(writer, offset))
-        };
-        let upcall = format!("qbfp{}", std::process::id() % 1_000_000_000);
-        let peer = format!("{upcall}p");
-        if sys::ifindex(&upcall).is_ok() {
-            // Left by a daemon of the same pid that died (another namespace's pid, or a
-            // restarted container).
-            let _ = sys::delete_link(&upcall);
-        }
-        let made = sys::create_veth(&upcall, &peer)
-            .map(|()| {
-                // Nothing of the host's may arrive there (IPv6 router solicitations, DAD):
-                // every frame on the upcall device comes from the program.
-                for dev in [&upcall, &peer] {
-                    let _ =
-                        std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
-                }
-            })
-            .and_then(|()| sys::set_up(&peer))
-            .and_then(|()| sys::set_up(&upcall));
-        if let Err(e) = made {
-            let _ = sys::delete_link(&upcall);
-            return Err(format!("cannot make the upcall device {upcall}: {e}"));
-        }
-        let mut rt = FastRt {
-            fp,
-            shared,
-            upcall,
-            attached: HashMap::new(),
-            port_seen: HashMap::new(),
-            vlan_seen: HashMap::new(),
-            dirty: true,
-            own_owner: None,
-            swept: Instant::now(),
-        };
-        let setup = (|| -> Result<(), String> {
-            rt.fp
-                .attach_sink(&rt.upcall)
-                .map_err(|e| format!("upcall device {}: {e}", rt.upcall))?;
-            let ifindex = sys::ifindex(&rt.upcall).map_err(|e| e.to_string())?;
-            let mut c = rt.fp.config().map_err(|e| e.to_string())?;
-            c.upcall_ifindex = ifindex;
-            c.generation = 1;
-            rt.fp.set_config(c).map_err(|e| e.to_string())?;
-            rt.shared.generation.store(1, Ordering::Release);
-            rt.fp
-                .lease(ifindex)
-                .map_err(|e| format!("the program's lease: {e}"))?;
-            Ok(())
-        })();
-        if let Err(e) = setup {
-            rt.stop();
-            return Err(e);
-        }
-        rt.own_owner = rt.fp.owner_map_id().ok();
-        sweep(rt.own_owner);
-        rt.swept = Instant::now();
-        Ok(rt)
-    }
-
-    /// One socket per worker on the upcall device, in one fanout group.
-    pub(super) fn open_upcall(&self, workers: usize) -> Result<Vec<crate::Queue>, String> {
-        // A burst of new flows waits here for the workers: 16 384 frames across the sockets
-        // (4 096 to 8 192 each, 2 KiB per frame).
-        let frames = (UPCALL_RING_FRAMES / workers.max(1) as u32).clamp(4096, 8192);
-        let mut cfg = AfPacketConfig::new(&self.upcall).with_ring_frames(frames);
-        cfg.rx = RxMode::Upcall;
-        if workers > 1 {
-            cfg.fanout = Some(Fanout::unique(FanoutMode::Hash));
-        }
-        let mut queues: Vec<crate::Queue> = Vec::with_capacity(workers);
-        for w in 0..workers.max(1) {
-            let p = AfPacketPort::open(cfg.clone())
-                .map_err(|e| format!("upcall device {}: {e}", self.upcall))?;
-            if w == 0 {
-                cfg.fanout = p.fanout();
-            }
-            queues.push(Box::new(p));
-        }
-        Ok(queues)
-    }
-
-    pub(super) fn shared(&self) -> Arc<FastShared> {
-        self.shared.clone()
-    }
-
-    pub(super) fn generation(&self) -> u32 {
-        self.shared.generation.load(Ordering::Acquire)
-    }
-
-    /// Makes every flow so far stale (a miss on its next frame).
-    pub(super) fn bump(&mut self) {
-        match self.fp.bump_generation() {
-            Ok(g) => self.shared.generation.store(g, Ordering::Release),
-            Err(e) => tracing::error!("fast path: cannot bump the generation: {e}"),
-        }
-        self.dirty = false;
-    }
-
-    /// Detaches everything and removes the upcall device. The lease ends first: a filter
-    /// that cannot be detached claims nothing from then on.
-    pub(super) fn stop(&mut self) {
-        if let Err(e) = self.fp.end_lease() {
-            tracing::warn!("fast path: cannot end the program's lease: {e}");
-        }
-        let ids: Vec<u16> = self.attached.keys().copied().collect();
-        for id in ids {
-            self.detach(id);
-        }
-        let _ = self.fp.detach(&self.upcall);
-        let _ = sys::delete_link(&self.upcall);
-    }
-
-    fn detach(&mut self, id: u16) {
-        if let Some(a) = self.attached.remove(&id) {
-            let _ = self.fp.remove_port(a.ifindex);
-            if let Err(e) = self.fp.detach(&a.dev) {
-                tracing::debug!("fast path: detaching from {}: {e}", a.dev);
-            }
-        }
-    }
-}
-
-/// The address of `dev`'s other end when `dev` is a veth whose other end is in another
-/// namespace.
-fn peer_mac(dev: &str) -> Option<[u8; 6]> {
-    sys::veth_peer_mac(dev).unwrap_or_else(|e| {
-        tracing::debug!("fast path: {dev}: {e}");
-        None
-    })
-}
 
 impl Engine {
     /// The receive mode of an AF_PACKET port opened now: transmit only when the fast path
@@ -291,7 +62,7 @@ impl Engine {
                 }
                 tracing::info!(
                     "fast path on: eBPF program on the ports' TC ingress, misses through {}",
-                    rt.upcall
+                    rt.upcall()
                 );
                 self.fast = Some(rt);
                 Ok(())
@@ -335,82 +106,29 @@ impl Engine {
             let dev = &dev;
             let id = i as u16;
             let tpid = plan.port_tpid(PortId(id)).0;
-            let extra = if tpid == 0x8100 || tpid == 0x88a8 {
-                0
-            } else {
-                tpid.to_be()
-            };
+            // Frames to the interface's own address reach the host too.
+            let mac = sys::get_mac(dev).unwrap_or([0; 6]);
             want.insert(
                 id,
                 (
                     dev.clone(),
-                    Port {
-                        index: u32::from(port_index(s.token)),
-                        flags: PORT_ENABLED | if egress { PORT_EGRESS } else { 0 },
-                        extra_tpid_be: [extra, 0],
-                        // Frames to the interface's own address reach the host too.
-                        mac: sys::get_mac(dev).unwrap_or([0; 6]),
-                        pad: 0,
-                    },
+                    port_entry(port_index(s.token), egress, tpid, mac),
                 ),
             );
         }
-        let gone: Vec<u16> = rt
-            .attached
-            .iter()
-            .filter(|(id, a)| want.get(id).is_none_or(|(dev, _)| *dev != a.dev))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in gone {
-            rt.detach(id);
+        for (id, ends) in rt.attach_ports(want) {
             if let Some(Some(s)) = self.slots.get(id as usize) {
-                s.shared.fast_ifindex.store(0, Ordering::Relaxed);
-                s.shared.fast_peer_mac.store(0, Ordering::Relaxed);
-                s.shared.fast_into_host.store(false, Ordering::Relaxed);
-            }
-        }
-        for (id, (dev, port)) in want {
-            if rt.attached.get(&id).is_some_and(|a| a.port == port) {
-                continue;
-            }
-            let ifindex = match sys::ifindex(&dev) {
-                Ok(i) => i,
-                Err(e) => {
-                    tracing::warn!("fast path: port on {dev}: {e}");
-                    continue;
-                }
-            };
-            let attached = if port.flags & PORT_EGRESS != 0 {
-                rt.fp.attach_egress(&dev)
-            } else {
-                rt.fp.attach(&dev)
-            };
-            if let Err(e) = attached {
-                tracing::warn!("fast path: cannot attach to {dev}: {e}; its frames are lost");
-                continue;
-            }
-            if let Err(e) = rt.fp.set_port(ifindex, port) {
-                tracing::warn!("fast path: port on {dev}: {e}");
-            }
-            let peer_mac = peer_mac(&dev);
-            if let Some(Some(s)) = self.slots.get(id as usize) {
+                let PortEnds {
+                    ifindex,
+                    into_host,
+                    peer_mac,
+                } = ends;
                 s.shared.fast_ifindex.store(ifindex, Ordering::Relaxed);
-                s.shared
-                    .fast_into_host
-                    .store(port.flags & PORT_EGRESS != 0, Ordering::Relaxed);
+                s.shared.fast_into_host.store(into_host, Ordering::Relaxed);
                 s.shared
                     .fast_peer_mac
                     .store(encode_peer_mac(peer_mac), Ordering::Relaxed);
             }
-            rt.attached.insert(
-                id,
-                Attached {
-                    dev,
-                    ifindex,
-                    port,
-                    peer_mac,
-                },
-            );
         }
         // Patch links: each end learns the other's port id (the workers fold links into
         // flows through it).
@@ -447,30 +165,20 @@ impl Engine {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
-        for (id, a) in rt.attached.iter_mut() {
-            let now = peer_mac(&a.dev);
-            if now == a.peer_mac {
-                continue;
-            }
-            tracing::debug!("fast path: {}: peer address now {now:?}", a.dev);
-            a.peer_mac = now;
-            if let Some(Some(s)) = self.slots.get(*id as usize) {
+        for (id, now) in rt.peers() {
+            if let Some(Some(s)) = self.slots.get(id as usize) {
                 s.shared
                     .fast_peer_mac
                     .store(encode_peer_mac(now), Ordering::Relaxed);
             }
-            rt.dirty = true;
         }
     }
 
-    /// Every [`SWEEP_EVERY`]: what daemons that died left in this namespace removed
-    /// ([`sweep`]).
+    /// What daemons that died left in this namespace removed, once in a while
+    /// ([`FastRt::sweep_due`]).
     pub(super) fn fast_sweep(&mut self) {
         if let Some(rt) = self.fast.as_mut() {
-            if rt.swept.elapsed() >= SWEEP_EVERY {
-                rt.swept = Instant::now();
-                sweep(rt.own_owner);
-            }
+            rt.sweep_due();
         }
     }
 
@@ -480,11 +188,7 @@ impl Engine {
     /// twice. It is removed now (it would stop claiming frames when the dead daemon's lease
     /// ends, and a qbridge before the lease left filters that never stop).
     pub(super) fn fast_claim(&self, port: &str, dev: &str) {
-        if self
-            .fast
-            .as_ref()
-            .is_some_and(|rt| rt.attached.values().any(|a| a.dev == dev))
-        {
+        if self.fast.as_ref().is_some_and(|rt| rt.serves(dev)) {
             return;
         }
         if qbridge_fastpath::remove_filters(dev) > 0 {
@@ -529,95 +233,25 @@ impl Engine {
         }
     }
 
-    /// The whole FDB map compared with the pipeline's FDB: entries it no longer has, or has on
-    /// another port (or not forwarding), are removed; the flows that relied on them miss.
-    /// Two system calls per mirrored entry: only when a change log overflowed.
+    /// The whole FDB map compared with the pipeline's FDB ([`FastRt::sync_fdb`]).
     fn fast_sync_fdb(&mut self, plan: &Plan) {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
-        let entries = match rt.fp.fdb_entries() {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::debug!("fast path: FDB map: {e}");
-                return;
-            }
-        };
-        tracing::debug!("fast path: comparing {} FDB map entries", entries.len());
         let index = |port: u16| -> Option<u16> {
             let s = self.slots.get(port as usize)?.as_ref()?;
             s.open.then(|| port_index(s.token))
         };
-        for (k, e) in entries {
-            let now = plan.fdb_entry(k.bridge, qbridge_wire::MacAddr(k.mac), k.fid);
-            let keep = now.is_some_and(|n| {
-                n.forwards && index(n.port).is_some_and(|i| u32::from(i) == e.port)
-            });
-            if !keep {
-                let _ = rt
-                    .shared
-                    .writer
-                    .remove_fdb(&fdb_key(k.bridge, k.mac, k.fid));
-            }
-        }
+        rt.sync_fdb(plan, index);
     }
 
-    /// The program's counters since the last fold, into the switch's (the control plane's
-    /// block): a port's and a VLAN's counters then hold the frames of both paths.
+    /// The program's counters since the last fold, into the switch's ([`FastRt::fold`]).
     pub(super) fn fast_fold(&mut self) {
         let Some(rt) = self.fast.as_mut() else {
             return;
         };
         let plan = self.session.switch_mut().plan();
-        let ctl = usize::MAX;
-        let mut ids: std::collections::BTreeSet<u16> = rt.attached.keys().copied().collect();
-        if let Ok(counted) = rt.shared.counted_ports.lock() {
-            ids.extend(counted.iter().copied());
-        }
-        for id in ids {
-            let Ok(now) = rt.fp.port_stats(u32::from(id)) else {
-                continue;
-            };
-            let before = rt.port_seen.insert(id, now).unwrap_or_default();
-            let d = |a: u64, b: u64| a.wrapping_sub(b);
-            let (rf, rb) = (
-                d(now.rx_frames, before.rx_frames),
-                d(now.rx_bytes, before.rx_bytes),
-            );
-            let (tf, tb) = (
-                d(now.tx_frames, before.tx_frames),
-                d(now.tx_bytes, before.tx_bytes),
-            );
-            if rf != 0 {
-                let pcp: [u64; 8] = std::array::from_fn(|i| d(now.rx_pcp[i], before.rx_pcp[i]));
-                plan.count_rx(PortId(id), ctl, rf, rb, &pcp);
-            }
-            if tf != 0 {
-                plan.count_tx(PortId(id), ctl, tf, tb);
-            }
-        }
-        let slots: Vec<u16> = match rt.shared.vlan_slots.lock() {
-            Ok(s) => s.iter().copied().collect(),
-            Err(_) => Vec::new(),
-        };
-        for slot in slots {
-            let Ok(now) = rt.fp.vlan_stats(u32::from(slot)) else {
-                continue;
-            };
-            let before = rt.vlan_seen.insert(slot, now).unwrap_or_default();
-            let d = |a: u64, b: u64| a.wrapping_sub(b);
-            let rx = (
-                d(now.rx_frames, before.rx_frames),
-                d(now.rx_bytes, before.rx_bytes),
-            );
-            let tx = (
-                d(now.tx_frames, before.tx_frames),
-                d(now.tx_bytes, before.tx_bytes),
-            );
-            if rx.0 != 0 || tx.0 != 0 {
-                plan.count_vlan(slot >> 12, slot & 0xfff, ctl, rx, tx);
-            }
-        }
+        rt.fold(&plan);
     }
 
     /// What `show fast-path` shows (`count_flows`: walk the flow table to count the current
@@ -633,43 +267,10 @@ impl Engine {
             };
         };
         let mut ports: Vec<String> = rt
-            .attached
-            .keys()
-            .filter_map(|id| Some(self.slots.get(*id as usize)?.as_ref()?.name.clone()))
+            .ports()
+            .filter_map(|id| Some(self.slots.get(id as usize)?.as_ref()?.name.clone()))
             .collect();
         ports.sort();
-        let (hits, misses) = rt.fp.verdicts().unwrap_or_default();
-        FastPathStatus {
-            mode,
-            state: "on".into(),
-            reason: None,
-            upcall: Some(rt.upcall.clone()),
-            ports,
-            flows: if !count_flows {
-                0
-            } else {
-                rt.fp.flows().map_or(0, |f| {
-                    let g = rt.shared.generation.load(Ordering::Acquire);
-                    f.iter().filter(|(_, a)| a.generation == g).count() as u64
-                })
-            },
-            hits,
-            misses: misses
-                .into_iter()
-                .map(|(m, n): (Miss, u64)| (m.name().to_owned(), n))
-                .collect(),
-            installed: rt.shared.installed.load(Ordering::Relaxed),
-            not_cached: Refusal::ALL
-                .iter()
-                .map(|r| {
-                    (
-                        r.name().to_owned(),
-                        rt.shared.refused[*r as usize].load(Ordering::Relaxed),
-                    )
-                })
-                .collect(),
-            stale_upcalls: rt.shared.stale_upcalls.load(Ordering::Relaxed),
-            upcall_ring_full: rt.shared.upcall_ring_full.load(Ordering::Relaxed),
-        }
+        rt.status(self.fast_state.mode, ports, count_flows)
     }
 }

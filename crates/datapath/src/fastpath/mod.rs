@@ -11,9 +11,11 @@
 //!   ([`install::follow_changes`], the workers' and the engine's);
 //! - holds what the engine and the workers share ([`FastShared`]).
 //!
-//! The control thread's half (loading the program, the upcall device, attaching to ports,
-//! the generation, ageing and counters) is `engine/fast.rs`, which reads the plan through
-//! `qbridge_bridge`'s `plan/fast.rs`.
+//! - runs the program for the control thread ([`control::FastRt`]: loading it, the upcall
+//!   device, attaching to ports, the generation, the FDB map compared whole, the program's
+//!   counters folded, `show fast-path`); the engine calls it with what it knows of its ports
+//!   (`engine/fast.rs`, the glue), and reads the plan through `qbridge_bridge`'s
+//!   `plan/fast.rs`.
 //!
 //! A flow is installed from a frame forwarded in a batch of its own: exactly one frame left, on
 //! one port, with no mirror copy or trapped copy; classification put it in a bridge whose both
@@ -24,6 +26,7 @@
 //! worker forwarded under; the engine bumps the program's before a changed configuration
 //! reaches the workers, so a flow made under an older one is a miss from then on.
 
+pub(crate) mod control;
 mod flow;
 mod install;
 pub(crate) mod upcall;
