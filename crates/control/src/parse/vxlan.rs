@@ -144,6 +144,13 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
     })?;
     let mut remotes = Vec::new();
     if let Some(r) = remote {
+        if external {
+            return Err(unexpected(
+                "remote",
+                "no remote with external (each VNI's flood list: fdb append \
+                 00:00:00:00:00:00 dev NAME dst IP vni N)",
+            ));
+        }
         if r.is_ipv6() != local.is_ipv6() {
             return Err(ControlError::Vxlan(crate::vxlan::mixed_families(
                 &name, local, "remote", r,

@@ -492,6 +492,14 @@ mod tests {
                 "link add vx1 type vxlan id 5 local 2001:db8::zz",
                 "IPv6 address",
             ),
+            (
+                "link add vx1 type vxlan external local 2001:db8::1 remote 2001:db8::2",
+                "no remote with external",
+            ),
+            (
+                "link add vx1 type vxlan id 5 local 2001:db8::1 remote fe80::2",
+                "link-local",
+            ),
         ] {
             let e = run(&mut s, line).unwrap_err().to_string();
             assert!(e.contains(want), "{line}: {e}");
