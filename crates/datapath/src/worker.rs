@@ -438,8 +438,7 @@ impl Worker {
                 return;
             }
         }
-        let fast_tap = e.shared.fast_into_host.load(Ordering::Relaxed)
-            && e.shared.fast_ifindex.load(Ordering::Relaxed) != 0;
+        let fast_tap = crate::fastpath::upcall::reads_misses(&e.shared);
         let token = e.token;
         match self.fast.take() {
             // A TAP port the fast path serves: what it reads are the program's misses.

@@ -58,6 +58,14 @@ pub(crate) trait Host {
     fn plan(&self) -> &Plan;
 }
 
+/// Whether what port `shared` reads are the program's misses: a TAP port the fast path
+/// serves (the program on its egress sends the misses on to the daemon's descriptor); its
+/// bursts go to [`FastWorker::forward_tap`].
+pub(crate) fn reads_misses(shared: &crate::shared::PortShared) -> bool {
+    shared.fast_into_host.load(Ordering::Relaxed)
+        && shared.fast_ifindex.load(Ordering::Relaxed) != 0
+}
+
 /// The fast path in one worker.
 #[derive(Debug)]
 pub(crate) struct FastWorker {
@@ -350,4 +358,42 @@ fn one_output(outputs: &Outputs) -> Result<u16, Refusal> {
         one = Some(j as u16);
     }
     one.ok_or(Refusal::Outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qbridge_bridge::PortId;
+
+    fn frame(o: &mut Outputs) -> PacketBuf {
+        let mut p = o.pool.get();
+        p.extend_from_slice(&[2; 60]);
+        p
+    }
+
+    #[test]
+    fn a_flow_needs_exactly_one_frame_on_one_port() {
+        let mut o = Outputs::new();
+        assert_eq!(one_output(&o), Err(Refusal::Outputs));
+        let p = frame(&mut o);
+        o.batch_mut(PortId(3)).push(p);
+        assert_eq!(one_output(&o), Ok(3));
+        // A flood: a second port, or a second frame on the same one.
+        let p = frame(&mut o);
+        o.batch_mut(PortId(5)).push(p);
+        assert_eq!(one_output(&o), Err(Refusal::Outputs));
+        let mut o = Outputs::new();
+        for _ in 0..2 {
+            let p = frame(&mut o);
+            o.batch_mut(PortId(3)).push(p);
+        }
+        assert_eq!(one_output(&o), Err(Refusal::Outputs));
+        // A trapped copy besides the one output.
+        let mut o = Outputs::new();
+        let p = frame(&mut o);
+        o.batch_mut(PortId(3)).push(p);
+        let p = frame(&mut o);
+        o.punt.push(p);
+        assert_eq!(one_output(&o), Err(Refusal::Outputs));
+    }
 }
