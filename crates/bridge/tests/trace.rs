@@ -51,7 +51,7 @@ fn an_unknown_unicast_is_flooded_with_each_ports_reason_and_nothing_is_learned()
     let flood = stage(&t, "flood");
     assert_eq!(flood.len(), 1);
     assert!(
-        flood[0].contains("- p1 (the ingress port (hairpin off))"),
+        flood[0].contains("- p1 (the ingress port, hairpin off)"),
         "{flood:?}"
     );
     assert!(flood[0].contains("+ p2"), "{flood:?}");

@@ -29,6 +29,81 @@ pub enum Command {
     Stp(StpCommand),
     /// `vni …`: the VNIs a `vnifilter` VXLAN port accepts (bridge(8)'s `vni` object).
     Vni(VniCommand),
+    /// `trace dev PORT FRAME…`: one frame walked through the running configuration, each
+    /// decision explained, without sending it (`crate::trace`).
+    Trace(TraceSpec),
+}
+
+/// `trace dev PORT …`: the ingress port and the frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSpec {
+    pub dev: String,
+    pub frame: TraceFrameSpec,
+}
+
+/// The frame of a trace: its bytes, or described in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceFrameSpec {
+    /// `hex HHHH…`: the whole frame, from the destination MAC on (no FCS).
+    Hex(Vec<u8>),
+    Described(DescribedFrame),
+}
+
+/// A frame in words (`crate::trace::build`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedFrame {
+    pub src: MacAddr,
+    pub dst: MacAddr,
+    /// Outermost first.
+    pub tags: Vec<TagSpec>,
+    pub l3: L3Spec,
+    pub l4: L4Spec,
+    /// `len N`: the frame padded to N bytes (without FCS).
+    pub len: Option<u16>,
+}
+
+/// `vlan VID [pcp N] [dei 0|1] [tpid T]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagSpec {
+    /// 0-4095 (0: priority-tagged; 4095, reserved, is allowed so that its drop can be traced).
+    pub vid: u16,
+    pub pcp: u8,
+    pub dei: bool,
+    /// `None`: the ingress port's TPID for the outer tag, 0x8100 for the others.
+    pub tpid: Option<Tpid>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L3Spec {
+    /// `ethertype 0xHHHH` (payload zeros), or nothing (IPv4 ethertype, empty payload).
+    Ethertype(u16),
+    /// `arp SENDER TARGET`: a request, who-has TARGET tell SENDER.
+    Arp {
+        sender: std::net::Ipv4Addr,
+        target: std::net::Ipv4Addr,
+    },
+    Ipv4 {
+        src: std::net::Ipv4Addr,
+        dst: std::net::Ipv4Addr,
+    },
+    Ipv6 {
+        src: std::net::Ipv6Addr,
+        dst: std::net::Ipv6Addr,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4Spec {
+    /// An IP packet without `tcp`/`udp`: an ICMP (ICMPv6) echo request.
+    Echo,
+    Tcp {
+        sport: u16,
+        dport: u16,
+    },
+    Udp {
+        sport: u16,
+        dport: u16,
+    },
 }
 
 /// `vni add|del dev NAME vni N[-M]`, `vni show [dev NAME]` (docs/semantics.md, "VLAN ↔ VNI").

@@ -47,6 +47,7 @@ pub mod running;
 pub mod session;
 pub mod stats;
 pub mod status;
+pub mod trace;
 pub mod usage;
 pub mod vxlan;
 pub mod words;

@@ -97,6 +97,13 @@ const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
   show fast-path           (the eBPF fast path: state, ports, flows, hits, misses by reason)
   monitor [link|fdb|vlan|mirror|stp|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
+  trace dev PORT src MAC dst MAC [vlan VID [pcp N] [dei 0|1] [tpid T]]...
+           [ethertype 0xHHHH | arp SENDER TARGET | ipv4 SRC DST | ipv6 SRC DST]
+           [tcp SPORT DPORT | udp SPORT DPORT] [len N]
+  trace dev PORT hex HHHH... | pcap FILE [index N]
+           (a frame entering PORT walked through the running configuration, every
+            decision explained, the frames that would leave each port, or the drop and
+            its reason; nothing is sent or learned; -j: JSON)
 ";
 
 const NOTES: &str = "\
@@ -138,7 +145,7 @@ pub fn object(o: Object) -> String {
 pub fn all() -> String {
     format!(
         "Usage: qbridge [OPTIONS] OBJECT COMMAND [ARGS...]\nwhere OBJECT := {{ link | vlan | \
-         fdb | mirror | stp | vni | show | monitor | help }}\n{}",
+         fdb | mirror | stp | vni | show | monitor | trace | help }}\n{}",
         commands()
     )
 }

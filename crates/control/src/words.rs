@@ -120,6 +120,7 @@ pub const OBJECTS: &[Kw] = &[
     kw("mirror", 2),
     kw("stp", 2),
     kw("vni", 2),
+    exact("trace"),
 ];
 
 /// `link` commands: ip/iplink.c `do_iplink` (add, set, change, replace, delete, show, lst,

@@ -699,6 +699,7 @@ fn is_show(cmd: &Command) -> bool {
             | Command::Stp(qbridge_control::StpCommand::Show { .. })
             | Command::ShowRunningConfig
             | Command::ShowFastPath
+            | Command::Trace(_)
             | Command::Help(_)
     )
 }

@@ -676,3 +676,27 @@ proptest! {
         }
     }
 }
+
+/// Cases of `trace_names_what_the_pipeline_does`: each traces every frame of its scenario (a
+/// sandbox copy of the switch per frame), so it takes fewer than the other properties;
+/// `TRACE_CASES` overrides.
+fn trace_config() -> Config {
+    let cases = std::env::var("TRACE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    Config { cases, ..config() }
+}
+
+proptest! {
+    #![proptest_config(trace_config())]
+
+    /// `trace` names exactly what the pipeline then does with each frame (issue 32): the
+    /// frames on each port, the drops and their reasons, and an explanation that agrees.
+    #[test]
+    fn trace_names_what_the_pipeline_does(sc in scenario(false)) {
+        if let Err(e) = Pair::run_traced(&sc) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}

@@ -293,6 +293,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             ),
             (None, _) => {
                 // Syntax errors are reported here, without a round trip; help needs no daemon.
+                let rest = &trace_pcap(rest)?;
                 if let Command::Help(topic) = parse_words(rest)? {
                     return print_help(topic);
                 }
@@ -320,7 +321,7 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
         (None, false) => {
             tracing::debug!("offline: running against an empty in-process session");
-            let cmd = parse_words(rest)?;
+            let cmd = parse_words(&trace_pcap(rest)?)?;
             if let Command::Help(topic) = cmd {
                 return print_help(topic);
             }
@@ -328,6 +329,53 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
     };
     print_stdout(&output)
+}
+
+/// `trace dev PORT pcap FILE [index N]`: the client reads frame N (1-based, as Wireshark
+/// numbers them; default 1) of a pcap file here, where the file is, and sends it as `hex …`.
+fn trace_pcap(words: &[String]) -> anyhow::Result<Vec<String>> {
+    let Some(at) = words.iter().position(|w| w == "pcap") else {
+        return Ok(words.to_vec());
+    };
+    if words.first().map(String::as_str) != Some("trace") {
+        return Ok(words.to_vec());
+    }
+    let Some(file) = words.get(at + 1) else {
+        bail!("trace … pcap FILE: the file is missing");
+    };
+    let mut end = at + 2;
+    let index = match words.get(at + 2).map(String::as_str) {
+        Some("index") => {
+            end += 2;
+            let v = words
+                .get(at + 3)
+                .ok_or_else(|| anyhow::anyhow!("trace … pcap FILE index N: N is missing"))?;
+            match v.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => bail!("trace … pcap FILE index {v}: the index is a frame number from 1"),
+            }
+        }
+        _ => 1,
+    };
+    if let Some(extra) = words.get(end) {
+        bail!("trace … pcap FILE [index N]: nothing else describes the frame (got {extra})");
+    }
+    let mut r = qbridge_io::pcap::PcapReader::open(std::path::Path::new(file))
+        .map_err(|e| anyhow::anyhow!("trace: {file}: {e}"))?;
+    let mut n = 0;
+    while let Some(rec) = r
+        .next_record()
+        .map_err(|e| anyhow::anyhow!("trace: {file}: {e}"))?
+    {
+        n += 1;
+        if n == index {
+            let mut out = words[..at].to_vec();
+            out.push("hex".into());
+            out.push(qbridge_wire::summary::hex(&rec.data));
+            return Ok(out);
+        }
+    }
+    bail!("trace: {file} has {n} frames, not {index}")
 }
 
 /// `qbridge help` (the whole usage) or `qbridge OBJECT help`.

@@ -70,3 +70,14 @@ fn keywords_and_their_values() {
     assert_eq!(complete("qbridge -b"), "-br -batch");
     assert_eq!(complete("qbridge show r"), "running-config");
 }
+
+#[test]
+fn trace_completes_its_port_and_frame_words() {
+    assert_eq!(complete("qbridge trace ''"), "dev in_port");
+    assert_eq!(complete("qbridge trace dev ''"), "br0 p1");
+    assert_eq!(complete("qbridge trace dev p1 v"), "vlan");
+    assert_eq!(
+        complete("qbridge trace dev p1 vlan 10 tpid 802.1"),
+        "802.1Q 802.1ad"
+    );
+}

@@ -316,9 +316,10 @@ impl Switch {
         self.worker.process(&plan, now_ns, rx, out);
     }
 
-    /// What worker 0's last [`Switch::process`] made of its first frame (`trace`).
+    /// What worker 0's last [`Switch::process`] made of its first frame, dropped or not
+    /// (`trace`).
     pub(crate) fn worker_class(&self) -> Option<crate::plan::fast::FastClass> {
-        self.worker.fast_class(0)
+        self.worker.class_of(0)
     }
 
     // ----- lookups -----

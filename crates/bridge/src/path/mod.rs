@@ -191,6 +191,19 @@ impl Forwarder {
         })
     }
 
+    /// What classification made of frame `i` of the last [`Forwarder::process`] call, also
+    /// when it was dropped afterwards (`trace`: its FID for the learning it did). Zeros when it
+    /// was dropped before classification.
+    pub(crate) fn class_of(&self, i: usize) -> Option<crate::plan::fast::FastClass> {
+        let m = self.meta.get(i)?;
+        Some(crate::plan::fast::FastClass {
+            bridge: m.bridge,
+            vid: m.vid,
+            fid: m.fid(),
+            pcp: 8,
+        })
+    }
+
     /// The credit left (see [`Forwarder::set_flood_credit`]).
     pub fn flood_credit(&self) -> Option<u64> {
         self.flood_credit

@@ -77,8 +77,7 @@ fn state_word(r: &PortRecord) -> &'static str {
 /// the prediction against the run.
 pub(super) fn explain(
     sw: &Switch,
-    port: PortId,
-    frame: &[u8],
+    pkt: &PacketBuf,
     now: u64,
     run: &Run,
     forwarded: &[(PortId, Vec<Vec<u8>>)],
@@ -88,7 +87,10 @@ pub(super) fn explain(
         sw,
         steps: Vec::new(),
     };
-    let prediction = walk(&mut w, port.0, frame, now, run);
+    let frame = pkt.frame();
+    let mut vlan = None;
+    let prediction = walk(&mut w, pkt, now, run, &mut vlan);
+    t.vlan = vlan;
     // A flood to one port is still a flood.
     if let Prediction::Flood(_) = prediction {
         for o in t
@@ -103,7 +105,7 @@ pub(super) fn explain(
         }
     }
     egress_steps(&mut w, frame, forwarded, run);
-    mirror_steps(&mut w, port.0, t);
+    mirror_steps(&mut w, t);
     if let Some(diff) = disagreement(&prediction, run, forwarded) {
         t.explained = false;
         w.step(
@@ -118,8 +120,15 @@ pub(super) fn explain(
 }
 
 /// Stages up to the forwarding decision. Returns the prediction.
-fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Prediction {
+fn walk(
+    w: &mut Walk<'_>,
+    pkt: &PacketBuf,
+    now: u64,
+    run: &Run,
+    vlan: &mut Option<u16>,
+) -> Prediction {
     let sw = w.sw;
+    let (in_id, frame) = (pkt.port, pkt.frame());
     let Some(inp) = w.rec(in_id) else {
         w.step("port", format!("port {in_id} does not exist"));
         return Prediction::Unknown;
@@ -187,7 +196,6 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
     w.step("port", text);
 
     // Size, source, link-local groups.
-    let pkt = PacketBuf::from_frame(frame);
     if frame.len() < 14 {
         w.step(
             "size",
@@ -195,7 +203,7 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
         );
         return Prediction::Drop(DropReason::Runt);
     }
-    let len = wire_len(&pkt, inp.tpid);
+    let len = wire_len(pkt, inp.tpid);
     let limit = inp.max_frame;
     if len > limit as usize {
         w.step(
@@ -277,9 +285,12 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
 
     // VLAN classification and the ingress filter.
     let filtering = br.settings.vlan_filtering;
-    let tag_word = frame
-        .get(12..16)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    // Bytes 12..16, zero-padded as the pipeline reads a 14- or 15-byte frame.
+    let mut h = [0u8; 4];
+    for (d, b) in h.iter_mut().zip(frame.iter().skip(12)) {
+        *d = *b;
+    }
+    let tag_word = u32::from_be_bytes(h);
     let outer_tpid = (tag_word >> 16) as u16;
     let vid;
     let mut tagged = false;
@@ -316,9 +327,9 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
             format!("ingress filter: {} is a member of VLAN {vid}", inp.name),
         );
     }
-    let _ = tagged;
+    *vlan = Some(vid);
     // The FID the pipeline used (learn_inner_vid: the pair's).
-    let fid = run.class.map_or(vid, |c| c.fid);
+    let fid = run.class.filter(|c| c.vid == vid).map_or(vid, |c| c.fid);
     if fid != vid {
         w.step(
             "vlan",
@@ -367,6 +378,7 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
     // The lock.
     let fdb = &br.fdb;
     let src_entry = fdb.get(fdb_key(mac(src), fid));
+    let _ = F_STICKY;
     if inp.settings.locked {
         let ok = src_entry
             .as_ref()
@@ -399,6 +411,9 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
 
     // Learning (what would happen; the trace learns nothing).
     let ageing_off = br.settings.ageing_time_ns == 0;
+    // What learning does comes from the sandbox, which learned: the source's entry after
+    // the frame, and the limit and eviction counters.
+    let learned_here = run.src_after.as_ref().is_some_and(|e| e.port == in_id);
     if !inp.settings.learning || ageing_off {
         w.step(
             "learn",
@@ -408,41 +423,58 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
                 format!("learning is off on {}", inp.name)
             },
         );
+    } else if run_has(run, &mac_limit_reasons()) {
+        let limit = vlan_limit_code(inp, vid);
+        let reason = match violation_of(limit) {
+            crate::vlanmode::Violation::Protect => DropReason::MacLimit,
+            crate::vlanmode::Violation::Restrict => DropReason::MacLimitRestrict,
+            crate::vlanmode::Violation::Shutdown => DropReason::MacLimitShutdown,
+        };
+        w.step(
+            "learn",
+            format!(
+                "{} is new and {} is at its limit in VLAN {vid} (fdb_max_learned {} violation \
+                 {}): the frame is dropped",
+                mac(src),
+                inp.name,
+                limit & 0x00ff_ffff,
+                reason
+                    .name()
+                    .trim_start_matches("mac_limit")
+                    .trim_start_matches('_')
+            ),
+        );
+        return Prediction::Drop(reason);
     } else {
         let text = match &src_entry {
-            None => {
-                let limit = vlan_limit_code(inp, vid);
-                if limit & 0x00ff_ffff != 0 && run_has(run, &mac_limit_reasons()) {
-                    let reason = match violation_of(limit) {
-                        crate::vlanmode::Violation::Protect => DropReason::MacLimit,
-                        crate::vlanmode::Violation::Restrict => DropReason::MacLimitRestrict,
-                        crate::vlanmode::Violation::Shutdown => DropReason::MacLimitShutdown,
-                    };
-                    w.step(
-                        "learn",
-                        format!(
-                            "{} is new and {} is at its limit in VLAN {vid} (fdb_max_learned {}): \
-                             the frame is dropped",
-                            mac(src),
-                            inp.name,
-                            limit & 0x00ff_ffff
-                        ),
-                    );
-                    return Prediction::Drop(reason);
+            _ if run.learn_refused != 0 => format!(
+                "{} is new but not learned: a learning limit is reached ({}'s fdb_max_learned \
+                 {}, {}'s {}); the frame goes on",
+                mac(src),
+                br.name,
+                br.settings.fdb_max_learned,
+                inp.name,
+                inp.settings.fdb_max_learned
+            ),
+            None => format!(
+                "would learn {} in VLAN {vid} on {} (a new entry{})",
+                mac(src),
+                inp.name,
+                match run.evicted_from {
+                    Some(p) => format!(
+                        "; the table is full: the oldest learned entry of {} makes room",
+                        w.name(p.0)
+                    ),
+                    None => String::new(),
                 }
-                format!(
-                    "would learn {} in VLAN {vid} on {} (a new entry)",
-                    mac(src),
-                    inp.name
-                )
-            }
+            ),
             Some(e) if e.port == in_id => format!(
                 "{} is known on {} (refreshed; idle {})",
                 mac(src),
                 inp.name,
                 secs(now.saturating_sub(e.seen_ns))
             ),
-            Some(e) if e.flags & F_STICKY != 0 || !e.is_learned() => format!(
+            Some(e) if !learned_here => format!(
                 "{} is a {} entry on {}: it does not move",
                 mac(src),
                 entry_kind(e.flags),
@@ -470,6 +502,15 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
         w.step("lookup", format!("{} is multicast: flooded", mac(dst)));
         return flood(w, br, inp, in_id, vid, FloodKind::Multicast);
     }
+    // The FDB as the lookup saw it: the sandbox's after the frame (learning may have moved or
+    // evicted the destination's entry).
+    let fdb = run
+        .after
+        .recs
+        .bridges
+        .get(usize::from(inp.master.unwrap_or(0)))
+        .and_then(|b| b.as_deref())
+        .map_or(fdb, |b| &b.fdb);
     let mut entry = fdb.get(fdb_key(mac(dst), fid));
     // `learn_inner_vid`: the user's entry of the VLAN applies to every inner VLAN of it.
     let mut via_vlan = false;
@@ -480,19 +521,18 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
         via_vlan = entry.is_some();
     }
     // The frame's own source, learned above, is its destination too.
-    let learned_now = src == dst && inp.settings.learning && !ageing_off && entry.is_none();
+    if src == dst && learned_here {
+        w.step(
+            "lookup",
+            format!(
+                "{} in VLAN {vid}: its own source, on {} once learned",
+                mac(dst),
+                inp.name
+            ),
+        );
+        return unicast(w, br, inp, in_id, vid, in_id);
+    }
     let Some(e) = entry else {
-        if learned_now {
-            w.step(
-                "lookup",
-                format!(
-                    "{} in VLAN {vid}: learned from this very frame, on {}",
-                    mac(dst),
-                    inp.name
-                ),
-            );
-            return unicast(w, br, inp, in_id, vid, in_id);
-        }
         w.step(
             "lookup",
             format!(
@@ -562,10 +602,6 @@ fn walk(w: &mut Walk<'_>, in_id: u16, frame: &[u8], now: u64, run: &Run) -> Pred
             }
         ),
     );
-    if learned_now && e.port != in_id {
-        // The source moved to this port a moment ago (above) and is its own destination.
-        return unicast(w, br, inp, in_id, vid, in_id);
-    }
     unicast(w, br, inp, in_id, vid, e.port)
 }
 
@@ -764,7 +800,7 @@ fn flood(
             } else if !ep.running {
                 Some(state_word(ep).to_string())
             } else if p == in_id && !inp.settings.hairpin {
-                Some("the ingress port (hairpin off)".to_string())
+                Some("the ingress port, hairpin off".to_string())
             } else if inp.settings.isolated && s.isolated {
                 Some("isolated, as is the ingress port".to_string())
             } else if (inp.pvlan.is_some() || ep.pvlan.is_some()) && !pvlan_ok(inp, ep, vid) {
@@ -944,16 +980,13 @@ fn egress_why(ep: &PortRecord, f: &[u8]) -> String {
 }
 
 /// Mirror sessions that copied the frame.
-fn mirror_steps(w: &mut Walk<'_>, _in_id: u16, t: &Trace) {
+fn mirror_steps(w: &mut Walk<'_>, t: &Trace) {
     let copies: Vec<String> = t
         .outputs
         .iter()
         .filter(|o| o.kind == OutputKind::Mirror)
         .map(|o| o.port.clone())
         .collect();
-    for s in &w.sw.mirrors {
-        let _ = s;
-    }
     if !copies.is_empty() {
         w.step("mirror", format!("mirror copies to {}", copies.join(", ")));
     }

@@ -137,6 +137,15 @@ struct Run {
     sinks: Vec<(String, Vec<u8>)>,
     punted: bool,
     class: Option<crate::plan::fast::FastClass>,
+    /// The source's FDB entry in the frame's FID once the frame was forwarded.
+    src_after: Option<crate::fdb::Slot>,
+    /// Learning refused for a limit, on the ingress port.
+    learn_refused: u64,
+    /// A port that lost its oldest learned entry to make room.
+    evicted_from: Option<PortId>,
+    /// The sandbox after the frame: its FDB is what the lookup saw (learning comes first, and
+    /// may have moved or evicted the destination's entry).
+    after: Switch,
 }
 
 impl Switch {
@@ -147,7 +156,8 @@ impl Switch {
         use crate::plan::mirror::MirrorCounterSet;
         use std::sync::Arc;
         let mut s = self.clone();
-        let blocks = self.workers() + 1;
+        // One block: every writer (worker 0, the control plane) clamps to it.
+        let blocks = 1;
         for p in s.recs.ports.iter_mut().flatten() {
             let mut r = crate::plan::PortRecord::clone(p);
             r.counters = PortCounterSet::new(blocks);
@@ -171,6 +181,16 @@ impl Switch {
     /// port, what would be dropped and why, every stage's decision on the way (see the module
     /// documentation).
     pub fn trace(&self, port: PortId, frame: &[u8]) -> Result<Trace, ConfigError> {
+        let mut pkt = PacketBuf::from_frame(frame);
+        pkt.port = port.0;
+        self.trace_packet(&pkt)
+    }
+
+    /// [`Switch::trace`] of a received buffer (its `port`, and its offload metadata: a GSO
+    /// super-frame is judged per segment, as the pipeline judges it).
+    pub fn trace_packet(&self, pkt: &PacketBuf) -> Result<Trace, ConfigError> {
+        let port = PortId(pkt.port);
+        let frame = pkt.frame();
         let name = self
             .port_name(port)
             .ok_or_else(|| ConfigError::NoSuchDevice(format!("port {}", port.0)))?
@@ -186,9 +206,9 @@ impl Switch {
         } else {
             None
         };
-        let run = run(full, port, frame, now);
+        let run = run(full, pkt, now);
         let forwarded = match plain {
-            Some(s) => run_outputs(s, port, frame, now),
+            Some(s) => run_outputs(s, pkt, now),
             None => run.outputs.clone(),
         };
 
@@ -256,7 +276,8 @@ impl Switch {
         let mut trace = Trace {
             in_port: name,
             bridge,
-            vlan: run.class.map(|c| c.vid),
+            // `explain` sets it once classification is done.
+            vlan: None,
             frame: TraceFrame::of(frame, &in_tpids),
             steps: Vec::new(),
             verdict,
@@ -272,7 +293,10 @@ impl Switch {
                 .collect(),
             explained: true,
         };
-        explain::explain(self, port, frame, now, &run, &forwarded, &mut trace);
+        explain::explain(self, pkt, now, &run, &forwarded, &mut trace);
+        if let (Some(v), Some(c)) = (trace.vlan, run.class) {
+            debug_assert_eq!(v, c.vid, "the explanation's VLAN is the pipeline's");
+        }
         Ok(trace)
     }
 
@@ -291,14 +315,34 @@ impl Switch {
 }
 
 /// Forwards `frame` through sandbox `s` and reads back what it did.
-fn run(mut s: Switch, port: PortId, frame: &[u8], now: u64) -> Run {
+fn run(mut s: Switch, pkt: &PacketBuf, now: u64) -> Run {
     let mut rx = Batch::with_capacity(1);
-    let mut pkt = PacketBuf::from_frame(frame);
-    pkt.port = port.0;
-    rx.push(pkt);
+    let mut copy = PacketBuf::from_frame(pkt.frame());
+    copy.port = pkt.port;
+    copy.offload = pkt.offload;
+    rx.push(copy);
     let mut out = Outputs::new();
     s.process(now, &mut rx, &mut out);
     let class = s.worker_class();
+    let src_after = match (class, pkt.frame().get(6..12)) {
+        (Some(c), Some(b)) => {
+            let src = qbridge_wire::MacAddr(b.try_into().unwrap_or([0; 6]));
+            s.recs
+                .bridges
+                .get(usize::from(c.bridge))
+                .and_then(|b| b.as_ref())
+                .and_then(|b| b.fdb.get(crate::fdb::fdb_key(src, c.fid)))
+        }
+        _ => None,
+    };
+    let learn_refused = s
+        .port_ids()
+        .find(|(id, _)| id.0 == pkt.port)
+        .map_or(0, |(id, _)| s.port_counters(id).fdb_learn_refused);
+    let evicted_from = s
+        .port_ids()
+        .map(|(id, _)| id)
+        .find(|id| s.port_counters(*id).fdb_evictions != 0);
     let outputs = out
         .ports
         .iter()
@@ -340,9 +384,13 @@ fn run(mut s: Switch, port: PortId, frame: &[u8], now: u64) -> Run {
         sinks,
         punted: !out.punt.pkts.is_empty(),
         class,
+        src_after,
+        learn_refused,
+        evicted_from,
+        after: s,
     }
 }
 
-fn run_outputs(s: Switch, port: PortId, frame: &[u8], now: u64) -> Vec<(PortId, Vec<Vec<u8>>)> {
-    run(s, port, frame, now).outputs
+fn run_outputs(s: Switch, pkt: &PacketBuf, now: u64) -> Vec<(PortId, Vec<Vec<u8>>)> {
+    run(s, pkt, now).outputs
 }

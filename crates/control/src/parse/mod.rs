@@ -27,6 +27,7 @@ mod mirror;
 mod stp;
 #[cfg(test)]
 mod tests;
+mod trace;
 mod vlan;
 mod vxlan;
 
@@ -88,7 +89,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
     };
     let Some(word) = w.next() else {
         return Err(ControlError::MissingArgument {
-            what: "object (link, vlan, fdb, mirror, stp or vni)",
+            what: "object (link, vlan, fdb, mirror, stp, vni or trace)",
         });
     };
     let object = match lookup(word, words::OBJECTS) {
@@ -99,6 +100,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Lookup::Found("stp") => Object::Stp,
         Lookup::Found("vni") => Object::Vni,
         Lookup::Found("show") => return parse_show(&mut w),
+        Lookup::Found("trace") => return trace::parse_trace(&mut w).map(Command::Trace),
         Lookup::Found(_) => return parse_help(&mut w),
         Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
         Lookup::Unknown(near) => {

@@ -167,6 +167,7 @@ impl Session {
             }
             Command::Stp(c) => self.stp_command(c, out),
             Command::Vni(c) => return self.vni_command(c, out),
+            Command::Trace(spec) => return crate::trace::execute(&self.switch, spec, out),
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
         if r.is_ok()

@@ -838,6 +838,102 @@ impl Pair {
     }
 }
 
+impl Pair {
+    /// `trace` against the pipeline over a whole scenario: before each frame is forwarded (one
+    /// at a time, by the switch alone), it is traced; the trace must name exactly the frames
+    /// that then leave each port and the drops the counters then show, its explanation must
+    /// agree with them, and tracing must change nothing (the FDB and counters are compared
+    /// before and after).
+    pub fn run_traced(sc: &Scenario) -> Result<(), String> {
+        let mut pair = Pair::new();
+        pair.build(sc)?;
+        for (i, op) in sc.run.iter().enumerate() {
+            let Op::Batch(frames) = op else {
+                pair.apply(op)?;
+                continue;
+            };
+            for (j, f) in frames.iter().enumerate() {
+                let mut pkt = PacketBuf::from_frame(&f.bytes.0);
+                pkt.port = f.port as u16;
+                pkt.offload = f.meta;
+                let sw = &mut pair.sw;
+                sw.set_time(pair.now);
+                let before = (fdb_rows(sw), all_counters(sw));
+                let t = sw
+                    .trace_packet(&pkt)
+                    .map_err(|e| format!("step {i} frame {j}: trace failed: {e}"))?;
+                if (fdb_rows(sw), all_counters(sw)) != before {
+                    return Err(format!("step {i} frame {j}: the trace changed the switch"));
+                }
+                let mut b = Batch::default();
+                b.push(pkt);
+                sw.process(pair.now, &mut b, &mut pair.out);
+                // The model follows, so that the steps that compare with it still can.
+                pair.model.process(
+                    pair.now,
+                    vec![Frame {
+                        port: f.port as u16,
+                        bytes: f.bytes.0.clone(),
+                        meta: meta_to_model(&f.meta),
+                    }],
+                );
+                let mut got: Vec<(String, String)> = Vec::new();
+                for p in 0..sw.port_slots() {
+                    for q in pair.out.batch_mut(PortId(p as u16)).drain() {
+                        let name = sw.port_name(PortId(p as u16)).unwrap_or("?").to_string();
+                        got.push((name, qbridge_wire::summary::hex(q.frame())));
+                    }
+                }
+                let mut want: Vec<(String, String)> = t
+                    .outputs
+                    .iter()
+                    .map(|o| (o.port.clone(), o.frame.hex.clone()))
+                    .collect();
+                got.sort();
+                want.sort();
+                let after = all_counters(sw);
+                let mut drops: Vec<(String, DropReason, u64)> = Vec::new();
+                for (p, (a, b)) in after.iter().zip(&before.1).enumerate() {
+                    for r in DropReason::ALL {
+                        let n = a.1.drops[*r as usize] - b.1.drops[*r as usize];
+                        if n != 0 {
+                            let _ = p;
+                            drops.push((a.0.clone(), *r, n));
+                        }
+                    }
+                }
+                let mut traced: Vec<(String, DropReason, u64)> = t
+                    .drops
+                    .iter()
+                    .map(|d| (d.port.clone(), d.reason, d.frames))
+                    .collect();
+                drops.sort();
+                traced.sort();
+                if got != want || drops != traced || !t.explained {
+                    return Err(format!(
+                        "step {i} frame {j} ({:?} on p{}): trace said {want:?} and drops                          {traced:?}, the pipeline sent {got:?} and dropped {drops:?}\n{}",
+                        Hex(f.bytes.0.clone()),
+                        f.port,
+                        t.steps
+                            .iter()
+                            .map(|s| format!("  {}: {}", s.stage, s.text))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every port's counters, by name.
+fn all_counters(sw: &Switch) -> Vec<(String, qbridge_bridge::PortCounters)> {
+    sw.port_ids()
+        .map(|(id, n)| (n.to_string(), sw.port_counters(id)))
+        .collect()
+}
+
 impl Default for Pair {
     fn default() -> Self {
         Pair::new()

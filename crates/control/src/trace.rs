@@ -1,0 +1,293 @@
+//! `trace`: the frame built from its description, walked through the switch
+//! ([`Switch::trace`]), and the answer rendered as text or JSON.
+
+use crate::command::{DescribedFrame, L3Spec, L4Spec, OutputOptions, TraceFrameSpec, TraceSpec};
+use crate::error::ControlError;
+use qbridge_bridge::{Switch, Trace, Verdict};
+use qbridge_wire::checksum::{combine, finish, pseudo_header_v4, pseudo_header_v6, sum};
+use qbridge_wire::{summary, IpProtocol};
+use std::fmt::Write;
+
+/// Runs `trace` against `sw`.
+pub fn execute(sw: &Switch, spec: &TraceSpec, out: OutputOptions) -> Result<String, ControlError> {
+    let port = sw.port_id(&spec.dev)?;
+    let frame = match &spec.frame {
+        TraceFrameSpec::Hex(b) => b.clone(),
+        TraceFrameSpec::Described(d) => build(d, sw.port_tpid(port).0),
+    };
+    let t = sw.trace(port, &frame)?;
+    Ok(if out.json {
+        let mut s = if out.pretty {
+            serde_json::to_string_pretty(&t)
+        } else {
+            serde_json::to_string(&t)
+        }
+        .unwrap_or_default();
+        s.push('\n');
+        s
+    } else {
+        render(&t)
+    })
+}
+
+/// The frame of a description: Ethernet, the tags (the outer one's TPID defaults to
+/// `port_tpid`, the others' to 0x8100), then the payload: an ARP request, an IPv4 or IPv6
+/// packet (an echo request, or a TCP segment with ACK and PSH, or a UDP datagram, each with
+/// correct checksums and no data), or nothing after an ethertype (0x88b5 when none is given);
+/// padded with zeros to `len`, else to 60 bytes as a NIC pads.
+pub fn build(d: &DescribedFrame, port_tpid: u16) -> Vec<u8> {
+    let mut f = Vec::with_capacity(128);
+    f.extend_from_slice(&d.dst.0);
+    f.extend_from_slice(&d.src.0);
+    for (i, t) in d.tags.iter().enumerate() {
+        let tpid = t
+            .tpid
+            .map_or(if i == 0 { port_tpid } else { 0x8100 }, |t| t.0);
+        let tci = u16::from(t.pcp) << 13 | u16::from(t.dei) << 12 | (t.vid & 0x0fff);
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    match d.l3 {
+        L3Spec::Ethertype(e) => f.extend_from_slice(&e.to_be_bytes()),
+        L3Spec::Arp { sender, target } => {
+            f.extend_from_slice(&0x0806u16.to_be_bytes());
+            f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+            f.extend_from_slice(&d.src.0);
+            f.extend_from_slice(&sender.octets());
+            f.extend_from_slice(&[0; 6]);
+            f.extend_from_slice(&target.octets());
+        }
+        L3Spec::Ipv4 { src, dst } => {
+            f.extend_from_slice(&0x0800u16.to_be_bytes());
+            let (proto, l4) = l4_bytes(d.l4, false);
+            let total = (20 + l4.len()) as u16;
+            let mut ip = [0u8; 20];
+            ip[0] = 0x45;
+            ip[2..4].copy_from_slice(&total.to_be_bytes());
+            ip[6] = 0x40; // DF
+            ip[8] = 64;
+            ip[9] = u8::from(proto);
+            ip[12..16].copy_from_slice(&src.octets());
+            ip[16..20].copy_from_slice(&dst.octets());
+            let c = finish(sum(&ip));
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            let mut l4 = l4;
+            if proto != IpProtocol::Icmp {
+                let ph = pseudo_header_v4(src, dst, proto, l4.len() as u32);
+                set_l4_checksum(&mut l4, proto, ph);
+            } else {
+                let c = finish(sum(&l4));
+                l4[2..4].copy_from_slice(&c.to_be_bytes());
+            }
+            f.extend_from_slice(&ip);
+            f.extend_from_slice(&l4);
+        }
+        L3Spec::Ipv6 { src, dst } => {
+            f.extend_from_slice(&0x86ddu16.to_be_bytes());
+            let (proto, mut l4) = l4_bytes(d.l4, true);
+            let mut ip = [0u8; 40];
+            ip[0] = 0x60;
+            ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+            ip[6] = u8::from(proto);
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(&src.octets());
+            ip[24..40].copy_from_slice(&dst.octets());
+            let ph = pseudo_header_v6(src, dst, proto, l4.len() as u32);
+            set_l4_checksum(&mut l4, proto, ph);
+            f.extend_from_slice(&ip);
+            f.extend_from_slice(&l4);
+        }
+    }
+    // Padded to `len`, or as a NIC pads a short frame: to 60 bytes (64 with the FCS).
+    let len = d.len.map_or(60, usize::from);
+    if f.len() < len {
+        f.resize(len, 0);
+    }
+    f
+}
+
+/// The L4 header of a described packet (no data): its protocol and bytes, checksum 0.
+fn l4_bytes(l4: L4Spec, v6: bool) -> (IpProtocol, Vec<u8>) {
+    match l4 {
+        L4Spec::Echo => {
+            let t = if v6 { 128 } else { 8 };
+            let p = if v6 {
+                IpProtocol::Icmpv6
+            } else {
+                IpProtocol::Icmp
+            };
+            (p, vec![t, 0, 0, 0, 0x51, 0x62, 0, 1])
+        }
+        L4Spec::Tcp { sport, dport } => {
+            let mut h = vec![0u8; 20];
+            h[0..2].copy_from_slice(&sport.to_be_bytes());
+            h[2..4].copy_from_slice(&dport.to_be_bytes());
+            h[4..8].copy_from_slice(&1u32.to_be_bytes());
+            h[8..12].copy_from_slice(&1u32.to_be_bytes());
+            h[12] = 5 << 4;
+            h[13] = 0x18; // ACK, PSH
+            h[14..16].copy_from_slice(&65535u16.to_be_bytes());
+            (IpProtocol::Tcp, h)
+        }
+        L4Spec::Udp { sport, dport } => {
+            let mut h = vec![0u8; 8];
+            h[0..2].copy_from_slice(&sport.to_be_bytes());
+            h[2..4].copy_from_slice(&dport.to_be_bytes());
+            h[4..6].copy_from_slice(&8u16.to_be_bytes());
+            (IpProtocol::Udp, h)
+        }
+    }
+}
+
+fn set_l4_checksum(l4: &mut [u8], proto: IpProtocol, pseudo: u32) {
+    let at = match proto {
+        IpProtocol::Tcp => 16,
+        IpProtocol::Udp => 6,
+        _ => 2,
+    };
+    let mut c = finish(combine(pseudo, sum(l4)));
+    if proto == IpProtocol::Udp && c == 0 {
+        c = 0xffff;
+    }
+    l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// The text answer: the frame, the stages, the verdict with every frame that leaves (decoded
+/// and in hex), the drops with their reasons in words.
+pub fn render(t: &Trace) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "trace: {} ← {}", t.in_port, t.frame.summary);
+    s.push('\n');
+    for st in &t.steps {
+        let _ = writeln!(s, "  {:<8} {}", st.stage, st.text);
+    }
+    s.push('\n');
+    let n = t
+        .outputs
+        .iter()
+        .filter(|o| o.kind != qbridge_bridge::OutputKind::Mirror)
+        .count();
+    let verdict = match t.verdict {
+        Verdict::Forwarded => "forwarded".to_string(),
+        Verdict::Flooded => format!("flooded ({n} {})", if n == 1 { "copy" } else { "copies" }),
+        Verdict::Dropped => "dropped".to_string(),
+        Verdict::ControlPlane => "to the spanning tree (a BPDU for this bridge)".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "verdict: {verdict}{}",
+        match t.vlan {
+            Some(v) if t.bridge.is_some() =>
+                format!(" in VLAN {v} of {}", t.bridge.as_deref().unwrap_or("")),
+            _ => String::new(),
+        }
+    );
+    for o in &t.outputs {
+        let kind = match o.kind {
+            qbridge_bridge::OutputKind::Forward => "out",
+            qbridge_bridge::OutputKind::Flood => "flood",
+            qbridge_bridge::OutputKind::Mirror => "mirror",
+        };
+        let _ = writeln!(s, "  {kind} {}: {}", o.port, o.frame.summary);
+        s.push_str(&summary::hex_lines(&hex_bytes(&o.frame.hex), "      "));
+    }
+    for c in &t.mirror_files {
+        let _ = writeln!(s, "  mirror to pcap {}: {}", c.file, c.frame.summary);
+    }
+    for d in &t.drops {
+        let _ = writeln!(
+            s,
+            "  drop on {}: {} — {}",
+            d.port,
+            d.reason.name(),
+            d.description
+        );
+    }
+    s
+}
+
+fn hex_bytes(h: &str) -> Vec<u8> {
+    (0..h.len() / 2)
+        .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::TagSpec;
+    use qbridge_wire::{parse_headers, MacAddr, Tpid};
+
+    fn described(l3: L3Spec, l4: L4Spec) -> DescribedFrame {
+        DescribedFrame {
+            src: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst: MacAddr([2, 0, 0, 0, 0, 2]),
+            tags: vec![
+                TagSpec {
+                    vid: 100,
+                    pcp: 5,
+                    dei: false,
+                    tpid: None,
+                },
+                TagSpec {
+                    vid: 10,
+                    pcp: 0,
+                    dei: true,
+                    tpid: None,
+                },
+            ],
+            l3,
+            l4,
+            len: None,
+        }
+    }
+
+    #[test]
+    fn built_frames_parse_and_their_checksums_verify() {
+        let v4 = L3Spec::Ipv4 {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+        };
+        let f = build(
+            &described(
+                v4,
+                L4Spec::Tcp {
+                    sport: 40000,
+                    dport: 80,
+                },
+            ),
+            0x88a8,
+        );
+        assert_eq!(
+            summary::describe(&f, &[]),
+            "02:00:00:00:00:01 > 02:00:00:00:00:02, 88a8 vid 100 pcp 5 / 8100 vid 10 dei 1 / \
+             IPv4 TCP 10.0.0.1:40000 > 10.0.0.2:80, 62 bytes"
+        );
+        let h = parse_headers(&f, Tpid::is_well_known).unwrap();
+        let l3 = &f[h.l3_offset..];
+        assert!(qbridge_wire::checksum::verify(&l3[..20]));
+        let ph = pseudo_header_v4(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            IpProtocol::Tcp,
+            20,
+        );
+        assert_eq!(
+            qbridge_wire::checksum::fold(combine(ph, sum(&l3[20..]))),
+            0xffff
+        );
+        let v6 = L3Spec::Ipv6 {
+            src: "2001:db8::1".parse().unwrap(),
+            dst: "2001:db8::2".parse().unwrap(),
+        };
+        let mut d = described(v6, L4Spec::Echo);
+        d.len = Some(128);
+        d.tags.clear();
+        let f = build(&d, 0x8100);
+        assert_eq!(f.len(), 128);
+        assert_eq!(
+            summary::payload(&f, &[]),
+            "IPv6 ICMPv6 echo request 2001:db8::1 > 2001:db8::2"
+        );
+    }
+}
