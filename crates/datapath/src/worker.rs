@@ -16,6 +16,11 @@
 //! A queue that fails with a link-down error is reported to the control thread, which takes
 //! the port down for every worker; the worker stops polling it at once.
 //!
+//! With the eBPF fast path on, the worker also polls its socket on the upcall device (the
+//! program's misses); what is done with them — forwarded in order, a new flow's frame alone,
+//! its flow installed — is the fast path's (`crate::fastpath::upcall`), which drives the
+//! worker's pipeline and transmit through the worker's [`Host`] implementation.
+//!
 //! Queues the worker loses (a deleted or replaced port, a link gone down) leave its epoll set
 //! and counters here and are closed by the reaper threads (`crate::reaper`): closing takes the
 //! kernel milliseconds per socket, which must not stop forwarding on the other ports.

@@ -11,7 +11,7 @@ use qbridge_fastpath::{FdbEntry, FdbKey, NotCached};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Crossing {
     pub in_id: u16,
-    /// The program's index of the ingress port's opening ([`port_index`]).
+    /// The program's index of the ingress port's opening ([`super::port_index`]).
     pub in_index: u16,
     /// The frame's whole length as it entered.
     pub in_len: usize,

@@ -3,15 +3,15 @@
 //! of cached flows and sends every other frame up; here the daemon
 //!
 //! - services the upcall device and forwards the misses with the worker's pipeline
-//!   ([`upcall`]: a worker runs a [`upcall::FastWorker`] through what it lends of itself,
-//!   [`upcall::Host`], and stays receive → process → transmit);
-//! - makes a flow of a frame forwarded alone ([`flow`]: [`flow_for`], a pure function of the
-//!   plan, its FDB and the frames) and installs it ([`install`]);
+//!   (`upcall`: a worker runs a `upcall::FastWorker` through what it lends of itself,
+//!   `upcall::Host`, and stays receive → process → transmit);
+//! - makes a flow of a frame forwarded alone (`flow`: [`flow_for`], a pure function of the
+//!   plan, its FDB and the frames) and installs it (`install`);
 //! - keeps the FDB map's mirrored entries in line with the pipeline's log of changes
-//!   ([`install::follow_changes`], the workers' and the engine's);
-//! - holds what the engine and the workers share ([`FastShared`]).
+//!   (`install::follow_changes`, the workers' and the engine's);
+//! - holds what the engine and the workers share (`FastShared`).
 //!
-//! - runs the program for the control thread ([`control::FastRt`]: loading it, the upcall
+//! - runs the program for the control thread (`control::FastRt`: loading it, the upcall
 //!   device, attaching to ports, the generation, the FDB map compared whole, the program's
 //!   counters folded, `show fast-path`); the engine calls it with what it knows of its ports
 //!   (`engine/fast.rs`, the glue), and reads the plan through `qbridge_bridge`'s
