@@ -71,6 +71,17 @@ pub struct DeletePathRequest {
     pub path: Option<Path>,
 }
 
+/// `AddPathStreamRequest`: many paths in one message of a client stream.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddPathStreamRequest {
+    #[prost(int32, tag = "1")]
+    pub table_type: i32,
+    #[prost(string, tag = "2")]
+    pub vrf_id: String,
+    #[prost(message, repeated, tag = "3")]
+    pub paths: Vec<Path>,
+}
+
 /// `google.protobuf.Empty`, and `GetBgpRequest` (no fields either).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Empty {}
@@ -248,6 +259,64 @@ impl Gobgp {
             }),
         };
         let _: AddPathResponse = self.unary("/apipb.GobgpApi/AddPath", req)?;
+        Ok(())
+    }
+
+    /// Originates many routes (NLRI, attributes) at once: `AddPathStream`, in messages of
+    /// up to 1000 paths (the benchmark's injector).
+    pub fn add_paths(&mut self, routes: Vec<(Vec<u8>, Vec<Vec<u8>>)>) -> Result<(), GobgpError> {
+        let call = "/apipb.GobgpApi/AddPathStream";
+        let mut msgs = Vec::new();
+        let mut paths = Vec::new();
+        for (nlri, attrs) in routes {
+            paths.push(Path {
+                family: Some(evpn()),
+                nlri_binary: nlri,
+                pattrs_binary: attrs,
+                ..Path::default()
+            });
+            if paths.len() == 1000 {
+                msgs.push(std::mem::take(&mut paths));
+            }
+        }
+        if !paths.is_empty() {
+            msgs.push(paths);
+        }
+        let reqs: Vec<AddPathStreamRequest> = msgs
+            .into_iter()
+            .map(|paths| AddPathStreamRequest {
+                table_type: TABLE_GLOBAL,
+                vrf_id: String::new(),
+                paths,
+            })
+            .collect();
+        let grpc = &mut self.grpc;
+        let r = self.rt.block_on(async {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let codec: tonic::codec::ProstCodec<AddPathStreamRequest, Empty> =
+                tonic::codec::ProstCodec::default();
+            grpc.client_streaming(
+                tonic::Request::new(tokio_stream::iter(reqs)),
+                PathAndQuery::from_static(call),
+                codec,
+            )
+            .await
+        });
+        r.map(|_| ()).map_err(|s| self.call_error(call, &s))
+    }
+
+    /// Withdraws every EVPN route this speaker originated (`DeletePath` with the family
+    /// and no path: the benchmark's injector).
+    pub fn delete_all(&mut self) -> Result<(), GobgpError> {
+        let req = DeletePathRequest {
+            table_type: TABLE_GLOBAL,
+            vrf_id: String::new(),
+            family: Some(evpn()),
+            path: None,
+        };
+        let _: Empty = self.unary("/apipb.GobgpApi/DeletePath", req)?;
         Ok(())
     }
 

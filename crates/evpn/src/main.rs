@@ -10,13 +10,9 @@
 //! the next pass; nothing is remembered between passes, so a restart of either side (or of
 //! the adapter) re-derives everything.
 
-mod daemon;
-mod gobgp;
-mod reconcile;
-mod route;
-
 use anyhow::{bail, Context, Result};
-use reconcile::{Action, Route};
+use qbridge_evpn::reconcile::{self, Action, Route};
+use qbridge_evpn::{daemon, gobgp, route};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::mpsc;

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The EVPN control plane's cost per route (issue 31), as root: N type-2 routes from M VTEPs
+# injected into a gobgpd through its API reach, over iBGP, both
+#
+#   qbridge side (ns A, 192.0.2.1): gobgpd + qbridge-evpn + the qbridge daemon (br0, vx0)
+#   FRR side     (ns B, 192.0.2.2): bgpd + zebra (advertise-all-vni), kernel bridge + vx100
+#
+# from the injector (ns I, 192.0.2.100, its own gobgpd), all on one underlay bridge (ns U).
+# qbridge-evpn-bench (crates/evpn/src/bin/bench.rs) injects them (AddPathStream), times how long
+# until the daemon's FDB (fdb show -j) and FRR's kernel FDB (bridge fdb show) hold all N, then
+# withdraws them (DeletePath of the family) and times until both hold none; it prints the
+# routes/s of each side and the CPU (utime+stime) of qbridge-evpn, its gobgpd and the daemon
+# beside bgpd's and zebra's. Both sides receive the same UPDATEs at the same time.
+#
+#   scripts/bench-evpn.sh ROUTES VTEPS [ROUTES VTEPS]...   (default: 3000 100)
+#
+# QBRIDGE_EVPN_ARGS adds options to qbridge-evpn (e.g. --interval-ms 2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
+for t in gobgpd /usr/lib/frr/zebra /usr/lib/frr/bgpd; do
+  command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs gobgpd and frr)"; exit 1; }
+done
+[ $# -gt 0 ] || set -- 3000 100
+cargo build --release --locked -q -p qbridge -p qbridge-evpn
+bin=$PWD/target/release
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+p=qbev$$
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for f in "$tmp"/frr/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  sleep 0.5
+  for n in u a b i; do ip netns del $p-$n 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# The underlay: a kernel bridge in U, a veth to each of A, B, I.
+ip netns add $p-u
+ip -n $p-u link add ubr type bridge
+ip -n $p-u link set ubr up
+declare -A addr=([a]=192.0.2.1 [b]=192.0.2.2 [i]=192.0.2.100)
+for n in a b i; do
+  ip netns add $p-$n
+  ip -n $p-$n link set lo up
+  ip link add ul netns $p-$n type veth peer name u$n netns $p-u
+  ip -n $p-u link set u$n master ubr
+  ip -n $p-u link set u$n up
+  ip -n $p-$n addr add ${addr[$n]}/24 dev ul
+  ip -n $p-$n link set ul up
+done
+# The injected VTEPs (10.100.0.0/16) are behind the injector: FRR resolves its next hops.
+ip -n $p-b route add 10.100.0.0/16 via 192.0.2.100
+ip -n $p-a route add 10.100.0.0/16 via 192.0.2.100
+
+gobgpd_conf() { # LOCAL PEER...
+  local l=$1; shift
+  printf '[global.config]\n  as = 65000\n  router-id = "%s"\n  local-address-list = ["%s"]\n' "$l" "$l"
+  for peer in "$@"; do
+    printf '[[neighbors]]\n  [neighbors.config]\n    neighbor-address = "%s"\n    peer-as = 65000\n' "$peer"
+    printf '  [neighbors.timers.config]\n    connect-retry = 1\n    hold-time = 9\n    keepalive-interval = 3\n'
+    printf '  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = "l2vpn-evpn"\n'
+  done
+}
+start() { # NS LOG PROG ARGS... (pid in $started)
+  local ns=$1 log=$2; shift 2
+  ip netns exec "$ns" "$@" >"$log" 2>&1 &
+  started=$!
+  pids+=($started)
+}
+
+# I: the injector's gobgpd, peered with A's gobgpd and FRR.
+gobgpd_conf 192.0.2.100 192.0.2.1 192.0.2.2 >"$tmp/gobgpd-i.toml"
+start $p-i "$tmp/gobgpd-i.log" gobgpd -f "$tmp/gobgpd-i.toml" --api-hosts 127.0.0.1:50051
+# (ip netns exec runs the program itself: the PID is gobgpd's.)
+
+# A: qbridge daemon, gobgpd, qbridge-evpn.
+ip -n $p-a link add qa type veth peer name qa-h
+ip -n $p-a link set qa up
+ip -n $p-a link set qa-h up
+cat >"$tmp/a.batch" <<EOF
+link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local 192.0.2.1 dstport 4789 nolearning
+link set dev p1 master br0
+link set dev vx0 master br0
+link set dev vx0 learning off
+EOF
+start $p-a "$tmp/daemon.log" "$bin/qbridge" daemon -batch "$tmp/a.batch" --socket "$tmp/a.sock"
+daemon_pid=$started
+for _ in $(seq 100); do [ -S "$tmp/a.sock" ] && break; sleep 0.05; done
+[ -S "$tmp/a.sock" ] || { echo "qbridge did not start:"; cat "$tmp/daemon.log"; exit 1; }
+gobgpd_conf 192.0.2.1 192.0.2.100 >"$tmp/gobgpd-a.toml"
+start $p-a "$tmp/gobgpd-a.log" gobgpd -f "$tmp/gobgpd-a.toml" --api-hosts 127.0.0.1:50051
+gobgpd_a=$started
+# shellcheck disable=SC2086
+start $p-a "$tmp/evpn.log" "$bin/qbridge-evpn" --socket "$tmp/a.sock" ${QBRIDGE_EVPN_ARGS:-}
+evpn_pid=$started
+
+# B: FRR with a kernel bridge and vxlan device.
+ip -n $p-b link add kbr type bridge
+ip -n $p-b link add vx100 type vxlan id 100 local 192.0.2.2 dstport 4789 nolearning
+ip -n $p-b link set vx100 master kbr
+ip netns exec $p-b bridge link set dev vx100 learning off
+ip -n $p-b link set vx100 up
+ip -n $p-b link set kbr up
+frr=$tmp/frr
+mkdir -p "$frr"
+chown frr:frr "$frr"
+echo "hostname b" >"$frr/zebra.conf"
+cat >"$frr/bgpd.conf" <<EOF
+hostname b
+router bgp 65000
+ bgp router-id 192.0.2.2
+ no bgp default ipv4-unicast
+ neighbor 192.0.2.100 remote-as 65000
+ neighbor 192.0.2.100 timers connect 1
+ neighbor 192.0.2.100 advertisement-interval 0
+ address-family l2vpn evpn
+  neighbor 192.0.2.100 activate
+  advertise-all-vni
+ exit-address-family
+EOF
+for d in zebra bgpd; do
+  ip netns exec $p-b /usr/lib/frr/$d -d -f "$frr/$d.conf" -i "$frr/$d.pid" -z "$frr/zserv.api" \
+    --vty_socket "$frr/" --log "file:$frr/$d.log"
+  [ $d = zebra ] && for _ in $(seq 100); do [ -e "$frr/zserv.api" ] && break; sleep 0.05; done
+done
+sleep 0.5
+zebra_pid=$(cat "$frr/zebra.pid"); bgpd_pid=$(cat "$frr/bgpd.pid")
+
+# Both sessions up (the injector's neighbours established).
+for _ in $(seq 150); do
+  n=$(ip netns exec $p-i gobgp neighbor 2>/dev/null | grep -c Establ || true)
+  [ "$n" = 2 ] && break
+  sleep 0.2
+done
+[ "$n" = 2 ] || { echo "BGP sessions not up:"; ip netns exec $p-i gobgp neighbor; exit 1; }
+sleep 2
+
+echo "qbridge-evpn: $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
+while [ $# -ge 2 ]; do
+  ip netns exec $p-i "$bin/qbridge-evpn-bench" --inject 127.0.0.1:50051 --routes "$1" --vteps "$2" \
+    --socket "$tmp/a.sock" --pids "qbridge-evpn=$evpn_pid,gobgpd=$gobgpd_a,daemon=$daemon_pid" \
+    --frr-ns $p-b --frr-dev vx100 --frr-pids "bgpd=$bgpd_pid,zebra=$zebra_pid" \
+    2>&1 || { echo "failed; the adapter's log:"; tail -20 "$tmp/evpn.log"; exit 1; }
+  shift 2
+  sleep 3
+done
