@@ -41,6 +41,19 @@ impl Cell {
     }
 }
 
+thread_local! {
+    /// The reason of the latest drop this thread counted ([`PortCells::drop`]), plus one (0:
+    /// none yet): how the frame path tells the drop watch why a frame it marked dropped was
+    /// dropped, at no cost to frames that are not (`crate::path::meta`).
+    static LAST_DROP: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// [`LAST_DROP`]: the reason of the latest drop this thread counted, plus one (0: none).
+#[inline]
+pub(crate) fn last_drop() -> u8 {
+    LAST_DROP.with(|c| c.get())
+}
+
 /// One writer's counters of one port.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -81,6 +94,7 @@ impl PortCells {
     #[inline(always)]
     pub fn drop(&self, reason: DropReason) {
         self.drops[reason as usize].add(1);
+        LAST_DROP.with(|c| c.set(reason as u8 + 1));
     }
 
     fn add_to(&self, c: &mut PortCounters) {

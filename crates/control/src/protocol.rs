@@ -141,6 +141,8 @@ pub enum MonitorObject {
     Vlan,
     Mirror,
     Stp,
+    /// Each dropped frame (`monitor drops`; not part of `all`: a drop storm is many lines).
+    Drops,
 }
 
 impl MonitorObject {
@@ -152,7 +154,7 @@ impl MonitorObject {
         MonitorObject::Stp,
     ];
 
-    /// `link`, `fdb`, `vlan`, `mirror`, `stp`; `all` is every one.
+    /// `link`, `fdb`, `vlan`, `mirror`, `stp`, `drops`; `all` is every one but `drops`.
     pub fn parse_words(words: &[String]) -> Result<Vec<MonitorObject>, String> {
         if words.is_empty() {
             return Ok(MonitorObject::ALL.to_vec());
@@ -165,11 +167,12 @@ impl MonitorObject {
                 "vlan" => v.push(MonitorObject::Vlan),
                 "mirror" => v.push(MonitorObject::Mirror),
                 "stp" => v.push(MonitorObject::Stp),
+                "drops" => v.push(MonitorObject::Drops),
                 "all" => v.extend(MonitorObject::ALL),
                 _ => {
                     return Err(format!(
-                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan, mirror, stp \
-                         or all)"
+                        "monitor: unknown object \"{w}\" (expected link, fdb, vlan, mirror, stp, \
+                         drops or all)"
                     ))
                 }
             }

@@ -127,6 +127,8 @@ pub struct Engine {
     reaper: Reaper,
     /// The bound on BPDUs in flight from the workers ([`Ctl::Bpdu`]).
     punt: Arc<PuntGate>,
+    /// `monitor drops`: the watchers the workers tell (`crate::dropwatch`).
+    drops: Arc<crate::dropwatch::DropWatch>,
     /// The kernel's link notifications (`link.rs`), when they can be had.
     link_events: Option<link::LinkNotifier>,
     /// Per port name: the opening (token) whose link speed the session has (`stp.rs`).
@@ -160,6 +162,7 @@ impl Engine {
         let n = session.switch().workers();
         let reaper = Reaper::start().map_err(|e| io_err("cannot start a reaper thread", e))?;
         let punt = Arc::new(PuntGate::default());
+        let drops = Arc::new(crate::dropwatch::DropWatch::default());
         let mut workers = Vec::with_capacity(n);
         for index in 0..n {
             let wake = Arc::new(
@@ -176,6 +179,7 @@ impl Engine {
                 epoch,
                 reaper.handle(),
                 punt.clone(),
+                drops.clone(),
             )
             .map_err(|e| io_err("epoll", e))?;
             let thread = std::thread::Builder::new()
@@ -211,6 +215,7 @@ impl Engine {
             mirror_dirty: false,
             reaper,
             punt,
+            drops,
             link_events: link::LinkNotifier::start(tx.clone()),
             speeds_read: HashMap::new(),
             bonds: HashMap::new(),
@@ -290,6 +295,9 @@ impl Engine {
                     out,
                     events,
                 }) => {
+                    if objects.contains(&qbridge_control::MonitorObject::Drops) {
+                        self.drops.add(events.clone(), out);
+                    }
                     self.monitors
                         .add(&self.session, Monitor::new(objects, out, events));
                 }
@@ -342,6 +350,7 @@ impl Engine {
             let now = self.now_ns();
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
+                self.drops.tick(now);
                 self.fast_peers();
                 self.fast_sweep();
                 let aged = self.fast_age(now);

@@ -32,6 +32,7 @@
 
 mod backends;
 pub mod bond_port;
+mod dropwatch;
 mod engine;
 pub mod fastpath;
 mod mirror_sink;

@@ -143,6 +143,7 @@ fn object_name(o: MonitorObject) -> &'static str {
         MonitorObject::Vlan => "vlan",
         MonitorObject::Mirror => "mirror",
         MonitorObject::Stp => "stp",
+        MonitorObject::Drops => "drops",
     }
 }
 

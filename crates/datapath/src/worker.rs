@@ -37,6 +37,7 @@
 //! again soon; frames to one port (known unicast) never use credit. With few ports flooding
 //! nothing changes: a queue alone in its round may flood 16 384 copies per round.
 
+use crate::dropwatch::{DropWatch, WatchScratch};
 use crate::fastpath::upcall::{Egress, FastWorker, Host};
 use crate::fastpath::FastShared;
 use crate::mirror_sink::{write_sinks, Sinks};
@@ -154,6 +155,10 @@ pub(crate) struct Worker {
     punt: Arc<PuntGate>,
     /// The eBPF fast path's upcalls and flow installs, when it is on (`crate::fastpath`).
     fast: Option<Box<FastWorker>>,
+    /// `monitor drops` (`crate::dropwatch`), and the heads of the batch being forwarded while
+    /// someone watches.
+    drops: Arc<DropWatch>,
+    watch: WatchScratch,
 }
 
 impl Worker {
@@ -169,6 +174,7 @@ impl Worker {
         epoch: Instant,
         reaper: ReaperHandle,
         punt: Arc<PuntGate>,
+        drops: Arc<DropWatch>,
     ) -> Result<Worker, rustix::io::Errno> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -195,6 +201,8 @@ impl Worker {
             reaper,
             punt,
             fast: None,
+            drops,
+            watch: WatchScratch::default(),
         })
     }
 
@@ -457,8 +465,7 @@ impl Worker {
                     p.port = id;
                 }
                 let now = self.now_ns();
-                self.core
-                    .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+                self.forward(now);
             }
         }
         let used = usable - self.core.flood_credit().unwrap_or(0).min(usable);
@@ -551,8 +558,7 @@ impl Worker {
                 p.port = id;
             }
             let now = self.now_ns();
-            self.core
-                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+            self.forward(now);
             self.send_outputs();
         }
     }
@@ -668,6 +674,23 @@ impl Worker {
 }
 
 /// What the fast path drives of a worker (`crate::fastpath::upcall`).
+impl Worker {
+    /// Forwards the batch in `rx` through the pipeline; while someone watches drops, tells
+    /// them of the frames it dropped (`crate::dropwatch`: one relaxed load per batch when no
+    /// one does).
+    fn forward(&mut self, now: u64) {
+        if !self.drops.active() {
+            self.core
+                .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+            return;
+        }
+        self.watch.capture(&self.rx);
+        self.core
+            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+        self.watch.report(&self.drops, &self.core, &self.plan, now);
+    }
+}
+
 impl Host for Worker {
     fn port_index(&self, id: u16) -> Option<u16> {
         match self.queues.get(id as usize) {
@@ -710,8 +733,7 @@ impl Host for Worker {
 
     fn process(&mut self) {
         let now = self.now_ns();
-        self.core
-            .process(&self.plan, now, &mut self.rx, &mut self.outputs);
+        self.forward(now);
     }
 
     fn send_outputs(&mut self) {

@@ -316,6 +316,11 @@ impl Switch {
         self.worker.process(&plan, now_ns, rx, out);
     }
 
+    /// [`Forwarder::dropped`] of worker 0's last [`Switch::process`].
+    pub fn dropped(&self, i: usize) -> Option<DropReason> {
+        self.worker.dropped(i)
+    }
+
     /// What worker 0's last [`Switch::process`] made of its first frame, dropped or not
     /// (`trace`).
     pub(crate) fn worker_class(&self) -> Option<crate::plan::fast::FastClass> {

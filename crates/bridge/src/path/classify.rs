@@ -139,6 +139,9 @@ pub(super) fn classify<const PLAIN: bool>(
     m: &mut FrameMeta,
 ) {
     let len = pkt.len();
+    // Not yet classified: what the drop watch reads of a frame dropped before (the line is
+    // written below anyway).
+    m.vid = 0;
     if len < 14 {
         return drop_into(m, c, DropReason::Runt);
     }
@@ -177,6 +180,7 @@ pub(super) fn classify<const PLAIN: bool>(
     m.tagged = false;
     m.filtering = filtering;
     m.flood = FloodClass::Unknown;
+    m.why = 0;
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
         // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.

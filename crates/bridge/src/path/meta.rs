@@ -63,6 +63,10 @@ pub(crate) struct FrameMeta {
     /// The bridge filters VLANs (tags are rewritten on egress).
     pub(super) filtering: bool,
     pub(super) flood: FloodClass,
+    /// Why the frame was dropped, [`DropReason`] plus one (0: not dropped, or not known): for
+    /// the drop watch ([`Forwarder::dropped`](super::Forwarder::dropped)). Written only where a
+    /// frame is dropped.
+    pub(super) why: u8,
 }
 
 const _: () = assert!(core::mem::size_of::<FrameMeta>() == 32);
@@ -86,6 +90,7 @@ impl FrameMeta {
         tagged: false,
         filtering: false,
         flood: FloodClass::Unknown,
+        why: 0,
     };
 }
 
@@ -94,7 +99,17 @@ impl FrameMeta {
 #[inline(always)]
 pub(super) fn drop_into(m: &mut FrameMeta, counters: &PortCells, reason: DropReason) {
     m.dest = DEST_DROP;
+    m.why = reason as u8 + 1;
     count_drop(counters, reason);
+}
+
+/// Marks `m`'s frame dropped for the reason counted last on this thread (by the check that
+/// just refused it).
+#[cold]
+#[inline(never)]
+pub(super) fn drop_counted(m: &mut FrameMeta) {
+    m.dest = DEST_DROP;
+    m.why = crate::cells::last_drop();
 }
 
 #[cold]

@@ -125,6 +125,9 @@ pub struct Forwarder {
     /// Flood copies the frames of the next [`Forwarder::process`] may still make (`None`: no
     /// limit). See [`Forwarder::set_flood_credit`].
     pub(crate) flood_credit: Option<u64>,
+    /// The last [`Forwarder::process`] filled `meta` index for index with its batch (not so on
+    /// a plan with stacked devices, whose bridge passes see batches of their own).
+    pub(crate) meta_is_rx: bool,
 }
 
 impl Forwarder {
@@ -138,6 +141,7 @@ impl Forwarder {
             stack: None,
             mirror: None,
             flood_credit: None,
+            meta_is_rx: false,
         }
     }
 
@@ -147,6 +151,7 @@ impl Forwarder {
     /// own `Forwarder` and [`Outputs`].
     pub fn process(&mut self, plan: &Plan, now_ns: u64, rx: &mut Batch, out: &mut Outputs) {
         let path = Path(plan);
+        self.meta_is_rx = !plan.stacked;
         if plan.trap_bpdu {
             path.trap_bpdus(rx, out);
         }
@@ -202,6 +207,30 @@ impl Forwarder {
             fid: m.fid(),
             pcp: 8,
         })
+    }
+
+    /// Why frame `i` of the last [`Forwarder::process`] call was dropped: whole (it left no
+    /// port), or its last flood copy at that copy's port. `None` when it was not, or when the
+    /// plan has stacked devices (whose frames are counted, not told one by one). What the drop
+    /// watch reports; costs nothing to frames that are not dropped.
+    pub fn dropped(&self, i: usize) -> Option<crate::DropReason> {
+        if !self.meta_is_rx {
+            return None;
+        }
+        let m = self.meta.get(i)?;
+        if m.why == 0 || !(m.dest == meta::DEST_DROP || m.dest == meta::DEST_FLOOD) {
+            return None;
+        }
+        crate::DropReason::ALL.get(usize::from(m.why - 1)).copied()
+    }
+
+    /// The VLAN frame `i` of the last [`Forwarder::process`] call was classified into, also
+    /// when it was dropped afterwards (`None`: not classified, or a VLAN-unaware bridge's).
+    pub fn classified_vid(&self, i: usize) -> Option<u16> {
+        if !self.meta_is_rx {
+            return None;
+        }
+        self.meta.get(i).map(|m| m.vid).filter(|v| *v != 0)
     }
 
     /// The credit left (see [`Forwarder::set_flood_credit`]).

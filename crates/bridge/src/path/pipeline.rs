@@ -344,7 +344,7 @@ impl Path<'_> {
                 if locked
                     && !locked_admits(&self.ports, wi, br, table, inp, in_id as u16, m, now_ns)
                 {
-                    m.dest = DEST_DROP;
+                    drop_counted(m);
                     table = cache.get(&br.fdb).view();
                     continue;
                 }
@@ -372,7 +372,7 @@ impl Path<'_> {
                             Learned::RefusedVlan => {
                                 mac_limit_drop(inp, c, m.vid);
                                 last_learned = 0;
-                                m.dest = DEST_DROP;
+                                drop_counted(m);
                                 continue;
                             }
                             Learned::NewEvicting { port } => {
@@ -387,7 +387,7 @@ impl Path<'_> {
                 if STP && m.dest == DEST_LEARN {
                     // Spanning tree Learning: learned above, not forwarded.
                     count_drop(c, DropReason::StpDiscarding);
-                    m.dest = DEST_DROP;
+                    drop_counted(m);
                     continue;
                 }
                 m.dest = if m.dst == MAC_BROADCAST {
@@ -408,6 +408,9 @@ impl Path<'_> {
                                 }
                                 if entry.flags & F_PERMANENT != 0 {
                                     m.dest = local_out(&self.ports, br, inp, in_id, wi, m, pkt);
+                                    if m.dest == DEST_DROP {
+                                        drop_counted(m);
+                                    }
                                     continue;
                                 }
                                 let ep = if (key ^ tx.route.key) >> 16 == 0 {
@@ -417,7 +420,7 @@ impl Path<'_> {
                                     unicast(&self.ports, inp, in_id, c, wi, &entry, m)
                                 };
                                 let Some(ep) = ep else {
-                                    m.dest = DEST_DROP;
+                                    drop_counted(m);
                                     continue;
                                 };
                                 let tag = route_tag(ep, m.vid, m.filtering);
@@ -432,11 +435,18 @@ impl Path<'_> {
                                     pkt.port = entry.port;
                                     entry.port
                                 }
-                                None => DEST_DROP,
+                                None => {
+                                    m.why = crate::cells::last_drop();
+                                    DEST_DROP
+                                }
                             }
                         }
                         None if INNER && m.fid_x != 0 => {
                             match self.user_entry(wi, br, table, inp, c, m, pkt, ageing_off) {
+                                Some(DEST_DROP) => {
+                                    m.why = crate::cells::last_drop();
+                                    DEST_DROP
+                                }
                                 Some(e) => e,
                                 None => {
                                     m.flood = FloodClass::Unknown;
@@ -484,6 +494,15 @@ impl Path<'_> {
             bytes += pkt.len() as u64;
             *m = FrameMeta::DROPPED;
         }
+        let known = self.ports.get(in_port as usize).and_then(|p| p.as_deref());
+        let why = match known {
+            Some(inp) if inp.running => DropReason::NoBridge as u8 + 1,
+            Some(_) => DropReason::PortDown as u8 + 1,
+            None => 0,
+        };
+        for m in meta.iter_mut().take(n) {
+            m.why = why;
+        }
         match self.ports.get(in_port as usize) {
             Some(Some(inp)) => {
                 let c = inp.counters.writer(wi);
@@ -513,14 +532,22 @@ impl Path<'_> {
         wi: usize,
         scratch: &mut Vec<u16>,
         credit: &mut Option<u64>,
-        meta: &[FrameMeta],
+        meta: &mut [FrameMeta],
         rx: &mut Batch,
         out: &mut Outputs,
     ) {
         for (mut pkt, m) in rx.pkts.drain(..).zip(meta) {
             let verdict = match m.dest {
                 DEST_DROP => None,
-                DEST_FLOOD => self.flood(wi, scratch, credit, m, &mut pkt, out),
+                DEST_FLOOD => {
+                    let v = self.flood(wi, scratch, credit, m, &mut pkt, out);
+                    if v.is_none() {
+                        // No copy left (no_destination, flood_rate), or the last one was
+                        // refused at its port.
+                        m.why = crate::cells::last_drop();
+                    }
+                    v
+                }
                 e => Some(e as usize),
             };
             match verdict {

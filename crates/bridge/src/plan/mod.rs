@@ -303,6 +303,11 @@ impl Plan {
 
     /// The pcap files of the plan's `dst pcap` sessions, by sink index: the copies for sink
     /// `i` are left in `Outputs::mirror_sinks[i]` for the caller to write.
+    /// The name of port `id` (`None`: no such port).
+    pub fn port_name(&self, id: PortId) -> Option<&str> {
+        self.port(id).map(|p| p.name.as_str())
+    }
+
     pub fn mirror_sinks(&self) -> &[String] {
         match &self.mirrors {
             Some(m) => &m.sinks,

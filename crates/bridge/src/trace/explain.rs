@@ -520,18 +520,6 @@ fn walk(
             .filter(|e| !(e.is_learned() || (ageing_off && e.ages())));
         via_vlan = entry.is_some();
     }
-    // The frame's own source, learned above, is its destination too.
-    if src == dst && learned_here {
-        w.step(
-            "lookup",
-            format!(
-                "{} in VLAN {vid}: its own source, on {} once learned",
-                mac(dst),
-                inp.name
-            ),
-        );
-        return unicast(w, br, inp, in_id, vid, in_id);
-    }
     let Some(e) = entry else {
         w.step(
             "lookup",

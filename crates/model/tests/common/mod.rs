@@ -909,6 +909,20 @@ impl Pair {
                     .collect();
                 drops.sort();
                 traced.sort();
+                // The drop watch's reason for the frame (`Forwarder::dropped`) is the
+                // counted one: the only drop when nothing left, else a copy's.
+                let why = sw.dropped(0);
+                let why_ok = match (&why, traced.as_slice()) {
+                    (None, []) => true,
+                    (None, _) => !got.is_empty(),
+                    (Some(r), ds) => ds.iter().any(|d| d.1 == *r),
+                };
+                if !why_ok || (got.is_empty() && traced.len() == 1 && why != Some(traced[0].1)) {
+                    return Err(format!(
+                        "step {i} frame {j}: the drop watch's reason {why:?}, the counters' \
+                         {traced:?}"
+                    ));
+                }
                 if got != want || drops != traced || !t.explained {
                     return Err(format!(
                         "step {i} frame {j} ({:?} on p{}): trace said {want:?} and drops                          {traced:?}, the pipeline sent {got:?} and dropped {drops:?}\n{}",

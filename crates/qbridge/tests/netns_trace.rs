@@ -1,0 +1,206 @@
+//! `qbridge trace` and `qbridge monitor drops` on a live daemon with kernel hosts (root only;
+//! issue 32). Run with the eBPF fast path on (the default) and off by the test command.
+//!
+//! ```text
+//!   h1 (10.72.0.1) ─ p1 ┐ br0: p1, p2 access VLAN 10; p3 access VLAN 20
+//!   h2 (10.72.0.2) ─ p2 ┤
+//!   h3 (10.72.0.3) ─ p3 ┘   (h3 is alone in its VLAN: "one VLAN works, another does not")
+//! ```
+//!
+//! The trace of h1 → h2 names the entry h2's traffic taught the bridge and the untagged frame
+//! that leaves p2; the trace of h3 → h1 names the flood set that is empty and why; the drop
+//! watch shows h3's ARP requests dropped as `no_destination`, and, once p1 and p2 are both
+//! isolated (the fast path had cached the flow), h1's frames to h2 dropped as `isolated`:
+//! drops the pipeline decides for both paths.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use support::{assert_ping, ping, qbridge_bin, Lab};
+
+const BATCH: &str = "\
+link add br0 type bridge vlan_filtering 1
+link add p1 type afpacket dev s1
+link add p2 type afpacket dev s2
+link add p3 type afpacket dev s3
+link set dev p1 master br0 vlan_mode access tag 10
+link set dev p2 master br0 vlan_mode access tag 10
+link set dev p3 master br0 vlan_mode access tag 20
+";
+
+/// `qbridge monitor ARGS…` as a child, its lines on a channel.
+struct Watch {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watch {
+    fn start(ctl: &support::Ctl, args: &[&str]) -> Watch {
+        let mut cmd = Command::new(qbridge_bin());
+        cmd.arg("--socket").arg(&ctl.socket).args(args);
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("qbridge monitor starts");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Watch { child, lines }
+    }
+
+    /// The first line `pred` accepts within `secs` seconds.
+    fn wait(&self, secs: u64, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if pred(&l) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn trace_explains_and_the_drop_watch_shows_the_drops() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("trace");
+    let sw = lab.netns("sw").unwrap();
+    let h1 = lab.host("h1", "10.72.0.1/24", &sw, "s1").unwrap();
+    let h2 = lab.host("h2", "10.72.0.2/24", &sw, "s2").unwrap();
+    let h3 = lab.host("h3", "10.72.0.3/24", &sw, "s3").unwrap();
+    let ctl = lab.daemon(&sw, BATCH).unwrap();
+    assert_ping(&h1, &h2, 3);
+
+    // h1 → h2: known unicast, the entry h2's answers taught, out untagged on p2.
+    let words = [
+        "trace", "dev", "p1", "src", &h1.mac, "dst", &h2.mac, "ipv4", &h1.ip, &h2.ip, "tcp",
+        "40000", "80",
+    ];
+    let text = ctl.cmd(&words).unwrap();
+    assert!(
+        text.contains(&format!(
+            "{} in VLAN 10: hit, a learned entry on p2",
+            h2.mac
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict: forwarded in VLAN 10 of br0"),
+        "{text}"
+    );
+    let mut j = vec!["-j"];
+    j.extend_from_slice(&words);
+    let t: serde_json::Value = serde_json::from_str(&ctl.cmd(&j).unwrap()).unwrap();
+    assert_eq!(t["verdict"], "forwarded");
+    assert_eq!(t["vlan"], 10);
+    assert_eq!(t["explained"], true);
+    let out = t["outputs"].as_array().unwrap();
+    assert_eq!(out.len(), 1, "{t}");
+    assert_eq!(out[0]["port"], "p2");
+    assert_eq!(out[0]["kind"], "forward");
+    assert_eq!(
+        out[0]["frame"]["summary"],
+        format!(
+            "{} > {}, untagged / IPv4 TCP {}:40000 > {}:80, 60 bytes",
+            h1.mac, h2.mac, h1.ip, h2.ip
+        )
+    );
+    // Nothing was sent or learned by the trace: the counters of p2 did not move.
+    let tx = |ctl: &support::Ctl| {
+        ctl.json(&["-s", "link", "show", "dev", "p2"]).unwrap()[0]["stats"]["tx_frames"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = tx(&ctl);
+    ctl.cmd(&words).unwrap();
+    assert_eq!(tx(&ctl), before);
+
+    // h3 → h1: "one VLAN works and another does not". h3 is in VLAN 20, alone.
+    let t = ctl
+        .cmd(&[
+            "trace",
+            "p3",
+            "src",
+            &h3.mac,
+            "dst",
+            "ff:ff:ff:ff:ff:ff",
+            "arp",
+            &h3.ip,
+            &h1.ip,
+        ])
+        .unwrap();
+    assert!(
+        t.contains("vlan     untagged (vlan_mode access): in the PVID of p3, VLAN 20"),
+        "{t}"
+    );
+    assert!(
+        t.contains("flood set: no port: - p1 (not a member of VLAN 20), - p2 (not a member of VLAN 20), - p3 (the ingress port, hairpin off)"),
+        "{t}"
+    );
+    assert!(t.contains("drop on p3: no_destination"), "{t}");
+
+    // The drop watch: h3's ARP requests, by name.
+    let watch = Watch::start(&ctl, &["monitor", "drops"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ping(&h3, &h1.ip, 2).received, 0);
+    let line = watch
+        .wait(10, |l| l.starts_with("p3 vlan 20 drop no_destination"))
+        .expect("h3's ARP request in the drop watch");
+    assert!(
+        line.contains(&format!("ARP request who-has {} tell {}", h1.ip, h3.ip)),
+        "{line}"
+    );
+
+    // A flow the fast path forwards, then refused: p1 and p2 isolated. Every frame now goes
+    // up and is dropped by the pipeline, which the watch tells.
+    let jw = Watch::start(&ctl, &["-j", "monitor", "drops"]);
+    std::thread::sleep(Duration::from_millis(300));
+    support::ip_in(
+        &h1.ns,
+        &["neigh", "replace", &h2.ip, "lladdr", &h2.mac, "dev", "eth0"],
+    )
+    .unwrap();
+    assert_ping(&h1, &h2, 2);
+    ctl.cmd(&["link", "set", "dev", "p1", "isolated", "on"])
+        .unwrap();
+    ctl.cmd(&["link", "set", "dev", "p2", "isolated", "on"])
+        .unwrap();
+    assert_eq!(ping(&h1, &h2.ip, 3).received, 0);
+    let line = jw
+        .wait(10, |l| l.contains("\"isolated\""))
+        .expect("h1's frames to h2 in the JSON drop watch");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["object"], "drops");
+    assert_eq!(v["port"], "p1");
+    assert_eq!(v["vlan"], 10);
+    assert!(
+        v["frame"].as_str().unwrap().contains("ICMP echo request"),
+        "{v}"
+    );
+    // The trace agrees.
+    let t = ctl.cmd(&words).unwrap();
+    assert!(t.contains("p1 and p2 are both isolated"), "{t}");
+    assert!(t.contains("drop on p1: isolated"), "{t}");
+    drop(watch);
+    drop(jw);
+    assert!(lab.stop_daemons(), "the daemon did not exit cleanly");
+}
