@@ -48,8 +48,10 @@ run() {
 run cargo test --workspace --locked --no-fail-fast || status=1
 
 # The differential property tests again, optimised, with many more cases (5000 scenarios per
-# property, about 100 frames each; about 20 s here). DIFF_CASES overrides.
-PROPTEST_CASES=${DIFF_CASES:-5000} run cargo test --release --locked -p qbridge-model --test differential || status=1
+# property, about 100 frames each; about 20 s here). DIFF_CASES overrides. The trace property
+# (every frame traced, then forwarded) takes 400 (about 35 s); TRACE_CASES overrides.
+PROPTEST_CASES=${DIFF_CASES:-5000} TRACE_CASES=${TRACE_CASES:-400} \
+    run cargo test --release --locked -p qbridge-model --test differential || status=1
 
 # Fuzzing: the long libFuzzer log goes to target/fuzz-smoke.log; one line per target here.
 fuzz_passed=0
