@@ -425,10 +425,10 @@ fn walk(
         );
     } else if run_has(run, &mac_limit_reasons()) {
         let limit = vlan_limit_code(inp, vid);
-        let reason = match violation_of(limit) {
-            crate::vlanmode::Violation::Protect => DropReason::MacLimit,
-            crate::vlanmode::Violation::Restrict => DropReason::MacLimitRestrict,
-            crate::vlanmode::Violation::Shutdown => DropReason::MacLimitShutdown,
+        let (reason, mode) = match violation_of(limit) {
+            crate::vlanmode::Violation::Protect => (DropReason::MacLimit, "protect"),
+            crate::vlanmode::Violation::Restrict => (DropReason::MacLimitRestrict, "restrict"),
+            crate::vlanmode::Violation::Shutdown => (DropReason::MacLimitShutdown, "shutdown"),
         };
         w.step(
             "learn",
@@ -438,10 +438,7 @@ fn walk(
                 mac(src),
                 inp.name,
                 limit & 0x00ff_ffff,
-                reason
-                    .name()
-                    .trim_start_matches("mac_limit")
-                    .trim_start_matches('_')
+                mode
             ),
         );
         return Prediction::Drop(reason);
