@@ -638,3 +638,51 @@ fn vlan_show_vid_and_fdb_flush_words() {
     );
     assert_eq!(err("fdb flush permanent"), "missing \"dev NAME\"");
 }
+
+#[test]
+fn trace_words() {
+    let t = |l: &str| match parse_line(l) {
+        Ok(Some(Command::Trace(spec))) => spec,
+        other => panic!("{l}: {other:?}"),
+    };
+    let s = t("trace dev p1 src 02:00:00:00:00:01 dst ff:ff:ff:ff:ff:ff vlan 100 tpid 802.1ad pcp 5 vlan 10 dei 1 ipv4 10.0.0.1 10.0.0.2 udp 1 2 len 128");
+    assert_eq!(s.dev, "p1");
+    let TraceFrameSpec::Described(d) = s.frame else {
+        panic!("described")
+    };
+    assert_eq!(d.tags.len(), 2);
+    assert_eq!(d.tags[0].tpid, Some(Tpid(0x88a8)));
+    assert_eq!((d.tags[0].vid, d.tags[0].pcp), (100, 5));
+    assert_eq!(
+        (d.tags[1].vid, d.tags[1].dei, d.tags[1].tpid),
+        (10, true, None)
+    );
+    assert_eq!(d.l4, L4Spec::Udp { sport: 1, dport: 2 });
+    assert_eq!(d.len, Some(128));
+    // `in_port` and no keyword at all name the port too; hex frames.
+    assert_eq!(t("trace in_port p2 hex 02:00:00:00:00:01").dev, "p2");
+    assert_eq!(
+        t("trace p3 hex 0x0200000000010200").frame,
+        TraceFrameSpec::Hex(vec![2, 0, 0, 0, 0, 1, 2, 0])
+    );
+    // Errors name the word.
+    let e = |l: &str| parse_line(l).unwrap_err().to_string();
+    assert!(
+        e("trace").contains("the port the frame enters"),
+        "{}",
+        e("trace")
+    );
+    assert!(e("trace dev p1 src 02:00:00:00:00:01").contains("src MAC and dst MAC"));
+    assert!(e("trace dev p1 src nope dst 02:00:00:00:00:02").contains("\"nope\""));
+    assert!(e("trace dev p1 pcp 3").contains("vlan VID before pcp"));
+    assert!(
+        e("trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 vlan 4096").contains("4096")
+    );
+    assert!(
+        e("trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 tcp 1 2")
+            .contains("ipv4 SRC DST")
+    );
+    assert!(e("trace dev p1 hex 0g").contains("hex digits"));
+    assert!(e("trace dev p1 hex ééééééééééééééééééééééééééééééééééééééééééé").contains("hex"));
+    assert!(e("trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 bogus").contains("bogus"));
+}

@@ -174,8 +174,8 @@ fn ip6(s: &str) -> Result<std::net::Ipv6Addr, ControlError> {
 fn parse_hex(s: &str) -> Result<Vec<u8>, ControlError> {
     let bad = || ControlError::BadValue {
         what: "hex",
-        value: if s.len() > 40 {
-            format!("{}…", &s[..40])
+        value: if s.chars().count() > 40 {
+            format!("{}…", s.chars().take(40).collect::<String>())
         } else {
             s.to_string()
         },
