@@ -14,7 +14,9 @@
 #
 #   scripts/bench-evpn.sh ROUTES VTEPS [ROUTES VTEPS]...   (default: 3000 100)
 #
-# QBRIDGE_EVPN_ARGS adds options to qbridge-evpn (e.g. --interval-ms 2000).
+# QBRIDGE_EVPN_ARGS adds options to qbridge-evpn (e.g. --interval-ms 2000). QBRIDGE_BENCH_BIN=DIR
+# takes qbridge, qbridge-evpn and qbridge-evpn-bench from DIR instead of building them (to
+# compare two builds of the adapter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
@@ -22,8 +24,12 @@ for t in gobgpd /usr/lib/frr/zebra /usr/lib/frr/bgpd; do
   command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs gobgpd and frr)"; exit 1; }
 done
 [ $# -gt 0 ] || set -- 3000 100
-cargo build --release --locked -q -p qbridge -p qbridge-evpn
-bin=$PWD/target/release
+if [ -n "${QBRIDGE_BENCH_BIN:-}" ]; then
+  bin=$QBRIDGE_BENCH_BIN
+else
+  cargo build --release --locked -q -p qbridge -p qbridge-evpn
+  bin=$PWD/target/release
+fi
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
 p=qbev$$
@@ -140,7 +146,7 @@ done
 [ "$n" = 2 ] || { echo "BGP sessions not up:"; ip netns exec $p-i gobgp neighbor; exit 1; }
 sleep 2
 
-echo "qbridge-evpn: $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "qbridge-evpn: $bin/qbridge-evpn, $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 while [ $# -ge 2 ]; do
   ip netns exec $p-i "$bin/qbridge-evpn-bench" --inject 127.0.0.1:50051 --routes "$1" --vteps "$2" \
     --socket "$tmp/a.sock" --pids "qbridge-evpn=$evpn_pid,gobgpd=$gobgpd_a,daemon=$daemon_pid" \

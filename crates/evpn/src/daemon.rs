@@ -72,6 +72,39 @@ impl Daemon {
         }
     }
 
+    /// Runs many commands as one batch (streamed, `batch_len`), all-or-nothing: one request
+    /// and one change of the daemon's state however many lines (the adapter's `fdb` commands
+    /// of a pass). A refusal names the line (`line 7: …`) and changes nothing.
+    pub fn batch(&mut self, lines: &[String]) -> Result<(), DaemonError> {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        let head = serde_json::json!({"v": 1, "batch_len": text.len(),
+            "opts": {"json": false, "stats": false, "pretty": false}});
+        let mut req = head.to_string();
+        req.push('\n');
+        req.push_str(&text);
+        self.reader
+            .get_mut()
+            .write_all(req.as_bytes())
+            .map_err(|e| io(&self.path, &e))?;
+        let mut answer = String::new();
+        match self.reader.read_line(&mut answer) {
+            Ok(0) => return Err(io(&self.path, &"closed the connection")),
+            Ok(_) => {}
+            Err(e) => return Err(io(&self.path, &e)),
+        }
+        let v: Value = serde_json::from_str(&answer).map_err(|e| io(&self.path, &e))?;
+        if v["ok"].as_bool() == Some(true) {
+            Ok(())
+        } else {
+            Err(DaemonError::Refused {
+                path: self.path.clone(),
+                cmd: format!("a batch of {} fdb commands", lines.len()),
+                error: v["error"].as_str().unwrap_or("no reason given").to_string(),
+            })
+        }
+    }
+
     /// The VXLAN ports (`link show -j`); the maps of external ones (`vlan tunnelshow -j`,
     /// `vni show -j`, read only when there is one).
     pub fn vxlan_ports(&mut self) -> Result<Vec<VxlanPort>, DaemonError> {
@@ -227,6 +260,51 @@ mod tests {
     /// The typed objects of a `json!` array, as [`Daemon::json`] reads the daemon's answer.
     fn read<T: serde::de::DeserializeOwned>(v: Value) -> Vec<T> {
         json::objects(&v.to_string()).unwrap()
+    }
+
+    /// A pass's commands reach the daemon as one streamed batch (header, then exactly its
+    /// bytes); a refusal comes back as `Refused` naming the batch and the daemon's reason.
+    #[test]
+    fn commands_go_as_one_streamed_batch() {
+        let dir = std::env::temp_dir().join(format!("qbridge-evpn-batch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(s);
+            let mut got = Vec::new();
+            for answer in [
+                r#"{"v":1,"ok":true,"output":""}"#,
+                r#"{"v":1,"ok":false,"error":"line 2: no port vx9"}"#,
+            ] {
+                let mut head = String::new();
+                r.read_line(&mut head).unwrap();
+                let h: Value = serde_json::from_str(&head).unwrap();
+                let mut text = vec![0u8; h["batch_len"].as_u64().unwrap() as usize];
+                std::io::Read::read_exact(&mut r, &mut text).unwrap();
+                got.push(String::from_utf8(text).unwrap());
+                r.get_mut()
+                    .write_all(format!("{answer}\n").as_bytes())
+                    .unwrap();
+            }
+            got
+        });
+        let mut d = Daemon::connect(&path).unwrap();
+        let cmds = vec![
+            "fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 extern_learn".to_string(),
+            "fdb replace 02:00:00:00:00:0a dev vx0 dst 192.0.2.2 extern_learn".to_string(),
+        ];
+        d.batch(&cmds).unwrap();
+        let e = d.batch(&cmds).unwrap_err().to_string();
+        assert!(
+            e.contains("a batch of 2 fdb commands") && e.contains("line 2: no port vx9"),
+            "{e}"
+        );
+        let got = server.join().unwrap();
+        assert_eq!(got[0], format!("{}\n{}\n", cmds[0], cmds[1]));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use qbridge_evpn::{daemon, gobgp, route};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
 usage: qbridge-evpn [--socket PATH] [--gobgp HOST:PORT] [--asn N] [--interval-ms N] [--once]
@@ -156,6 +156,9 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
         .collect();
     let actions = reconcile::reconcile(asn, &ports, &fdb, &rib);
     let mut refused = std::collections::BTreeSet::new();
+    // The daemon's commands of the pass go as one batch (one request, one change of its
+    // state, however many routes: decision 70); BGP's actions one call each.
+    let mut cmds: Vec<String> = Vec::new();
     for a in &actions {
         eprintln!("qbridge-evpn: {a}");
         match a {
@@ -171,21 +174,35 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
             Action::Withdraw(nlri) => {
                 g.delete_path(nlri.encode())?;
             }
-            Action::Daemon(cmd) => {
-                let words: Vec<&str> = cmd.split_whitespace().collect();
-                // A refusal (the entry changed under us, or the operator's configuration
-                // stands in the way) is logged once; the next passes see why.
-                if let Err(e) = d.run(&words) {
-                    match e {
-                        daemon::DaemonError::Refused { .. } => {
-                            let msg = e.to_string();
-                            if !l.refused.contains(&msg) {
-                                eprintln!("qbridge-evpn: {msg}");
-                            }
-                            refused.insert(msg);
+            Action::Daemon(cmd) => cmds.push(cmd.clone()),
+        }
+    }
+    let batched = match cmds.len() {
+        0 => Ok(()),
+        1 => Err(()),
+        _ => match d.batch(&cmds) {
+            Ok(()) => Ok(()),
+            Err(daemon::DaemonError::Refused { .. }) => Err(()),
+            Err(e) => return Err(e.into()),
+        },
+    };
+    // One command, or a batch refused (all-or-nothing: one line stood in the way): each
+    // alone, so the others are done and the refused one is named.
+    if batched.is_err() {
+        for cmd in &cmds {
+            let words: Vec<&str> = cmd.split_whitespace().collect();
+            // A refusal (the entry changed under us, or the operator's configuration
+            // stands in the way) is logged once; the next passes see why.
+            if let Err(e) = d.run(&words) {
+                match e {
+                    daemon::DaemonError::Refused { .. } => {
+                        let msg = e.to_string();
+                        if !l.refused.contains(&msg) {
+                            eprintln!("qbridge-evpn: {msg}");
                         }
-                        e => return Err(e.into()),
+                        refused.insert(msg);
                     }
+                    e => return Err(e.into()),
                 }
             }
         }
@@ -246,14 +263,31 @@ fn main() {
     });
     let mut failing = false;
     let mut busy = 0u32;
+    let mut last = Duration::ZERO;
     loop {
         // Act again at once after a pass that acted (up to 3 in a row), else wait.
         if busy == 0 || busy > 3 {
             busy = 0;
             let _ = events.recv_timeout(o.interval);
         }
+        // Coalesce a burst (routes arrive an UPDATE at a time, each a WatchEvent): wait
+        // until the events pause for 20 ms, or as long as the last pass took (at most 1 s),
+        // so one pass takes in many routes and its whole reads stay a bounded share of the
+        // time however large the tables (decision 70).
+        let settle = last.clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let t0 = Instant::now();
+        while t0.elapsed() < settle {
+            match events.recv_timeout(Duration::from_millis(20)) {
+                Ok(()) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
         while events.try_recv().is_ok() {}
-        match pass(&o, &mut l) {
+        let t0 = Instant::now();
+        let r = pass(&o, &mut l);
+        last = t0.elapsed();
+        match r {
             Ok(n) => {
                 if failing {
                     eprintln!("qbridge-evpn: in sync again");
