@@ -39,6 +39,17 @@ struct {
 	__type(value, struct qb_fdb_entry);
 } qb_fdb SEC(".maps");
 
+/* The FDB entries flows rely on, densely (decision 71): a flow's hop remembers where its
+ * source's and destination's entries are, and a frame reads those two array entries, a few
+ * hundred kilobytes for thousands of VLANs, where the hash above spreads its buckets over
+ * 16 MB (one TLB and cache miss per lookup once the VLANs in use outgrow the caches). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QB_MAX_FDB_SLOTS);
+	__type(key, __u32);
+	__type(value, struct qb_fdb_slot);
+} qb_fdb_slots SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -98,6 +109,24 @@ static __always_inline int orphaned(__u64 now)
 	struct qb_owner *o = bpf_map_lookup_elem(&qb_owner, &zero);
 
 	return !o || now > o->deadline_ns;
+}
+
+/* The slot `slot`'s entry if it holds (bridge, fid, mac), else 0 (never filled, or reused
+ * for another entry since: the caller looks the hash up). */
+static __always_inline struct qb_fdb_slot *slot_for(__u16 slot, const __u8 *mac,
+						    const struct qb_hop *h)
+{
+	__u32 i = slot;
+	struct qb_fdb_slot *e;
+
+	if (!i)
+		return 0;
+	e = bpf_map_lookup_elem(&qb_fdb_slots, &i);
+	if (!e || e->bridge != h->bridge || e->fid != h->fid ||
+	    ((e->mac[0] ^ mac[0]) | (e->mac[1] ^ mac[1]) | (e->mac[2] ^ mac[2]) |
+	     (e->mac[3] ^ mac[3]) | (e->mac[4] ^ mac[4]) | (e->mac[5] ^ mac[5])))
+		return 0;
+	return e;
 }
 
 static __always_inline int is_vlan_tpid(__u16 be)
@@ -221,6 +250,7 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_flow_action *act;
 	struct qb_fdb_key fk = {};
 	struct qb_fdb_entry *src, *dst;
+	struct qb_fdb_slot *ss, *ds;
 	struct qb_config *cfg;
 	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
 	__u64 now;
@@ -334,26 +364,50 @@ int qb_ingress(struct __sk_buff *skb)
 	 * test run in the scale example); a time the engine wrote from the fine clock can be
 	 * ahead of it, and is left alone until the coarse clock passes it (the ager takes only
 	 * newer times). */
+	/* Each entry is read from its slot, where the hop says it was last found (one small
+	 * array entry, its key compared); only when the slot does not hold it (the flow's
+	 * first frames, another source using the flow, a slot reused) from the hash, and the
+	 * hop then remembers the slot the hash entry names (decision 71). */
 #pragma unroll
 	for (i = 0; i < QB_MAX_HOPS; i++) {
-		const struct qb_hop *h = &act->hops[i];
+		struct qb_hop *h = &act->hops[i];
 
 		if (i >= n_hops)
 			break;
 		fk.bridge = h->bridge;
 		fk.fid = h->fid;
 		if (h->flags & QB_HOP_LEARNING) {
-			__builtin_memcpy(fk.mac, eth->h_source, 6);
-			src = bpf_map_lookup_elem(&qb_fdb, &fk);
-			if (!src || src->port != h->in_port)
-				return miss(skb, QB_MISS_SRC, port);
-			if (now > src->last_seen_ns && now - src->last_seen_ns > NS_PER_REFRESH)
-				src->last_seen_ns = now;
+			ss = slot_for(h->src_slot, eth->h_source, h);
+			if (ss) {
+				if (ss->port != h->in_port)
+					return miss(skb, QB_MISS_SRC, port);
+				if (now > ss->last_seen_ns &&
+				    now - ss->last_seen_ns > NS_PER_REFRESH)
+					ss->last_seen_ns = now;
+			} else {
+				__builtin_memcpy(fk.mac, eth->h_source, 6);
+				src = bpf_map_lookup_elem(&qb_fdb, &fk);
+				if (!src || src->port != h->in_port)
+					return miss(skb, QB_MISS_SRC, port);
+				if (now > src->last_seen_ns &&
+				    now - src->last_seen_ns > NS_PER_REFRESH)
+					src->last_seen_ns = now;
+				if (src->slot != h->src_slot)
+					h->src_slot = src->slot;
+			}
 		}
-		__builtin_memcpy(fk.mac, key.dst, 6);
-		dst = bpf_map_lookup_elem(&qb_fdb, &fk);
-		if (!dst || dst->port != h->out_port || dst->version != h->dst_version)
-			return miss(skb, QB_MISS_DST, port);
+		ds = slot_for(h->dst_slot, key.dst, h);
+		if (ds) {
+			if (ds->port != h->out_port || ds->version != h->dst_version)
+				return miss(skb, QB_MISS_DST, port);
+		} else {
+			__builtin_memcpy(fk.mac, key.dst, 6);
+			dst = bpf_map_lookup_elem(&qb_fdb, &fk);
+			if (!dst || dst->port != h->out_port || dst->version != h->dst_version)
+				return miss(skb, QB_MISS_DST, port);
+			if (dst->slot != h->dst_slot)
+				h->dst_slot = dst->slot;
+		}
 	}
 
 	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */

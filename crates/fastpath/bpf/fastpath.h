@@ -10,6 +10,10 @@
 #define QB_MAX_VLAN_SLOTS 65536	/* bridge index (4 bits) << 12 | VID */
 #define QB_MAX_FLOWS 65536
 #define QB_MAX_FDB 1048576
+/* Dense copies of the FDB entries flows rely on (qb_fdb_slots; slot 0: none), so that a
+ * frame's source and destination checks read one small array entry each instead of two
+ * hash lookups in a million-entry table (decision 71). */
+#define QB_MAX_FDB_SLOTS 65536
 #define QB_MAX_TAGS 2
 
 /* Why a frame went up to the pipeline (counted per CPU; the loader names them). */
@@ -71,7 +75,11 @@ struct qb_flow_key {
 struct qb_hop {
 	__u32 in_port;		/* qbridge port index (counters: low 12 bits; the FDB's port) */
 	__u32 out_port;
-	__u32 dst_version;	/* the destination's FDB entry version when made */
+	__u16 dst_version;	/* the destination's FDB entry version when made */
+	/* The program's: where it last found the destination's and the source's entries in
+	 * qb_fdb_slots (0: not yet; the loader writes 0). Checked against the slot's key on
+	 * every use, so a slot reused for another entry is never taken for this one. */
+	__u16 dst_slot;
 	__u16 bridge;		/* the bridge's index (the FDB map's key) */
 	__u16 fid;		/* the VLAN (FDB id) the frame was classified into */
 	__u16 vlan_slot;	/* per-VLAN counters' index */
@@ -79,7 +87,7 @@ struct qb_hop {
 	__u8 flags;		/* QB_HOP_* */
 	__u8 in_tags;
 	__u8 out_tags;
-	__u16 pad;
+	__u16 src_slot;
 };
 /* The hop's ingress port learns: a hit needs the source learned on it (else the source is
  * not checked, as the pipeline learns nothing there). */
@@ -116,13 +124,28 @@ struct qb_fdb_key {
 };
 
 /* An FDB entry the fast path relies on (the pipeline's FDB is the truth; this mirrors the
- * entries that flows use). last_seen_ns is written by the program (bpf_ktime_get_ns) when a
- * frame from this source is forwarded; the ager reads it. */
+ * entries that flows use). last_seen_ns is written by the program (bpf_ktime_get_coarse_ns)
+ * when a frame from this source is forwarded; the ager reads it (the later of this and the
+ * slot's). slot: the entry's copy in qb_fdb_slots (0: none, the slots were all taken). */
 struct qb_fdb_entry {
 	__u32 port;
-	__u32 version;
+	__u16 version;
+	__u16 slot;
 	__u64 last_seen_ns;
 };
+
+/* qb_fdb_slots: an FDB entry's dense copy, with its key (the program compares it with what it
+ * looks for: a slot is reused once its entry goes). The loader writes it with the hash
+ * entry; a removed entry's slot has port QB_SLOT_FREE until it is reused. */
+struct qb_fdb_slot {
+	__u8 mac[6];
+	__u16 bridge;
+	__u16 fid;
+	__u16 version;
+	__u32 port;
+	__u64 last_seen_ns;
+};
+#define QB_SLOT_FREE 0xffffffff
 
 struct qb_config {
 	__u32 generation;

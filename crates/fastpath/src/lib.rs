@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
-    Config, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats, VlanStats,
-    ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_HOPS, MAX_PORTS, PORT_EGRESS,
-    PORT_ENABLED, PORT_ID_MASK,
+    Config, FdbEntry, FdbKey, FdbSlot, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats,
+    VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_FDB_SLOTS,
+    MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, SLOT_FREE,
 };
 pub use owner::{orphans, Orphan, LEASE, RENEW};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -72,6 +72,8 @@ pub struct FastPath {
     ebpf: aya::Ebpf,
     links: BTreeMap<String, (&'static str, aya::programs::tc::SchedClassifierLinkId)>,
     lease: Option<owner::Lease>,
+    /// The flow and FDB maps, with the FDB slots' allocation every writer shares.
+    maps: MapWriter,
 }
 
 impl std::fmt::Debug for FastPath {
@@ -98,10 +100,17 @@ impl FastPath {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()?;
         }
+        let maps = MapWriter {
+            flows: map_fd(&mut ebpf, "qb_flows")?,
+            fdb: map_fd(&mut ebpf, "qb_fdb")?,
+            slots_fd: map_fd(&mut ebpf, "qb_fdb_slots")?,
+            slots: std::sync::Arc::new(std::sync::Mutex::new(Slots::default())),
+        };
         let mut fp = FastPath {
             ebpf,
             links: BTreeMap::new(),
             lease: None,
+            maps,
         };
         // No lease until one is taken: the program claims frames as long as it is attached.
         let owner = Owner {
@@ -247,69 +256,59 @@ impl FastPath {
     }
 
     pub fn insert_flow(&mut self, key: FlowKey, action: FlowAction) -> Result<(), Error> {
-        self.hash::<FlowKey, FlowAction>("qb_flows")?
-            .insert(key, action, 0)
-            .map_err(map_err("qb_flows"))
+        Ok(self.maps.insert_flow(&key, &action)?)
     }
 
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), Error> {
-        ignore_missing(
-            self.hash::<FlowKey, FlowAction>("qb_flows")?.remove(key),
-            "qb_flows",
-        )
+        Ok(self.maps.remove_flow(key)?)
     }
 
-    /// The flows in the table (for `show fast-path` and tests).
+    /// The flows in the table (for `show fast-path` and tests), as they were inserted (the
+    /// slots the program keeps in them read as 0).
     pub fn flows(&mut self) -> Result<Vec<(FlowKey, FlowAction)>, Error> {
         let m = self.hash::<FlowKey, FlowAction>("qb_flows")?;
         m.iter()
+            .map(|r| r.map(|(k, a)| (k, without_slots(a))))
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_err("qb_flows"))
     }
 
     pub fn set_fdb(&mut self, key: FdbKey, entry: FdbEntry) -> Result<(), Error> {
-        self.hash::<FdbKey, FdbEntry>("qb_fdb")?
-            .insert(key, entry, 0)
-            .map_err(map_err("qb_fdb"))
+        Ok(self.maps.set_fdb(&key, &entry)?)
     }
 
     pub fn remove_fdb(&mut self, key: &FdbKey) -> Result<(), Error> {
-        ignore_missing(
-            self.hash::<FdbKey, FdbEntry>("qb_fdb")?.remove(key),
-            "qb_fdb",
-        )
+        Ok(self.maps.remove_fdb(key)?)
     }
 
     pub fn fdb(&mut self, key: &FdbKey) -> Result<Option<FdbEntry>, Error> {
-        match self.hash::<FdbKey, FdbEntry>("qb_fdb")?.get(key, 0) {
-            Ok(e) => Ok(Some(e)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err("qb_fdb")(e)),
-        }
+        Ok(self.maps.fdb(key)?)
     }
 
-    /// Every entry of the FDB map (the engine's sync walks it).
+    /// Every entry of the FDB map (the engine's sync walks it), its version without the slot;
+    /// the last-seen times are the hash entries' (the ager asks [`FastPath::fdb`], which
+    /// takes the later of those and the slots').
     pub fn fdb_entries(&mut self) -> Result<Vec<(FdbKey, FdbEntry)>, Error> {
         let m = self.hash::<FdbKey, FdbEntry>("qb_fdb")?;
         m.iter()
+            .map(|r| {
+                r.map(|(k, mut e)| {
+                    e.version &= 0xffff;
+                    (k, e)
+                })
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_err("qb_fdb"))
     }
 
     /// A handle on the flow and FDB maps that other threads may use (the datapath workers
-    /// install flows with it).
+    /// install flows with it); every handle shares the FDB slots' allocation.
     pub fn writer(&mut self) -> Result<MapWriter, Error> {
-        let fd = |ebpf: &mut aya::Ebpf, name: &'static str| -> Result<OwnedFd, Error> {
-            let map = ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
-            let data: &MapData = match map {
-                aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d,
-                _ => return Err(no_map(name)),
-            };
-            Ok(data.fd().as_fd().try_clone_to_owned()?)
-        };
         Ok(MapWriter {
-            flows: fd(&mut self.ebpf, "qb_flows")?,
-            fdb: fd(&mut self.ebpf, "qb_fdb")?,
+            flows: self.maps.flows.try_clone()?,
+            fdb: self.maps.fdb.try_clone()?,
+            slots_fd: self.maps.slots_fd.try_clone()?,
+            slots: self.maps.slots.clone(),
         })
     }
 
@@ -416,31 +415,154 @@ impl FastPath {
     }
 }
 
+/// A map's descriptor, of our own.
+fn map_fd(ebpf: &mut aya::Ebpf, name: &'static str) -> Result<OwnedFd, Error> {
+    let map = ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
+    let data: &MapData = match map {
+        aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) | aya::maps::Map::Array(d) => d,
+        _ => return Err(no_map(name)),
+    };
+    Ok(data.fd().as_fd().try_clone_to_owned()?)
+}
+
+/// `action` without what the program keeps in it (the hops' slots).
+fn without_slots(mut action: FlowAction) -> FlowAction {
+    for h in &mut action.hops {
+        h.dst_version &= 0xffff;
+        h.pad = 0;
+    }
+    action
+}
+
+/// Which slot of `qb_fdb_slots` each FDB map entry has (decision 71). Slot 0 is none: an
+/// entry written when every slot is taken has none, and the program looks it up in the hash
+/// (as it did before the slots).
+#[derive(Debug, Default)]
+struct Slots {
+    by_key: std::collections::HashMap<FdbKey, u16>,
+    free: Vec<u16>,
+    /// The next never-used slot.
+    next: u32,
+}
+
+impl Slots {
+    fn get_or_take(&mut self, key: &FdbKey) -> (u16, bool) {
+        if let Some(&s) = self.by_key.get(key) {
+            return (s, false);
+        }
+        let s = match self.free.pop() {
+            Some(s) => s,
+            None if self.next.max(1) < MAX_FDB_SLOTS => {
+                self.next = self.next.max(1) + 1;
+                (self.next - 1) as u16
+            }
+            None => return (0, false),
+        };
+        self.by_key.insert(*key, s);
+        (s, true)
+    }
+
+    fn give_back(&mut self, key: &FdbKey) -> Option<u16> {
+        let s = self.by_key.remove(key)?;
+        self.free.push(s);
+        Some(s)
+    }
+}
+
 /// The flow and FDB maps, for any thread (plain `bpf(2)` calls on descriptors of its own).
+/// Every FDB entry written also gets a dense copy in `qb_fdb_slots` (while slots last), which
+/// the program reads instead of the hash on a flow's later frames (decision 71); the handles
+/// of one program share the slots' allocation.
 #[derive(Debug)]
 pub struct MapWriter {
     flows: OwnedFd,
     fdb: OwnedFd,
+    slots_fd: OwnedFd,
+    slots: std::sync::Arc<std::sync::Mutex<Slots>>,
 }
 
 impl MapWriter {
+    /// Installs (or replaces) a flow. The hops' slot fields are the program's: written 0.
     pub fn insert_flow(&self, key: &FlowKey, action: &FlowAction) -> std::io::Result<()> {
-        maps::raw::update(self.flows.as_raw_fd(), key, action)
+        maps::raw::update(self.flows.as_raw_fd(), key, &without_slots(*action))
     }
 
     pub fn remove_flow(&self, key: &FlowKey) -> std::io::Result<()> {
         maps::raw::delete(self.flows.as_raw_fd(), key)
     }
 
-    pub fn set_fdb(&self, key: &FdbKey, entry: &FdbEntry) -> std::io::Result<()> {
-        maps::raw::update(self.fdb.as_raw_fd(), key, entry)
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Writes an FDB map entry (its version's low 16 bits kept) and its slot's copy. The
+    /// slot is written first: the hash entry that names it finds it filled.
+    pub fn set_fdb(&self, key: &FdbKey, entry: &FdbEntry) -> std::io::Result<()> {
+        let mut slots = self.slots();
+        let (slot, new) = slots.get_or_take(key);
+        let version = (entry.version & 0xffff) as u16;
+        let r = (|| {
+            if slot != 0 {
+                let copy = FdbSlot {
+                    mac: key.mac,
+                    bridge: key.bridge,
+                    fid: key.fid,
+                    version,
+                    port: entry.port,
+                    last_seen_ns: entry.last_seen_ns,
+                };
+                maps::raw::update(self.slots_fd.as_raw_fd(), &u32::from(slot), &copy)?;
+            }
+            let e = FdbEntry {
+                version: u32::from(slot) << 16 | u32::from(version),
+                ..*entry
+            };
+            maps::raw::update(self.fdb.as_raw_fd(), key, &e)
+        })();
+        if r.is_err() && new {
+            self.free_slot(&mut slots, key);
+        }
+        r
+    }
+
+    /// Marks `key`'s slot free (a flow that remembers it no longer finds its entry there) and
+    /// gives it back.
+    fn free_slot(&self, slots: &mut Slots, key: &FdbKey) {
+        if let Some(s) = slots.give_back(key) {
+            let gone = FdbSlot {
+                mac: key.mac,
+                bridge: key.bridge,
+                fid: key.fid,
+                port: SLOT_FREE,
+                ..FdbSlot::default()
+            };
+            if let Err(e) = maps::raw::update(self.slots_fd.as_raw_fd(), &u32::from(s), &gone) {
+                tracing::debug!("fast path: FDB slot {s}: {e}");
+            }
+        }
+    }
+
+    /// An FDB map entry (its version without the slot), with the later of the last-seen
+    /// times the program wrote into the hash entry and into its slot.
     pub fn fdb(&self, key: &FdbKey) -> std::io::Result<Option<FdbEntry>> {
-        maps::raw::lookup(self.fdb.as_raw_fd(), key)
+        let Some(mut e) = maps::raw::lookup::<_, FdbEntry>(self.fdb.as_raw_fd(), key)? else {
+            return Ok(None);
+        };
+        let slot = e.version >> 16;
+        e.version &= 0xffff;
+        if slot != 0 {
+            if let Some(s) = maps::raw::lookup::<_, FdbSlot>(self.slots_fd.as_raw_fd(), &slot)? {
+                if (s.mac, s.bridge, s.fid) == (key.mac, key.bridge, key.fid) {
+                    e.last_seen_ns = e.last_seen_ns.max(s.last_seen_ns);
+                }
+            }
+        }
+        Ok(Some(e))
     }
 
     pub fn remove_fdb(&self, key: &FdbKey) -> std::io::Result<()> {
+        let mut slots = self.slots();
+        self.free_slot(&mut slots, key);
         maps::raw::delete(self.fdb.as_raw_fd(), key)
     }
 }

@@ -12,6 +12,10 @@ pub const MAX_BRIDGES: u16 = 16;
 pub const PORT_ID_MASK: u32 = 0xfff;
 /// Tags the program parses and edits.
 pub const MAX_TAGS: usize = 2;
+/// Slots of `qb_fdb_slots`, the dense copies of the FDB map's entries (slot 0: none).
+pub const MAX_FDB_SLOTS: u32 = 65536;
+/// `QB_SLOT_FREE`: the port of a slot whose entry was removed.
+pub const SLOT_FREE: u32 = u32::MAX;
 
 /// Why a frame went up (`enum qb_miss`), in the order of the program's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,7 +123,9 @@ pub struct Hop {
     /// The ports' indexes (counters: the low 12 bits; the FDB map's port).
     pub in_port: u32,
     pub out_port: u32,
-    /// The destination's FDB entry version when made.
+    /// The destination's FDB entry version when made: its low 16 bits (the program compares
+    /// those with the entry's). The high 16 bits are the program's (`dst_slot`: where it last
+    /// found the entry in `qb_fdb_slots`); the loader writes them 0 and reads them as 0.
     pub dst_version: u32,
     /// The bridge's index (the FDB map's key).
     pub bridge: u16,
@@ -135,6 +141,8 @@ pub struct Hop {
     /// Tags the frame has entering the bridge and leaving it (its lengths there).
     pub in_tags: u8,
     pub out_tags: u8,
+    /// The program's (`src_slot`: where it last found the source's entry in
+    /// `qb_fdb_slots`); the loader writes it 0 and reads it as 0.
     pub pad: u16,
 }
 
@@ -191,7 +199,23 @@ pub struct FdbKey {
 #[repr(C)]
 pub struct FdbEntry {
     pub port: u32,
+    /// The entry's version: its low 16 bits (a flow's hop names the version it expects). In
+    /// the map the high 16 bits are the entry's slot in `qb_fdb_slots` (`slot`), which the
+    /// loader sets and hides ([`crate::MapWriter::set_fdb`], [`crate::MapWriter::fdb`]).
     pub version: u32,
+    pub last_seen_ns: u64,
+}
+
+/// `struct qb_fdb_slot`: an FDB map entry's dense copy, with its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct FdbSlot {
+    pub mac: [u8; 6],
+    pub bridge: u16,
+    pub fid: u16,
+    pub version: u16,
+    /// [`SLOT_FREE`] once the entry was removed.
+    pub port: u32,
     pub last_seen_ns: u64,
 }
 
@@ -245,6 +269,7 @@ const _: () = {
     assert!(std::mem::size_of::<FlowAction>() == 24 + 24 * MAX_HOPS);
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
+    assert!(std::mem::size_of::<FdbSlot>() == 24);
     assert!(std::mem::size_of::<Config>() == 8);
     assert!(std::mem::size_of::<Owner>() == 24);
     assert!(std::mem::size_of::<PortStats>() == 96);
@@ -262,6 +287,8 @@ unsafe impl aya::Pod for FlowAction {}
 unsafe impl aya::Pod for FdbKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for FdbEntry {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FdbSlot {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Config {}
 // SAFETY: as above.

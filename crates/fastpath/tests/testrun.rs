@@ -561,3 +561,98 @@ fn an_orphan_claims_nothing_and_is_found_with_its_interfaces() {
     assert_eq!(remove_filters("fa"), 1, "the orphan's filter on fa");
     assert_eq!(remove_filters("fa"), 0, "and no other");
 }
+
+/// The FDB entries' dense copies (decision 71): after a flow's first frame the program reads
+/// the source's and destination's entries from their slots, and still sees every change the
+/// loader writes: a destination that moves, a source that moves, an entry removed and its
+/// slot reused for another, two sources taking turns on one flow; the source's last-seen
+/// time it refreshes in the slot is the one the ager reads.
+#[test]
+fn slots_follow_every_fdb_change() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fp.insert_flow(key(1, B, &[]), action(gen, (1, 0), fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, A, 1, 1);
+    learn(&mut fp, 10, B, 2, 7);
+    let access = frame(B, A, &[], 60);
+    let run = |fp: &mut FastPath, f: &[u8]| fp.test_run(f, fa, None).unwrap().verdict;
+    let hit = Verdict::Hit { ifindex: fc };
+    // The first frame finds the entries in the hash, the next ones in their slots.
+    for _ in 0..3 {
+        assert_eq!(run(&mut fp, &access), hit);
+    }
+    // The program's slots stay its own: the flow reads back as inserted.
+    assert_eq!(
+        fp.flows().unwrap(),
+        vec![(key(1, B, &[]), action(gen, (1, 0), fc, 2, 10, &[]))]
+    );
+    let a_key = FdbKey {
+        fid: 10,
+        mac: A,
+        ..FdbKey::default()
+    };
+    let b_key = FdbKey {
+        fid: 10,
+        mac: B,
+        ..FdbKey::default()
+    };
+    assert_eq!(fp.fdb(&b_key).unwrap().map(|e| e.version), Some(7));
+    // Seen: refreshed in the slot, read through the hash entry.
+    assert!(fp.fdb(&a_key).unwrap().unwrap().last_seen_ns > 0);
+    // The destination moves, and back; a new version.
+    learn(&mut fp, 10, B, 3, 7);
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Dst));
+    learn(&mut fp, 10, B, 2, 7);
+    assert_eq!(run(&mut fp, &access), hit);
+    learn(&mut fp, 10, B, 2, 8);
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Dst));
+    learn(&mut fp, 10, B, 2, 7);
+    assert_eq!(run(&mut fp, &access), hit);
+    // The source moves.
+    learn(&mut fp, 10, A, 4, 1);
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Src));
+    learn(&mut fp, 10, A, 1, 1);
+    assert_eq!(run(&mut fp, &access), hit);
+    // The destination removed; its slot taken by another entry (the same MAC in another
+    // FID, on the flow's port): the flow does not take that entry for its own.
+    fp.remove_fdb(&b_key).unwrap();
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Dst));
+    learn(&mut fp, 11, B, 2, 7);
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Dst));
+    learn(&mut fp, 10, B, 2, 7);
+    assert_eq!(run(&mut fp, &access), hit);
+    assert_eq!(run(&mut fp, &access), hit);
+    // The source removed; another source on the same port, then both in turns.
+    fp.remove_fdb(&a_key).unwrap();
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Src));
+    let c = [0x02, 0, 0, 0, 0, 0x0c];
+    learn(&mut fp, 10, c, 1, 1);
+    let from_c = frame(B, c, &[], 60);
+    assert_eq!(run(&mut fp, &from_c), hit);
+    learn(&mut fp, 10, A, 1, 1);
+    for _ in 0..3 {
+        assert_eq!(run(&mut fp, &access), hit);
+        assert_eq!(run(&mut fp, &from_c), hit);
+    }
+    // C moves while A holds the flow's source slot, and the other way round.
+    learn(&mut fp, 10, c, 5, 1);
+    assert_eq!(run(&mut fp, &access), hit);
+    assert_eq!(run(&mut fp, &from_c), Verdict::Miss(Miss::Src));
+    assert_eq!(run(&mut fp, &from_c), Verdict::Miss(Miss::Src));
+    learn(&mut fp, 10, A, 5, 1);
+    assert_eq!(run(&mut fp, &access), Verdict::Miss(Miss::Src));
+    // The map's entries read without their slots.
+    let mut versions: Vec<u32> = fp
+        .fdb_entries()
+        .unwrap()
+        .iter()
+        .map(|(_, e)| e.version)
+        .collect();
+    versions.sort();
+    assert_eq!(versions, vec![1, 1, 7, 7]);
+}
