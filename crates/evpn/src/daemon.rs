@@ -9,7 +9,7 @@ use crate::reconcile::{FdbEntry, PortVnis, VxlanPort};
 use qbridge_control::json::{self, Link, PortTunnels};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
@@ -227,7 +227,7 @@ pub fn parse_fdb(entries: &[json::FdbEntry]) -> Vec<FdbEntry> {
                 ifname: e.ifname.clone(),
                 master: e.master.clone(),
                 vlan: e.vlan,
-                dst: e.dst.as_deref().and_then(|d| d.parse::<Ipv4Addr>().ok()),
+                dst: e.dst.as_deref().and_then(|d| d.parse::<IpAddr>().ok()),
                 vni: e.vni,
                 state: e.state.clone(),
                 extern_learn: e.has_flag("extern_learn"),
@@ -320,7 +320,7 @@ mod tests {
             [VxlanPort {
                 name: "vx0".into(),
                 vnis: PortVnis::Id(100),
-                local: Ipv4Addr::new(192, 0, 2, 1),
+                local: std::net::Ipv4Addr::new(192, 0, 2, 1).into(),
                 master: Some("br0".into()),
             }]
         );
@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(e[0].mac, [2, 0, 0, 0, 0, 0xa]);
         assert_eq!(e[0].master.as_deref(), Some("br0"));
         assert!(e[1].extern_learn);
-        assert_eq!(e[1].dst, Some(Ipv4Addr::new(192, 0, 2, 2)));
+        assert_eq!(e[1].dst, Some(std::net::Ipv4Addr::new(192, 0, 2, 2).into()));
         assert_eq!(parse_mac("02:00:00:00:00"), None);
         assert_eq!(parse_mac("02:00:00:00:00:00:01"), None);
     }

@@ -246,6 +246,14 @@ impl Gobgp {
         Ok(r.global.map(|g| g.asn).unwrap_or_default())
     }
 
+    /// The router id (`GetBgp`; `None` when it is not set or not an IPv4 address).
+    pub fn router_id(&mut self) -> Result<Option<std::net::Ipv4Addr>, GobgpError> {
+        let r: GetBgpResponse = self.unary("/apipb.GobgpApi/GetBgp", Empty {})?;
+        Ok(r.global
+            .and_then(|g| g.router_id.parse().ok())
+            .filter(|a: &std::net::Ipv4Addr| !a.is_unspecified()))
+    }
+
     /// Originates a route in the global RIB (an existing one of the same NLRI is replaced).
     pub fn add_path(&mut self, nlri: Vec<u8>, attrs: Vec<Vec<u8>>) -> Result<(), GobgpError> {
         let req = AddPathRequest {

@@ -99,6 +99,8 @@ struct Links {
     daemon: Option<daemon::Daemon>,
     gobgp: Option<gobgp::Gobgp>,
     asn: Option<u16>,
+    /// gobgpd's router id: the RD of an IPv6 VTEP's routes (`Rd::for_vtep`).
+    router_id: Option<std::net::Ipv4Addr>,
     /// The refusals of the last pass (logged when new).
     refused: std::collections::BTreeSet<String>,
 }
@@ -128,6 +130,7 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
                 format!("gobgpd's AS {asn} does not fit a 2-byte route target; give --asn")
             })?);
         }
+        l.router_id = g.router_id()?;
         l.gobgp = Some(g);
         eprintln!("qbridge-evpn: connected to gobgpd at {}", o.gobgp);
     }
@@ -154,7 +157,7 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
             })
         })
         .collect();
-    let actions = reconcile::reconcile(asn, &ports, &fdb, &rib);
+    let actions = reconcile::reconcile_rid(asn, l.router_id, &ports, &fdb, &rib);
     let mut refused = std::collections::BTreeSet::new();
     // The daemon's commands of the pass go as one batch (one request, one change of its
     // state, however many routes: decision 70); BGP's actions one call each.
@@ -223,6 +226,7 @@ fn main() {
         daemon: None,
         gobgp: None,
         asn: o.asn,
+        router_id: None,
         refused: Default::default(),
     };
     if o.once {

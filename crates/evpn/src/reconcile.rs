@@ -32,7 +32,7 @@
 
 use crate::route::{Attrs, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// A VXLAN port of the daemon, as `link show -j` (and for an external port `vlan tunnelshow
 /// -j` and `vni show -j`) shows it.
@@ -40,7 +40,7 @@ use std::net::Ipv4Addr;
 pub struct VxlanPort {
     pub name: String,
     pub vnis: PortVnis,
-    pub local: Ipv4Addr,
+    pub local: IpAddr,
     pub master: Option<String>,
 }
 
@@ -113,7 +113,7 @@ pub struct FdbEntry {
     pub master: Option<String>,
     pub vlan: Option<u16>,
     /// A VXLAN port's own entry: its VTEP.
-    pub dst: Option<Ipv4Addr>,
+    pub dst: Option<IpAddr>,
     /// A VXLAN port's own entry: its VNI where it is not the port's `id` (always on an
     /// external port).
     pub vni: Option<u32>,
@@ -138,7 +138,7 @@ pub enum Action {
     /// Originate (or re-originate with new attributes).
     Advertise {
         nlri: Nlri,
-        next_hop: Ipv4Addr,
+        next_hop: IpAddr,
         communities: Vec<ExtCommunity>,
         pmsi_vni: Option<u32>,
     },
@@ -182,10 +182,22 @@ const ZERO_MAC: [u8; 6] = [0; 6];
 
 /// The pass. `asn`: the speaker's AS (the RT's administrator, 2 bytes as FRR's auto RT).
 pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route]) -> Vec<Action> {
+    reconcile_rid(asn, None, ports, fdb, rib)
+}
+
+/// The pass, with the speaker's router id: the RD of an IPv6 VTEP's routes
+/// ([`Rd::for_vtep`]; an IPv4 VTEP's RD is its own address).
+pub fn reconcile_rid(
+    asn: u16,
+    router_id: Option<Ipv4Addr>,
+    ports: &[VxlanPort],
+    fdb: &[FdbEntry],
+    rib: &[Route],
+) -> Vec<Action> {
     let mut actions = Vec::new();
     let vxlan_names: BTreeSet<&str> = ports.iter().map(|p| p.name.as_str()).collect();
     // What we want originated: NLRI → (next hop, communities, pmsi).
-    let mut want: BTreeMap<Nlri, (Ipv4Addr, Vec<ExtCommunity>, Option<u32>)> = BTreeMap::new();
+    let mut want: BTreeMap<Nlri, (IpAddr, Vec<ExtCommunity>, Option<u32>)> = BTreeMap::new();
     let ours: BTreeMap<Nlri, &Attrs> = rib
         .iter()
         .filter(|r| r.local)
@@ -206,7 +218,7 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             Some(v) => (format!(" vni {}", d.vni), format!(" vlan {v}")),
             None => (String::new(), String::new()),
         };
-        let rd = Rd::ip(p.local, (d.vni & 0xffff) as u16);
+        let rd = Rd::for_vtep(p.local, router_id, d.vni);
         let rt = ExtCommunity::RouteTarget { asn, value: d.vni };
         let encap = ExtCommunity::Encapsulation {
             tunnel_type: TUNNEL_VXLAN,
@@ -224,9 +236,9 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
         let peer = |r: &&Route| {
             !r.local && r.best && r.attrs.has_rt(asn, d.vni) && r.attrs.next_hop != Some(p.local)
         };
-        let mut flood_peers: BTreeSet<Ipv4Addr> = BTreeSet::new();
+        let mut flood_peers: BTreeSet<IpAddr> = BTreeSet::new();
         // MAC → (seq, VTEP) of the winning peer route.
-        let mut mac_peers: BTreeMap<[u8; 6], (u32, Ipv4Addr)> = BTreeMap::new();
+        let mut mac_peers: BTreeMap<[u8; 6], (u32, IpAddr)> = BTreeMap::new();
         for r in rib.iter().filter(peer) {
             match r.nlri {
                 Nlri::Imet { origin, .. } => {
@@ -296,14 +308,14 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
 
         // The port's own entries of the domain's VNI now.
         let own = |e: &&FdbEntry| e.ifname == d.port && p.entry_vni(e) == Some(d.vni);
-        let statics: BTreeSet<([u8; 6], Ipv4Addr)> = fdb
+        let statics: BTreeSet<([u8; 6], IpAddr)> = fdb
             .iter()
             .filter(own)
             .filter(|e| !e.extern_learn && e.state == "permanent")
             .filter_map(|e| e.dst.map(|dst| (e.mac, dst)))
             .collect();
         let static_macs: BTreeSet<[u8; 6]> = statics.iter().map(|(m, _)| *m).collect();
-        let installed: Vec<([u8; 6], Ipv4Addr)> = fdb
+        let installed: Vec<([u8; 6], IpAddr)> = fdb
             .iter()
             .filter(own)
             .filter(|e| e.extern_learn)
@@ -311,11 +323,11 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             .collect();
         let port = &d.port;
         // Flood list.
-        let want_flood: BTreeSet<Ipv4Addr> = flood_peers
+        let want_flood: BTreeSet<IpAddr> = flood_peers
             .into_iter()
             .filter(|v| !statics.contains(&(ZERO_MAC, *v)))
             .collect();
-        let have_flood: BTreeSet<Ipv4Addr> = installed
+        let have_flood: BTreeSet<IpAddr> = installed
             .iter()
             .filter(|(m, _)| *m == ZERO_MAC)
             .map(|(_, v)| *v)
@@ -331,14 +343,14 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
             )));
         }
         // MAC → VTEP.
-        let want_macs: BTreeMap<[u8; 6], Ipv4Addr> = mac_peers
+        let want_macs: BTreeMap<[u8; 6], IpAddr> = mac_peers
             .iter()
             .filter(|(m, _)| {
                 (!local_macs.contains_key(*m) || lost.contains(*m)) && !static_macs.contains(*m)
             })
             .map(|(m, (_, v))| (*m, *v))
             .collect();
-        let have_macs: BTreeMap<[u8; 6], Ipv4Addr> = installed
+        let have_macs: BTreeMap<[u8; 6], IpAddr> = installed
             .iter()
             .filter(|(m, _)| *m != ZERO_MAC)
             .copied()
@@ -457,14 +469,14 @@ pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route])
 mod tests {
     use super::*;
 
-    const A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-    const B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
     const M: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 
     #[test]
     fn actions_log_in_words_not_debug_structures() {
         let nlri = Nlri::Mac {
-            rd: Rd::ip(A, 100),
+            rd: Rd::for_vtep(A, None, 100),
             etag: 0,
             mac: M,
             vni: 100,
@@ -489,7 +501,7 @@ mod tests {
              192.0.2.1 rt 65000:100 encap vxlan"
         );
         let imet = Nlri::Imet {
-            rd: Rd::ip(B, 100),
+            rd: Rd::for_vtep(B, None, 100),
             etag: 0,
             origin: B,
         };
@@ -535,7 +547,7 @@ mod tests {
         }
     }
 
-    fn remote(mac: [u8; 6], dst: Ipv4Addr, extern_learn: bool) -> FdbEntry {
+    fn remote(mac: [u8; 6], dst: IpAddr, extern_learn: bool) -> FdbEntry {
         FdbEntry {
             mac,
             ifname: "vx0".into(),
@@ -564,7 +576,7 @@ mod tests {
         c
     }
 
-    fn route(nlri: Nlri, nh: Ipv4Addr, seq: Option<u32>, local: bool) -> Route {
+    fn route(nlri: Nlri, nh: IpAddr, seq: Option<u32>, local: bool) -> Route {
         let pmsi = matches!(nlri, Nlri::Imet { .. }).then_some(100);
         let bytes = crate::route::originate_attrs(&nlri, nh, &comms(seq), pmsi);
         Route {
@@ -575,9 +587,9 @@ mod tests {
         }
     }
 
-    fn mac_route(vtep: Ipv4Addr, mac: [u8; 6], seq: Option<u32>, local: bool) -> Route {
+    fn mac_route(vtep: IpAddr, mac: [u8; 6], seq: Option<u32>, local: bool) -> Route {
         let nlri = Nlri::Mac {
-            rd: Rd::ip(vtep, 100),
+            rd: Rd::for_vtep(vtep, None, 100),
             etag: 0,
             mac,
             vni: 100,
@@ -585,9 +597,9 @@ mod tests {
         route(nlri, vtep, seq, local)
     }
 
-    fn imet(vtep: Ipv4Addr, local: bool) -> Route {
+    fn imet(vtep: IpAddr, local: bool) -> Route {
         let nlri = Nlri::Imet {
-            rd: Rd::ip(vtep, 100),
+            rd: Rd::for_vtep(vtep, None, 100),
             etag: 0,
             origin: vtep,
         };
@@ -644,6 +656,56 @@ mod tests {
         assert!(adv.contains(&(mac_route(A, M, None, true).nlri, None, 2)));
     }
 
+    /// An IPv6 underlay (docs/semantics.md §R): the VTEP's address is the type-3 route's
+    /// originator, the next hop and the PMSI endpoint; the RD is the router id's (type 1
+    /// holds IPv4 only); a peer's IPv6 VTEP is installed as the `dst` of its entries.
+    #[test]
+    fn ipv6_vteps_are_advertised_and_installed() {
+        let a6: IpAddr = "2001:db8::1".parse().unwrap();
+        let b6: IpAddr = "2001:db8::2".parse().unwrap();
+        let rid = Ipv4Addr::new(198, 51, 100, 1);
+        let ports = [VxlanPort {
+            local: a6,
+            ..ports()[0].clone()
+        }];
+        let rib = [
+            imet(b6, false),
+            mac_route(b6, [2, 0, 0, 0, 0, 0xb], None, false),
+        ];
+        let a = reconcile_rid(65000, Some(rid), &ports, &[learned(M, "p1")], &rib);
+        assert_eq!(
+            daemon(&a),
+            [
+                "fdb append 00:00:00:00:00:00 dev vx0 dst 2001:db8::2 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 dst 2001:db8::2 extern_learn",
+                "fdb replace 02:00:00:00:00:0b dev vx0 extern_learn"
+            ]
+        );
+        let rd = Rd::ip(rid, 100);
+        let want_imet = Action::Advertise {
+            nlri: Nlri::Imet {
+                rd,
+                etag: 0,
+                origin: a6,
+            },
+            next_hop: a6,
+            communities: comms(None),
+            pmsi_vni: Some(100),
+        };
+        assert!(a.contains(&want_imet), "{a:?}");
+        assert!(
+            a.iter().any(|x| matches!(x, Action::Advertise {
+            nlri: Nlri::Mac { rd: r, mac, .. }, next_hop, ..
+        } if *r == rd && *mac == M && *next_hop == a6)),
+            "{a:?}"
+        );
+        assert_eq!(
+            want_imet.to_string(),
+            "advertise type-3 rd 198.51.100.1:100 origin 2001:db8::1 next-hop 2001:db8::1 \
+             rt 65000:100 encap vxlan pmsi ingress-replication vni 100"
+        );
+    }
+
     #[test]
     fn converged_state_gives_no_action_and_withdraws_follow() {
         let fdb = [
@@ -697,7 +759,7 @@ mod tests {
                 }],
                 ..imet(B, false).attrs
             },
-            ..imet(Ipv4Addr::new(192, 0, 2, 3), false)
+            ..imet(IpAddr::from([192, 0, 2, 3]), false)
         };
         assert_eq!(
             daemon(&reconcile(65000, &ports(), &[], &[imet(A, true), other])),
@@ -766,7 +828,7 @@ mod tests {
         // The operator's static entry for a MAC wins over a peer's route for it.
         let fdb = [remote(
             [2, 0, 0, 0, 0, 0xd],
-            Ipv4Addr::new(192, 0, 2, 9),
+            IpAddr::from([192, 0, 2, 9]),
             false,
         )];
         let rib = [
@@ -786,7 +848,7 @@ mod tests {
         ];
         assert_eq!(reconcile(65000, &ports(), &[learned(M, "p1")], &rib), []);
         // A VTEP below ours at 3: it wins.
-        let low = Ipv4Addr::new(192, 0, 2, 0);
+        let low = IpAddr::from([192, 0, 2, 0]);
         let rib = [
             imet(A, true),
             mac_route(A, M, Some(3), true),
@@ -840,9 +902,9 @@ mod tests {
         ]
     }
 
-    fn imet_vni(vtep: Ipv4Addr, vni: u32, local: bool) -> Route {
+    fn imet_vni(vtep: IpAddr, vni: u32, local: bool) -> Route {
         let nlri = Nlri::Imet {
-            rd: Rd::ip(vtep, vni as u16),
+            rd: Rd::for_vtep(vtep, None, vni),
             etag: 0,
             origin: vtep,
         };
@@ -855,9 +917,9 @@ mod tests {
         }
     }
 
-    fn mac_vni(vtep: Ipv4Addr, mac: [u8; 6], vni: u32, local: bool) -> Route {
+    fn mac_vni(vtep: IpAddr, mac: [u8; 6], vni: u32, local: bool) -> Route {
         let nlri = Nlri::Mac {
-            rd: Rd::ip(vtep, vni as u16),
+            rd: Rd::for_vtep(vtep, None, vni),
             etag: 0,
             mac,
             vni,

@@ -9,7 +9,7 @@
 //! Decoding is of bytes a BGP speaker relayed from any peer: every length is checked, an
 //! unknown route type or attribute is skipped (`None`), nothing panics. No I/O.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// AFI L2VPN and SAFI EVPN (RFC 7432 §5).
 pub const AFI_L2VPN: u16 = 25;
@@ -21,6 +21,21 @@ pub const SAFI_EVPN: u8 = 70;
 pub struct Rd(pub [u8; 8]);
 
 impl Rd {
+    /// `--rd-auto`'s RD of a VTEP's VNI: `VTEP:VNI` for an IPv4 VTEP; an IPv6 VTEP's RD
+    /// cannot hold its address (type 1 is IPv4), so it is `ROUTER-ID:VNI` as FRR's, the BGP
+    /// speaker's router id (`None`: the VTEP's low 32 bits).
+    pub fn for_vtep(vtep: IpAddr, router_id: Option<Ipv4Addr>, vni: u32) -> Rd {
+        let assigned = (vni & 0xffff) as u16;
+        match vtep {
+            IpAddr::V4(a) => Rd::ip(a, assigned),
+            IpAddr::V6(a) => {
+                let o = a.octets();
+                let low = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+                Rd::ip(router_id.unwrap_or(low), assigned)
+            }
+        }
+    }
+
     pub fn ip(addr: Ipv4Addr, assigned: u16) -> Rd {
         let mut b = [0u8; 8];
         b[..2].copy_from_slice(&1u16.to_be_bytes());
@@ -82,8 +97,8 @@ pub enum Nlri {
         mac: [u8; 6],
         vni: u32,
     },
-    /// Type 3: RD, Ethernet tag, the originating router's IPv4 address.
-    Imet { rd: Rd, etag: u32, origin: Ipv4Addr },
+    /// Type 3: RD, Ethernet tag, the originating router's address (IPv4 or IPv6).
+    Imet { rd: Rd, etag: u32, origin: IpAddr },
 }
 
 /// As a log line names a route: `type-2 rd 192.0.2.1:100 mac 02:00:00:00:00:0a vni 100`,
@@ -140,18 +155,18 @@ impl Nlri {
                 v.extend_from_slice(&label(*vni));
             }
             Nlri::Imet { rd, etag, origin } => {
-                v.extend_from_slice(&[TYPE_IMET, 17]);
+                let o = octets(*origin);
+                v.extend_from_slice(&[TYPE_IMET, 13 + o.len() as u8]);
                 v.extend_from_slice(&rd.0);
                 v.extend_from_slice(&etag.to_be_bytes());
-                v.push(32);
-                v.extend_from_slice(&origin.octets());
+                v.push(8 * o.len() as u8);
+                v.extend_from_slice(&o);
             }
         }
         v
     }
 
-    /// One NLRI from its bytes; `None` for another route type, an IPv6 originator or a
-    /// malformed one.
+    /// One NLRI from its bytes; `None` for another route type or a malformed one.
     pub fn decode(b: &[u8]) -> Option<Nlri> {
         let (&kind, rest) = b.split_first()?;
         let (&len, rest) = rest.split_first()?;
@@ -172,18 +187,34 @@ impl Nlri {
             TYPE_IMET => {
                 let rd = Rd(r.get(..8)?.try_into().ok()?);
                 let etag = u32::from_be_bytes(r.get(8..12)?.try_into().ok()?);
-                if *r.get(12)? != 32 {
-                    return None;
-                }
-                let o: [u8; 4] = r.get(13..17)?.try_into().ok()?;
-                Some(Nlri::Imet {
-                    rd,
-                    etag,
-                    origin: Ipv4Addr::from(o),
-                })
+                let origin = match *r.get(12)? {
+                    32 => ip_from(r.get(13..17)?)?,
+                    128 => ip_from(r.get(13..29)?)?,
+                    _ => return None,
+                };
+                Some(Nlri::Imet { rd, etag, origin })
             }
             _ => None,
         }
+    }
+}
+
+/// An address's bytes (4 or 16).
+fn octets(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// An address from 4 or 16 bytes.
+fn ip_from(b: &[u8]) -> Option<IpAddr> {
+    if let Ok(o) = <[u8; 4]>::try_from(b) {
+        Some(IpAddr::V4(Ipv4Addr::from(o)))
+    } else {
+        <[u8; 16]>::try_from(b)
+            .ok()
+            .map(|o| IpAddr::V6(Ipv6Addr::from(o)))
     }
 }
 
@@ -277,10 +308,10 @@ impl ExtCommunity {
 /// What qbridge reads of a path's attributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attrs {
-    pub next_hop: Option<Ipv4Addr>,
+    pub next_hop: Option<IpAddr>,
     pub communities: Vec<ExtCommunity>,
     /// PMSI tunnel: ingress replication's tunnel endpoint and its label (the VNI).
-    pub pmsi: Option<(Ipv4Addr, u32)>,
+    pub pmsi: Option<(IpAddr, u32)>,
 }
 
 impl Attrs {
@@ -307,15 +338,19 @@ impl Attrs {
             match kind {
                 ATTR_NEXT_HOP => {
                     if let Ok(o) = <[u8; 4]>::try_from(v) {
-                        a.next_hop = Some(Ipv4Addr::from(o));
+                        a.next_hop = Some(IpAddr::V4(Ipv4Addr::from(o)));
                     }
                 }
                 ATTR_MP_REACH => {
-                    // AFI 2, SAFI 1, next-hop length 1, next hop.
-                    if let (Some(&4), Some(nh)) = (v.get(3), v.get(4..8)) {
-                        if let Ok(o) = <[u8; 4]>::try_from(nh) {
-                            a.next_hop = Some(Ipv4Addr::from(o));
-                        }
+                    // AFI 2, SAFI 1, next-hop length 1, next hop: 4 bytes (IPv4), 16 (IPv6
+                    // global) or 32 (global then link-local: the global one is the VTEP).
+                    let nh = match v.get(3) {
+                        Some(&4) => v.get(4..8),
+                        Some(&16) | Some(&32) => v.get(4..20),
+                        _ => None,
+                    };
+                    if let Some(ip) = nh.and_then(ip_from) {
+                        a.next_hop = Some(ip);
                     }
                 }
                 ATTR_EXT_COMMUNITIES => {
@@ -327,9 +362,10 @@ impl Attrs {
                 }
                 ATTR_PMSI => {
                     // flags 1, tunnel type 1 (6: ingress replication), label 3, id.
-                    if let (Some(&6), Some(l), Some(id)) = (v.get(1), v.get(2..5), v.get(5..9)) {
-                        if let Ok(o) = <[u8; 4]>::try_from(id) {
-                            a.pmsi = Some((Ipv4Addr::from(o), unlabel(l)));
+                    // The tunnel id: the endpoint's address, 4 or 16 bytes.
+                    if let (Some(&6), Some(l), Some(id)) = (v.get(1), v.get(2..5), v.get(5..)) {
+                        if let Some(ip) = ip_from(id) {
+                            a.pmsi = Some((ip, unlabel(l)));
                         }
                     }
                 }
@@ -381,17 +417,18 @@ fn attr(flags: u8, kind: u8, value: &[u8]) -> Vec<u8> {
 /// (ingress replication to `next_hop`, label the VNI).
 pub fn originate_attrs(
     nlri: &Nlri,
-    next_hop: Ipv4Addr,
+    next_hop: IpAddr,
     communities: &[ExtCommunity],
     pmsi_vni: Option<u32>,
 ) -> Vec<Vec<u8>> {
+    let nh = octets(next_hop);
     let mut out = vec![attr(FLAG_TRANSITIVE, ATTR_ORIGIN, &[0])];
     let n = nlri.encode();
     let mut mp = Vec::with_capacity(n.len() + 9);
     mp.extend_from_slice(&AFI_L2VPN.to_be_bytes());
     mp.push(SAFI_EVPN);
-    mp.push(4);
-    mp.extend_from_slice(&next_hop.octets());
+    mp.push(nh.len() as u8);
+    mp.extend_from_slice(&nh);
     mp.push(0);
     mp.extend_from_slice(&n);
     out.push(attr(FLAG_OPTIONAL, ATTR_MP_REACH, &mp));
@@ -404,7 +441,7 @@ pub fn originate_attrs(
     if let Some(vni) = pmsi_vni {
         let mut p = vec![0, 6];
         p.extend_from_slice(&label(vni));
-        p.extend_from_slice(&next_hop.octets());
+        p.extend_from_slice(&nh);
         out.push(attr(FLAG_OPTIONAL | FLAG_TRANSITIVE, ATTR_PMSI, &p));
     }
     out
@@ -460,7 +497,7 @@ mod tests {
         let imet = Nlri::Imet {
             rd: Rd::ip(vtep, 7),
             etag: 5,
-            origin: vtep,
+            origin: vtep.into(),
         };
         assert_eq!(
             imet.to_string(),
@@ -527,13 +564,53 @@ mod tests {
         }
     }
 
+    /// An IPv6 VTEP: the type-3 originator is 128 bits (length 29), MP_REACH's next hop 16
+    /// bytes and the PMSI tunnel's endpoint 16; all read back. A next hop of 32 bytes
+    /// (global, then link-local) reads as the global one.
+    #[test]
+    fn ipv6_vteps_round_trip() {
+        let vtep: IpAddr = "2001:db8::1".parse().unwrap();
+        let n = Nlri::Imet {
+            rd: Rd::for_vtep(vtep, Some(Ipv4Addr::new(198, 51, 100, 1)), 100),
+            etag: 0,
+            origin: vtep,
+        };
+        let b = n.encode();
+        assert_eq!(&b[..2], &[3, 29]);
+        assert_eq!(b[2 + 12], 128);
+        assert_eq!(Nlri::decode(&b), Some(n));
+        assert_eq!(
+            n.to_string(),
+            "type-3 rd 198.51.100.1:100 origin 2001:db8::1"
+        );
+        let attrs = originate_attrs(&n, vtep, &[], Some(100));
+        let mp = attrs.iter().find(|a| a[1] == ATTR_MP_REACH).unwrap();
+        assert_eq!(mp[3 + 3], 16, "next-hop length");
+        let a = Attrs::decode(&attrs);
+        assert_eq!(a.next_hop, Some(vtep));
+        assert_eq!(a.pmsi, Some((vtep, 100)));
+        // A type-1 RD for an IPv6 VTEP without a router id: its low 32 bits.
+        assert_eq!(Rd::for_vtep(vtep, None, 7).to_string(), "0.0.0.1:7");
+        // Global + link-local next hop (32 bytes), as some speakers send.
+        let mut v = vec![0, 25, 70, 32];
+        v.extend_from_slice(&octets(vtep));
+        v.extend_from_slice(&octets("fe80::1".parse().unwrap()));
+        v.push(0);
+        let a = Attrs::decode(&[attr(FLAG_OPTIONAL, ATTR_MP_REACH, &v)]);
+        assert_eq!(a.next_hop, Some(vtep));
+        // An originator of another length is refused, not misread.
+        let mut bad = b.clone();
+        bad[2 + 12] = 64;
+        assert_eq!(Nlri::decode(&bad), None);
+    }
+
     #[test]
     fn type3_and_its_attributes_round_trip() {
         let vtep = Ipv4Addr::new(192, 0, 2, 1);
         let n = Nlri::Imet {
             rd: Rd::ip(vtep, 100),
             etag: 0,
-            origin: vtep,
+            origin: vtep.into(),
         };
         assert_eq!(Nlri::decode(&n.encode()), Some(n));
         let comms = [
@@ -549,14 +626,14 @@ mod tests {
                 seq: 7,
             },
         ];
-        let attrs = originate_attrs(&n, vtep, &comms, Some(100));
+        let attrs = originate_attrs(&n, vtep.into(), &comms, Some(100));
         // PMSI: flags C0, type 22, length 9, flags 0, type 6, label 100, endpoint.
         assert_eq!(attrs[3], [0xc0, 22, 9, 0, 6, 0, 0, 100, 192, 0, 2, 1]);
         // The RT as FRR writes ASN:VNI (type 0x00, sub 0x02).
         assert_eq!(&attrs[2][3..11], &[0, 2, 0xfd, 0xe8, 0, 0, 0, 100]);
         let a = Attrs::decode(&attrs);
-        assert_eq!(a.next_hop, Some(vtep));
-        assert_eq!(a.pmsi, Some((vtep, 100)));
+        assert_eq!(a.next_hop, Some(vtep.into()));
+        assert_eq!(a.pmsi, Some((vtep.into(), 100)));
         assert_eq!(a.communities, comms);
         assert_eq!(a.mobility_seq(), Some(7));
         assert!(a.has_rt(65000, 100));

@@ -125,11 +125,11 @@ fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
         let nlri = Nlri::Imet {
             rd: rd_of(v),
             etag: 0,
-            origin: v,
+            origin: v.into(),
         };
         out.push((
             nlri.encode(),
-            route::originate_attrs(&nlri, v, &comms, Some(o.vni)),
+            route::originate_attrs(&nlri, v.into(), &comms, Some(o.vni)),
         ));
     }
     for i in 0..o.routes {
@@ -143,7 +143,7 @@ fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
         };
         out.push((
             nlri.encode(),
-            route::originate_attrs(&nlri, v, &comms, None),
+            route::originate_attrs(&nlri, v.into(), &comms, None),
         ));
     }
     out
