@@ -42,6 +42,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
 # The underlay: a kernel bridge in U, a veth to each of A, B, I.
 ip netns add $p-u
