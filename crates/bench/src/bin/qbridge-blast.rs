@@ -51,6 +51,14 @@ struct Args {
     /// Frames per XDP batch (the kernel's flush unit, 1-256).
     #[arg(long, default_value_t = 64)]
     batch: u32,
+    /// Tag the frames (802.1Q, still 60 bytes) and spread them over this many VLANs in turn,
+    /// from --vid: each frame's VID the next, its destination MAC's last two bytes the VID
+    /// (one destination per VLAN). 0: untagged, one destination.
+    #[arg(long, default_value_t = 0)]
+    vlans: u32,
+    /// The first VID of --vlans (1-4094).
+    #[arg(long, default_value_t = 1)]
+    vid: u32,
 }
 
 fn main() {
@@ -204,13 +212,38 @@ fn run(args: &Args) -> io::Result<(u64, f64)> {
         Some(s) => parse_mac(s)?,
         None => own_mac(&args.dev)?,
     };
-    let data = frame(dst, src, args.src_ip, args.dst_ip);
+    if args.vlans > 0 && (args.vid == 0 || args.vid.saturating_add(args.vlans - 1) > 4094) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--vid {} --vlans {}: VIDs beyond 1-4094",
+                args.vid, args.vlans
+            ),
+        ));
+    }
+    let mut data = frame(dst, src, args.src_ip, args.dst_ip);
+    let mut addrs = [0u8; 12];
+    addrs.copy_from_slice(&data[..12]);
+    if args.vlans > 0 {
+        // The tag after the addresses; the payload 4 bytes shorter (60 bytes still).
+        data.splice(12..12, [0x81, 0x00, 0, 0]);
+        data.truncate(60);
+        let ip_len = (60 - 18) as u16;
+        data[18 + 2..18 + 4].copy_from_slice(&ip_len.to_be_bytes());
+        data[18 + 10..18 + 12].copy_from_slice(&[0, 0]);
+        let sum = qbridge_wire::checksum::checksum(&data[18..38]);
+        data[18 + 10..18 + 12].copy_from_slice(&sum.to_be_bytes());
+        data[18 + 24..18 + 26].copy_from_slice(&((ip_len - 20).to_be_bytes()));
+    }
     // 0: no pacing (the program sends every copy)
     let gap_ns: u64 = 1_000_000_000u64
         .checked_div(args.rate)
         .map_or(0, |g| g.max(1));
     let mut ebpf = aya::EbpfLoader::new()
         .set_global("gap_ns", &gap_ns, true)
+        .set_global("vlans", &args.vlans, true)
+        .set_global("vid_first", &args.vid, true)
+        .set_global("addrs", &addrs, true)
         .load(OBJECT)
         .map_err(other)?;
     let prog: &mut aya::programs::Xdp = ebpf
