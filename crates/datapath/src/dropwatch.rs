@@ -4,7 +4,7 @@
 //! While someone does, it keeps the first [`HEAD_BYTES`] of each frame of a batch before
 //! forwarding it, and afterwards asks its forwarder which frames were dropped and why
 //! ([`qbridge_bridge::Forwarder::dropped`]: the reason the pipeline counted, written where it
-//! decided, at no cost to the frames it did not drop). Each dropped frame becomes one line for
+//! decided, only for the frames it dropped). Each dropped frame becomes one line for
 //! every watcher: the ingress port, the VLAN it was classified into, the reason, the frame.
 //! Frames are never held up: lines go to each watcher's bounded queue with `try_send`, at most
 //! [`LINES_PER_SECOND`] a second per watcher; the rest are counted and told as one `N more

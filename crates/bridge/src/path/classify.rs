@@ -139,14 +139,11 @@ pub(super) fn classify<const PLAIN: bool>(
     m: &mut FrameMeta,
 ) {
     let len = pkt.len();
-    // Not yet classified: what the drop watch reads of a frame dropped before (the line is
-    // written below anyway).
-    m.vid = 0;
     if len < 14 {
-        return drop_into(m, c, DropReason::Runt);
+        return drop_early(m, c, DropReason::Runt);
     }
     if wire_len(pkt, inp.tpid) > inp.max_frame as usize {
-        return drop_into(m, c, DropReason::Oversize);
+        return drop_early(m, c, DropReason::Oversize);
     }
     // The first 16 bytes as words: MACs as 48-bit integers (the class tests below are single
     // compares), and the outer tag (TPID and TCI). A 14..15-byte frame is zero-padded; its tag
@@ -164,10 +161,10 @@ pub(super) fn classify<const PLAIN: bool>(
     let dst = w0 >> 16;
     let src = w1 & MAC_BROADCAST;
     if src & MAC_GROUP_BIT != 0 || src == 0 {
-        return drop_into(m, c, DropReason::InvalidSrcMac);
+        return drop_early(m, c, DropReason::InvalidSrcMac);
     }
     if dst & !0xf == LINK_LOCAL_BASE && !link_local_forwarded(br, (dst & 0xf) as u8) {
-        return drop_into(m, c, DropReason::LinkLocal);
+        return drop_early(m, c, DropReason::LinkLocal);
     }
     let filtering = br.settings.vlan_filtering;
     m.dst = dst;
@@ -180,7 +177,6 @@ pub(super) fn classify<const PLAIN: bool>(
     m.tagged = false;
     m.filtering = filtering;
     m.flood = FloodClass::Unknown;
-    m.why = 0;
     if filtering {
         // `dot1q-tunnel`: whatever the frame carries is the customer's; it enters the port's
         // VLAN untagged to the bridge (the bridge tag goes on top), once admitted by `cvlans`.

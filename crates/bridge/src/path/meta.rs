@@ -63,9 +63,10 @@ pub(crate) struct FrameMeta {
     /// The bridge filters VLANs (tags are rewritten on egress).
     pub(super) filtering: bool,
     pub(super) flood: FloodClass,
-    /// Why the frame was dropped, [`DropReason`] plus one (0: not dropped, or not known): for
-    /// the drop watch ([`Forwarder::dropped`](super::Forwarder::dropped)). Written only where a
-    /// frame is dropped.
+    /// Why the frame was dropped, [`DropReason`] plus one: for the drop watch
+    /// ([`Forwarder::dropped`](super::Forwarder::dropped)). Written only where a frame is
+    /// dropped (`DEST_DROP`) and, for a flood, when its copies are made (0: the last one left);
+    /// stale otherwise, and not read.
     pub(super) why: u8,
 }
 
@@ -98,9 +99,25 @@ impl FrameMeta {
 /// dropped frame).
 #[inline(always)]
 pub(super) fn drop_into(m: &mut FrameMeta, counters: &PortCells, reason: DropReason) {
+    mark_drop(m, counters, reason);
+}
+
+/// [`drop_into`]'s work, out of line: the frame path carries one call.
+#[cold]
+#[inline(never)]
+fn mark_drop(m: &mut FrameMeta, counters: &PortCells, reason: DropReason) {
     m.dest = DEST_DROP;
     m.why = reason as u8 + 1;
-    count_drop(counters, reason);
+    counters.drop(reason);
+}
+
+/// [`drop_into`] for a frame dropped before classification: its VLAN reads 0 (the drop
+/// watch's, rather than a previous batch's frame's).
+#[cold]
+#[inline(never)]
+pub(super) fn drop_early(m: &mut FrameMeta, counters: &PortCells, reason: DropReason) {
+    m.vid = 0;
+    drop_into(m, counters, reason);
 }
 
 /// Marks `m`'s frame dropped for the reason counted last on this thread (by the check that

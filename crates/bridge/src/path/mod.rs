@@ -212,7 +212,7 @@ impl Forwarder {
     /// Why frame `i` of the last [`Forwarder::process`] call was dropped: whole (it left no
     /// port), or its last flood copy at that copy's port. `None` when it was not, or when the
     /// plan has stacked devices (whose frames are counted, not told one by one). What the drop
-    /// watch reports; costs nothing to frames that are not dropped.
+    /// watch reports; the reason is written only where a frame is dropped.
     pub fn dropped(&self, i: usize) -> Option<crate::DropReason> {
         if !self.meta_is_rx {
             return None;

@@ -435,18 +435,12 @@ impl Path<'_> {
                                     pkt.port = entry.port;
                                     entry.port
                                 }
-                                None => {
-                                    m.why = crate::cells::last_drop();
-                                    DEST_DROP
-                                }
+                                None => refused(m),
                             }
                         }
                         None if INNER && m.fid_x != 0 => {
                             match self.user_entry(wi, br, table, inp, c, m, pkt, ageing_off) {
-                                Some(DEST_DROP) => {
-                                    m.why = crate::cells::last_drop();
-                                    DEST_DROP
-                                }
+                                Some(DEST_DROP) => refused(m),
                                 Some(e) => e,
                                 None => {
                                     m.flood = FloodClass::Unknown;
@@ -541,11 +535,13 @@ impl Path<'_> {
                 DEST_DROP => None,
                 DEST_FLOOD => {
                     let v = self.flood(wi, scratch, credit, m, &mut pkt, out);
-                    if v.is_none() {
-                        // No copy left (no_destination, flood_rate), or the last one was
-                        // refused at its port.
-                        m.why = crate::cells::last_drop();
-                    }
+                    // No copy left (no_destination, flood_rate), or the last one was refused
+                    // at its port: why; else none.
+                    m.why = if v.is_none() {
+                        crate::cells::last_drop()
+                    } else {
+                        0
+                    };
                     v
                 }
                 e => Some(e as usize),
@@ -623,6 +619,15 @@ impl Path<'_> {
         let ep = ports[last as usize].as_deref().expect("listed port exists");
         flood_copy(br, ep, last as usize, wi, m, pkt).then_some(last as usize)
     }
+}
+
+/// A frame refused by the check that returned `None` (counted there): [`DEST_DROP`], its
+/// reason kept for the drop watch. Out of line, so the forwarding path does not carry it.
+#[cold]
+#[inline(never)]
+fn refused(m: &mut FrameMeta) -> u16 {
+    m.why = crate::cells::last_drop();
+    DEST_DROP
 }
 
 /// [`rewrite_tag`] for one flooded copy, counted at once (flood targets change every copy, so
