@@ -34,7 +34,7 @@ use qbridge_io::netns::run_in_netns;
 use qbridge_io::pcap::PcapReader;
 use qbridge_io::Port;
 use qbridge_packet::{Batch, BufPool, OffloadMeta};
-use qbridge_wire::{ipv4, parse_headers, tcp, udp, IpProtocol, Tpid};
+use qbridge_wire::Tpid;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -965,53 +965,13 @@ fn stack_text(stack: &[(u16, u16)]) -> String {
 /// `88a8 vid 100 / 8100 vid 10 / IPv4 TCP 10.10.0.1:40000 > 10.10.0.2:41000, 65226 bytes
 /// (super-frame: 45 segments of 1448)`.
 fn describe(frame: &[u8], offload: &OffloadMeta) -> String {
-    let mut s = stack_text(&tags(frame));
-    s.push_str(" / ");
-    let Ok(h) = parse_headers(frame, Tpid::is_well_known) else {
-        let _ = write!(s, "unparsed, {} bytes", frame.len());
-        return s;
-    };
-    let l4 = h.l4_offset.and_then(|o| frame.get(o..)).unwrap_or(&[]);
-    let ports = match h.l4_proto {
-        Some(IpProtocol::Tcp) => tcp::Packet::new_checked(l4)
-            .ok()
-            .map(|t| (t.src_port(), t.dst_port())),
-        Some(IpProtocol::Udp) => udp::Packet::new_checked(l4)
-            .ok()
-            .map(|u| (u.src_port(), u.dst_port())),
-        _ => None,
-    };
-    let ip = frame
-        .get(h.l3_offset..)
-        .and_then(|l3| ipv4::Packet::new_checked(l3).ok());
-    if let (true, Some(ip)) = (h.is_ipv4(), ip) {
-        let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        match (h.l4_proto, ports) {
-            (Some(IpProtocol::Tcp), Some((sp, dp))) => {
-                let _ = write!(s, "IPv4 TCP {src}:{sp} > {dst}:{dp}");
-            }
-            (Some(IpProtocol::Udp), Some((sp, dp))) => {
-                let _ = write!(s, "IPv4 UDP {src}:{sp} > {dst}:{dp}");
-            }
-            (Some(IpProtocol::Icmp), _) => {
-                let kind = match frame.get(h.l4_offset.unwrap_or(0)) {
-                    Some(8) => "echo request",
-                    Some(0) => "echo reply",
-                    _ => "other",
-                };
-                let _ = write!(s, "IPv4 ICMP {kind} {src} > {dst}");
-            }
-            (p, _) => {
-                let p = p.map_or(0, u8::from);
-                let _ = write!(s, "IPv4 proto {p} {src} > {dst}");
-            }
-        }
-    } else if h.ethertype == qbridge_wire::EtherType::Arp {
-        s.push_str("ARP");
-    } else {
-        let _ = write!(s, "{:?}", h.ethertype);
-    }
-    let _ = write!(s, ", {} bytes", frame.len());
+    use qbridge_wire::summary;
+    let mut s = format!(
+        "{} / {}, {} bytes",
+        summary::tags(frame, &[]),
+        summary::payload(frame, &[]),
+        frame.len()
+    );
     if offload.is_gso() && offload.gso_size > 0 {
         let payload = frame.len().saturating_sub(usize::from(offload.hdr_len));
         let segs = payload.div_ceil(usize::from(offload.gso_size));
