@@ -3,19 +3,32 @@
 
 use crate::command::{DescribedFrame, L3Spec, L4Spec, OutputOptions, TraceFrameSpec, TraceSpec};
 use crate::error::ControlError;
-use qbridge_bridge::{Switch, Trace, Verdict};
+use crate::status::FastPathStatus;
+use qbridge_bridge::{Switch, Trace, TraceStep, Verdict};
 use qbridge_wire::checksum::{combine, finish, pseudo_header_v4, pseudo_header_v6, sum};
 use qbridge_wire::{summary, IpProtocol};
 use std::fmt::Write;
 
 /// Runs `trace` against `sw`.
-pub fn execute(sw: &Switch, spec: &TraceSpec, out: OutputOptions) -> Result<String, ControlError> {
+/// `fast`: the eBPF fast path's state in a daemon (`None` offline: no `fast` stage).
+pub fn execute(
+    sw: &Switch,
+    spec: &TraceSpec,
+    fast: Option<&FastPathStatus>,
+    out: OutputOptions,
+) -> Result<String, ControlError> {
     let port = sw.port_id(&spec.dev)?;
     let frame = match &spec.frame {
         TraceFrameSpec::Hex(b) => b.clone(),
         TraceFrameSpec::Described(d) => build(d, sw.port_tpid(port).0),
     };
-    let t = sw.trace(port, &frame)?;
+    let mut t = sw.trace(port, &frame)?;
+    if let Some(f) = fast {
+        t.steps.push(TraceStep {
+            stage: "fast",
+            text: fast_stage(&t, f),
+        });
+    }
     Ok(if out.json {
         let mut s = if out.pretty {
             serde_json::to_string_pretty(&t)
@@ -28,6 +41,63 @@ pub fn execute(sw: &Switch, spec: &TraceSpec, out: OutputOptions) -> Result<Stri
     } else {
         render(&t)
     })
+}
+
+/// What the eBPF fast path does with frames like the traced one (docs/fast-path.md): a flow is
+/// made of a frame the pipeline forwarded alone to one port, both ports served by the program;
+/// the flow's own checks (the FDB, the tag rewrite) are the worker's when it installs it, and
+/// their refusals are counted by `show fast-path`.
+fn fast_stage(t: &Trace, f: &FastPathStatus) -> String {
+    if f.state != "on" {
+        return match &f.reason {
+            Some(r) => format!("the fast path is off ({r}): every frame takes the pipeline"),
+            None => "the fast path is off: every frame takes the pipeline".into(),
+        };
+    }
+    let served = |p: &str| f.ports.iter().any(|q| q == p);
+    if !served(&t.in_port) {
+        return format!(
+            "{} is not served by the fast path (served: {}): its frames take the pipeline",
+            t.in_port,
+            if f.ports.is_empty() {
+                "none".to_string()
+            } else {
+                f.ports.join(", ")
+            }
+        );
+    }
+    let forwarded: Vec<&str> = t
+        .outputs
+        .iter()
+        .filter(|o| o.kind == qbridge_bridge::OutputKind::Forward)
+        .map(|o| o.port.as_str())
+        .collect();
+    match (t.verdict, forwarded.as_slice()) {
+        (Verdict::Forwarded, [out]) if t.outputs.len() == 1 && t.mirror_files.is_empty() => {
+            if served(out) {
+                "cacheable: one frame to one port, both served; after the pipeline forwards \
+                 the first such frame, the program forwards the flow in the kernel (refusals, \
+                 if any, are counted by reason in show fast-path)"
+                    .to_string()
+            } else {
+                format!(
+                    "not cached (port): {out} is not served by the fast path; such frames go up"
+                )
+            }
+        }
+        (Verdict::Forwarded, _) => {
+            "not cached (outputs): mirror copies go with the frame; such frames go up".into()
+        }
+        (Verdict::Flooded, _) => {
+            "not cached (outputs): floods go up to the pipeline, every frame".into()
+        }
+        (Verdict::Dropped, _) => {
+            "not cached (outputs): drops are the pipeline's, every frame".into()
+        }
+        (Verdict::ControlPlane, _) => {
+            "not cached (outputs): frames for the control plane go up".into()
+        }
+    }
 }
 
 /// The frame of a description: Ethernet, the tags (the outer one's TPID defaults to

@@ -480,7 +480,8 @@ impl Engine {
 
     fn execute(&mut self, op: Op) -> Response {
         self.publish_all();
-        if matches!(&op, Op::Command { words, .. } if words.len() >= 2 && words[0] == "show" && words[1] == "fast-path")
+        // `show fast-path` and `trace` (its `fast` stage) read the fast path's state now.
+        if matches!(&op, Op::Command { words, .. } if (words.len() >= 2 && words[0] == "show" && words[1] == "fast-path") || words.iter().any(|w| w == "trace"))
         {
             let st = self.fast_status(true);
             self.session.set_fast_path(st);

@@ -107,6 +107,16 @@ fn trace_explains_and_the_drop_watch_shows_the_drops() {
         text.contains("verdict: forwarded in VLAN 10 of br0"),
         "{text}"
     );
+    // The fast path's stage agrees with `show fast-path`.
+    let fp = ctl.json(&["show", "fast-path"]).unwrap();
+    if fp["state"] == "on" {
+        assert!(
+            text.contains("  fast     cacheable: one frame to one port"),
+            "{text}"
+        );
+    } else {
+        assert!(text.contains("  fast     the fast path is off"), "{text}");
+    }
     let mut j = vec!["-j"];
     j.extend_from_slice(&words);
     let t: serde_json::Value = serde_json::from_str(&ctl.cmd(&j).unwrap()).unwrap();
@@ -157,6 +167,9 @@ fn trace_explains_and_the_drop_watch_shows_the_drops() {
         "{t}"
     );
     assert!(t.contains("drop on p3: no_destination"), "{t}");
+    if fp["state"] == "on" {
+        assert!(t.contains("  fast     not cached (outputs): drops"), "{t}");
+    }
 
     // The drop watch: h3's ARP requests, by name.
     let watch = Watch::start(&ctl, &["monitor", "drops"]);

@@ -167,7 +167,9 @@ impl Session {
             }
             Command::Stp(c) => self.stp_command(c, out),
             Command::Vni(c) => return self.vni_command(c, out),
-            Command::Trace(spec) => return crate::trace::execute(&self.switch, spec, out),
+            Command::Trace(spec) => {
+                return crate::trace::execute(&self.switch, spec, self.fast_path.as_ref(), out)
+            }
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
         if r.is_ok()
