@@ -334,12 +334,21 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
 /// `trace dev PORT pcap FILE [index N]`: the client reads frame N (1-based, as Wireshark
 /// numbers them; default 1) of a pcap file here, where the file is, and sends it as `hex …`.
 fn trace_pcap(words: &[String]) -> anyhow::Result<Vec<String>> {
-    let Some(at) = words.iter().position(|w| w == "pcap") else {
-        return Ok(words.to_vec());
-    };
     if words.first().map(String::as_str) != Some("trace") {
         return Ok(words.to_vec());
     }
+    // The keyword, not a port named `pcap` (`trace pcap …`, `trace dev pcap …`).
+    let port_at = match words.get(1).map(String::as_str) {
+        Some("dev" | "in_port") => 2,
+        _ => 1,
+    };
+    let Some(at) = words
+        .iter()
+        .enumerate()
+        .position(|(i, w)| i > port_at && w == "pcap")
+    else {
+        return Ok(words.to_vec());
+    };
     let Some(file) = words.get(at + 1) else {
         bail!("trace … pcap FILE: the file is missing");
     };
@@ -423,4 +432,51 @@ pub(crate) fn read_batch(file: &str) -> anyhow::Result<String> {
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
         anyhow::anyhow!("cannot read {what}: line {line}: not valid UTF-8")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace_pcap;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn trace_pcap_reads_the_frame_and_leaves_a_port_named_pcap_alone() {
+        let dir = std::env::temp_dir().join(format!("qb-trace-pcap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.pcap");
+        let mut w = qbridge_io::pcap::PcapWriter::create(&file).unwrap();
+        w.write(1, &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5])
+            .unwrap();
+        w.write(2, &[2, 0, 0, 0, 0, 3, 2, 0, 0, 0, 0, 1, 0x88, 0xb5])
+            .unwrap();
+        w.finish().unwrap();
+        let f = file.display();
+        assert_eq!(
+            trace_pcap(&words(&format!("trace dev p1 pcap {f} index 2"))).unwrap(),
+            words("trace dev p1 hex 02000000000302000000000188b5")
+        );
+        assert_eq!(
+            trace_pcap(&words(&format!("trace pcap pcap {f}"))).unwrap(),
+            words("trace pcap hex 02000000000202000000000188b5")
+        );
+        // A port named pcap, described in words: untouched.
+        let w = words("trace dev pcap src 02:00:00:00:00:01 dst 02:00:00:00:00:02");
+        assert_eq!(trace_pcap(&w).unwrap(), w);
+        assert!(
+            trace_pcap(&words(&format!("trace dev p1 pcap {f} index 3")))
+                .unwrap_err()
+                .to_string()
+                .contains("has 2 frames, not 3")
+        );
+        assert!(
+            trace_pcap(&words(&format!("trace dev p1 pcap {f} index 0")))
+                .unwrap_err()
+                .to_string()
+                .contains("a frame number from 1")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
