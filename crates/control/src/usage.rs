@@ -96,7 +96,8 @@ const VNI: &str = "  vni add|del dev VXLAN vni N[-M]   (the VNIs a vnifilter vxl
 const SHOW: &str =
     "  show running-config      (the whole configuration as a batch file that recreates it)
   show fast-path           (the eBPF fast path: state, ports, flows, hits, misses by reason)
-  monitor [link|fdb|vlan|mirror|stp|all]...  (changes as they happen, as 'bridge monitor'; -j: JSON lines)
+  monitor [link|fdb|vlan|mirror|stp|drops|all]...  (changes as they happen, as 'bridge monitor';
+           drops: each dropped frame; all: every one but drops; -j: JSON lines)
   trace dev PORT src MAC dst MAC [vlan VID [pcp N] [dei 0|1] [tpid T]]...
            [ethertype 0xHHHH | arp SENDER TARGET | ipv4 SRC DST | ipv6 SRC DST]
            [tcp SPORT DPORT | udp SPORT DPORT] [len N]

@@ -41,7 +41,7 @@ fn objects_complete_to_their_commands() {
     assert_eq!(complete("qbridge mirror ''"), "add del show help");
     assert_eq!(
         complete("qbridge monitor ''"),
-        "all link vlan fdb mirror stp"
+        "all link vlan fdb mirror stp drops"
     );
     // Options before the object, with their arguments, are skipped.
     assert_eq!(
