@@ -149,6 +149,8 @@ fn every_early_drop_is_named_with_its_rule() {
             "{reason:?}: {st} {texts:?}"
         );
         assert!(t.outputs.is_empty());
+        // Dropped on the way in: no port's egress is spoken of.
+        assert!(stage(&t, "egress").is_empty(), "{reason:?}: {:#?}", t.steps);
     }
     // A port taken down.
     let s = PortSettings {

@@ -104,7 +104,7 @@ pub(super) fn explain(
             t.verdict = Verdict::Flooded;
         }
     }
-    egress_steps(&mut w, frame, forwarded, run);
+    egress_steps(&mut w, frame, forwarded, run, &prediction);
     mirror_steps(&mut w, t);
     if let Some(diff) = disagreement(&prediction, run, forwarded) {
         t.explained = false;
@@ -378,7 +378,6 @@ fn walk(
     // The lock.
     let fdb = &br.fdb;
     let src_entry = fdb.get(fdb_key(mac(src), fid));
-    let _ = F_STICKY;
     if inp.settings.locked {
         let ok = src_entry
             .as_ref()
@@ -898,7 +897,13 @@ fn unicast(
 }
 
 /// One `egress` step per port a frame leaves: its tags before and after.
-fn egress_steps(w: &mut Walk<'_>, frame: &[u8], forwarded: &[(PortId, Vec<Vec<u8>>)], run: &Run) {
+fn egress_steps(
+    w: &mut Walk<'_>,
+    frame: &[u8],
+    forwarded: &[(PortId, Vec<Vec<u8>>)],
+    run: &Run,
+    decided: &Prediction,
+) {
     for (p, frames) in forwarded {
         let Some(ep) = w.rec(p.0) else { continue };
         let tpids = [ep.tpid];
@@ -917,10 +922,15 @@ fn egress_steps(w: &mut Walk<'_>, frame: &[u8], forwarded: &[(PortId, Vec<Vec<u8
                     ep.name,
                     f.len(),
                     ep.max_frame,
-                    egress_why(ep, f)
+                    egress_why(ep)
                 ),
             );
         }
+    }
+    // Copies refused at their port: only once the frame was on its way to ports (an ingress
+    // `oversize` is the size stage's).
+    if !matches!(decided, Prediction::To(_) | Prediction::Flood(_)) {
+        return;
     }
     for (p, reason, _) in &run.drops {
         if matches!(
@@ -929,7 +939,7 @@ fn egress_steps(w: &mut Walk<'_>, frame: &[u8], forwarded: &[(PortId, Vec<Vec<u8
         ) && forwarded.iter().all(|(q, _)| q != p)
         {
             let Some(ep) = w.rec(p.0) else { continue };
-            if reason == &DropReason::Oversize && ep.name == w.sw.port_name(*p).unwrap_or("") {
+            if *reason == DropReason::Oversize {
                 w.step(
                     "egress",
                     format!(
@@ -952,7 +962,7 @@ fn egress_steps(w: &mut Walk<'_>, frame: &[u8], forwarded: &[(PortId, Vec<Vec<u8
 }
 
 /// Why the egress port tags as it does (a short clause).
-fn egress_why(ep: &PortRecord, f: &[u8]) -> String {
+fn egress_why(ep: &PortRecord) -> String {
     let mut s = String::new();
     if let Some(m) = &ep.vlan_mode {
         let _ = write!(s, " (vlan_mode {})", m.mode.as_str());
@@ -960,7 +970,6 @@ fn egress_why(ep: &PortRecord, f: &[u8]) -> String {
     if ep.vid_out.is_some() || ep.tag2.is_some() {
         s.push_str(" (its `vlan map` translates on the way out)");
     }
-    let _ = f;
     s
 }
 
