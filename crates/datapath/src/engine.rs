@@ -481,8 +481,12 @@ impl Engine {
     fn execute(&mut self, op: Op) -> Response {
         self.publish_all();
         // `show fast-path` and `trace` (its `fast` stage) read the fast path's state now.
-        if matches!(&op, Op::Command { words, .. } if (words.len() >= 2 && words[0] == "show" && words[1] == "fast-path") || words.iter().any(|w| w == "trace"))
-        {
+        let reads_fast = match &op {
+            Op::Command { words, .. } => parse_words(words)
+                .is_ok_and(|c| matches!(c, Command::ShowFastPath | Command::Trace(_))),
+            _ => false,
+        };
+        if reads_fast {
             let st = self.fast_status(true);
             self.session.set_fast_path(st);
         }
