@@ -55,7 +55,7 @@ fn vxlan_port_talks_to_a_kernel_vtep() {
     let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
     let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
     // The far VTEP: a kernel vxlan device in a kernel bridge.
-    if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+    if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
         eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
         return;
     }
@@ -309,51 +309,6 @@ fn check_capture(pcap: &std::path::Path, ha: &Host, hb: &Host) {
     );
 }
 
-/// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,
-/// `nolearning`, MTU 1500, offloads at their defaults — see the module doc) in kernel bridge
-/// `kbr` with `port` (the host's veth end). `Err` when the kernel has no VXLAN.
-fn kernel_vtep(ns: &str, local: &str, remote: &str, port: &str) -> Result<(), String> {
-    ip_in(
-        ns,
-        &[
-            "link",
-            "add",
-            "vx0",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            local,
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-    )?;
-    ip_in(ns, &["link", "set", "vx0", "mtu", "1500"])?;
-    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
-    for dev in ["vx0", port] {
-        ip_in(ns, &["link", "set", dev, "master", "kbr"])?;
-    }
-    exec_in(
-        ns,
-        "bridge",
-        &[
-            "fdb",
-            "append",
-            "00:00:00:00:00:00",
-            "dev",
-            "vx0",
-            "dst",
-            remote,
-        ],
-    )?;
-    for dev in ["vx0", "kbr"] {
-        ip_in(ns, &["link", "set", dev, "up"])?;
-    }
-    Ok(())
-}
-
 /// Throughput of one TCP stream, 200 MB verified each way, through a qbridge VTEP ↔ kernel
 /// VTEP pair and through a kernel ↔ kernel pair on the same kind of underlay (veth, MTU 1550),
 /// one after the other. A measurement, not a check: run it on a quiet machine, release
@@ -377,14 +332,14 @@ fn vxlan_throughput_against_the_kernel_pair() {
         }
         let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
         let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
-        if let Err(e) = kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1") {
+        if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
             eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
             return;
         }
         let _ctl = if qbridge_side {
             Some(lab.daemon(&a, A).unwrap())
         } else {
-            kernel_vtep(&a, "192.0.2.1", "192.0.2.2", "qa").unwrap();
+            support::kernel_vtep(&a, "192.0.2.1", "192.0.2.2", "qa", None).unwrap();
             None
         };
         assert!(support::wait_until(Duration::from_secs(5), || {

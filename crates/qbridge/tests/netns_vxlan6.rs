@@ -71,7 +71,7 @@ fn lab_with_kernel_vtep(lab: &mut Lab) -> Option<(String, String, Host, Host)> {
     }
     let ha = lab.host("ha", "10.20.0.1/24", &a, "qa").unwrap();
     let hb = lab.host("hb", "10.20.0.2/24", &b, "kb1").unwrap();
-    if let Err(e) = kernel_vtep6(&b, REMOTE, LOCAL, "kb1") {
+    if let Err(e) = support::kernel_vtep(&b, REMOTE, LOCAL, "kb1", Some("ul")) {
         eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
         return None;
     }
@@ -426,53 +426,6 @@ fn check_with_tshark(pcap: &std::path::Path, ha: &Host, hb: &Host) {
     );
 }
 
-/// A kernel VTEP in `ns` over IPv6: vxlan device `vx0` (id 100, `local`, flood list `remote`,
-/// `nolearning`, MTU 1500, checksums and offloads at their defaults) in kernel bridge `kbr`
-/// with `port`. `Err` when the kernel has no VXLAN.
-fn kernel_vtep6(ns: &str, local: &str, remote: &str, port: &str) -> Result<(), String> {
-    ip_in(
-        ns,
-        &[
-            "link",
-            "add",
-            "vx0",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            local,
-            "dev",
-            "ul",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-    )?;
-    ip_in(ns, &["link", "set", "vx0", "mtu", "1500"])?;
-    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
-    for dev in ["vx0", port] {
-        ip_in(ns, &["link", "set", dev, "master", "kbr"])?;
-    }
-    exec_in(
-        ns,
-        "bridge",
-        &[
-            "fdb",
-            "append",
-            "00:00:00:00:00:00",
-            "dev",
-            "vx0",
-            "dst",
-            remote,
-        ],
-    )?;
-    for dev in ["vx0", "kbr"] {
-        ip_in(ns, &["link", "set", dev, "up"])?;
-    }
-    Ok(())
-}
-
 /// Throughput of TCP over an IPv6 underlay, qbridge VTEP ↔ kernel VTEP and kernel ↔ kernel
 /// (the same as `netns_vxlan.rs`'s, IPv6). A measurement, not a check; see
 /// `scripts/bench-vxlan.sh` for the interleaved one.
@@ -490,7 +443,7 @@ fn vxlan6_throughput_against_the_kernel_pair() {
         let _ctl = if qbridge_side {
             Some(lab.daemon(&a, &batch()).unwrap())
         } else {
-            kernel_vtep6(&a, LOCAL, REMOTE, "qa").unwrap();
+            support::kernel_vtep(&a, LOCAL, REMOTE, "qa", Some("ul")).unwrap();
             None
         };
         assert!(support::wait_until(Duration::from_secs(5), || {

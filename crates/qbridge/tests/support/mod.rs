@@ -1187,3 +1187,46 @@ impl Star {
         &self.hosts[n - 1]
     }
 }
+
+/// A kernel VTEP in `ns`: vxlan device `vx0` (id 100, `local`, flood list `remote`,
+/// `nolearning`, MTU 1500, checksums and offloads at their defaults; over `underlay` when
+/// given, which an IPv6 `local` needs) in kernel bridge `kbr` with `port` (the host's veth
+/// end). `Err` when the kernel has no VXLAN.
+pub fn kernel_vtep(
+    ns: &str,
+    local: &str,
+    remote: &str,
+    port: &str,
+    underlay: Option<&str>,
+) -> Result<()> {
+    let mut add = vec![
+        "link", "add", "vx0", "type", "vxlan", "id", "100", "local", local,
+    ];
+    if let Some(dev) = underlay {
+        add.extend(["dev", dev]);
+    }
+    add.extend(["dstport", "4789", "nolearning"]);
+    ip_in(ns, &add)?;
+    ip_in(ns, &["link", "set", "vx0", "mtu", "1500"])?;
+    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
+    for dev in ["vx0", port] {
+        ip_in(ns, &["link", "set", dev, "master", "kbr"])?;
+    }
+    exec_in(
+        ns,
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx0",
+            "dst",
+            remote,
+        ],
+    )?;
+    for dev in ["vx0", "kbr"] {
+        ip_in(ns, &["link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
