@@ -7,7 +7,7 @@
 
 use crate::reconcile::{FdbEntry, PortVnis, VxlanPort};
 use qbridge_control::json::{self, Link, PortTunnels};
-use serde_json::Value;
+use qbridge_control::{OutputOptions, Request, Response};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
@@ -47,29 +47,8 @@ impl Daemon {
 
     /// Runs one command (words as the CLI takes them); its output.
     pub fn run(&mut self, args: &[&str]) -> Result<String, DaemonError> {
-        let req = serde_json::json!({"v": 1, "args": args});
-        let mut line = req.to_string();
-        line.push('\n');
-        self.reader
-            .get_mut()
-            .write_all(line.as_bytes())
-            .map_err(|e| io(&self.path, &e))?;
-        let mut answer = String::new();
-        match self.reader.read_line(&mut answer) {
-            Ok(0) => return Err(io(&self.path, &"closed the connection")),
-            Ok(_) => {}
-            Err(e) => return Err(io(&self.path, &e)),
-        }
-        let v: Value = serde_json::from_str(&answer).map_err(|e| io(&self.path, &e))?;
-        if v["ok"].as_bool() == Some(true) {
-            Ok(v["output"].as_str().unwrap_or_default().to_string())
-        } else {
-            Err(DaemonError::Refused {
-                path: self.path.clone(),
-                cmd: args.join(" "),
-                error: v["error"].as_str().unwrap_or("no reason given").to_string(),
-            })
-        }
+        let words: Vec<String> = args.iter().map(|w| w.to_string()).collect();
+        self.exchange(Request::command(&words).to_line(), || args.join(" "))
     }
 
     /// Runs many commands as one batch (streamed, `batch_len`), all-or-nothing: one request
@@ -78,11 +57,20 @@ impl Daemon {
     pub fn batch(&mut self, lines: &[String]) -> Result<(), DaemonError> {
         let mut text = lines.join("\n");
         text.push('\n');
-        let head = serde_json::json!({"v": 1, "batch_len": text.len(),
-            "opts": {"json": false, "stats": false, "pretty": false}});
-        let mut req = head.to_string();
-        req.push('\n');
+        let mut req =
+            Request::batch_stream(text.len() as u64, OutputOptions::default(), false).to_line();
         req.push_str(&text);
+        self.exchange(req, || format!("a batch of {} fdb commands", lines.len()))
+            .map(|_| ())
+    }
+
+    /// Sends `req` (whole lines) and reads the answer: the output, or the refusal of what
+    /// `what` names.
+    fn exchange(
+        &mut self,
+        req: String,
+        what: impl FnOnce() -> String,
+    ) -> Result<String, DaemonError> {
         self.reader
             .get_mut()
             .write_all(req.as_bytes())
@@ -93,14 +81,14 @@ impl Daemon {
             Ok(_) => {}
             Err(e) => return Err(io(&self.path, &e)),
         }
-        let v: Value = serde_json::from_str(&answer).map_err(|e| io(&self.path, &e))?;
-        if v["ok"].as_bool() == Some(true) {
-            Ok(())
+        let r = Response::parse(answer.trim_end()).map_err(|e| io(&self.path, &e))?;
+        if r.ok {
+            Ok(r.output.unwrap_or_default())
         } else {
             Err(DaemonError::Refused {
                 path: self.path.clone(),
-                cmd: format!("a batch of {} fdb commands", lines.len()),
-                error: v["error"].as_str().unwrap_or("no reason given").to_string(),
+                cmd: what(),
+                error: r.error.unwrap_or_else(|| "no reason given".to_string()),
             })
         }
     }
@@ -256,6 +244,7 @@ pub fn watch(path: &Path, wake: &Sender<()>) -> Result<(), DaemonError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     /// The typed objects of a `json!` array, as [`Daemon::json`] reads the daemon's answer.
     fn read<T: serde::de::DeserializeOwned>(v: Value) -> Vec<T> {
