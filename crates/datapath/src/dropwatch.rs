@@ -78,6 +78,8 @@ pub(crate) struct DropWatch {
 /// One dropped frame.
 pub(crate) struct Dropped<'a> {
     pub port: &'a str,
+    /// The port's TPID: its tags are shown as tags even when not a well-known TPID.
+    pub tpid: u16,
     /// 0: not classified (dropped before, or by a VLAN-unaware bridge).
     pub vlan: u16,
     pub reason: DropReason,
@@ -152,7 +154,7 @@ impl DropWatch {
 /// One line: `p1 vlan 10 drop vlan_not_member: 02:…:01 > 02:…:02, 8100 vid 30 / IPv4 …, 60
 /// bytes` (JSON: `{"object":"drops","port":…,"vlan":…,"reason":…,"frame":…,"len":…}`).
 fn line(d: &Dropped<'_>, out: OutputOptions) -> String {
-    let mut frame = qbridge_wire::summary::describe(d.head, &[]);
+    let mut frame = qbridge_wire::summary::describe(d.head, &[d.tpid]);
     if d.head.len() < d.len {
         // The description counted the bytes kept; the frame's own length is told.
         if let Some(at) = frame.rfind(", ") {
@@ -213,6 +215,7 @@ impl WatchScratch {
             };
             drops.push(Dropped {
                 port: plan.port_name(PortId(*port)).unwrap_or("?"),
+                tpid: plan.port_tpid(PortId(*port)).0,
                 vlan: core.classified_vid(i).unwrap_or(0),
                 reason,
                 head: &head[..(*len).min(HEAD_BYTES)],
@@ -234,6 +237,7 @@ mod tests {
         ];
         Dropped {
             port: "p1",
+            tpid: 0x8100,
             vlan: 30,
             reason,
             head: &F,

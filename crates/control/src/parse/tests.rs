@@ -683,6 +683,11 @@ fn trace_words() {
             .contains("ipv4 SRC DST")
     );
     assert!(e("trace dev p1 hex 0g").contains("hex digits"));
+    let many = format!(
+        "trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02{}",
+        " vlan 1".repeat(17)
+    );
+    assert!(e(&many).contains("at most 16 tags"), "{}", e(&many));
     assert!(e("trace dev p1 hex ééééééééééééééééééééééééééééééééééééééééééé").contains("hex"));
     assert!(e("trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 bogus").contains("bogus"));
 }

@@ -20,6 +20,8 @@ const FRAME_WORDS: &str = "src, dst, vlan, pcp, dei, tpid, ethertype, arp, ipv4,
                            len or hex";
 /// The longest frame a trace builds (a 64 KB super-frame's worth).
 const MAX_LEN: u64 = 65535;
+/// The most tags a described frame has (far beyond any stack a port reads).
+const MAX_TAGS: usize = 16;
 
 pub(super) fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> {
     let dev = match w.next() {
@@ -55,6 +57,9 @@ pub(super) fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> 
             "src" => set_once(&mut src, word, mac(w.value(word, "a MAC address")?)?)?,
             "dst" => set_once(&mut dst, word, mac(w.value(word, "a MAC address")?)?)?,
             "vlan" | "vid" => {
+                if tags.len() == MAX_TAGS {
+                    return Err(unexpected(word, "at most 16 tags"));
+                }
                 let v = parse_uint(
                     "vlan",
                     w.value(word, "a VID from 0 to 4095")?,
