@@ -378,6 +378,15 @@ fn walk(
     // The lock.
     let fdb = &br.fdb;
     let src_entry = fdb.get(fdb_key(mac(src), fid));
+    // The FDB once the frame was forwarded (the sandbox's): what learning made of the source,
+    // and what the lookup saw (learning may have moved or evicted the destination's entry).
+    let after = run
+        .after
+        .recs
+        .bridges
+        .get(usize::from(inp.master.unwrap_or(0)))
+        .and_then(|b| b.as_deref())
+        .map_or(fdb, |b| &b.fdb);
     if inp.settings.locked {
         let ok = src_entry
             .as_ref()
@@ -412,7 +421,15 @@ fn walk(
     let ageing_off = br.settings.ageing_time_ns == 0;
     // What learning does comes from the sandbox, which learned: the source's entry after
     // the frame, and the limit and eviction counters.
-    let learned_here = run.src_after.as_ref().is_some_and(|e| e.port == in_id);
+    let learned_here = after
+        .get(fdb_key(mac(src), fid))
+        .is_some_and(|e| e.port == in_id);
+    let learn_refused = run.after.port_counters(PortId(in_id)).fdb_learn_refused != 0;
+    let evicted_from = run
+        .after
+        .port_ids()
+        .map(|(id, _)| id)
+        .find(|id| run.after.port_counters(*id).fdb_evictions != 0);
     if !inp.settings.learning || ageing_off {
         w.step(
             "learn",
@@ -443,7 +460,7 @@ fn walk(
         return Prediction::Drop(reason);
     } else {
         let text = match &src_entry {
-            _ if run.learn_refused != 0 => format!(
+            _ if learn_refused => format!(
                 "{} is new but not learned: a learning limit is reached ({}'s fdb_max_learned \
                  {}, {}'s {}); the frame goes on",
                 mac(src),
@@ -456,7 +473,7 @@ fn walk(
                 "would learn {} in VLAN {vid} on {} (a new entry{})",
                 mac(src),
                 inp.name,
-                match run.evicted_from {
+                match evicted_from {
                     Some(p) => format!(
                         "; the table is full: the oldest learned entry of {} makes room",
                         w.name(p.0)
@@ -500,13 +517,7 @@ fn walk(
     }
     // The FDB as the lookup saw it: the sandbox's after the frame (learning may have moved or
     // evicted the destination's entry).
-    let fdb = run
-        .after
-        .recs
-        .bridges
-        .get(usize::from(inp.master.unwrap_or(0)))
-        .and_then(|b| b.as_deref())
-        .map_or(fdb, |b| &b.fdb);
+    let fdb = after;
     let mut entry = fdb.get(fdb_key(mac(dst), fid));
     // `learn_inner_vid`: the user's entry of the VLAN applies to every inner VLAN of it.
     let mut via_vlan = false;

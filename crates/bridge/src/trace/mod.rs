@@ -137,14 +137,9 @@ struct Run {
     sinks: Vec<(String, Vec<u8>)>,
     punted: bool,
     class: Option<crate::plan::fast::FastClass>,
-    /// The source's FDB entry in the frame's FID once the frame was forwarded.
-    src_after: Option<crate::fdb::Slot>,
-    /// Learning refused for a limit, on the ingress port.
-    learn_refused: u64,
-    /// A port that lost its oldest learned entry to make room.
-    evicted_from: Option<PortId>,
     /// The sandbox after the frame: its FDB is what the lookup saw (learning comes first, and
-    /// may have moved or evicted the destination's entry).
+    /// may have moved or evicted the destination's entry), its counters what learning did
+    /// (refused for a limit, an eviction).
     after: Switch,
 }
 
@@ -324,25 +319,6 @@ fn run(mut s: Switch, pkt: &PacketBuf, now: u64) -> Run {
     let mut out = Outputs::new();
     s.process(now, &mut rx, &mut out);
     let class = s.worker_class();
-    let src_after = match (class, pkt.frame().get(6..12)) {
-        (Some(c), Some(b)) => {
-            let src = qbridge_wire::MacAddr(b.try_into().unwrap_or([0; 6]));
-            s.recs
-                .bridges
-                .get(usize::from(c.bridge))
-                .and_then(|b| b.as_ref())
-                .and_then(|b| b.fdb.get(crate::fdb::fdb_key(src, c.fid)))
-        }
-        _ => None,
-    };
-    let learn_refused = s
-        .port_ids()
-        .find(|(id, _)| id.0 == pkt.port)
-        .map_or(0, |(id, _)| s.port_counters(id).fdb_learn_refused);
-    let evicted_from = s
-        .port_ids()
-        .map(|(id, _)| id)
-        .find(|id| s.port_counters(*id).fdb_evictions != 0);
     let outputs = out
         .ports
         .iter()
@@ -384,9 +360,6 @@ fn run(mut s: Switch, pkt: &PacketBuf, now: u64) -> Run {
         sinks,
         punted: !out.punt.pkts.is_empty(),
         class,
-        src_after,
-        learn_refused,
-        evicted_from,
         after: s,
     }
 }
