@@ -376,12 +376,12 @@ int qb_ingress(struct __sk_buff *skb)
 			break;
 		fk.bridge = h->bridge;
 		fk.fid = h->fid;
-		if (h->flags & QB_HOP_LEARNING) {
+		if (h->flags & (QB_HOP_LEARNING | QB_HOP_SRC)) {
 			ss = slot_for(h->src_slot, eth->h_source, h);
 			if (ss) {
 				if (ss->port != h->in_port)
 					return miss(skb, QB_MISS_SRC, port);
-				if (now > ss->last_seen_ns &&
+				if ((h->flags & QB_HOP_LEARNING) && now > ss->last_seen_ns &&
 				    now - ss->last_seen_ns > NS_PER_REFRESH)
 					ss->last_seen_ns = now;
 			} else {
@@ -389,7 +389,7 @@ int qb_ingress(struct __sk_buff *skb)
 				src = bpf_map_lookup_elem(&qb_fdb, &fk);
 				if (!src || src->port != h->in_port)
 					return miss(skb, QB_MISS_SRC, port);
-				if (now > src->last_seen_ns &&
+				if ((h->flags & QB_HOP_LEARNING) && now > src->last_seen_ns &&
 				    now - src->last_seen_ns > NS_PER_REFRESH)
 					src->last_seen_ns = now;
 				if (src->slot != h->src_slot)

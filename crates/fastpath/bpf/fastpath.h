@@ -92,6 +92,10 @@ struct qb_hop {
 /* The hop's ingress port learns: a hit needs the source learned on it (else the source is
  * not checked, as the pipeline learns nothing there). */
 #define QB_HOP_LEARNING 1
+/* The hop's ingress port is locked (decision 75): a hit needs the source's entry on it, as
+ * for a learning port, but the program refreshes its last-seen time only if the port also
+ * learns (QB_HOP_LEARNING), as the pipeline does. */
+#define QB_HOP_SRC 2
 
 /* What the pipeline decided for that key, compiled: pop the frame's ntags tags, push
  * push_n tags (outer first in the arrays), redirect to out_ifindex; the checks and counters

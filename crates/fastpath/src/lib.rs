@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
     Config, FdbEntry, FdbKey, FdbSlot, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats,
-    VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, MAX_BRIDGES, MAX_FDB_SLOTS,
+    VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
     MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, SLOT_FREE,
 };
 pub use owner::{orphans, Orphan, LEASE, RENEW};

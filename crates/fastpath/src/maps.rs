@@ -116,6 +116,10 @@ pub const MAX_HOPS: usize = 4;
 /// `QB_HOP_LEARNING`: the hop's ingress port learns; a hit needs the source learned on it.
 pub const HOP_LEARNING: u8 = 1;
 
+/// `QB_HOP_SRC`: the hop's ingress port is locked (decision 75); a hit needs the source's
+/// entry on it, refreshed only when [`HOP_LEARNING`] is set too.
+pub const HOP_SRC: u8 = 2;
+
 /// `struct qb_hop`: one bridge a flow crosses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -136,7 +140,7 @@ pub struct Hop {
     /// The priority the pipeline counted the frame under in the ingress port's `rx_pcp`
     /// (8: none, a bridge that does not filter VLANs).
     pub rx_pcp: u8,
-    /// [`HOP_LEARNING`].
+    /// [`HOP_LEARNING`], [`HOP_SRC`].
     pub flags: u8,
     /// Tags the frame has entering the bridge and leaving it (its lengths there).
     pub in_tags: u8,
