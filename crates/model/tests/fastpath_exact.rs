@@ -654,6 +654,9 @@ enum Step {
     Age,
     /// A configuration change (a new plan, the generation bumped).
     Config(Op),
+    /// An FDB change as the daemon's `fdb` commands make it: the FDB map follows the
+    /// pipeline's log, the generation stays (unless the plan changed).
+    Fdb(Op),
 }
 
 #[derive(Debug, Clone)]
@@ -735,6 +738,9 @@ struct Stats {
     hit_tags: BTreeMap<String, u64>,
     /// Super-frames the program cannot measure, missed (size) right after their flow went in.
     gso_unmeasured: u64,
+    /// Hits where decision 75 lets the program forward: from a locked port, in a bridge with
+    /// the spanning tree on (per-VID states), while a mirror session exists.
+    hits_where: BTreeMap<&'static str, u64>,
 }
 
 /// The 802.1Q/802.1ad tags a frame starts with, as `8` and `a` (`-`: none).
@@ -948,6 +954,20 @@ impl Rig {
             match &r.verdict {
                 Verdict::Hit { ifindex } => {
                     stats.hits += 1;
+                    let id = PortId(f.port as u16);
+                    if pair.sw.port_settings(id).locked {
+                        *stats.hits_where.entry("locked").or_default() += 1;
+                    }
+                    if pair
+                        .sw
+                        .port_master(id)
+                        .is_some_and(|b| pair.sw.bridge_settings(b).stp)
+                    {
+                        *stats.hits_where.entry("stp").or_default() += 1;
+                    }
+                    if !pair.sw.mirrors(false).is_empty() {
+                        *stats.hits_where.entry("mirror_session").or_default() += 1;
+                    }
                     *stats
                         .hit_tags
                         .entry(format!("{}>{}", tags_of(bytes), tags_of(&r.frame)))
@@ -1128,6 +1148,12 @@ fn run_case(rig: &mut Rig, c: &Case, stats: &mut Stats) -> Result<(), TestCaseEr
                 rig.publish(&plan, np)?;
                 rig.follow(&plan, np)?;
                 stats.config_changes += 1;
+                continue;
+            }
+            Step::Fdb(op) => {
+                let _ = pair.apply(op);
+                let plan = pair.sw.plan();
+                rig.follow(&plan, np)?;
                 continue;
             }
         };
@@ -1358,6 +1384,168 @@ fn found_cases() {
     }
 }
 
+/// Decision 75: the ports and bridges the program now serves, each with what must make its
+/// flows miss. A locked port (learning or not) whose source has a static entry on it: hits;
+/// the entry deleted or moved to another port (an FDB change, no new generation): the
+/// program misses (source) where the pipeline drops (`port_locked`); an unknown source stays
+/// with the pipeline. A bridge with per-VID spanning-tree states: hits in both VLANs; VLAN
+/// 10 discarding on the egress port: VLAN 10 misses, VLAN 20 hits again.
+#[test]
+fn locked_ports_and_vid_states_are_served() {
+    let Some(mut rig) = rig() else {
+        return;
+    };
+    let (a, b, c, d) = (
+        common::mac(1),
+        common::mac(2),
+        common::mac(3),
+        common::mac(4),
+    );
+    let plain = |port: usize, dst: MacAddr, src: MacAddr, tags: &[(u16, u16)]| {
+        Step::Frame(FrameSpec {
+            port,
+            bytes: Hex(common::frame(dst, src, tags, 80)),
+            meta: OffloadMeta::default(),
+        })
+    };
+    let spec = |locked: bool, learning: bool| PortSpec {
+        bridge: Some(0),
+        settings: PortSettings {
+            locked,
+            learning,
+            ..PortSettings::default()
+        },
+    };
+    let fdb = |mac, port| Op::FdbAdd {
+        mac,
+        port,
+        vlan: None,
+        kind: FdbKind::Static,
+        sticky: false,
+        replace: true,
+    };
+    let mut stats = Stats::default();
+    let locked = Case {
+        bridges: vec![common::bridge_settings(false, VlanProtocol::Dot1Q)],
+        ports: vec![spec(true, true), spec(false, true), spec(true, false)],
+        setup: vec![fdb(a, 0), fdb(c, 2)],
+        steps: vec![
+            plain(1, a, b, &[]),
+            plain(0, b, a, &[]),
+            plain(2, b, c, &[]),
+            plain(0, b, a, &[]),
+            // Unknown source: dropped, no flow.
+            plain(0, b, d, &[]),
+            Step::Fdb(Op::FdbDel {
+                mac: a,
+                port: 0,
+                vlan: None,
+            }),
+            plain(0, b, a, &[]),
+            Step::Fdb(fdb(c, 1)),
+            plain(2, b, c, &[]),
+            plain(2, b, c, &[]),
+        ],
+    };
+    run_case(&mut rig, &locked, &mut stats).unwrap_or_else(|e| panic!("locked: {e}"));
+    let locked_hits = stats.hits_where.get("locked").copied().unwrap_or(0);
+    let source_misses = stats.misses.get("source").copied().unwrap_or(0);
+    eprintln!("locked: {locked_hits} hits, {source_misses} source misses; {stats:?}");
+    assert_eq!(locked_hits, 3, "hits from locked ports: {stats:?}");
+    // The unknown source (its frame has the key of a's flow), a after its entry went, c
+    // twice after its entry moved.
+    assert_eq!(source_misses, 4, "the entries gone or moved: {stats:?}");
+
+    let mut stats = Stats::default();
+    let vlan = |port: usize, start: u32, pvid: bool| Op::VlanAdd {
+        port,
+        start,
+        end: start,
+        pvid,
+        untagged: false,
+    };
+    let stp = |port: usize, start: u32, end: u32, state| Op::Stp {
+        port,
+        start,
+        end,
+        state,
+    };
+    use qbridge_bridge::StpState as St;
+    let mut br = common::bridge_settings(true, VlanProtocol::Dot1Q);
+    br.stp = true;
+    let states = Case {
+        bridges: vec![br],
+        ports: vec![spec(false, true), spec(false, true)],
+        setup: vec![
+            vlan(0, 10, false),
+            vlan(1, 10, false),
+            vlan(0, 20, false),
+            vlan(1, 20, false),
+            stp(0, 1, 4094, St::Forwarding),
+            stp(1, 1, 4094, St::Forwarding),
+        ],
+        steps: vec![
+            plain(1, a, b, &[(0x8100, 10)]),
+            plain(1, a, b, &[(0x8100, 20)]),
+            plain(0, b, a, &[(0x8100, 10)]),
+            plain(0, b, a, &[(0x8100, 20)]),
+            Step::Config(stp(1, 10, 10, St::Discarding)),
+            plain(0, b, a, &[(0x8100, 10)]),
+            plain(0, b, a, &[(0x8100, 10)]),
+            plain(0, b, a, &[(0x8100, 20)]),
+            plain(0, b, a, &[(0x8100, 20)]),
+        ],
+    };
+    run_case(&mut rig, &states, &mut stats).unwrap_or_else(|e| panic!("VID states: {e}"));
+    let stp_hits = stats.hits_where.get("stp").copied().unwrap_or(0);
+    eprintln!("VID states: {stp_hits} hits; {stats:?}");
+    // Two right after their install, the VLAN 20 frame re-installed after the change
+    // and hitting at once, and once more.
+    assert_eq!(stp_hits, 4, "hits in the spanning-tree bridge: {stats:?}");
+    // VLAN 10 twice (its stale flow is not replaced: the pipeline drops), VLAN 20 once.
+    assert_eq!(stats.misses.get("stale").copied(), Some(3), "{stats:?}");
+
+    // A mirror session on p2 (both directions, to p3): p0 <-> p1 and p0 -> p3 (the
+    // destination) keep their flows; p0 <-> p2 stays with the pipeline (frame and copy) until
+    // the session goes.
+    let mut stats = Stats::default();
+    let (e, g) = (common::mac(5), common::mac(6));
+    let mirrored = Case {
+        bridges: vec![common::bridge_settings(false, VlanProtocol::Dot1Q)],
+        ports: (0..4).map(|_| spec(false, true)).collect(),
+        setup: vec![Op::MirrorAdd {
+            name: 0,
+            src: vec![2],
+            direction: qbridge_bridge::MirrorDirection::Both,
+            vids: None,
+            dst: 3,
+            rspan: None,
+        }],
+        steps: vec![
+            plain(1, a, b, &[]),
+            plain(2, a, e, &[]),
+            plain(3, a, g, &[]),
+            plain(0, b, a, &[]),
+            plain(0, e, a, &[]),
+            plain(0, g, a, &[]),
+            Step::Config(Op::MirrorDel { name: 0 }),
+            plain(0, e, a, &[]),
+            plain(0, b, a, &[]),
+        ],
+    };
+    run_case(&mut rig, &mirrored, &mut stats).unwrap_or_else(|e| panic!("mirror: {e}"));
+    eprintln!("mirror session: {stats:?}");
+    // p0 -> p1 and p0 -> p3 while the session exists; p0 -> p2 (a frame and its copy) not
+    // while it does, then installed and hit; and p0 -> p1 again (re-installed: a new
+    // generation).
+    assert_eq!(
+        stats.hits_where.get("mirror_session").copied(),
+        Some(2),
+        "{stats:?}"
+    );
+    assert_eq!(stats.hits, 4, "{stats:?}");
+}
+
 #[test]
 fn program_forwards_exactly_as_the_pipeline() {
     let Some(rig) = rig() else {
@@ -1392,8 +1580,9 @@ fn program_forwards_exactly_as_the_pipeline() {
     );
     eprintln!(
         "fastpath_exact: hits by tags in>out {:?}; pipeline drops {:?}; unmeasured super-frames \
-         missed after install: {}",
-        s.hit_tags, s.drops, s.gso_unmeasured
+         missed after install: {}; hits from locked ports, in spanning-tree bridges, with a \
+         mirror session: {:?}",
+        s.hit_tags, s.drops, s.gso_unmeasured, s.hits_where
     );
     if let Err(e) = r {
         panic!("{e}");

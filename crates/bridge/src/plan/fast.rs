@@ -19,6 +19,10 @@ pub struct FastPort {
     pub max_frame: u32,
     /// The port learns source addresses (the fast path then needs each source learned on it).
     pub learning: bool,
+    /// The port is locked (`locked on`, with or without MAB): a frame passes only if its source
+    /// has an entry on the port that is not `locked`, so a flow needs that entry too and the
+    /// program checks it on every hit (decision 75).
+    pub locked: bool,
 }
 
 /// An FDB entry as the fast path sees it.
@@ -57,18 +61,26 @@ pub type FastChange = (u16, MacAddr, u16, Option<FastEntry>);
 
 impl Plan {
     /// Port `id` when the fast path may receive for it and send to it: a running device port
-    /// of a bridge (no stacked device on it, not locked, no MAB) whose bridge does not learn
-    /// per inner VID (those FIDs live only while a batch runs), in a plan without mirror
-    /// sessions (a session's filters may read more of a frame than a flow's key).
+    /// of a bridge (no stacked device on it) whose bridge does not learn per inner VID (those
+    /// FIDs live only while a batch runs), that no mirror session copies (as source, rx or tx,
+    /// whatever its VLAN filter: a copy's delivery depends on more than a flow's key, e.g. a
+    /// frame's length against the destination's `max_frame`). Ports no session covers keep
+    /// their flows while sessions exist (decision 75). A locked port (MAB or not) is served:
+    /// its flows need the source's entry on it ([`FastPort::locked`]).
     pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
-        if self.mirrors.is_some() {
-            return None;
+        if let Some(m) = &self.mirrors {
+            let i = id.0 as usize;
+            let mask =
+                m.rx_mask.get(i).copied().unwrap_or(0) | m.tx_mask.get(i).copied().unwrap_or(0);
+            if mask != 0 {
+                return None;
+            }
         }
         let p = self.port(id)?;
         let bridge = p.master?;
         let br = self.bridges.get(bridge as usize)?.as_deref()?;
         let plain_device = matches!(p.role, Role::Device) && p.uppers.is_none();
-        if !p.running || !plain_device || p.settings.locked || p.settings.mab {
+        if !p.running || !plain_device {
             return None;
         }
         if br.settings.learn_inner_vid && br.settings.vlan_filtering {
@@ -79,6 +91,7 @@ impl Plan {
             tpid: p.tpid,
             max_frame: p.max_frame,
             learning: p.settings.learning && br.settings.ageing_time_ns != 0,
+            locked: p.settings.locked,
         })
     }
 

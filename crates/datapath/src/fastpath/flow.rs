@@ -53,7 +53,8 @@ pub const PREFIX: usize = 128;
 pub struct FlowPlan {
     pub key: qbridge_fastpath::FlowKey,
     pub action: qbridge_fastpath::FlowAction,
-    /// Per hop, the destination's entry, and the source's when the ingress port learns;
+    /// Per hop, the destination's entry, and the source's when the ingress port learns or
+    /// is locked;
     /// last-seen times on the engine's clock.
     pub fdb: Vec<(FdbKey, FdbEntry)>,
 }
@@ -130,11 +131,14 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
             fdb_key(class.bridge, dst, class.fid),
             entry(h.out_index, d.seen_ns),
         ));
-        if fin.learning {
+        // A locked port's source must have an entry on it that forwards (not `locked`, not
+        // the bridge's own), as the pipeline's `locked_admits` asks; the program checks it on
+        // every hit, so a deleted, moved or locked entry makes the flow miss.
+        if fin.learning || fin.locked {
             let s = f
                 .plan
                 .fdb_entry(class.bridge, mac(src), class.fid)
-                .filter(|e| e.port == h.in_id)
+                .filter(|e| e.port == h.in_id && (e.forwards || !fin.locked))
                 .ok_or(Refusal::Fdb)?;
             fdb.push((
                 fdb_key(class.bridge, src, class.fid),
@@ -156,6 +160,10 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
             rx_pcp: class.pcp,
             flags: if fin.learning {
                 qbridge_fastpath::HOP_LEARNING
+            } else {
+                0
+            } | if fin.locked {
+                qbridge_fastpath::HOP_SRC
             } else {
                 0
             },
