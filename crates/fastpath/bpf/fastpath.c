@@ -241,6 +241,254 @@ static __always_inline __u32 l34_len(struct __sk_buff *skb, __u32 off, __u16 pro
 	return 0;
 }
 
+/* ---- Bonds (decision 74): the member a bond's queues would pick, and a member's input ---- */
+
+/* A bond's transmit table, by the bond's port id (the daemon writes it with the table it
+ * publishes to the bond's queues). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_MAX_BONDS);
+	__type(key, __u32);
+	__type(value, struct qb_bond);
+} qb_bonds SEC(".maps");
+
+/* Frames a member received while not collecting, dropped as the bond's queues drop them
+ * (rx_not_collecting); key: bond port id << 4 | the member's position. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_MAX_PORTS * QB_BOND_MEMBERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_bond_drops SEC(".maps");
+
+/* qbridge_wire::Mixer with qbridge_lacp::flow_hash's seed: a multiply-xorshift word mix and
+ * murmur3's finaliser, bit for bit. */
+#define QB_MIX_K 0x9e3779b97f4a7c15ULL
+#define QB_BOND_SEED 0x2545f4914f6cdd1dULL
+
+static __always_inline __u64 bond_mix(__u64 h, __u64 v)
+{
+	return (((h << 5) | (h >> 59)) ^ v) * QB_MIX_K;
+}
+
+static __always_inline __u64 bond_be64(const __u8 *b)
+{
+	return (__u64)b[0] << 56 | (__u64)b[1] << 48 | (__u64)b[2] << 40 | (__u64)b[3] << 32 |
+	       (__u64)b[4] << 24 | (__u64)b[5] << 16 | (__u64)b[6] << 8 | (__u64)b[7];
+}
+
+static __always_inline __u32 bond_finish(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return (__u32)x;
+}
+
+/* What qbridge_wire::parse_headers finds of a frame's L3/L4 (from `off`, after the tags), as
+ * the bond's hash reads it. */
+struct qb_l34 {
+	__u8 addrs[32];		/* source and destination: 8 bytes (IPv4) or 32 (IPv6) */
+	__u32 ports;		/* TCP/UDP source << 16 | destination */
+	__u8 ok;		/* parse_headers returns Ok */
+	__u8 ip;		/* IPv4 or IPv6: addrs and proto hold */
+	__u8 v6;
+	__u8 proto;
+	__u8 has_ports;		/* a whole TCP/UDP packet */
+	__u8 encap;		/* VXLAN (UDP 4789), IP-in-IP or IPv6-in-IP: inner-layer3+4 reads on */
+};
+
+/* Fills `o` as parse_headers would judge the frame; -1 when the program cannot tell (IPv6
+ * extension headers, which the pipeline walks), and the frame goes up. The checks are the
+ * wire crate's new_checked ones, in its order. */
+static __always_inline int bond_parse(struct __sk_buff *skb, __u32 off, __u16 proto_be,
+				      struct qb_l34 *o)
+{
+	__u32 len = skb->len, l3len, hl, total, l4, l4len;
+	__u16 frag;
+
+	o->ok = 0;
+	if (off > len)
+		return 0;
+	l3len = len - off;
+	if (proto_be == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (l3len < 20)
+			return 0;
+		if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)))
+			return -1;
+		hl = ip.ihl * 4;
+		total = bpf_ntohs(ip.tot_len);
+		if (ip.version != 4 || hl < 20 || l3len < hl || total < hl || l3len < total)
+			return 0;
+		o->ok = 1;
+		o->ip = 1;
+		o->proto = ip.protocol;
+		__builtin_memcpy(o->addrs, &ip.saddr, 8);
+		frag = bpf_ntohs(ip.frag_off);
+		if (frag & 0x3fff)
+			return 0;	/* a fragment: no L4 header checked, no ports */
+		l4 = off + hl;
+		l4len = total - hl;
+		if (ip.protocol == IPPROTO_ICMP)
+			o->ok = l4len >= 8;
+	} else if (proto_be == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+		__u8 nh;
+
+		if (l3len < 40)
+			return 0;
+		if (bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)))
+			return -1;
+		if (ip6.version != 6 || l3len < 40 + (__u32)bpf_ntohs(ip6.payload_len))
+			return 0;
+		nh = ip6.nexthdr;
+		/* Hop-by-hop, routing, fragment, AH, destination options: walked by the pipeline. */
+		if (nh == 0 || nh == 43 || nh == 44 || nh == 51 || nh == 60)
+			return -1;
+		o->ok = 1;
+		o->ip = 1;
+		o->v6 = 1;
+		o->proto = nh;
+		__builtin_memcpy(o->addrs, &ip6.saddr, 32);
+		if (nh == 59)
+			return 0;	/* no next header: no L4 */
+		l4 = off + 40;
+		l4len = bpf_ntohs(ip6.payload_len);
+		if (nh == 58)
+			o->ok = l4len >= 8;
+	} else {
+		o->ok = 1;
+		return 0;
+	}
+	if (o->proto == 4 || o->proto == 41)
+		o->encap = 1;
+	if (o->proto == IPPROTO_TCP) {
+		__u8 tcp[13];
+
+		if (l4len < 20) {
+			o->ok = 0;
+			return 0;
+		}
+		if (bpf_skb_load_bytes(skb, l4, tcp, sizeof(tcp)))
+			return -1;
+		if ((tcp[12] >> 4) < 5 || l4len < (__u32)(tcp[12] >> 4) * 4) {
+			o->ok = 0;
+			return 0;
+		}
+		o->ports = (__u32)tcp[0] << 24 | (__u32)tcp[1] << 16 | (__u32)tcp[2] << 8 | tcp[3];
+		o->has_ports = 1;
+	} else if (o->proto == IPPROTO_UDP) {
+		__u8 udp[6];
+		__u32 ulen;
+
+		if (l4len < 8) {
+			o->ok = 0;
+			return 0;
+		}
+		if (bpf_skb_load_bytes(skb, l4, udp, sizeof(udp)))
+			return -1;
+		ulen = (__u32)udp[4] << 8 | udp[5];
+		if (ulen < 8 || l4len < ulen) {
+			o->ok = 0;
+			return 0;
+		}
+		o->ports = (__u32)udp[0] << 24 | (__u32)udp[1] << 16 | (__u32)udp[2] << 8 | udp[3];
+		o->has_ports = 1;
+		if ((o->ports & 0xffff) == 4789)
+			o->encap = 1;
+	}
+	return 0;
+}
+
+/* qbridge_lacp::flow_hash(frame as it leaves, policy) for a frame whose L3 starts at `off`,
+ * leaving with the action's tags; -1: the program leaves it to the pipeline. */
+static __always_inline int bond_hash(struct __sk_buff *skb, const struct ethhdr *eth,
+				     const struct qb_flow_key *key,
+				     const struct qb_flow_action *act, __u32 off, __u32 policy,
+				     __u32 *out)
+{
+	struct qb_l34 l = {};
+	__u64 h = QB_BOND_SEED;
+	const __u8 *m = eth->h_dest;
+	int i;
+
+	if (bond_parse(skb, off, key->ethertype_be, &l))
+		return -1;
+	if ((policy == QB_HASH_L34 || policy == QB_HASH_INNER_L34) && l.ok && l.ip) {
+		if (policy == QB_HASH_INNER_L34 && l.encap)
+			return -1;
+		if (l.v6) {
+#pragma unroll
+			for (i = 0; i < 4; i++)
+				h = bond_mix(h, bond_be64(&l.addrs[8 * i]));
+		} else {
+			h = bond_mix(h, bond_be64(l.addrs));
+		}
+		h = bond_mix(h, 0);	/* add_bytes' empty tail */
+		h = bond_mix(h, l.proto);
+		if (l.has_ports)
+			h = bond_mix(h, l.ports);
+		*out = bond_finish(h);
+		return 0;
+	}
+	/* layer2 (and layer3+4's fallback): the MACs, then the EtherType after the tags, or the
+	 * frame's bytes 12-13 when its headers do not parse; layer2+vlan adds the outer VID. */
+	h = bond_mix(h, bond_be64(m));
+	h = bond_mix(h, ((__u64)m[8] << 56 | (__u64)m[9] << 48 | (__u64)m[10] << 40 |
+			 (__u64)m[11] << 32) ^ (4ULL << 56));
+	if (l.ok) {
+		h = bond_mix(h, bpf_ntohs(key->ethertype_be));
+		if (policy == QB_HASH_L2_VLAN && act->push_n)
+			h = bond_mix(h, (bpf_ntohs(act->push_tci_be[0]) & 0xfff) | 1 << 16);
+	} else {
+		h = bond_mix(h, bpf_ntohs(act->push_n ? act->push_tpid_be[0] : key->ethertype_be));
+	}
+	*out = bond_finish(h);
+	return 0;
+}
+
+/* The member of the flow's bond (its last hop's egress port) for this frame, or 0 (a miss). */
+static __always_inline __u32 bond_out(struct __sk_buff *skb, const struct ethhdr *eth,
+				      const struct qb_flow_key *key,
+				      const struct qb_flow_action *act, __u32 off)
+{
+	__u32 id = act->hops[(act->n_hops - 1) & (QB_MAX_HOPS - 1)].out_port & QB_PORT_ID_MASK;
+	struct qb_bond *b = bpf_map_lookup_elem(&qb_bonds, &id);
+	__u32 hash;
+
+	if (!b || bond_hash(skb, eth, key, act, off, b->policy, &hash))
+		return 0;
+	return b->member_ifindex[hash & (QB_BOND_BUCKETS - 1)];
+}
+
+/* A frame on a bond member's interface: -1 when it goes on as the bond's frame, else the TC
+ * verdict. Slow Protocols frames (untagged, to 01:80:c2:00:00:02, EtherType 0x8809) pass to
+ * the member's socket; a member that does not collect drops the rest. */
+static __always_inline int bond_member_in(struct __sk_buff *skb, const struct qb_port *port,
+					  const struct ethhdr *eth)
+{
+	__u32 k;
+	__u64 *n;
+
+	skb->cb[0] = 0;
+	skb->cb[1] = 0;
+	if (!skb->vlan_present && eth->h_proto == bpf_htons(0x8809) &&
+	    eth->h_dest[0] == 0x01 && eth->h_dest[1] == 0x80 && eth->h_dest[2] == 0xc2 &&
+	    eth->h_dest[3] == 0 && eth->h_dest[4] == 0 && eth->h_dest[5] == 0x02)
+		return TC_ACT_OK;
+	if (port->flags & QB_PORT_COLLECTING)
+		return -1;
+	k = (port->index & QB_PORT_ID_MASK) << 4 | ((port->flags >> QB_PORT_MEMBER_SHIFT) & 0xf);
+	n = bpf_map_lookup_elem(&qb_bond_drops, &k);
+	if (n)
+		*n += 1;
+	return TC_ACT_SHOT;
+}
+
 SEC("classifier")
 int qb_ingress(struct __sk_buff *skb)
 {
@@ -253,6 +501,7 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_fdb_slot *ss, *ds;
 	struct qb_config *cfg;
 	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
+	__u32 out_ifindex;
 	__u64 now;
 	__u16 proto;
 	void *data, *end;
@@ -281,6 +530,12 @@ int qb_ingress(struct __sk_buff *skb)
 	eth = data;
 	if ((void *)(eth + 1) > end)
 		return miss(skb, QB_MISS_MALFORMED, port);
+	if (port->flags & QB_PORT_BOND_MEMBER) {
+		int v = bond_member_in(skb, port, eth);
+
+		if (v >= 0)
+			return v;
+	}
 	if (eth->h_dest[0] & 1)
 		return miss_and_pass(skb, QB_MISS_GROUP, port);
 	if (eth->h_dest[0] == port->mac[0] && eth->h_dest[1] == port->mac[1] &&
@@ -410,6 +665,15 @@ int qb_ingress(struct __sk_buff *skb)
 		}
 	}
 
+	/* A bond's member, by the pipeline's transmit hash (read before anything moves the
+	 * packet's pointers). */
+	out_ifindex = act->out_ifindex;
+	if (act->flags & QB_ACT_BOND) {
+		out_ifindex = bond_out(skb, eth, &key, act, off);
+		if (!out_ifindex)
+			return miss(skb, QB_MISS_BOND, port);
+	}
+
 	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
 	if (!(key.ntags == act->push_n &&
 	      (key.ntags < 1 || (key.tpid_be[0] == act->push_tpid_be[0] &&
@@ -468,16 +732,16 @@ int qb_ingress(struct __sk_buff *skb)
 		}
 	}
 	count(QB_MISS_MAX);
-	skb->cb[0] = act->out_ifindex;
+	skb->cb[0] = out_ifindex;
 	skb->cb[1] = 0;
 	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
 	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
 	if (act->flags & QB_ACT_INGRESS)
-		return bpf_redirect(act->out_ifindex, BPF_F_INGRESS);
+		return bpf_redirect(out_ifindex, BPF_F_INGRESS);
 	/* (The peer's way exists only from an ingress hook.) */
 	if ((act->flags & QB_ACT_PEER) && !(port->flags & QB_PORT_EGRESS))
-		return bpf_redirect_peer(act->out_ifindex, 0);
-	return bpf_redirect(act->out_ifindex, 0);
+		return bpf_redirect_peer(out_ifindex, 0);
+	return bpf_redirect(out_ifindex, 0);
 }
 
 /* On the upcall device's ingress: the frames redirected there were seen by the daemon's

@@ -29,6 +29,7 @@ enum qb_miss {
 	QB_MISS_SIZE,		/* longer than the egress port takes (the pipeline decides) */
 	QB_MISS_ACTION,		/* a tag edit the kernel refused */
 	QB_MISS_LOCAL,		/* to the port interface's own address: the host's too */
+	QB_MISS_BOND,		/* to a bond: no member distributes, or a frame the program does not hash */
 	QB_MISS_MAX,
 };
 
@@ -178,6 +179,63 @@ struct qb_vlan_stats {
 	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
 };
 
+/* Bonds (decision 74). A flow whose egress port is a bond has QB_ACT_BOND: the program picks
+ * the member as the bond's queues do, member_ifindex[flow_hash(frame, policy) & 0xff] of the
+ * bond's entry in qb_bonds (key: the bond's port id, the last hop's out_port & 0xfff), the
+ * hash being the pipeline's (qbridge_lacp::flow_hash) computed on the frame as it leaves. The
+ * daemon writes the entry whenever it publishes a transmit table to the bond's queues (a
+ * member's link or LACP state changed, the member list or the policy changed). */
+#define QB_ACT_BOND 0x40
+/* The interface is a member of a bond: index is the bond's port index; frames that are not
+ * Slow Protocols frames are the bond's only while the member collects (QB_PORT_COLLECTING),
+ * else dropped (counted in qb_bond_drops). Slow Protocols frames (LACPDUs, markers) pass to
+ * the member's own socket (bound to ETH_P_SLOW, after TC ingress). The member's position in
+ * its bond: flags bits 16-19. */
+#define QB_PORT_BOND_MEMBER 0x40
+#define QB_PORT_COLLECTING 0x80
+#define QB_PORT_MEMBER_SHIFT 16
+#define QB_MAX_BONDS 256
+#define QB_BOND_BUCKETS 256
+#define QB_BOND_MEMBERS 16
+enum qb_bond_hash {
+	QB_HASH_L2 = 0,		/* layer2 */
+	QB_HASH_L2_VLAN,	/* layer2+vlan */
+	QB_HASH_L34,		/* layer3+4 */
+	QB_HASH_INNER_L34,	/* inner-layer3+4 (encapsulated frames go up) */
+};
+struct qb_bond {
+	__u32 policy;		/* enum qb_bond_hash */
+	__u32 pad;
+	__u32 member_ifindex[QB_BOND_BUCKETS];	/* by hash bucket; 0: no member */
+};
+
+/* VXLAN (decision 73). A flow whose egress port is a VXLAN port has QB_ACT_VXLAN: the program
+ * encapsulates the frame (left untagged by the flow's tag edit) in IPv4/UDP/VXLAN as the
+ * port's userspace VTEP sends it, and redirects it to the underlay interface with the
+ * neighbour's address (bpf_fib_lookup). out_ifindex is then the index of the tunnel in
+ * qb_vxlan, written by the daemon with the flow: (port, VNI, remote VTEP) and the port's
+ * underlay settings. */
+#define QB_ACT_VXLAN 0x20
+#define QB_MAX_TUNNELS 4096
+/* The UDP socket's source ports: the userspace VTEP sends a frame from socket
+ * source_port(frame) % QB_VXLAN_SOCKETS (qbridge_io::vxlan::TX_SOCKETS). */
+#define QB_VXLAN_SOCKETS 8
+#define QB_VXLAN_SPORT_MIN 49152	/* qbridge_wire::vxlan::SOURCE_PORT_MIN */
+/* tos inherit: the outer TOS is the inner packet's (CE leaves as ECT(0)). */
+#define QB_VX_INHERIT_TOS 1
+struct qb_vxlan {
+	__u32 local_be;		/* IPv4 source address */
+	__u32 remote_be;	/* the remote VTEP */
+	__u32 vni_be;		/* the VXLAN header's second word: VNI << 8, network order */
+	__u32 ifindex;		/* the underlay interface (route and neighbour looked up there) */
+	__u16 sport_be[QB_VXLAN_SOCKETS];
+	__u16 dstport_be;
+	__u8 ttl;
+	__u8 tos;		/* a fixed TOS (0: none) */
+	__u8 flags;		/* QB_VX_* */
+	__u8 pad[3];
+};
+
 /* The sizes crates/fastpath/src/maps.rs asserts of its #[repr(C)] mirrors: a layout changed on
  * one side only fails the build of that side. */
 _Static_assert(sizeof(struct qb_port) == 20, "qb_port: maps.rs Port");
@@ -191,5 +249,6 @@ _Static_assert(sizeof(struct qb_config) == 8, "qb_config: maps.rs Config");
 _Static_assert(sizeof(struct qb_owner) == 24, "qb_owner: maps.rs Owner");
 _Static_assert(sizeof(struct qb_port_stats) == 96, "qb_port_stats: maps.rs PortStats");
 _Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanStats");
+_Static_assert(sizeof(struct qb_bond) == 8 + 4 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
 
 #endif

@@ -15,6 +15,10 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, Decision, NotCached};
 pub use maps::{
+    Bond, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34, MAX_BONDS,
+    PORT_BOND_MEMBER, PORT_COLLECTING, PORT_MEMBER_SHIFT,
+};
+pub use maps::{
     Config, FdbEntry, FdbKey, FdbSlot, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats,
     VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
     MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, SLOT_FREE,
@@ -245,6 +249,26 @@ impl FastPath {
         self.hash::<u32, Port>("qb_ports")?
             .insert(ifindex, port, 0)
             .map_err(map_err("qb_ports"))
+    }
+
+    /// Writes bond `id`'s transmit table (decision 74): flows whose egress port is the bond
+    /// ([`ACT_BOND`]) go to the member of their hash bucket from the next frame on.
+    pub fn set_bond(&mut self, id: u32, bond: &Bond) -> Result<(), Error> {
+        self.hash::<u32, Bond>("qb_bonds")?
+            .insert(id, *bond, 0)
+            .map_err(map_err("qb_bonds"))
+    }
+
+    /// Forgets bond `id` (its flows miss, as [`Miss::Bond`]).
+    pub fn remove_bond(&mut self, id: u32) -> Result<(), Error> {
+        ignore_missing(self.hash::<u32, Bond>("qb_bonds")?.remove(&id), "qb_bonds")
+    }
+
+    /// Frames the program dropped on the member at position `pos` of bond `id` while the
+    /// member did not collect (the bond's queues count those as `rx_not_collecting`).
+    pub fn bond_drops(&mut self, id: u32, pos: u32) -> Result<u64, Error> {
+        let k = (id & PORT_ID_MASK) << 4 | (pos & 0xf);
+        self.per_cpu_sum("qb_bond_drops", k, |s: &mut u64, v: &u64| *s += *v)
     }
 
     /// Forgets `ifindex`: its frames pass to the stack untouched.

@@ -32,10 +32,13 @@ pub enum Miss {
     Size,
     Action,
     Local,
+    /// To a bond: no member distributes for the frame's hash bucket, the bond is not in
+    /// `qb_bonds`, or a frame whose hash the program leaves to the pipeline (decision 74).
+    Bond,
 }
 
 impl Miss {
-    pub const ALL: [Miss; 11] = [
+    pub const ALL: [Miss; 12] = [
         Miss::NoPort,
         Miss::Malformed,
         Miss::Tags,
@@ -47,6 +50,7 @@ impl Miss {
         Miss::Size,
         Miss::Action,
         Miss::Local,
+        Miss::Bond,
     ];
 
     /// The counter's name (`link show -d`, metrics).
@@ -63,6 +67,7 @@ impl Miss {
             Miss::Size => "size",
             Miss::Action => "action",
             Miss::Local => "local",
+            Miss::Bond => "bond",
         }
     }
 
@@ -79,6 +84,50 @@ pub const PORT_ENABLED: u32 = 1;
 /// `QB_PORT_EGRESS`: the program runs on the interface's egress (a TAP port); a miss goes on
 /// to the TAP's reader.
 pub const PORT_EGRESS: u32 = 2;
+
+/// `QB_PORT_BOND_MEMBER`: the interface is a bond's member; [`Port::index`] is the bond's
+/// (decision 74).
+pub const PORT_BOND_MEMBER: u32 = 0x40;
+/// `QB_PORT_COLLECTING`: the member collects (its frames are the bond's; else dropped).
+pub const PORT_COLLECTING: u32 = 0x80;
+/// `QB_PORT_MEMBER_SHIFT`: the member's position in its bond, in [`Port::flags`] (4 bits).
+pub const PORT_MEMBER_SHIFT: u32 = 16;
+/// `QB_ACT_BOND`: the egress port is a bond; the program picks its member by the pipeline's
+/// transmit hash from the bond's entry in `qb_bonds`.
+pub const ACT_BOND: u8 = 0x40;
+/// `QB_MAX_BONDS`: entries of `qb_bonds`.
+pub const MAX_BONDS: u32 = 256;
+/// `QB_BOND_BUCKETS`: a bond's transmit table (`qbridge_lacp::BUCKETS`).
+pub const BOND_BUCKETS: usize = 256;
+/// `QB_BOND_MEMBERS`: member positions counted in `qb_bond_drops` per bond.
+pub const BOND_MEMBERS: u32 = 16;
+
+/// `enum qb_bond_hash`: a bond's transmit hash policy, as the program knows it.
+pub const HASH_L2: u32 = 0;
+pub const HASH_L2_VLAN: u32 = 1;
+pub const HASH_L34: u32 = 2;
+pub const HASH_INNER_L34: u32 = 3;
+
+/// `struct qb_bond`: a bond's transmit table as the program reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Bond {
+    /// [`HASH_L2`] ..= [`HASH_INNER_L34`].
+    pub policy: u32,
+    pub pad: u32,
+    /// The member's interface by hash bucket (0: no member).
+    pub member_ifindex: [u32; BOND_BUCKETS],
+}
+
+impl Default for Bond {
+    fn default() -> Bond {
+        Bond {
+            policy: HASH_L2,
+            pad: 0,
+            member_ifindex: [0; BOND_BUCKETS],
+        }
+    }
+}
 
 /// `struct qb_port`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -278,6 +327,7 @@ const _: () = {
     assert!(std::mem::size_of::<Owner>() == 24);
     assert!(std::mem::size_of::<PortStats>() == 96);
     assert!(std::mem::size_of::<VlanStats>() == 32);
+    assert!(std::mem::size_of::<Bond>() == 8 + 4 * BOND_BUCKETS);
 };
 
 // SAFETY: each type is #[repr(C)], made of integers and integer arrays only, with its padding
@@ -301,6 +351,8 @@ unsafe impl aya::Pod for Owner {}
 unsafe impl aya::Pod for PortStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for VlanStats {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Bond {}
 
 /// Raw `bpf(2)` map operations on a descriptor, for [`crate::MapWriter`] (datapath workers
 /// write flows and FDB entries without the loader's object).
