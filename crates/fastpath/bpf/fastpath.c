@@ -179,6 +179,23 @@ static __always_inline int miss_and_pass(struct __sk_buff *skb, __u32 reason,
 	return TC_ACT_OK;
 }
 
+/* A hit on a port `trace live` watches: a copy of the frame as received to the trace device,
+ * the port index in the copy's accelerated tag (as an upcall's); the frame goes on. The tag
+ * pushed for the copy is popped again, as in miss_and_pass. Packet pointers are stale after
+ * this. */
+static __always_inline void trace_copy(struct __sk_buff *skb, const struct qb_port *port)
+{
+	__u32 zero = 0;
+	struct qb_config *cfg = bpf_map_lookup_elem(&qb_config, &zero);
+
+	if (!cfg || !cfg->trace_ifindex)
+		return;
+	if (bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), (__u16)port->index))
+		return;
+	bpf_clone_redirect(skb, cfg->trace_ifindex, BPF_F_INGRESS);
+	bpf_skb_vlan_pop(skb);
+}
+
 /* Length of the IP and TCP/UDP headers at `off` (for a super-frame's segment size), or 0
  * when the fast path does not know them, and then the frame is judged whole. As the pipeline
  * (qbridge_wire::parse_headers) finds them or more: an IPv4 packet that is a fragment, whose
@@ -489,6 +506,233 @@ static __always_inline int bond_member_in(struct __sk_buff *skb, const struct qb
 	return TC_ACT_SHOT;
 }
 
+/* ---- VXLAN encapsulation (decision 73; docs/fast-path.md, "VXLAN") ----
+ * A flow to a VXLAN port leaves the way the port's userspace VTEP sends it: the inner frame
+ * (untagged: the flow's tag edit left it so) in a VXLAN header of the tunnel's VNI, UDP from
+ * the send socket the inner flow hash selects, IPv4 with DF, id 0, the socket's TTL and TOS
+ * (or the inner packet's, `tos inherit`), to the neighbour of the route to the remote VTEP.
+ * The outer UDP checksum is 0 (RFC 7348 §5; the userspace socket computes one): a
+ * super-frame stays whole (SKB_GSO_UDP_TUNNEL), which a checksum would forbid from here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QB_MAX_TUNNELS);
+	__type(key, __u32);
+	__type(value, struct qb_vxlan);
+} qb_vxlan SEC(".maps");
+
+/* qbridge_wire::Mixer: the flow hash's accumulator and its finaliser. */
+static __always_inline __u64 vx_mix(__u64 s, __u64 v)
+{
+	return (((s << 5) | (s >> 59)) ^ v) * 0x9e3779b97f4a7c15ULL;
+}
+
+static __always_inline __u32 vx_finish(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return (__u32)x;
+}
+
+static __always_inline __u64 vx_be64(const __u8 *b)
+{
+	return ((__u64)b[0] << 56) | ((__u64)b[1] << 48) | ((__u64)b[2] << 40) |
+	       ((__u64)b[3] << 32) | ((__u64)b[4] << 24) | ((__u64)b[5] << 16) |
+	       ((__u64)b[6] << 8) | (__u64)b[7];
+}
+
+/* The inner frame's flow hash as qbridge_wire::flow_hash computes it on the frame the
+ * userspace VTEP sends (untagged, its L3 header at `off` here, `avail` bytes from there),
+ * and its TOS for `tos inherit` (qbridge_wire::vxlan::inherited_tos). Returns 0, or -1 for a
+ * frame whose hash the program leaves to the pipeline (a header the pipeline's parser would
+ * refuse, IPv6 extension headers): such a frame goes up. */
+static __always_inline int vx_hash(struct __sk_buff *skb, __u32 off, __u16 proto_be,
+				   __u32 avail, __u32 *hash, __u8 *tos, __u8 *b)
+{
+	__u64 m = 0x517cc1b727220aULL;
+	__u32 l4 = 0, l4_len = 0, l4_proto;
+	int whole = 1;
+
+	*tos = 0;
+	if (proto_be == bpf_htons(ETH_P_IP)) {
+		__u32 hl, tot;
+		__u16 frag;
+
+		if (avail < 20 || bpf_skb_load_bytes(skb, off, b, 20))
+			return -1;
+		hl = (b[0] & 0xf) * 4;
+		tot = ((__u32)b[2] << 8) | b[3];
+		if ((b[0] >> 4) != 4 || hl < 20 || avail < hl || tot < hl || avail < tot)
+			return -1;
+		*tos = b[1];
+		frag = ((__u16)b[6] << 8) | b[7];
+		whole = !(frag & 0x3fff);
+		l4_proto = b[9];
+		l4 = off + hl;
+		l4_len = tot - hl;
+		m = vx_mix(m, vx_be64(b + 12));
+		m = vx_mix(m, 0);
+	} else if (proto_be == bpf_htons(ETH_P_IPV6)) {
+		__u32 plen;
+
+		if (avail < 40 || bpf_skb_load_bytes(skb, off, b, 40))
+			return -1;
+		plen = ((__u32)b[4] << 8) | b[5];
+		if ((b[0] >> 4) != 6 || avail < 40 + plen)
+			return -1;
+		*tos = (b[0] << 4) | (b[1] >> 4);
+		l4_proto = b[6];
+		if (l4_proto != IPPROTO_TCP && l4_proto != IPPROTO_UDP && l4_proto != 58)
+			return -1;	/* extension headers: the pipeline walks them */
+		l4 = off + 40;
+		l4_len = plen;
+		m = vx_mix(m, vx_be64(b + 8));
+		m = vx_mix(m, vx_be64(b + 16));
+		m = vx_mix(m, vx_be64(b + 24));
+		m = vx_mix(m, vx_be64(b + 32));
+		m = vx_mix(m, 0);
+	} else {
+		/* Not IP: the addresses and the EtherType. */
+		if (bpf_skb_load_bytes(skb, 0, b, 12))
+			return -1;
+		m = vx_mix(m, vx_be64(b));
+		m = vx_mix(m, (((__u64)b[8] << 56) | ((__u64)b[9] << 48) | ((__u64)b[10] << 40) |
+			       ((__u64)b[11] << 32)) ^ (4ULL << 56));
+		m = vx_mix(m, bpf_ntohs(proto_be));
+		*hash = vx_finish(m);
+		return 0;
+	}
+	m = vx_mix(m, l4_proto);
+	if (whole && (l4_proto == IPPROTO_TCP || l4_proto == IPPROTO_UDP)) {
+		__u32 hl;
+
+		if (bpf_skb_load_bytes(skb, l4, b, 20 < l4_len ? 20 : 8))
+			return -1;
+		if (l4_proto == IPPROTO_TCP) {
+			hl = (b[12] >> 4) * 4;
+			if (l4_len < 20 || hl < 20 || l4_len < hl)
+				return -1;
+		} else {
+			hl = ((__u32)b[4] << 8) | b[5];
+			if (l4_len < 8 || hl < 8 || l4_len < hl)
+				return -1;
+		}
+		m = vx_mix(m, ((__u64)b[0] << 24) | ((__u64)b[1] << 16) | ((__u64)b[2] << 8) |
+			      (__u64)b[3]);
+	} else if (whole && (l4_proto == IPPROTO_ICMP || l4_proto == 58) && l4_len < 8) {
+		return -1;	/* the pipeline's parser refuses it: its hash is another */
+	}
+	*hash = vx_finish(m);
+	return 0;
+}
+
+/* The outer headers of a flow to tunnel `t`, built before the frame is touched (so that a
+ * frame the program cannot send goes up as it came): the source port, the TOS, the lengths.
+ * The outer Ethernet addresses are the neighbour's, filled in by bpf_redirect_neigh (the
+ * route to the remote looked up on the tunnel's underlay interface; an unresolved
+ * neighbour is resolved as for the host's own packets). `len`: the whole inner frame's
+ * length. Returns 0 or a miss reason + 1. */
+struct qb_vx_out {
+	__u32 ifindex;
+	__u32 pad;
+	__u8 hdr[64];	/* outer Ethernet, IPv4, UDP, VXLAN; the inner Ethernet header */
+	__u8 b[40];	/* the inner headers, copied out */
+};
+
+/* The scratch of one frame's encapsulation (per CPU: the stack is the other paths'). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qb_vx_out);
+} qb_vx_scratch SEC(".maps");
+
+static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flow_action *act,
+				      __u32 off, __u16 proto_be, __u32 len, struct qb_vx_out *o)
+{
+	__u32 idx = act->out_ifindex, hash, sum, i;
+	struct qb_vxlan *t = bpf_map_lookup_elem(&qb_vxlan, &idx);
+	__u8 tos, *h = o->hdr;
+	__u16 sport;
+
+	/* Only IP frames: bpf_skb_adjust_room encapsulates those alone. */
+	if (!t || act->push_n || len + 36 > 0xffff || skb->len < off ||
+	    (proto_be != bpf_htons(ETH_P_IP) && proto_be != bpf_htons(ETH_P_IPV6)))
+		return QB_MISS_VXLAN + 1;
+	if (vx_hash(skb, off, proto_be, skb->len - off, &hash, &tos, o->b))
+		return QB_MISS_VXLAN + 1;
+	if (t->flags & QB_VX_INHERIT_TOS) {
+		if ((tos & 3) == 3)
+			tos = (tos & ~3) | 2;
+	} else {
+		tos = t->tos;
+	}
+	sport = t->sport_be[(hash ^ (hash >> 16)) & (QB_VXLAN_SOCKETS - 1)];
+	o->ifindex = t->ifindex;
+	/* Outer Ethernet: the addresses are bpf_redirect_neigh's to fill. */
+	__builtin_memset(h, 0, 12);
+	h[12] = 0x08;
+	h[13] = 0x00;
+	/* IPv4: no options, DF, id 0 (an unconnected socket's with DF), protocol UDP. */
+	h[14] = 0x45;
+	h[15] = tos;
+	h[16] = (len + 36) >> 8;
+	h[17] = (len + 36) & 0xff;
+	h[18] = 0;
+	h[19] = 0;
+	h[20] = 0x40;
+	h[21] = 0;
+	h[22] = t->ttl;
+	h[23] = IPPROTO_UDP;
+	h[24] = 0;
+	h[25] = 0;
+	__builtin_memcpy(h + 26, &t->local_be, 4);
+	__builtin_memcpy(h + 30, &t->remote_be, 4);
+	sum = 0;
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		sum += ((__u32)h[14 + 2 * i] << 8) | h[15 + 2 * i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = ~sum & 0xffff;
+	h[24] = sum >> 8;
+	h[25] = sum & 0xff;
+	/* UDP: the socket's port, the VTEP's port, the length; checksum 0. */
+	__builtin_memcpy(h + 34, &sport, 2);
+	__builtin_memcpy(h + 36, &t->dstport_be, 2);
+	h[38] = (len + 16) >> 8;
+	h[39] = (len + 16) & 0xff;
+	h[40] = 0;
+	h[41] = 0;
+	/* VXLAN: flags I, the VNI. */
+	h[42] = 0x08;
+	h[43] = 0;
+	h[44] = 0;
+	h[45] = 0;
+	__builtin_memcpy(h + 46, &t->vni_be, 4);
+	return 0;
+}
+
+/* Puts the outer headers of `o` before the (now untagged) IP frame, in room made in front of
+ * its L3 header (bpf_skb_adjust_room, marking it encapsulated: a super-frame stays one,
+ * segmented by the underlay's device or taken whole by a GRO-aware receiver); the 64 bytes
+ * at the start are then the outer headers and the inner Ethernet header. Returns 0, 1 when
+ * refused before the frame changed, -1 after. */
+static __always_inline int vx_encap(struct __sk_buff *skb, struct qb_vx_out *o)
+{
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
+		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+		      BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+
+	if (bpf_skb_load_bytes(skb, 0, o->hdr + 50, ETH_HLEN))
+		return 1;
+	if (bpf_skb_adjust_room(skb, 50, BPF_ADJ_ROOM_MAC, flags))
+		return 1;
+	return bpf_skb_store_bytes(skb, 0, o->hdr, sizeof(o->hdr), BPF_F_INVALIDATE_HASH) ? -1 : 0;
+}
+
 SEC("classifier")
 int qb_ingress(struct __sk_buff *skb)
 {
@@ -502,6 +746,7 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_config *cfg;
 	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
 	__u32 out_ifindex;
+	struct qb_vx_out *vx = 0;
 	__u64 now;
 	__u16 proto;
 	void *data, *end;
@@ -673,6 +918,21 @@ int qb_ingress(struct __sk_buff *skb)
 		if (!out_ifindex)
 			return miss(skb, QB_MISS_BOND, port);
 	}
+	/* A VXLAN tunnel: its outer headers and underlay, before the frame is touched. */
+	if (act->flags & QB_ACT_VXLAN) {
+		int r;
+
+		vx = bpf_map_lookup_elem(&qb_vx_scratch, &zero);
+		if (!vx)
+			return miss(skb, QB_MISS_VXLAN, port);
+		r = vx_prepare(skb, act, off, proto, in_len - 4 * key.ntags, vx);
+		if (r)
+			return miss(skb, r - 1, port);
+		out_ifindex = vx->ifindex;
+	}
+
+	if (port->flags & QB_PORT_TRACE)
+		trace_copy(skb, port);
 
 	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
 	if (!(key.ntags == act->push_n &&
@@ -692,6 +952,17 @@ int qb_ingress(struct __sk_buff *skb)
 		if (act->push_n >= 1 &&
 		    bpf_skb_vlan_push(skb, act->push_tpid_be[0], bpf_ntohs(act->push_tci_be[0])))
 			return miss(skb, QB_MISS_ACTION, port);
+	}
+	if (vx) {
+		int r = vx_encap(skb, vx);
+
+		/* Refused before the frame changed (and no tag edit): up as it came. */
+		if (r == 1 && !key.ntags)
+			return miss(skb, QB_MISS_VXLAN, port);
+		if (r) {
+			count(QB_MISS_VXLAN);
+			return TC_ACT_SHOT;
+		}
 	}
 
 	/* Counters of every port and VLAN on the way, with the frame's length there (as on
@@ -736,6 +1007,8 @@ int qb_ingress(struct __sk_buff *skb)
 	skb->cb[1] = 0;
 	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
 	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
+	if (vx)
+		return bpf_redirect_neigh(out_ifindex, 0, 0, 0);
 	if (act->flags & QB_ACT_INGRESS)
 		return bpf_redirect(out_ifindex, BPF_F_INGRESS);
 	/* (The peer's way exists only from an ingress hook.) */

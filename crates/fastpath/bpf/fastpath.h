@@ -30,6 +30,8 @@ enum qb_miss {
 	QB_MISS_ACTION,		/* a tag edit the kernel refused */
 	QB_MISS_LOCAL,		/* to the port interface's own address: the host's too */
 	QB_MISS_BOND,		/* to a bond: no member distributes, or a frame the program does not hash */
+	QB_MISS_VXLAN,		/* to a VXLAN tunnel: no route or neighbour, too long for the path, or a
+			 * frame whose outer source port the program does not compute */
 	QB_MISS_MAX,
 };
 
@@ -52,6 +54,9 @@ struct qb_port {
  * the kernel there for the daemon's file descriptor. A miss goes on to that descriptor (the
  * pipeline reads it), with no copy and no upcall. */
 #define QB_PORT_EGRESS 2
+/* `trace live` watches the port: a hit's frame, as received, is also copied to the trace
+ * device (qb_config.trace_ifindex) with the port index in an accelerated tag. */
+#define QB_PORT_TRACE 4
 #define QB_PORT_ID_MASK 0xfff
 
 /* The flow key: what the pipeline's decision for a known-unicast frame depends on, besides
@@ -155,6 +160,7 @@ struct qb_fdb_slot {
 struct qb_config {
 	__u32 generation;
 	__u32 upcall_ifindex;	/* misses are redirected to this device's ingress; 0: passed */
+	__u32 trace_ifindex;	/* hits of QB_PORT_TRACE ports are copied to its ingress; 0: none */
 };
 
 /* The daemon that loaded the program, in qb_owner: it moves deadline_ns (CLOCK_MONOTONIC) a
@@ -245,10 +251,11 @@ _Static_assert(sizeof(struct qb_flow_action) == 24 + 24 * QB_MAX_HOPS,
 	       "qb_flow_action: maps.rs FlowAction");
 _Static_assert(sizeof(struct qb_fdb_key) == 12, "qb_fdb_key: maps.rs FdbKey");
 _Static_assert(sizeof(struct qb_fdb_entry) == 16, "qb_fdb_entry: maps.rs FdbEntry");
-_Static_assert(sizeof(struct qb_config) == 8, "qb_config: maps.rs Config");
+_Static_assert(sizeof(struct qb_config) == 12, "qb_config: maps.rs Config");
 _Static_assert(sizeof(struct qb_owner) == 24, "qb_owner: maps.rs Owner");
 _Static_assert(sizeof(struct qb_port_stats) == 96, "qb_port_stats: maps.rs PortStats");
 _Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanStats");
+_Static_assert(sizeof(struct qb_vxlan) == 40, "qb_vxlan: maps.rs Vxlan");
 _Static_assert(sizeof(struct qb_bond) == 8 + 4 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
 
 #endif

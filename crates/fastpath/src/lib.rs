@@ -21,8 +21,9 @@ pub use maps::{
 pub use maps::{
     Config, FdbEntry, FdbKey, FdbSlot, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats,
     VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
-    MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, SLOT_FREE,
+    MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, PORT_TRACE, SLOT_FREE,
 };
+pub use maps::{Vxlan, ACT_VXLAN, MAX_TUNNELS, VXLAN_SOCKETS, VX_INHERIT_TOS};
 pub use owner::{orphans, Orphan, LEASE, RENEW};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};
@@ -108,6 +109,8 @@ impl FastPath {
             flows: map_fd(&mut ebpf, "qb_flows")?,
             fdb: map_fd(&mut ebpf, "qb_fdb")?,
             slots_fd: map_fd(&mut ebpf, "qb_fdb_slots")?,
+            vxlan: map_fd(&mut ebpf, "qb_vxlan")?,
+            tunnels: std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new())),
             slots: std::sync::Arc::new(std::sync::Mutex::new(Slots::default())),
         };
         let mut fp = FastPath {
@@ -333,6 +336,8 @@ impl FastPath {
             fdb: self.maps.fdb.try_clone()?,
             slots_fd: self.maps.slots_fd.try_clone()?,
             slots: self.maps.slots.clone(),
+            vxlan: self.maps.vxlan.try_clone()?,
+            tunnels: self.maps.tunnels.clone(),
         })
     }
 
@@ -503,9 +508,30 @@ pub struct MapWriter {
     fdb: OwnedFd,
     slots_fd: OwnedFd,
     slots: std::sync::Arc<std::sync::Mutex<Slots>>,
+    vxlan: OwnedFd,
+    /// The tunnels written to `qb_vxlan`, by content: an entry never changes once written
+    /// (a flow's encapsulation is a pure function of its action; another remote, VNI or
+    /// source port is another entry), so nothing a flow reads moves under it.
+    tunnels: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vxlan, u32>>>,
 }
 
 impl MapWriter {
+    /// The index of tunnel `t` in `qb_vxlan` (decision 73), written there if it is new;
+    /// `None` when the map is full (the flow is not made).
+    pub fn tunnel(&self, t: &Vxlan) -> std::io::Result<Option<u32>> {
+        let mut m = self.tunnels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&i) = m.get(t) {
+            return Ok(Some(i));
+        }
+        let i = m.len() as u32;
+        if i >= MAX_TUNNELS {
+            return Ok(None);
+        }
+        maps::raw::update(self.vxlan.as_raw_fd(), &i, t)?;
+        m.insert(*t, i);
+        Ok(Some(i))
+    }
+
     /// Installs (or replaces) a flow. The hops' slot fields are the program's: written 0.
     pub fn insert_flow(&self, key: &FlowKey, action: &FlowAction) -> std::io::Result<()> {
         maps::raw::update(self.flows.as_raw_fd(), key, &without_slots(*action))

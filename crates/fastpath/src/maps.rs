@@ -35,10 +35,14 @@ pub enum Miss {
     /// To a bond: no member distributes for the frame's hash bucket, the bond is not in
     /// `qb_bonds`, or a frame whose hash the program leaves to the pipeline (decision 74).
     Bond,
+    /// To a VXLAN tunnel: no route or resolved neighbour for the remote VTEP, too long for
+    /// the path, or a frame whose outer source port the program leaves to the pipeline
+    /// (decision 73).
+    Vxlan,
 }
 
 impl Miss {
-    pub const ALL: [Miss; 12] = [
+    pub const ALL: [Miss; 13] = [
         Miss::NoPort,
         Miss::Malformed,
         Miss::Tags,
@@ -51,6 +55,7 @@ impl Miss {
         Miss::Action,
         Miss::Local,
         Miss::Bond,
+        Miss::Vxlan,
     ];
 
     /// The counter's name (`link show -d`, metrics).
@@ -68,6 +73,7 @@ impl Miss {
             Miss::Action => "action",
             Miss::Local => "local",
             Miss::Bond => "bond",
+            Miss::Vxlan => "vxlan",
         }
     }
 
@@ -84,6 +90,9 @@ pub const PORT_ENABLED: u32 = 1;
 /// `QB_PORT_EGRESS`: the program runs on the interface's egress (a TAP port); a miss goes on
 /// to the TAP's reader.
 pub const PORT_EGRESS: u32 = 2;
+/// `QB_PORT_TRACE`: `trace live` watches the port; a hit's frame is also copied, as
+/// received, to [`Config::trace_ifindex`] with the port index in its accelerated tag.
+pub const PORT_TRACE: u32 = 4;
 
 /// `QB_PORT_BOND_MEMBER`: the interface is a bond's member; [`Port::index`] is the bond's
 /// (decision 74).
@@ -278,6 +287,8 @@ pub struct FdbSlot {
 pub struct Config {
     pub generation: u32,
     pub upcall_ifindex: u32,
+    /// Hits of [`PORT_TRACE`] ports are copied to this device's ingress (0: none).
+    pub trace_ifindex: u32,
 }
 
 /// `struct qb_owner`: the daemon that loaded the program and until when it is alive
@@ -291,6 +302,38 @@ pub struct Owner {
     pub netns_ino: u64,
     pub upcall_ifindex: u32,
     pub pad: u32,
+}
+
+/// `QB_ACT_VXLAN`: the egress port is a VXLAN port; [`FlowAction::out_ifindex`] is the
+/// index of the tunnel in `qb_vxlan` (decision 73).
+pub const ACT_VXLAN: u8 = 0x20;
+/// `QB_MAX_TUNNELS`: entries of `qb_vxlan`.
+pub const MAX_TUNNELS: u32 = 4096;
+/// `QB_VXLAN_SOCKETS`: the userspace VTEP's send sockets (`qbridge_io::vxlan::TX_SOCKETS`).
+pub const VXLAN_SOCKETS: usize = 8;
+/// `QB_VX_INHERIT_TOS`: `tos inherit`.
+pub const VX_INHERIT_TOS: u8 = 1;
+
+/// `struct qb_vxlan`: a tunnel as the program encapsulates to it — IPv4 addresses and ports
+/// in network order (as their bytes on the wire).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Vxlan {
+    pub local: [u8; 4],
+    pub remote: [u8; 4],
+    /// The VXLAN header's second word: the VNI's three bytes, then 0.
+    pub vni: [u8; 4],
+    /// The underlay interface the route and neighbour are looked up on.
+    pub ifindex: u32,
+    /// The send sockets' ports (network order), by `source_port % VXLAN_SOCKETS`.
+    pub sport: [[u8; 2]; VXLAN_SOCKETS],
+    pub dstport: [u8; 2],
+    pub ttl: u8,
+    /// A fixed TOS (0: none).
+    pub tos: u8,
+    /// [`VX_INHERIT_TOS`].
+    pub flags: u8,
+    pub pad: [u8; 3],
 }
 
 /// `struct qb_port_stats`.
@@ -323,11 +366,12 @@ const _: () = {
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<FdbSlot>() == 24);
-    assert!(std::mem::size_of::<Config>() == 8);
+    assert!(std::mem::size_of::<Config>() == 12);
     assert!(std::mem::size_of::<Owner>() == 24);
     assert!(std::mem::size_of::<PortStats>() == 96);
     assert!(std::mem::size_of::<VlanStats>() == 32);
     assert!(std::mem::size_of::<Bond>() == 8 + 4 * BOND_BUCKETS);
+    assert!(std::mem::size_of::<Vxlan>() == 40);
 };
 
 // SAFETY: each type is #[repr(C)], made of integers and integer arrays only, with its padding
@@ -353,6 +397,8 @@ unsafe impl aya::Pod for PortStats {}
 unsafe impl aya::Pod for VlanStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Bond {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Vxlan {}
 
 /// Raw `bpf(2)` map operations on a descriptor, for [`crate::MapWriter`] (datapath workers
 /// write flows and FDB entries without the loader's object).

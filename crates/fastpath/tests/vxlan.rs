@@ -1,0 +1,280 @@
+//! VXLAN encapsulation in the program (decision 73), through `BPF_PROG_TEST_RUN` (root;
+//! skipped otherwise): a flow to a VXLAN tunnel leaves with exactly the outer headers the
+//! pipeline's VTEP sends (`qbridge_io::vxlan::outer::encapsulate`, the socket's arithmetic in
+//! the open: DF, id 0, its TTL and TOS) from the send socket the pipeline picks
+//! (`qbridge_wire::vxlan::source_port` % the sockets), redirected to the underlay with its
+//! neighbour (`bpf_redirect_neigh`); the outer UDP checksum is 0 (the program's one
+//! difference, RFC 7348 §5); frames whose outer source port the program does not compute go
+//! up as they came.
+
+mod common;
+
+use common::{action, key, port, skip};
+use qbridge_fastpath::*;
+use qbridge_io::vxlan::outer::{encapsulate, Outer};
+use qbridge_wire::vxlan::{source_port, Vni};
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+
+const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 73, 0, 1);
+const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 73, 0, 2);
+
+fn ip(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        o.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn ifindex(n: &str) -> u32 {
+    let o = Command::new("ip")
+        .args(["-o", "link", "show", n])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (10.73.0.1/24 on `fc`, the
+/// remote 10.73.0.2 a permanent neighbour).
+fn setup() -> Option<(FastPath, u32, u32)> {
+    if !FastPath::built() {
+        skip("built without clang");
+        return None;
+    }
+    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
+    #[allow(unsafe_code)]
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        skip("cannot unshare a network namespace (not root?)");
+        return None;
+    }
+    ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
+    ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
+    for d in ["fa", "fb", "fc", "fd"] {
+        ip(&["link", "set", d, "up"]);
+    }
+    ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
+    ip(&[
+        "neigh",
+        "replace",
+        "10.73.0.2",
+        "lladdr",
+        "02:00:00:00:73:02",
+        "nud",
+        "permanent",
+        "dev",
+        "fc",
+    ]);
+    let fp = FastPath::load().expect("load");
+    Some((fp, ifindex("fa"), ifindex("fc")))
+}
+
+fn tunnel(ifindex: u32, vni: u32, tos: u8, flags: u8) -> Vxlan {
+    let mut sport = [[0u8; 2]; VXLAN_SOCKETS];
+    for (i, p) in sport.iter_mut().enumerate() {
+        *p = (40_000 + 7 * i as u16).to_be_bytes();
+    }
+    let v = vni.to_be_bytes();
+    Vxlan {
+        local: LOCAL.octets(),
+        remote: REMOTE.octets(),
+        vni: [v[1], v[2], v[3], 0],
+        ifindex,
+        sport,
+        dstport: 4789u16.to_be_bytes(),
+        ttl: 64,
+        tos,
+        flags,
+        pad: [0; 3],
+    }
+}
+
+/// What the pipeline's VTEP sends for `inner`, but with the outer UDP checksum 0; the outer
+/// Ethernet addresses are left for `bpf_redirect_neigh` to fill (0 in a test run, which does
+/// not redirect).
+fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
+    let sock = usize::from(source_port(inner)) % VXLAN_SOCKETS;
+    let mut out = vec![0; 12];
+    out.extend_from_slice(&[0x08, 0x00]);
+    encapsulate(
+        &Outer {
+            src: IpAddr::V4(LOCAL),
+            dst: IpAddr::V4(REMOTE),
+            sport: u16::from_be_bytes(t.sport[sock]),
+            dport: 4789,
+            hop_limit: t.ttl,
+            tos,
+            flow_label: 0,
+            zero_csum: true,
+        },
+        Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]])).unwrap(),
+        inner,
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+/// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.
+fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(B, A, 0x0800);
+    let len = 20 + l4.len() as u16;
+    f.extend_from_slice(&[0x45, tos]);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&[0, 1]);
+    f.extend_from_slice(&frag.to_be_bytes());
+    f.extend_from_slice(&[64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2]);
+    f.extend_from_slice(l4);
+    f.resize(f.len().max(60), 0); // Ethernet padding, beyond the IP length
+    f
+}
+
+fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut l4 = Vec::new();
+    l4.extend_from_slice(&sport.to_be_bytes());
+    l4.extend_from_slice(&dport.to_be_bytes());
+    if tcp {
+        l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
+    } else {
+        l4.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+        l4.extend_from_slice(&[0, 0]);
+    }
+    l4.extend((0..payload).map(|i| i as u8));
+    l4
+}
+
+fn ipv6_tcp(tclass: u8, sport: u16, dport: u16) -> Vec<u8> {
+    let mut f = eth(B, A, 0x86dd);
+    let l4 = ports_l4(true, sport, dport, 30);
+    f.push(0x60 | tclass >> 4);
+    f.extend_from_slice(&[tclass << 4, 0, 0]);
+    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[6, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(&l4);
+    f
+}
+
+#[test]
+fn a_flow_to_a_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let w = fp.writer().unwrap();
+    for (m, p) in [(A, 1), (B, 2)] {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid: 10,
+                mac: m,
+                pad: 0,
+            },
+            FdbEntry {
+                port: p,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+    let t = tunnel(fc, 100, 0, 0);
+    let idx = w.tunnel(&t).unwrap().unwrap();
+    assert_eq!(w.tunnel(&t).unwrap(), Some(idx), "one entry per tunnel");
+    let install = |fp: &mut FastPath, ethertype: u16, idx: u32, ntags: &[(u16, u16)]| {
+        let mut a = action(gen, (1, ntags.len()), idx, 2, 10, &[]);
+        a.flags = ACT_VXLAN;
+        a.max_len = 1514;
+        let mut k = key(1, B, ntags);
+        k.ethertype_be = ethertype.to_be();
+        fp.insert_flow(k, a).unwrap();
+    };
+    install(&mut fp, 0x0800, idx, &[]);
+    install(&mut fp, 0x86dd, idx, &[]);
+    install(&mut fp, 0x0806, idx, &[]);
+
+    // TCP, UDP (many ports: every socket), ICMP, a fragment: the pipeline's socket each time.
+    let mut frames = Vec::new();
+    for p in 0..32u16 {
+        frames.push(ipv4(0, 6, 0, &ports_l4(true, 1000 + p, 80, 40)));
+        frames.push(ipv4(0, 17, 0, &ports_l4(false, 5000, 2000 + 13 * p, 20)));
+    }
+    frames.push(ipv4(0, 1, 0, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]));
+    frames.push(ipv4(0, 6, 0x2000, &ports_l4(true, 1, 2, 40)));
+    frames.push(ipv4(0, 6, 0x0010, &[7; 40]));
+    frames.push(ipv6_tcp(0, 333, 22));
+    let mut socks = std::collections::BTreeSet::new();
+    for f in &frames {
+        let r = fp.test_run(f, fa, None).unwrap();
+        assert_eq!(r.verdict, Verdict::Hit { ifindex: fc }, "{f:02x?}");
+        assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
+        assert_eq!(r.frame, expected(&t, f, 0), "{f:02x?}");
+        socks.insert(source_port(f) % 8);
+    }
+    assert_eq!(socks.len(), 8, "the frames spread over every socket");
+
+    // A frame whose hash the program leaves to the pipeline (its parser refuses the TCP
+    // header: the pipeline hashes the addresses alone): up, untouched.
+    let bad = ipv4(0, 6, 0, &[0; 12]);
+    let r = fp.test_run(&bad, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+    assert_eq!(r.frame, bad, "up as it came");
+    // Not IP (the kernel encapsulates IP frames only): up.
+    let mut arp = eth(B, A, 0x0806);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[1; 38]);
+    let r = fp.test_run(&arp, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+
+    // A super-frame the kernel will not encapsulate (a test run's has no GSO type, which
+    // bpf_skb_adjust_room wants to be TCP's): up, untouched. Real TCP super-frames are
+    // encapsulated whole (the netns test moves them).
+    let big = ipv4(0, 6, 0, &ports_l4(true, 1234, 80, 2000));
+    let r = fp.test_run(&big, fa, Some((1000, 2))).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+    assert_eq!(r.frame, big);
+
+    // A fixed TOS; `tos inherit` (CE leaves as ECT(0)).
+    let t2 = tunnel(fc, 100, 0x28, 0);
+    let i2 = w.tunnel(&t2).unwrap().unwrap();
+    assert_ne!(i2, idx);
+    install(&mut fp, 0x0800, i2, &[]);
+    let f = ipv4(0xbb, 6, 0, &ports_l4(true, 9, 9, 10));
+    let r = fp.test_run(&f, fa, None).unwrap();
+    assert_eq!(r.frame, expected(&t2, &f, 0x28));
+    let t3 = tunnel(fc, 100, 0, VX_INHERIT_TOS);
+    let i3 = w.tunnel(&t3).unwrap().unwrap();
+    install(&mut fp, 0x0800, i3, &[]);
+    let r = fp.test_run(&f, fa, None).unwrap();
+    assert_eq!(r.frame, expected(&t3, &f, 0xba));
+
+    // Another VNI, and a C-tag the flow pops (an external port's VLAN → VNI map).
+    let t4 = tunnel(fc, 0x123456, 0, 0);
+    let i4 = w.tunnel(&t4).unwrap().unwrap();
+    install(&mut fp, 0x0800, i4, &[(0x8100, 10)]);
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0, 10]);
+    tagged.extend_from_slice(&f[12..]);
+    let r = fp.test_run(&tagged, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    assert_eq!(r.frame, expected(&t4, &f, 0));
+}
