@@ -32,6 +32,43 @@ pub enum Command {
     /// `trace dev PORT FRAME…`: one frame walked through the running configuration, each
     /// decision explained, without sending it (`crate::trace`).
     Trace(TraceSpec),
+    /// `trace live dev PORT …`: the next frames received on a port, each explained as it is
+    /// forwarded (a daemon's stream, `crate::trace::live`).
+    TraceLive(TraceLiveSpec),
+}
+
+/// `trace live dev PORT [count N] [timeout SECONDS] [FILTER…]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceLiveSpec {
+    pub dev: String,
+    /// Frames to explain before the trace ends (1 ..= [`TraceLiveSpec::MAX_COUNT`]).
+    pub count: u32,
+    /// Seconds after which the trace ends with fewer frames (1 ..= 3600).
+    pub timeout_s: u32,
+    pub filter: LiveFilter,
+}
+
+impl TraceLiveSpec {
+    pub const DEFAULT_COUNT: u32 = 10;
+    pub const MAX_COUNT: u32 = 1000;
+    pub const DEFAULT_TIMEOUT_S: u32 = 60;
+    pub const MAX_TIMEOUT_S: u32 = 3600;
+}
+
+/// Which received frames `trace live` explains, in the words of a described frame: each
+/// field given must match (`crate::trace::LiveFilter::matches`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveFilter {
+    pub src: Option<MacAddr>,
+    pub dst: Option<MacAddr>,
+    /// The VIDs of the frame's tags as received, outermost first (a prefix of its stack).
+    pub vids: Vec<u16>,
+    /// The EtherType after the tags.
+    pub ethertype: Option<u16>,
+    /// 6 (`tcp`) or 17 (`udp`).
+    pub ip_proto: Option<u8>,
+    /// `port N`: the TCP or UDP source or destination port.
+    pub l4_port: Option<u16>,
 }
 
 /// `trace dev PORT …`: the ingress port and the frame.

@@ -16,6 +16,9 @@ pub enum ControlError {
     /// A VXLAN port or remote-VTEP command refused (the message names the port and why).
     #[error("{0}")]
     Vxlan(String),
+    /// A command only a running daemon can run (`trace live`).
+    #[error("{0}")]
+    NeedsDaemon(String),
     /// A line with an object but no command, or nothing at all where a command was needed.
     #[error("missing command after \"{object}\" (expected {expected})")]
     MissingCommand {

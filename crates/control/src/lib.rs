@@ -53,9 +53,9 @@ pub mod vxlan;
 pub mod words;
 
 pub use command::{
-    BondMember, BondOptions, BondSpec, BridgeOptions, Command, FdbCommand, LinkCommand,
+    BondMember, BondOptions, BondSpec, BridgeOptions, Command, FdbCommand, LinkCommand, LiveFilter,
     MasterChange, MirrorCommand, Object, OutputOptions, PortOptions, PortSpec, StpBridgeOptions,
-    StpCommand, StpPortOptions, VidRange, VlanCommand, XdpAttach,
+    StpCommand, StpPortOptions, TraceLiveSpec, VidRange, VlanCommand, XdpAttach,
 };
 pub use error::ControlError;
 pub use parse::{parse_line, parse_words, split_words};

@@ -199,6 +199,12 @@ pub enum Incoming {
         out: OutputOptions,
         objects: Vec<MonitorObject>,
     },
+    /// `trace live …` (sent as `args`): the connection streams the traced frames and closes
+    /// when the trace ends.
+    TraceLive {
+        out: OutputOptions,
+        spec: crate::command::TraceLiveSpec,
+    },
 }
 
 /// What a valid request asks for.
@@ -285,6 +291,9 @@ impl Request {
     pub fn parse(line: &str) -> Result<Op, String> {
         match Request::parse_incoming(line)? {
             Incoming::Op(op) => Ok(op),
+            Incoming::TraceLive { .. } => {
+                Err("trace live streams its frames: it needs the daemon's socket".into())
+            }
             Incoming::BatchStream { .. } | Incoming::Monitor { .. } => {
                 Err("malformed request: \"batch_len\" and \"monitor\" need a connection".into())
             }
@@ -329,7 +338,13 @@ impl Request {
             }
             (None, None) => {}
         }
-        Request::parse_op(r).map(Incoming::Op)
+        let op = Request::parse_op(r)?;
+        if let Op::Command { out, words } = &op {
+            if let Ok(crate::Command::TraceLive(spec)) = crate::parse_words(words) {
+                return Ok(Incoming::TraceLive { out: *out, spec });
+            }
+        }
+        Ok(Incoming::Op(op))
     }
 
     fn parse_op(r: Request) -> Result<Op, String> {

@@ -1,7 +1,9 @@
 //! `trace`: the frame built from its description, walked through the switch
 //! ([`Switch::trace`]), and the answer rendered as text or JSON.
 
-use crate::command::{DescribedFrame, L3Spec, L4Spec, OutputOptions, TraceFrameSpec, TraceSpec};
+use crate::command::{
+    DescribedFrame, L3Spec, L4Spec, LiveFilter, OutputOptions, TraceFrameSpec, TraceSpec,
+};
 use crate::error::ControlError;
 use crate::status::FastPathStatus;
 use qbridge_bridge::{Switch, Trace, TraceStep, Verdict};
@@ -24,10 +26,7 @@ pub fn execute(
     };
     let mut t = sw.trace(port, &frame)?;
     if let Some(f) = fast {
-        t.steps.push(TraceStep {
-            stage: "fast",
-            text: fast_stage(&t, f),
-        });
+        add_fast_stage(&mut t, f);
     }
     Ok(if out.json {
         let mut s = if out.pretty {
@@ -41,6 +40,15 @@ pub fn execute(
     } else {
         render(&t)
     })
+}
+
+/// Adds the `fast` stage: what the eBPF fast path does with frames like the traced one.
+pub fn add_fast_stage(t: &mut Trace, f: &FastPathStatus) {
+    let text = fast_stage(t, f);
+    t.steps.push(TraceStep {
+        stage: "fast",
+        text,
+    });
 }
 
 /// What the eBPF fast path does with frames like the traced one (docs/fast-path.md): a flow is
@@ -276,6 +284,195 @@ pub fn render(t: &Trace) -> String {
     s
 }
 
+impl LiveFilter {
+    /// Whether `frame`, received on a port whose own TPID is `port_tpid`, matches every word
+    /// given. Tags are read through the well-known TPIDs and the port's, as the drop watch
+    /// shows them.
+    pub fn matches(&self, frame: &[u8], port_tpid: u16) -> bool {
+        if frame.len() < 14 {
+            return false;
+        }
+        if self.dst.is_some_and(|m| frame[..6] != m.0)
+            || self.src.is_some_and(|m| frame[6..12] != m.0)
+        {
+            return false;
+        }
+        let is_tag =
+            |t: u16| t == port_tpid || qbridge_wire::Tpid::WELL_KNOWN.iter().any(|w| w.0 == t);
+        let mut off = 12;
+        let mut depth = 0;
+        let ethertype = loop {
+            let Some(t) = frame.get(off..off + 2) else {
+                return false;
+            };
+            let t = u16::from_be_bytes([t[0], t[1]]);
+            if !is_tag(t) {
+                break t;
+            }
+            let Some(tci) = frame.get(off + 2..off + 4) else {
+                return false;
+            };
+            if let Some(&want) = self.vids.get(depth) {
+                if u16::from_be_bytes([tci[0], tci[1]]) & 0x0fff != want {
+                    return false;
+                }
+            }
+            depth += 1;
+            off += 4;
+        };
+        if depth < self.vids.len() || self.ethertype.is_some_and(|e| e != ethertype) {
+            return false;
+        }
+        let Some(proto) = self.ip_proto else {
+            return true;
+        };
+        let Ok(h) = qbridge_wire::parse_headers(frame, |t| is_tag(t.0)) else {
+            return false;
+        };
+        let want = if proto == 6 {
+            IpProtocol::Tcp
+        } else {
+            IpProtocol::Udp
+        };
+        if h.l4_proto != Some(want) {
+            return false;
+        }
+        let Some(port) = self.l4_port else {
+            return true;
+        };
+        h.l4_offset
+            .and_then(|o| frame.get(o..o + 4))
+            .is_some_and(|p| {
+                u16::from_be_bytes([p[0], p[1]]) == port || u16::from_be_bytes([p[2], p[3]]) == port
+            })
+    }
+}
+
+/// How a frame `trace live` explains reached the pipeline or passed it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LivePath {
+    /// Received by the daemon from a port the fast path does not serve (or with it off).
+    Pipeline,
+    /// Sent up by the fast path's program (a miss), with why, as far as the daemon can tell.
+    Miss(String),
+    /// Forwarded in the kernel by the program from a cached flow; a copy came up for the trace.
+    Hit(String),
+}
+
+/// One frame of `trace live`.
+#[derive(Debug)]
+pub struct LiveFrame<'a> {
+    /// 1-based, of `count`.
+    pub index: u32,
+    pub count: u32,
+    /// Since the trace started.
+    pub after_ns: u64,
+    pub path: LivePath,
+    pub trace: &'a Trace,
+    /// For a frame the pipeline forwarded: the drop reason it counted for the frame (`None`:
+    /// not dropped). `None` for a fast-path hit.
+    pub dropped: Option<qbridge_bridge::DropReason>,
+}
+
+impl LiveFrame<'_> {
+    /// Whether what the pipeline did agrees with the trace (a hit forwarded as its flow says).
+    pub fn agrees(&self) -> bool {
+        match self.dropped {
+            Some(r) => self.trace.drops.iter().any(|d| d.reason == r),
+            None => self.trace.verdict != Verdict::Dropped,
+        }
+    }
+}
+
+/// One frame of `trace live` as text (a header, the trace with its `fast` stage, what
+/// happened) or as one JSON object on one line.
+pub fn render_live(f: &LiveFrame<'_>, out: OutputOptions) -> String {
+    let (path, fast) = match &f.path {
+        LivePath::Pipeline => ("pipeline", None),
+        LivePath::Miss(why) => ("fast_miss", Some(why.as_str())),
+        LivePath::Hit(flow) => ("fast_hit", Some(flow.as_str())),
+    };
+    let happened = match (&f.path, f.dropped) {
+        (LivePath::Hit(_), _) => "forwarded by the fast path's flow".to_string(),
+        (_, Some(r)) => format!("dropped: {}", r.name()),
+        (_, None) if f.trace.verdict == Verdict::Dropped => "not dropped".to_string(),
+        (_, None) => match f.trace.verdict {
+            Verdict::ControlPlane => "to the control plane".to_string(),
+            Verdict::Flooded => "flooded".to_string(),
+            _ => "forwarded".to_string(),
+        },
+    };
+    let agrees = f.agrees();
+    if out.json {
+        let mut s = serde_json::json!({
+            "object": "trace",
+            "index": f.index,
+            "count": f.count,
+            "after": f.after_ns as f64 / 1e9,
+            "path": path,
+            "fast": fast,
+            "happened": happened,
+            "dropped": f.dropped.map(|r| r.name()),
+            "agrees": agrees,
+            "trace": f.trace,
+        })
+        .to_string();
+        s.push('\n');
+        return s;
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "frame {}/{} on {}, {:.3} s after the start: {}",
+        f.index,
+        f.count,
+        f.trace.in_port,
+        f.after_ns as f64 / 1e9,
+        match &f.path {
+            LivePath::Pipeline => "received by the pipeline".to_string(),
+            LivePath::Miss(why) => format!("a fast-path miss ({why}), forwarded by the pipeline"),
+            LivePath::Hit(flow) => format!("a fast-path hit ({flow})"),
+        }
+    );
+    s.push_str(&render(f.trace));
+    let _ = writeln!(
+        s,
+        "happened: {happened}{}",
+        if agrees {
+            ""
+        } else {
+            " (the trace above was made from the switch's state a moment before; it differs)"
+        }
+    );
+    s.push('\n');
+    s
+}
+
+/// The last line of a `trace live` stream.
+pub fn render_live_end(
+    traced: u32,
+    count: u32,
+    timed_out: Option<u32>,
+    out: OutputOptions,
+) -> String {
+    if out.json {
+        let mut s = serde_json::json!({
+            "object": "trace_end",
+            "traced": traced,
+            "count": count,
+            "timeout": timed_out,
+        })
+        .to_string();
+        s.push('\n');
+        return s;
+    }
+    match timed_out {
+        Some(t) => format!("trace live: {traced} of {count} frames in {t} s (timeout)\n"),
+        None if traced == 1 => "trace live: 1 frame\n".to_string(),
+        None => format!("trace live: {traced} frames\n"),
+    }
+}
+
 fn hex_bytes(h: &str) -> Vec<u8> {
     (0..h.len() / 2)
         .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
@@ -359,5 +556,73 @@ mod tests {
             summary::payload(&f, &[]),
             "IPv6 ICMPv6 echo request 2001:db8::1 > 2001:db8::2"
         );
+    }
+
+    #[test]
+    fn the_live_filter_reads_tags_addresses_and_ports() {
+        use crate::command::LiveFilter;
+        let d = described(
+            L3Spec::Ipv4 {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+            },
+            L4Spec::Tcp {
+                sport: 40000,
+                dport: 80,
+            },
+        );
+        let f = build(&d, 0x8100);
+        let all = LiveFilter::default();
+        assert!(all.matches(&f, 0x8100));
+        let m = |filter: LiveFilter| filter.matches(&f, 0x8100);
+        assert!(m(LiveFilter {
+            src: Some(d.src),
+            dst: Some(d.dst),
+            vids: d.tags.iter().map(|t| t.vid).collect(),
+            ethertype: Some(0x0800),
+            ip_proto: Some(6),
+            l4_port: Some(80),
+        }));
+        assert!(m(LiveFilter {
+            vids: vec![d.tags[0].vid],
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            vids: vec![d.tags[0].vid + 1],
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            vids: vec![1, 2, 3, 4],
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            src: Some(d.dst),
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            ethertype: Some(0x86dd),
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            ip_proto: Some(17),
+            ..LiveFilter::default()
+        }));
+        assert!(!m(LiveFilter {
+            ip_proto: Some(6),
+            l4_port: Some(81),
+            ..LiveFilter::default()
+        }));
+        // Short and empty frames match nothing but never panic.
+        for n in 0..f.len() {
+            let _ = all.matches(&f[..n], 0x8100);
+            let _ = LiveFilter {
+                ip_proto: Some(6),
+                l4_port: Some(80),
+                vids: vec![100],
+                ..LiveFilter::default()
+            }
+            .matches(&f[..n], 0x8100);
+        }
+        assert!(!all.matches(&f[..13], 0x8100));
     }
 }

@@ -35,6 +35,7 @@ mod link;
 mod ports;
 mod rx_filter;
 mod stp;
+mod trace;
 mod vxlan;
 
 use crate::mirror_sink::{MirrorSink, Sinks};
@@ -129,6 +130,10 @@ pub struct Engine {
     punt: Arc<PuntGate>,
     /// `monitor drops`: the watchers the workers tell (`crate::dropwatch`).
     drops: Arc<crate::dropwatch::DropWatch>,
+    /// `trace live`: the sessions the workers tell (`crate::tracelive`), and the reader of
+    /// the fast path's copies of hits while a session watches a port it serves.
+    trace: Arc<crate::tracelive::TraceLive>,
+    hit_reader: Option<crate::tracelive::HitReader>,
     /// The kernel's link notifications (`link.rs`), when they can be had.
     link_events: Option<link::LinkNotifier>,
     /// Per port name: the opening (token) whose link speed the session has (`stp.rs`).
@@ -163,6 +168,7 @@ impl Engine {
         let reaper = Reaper::start().map_err(|e| io_err("cannot start a reaper thread", e))?;
         let punt = Arc::new(PuntGate::default());
         let drops = Arc::new(crate::dropwatch::DropWatch::default());
+        let trace = Arc::new(crate::tracelive::TraceLive::default());
         let mut workers = Vec::with_capacity(n);
         for index in 0..n {
             let wake = Arc::new(
@@ -180,6 +186,7 @@ impl Engine {
                 reaper.handle(),
                 punt.clone(),
                 drops.clone(),
+                trace.clone(),
             )
             .map_err(|e| io_err("epoll", e))?;
             let thread = std::thread::Builder::new()
@@ -216,6 +223,8 @@ impl Engine {
             reaper,
             punt,
             drops,
+            trace,
+            hit_reader: None,
             link_events: link::LinkNotifier::start(tx.clone()),
             speeds_read: HashMap::new(),
             bonds: HashMap::new(),
@@ -301,6 +310,14 @@ impl Engine {
                     self.monitors
                         .add(&self.session, Monitor::new(objects, out, events));
                 }
+                Ok(Ctl::TraceLive {
+                    spec,
+                    out,
+                    events,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.trace_live(spec, out, events));
+                }
                 Ok(Ctl::Metrics { reply }) => {
                     self.publish_all();
                     let mut snap = self.metrics();
@@ -351,6 +368,9 @@ impl Engine {
             if now.saturating_sub(self.last_tick_ns) >= NS_PER_SEC {
                 self.last_tick_ns = now;
                 self.drops.tick(now);
+                if self.trace.tick(now) {
+                    self.trace_ports();
+                }
                 self.fast_peers();
                 self.fast_sweep();
                 let aged = self.fast_age(now);
@@ -474,6 +494,7 @@ impl Engine {
             );
         }
         self.finish_mirror_files();
+        self.trace_refresh();
     }
 
     // ----- control -----

@@ -43,6 +43,7 @@ pub mod queue;
 mod reaper;
 mod shared;
 mod snapshot;
+mod tracelive;
 pub mod state;
 pub mod transmit;
 mod worker;

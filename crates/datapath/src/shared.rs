@@ -32,6 +32,14 @@ pub enum Ctl {
         out: OutputOptions,
         events: mpsc::SyncSender<String>,
     },
+    /// A `trace live` connection: trace the frames `spec` asks for onto `events`; the answer
+    /// (`Err`: a port that does not exist) before the first frame.
+    TraceLive {
+        spec: qbridge_control::TraceLiveSpec,
+        out: OutputOptions,
+        events: mpsc::SyncSender<String>,
+        reply: mpsc::Sender<Result<(), String>>,
+    },
     /// A bond's queue received a Slow Protocols frame (LACPDU, Marker) on the member at
     /// position `member` of bond `bond` (`crate::bond_port`).
     BondPdu {
@@ -128,6 +136,29 @@ impl Handle {
             })
             .ok()?;
         Some(rx)
+    }
+
+    /// Starts `trace live` (see `crate::tracelive`): the traced frames, text or JSON as `out`
+    /// says; the stream ends after its last frame or its timeout. `Err`: the request's error.
+    pub fn trace_live(
+        &self,
+        spec: qbridge_control::TraceLiveSpec,
+        out: OutputOptions,
+    ) -> Result<mpsc::Receiver<String>, String> {
+        let (events, rx) = mpsc::sync_channel(MONITOR_QUEUE_LINES);
+        let (reply, answer) = mpsc::channel();
+        self.tx
+            .send(Ctl::TraceLive {
+                spec,
+                out,
+                events,
+                reply,
+            })
+            .map_err(|_| "the daemon is shutting down".to_string())?;
+        answer
+            .recv()
+            .map_err(|_| "the daemon is shutting down".to_string())??;
+        Ok(rx)
     }
 
     pub fn shutdown(&self) {

@@ -44,6 +44,7 @@ use crate::mirror_sink::{write_sinks, Sinks};
 use crate::queue::Queue;
 use crate::reaper::ReaperHandle;
 use crate::shared::{Ctl, PortShared, PuntGate};
+use crate::tracelive::TraceLive;
 use crate::transmit::{transmit, TransmitReport, TransmitScratch};
 use qbridge_bridge::{DropReason, FastClass, Outputs, Plan, PortId};
 use qbridge_io::{BackendDrops, IoError};
@@ -159,6 +160,10 @@ pub(crate) struct Worker {
     /// someone watches.
     drops: Arc<DropWatch>,
     watch: WatchScratch,
+    /// `trace live` (`crate::tracelive`), and whether the batch being forwarded is the fast
+    /// path's misses.
+    trace: Arc<TraceLive>,
+    in_upcall: bool,
 }
 
 impl Worker {
@@ -175,6 +180,7 @@ impl Worker {
         reaper: ReaperHandle,
         punt: Arc<PuntGate>,
         drops: Arc<DropWatch>,
+        trace: Arc<TraceLive>,
     ) -> Result<Worker, rustix::io::Errno> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -203,6 +209,8 @@ impl Worker {
             fast: None,
             drops,
             watch: WatchScratch::default(),
+            trace,
+            in_upcall: false,
         })
     }
 
@@ -678,16 +686,25 @@ impl Worker {
     /// Forwards the batch in `rx` through the pipeline; while someone watches drops, tells
     /// them of the frames it dropped (`crate::dropwatch`: one relaxed load per batch when no
     /// one does).
+    /// While `trace live` runs, the frames it wants are explained before the batch is
+    /// forwarded and told with what the pipeline did after (`crate::tracelive`).
     fn forward(&mut self, now: u64) {
-        if !self.drops.active() {
+        let watching = self.drops.active();
+        if !(watching | self.trace.active()) {
             self.core
                 .process(&self.plan, now, &mut self.rx, &mut self.outputs);
             return;
         }
-        self.watch.capture(&self.rx);
+        let claimed = self.trace.claim(&self.rx.pkts, now, self.in_upcall);
+        if watching {
+            self.watch.capture(&self.rx);
+        }
         self.core
             .process(&self.plan, now, &mut self.rx, &mut self.outputs);
-        self.watch.report(&self.drops, &self.core, &self.plan, now);
+        if watching {
+            self.watch.report(&self.drops, &self.core, &self.plan, now);
+        }
+        self.trace.tell(claimed, &self.core);
     }
 }
 
@@ -733,7 +750,9 @@ impl Host for Worker {
 
     fn process(&mut self) {
         let now = self.now_ns();
+        self.in_upcall = true;
         self.forward(now);
+        self.in_upcall = false;
     }
 
     fn send_outputs(&mut self) {

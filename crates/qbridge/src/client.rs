@@ -90,9 +90,15 @@ fn read_response(r: &mut impl BufRead, socket: &Path) -> anyhow::Result<Response
 /// the daemon goes away (exit 1) or stdout is closed (exit 0).
 pub fn monitor(socket: &Path, out: OutputOptions, words: &[String]) -> anyhow::Result<ExitCode> {
     let objects = MonitorObject::parse_words(words).map_err(anyhow::Error::msg)?;
+    stream(socket, &Request::monitor(&objects, out), false)
+}
+
+/// Sends `req` and prints the lines the daemon streams back until it closes the connection:
+/// a monitor (where the close is an error) or `trace live` (`ends`: where it is the end).
+pub fn stream(socket: &Path, req: &Request, ends: bool) -> anyhow::Result<ExitCode> {
     let stream = connect(socket)?;
     (&stream)
-        .write_all(Request::monitor(&objects, out).to_line().as_bytes())
+        .write_all(req.to_line().as_bytes())
         .with_context(|| format!("cannot send to {}", socket.display()))?;
     let mut r = BufReader::new(&stream);
     let resp = read_response(&mut r, socket)?;
@@ -107,6 +113,9 @@ pub fn monitor(socket: &Path, out: OutputOptions, words: &[String]) -> anyhow::R
             .read_line(&mut line)
             .with_context(|| format!("cannot read from {}", socket.display()))?;
         if n == 0 {
+            if ends {
+                return Ok(ExitCode::SUCCESS);
+            }
             bail!("the daemon at {} closed the connection", socket.display());
         }
         // Each line at once: a monitor is read by people and by pipelines as it happens.

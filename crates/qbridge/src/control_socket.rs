@@ -432,7 +432,10 @@ impl Server {
                     Err(BatchError::Io(e)) => return Err(e),
                 },
                 Incoming::Monitor { out, objects } => {
-                    return self.monitor(id, stream, out, objects);
+                    return self.monitor(id, stream, out, Stream::Monitor(objects));
+                }
+                Incoming::TraceLive { out, spec } => {
+                    return self.monitor(id, stream, out, Stream::TraceLive(spec));
                 }
             }
         }
@@ -525,12 +528,14 @@ impl Server {
     }
 
     /// Streams events to a monitor client until it goes away.
+    /// A monitor or `trace live`: the connection streams lines until the client leaves (or,
+    /// for a trace, until it ends). Both count against [`MAX_MONITORS`].
     fn monitor(
         &self,
         id: u64,
         stream: &Arc<UnixStream>,
         out: qbridge_control::OutputOptions,
-        objects: Vec<qbridge_control::MonitorObject>,
+        what: Stream,
     ) -> std::io::Result<()> {
         {
             let mut t = lock(&self.table);
@@ -548,8 +553,15 @@ impl Server {
                 e.state = State::Monitor;
             }
         }
-        let Some(events) = self.handle.monitor(objects, out) else {
-            return reply(stream, &Response::err("the daemon is shutting down"));
+        let events = match what {
+            Stream::Monitor(objects) => match self.handle.monitor(objects, out) {
+                Some(e) => e,
+                None => return reply(stream, &Response::err("the daemon is shutting down")),
+            },
+            Stream::TraceLive(spec) => match self.handle.trace_live(spec, out) {
+                Ok(e) => e,
+                Err(e) => return reply(stream, &Response::err(e)),
+            },
         };
         reply(stream, &Response::ok(String::new(), Vec::new()))?;
         stream.set_write_timeout(Some(MONITOR_WRITE_TIMEOUT))?;
@@ -573,6 +585,12 @@ impl Server {
             }
         }
     }
+}
+
+/// What a streaming connection streams.
+enum Stream {
+    Monitor(Vec<qbridge_control::MonitorObject>),
+    TraceLive(qbridge_control::TraceLiveSpec),
 }
 
 /// A streamed batch's text, counted against the daemon-wide budget until dropped.

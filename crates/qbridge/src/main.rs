@@ -294,11 +294,16 @@ fn run(args: Vec<String>) -> anyhow::Result<ExitCode> {
             (None, _) => {
                 // Syntax errors are reported here, without a round trip; help needs no daemon.
                 let rest = &trace_pcap(rest)?;
-                if let Command::Help(topic) = parse_words(rest)? {
+                let cmd = parse_words(rest)?;
+                if let Command::Help(topic) = cmd {
                     return print_help(topic);
                 }
                 let mut words = out.words();
                 words.extend(rest.iter().cloned());
+                if let Command::TraceLive(_) = cmd {
+                    // The daemon streams the traced frames and closes when the trace ends.
+                    return client::stream(&socket, &Request::command(&words), true);
+                }
                 Request::command(&words)
             }
         };

@@ -217,3 +217,146 @@ fn trace_explains_and_the_drop_watch_shows_the_drops() {
     drop(jw);
     assert!(lab.stop_daemons(), "the daemon did not exit cleanly");
 }
+
+/// The lines of one `qbridge ARGS…` run that ends by itself (a `trace live`), within `secs`.
+fn run_to_end(ctl: &support::Ctl, args: &[&str], secs: u64, during: impl FnOnce()) -> Vec<String> {
+    let w = Watch::start(ctl, args);
+    std::thread::sleep(Duration::from_millis(400));
+    during();
+    let mut lines = Vec::new();
+    let end = Instant::now() + Duration::from_secs(secs);
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        match w.lines.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            // The daemon closed the stream: the trace is over.
+            Err(_) => break,
+        }
+    }
+    lines
+}
+
+#[test]
+fn trace_live_explains_the_next_frames_of_both_paths() {
+    skip_unless_netns!();
+    let mut lab = Lab::new("tlive");
+    let sw = lab.netns("sw").unwrap();
+    let h1 = lab.host("h1", "10.73.0.1/24", &sw, "s1").unwrap();
+    let h2 = lab.host("h2", "10.73.0.2/24", &sw, "s2").unwrap();
+    let h3 = lab.host("h3", "10.73.0.3/24", &sw, "s3").unwrap();
+    let ctl = lab.daemon(&sw, BATCH).unwrap();
+    for (a, b) in [(&h1, &h2), (&h2, &h1)] {
+        support::ip_in(
+            &a.ns,
+            &["neigh", "replace", &b.ip, "lladdr", &b.mac, "dev", "eth0"],
+        )
+        .unwrap();
+    }
+    assert_ping(&h1, &h2, 3);
+    let fast_on = ctl.json(&["show", "fast-path"]).unwrap()["state"] == "on";
+    eprintln!(
+        "trace live with the fast path {}",
+        if fast_on { "on" } else { "off" }
+    );
+    if fast_on {
+        // The flow h1 → h2 is in the program's cache: the traced pings are its hits.
+        let fp = ctl.json(&["show", "fast-path"]).unwrap();
+        assert!(fp["flows"].as_u64().unwrap_or(0) > 0, "{fp}");
+    }
+
+    // Three echo requests from h1, as JSON: each explained, each forwarded to p2 untagged.
+    let src = h1.mac.clone();
+    let lines = run_to_end(
+        &ctl,
+        &[
+            "-j", "trace", "live", "dev", "p1", "count", "3", "timeout", "20", "src", &src, "ipv4",
+        ],
+        25,
+        || {
+            assert_ping(&h1, &h2, 3);
+        },
+    );
+    let objs: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let frames: Vec<&serde_json::Value> = objs.iter().filter(|v| v["object"] == "trace").collect();
+    assert_eq!(frames.len(), 3, "{lines:#?}");
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(f["index"], i + 1, "{f}");
+        assert_eq!(f["count"], 3);
+        assert_eq!(f["agrees"], true, "{f}");
+        assert_eq!(f["trace"]["verdict"], "forwarded", "{f}");
+        assert_eq!(f["trace"]["in_port"], "p1");
+        assert_eq!(f["trace"]["outputs"][0]["port"], "p2", "{f}");
+        assert!(
+            f["trace"]["frame"]["summary"]
+                .as_str()
+                .unwrap()
+                .contains("ICMP echo request"),
+            "{f}"
+        );
+        // With the flow cached, the program forwarded them: the trace says it was a hit.
+        let want = if fast_on { "fast_hit" } else { "pipeline" };
+        assert_eq!(f["path"], want, "{f}");
+    }
+    let end = objs.last().unwrap();
+    assert_eq!(end["object"], "trace_end", "{lines:#?}");
+    assert_eq!(end["traced"], 3);
+
+    // h3's ARP requests, dropped by the pipeline: the text names what happened.
+    let lines = run_to_end(
+        &ctl,
+        &[
+            "trace", "live", "dev", "p3", "count", "1", "timeout", "20", "arp",
+        ],
+        25,
+        || assert_eq!(ping(&h3, &h1.ip, 1).received, 0),
+    );
+    let text = lines.join("\n");
+    eprintln!("{text}");
+    assert!(text.contains("frame 1/1 on p3"), "{text}");
+    assert!(text.contains("drop on p3: no_destination"), "{text}");
+    assert!(text.contains("happened: dropped: no_destination"), "{text}");
+    assert!(text.ends_with("trace live: 1 frame"), "{text}");
+    assert!(
+        text.contains("a fast-path miss (a group destination") || !fast_on,
+        "{text}"
+    );
+
+    // Nothing matches: the trace ends at its timeout and says so.
+    let lines = run_to_end(
+        &ctl,
+        &[
+            "trace",
+            "live",
+            "dev",
+            "p2",
+            "count",
+            "5",
+            "timeout",
+            "1",
+            "src",
+            "02:00:00:00:99:99",
+        ],
+        10,
+        || {},
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("trace live: 0 of 5 frames in 1 s (timeout)"),
+        "{lines:#?}"
+    );
+
+    // An unknown port is the daemon's clear error.
+    let out = Command::new(qbridge_bin())
+        .arg("--socket")
+        .arg(&ctl.socket)
+        .args(["trace", "live", "dev", "nosuch"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nosuch"), "{err}");
+
+    assert!(lab.stop_daemons(), "the daemon did not exit cleanly");
+}

@@ -126,6 +126,29 @@ impl Clone for Switch {
     }
 }
 
+impl Switch {
+    /// A copy of the configuration that shares this switch's FDB and counters instead of
+    /// copying them: what `trace live` holds, so that each frame it traces is walked through a
+    /// sandbox ([`Switch::trace_packet`]) of the FDB as it is when that frame arrives.
+    pub fn share_fdb(&self) -> Switch {
+        Switch {
+            recs: Records {
+                bridges: self.recs.bridges.clone(),
+                ports: self.recs.ports.clone(),
+                plan: None,
+            },
+            names: self.names.clone(),
+            now_ns: self.now_ns,
+            workers: self.workers,
+            unknown_port_drops: self.unknown_port_drops.clone(),
+            next_generation: self.next_generation,
+            next_index: self.next_index,
+            worker: Forwarder::new(0),
+            mirrors: self.mirrors.clone(),
+        }
+    }
+}
+
 pub(crate) fn check_name(name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 15

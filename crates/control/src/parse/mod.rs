@@ -100,7 +100,7 @@ pub fn parse_words<S: AsRef<str>>(words: &[S]) -> Result<Command, ControlError> 
         Lookup::Found("stp") => Object::Stp,
         Lookup::Found("vni") => Object::Vni,
         Lookup::Found("show") => return parse_show(&mut w),
-        Lookup::Found("trace") => return trace::parse_trace(&mut w).map(Command::Trace),
+        Lookup::Found("trace") => return trace::parse(&mut w),
         Lookup::Found(_) => return parse_help(&mut w),
         Lookup::Ambiguous(c) => return Err(ambiguous(word, &c)),
         Lookup::Unknown(near) => {

@@ -691,3 +691,43 @@ fn trace_words() {
     assert!(e("trace dev p1 hex ééééééééééééééééééééééééééééééééééééééééééé").contains("hex"));
     assert!(e("trace dev p1 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 bogus").contains("bogus"));
 }
+
+#[test]
+fn trace_live_words() {
+    use crate::command::{LiveFilter, TraceLiveSpec};
+    let t = |l: &str| match parse_line(l) {
+        Ok(Some(Command::TraceLive(spec))) => spec,
+        other => panic!("{l}: {other:?}"),
+    };
+    let s = t("trace live dev p1");
+    assert_eq!(s.dev, "p1");
+    assert_eq!(
+        (s.count, s.timeout_s),
+        (TraceLiveSpec::DEFAULT_COUNT, TraceLiveSpec::DEFAULT_TIMEOUT_S)
+    );
+    assert_eq!(s.filter, LiveFilter::default());
+    let s = t("trace live in_port p2 count 5 timeout 9 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 vlan 100 vlan 10 ipv6 udp port 53");
+    assert_eq!((s.dev.as_str(), s.count, s.timeout_s), ("p2", 5, 9));
+    assert_eq!(s.filter.vids, vec![100, 10]);
+    assert_eq!(s.filter.ethertype, Some(0x86dd));
+    assert_eq!((s.filter.ip_proto, s.filter.l4_port), (Some(17), Some(53)));
+    assert_eq!(t("trace live dev p1 arp").filter.ethertype, Some(0x0806));
+    // A port named `live` is traced with `dev`; `trace live` alone asks for the port.
+    assert!(matches!(
+        parse_line("trace dev live hex 0200000000010200"),
+        Ok(Some(Command::Trace(_)))
+    ));
+    assert!(matches!(
+        parse_line("trace live src 02:00:00:00:00:01 dst 02:00:00:00:00:02"),
+        Ok(Some(Command::Trace(_)))
+    ));
+    let e = |l: &str| parse_line(l).unwrap_err().to_string();
+    assert!(e("trace live").contains("trace live dev PORT"), "{}", e("trace live"));
+    assert!(e("trace live dev p1 count 0").contains("count from 1"));
+    assert!(e("trace live dev p1 count 1001").contains("1001"));
+    assert!(e("trace live dev p1 timeout 3601").contains("3601"));
+    assert!(e("trace live dev p1 port 80").contains("tcp or udp before port"));
+    assert!(e("trace live dev p1 arp tcp").contains("ipv4 or ipv6"));
+    assert!(e("trace live dev p1 count 2 count 3").contains("given twice"));
+    assert!(e("trace live dev p1 bogus").contains("bogus"));
+}

@@ -5,14 +5,22 @@
 //!       [ethertype 0xHHHH | arp SENDER TARGET | ipv4 SRC DST | ipv6 SRC DST]
 //!       [tcp SPORT DPORT | udp SPORT DPORT] [len N]
 //! trace [dev|in_port] PORT hex HHHH…
+//! trace live dev PORT [count N] [timeout SECONDS]
+//!       [src MAC] [dst MAC] [vlan VID]… [ethertype 0xHHHH | arp | ipv4 | ipv6] [tcp | udp]
+//!       [port N]
 //! ```
+//!
+//! `trace live` explains the next frames the port receives that match the filter words (a
+//! port named `live` is traced with `trace dev live …`).
 //!
 //! Each `vlan` adds a tag behind the ones before it (outermost first); its `pcp`, `dei` and
 //! `tpid` follow it. Words are checked here; the frame is built when the command runs (the
 //! outer tag's default TPID is the port's).
 
 use super::{parse_u16, parse_uint, set_once, unexpected, Words};
-use crate::command::{DescribedFrame, L3Spec, L4Spec, TagSpec, TraceFrameSpec, TraceSpec};
+use crate::command::{
+    DescribedFrame, L3Spec, L4Spec, LiveFilter, TagSpec, TraceFrameSpec, TraceLiveSpec, TraceSpec,
+};
 use crate::error::ControlError;
 use qbridge_wire::MacAddr;
 
@@ -23,7 +31,111 @@ const MAX_LEN: u64 = 65535;
 /// The most tags a described frame has (far beyond any stack a port reads).
 const MAX_TAGS: usize = 16;
 
-pub(super) fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> {
+/// `trace …`: a described frame, or `trace live …`.
+pub(super) fn parse(w: &mut Words<'_>) -> Result<crate::command::Command, ControlError> {
+    use crate::command::Command;
+    let live = w.words.get(w.pos).is_some_and(|x| *x == "live")
+        && w.words
+            .get(w.pos + 1)
+            .is_none_or(|x| *x == "dev" || *x == "in_port");
+    if live {
+        w.next();
+        return parse_live(w).map(Command::TraceLive);
+    }
+    parse_trace(w).map(Command::Trace)
+}
+
+const LIVE_WORDS: &str =
+    "count, timeout, src, dst, vlan, ethertype, arp, ipv4, ipv6, tcp, udp or port";
+
+fn parse_live(w: &mut Words<'_>) -> Result<TraceLiveSpec, ControlError> {
+    let dev = match w.next() {
+        Some(kw @ ("dev" | "in_port")) => w.value(kw, "a port name")?.to_string(),
+        _ => {
+            return Err(ControlError::MissingArgument {
+                what: "the port whose frames to trace (trace live dev PORT …)",
+            })
+        }
+    };
+    let mut count = None;
+    let mut timeout = None;
+    let mut f = LiveFilter::default();
+    let mut l3 = None;
+    while let Some(word) = w.next() {
+        match word {
+            "count" => {
+                let v = parse_uint(
+                    "count",
+                    w.value(word, "a number of frames")?,
+                    u64::from(TraceLiveSpec::MAX_COUNT),
+                    "1-1000",
+                )?;
+                if v == 0 {
+                    return Err(unexpected("0", "a count from 1 to 1000"));
+                }
+                set_once(&mut count, word, v as u32)?;
+            }
+            "timeout" => {
+                let v = parse_uint(
+                    "timeout",
+                    w.value(word, "seconds")?,
+                    u64::from(TraceLiveSpec::MAX_TIMEOUT_S),
+                    "1-3600",
+                )?;
+                if v == 0 {
+                    return Err(unexpected("0", "a timeout from 1 to 3600 seconds"));
+                }
+                set_once(&mut timeout, word, v as u32)?;
+            }
+            "src" => set_once(&mut f.src, word, mac(w.value(word, "a MAC address")?)?)?,
+            "dst" => set_once(&mut f.dst, word, mac(w.value(word, "a MAC address")?)?)?,
+            "vlan" | "vid" => {
+                if f.vids.len() == MAX_TAGS {
+                    return Err(unexpected(word, "at most 16 tags"));
+                }
+                let v = parse_uint(
+                    "vlan",
+                    w.value(word, "a VID from 0 to 4095")?,
+                    4095,
+                    "0-4095",
+                )?;
+                f.vids.push(v as u16);
+            }
+            "ethertype" | "proto" => {
+                let v = parse_u16("ethertype", w.value(word, "0xHHHH")?, "0-0xffff")?;
+                set_once(&mut l3, "ethertype", v)?;
+            }
+            "arp" => set_once(&mut l3, word, 0x0806)?,
+            "ipv4" | "ip" => set_once(&mut l3, "ipv4", 0x0800)?,
+            "ipv6" => set_once(&mut l3, word, 0x86dd)?,
+            "tcp" => set_once(&mut f.ip_proto, "tcp or udp", 6)?,
+            "udp" => set_once(&mut f.ip_proto, "tcp or udp", 17)?,
+            "port" => {
+                let v = parse_u16("port", w.value(word, "a TCP or UDP port")?, "0-65535")?;
+                set_once(&mut f.l4_port, word, v)?;
+            }
+            other => return Err(unexpected(other, LIVE_WORDS)),
+        }
+    }
+    if f.l4_port.is_some() && f.ip_proto.is_none() {
+        return Err(unexpected("port", "tcp or udp before port"));
+    }
+    if f.ip_proto.is_some() && !matches!(l3, None | Some(0x0800 | 0x86dd)) {
+        return Err(unexpected(
+            "tcp/udp",
+            "ipv4 or ipv6 (or neither) with tcp or udp",
+        ));
+    }
+    f.ethertype = l3;
+    Ok(TraceLiveSpec {
+        dev,
+        count: count.unwrap_or(TraceLiveSpec::DEFAULT_COUNT),
+        timeout_s: timeout.unwrap_or(TraceLiveSpec::DEFAULT_TIMEOUT_S),
+        filter: f,
+    })
+}
+
+fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> {
     let dev = match w.next() {
         Some(kw @ ("dev" | "in_port")) => w.value(kw, "a port name")?,
         Some(name) => name,

@@ -170,6 +170,14 @@ impl Session {
             Command::Trace(spec) => {
                 return crate::trace::execute(&self.switch, spec, self.fast_path.as_ref(), out)
             }
+            Command::TraceLive(_) => {
+                return Err(ControlError::NeedsDaemon(
+                    "trace live explains frames a running daemon receives: run it against the \
+                     daemon (qbridge -s SOCKET trace live …); offline, trace a described frame \
+                     or one from a pcap file (trace dev PORT pcap FILE)"
+                        .into(),
+                ))
+            }
         };
         // Ports, bridges, links and VLANs changed: the spanning trees follow.
         if r.is_ok()

@@ -7,7 +7,7 @@
 use super::{fdb_key, mono_now, FastPathMode, FastShared, Refusal};
 use qbridge_bridge::{Plan, PortId};
 use qbridge_control::FastPathStatus;
-use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_EGRESS};
+use qbridge_fastpath::{FastPath, Miss, Port, PortStats, VlanStats, PORT_EGRESS, PORT_TRACE};
 use qbridge_io::afpacket::{AfPacketConfig, AfPacketPort, Fanout, FanoutMode, RxMode};
 use qbridge_io::sys;
 use std::collections::HashMap;
@@ -153,9 +153,15 @@ impl FastRt {
             let ifindex = sys::ifindex(&rt.upcall).map_err(|e| e.to_string())?;
             let mut c = rt.fp.config().map_err(|e| e.to_string())?;
             c.upcall_ifindex = ifindex;
+            // The other end takes the copies of hits `trace live` asks for (`trace_device`).
+            let trace = rt.trace_device();
+            rt.fp
+                .attach_sink(&trace)
+                .map_err(|e| format!("trace device {trace}: {e}"))?;
             c.generation = 1;
             rt.fp.set_config(c).map_err(|e| e.to_string())?;
             rt.shared.generation.store(1, Ordering::Release);
+            c.trace_ifindex = sys::ifindex(&trace).map_err(|e| e.to_string())?;
             rt.fp
                 .lease(ifindex)
                 .map_err(|e| format!("the program's lease: {e}"))?;
@@ -200,6 +206,27 @@ impl FastRt {
     /// The upcall device's name.
     pub(crate) fn upcall(&self) -> &str {
         &self.upcall
+    /// The device the program copies the hits of traced ports to (`crate::tracelive`): the
+    /// upcall veth's other end.
+    pub(crate) fn trace_device(&self) -> String {
+        format!("{}p", self.upcall)
+    }
+
+    /// `trace live`: the program copies the hits of `ports` (port ids), and of no other, to
+    /// the trace device.
+    pub(crate) fn set_traced(&mut self, ports: &[u16]) {
+        for (id, a) in self.attached.iter_mut() {
+            let want = ports.contains(id);
+            if want == (a.port.flags & PORT_TRACE != 0) {
+                continue;
+            }
+            a.port.flags ^= PORT_TRACE;
+            if let Err(e) = self.fp.set_port(a.ifindex, a.port) {
+                tracing::warn!("fast path: port on {}: {e}", a.dev);
+            }
+        }
+    }
+
     }
 
     pub(crate) fn generation(&self) -> u32 {
@@ -304,9 +331,13 @@ impl FastRt {
             self.detach(id);
             changed.push((id, PortEnds::NONE));
         }
-        for (id, (dev, port)) in want {
-            if self.attached.get(&id).is_some_and(|a| a.port == port) {
-                continue;
+        for (id, (dev, mut port)) in want {
+            // A traced port stays traced (`set_traced`).
+            if let Some(a) = self.attached.get(&id) {
+                port.flags |= a.port.flags & PORT_TRACE;
+                if a.port == port {
+                    continue;
+                }
             }
             let ifindex = match sys::ifindex(&dev) {
                 Ok(i) => i,
