@@ -280,7 +280,7 @@ fn a_tcp_stream_encapsulated_by_the_program_reaches_a_kernel_vtep() {
         let s = &out[at..];
         let b = s.find("\"bits_per_second\":").unwrap() + 18;
         s[b..]
-            .split(|c: char| c == ',' || c == '\n')
+            .split([',', '\n'])
             .next()
             .unwrap()
             .trim()
