@@ -1,0 +1,422 @@
+//! The eBPF fast path where decision 75 lets it serve (issue 31 item 3), on real namespaces with
+//! kernel hosts (root only; every daemon with `--fast-path on`; a `SKIPPED:` line when the fast
+//! path cannot run here, a failure instead with `QBRIDGE_FASTPATH_REQUIRE=1`).
+//!
+//! Each test sends sequence-numbered UDP datagrams every millisecond, each stamped with the
+//! phase the sender read just before sending it (as `netns_fastpath`'s churn test), so "sent
+//! after the command answered" is exact.
+//!
+//! - [`locked_port_with_a_static_entry_is_cached_until_its_entry_goes`]: a locked port whose
+//!   host has a static FDB entry: its frames are cached (flows, hits); after `fdb del` of that
+//!   entry answered, the receiver gets nothing more (the pipeline drops: `port_locked`); added
+//!   again, traffic flows again.
+//! - [`ports_a_mirror_session_does_not_copy_keep_their_flows`]: a session copying what one
+//!   port sends to another port: traffic between two other ports is cached while it exists;
+//!   the destination's host captured a copy of every datagram the mirrored port's host got;
+//!   after `mirror del` answered, no copy of a datagram sent since arrives.
+//! - [`an_mstp_bridge_keeps_its_fast_path_and_an_msti_change_invalidates`]: two MSTP bridges
+//!   of one daemon joined by two links, VLAN 10 in MSTI 1 on the first link only: the
+//!   receiver's traffic is cached; raising the first link's cost in MSTI 1 makes it
+//!   discarding there: once `stp show` says so, no datagram sent since arrives.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use qbridge_io::netns::run_in_netns;
+use serde_json::Value;
+use support::{inject, ip_in, Capture, Ctl, Host, Lab};
+
+/// Prints why the test does nothing; a failure with `QBRIDGE_FASTPATH_REQUIRE=1`.
+fn skip(why: &str) {
+    if std::env::var_os("QBRIDGE_FASTPATH_REQUIRE").is_some_and(|v| v == "1") {
+        panic!("the fast path must run here (QBRIDGE_FASTPATH_REQUIRE=1) but: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+macro_rules! skip_unless_netns {
+    () => {
+        if let Some(reason) = support::skip_reason() {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+/// Starts the daemon with `--fast-path auto`; `None` (after saying why) when the fast path
+/// is off here.
+fn start(lab: &mut Lab, ns: &str, batch: &str) -> Option<Ctl> {
+    let ctl = lab
+        .daemon_args(ns, batch, &["--fast-path", "auto"])
+        .unwrap_or_else(|e| panic!("daemon: {e}"));
+    let v = fast(&ctl);
+    if v["state"] != "on" {
+        skip(&format!(
+            "the daemon runs without the fast path here (state {}, reason {})",
+            v["state"], v["reason"]
+        ));
+        return None;
+    }
+    Some(ctl)
+}
+
+/// `qbridge -j show fast-path`.
+fn fast(ctl: &Ctl) -> Value {
+    ctl.json(&["show", "fast-path"])
+        .unwrap_or_else(|e| panic!("-j show fast-path: {e}"))
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+fn neighbour(x: &Host, ip: &str, mac: &str) {
+    ip_in(
+        &x.ns,
+        &[
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            mac,
+            "dev",
+            &x.ifname,
+            "nud",
+            "permanent",
+        ],
+    )
+    .unwrap();
+}
+
+/// A frame from `src` to `dst` of an EtherType nobody listens to: the bridge learns `src`.
+fn hello(src: &str, dst: &str) -> Vec<u8> {
+    support::frame(dst, src, &[], 0x88b5, 46)
+}
+
+const UDP_PORT: u16 = 40_075;
+
+/// Datagrams one host received: (sequence number, phase).
+type Received = Arc<Mutex<Vec<(u64, u32)>>>;
+
+/// A UDP receiver on `h` until `stop`.
+fn receiver(h: &Host, stop: Arc<AtomicBool>) -> (Received, std::thread::JoinHandle<()>) {
+    let ip = h.ip.clone();
+    let sock = run_in_netns(&h.ns, move || UdpSocket::bind((ip.as_str(), UDP_PORT)))
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .unwrap_or_else(|e| panic!("bind in {}: {e}", h.name));
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let got: Received = Arc::default();
+    let got2 = got.clone();
+    let handle = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while !stop.load(Ordering::Acquire) {
+            if let Ok(n) = sock.recv(&mut buf) {
+                if n >= 12 {
+                    let seq = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                    let phase = u32::from_le_bytes(buf[8..12].try_into().unwrap());
+                    got2.lock().unwrap().push((seq, phase));
+                }
+            }
+        }
+    });
+    (got, handle)
+}
+
+/// A sender on `from`: every millisecond one datagram to each of `to` (in turn), stamped with
+/// its sequence number and the phase in `stamp` read just before. Returns datagrams sent.
+fn sender(
+    from: &Host,
+    to: &[&Host],
+    stop: Arc<AtomicBool>,
+    stamp: Arc<AtomicU32>,
+) -> std::thread::JoinHandle<u64> {
+    let ip = from.ip.clone();
+    let sock = run_in_netns(&from.ns, move || UdpSocket::bind((ip.as_str(), 0)))
+        .unwrap()
+        .unwrap();
+    let to: Vec<String> = to.iter().map(|h| format!("{}:{UDP_PORT}", h.ip)).collect();
+    std::thread::spawn(move || {
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            for t in &to {
+                let p = stamp.load(Ordering::Acquire);
+                let mut d = [0u8; 64];
+                d[..8].copy_from_slice(&seq.to_le_bytes());
+                d[8..12].copy_from_slice(&p.to_le_bytes());
+                let _ = sock.send_to(&d, t.as_str());
+                seq += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seq
+    })
+}
+
+fn by_phase(g: &[(u64, u32)]) -> BTreeMap<u32, u64> {
+    let mut m = BTreeMap::new();
+    for &(_, p) in g {
+        *m.entry(p).or_default() += 1;
+    }
+    m
+}
+
+/// Waits until `got` holds a datagram of phase `p`.
+fn wait_phase(got: &Received, p: u32, what: &str, ctl: &Ctl) {
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        got.lock().unwrap().iter().any(|&(_, q)| q == p)
+    });
+    assert!(
+        ok,
+        "{what}: no datagram of phase {p}; received by phase {:?}\nfast path: {}\n{}",
+        by_phase(&got.lock().unwrap()),
+        fast(ctl),
+        ctl.stats_text()
+    );
+}
+
+/// The fast path forwards the stream now: hits grow by at least `n` while flows are in.
+fn wait_hits(ctl: &Ctl, n: u64, what: &str) -> Value {
+    let before = num(&fast(ctl), "hits");
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        let v = fast(ctl);
+        num(&v, "hits") >= before + n && num(&v, "flows") > 0
+    });
+    let v = fast(ctl);
+    assert!(ok, "{what}: the fast path did not forward {n} frames: {v}");
+    v
+}
+
+fn drops(ctl: &Ctl, port: &str, reason: &str) -> u64 {
+    let v = ctl
+        .json(&["-s", "link", "show", "dev", port])
+        .unwrap_or_else(|e| panic!("link show -s dev {port}: {e}"));
+    num(&v[0]["stats"]["drops"], reason)
+}
+
+/// While the receiver is out, datagrams go on being sent: a few hundred of them.
+fn dwell() {
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+// ----- locked ports -----
+
+#[test]
+fn locked_port_with_a_static_entry_is_cached_until_its_entry_goes() {
+    let _g = support::serial();
+    skip_unless_netns!();
+    let mut star = support::Star::new("fp75-locked", &["10.75.1.1", "10.75.1.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    neighbour(&h1, &h2.ip, &h2.mac);
+    neighbour(&h2, &h1.ip, &h1.mac);
+    let sw = star.sw.clone();
+    let batch = star.port_lines()
+        + &format!(
+            "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+             link set dev p1 master br0\n\
+             link set dev p2 master br0\n\
+             vlan add vid 10 dev p1 pvid untagged\n\
+             vlan add vid 10 dev p2 pvid untagged\n\
+             link set dev p1 locked on\n\
+             fdb add {} dev p1 vlan 10 static\n",
+            h1.mac
+        );
+    let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
+        return;
+    };
+    let cmd = |args: &[&str]| {
+        ctl.cmd(args)
+            .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")))
+    };
+    // h2 learned on p2.
+    inject(&h2.ns, "eth0", &[hello(&h2.mac, &h1.mac)]).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || ctl
+            .fdb_has(&h2.mac, "p2")
+            .unwrap_or(false)),
+        "h2 not learned: {:?}",
+        ctl.fdb()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let stamp = Arc::new(AtomicU32::new(0));
+    let (got, rx) = receiver(&h2, stop.clone());
+    let tx = sender(&h1, &[&h2], stop.clone(), stamp.clone());
+
+    wait_phase(&got, 0, "h2", &ctl);
+    let v = wait_hits(&ctl, 200, "from the locked port");
+    eprintln!("locked port, cached: {v}");
+
+    // The entry goes: the flow's next frame misses (source) and the pipeline drops it.
+    cmd(&["fdb", "del", &h1.mac, "dev", "p1", "vlan", "10"]);
+    stamp.store(1, Ordering::Release);
+    dwell();
+    let locked_drops = drops(&ctl, "p1", "port_locked");
+    // Back: cached again.
+    stamp.store(2, Ordering::Release);
+    cmd(&["fdb", "add", &h1.mac, "dev", "p1", "vlan", "10", "static"]);
+    stamp.store(3, Ordering::Release);
+    wait_phase(&got, 3, "h2 after the entry came back", &ctl);
+    let v = wait_hits(&ctl, 200, "from the locked port, the entry back");
+
+    stop.store(true, Ordering::Release);
+    let sent = tx.join().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    rx.join().unwrap();
+    let got = got.lock().unwrap().clone();
+    eprintln!(
+        "sent {sent}; h2 received by phase {:?}; p1 port_locked drops {locked_drops}; {v}",
+        by_phase(&got)
+    );
+    let late: Vec<_> = got.iter().filter(|(_, p)| *p == 1).collect();
+    assert!(
+        late.is_empty(),
+        "h2 received {} datagrams sent after `fdb del` answered: {late:?}",
+        late.len()
+    );
+    assert!(
+        locked_drops >= 100,
+        "p1 dropped {locked_drops} frames as port_locked while the entry was gone"
+    );
+}
+
+// ----- mirror sessions -----
+
+#[test]
+fn ports_a_mirror_session_does_not_copy_keep_their_flows() {
+    let _g = support::serial();
+    skip_unless_netns!();
+    let mut star = support::Star::new(
+        "fp75-mirror",
+        &["10.75.2.1", "10.75.2.2", "10.75.2.3", "10.75.2.4"],
+    )
+    .unwrap();
+    let (h1, h2, h3, h4) = (
+        star.h(1).clone(),
+        star.h(2).clone(),
+        star.h(3).clone(),
+        star.h(4).clone(),
+    );
+    for h in [&h2, &h4] {
+        neighbour(&h1, &h.ip, &h.mac);
+        neighbour(h, &h1.ip, &h1.mac);
+    }
+    let sw = star.sw.clone();
+    let batch = star.port_lines()
+        + "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+           link set dev p1 master br0\n\
+           link set dev p2 master br0\n\
+           link set dev p3 master br0\n\
+           link set dev p4 master br0\n\
+           vlan add vid 10 dev p1 pvid untagged\n\
+           vlan add vid 10 dev p2 pvid untagged\n\
+           vlan add vid 10 dev p4 pvid untagged\n\
+           mirror add m0 src p4 direction tx dst p3\n";
+    let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
+        return;
+    };
+    for (h, p) in [(&h2, "p2"), (&h4, "p4")] {
+        inject(&h.ns, "eth0", &[hello(&h.mac, &h1.mac)]).unwrap();
+        assert!(
+            support::wait_until(Duration::from_secs(5), || ctl
+                .fdb_has(&h.mac, p)
+                .unwrap_or(false)),
+            "{} not learned: {:?}",
+            h.name,
+            ctl.fdb()
+        );
+    }
+    let cap = Capture::start(&h3.ns, "eth0", 1 << 20).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stamp = Arc::new(AtomicU32::new(0));
+    let (got2, rx2) = receiver(&h2, stop.clone());
+    let (got4, rx4) = receiver(&h4, stop.clone());
+    let tx = sender(&h1, &[&h2, &h4], stop.clone(), stamp.clone());
+
+    wait_phase(&got2, 0, "h2", &ctl);
+    wait_phase(&got4, 0, "h4", &ctl);
+    // h1 -> h2 (p1 -> p2: no session copies them) cached while the session exists.
+    let v = wait_hits(&ctl, 200, "p1 -> p2 beside a mirror session");
+    eprintln!("with the session: {v}");
+    // (The frame and its copy: refused as `outputs` before the ports are looked at.)
+    let refused = num(&v["not_cached"], "outputs") + num(&v["not_cached"], "port");
+    assert!(refused > 0, "p1 -> p4 (mirrored) should not be cached: {v}");
+
+    // Phase 2 while the command runs (a datagram then may or may not be copied), 1 after.
+    stamp.store(2, Ordering::Release);
+    cmd_ok(&ctl, &["mirror", "del", "m0"]);
+    stamp.store(1, Ordering::Release);
+    // h1 -> h4 is cached too now.
+    wait_phase(&got4, 1, "h4 after mirror del", &ctl);
+    let v = wait_hits(&ctl, 400, "after mirror del");
+    dwell();
+
+    stop.store(true, Ordering::Release);
+    let sent = tx.join().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    rx2.join().unwrap();
+    rx4.join().unwrap();
+    let captured = cap.finish().unwrap();
+    let got2 = got2.lock().unwrap().clone();
+    let got4 = got4.lock().unwrap().clone();
+    // The copies: UDP datagrams from h1 to h4, phase from the payload (14 + 20 + 8 bytes in).
+    let h1_mac = mac_bytes(&h1.mac);
+    let h4_mac = mac_bytes(&h4.mac);
+    let copies: Vec<(u64, u32)> = captured
+        .frames
+        .iter()
+        .filter(|f| f.src == h1_mac && f.dst == h4_mac && f.ip_proto == Some(17))
+        .filter_map(|f| {
+            let d = f.head.get(42..54)?;
+            Some((
+                u64::from_le_bytes(d[..8].try_into().ok()?),
+                u32::from_le_bytes(d[8..12].try_into().ok()?),
+            ))
+        })
+        .collect();
+    eprintln!(
+        "sent {sent}; h2 {:?}, h4 {:?}, copies at h3 {:?} ({} frames captured); {v}",
+        by_phase(&got2),
+        by_phase(&got4),
+        by_phase(&copies),
+        captured.total
+    );
+    // Every datagram h4 got while the session existed was copied to h3, once.
+    let copied: std::collections::BTreeSet<u64> = copies.iter().map(|c| c.0).collect();
+    assert_eq!(copied.len(), copies.len(), "a datagram copied twice");
+    let missing: Vec<u64> = got4
+        .iter()
+        .filter(|(_, p)| *p == 0)
+        .map(|c| c.0)
+        .filter(|s| !copied.contains(s))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} datagrams h4 received while the session existed have no copy at h3: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+    let late: Vec<_> = copies.iter().filter(|(_, p)| *p == 1).collect();
+    assert!(
+        late.is_empty(),
+        "h3 got copies of datagrams sent after `mirror del` answered: {late:?}"
+    );
+}
+
+fn cmd_ok(ctl: &Ctl, args: &[&str]) -> String {
+    ctl.cmd(args)
+        .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")))
+}
+
+fn mac_bytes(s: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    for (b, x) in m.iter_mut().zip(s.split(':')) {
+        *b = u8::from_str_radix(x, 16).unwrap();
+    }
+    m
+}
