@@ -420,3 +420,143 @@ fn mac_bytes(s: &str) -> [u8; 6] {
     }
     m
 }
+
+// ----- MSTP -----
+
+/// The state of `port` (of bridge `br`) in MSTI `msti`, as `stp show -j` says.
+fn msti_state(ctl: &Ctl, br: &str, port: &str, msti: u64) -> (String, String) {
+    let v = ctl.json(&["stp", "show", "dev", br]).unwrap_or_default();
+    let ports = v[0]["ports"].as_array().cloned().unwrap_or_default();
+    for p in ports {
+        if p["port"].as_str() != Some(port) {
+            continue;
+        }
+        for t in p["mstis"].as_array().into_iter().flatten() {
+            let id = t["tree"]
+                .as_u64()
+                .or_else(|| t["tree"]["msti"].as_u64())
+                .or_else(|| t["msti"].as_u64());
+            if id == Some(msti) {
+                return (
+                    t["role"].as_str().unwrap_or("").to_string(),
+                    t["state"].as_str().unwrap_or("").to_string(),
+                );
+            }
+        }
+    }
+    (String::new(), String::new())
+}
+
+#[test]
+fn an_mstp_bridge_keeps_its_fast_path_and_an_msti_change_invalidates() {
+    let _g = support::serial();
+    skip_unless_netns!();
+    let mut star = support::Star::new("fp75-mstp", &["10.75.3.1", "10.75.3.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    neighbour(&h1, &h2.ip, &h2.mac);
+    neighbour(&h2, &h1.ip, &h1.mac);
+    let sw = star.sw.clone();
+    // Two links between br0 and br1: l1a-l1b (VLAN 10) and l2a-l2b (VLAN 20 only): in MSTI 1
+    // (VLAN 10) both are one topology, and the second carries none of VLAN 10's frames.
+    for (a, b) in [("l1a", "l1b"), ("l2a", "l2b")] {
+        ip_in(&sw, &["link", "add", a, "type", "veth", "peer", "name", b]).unwrap();
+        for d in [a, b] {
+            ip_in(&sw, &["link", "set", d, "up"]).unwrap();
+        }
+    }
+    let bridge = |name: &str, prio: u32| {
+        format!(
+            "link add {name} type bridge vlan_filtering 1 vlan_default_pvid 0 priority {prio} \
+             hello_time 1 forward_delay 4 max_age 6 stp_mode mstp mst_name fp75\n"
+        )
+    };
+    let batch = star.port_lines()
+        + &bridge("br0", 4096)
+        + &bridge("br1", 32768)
+        + "link add a1 type afpacket dev l1a\n\
+           link add a2 type afpacket dev l2a\n\
+           link add b1 type afpacket dev l1b\n\
+           link add b2 type afpacket dev l2b\n\
+           link set dev p1 master br0\n\
+           link set dev a1 master br0\n\
+           link set dev a2 master br0\n\
+           link set dev b1 master br1\n\
+           link set dev b2 master br1\n\
+           link set dev p2 master br1\n\
+           vlan add vid 10 dev p1 pvid untagged\n\
+           vlan add vid 10 dev a1\n\
+           vlan add vid 10 dev b1\n\
+           vlan add vid 10 dev p2 pvid untagged\n\
+           vlan add vid 20 dev a2\n\
+           vlan add vid 20 dev b2\n\
+           stp msti set dev br0 vid 10 msti 1\n\
+           stp msti set dev br1 vid 10 msti 1\n\
+           stp msti priority dev br0 msti 1 priority 4096\n\
+           stp msti port dev b2 msti 1 cost 1000000\n\
+           link set dev p1 edge on\n\
+           link set dev p2 edge on\n\
+           link set dev br0 type bridge stp_state 1\n\
+           link set dev br1 type bridge stp_state 1\n";
+    let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
+        return;
+    };
+    let converged = support::wait_until(Duration::from_secs(20), || {
+        msti_state(&ctl, "br1", "b1", 1).1 == "forwarding"
+            && msti_state(&ctl, "br0", "a1", 1).1 == "forwarding"
+    });
+    assert!(
+        converged,
+        "MSTI 1 did not converge with b1 forwarding: {}",
+        ctl.json(&["stp", "show"]).unwrap_or_default()
+    );
+    inject(&h2.ns, "eth0", &[hello(&h2.mac, &h1.mac)]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stamp = Arc::new(AtomicU32::new(0));
+    let (got, rx) = receiver(&h2, stop.clone());
+    let tx = sender(&h1, &[&h2], stop.clone(), stamp.clone());
+    wait_phase(&got, 0, "h2", &ctl);
+    let v = wait_hits(&ctl, 200, "through two MSTP bridges");
+    eprintln!("MSTP, cached: {v}");
+
+    // b1 costs more than b2 in MSTI 1: b2 becomes br1's root port there, b1 an alternate
+    // (discarding VLAN 10); VLAN 10 has no other way.
+    stamp.store(2, Ordering::Release);
+    cmd_ok(
+        &ctl,
+        &[
+            "stp", "msti", "port", "dev", "b1", "msti", "1", "cost", "10000000",
+        ],
+    );
+    let blocked = support::wait_until(Duration::from_secs(10), || {
+        msti_state(&ctl, "br1", "b1", 1).1 == "discarding"
+    });
+    stamp.store(1, Ordering::Release);
+    assert!(
+        blocked,
+        "b1 not discarding in MSTI 1: {:?}",
+        msti_state(&ctl, "br1", "b1", 1)
+    );
+    dwell();
+    let discarded = drops(&ctl, "b1", "stp_discarding");
+
+    stop.store(true, Ordering::Release);
+    let sent = tx.join().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    rx.join().unwrap();
+    let got = got.lock().unwrap().clone();
+    eprintln!(
+        "sent {sent}; h2 received by phase {:?}; b1 stp_discarding {discarded}; {}",
+        by_phase(&got),
+        fast(&ctl)
+    );
+    let late: Vec<_> = got.iter().filter(|(_, p)| *p == 1).collect();
+    assert!(
+        late.is_empty(),
+        "h2 received {} datagrams sent after b1 showed discarding in MSTI 1: {late:?}",
+        late.len()
+    );
+    assert!(
+        discarded >= 100,
+        "b1 discarded {discarded} frames (the stream's went on arriving there)"
+    );
+}
