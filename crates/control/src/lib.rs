@@ -48,6 +48,7 @@ pub mod session;
 pub mod stats;
 pub mod status;
 pub mod trace;
+pub mod trace_details;
 pub mod usage;
 pub mod vxlan;
 pub mod words;

@@ -17,6 +17,7 @@ pub fn execute(
     sw: &Switch,
     spec: &TraceSpec,
     fast: Option<&FastPathStatus>,
+    details: &crate::trace_details::PortDetails,
     out: OutputOptions,
 ) -> Result<String, ControlError> {
     let port = sw.port_id(&spec.dev)?;
@@ -25,6 +26,7 @@ pub fn execute(
         TraceFrameSpec::Described(d) => build(d, sw.port_tpid(port).0),
     };
     let mut t = sw.trace(port, &frame)?;
+    details.add_steps(&mut t);
     if let Some(f) = fast {
         add_fast_stage(&mut t, f);
     }

@@ -21,6 +21,7 @@
 use qbridge_bridge::{Forwarder, Switch};
 use qbridge_control::status::FastPathStatus;
 use qbridge_control::trace::{render_live, render_live_end, LiveFrame, LivePath};
+use qbridge_control::trace_details::PortDetails;
 use qbridge_control::{OutputOptions, TraceLiveSpec};
 use qbridge_packet::PacketBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -50,6 +51,8 @@ struct Session {
     fast: Option<FastPathStatus>,
     /// The program serves the port (hits come through the trace device).
     served: bool,
+    /// The VXLAN ports and bonds, for the `vxlan` and `bond` stages.
+    details: PortDetails,
 }
 
 /// A frame claimed before its batch was forwarded: its explanation, told after.
@@ -97,6 +100,7 @@ impl TraceLive {
         switch: Switch,
         fast: Option<FastPathStatus>,
         served: bool,
+        details: PortDetails,
     ) {
         let mut s = lock(&self.sessions);
         s.push(Session {
@@ -113,16 +117,23 @@ impl TraceLive {
             switch: Arc::new(Mutex::new(switch)),
             fast,
             served,
+            details,
         });
         self.active.store(true, Relaxed);
     }
 
     /// The configuration changed: every session traces with the new one.
-    pub(crate) fn refresh(&self, switch: &Switch, fast: Option<&FastPathStatus>) {
+    pub(crate) fn refresh(
+        &self,
+        switch: &Switch,
+        fast: Option<&FastPathStatus>,
+        details: &PortDetails,
+    ) {
         let mut s = lock(&self.sessions);
         for x in s.iter_mut() {
             *lock(&x.switch) = switch.share_fdb();
             x.fast = fast.cloned();
+            x.details = details.clone();
         }
     }
 
@@ -273,6 +284,7 @@ fn explain(s: &Session, p: &PacketBuf, now_ns: u64) -> Option<qbridge_bridge::Tr
     let mut sw = lock(&s.switch);
     sw.set_time(now_ns);
     let mut t = sw.trace_packet(p).ok()?;
+    s.details.add_steps(&mut t);
     if let Some(f) = &s.fast {
         qbridge_control::trace::add_fast_stage(&mut t, f);
     }

@@ -168,7 +168,13 @@ impl Session {
             Command::Stp(c) => self.stp_command(c, out),
             Command::Vni(c) => return self.vni_command(c, out),
             Command::Trace(spec) => {
-                return crate::trace::execute(&self.switch, spec, self.fast_path.as_ref(), out)
+                return crate::trace::execute(
+                    &self.switch,
+                    spec,
+                    self.fast_path.as_ref(),
+                    &self.port_details(),
+                    out,
+                )
             }
             Command::TraceLive(_) => {
                 return Err(ControlError::NeedsDaemon(
@@ -190,6 +196,51 @@ impl Session {
             self.stp.sync(&mut self.switch);
         }
         r
+    }
+
+    /// The VXLAN ports and bonds as `trace` tells what they do with a frame
+    /// (`crate::trace_details`): VNIs, remote VTEPs (static, and learned as the daemon last
+    /// told), each bond's transmit table with its members' names.
+    pub fn port_details(&self) -> crate::trace_details::PortDetails {
+        let mut d = crate::trace_details::PortDetails::default();
+        for (name, spec) in &self.specs {
+            match spec {
+                PortSpec::Vxlan(v) => {
+                    let tpid = self
+                        .switch
+                        .port_id(name)
+                        .ok()
+                        .and_then(|id| self.switch.port_master(id))
+                        .map(|b| self.switch.bridge_settings(b))
+                        .filter(|s| s.vlan_filtering)
+                        .map(|s| s.vlan_protocol.tpid().0);
+                    let learned = self
+                        .status
+                        .get(name)
+                        .map(|st| st.vxlan_learned.clone())
+                        .unwrap_or_default();
+                    d.add_vxlan(name, (**v).clone(), tpid, learned);
+                }
+                PortSpec::Bond(b) => {
+                    let Some(engine) = self.bonds.get(name) else {
+                        continue;
+                    };
+                    let buckets = (0..qbridge_lacp::BUCKETS as u32)
+                        .map(|h| {
+                            let m = engine.member_for(h)?;
+                            b.members
+                                .iter()
+                                .find(|x| u32::from(x.port_number) == m.0)
+                                .map(|x| x.name.clone())
+                        })
+                        .collect();
+                    let policy = b.config.hash_policy;
+                    d.add_bond(name, policy, policy.word().to_string(), buckets);
+                }
+                _ => {}
+            }
+        }
+        d
     }
 
     fn link(&mut self, cmd: &LinkCommand, out: OutputOptions) -> Result<String, ControlError> {

@@ -27,8 +27,10 @@ impl Engine {
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
         let shared = self.session.switch().share_fdb();
-        self.trace
-            .add(port.0, tpid, spec, out, events, now, shared, fast, served);
+        let details = self.session.port_details();
+        self.trace.add(
+            port.0, tpid, spec, out, events, now, shared, fast, served, details,
+        );
         if served {
             self.trace_ports();
         }
@@ -41,7 +43,9 @@ impl Engine {
             return;
         }
         let fast = self.fast.is_some().then(|| self.fast_status(false));
-        self.trace.refresh(self.session.switch(), fast.as_ref());
+        let details = self.session.port_details();
+        self.trace
+            .refresh(self.session.switch(), fast.as_ref(), &details);
     }
 
     /// The program copies the hits of the served ports some session watches, and the trace
