@@ -104,6 +104,8 @@ pub use vnet::{meta_to_vnet, vnet_to_meta, VNET_HDR_LEN};
 // Constants of <linux/if_packet.h> / <linux/if_ether.h>, spelled out where libc has them only
 // in some versions.
 const ETH_P_ALL: u16 = 0x0003;
+/// Slow Protocols (LACP, markers): [`RxMode::Slow`]'s binding.
+const ETH_P_SLOW: u16 = 0x8809;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_STATISTICS: libc::c_int = 6;
 /// Classic BPF `ret #k`: with k = 0, drop the frame.
@@ -175,6 +177,11 @@ impl AfPacketPort {
             cfg.block_count = 1;
             cfg.fanout = None;
             cfg.paused = false;
+        }
+        if cfg.rx == RxMode::Slow {
+            // A few protocol frames a second (one socket of the fanout group gets each).
+            cfg.block_bytes = 128 * 1024;
+            cfg.block_count = 1;
         }
         let name = cfg.ifname.clone();
         let ifindex = sys::ifindex(&name)?;
@@ -263,10 +270,10 @@ impl AfPacketPort {
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         // Protocol 0 registers no receive hook: a transmit-only socket.
-        sll.sll_protocol = if cfg.rx == RxMode::None {
-            0
-        } else {
-            ETH_P_ALL.to_be()
+        sll.sll_protocol = match cfg.rx {
+            RxMode::None => 0,
+            RxMode::Slow => ETH_P_SLOW.to_be(),
+            _ => ETH_P_ALL.to_be(),
         };
         sll.sll_ifindex = ifindex as i32;
         // SAFETY: `sll` is a live sockaddr_ll and the length passed is its size.

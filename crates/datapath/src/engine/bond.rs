@@ -35,6 +35,12 @@ pub(super) struct BondRt {
     absent: Vec<(String, String)>,
     /// The member names the shared per-member counters are kept for, by position.
     counted_as: Vec<String>,
+    /// The fast path receives for the members (their sockets take only Slow Protocols
+    /// frames) and sends to them (decision 74).
+    fast: bool,
+    /// Each member's interface, its index and address when the bond opened (0 and zeros:
+    /// absent), by position.
+    ends: Vec<(String, u32, [u8; 6])>,
 }
 
 fn member_dev(spec: &PortSpec) -> Option<&str> {
@@ -72,6 +78,8 @@ impl Engine {
                 published: None,
                 absent: Vec::new(),
                 counted_as: Vec::new(),
+                fast: false,
+                ends: Vec::new(),
             },
         };
         let order: Vec<String> = spec.members.iter().map(|m| m.name.clone()).collect();
@@ -84,6 +92,15 @@ impl Engine {
             unicast: Vec::new(),
         };
         let want_mtu = self.session.switch().port_max_frame(id).saturating_sub(14);
+        // With the fast path, the program receives the members' frames at TC ingress; their
+        // sockets take only the Slow Protocols frames it passes on (decision 74).
+        let fast = self.fast_rx(id.0, true) == qbridge_io::afpacket::RxMode::None;
+        let rx = if fast {
+            qbridge_io::afpacket::RxMode::Slow
+        } else {
+            qbridge_io::afpacket::RxMode::Frames
+        };
+        let mut ends = Vec::new();
         let mut handles = Vec::new();
         let mut absent = Vec::new();
         let mut per_member: Vec<std::vec::IntoIter<Queue>> = Vec::new();
@@ -101,16 +118,8 @@ impl Engine {
                 ));
             };
             let ring = ring_frames.unwrap_or_else(|| default_ring_frames(n, spec.members.len()));
-            match open_afpacket_queues(
-                &m.name,
-                dev,
-                *qdisc_bypass,
-                ring,
-                &filter,
-                want_mtu,
-                n,
-                qbridge_io::afpacket::RxMode::Frames,
-            ) {
+            match open_afpacket_queues(&m.name, dev, *qdisc_bypass, ring, &filter, want_mtu, n, rx)
+            {
                 Ok((queues, handle, mtu, _)) => {
                     tracing::info!(
                         "bond {name}: member {} on {dev} (device mtu {mtu}, {n} queues)",
@@ -118,6 +127,11 @@ impl Engine {
                     );
                     handles.push(handle);
                     per_member.push(queues.into_iter());
+                    ends.push((
+                        dev.clone(),
+                        sys::ifindex(dev).unwrap_or(0),
+                        sys::get_mac(dev).unwrap_or([0; 6]),
+                    ));
                 }
                 Err(e) if e.is_link_down() => {
                     // As an afpacket port whose interface is missing: the bond opens without
@@ -127,6 +141,7 @@ impl Engine {
                         m.name
                     );
                     absent.push((m.name.clone(), dev.clone()));
+                    ends.push((dev.clone(), 0, [0; 6]));
                     let q: Vec<Queue> = (0..n)
                         .map(|_| {
                             Box::new(AbsentMember {
@@ -157,6 +172,8 @@ impl Engine {
         rt.handles = handles;
         rt.published = None;
         rt.absent = absent;
+        rt.fast = fast;
+        rt.ends = ends;
         self.bonds.insert(name.to_string(), rt);
         Ok(opened)
     }
@@ -232,9 +249,19 @@ impl Engine {
 
     /// Bond `name`'s members' traffic as its queues count it (empty: not a bond).
     pub(super) fn bond_member_traffic(
-        &self,
+        &mut self,
         name: &str,
     ) -> Vec<qbridge_control::BondMemberTraffic> {
+        // What the fast path dropped of members that did not collect (decision 74).
+        let id = self.session.switch().port_id(name).ok();
+        let mut fast_drops = [0u64; crate::bond_port::MAX_MEMBERS];
+        if let (Some(fast), Some(id), Some(true)) =
+            (self.fast.as_mut(), id, self.bonds.get(name).map(|b| b.fast))
+        {
+            for (pos, d) in fast_drops.iter_mut().enumerate() {
+                *d = fast.bond_drops(id.0, pos);
+            }
+        }
         let (Some(rt), Some(PortSpec::Bond(b))) =
             (self.bonds.get(name), self.session.port_spec(name))
         else {
@@ -244,17 +271,20 @@ impl Engine {
         b.members
             .iter()
             .zip(rt.shared.members.iter())
-            .map(|(m, t)| qbridge_control::BondMemberTraffic {
-                name: m.name.clone(),
-                rx_frames: get(&t.rx_frames),
-                rx_bytes: get(&t.rx_bytes),
-                tx_frames: get(&t.tx_frames),
-                tx_bytes: get(&t.tx_bytes),
-                rx_not_collecting: get(&t.rx_not_collecting),
-                rx_pdus: get(&t.rx_pdus),
-                tx_pdus: get(&t.tx_pdus),
-                errors: get(&t.errors),
-            })
+            .zip(fast_drops)
+            .map(
+                |((m, t), fast_dropped)| qbridge_control::BondMemberTraffic {
+                    name: m.name.clone(),
+                    rx_frames: get(&t.rx_frames),
+                    rx_bytes: get(&t.rx_bytes),
+                    tx_frames: get(&t.tx_frames),
+                    tx_bytes: get(&t.tx_bytes),
+                    rx_not_collecting: get(&t.rx_not_collecting) + fast_dropped,
+                    rx_pdus: get(&t.rx_pdus),
+                    tx_pdus: get(&t.tx_pdus),
+                    errors: get(&t.errors),
+                },
+            )
             .collect()
     }
 
@@ -398,6 +428,8 @@ impl Engine {
             self.reopen_bond(&name);
             carrier_changed = true;
         }
+        // The program's tables as the queues' were just published.
+        self.bond_fast_sync();
         if carrier_changed {
             self.publish();
             self.monitors.notify(&self.session);
@@ -431,6 +463,91 @@ impl Engine {
         self.detach.retain(|&d| d != id.0);
         self.attach.retain(|(a, _)| *a != id.0);
         self.attach.push((id.0, queues));
+    }
+}
+
+impl Engine {
+    /// The fast path's view of every bond (decision 74): for each bond whose members the
+    /// program receives for, each member's entry (the bond's port index, whether it collects)
+    /// and the transmit table the bond's queues have (bucket → member interface), written
+    /// where they changed; the bond's egress marked for the workers' flows
+    /// ([`crate::fastpath::bond::BOND_EGRESS`]). Bonds gone or not served are forgotten.
+    /// Called when a bond's table is published and before every plan, so a member that
+    /// stops distributing (its link went down, LACP) takes no frame from the program after
+    /// the daemon knows it.
+    pub(super) fn bond_fast_sync(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let plan = self.session.switch_mut().plan();
+        let mut keep = std::collections::HashSet::new();
+        for (name, b) in &self.bonds {
+            let Ok(id) = self.session.switch().port_id(name) else {
+                continue;
+            };
+            let Some(Some(slot)) = self.slots.get(id.0 as usize) else {
+                continue;
+            };
+            let served = b.fast && slot.open;
+            slot.shared.fast_ifindex.store(
+                if served {
+                    crate::fastpath::bond::BOND_EGRESS
+                } else {
+                    0
+                },
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            let (Some(PortSpec::Bond(spec)), Some(engine), true) = (
+                self.session.port_spec(name),
+                self.session.bond(name),
+                served,
+            ) else {
+                continue;
+            };
+            keep.insert(id.0);
+            let index = crate::fastpath::port_index(slot.token);
+            let tpid = plan.port_tpid(id).0;
+            let mut members = Vec::with_capacity(spec.members.len());
+            for (pos, (m, (dev, _, mac))) in spec.members.iter().zip(&b.ends).enumerate() {
+                let collecting = engine
+                    .member_view(MemberId(u32::from(m.port_number)))
+                    .is_some_and(|v| v.collecting == OnOff::On);
+                let mut port = crate::fastpath::control::port_entry(index, false, tpid, *mac);
+                port.flags |= qbridge_fastpath::PORT_BOND_MEMBER
+                    | (pos as u32 & 0xf) << qbridge_fastpath::PORT_MEMBER_SHIFT
+                    | if collecting {
+                        qbridge_fastpath::PORT_COLLECTING
+                    } else {
+                        0
+                    };
+                members.push((dev.clone(), port));
+            }
+            let mut table = qbridge_fastpath::Bond {
+                policy: match engine.config().hash_policy {
+                    HashPolicy::Layer2 => qbridge_fastpath::HASH_L2,
+                    HashPolicy::Layer2Vlan => qbridge_fastpath::HASH_L2_VLAN,
+                    HashPolicy::Layer34 => qbridge_fastpath::HASH_L34,
+                    HashPolicy::InnerLayer34 => qbridge_fastpath::HASH_INNER_L34,
+                },
+                ..qbridge_fastpath::Bond::default()
+            };
+            for (t, m) in table
+                .member_ifindex
+                .iter_mut()
+                .zip(engine.tx_table().buckets())
+            {
+                *t = m
+                    .and_then(|m| {
+                        spec.members
+                            .iter()
+                            .position(|x| u32::from(x.port_number) == m.0)
+                    })
+                    .and_then(|p| b.ends.get(p))
+                    .map_or(0, |e| e.1);
+            }
+            rt.set_bond(id.0, members, table);
+        }
+        rt.keep_bonds(&keep);
     }
 }
 

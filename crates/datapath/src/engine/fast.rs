@@ -80,6 +80,8 @@ impl Engine {
     /// (and to no other), each port's entry current, and the generation bumped when the plan
     /// or a command changed anything. Returns the generation the workers get.
     pub(super) fn fast_publish(&mut self, plan: &Plan, changed: bool) -> u32 {
+        // Bonds first: their members' entries and tables, their egress marked (decision 74).
+        self.bond_fast_sync();
         let Some(rt) = self.fast.as_mut() else {
             return 0;
         };

@@ -603,7 +603,10 @@ impl Engine {
 
     pub(super) fn publish_status(&mut self, id: u16) {
         let (bond, bond_drops) = match self.slots.get(id as usize) {
-            Some(Some(s)) => (self.bond_member_traffic(&s.name), self.bond_drops(&s.name)),
+            Some(Some(s)) => {
+                let name = s.name.clone();
+                (self.bond_member_traffic(&name), self.bond_drops(&name))
+            }
             _ => (Vec::new(), None),
         };
         if let Some(Some(slot)) = self.slots.get_mut(id as usize) {

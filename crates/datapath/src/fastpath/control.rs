@@ -31,7 +31,9 @@ struct Attached {
 /// The fast path while it runs.
 #[derive(Debug)]
 pub(crate) struct FastRt {
-    fp: FastPath,
+    pub(super) fp: FastPath,
+    /// The bonds the program serves (`super::bond`, decision 74).
+    pub(super) bonds: super::bond::Bonds,
     shared: Arc<FastShared>,
     /// The upcall veth (its other end is `upcall` with a `p` appended).
     upcall: String,
@@ -137,6 +139,7 @@ impl FastRt {
         }
         let mut rt = FastRt {
             fp,
+            bonds: Default::default(),
             shared,
             upcall,
             attached: HashMap::new(),
@@ -150,18 +153,18 @@ impl FastRt {
             rt.fp
                 .attach_sink(&rt.upcall)
                 .map_err(|e| format!("upcall device {}: {e}", rt.upcall))?;
-            let ifindex = sys::ifindex(&rt.upcall).map_err(|e| e.to_string())?;
-            let mut c = rt.fp.config().map_err(|e| e.to_string())?;
-            c.upcall_ifindex = ifindex;
             // The other end takes the copies of hits `trace live` asks for (`trace_device`).
             let trace = rt.trace_device();
             rt.fp
                 .attach_sink(&trace)
                 .map_err(|e| format!("trace device {trace}: {e}"))?;
+            let ifindex = sys::ifindex(&rt.upcall).map_err(|e| e.to_string())?;
+            let mut c = rt.fp.config().map_err(|e| e.to_string())?;
+            c.upcall_ifindex = ifindex;
+            c.trace_ifindex = sys::ifindex(&trace).map_err(|e| e.to_string())?;
             c.generation = 1;
             rt.fp.set_config(c).map_err(|e| e.to_string())?;
             rt.shared.generation.store(1, Ordering::Release);
-            c.trace_ifindex = sys::ifindex(&trace).map_err(|e| e.to_string())?;
             rt.fp
                 .lease(ifindex)
                 .map_err(|e| format!("the program's lease: {e}"))?;
@@ -203,9 +206,6 @@ impl FastRt {
         self.shared.clone()
     }
 
-    /// The upcall device's name.
-    pub(crate) fn upcall(&self) -> &str {
-        &self.upcall
     /// The device the program copies the hits of traced ports to (`crate::tracelive`): the
     /// upcall veth's other end.
     pub(crate) fn trace_device(&self) -> String {
@@ -227,6 +227,9 @@ impl FastRt {
         }
     }
 
+    /// The upcall device's name.
+    pub(crate) fn upcall(&self) -> &str {
+        &self.upcall
     }
 
     pub(crate) fn generation(&self) -> u32 {
@@ -252,6 +255,7 @@ impl FastRt {
         for id in ids {
             self.detach(id);
         }
+        self.keep_bonds(&Default::default());
         let _ = self.fp.detach(&self.upcall);
         let _ = sys::delete_link(&self.upcall);
     }
@@ -409,12 +413,12 @@ impl FastRt {
 
     /// Whether the program is attached to `dev`.
     pub(crate) fn serves(&self, dev: &str) -> bool {
-        self.attached.values().any(|a| a.dev == dev)
+        self.attached.values().any(|a| a.dev == dev) || self.bonds.serves(dev)
     }
 
     /// The ports the program is attached to.
     pub(crate) fn ports(&self) -> impl Iterator<Item = u16> + '_ {
-        self.attached.keys().copied()
+        self.attached.keys().copied().chain(self.bonds.ids())
     }
 
     /// The whole FDB map compared with the pipeline's FDB: entries it no longer has, or has on

@@ -33,7 +33,8 @@ pub struct Forwarded<'a> {
     /// `frames[i]`: the frame entering hop `i`, its first [`PREFIX`] bytes (or more);
     /// `frames[hops.len()]`: as it left the last.
     pub frames: &'a [&'a [u8]],
-    /// The egress interface (the last hop's output port's).
+    /// The egress interface (the last hop's output port's); a bond's:
+    /// [`super::bond::BOND_EGRESS`] (the program picks the member).
     pub out_ifindex: u32,
     /// The egress interface is a veth whose peer, in another namespace, has this address: a
     /// frame to it is redirected to the peer directly ([`qbridge_fastpath::ACT_PEER`]).
@@ -178,7 +179,10 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     let out_prefix = (input.len() as isize + delta).clamp(0, output.len() as isize) as usize;
     let out_tags = hops.last().map_or(0, |h| h.out_tags);
     let max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
+    // A bond: the program picks the member per frame by the pipeline's hash (decision 74).
+    let bond = f.out_ifindex == super::bond::BOND_EGRESS;
     let flags = match f.out_peer_mac {
+        _ if bond => qbridge_fastpath::ACT_BOND,
         _ if f.out_into_host => qbridge_fastpath::ACT_INGRESS,
         Some(m) if m == dst => qbridge_fastpath::ACT_PEER,
         _ => 0,
@@ -187,7 +191,7 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         in_extra_tpids: extra,
         input,
         output: &output[..out_prefix],
-        out_ifindex: f.out_ifindex,
+        out_ifindex: if bond { 0 } else { f.out_ifindex },
         hops: &hops,
         flags,
         generation: f.generation,

@@ -26,6 +26,7 @@
 //! worker forwarded under; the engine bumps the program's before a changed configuration
 //! reaches the workers, so a flow made under an older one is a miss from then on.
 
+pub(crate) mod bond;
 pub(crate) mod control;
 mod flow;
 mod install;

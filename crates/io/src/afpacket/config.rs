@@ -88,6 +88,11 @@ pub enum RxMode {
     /// tag, which is metadata, not a tag of the frame: [`PacketBuf::port`] gets the TCI and
     /// nothing is put back into the frame.
     Upcall,
+    /// Slow Protocols frames only (bound to `ETH_P_SLOW`, 0x8809): a bond member whose other
+    /// frames the eBPF fast path receives at TC ingress. A protocol's handler runs after TC
+    /// ingress, so the socket gets the LACPDUs and markers the program passes on, and nothing
+    /// it forwards or sends up. Its ring is one small block.
+    Slow,
 }
 
 /// A `PACKET_FANOUT` group: every socket of one port (one per worker) joins the same group,

@@ -1,0 +1,128 @@
+//! Bonds in the fast path (decision 74): the program on each member's interface, whose entry
+//! names the bond's port (its frames enter as the bond's) and whether the member collects, and
+//! the bond's transmit table in `qb_bonds`, from which the program picks the member of a flow
+//! to the bond by the pipeline's own hash. The engine (`engine/bond.rs`) hands these over
+//! whenever it publishes a table to the bond's queues and before every plan.
+
+use super::control::FastRt;
+use qbridge_fastpath::{Bond, Port};
+use qbridge_io::sys;
+use std::collections::{HashMap, HashSet};
+
+/// [`crate::shared::PortShared::fast_ifindex`] of a bond the program sends to: no interface
+/// of its own, the program picks a member's per frame (`qbridge_fastpath::ACT_BOND`).
+pub(crate) const BOND_EGRESS: u32 = u32::MAX;
+
+/// A member interface the program is attached to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    dev: String,
+    ifindex: u32,
+    port: Port,
+}
+
+/// The bonds the program serves, by port id.
+#[derive(Debug, Default)]
+pub(crate) struct Bonds {
+    bonds: HashMap<u16, (Vec<Member>, Option<Bond>)>,
+}
+
+impl Bonds {
+    /// The bonds' port ids (`show fast-path` lists them with the ports).
+    pub(crate) fn ids(&self) -> impl Iterator<Item = u16> + '_ {
+        self.bonds.keys().copied()
+    }
+
+    /// Whether `dev` is a member interface the program is attached to.
+    pub(crate) fn serves(&self, dev: &str) -> bool {
+        self.bonds
+            .values()
+            .any(|(m, _)| m.iter().any(|m| m.dev == dev))
+    }
+}
+
+impl FastRt {
+    /// Bond `id`'s members (interface, entry) and transmit table as the program must have
+    /// them: attaches to new members, detaches from those gone, writes what changed (nothing
+    /// when nothing did: the engine calls this often).
+    pub(crate) fn set_bond(&mut self, id: u16, members: Vec<(String, Port)>, table: Bond) {
+        let (mut have, written) = self.bonds.bonds.remove(&id).unwrap_or_default();
+        have.retain(|m| {
+            let keep = members.iter().any(|(dev, _)| *dev == m.dev);
+            if !keep {
+                self.detach_member(m);
+            }
+            keep
+        });
+        for (dev, port) in members {
+            if let Some(m) = have.iter_mut().find(|m| m.dev == dev) {
+                if m.port != port {
+                    if let Err(e) = self.fp.set_port(m.ifindex, port) {
+                        tracing::warn!("fast path: bond member {dev}: {e}");
+                    }
+                    m.port = port;
+                }
+                continue;
+            }
+            // An absent member: attached when the bond opens again with it.
+            let Ok(ifindex) = sys::ifindex(&dev) else {
+                continue;
+            };
+            if let Err(e) = self.fp.attach(&dev) {
+                tracing::warn!("fast path: cannot attach to bond member {dev}: {e}");
+                continue;
+            }
+            if let Err(e) = self.fp.set_port(ifindex, port) {
+                tracing::warn!("fast path: bond member {dev}: {e}");
+            }
+            have.push(Member { dev, ifindex, port });
+        }
+        let written = if written != Some(table) {
+            match self.fp.set_bond(u32::from(id), &table) {
+                Ok(()) => Some(table),
+                Err(e) => {
+                    tracing::warn!("fast path: bond of port {id}: {e}");
+                    None
+                }
+            }
+        } else {
+            written
+        };
+        self.bonds.bonds.insert(id, (have, written));
+    }
+
+    /// Forgets the bonds not in `keep` (deleted, closed, or no longer served).
+    pub(crate) fn keep_bonds(&mut self, keep: &HashSet<u16>) {
+        let gone: Vec<u16> = self
+            .bonds
+            .bonds
+            .keys()
+            .filter(|id| !keep.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            if let Some((members, _)) = self.bonds.bonds.remove(&id) {
+                for m in &members {
+                    self.detach_member(m);
+                }
+            }
+            if let Err(e) = self.fp.remove_bond(u32::from(id)) {
+                tracing::debug!("fast path: bond of port {id}: {e}");
+            }
+        }
+    }
+
+    /// Frames the program dropped on member `pos` of bond `id` while it did not collect.
+    pub(crate) fn bond_drops(&mut self, id: u16, pos: usize) -> u64 {
+        self.fp
+            .bond_drops(u32::from(id), pos as u32)
+            .unwrap_or_default()
+    }
+
+    fn detach_member(&mut self, m: &Member) {
+        let _ = self.fp.remove_port(m.ifindex);
+        if let Err(e) = self.fp.detach(&m.dev) {
+            tracing::debug!("fast path: detaching from {}: {e}", m.dev);
+        }
+    }
+}
