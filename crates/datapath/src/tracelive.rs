@@ -291,6 +291,40 @@ fn explain(s: &Session, p: &PacketBuf, now_ns: u64) -> Option<qbridge_bridge::Tr
     Some(t)
 }
 
+/// A hit's flow in words: its key, how long ago it was installed, the generation it serves.
+fn hit_flow(fast: &crate::fastpath::FastShared, index: u16, frame: &[u8]) -> String {
+    let generation = fast.generation.load(Relaxed);
+    let Some(key) = qbridge_fastpath::key_of(frame, u32::from(index), [0, 0]) else {
+        return format!(
+            "forwarded in the kernel from a cached flow, configuration generation {generation}"
+        );
+    };
+    let tags: Vec<String> = (0..usize::from(key.ntags).min(key.tpid_be.len()))
+        .map(|i| {
+            format!(
+                "{:04x} vid {}",
+                u16::from_be(key.tpid_be[i]),
+                u16::from_be(key.tci_be[i]) & 0x0fff
+            )
+        })
+        .collect();
+    let age = match fast.installed_ago(&key) {
+        Some(d) => format!("installed {:.1} s ago", d.as_secs_f64()),
+        None => "installed before this daemon kept install times".to_string(),
+    };
+    format!(
+        "its flow for {}, dst {}, ethertype {:#06x} ({age}, configuration generation \
+         {generation}) forwarded it in the kernel",
+        if tags.is_empty() {
+            "untagged frames".to_string()
+        } else {
+            format!("tags {}", tags.join(" / "))
+        },
+        qbridge_wire::MacAddr(key.dst),
+        u16::from_be(key.ethertype_be)
+    )
+}
+
 /// Why the program sent a frame up, as far as the frame itself tells (the program counts every
 /// miss by reason in `show fast-path`).
 fn miss_why(frame: &[u8]) -> &'static str {
@@ -337,7 +371,7 @@ impl HitReader {
         q.start().map_err(|e| format!("trace device {dev}: {e}"))?;
         let thread = std::thread::Builder::new()
             .name("qbridge-trace".into())
-            .spawn(move || read_hits(q, &live, epoch, &fast.generation))
+            .spawn(move || read_hits(q, &live, epoch, &fast))
             .map_err(|e| format!("cannot start the trace thread: {e}"))?;
         Ok(HitReader {
             thread: Some(thread),
@@ -362,7 +396,7 @@ fn read_hits(
     mut q: qbridge_io::afpacket::AfPacketPort,
     live: &TraceLive,
     epoch: std::time::Instant,
-    generation: &std::sync::atomic::AtomicU32,
+    fast: &crate::fastpath::FastShared,
 ) {
     use qbridge_io::Port;
     use qbridge_packet::{Batch, BufPool};
@@ -394,11 +428,7 @@ fn read_hits(
                 continue;
             }
             let id = p.port & 0x0fff;
-            let flow = format!(
-                "forwarded in the kernel from the flow the pipeline cached, configuration \
-                 generation {}",
-                generation.load(Relaxed)
-            );
+            let flow = hit_flow(fast, p.port, p.frame());
             live.tell_hit(id, p.frame(), now, &flow);
         }
         pool.put_all(&mut batch);

@@ -89,6 +89,7 @@ fn main() {
         fp.set_config(Config {
             generation: 1,
             upcall_ifindex: 0,
+            trace_ifindex: 0,
         })
         .unwrap();
         let w = fp.writer().unwrap();

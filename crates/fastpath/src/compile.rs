@@ -69,6 +69,28 @@ pub fn tags(frame: &[u8], extra: [u16; 2]) -> Result<(TagStack, u16, usize), Not
     Ok((stack, proto, 14 + stack.wire_len()))
 }
 
+/// The key the program looks `frame`, received on the port of index `in_port`, up by (`None`:
+/// a frame the program sends up before any lookup). `trace live` finds a hit's flow with it.
+pub fn key_of(frame: &[u8], in_port: u32, extra: [u16; 2]) -> Option<FlowKey> {
+    let (tags, proto, _) = tags(frame, extra).ok()?;
+    Some(key(in_port, frame, &tags, proto))
+}
+
+fn key(in_port: u32, frame: &[u8], tags: &TagStack, proto: u16) -> FlowKey {
+    let mut key = FlowKey {
+        in_port,
+        ntags: tags.len() as u8,
+        ethertype_be: proto.to_be(),
+        ..FlowKey::default()
+    };
+    key.dst.copy_from_slice(&frame[..6]);
+    for (i, t) in tags.as_slice().iter().enumerate() {
+        key.tpid_be[i] = t.tpid.0.to_be();
+        key.tci_be[i] = t.tci.0.to_be();
+    }
+    key
+}
+
 /// The flow of `d`, or why there is none.
 pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
     if d.input.len() < 14 || d.output.len() < 14 {
@@ -96,17 +118,7 @@ pub fn compile(d: &Decision<'_>) -> Result<(FlowKey, FlowAction), NotCached> {
     if (0..last).any(|i| hops[i].out_tags != hops[i + 1].in_tags) {
         return Err(NotCached::Rewrite);
     }
-    let mut key = FlowKey {
-        in_port: hops[0].in_port,
-        ntags: in_tags.len() as u8,
-        ethertype_be: proto.to_be(),
-        ..FlowKey::default()
-    };
-    key.dst.copy_from_slice(&d.input[..6]);
-    for (i, t) in in_tags.as_slice().iter().enumerate() {
-        key.tpid_be[i] = t.tpid.0.to_be();
-        key.tci_be[i] = t.tci.0.to_be();
-    }
+    let key = key(hops[0].in_port, d.input, &in_tags, proto);
     let mut action = FlowAction {
         generation: d.generation,
         out_ifindex: d.out_ifindex,

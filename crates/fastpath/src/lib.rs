@@ -13,7 +13,7 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use std::collections::BTreeMap;
 
-pub use compile::{compile, Decision, NotCached};
+pub use compile::{compile, key_of, Decision, NotCached};
 pub use maps::{
     Bond, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34, MAX_BONDS,
     PORT_BOND_MEMBER, PORT_COLLECTING, PORT_MEMBER_SHIFT,

@@ -298,6 +298,18 @@ fn trace_live_explains_the_next_frames_of_both_paths() {
         // With the flow cached, the program forwarded them: the trace says it was a hit.
         let want = if fast_on { "fast_hit" } else { "pipeline" };
         assert_eq!(f["path"], want, "{f}");
+        if fast_on {
+            // Which flow, and since when.
+            let fast = f["fast"].as_str().unwrap();
+            assert!(
+                fast.starts_with(&format!(
+                    "its flow for untagged frames, dst {}, ethertype 0x0800 (installed ",
+                    h2.mac
+                )),
+                "{fast}"
+            );
+            assert!(fast.contains(" s ago, configuration generation "), "{fast}");
+        }
     }
     let end = objs.last().unwrap();
     assert_eq!(end["object"], "trace_end", "{lines:#?}");

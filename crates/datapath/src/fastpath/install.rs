@@ -64,5 +64,6 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
         }
     }
     shared.installed.fetch_add(1, Ordering::Relaxed);
+    shared.note_installed(p.key);
     Ok(())
 }

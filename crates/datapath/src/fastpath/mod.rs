@@ -144,6 +144,10 @@ pub(crate) struct FastShared {
     pub upcall_ring_full: AtomicU64,
 }
 
+    /// When each flow was last installed, by key (`trace live` tells a hit's flow's age; at
+    /// most twice the program's table, then started afresh).
+    pub installed_at:
+        Mutex<std::collections::HashMap<qbridge_fastpath::FlowKey, std::time::Instant>>,
 impl FastShared {
     pub fn new(writer: MapWriter, mono_offset: u64) -> FastShared {
         FastShared {
@@ -159,9 +163,26 @@ impl FastShared {
             upcall_ring_full: AtomicU64::new(0),
         }
     }
+            installed_at: Mutex::new(std::collections::HashMap::new()),
 
     pub fn refuse(&self, r: Refusal) {
         self.refused[r as usize].fetch_add(1, Ordering::Relaxed);
+    /// Flow `key` was installed now.
+    pub fn note_installed(&self, key: qbridge_fastpath::FlowKey) {
+        let Ok(mut m) = self.installed_at.lock() else {
+            return;
+        };
+        if m.len() >= 2 * 65_536 {
+            m.clear();
+        }
+        m.insert(key, std::time::Instant::now());
+    }
+
+    /// How long ago flow `key` was installed, if this daemon remembers.
+    pub fn installed_ago(&self, key: &qbridge_fastpath::FlowKey) -> Option<std::time::Duration> {
+        self.installed_at.lock().ok()?.get(key).map(|t| t.elapsed())
+    }
+
     }
 
     /// Engine time (ns since its epoch, never 0) → the program's clock.
