@@ -105,6 +105,10 @@ const SHOW: &str =
            (a frame entering PORT walked through the running configuration, every
             decision explained, the frames that would leave each port, or the drop and
             its reason; nothing is sent or learned; -j: JSON)
+  trace live dev PORT [count N] [timeout SECONDS] [src MAC] [dst MAC] [vlan VID]...
+           [ethertype 0xHHHH | arp | ipv4 | ipv6] [tcp | udp] [port N]
+           (the next N frames PORT receives that match, each explained as it is forwarded,
+            fast-path hits included; a daemon's; ends after N frames or the timeout)
 ";
 
 const NOTES: &str = "\

@@ -73,7 +73,13 @@ fn keywords_and_their_values() {
 
 #[test]
 fn trace_completes_its_port_and_frame_words() {
-    assert_eq!(complete("qbridge trace ''"), "dev in_port");
+    assert_eq!(complete("qbridge trace ''"), "dev in_port live");
+    assert_eq!(
+        complete("qbridge trace live ''"),
+        "dev in_port count timeout src dst vlan ethertype arp ipv4 ipv6 tcp udp port"
+    );
+    assert_eq!(complete("qbridge trace live dev ''"), "br0 p1");
+    assert_eq!(complete("qbridge trace live dev p1 co"), "count");
     assert_eq!(complete("qbridge trace dev ''"), "br0 p1");
     assert_eq!(complete("qbridge trace dev p1 v"), "vlan");
     assert_eq!(
