@@ -269,14 +269,13 @@ struct {
 	__type(value, struct qb_bond);
 } qb_bonds SEC(".maps");
 
-/* Frames a member received while not collecting, dropped as the bond's queues drop them
- * (rx_not_collecting); key: bond port id << 4 | the member's position. */
+/* Each member's frames through the program; key: bond port id << 4 | the member's position. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, QB_MAX_PORTS * QB_BOND_MEMBERS);
 	__type(key, __u32);
-	__type(value, __u64);
-} qb_bond_drops SEC(".maps");
+	__type(value, struct qb_member_stats);
+} qb_member_stats SEC(".maps");
 
 /* qbridge_wire::Mixer with qbridge_lacp::flow_hash's seed: a multiply-xorshift word mix and
  * murmur3's finaliser, bit for bit. */
@@ -433,8 +432,14 @@ static __always_inline int bond_hash(struct __sk_buff *skb, const struct ethhdr 
 	const __u8 *m = eth->h_dest;
 	int i;
 
-	if (bond_parse(skb, off, key->ethertype_be, &l))
-		return -1;
+	/* layer2 of an untagged frame reads the same EtherType whether its headers parse or
+	 * not: no need to read them. */
+	if ((policy != QB_HASH_L2 && policy != QB_HASH_L2_VLAN) || act->push_n) {
+		if (bond_parse(skb, off, key->ethertype_be, &l))
+			return -1;
+	} else {
+		l.ok = 1;
+	}
 	if ((policy == QB_HASH_L34 || policy == QB_HASH_INNER_L34) && l.ok && l.ip) {
 		if (policy == QB_HASH_INNER_L34 && l.encap)
 			return -1;
@@ -468,18 +473,28 @@ static __always_inline int bond_hash(struct __sk_buff *skb, const struct ethhdr 
 	return 0;
 }
 
-/* The member of the flow's bond (its last hop's egress port) for this frame, or 0 (a miss). */
+/* The member of the flow's bond (its last hop's egress port) for this frame, or 0 (a miss);
+ * the frame (`len` bytes as it leaves) is counted on it. */
 static __always_inline __u32 bond_out(struct __sk_buff *skb, const struct ethhdr *eth,
 				      const struct qb_flow_key *key,
-				      const struct qb_flow_action *act, __u32 off)
+				      const struct qb_flow_action *act, __u32 off, __u32 len)
 {
 	__u32 id = act->hops[(act->n_hops - 1) & (QB_MAX_HOPS - 1)].out_port & QB_PORT_ID_MASK;
 	struct qb_bond *b = bpf_map_lookup_elem(&qb_bonds, &id);
-	__u32 hash;
+	struct qb_member_stats *ms;
+	__u32 hash, k, ifindex;
 
 	if (!b || bond_hash(skb, eth, key, act, off, b->policy, &hash))
 		return 0;
-	return b->member_ifindex[hash & (QB_BOND_BUCKETS - 1)];
+	hash &= QB_BOND_BUCKETS - 1;
+	ifindex = b->member_ifindex[hash];
+	k = id << 4 | (b->member_pos[hash] & 0xf);
+	ms = bpf_map_lookup_elem(&qb_member_stats, &k);
+	if (ms && ifindex) {
+		ms->tx_frames += 1;
+		ms->tx_bytes += len;
+	}
+	return ifindex;
 }
 
 /* A frame on a bond member's interface: -1 when it goes on as the bond's frame, else the TC
@@ -489,7 +504,7 @@ static __always_inline int bond_member_in(struct __sk_buff *skb, const struct qb
 					  const struct ethhdr *eth)
 {
 	__u32 k;
-	__u64 *n;
+	struct qb_member_stats *ms;
 
 	skb->cb[0] = 0;
 	skb->cb[1] = 0;
@@ -497,12 +512,18 @@ static __always_inline int bond_member_in(struct __sk_buff *skb, const struct qb
 	    eth->h_dest[0] == 0x01 && eth->h_dest[1] == 0x80 && eth->h_dest[2] == 0xc2 &&
 	    eth->h_dest[3] == 0 && eth->h_dest[4] == 0 && eth->h_dest[5] == 0x02)
 		return TC_ACT_OK;
-	if (port->flags & QB_PORT_COLLECTING)
-		return -1;
 	k = (port->index & QB_PORT_ID_MASK) << 4 | ((port->flags >> QB_PORT_MEMBER_SHIFT) & 0xf);
-	n = bpf_map_lookup_elem(&qb_bond_drops, &k);
-	if (n)
-		*n += 1;
+	ms = bpf_map_lookup_elem(&qb_member_stats, &k);
+	if (port->flags & QB_PORT_COLLECTING) {
+		/* The bond's frame from here (forwarded by the program or sent up). */
+		if (ms) {
+			ms->rx_frames += 1;
+			ms->rx_bytes += skb->len + (skb->vlan_present ? 4 : 0);
+		}
+		return -1;
+	}
+	if (ms)
+		ms->rx_not_collecting += 1;
 	return TC_ACT_SHOT;
 }
 
@@ -914,7 +935,8 @@ int qb_ingress(struct __sk_buff *skb)
 	 * packet's pointers). */
 	out_ifindex = act->out_ifindex;
 	if (act->flags & QB_ACT_BOND) {
-		out_ifindex = bond_out(skb, eth, &key, act, off);
+		out_ifindex = bond_out(skb, eth, &key, act, off,
+				       in_len - 4 * key.ntags + 4 * act->push_n);
 		if (!out_ifindex)
 			return miss(skb, QB_MISS_BOND, port);
 	}

@@ -194,7 +194,7 @@ struct qb_vlan_stats {
 #define QB_ACT_BOND 0x40
 /* The interface is a member of a bond: index is the bond's port index; frames that are not
  * Slow Protocols frames are the bond's only while the member collects (QB_PORT_COLLECTING),
- * else dropped (counted in qb_bond_drops). Slow Protocols frames (LACPDUs, markers) pass to
+ * else dropped (counted in qb_member_stats). Slow Protocols frames (LACPDUs, markers) pass to
  * the member's own socket (bound to ETH_P_SLOW, after TC ingress). The member's position in
  * its bond: flags bits 16-19. */
 #define QB_PORT_BOND_MEMBER 0x40
@@ -213,6 +213,13 @@ struct qb_bond {
 	__u32 policy;		/* enum qb_bond_hash */
 	__u32 pad;
 	__u32 member_ifindex[QB_BOND_BUCKETS];	/* by hash bucket; 0: no member */
+	__u8 member_pos[QB_BOND_BUCKETS];	/* that member's position (its counters) */
+};
+/* A member's traffic through the program (qb_member_stats, key: bond port id << 4 | the
+ * member's position), added to the bond's queues' own per-member counters. */
+struct qb_member_stats {
+	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;
+	__u64 rx_not_collecting;	/* dropped: received while the member did not collect */
 };
 
 /* VXLAN (decision 73). A flow whose egress port is a VXLAN port has QB_ACT_VXLAN: the program
@@ -256,6 +263,7 @@ _Static_assert(sizeof(struct qb_owner) == 24, "qb_owner: maps.rs Owner");
 _Static_assert(sizeof(struct qb_port_stats) == 96, "qb_port_stats: maps.rs PortStats");
 _Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanStats");
 _Static_assert(sizeof(struct qb_vxlan) == 40, "qb_vxlan: maps.rs Vxlan");
-_Static_assert(sizeof(struct qb_bond) == 8 + 4 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
+_Static_assert(sizeof(struct qb_bond) == 8 + 5 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
+_Static_assert(sizeof(struct qb_member_stats) == 40, "qb_member_stats: maps.rs MemberStats");
 
 #endif

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, key_of, Decision, NotCached};
 pub use maps::{
-    Bond, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34, MAX_BONDS,
+    Bond, MemberStats, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34, MAX_BONDS,
     PORT_BOND_MEMBER, PORT_COLLECTING, PORT_MEMBER_SHIFT,
 };
 pub use maps::{
@@ -267,11 +267,17 @@ impl FastPath {
         ignore_missing(self.hash::<u32, Bond>("qb_bonds")?.remove(&id), "qb_bonds")
     }
 
-    /// Frames the program dropped on the member at position `pos` of bond `id` while the
-    /// member did not collect (the bond's queues count those as `rx_not_collecting`).
-    pub fn bond_drops(&mut self, id: u32, pos: u32) -> Result<u64, Error> {
+    /// The frames the program received and sent on the member at position `pos` of bond
+    /// `id`, and dropped while it did not collect.
+    pub fn member_stats(&mut self, id: u32, pos: u32) -> Result<MemberStats, Error> {
         let k = (id & PORT_ID_MASK) << 4 | (pos & 0xf);
-        self.per_cpu_sum("qb_bond_drops", k, |s: &mut u64, v: &u64| *s += *v)
+        self.per_cpu_sum("qb_member_stats", k, |s: &mut MemberStats, v| {
+            s.rx_frames += v.rx_frames;
+            s.rx_bytes += v.rx_bytes;
+            s.tx_frames += v.tx_frames;
+            s.tx_bytes += v.tx_bytes;
+            s.rx_not_collecting += v.rx_not_collecting;
+        })
     }
 
     /// Forgets `ifindex`: its frames pass to the stack untouched.

@@ -108,7 +108,7 @@ pub const ACT_BOND: u8 = 0x40;
 pub const MAX_BONDS: u32 = 256;
 /// `QB_BOND_BUCKETS`: a bond's transmit table (`qbridge_lacp::BUCKETS`).
 pub const BOND_BUCKETS: usize = 256;
-/// `QB_BOND_MEMBERS`: member positions counted in `qb_bond_drops` per bond.
+/// `QB_BOND_MEMBERS`: member positions counted in `qb_member_stats` per bond.
 pub const BOND_MEMBERS: u32 = 16;
 
 /// `enum qb_bond_hash`: a bond's transmit hash policy, as the program knows it.
@@ -126,6 +126,8 @@ pub struct Bond {
     pub pad: u32,
     /// The member's interface by hash bucket (0: no member).
     pub member_ifindex: [u32; BOND_BUCKETS],
+    /// That member's position in the bond (its counters in `qb_member_stats`).
+    pub member_pos: [u8; BOND_BUCKETS],
 }
 
 impl Default for Bond {
@@ -134,8 +136,21 @@ impl Default for Bond {
             policy: HASH_L2,
             pad: 0,
             member_ifindex: [0; BOND_BUCKETS],
+            member_pos: [0; BOND_BUCKETS],
         }
     }
+}
+
+/// `struct qb_member_stats`: a bond member's frames through the program.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MemberStats {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Dropped: received while the member did not collect.
+    pub rx_not_collecting: u64,
 }
 
 /// `struct qb_port`.
@@ -370,7 +385,8 @@ const _: () = {
     assert!(std::mem::size_of::<Owner>() == 24);
     assert!(std::mem::size_of::<PortStats>() == 96);
     assert!(std::mem::size_of::<VlanStats>() == 32);
-    assert!(std::mem::size_of::<Bond>() == 8 + 4 * BOND_BUCKETS);
+    assert!(std::mem::size_of::<Bond>() == 8 + 5 * BOND_BUCKETS);
+    assert!(std::mem::size_of::<MemberStats>() == 40);
     assert!(std::mem::size_of::<Vxlan>() == 40);
 };
 
@@ -397,6 +413,8 @@ unsafe impl aya::Pod for PortStats {}
 unsafe impl aya::Pod for VlanStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Bond {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MemberStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Vxlan {}
 

@@ -252,14 +252,15 @@ impl Engine {
         &mut self,
         name: &str,
     ) -> Vec<qbridge_control::BondMemberTraffic> {
-        // What the fast path dropped of members that did not collect (decision 74).
+        // What the fast path received, sent and dropped on each member (decision 74): the
+        // members' counters hold the frames of both paths.
         let id = self.session.switch().port_id(name).ok();
-        let mut fast_drops = [0u64; crate::bond_port::MAX_MEMBERS];
-        if let (Some(fast), Some(id), Some(true)) =
+        let mut fast = [qbridge_fastpath::MemberStats::default(); crate::bond_port::MAX_MEMBERS];
+        if let (Some(rt), Some(id), Some(true)) =
             (self.fast.as_mut(), id, self.bonds.get(name).map(|b| b.fast))
         {
-            for (pos, d) in fast_drops.iter_mut().enumerate() {
-                *d = fast.bond_drops(id.0, pos);
+            for (pos, d) in fast.iter_mut().enumerate() {
+                *d = rt.member_stats(id.0, pos);
             }
         }
         let (Some(rt), Some(PortSpec::Bond(b))) =
@@ -271,20 +272,18 @@ impl Engine {
         b.members
             .iter()
             .zip(rt.shared.members.iter())
-            .zip(fast_drops)
-            .map(
-                |((m, t), fast_dropped)| qbridge_control::BondMemberTraffic {
-                    name: m.name.clone(),
-                    rx_frames: get(&t.rx_frames),
-                    rx_bytes: get(&t.rx_bytes),
-                    tx_frames: get(&t.tx_frames),
-                    tx_bytes: get(&t.tx_bytes),
-                    rx_not_collecting: get(&t.rx_not_collecting) + fast_dropped,
-                    rx_pdus: get(&t.rx_pdus),
-                    tx_pdus: get(&t.tx_pdus),
-                    errors: get(&t.errors),
-                },
-            )
+            .zip(fast)
+            .map(|((m, t), f)| qbridge_control::BondMemberTraffic {
+                name: m.name.clone(),
+                rx_frames: get(&t.rx_frames) + f.rx_frames,
+                rx_bytes: get(&t.rx_bytes) + f.rx_bytes,
+                tx_frames: get(&t.tx_frames) + f.tx_frames,
+                tx_bytes: get(&t.tx_bytes) + f.tx_bytes,
+                rx_not_collecting: get(&t.rx_not_collecting) + f.rx_not_collecting,
+                rx_pdus: get(&t.rx_pdus),
+                tx_pdus: get(&t.tx_pdus),
+                errors: get(&t.errors),
+            })
             .collect()
     }
 
@@ -531,19 +530,20 @@ impl Engine {
                 },
                 ..qbridge_fastpath::Bond::default()
             };
-            for (t, m) in table
-                .member_ifindex
-                .iter_mut()
-                .zip(engine.tx_table().buckets())
-            {
-                *t = m
-                    .and_then(|m| {
-                        spec.members
-                            .iter()
-                            .position(|x| u32::from(x.port_number) == m.0)
-                    })
-                    .and_then(|p| b.ends.get(p))
-                    .map_or(0, |e| e.1);
+            for (i, m) in engine.tx_table().buckets().iter().enumerate() {
+                let pos = m.and_then(|m| {
+                    spec.members
+                        .iter()
+                        .position(|x| u32::from(x.port_number) == m.0)
+                });
+                if let Some((p, e)) = pos.and_then(|p| Some((p, b.ends.get(p)?))) {
+                    if let (Some(t), Some(q)) =
+                        (table.member_ifindex.get_mut(i), table.member_pos.get_mut(i))
+                    {
+                        *t = e.1;
+                        *q = p as u8;
+                    }
+                }
             }
             rt.set_bond(id.0, members, table);
         }

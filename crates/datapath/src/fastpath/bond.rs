@@ -112,10 +112,10 @@ impl FastRt {
         }
     }
 
-    /// Frames the program dropped on member `pos` of bond `id` while it did not collect.
-    pub(crate) fn bond_drops(&mut self, id: u16, pos: usize) -> u64 {
+    /// Member `pos` of bond `id`'s frames through the program.
+    pub(crate) fn member_stats(&mut self, id: u16, pos: usize) -> qbridge_fastpath::MemberStats {
         self.fp
-            .bond_drops(u32::from(id), pos as u32)
+            .member_stats(u32::from(id), pos as u32)
             .unwrap_or_default()
     }
 
