@@ -656,3 +656,54 @@ fn slots_follow_every_fdb_change() {
     versions.sort();
     assert_eq!(versions, vec![1, 1, 7, 7]);
 }
+
+/// A locked port's hop (`HOP_SRC`, decision 75): a hit needs the source's entry on the
+/// ingress port (missing or on another port: up, `source`), and the program leaves its
+/// last-seen time alone unless the port also learns (`HOP_LEARNING`).
+#[test]
+fn a_locked_hop_checks_its_source_and_refreshes_it_only_when_learning() {
+    let Some((mut fp, fa, fc, _)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let flow = |fp: &mut FastPath, flags: u8| {
+        let mut a = action(gen, (1, 0), fc, 2, 10, &[]);
+        a.hops[0].flags = flags;
+        fp.insert_flow(key(1, B, &[]), a).unwrap();
+    };
+    flow(&mut fp, HOP_SRC);
+    learn(&mut fp, 10, B, 2, 7); // the version `action` expects
+    let a_key = FdbKey {
+        fid: 10,
+        mac: A,
+        ..FdbKey::default()
+    };
+    let seen = |fp: &mut FastPath| fp.fdb(&a_key).unwrap().map(|e| e.last_seen_ns);
+    let access = frame(B, A, &[], 60);
+    // No entry for the source: up.
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Src));
+    // On another port: up.
+    learn(&mut fp, 10, A, 3, 1);
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Src));
+    // On the ingress port: forwarded, its last-seen time untouched (the port does not learn).
+    learn(&mut fp, 10, A, 1, 1);
+    for _ in 0..2 {
+        let r = fp.test_run(&access, fa, None).unwrap();
+        assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+        assert_eq!(r.frame, access);
+    }
+    assert_eq!(seen(&mut fp), Some(0));
+    // A locked port that learns: refreshed.
+    flow(&mut fp, HOP_SRC | HOP_LEARNING);
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    assert!(seen(&mut fp).is_some_and(|t| t > 0));
+    // The entry gone (`fdb del`): up again.
+    fp.remove_fdb(&a_key).unwrap();
+    let r = fp.test_run(&access, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Src));
+}
