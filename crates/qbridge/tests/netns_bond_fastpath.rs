@@ -104,6 +104,16 @@ fn counter(ns: &str, dev: &str, what: &str) -> u64 {
     .unwrap_or(0)
 }
 
+/// Frames qbridge sent on bond member `member` (`link show -j`: the program's and the
+/// pipeline's).
+fn member_tx_frames(ctl: &support::Ctl, member: &str) -> u64 {
+    let v = ctl.json(&["link", "show", "dev", "bo"]).unwrap_or_default();
+    v[0]["runtime"]["bond_members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == member))
+        .map_or(0, |m| u(&m["tx_frames"]))
+}
+
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
@@ -171,6 +181,15 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
             "{name}: the program forwarded little: {f}"
         );
     }
+    // qbridge's member counters hold the program's frames: each member's count is at least
+    // the kernel's (which also has the LACPDUs), and they sum to what the bond carried.
+    let own = member_tx_frames(&c1, "m1") + member_tx_frames(&c1, "m2");
+    let kernel = counter(&q1, "m1", "tx_packets") + counter(&q1, "m2", "tx_packets");
+    assert!(
+        own > 1000 && own <= kernel,
+        "q1's member counters: {own} frames, the kernel's {kernel}\n{}",
+        context(&lab)
+    );
     let m = |ns: &str, d: &str| counter(ns, d, "tx_bytes");
     eprintln!(
         "members' transmit bytes after 4 streams: q1 m1 {} m2 {}, q2 n1 {} n2 {}",
@@ -190,7 +209,16 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
         members(&c1).iter().any(|(n, c, d)| n == "m1" && !*c && !*d)
     });
     let known_after = pulled.elapsed();
+    // From the moment the daemon says m1 is out, not one frame more is sent on it, by the
+    // program or the pipeline (LACPDUs are counted apart).
+    let m1_sent = member_tx_frames(&c1, "m1");
     let total = join_all(hs, "streams across the pull", &|| context(&lab));
+    assert_eq!(
+        member_tx_frames(&c1, "m1"),
+        m1_sent,
+        "frames sent on m1 after q1 took it out\n{}",
+        context(&lab)
+    );
     assert_eq!(total, 4 * (48 << 20));
     assert_eq!(
         running, 4,
