@@ -58,6 +58,8 @@ pub use settings::{
     Role, StpState, VlanProtocol, MAX_MIRRORS,
 };
 pub use tagmap::TagMap;
-pub use trace::{OutputKind, Trace, TraceDrop, TraceFrame, TraceOutput, TraceStep, Verdict};
+pub use trace::{
+    AfterPlan, OutputKind, Trace, TraceDrop, TraceFrame, TraceOutput, TraceStep, Verdict,
+};
 pub use vlanmode::{PvlanRole, VidList, Violation, VlanMode, VlanModeKind};
 pub use vlanset::VlanSet;

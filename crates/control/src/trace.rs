@@ -16,7 +16,7 @@ use std::fmt::Write;
 pub fn execute(
     sw: &Switch,
     spec: &TraceSpec,
-    fast: Option<&FastPathStatus>,
+    fast: Option<&dyn FastStage>,
     details: &crate::trace_details::PortDetails,
     out: OutputOptions,
 ) -> Result<String, ControlError> {
@@ -28,7 +28,7 @@ pub fn execute(
     let mut t = sw.trace(port, &frame)?;
     details.add_steps(&mut t);
     if let Some(f) = fast {
-        add_fast_stage(&mut t, f);
+        add_fast_stage(&mut t, &frame, f);
     }
     Ok(if out.json {
         let mut s = if out.pretty {
@@ -44,9 +44,24 @@ pub fn execute(
     })
 }
 
-/// Adds the `fast` stage: what the eBPF fast path does with frames like the traced one.
-pub fn add_fast_stage(t: &mut Trace, f: &FastPathStatus) {
-    let text = fast_stage(t, f);
+/// What a daemon's eBPF fast path would do with a traced frame: the `fast` stage's text. The
+/// daemon's engine runs the flow install's own checks on the trace (`flow_for`); the fast
+/// path's state alone ([`FastPathStatus`]) tells what the outputs do.
+pub trait FastStage: std::fmt::Debug + Send + Sync {
+    /// The stage for `t`, the trace of `input` (the frame as received).
+    fn stage(&self, t: &Trace, input: &[u8]) -> String;
+}
+
+impl FastStage for FastPathStatus {
+    fn stage(&self, t: &Trace, _input: &[u8]) -> String {
+        fast_stage(t, self)
+    }
+}
+
+/// Adds the `fast` stage: what the eBPF fast path does with frames like the traced one
+/// (`input`, as received).
+pub fn add_fast_stage(t: &mut Trace, input: &[u8], f: &dyn FastStage) {
+    let text = f.stage(t, input);
     t.steps.push(TraceStep {
         stage: "fast",
         text,
@@ -57,7 +72,7 @@ pub fn add_fast_stage(t: &mut Trace, f: &FastPathStatus) {
 /// made of a frame the pipeline forwarded alone to one port, both ports served by the program;
 /// the flow's own checks (the FDB, the tag rewrite) are the worker's when it installs it, and
 /// their refusals are counted by `show fast-path`.
-fn fast_stage(t: &Trace, f: &FastPathStatus) -> String {
+pub fn fast_stage(t: &Trace, f: &FastPathStatus) -> String {
     if f.state != "on" {
         return match &f.reason {
             Some(r) => format!("the fast path is off ({r}): every frame takes the pipeline"),

@@ -510,6 +510,9 @@ impl Engine {
         if reads_fast {
             let st = self.fast_status(true);
             self.session.set_fast_path(st);
+            if let Some(o) = self.fast_oracle() {
+                self.session.set_fast_stage(o);
+            }
         }
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);

@@ -19,7 +19,7 @@
 //! traced frame, which the count bounds.
 
 use qbridge_bridge::{Forwarder, Switch};
-use qbridge_control::status::FastPathStatus;
+use qbridge_control::trace::FastStage;
 use qbridge_control::trace::{render_live, render_live_end, LiveFrame, LivePath};
 use qbridge_control::trace_details::PortDetails;
 use qbridge_control::{OutputOptions, TraceLiveSpec};
@@ -46,9 +46,9 @@ struct Session {
     /// The configuration, sharing the switch's FDB ([`Switch::share_fdb`]); the engine
     /// replaces it after every change.
     switch: Arc<Mutex<Switch>>,
-    /// The fast path's state when the session started, or after the last change (`None`: no
-    /// fast path in this daemon).
-    fast: Option<FastPathStatus>,
+    /// The `fast` stage as of the session's start or the last change (`None`: no fast path in
+    /// this daemon).
+    fast: Option<Arc<dyn FastStage>>,
     /// The program serves the port (hits come through the trace device).
     served: bool,
     /// The VXLAN ports and bonds, for the `vxlan` and `bond` stages.
@@ -74,6 +74,8 @@ pub(crate) struct TraceLive {
     active: AtomicBool,
     sessions: Mutex<Vec<Session>>,
     next_id: std::sync::atomic::AtomicU64,
+    /// A session on a port the program serves ended: the engine clears the port's flag.
+    served_ended: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,7 +100,7 @@ impl TraceLive {
         tx: SyncSender<String>,
         now_ns: u64,
         switch: Switch,
-        fast: Option<FastPathStatus>,
+        fast: Option<Arc<dyn FastStage>>,
         served: bool,
         details: PortDetails,
     ) {
@@ -126,13 +128,13 @@ impl TraceLive {
     pub(crate) fn refresh(
         &self,
         switch: &Switch,
-        fast: Option<&FastPathStatus>,
+        fast: Option<Arc<dyn FastStage>>,
         details: &PortDetails,
     ) {
         let mut s = lock(&self.sessions);
         for x in s.iter_mut() {
             *lock(&x.switch) = switch.share_fdb();
-            x.fast = fast.cloned();
+            x.fast = fast.clone();
             x.details = details.clone();
         }
     }
@@ -232,20 +234,20 @@ impl TraceLive {
     }
 
     /// Once a second from the control thread: ends the sessions whose time is up and lets go
-    /// of those whose client is gone. True when the traced ports changed.
+    /// of those whose client is gone. True when a session on a served port ended since the
+    /// last tick (the traced ports changed).
     pub(crate) fn tick(&self, now_ns: u64) -> bool {
         let mut ss = lock(&self.sessions);
-        if ss.is_empty() {
-            return false;
+        if !ss.is_empty() {
+            self.finish(&mut ss, Some(now_ns));
         }
-        let before = ss.len();
-        self.finish(&mut ss, Some(now_ns));
-        before != ss.len()
+        self.served_ended.swap(false, Relaxed)
     }
 
     /// Ends the sessions that told every frame (or, with `now_ns`, whose timeout passed, or
     /// whose client left).
     fn finish(&self, ss: &mut Vec<Session>, now_ns: Option<u64>) {
+        let before = ss.iter().filter(|s| s.served).count();
         ss.retain_mut(|s| {
             let timed_out = now_ns.is_some_and(|now| {
                 now.saturating_sub(s.started_ns) >= u64::from(s.spec.timeout_s) * 1_000_000_000
@@ -276,6 +278,9 @@ impl TraceLive {
                     Err(TrySendError::Disconnected(_))
                 )
         });
+        if ss.iter().filter(|s| s.served).count() != before {
+            self.served_ended.store(true, Relaxed);
+        }
         self.active.store(!ss.is_empty(), Relaxed);
     }
 }
@@ -286,7 +291,7 @@ fn explain(s: &Session, p: &PacketBuf, now_ns: u64) -> Option<qbridge_bridge::Tr
     let mut t = sw.trace_packet(p).ok()?;
     s.details.add_steps(&mut t);
     if let Some(f) = &s.fast {
-        qbridge_control::trace::add_fast_stage(&mut t, f);
+        qbridge_control::trace::add_fast_stage(&mut t, p.frame(), &**f);
     }
     Some(t)
 }
@@ -348,10 +353,11 @@ fn send(s: &mut Session, line: String) {
 
 /// The control thread's reader of the trace device: the copies of the hits the program made
 /// for traced ports, explained as hits. Runs on its own thread while sessions watch ports
-/// the program serves; ends when none is left.
+/// the program serves; the engine stops it when none is left (dropping it does).
 #[derive(Debug)]
 pub(crate) struct HitReader {
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: std::thread::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
 }
 
 impl HitReader {
@@ -369,26 +375,25 @@ impl HitReader {
         cfg.rx = RxMode::Upcall;
         let mut q = AfPacketPort::open(cfg).map_err(|e| format!("trace device {dev}: {e}"))?;
         q.start().map_err(|e| format!("trace device {dev}: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("qbridge-trace".into())
-            .spawn(move || read_hits(q, &live, epoch, &fast))
+            .spawn(move || read_hits(q, &live, epoch, &fast, &flag))
             .map_err(|e| format!("cannot start the trace thread: {e}"))?;
-        Ok(HitReader {
-            thread: Some(thread),
-        })
+        Ok(HitReader { thread, stop })
     }
 
-    /// Whether the thread still runs (it ends once no session is left).
+    /// Whether the thread still runs.
     pub(crate) fn running(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        !self.thread.is_finished()
     }
 }
 
 impl Drop for HitReader {
+    /// The thread ends within its poll interval (not waited for: it holds only shared state).
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.stop.store(true, Relaxed);
     }
 }
 
@@ -397,12 +402,13 @@ fn read_hits(
     live: &TraceLive,
     epoch: std::time::Instant,
     fast: &crate::fastpath::FastShared,
+    stop: &AtomicBool,
 ) {
     use qbridge_io::Port;
     use qbridge_packet::{Batch, BufPool};
     let mut pool = BufPool::new(256);
     let mut batch = Batch::with_capacity(64);
-    while live.active() {
+    while !stop.load(Relaxed) {
         let ready = q.fd().map(|fd| {
             let mut fds = [rustix::event::PollFd::new(
                 &fd,

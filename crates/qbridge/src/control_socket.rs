@@ -574,6 +574,15 @@ impl Server {
                     while let Ok(more) = events.try_recv() {
                         text.push_str(&more);
                     }
+                    // Only the engine's probes (empty lines, once a second): they write
+                    // nothing, so a client that left is found here, not by a write error
+                    // (a timeout may never come while probes arrive).
+                    if text.is_empty() {
+                        if peer_closed(stream) {
+                            return Ok(());
+                        }
+                        continue;
+                    }
                     w.write_all(text.as_bytes())?;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {

@@ -337,6 +337,52 @@ fn trace_live_explains_the_next_frames_of_both_paths() {
 
     // Nothing matches: the trace ends at its timeout and says so.
     let lines = run_to_end(
+    if fast_on {
+        // A client that leaves mid-trace: its session ends within a second or two, and the
+        // program stops copying the port's hits to the daemon (the trace device's receive
+        // count stays put while the flow keeps hitting).
+        let dev = support::links_named_from(&sw, "qbfp")
+            .into_iter()
+            .find(|n| n.ends_with('p'))
+            .expect("the daemon's trace device");
+        // Echo requests seen on the trace device by tcpdump while `during` runs.
+        let seen = |during: &dyn Fn()| -> usize {
+            let mut td = Command::new("ip")
+                .args([
+                    "netns", "exec", &sw, "tcpdump", "-nn", "-l", "-p", "-i", &dev,
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("tcpdump (scripts/test.sh installs it)");
+            std::thread::sleep(Duration::from_millis(800));
+            during();
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = td.kill();
+            let out = td.wait_with_output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("ICMP echo request"))
+                .count()
+        };
+        let w = Watch::start(
+            &ctl,
+            &["trace", "live", "dev", "p1", "count", "1000", "ipv4"],
+        );
+        std::thread::sleep(Duration::from_millis(400));
+        let during = seen(&|| {
+            assert_ping(&h1, &h2, 3);
+        });
+        assert!(w.wait(10, |l| l.contains("a fast-path hit")).is_some());
+        assert!(during >= 3, "{during} copies seen while tracing");
+        drop(w);
+        std::thread::sleep(Duration::from_millis(2500));
+        let after = seen(&|| {
+            assert_ping(&h1, &h2, 3);
+        });
+        assert_eq!(after, 0, "hits still copied after the client left");
+    }
+
         &ctl,
         &[
             "trace",

@@ -127,7 +127,27 @@ pub struct Trace {
     pub mirror_files: Vec<TraceSinkCopy>,
     /// The explanation's own prediction agreed with the pipeline (false: see the `note` step).
     pub explained: bool,
+    /// What classification made of the frame, as the fast path's flow install reads it
+    /// (`None`: dropped before).
+    #[serde(skip)]
+    pub class: Option<crate::plan::fast::FastClass>,
+    /// The sandbox's plan after the frame: its FDB as the frame's own learning left it, what a
+    /// worker's flow install reads once it forwarded the frame.
+    #[serde(skip)]
+    pub after: Option<AfterPlan>,
 }
+
+/// [`Trace::after`]: auxiliary, not part of the answer (equal to any other).
+#[derive(Debug, Clone)]
+pub struct AfterPlan(pub std::sync::Arc<crate::plan::Plan>);
+
+impl PartialEq for AfterPlan {
+    fn eq(&self, _: &AfterPlan) -> bool {
+        true
+    }
+}
+
+impl Eq for AfterPlan {}
 
 /// What one sandbox run did.
 struct Run {
@@ -201,7 +221,8 @@ impl Switch {
         } else {
             None
         };
-        let run = run(full, pkt, now);
+        let mut run = run(full, pkt, now);
+        let after = AfterPlan(run.after.plan());
         let forwarded = match plain {
             Some(s) => run_outputs(s, pkt, now),
             None => run.outputs.clone(),
@@ -287,6 +308,8 @@ impl Switch {
                 })
                 .collect(),
             explained: true,
+            class: run.class,
+            after: Some(after),
         };
         explain::explain(self, pkt, now, &run, &forwarded, &mut trace);
         if let (Some(v), Some(c)) = (trace.vlan, run.class) {

@@ -48,6 +48,9 @@ pub struct Session {
     vxlan_flushes: BTreeMap<String, u64>,
     /// What the daemon's engine last said of the eBPF fast path (`show fast-path`).
     fast_path: Option<crate::status::FastPathStatus>,
+    /// The daemon's engine's `fast` stage for `trace` (the install's checks run on the
+    /// traced frame); without it, `fast_path` alone says what the outputs do.
+    fast_stage: Option<std::sync::Arc<dyn crate::trace::FastStage>>,
 }
 
 impl Session {
@@ -87,6 +90,11 @@ impl Session {
     /// Records the eBPF fast path's state for `show fast-path` (the daemon's engine).
     pub fn set_fast_path(&mut self, status: crate::status::FastPathStatus) {
         self.fast_path = Some(status);
+    }
+
+    /// The `fast` stage `trace` runs (the daemon's engine, with the fast path's state).
+    pub fn set_fast_stage(&mut self, stage: std::sync::Arc<dyn crate::trace::FastStage>) {
+        self.fast_stage = Some(stage);
     }
 
     /// What the runtime recorded for port `name`, if it did.
@@ -168,10 +176,15 @@ impl Session {
             Command::Stp(c) => self.stp_command(c, out),
             Command::Vni(c) => return self.vni_command(c, out),
             Command::Trace(spec) => {
+                let fast = match (&self.fast_stage, &self.fast_path) {
+                    (Some(f), _) => Some(&**f),
+                    (None, Some(st)) => Some(st as &dyn crate::trace::FastStage),
+                    (None, None) => None,
+                };
                 return crate::trace::execute(
                     &self.switch,
                     spec,
-                    self.fast_path.as_ref(),
+                    fast,
                     &self.port_details(),
                     out,
                 )

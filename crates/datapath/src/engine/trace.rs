@@ -4,6 +4,7 @@
 
 use super::Engine;
 use crate::tracelive::HitReader;
+use qbridge_control::trace::FastStage;
 use qbridge_control::{OutputOptions, TraceLiveSpec};
 use std::sync::mpsc::SyncSender;
 
@@ -23,7 +24,7 @@ impl Engine {
             .fast
             .as_ref()
             .is_some_and(|f| f.ports().any(|p| p == port.0));
-        let fast = self.fast.is_some().then(|| self.fast_status(false));
+        let fast = self.fast_oracle();
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);
         let shared = self.session.switch().share_fdb();
@@ -42,10 +43,9 @@ impl Engine {
         if !self.trace.active() {
             return;
         }
-        let fast = self.fast.is_some().then(|| self.fast_status(false));
+        let fast = self.fast_oracle();
         let details = self.session.port_details();
-        self.trace
-            .refresh(self.session.switch(), fast.as_ref(), &details);
+        self.trace.refresh(self.session.switch(), fast, &details);
     }
 
     /// The program copies the hits of the served ports some session watches, and the trace
@@ -57,16 +57,13 @@ impl Engine {
         };
         rt.set_traced(&ports);
         if ports.is_empty() {
-            // The reader ends by itself once no session is left.
-            if self.hit_reader.as_ref().is_some_and(|r| !r.running()) {
-                self.hit_reader = None;
-            }
+            // Stops the reader.
+            self.hit_reader = None;
             return;
         }
         if self.hit_reader.as_ref().is_some_and(HitReader::running) {
             return;
         }
-        self.hit_reader = None;
         match HitReader::start(
             &rt.trace_device(),
             self.trace.clone(),
@@ -76,5 +73,13 @@ impl Engine {
             Ok(r) => self.hit_reader = Some(r),
             Err(e) => tracing::warn!("trace live: {e}; fast-path hits are not shown"),
         }
+    }
+}
+
+impl Engine {
+    /// The `fast` stage of traces made now (`None`: no fast path in this daemon).
+    pub(super) fn fast_oracle(&mut self) -> Option<std::sync::Arc<dyn FastStage>> {
+        self.fast.as_ref()?;
+        Some(std::sync::Arc::new(self.fast_status(false)))
     }
 }
