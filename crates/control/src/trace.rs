@@ -389,11 +389,17 @@ pub struct LiveFrame<'a> {
     /// For a frame the pipeline forwarded: the drop reason it counted for the frame (`None`:
     /// not dropped). `None` for a fast-path hit.
     pub dropped: Option<qbridge_bridge::DropReason>,
+    /// The pipeline told what it did with this frame (false: a switch with stacked devices,
+    /// whose frames are counted, not followed one by one; `dropped` says nothing then).
+    pub followed: bool,
 }
 
 impl LiveFrame<'_> {
     /// Whether what the pipeline did agrees with the trace (a hit forwarded as its flow says).
     pub fn agrees(&self) -> bool {
+        if !self.followed || matches!(self.path, LivePath::Hit(_)) {
+            return true;
+        }
         match self.dropped {
             Some(r) => self.trace.drops.iter().any(|d| d.reason == r),
             None => self.trace.verdict != Verdict::Dropped,
@@ -411,6 +417,12 @@ pub fn render_live(f: &LiveFrame<'_>, out: OutputOptions) -> String {
     };
     let happened = match (&f.path, f.dropped) {
         (LivePath::Hit(_), _) => "forwarded by the fast path's flow".to_string(),
+        _ if !f.followed => "not followed frame by frame (a switch with stacked devices: its \
+                             frames are counted, and the trace above is exact)"
+            .to_string(),
+        (_, Some(r)) if f.trace.verdict == Verdict::Flooded => {
+            format!("flooded; the last copy dropped: {}", r.name())
+        }
         (_, Some(r)) => format!("dropped: {}", r.name()),
         (_, None) if f.trace.verdict == Verdict::Dropped => "not dropped".to_string(),
         (_, None) => match f.trace.verdict {
@@ -641,5 +653,71 @@ mod tests {
             .matches(&f[..n], 0x8100);
         }
         assert!(!all.matches(&f[..13], 0x8100));
+    }
+
+    #[test]
+    fn a_live_frame_tells_what_happened_and_whether_it_agrees() {
+        use qbridge_bridge::DropReason;
+        let mut sess = crate::Session::new();
+        sess.execute_batch(
+            "link add br0 type bridge\nlink add p1 type pcap\nlink add p2 type pcap\n\
+             link set dev p1 master br0\nlink set dev p2 master br0\n",
+            OutputOptions::default(),
+        )
+        .unwrap();
+        let sw = sess.switch();
+        let frame = [
+            0xffu8, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb5,
+        ]
+        .iter()
+        .copied()
+        .chain([0u8; 46])
+        .collect::<Vec<u8>>();
+        let t = sw.trace(sw.port_id("p1").unwrap(), &frame).unwrap();
+        assert_eq!(t.verdict, Verdict::Flooded);
+        let f = |path: LivePath, dropped: Option<DropReason>, followed: bool| LiveFrame {
+            index: 1,
+            count: 2,
+            after_ns: 1_500_000_000,
+            path,
+            trace: &t,
+            dropped,
+            followed,
+        };
+        let text = |lf: &LiveFrame<'_>| render_live(lf, OutputOptions::default());
+        let a = f(LivePath::Pipeline, None, true);
+        assert!(a.agrees());
+        let s = text(&a);
+        assert!(
+            s.starts_with("frame 1/2 on p1, 1.500 s after the start: received by the pipeline"),
+            "{s}"
+        );
+        assert!(s.contains("happened: flooded\n"), "{s}");
+        // The pipeline dropped it whole where the trace flooded: told as a disagreement.
+        let b = f(LivePath::Pipeline, Some(DropReason::NoDestination), true);
+        assert!(!b.agrees());
+        assert!(text(&b).contains("it differs"), "{}", text(&b));
+        // A switch with stacked devices does not follow frames: nothing to disagree with.
+        let c = f(LivePath::Pipeline, None, false);
+        assert!(c.agrees());
+        assert!(text(&c).contains("happened: not followed frame by frame"));
+        let d = f(LivePath::Hit("its flow".into()), None, true);
+        assert!(text(&d).contains("a fast-path hit (its flow)"));
+        let j: serde_json::Value = serde_json::from_str(&render_live(
+            &d,
+            OutputOptions {
+                json: true,
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(j["path"], "fast_hit");
+        assert_eq!(j["fast"], "its flow");
+        assert_eq!(j["agrees"], true);
+        assert_eq!(j["trace"]["verdict"], "flooded");
+        assert_eq!(
+            render_live_end(1, 2, Some(5), OutputOptions::default()),
+            "trace live: 1 of 2 frames in 5 s (timeout)\n"
+        );
     }
 }

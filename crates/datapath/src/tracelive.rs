@@ -199,6 +199,7 @@ impl TraceLive {
                 path,
                 trace: &c.trace,
                 dropped: core.dropped(c.frame),
+                followed: core.tells_frames(),
             };
             send(s, render_live(&f, s.out));
         }
@@ -226,6 +227,7 @@ impl TraceLive {
                 path: LivePath::Hit(flow.to_string()),
                 trace: &trace,
                 dropped: None,
+                followed: true,
             };
             let line = render_live(&f, s.out);
             send(s, line);

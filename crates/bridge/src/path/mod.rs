@@ -214,6 +214,16 @@ impl Forwarder {
     /// plan has stacked devices (whose frames are counted, not told one by one). What the drop
     /// watch reports; the reason is written only where a frame is dropped.
     pub fn dropped(&self, i: usize) -> Option<crate::DropReason> {
+        self.told(i)
+    }
+
+    /// Whether [`Forwarder::dropped`] tells each frame of the last call (false: the plan has
+    /// stacked devices).
+    pub fn tells_frames(&self) -> bool {
+        self.meta_is_rx
+    }
+
+    fn told(&self, i: usize) -> Option<crate::DropReason> {
         if !self.meta_is_rx {
             return None;
         }
