@@ -315,28 +315,6 @@ fn trace_live_explains_the_next_frames_of_both_paths() {
     assert_eq!(end["object"], "trace_end", "{lines:#?}");
     assert_eq!(end["traced"], 3);
 
-    // h3's ARP requests, dropped by the pipeline: the text names what happened.
-    let lines = run_to_end(
-        &ctl,
-        &[
-            "trace", "live", "dev", "p3", "count", "1", "timeout", "20", "arp",
-        ],
-        25,
-        || assert_eq!(ping(&h3, &h1.ip, 1).received, 0),
-    );
-    let text = lines.join("\n");
-    eprintln!("{text}");
-    assert!(text.contains("frame 1/1 on p3"), "{text}");
-    assert!(text.contains("drop on p3: no_destination"), "{text}");
-    assert!(text.contains("happened: dropped: no_destination"), "{text}");
-    assert!(text.ends_with("trace live: 1 frame"), "{text}");
-    assert!(
-        text.contains("a fast-path miss (a group destination") || !fast_on,
-        "{text}"
-    );
-
-    // Nothing matches: the trace ends at its timeout and says so.
-    let lines = run_to_end(
     if fast_on {
         // A client that leaves mid-trace: its session ends within a second or two, and the
         // program stops copying the port's hits to the daemon (the trace device's receive
@@ -383,6 +361,28 @@ fn trace_live_explains_the_next_frames_of_both_paths() {
         assert_eq!(after, 0, "hits still copied after the client left");
     }
 
+    // h3's ARP requests, dropped by the pipeline: the text names what happened.
+    let lines = run_to_end(
+        &ctl,
+        &[
+            "trace", "live", "dev", "p3", "count", "1", "timeout", "20", "arp",
+        ],
+        25,
+        || assert_eq!(ping(&h3, &h1.ip, 1).received, 0),
+    );
+    let text = lines.join("\n");
+    eprintln!("{text}");
+    assert!(text.contains("frame 1/1 on p3"), "{text}");
+    assert!(text.contains("drop on p3: no_destination"), "{text}");
+    assert!(text.contains("happened: dropped: no_destination"), "{text}");
+    assert!(text.ends_with("trace live: 1 frame"), "{text}");
+    assert!(
+        text.contains("a fast-path miss (a group destination") || !fast_on,
+        "{text}"
+    );
+
+    // Nothing matches: the trace ends at its timeout and says so.
+    let lines = run_to_end(
         &ctl,
         &[
             "trace",

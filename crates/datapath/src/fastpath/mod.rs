@@ -142,12 +142,12 @@ pub(crate) struct FastShared {
     /// Misses the kernel dropped because an upcall socket's ring was full (the workers fell
     /// behind): lost before any port could count them.
     pub upcall_ring_full: AtomicU64,
-}
-
     /// When each flow was last installed, by key (`trace live` tells a hit's flow's age; at
     /// most twice the program's table, then started afresh).
     pub installed_at:
         Mutex<std::collections::HashMap<qbridge_fastpath::FlowKey, std::time::Instant>>,
+}
+
 impl FastShared {
     pub fn new(writer: MapWriter, mono_offset: u64) -> FastShared {
         FastShared {
@@ -161,12 +161,10 @@ impl FastShared {
             counted_ports: Mutex::new(BTreeSet::new()),
             resync: std::sync::atomic::AtomicBool::new(false),
             upcall_ring_full: AtomicU64::new(0),
+            installed_at: Mutex::new(std::collections::HashMap::new()),
         }
     }
-            installed_at: Mutex::new(std::collections::HashMap::new()),
 
-    pub fn refuse(&self, r: Refusal) {
-        self.refused[r as usize].fetch_add(1, Ordering::Relaxed);
     /// Flow `key` was installed now.
     pub fn note_installed(&self, key: qbridge_fastpath::FlowKey) {
         let Ok(mut m) = self.installed_at.lock() else {
@@ -183,6 +181,8 @@ impl FastShared {
         self.installed_at.lock().ok()?.get(key).map(|t| t.elapsed())
     }
 
+    pub fn refuse(&self, r: Refusal) {
+        self.refused[r as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Engine time (ns since its epoch, never 0) → the program's clock.
