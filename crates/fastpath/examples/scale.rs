@@ -9,6 +9,8 @@
 //! larger than the cache.
 //!
 //! `cargo run --release -p qbridge-fastpath --example scale` (root). docs/benchmarks-live.md.
+//! `HOP_FLAGS=N`: the flows' hop flags (default 1, `HOP_LEARNING`; 0: no source check; 2:
+//! `HOP_SRC`, a locked port that does not learn); `ROWS=N`: only the first N rows.
 
 #![allow(unsafe_code)]
 
@@ -102,12 +104,17 @@ fn main() {
         "vlans", "macs", "flows", "ns/frame", "Mframes/s", "instr/frame"
     );
     let (mut have_macs, mut have_flows) = (0u32, 0u32);
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let hop_flags = env("HOP_FLAGS").map_or(HOP_LEARNING, |f| f as u8);
     for (vlans, macs) in [
         (1u32, 1_000u32),
         (4094, 1_000),
         (4094, 100_000),
         (4094, 1_000_000),
-    ] {
+    ]
+    .into_iter()
+    .take(env("ROWS").unwrap_or(4))
+    {
         let t = Instant::now();
         // FDB entries: MAC i in VLAN (i mod vlans) + 1, on port 2 (port 1 for the source).
         for i in have_macs..macs {
@@ -161,7 +168,7 @@ fn main() {
                 out_port: 2,
                 fid: vid,
                 vlan_slot: vid,
-                flags: HOP_LEARNING,
+                flags: hop_flags,
                 in_tags: 1,
                 out_tags: 1,
                 ..Hop::default()
