@@ -10,6 +10,8 @@
 //!   host has a static FDB entry: its frames are cached (flows, hits); after `fdb del` of that
 //!   entry answered, the receiver gets nothing more (the pipeline drops: `port_locked`); added
 //!   again, traffic flows again.
+//! - [`a_mab_source_is_cached_once_authorised`]: `mab on`: an unknown source's frames are
+//!   dropped (a `locked` entry); once `fdb replace … static` authorised it, they are cached.
 //! - [`ports_a_mirror_session_does_not_copy_keep_their_flows`]: a session copying what one
 //!   port sends to another port: traffic between two other ports is cached while it exists;
 //!   the destination's host captured a copy of every datagram the mirrored port's host got;
@@ -282,6 +284,79 @@ fn locked_port_with_a_static_entry_is_cached_until_its_entry_goes() {
     assert!(
         locked_drops >= 100,
         "p1 dropped {locked_drops} frames as port_locked while the entry was gone"
+    );
+}
+
+/// MAB: an unknown source on a locked port with `mab on` gets a `locked` entry and its frames
+/// are dropped (no flow); the administrator's `fdb replace … static` authorises it, and from
+/// then on its frames are cached.
+#[test]
+fn a_mab_source_is_cached_once_authorised() {
+    let _g = support::serial();
+    skip_unless_netns!();
+    let mut star = support::Star::new("fp75-mab", &["10.75.4.1", "10.75.4.2"]).unwrap();
+    let (h1, h2) = (star.h(1).clone(), star.h(2).clone());
+    neighbour(&h1, &h2.ip, &h2.mac);
+    neighbour(&h2, &h1.ip, &h1.mac);
+    let sw = star.sw.clone();
+    let batch = star.port_lines()
+        + "link add br0 type bridge vlan_filtering 1 vlan_default_pvid 0\n\
+           link set dev p1 master br0\n\
+           link set dev p2 master br0\n\
+           vlan add vid 10 dev p1 pvid untagged\n\
+           vlan add vid 10 dev p2 pvid untagged\n\
+           link set dev p1 locked on mab on\n";
+    let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
+        return;
+    };
+    inject(&h2.ns, "eth0", &[hello(&h2.mac, &h1.mac)]).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || ctl
+            .fdb_has(&h2.mac, "p2")
+            .unwrap_or(false)),
+        "h2 not learned: {:?}",
+        ctl.fdb()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let stamp = Arc::new(AtomicU32::new(0));
+    let (got, rx) = receiver(&h2, stop.clone());
+    let tx = sender(&h1, &[&h2], stop.clone(), stamp.clone());
+    // Unauthorised: a locked entry, every frame dropped.
+    let dropping = support::wait_until(Duration::from_secs(5), || {
+        drops(&ctl, "p1", "port_locked") >= 100
+    });
+    assert!(
+        dropping,
+        "p1 does not drop h1's frames: {}",
+        ctl.stats_text()
+    );
+    let fdb = ctl.cmd(&["fdb", "show", "dev", "p1"]).unwrap_or_default();
+    assert!(fdb.contains("locked"), "no locked entry for h1: {fdb}");
+    stamp.store(2, Ordering::Release);
+    cmd_ok(
+        &ctl,
+        &[
+            "fdb", "replace", &h1.mac, "dev", "p1", "vlan", "10", "static",
+        ],
+    );
+    stamp.store(1, Ordering::Release);
+    wait_phase(&got, 1, "h2 once h1 was authorised", &ctl);
+    let v = wait_hits(&ctl, 200, "from the authorised MAB source");
+
+    stop.store(true, Ordering::Release);
+    let sent = tx.join().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    rx.join().unwrap();
+    let got = got.lock().unwrap().clone();
+    eprintln!(
+        "sent {sent}; h2 received by phase {:?}; {v}",
+        by_phase(&got)
+    );
+    let early: Vec<_> = got.iter().filter(|(_, p)| *p == 0).collect();
+    assert!(
+        early.is_empty(),
+        "h2 received {} datagrams sent before h1 was authorised",
+        early.len()
     );
 }
 
