@@ -114,6 +114,15 @@ fn member_tx_frames(ctl: &support::Ctl, member: &str) -> u64 {
         .map_or(0, |m| u(&m["tx_frames"]))
 }
 
+/// Frames qbridge received on bond member `member` (`link show -j`).
+fn member_rx_frames(ctl: &support::Ctl, member: &str) -> u64 {
+    let v = ctl.json(&["link", "show", "dev", "bo"]).unwrap_or_default();
+    v[0]["runtime"]["bond_members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == member))
+        .map_or(0, |m| u(&m["rx_frames"]))
+}
+
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
@@ -243,4 +252,28 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
     });
     assert_eq!(total, 2 * (8 << 20));
     assert!(u(&fp(&c1)["hits"]) > hits0, "{}", fp(&c1));
+
+    // An interface that leaves the bond (a port of its own meanwhile) and comes back is
+    // served as a member again: both members receive, through the program, their share of
+    // 8 + 8 connections both ways (q2's hash puts some on each, but for 1 in 65 536).
+    c1.cmd(&["link", "set", "dev", "m2", "nomaster"]).unwrap();
+    c1.cmd(&["link", "set", "dev", "m2", "master", "bo"])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || all_distributing(&c1)
+            && all_distributing(&c2)),
+        "m2 did not rejoin\n{}",
+        context(&lab)
+    );
+    let rx0 = [member_rx_frames(&c1, "m1"), member_rx_frames(&c1, "m2")];
+    let mut hs = streams(&a, &b, 8, 4 << 20);
+    hs.extend(streams(&b, &a, 8, 4 << 20));
+    let total = join_all(hs, "streams both ways", &|| context(&lab));
+    assert_eq!(total, 16 * (4 << 20));
+    let rx1 = [member_rx_frames(&c1, "m1"), member_rx_frames(&c1, "m2")];
+    assert!(
+        rx1[0] > rx0[0] + 100 && rx1[1] > rx0[1] + 100,
+        "frames received on m1, m2: {rx0:?} -> {rx1:?}\n{}",
+        context(&lab)
+    );
 }

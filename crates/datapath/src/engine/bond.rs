@@ -174,6 +174,9 @@ impl Engine {
         rt.absent = absent;
         rt.fast = fast;
         rt.ends = ends;
+        // Every member's link is told to the LACP engine again: a member added now (its port
+        // number may be one a removed member had) starts with its link down there.
+        rt.links.clear();
         self.bonds.insert(name.to_string(), rt);
         Ok(opened)
     }

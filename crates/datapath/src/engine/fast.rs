@@ -80,8 +80,6 @@ impl Engine {
     /// (and to no other), each port's entry current, and the generation bumped when the plan
     /// or a command changed anything. Returns the generation the workers get.
     pub(super) fn fast_publish(&mut self, plan: &Plan, changed: bool) -> u32 {
-        // Bonds first: their members' entries and tables, their egress marked (decision 74).
-        self.bond_fast_sync();
         let Some(rt) = self.fast.as_mut() else {
             return 0;
         };
@@ -153,6 +151,13 @@ impl Engine {
                 .patch_peer
                 .store(peer.map_or(NO_PATCH_PEER, u32::from), Ordering::Relaxed);
         }
+        // Bonds: their members' entries and tables, their egress marked (decision 74). After
+        // the ports: an interface that left a port for a bond (or a bond for a port) this
+        // command is detached as the one and attached as the other, in that order.
+        self.bond_fast_sync();
+        let Some(rt) = self.fast.as_mut() else {
+            return 0;
+        };
         if changed || rt.dirty {
             rt.bump();
             self.fast_follow();

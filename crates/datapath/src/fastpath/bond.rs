@@ -120,6 +120,11 @@ impl FastRt {
     }
 
     fn detach_member(&mut self, m: &Member) {
+        // The interface is a port of its own now, or another bond's member (it left this
+        // bond): that entry stands. (This bond's own members are out of `self.bonds` here.)
+        if self.serves(&m.dev) {
+            return;
+        }
         let _ = self.fp.remove_port(m.ifindex);
         if let Err(e) = self.fp.detach(&m.dev) {
             tracing::debug!("fast path: detaching from {}: {e}", m.dev);
