@@ -191,6 +191,9 @@ pub struct PortShared {
     /// A patch link end: the port id of the other end ([`NO_PATCH_PEER`]: none), for the
     /// workers to fold the link into flows.
     pub patch_peer: std::sync::atomic::AtomicU32,
+    /// A VXLAN port: what the fast path needs to encapsulate for it (decision 73; `None`: the
+    /// program does not, its frames stay with the pipeline).
+    pub fast_vxlan: crate::fastpath::vxlan::SharedEgress,
 }
 
 /// [`PortShared::patch_peer`] of a port that is no patch link end (or whose peer is absent).

@@ -729,6 +729,11 @@ impl Host for Worker {
             peer_mac: crate::shared::decode_peer_mac(s.fast_peer_mac.load(Ordering::Relaxed)),
             into_host: s.fast_into_host.load(Ordering::Relaxed),
             patch_peer: u16::try_from(s.patch_peer.load(Ordering::Relaxed)).ok(),
+            vxlan: s
+                .fast_vxlan
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         })
     }
 

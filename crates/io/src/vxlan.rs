@@ -216,6 +216,45 @@ pub struct VxlanDrops {
     pub unmapped_vni: u64,
 }
 
+/// The interface holding IPv4 address `a` in this namespace (the fast path encapsulates to
+/// the underlay a port's `local` is on, decision 73).
+pub fn device_of(a: Ipv4Addr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs(3) fills `head` with a list freed below with freeifaddrs(3).
+    #[allow(unsafe_code)]
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, alive until freeifaddrs;
+        // ifa_addr is null or a sockaddr of family sa_family (AF_INET: a sockaddr_in).
+        #[allow(unsafe_code)]
+        unsafe {
+            let ifa = &*p;
+            if !ifa.ifa_addr.is_null() && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET {
+                let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == a {
+                    found = Some(
+                        std::ffi::CStr::from_ptr(ifa.ifa_name)
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                    break;
+                }
+            }
+            p = ifa.ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::freeifaddrs(head)
+    };
+    found
+}
+
 /// A VXLAN port: one UDP socket.
 pub struct VxlanPort {
     cfg: VxlanConfig,
@@ -584,6 +623,31 @@ impl VxlanPort {
 
     pub fn config(&self) -> &VxlanConfig {
         &self.cfg
+    }
+
+    /// The send sockets' local ports, by socket: a frame leaves from socket
+    /// `source_port(frame) % TX_SOCKETS` (the fast path builds the same outer header,
+    /// decision 73). 0 for a socket whose name cannot be read.
+    pub fn send_ports(&self) -> [u16; TX_SOCKETS] {
+        let mut out = [0u16; TX_SOCKETS];
+        for (o, fd) in out.iter_mut().zip(&self.tx) {
+            // SAFETY: plain old data; zeros are valid.
+            let mut n: libc::sockaddr_in6 = unsafe { mem::zeroed() };
+            let mut len = mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            // SAFETY: getsockname(2) writes at most `len` bytes into `n`, which has them.
+            let rc = unsafe {
+                libc::getsockname(
+                    fd.as_raw_fd(),
+                    (&mut n as *mut libc::sockaddr_in6).cast(),
+                    &mut len,
+                )
+            };
+            // sin_port and sin6_port are at the same offset, in network order.
+            if rc == 0 {
+                *o = u16::from_be(n.sin6_port);
+            }
+        }
+        out
     }
 
     /// Hands the received datagrams in `self.pending` to `batch`, at most `max` frames; what

@@ -1036,6 +1036,7 @@ impl Rig {
                 out_len: output.len(),
             }];
             let fw = Forwarded {
+                out_vxlan: None,
                 plan,
                 hops: &hop,
                 frames: &[&bytes[..bytes.len().min(PREFIX)], output],

@@ -346,7 +346,8 @@ impl Engine {
                 Some(self.open_bond(id, name, b)?)
             }
             PortSpec::Vxlan(v) => {
-                let (queues, table) = super::vxlan::open_vxlan(name, v, n, id.0 as usize)?;
+                let (queues, table) =
+                    super::vxlan::open_vxlan(name, v, n, id.0 as usize, &slot.shared)?;
                 slot.vxlan = Some(table);
                 Some(queues)
             }

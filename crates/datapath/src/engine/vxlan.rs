@@ -20,6 +20,7 @@ pub(super) fn open_vxlan(
     spec: &VxlanSpec,
     workers: usize,
     rotate: usize,
+    shared: &crate::shared::PortShared,
 ) -> Result<(Opened, SharedVxlanTable), String> {
     let vni = if spec.external {
         None
@@ -43,6 +44,24 @@ pub(super) fn open_vxlan(
         udp6zerocsumrx: spec.udp6zerocsumrx,
     };
     let port = VxlanPort::open(cfg, table.clone()).map_err(|e| format!("port {name}: {e}"))?;
+    // What the eBPF fast path needs to encapsulate as this port sends (decision 73).
+    let egress = match crate::fastpath::VxlanEgress::of(&port, table.clone()) {
+        Ok(e) => {
+            tracing::info!(
+                "port {name}: the fast path encapsulates its known unicast to static remotes \
+                 (underlay ifindex {}, MTU {}, source ports {:?})",
+                e.underlay,
+                e.underlay_mtu,
+                e.sports
+            );
+            Some(std::sync::Arc::new(e))
+        }
+        Err(why) => {
+            tracing::debug!("port {name}: the fast path leaves its frames to the pipeline: {why}");
+            None
+        }
+    };
+    *shared.fast_vxlan.lock().unwrap_or_else(|p| p.into_inner()) = egress;
     tracing::info!(
         "port {name}: vxlan {} on {}{} (learning {})",
         if spec.external {

@@ -42,6 +42,9 @@ pub struct Forwarded<'a> {
     /// The egress port is a TAP: the frame is delivered into its receive
     /// ([`qbridge_fastpath::ACT_INGRESS`]).
     pub out_into_host: bool,
+    /// The egress port is a VXLAN port the program encapsulates for
+    /// ([`qbridge_fastpath::ACT_VXLAN`], decision 73).
+    pub out_vxlan: Option<&'a super::VxlanEgress>,
     pub generation: u32,
 }
 
@@ -58,6 +61,9 @@ pub struct FlowPlan {
     /// is locked;
     /// last-seen times on the engine's clock.
     pub fdb: Vec<(FdbKey, FdbEntry)>,
+    /// To a VXLAN port: the tunnel the program encapsulates to (its index in the program's
+    /// map is the action's `out_ifindex`, given when the flow is installed).
+    pub tunnel: Option<qbridge_fastpath::Vxlan>,
 }
 
 /// The flow of `f`, or why there is none: what the worker installs (a pure function of the
@@ -70,7 +76,8 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     if f.hops.len() > qbridge_fastpath::MAX_HOPS || f.frames.len() != f.hops.len() + 1 {
         return Err(Refusal::Port);
     }
-    if f.out_ifindex == 0 {
+    let out_ifindex = f.out_vxlan.map_or(f.out_ifindex, |v| v.underlay);
+    if out_ifindex == 0 {
         return Err(Refusal::Port);
     }
     let input = f.frames[0];
@@ -176,22 +183,46 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     let output = f.frames[f.hops.len()];
     // The lengths differ by whole tags; compare the same span of payload.
     let delta = last.out_len as isize - first.in_len as isize;
-    let out_prefix = (input.len() as isize + delta).clamp(0, output.len() as isize) as usize;
+    let mut out_prefix = (input.len() as isize + delta).clamp(0, output.len() as isize) as usize;
     let out_tags = hops.last().map_or(0, |h| h.out_tags);
-    let max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
+    let mut max_len = (payload_max + 4 * i64::from(out_tags)).clamp(0, u16::MAX as i64) as u16;
     // A bond: the program picks the member per frame by the pipeline's hash (decision 74).
     let bond = f.out_ifindex == super::bond::BOND_EGRESS;
-    let flags = match f.out_peer_mac {
+    let mut flags = match f.out_peer_mac {
         _ if bond => qbridge_fastpath::ACT_BOND,
         _ if f.out_into_host => qbridge_fastpath::ACT_INGRESS,
         Some(m) if m == dst => qbridge_fastpath::ACT_PEER,
         _ => 0,
     };
+    // To a VXLAN port (decision 73): the inner frame as the port sends it (an external port's
+    // VLAN tag removed), its VNI and the static entry's remote, read with the port's own
+    // table; the program pushes no tag there (Q-in-VNI stays with the pipeline) and sends
+    // only what the socket would (the inner frame at most the underlay's MTU less 36 bytes).
+    let mut inner = Vec::new();
+    let tunnel = match f.out_vxlan {
+        None => None,
+        Some(v) => {
+            let (frame, t) =
+                super::vxlan::tunnel_for(v, &output[..out_prefix]).ok_or(Refusal::Fdb)?;
+            if qbridge_io::port::kernel_tag_depth(&frame) != 0 {
+                return Err(Refusal::Rewrite);
+            }
+            let sent_tags = (out_prefix - frame.len()) / 4;
+            max_len = (payload_max + 4 * i64::from(out_tags) - 4 * sent_tags as i64)
+                .min(i64::from(v.underlay_mtu) - 36)
+                .clamp(0, u16::MAX as i64) as u16;
+            flags = qbridge_fastpath::ACT_VXLAN;
+            out_prefix = frame.len();
+            inner = frame;
+            Some(t)
+        }
+    };
+    let output: &[u8] = if tunnel.is_some() { &inner } else { output };
     let (key, action) = qbridge_fastpath::compile(&qbridge_fastpath::Decision {
         in_extra_tpids: extra,
         input,
         output: &output[..out_prefix],
-        out_ifindex: if bond { 0 } else { f.out_ifindex },
+        out_ifindex: if bond { 0 } else { out_ifindex },
         hops: &hops,
         flags,
         generation: f.generation,
@@ -202,5 +233,17 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         NotCached::Short | NotCached::Tags | NotCached::Rewrite => Refusal::Rewrite,
         NotCached::Group => Refusal::Outputs,
     })?;
-    Ok(FlowPlan { key, action, fdb })
+    let mut action = action;
+    if tunnel.is_some() {
+        // The port counts the frame as the pipeline handed it (with an external port's tag).
+        if let Some(h) = action.hops.get_mut(f.hops.len() - 1) {
+            h.out_tags = out_tags;
+        }
+    }
+    Ok(FlowPlan {
+        key,
+        action,
+        fdb,
+        tunnel,
+    })
 }

@@ -42,8 +42,18 @@ pub(crate) fn follow_changes(
 
 /// Installs the flow of `f`, or says why not.
 pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refusal> {
-    let p = flow_for(f)?;
+    let mut p = flow_for(f)?;
     let w = &shared.writer;
+    if let Some(t) = &p.tunnel {
+        p.action.out_ifindex = match w.tunnel(t) {
+            Ok(Some(i)) => i,
+            Ok(None) => return Err(Refusal::Map),
+            Err(e) => {
+                tracing::debug!("fast path: writing a VXLAN tunnel: {e}");
+                return Err(Refusal::Map);
+            }
+        };
+    }
     let mut r = Ok(());
     for (k, mut e) in p.fdb {
         e.last_seen_ns = shared.mono_time(e.last_seen_ns);

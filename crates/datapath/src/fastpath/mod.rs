@@ -31,9 +31,11 @@ pub(crate) mod control;
 mod flow;
 mod install;
 pub(crate) mod upcall;
+pub(crate) mod vxlan;
 
 pub use flow::{flow_for, Crossing, FlowPlan, Forwarded, PREFIX};
 pub(crate) use install::{follow_changes, install};
+pub use vxlan::{tunnel_for, VxlanEgress};
 
 use qbridge_fastpath::{FdbKey, MapWriter};
 use std::collections::BTreeSet;

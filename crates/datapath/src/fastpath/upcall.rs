@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Port `id` as an output of a flow, as the worker holding its queue sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Egress {
     /// The program's index of the opening ([`port_index`]).
     pub index: u16,
@@ -27,6 +27,8 @@ pub(crate) struct Egress {
     pub into_host: bool,
     /// The port is a patch link end; its peer's id.
     pub patch_peer: Option<u16>,
+    /// A VXLAN port the program encapsulates for (decision 73).
+    pub vxlan: Option<std::sync::Arc<super::VxlanEgress>>,
 }
 
 /// What the fast path needs of the worker it runs in. The worker's receive burst, pipeline
@@ -335,6 +337,7 @@ impl FastWorker {
                 out_ifindex: out.ifindex,
                 out_peer_mac: out.peer_mac,
                 out_into_host: out.into_host,
+                out_vxlan: out.vxlan.as_deref(),
                 generation: self.generation,
             },
         )

@@ -245,6 +245,13 @@ impl VxlanTable {
 
     /// Where a frame of `vni` to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
     #[inline]
+    /// The VTEP a static entry (`fdb … dst`) gives `dst` in `vni`: what [`Self::lookup`]
+    /// answers first, and changes only by a command (the fast path caches only those,
+    /// decision 73).
+    pub fn static_remote(&self, vni: Vni, dst: MacAddr) -> Option<IpAddr> {
+        self.statics.get(&(vni, dst)).copied()
+    }
+
     pub fn lookup(&self, vni: Vni, dst: MacAddr, now: Instant) -> Option<IpAddr> {
         if dst.is_multicast() {
             return None;

@@ -1,0 +1,133 @@
+//! VXLAN ports in the fast path (decision 73): what the program needs to encapsulate a flow
+//! as the port's userspace VTEP sends it ([`VxlanEgress`], made when the port opens), and the
+//! tunnel of a frame the pipeline forwarded alone to the port ([`tunnel_for`]: the inner frame
+//! as the port sends it, its VNI, and the remote of a static entry, read with the port's own
+//! table functions).
+//!
+//! Cached: known unicast to a remote VTEP given by `fdb … dst` (a static entry: it changes
+//! only by a command, which makes every flow stale before it answers), over an IPv4 underlay
+//! whose interface is known (`dev`, or the one holding `local`), inner IP frames left
+//! untagged (an `id N` port, or an external port's VLAN → VNI map). Learned remotes (they move
+//! with traffic, and age into floods), floods, IPv6 underlays and Q-in-VNI stay with the
+//! pipeline.
+
+use qbridge_io::vxlan::{SharedVxlanTable, VxlanPort, TX_SOCKETS};
+use qbridge_wire::vxlan::{OuterTos, Vni};
+use qbridge_wire::MacAddr;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+/// A VXLAN port as the program encapsulates for it.
+#[derive(Debug, Clone)]
+pub struct VxlanEgress {
+    pub table: SharedVxlanTable,
+    /// The port's VNI (`id N`); `None`: external (the frame's VLAN selects it).
+    pub vni: Option<Vni>,
+    pub local: Ipv4Addr,
+    pub dstport: u16,
+    /// The send sockets' TTL (the port's `ttl`, else the namespace's default).
+    pub ttl: u8,
+    pub tos: Option<OuterTos>,
+    /// The send sockets' source ports, by socket.
+    pub sports: [u16; TX_SOCKETS],
+    /// The underlay interface and its MTU (the socket never fragments: the inner frame is at
+    /// most the MTU less 36 bytes of IPv4, UDP and VXLAN headers).
+    pub underlay: u32,
+    pub underlay_mtu: u32,
+}
+
+impl VxlanEgress {
+    /// What the program needs of `port`, or why it cannot encapsulate for it (the port's
+    /// frames then stay with the pipeline).
+    pub fn of(port: &VxlanPort, table: SharedVxlanTable) -> Result<VxlanEgress, String> {
+        let cfg = port.config();
+        let IpAddr::V4(local) = cfg.local else {
+            return Err("an IPv6 underlay".into());
+        };
+        if local.is_unspecified() {
+            return Err("no local address".into());
+        }
+        let dev = match &cfg.dev {
+            Some(d) => d.clone(),
+            None => qbridge_io::vxlan::device_of(local)
+                .ok_or_else(|| format!("no interface holds {local}"))?,
+        };
+        let underlay = qbridge_io::sys::ifindex(&dev).map_err(|e| e.to_string())?;
+        let underlay_mtu = qbridge_io::sys::get_mtu(&dev).map_err(|e| e.to_string())?;
+        let sports = port.send_ports();
+        if sports.contains(&0) {
+            return Err("a send socket's port is unknown".into());
+        }
+        let ttl = cfg.ttl.unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(64)
+        });
+        Ok(VxlanEgress {
+            table,
+            vni: cfg.vni,
+            local,
+            dstport: cfg.dstport,
+            ttl,
+            tos: cfg.tos,
+            sports,
+            underlay,
+            underlay_mtu,
+        })
+    }
+}
+
+/// The tunnel of a frame the pipeline handed to VXLAN port `v` as `output` (its whole first
+/// bytes, the tags as the pipeline left them): the inner frame as the port sends it (an
+/// external port removes the VLAN's tag), and the program's tunnel entry; `None` when the port
+/// would not send it to one remote of a static entry over IPv4.
+pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fastpath::Vxlan)> {
+    let t = v.table.lock().unwrap_or_else(|p| p.into_inner());
+    let (vni, inner) = match v.vni {
+        Some(vni) => (vni, output.to_vec()),
+        None => {
+            let vni = t.tunnels.vni_of_frame(output)?;
+            let mut f = output.get(..12)?.to_vec();
+            f.extend_from_slice(output.get(16..)?);
+            (vni, f)
+        }
+    };
+    let dst = MacAddr::from_bytes(inner.get(..6)?);
+    let remote = t.static_remote(vni, dst)?;
+    // What the port's lookup answers (statics first): the same remote.
+    if t.lookup(vni, dst, std::time::Instant::now()) != Some(remote) {
+        return None;
+    }
+    let IpAddr::V4(remote) = remote else {
+        return None;
+    };
+    let n = vni.get().to_be_bytes();
+    let mut sport = [[0u8; 2]; qbridge_fastpath::VXLAN_SOCKETS];
+    for (s, p) in sport.iter_mut().zip(v.sports) {
+        *s = p.to_be_bytes();
+    }
+    let (tos, flags) = match v.tos {
+        Some(OuterTos::Fixed(t)) => (t, 0),
+        Some(OuterTos::Inherit) => (0, qbridge_fastpath::VX_INHERIT_TOS),
+        None => (0, 0),
+    };
+    Some((
+        inner,
+        qbridge_fastpath::Vxlan {
+            local: v.local.octets(),
+            remote: remote.octets(),
+            vni: [n[1], n[2], n[3], 0],
+            ifindex: v.underlay,
+            sport,
+            dstport: v.dstport.to_be_bytes(),
+            ttl: v.ttl,
+            tos,
+            flags,
+            pad: [0; 3],
+        },
+    ))
+}
+
+/// A VXLAN port's [`VxlanEgress`] as the workers read it (`PortShared::fast_vxlan`).
+pub type SharedEgress = std::sync::Mutex<Option<Arc<VxlanEgress>>>;
