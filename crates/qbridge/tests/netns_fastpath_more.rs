@@ -9,13 +9,14 @@
 //! - [`locked_port_with_a_static_entry_is_cached_until_its_entry_goes`]: a locked port whose
 //!   host has a static FDB entry: its frames are cached (flows, hits); after `fdb del` of that
 //!   entry answered, the receiver gets nothing more (the pipeline drops: `port_locked`); added
-//!   again, traffic flows again.
+//!   again, traffic flows again; every port's counters equal its host's (both paths).
 //! - [`a_mab_source_is_cached_once_authorised`]: `mab on`: an unknown source's frames are
 //!   dropped (a `locked` entry); once `fdb replace … static` authorised it, they are cached.
 //! - [`ports_a_mirror_session_does_not_copy_keep_their_flows`]: a session copying what one
 //!   port sends to another port: traffic between two other ports is cached while it exists;
 //!   the destination's host captured a copy of every datagram the mirrored port's host got;
-//!   after `mirror del` answered, no copy of a datagram sent since arrives.
+//!   after `mirror del` answered, no copy of a datagram sent since arrives; every port's
+//!   counters (the destination's copies included) equal its host's.
 //! - [`an_mstp_bridge_keeps_its_fast_path_and_an_msti_change_invalidates`]: two MSTP bridges
 //!   of one daemon joined by two links, VLAN 10 in MSTI 1 on the first link only: the
 //!   receiver's traffic is cached; raising the first link's cost in MSTI 1 makes it
@@ -202,6 +203,100 @@ fn drops(ctl: &Ctl, port: &str, reason: &str) -> u64 {
     num(&v[0]["stats"]["drops"], reason)
 }
 
+/// A kernel counter of interface `dev` in namespace `ns`.
+fn dev_counter(ns: &str, dev: &str, what: &str) -> u64 {
+    support::exec_in(
+        ns,
+        "cat",
+        &[&format!("/sys/class/net/{dev}/statistics/{what}")],
+    )
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or_else(|| panic!("{ns} {dev} {what}"))
+}
+
+/// A port, its host and the switch's end of their veth, with the counters at the start (the
+/// daemon's ports count from 0 when it starts).
+struct Pair<'a> {
+    port: &'a str,
+    host: &'a Host,
+    sw_if: String,
+    base: [u64; 3],
+}
+
+impl<'a> Pair<'a> {
+    fn new(port: &'a str, host: &'a Host, sw: &str, sw_if: &str) -> Pair<'a> {
+        let mut p = Pair {
+            port,
+            host,
+            sw_if: format!("{sw}/{sw_if}"),
+            base: [0; 3],
+        };
+        p.base = p.now();
+        p
+    }
+
+    /// The host's rx and tx packets, the switch end's tx drops.
+    fn now(&self) -> [u64; 3] {
+        let (ns, dev) = self.sw_if.split_once('/').unwrap();
+        [
+            dev_counter(&self.host.ns, &self.host.ifname, "rx_packets"),
+            dev_counter(&self.host.ns, &self.host.ifname, "tx_packets"),
+            dev_counter(ns, dev, "tx_dropped"),
+        ]
+    }
+
+    /// Empty when the port counted what its host sent (rx, with what the backend lost
+    /// before the switch) and received (tx, less what the veth dropped on the way), across
+    /// both paths.
+    fn mismatch(&self, ctl: &Ctl) -> String {
+        let v = ctl
+            .json(&["-s", "link", "show", "dev", self.port])
+            .unwrap_or_else(|e| panic!("link show -s dev {}: {e}", self.port));
+        let st = &v[0]["stats"];
+        let sum = |pre: &str| -> u64 {
+            st["drops"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.starts_with(pre))
+                .map(|(_, n)| n.as_u64().unwrap_or(0))
+                .sum()
+        };
+        let now = self.now();
+        let (h_rx, h_tx, lost) = (
+            now[0] - self.base[0],
+            now[1] - self.base[1],
+            now[2] - self.base[2],
+        );
+        let (rx, tx) = (num(st, "rx_frames"), num(st, "tx_frames"));
+        let mut m = String::new();
+        if rx + sum("rx_") != h_tx {
+            m += &format!("{}: rx {rx}, {} sent {h_tx}; ", self.port, self.host.name);
+        }
+        if tx - sum("tx_") - lost != h_rx {
+            m += &format!(
+                "{}: tx {tx} (- {} refused, - {lost} dropped by the veth), {} received {h_rx}; ",
+                self.port,
+                sum("tx_"),
+                self.host.name
+            );
+        }
+        m
+    }
+}
+
+/// Every pair's port counters equal its host's (waiting up to 10 s for frames in flight).
+fn assert_counts_agree(ctl: &Ctl, pairs: &[Pair]) {
+    let all = || pairs.iter().map(|p| p.mismatch(ctl)).collect::<String>();
+    support::wait_until(Duration::from_secs(10), || all().is_empty());
+    let m = all();
+    assert!(
+        m.is_empty(),
+        "the ports' counters differ from the hosts': {m}"
+    );
+}
+
 /// While the receiver is out, datagrams go on being sent: a few hundred of them.
 fn dwell() {
     std::thread::sleep(Duration::from_millis(300));
@@ -232,6 +327,10 @@ fn locked_port_with_a_static_entry_is_cached_until_its_entry_goes() {
     let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
         return;
     };
+    let pairs = [
+        Pair::new("p1", &h1, &sw, "s1"),
+        Pair::new("p2", &h2, &sw, "s2"),
+    ];
     let cmd = |args: &[&str]| {
         ctl.cmd(args)
             .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")))
@@ -285,6 +384,8 @@ fn locked_port_with_a_static_entry_is_cached_until_its_entry_goes() {
         locked_drops >= 100,
         "p1 dropped {locked_drops} frames as port_locked while the entry was gone"
     );
+    // Both paths counted: hits by the program, drops and the rest by the pipeline.
+    assert_counts_agree(&ctl, &pairs);
 }
 
 /// MAB: an unknown source on a locked port with `mab on` gets a `locked` entry and its frames
@@ -395,6 +496,12 @@ fn ports_a_mirror_session_does_not_copy_keep_their_flows() {
     let Some(ctl) = start(&mut star.lab, &sw, &batch) else {
         return;
     };
+    let pairs = [
+        Pair::new("p1", &h1, &sw, "s1"),
+        Pair::new("p2", &h2, &sw, "s2"),
+        Pair::new("p3", &h3, &sw, "s3"),
+        Pair::new("p4", &h4, &sw, "s4"),
+    ];
     for (h, p) in [(&h2, "p2"), (&h4, "p4")] {
         inject(&h.ns, "eth0", &[hello(&h.mac, &h1.mac)]).unwrap();
         assert!(
@@ -481,6 +588,8 @@ fn ports_a_mirror_session_does_not_copy_keep_their_flows() {
         late.is_empty(),
         "h3 got copies of datagrams sent after `mirror del` answered: {late:?}"
     );
+    // Copies count as the destination port's tx, as its host received them.
+    assert_counts_agree(&ctl, &pairs);
 }
 
 fn cmd_ok(ctl: &Ctl, args: &[&str]) -> String {
