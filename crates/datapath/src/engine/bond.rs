@@ -125,6 +125,11 @@ impl Engine {
                         "bond {name}: member {} on {dev} (device mtu {mtu}, {n} queues)",
                         m.name
                     );
+                    if !fast {
+                        // Its sockets take every frame: a dead daemon's filter must not
+                        // forward them as well (as for an afpacket port).
+                        self.fast_claim(&m.name, dev);
+                    }
                     handles.push(handle);
                     per_member.push(queues.into_iter());
                     ends.push((
