@@ -284,7 +284,7 @@ pub fn render(t: &Trace) -> String {
             qbridge_bridge::OutputKind::Mirror => "mirror",
         };
         let _ = writeln!(s, "  {kind} {}: {}", o.port, o.frame.summary);
-        s.push_str(&summary::hex_lines(&hex_bytes(&o.frame.hex), "      "));
+        s.push_str(&summary::hex_lines(&o.frame.bytes(), "      "));
     }
     for c in &t.mirror_files {
         let _ = writeln!(s, "  mirror to pcap {}: {}", c.file, c.frame.summary);
@@ -500,12 +500,6 @@ pub fn render_live_end(
         None if traced == 1 => "trace live: 1 frame\n".to_string(),
         None => format!("trace live: {traced} frames\n"),
     }
-}
-
-fn hex_bytes(h: &str) -> Vec<u8> {
-    (0..h.len() / 2)
-        .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ impl PortDetails {
         }
         let mut steps = Vec::new();
         for o in &t.outputs {
-            let frame = hex_bytes(&o.frame.hex);
+            let frame = o.frame.bytes();
             if let Some(v) = self.vxlan.get(&o.port) {
                 steps.push(TraceStep {
                     stage: "vxlan",
@@ -217,10 +217,4 @@ fn bond_text(b: &Bond, frame: &[u8]) -> String {
         ),
         None => "no member distributes: dropped (tx_no_member)".into(),
     }
-}
-
-fn hex_bytes(h: &str) -> Vec<u8> {
-    (0..h.len() / 2)
-        .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
 }

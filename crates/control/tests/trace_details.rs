@@ -20,6 +20,18 @@ fn trace(s: &mut Session, line: &str) -> String {
         .unwrap_or_else(|e| panic!("{line}: {e}"))
 }
 
+fn json(s: &mut Session, line: &str) -> serde_json::Value {
+    let out = OutputOptions {
+        json: true,
+        ..Default::default()
+    };
+    serde_json::from_str(
+        &s.execute_line(line, out)
+            .unwrap_or_else(|e| panic!("{line}: {e}")),
+    )
+    .unwrap()
+}
+
 fn stage<'a>(t: &'a str, name: &str) -> Vec<&'a str> {
     t.lines()
         .filter_map(|l| l.trim_start().strip_prefix(name))
@@ -84,16 +96,7 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.4
         )
     );
     // JSON carries the stage too.
-    let j = s
-        .execute_line(
-            &format!("trace dev p1 src {A} dst {B}"),
-            OutputOptions {
-                json: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    let j: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let j = json(&mut s, &format!("trace dev p1 src {A} dst {B}"));
     assert!(
         j["steps"]
             .as_array()
@@ -203,22 +206,15 @@ link set dev bond0 master br0
     let mut seen = std::collections::BTreeSet::new();
     for sport in 1000..1032u16 {
         let line = format!("trace dev p1 src {A} dst {B} ipv4 10.0.0.1 10.0.0.2 tcp {sport} 80");
-        let j = s
-            .execute_line(
-                &line,
-                OutputOptions {
-                    json: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        let j: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let j = json(&mut s, &line);
         let out = &j["outputs"][0];
         assert_eq!(out["port"], "bond0", "{j:#}");
-        let hex = out["frame"]["hex"].as_str().unwrap();
-        let frame: Vec<u8> = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
+        let frame = qbridge_bridge::TraceFrame {
+            summary: String::new(),
+            len: 0,
+            hex: out["frame"]["hex"].as_str().unwrap().to_string(),
+        }
+        .bytes();
         let hash = qbridge_lacp::flow_hash(&frame, qbridge_lacp::HashPolicy::Layer34);
         let want = match s.bond("bond0").unwrap().member_for(hash) {
             Some(MemberId(1)) => "m1",

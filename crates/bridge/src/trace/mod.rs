@@ -40,6 +40,13 @@ pub struct TraceFrame {
 }
 
 impl TraceFrame {
+    /// The frame's bytes again (from [`TraceFrame::hex`]).
+    pub fn bytes(&self) -> Vec<u8> {
+        (0..self.hex.len() / 2)
+            .filter_map(|i| u8::from_str_radix(self.hex.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect()
+    }
+
     pub fn of(frame: &[u8], tpids: &[u16]) -> TraceFrame {
         TraceFrame {
             summary: summary::describe(frame, tpids),

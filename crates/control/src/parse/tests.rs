@@ -703,7 +703,10 @@ fn trace_live_words() {
     assert_eq!(s.dev, "p1");
     assert_eq!(
         (s.count, s.timeout_s),
-        (TraceLiveSpec::DEFAULT_COUNT, TraceLiveSpec::DEFAULT_TIMEOUT_S)
+        (
+            TraceLiveSpec::DEFAULT_COUNT,
+            TraceLiveSpec::DEFAULT_TIMEOUT_S
+        )
     );
     assert_eq!(s.filter, LiveFilter::default());
     let s = t("trace live in_port p2 count 5 timeout 9 src 02:00:00:00:00:01 dst 02:00:00:00:00:02 vlan 100 vlan 10 ipv6 udp port 53");
@@ -722,8 +725,19 @@ fn trace_live_words() {
         Ok(Some(Command::Trace(_)))
     ));
     let e = |l: &str| parse_line(l).unwrap_err().to_string();
-    assert!(e("trace live").contains("trace live dev PORT"), "{}", e("trace live"));
-    assert!(e("trace live dev p1 count 0").contains("count from 1"));
+    assert!(
+        e("trace live").contains("trace live dev PORT"),
+        "{}",
+        e("trace live")
+    );
+    assert_eq!(
+        e("trace live dev p1 count 0"),
+        "count 0 is out of range (1-1000)"
+    );
+    assert_eq!(
+        e("trace live dev p1 timeout 0"),
+        "timeout 0 is out of range (1-3600)"
+    );
     assert!(e("trace live dev p1 count 1001").contains("1001"));
     assert!(e("trace live dev p1 timeout 3601").contains("3601"));
     assert!(e("trace live dev p1 port 80").contains("tcp or udp before port"));

@@ -64,28 +64,24 @@ fn parse_live(w: &mut Words<'_>) -> Result<TraceLiveSpec, ControlError> {
     while let Some(word) = w.next() {
         match word {
             "count" => {
-                let v = parse_uint(
+                let v = from_one(
+                    w,
                     "count",
-                    w.value(word, "a number of frames")?,
-                    u64::from(TraceLiveSpec::MAX_COUNT),
+                    "a number of frames",
+                    TraceLiveSpec::MAX_COUNT,
                     "1-1000",
                 )?;
-                if v == 0 {
-                    return Err(unexpected("0", "a count from 1 to 1000"));
-                }
-                set_once(&mut count, word, v as u32)?;
+                set_once(&mut count, word, v)?;
             }
             "timeout" => {
-                let v = parse_uint(
+                let v = from_one(
+                    w,
                     "timeout",
-                    w.value(word, "seconds")?,
-                    u64::from(TraceLiveSpec::MAX_TIMEOUT_S),
+                    "seconds",
+                    TraceLiveSpec::MAX_TIMEOUT_S,
                     "1-3600",
                 )?;
-                if v == 0 {
-                    return Err(unexpected("0", "a timeout from 1 to 3600 seconds"));
-                }
-                set_once(&mut timeout, word, v as u32)?;
+                set_once(&mut timeout, word, v)?;
             }
             "src" => set_once(&mut f.src, word, mac(w.value(word, "a MAC address")?)?)?,
             "dst" => set_once(&mut f.dst, word, mac(w.value(word, "a MAC address")?)?)?,
@@ -133,6 +129,25 @@ fn parse_live(w: &mut Words<'_>) -> Result<TraceLiveSpec, ControlError> {
         timeout_s: timeout.unwrap_or(TraceLiveSpec::DEFAULT_TIMEOUT_S),
         filter: f,
     })
+}
+
+/// The value of `word`: a whole number from 1 to `max` (`range` in words).
+fn from_one(
+    w: &mut Words<'_>,
+    word: &'static str,
+    what: &'static str,
+    max: u32,
+    range: &'static str,
+) -> Result<u32, ControlError> {
+    let v = parse_uint(word, w.value(word, what)?, u64::from(max), range)?;
+    if v == 0 {
+        return Err(ControlError::OutOfRange {
+            what: word,
+            value: "0".into(),
+            range,
+        });
+    }
+    Ok(v as u32)
 }
 
 fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> {
