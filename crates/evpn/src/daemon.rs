@@ -2,8 +2,9 @@
 //! it: one command per request (`{"v":1,"args":[…]}`), the JSON of `link show -j` (with
 //! `vlan tunnelshow -j` and `vni show -j` for external ports) and `fdb show -j` read through
 //! `qbridge_control::json`'s typed structs (the ones tested against the daemon's renderers)
-//! into [`crate::reconcile`]'s types, and a `monitor -j fdb link` stream on
-//! its own connection and thread whose only job is to wake the adapter's loop.
+//! into [`crate::reconcile`]'s types, and a `monitor -j fdb link vlan` stream on its own
+//! connection and thread, read into [`Change`]s that keep the adapter's FDB mirror
+//! ([`crate::mirror`]).
 
 use crate::reconcile::{FdbEntry, PortVnis, VxlanPort};
 use qbridge_control::json::{self, Link, PortTunnels};
@@ -12,7 +13,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -224,18 +224,52 @@ pub fn parse_fdb(entries: &[json::FdbEntry]) -> Vec<FdbEntry> {
         .collect()
 }
 
-/// Streams `monitor -j fdb link` from the daemon at `path`, sending `()` to `wake` per event,
-/// until the connection ends (then returns; the caller reconnects).
-pub fn watch(path: &Path, wake: &Sender<()>) -> Result<(), DaemonError> {
+/// What the daemon's `monitor -j fdb link vlan` stream said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The monitor is answered: from now on every change is told.
+    Watching,
+    /// An entry added, learned, moved or changed; or (`deleted`) gone.
+    Fdb { entry: FdbEntry, deleted: bool },
+    /// Something a mirror cannot follow line by line: a link or VLAN changed (ports, maps),
+    /// or the monitor lost events. The adapter reads the daemon whole.
+    Resync,
+}
+
+/// One line of the stream (`None`: one the adapter has no use for, or that does not read).
+pub fn parse_change(line: &str) -> Option<Change> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("ok").is_some() {
+        return Some(Change::Watching);
+    }
+    match v.get("object")?.as_str()? {
+        "fdb" => {
+            let deleted = v.get("deleted").and_then(|d| d.as_bool()).unwrap_or(false);
+            let e: json::FdbEntry = serde_json::from_value(v).ok()?;
+            let entry = parse_fdb(std::slice::from_ref(&e)).pop()?;
+            Some(Change::Fdb { entry, deleted })
+        }
+        "link" | "vlan" | "lost" => Some(Change::Resync),
+        _ => None,
+    }
+}
+
+/// Streams `monitor -j fdb link vlan` from the daemon at `path` and calls `each` per change
+/// ([`Change::Watching`] first, once the daemon answered), until it returns `false` or the
+/// connection ends (then returns; the caller reconnects).
+pub fn watch(path: &Path, mut each: impl FnMut(Change) -> bool) -> Result<(), DaemonError> {
     let mut s = UnixStream::connect(path).map_err(|e| io(path, &e))?;
-    let req = serde_json::json!({"v": 1, "monitor": ["fdb", "link"], "opts": {"json": true}});
+    let req =
+        serde_json::json!({"v": 1, "monitor": ["fdb", "link", "vlan"], "opts": {"json": true}});
     s.write_all(format!("{req}\n").as_bytes())
         .map_err(|e| io(path, &e))?;
     let reader = BufReader::new(s);
     for line in reader.lines() {
-        let _ = line.map_err(|e| io(path, &e))?;
-        if wake.send(()).is_err() {
-            break;
+        let line = line.map_err(|e| io(path, &e))?;
+        if let Some(c) = parse_change(&line) {
+            if !each(c) {
+                break;
+            }
         }
     }
     Ok(())
@@ -294,6 +328,42 @@ mod tests {
         let got = server.join().unwrap();
         assert_eq!(got[0], format!("{}\n{}\n", cmds[0], cmds[1]));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The monitor's lines: the answer, entries added and deleted, what forces a whole read.
+    #[test]
+    fn reads_monitor_lines() {
+        assert_eq!(
+            parse_change(r#"{"v":1,"ok":true,"output":""}"#),
+            Some(Change::Watching)
+        );
+        let add = r#"{"object":"fdb","mac":"02:00:00:00:00:0a","ifname":"p1","flags":[],"master":"br0","state":""}"#;
+        let Some(Change::Fdb { entry, deleted }) = parse_change(add) else {
+            panic!()
+        };
+        assert_eq!(
+            (entry.mac, entry.ifname.as_str(), deleted),
+            ([2, 0, 0, 0, 0, 0xa], "p1", false)
+        );
+        let del = r#"{"object":"fdb","mac":"00:00:00:00:00:00","ifname":"vx0","dst":"192.0.2.2","flags":["self","extern_learn"],"state":"","deleted":true}"#;
+        let Some(Change::Fdb { entry, deleted }) = parse_change(del) else {
+            panic!()
+        };
+        assert!(deleted && entry.extern_learn);
+        assert_eq!(
+            entry.dst,
+            Some(std::net::Ipv4Addr::new(192, 0, 2, 2).into())
+        );
+        for l in [
+            r#"{"object":"lost","events":7}"#,
+            r#"{"object":"link","ifname":"vx0"}"#,
+            r#"{"object":"vlan","ifname":"vx0"}"#,
+        ] {
+            assert_eq!(parse_change(l), Some(Change::Resync), "{l}");
+        }
+        assert_eq!(parse_change(r#"{"object":"stp"}"#), None);
+        assert_eq!(parse_change("not json"), None);
+        assert_eq!(parse_change(r#"{"object":"fdb","mac":"zz"}"#), None);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! gobgpd's gRPC API (`apipb.GobgpApi`, gobgp 3.x), the subset qbridge-evpn calls: `GetBgp`
 //! (the local AS), `AddPath`, `DeletePath` and `ListPath` on the global RIB, family L2VPN
-//! EVPN, and `WatchEvent` as a wake-up. The messages are written here with prost's derives, their field numbers those of
+//! EVPN, and `WatchEvent`, whose best-path changes the adapter applies to its mirror of the
+//! RIB ([`crate::typed`] decodes them). The messages are written here with prost's derives, their field numbers those of
 //! gobgp's `api/gobgp.proto` (v3.10); fields qbridge does not use are left out (protobuf
 //! skips them). Routes travel as BGP wire bytes (`Path.nlri_binary`, `Path.pattrs_binary`,
 //! which gobgpd accepts and, with `enable_only_binary`, returns), encoded by
-//! [`crate::route`], so the typed `Any` attribute messages are not needed.
+//! [`crate::route`]; only `WatchEvent`'s paths come typed (`Any` messages, no bytes).
 //!
 //! The client is blocking: each call runs on a current-thread tokio runtime owned by
 //! [`Gobgp`], with a deadline, so the adapter's loop stays a plain loop.
@@ -20,8 +21,24 @@ pub struct Family {
     pub safi: i32,
 }
 
+/// `google.protobuf.Any`: a typed message and its type (`type.googleapis.com/apipb.NAME`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Any {
+    #[prost(string, tag = "1")]
+    pub type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Path {
+    /// The NLRI as a typed message (`WatchEvent`'s paths: gobgpd 3.10 sends no binary there;
+    /// decoded by [`crate::typed`]).
+    #[prost(message, optional, tag = "1")]
+    pub nlri: Option<Any>,
+    /// The attributes as typed messages (likewise).
+    #[prost(message, repeated, tag = "2")]
+    pub pattrs: Vec<Any>,
     #[prost(bool, tag = "4")]
     pub best: bool,
     #[prost(bool, tag = "5")]
@@ -148,6 +165,19 @@ pub struct WatchFilter {
     pub init: bool,
 }
 
+/// `WatchEventResponse`: only its `table` event (field 3), the paths whose best changed.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchEventResponse {
+    #[prost(message, optional, tag = "3")]
+    pub table: Option<TableEvent>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TableEvent {
+    #[prost(message, repeated, tag = "2")]
+    pub paths: Vec<Path>,
+}
+
 /// L2VPN EVPN.
 pub fn evpn() -> Family {
     Family {
@@ -158,6 +188,7 @@ pub fn evpn() -> Family {
 
 const TABLE_GLOBAL: i32 = 0;
 const DEADLINE: Duration = Duration::from_secs(5);
+const MAX_MESSAGE: usize = 256 << 20;
 
 /// Why a call failed: the connection, or gobgpd's answer.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +241,9 @@ impl Gobgp {
         Ok(Gobgp {
             addr: addr.to_string(),
             rt,
-            grpc: tonic::client::Grpc::new(channel),
+            // A watch event or a streamed answer can hold many paths (typed, larger than
+            // their bytes): more than tonic's default 4 MiB a message.
+            grpc: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE),
         })
     }
 
@@ -381,19 +414,27 @@ impl Gobgp {
         r.map_err(|s| self.call_error(call, &s))
     }
 
-    /// Streams `WatchEvent` (best-path changes, any family) and calls `each` per event,
-    /// until the stream ends or fails (then returns, for the caller to reconnect). Only a
-    /// wake-up: what changed is read with [`Gobgp::list_paths`].
-    pub fn watch(&mut self, mut each: impl FnMut() -> bool) -> Result<(), GobgpError> {
+    /// Streams `WatchEvent` (best-path changes, any family) and calls `each` with every
+    /// message's paths, until it returns `false` or the stream ends or fails (then returns,
+    /// for the caller to reconnect and read the RIB whole). The first message is the table's
+    /// best paths then (`init`): it says the watch is registered — gobgpd sends nothing, not
+    /// even its headers, before a first message. gobgpd 3.10 sends these paths typed only
+    /// (no `nlri_binary`): [`crate::typed::path`] reads them; they are best paths (their
+    /// `best` is not set), or withdrawals (`is_withdraw`: the key has no path left).
+    pub fn watch(&mut self, mut each: impl FnMut(Vec<Path>) -> bool) -> Result<(), GobgpError> {
         let req = WatchEventRequest {
             table: Some(WatchTable {
                 filters: vec![WatchFilter {
                     kind: 0,
-                    init: false,
+                    init: true,
                 }],
             }),
         };
-        self.stream("/apipb.GobgpApi/WatchEvent", req, |_: Empty| each())
+        self.stream(
+            "/apipb.GobgpApi/WatchEvent",
+            req,
+            |m: WatchEventResponse| each(m.table.map(|t| t.paths).unwrap_or_default()),
+        )
     }
 
     /// Every EVPN path of the global RIB (local and received, best or not).

@@ -4,5 +4,7 @@
 
 pub mod daemon;
 pub mod gobgp;
+pub mod mirror;
 pub mod reconcile;
 pub mod route;
+pub mod typed;

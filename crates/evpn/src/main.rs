@@ -2,17 +2,24 @@
 //! BGP speaker that is not ours: gobgpd, driven by its gRPC API (docs/evpn.md,
 //! docs/decisions.md 57).
 //!
-//! One thread runs a loop: read the daemon's VXLAN ports and FDB (control socket) and the
-//! speaker's EVPN RIB (`ListPath`), decide ([`reconcile`]), act (`AddPath`/`DeletePath`,
-//! `fdb … extern_learn` commands). A second thread holds a `monitor -j fdb link` stream, a
-//! third gobgpd's `WatchEvent` stream (best-path changes); both wake the loop on every event,
-//! and without events it runs every `--interval-ms` anyway. Either connection lost is retried on
-//! the next pass; nothing is remembered between passes, so a restart of either side (or of
-//! the adapter) re-derives everything.
+//! One thread runs a loop that keeps mirrors of both sides ([`mirror`]) and decides
+//! ([`reconcile`]) and acts (`AddPath`/`DeletePath`, `fdb … extern_learn` commands, one batch
+//! a pass). A second thread holds the daemon's `monitor -j fdb link vlan` stream, a third
+//! gobgpd's `WatchEvent` stream (best-path changes, typed: [`typed`]); their events change
+//! the mirrors and name the MACs to decide for, so a pass costs what changed, not the size of
+//! the tables (docs/decisions.md 76). A whole pass — both sides read whole (`fdb show -j`,
+//! `ListPath`), every MAC decided — runs at start, whenever a stream (re)starts, ends or
+//! says it lost events, when a link or VLAN changes, and every `--interval-ms` as the safety
+//! net; while either stream is down, every pass is whole (the level-triggered adapter of
+//! before). A connection lost is retried; a restart of either side (or of the adapter)
+//! re-derives everything from the whole pass.
 
 use anyhow::{bail, Context, Result};
-use qbridge_evpn::reconcile::{self, Action, Route};
-use qbridge_evpn::{daemon, gobgp, route};
+use qbridge_evpn::mirror::{FdbMirror, RibMirror};
+use qbridge_evpn::reconcile::{self, Action, FdbEntry, Route, VxlanPort};
+use qbridge_evpn::route::RouteKey;
+use qbridge_evpn::{daemon, gobgp, route, typed};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -32,8 +39,8 @@ VLAN), installs the peers' routes as `fdb … extern_learn` entries.
                      in namespace NAME)
   --gobgp HOST:PORT  gobgpd's API (default: 127.0.0.1:50051)
   --asn N            the AS of the route targets ASN:VNI (default: gobgpd's own AS)
-  --interval-ms N    how often both sides are read when neither reports a change
-                     (default: 2000)
+  --interval-ms N    how often both sides are read whole anyway, the safety net
+                     (default: 30000; changes are followed from the event streams)
   --once             one pass, then exit (its actions printed)
   --rd-auto          route distinguishers VTEP:VNI (the default and only mode today)
 ";
@@ -55,7 +62,7 @@ fn options() -> Result<Options> {
             .unwrap_or_else(|| qbridge_io::netns::OwnNetns::current().default_socket()),
         gobgp: "127.0.0.1:50051".into(),
         asn: None,
-        interval: Duration::from_millis(2000),
+        interval: Duration::from_millis(30_000),
         once: false,
     };
     let mut args = std::env::args().skip(1);
@@ -78,8 +85,8 @@ fn options() -> Result<Options> {
                 let ms: u64 = v
                     .parse()
                     .ok()
-                    .filter(|&ms| (10..=60_000).contains(&ms))
-                    .with_context(|| format!("--interval-ms {v}: 10 to 60000"))?;
+                    .filter(|&ms| (10..=3_600_000).contains(&ms))
+                    .with_context(|| format!("--interval-ms {v}: 10 to 3600000"))?;
                 o.interval = Duration::from_millis(ms);
             }
             "--once" => o.once = true,
@@ -102,11 +109,19 @@ struct Links {
     /// gobgpd's router id: the RD of an IPv6 VTEP's routes (`Rd::for_vtep`).
     router_id: Option<std::net::Ipv4Addr>,
     /// The refusals of the last pass (logged when new).
-    refused: std::collections::BTreeSet<String>,
+    refused: BTreeSet<String>,
 }
 
-/// One pass: read both sides, decide, act. Returns how many actions it took.
-fn pass(o: &Options, l: &mut Links) -> Result<usize> {
+/// Both sides as the adapter knows them: read whole by the last whole pass, changed since by
+/// the streams' events and the adapter's own actions.
+#[derive(Default)]
+struct Mirrors {
+    ports: Vec<VxlanPort>,
+    rib: RibMirror,
+    fdb: FdbMirror,
+}
+
+fn connect(o: &Options, l: &mut Links) -> Result<()> {
     if l.daemon.is_none() {
         l.daemon = Some(daemon::Daemon::connect(&o.socket)?);
         eprintln!(
@@ -134,35 +149,82 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
         l.gobgp = Some(g);
         eprintln!("qbridge-evpn: connected to gobgpd at {}", o.gobgp);
     }
-    let (Some(d), Some(g), Some(asn)) = (l.daemon.as_mut(), l.gobgp.as_mut(), l.asn) else {
+    Ok(())
+}
+
+/// A path of gobgpd's as the decision takes it, with its key (`None`: not an EVPN route of
+/// the two types). Paths gobgpd originated for us have no neighbour address.
+fn route_of(p: &gobgp::Path) -> Option<(RouteKey, Route)> {
+    if p.family.as_ref().is_some_and(|f| *f != gobgp::evpn()) {
+        return None;
+    }
+    let (nlri, ip, attrs) = typed::path(p)?;
+    let local = p
+        .neighbor_ip
+        .parse::<IpAddr>()
+        .map_or(true, |ip| ip.is_unspecified());
+    Some((
+        RouteKey::of(&nlri, ip),
+        Route {
+            nlri,
+            attrs,
+            local,
+            best: p.best,
+        },
+    ))
+}
+
+/// The whole pass: read both sides, replace the mirrors, decide for everything, act.
+fn whole(o: &Options, l: &mut Links, m: &mut Mirrors) -> Result<usize> {
+    connect(o, l)?;
+    let (Some(d), Some(g)) = (l.daemon.as_mut(), l.gobgp.as_mut()) else {
         return Ok(0);
     };
-    let ports = d.vxlan_ports()?;
-    let fdb = d.fdb()?;
-    let rib: Vec<Route> = g
-        .list_paths()?
-        .into_iter()
-        .filter_map(|p| {
-            let nlri = route::Nlri::decode(&p.nlri_binary)?;
-            // Paths gobgpd originated for us have no neighbour address.
-            let local = p
-                .neighbor_ip
-                .parse::<IpAddr>()
-                .map_or(true, |ip| ip.is_unspecified());
-            Some(Route {
-                nlri,
-                attrs: route::Attrs::decode(&p.pattrs_binary),
-                local,
-                best: p.best,
-            })
-        })
-        .collect();
-    let actions = reconcile::reconcile_rid(asn, l.router_id, &ports, &fdb, &rib);
-    let mut refused = std::collections::BTreeSet::new();
+    m.ports = d.vxlan_ports()?;
+    m.fdb = FdbMirror::from_entries(d.fdb()?);
+    m.rib = RibMirror::from_paths(g.list_paths()?.iter().filter_map(route_of));
+    let fdb: Vec<FdbEntry> = m.fdb.all().cloned().collect();
+    let rib: Vec<Route> = m.rib.all().cloned().collect();
+    let asn = l.asn.unwrap_or_default();
+    let actions = reconcile::reconcile_rid(asn, l.router_id, &m.ports, &fdb, &rib);
+    act(l, m, &actions)
+}
+
+/// A pass for the MACs the events named (and the flood lists when `flood`): only their
+/// entries and paths, from the mirrors; nothing is read.
+fn part(
+    o: &Options,
+    l: &mut Links,
+    m: &mut Mirrors,
+    macs: &BTreeSet<[u8; 6]>,
+    flood: bool,
+) -> Result<usize> {
+    connect(o, l)?;
+    let mut fdb: Vec<FdbEntry> = Vec::new();
+    let mut rib: Vec<Route> = Vec::new();
+    for mac in macs {
+        fdb.extend(m.fdb.of_mac(mac).iter().cloned());
+        rib.extend(m.rib.of_mac(mac).cloned());
+    }
+    if flood {
+        fdb.extend(m.fdb.of_mac(&[0; 6]).iter().cloned());
+        rib.extend(m.rib.imets().cloned());
+    }
+    let asn = l.asn.unwrap_or_default();
+    let actions = reconcile::reconcile_part(asn, l.router_id, &m.ports, &fdb, &rib, flood);
+    act(l, m, &actions)
+}
+
+/// Carries out a pass's actions and applies them to the mirrors. Returns their count.
+fn act(l: &mut Links, m: &mut Mirrors, actions: &[Action]) -> Result<usize> {
+    let (Some(d), Some(g)) = (l.daemon.as_mut(), l.gobgp.as_mut()) else {
+        return Ok(0);
+    };
+    let mut refused = BTreeSet::new();
     // The daemon's commands of the pass go as one batch (one request, one change of its
     // state, however many routes: decision 70); BGP's actions one call each.
     let mut cmds: Vec<String> = Vec::new();
-    for a in &actions {
+    for a in actions {
         eprintln!("qbridge-evpn: {a}");
         match a {
             Action::Advertise {
@@ -172,10 +234,21 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
                 pmsi_vni,
             } => {
                 let attrs = route::originate_attrs(nlri, *next_hop, communities, *pmsi_vni);
+                let decoded = route::Attrs::decode(&attrs);
                 g.add_path(nlri.encode(), attrs)?;
+                m.rib.originated(
+                    RouteKey::of(nlri, None),
+                    Route {
+                        nlri: *nlri,
+                        attrs: decoded,
+                        local: true,
+                        best: true,
+                    },
+                );
             }
             Action::Withdraw(nlri) => {
                 g.delete_path(nlri.encode())?;
+                m.rib.withdrew(&RouteKey::of(nlri, None));
             }
             Action::Daemon(cmd) => cmds.push(cmd.clone()),
         }
@@ -189,29 +262,122 @@ fn pass(o: &Options, l: &mut Links) -> Result<usize> {
             Err(e) => return Err(e.into()),
         },
     };
-    // One command, or a batch refused (all-or-nothing: one line stood in the way): each
-    // alone, so the others are done and the refused one is named.
-    if batched.is_err() {
+    if batched.is_ok() {
+        for cmd in &cmds {
+            m.fdb.apply(cmd, &m.ports);
+        }
+    } else {
+        // One command, or a batch refused (all-or-nothing: one line stood in the way): each
+        // alone, so the others are done and the refused one is named.
         for cmd in &cmds {
             let words: Vec<&str> = cmd.split_whitespace().collect();
             // A refusal (the entry changed under us, or the operator's configuration
             // stands in the way) is logged once; the next passes see why.
-            if let Err(e) = d.run(&words) {
-                match e {
-                    daemon::DaemonError::Refused { .. } => {
-                        let msg = e.to_string();
-                        if !l.refused.contains(&msg) {
-                            eprintln!("qbridge-evpn: {msg}");
-                        }
-                        refused.insert(msg);
-                    }
-                    e => return Err(e.into()),
+            match d.run(&words) {
+                Ok(_) => {
+                    m.fdb.apply(cmd, &m.ports);
                 }
+                Err(e @ daemon::DaemonError::Refused { .. }) => {
+                    let msg = e.to_string();
+                    if !l.refused.contains(&msg) {
+                        eprintln!("qbridge-evpn: {msg}");
+                    }
+                    refused.insert(msg);
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }
     l.refused = refused;
     Ok(actions.len())
+}
+
+/// What the streams' threads tell the loop.
+enum Event {
+    Daemon(daemon::Change),
+    /// The daemon's monitor ended (the daemon went, or the connection broke).
+    DaemonLost,
+    /// gobgpd's watch is established: its first message (the best paths then, `init`) came.
+    BgpWatching,
+    /// A best-path change: the paths.
+    Bgp(Vec<gobgp::Path>),
+    BgpLost,
+}
+
+/// The loop's state between passes.
+struct Follow {
+    /// Both streams are up, and a whole pass ran since they came up: the mirrors are
+    /// followed by events and a pass may be a part.
+    daemon_watching: bool,
+    bgp_watching: bool,
+    mirrored: bool,
+    /// Why the next pass must be whole (`None`: a part will do).
+    whole: Option<&'static str>,
+    macs: BTreeSet<[u8; 6]>,
+    flood: bool,
+}
+
+impl Follow {
+    fn resync(&mut self, why: &'static str) {
+        self.whole.get_or_insert(why);
+    }
+
+    fn take(&mut self, ev: Event, m: &mut Mirrors) {
+        match ev {
+            Event::Daemon(daemon::Change::Watching) => {
+                self.daemon_watching = true;
+                self.resync("the daemon's monitor started");
+            }
+            Event::Daemon(daemon::Change::Resync) => self.resync("a link or VLAN changed"),
+            Event::Daemon(daemon::Change::Fdb { entry, deleted }) => {
+                let mac = entry.mac;
+                if self.mirrored {
+                    if deleted {
+                        m.fdb.remove(&entry);
+                    } else {
+                        m.fdb.upsert(entry);
+                    }
+                }
+                self.name(mac);
+            }
+            Event::DaemonLost => {
+                self.daemon_watching = false;
+                self.mirrored = false;
+                self.resync("the daemon's monitor ended");
+            }
+            Event::BgpWatching => {
+                self.bgp_watching = true;
+                self.resync("gobgpd's watch started");
+            }
+            Event::Bgp(paths) => {
+                for p in &paths {
+                    let Some((key, r)) = route_of(p) else {
+                        continue;
+                    };
+                    if self.mirrored {
+                        m.rib.best(key, r, p.is_withdraw);
+                    }
+                    match key.mac() {
+                        Some(mac) => self.name(mac),
+                        None => self.flood = true,
+                    }
+                }
+            }
+            Event::BgpLost => {
+                self.bgp_watching = false;
+                self.mirrored = false;
+                self.resync("gobgpd's watch ended");
+            }
+        }
+    }
+
+    fn name(&mut self, mac: [u8; 6]) {
+        if mac == [0; 6] {
+            self.flood = true;
+        } else {
+            self.macs.insert(mac);
+        }
+    }
 }
 
 fn main() {
@@ -229,8 +395,9 @@ fn main() {
         router_id: None,
         refused: Default::default(),
     };
+    let mut m = Mirrors::default();
     if o.once {
-        match pass(&o, &mut l) {
+        match whole(&o, &mut l, &mut m) {
             Ok(n) => {
                 println!("{n} actions");
                 return;
@@ -241,79 +408,128 @@ fn main() {
             }
         }
     }
-    let (wake, events) = mpsc::channel();
-    let wake_bgp = wake.clone();
+    let (tx, events) = mpsc::channel();
+    let tx_bgp = tx.clone();
     let socket = o.socket.clone();
     std::thread::spawn(move || loop {
-        if let Err(e) = daemon::watch(&socket, &wake) {
-            let _ = e;
-        }
-        // A new stream (or a daemon back) is worth a pass too.
-        if wake.send(()).is_err() {
+        let _ = daemon::watch(&socket, |c| tx.send(Event::Daemon(c)).is_ok());
+        if tx.send(Event::DaemonLost).is_err() {
             return;
         }
         std::thread::sleep(Duration::from_secs(1));
     });
-    // gobgpd's best-path changes wake the loop too (the peers' routes, at once).
-    let (addr, wake) = (o.gobgp.clone(), wake_bgp);
+    let (addr, tx) = (o.gobgp.clone(), tx_bgp);
     std::thread::spawn(move || loop {
         if let Ok(mut g) = gobgp::Gobgp::connect_watch(&addr) {
-            let _ = g.watch(|| wake.send(()).is_ok());
+            // The first message is the table then (`init`): the watch is registered, so
+            // a whole read from now on misses no change.
+            let mut first = true;
+            let _ = g.watch(|paths| {
+                if std::mem::take(&mut first) {
+                    tx.send(Event::BgpWatching).is_ok()
+                } else {
+                    tx.send(Event::Bgp(paths)).is_ok()
+                }
+            });
         }
-        if wake.send(()).is_err() {
+        if tx.send(Event::BgpLost).is_err() {
             return;
         }
         std::thread::sleep(Duration::from_secs(1));
     });
+    let mut f = Follow {
+        daemon_watching: false,
+        bgp_watching: false,
+        mirrored: false,
+        whole: Some("start"),
+        macs: BTreeSet::new(),
+        flood: false,
+    };
     let mut failing = false;
-    let mut busy = 0u32;
     let mut last = Duration::ZERO;
+    let mut last_whole = Instant::now();
     loop {
-        // Act again at once after a pass that acted (up to 3 in a row), else wait.
-        if busy == 0 || busy > 3 {
-            busy = 0;
-            let _ = events.recv_timeout(o.interval);
+        let idle = f.whole.is_none() && f.macs.is_empty() && !f.flood;
+        if idle {
+            let wait = o.interval.saturating_sub(last_whole.elapsed());
+            match events.recv_timeout(wait) {
+                Ok(ev) => f.take(ev, &mut m),
+                Err(_) => f.resync("every --interval-ms"),
+            }
         }
-        // Coalesce a burst (routes arrive an UPDATE at a time, each a WatchEvent): wait
-        // until the events pause for 20 ms, or as long as the last pass took (at most 1 s),
-        // so one pass takes in many routes and its whole reads stay a bounded share of the
-        // time however large the tables (decision 70).
+        // Coalesce a burst (routes arrive an UPDATE at a time, each a WatchEvent; the
+        // daemon's lines follow the batch): wait until the events pause for 20 ms, or as
+        // long as the last pass took (at most 1 s), so one pass takes in many (decision 70).
         let settle = last.clamp(Duration::from_millis(20), Duration::from_secs(1));
         let t0 = Instant::now();
         while t0.elapsed() < settle {
             match events.recv_timeout(Duration::from_millis(20)) {
-                Ok(()) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Ok(ev) => f.take(ev, &mut m),
+                Err(_) => break,
             }
         }
-        while events.try_recv().is_ok() {}
+        while let Ok(ev) = events.try_recv() {
+            f.take(ev, &mut m);
+        }
+        if last_whole.elapsed() >= o.interval {
+            f.resync("every --interval-ms");
+        }
+        // Without both streams every pass is whole: nothing else is sure to see a change.
+        if !(f.daemon_watching && f.bgp_watching) && (f.flood || !f.macs.is_empty()) {
+            f.resync("a stream is down");
+        }
         let t0 = Instant::now();
-        let r = pass(&o, &mut l);
+        let r = match f.whole.take() {
+            Some(why) => {
+                f.macs.clear();
+                f.flood = false;
+                last_whole = Instant::now();
+                let r = whole(&o, &mut l, &mut m);
+                if let (Ok(n), false) = (&r, why.starts_with("every")) {
+                    eprintln!(
+                        "qbridge-evpn: whole pass ({why}): {} paths, {} entries, {n} actions",
+                        m.rib.len(),
+                        m.fdb.len()
+                    );
+                }
+                if r.is_ok() {
+                    f.mirrored = f.daemon_watching && f.bgp_watching;
+                }
+                r
+            }
+            None => {
+                let macs = std::mem::take(&mut f.macs);
+                let flood = std::mem::take(&mut f.flood);
+                part(&o, &mut l, &mut m, &macs, flood)
+            }
+        };
         last = t0.elapsed();
         match r {
-            Ok(n) => {
+            Ok(_) => {
                 if failing {
                     eprintln!("qbridge-evpn: in sync again");
                     failing = false;
                 }
-                busy = if n > 0 { busy + 1 } else { 0 };
             }
             Err(e) => {
                 if !failing {
                     eprintln!(
                         "qbridge-evpn: {e:#}; retrying every {} ms",
-                        o.interval.as_millis()
+                        o.interval.as_millis().min(2000)
                     );
                     failing = true;
                 }
-                // Reconnect both: either may have restarted.
+                // Reconnect both: either may have restarted; then read both whole.
                 l.daemon = None;
                 l.gobgp = None;
                 if o.asn.is_none() {
                     l.asn = None;
                 }
-                busy = 0;
+                f.mirrored = false;
+                f.resync("after an error");
+                std::thread::sleep(Duration::from_millis(
+                    o.interval.as_millis().min(2000) as u64
+                ));
             }
         }
     }

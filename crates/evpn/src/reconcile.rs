@@ -194,6 +194,23 @@ pub fn reconcile_rid(
     fdb: &[FdbEntry],
     rib: &[Route],
 ) -> Vec<Action> {
+    reconcile_part(asn, router_id, ports, fdb, rib, true)
+}
+
+/// The pass over a part of both sides (docs/decisions.md 76): `fdb` and `rib` hold only what
+/// concerns some MACs — every entry of those MACs (any port, any VLAN) and every type-2 path
+/// of them — and, when `flood`, also every flood-list entry (MAC 0) and every type-3 path.
+/// Every rule above is per MAC, or per flood list, so the actions are exactly those a whole
+/// pass would take for them; only the type-3 routes to originate are left out when `flood`
+/// is not set (their inputs are not there). With `flood` and whole inputs it is the pass.
+pub fn reconcile_part(
+    asn: u16,
+    router_id: Option<Ipv4Addr>,
+    ports: &[VxlanPort],
+    fdb: &[FdbEntry],
+    rib: &[Route],
+    flood: bool,
+) -> Vec<Action> {
     let mut actions = Vec::new();
     let vxlan_names: BTreeSet<&str> = ports.iter().map(|p| p.name.as_str()).collect();
     // What we want originated: NLRI → (next hop, communities, pmsi).
@@ -441,6 +458,9 @@ pub fn reconcile_rid(
 
     // Originate what is missing or changed, withdraw what is no longer wanted.
     for (nlri, (nh, comms, pmsi)) in &want {
+        if !flood && matches!(nlri, Nlri::Imet { .. }) {
+            continue;
+        }
         let same = ours.get(nlri).is_some_and(|a| {
             let mut x = a.communities.clone();
             let mut y = comms.clone();
@@ -458,6 +478,9 @@ pub fn reconcile_rid(
         }
     }
     for nlri in ours.keys() {
+        if !flood && matches!(nlri, Nlri::Imet { .. }) {
+            continue;
+        }
         if !want.contains_key(nlri) {
             actions.push(Action::Withdraw(*nlri));
         }
@@ -1147,5 +1170,71 @@ mod tests {
         let mut lone = external(None);
         lone[0].master = None;
         assert_eq!(reconcile(65000, &lone, &fdb, &rib), []);
+    }
+
+    /// A pass over the MACs an event named decides exactly what the whole pass decides for
+    /// them (docs/decisions.md 76): the union of the parts, one per MAC plus the flood lists,
+    /// is the whole pass's actions.
+    #[test]
+    fn parts_decide_as_the_whole_pass() {
+        const C: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 3));
+        let m = |i: u8| [2, 0, 0, 0, 1, i];
+        // 1: installed, its route withdrawn; 2: new from B; 3: from B and C (C wins, higher
+        // sequence); 4: local, not yet advertised; 5: local, but B's route is newer (moved);
+        // 6: installed and current; 7: ours advertised, no longer local.
+        let fdb = vec![
+            remote(m(1), B, true),
+            FdbEntry {
+                master: Some("br0".into()),
+                dst: None,
+                ..remote(m(1), B, true)
+            },
+            learned(m(4), "p1"),
+            learned(m(5), "p1"),
+            remote(m(6), B, true),
+            FdbEntry {
+                master: Some("br0".into()),
+                dst: None,
+                ..remote(m(6), B, true)
+            },
+            remote([0; 6], C, true),
+        ];
+        let rib = vec![
+            imet(A, true),
+            imet(B, false),
+            mac_route(B, m(2), None, false),
+            mac_route(B, m(3), Some(1), false),
+            mac_route(C, m(3), Some(2), false),
+            mac_route(A, m(5), None, true),
+            mac_route(B, m(5), Some(1), false),
+            mac_route(B, m(6), None, false),
+            mac_route(A, m(7), None, true),
+        ];
+        let whole = reconcile(65000, &ports(), &fdb, &rib);
+        let mut parts = Vec::new();
+        for i in 1..=7 {
+            let f: Vec<_> = fdb.iter().filter(|e| e.mac == m(i)).cloned().collect();
+            let r: Vec<_> = rib
+                .iter()
+                .filter(|r| matches!(r.nlri, Nlri::Mac { mac, .. } if mac == m(i)))
+                .cloned()
+                .collect();
+            parts.extend(reconcile_part(65000, None, &ports(), &f, &r, false));
+        }
+        let f: Vec<_> = fdb.iter().filter(|e| e.mac == [0; 6]).cloned().collect();
+        let r: Vec<_> = rib
+            .iter()
+            .filter(|r| matches!(r.nlri, Nlri::Imet { .. }))
+            .cloned()
+            .collect();
+        parts.extend(reconcile_part(65000, None, &ports(), &f, &r, true));
+        let key = |a: &Action| a.to_string();
+        let mut w: Vec<_> = whole.iter().map(key).collect();
+        let mut p: Vec<_> = parts.iter().map(key).collect();
+        w.sort();
+        p.sort();
+        assert_eq!(p, w);
+        // Something was decided for each kind of MAC.
+        assert!(w.len() >= 9, "{w:#?}");
     }
 }

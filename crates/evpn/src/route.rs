@@ -199,6 +199,56 @@ impl Nlri {
     }
 }
 
+/// A type-2 NLRI's IP address (`None`: none, another type, or malformed). Not part of
+/// [`Nlri`] (qbridge bridges, so it ignores it), but part of the route's key (RFC 7432 §7.2),
+/// so the RIB mirror keeps it ([`RouteKey`]).
+pub fn mac_ip(b: &[u8]) -> Option<IpAddr> {
+    if *b.first()? != TYPE_MAC_IP {
+        return None;
+    }
+    let r = b.get(2..2 + usize::from(*b.get(1)?))?;
+    match *r.get(29)? {
+        32 => ip_from(r.get(30..34)?),
+        128 => ip_from(r.get(30..46)?),
+        _ => None,
+    }
+}
+
+/// A route's key as BGP keys it (RFC 7432 §7.2, §7.3; gobgpd's): type 2 by RD, Ethernet
+/// tag, MAC and IP address (not the ESI or the labels, which are attributes); type 3 by RD,
+/// Ethernet tag and originator. A withdrawal names this, and only this route goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteKey {
+    Mac {
+        rd: Rd,
+        etag: u32,
+        mac: [u8; 6],
+        ip: Option<IpAddr>,
+    },
+    Imet {
+        rd: Rd,
+        etag: u32,
+        origin: IpAddr,
+    },
+}
+
+impl RouteKey {
+    pub fn of(nlri: &Nlri, ip: Option<IpAddr>) -> RouteKey {
+        match *nlri {
+            Nlri::Mac { rd, etag, mac, .. } => RouteKey::Mac { rd, etag, mac, ip },
+            Nlri::Imet { rd, etag, origin } => RouteKey::Imet { rd, etag, origin },
+        }
+    }
+
+    /// A type-2 route's MAC.
+    pub fn mac(&self) -> Option<[u8; 6]> {
+        match self {
+            RouteKey::Mac { mac, .. } => Some(*mac),
+            RouteKey::Imet { .. } => None,
+        }
+    }
+}
+
 /// An address's bytes (4 or 16).
 fn octets(ip: IpAddr) -> Vec<u8> {
     match ip {
