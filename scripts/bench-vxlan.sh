@@ -3,8 +3,12 @@
 #
 #   ha ═ veth ═ [VTEP A] ═══ underlay veth, MTU 1550 ═══ [VTEP B] ═ veth ═ hb
 #
-#   qbridge-kernel  A: qbridge daemon, vx0 type vxlan id 100 (the release build)
+#   qbridge-kernel  A: qbridge daemon, vx0 type vxlan id 100 (the release build),
+#                   --fast-path off: every frame through the pipeline and its UDP socket
 #                   B: kernel vxlan device id 100 in a kernel bridge
+#   qbfast-kernel   A: the same with --fast-path on and hb's MAC a static entry (fdb add
+#                   HB dev vx0 dst B): the program encapsulates A -> B (decision 73); B -> A
+#                   is decapsulated by the pipeline
 #   kernel-kernel   A and B: kernel vxlan devices in kernel bridges
 #   ovs-kernel      A: Open vSwitch, netdev datapath: br-phy (underlay address, ul) and
 #                   br-int (qa, vx0 type=vxlan options:key=100); B: kernel
@@ -20,12 +24,15 @@
 # host behind OVS has `tx off` (OVS's userspace datapath needs it on veths). Results go to
 # docs/benchmarks-live.md by hand.
 #
-#   scripts/bench-vxlan.sh [SECONDS] [WORKERS] [FAMILIES]   (defaults 5, 2 and "4 6";
-#                                                          FAMILIES=6: the IPv6 pairs only)
+#   scripts/bench-vxlan.sh [SECONDS] [WORKERS] [FAMILIES] [REPS]
+#       (defaults 5, 2, "4 6" and 1; FAMILIES=6: the IPv6 pairs only). With REPS > 1 the
+#       qbfast, qbridge and kernel pairs run REPS times, interleaved (the machine is shared:
+#       figures drift), and a last table gives each figure's median.
 set -euo pipefail
 secs=${1:-5}
 workers=${2:-2}
 families=${3:-4 6}
+reps=${4:-1}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
 for t in iperf3 ethtool python3; do
@@ -59,7 +66,18 @@ kernel_vtep() { # NS LOCAL REMOTE PORT
   ip -n $ns link set kbr up
 }
 
+qb_fast=off
+qbfast_vtep() { # NS LOCAL REMOTE PORT: qbridge with the fast path and a static remote
+  qb_fast=on
+  qbridge_vtep "$@"
+  qb_fast=off
+}
+
 qbridge_vtep() { # NS LOCAL REMOTE PORT
+  local static=
+  if [ $qb_fast = on ]; then
+    static="fdb add $(ip -n $p-hb -br link show eth0 | awk '{print $3}') dev vx0 dst $3"
+  fi
   cat > "$tmp/$1.batch" <<EOF
 link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev $4
@@ -67,9 +85,10 @@ link add vx0 type vxlan id 100 local $2 dstport 4789
 link set dev p1 master br0
 link set dev vx0 master br0
 fdb append 00:00:00:00:00:00 dev vx0 dst $3
+$static
 EOF
   ip netns exec $1 "$bin" daemon -batch "$tmp/$1.batch" --socket "$tmp/$1.sock" \
-    --workers "$workers" >"$tmp/$1.log" 2>&1 &
+    --workers "$workers" --fast-path $qb_fast >"$tmp/$1.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && return 0; sleep 0.05; done
   echo "qbridge did not start:"; cat "$tmp/$1.log"; exit 1
@@ -156,7 +175,8 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   else
     r="no-ping no-ping no-ping no-ping"
   fi
-  printf '%-16s %s\n' "$label" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}'
+  printf '%-16s %s\n' "$label" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}' |
+    tee -a "$tmp/rows"
   [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   pids=()
@@ -168,10 +188,29 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
 printf '%-16s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4"
 case " $families " in *" 4 "*) ;; *) have_ovs=2 ;; esac
-for fam in $families; do
-  pair qbridge kernel "$fam"
-  pair kernel kernel "$fam"
+for rep in $(seq "$reps"); do
+  for fam in $families; do
+    if [ "$fam" = 4 ]; then pair qbfast kernel "$fam"; fi
+    pair qbridge kernel "$fam"
+    pair kernel kernel "$fam"
+  done
 done
+if [ "$reps" -gt 1 ]; then
+  echo "medians of $reps runs:"
+  python3 - "$tmp/rows" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows.setdefault(f[0], []).append(f[1:])
+for label, runs in rows.items():
+    med = []
+    for i in range(4):
+        v = [float(r[i]) for r in runs if r[i].replace(".", "", 1).isdigit()]
+        med.append("%.2f" % statistics.median(v) if v else "fail")
+    print("%-16s %8s %8s %8s %8s" % (label, *med))
+PY
+fi
 if [ $have_ovs = 2 ]; then
   :
 elif [ $have_ovs = 1 ]; then
