@@ -43,8 +43,8 @@ pub mod queue;
 mod reaper;
 mod shared;
 mod snapshot;
-mod tracelive;
 pub mod state;
+mod tracelive;
 pub mod transmit;
 mod worker;
 

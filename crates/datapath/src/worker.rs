@@ -722,19 +722,7 @@ impl Host for Worker {
             .get(id as usize)?
             .as_ref()
             .filter(|e| !e.failed)?;
-        let s = &e.shared;
-        Some(Egress {
-            index: crate::fastpath::port_index(e.token),
-            ifindex: s.fast_ifindex.load(Ordering::Relaxed),
-            peer_mac: crate::shared::decode_peer_mac(s.fast_peer_mac.load(Ordering::Relaxed)),
-            into_host: s.fast_into_host.load(Ordering::Relaxed),
-            patch_peer: u16::try_from(s.patch_peer.load(Ordering::Relaxed)).ok(),
-            vxlan: s
-                .fast_vxlan
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        })
+        Some(Egress::of(e.token, &e.shared))
     }
 
     fn count_worker_rx(&self, id: u16, n: u64) {

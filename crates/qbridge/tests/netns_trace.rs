@@ -110,10 +110,43 @@ fn trace_explains_and_the_drop_watch_shows_the_drops() {
     // The fast path's stage agrees with `show fast-path`.
     let fp = ctl.json(&["show", "fast-path"]).unwrap();
     if fp["state"] == "on" {
+        // The install's own checks ran on the traced frame.
         assert!(
-            text.contains("  fast     cacheable: one frame to one port"),
+            text.contains("  fast     cacheable: the install's checks pass on this frame"),
             "{text}"
         );
+        // A source the switch has not learned yet: the frame's own learning puts it in the
+        // FDB before a worker would install, so the flow is cacheable all the same.
+        let t = ctl
+            .cmd(&[
+                "trace",
+                "dev",
+                "p1",
+                "src",
+                "02:00:00:00:77:77",
+                "dst",
+                &h2.mac,
+                "ipv4",
+                &h1.ip,
+                &h2.ip,
+            ])
+            .unwrap();
+        assert!(t.contains("(a new entry)"), "{t}");
+        assert!(
+            t.contains("  fast     cacheable: the install's checks pass on this frame"),
+            "{t}"
+        );
+        // Three tags in, two out: forwarded by the pipeline, but more tags than the program
+        // parses, so the install refuses it (rewrite).
+        let t = ctl
+            .cmd(&[
+                "trace", "dev", "p1", "src", &h1.mac, "dst", &h2.mac, "vlan", "10", "vlan", "20",
+                "vlan", "30",
+            ])
+            .unwrap();
+        eprintln!("{t}");
+        assert!(t.contains("verdict: forwarded"), "{t}");
+        assert!(t.contains("  fast     not cached (rewrite): "), "{t}");
     } else {
         assert!(text.contains("  fast     the fast path is off"), "{text}");
     }

@@ -31,6 +31,24 @@ pub(crate) struct Egress {
     pub vxlan: Option<std::sync::Arc<super::VxlanEgress>>,
 }
 
+impl Egress {
+    /// Port opening `token` as an output, from what its workers and the engine share.
+    pub(crate) fn of(token: u64, s: &crate::shared::PortShared) -> Egress {
+        Egress {
+            index: super::port_index(token),
+            ifindex: s.fast_ifindex.load(Ordering::Relaxed),
+            peer_mac: crate::shared::decode_peer_mac(s.fast_peer_mac.load(Ordering::Relaxed)),
+            into_host: s.fast_into_host.load(Ordering::Relaxed),
+            patch_peer: u16::try_from(s.patch_peer.load(Ordering::Relaxed)).ok(),
+            vxlan: s
+                .fast_vxlan
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+}
+
 /// What the fast path needs of the worker it runs in. The worker's receive burst, pipeline
 /// and transmit stay the worker's; this is how the fast path drives them.
 pub(crate) trait Host {
