@@ -63,8 +63,8 @@ pub(crate) struct Claimed {
     frame: usize,
     trace: qbridge_bridge::Trace,
     after_ns: u64,
-    /// A fast-path miss, and why as far as the frame tells.
-    miss: Option<&'static str>,
+    /// A fast-path miss, and why.
+    miss: Option<String>,
 }
 
 /// The sessions, shared by the control thread (which adds, refreshes and ends them) and the
@@ -150,7 +150,12 @@ impl TraceLive {
 
     /// Before a batch is forwarded: the frames of `pkts` some session wants, each explained
     /// with the switch as it is now. `miss`: the batch came from the fast path's upcall.
-    pub(crate) fn claim(&self, pkts: &[PacketBuf], now_ns: u64, miss: bool) -> Vec<Claimed> {
+    pub(crate) fn claim(
+        &self,
+        pkts: &[PacketBuf],
+        now_ns: u64,
+        miss: Option<&Misses<'_>>,
+    ) -> Vec<Claimed> {
         let mut out = Vec::new();
         let mut ss = lock(&self.sessions);
         for (i, p) in pkts.iter().enumerate() {
@@ -171,7 +176,7 @@ impl TraceLive {
                     frame: i,
                     trace,
                     after_ns: now_ns.saturating_sub(s.started_ns),
-                    miss: miss.then(|| miss_why(p.frame())),
+                    miss: miss.map(|m| m.why(p.port, p.frame())),
                 });
             }
         }
@@ -189,7 +194,7 @@ impl TraceLive {
                 continue;
             };
             let path = match c.miss {
-                Some(why) => LivePath::Miss(why.into()),
+                Some(why) => LivePath::Miss(why),
                 None => LivePath::Pipeline,
             };
             let f = LiveFrame {
@@ -332,17 +337,45 @@ fn hit_flow(fast: &crate::fastpath::FastShared, index: u16, frame: &[u8]) -> Str
     )
 }
 
-/// Why the program sent a frame up, as far as the frame itself tells (the program counts every
-/// miss by reason in `show fast-path`).
-fn miss_why(frame: &[u8]) -> &'static str {
-    match frame.first() {
-        Some(b) if b & 1 == 1 => "a group destination: floods and multicast always go up",
-        Some(_) => {
-            "no flow the program could use: none yet for its key, one made under an older \
-             configuration, or one whose FDB or size checks failed (show fast-path counts \
-             misses by reason)"
+/// What a worker lends to tell why the program sent a batch's frames up.
+pub(crate) struct Misses<'a> {
+    pub fast: &'a crate::fastpath::FastShared,
+    /// The program's index of a port's opening (the flow key's `in_port`).
+    pub index: &'a dyn Fn(u16) -> Option<u16>,
+}
+
+impl Misses<'_> {
+    /// Why the program sent `frame` of port `id` up: what the frame and the program's flow
+    /// table say now (before the pipeline forwards it; the program counts every miss by
+    /// reason in `show fast-path`).
+    fn why(&self, id: u16, frame: &[u8]) -> String {
+        if frame.first().is_some_and(|b| b & 1 == 1) {
+            return "a group destination: floods and multicast always go up".into();
         }
-        None => "an empty frame",
+        let Some(index) = (self.index)(id) else {
+            return "a port this worker no longer holds".into();
+        };
+        let Some(key) = qbridge_fastpath::key_of(frame, u32::from(index), [0, 0]) else {
+            return "tags the program leaves to the pipeline (more than two, or a TPID other \
+                    than 0x8100 and 0x88a8)"
+                .into();
+        };
+        let now = self.fast.generation.load(Relaxed);
+        match self.fast.writer.flow(&key) {
+            Ok(None) => "no flow for its key yet: the pipeline forwards it, and installs the \
+                         flow when its decision allows"
+                .into(),
+            Ok(Some(a)) if a.generation != now => format!(
+                "its flow was made under configuration generation {}, the program's is {now} \
+                 (stale: a change since)",
+                a.generation
+            ),
+            Ok(Some(_)) => "its flow's checks failed: the source new, moved or aged on the \
+                            ingress port, the destination's entry changed, or a length the \
+                            flow does not cover"
+                .into(),
+            Err(e) => format!("the flow table could not be read ({e})"),
+        }
     }
 }
 

@@ -164,6 +164,9 @@ pub(crate) struct Worker {
     /// path's misses.
     trace: Arc<TraceLive>,
     in_upcall: bool,
+    /// The fast path's shared state while it runs (a traced miss's reason reads its flows;
+    /// `fast` is lent out while the upcall is serviced).
+    fast_shared: Option<Arc<FastShared>>,
 }
 
 impl Worker {
@@ -211,6 +214,7 @@ impl Worker {
             watch: WatchScratch::default(),
             trace,
             in_upcall: false,
+            fast_shared: None,
         })
     }
 
@@ -501,6 +505,7 @@ impl Worker {
     }
 
     fn start_upcall(&mut self, queue: Queue, shared: Arc<FastShared>) {
+        self.fast_shared = Some(shared.clone());
         let f = FastWorker::new(queue, shared, BURST);
         if let Some(fd) = f.fd() {
             if let Err(e) = epoll::add(
@@ -695,7 +700,20 @@ impl Worker {
                 .process(&self.plan, now, &mut self.rx, &mut self.outputs);
             return;
         }
-        let claimed = self.trace.claim(&self.rx.pkts, now, self.in_upcall);
+        let claimed = if self.trace.active() {
+            // A miss's reason, read from the program's flow table before the pipeline may
+            // install the frame's flow.
+            let miss = match (&self.fast_shared, self.in_upcall) {
+                (Some(f), true) => Some(crate::tracelive::Misses {
+                    fast: f,
+                    index: &|id| Host::port_index(self, id),
+                }),
+                _ => None,
+            };
+            self.trace.claim(&self.rx.pkts, now, miss.as_ref())
+        } else {
+            Vec::new()
+        };
         if watching {
             self.watch.capture(&self.rx);
         }

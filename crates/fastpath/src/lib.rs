@@ -547,6 +547,11 @@ impl MapWriter {
         maps::raw::delete(self.flows.as_raw_fd(), key)
     }
 
+    /// The flow of `key`, if the program has one (`trace live` tells a miss's reason).
+    pub fn flow(&self, key: &FlowKey) -> std::io::Result<Option<FlowAction>> {
+        maps::raw::lookup(self.flows.as_raw_fd(), key)
+    }
+
     fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -414,6 +414,79 @@ fn trace_live_explains_the_next_frames_of_both_paths() {
         "{text}"
     );
 
+    if fast_on {
+        // Misses, with the program's reason: a destination nobody learned (no flow for its
+        // key), then a cached flow after an unrelated change (made under an older
+        // configuration generation).
+        support::ip_in(
+            &h1.ns,
+            &[
+                "neigh",
+                "replace",
+                "10.73.0.99",
+                "lladdr",
+                "02:00:00:00:99:99",
+                "dev",
+                "eth0",
+            ],
+        )
+        .unwrap();
+        let lines = run_to_end(
+            &ctl,
+            &[
+                "-j",
+                "trace",
+                "live",
+                "dev",
+                "p1",
+                "count",
+                "1",
+                "timeout",
+                "20",
+                "dst",
+                "02:00:00:00:99:99",
+            ],
+            25,
+            || {
+                ping(&h1, "10.73.0.99", 1);
+            },
+        );
+        let v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["path"], "fast_miss", "{v}");
+        assert!(
+            v["fast"]
+                .as_str()
+                .unwrap()
+                .starts_with("no flow for its key yet"),
+            "{v}"
+        );
+        assert_eq!(v["trace"]["verdict"], "flooded", "{v}");
+        // The flow h1 → h2 cached again.
+        assert_ping(&h1, &h2, 2);
+        ctl.cmd(&["link", "set", "dev", "p3", "learning", "off"])
+            .unwrap();
+        let lines = run_to_end(
+            &ctl,
+            &[
+                "-j", "trace", "live", "dev", "p1", "count", "1", "timeout", "20", "src", &src,
+                "ipv4",
+            ],
+            25,
+            || {
+                assert_ping(&h1, &h2, 1);
+            },
+        );
+        let v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["path"], "fast_miss", "{v}");
+        assert!(
+            v["fast"]
+                .as_str()
+                .unwrap()
+                .starts_with("its flow was made under configuration generation"),
+            "{v}"
+        );
+    }
+
     // Nothing matches: the trace ends at its timeout and says so.
     let lines = run_to_end(
         &ctl,
