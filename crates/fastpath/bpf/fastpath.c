@@ -269,10 +269,11 @@ struct {
 	__type(value, struct qb_bond);
 } qb_bonds SEC(".maps");
 
-/* Each member's frames through the program; key: bond port id << 4 | the member's position. */
+/* Each member's frames through the program; key: the bond's slot << 4 | the member's
+ * position. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, QB_MAX_PORTS * QB_BOND_MEMBERS);
+	__uint(max_entries, QB_MAX_BONDS * QB_BOND_MEMBERS);
 	__type(key, __u32);
 	__type(value, struct qb_member_stats);
 } qb_member_stats SEC(".maps");
@@ -488,7 +489,7 @@ static __always_inline __u32 bond_out(struct __sk_buff *skb, const struct ethhdr
 		return 0;
 	hash &= QB_BOND_BUCKETS - 1;
 	ifindex = b->member_ifindex[hash];
-	k = id << 4 | (b->member_pos[hash] & 0xf);
+	k = (b->slot & (QB_MAX_BONDS - 1)) << 4 | (b->member_pos[hash] & 0xf);
 	ms = bpf_map_lookup_elem(&qb_member_stats, &k);
 	if (ms && ifindex) {
 		ms->tx_frames += 1;
@@ -512,7 +513,7 @@ static __always_inline int bond_member_in(struct __sk_buff *skb, const struct qb
 	    eth->h_dest[0] == 0x01 && eth->h_dest[1] == 0x80 && eth->h_dest[2] == 0xc2 &&
 	    eth->h_dest[3] == 0 && eth->h_dest[4] == 0 && eth->h_dest[5] == 0x02)
 		return TC_ACT_OK;
-	k = (port->index & QB_PORT_ID_MASK) << 4 | ((port->flags >> QB_PORT_MEMBER_SHIFT) & 0xf);
+	k = (port->flags >> QB_PORT_MEMBER_SHIFT) & 0xfff;	/* slot << 4 | position */
 	ms = bpf_map_lookup_elem(&qb_member_stats, &k);
 	if (port->flags & QB_PORT_COLLECTING) {
 		/* The bond's frame from here (forwarded by the program or sent up). */

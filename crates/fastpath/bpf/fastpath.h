@@ -196,7 +196,7 @@ struct qb_vlan_stats {
  * Slow Protocols frames are the bond's only while the member collects (QB_PORT_COLLECTING),
  * else dropped (counted in qb_member_stats). Slow Protocols frames (LACPDUs, markers) pass to
  * the member's own socket (bound to ETH_P_SLOW, after TC ingress). The member's position in
- * its bond: flags bits 16-19. */
+ * its bond: flags bits 16-19; the bond's slot (qb_bond.slot): bits 20-27. */
 #define QB_PORT_BOND_MEMBER 0x40
 #define QB_PORT_COLLECTING 0x80
 #define QB_PORT_MEMBER_SHIFT 16
@@ -211,11 +211,11 @@ enum qb_bond_hash {
 };
 struct qb_bond {
 	__u32 policy;		/* enum qb_bond_hash */
-	__u32 pad;
+	__u32 slot;		/* below QB_MAX_BONDS: its members' counters, slot << 4 | position */
 	__u32 member_ifindex[QB_BOND_BUCKETS];	/* by hash bucket; 0: no member */
 	__u8 member_pos[QB_BOND_BUCKETS];	/* that member's position (its counters) */
 };
-/* A member's traffic through the program (qb_member_stats, key: bond port id << 4 | the
+/* A member's traffic through the program (qb_member_stats, key: the bond's slot << 4 | the
  * member's position), added to the bond's queues' own per-member counters. */
 struct qb_member_stats {
 	__u64 rx_frames, rx_bytes, tx_frames, tx_bytes;

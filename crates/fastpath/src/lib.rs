@@ -267,10 +267,10 @@ impl FastPath {
         ignore_missing(self.hash::<u32, Bond>("qb_bonds")?.remove(&id), "qb_bonds")
     }
 
-    /// The frames the program received and sent on the member at position `pos` of bond
-    /// `id`, and dropped while it did not collect.
-    pub fn member_stats(&mut self, id: u32, pos: u32) -> Result<MemberStats, Error> {
-        let k = (id & PORT_ID_MASK) << 4 | (pos & 0xf);
+    /// The frames the program received and sent on the member at position `pos` of the bond
+    /// of slot `slot` ([`Bond::slot`]), and dropped while it did not collect.
+    pub fn member_stats(&mut self, slot: u32, pos: u32) -> Result<MemberStats, Error> {
+        let k = (slot % MAX_BONDS) << 4 | (pos & 0xf);
         self.per_cpu_sum("qb_member_stats", k, |s: &mut MemberStats, v| {
             s.rx_frames += v.rx_frames;
             s.rx_bytes += v.rx_bytes;

@@ -99,7 +99,8 @@ pub const PORT_TRACE: u32 = 4;
 pub const PORT_BOND_MEMBER: u32 = 0x40;
 /// `QB_PORT_COLLECTING`: the member collects (its frames are the bond's; else dropped).
 pub const PORT_COLLECTING: u32 = 0x80;
-/// `QB_PORT_MEMBER_SHIFT`: the member's position in its bond, in [`Port::flags`] (4 bits).
+/// `QB_PORT_MEMBER_SHIFT`: the member's position in its bond, in [`Port::flags`] (4 bits),
+/// and the bond's [`Bond::slot`] above it (8 bits).
 pub const PORT_MEMBER_SHIFT: u32 = 16;
 /// `QB_ACT_BOND`: the egress port is a bond; the program picks its member by the pipeline's
 /// transmit hash from the bond's entry in `qb_bonds`.
@@ -123,7 +124,9 @@ pub const HASH_INNER_L34: u32 = 3;
 pub struct Bond {
     /// [`HASH_L2`] ..= [`HASH_INNER_L34`].
     pub policy: u32,
-    pub pad: u32,
+    /// Below [`MAX_BONDS`]: its members' counters are `slot << 4 | position` in
+    /// `qb_member_stats` (and a member's [`Port::flags`] carry it above the position).
+    pub slot: u32,
     /// The member's interface by hash bucket (0: no member).
     pub member_ifindex: [u32; BOND_BUCKETS],
     /// That member's position in the bond (its counters in `qb_member_stats`).
@@ -134,7 +137,7 @@ impl Default for Bond {
     fn default() -> Bond {
         Bond {
             policy: HASH_L2,
-            pad: 0,
+            slot: 0,
             member_ifindex: [0; BOND_BUCKETS],
             member_pos: [0; BOND_BUCKETS],
         }

@@ -303,7 +303,7 @@ fn the_member_is_the_pipelines_for_every_policy_and_tag_stack() {
     eprintln!("{hits} hits, {up} left to the pipeline, {refused} refused by the test run");
     for (pos, n) in sent.iter().enumerate() {
         assert_eq!(
-            fp.member_stats(BOND_PORT, pos as u32).unwrap().tx_frames,
+            fp.member_stats(0, pos as u32).unwrap().tx_frames,
             *n,
             "frames counted on member {pos}"
         );
@@ -344,13 +344,14 @@ fn a_member_passes_slow_protocols_and_drops_what_it_does_not_collect() {
     let Some((mut fp, ifindex)) = setup() else {
         return;
     };
-    // Member at position 3 of the bond of port 7 (opening 2).
+    // Member at position 3 of the bond of port 7 (opening 2), the bond's slot 5.
     let index = 2 << 12 | BOND_PORT;
     let member = |collecting: bool| Port {
         index,
         flags: PORT_ENABLED
             | PORT_BOND_MEMBER
             | 3 << PORT_MEMBER_SHIFT
+            | 5 << (PORT_MEMBER_SHIFT + 4)
             | if collecting { PORT_COLLECTING } else { 0 },
         ..Port::default()
     };
@@ -369,21 +370,21 @@ fn a_member_passes_slow_protocols_and_drops_what_it_does_not_collect() {
     );
     let r = fp.test_run(&data, ifindex, None).unwrap();
     assert_eq!(r.retval, 2, "TC_ACT_SHOT: not collecting");
-    assert_eq!(fp.member_stats(BOND_PORT, 3).unwrap().rx_not_collecting, 1);
-    assert_eq!(fp.member_stats(BOND_PORT, 2).unwrap().rx_not_collecting, 0);
+    assert_eq!(fp.member_stats(5, 3).unwrap().rx_not_collecting, 1);
+    assert_eq!(fp.member_stats(5, 2).unwrap().rx_not_collecting, 0);
     // Collecting: the frame is the bond's (a miss with the bond's index, here no flow).
     fp.set_port(ifindex, member(true)).unwrap();
     let r = fp.test_run(&data, ifindex, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::NoFlow));
     let r = fp.test_run(&lacpdu, ifindex, None).unwrap();
     assert_eq!(r.retval, 0, "LACPDUs still pass to the member's socket");
-    let st = fp.member_stats(BOND_PORT, 3).unwrap();
+    let st = fp.member_stats(5, 3).unwrap();
     assert_eq!(
         (st.rx_frames, st.rx_bytes),
         (1, data.len() as u64),
         "the collecting member's frame counted on it"
     );
-    assert_eq!(fp.member_stats(BOND_PORT, 3).unwrap().rx_not_collecting, 1);
+    assert_eq!(fp.member_stats(5, 3).unwrap().rx_not_collecting, 1);
 }
 
 /// The cost of the member choice, `BPF_PROG_TEST_RUN` ns per frame (not a test: prints;

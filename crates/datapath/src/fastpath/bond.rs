@@ -25,6 +25,21 @@ struct Member {
 #[derive(Debug, Default)]
 pub(crate) struct Bonds {
     bonds: HashMap<u16, (Vec<Member>, Option<Bond>)>,
+    /// Each bond's slot (below `qbridge_fastpath::MAX_BONDS`): where its members' counters
+    /// are in the program.
+    slots: HashMap<u16, u32>,
+}
+
+impl Bonds {
+    /// Bond `id`'s slot, the lowest free one when it has none (`None`: every slot is taken).
+    fn slot_for(&mut self, id: u16) -> Option<u32> {
+        if let Some(&s) = self.slots.get(&id) {
+            return Some(s);
+        }
+        let s = (0..qbridge_fastpath::MAX_BONDS).find(|s| !self.slots.values().any(|v| v == s))?;
+        self.slots.insert(id, s);
+        Some(s)
+    }
 }
 
 impl Bonds {
@@ -45,7 +60,22 @@ impl FastRt {
     /// Bond `id`'s members (interface, entry) and transmit table as the program must have
     /// them: attaches to new members, detaches from those gone, writes what changed (nothing
     /// when nothing did: the engine calls this often).
-    pub(crate) fn set_bond(&mut self, id: u16, members: Vec<(String, Port)>, table: Bond) {
+    pub(crate) fn set_bond(&mut self, id: u16, members: Vec<(String, Port)>, mut table: Bond) {
+        let Some(slot) = self.bonds.slot_for(id) else {
+            tracing::warn!(
+                "fast path: more than {} bonds; bond of port {id} left to the pipeline",
+                qbridge_fastpath::MAX_BONDS
+            );
+            return;
+        };
+        table.slot = slot;
+        let members: Vec<(String, Port)> = members
+            .into_iter()
+            .map(|(dev, mut port)| {
+                port.flags |= slot << (qbridge_fastpath::PORT_MEMBER_SHIFT + 4);
+                (dev, port)
+            })
+            .collect();
         let (mut have, written) = self.bonds.bonds.remove(&id).unwrap_or_default();
         have.retain(|m| {
             let keep = members.iter().any(|(dev, _)| *dev == m.dev);
@@ -101,6 +131,7 @@ impl FastRt {
             .copied()
             .collect();
         for id in gone {
+            self.bonds.slots.remove(&id);
             if let Some((members, _)) = self.bonds.bonds.remove(&id) {
                 for m in &members {
                     self.detach_member(m);
@@ -114,9 +145,10 @@ impl FastRt {
 
     /// Member `pos` of bond `id`'s frames through the program.
     pub(crate) fn member_stats(&mut self, id: u16, pos: usize) -> qbridge_fastpath::MemberStats {
-        self.fp
-            .member_stats(u32::from(id), pos as u32)
-            .unwrap_or_default()
+        let Some(&slot) = self.bonds.slots.get(&id) else {
+            return Default::default();
+        };
+        self.fp.member_stats(slot, pos as u32).unwrap_or_default()
     }
 
     fn detach_member(&mut self, m: &Member) {
