@@ -131,3 +131,94 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
 
 /// A VXLAN port's [`VxlanEgress`] as the workers read it (`PortShared::fast_vxlan`).
 pub type SharedEgress = std::sync::Mutex<Option<Arc<VxlanEgress>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qbridge_io::vxlan::{TunnelMap, VxlanTable};
+
+    const HB: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+    fn egress(vni: Option<u32>) -> VxlanEgress {
+        VxlanEgress {
+            table: VxlanTable::shared(),
+            vni: vni.and_then(Vni::new),
+            local: Ipv4Addr::new(192, 0, 2, 1),
+            dstport: 4789,
+            ttl: 64,
+            tos: Some(OuterTos::Inherit),
+            sports: [
+                40_000, 40_001, 40_002, 40_003, 40_004, 40_005, 40_006, 40_007,
+            ],
+            underlay: 7,
+            underlay_mtu: 1550,
+        }
+    }
+
+    fn frame(tag: Option<u16>) -> Vec<u8> {
+        let mut f = HB.to_vec();
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x0a]);
+        if let Some(vid) = tag {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&vid.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 20]);
+        f
+    }
+
+    /// A static remote gives the tunnel, with the port's settings; a learned one, an IPv6 one
+    /// or none gives nothing (the pipeline keeps those frames).
+    #[test]
+    fn only_a_static_ipv4_remote_makes_a_tunnel() {
+        let e = egress(Some(100));
+        let vni = Vni::new(100).unwrap();
+        let f = frame(None);
+        assert!(tunnel_for(&e, &f).is_none(), "no entry: a flood");
+        e.table.lock().unwrap().learn(
+            vni,
+            MacAddr(HB),
+            "192.0.2.9".parse().unwrap(),
+            std::time::Instant::now(),
+        );
+        assert!(tunnel_for(&e, &f).is_none(), "learned: not cached");
+        e.table
+            .lock()
+            .unwrap()
+            .set_statics(&[(vni, MacAddr(HB), "192.0.2.2".parse().unwrap())]);
+        let (inner, t) = tunnel_for(&e, &f).unwrap();
+        assert_eq!(inner, f);
+        assert_eq!(
+            (t.local, t.remote, t.vni, t.ifindex, t.ttl, t.tos),
+            ([192, 0, 2, 1], [192, 0, 2, 2], [0, 0, 100, 0], 7, 64, 0)
+        );
+        assert_eq!(t.flags, qbridge_fastpath::VX_INHERIT_TOS);
+        assert_eq!(t.sport[3], 40_003u16.to_be_bytes());
+        assert_eq!(t.dstport, 4789u16.to_be_bytes());
+        e.table
+            .lock()
+            .unwrap()
+            .set_statics(&[(vni, MacAddr(HB), "2001:db8::2".parse().unwrap())]);
+        assert!(tunnel_for(&e, &f).is_none(), "an IPv6 remote");
+    }
+
+    /// An external port: the frame's VLAN selects the VNI and its tag goes; an unmapped VLAN
+    /// or an untagged frame makes no tunnel.
+    #[test]
+    fn an_external_port_maps_the_vlan_and_removes_its_tag() {
+        let e = egress(None);
+        {
+            let mut t = e.table.lock().unwrap();
+            t.tunnels = TunnelMap::new(&[(10, 0x12_3456)], Some(0x8100), None);
+            t.set_statics(&[(
+                Vni::new(0x12_3456).unwrap(),
+                MacAddr(HB),
+                "192.0.2.2".parse().unwrap(),
+            )]);
+        }
+        let (inner, t) = tunnel_for(&e, &frame(Some(10))).unwrap();
+        assert_eq!(inner, frame(None));
+        assert_eq!(t.vni, [0x12, 0x34, 0x56, 0]);
+        assert!(tunnel_for(&e, &frame(Some(11))).is_none());
+        assert!(tunnel_for(&e, &frame(None)).is_none());
+    }
+}
