@@ -164,6 +164,29 @@ fn a_tcp_stream_encapsulated_by_the_program_reaches_a_kernel_vtep() {
     for (ns, d) in [(n("s"), "u1"), (n("r"), "u2")] {
         ip(&["-n", &ns, "link", "set", d, "mtu", "1600"]);
     }
+    // The peer is the kernel's own VTEP: where the kernel has no vxlan, nothing to talk to
+    // (qbridge's own VXLAN needs no module; this test's peer does).
+    let probe = Command::new("ip")
+        .args([
+            "-n",
+            &n("s"),
+            "link",
+            "add",
+            "vxprobe",
+            "type",
+            "vxlan",
+            "id",
+            "1",
+        ])
+        .args(["local", "192.168.73.1", "dstport", "4789"])
+        .output()
+        .expect("ip");
+    if !probe.status.success() {
+        // (As netns_vxlan does: a missing peer is not a failure of qbridge.)
+        eprintln!("SKIPPED: the kernel has no vxlan devices: no kernel VTEP to talk to");
+        return;
+    }
+    ip(&["-n", &n("s"), "link", "del", "vxprobe"]);
     kernel_vtep(&n("s"), "192.168.73.1", "192.168.73.2", "pa");
     kernel_vtep(&n("r"), "192.168.73.2", "192.168.73.1", "pb");
     let (ma, mb) = (mac(&n("a"), "eth0"), mac(&n("b"), "eth0"));
