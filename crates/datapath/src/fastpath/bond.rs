@@ -61,13 +61,18 @@ impl FastRt {
     /// them: attaches to new members, detaches from those gone, writes what changed (nothing
     /// when nothing did: the engine calls this often).
     pub(crate) fn set_bond(&mut self, id: u16, members: Vec<(String, Port)>, mut table: Bond) {
-        let Some(slot) = self.bonds.slot_for(id) else {
+        // Beyond the slots the members are still served (their frames enter as the bond's),
+        // counted in the last slot; its table is not written (`qb_bonds` has as many entries
+        // as slots), so frames to the bond go up.
+        let assigned = self.bonds.slot_for(id);
+        if assigned.is_none() && !self.bonds.bonds.contains_key(&id) {
             tracing::warn!(
-                "fast path: more than {} bonds; bond of port {id} left to the pipeline",
+                "fast path: more than {} bonds; frames to the bond of port {id} go through the \
+                 pipeline",
                 qbridge_fastpath::MAX_BONDS
             );
-            return;
-        };
+        }
+        let slot = assigned.unwrap_or(qbridge_fastpath::MAX_BONDS - 1);
         table.slot = slot;
         let members: Vec<(String, Port)> = members
             .into_iter()
@@ -107,7 +112,7 @@ impl FastRt {
             }
             have.push(Member { dev, ifindex, port });
         }
-        let written = if written != Some(table) {
+        let written = if assigned.is_some() && written != Some(table) {
             match self.fp.set_bond(u32::from(id), &table) {
                 Ok(()) => Some(table),
                 Err(e) => {
