@@ -92,6 +92,30 @@ fdb add {} dev vx0 dst 192.0.2.2
     );
     let text = ctl.cmd(&["show", "fast-path"]).unwrap();
     assert!(text.contains("vxlan"), "{text}");
+    // The trace of such a frame names the VNI and the VTEP, and the install's own checks
+    // say the program encapsulates it (issue 32).
+    let t = ctl
+        .cmd(&[
+            "trace", "dev", "p1", "src", &ha.mac, "dst", &hb.mac, "ipv4", &ha.ip, &hb.ip, "tcp",
+            "40000", "5201",
+        ])
+        .unwrap();
+    assert!(
+        t.contains("  vxlan    vx0: VNI 100 (the port's id), from 192.0.2.1 UDP "),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "to VTEP 192.0.2.2 port 4789 (its static entry for {})",
+            hb.mac
+        )),
+        "{t}"
+    );
+    assert!(
+        t.contains("  fast     cacheable: the install's checks pass on this frame")
+            && t.contains("encapsulated in the program"),
+        "{t}"
+    );
 
     // The remote moves while ha pings hb: from the answer on, the kernel VTEP at 192.0.2.2
     // receives nothing more (the pipeline sends to 192.0.2.3, which nobody answers).
