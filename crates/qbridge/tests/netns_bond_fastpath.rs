@@ -190,6 +190,23 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
             "{name}: the program forwarded little: {f}"
         );
     }
+    // The trace of such a frame names the member the bond's table gives its hash, and its
+    // fast stage says the program forwards it (issue 32).
+    let t = c1
+        .cmd(&[
+            "trace", "dev", "ha", "src", &a.mac, "dst", &b.mac, "ipv4", &a.ip, &b.ip, "tcp",
+            "40000", "5201",
+        ])
+        .unwrap();
+    assert!(
+        t.contains("  bond     bo: member m1 (xmit_hash_policy layer3+4: hash ")
+            || t.contains("  bond     bo: member m2 (xmit_hash_policy layer3+4: hash "),
+        "{t}"
+    );
+    assert!(
+        t.contains("  fast     cacheable: the install's checks pass on this frame"),
+        "{t}"
+    );
     // qbridge's member counters hold the program's frames: each member's count is at least
     // the kernel's (which also has the LACPDUs), and they sum to what the bond carried.
     let own = member_tx_frames(&c1, "m1") + member_tx_frames(&c1, "m2");
