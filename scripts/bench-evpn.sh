@@ -5,7 +5,9 @@
 #   qbridge side (ns A, 192.0.2.1): gobgpd + qbridge-evpn + the qbridge daemon (br0, vx0)
 #   FRR side     (ns B, 192.0.2.2): bgpd + zebra (advertise-all-vni), kernel bridge + vx100
 #
-# from the injector (ns I, 192.0.2.100, its own gobgpd), all on one underlay bridge (ns U).
+# from K injector gobgpds (ns I, 192.0.2.100 onwards, each with a share of the VTEPs; K =
+# QBRIDGE_BENCH_INJECTORS, default 16: one gobgpd takes API-added type-2 routes in O(N²),
+# bench.rs says why), all on one underlay bridge (ns U).
 # qbridge-evpn-bench (crates/evpn/src/bin/bench.rs) injects them (AddPathStream), times how long
 # until the daemon's FDB (fdb show -j) and FRR's kernel FDB (bridge fdb show) hold all N, then
 # withdraws them (DeletePath of the family) and times until both hold none; it prints the
@@ -49,6 +51,9 @@ ip netns add $p-u
 ip -n $p-u link add ubr type bridge
 ip -n $p-u link set ubr up
 declare -A addr=([a]=192.0.2.1 [b]=192.0.2.2 [i]=192.0.2.100)
+k=${QBRIDGE_BENCH_INJECTORS:-16}
+inj=()
+for j in $(seq 0 $((k - 1))); do inj+=(192.0.2.$((100 + j))); done
 for n in a b i; do
   ip netns add $p-$n
   ip -n $p-$n link set lo up
@@ -59,14 +64,17 @@ for n in a b i; do
   ip -n $p-$n link set ul up
 done
 # The injected VTEPs (10.100.0.0/16) are behind the injector: FRR resolves its next hops.
+for j in $(seq 1 $((k - 1))); do ip -n $p-i addr add ${inj[$j]}/24 dev ul; done
 ip -n $p-b route add 10.100.0.0/16 via 192.0.2.100
 ip -n $p-a route add 10.100.0.0/16 via 192.0.2.100
 
-gobgpd_conf() { # LOCAL PEER...
+gobgpd_conf() { # LOCAL PEER... (INJECTOR=1: no listening socket, sessions from LOCAL)
   local l=$1; shift
   printf '[global.config]\n  as = 65000\n  router-id = "%s"\n  local-address-list = ["%s"]\n' "$l" "$l"
+  [ -n "${INJECTOR:-}" ] && printf '  port = -1\n'
   for peer in "$@"; do
     printf '[[neighbors]]\n  [neighbors.config]\n    neighbor-address = "%s"\n    peer-as = 65000\n' "$peer"
+    [ -n "${INJECTOR:-}" ] && printf '  [neighbors.transport.config]\n    local-address = "%s"\n' "$l"
     printf '  [neighbors.timers.config]\n    connect-retry = 1\n    hold-time = 9\n    keepalive-interval = 3\n'
     printf '  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = "l2vpn-evpn"\n'
   done
@@ -78,9 +86,13 @@ start() { # NS LOG PROG ARGS... (pid in $started)
   pids+=($started)
 }
 
-# I: the injector's gobgpd, peered with A's gobgpd and FRR.
-gobgpd_conf 192.0.2.100 192.0.2.1 192.0.2.2 >"$tmp/gobgpd-i.toml"
-start $p-i "$tmp/gobgpd-i.log" gobgpd -f "$tmp/gobgpd-i.toml" --api-hosts 127.0.0.1:50051
+# I: the injectors' gobgpds (API ports 50051 onwards), each peered with A's gobgpd and FRR.
+apis=()
+for j in $(seq 0 $((k - 1))); do
+  INJECTOR=1 gobgpd_conf ${inj[$j]} 192.0.2.1 192.0.2.2 >"$tmp/gobgpd-i$j.toml"
+  start $p-i "$tmp/gobgpd-i$j.log" gobgpd -f "$tmp/gobgpd-i$j.toml" --api-hosts 127.0.0.1:$((50051 + j))
+  apis+=(127.0.0.1:$((50051 + j)))
+done
 # (ip netns exec runs the program itself: the PID is gobgpd's.)
 
 # A: qbridge daemon, gobgpd, qbridge-evpn.
@@ -99,7 +111,7 @@ start $p-a "$tmp/daemon.log" "$bin/qbridge" daemon -batch "$tmp/a.batch" --socke
 daemon_pid=$started
 for _ in $(seq 100); do [ -S "$tmp/a.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/a.sock" ] || { echo "qbridge did not start:"; cat "$tmp/daemon.log"; exit 1; }
-gobgpd_conf 192.0.2.1 192.0.2.100 >"$tmp/gobgpd-a.toml"
+gobgpd_conf 192.0.2.1 "${inj[@]}" >"$tmp/gobgpd-a.toml"
 start $p-a "$tmp/gobgpd-a.log" gobgpd -f "$tmp/gobgpd-a.toml" --api-hosts 127.0.0.1:50051
 gobgpd_a=$started
 # shellcheck disable=SC2086
@@ -117,19 +129,16 @@ frr=$tmp/frr
 mkdir -p "$frr"
 chown frr:frr "$frr"
 echo "hostname b" >"$frr/zebra.conf"
-cat >"$frr/bgpd.conf" <<EOF
-hostname b
-router bgp 65000
- bgp router-id 192.0.2.2
- no bgp default ipv4-unicast
- neighbor 192.0.2.100 remote-as 65000
- neighbor 192.0.2.100 timers connect 1
- neighbor 192.0.2.100 advertisement-interval 0
- address-family l2vpn evpn
-  neighbor 192.0.2.100 activate
-  advertise-all-vni
- exit-address-family
-EOF
+{
+  printf 'hostname b\nrouter bgp 65000\n bgp router-id 192.0.2.2\n no bgp default ipv4-unicast\n'
+  for n in "${inj[@]}"; do
+    printf ' neighbor %s remote-as 65000\n neighbor %s timers connect 1\n' "$n" "$n"
+    printf ' neighbor %s advertisement-interval 0\n' "$n"
+  done
+  printf ' address-family l2vpn evpn\n'
+  for n in "${inj[@]}"; do printf '  neighbor %s activate\n' "$n"; done
+  printf '  advertise-all-vni\n exit-address-family\n'
+} >"$frr/bgpd.conf"
 for d in zebra bgpd; do
   ip netns exec $p-b /usr/lib/frr/$d -d -f "$frr/$d.conf" -i "$frr/$d.pid" -z "$frr/zserv.api" \
     --vty_socket "$frr/" --log "file:$frr/$d.log"
@@ -138,18 +147,22 @@ done
 sleep 0.5
 zebra_pid=$(cat "$frr/zebra.pid"); bgpd_pid=$(cat "$frr/bgpd.pid")
 
-# Both sessions up (the injector's neighbours established).
-for _ in $(seq 150); do
-  n=$(ip netns exec $p-i gobgp neighbor 2>/dev/null | grep -c Establ || true)
-  [ "$n" = 2 ] && break
+# Every session up (each injector's two neighbours established).
+for _ in $(seq 300); do
+  n=0
+  for j in $(seq 0 $((k - 1))); do
+    c=$(ip netns exec $p-i gobgp -p $((50051 + j)) neighbor 2>/dev/null | grep -c Establ || true)
+    n=$((n + c))
+  done
+  [ "$n" = $((2 * k)) ] && break
   sleep 0.2
 done
-[ "$n" = 2 ] || { echo "BGP sessions not up:"; ip netns exec $p-i gobgp neighbor; exit 1; }
+[ "$n" = $((2 * k)) ] || { echo "BGP sessions not up ($n of $((2 * k))):"; ip netns exec $p-i gobgp neighbor; exit 1; }
 sleep 2
 
-echo "qbridge-evpn: $bin/qbridge-evpn, $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "qbridge-evpn: $bin/qbridge-evpn, $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $k injectors; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 while [ $# -ge 2 ]; do
-  ip netns exec $p-i "$bin/qbridge-evpn-bench" --inject 127.0.0.1:50051 --routes "$1" --vteps "$2" \
+  ip netns exec $p-i "$bin/qbridge-evpn-bench" --inject "$(IFS=,; echo "${apis[*]}")" --routes "$1" --vteps "$2" \
     --socket "$tmp/a.sock" --pids "qbridge-evpn=$evpn_pid,gobgpd=$gobgpd_a,daemon=$daemon_pid" \
     --frr-ns $p-b --frr-dev vx100 --frr-pids "bgpd=$bgpd_pid,zebra=$zebra_pid" \
     2>&1 || { echo "failed; the adapter's log:"; tail -20 "$tmp/evpn.log"; exit 1; }

@@ -1,14 +1,21 @@
 //! `qbridge-evpn-bench`: the control plane's benchmark (issue 31; run by
 //! `scripts/bench-evpn.sh`, which builds the namespaces and starts the processes).
 //!
-//! Injects N type-2 (MAC only) routes from M VTEPs, and one type-3 route per VTEP, into a
-//! gobgpd through its API (`AddPathStream`, 1000 paths a message), then times how long the
+//! Injects N type-2 (MAC only) routes from M VTEPs, and one type-3 route per VTEP, into one
+//! or more gobgpds through their API (`AddPathStream`, 1000 paths a message; VTEP `m`'s
+//! routes into injector `m % K`, the K in parallel), then times how long the
 //! receivers take to hold all N: the qbridge daemon behind `qbridge-evpn` (`fdb show -j`:
 //! the VXLAN port's `extern_learn` entries with a `dst`) and, when given, FRR (the kernel FDB
 //! of zebra's vxlan device, `bridge fdb show dev DEV`); then withdraws them all (`DeletePath`
 //! of the family) and times how long until both hold none. The CPU each listed process spent
 //! (utime + stime, /proc/PID/stat) from the injection to the side's completion is printed
 //! beside it.
+//!
+//! Why several injectors: gobgpd 3.10 checks every type-2 route added through its API
+//! against every EVPN best path it holds (`fixupApiPath`, for MAC mobility), so one gobgpd
+//! takes N routes in O(N²): 50 000 took 507 s alone here (99 routes/s). K injectors, each
+//! standing for its share of the VTEPs as real VTEPs each have their own speaker, take
+//! 1/K² of that each.
 
 use anyhow::{bail, Context, Result};
 use qbridge_evpn::daemon::Daemon;
@@ -20,11 +27,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
-usage: qbridge-evpn-bench --inject HOST:PORT --routes N --vteps M --socket PATH
+usage: qbridge-evpn-bench --inject HOST:PORT,... --routes N --vteps M --socket PATH
                           [--pids NAME=PID,...] [--frr-ns NS --frr-dev DEV
                           --frr-pids NAME=PID,...] [--vni N] [--asn N] [--timeout-s S]
 
-  --inject HOST:PORT  the gobgpd the routes are injected into (its API)
+  --inject HOST:PORT,...  the gobgpds the routes are injected into (their APIs; VTEP m's
+                      routes into the (m mod K)th)
   --routes N          type-2 routes (MAC only), spread evenly over the VTEPs
   --vteps M           remote VTEPs 10.100.0.1 onwards (a type-3 route each)
   --socket PATH       the qbridge daemon's control socket (the adapter's side)
@@ -36,7 +44,7 @@ usage: qbridge-evpn-bench --inject HOST:PORT --routes N --vteps M --socket PATH
 ";
 
 struct Options {
-    inject: String,
+    inject: Vec<String>,
     routes: u32,
     vteps: u32,
     socket: PathBuf,
@@ -62,7 +70,7 @@ fn pids(s: &str) -> Result<Vec<(String, u32)>> {
 
 fn options() -> Result<Options> {
     let mut o = Options {
-        inject: String::new(),
+        inject: Vec::new(),
         routes: 0,
         vteps: 1,
         socket: PathBuf::new(),
@@ -81,7 +89,7 @@ fn options() -> Result<Options> {
             .next()
             .with_context(|| format!("{a} needs a value\n{USAGE}"))?;
         match a.as_str() {
-            "--inject" => o.inject = v,
+            "--inject" => o.inject = v.split(',').map(String::from).collect(),
             "--routes" => o.routes = v.parse().context("--routes")?,
             "--vteps" => o.vteps = v.parse().context("--vteps")?,
             "--socket" => o.socket = v.into(),
@@ -107,8 +115,12 @@ fn vtep(i: u32) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 100, 0, 0)) + 1 + i)
 }
 
-/// The routes: a type-3 per VTEP, then N type-2, route `i` from VTEP `i % M`.
-fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+type Routes = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
+
+/// The routes per injector: a type-3 per VTEP, then N type-2, route `i` from VTEP `i % M`,
+/// VTEP `m`'s routes into injector `m % K`.
+fn routes(o: &Options) -> Vec<Routes> {
+    let k = o.inject.len();
     let comms = [
         ExtCommunity::RouteTarget {
             asn: o.asn,
@@ -119,7 +131,7 @@ fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
         },
     ];
     let rd_of = |v: Ipv4Addr| Rd::ip(v, (o.vni & 0xffff) as u16);
-    let mut out = Vec::new();
+    let mut out: Vec<Routes> = vec![Vec::new(); k];
     for m in 0..o.vteps {
         let v = vtep(m);
         let nlri = Nlri::Imet {
@@ -127,7 +139,7 @@ fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
             etag: 0,
             origin: v.into(),
         };
-        out.push((
+        out[m as usize % k].push((
             nlri.encode(),
             route::originate_attrs(&nlri, v.into(), &comms, Some(o.vni)),
         ));
@@ -141,7 +153,7 @@ fn routes(o: &Options) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
             mac: [0x02, 0xbe, b[0], b[1], b[2], b[3]],
             vni: o.vni,
         };
-        out.push((
+        out[(i % o.vteps) as usize % k].push((
             nlri.encode(),
             route::originate_attrs(&nlri, v.into(), &comms, None),
         ));
@@ -246,9 +258,10 @@ fn phase(o: &Options, what: &str, target: usize, act: impl FnOnce() -> Result<()
         std::thread::sleep(Duration::from_millis(100));
     }
     println!(
-        "{what} {} type-2 routes from {} VTEPs (the injector took {:.2} s):",
+        "{what} {} type-2 routes from {} VTEPs ({} injectors took {:.2} s):",
         o.routes,
         o.vteps,
+        o.inject.len(),
         injected.as_secs_f64()
     );
     for (i, s) in sides.iter().enumerate() {
@@ -277,13 +290,41 @@ fn phase(o: &Options, what: &str, target: usize, act: impl FnOnce() -> Result<()
     Ok(())
 }
 
+/// Runs `f` on every injector at once (a thread and a connection each).
+fn each_injector(
+    gs: &mut [Gobgp],
+    work: Vec<Routes>,
+    f: fn(&mut Gobgp, Routes) -> Result<(), qbridge_evpn::gobgp::GobgpError>,
+) -> Result<()> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = gs
+            .iter_mut()
+            .zip(work)
+            .map(|(g, w)| s.spawn(move || f(g, w)))
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| anyhow::anyhow!("an injector thread panicked"))??;
+        }
+        Ok(())
+    })
+}
+
 fn main() -> Result<()> {
     let o = options()?;
     // No deadline: 50 k paths take longer than a call's 5 s.
-    let mut g = Gobgp::connect_watch(&o.inject)?;
+    let mut gs = o
+        .inject
+        .iter()
+        .map(|a| Gobgp::connect_watch(a))
+        .collect::<Result<Vec<_>, _>>()?;
     let n = o.routes as usize;
     let rs = routes(&o);
-    phase(&o, "install", n, || Ok(g.add_paths(rs)?))?;
-    phase(&o, "withdraw", 0, || Ok(g.delete_all()?))?;
+    let k = gs.len();
+    phase(&o, "install", n, || {
+        each_injector(&mut gs, rs, |g, r| g.add_paths(r))
+    })?;
+    phase(&o, "withdraw", 0, || {
+        each_injector(&mut gs, vec![Vec::new(); k], |g, _| g.delete_all())
+    })?;
     Ok(())
 }
