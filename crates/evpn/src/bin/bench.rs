@@ -303,7 +303,8 @@ fn each_injector(
             .map(|(g, w)| s.spawn(move || f(g, w)))
             .collect();
         for h in hs {
-            h.join().map_err(|_| anyhow::anyhow!("an injector thread panicked"))??;
+            h.join()
+                .map_err(|_| anyhow::anyhow!("an injector thread panicked"))??;
         }
         Ok(())
     })
