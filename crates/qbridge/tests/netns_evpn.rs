@@ -227,6 +227,11 @@ fn qbridge_vtep(
 
 /// The adapter of the VTEP at `local`, through the socket link `evpn-LOCAL.sock`.
 fn start_evpn(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
+    start_evpn_every(lab, procs, ns, local, "1000");
+}
+
+/// The adapter, its whole passes every `interval_ms`.
+fn start_evpn_every(lab: &Lab, procs: &mut Procs, ns: &str, local: &str, interval_ms: &str) {
     let socket = lab.dir.join(format!("evpn-{local}.sock"));
     let bin = evpn_bin();
     procs.spawn(
@@ -237,7 +242,7 @@ fn start_evpn(lab: &Lab, procs: &mut Procs, ns: &str, local: &str) {
             "--socket",
             socket.to_str().unwrap(),
             "--interval-ms",
-            "1000",
+            interval_ms,
         ],
         &lab.dir.join(format!("evpn-{local}.log")),
     );
@@ -938,4 +943,192 @@ fn frr_mac_vni(ns: &str, dir: &Path, vni: &str, mac: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The remote MACs of A's vx0 (`extern_learn` entries with a VTEP), sorted: (MAC, VTEP).
+fn remote_macs(ctl: &support::Ctl) -> Vec<(String, String)> {
+    let j = ctl.json(&["fdb", "show", "dev", "vx0"]).unwrap_or_default();
+    let mut v: Vec<(String, String)> = j
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["mac"] != "00:00:00:00:00:00"
+                && e["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "extern_learn"))
+        })
+        .filter_map(|e| Some((e["mac"].as_str()?.into(), e["dst"].as_str()?.into())))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The adapter follows gobgpd's watch (docs/decisions.md 76): with its whole passes a
+/// minute apart, a burst of 1000 type-2 routes from 50 VTEPs (injected through an injector
+/// gobgpd's API by qbridge-evpn-bench) leaves A's FDB equal to the routes, MAC for MAC; a
+/// route withdrawn and added again through the injector's API (gobgp CLI) is removed and
+/// installed again within a bounded time, the other entries untouched, with no whole pass
+/// (the adapter logs each).
+#[test]
+fn evpn_follows_the_watch() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    if !Path::new("/usr/bin/gobgpd").exists() && missing_tool("gobgpd") {
+        return;
+    }
+    let bench = evpn_bin().with_file_name("qbridge-evpn-bench");
+    assert!(
+        evpn_bin().exists() && bench.exists(),
+        "qbridge-evpn is not built: cargo build -p qbridge-evpn"
+    );
+    let mut lab = Lab::new("evpnw");
+    let mut procs = Procs {
+        children: Vec::new(),
+        pid_files: Vec::new(),
+    };
+    let u = lab.netns("ewu").unwrap();
+    let a = lab.netns("ewa").unwrap();
+    let i = lab.netns("ewi").unwrap();
+    const INJ: &str = "192.0.2.100";
+    ip_in(&u, &["link", "add", "ubr", "type", "bridge"]).unwrap();
+    ip_in(&u, &["link", "set", "ubr", "up"]).unwrap();
+    for (ns, port, addr) in [(&a, "ua", VTEP_A), (&i, "ui", INJ)] {
+        lab.veth(ns, "ul", &u, port).unwrap();
+        ip_in(&u, &["link", "set", port, "master", "ubr"]).unwrap();
+        ip_in(ns, &["addr", "add", &format!("{addr}/24"), "dev", "ul"]).unwrap();
+    }
+    std::fs::write(
+        lab.dir.join(format!("gobgpd-{INJ}.toml")),
+        gobgpd_config(INJ, &[VTEP_A]),
+    )
+    .unwrap();
+    start_gobgpd(&lab, &mut procs, &i, INJ);
+    let host = lab.host("ha", "10.31.0.1/24", &a, "qa").unwrap();
+    let _ = host;
+    let ctl = lab
+        .daemon(&a, &QBRIDGE_VTEP.replace("LOCAL", VTEP_A))
+        .unwrap();
+    std::fs::write(
+        lab.dir.join(format!("gobgpd-{VTEP_A}.toml")),
+        gobgpd_config(VTEP_A, &[INJ]),
+    )
+    .unwrap();
+    start_gobgpd(&lab, &mut procs, &a, VTEP_A);
+    std::os::unix::fs::symlink(&ctl.socket, lab.dir.join(format!("evpn-{VTEP_A}.sock"))).unwrap();
+    start_evpn_every(&lab, &mut procs, &a, VTEP_A, "600000");
+    let log = lab.dir.join(format!("evpn-{VTEP_A}.log"));
+    let wholes = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("whole pass")
+            .count()
+    };
+    let up = support::wait_until(Duration::from_secs(30), || {
+        exec_in(&i, "gobgp", &["neighbor"])
+            .unwrap_or_default()
+            .contains("Establ")
+    });
+    assert!(up, "the session did not come up\n{}", logs(&lab));
+    // The adapter watches (its whole pass after gobgpd's watch started).
+    let ok = support::wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("gobgpd's watch started")
+    });
+    assert!(ok, "{}", logs(&lab));
+
+    // A burst: 1000 routes from 50 VTEPs, installed.
+    let out = exec_in(
+        &i,
+        bench.to_str().unwrap(),
+        &[
+            "--inject",
+            "127.0.0.1:50051",
+            "--routes",
+            "1000",
+            "--vteps",
+            "50",
+            "--socket",
+            ctl.socket.to_str().unwrap(),
+            "--timeout-s",
+            "40",
+            "--withdraw",
+            "no",
+        ],
+    )
+    .unwrap();
+    assert!(!out.contains("INCOMPLETE"), "{out}\n{}", logs(&lab));
+    let want: Vec<(String, String)> = {
+        let mut v: Vec<_> = (0u32..1000)
+            .map(|n| {
+                let b = n.to_be_bytes();
+                (
+                    format!("02:be:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3]),
+                    format!("10.100.0.{}", 1 + n % 50),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(remote_macs(&ctl), want, "{}", logs(&lab));
+    let flood: Vec<String> = {
+        let mut v: Vec<_> = (1..=50).map(|n| format!("10.100.0.{n}")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(flood_list(&ctl), flood);
+    let whole_before = wholes();
+
+    // One route withdrawn, then added again, through the API.
+    let mac = "02:cc:00:00:00:01";
+    let route = [
+        "global",
+        "rib",
+        "-a",
+        "evpn",
+        "add",
+        "macadv",
+        mac,
+        "0.0.0.0",
+        "etag",
+        "0",
+        "label",
+        "100",
+        "rd",
+        "10.100.0.7:100",
+        "rt",
+        "65000:100",
+        "encap",
+        "vxlan",
+        "nexthop",
+        "10.100.0.7",
+    ];
+    let has = |ctl: &support::Ctl| {
+        remote_macs(ctl)
+            .iter()
+            .any(|(m, d)| m == mac && d == "10.100.0.7")
+    };
+    for round in 0..2 {
+        exec_in(&i, "gobgp", &route).unwrap();
+        let ok = support::wait_until(Duration::from_secs(10), || has(&ctl));
+        assert!(ok, "round {round}: {mac} not installed\n{}", logs(&lab));
+        let mut del = route;
+        del[4] = "del";
+        exec_in(&i, "gobgp", &del).unwrap();
+        let ok = support::wait_until(Duration::from_secs(10), || !has(&ctl));
+        assert!(ok, "round {round}: {mac} not removed\n{}", logs(&lab));
+        // Exactly it went: the burst's entries are all there.
+        assert_eq!(remote_macs(&ctl), want, "{}", logs(&lab));
+    }
+    exec_in(&i, "gobgp", &route).unwrap();
+    assert!(support::wait_until(Duration::from_secs(10), || has(&ctl)));
+    assert_eq!(
+        wholes(),
+        whole_before,
+        "a whole pass ran: the watch path did not do it\n{}",
+        logs(&lab)
+    );
+    procs.kill(&format!("evpn-{VTEP_A}"));
 }

@@ -41,6 +41,7 @@ usage: qbridge-evpn-bench --inject HOST:PORT,... --routes N --vteps M --socket P
   --frr-ns NS         FRR's namespace; --frr-dev its vxlan device; --frr-pids bgpd, zebra
   --vni N             default 100; --asn N: the route targets' AS (default 65000)
   --timeout-s S       give up on a side after S seconds (default 900)
+  --withdraw no       leave the routes in place (tests): install only
 ";
 
 struct Options {
@@ -56,6 +57,7 @@ struct Options {
     vni: u32,
     asn: u16,
     timeout: Duration,
+    withdraw: bool,
 }
 
 fn pids(s: &str) -> Result<Vec<(String, u32)>> {
@@ -82,6 +84,7 @@ fn options() -> Result<Options> {
         vni: 100,
         asn: 65000,
         timeout: Duration::from_secs(900),
+        withdraw: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -101,6 +104,7 @@ fn options() -> Result<Options> {
             "--vni" => o.vni = v.parse().context("--vni")?,
             "--asn" => o.asn = v.parse().context("--asn")?,
             "--timeout-s" => o.timeout = Duration::from_secs(v.parse().context("--timeout-s")?),
+            "--withdraw" => o.withdraw = v != "no",
             _ => bail!("unknown option {a:?}\n{USAGE}"),
         }
     }
@@ -324,6 +328,9 @@ fn main() -> Result<()> {
     phase(&o, "install", n, || {
         each_injector(&mut gs, rs, |g, r| g.add_paths(r))
     })?;
+    if !o.withdraw {
+        return Ok(());
+    }
     phase(&o, "withdraw", 0, || {
         each_injector(&mut gs, vec![Vec::new(); k], |g, _| g.delete_all())
     })?;
