@@ -96,33 +96,13 @@ impl Default for Switch {
 
 impl Clone for Switch {
     fn clone(&self) -> Switch {
-        let bridges = self
-            .recs
-            .bridges
-            .iter()
-            .map(|b| {
-                b.as_ref().map(|b| {
-                    let mut copy = Bridge::clone(b);
-                    copy.fdb = Arc::new(Fdb::clone(&b.fdb));
-                    Arc::new(copy)
-                })
-            })
-            .collect();
-        Switch {
-            recs: Records {
-                bridges,
-                ports: self.recs.ports.clone(),
-                plan: None,
-            },
-            names: self.names.clone(),
-            now_ns: self.now_ns,
-            workers: self.workers,
-            unknown_port_drops: self.unknown_port_drops.clone(),
-            next_generation: self.next_generation,
-            next_index: self.next_index,
-            worker: Forwarder::new(0),
-            mirrors: self.mirrors.clone(),
+        let mut s = self.share_fdb();
+        for b in s.recs.bridges.iter_mut().flatten() {
+            let mut copy = Bridge::clone(b);
+            copy.fdb = Arc::new(Fdb::clone(&b.fdb));
+            *b = Arc::new(copy);
         }
+        s
     }
 }
 
