@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 pub use compile::{compile, key_of, Decision, NotCached};
 pub use maps::{
-    Bond, MemberStats, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34, MAX_BONDS,
-    PORT_BOND_MEMBER, PORT_COLLECTING, PORT_MEMBER_SHIFT,
+    Bond, MemberStats, ACT_BOND, BOND_BUCKETS, HASH_INNER_L34, HASH_L2, HASH_L2_VLAN, HASH_L34,
+    MAX_BONDS, PORT_BOND_MEMBER, PORT_COLLECTING, PORT_MEMBER_SHIFT,
 };
 pub use maps::{
     Config, FdbEntry, FdbKey, FdbSlot, FlowAction, FlowKey, Hop, Miss, Owner, Port, PortStats,

@@ -181,13 +181,7 @@ impl Session {
                     (None, Some(st)) => Some(st as &dyn crate::trace::FastStage),
                     (None, None) => None,
                 };
-                return crate::trace::execute(
-                    &self.switch,
-                    spec,
-                    fast,
-                    &self.port_details(),
-                    out,
-                )
+                return crate::trace::execute(&self.switch, spec, fast, &self.port_details(), out);
             }
             Command::TraceLive(_) => {
                 return Err(ControlError::NeedsDaemon(
