@@ -32,7 +32,7 @@ fn usage_and_errors() {
     assert!(err.contains("--asn 70000: a 2-byte AS number"), "{err}");
     let (code, _, err) = evpn(&["--interval-ms", "5"]);
     assert_eq!(code, 2);
-    assert!(err.contains("--interval-ms 5: 10 to 60000"), "{err}");
+    assert!(err.contains("--interval-ms 5: 10 to 3600000"), "{err}");
     // One pass against a daemon that is not there: the socket named, exit 1.
     let (code, _, err) = evpn(&["--once", "--socket", "/nonexistent/qbridge.sock"]);
     assert_eq!(code, 1);
