@@ -478,10 +478,14 @@ pub fn render_live(f: &LiveFrame<'_>, out: OutputOptions) -> String {
 }
 
 /// The last line of a `trace live` stream.
+/// The last line of a `trace live` stream: frames told (`lost` of them dropped because the
+/// client did not keep up), of `count`; `timed_out`: the timeout in seconds, when it ended the
+/// trace.
 pub fn render_live_end(
     traced: u32,
     count: u32,
     timed_out: Option<u32>,
+    lost: u32,
     out: OutputOptions,
 ) -> String {
     if out.json {
@@ -490,16 +494,22 @@ pub fn render_live_end(
             "traced": traced,
             "count": count,
             "timeout": timed_out,
+            "lost": lost,
         })
         .to_string();
         s.push('\n');
         return s;
     }
-    match timed_out {
-        Some(t) => format!("trace live: {traced} of {count} frames in {t} s (timeout)\n"),
-        None if traced == 1 => "trace live: 1 frame\n".to_string(),
-        None => format!("trace live: {traced} frames\n"),
+    let mut s = match timed_out {
+        Some(t) => format!("trace live: {traced} of {count} frames in {t} s (timeout)"),
+        None if traced == 1 => "trace live: 1 frame".to_string(),
+        None => format!("trace live: {traced} frames"),
+    };
+    if lost != 0 {
+        s.push_str(&format!("; {lost} not shown (the client did not keep up)"));
     }
+    s.push('\n');
+    s
 }
 
 #[cfg(test)]
@@ -710,8 +720,25 @@ mod tests {
         assert_eq!(j["agrees"], true);
         assert_eq!(j["trace"]["verdict"], "flooded");
         assert_eq!(
-            render_live_end(1, 2, Some(5), OutputOptions::default()),
+            render_live_end(1, 2, Some(5), 0, OutputOptions::default()),
             "trace live: 1 of 2 frames in 5 s (timeout)\n"
         );
+        assert_eq!(
+            render_live_end(3, 3, None, 2, OutputOptions::default()),
+            "trace live: 3 frames; 2 not shown (the client did not keep up)\n"
+        );
+        let j: serde_json::Value = serde_json::from_str(&render_live_end(
+            3,
+            3,
+            None,
+            2,
+            OutputOptions {
+                json: true,
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(j["lost"], 2);
+        assert_eq!(j["timeout"], serde_json::Value::Null);
     }
 }

@@ -211,8 +211,8 @@ impl TraceLive {
         self.finish(&mut ss, None);
     }
 
-    /// A copy of a frame the fast path forwarded from its flow (`index`: the program's port
-    /// index the copy came with; `id`: that port's id).
+    /// A copy of a frame the fast path forwarded from its flow, received on port `id`; `flow`
+    /// names the flow.
     pub(crate) fn tell_hit(&self, id: u16, frame: &[u8], now_ns: u64, flow: &str) {
         let mut ss = lock(&self.sessions);
         for s in ss.iter_mut() {
@@ -260,21 +260,15 @@ impl TraceLive {
                 now.saturating_sub(s.started_ns) >= u64::from(s.spec.timeout_s) * 1_000_000_000
             });
             if s.told >= s.spec.count || timed_out {
-                let mut end = String::new();
-                if s.lost != 0 {
-                    end.push_str(&format!(
-                        "trace live: {} frames not shown (the client did not keep up)\n",
-                        s.lost
-                    ));
-                }
-                end.push_str(&render_live_end(
+                let end = render_live_end(
                     s.told,
                     s.spec.count,
                     (s.told < s.spec.count).then_some(s.spec.timeout_s),
+                    s.lost,
                     s.out,
-                ));
-                // The end line waits for room a moment: it is what tells the client the trace
-                // is over (the stream closes after it either way).
+                );
+                // Sent if the client's queue has room (never waited for); the stream closes
+                // after it either way, which is what ends the client.
                 let _ = s.tx.try_send(end);
                 return false;
             }
