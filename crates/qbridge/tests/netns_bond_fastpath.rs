@@ -207,6 +207,32 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
         t.contains("  fast     cacheable: the install's checks pass on this frame"),
         "{t}"
     );
+    // trace live on the bond: b's pings enter q1 on a member and hit the cached flow; the
+    // program copies them up as the bond's (issue 32).
+    let mut cmd = std::process::Command::new(support::qbridge_bin());
+    cmd.arg("--socket").arg(&c1.socket).args([
+        "-j", "trace", "live", "dev", "bo", "count", "1", "timeout", "20", "ipv4",
+    ]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(support::ping_ok(&b, &a.ip));
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let frames: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["object"] == "trace")
+        .collect();
+    assert_eq!(frames.len(), 1, "{text}");
+    for f in &frames {
+        assert_eq!(f["path"], "fast_hit", "{f}");
+        assert_eq!(f["trace"]["in_port"], "bo", "{f}");
+        assert_eq!(f["trace"]["outputs"][0]["port"], "ha", "{f}");
+    }
     // qbridge's member counters hold the program's frames: each member's count is at least
     // the kernel's (which also has the LACPDUs), and they sum to what the bond carried.
     let own = member_tx_frames(&c1, "m1") + member_tx_frames(&c1, "m2");

@@ -89,7 +89,14 @@ impl FastRt {
             }
             keep
         });
-        for (dev, port) in members {
+        // A member that joins a traced bond is traced too.
+        let traced = have
+            .iter()
+            .any(|m| m.port.flags & qbridge_fastpath::PORT_TRACE != 0);
+        for (dev, mut port) in members {
+            if traced {
+                port.flags |= qbridge_fastpath::PORT_TRACE;
+            }
             if let Some(m) = have.iter_mut().find(|m| m.dev == dev) {
                 if m.port != port {
                     if let Err(e) = self.fp.set_port(m.ifindex, port) {
@@ -124,6 +131,24 @@ impl FastRt {
             written
         };
         self.bonds.bonds.insert(id, (have, written));
+    }
+
+    /// `trace live`: the members of the bonds in `ports` (port ids) carry `PORT_TRACE`, so the
+    /// program copies their hits (entering as the bond's) to the trace device; the others
+    /// do not.
+    pub(crate) fn set_traced_bonds(&mut self, ports: &[u16]) {
+        for (id, (members, _)) in self.bonds.bonds.iter_mut() {
+            let want = ports.contains(id);
+            for m in members.iter_mut() {
+                if want == (m.port.flags & qbridge_fastpath::PORT_TRACE != 0) {
+                    continue;
+                }
+                m.port.flags ^= qbridge_fastpath::PORT_TRACE;
+                if let Err(e) = self.fp.set_port(m.ifindex, m.port) {
+                    tracing::warn!("fast path: bond member {}: {e}", m.dev);
+                }
+            }
+        }
     }
 
     /// Forgets the bonds not in `keep` (deleted, closed, or no longer served).

@@ -225,6 +225,7 @@ impl FastRt {
                 tracing::warn!("fast path: port on {}: {e}", a.dev);
             }
         }
+        self.set_traced_bonds(ports);
     }
 
     /// The upcall device's name.
