@@ -86,16 +86,8 @@ fn parse_live(w: &mut Words<'_>) -> Result<TraceLiveSpec, ControlError> {
             "src" => set_once(&mut f.src, word, mac(w.value(word, "a MAC address")?)?)?,
             "dst" => set_once(&mut f.dst, word, mac(w.value(word, "a MAC address")?)?)?,
             "vlan" | "vid" => {
-                if f.vids.len() == MAX_TAGS {
-                    return Err(unexpected(word, "at most 16 tags"));
-                }
-                let v = parse_uint(
-                    "vlan",
-                    w.value(word, "a VID from 0 to 4095")?,
-                    4095,
-                    "0-4095",
-                )?;
-                f.vids.push(v as u16);
+                let v = tag_vid(w, word, f.vids.len())?;
+                f.vids.push(v);
             }
             "ethertype" | "proto" => {
                 let v = parse_u16("ethertype", w.value(word, "0xHHHH")?, "0-0xffff")?;
@@ -129,6 +121,20 @@ fn parse_live(w: &mut Words<'_>) -> Result<TraceLiveSpec, ControlError> {
         timeout_s: timeout.unwrap_or(TraceLiveSpec::DEFAULT_TIMEOUT_S),
         filter: f,
     })
+}
+
+/// The VID after `vlan` (`word`), one more tag behind `have`.
+fn tag_vid(w: &mut Words<'_>, word: &str, have: usize) -> Result<u16, ControlError> {
+    if have == MAX_TAGS {
+        return Err(unexpected(word, "at most 16 tags"));
+    }
+    let v = parse_uint(
+        "vlan",
+        w.value(word, "a VID from 0 to 4095")?,
+        4095,
+        "0-4095",
+    )?;
+    Ok(v as u16)
 }
 
 /// The value of `word`: a whole number from 1 to `max` (`range` in words).
@@ -184,17 +190,9 @@ fn parse_trace(w: &mut Words<'_>) -> Result<TraceSpec, ControlError> {
             "src" => set_once(&mut src, word, mac(w.value(word, "a MAC address")?)?)?,
             "dst" => set_once(&mut dst, word, mac(w.value(word, "a MAC address")?)?)?,
             "vlan" | "vid" => {
-                if tags.len() == MAX_TAGS {
-                    return Err(unexpected(word, "at most 16 tags"));
-                }
-                let v = parse_uint(
-                    "vlan",
-                    w.value(word, "a VID from 0 to 4095")?,
-                    4095,
-                    "0-4095",
-                )?;
+                let vid = tag_vid(w, word, tags.len())?;
                 tags.push(TagSpec {
-                    vid: v as u16,
+                    vid,
                     pcp: 0,
                     dei: false,
                     tpid: None,
