@@ -20,7 +20,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{tcp_transfer, wait_until, Host, Lab};
+use support::{wait_until, Lab};
 
 fn batch(host_port: &str, m1: &str, m2: &str) -> String {
     format!(
@@ -59,37 +59,6 @@ fn members(ctl: &support::Ctl) -> Vec<(String, bool, bool)> {
 fn all_distributing(ctl: &support::Ctl) -> bool {
     let ms = members(ctl);
     ms.len() == 2 && ms.iter().all(|(_, c, d)| *c && *d)
-}
-
-/// `n` verified TCP transfers of `each` bytes from `from` to `to` at once.
-fn streams(
-    from: &Host,
-    to: &Host,
-    n: usize,
-    each: u64,
-) -> Vec<std::thread::JoinHandle<Result<support::TcpReport, String>>> {
-    (0..n)
-        .map(|_| {
-            let (f, t) = (from.clone(), to.clone());
-            std::thread::spawn(move || tcp_transfer(&f, &t, each, Duration::from_secs(120)))
-        })
-        .collect()
-}
-
-fn join_all(
-    hs: Vec<std::thread::JoinHandle<Result<support::TcpReport, String>>>,
-    what: &str,
-    context: &dyn Fn() -> String,
-) -> u64 {
-    let mut total = 0;
-    for (i, h) in hs.into_iter().enumerate() {
-        match h.join() {
-            Ok(Ok(r)) => total += r.bytes,
-            Ok(Err(e)) => panic!("{what}: stream {i}: {e}\n{}", context()),
-            Err(_) => panic!("{what}: stream {i} panicked\n{}", context()),
-        }
-    }
-    total
 }
 
 /// A kernel counter of `dev` in `ns` (`/sys/class/net/DEV/statistics/WHAT`).
@@ -176,7 +145,11 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
 
     // Four verified streams; the fast path carries them on both daemons.
     let before = (u(&fp(&c1)["hits"]), u(&fp(&c2)["hits"]));
-    let total = join_all(streams(&a, &b, 4, 32 << 20), "streams", &|| context(&lab));
+    let total = support::join_streams(
+        support::tcp_streams(&a, &b, 4, 32 << 20),
+        "streams",
+        &|| context(&lab),
+    );
     assert_eq!(total, 4 * (32 << 20));
     let (f1, f2) = (fp(&c1), fp(&c2));
     for (f, hits0, name) in [(&f1, before.0, "q1"), (&f2, before.1, "q2")] {
@@ -252,7 +225,7 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
     );
 
     // A member pulled mid-transfer: no connection lost, every byte there.
-    let hs = streams(&a, &b, 4, 48 << 20);
+    let hs = support::tcp_streams(&a, &b, 4, 48 << 20);
     std::thread::sleep(Duration::from_millis(400));
     let running = hs.iter().filter(|h| !h.is_finished()).count();
     support::ip_in(&q1, &["link", "set", "m1", "down"]).unwrap();
@@ -264,7 +237,7 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
     // From the moment the daemon says m1 is out, not one frame more is sent on it, by the
     // program or the pipeline (LACPDUs are counted apart).
     let m1_sent = member_tx_frames(&c1, "m1");
-    let total = join_all(hs, "streams across the pull", &|| context(&lab));
+    let total = support::join_streams(hs, "streams across the pull", &|| context(&lab));
     assert_eq!(
         member_tx_frames(&c1, "m1"),
         m1_sent,
@@ -290,9 +263,11 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
         context(&lab)
     );
     let hits0 = u(&fp(&c1)["hits"]);
-    let total = join_all(streams(&a, &b, 2, 8 << 20), "streams after", &|| {
-        context(&lab)
-    });
+    let total = support::join_streams(
+        support::tcp_streams(&a, &b, 2, 8 << 20),
+        "streams after",
+        &|| context(&lab),
+    );
     assert_eq!(total, 2 * (8 << 20));
     assert!(u(&fp(&c1)["hits"]) > hits0, "{}", fp(&c1));
 
@@ -309,9 +284,9 @@ fn bonds_in_the_fast_path_carry_tcp_and_survive_a_pulled_member() {
         context(&lab)
     );
     let rx0 = [member_rx_frames(&c1, "m1"), member_rx_frames(&c1, "m2")];
-    let mut hs = streams(&a, &b, 8, 4 << 20);
-    hs.extend(streams(&b, &a, 8, 4 << 20));
-    let total = join_all(hs, "streams both ways", &|| context(&lab));
+    let mut hs = support::tcp_streams(&a, &b, 8, 4 << 20);
+    hs.extend(support::tcp_streams(&b, &a, 8, 4 << 20));
+    let total = support::join_streams(hs, "streams both ways", &|| context(&lab));
     assert_eq!(total, 16 * (4 << 20));
     let rx1 = [member_rx_frames(&c1, "m1"), member_rx_frames(&c1, "m2")];
     assert!(

@@ -145,40 +145,6 @@ fn all_distributing(ctl: &support::Ctl, n: usize) -> bool {
     ms.len() == n && ms.iter().all(|(_, c, d)| *c && *d)
 }
 
-/// `streams` verified TCP transfers of `each` bytes from `from` to `to` at once; returns the
-/// threads (each yields the transfer's result).
-fn streams(
-    from: &Host,
-    to: &Host,
-    streams: usize,
-    each: u64,
-) -> Vec<std::thread::JoinHandle<Result<support::TcpReport, String>>> {
-    (0..streams)
-        .map(|_| {
-            let (f, t) = (from.clone(), to.clone());
-            std::thread::spawn(move || tcp_transfer(&f, &t, each, Duration::from_secs(120)))
-        })
-        .collect()
-}
-
-/// Waits for every stream; the total verified. A stream's failure panics with `context()`
-/// (what the network did meanwhile).
-fn join_all(
-    hs: Vec<std::thread::JoinHandle<Result<support::TcpReport, String>>>,
-    what: &str,
-    context: &dyn Fn() -> String,
-) -> u64 {
-    let mut total = 0;
-    for (i, h) in hs.into_iter().enumerate() {
-        match h.join() {
-            Ok(Ok(r)) => total += r.bytes,
-            Ok(Err(e)) => panic!("{what}: stream {i}: {e}\n{}", context()),
-            Err(_) => panic!("{what}: stream {i} panicked\n{}", context()),
-        }
-    }
-    total
-}
-
 /// What a ping run saw: packets sent, and each reply's sequence number and receive time
 /// (`ping -D`, seconds).
 struct PingRun {
@@ -384,9 +350,11 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
             tx - before.1
         )
     };
-    let total = join_all(streams(&a, &b, 8, 32 << 20), "8 streams A -> B", &|| {
-        ovs_said(ovs_before)
-    });
+    let total = support::join_streams(
+        support::tcp_streams(&a, &b, 8, 32 << 20),
+        "8 streams A -> B",
+        &|| ovs_said(ovs_before),
+    );
     let secs = t0.elapsed().as_secs_f64();
     let after = tx_bytes(&q_ns, &devs);
     let per: Vec<u64> = after.iter().zip(&before).map(|(x, y)| x - y).collect();
@@ -432,7 +400,7 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
     );
     shape(&a, Some(PULL_RATE));
     let ovs_before = ovs_frames(&o_ns);
-    let hs = streams(&a, &b, 8, PULL_STREAM_BYTES);
+    let hs = support::tcp_streams(&a, &b, 8, PULL_STREAM_BYTES);
     let pinger = {
         let (f, t) = (a.clone(), b.clone());
         std::thread::spawn(move || ping_run(&f, &t, 1500, 2))
@@ -440,7 +408,7 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
     std::thread::sleep(Duration::from_millis(700));
     let running = hs.iter().filter(|h| !h.is_finished()).count();
     ip_in(&o_ns, &["link", "set", far, "down"]).unwrap();
-    let total = join_all(hs, "8 streams across the pull", &|| ovs_said(ovs_before));
+    let total = support::join_streams(hs, "8 streams across the pull", &|| ovs_said(ovs_before));
     eprintln!("across the pull: {}", ovs_said(ovs_before));
     shape(&a, None);
     let run = pinger.join().unwrap();
@@ -623,7 +591,7 @@ fn active_backup_bond_fails_over_without_a_protocol() {
     support::assert_ping(&a, &b, 5);
     let devs = ["m1", "m2"];
     let before = tx_bytes(&q_ns, &devs);
-    let hs = streams(&a, &b, 8, 64 << 20);
+    let hs = support::tcp_streams(&a, &b, 8, 64 << 20);
     let pinger = {
         let (f, t) = (a.clone(), b.clone());
         std::thread::spawn(move || ping_run(&f, &t, 1000, 2))
@@ -632,7 +600,7 @@ fn active_backup_bond_fails_over_without_a_protocol() {
     let running = hs.iter().filter(|h| !h.is_finished()).count();
     let at_pull = tx_bytes(&q_ns, &devs);
     ip_in(&f_ns, &["link", "set", "p1", "down"]).unwrap();
-    let total = join_all(hs, "8 streams across the failover", &String::new);
+    let total = support::join_streams(hs, "8 streams across the failover", &String::new);
     let after = tx_bytes(&q_ns, &devs);
     let m1 = at_pull[0] - before[0];
     let m2 = after[1] - at_pull[1];

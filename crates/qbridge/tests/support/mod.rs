@@ -719,6 +719,39 @@ const STALL: Duration = Duration::from_secs(30);
 /// Moves `bytes` bytes from a kernel socket in `from` to one in `to` (listener on `to.ip`,
 /// an ephemeral port) and checks every byte at the receiver. Errors name the first bad
 /// offset, or the count received when the stream stopped short.
+/// `n` verified TCP transfers of `each` bytes from `from` to `to` at once.
+pub fn tcp_streams(
+    from: &Host,
+    to: &Host,
+    n: usize,
+    each: u64,
+) -> Vec<std::thread::JoinHandle<Result<TcpReport>>> {
+    (0..n)
+        .map(|_| {
+            let (f, t) = (from.clone(), to.clone());
+            std::thread::spawn(move || tcp_transfer(&f, &t, each, Duration::from_secs(120)))
+        })
+        .collect()
+}
+
+/// Waits for every stream of [`tcp_streams`]; the total verified. A stream's failure panics
+/// with `context()` (what the network did meanwhile).
+pub fn join_streams(
+    hs: Vec<std::thread::JoinHandle<Result<TcpReport>>>,
+    what: &str,
+    context: &dyn Fn() -> String,
+) -> u64 {
+    let mut total = 0;
+    for (i, h) in hs.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(r)) => total += r.bytes,
+            Ok(Err(e)) => panic!("{what}: stream {i}: {e}\n{}", context()),
+            Err(_) => panic!("{what}: stream {i} panicked\n{}", context()),
+        }
+    }
+    total
+}
+
 pub fn tcp_transfer(from: &Host, to: &Host, bytes: u64, timeout: Duration) -> Result<TcpReport> {
     let to_ip = to.ip.clone();
     let listener = run_in_netns(&to.ns, move || TcpListener::bind((to_ip.as_str(), 0)))
