@@ -12,8 +12,14 @@
 #               members, as the hash falls), --fast-path on
 #   single-off, bond-off   the same with --fast-path off
 #
-# Usage (root):  scripts/bench-bond.sh
+# With FRAMES=64 each run is instead qbridge-blast's 60-byte UDP frames (one flow, unpaced,
+# XDP live frames from hostA's veth) for SECS, and the figure is the frames/s delivered at
+# hostB's eth0 (kfr/s): the per-frame cost of each path, the bond's hash and member choice
+# included (one flow: the hash puts it on one member, as the pipeline's would).
+#
+# Usage (root):  scripts/bench-bond.sh      FRAMES=64 scripts/bench-bond.sh
 # Environment:
+#   FRAMES=       empty: TCP through iperf3; 64: 60-byte frames through qbridge-blast
 #   N=6           iterations (each runs every setup once per stream count)
 #   SECS=3        seconds per iperf3 run
 #   STREAMS="4"
@@ -27,10 +33,18 @@ me=bench-bond.sh
 [ "$(id -u)" = 0 ] || { echo "$me: needs root (network namespaces)" >&2; exit 1; }
 n_iter=${N:-6}; secs=${SECS:-3}; streams=${STREAMS:-4}
 setups=${SETUPS:-single-on bond-on single-off bond-off}
+frames=${FRAMES:-}
+case $frames in ''|64) ;; *) echo "$me: FRAMES must be empty or 64" >&2; exit 1 ;; esac
 for c in iperf3 jq; do command -v $c >/dev/null || { echo "$me: $c missing" >&2; exit 1; }; done
 qb=$PWD/target/release/qbridge
-if [ "${QB_BUILD:-1}" != 0 ]; then env -u CARGO_TARGET_DIR cargo build --quiet --release -p qbridge; fi
+blast=$PWD/target/release/qbridge-blast
+if [ "${QB_BUILD:-1}" != 0 ]; then
+    env -u CARGO_TARGET_DIR cargo build --quiet --release -p qbridge
+    [ -z "$frames" ] || env -u CARGO_TARGET_DIR cargo build --quiet --release -p qbridge-bench --bin qbridge-blast
+fi
 [ -x "$qb" ] || { echo "$me: $qb missing (build failed?)" >&2; exit 1; }
+[ -z "$frames" ] || [ -x "$blast" ] || { echo "$me: $blast missing (build failed?)" >&2; exit 1; }
+unit="Gbit/s"; [ -z "$frames" ] || unit="kfr/s"
 
 p=qbbb-$$
 tmp=$(mktemp -d /tmp/qbbb.XXXXXX)
@@ -78,6 +92,8 @@ for s in $setups; do
     fpm=${s#*-}
     mkns "$s-a"; mkns "$s-b"; mkns "$s-q1"; mkns "$s-q2"
     veth "$s-a" eth0 "$s-q1" ha
+    # XDP-sent frames (FRAMES=64) need NAPI on the receiving end of the veth.
+    ip netns exec "$p-$s-q1" ethtool -K ha gro on >/dev/null
     veth "$s-b" eth0 "$s-q2" hb
     case $s in
     single-*)
@@ -119,14 +135,28 @@ for s in $setups; do
         { echo "$me: $s: hostA cannot reach hostB" >&2; exit 1; }
 done
 
-res=$tmp/res   # STREAMS ITER SETUP GBIT
+# 60-byte frames: one run, delivered kfr/s at hostB (the sender's own count is what it offered).
+blast_run() {  # blast_run SETUP
+    local mac a b t0 t1
+    mac=$(ip -n "$p-$1-b" -j link show dev eth0 | jq -r '.[0].address')
+    a=$(ip netns exec "$p-$1-b" cat /sys/class/net/eth0/statistics/rx_packets); t0=$(date +%s.%N)
+    ip netns exec "$p-$1-a" "$blast" --dev eth0 --dst-mac "$mac" --src-ip 10.78.0.1 --dst-ip 10.78.0.2 \
+        --seconds "$secs" >/dev/null 2>&1 || true
+    sleep 0.2
+    b=$(ip netns exec "$p-$1-b" cat /sys/class/net/eth0/statistics/rx_packets); t1=$(date +%s.%N)
+    python3 -c "print(round(($b - $a) / ($t1 - $t0 - 0.2) / 1e3, 1))"
+}
+[ -z "$frames" ] || streams=1
+res=$tmp/res   # STREAMS ITER SETUP FIGURE
 t_start=$(date +%s)
 for i in $(seq "$n_iter"); do
     for k in $streams; do
         line="iteration $i, $k stream(s):"
+        [ -z "$frames" ] || line="iteration $i, 60-byte frames:"
         for s in $setups; do
+            if [ -n "$frames" ]; then g=$(blast_run "$s"); else
             g=$(ip netns exec "$p-$s-a" iperf3 -c 10.78.0.2 -t "$secs" -P "$k" -J 2>/dev/null |
-                jq '.end.sum_received.bits_per_second / 1e9' 2>/dev/null || echo 0)
+                jq '.end.sum_received.bits_per_second / 1e9' 2>/dev/null || echo 0); fi
             echo "$k $i $s $g" >>"$res"
             line+=" $s $(printf '%.2f' "$g")"
         done
@@ -144,7 +174,7 @@ mean() { awk '{ s += $1; n++ } END { if (n) printf "%.2f\n", s / n; else print "
     echo "qbridge bench-bond, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "N=$n_iter SECS=$secs; two qbridge daemons per setup (--workers 2); $(( $(date +%s) - t_start )) s"
     echo
-    printf '%-8s %-11s %12s %10s %22s\n' streams setup "median Gbit/s" "mean" "x single, same mode"
+    printf '%-8s %-11s %12s %10s %22s\n' streams setup "median $unit" "mean" "x single, same mode"
     for k in $streams; do
         for s in $setups; do
             med=$(awk -v k="$k" -v s="$s" '$1 == k && $3 == s { print $4 }' "$res" | median)
