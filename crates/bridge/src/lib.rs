@@ -50,7 +50,7 @@ pub use error::{ConfigError, MirrorError};
 pub use fdb::{FdbEntryView, FdbFilter, FdbFlushKind, FdbFlushMatch, FdbKind, FdbMove};
 pub use fdbwatch::{FdbChange, FdbWatch};
 pub use path::{Forwarder, Outputs};
-pub use plan::fast::{FastChange, FastClass, FastEntry, FastPort};
+pub use plan::fast::{FastChange, FastClass, FastCopy, FastEntry, FastPort};
 pub use plan::mirror::MirrorCounters;
 pub use plan::{BridgeId, Plan, PortId, MAX_PORTS};
 pub use settings::{

@@ -437,6 +437,13 @@ impl Engine {
         }
         // Flows made under the old plan are stale before any worker forwards with the new.
         let fast_gen = self.fast_publish(&plan, !same_plan);
+        // The copies the program sent under the old plan's session numbering are that plan's
+        // sessions' (decision 80): folded now that its flows are stale.
+        if !same_plan {
+            if let (Some(rt), Some(old)) = (self.fast.as_mut(), self.published.as_ref()) {
+                rt.fold_mirrors(old);
+            }
+        }
         self.mirror_dirty = false;
         let sinks: Sinks = plan
             .mirror_sinks()

@@ -755,6 +755,116 @@ static __always_inline int vx_encap(struct __sk_buff *skb, struct qb_vx_out *o)
 	return bpf_skb_store_bytes(skb, 0, o->hdr, sizeof(o->hdr), BPF_F_INVALIDATE_HASH) ? -1 : 0;
 }
 
+/* ---- Mirror copies (decision 80): clones to a session's destination port ---- */
+
+/* A flow's copies (key: the flow's key; QB_ACT_MIRROR in its action says to look). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, QB_MAX_FLOWS);
+	__type(key, struct qb_flow_key);
+	__type(value, struct qb_mir_action);
+} qb_mir_flows SEC(".maps");
+
+/* Each session's copies sent by the program (key: the session's index in the plan). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_MAX_MIRRORS);
+	__type(key, __u32);
+	__type(value, struct qb_mir_stats);
+} qb_mir_stats SEC(".maps");
+
+/* The copies of the flow of `key` made under generation `gen`, or 0 (gone, or written for
+ * an older flow of the key: the frame goes up). */
+static __always_inline struct qb_mir_action *mir_lookup(const struct qb_flow_key *key,
+							__u32 gen)
+{
+	struct qb_mir_action *m = bpf_map_lookup_elem(&qb_mir_flows, key);
+
+	if (!m || m->generation != gen || m->n > QB_MIR_COPIES)
+		return 0;
+	return m;
+}
+
+/* Whether every copy fits its destination, measured as the pipeline measures it (wire_len:
+ * a super-frame's largest segment): the frame as received (`in_len` whole, `ntags` tags
+ * before the L3 header at `off`) for an rx copy, `tx_len` (the flow's output, measured so
+ * already) for a tx copy; an RSPAN tag counts. */
+static __always_inline int mir_fits(struct __sk_buff *skb, const struct qb_mir_action *m,
+				    __u32 off, __u16 proto, __u32 ntags, __u32 in_len,
+				    __u32 tx_len)
+{
+	__u32 rx_len = in_len;
+	int i;
+
+	if (skb->gso_size) {
+		__u32 l34 = l34_len(skb, off, proto, skb->len);
+		__u32 seg = ETH_HLEN + 4 * ntags + l34 + skb->gso_size;
+
+		if (l34 && seg < rx_len)
+			rx_len = seg;
+	}
+#pragma unroll
+	for (i = 0; i < QB_MIR_COPIES; i++) {
+		const struct qb_mir_copy *c = &m->copies[i];
+		__u32 len;
+
+		if (i >= m->n)
+			break;
+		len = ((c->flags & QB_MIR_TX) ? tx_len : rx_len) + (c->rspan_tpid_be ? 4 : 0);
+		if (len > c->max_len)
+			return 0;
+	}
+	return 1;
+}
+
+/* Sends the copies of direction `tx` (0: rx, QB_MIR_TX) of the frame as it is now, `len`
+ * bytes on the wire: the RSPAN tag pushed for the copy and popped again (a tag the frame had
+ * inline may come back accelerated: the same frame on the wire), counted in the session's
+ * and the destination port's counters. -1: the frame could not be given back its own tags
+ * (it must not go on). Packet pointers are stale after this. */
+static __always_inline int mir_copies(struct __sk_buff *skb, const struct qb_mir_action *m,
+				      __u8 tx, __u32 len)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < QB_MIR_COPIES; i++) {
+		const struct qb_mir_copy *c = &m->copies[i];
+		struct qb_mir_stats *st;
+		struct qb_port_stats *ps;
+		__u32 k, n = len;
+		long r;
+
+		if (i >= m->n)
+			break;
+		if ((c->flags & QB_MIR_TX) != tx)
+			continue;
+		if (c->rspan_tpid_be) {
+			if (bpf_skb_vlan_push(skb, c->rspan_tpid_be, bpf_ntohs(c->rspan_tci_be)))
+				continue;
+			n += 4;
+		}
+		r = bpf_clone_redirect(skb, c->ifindex, 0);
+		if (c->rspan_tpid_be && bpf_skb_vlan_pop(skb))
+			return -1;
+		if (r)
+			continue;
+		k = c->session;
+		st = bpf_map_lookup_elem(&qb_mir_stats, &k);
+		if (st) {
+			st->frames += 1;
+			st->bytes += n;
+		}
+		k = c->port & QB_PORT_ID_MASK;
+		ps = bpf_map_lookup_elem(&qb_port_stats, &k);
+		if (ps) {
+			ps->tx_frames += 1;
+			ps->tx_bytes += n;
+		}
+	}
+	return 0;
+}
+
 SEC("classifier")
 int qb_ingress(struct __sk_buff *skb)
 {
@@ -769,6 +879,7 @@ int qb_ingress(struct __sk_buff *skb)
 	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
 	__u32 out_ifindex;
 	struct qb_vx_out *vx = 0;
+	struct qb_mir_action *mir = 0;
 	__u64 now;
 	__u16 proto;
 	void *data, *end;
@@ -878,6 +989,15 @@ int qb_ingress(struct __sk_buff *skb)
 	}
 	if (out_len > act->max_len)
 		return miss(skb, QB_MISS_SIZE, port);
+	/* Mirror copies (decision 80): the flow's, each fitting its destination (else the
+	 * pipeline counts the session's oversize). */
+	if (act->flags & QB_ACT_MIRROR) {
+		mir = mir_lookup(&key, act->generation);
+		if (!mir)
+			return miss(skb, QB_MISS_STALE, port);
+		if (!mir_fits(skb, mir, off, proto, key.ntags, in_len, out_len))
+			return miss(skb, QB_MISS_SIZE, port);
+	}
 
 	/* In every bridge on the way: the source learned on the hop's ingress port (if it
 	 * learns), the destination where the flow says. Sources seen are refreshed at most
@@ -956,6 +1076,11 @@ int qb_ingress(struct __sk_buff *skb)
 
 	if (port->flags & QB_PORT_TRACE)
 		trace_copy(skb, port);
+	/* Mirror rx copies: the frame as received, before the tag edit. */
+	if (mir && mir_copies(skb, mir, 0, in_len)) {
+		count(QB_MISS_ACTION);
+		return TC_ACT_SHOT;
+	}
 
 	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
 	if (!(key.ntags == act->push_n &&
@@ -975,6 +1100,11 @@ int qb_ingress(struct __sk_buff *skb)
 		if (act->push_n >= 1 &&
 		    bpf_skb_vlan_push(skb, act->push_tpid_be[0], bpf_ntohs(act->push_tci_be[0])))
 			return miss(skb, QB_MISS_ACTION, port);
+	}
+	/* Mirror tx copies: the frame as it leaves, after the tag edit. */
+	if (mir && mir_copies(skb, mir, QB_MIR_TX, in_len - 4 * key.ntags + 4 * act->push_n)) {
+		count(QB_MISS_ACTION);
+		return TC_ACT_SHOT;
 	}
 	if (vx) {
 		int r = vx_encap(skb, vx);

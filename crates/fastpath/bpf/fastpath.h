@@ -249,6 +249,36 @@ struct qb_vxlan {
 	__u8 pad[3];
 };
 
+/* Mirror copies (decision 80). A flow with QB_ACT_MIRROR has its copies in qb_mir_flows
+ * (same key, same generation): each a bpf_clone_redirect to a session's destination port,
+ * the frame as received (rx, before the tag edit) or as it leaves (QB_MIR_TX, after it),
+ * with the session's RSPAN tag pushed on the copy only. A frame whose copy is longer than
+ * the destination takes (max_len) misses (the pipeline counts the session's oversize). The
+ * copies are counted in qb_mir_stats (per CPU, by session index) and in the destination
+ * port's tx counters. */
+#define QB_ACT_MIRROR 0x80
+#define QB_MIR_COPIES 4
+#define QB_MAX_MIRRORS 32
+#define QB_MIR_TX 1
+struct qb_mir_copy {
+	__u32 ifindex;		/* the destination's interface */
+	__u32 port;		/* the destination's port index (counters: low 12 bits) */
+	__u16 max_len;		/* longest copy (no FCS, as sent, RSPAN tag included) */
+	__u16 rspan_tpid_be;	/* 0: no RSPAN tag */
+	__u16 rspan_tci_be;
+	__u8 session;		/* qb_mir_stats' index */
+	__u8 flags;		/* QB_MIR_* */
+};
+struct qb_mir_action {
+	__u32 generation;	/* the flow's */
+	__u8 n;			/* copies, in the order the pipeline delivers them */
+	__u8 pad[3];
+	struct qb_mir_copy copies[QB_MIR_COPIES];
+};
+struct qb_mir_stats {
+	__u64 frames, bytes;
+};
+
 /* The sizes crates/fastpath/src/maps.rs asserts of its #[repr(C)] mirrors: a layout changed on
  * one side only fails the build of that side. */
 _Static_assert(sizeof(struct qb_port) == 20, "qb_port: maps.rs Port");
@@ -265,5 +295,8 @@ _Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanS
 _Static_assert(sizeof(struct qb_vxlan) == 40, "qb_vxlan: maps.rs Vxlan");
 _Static_assert(sizeof(struct qb_bond) == 8 + 5 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
 _Static_assert(sizeof(struct qb_member_stats) == 40, "qb_member_stats: maps.rs MemberStats");
+_Static_assert(sizeof(struct qb_mir_copy) == 16, "qb_mir_copy: maps.rs MirCopy");
+_Static_assert(sizeof(struct qb_mir_action) == 8 + 16 * QB_MIR_COPIES, "qb_mir_action: maps.rs MirAction");
+_Static_assert(sizeof(struct qb_mir_stats) == 16, "qb_mir_stats: maps.rs MirStats");
 
 #endif

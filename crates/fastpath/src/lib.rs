@@ -23,7 +23,8 @@ pub use maps::{
     VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
     MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, PORT_TRACE, SLOT_FREE,
 };
-pub use maps::{Vxlan, ACT_VXLAN, MAX_TUNNELS, VXLAN_SOCKETS, VX_INHERIT_TOS};
+pub use maps::{MirAction, MirCopy, MirStats, ACT_MIRROR, MAX_MIRRORS, MIR_COPIES, MIR_TX};
+pub use maps::{Vxlan, ACT_VXLAN, MAX_TUNNELS, VXLAN_SOCKETS, VX_INHERIT_TOS, VX_IPV6};
 pub use owner::{orphans, Orphan, LEASE, RENEW};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 pub use testrun::{TestRun, Verdict};
@@ -110,6 +111,7 @@ impl FastPath {
             fdb: map_fd(&mut ebpf, "qb_fdb")?,
             slots_fd: map_fd(&mut ebpf, "qb_fdb_slots")?,
             vxlan: map_fd(&mut ebpf, "qb_vxlan")?,
+            mir_flows: map_fd(&mut ebpf, "qb_mir_flows")?,
             tunnels: std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new())),
             slots: std::sync::Arc::new(std::sync::Mutex::new(Slots::default())),
         };
@@ -343,6 +345,7 @@ impl FastPath {
             slots_fd: self.maps.slots_fd.try_clone()?,
             slots: self.maps.slots.clone(),
             vxlan: self.maps.vxlan.try_clone()?,
+            mir_flows: self.maps.mir_flows.try_clone()?,
             tunnels: self.maps.tunnels.clone(),
         })
     }
@@ -410,6 +413,14 @@ impl FastPath {
             for (a, b) in s.rx_pcp.iter_mut().zip(v.rx_pcp) {
                 *a += b;
             }
+        })
+    }
+
+    /// Mirror session `index`'s copies sent by the program (decision 80).
+    pub fn mir_stats(&mut self, index: u32) -> Result<MirStats, Error> {
+        self.per_cpu_sum("qb_mir_stats", index, |s: &mut MirStats, v| {
+            s.frames += v.frames;
+            s.bytes += v.bytes;
         })
     }
 
@@ -515,6 +526,8 @@ pub struct MapWriter {
     slots_fd: OwnedFd,
     slots: std::sync::Arc<std::sync::Mutex<Slots>>,
     vxlan: OwnedFd,
+    /// `qb_mir_flows`: the flows' mirror copies (decision 80).
+    mir_flows: OwnedFd,
     /// The tunnels written to `qb_vxlan`, by content: an entry never changes once written
     /// (a flow's encapsulation is a pure function of its action; another remote, VNI or
     /// source port is another entry), so nothing a flow reads moves under it.
@@ -545,6 +558,17 @@ impl MapWriter {
 
     pub fn remove_flow(&self, key: &FlowKey) -> std::io::Result<()> {
         maps::raw::delete(self.flows.as_raw_fd(), key)
+    }
+
+    /// Writes the mirror copies of the flow of `key` (before the flow, which names them
+    /// with [`ACT_MIRROR`]; decision 80).
+    pub fn set_mirror(&self, key: &FlowKey, m: &MirAction) -> std::io::Result<()> {
+        maps::raw::update(self.mir_flows.as_raw_fd(), key, m)
+    }
+
+    /// The mirror copies written for the flow of `key`.
+    pub fn mirror(&self, key: &FlowKey) -> std::io::Result<Option<MirAction>> {
+        maps::raw::lookup(self.mir_flows.as_raw_fd(), key)
     }
 
     /// The flow of `key`, if the program has one (`trace live` tells a miss's reason).

@@ -376,6 +376,60 @@ pub struct VlanStats {
     pub tx_bytes: u64,
 }
 
+/// `QB_ACT_MIRROR`: the flow's mirror copies are in `qb_mir_flows` (decision 80).
+pub const ACT_MIRROR: u8 = 0x80;
+/// `QB_MIR_COPIES`: most copies one flow makes.
+pub const MIR_COPIES: usize = 4;
+/// `QB_MAX_MIRRORS`: entries of `qb_mir_stats` (sessions, by index).
+pub const MAX_MIRRORS: u32 = 32;
+/// `QB_MIR_TX`: a copy of the frame as it leaves (after the tag edit); else as received.
+pub const MIR_TX: u8 = 1;
+
+/// `struct qb_mir_copy`: one mirror copy of a flow's frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MirCopy {
+    /// The destination port's interface.
+    pub ifindex: u32,
+    /// The destination port's index (its tx counters).
+    pub port: u32,
+    /// Longest copy the destination takes (no FCS, as sent, RSPAN tag included).
+    pub max_len: u16,
+    /// The RSPAN tag's TPID and TCI (network order); TPID 0: none.
+    pub rspan_tpid_be: u16,
+    pub rspan_tci_be: u16,
+    /// The session's index (`qb_mir_stats`).
+    pub session: u8,
+    /// [`MIR_TX`].
+    pub flags: u8,
+}
+
+/// `struct qb_mir_action`: a flow's copies, in the pipeline's delivery order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MirAction {
+    /// The flow's generation (a copy list of an older flow of the key is not used).
+    pub generation: u32,
+    pub n: u8,
+    pub pad: [u8; 3],
+    pub copies: [MirCopy; MIR_COPIES],
+}
+
+impl MirAction {
+    /// The copies used.
+    pub fn copies(&self) -> &[MirCopy] {
+        &self.copies[..(self.n as usize).min(MIR_COPIES)]
+    }
+}
+
+/// `struct qb_mir_stats`: a session's copies sent by the program.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MirStats {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
 const _: () = {
     assert!(std::mem::size_of::<Port>() == 20);
     assert!(std::mem::size_of::<FlowKey>() == 24);
@@ -390,7 +444,10 @@ const _: () = {
     assert!(std::mem::size_of::<VlanStats>() == 32);
     assert!(std::mem::size_of::<Bond>() == 8 + 5 * BOND_BUCKETS);
     assert!(std::mem::size_of::<MemberStats>() == 40);
-    assert!(std::mem::size_of::<Vxlan>() == 40);
+    assert!(std::mem::size_of::<Vxlan>() == 104);
+    assert!(std::mem::size_of::<MirCopy>() == 16);
+    assert!(std::mem::size_of::<MirAction>() == 8 + 16 * MIR_COPIES);
+    assert!(std::mem::size_of::<MirStats>() == 16);
 };
 
 // SAFETY: each type is #[repr(C)], made of integers and integer arrays only, with its padding
@@ -420,6 +477,12 @@ unsafe impl aya::Pod for Bond {}
 unsafe impl aya::Pod for MemberStats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Vxlan {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MirCopy {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MirAction {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MirStats {}
 
 /// Raw `bpf(2)` map operations on a descriptor, for [`crate::MapWriter`] (datapath workers
 /// write flows and FDB entries without the loader's object).

@@ -1043,6 +1043,7 @@ impl Rig {
                 out_ifindex: self.ifindex[*j],
                 out_peer_mac: None,
                 out_into_host: false,
+                copies: &[],
                 generation: self.generation,
             };
             match flow_for(&fw) {

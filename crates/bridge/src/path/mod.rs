@@ -15,7 +15,7 @@
 
 pub(crate) mod classify;
 pub(crate) mod meta;
-mod mirror;
+pub(crate) mod mirror;
 pub(crate) mod pipeline;
 mod rewrite;
 mod stack;

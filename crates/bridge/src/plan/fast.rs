@@ -3,6 +3,7 @@
 //! switch's. The datapath's fast-path module reads these; the pipeline itself does not know
 //! the fast path exists.
 
+use super::mirror::CompiledDst;
 use super::{Plan, PortId};
 use crate::fdb::{fdb_key, key_fid, key_mac, Slot, F_LOCKED, F_PERMANENT};
 use crate::settings::Role;
@@ -56,6 +57,23 @@ pub struct FastClass {
     pub pcp: u8,
 }
 
+/// A mirror copy the pipeline makes of a frame a flow forwards (decision 80): the session's
+/// index, its direction, its destination port and what that port checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastCopy {
+    pub session: u8,
+    /// A copy of the frame as it leaves (after the egress rewrite); else as received.
+    pub tx: bool,
+    pub dst: u16,
+    /// The RSPAN tag pushed outermost on the copy: the destination's bridge TPID and the
+    /// session's VID (PCP 0).
+    pub rspan: Option<(u16, u16)>,
+    /// The destination's `max_frame` (the copy with its RSPAN tag must fit).
+    pub max_frame: u32,
+    /// The destination runs (else the pipeline counts `port_down`, and no flow is made).
+    pub running: bool,
+}
+
 /// One FDB change the fast path must follow: `(bridge, mac, fid)` and the entry now.
 pub type FastChange = (u16, MacAddr, u16, Option<FastEntry>);
 
@@ -70,10 +88,16 @@ impl Plan {
     pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
         if let Some(m) = &self.mirrors {
             let i = id.0 as usize;
-            let mask =
+            let mut mask =
                 m.rx_mask.get(i).copied().unwrap_or(0) | m.tx_mask.get(i).copied().unwrap_or(0);
-            if mask != 0 {
-                return None;
+            // Copies to a port are cloned by the program (decision 80); to a pcap file they
+            // stay with the pipeline.
+            while mask != 0 {
+                let si = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                if !matches!(m.sessions.get(si)?.dst, CompiledDst::Port(_)) {
+                    return None;
+                }
             }
         }
         let p = self.port(id)?;
@@ -93,6 +117,81 @@ impl Plan {
             learning: p.settings.learning && br.settings.ageing_time_ns != 0,
             locked: p.settings.locked,
         })
+    }
+
+    /// Whether the plan has mirror sessions.
+    pub fn has_mirrors(&self) -> bool {
+        self.mirrors.is_some()
+    }
+
+    /// Mirror sessions of the plan (their indexes, the program's `qb_mir_stats` keys, are
+    /// below this).
+    pub fn mirror_sessions(&self) -> usize {
+        self.mirrors.as_ref().map_or(0, |m| m.sessions.len())
+    }
+
+    /// The copies the pipeline makes of a frame received on `in_id` as `input` and sent on
+    /// `out_id` as `output`, in the order it delivers them (rx copies, then tx; sessions in
+    /// order), with the sessions' VLAN filters applied (a function of the frames' outer tags
+    /// and the ports' PVIDs). `None` when a session copying either port sends to a pcap file
+    /// (those copies stay with the pipeline) or `input` is a runt.
+    pub fn fast_copies(
+        &self,
+        in_id: PortId,
+        input: &[u8],
+        out_id: PortId,
+        output: &[u8],
+    ) -> Option<Vec<FastCopy>> {
+        let mut out = Vec::new();
+        let Some(m) = &self.mirrors else {
+            return Some(out);
+        };
+        for (tx, id, frame) in [(false, in_id, input), (true, out_id, output)] {
+            let i = id.0 as usize;
+            let mut mask = if tx { &m.tx_mask } else { &m.rx_mask }
+                .get(i)
+                .copied()
+                .unwrap_or(0);
+            if mask == 0 {
+                continue;
+            }
+            let p = self.port(id)?;
+            if frame.len() < 14 {
+                return None;
+            }
+            let vlan = crate::path::mirror::frame_vlan(p.tpid, p.pvid, frame);
+            while mask != 0 {
+                let si = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let sess = m.sessions.get(si)?;
+                let CompiledDst::Port(d) = sess.dst else {
+                    return None;
+                };
+                if sess.vids.as_ref().is_some_and(|v| !v.contains(vlan)) {
+                    continue;
+                }
+                let dp = self.port(PortId(d))?;
+                out.push(FastCopy {
+                    session: si as u8,
+                    tx,
+                    dst: d,
+                    rspan: (sess.rspan != 0).then_some((dp.tpid, sess.rspan)),
+                    max_frame: dp.max_frame,
+                    running: dp.running,
+                });
+            }
+        }
+        Some(out)
+    }
+
+    /// Counts copies the fast path sent for mirror session `session` (writer `worker`'s
+    /// block), into the session's `frames`/`bytes`.
+    pub fn count_mirror(&self, session: usize, worker: usize, frames: u64, bytes: u64) {
+        if let Some(s) = self.mirrors.as_ref().and_then(|m| m.sessions.get(session)) {
+            let c = s.counters.writer(worker);
+            c.frames.add(frames);
+            c.bytes.add(bytes);
+        }
     }
 
     /// The entry of `mac` in FDB `fid` of bridge `bridge`.

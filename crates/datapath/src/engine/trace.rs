@@ -158,6 +158,7 @@ impl FastStage for FastOracle {
             out_peer_mac: oe.peer_mac,
             out_into_host: oe.into_host,
             out_vxlan: oe.vxlan.as_deref(),
+            copies: &[],
             generation: self.generation,
         };
         match flow_for(&f) {

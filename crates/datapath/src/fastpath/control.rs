@@ -41,6 +41,8 @@ pub(crate) struct FastRt {
     /// The program's per-port and per-VLAN counters as last folded into the switch's.
     port_seen: HashMap<u16, PortStats>,
     vlan_seen: HashMap<u16, VlanStats>,
+    /// Each mirror session index's copies sent by the program, as last folded (decision 80).
+    mir_seen: Vec<qbridge_fastpath::MirStats>,
     /// A command changed something the flows may depend on: bump before it answers.
     pub(crate) dirty: bool,
     /// The id of the program's `qb_owner` map (never an orphan to [`sweep`]).
@@ -145,6 +147,7 @@ impl FastRt {
             attached: HashMap::new(),
             port_seen: HashMap::new(),
             vlan_seen: HashMap::new(),
+            mir_seen: Vec::new(),
             dirty: true,
             own_owner: None,
             swept: Instant::now(),
@@ -499,6 +502,26 @@ impl FastRt {
             );
             if rx.0 != 0 || tx.0 != 0 {
                 plan.count_vlan(slot >> 12, slot & 0xfff, ctl, rx, tx);
+            }
+        }
+        self.fold_mirrors(plan);
+    }
+
+    /// The copies the program sent for each mirror session since the last fold, into the
+    /// session of that index in `plan` (decision 80). The engine folds with the plan whose
+    /// numbering the flows used before a plan renumbers the sessions.
+    pub(crate) fn fold_mirrors(&mut self, plan: &Plan) {
+        let ctl = usize::MAX;
+        let n = plan.mirror_sessions().max(self.mir_seen.len());
+        self.mir_seen.resize(n, Default::default());
+        for i in 0..n {
+            let Ok(now) = self.fp.mir_stats(i as u32) else {
+                continue;
+            };
+            let before = std::mem::replace(&mut self.mir_seen[i], now);
+            let frames = now.frames.wrapping_sub(before.frames);
+            if frames != 0 {
+                plan.count_mirror(i, ctl, frames, now.bytes.wrapping_sub(before.bytes));
             }
         }
     }

@@ -45,7 +45,25 @@ pub struct Forwarded<'a> {
     /// The egress port is a VXLAN port the program encapsulates for
     /// ([`qbridge_fastpath::ACT_VXLAN`], decision 73).
     pub out_vxlan: Option<&'a super::VxlanEgress>,
+    /// The mirror copies the pipeline made of the frame, in its delivery order (decision
+    /// 80); `flow_for` checks them against the plan's sessions byte for byte.
+    pub copies: &'a [SeenCopy<'a>],
     pub generation: u32,
+}
+
+/// A mirror copy the pipeline made of a frame forwarded alone (decision 80): its destination
+/// port as an output, and its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SeenCopy<'a> {
+    pub port: u16,
+    /// The program's index of the destination's opening.
+    pub index: u16,
+    /// The destination's interface (0: not one the program sends to).
+    pub ifindex: u32,
+    /// The copy's whole length.
+    pub len: usize,
+    /// Its first [`PREFIX`] bytes (or more).
+    pub frame: &'a [u8],
 }
 
 /// Bytes of a frame a worker keeps to compare with what the pipeline sent: every tag and the
@@ -64,6 +82,101 @@ pub struct FlowPlan {
     /// To a VXLAN port: the tunnel the program encapsulates to (its index in the program's
     /// map is the action's `out_ifindex`, given when the flow is installed).
     pub tunnel: Option<qbridge_fastpath::Vxlan>,
+    /// The flow's mirror copies ([`qbridge_fastpath::ACT_MIRROR`] in the action), written
+    /// before the flow.
+    pub mirror: Option<qbridge_fastpath::MirAction>,
+}
+
+/// The mirror copies of `f`'s frame the program must clone (decision 80): what the plan's
+/// sessions copy of it, each checked against the copy the pipeline made (its destination,
+/// length and bytes: the input, or the output for a tx copy, with the RSPAN tag pushed
+/// outermost). `None`: no copies.
+fn mirror_for(
+    f: &Forwarded<'_>,
+    generation: u32,
+) -> Result<Option<qbridge_fastpath::MirAction>, Refusal> {
+    if !f.plan.has_mirrors() {
+        return if f.copies.is_empty() {
+            Ok(None)
+        } else {
+            Err(Refusal::Outputs)
+        };
+    }
+    let mut all = Vec::new();
+    for (i, h) in f.hops.iter().enumerate() {
+        let want = f
+            .plan
+            .fast_copies(
+                PortId(h.in_id),
+                f.frames[i],
+                PortId(h.out_id),
+                f.frames[i + 1],
+            )
+            .ok_or(Refusal::Port)?;
+        // Copies inside a chain of patch links stay with the pipeline.
+        if !want.is_empty() && f.hops.len() > 1 {
+            return Err(Refusal::Port);
+        }
+        all.extend(want);
+    }
+    if all.len() != f.copies.len() {
+        return Err(Refusal::Outputs);
+    }
+    if all.is_empty() {
+        return Ok(None);
+    }
+    if all.len() > qbridge_fastpath::MIR_COPIES
+        || f.out_vxlan.is_some()
+        || f.out_ifindex == super::bond::BOND_EGRESS
+    {
+        return Err(Refusal::Port);
+    }
+    let (first, last) = (f.hops[0], f.hops[f.hops.len() - 1]);
+    let mut m = qbridge_fastpath::MirAction {
+        generation,
+        n: all.len() as u8,
+        ..Default::default()
+    };
+    for ((want, seen), slot) in all.iter().zip(f.copies).zip(m.copies.iter_mut()) {
+        // The program pushes only the tags the kernel accelerates.
+        let rspan_ok = want
+            .rspan
+            .is_none_or(|(tpid, _)| qbridge_wire::Tpid(tpid).is_kernel());
+        if !want.running || seen.port != want.dst || seen.ifindex == 0 || !rspan_ok {
+            return Err(Refusal::Port);
+        }
+        let (base, base_len) = if want.tx {
+            (f.frames[f.hops.len()], last.out_len)
+        } else {
+            (f.frames[0], first.in_len)
+        };
+        let mut expect = base.to_vec();
+        if let Some((tpid, vid)) = want.rspan {
+            if expect.len() < 12 {
+                return Err(Refusal::Rewrite);
+            }
+            let tag = [(tpid >> 8) as u8, tpid as u8, (vid >> 8) as u8, vid as u8];
+            expect.splice(12..12, tag);
+        }
+        let rspan_len = if want.rspan.is_some() { 4 } else { 0 };
+        let n = expect.len().min(seen.frame.len());
+        if seen.len != base_len + rspan_len
+            || expect[..n] != seen.frame[..n]
+            || n < expect.len().min(PREFIX)
+        {
+            return Err(Refusal::Rewrite);
+        }
+        *slot = qbridge_fastpath::MirCopy {
+            ifindex: seen.ifindex,
+            port: u32::from(seen.index),
+            max_len: want.max_frame.min(u32::from(u16::MAX)) as u16,
+            rspan_tpid_be: want.rspan.map_or(0, |(t, _)| t.to_be()),
+            rspan_tci_be: want.rspan.map_or(0, |(_, v)| v.to_be()),
+            session: want.session,
+            flags: if want.tx { qbridge_fastpath::MIR_TX } else { 0 },
+        };
+    }
+    Ok(Some(m))
 }
 
 /// The flow of `f`, or why there is none: what the worker installs (a pure function of the
@@ -234,6 +347,10 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         NotCached::Group => Refusal::Outputs,
     })?;
     let mut action = action;
+    let mirror = mirror_for(f, f.generation)?;
+    if mirror.is_some() {
+        action.flags |= qbridge_fastpath::ACT_MIRROR;
+    }
     if tunnel.is_some() {
         // The port counts the frame as the pipeline handed it (with an external port's tag).
         if let Some(h) = action.hops.get_mut(f.hops.len() - 1) {
@@ -245,5 +362,6 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
         action,
         fdb,
         tunnel,
+        mirror,
     })
 }

@@ -59,6 +59,10 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
         e.last_seen_ns = shared.mono_time(e.last_seen_ns);
         r = r.and_then(|()| w.set_fdb(&k, &e));
     }
+    // A flow's mirror copies before the flow that names them (decision 80).
+    if let Some(m) = &p.mirror {
+        r = r.and_then(|()| w.set_mirror(&p.key, m));
+    }
     r.and_then(|()| w.insert_flow(&p.key, &p.action))
         .map_err(|e| {
             tracing::debug!("fast path: installing a flow: {e}");
@@ -71,6 +75,9 @@ pub(crate) fn install(shared: &FastShared, f: &Forwarded<'_>) -> Result<(), Refu
         for h in p.action.hops() {
             ports.insert((h.in_port & qbridge_fastpath::PORT_ID_MASK) as u16);
             ports.insert((h.out_port & qbridge_fastpath::PORT_ID_MASK) as u16);
+        }
+        for c in p.mirror.iter().flat_map(|m| m.copies()) {
+            ports.insert((c.port & qbridge_fastpath::PORT_ID_MASK) as u16);
         }
     }
     shared.installed.fetch_add(1, Ordering::Relaxed);

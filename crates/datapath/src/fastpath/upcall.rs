@@ -4,9 +4,9 @@
 //! alone allows (`super::install`). The worker runs this through [`Host`], what it lends of
 //! itself (its queues, its pipeline, its transmit); it knows nothing of flows.
 
-use super::{install, port_index, Crossing, FastShared, Forwarded, Refusal, PREFIX};
+use super::{install, port_index, Crossing, FastShared, Forwarded, Refusal, SeenCopy, PREFIX};
 use crate::queue::Queue;
-use qbridge_bridge::{FastClass, Outputs, Plan};
+use qbridge_bridge::{FastClass, Outputs, Plan, PortId};
 use qbridge_io::BackendDrops;
 use qbridge_packet::{Batch, PacketBuf};
 use std::collections::HashSet;
@@ -308,11 +308,17 @@ impl FastWorker {
     ) -> Result<(), Refusal> {
         self.hops.clear();
         let (mut in_id, mut in_index, mut in_len) = (in_id, in_index, in_len);
+        let mut copies: Vec<(u16, usize)>;
         let out = loop {
-            let out_id = one_output(host.outputs_ref())?;
+            let n = self.hops.len();
+            let (out_id, seen) =
+                split_outputs(host.outputs_ref(), host.plan(), in_id, &self.frames[n])?;
+            if !seen.is_empty() && n > 0 {
+                return Err(Refusal::Port);
+            }
+            copies = seen;
             let out = host.egress(out_id).ok_or(Refusal::Port)?;
             let frame = &host.outputs_ref().ports[out_id as usize].pkts[0];
-            let n = self.hops.len();
             self.hops.push(Crossing {
                 in_id,
                 in_index,
@@ -330,6 +336,9 @@ impl FastWorker {
             else {
                 break out;
             };
+            if !copies.is_empty() {
+                return Err(Refusal::Port);
+            }
             // Through the patch link now: what the other end has waiting first, then this
             // frame, received there (its transmit counted as sent, as the link does).
             let Some(mut pkt) = host.outputs().ports[out_id as usize].pkts.pop() else {
@@ -346,6 +355,25 @@ impl FastWorker {
             .iter()
             .map(Vec::as_slice)
             .collect();
+        // The mirror copies (decision 80): each destination as an output the program clones
+        // to (a plain interface: not a TAP, a bond, a tunnel or a patch link).
+        let mut seen = Vec::with_capacity(copies.len());
+        for &(dst, pos) in &copies {
+            let e = host.egress(dst).ok_or(Refusal::Port)?;
+            let plain = !e.into_host
+                && e.vxlan.is_none()
+                && e.patch_peer.is_none()
+                && e.ifindex != super::bond::BOND_EGRESS;
+            let pkt = &host.outputs_ref().ports[dst as usize].pkts[pos];
+            let bytes = pkt.frame();
+            seen.push(SeenCopy {
+                port: dst,
+                index: e.index,
+                ifindex: if plain { e.ifindex } else { 0 },
+                len: pkt.len(),
+                frame: &bytes[..bytes.len().min(PREFIX)],
+            });
+        }
         install(
             &self.shared,
             &Forwarded {
@@ -356,10 +384,67 @@ impl FastWorker {
                 out_peer_mac: out.peer_mac,
                 out_into_host: out.into_host,
                 out_vxlan: out.vxlan.as_deref(),
+                copies: &seen,
                 generation: self.generation,
             },
         )
     }
+}
+
+/// The outputs of a frame forwarded alone, split: the port of the frame itself and where the
+/// mirror copies the pipeline made of it are (destination port, position in its batch, in the
+/// pipeline's delivery order), or why a flow cannot be made of it. Without mirror sessions:
+/// exactly one frame on one port. With (decision 80): the frame first on its port and the
+/// copies the plan's sessions make of it after it, on their destinations, nothing else — the
+/// port whose first frame makes the plan's copies match the outputs exactly is the frame's.
+fn split_outputs(
+    outputs: &Outputs,
+    plan: &Plan,
+    in_id: u16,
+    input: &[u8],
+) -> Result<(u16, Vec<(u16, usize)>), Refusal> {
+    if !plan.has_mirrors() {
+        return one_output(outputs).map(|o| (o, Vec::new()));
+    }
+    if outputs.mirror_sinks.iter().any(|b| !b.is_empty()) || !outputs.punt.is_empty() {
+        return Err(Refusal::Outputs);
+    }
+    let used: Vec<u16> = (0..outputs.ports.len() as u16)
+        .filter(|&j| !outputs.ports[j as usize].is_empty())
+        .collect();
+    if used.len() > 1 + qbridge_fastpath::MIR_COPIES {
+        return Err(Refusal::Outputs);
+    }
+    for &c in &used {
+        let out = outputs.ports[c as usize].pkts[0].frame();
+        let Some(want) = plan.fast_copies(PortId(in_id), input, PortId(c), out) else {
+            return Err(Refusal::Port);
+        };
+        let mut next: Vec<(u16, usize)> = used.iter().map(|&j| (j, usize::from(j == c))).collect();
+        let mut at = Vec::with_capacity(want.len());
+        let mut fits = true;
+        for w in want.iter().filter(|w| w.running) {
+            match next.iter_mut().find(|(j, _)| *j == w.dst) {
+                Some((j, k)) => {
+                    at.push((*j, *k));
+                    *k += 1;
+                }
+                None => fits = false,
+            }
+        }
+        if fits
+            && next
+                .iter()
+                .all(|&(j, k)| outputs.ports[j as usize].len() == k)
+        {
+            if at.len() != want.len() {
+                // A destination that does not run: its copies are dropped (`port_down`).
+                return Err(Refusal::Port);
+            }
+            return Ok((c, at));
+        }
+    }
+    Err(Refusal::Outputs)
 }
 
 /// The one output of the last forwarding of a single frame: its port, or why a flow cannot
