@@ -661,6 +661,9 @@ struct qb_vx_out {
 	__u32 pad;
 	__u8 hdr[64];	/* outer Ethernet, IPv4, UDP, VXLAN; the inner Ethernet header */
 	__u8 b[40];	/* the inner headers, copied out */
+	__u32 v6;	/* the outer headers are hdr6 (decision 78) */
+	__u8 hdr6[88];	/* outer Ethernet, IPv6, UDP, VXLAN; the inner Ethernet header */
+	__u8 chunk[516];	/* vx6_sum's bytes */
 };
 
 /* The scratch of one frame's encapsulation (per CPU: the stack is the other paths'). */
@@ -671,6 +674,215 @@ struct {
 	__type(value, struct qb_vx_out);
 } qb_vx_scratch SEC(".maps");
 
+/* ---- VXLAN over IPv6 underlays (decision 78) ----
+ * A tunnel with QB_VX_IPV6 leaves as the port's IPv6 send socket sends it: outer IPv6 with
+ * the socket's traffic class (fixed, or the inner packet's: `tos inherit`), the tunnel's flow
+ * label for that socket, its hop limit; UDP from the socket's port with a valid checksum (a
+ * peer at its defaults refuses a zero one over IPv6, RFC 6935). The checksum is computed here
+ * without segmenting: a frame whose inner TCP/UDP checksum is still to be completed by offload
+ * (CHECKSUM_PARTIAL) sums, once completed, to the complement of its checksum field as it is
+ * now (the kernel's local checksum offload, lco_csum), so only the headers before it are
+ * read; any other frame is summed whole, as the socket would (bpf_csum_diff, 512 bytes at a
+ * time). A super-frame goes up: bpf_skb_adjust_room marks it SKB_GSO_UDP_TUNNEL without
+ * _CSUM, so its segments would all carry the checksum written here (docs/fast-path.md). */
+#define QB_VX6_HDR 84		/* outer Ethernet 14, IPv6 40, UDP 8, VXLAN 8; inner Ethernet 14 */
+#define QB_VX6_CHUNK 512	/* bpf_csum_diff's most bytes a call */
+#define QB_VX6_CHUNKS 18	/* frames up to 9216 bytes are summed; longer ones go up */
+
+/* The skb's checksum state, asked through the helpers that read it: 1 when its L4 checksum
+ * is left to offload (CHECKSUM_PARTIAL), else 0 (NONE, UNNECESSARY, COMPLETE). NONE is told
+ * from PARTIAL by raising the level (NONE becomes UNNECESSARY, PARTIAL stays) and put back. */
+static __always_inline int vx6_partial(struct __sk_buff *skb)
+{
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0)
+		return 0;
+	if (bpf_csum_update(skb, 0) >= 0)
+		return 0;
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_INC);
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0) {
+		bpf_csum_level(skb, BPF_CSUM_LEVEL_RESET);
+		return 0;
+	}
+	return 1;
+}
+
+/* The one's complement sum (as bpf_csum_diff keeps it) of the skb's bytes [from, to), added
+ * to `acc`, `from` even; -1 when longer than QB_VX6_CHUNKS chunks or unreadable. */
+static __always_inline __s64 vx6_sum(struct __sk_buff *skb, __u32 from, __u32 to, __u8 *buf,
+				     __s64 acc)
+{
+	__u32 i, n;
+
+#pragma unroll
+	for (i = 0; i < QB_VX6_CHUNKS; i++) {
+		if (from >= to)
+			return acc;
+		n = to - from;
+		if (n >= QB_VX6_CHUNK) {
+			if (bpf_skb_load_bytes(skb, from, buf, QB_VX6_CHUNK))
+				return -1;
+			acc = bpf_csum_diff(0, 0, (__be32 *)buf, QB_VX6_CHUNK, (__wsum)acc);
+			from += QB_VX6_CHUNK;
+		} else {
+			/* 1 ..= 511, as the verifier sees it (clang drops a plain mask). */
+			n -= 1;
+			asm volatile("%0 &= 511" : "+r"(n));
+			n += 1;
+			if (bpf_skb_load_bytes(skb, from, buf, n))
+				return -1;
+			/* Zeros to the next multiple of 4: they add nothing. */
+			buf[n] = 0;
+			buf[n + 1] = 0;
+			buf[n + 2] = 0;
+			acc = bpf_csum_diff(0, 0, (__be32 *)buf, (n + 3) & ~3U, (__wsum)acc);
+			from = to;
+		}
+		if (acc < 0)
+			return -1;
+	}
+	return from >= to ? acc : -1;
+}
+
+/* The outer headers of `o` (o->hdr6) for IPv6 tunnel `t`: `len` the inner frame's length,
+ * `sock` the send socket the inner flow picks, `tos` the traffic class. The UDP checksum over
+ * the pseudo-header, UDP, VXLAN, the inner Ethernet header (the frame's addresses, untagged)
+ * and the inner packet from `off`. Returns 0 or a miss reason + 1. */
+static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vxlan *t,
+				       __u32 off, __u16 proto_be, __u32 len, struct qb_vx_out *o,
+				       __u32 sock, __u8 tos)
+{
+	__u8 *h = o->hdr6, *buf = o->chunk;
+	__u32 plen = len + 16, label, l3, l4 = 0, field = 0;
+	__s64 acc;
+	__u64 s;
+	__u16 c;
+
+	if (plen > 0xffff || skb->gso_size || skb->len <= off)
+		return QB_MISS_VXLAN + 1;
+	o->v6 = 1;
+	label = bpf_ntohl(t->flow_label_be[sock & (QB_VXLAN_SOCKETS - 1)]) & 0xfffff;
+	/* Outer Ethernet: the addresses are bpf_redirect_neigh's to fill. */
+	__builtin_memset(h, 0, 12);
+	h[12] = 0x86;
+	h[13] = 0xdd;
+	h[14] = 0x60 | (tos >> 4);
+	h[15] = (tos << 4) | (label >> 16);
+	h[16] = label >> 8;
+	h[17] = label;
+	h[18] = plen >> 8;
+	h[19] = plen;
+	h[20] = IPPROTO_UDP;
+	h[21] = t->ttl;
+	__builtin_memcpy(h + 22, t->local6, 16);
+	__builtin_memcpy(h + 38, t->remote6, 16);
+	/* UDP: the socket's port, the VTEP's, the length; the checksum below. */
+	__builtin_memcpy(h + 54, &t->sport_be[sock & (QB_VXLAN_SOCKETS - 1)], 2);
+	__builtin_memcpy(h + 56, &t->dstport_be, 2);
+	h[58] = plen >> 8;
+	h[59] = plen;
+	h[60] = 0;
+	h[61] = 0;
+	/* VXLAN: flags I, the VNI. */
+	h[62] = 0x08;
+	h[63] = 0;
+	h[64] = 0;
+	h[65] = 0;
+	__builtin_memcpy(h + 66, &t->vni_be, 4);
+	/* The inner Ethernet header as it will leave (vx6_encap copies it again, untagged). */
+	if (bpf_skb_load_bytes(skb, 0, h + 70, 12))
+		return QB_MISS_VXLAN + 1;
+	__builtin_memcpy(h + 82, &proto_be, 2);
+	h[84] = 0;
+	h[85] = 0;
+
+	/* Where the inner packet's own checksum is left to offload: TCP or UDP, its header
+	 * right after an IPv4 header or a plain IPv6 one, nothing after the IP packet. */
+	l3 = 0;
+	if (vx6_partial(skb)) {
+		__u8 *b = o->b;
+
+		if (proto_be == bpf_htons(ETH_P_IP)) {
+			if (bpf_skb_load_bytes(skb, off, b, 20))
+				return QB_MISS_VXLAN + 1;
+			l3 = (b[0] & 0xf) * 4;
+			if (off + (((__u32)b[2] << 8) | b[3]) != skb->len || (b[6] & 0x3f) || b[7])
+				return QB_MISS_VXLAN + 1;
+		} else {
+			if (bpf_skb_load_bytes(skb, off, b, 8))
+				return QB_MISS_VXLAN + 1;
+			l3 = 40;
+			b[9] = b[6];
+			if (off + 40 + (((__u32)b[4] << 8) | b[5]) != skb->len)
+				return QB_MISS_VXLAN + 1;
+		}
+		if (l3 < 20 || l3 > 60)
+			return QB_MISS_VXLAN + 1;
+		l4 = off + l3;
+		if (b[9] == IPPROTO_TCP)
+			field = l4 + 16;
+		else if (b[9] == IPPROTO_UDP)
+			field = l4 + 6;
+		else
+			return QB_MISS_VXLAN + 1;
+	}
+
+	/* The pseudo-header: the addresses, the UDP length, the next header. */
+	acc = bpf_csum_diff(0, 0, (__be32 *)(h + 22), 32, 0);
+	buf[0] = 0;
+	buf[1] = 0;
+	buf[2] = plen >> 8;
+	buf[3] = plen;
+	buf[4] = 0;
+	buf[5] = 0;
+	buf[6] = 0;
+	buf[7] = IPPROTO_UDP;
+	if (acc < 0)
+		return QB_MISS_VXLAN + 1;
+	acc = bpf_csum_diff(0, 0, (__be32 *)buf, 8, (__wsum)acc);
+	/* UDP (checksum 0), VXLAN, the inner Ethernet header, two zeros. */
+	if (acc >= 0)
+		acc = bpf_csum_diff(0, 0, (__be32 *)(h + 54), 32, (__wsum)acc);
+	if (acc < 0)
+		return QB_MISS_VXLAN + 1;
+	if (field) {
+		__u16 f;
+
+		/* The inner IP header, then what the completed L4 segment sums to. */
+		acc = vx6_sum(skb, off, l4, buf, acc);
+		if (acc < 0 || bpf_skb_load_bytes(skb, field, &f, 2))
+			return QB_MISS_VXLAN + 1;
+		s = (__u64)(__u32)acc + (__u16)~f;
+	} else {
+		acc = vx6_sum(skb, off, skb->len, buf, acc);
+		if (acc < 0)
+			return QB_MISS_VXLAN + 1;
+		s = (__u32)acc;
+	}
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	c = ~(__u16)s;
+	if (!c)
+		c = 0xffff;	/* a computed 0 is sent as all ones (RFC 8200 §8.1) */
+	__builtin_memcpy(h + 60, &c, 2);
+	return 0;
+}
+
+/* vx_encap over IPv6: 70 bytes of room before the inner frame's L3 header, then the 84
+ * bytes of o->hdr6 at the start (the inner Ethernet header reread as it is now). */
+static __always_inline int vx6_encap(struct __sk_buff *skb, struct qb_vx_out *o)
+{
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 |
+		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+		      BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+
+	if (bpf_skb_load_bytes(skb, 0, o->hdr6 + 70, ETH_HLEN))
+		return 1;
+	if (bpf_skb_adjust_room(skb, 70, BPF_ADJ_ROOM_MAC, flags))
+		return 1;
+	return bpf_skb_store_bytes(skb, 0, o->hdr6, QB_VX6_HDR, BPF_F_INVALIDATE_HASH) ? -1 : 0;
+}
+
 static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flow_action *act,
 				      __u32 off, __u16 proto_be, __u32 len, struct qb_vx_out *o)
 {
@@ -678,6 +890,8 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 	struct qb_vxlan *t = bpf_map_lookup_elem(&qb_vxlan, &idx);
 	__u8 tos, *h = o->hdr;
 	__u16 sport;
+
+	o->v6 = 0;
 
 	/* Only IP frames: bpf_skb_adjust_room encapsulates those alone. */
 	if (!t || act->push_n || len + 36 > 0xffff || skb->len < off ||
@@ -692,6 +906,8 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 		tos = t->tos;
 	}
 	sport = t->sport_be[(hash ^ (hash >> 16)) & (QB_VXLAN_SOCKETS - 1)];
+	if (t->flags & QB_VX_IPV6)
+		return vx6_prepare(skb, t, off, proto_be, len, o, hash ^ (hash >> 16), tos);
 	o->ifindex = t->ifindex;
 	/* Outer Ethernet: the addresses are bpf_redirect_neigh's to fill. */
 	__builtin_memset(h, 0, 12);
@@ -748,6 +964,8 @@ static __always_inline int vx_encap(struct __sk_buff *skb, struct qb_vx_out *o)
 		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
 		      BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
 
+	if (o->v6)
+		return vx6_encap(skb, o);
 	if (bpf_skb_load_bytes(skb, 0, o->hdr + 50, ETH_HLEN))
 		return 1;
 	if (bpf_skb_adjust_room(skb, 50, BPF_ADJ_ROOM_MAC, flags))

@@ -236,6 +236,8 @@ struct qb_member_stats {
 #define QB_VXLAN_SPORT_MIN 49152	/* qbridge_wire::vxlan::SOURCE_PORT_MIN */
 /* tos inherit: the outer TOS is the inner packet's (CE leaves as ECT(0)). */
 #define QB_VX_INHERIT_TOS 1
+/* An IPv6 underlay (decision 78): local6/remote6 and the flow labels, not local/remote. */
+#define QB_VX_IPV6 2
 struct qb_vxlan {
 	__u32 local_be;		/* IPv4 source address */
 	__u32 remote_be;	/* the remote VTEP */
@@ -247,6 +249,11 @@ struct qb_vxlan {
 	__u8 tos;		/* a fixed TOS (0: none) */
 	__u8 flags;		/* QB_VX_* */
 	__u8 pad[3];
+	/* QB_VX_IPV6: the addresses, and per send socket the outer flow label (its 20 bits in
+	 * a word, network order). */
+	__u8 local6[16];
+	__u8 remote6[16];
+	__u32 flow_label_be[QB_VXLAN_SOCKETS];
 };
 
 /* Mirror copies (decision 80). A flow with QB_ACT_MIRROR has its copies in qb_mir_flows
@@ -292,7 +299,7 @@ _Static_assert(sizeof(struct qb_config) == 12, "qb_config: maps.rs Config");
 _Static_assert(sizeof(struct qb_owner) == 24, "qb_owner: maps.rs Owner");
 _Static_assert(sizeof(struct qb_port_stats) == 96, "qb_port_stats: maps.rs PortStats");
 _Static_assert(sizeof(struct qb_vlan_stats) == 32, "qb_vlan_stats: maps.rs VlanStats");
-_Static_assert(sizeof(struct qb_vxlan) == 40, "qb_vxlan: maps.rs Vxlan");
+_Static_assert(sizeof(struct qb_vxlan) == 104, "qb_vxlan: maps.rs Vxlan");
 _Static_assert(sizeof(struct qb_bond) == 8 + 5 * QB_BOND_BUCKETS, "qb_bond: maps.rs Bond");
 _Static_assert(sizeof(struct qb_member_stats) == 40, "qb_member_stats: maps.rs MemberStats");
 _Static_assert(sizeof(struct qb_mir_copy) == 16, "qb_mir_copy: maps.rs MirCopy");

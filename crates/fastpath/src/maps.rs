@@ -331,6 +331,9 @@ pub const MAX_TUNNELS: u32 = 4096;
 pub const VXLAN_SOCKETS: usize = 8;
 /// `QB_VX_INHERIT_TOS`: `tos inherit`.
 pub const VX_INHERIT_TOS: u8 = 1;
+/// `QB_VX_IPV6`: an IPv6 underlay (decision 78): [`Vxlan::local6`], [`Vxlan::remote6`] and
+/// [`Vxlan::flow_label`] are the outer header's, [`Vxlan::local`] and [`Vxlan::remote`] unused.
+pub const VX_IPV6: u8 = 2;
 
 /// `struct qb_vxlan`: a tunnel as the program encapsulates to it — IPv4 addresses and ports
 /// in network order (as their bytes on the wire).
@@ -349,9 +352,15 @@ pub struct Vxlan {
     pub ttl: u8,
     /// A fixed TOS (0: none).
     pub tos: u8,
-    /// [`VX_INHERIT_TOS`].
+    /// [`VX_INHERIT_TOS`], [`VX_IPV6`].
     pub flags: u8,
     pub pad: [u8; 3],
+    /// [`VX_IPV6`]: the IPv6 addresses.
+    pub local6: [u8; 16],
+    pub remote6: [u8; 16],
+    /// [`VX_IPV6`]: the outer flow label by send socket (its 20 bits in a word, network
+    /// order).
+    pub flow_label: [[u8; 4]; VXLAN_SOCKETS],
 }
 
 /// `struct qb_port_stats`.

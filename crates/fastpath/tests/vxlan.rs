@@ -94,7 +94,7 @@ fn tunnel(ifindex: u32, vni: u32, tos: u8, flags: u8) -> Vxlan {
         ttl: 64,
         tos,
         flags,
-        pad: [0; 3],
+        ..Vxlan::default()
     }
 }
 

@@ -124,7 +124,7 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
             ttl: v.ttl,
             tos,
             flags,
-            pad: [0; 3],
+            ..Default::default()
         },
     ))
 }
