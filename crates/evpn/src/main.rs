@@ -110,6 +110,9 @@ struct Links {
     router_id: Option<std::net::Ipv4Addr>,
     /// The refusals of the last pass (logged when new).
     refused: BTreeSet<String>,
+    /// The peers' routes the last whole pass left out, their VTEP of the other address
+    /// family than the port's (decision 81; logged when new).
+    ignored: BTreeSet<String>,
 }
 
 /// Both sides as the adapter knows them: read whole by the last whole pass, changed since by
@@ -187,6 +190,13 @@ fn whole(o: &Options, l: &mut Links, m: &mut Mirrors) -> Result<usize> {
     let rib: Vec<Route> = m.rib.all().cloned().collect();
     let asn = l.asn.unwrap_or_default();
     let actions = reconcile::reconcile_rid(asn, l.router_id, &m.ports, &fdb, &rib);
+    let ignored: BTreeSet<String> = reconcile::ignored(asn, &m.ports, &rib)
+        .into_iter()
+        .collect();
+    for i in ignored.difference(&l.ignored) {
+        eprintln!("qbridge-evpn: {i}");
+    }
+    l.ignored = ignored;
     act(l, m, &actions)
 }
 
@@ -394,6 +404,7 @@ fn main() {
         asn: o.asn,
         router_id: None,
         refused: Default::default(),
+        ignored: Default::default(),
     };
     let mut m = Mirrors::default();
     if o.once {

@@ -180,6 +180,53 @@ fn mac_str(m: &[u8; 6]) -> String {
 
 const ZERO_MAC: [u8; 6] = [0; 6];
 
+/// The VTEP a peer's route names: a type-3 route's PMSI tunnel endpoint (else its
+/// originator), a type-2 route's next hop.
+fn route_vtep(r: &Route) -> Option<IpAddr> {
+    match r.nlri {
+        Nlri::Imet { origin, .. } => Some(r.attrs.pmsi.map_or(origin, |(ip, _)| ip)),
+        Nlri::Mac { .. } => r.attrs.next_hop,
+    }
+}
+
+fn same_family(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4()
+}
+
+/// The peers' routes of a port's domains that the pass leaves out because their VTEP is of
+/// the other address family than the port's `local` (decision 81: a VXLAN port's tunnels
+/// are of its `local`'s family, the daemon refuses a `dst` of the other; FRR 8.4 with a
+/// kernel VTEP whose `local` is IPv6 advertises its IPv4 router id). One line each, as the
+/// log says it: `ignored type-3 rd 192.0.2.2:2 origin 192.0.2.2 on vx0 (vni 100): VTEP
+/// 192.0.2.2 is IPv4, the port's local 2001:db8::1 is IPv6`.
+pub fn ignored(asn: u16, ports: &[VxlanPort], rib: &[Route]) -> Vec<String> {
+    let family = |ip: IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    let mut out = Vec::new();
+    for (p, d) in ports
+        .iter()
+        .filter(|p| p.master.is_some())
+        .flat_map(|p| p.domains().into_iter().map(move |d| (p, d)))
+    {
+        for r in rib
+            .iter()
+            .filter(|r| !r.local && r.best && r.attrs.has_rt(asn, d.vni))
+        {
+            if let Some(v) = route_vtep(r).filter(|v| !same_family(*v, p.local)) {
+                out.push(format!(
+                    "ignored {} on {} (vni {}): VTEP {v} is {}, the port's local {} is {}",
+                    r.nlri,
+                    p.name,
+                    d.vni,
+                    family(v),
+                    p.local,
+                    family(p.local)
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The pass. `asn`: the speaker's AS (the RT's administrator, 2 bytes as FRR's auto RT).
 pub fn reconcile(asn: u16, ports: &[VxlanPort], fdb: &[FdbEntry], rib: &[Route]) -> Vec<Action> {
     reconcile_rid(asn, None, ports, fdb, rib)
@@ -249,9 +296,14 @@ pub fn reconcile_part(
             (p.local, vec![rt, encap], Some(d.vni)),
         );
 
-        // Peers' routes of this domain.
+        // Peers' routes of this domain, whose VTEP the port can reach (decision 81: of its
+        // `local`'s address family; [`ignored`] names the others).
         let peer = |r: &&Route| {
-            !r.local && r.best && r.attrs.has_rt(asn, d.vni) && r.attrs.next_hop != Some(p.local)
+            !r.local
+                && r.best
+                && r.attrs.has_rt(asn, d.vni)
+                && r.attrs.next_hop != Some(p.local)
+                && route_vtep(r).is_none_or(|v| same_family(v, p.local))
         };
         let mut flood_peers: BTreeSet<IpAddr> = BTreeSet::new();
         // MAC → (seq, VTEP) of the winning peer route.
@@ -727,6 +779,79 @@ mod tests {
             "advertise type-3 rd 198.51.100.1:100 origin 2001:db8::1 next-hop 2001:db8::1 \
              rt 65000:100 encap vxlan pmsi ingress-replication vni 100"
         );
+    }
+
+    /// Decision 81: a peer's route whose VTEP is of the other address family than the port's
+    /// `local` is left out — no flood-list entry, no MAC entry (the daemon would refuse the
+    /// `dst`), and it does not take a MAC away by MAC mobility — and [`ignored`] names it.
+    /// As FRR 8.4 advertises for a kernel VTEP whose `local` is IPv6: its IPv4 router id.
+    #[test]
+    fn a_peer_vtep_of_the_other_family_is_ignored() {
+        let a6: IpAddr = "2001:db8::1".parse().unwrap();
+        let b6: IpAddr = "2001:db8::2".parse().unwrap();
+        let ports6 = [VxlanPort {
+            local: a6,
+            ..ports()[0].clone()
+        }];
+        let rid = Some(Ipv4Addr::new(198, 51, 100, 1));
+        let ours = route(
+            Nlri::Mac {
+                rd: Rd::ip(rid.unwrap(), 100),
+                etag: 0,
+                mac: M,
+                vni: 100,
+            },
+            a6,
+            None,
+            true,
+        );
+        let rib = [
+            // B over IPv4: its flood route, M with a higher sequence number, another MAC.
+            imet(B, false),
+            mac_route(B, M, Some(5), false),
+            mac_route(B, [2, 0, 0, 0, 0, 0xb], None, false),
+            // C over IPv6: installed.
+            imet(b6, false),
+            ours.clone(),
+        ];
+        let fdb = [learned(M, "p1")];
+        let a = reconcile_rid(65000, rid, &ports6, &fdb, &rib);
+        assert_eq!(
+            daemon(&a),
+            ["fdb append 00:00:00:00:00:00 dev vx0 dst 2001:db8::2 extern_learn"],
+            "{a:?}"
+        );
+        // M stays ours: not withdrawn, its local entry kept, no sequence number added (the
+        // only route advertised is our type-3, not in this RIB).
+        assert!(
+            !a.iter().any(|x| matches!(
+                x,
+                Action::Withdraw(_)
+                    | Action::Advertise {
+                        nlri: Nlri::Mac { .. },
+                        ..
+                    }
+            )),
+            "{a:?}"
+        );
+        assert_eq!(
+            ignored(65000, &ports6, &rib),
+            [
+                "ignored type-3 rd 192.0.2.2:100 origin 192.0.2.2 on vx0 (vni 100): VTEP \
+                 192.0.2.2 is IPv4, the port's local 2001:db8::1 is IPv6",
+                "ignored type-2 rd 192.0.2.2:100 mac 02:00:00:00:00:0a vni 100 on vx0 (vni \
+                 100): VTEP 192.0.2.2 is IPv4, the port's local 2001:db8::1 is IPv6",
+                "ignored type-2 rd 192.0.2.2:100 mac 02:00:00:00:00:0b vni 100 on vx0 (vni \
+                 100): VTEP 192.0.2.2 is IPv4, the port's local 2001:db8::1 is IPv6",
+            ]
+        );
+        // And the other way: an IPv4 port ignores an IPv6 VTEP; same family, nothing ignored.
+        assert_eq!(
+            daemon(&reconcile(65000, &ports(), &[], &[imet(b6, false)])),
+            Vec::<&str>::new()
+        );
+        assert_eq!(ignored(65000, &ports(), &[imet(b6, false)]).len(), 1);
+        assert!(ignored(65000, &ports(), &[imet(B, false)]).is_empty());
     }
 
     #[test]
