@@ -793,10 +793,10 @@ mod tests {
             local: a6,
             ..ports()[0].clone()
         }];
-        let rid = Some(Ipv4Addr::new(198, 51, 100, 1));
+        let rid = Ipv4Addr::new(198, 51, 100, 1);
         let ours = route(
             Nlri::Mac {
-                rd: Rd::ip(rid.unwrap(), 100),
+                rd: Rd::ip(rid, 100),
                 etag: 0,
                 mac: M,
                 vni: 100,
@@ -815,7 +815,7 @@ mod tests {
             ours.clone(),
         ];
         let fdb = [learned(M, "p1")];
-        let a = reconcile_rid(65000, rid, &ports6, &fdb, &rib);
+        let a = reconcile_rid(65000, Some(rid), &ports6, &fdb, &rib);
         assert_eq!(
             daemon(&a),
             ["fdb append 00:00:00:00:00:00 dev vx0 dst 2001:db8::2 extern_learn"],
