@@ -112,9 +112,21 @@ fn evpn_bin() -> PathBuf {
         .unwrap_or_else(|| support::qbridge_bin().with_file_name("qbridge-evpn"))
 }
 
+/// gobgpd's router id for a VTEP: its address when IPv4; for the IPv6 VTEPs of
+/// `evpn_over_ipv6` (`2001:db8:e6::N`) 192.0.2.N (a router id is 32 bits: BGP's, and the
+/// RD of an IPv6 VTEP's routes).
+fn router_id(local: &str) -> String {
+    if local.contains(':') {
+        format!("192.0.2.{}", local.rsplit(':').next().unwrap_or("0"))
+    } else {
+        local.to_string()
+    }
+}
+
 fn gobgpd_config(local: &str, peers: &[&str]) -> String {
+    let rid = router_id(local);
     let mut s = format!(
-        "[global.config]\n  as = 65000\n  router-id = \"{local}\"\n  \
+        "[global.config]\n  as = 65000\n  router-id = \"{rid}\"\n  \
          local-address-list = [\"{local}\"]\n"
     );
     for p in peers {
@@ -1131,4 +1143,430 @@ fn evpn_follows_the_watch() {
         logs(&lab)
     );
     procs.kill(&format!("evpn-{VTEP_A}"));
+}
+
+const VTEP6_A: &str = "2001:db8:e6::1";
+const VTEP6_B: &str = "2001:db8:e6::2";
+const VTEP6_C: &str = "2001:db8:e6::3";
+
+/// The last lines of the adapters' and gobgpds' logs of the VTEPs at `locals`.
+fn logs_of(lab: &Lab, locals: &[&str]) -> String {
+    let mut s = String::new();
+    for l in locals {
+        for f in [format!("evpn-{l}.log"), format!("gobgpd-{l}.log")] {
+            let t = std::fs::read_to_string(lab.dir.join(&f)).unwrap_or_default();
+            let tail: Vec<&str> = t.lines().rev().take(30).collect();
+            s.push_str(&format!("----- {f} -----\n"));
+            for l in tail.into_iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// `gobgp ARGS` against the gobgpd of namespace `ns`.
+fn gobgp(ns: &str, args: &[&str]) -> String {
+    exec_in(ns, "gobgp", args).unwrap_or_else(|e| e.to_string())
+}
+
+/// EVPN over an IPv6 underlay (docs/evpn.md, docs/decisions.md 81): every VTEP address, BGP
+/// session and next hop is IPv6; the overlay is IPv4 hosts.
+///
+/// ```text
+///  ha ─ qa ┐                        ┌ kb1 ─ hb              hc ─ qa ┐
+///   A: daemon br0: p1, vx0          B: kernel kbr: kb1, vx100      C: daemon br0: p1, vx0
+///      vx0 id 100 local …::1           vx100 id 100 local …::2        vx0 id 100 local …::3
+///      gobgpd + qbridge-evpn           (kernel defaults) + gobgpd      gobgpd + qbridge-evpn
+///        └── ul 2001:db8:e6::1 ──┐       └── ul …::2 ──┐                └── ul …::3 ──┐
+///                                └──────────── namespace U: kernel bridge ubr ─────────┘
+/// ```
+///
+/// FRR 8.4 (Debian 12's) cannot be B here: its zebra reads no IPv6 `local` of a kernel vxlan
+/// device (`show evpn vni`: "Local VTEP IP: 0.0.0.0"; bgpd then originates for its IPv4
+/// router id), and its bgpd answers a type-3 route whose PMSI tunnel endpoint is IPv6 (21
+/// bytes) with a NOTIFICATION (update, attribute length error), so the session with an IPv6
+/// VTEP never stays up (FRR has IPv6 VTEPs from 10.6). B is therefore the kernel's VTEP at its
+/// defaults with a gobgpd speaking for it: its routes are added through gobgpd's API (`gobgp
+/// global rib add`), and its kernel FDB is written from the routes it received, as zebra
+/// would. It also sends what FRR 8.4 would: a type-3 route for its IPv4 router id.
+///
+/// Checked: the BGP sessions over IPv6 come up; each qbridge VTEP's flood list is the other
+/// two VTEPs' IPv6 addresses, from their type-3 routes (originator and PMSI endpoint 128
+/// bits); the IPv4 VTEP's route is ignored (logged, nothing refused); learned MACs are type-2
+/// routes with IPv6 next hops both ways and `fdb … dst <v6>` entries; pings and verified TCP
+/// transfers cross between the qbridge VTEPs and to the kernel VTEP (no checksum option set
+/// anywhere: the kernel computes and checks UDP checksums over IPv6, so does qbridge); a MAC
+/// moving from A to C and back carries sequence numbers 1 and 2 (RFC 7432 §15).
+#[test]
+fn evpn_over_ipv6() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    if !Path::new("/usr/bin/gobgpd").exists() && missing_tool("gobgpd") {
+        return;
+    }
+    assert!(evpn_bin().exists(), "{} is not built", evpn_bin().display());
+    let mut lab = Lab::new("evpn6");
+    let mut procs = Procs {
+        children: Vec::new(),
+        pid_files: Vec::new(),
+    };
+    let u = lab.netns("e6u").unwrap();
+    let a = lab.netns("e6a").unwrap();
+    let b = lab.netns("e6b").unwrap();
+    let c = lab.netns("e6c").unwrap();
+    ip_in(&u, &["link", "add", "ubr", "type", "bridge"]).unwrap();
+    ip_in(&u, &["link", "set", "ubr", "up"]).unwrap();
+    for (ns, port, addr) in [
+        (&a, "ua", VTEP6_A),
+        (&b, "ub", VTEP6_B),
+        (&c, "uc", VTEP6_C),
+    ] {
+        lab.veth(ns, "ul", &u, port).unwrap();
+        ip_in(&u, &["link", "set", port, "master", "ubr"]).unwrap();
+        // The lab turns IPv6 off on its devices; the underlay needs it.
+        exec_in(ns, "sysctl", &["-qw", "net.ipv6.conf.ul.disable_ipv6=0"]).unwrap();
+        ip_in(
+            ns,
+            &[
+                "-6",
+                "addr",
+                "add",
+                &format!("{addr}/64"),
+                "dev",
+                "ul",
+                "nodad",
+            ],
+        )
+        .unwrap();
+        // 70 bytes of outer headers over IPv6 on top of a 1500-byte inner MTU.
+        ip_in(ns, &["link", "set", "ul", "mtu", "1570"]).unwrap();
+        ip_in(&u, &["link", "set", port, "mtu", "1570"]).unwrap();
+    }
+
+    // B: a kernel bridge and vxlan device whose `local` is IPv6, at the kernel's defaults,
+    // and a gobgpd speaking for it.
+    let hb = lab.host("hb", "10.50.0.2/24", &b, "kb1").unwrap();
+    for args in [
+        &["link", "add", "kbr", "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            "vx100",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            VTEP6_B,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", "vx100", "master", "kbr"],
+        &["link", "set", "kb1", "master", "kbr"],
+        &["link", "set", "vx100", "up"],
+        &["link", "set", "kbr", "up"],
+    ] {
+        ip_in(&b, args).unwrap();
+    }
+    exec_in(
+        &b,
+        "bridge",
+        &["link", "set", "dev", "vx100", "learning", "off"],
+    )
+    .unwrap();
+    std::fs::write(
+        lab.dir.join(format!("gobgpd-{VTEP6_B}.toml")),
+        gobgpd_config(VTEP6_B, &[VTEP6_A, VTEP6_C]),
+    )
+    .unwrap();
+    start_gobgpd(&lab, &mut procs, &b, VTEP6_B);
+
+    // A and C: qbridge, gobgpd, the adapter.
+    let va = qbridge_vtep(
+        &mut lab,
+        &mut procs,
+        &a,
+        "ha",
+        VTEP6_A,
+        "10.50.0.1/24",
+        &[VTEP6_B, VTEP6_C],
+    );
+    let vc = qbridge_vtep(
+        &mut lab,
+        &mut procs,
+        &c,
+        "hc",
+        VTEP6_C,
+        "10.50.0.3/24",
+        &[VTEP6_A, VTEP6_B],
+    );
+    let (ha, hc) = (va.host.clone(), vc.host.clone());
+    let all = [VTEP6_A, VTEP6_C, VTEP6_B];
+    let (mac_a, mac_b) = (ha.mac.to_lowercase(), hb.mac.to_lowercase());
+
+    // B's routes through its speaker's API: type 3 and hb's type 2, next hop and PMSI
+    // endpoint B's IPv6 VTEP; and a type-3 route for its IPv4 router id, as FRR 8.4 sends.
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        exec_in(&b, "gobgp", &["global"]).is_ok()
+    });
+    assert!(ok, "B's gobgpd: {}", logs_of(&lab, &all));
+    for route in [
+        &[
+            "multicast",
+            VTEP6_B,
+            "etag",
+            "0",
+            "rd",
+            "192.0.2.2:100",
+            "rt",
+            "65000:100",
+            "encap",
+            "vxlan",
+            "pmsi",
+            "ingress-repl",
+            "100",
+            VTEP6_B,
+            "nexthop",
+            VTEP6_B,
+        ][..],
+        &[
+            "macadv",
+            &mac_b,
+            "0.0.0.0",
+            "etag",
+            "0",
+            "label",
+            "100",
+            "rd",
+            "192.0.2.2:100",
+            "rt",
+            "65000:100",
+            "encap",
+            "vxlan",
+            "nexthop",
+            VTEP6_B,
+        ],
+        &[
+            "multicast",
+            "192.0.2.2",
+            "etag",
+            "0",
+            "rd",
+            "192.0.2.2:2",
+            "rt",
+            "65000:100",
+            "encap",
+            "vxlan",
+            "pmsi",
+            "ingress-repl",
+            "100",
+            "192.0.2.2",
+            "nexthop",
+            "192.0.2.2",
+        ],
+    ] {
+        let mut args = vec!["global", "rib", "-a", "evpn", "add"];
+        args.extend_from_slice(route);
+        exec_in(&b, "gobgp", &args).unwrap();
+    }
+
+    // The BGP sessions over IPv6 come up, and each qbridge VTEP's flood list is the other
+    // two VTEPs' IPv6 addresses, from their type-3 routes.
+    let ok = support::wait_until(Duration::from_secs(30), || {
+        flood_list(&va.ctl) == [VTEP6_B, VTEP6_C] && flood_list(&vc.ctl) == [VTEP6_A, VTEP6_B]
+    });
+    assert!(
+        ok,
+        "A: {:?} C: {:?}\n{}\n{}\n{}",
+        flood_list(&va.ctl),
+        flood_list(&vc.ctl),
+        gobgp(&a, &["neighbor"]),
+        gobgp(&a, &["global", "rib", "-a", "evpn"]),
+        logs_of(&lab, &all)
+    );
+    let neighbors = gobgp(&a, &["neighbor"]);
+    for peer in [VTEP6_B, VTEP6_C] {
+        assert!(
+            neighbors
+                .lines()
+                .any(|l| l.starts_with(peer) && l.contains("Establ")),
+            "{neighbors}"
+        );
+    }
+    let show = va.ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap();
+    assert!(
+        show.contains(&format!(
+            "00:00:00:00:00:00 dev vx0 dst {VTEP6_B} self extern_learn"
+        )) && show.contains(&format!("{mac_b} dev vx0 dst {VTEP6_B} self extern_learn")),
+        "{show}\n{}",
+        logs_of(&lab, &all)
+    );
+    // B's route for its IPv4 router id is ignored, and said so; nothing was refused.
+    let log_a = std::fs::read_to_string(lab.dir.join(format!("evpn-{VTEP6_A}.log"))).unwrap();
+    assert!(
+        log_a.contains(&format!(
+            "ignored type-3 rd 192.0.2.2:2 origin 192.0.2.2 on vx0 (vni 100): VTEP 192.0.2.2 \
+             is IPv4, the port's local {VTEP6_A} is IPv6"
+        )),
+        "{log_a}"
+    );
+    assert!(
+        !log_a.contains("192.0.2.2 extern_learn") && !log_a.contains("refused"),
+        "{log_a}"
+    );
+    // A's own type-3 route as the others receive it: originator, next hop and PMSI
+    // endpoint its IPv6 address; the RD its router id's.
+    let rib_b = gobgp(&b, &["global", "rib", "-a", "evpn"]);
+    assert!(
+        rib_b.lines().any(|l| l.contains(&format!(
+            "[type:multicast][rd:192.0.2.1:100][etag:0][ip:{VTEP6_A}]"
+        )) && l.contains(&format!("tunnel-id: {VTEP6_A}"))
+            && l.split_whitespace().nth(2) == Some(VTEP6_A)),
+        "{rib_b}"
+    );
+
+    // Pings between the qbridge VTEPs: each learns its host and advertises it with its IPv6
+    // next hop; the other installs it.
+    let r = ping(&ha, &hc.ip, 5);
+    assert!(
+        r.received >= 3,
+        "ha -> hc: {}\n{}",
+        r.output,
+        logs_of(&lab, &all)
+    );
+    let mac_c = hc.mac.to_lowercase();
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        let fa = va
+            .ctl
+            .cmd(&["fdb", "show", "dev", "vx0"])
+            .unwrap_or_default();
+        let fc = vc
+            .ctl
+            .cmd(&["fdb", "show", "dev", "vx0"])
+            .unwrap_or_default();
+        fa.contains(&format!("{mac_c} dev vx0 dst {VTEP6_C} self extern_learn"))
+            && fc.contains(&format!("{mac_a} dev vx0 dst {VTEP6_A} self extern_learn"))
+    });
+    assert!(ok, "{}", logs_of(&lab, &all));
+    let t = tcp_transfer(&ha, &hc, 8 << 20, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("TCP ha -> hc: {e}\n{}", va.ctl.stats_text()));
+    assert_eq!(t.bytes, 8 << 20);
+
+    // B received A's routes with IPv6 next hops; its kernel device gets from them what
+    // zebra would install (flood list and ha's MAC).
+    let rib_b = gobgp(&b, &["global", "rib", "-a", "evpn"]);
+    assert!(
+        rib_b.lines().any(|l| l.contains(&format!("[mac:{mac_a}]"))
+            && l.contains("[rd:192.0.2.1:100]")
+            && l.contains(VTEP6_A)),
+        "{rib_b}"
+    );
+    for args in [
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx100",
+            "dst",
+            VTEP6_A,
+        ][..],
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx100",
+            "dst",
+            VTEP6_C,
+        ],
+        &["fdb", "add", &mac_a, "dev", "vx100", "dst", VTEP6_A],
+    ] {
+        exec_in(&b, "bridge", args).unwrap();
+    }
+    let r = ping(&ha, &hb.ip, 5);
+    assert!(
+        r.received >= 3,
+        "ha -> hb (kernel VTEP): {}\n{}",
+        r.output,
+        logs_of(&lab, &all)
+    );
+    let t = tcp_transfer(&ha, &hb, 8 << 20, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", va.ctl.stats_text()));
+    assert_eq!(t.bytes, 8 << 20);
+    let r = ping(&hc, &hb.ip, 3);
+    assert!(r.received >= 2, "hc -> hb: {}", r.output);
+
+    // MAC mobility: ha's MAC moves behind C (hc takes it, ha another): C advertises it with
+    // sequence number 1, A withdraws its route and points the MAC at C.
+    ip_in(
+        &ha.ns,
+        &["link", "set", "eth0", "address", "02:00:00:00:e6:01"],
+    )
+    .unwrap();
+    ip_in(&hc.ns, &["link", "set", "eth0", "address", &mac_a]).unwrap();
+    let (ha2, hc2) = (
+        Host {
+            mac: "02:00:00:00:e6:01".into(),
+            ..ha.clone()
+        },
+        Host {
+            mac: mac_a.clone(),
+            ..hc.clone()
+        },
+    );
+    let _ = ping(&hc2, &ha2.ip, 2);
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        va.ctl
+            .cmd(&["fdb", "show", "dev", "vx0"])
+            .unwrap_or_default()
+            .contains(&format!("{mac_a} dev vx0 dst {VTEP6_C} self extern_learn"))
+    });
+    let log_c = std::fs::read_to_string(lab.dir.join(format!("evpn-{VTEP6_C}.log"))).unwrap();
+    assert!(
+        ok && log_c.contains(&format!(
+            "advertise type-2 rd 192.0.2.3:100 mac {mac_a} vni 100 next-hop {VTEP6_C} rt \
+             65000:100 encap vxlan mac-mobility seq 1"
+        )),
+        "A: {}\n{}",
+        va.ctl.cmd(&["fdb", "show"]).unwrap_or_default(),
+        logs_of(&lab, &all)
+    );
+    let r = ping(&hc2, &ha2.ip, 3);
+    assert!(r.received >= 2, "moved hc -> ha: {}", r.output);
+
+    // And back: A advertises it with sequence number 2, which C takes.
+    ip_in(
+        &hc.ns,
+        &["link", "set", "eth0", "address", "02:00:00:00:e6:03"],
+    )
+    .unwrap();
+    ip_in(&ha.ns, &["link", "set", "eth0", "address", &mac_a]).unwrap();
+    let _ = ping(&ha, &hc.ip, 2);
+    let ok = support::wait_until(Duration::from_secs(10), || {
+        vc.ctl
+            .cmd(&["fdb", "show", "dev", "vx0"])
+            .unwrap_or_default()
+            .contains(&format!("{mac_a} dev vx0 dst {VTEP6_A} self extern_learn"))
+    });
+    let log_a = std::fs::read_to_string(lab.dir.join(format!("evpn-{VTEP6_A}.log"))).unwrap();
+    assert!(
+        ok && log_a.contains(&format!(
+            "advertise type-2 rd 192.0.2.1:100 mac {mac_a} vni 100 next-hop {VTEP6_A} rt \
+             65000:100 encap vxlan mac-mobility seq 2"
+        )),
+        "C: {}\n{}",
+        vc.ctl.cmd(&["fdb", "show"]).unwrap_or_default(),
+        logs_of(&lab, &all)
+    );
+    let r = ping(&ha, &hc.ip, 3);
+    assert!(
+        r.received >= 2,
+        "ha -> hc after the move back: {}",
+        r.output
+    );
+    drop(procs);
 }
