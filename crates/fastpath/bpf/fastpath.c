@@ -663,7 +663,8 @@ struct qb_vx_out {
 	__u8 b[40];	/* the inner headers, copied out */
 	__u32 v6;	/* the outer headers are hdr6 (decision 78) */
 	__u8 hdr6[88];	/* outer Ethernet, IPv6, UDP, VXLAN; the inner Ethernet header */
-	__u8 chunk[516];	/* vx6_sum's bytes */
+	__u8 chunk[516];	/* vx6_csum's bytes, */
+	__u32 s_from, s_left, s_acc;	/* and its state */
 };
 
 /* The scratch of one frame's encapsulation (per CPU: the stack is the other paths'). */
@@ -706,41 +707,44 @@ static __always_inline int vx6_partial(struct __sk_buff *skb)
 	return 1;
 }
 
-/* The one's complement sum (as bpf_csum_diff keeps it) of the skb's bytes [from, to), added
- * to `acc`, `from` even; -1 when longer than QB_VX6_CHUNKS chunks or unreadable. */
-static __always_inline __s64 vx6_sum(struct __sk_buff *skb, __u32 from, __u32 to, __u8 *buf,
-				     __s64 acc)
+/* The one's complement sum (as bpf_csum_diff keeps it) of the skb's bytes [from, to), `from`
+ * even, added to `seed`: QB_VX6_CHUNK bytes a bpf_csum_diff, the last zero-padded to a multiple
+ * of 4; -1 when longer than QB_VX6_CHUNKS chunks or unreadable. A global function: the
+ * verifier checks it once, on its own, instead of its loop once per path of the caller; its
+ * state is kept in the scratch (`o`), the caller's stack leaving it little. */
+__attribute__((noinline)) long vx6_csum(struct __sk_buff *skb, __u32 from, __u32 to, __u32 seed,
+				       struct qb_vx_out *o)
 {
 	__u32 i, n;
+	__s64 r;
 
-#pragma unroll
-	for (i = 0; i < QB_VX6_CHUNKS; i++) {
-		if (from >= to)
-			return acc;
-		n = to - from;
-		if (n >= QB_VX6_CHUNK) {
-			if (bpf_skb_load_bytes(skb, from, buf, QB_VX6_CHUNK))
-				return -1;
-			acc = bpf_csum_diff(0, 0, (__be32 *)buf, QB_VX6_CHUNK, (__wsum)acc);
-			from += QB_VX6_CHUNK;
-		} else {
-			/* 1 ..= 511, as the verifier sees it (clang drops a plain mask). */
-			n -= 1;
-			asm volatile("%0 &= 511" : "+r"(n));
-			n += 1;
-			if (bpf_skb_load_bytes(skb, from, buf, n))
-				return -1;
-			/* Zeros to the next multiple of 4: they add nothing. */
-			buf[n] = 0;
-			buf[n + 1] = 0;
-			buf[n + 2] = 0;
-			acc = bpf_csum_diff(0, 0, (__be32 *)buf, (n + 3) & ~3U, (__wsum)acc);
-			from = to;
+	if (!skb || !o || to < from || to - from > QB_VX6_CHUNK * QB_VX6_CHUNKS)
+		return -1;
+	o->s_from = from;
+	o->s_left = to - from;
+	o->s_acc = seed;
+	for (i = 0; i < QB_VX6_CHUNKS && o->s_left; i++) {
+		/* 1 ..= 512, as the verifier sees it (clang drops a plain clamp's mask). */
+		n = o->s_left < QB_VX6_CHUNK ? o->s_left : QB_VX6_CHUNK;
+		n -= 1;
+		asm volatile("%0 &= 511" : "+r"(n));
+		n += 1;
+		if (bpf_skb_load_bytes(skb, o->s_from, o->chunk, n))
+			break;
+		/* Zeros to the next multiple of 4: they add nothing. */
+		o->chunk[n] = 0;
+		o->chunk[n + 1] = 0;
+		o->chunk[n + 2] = 0;
+		o->s_from += n;
+		o->s_left -= n;
+		r = bpf_csum_diff(0, 0, (__be32 *)o->chunk, (n + 3) & ~3U, o->s_acc);
+		if (r < 0) {
+			o->s_left = 1;
+			break;
 		}
-		if (acc < 0)
-			return -1;
+		o->s_acc = r;
 	}
-	return from >= to ? acc : -1;
+	return o->s_left ? -1 : (long)o->s_acc;
 }
 
 /* The outer headers of `o` (o->hdr6) for IPv6 tunnel `t`: `len` the inner frame's length,
@@ -845,15 +849,14 @@ static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vx
 	if (acc < 0)
 		return QB_MISS_VXLAN + 1;
 	if (field) {
-		__u16 f;
-
-		/* The inner IP header, then what the completed L4 segment sums to. */
-		acc = vx6_sum(skb, off, l4, buf, acc);
-		if (acc < 0 || bpf_skb_load_bytes(skb, field, &f, 2))
+		/* The inner IP header, then what the completed L4 segment sums to (the field
+		 * read into the scratch: the stack is the caller's). */
+		acc = vx6_csum(skb, off, l4, (__u32)acc, o);
+		if (acc < 0 || bpf_skb_load_bytes(skb, field, o->b, 2))
 			return QB_MISS_VXLAN + 1;
-		s = (__u64)(__u32)acc + (__u16)~f;
+		s = (__u64)(__u32)acc + (__u16)~*(__u16 *)o->b;
 	} else {
-		acc = vx6_sum(skb, off, skb->len, buf, acc);
+		acc = vx6_csum(skb, off, skb->len, (__u32)acc, o);
 		if (acc < 0)
 			return QB_MISS_VXLAN + 1;
 		s = (__u32)acc;
@@ -864,7 +867,7 @@ static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vx
 	c = ~(__u16)s;
 	if (!c)
 		c = 0xffff;	/* a computed 0 is sent as all ones (RFC 8200 §8.1) */
-	__builtin_memcpy(h + 60, &c, 2);
+	*(__u16 *)(h + 60) = c;	/* (one's complement sums keep memory order) */
 	return 0;
 }
 
