@@ -129,6 +129,82 @@ static __always_inline struct qb_fdb_slot *slot_for(__u16 slot, const __u8 *mac,
 	return e;
 }
 
+/* ---- The flow index (decision 79): a frame's flow from one array entry, the hash behind ---- */
+
+/* Per CPU (entry cpu * QB_FLOW_IX_SIZE + the key's hash; the loader sizes it for the CPUs it
+ * serves: a CPU past the end uses the hash alone). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QB_FLOW_IX_SIZE);
+	__type(key, __u32);
+	__type(value, struct qb_flow_ix);
+} qb_flow_ix SEC(".maps");
+
+/* The index's epoch: a copy made under another is not used (the loader bumps it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_flow_epoch SEC(".maps");
+
+#define QB_FIX_K 0x9e3779b97f4a7c15ULL
+
+/* The key's entry in a CPU's part of the index: a multiply-xorshift of its six words (the
+ * kernel's jhash of 24 bytes is most of what a hash lookup computes). */
+static __always_inline __u32 fix_slot(const struct qb_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 h = ((__u64)w[0] << 32 | w[1]) * QB_FIX_K;
+
+	h = (h ^ (h >> 29) ^ ((__u64)w[2] << 32 | w[3])) * QB_FIX_K;
+	h = (h ^ (h >> 29) ^ ((__u64)w[4] << 32 | w[5])) * QB_FIX_K;
+	return (__u32)(h >> 40) & (QB_FLOW_IX_SIZE - 1);
+}
+
+static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct qb_flow_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]) |
+		 (x[5] ^ y[5]));
+}
+
+/* The flow of `key`: the index entry's copy if it holds the key under the current epoch, else
+ * the hash's, copied into the entry when that is empty or stale (an entry holding another
+ * current flow is left: that flow keeps it, this one uses the hash). The epoch is read before
+ * the hash: a copy of what the hash held before a change is tagged with the epoch before the
+ * loader's bump, and is never used after it. The atomic read of the entry's epoch orders the
+ * two reads on CPUs that would reorder them. `zero`: the caller's 0 (its stack is full). */
+static __always_inline struct qb_flow_action *fix_lookup(const struct qb_flow_key *key,
+							 const __u32 *zero)
+{
+	__u32 i;
+	__u64 *ep = bpf_map_lookup_elem(&qb_flow_epoch, zero);
+	struct qb_flow_action *act;
+	struct qb_flow_ix *e;
+	__u64 epoch;
+
+	if (!ep)
+		return bpf_map_lookup_elem(&qb_flows, key);
+	epoch = *ep;
+	i = bpf_get_smp_processor_id() * QB_FLOW_IX_SIZE + fix_slot(key);
+	e = bpf_map_lookup_elem(&qb_flow_ix, &i);
+	if (!e)
+		return bpf_map_lookup_elem(&qb_flows, key);
+	if (e->epoch == epoch && epoch && fix_key_eq(&e->key, key))
+		return &e->action;
+	if (__sync_fetch_and_or(&e->epoch, 0) == epoch && epoch)
+		return bpf_map_lookup_elem(&qb_flows, key);	/* another flow's: kept */
+	act = bpf_map_lookup_elem(&qb_flows, key);
+	if (!act || !epoch)
+		return act;
+	__builtin_memcpy(&e->key, key, sizeof(e->key));
+	__builtin_memcpy(&e->action, act, sizeof(e->action));
+	e->epoch = epoch;
+	return &e->action;
+}
+
 static __always_inline int is_vlan_tpid(__u16 be)
 {
 	return be == bpf_htons(ETH_P_8021Q) || be == bpf_htons(ETH_P_8021AD);
@@ -1176,7 +1252,7 @@ int qb_ingress(struct __sk_buff *skb)
 		return miss(skb, QB_MISS_TAGS, port);
 	key.ethertype_be = proto;
 
-	act = bpf_map_lookup_elem(&qb_flows, &key);
+	act = fix_lookup(&key, &zero);
 	if (!act)
 		return miss(skb, QB_MISS_NO_FLOW, port);
 	cfg = bpf_map_lookup_elem(&qb_config, &zero);

@@ -126,6 +126,20 @@ struct qb_flow_action {
  * where what the daemon writes to its descriptor is what the host's stack receives. */
 #define QB_ACT_INGRESS 2
 
+/* The flow index (decision 79): per CPU, QB_FLOW_IX_SIZE entries direct-mapped by a hash of
+ * the flow key, each a copy of a flow the program found in qb_flows, valid while its epoch is
+ * qb_flow_epoch's. A frame whose key its entry holds reads that one entry (two cache lines)
+ * instead of the hash's bucket and element and the kernel's jhash of the key. Only the CPU
+ * that owns an entry writes it (the program, after a lookup in the hash); the loader bumps
+ * the epoch after every change a copy could outlive (a flow replaced or removed, an insert
+ * that may evict), so a copy is never used past its flow. */
+#define QB_FLOW_IX_SIZE 16384
+struct qb_flow_ix {
+	__u64 epoch;		/* qb_flow_epoch's value when copied; 0: empty */
+	struct qb_flow_key key;
+	struct qb_flow_action action;
+};
+
 struct qb_fdb_key {
 	__u16 bridge;
 	__u16 fid;
@@ -293,6 +307,8 @@ _Static_assert(sizeof(struct qb_flow_key) == 24, "qb_flow_key: maps.rs FlowKey")
 _Static_assert(sizeof(struct qb_hop) == 24, "qb_hop: maps.rs Hop");
 _Static_assert(sizeof(struct qb_flow_action) == 24 + 24 * QB_MAX_HOPS,
 	       "qb_flow_action: maps.rs FlowAction");
+_Static_assert(sizeof(struct qb_flow_ix) == 8 + 24 + 24 + 24 * QB_MAX_HOPS,
+	       "qb_flow_ix: maps.rs FlowIx");
 _Static_assert(sizeof(struct qb_fdb_key) == 12, "qb_fdb_key: maps.rs FdbKey");
 _Static_assert(sizeof(struct qb_fdb_entry) == 16, "qb_fdb_entry: maps.rs FdbEntry");
 _Static_assert(sizeof(struct qb_config) == 12, "qb_config: maps.rs Config");

@@ -23,6 +23,7 @@ pub use maps::{
     VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
     MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, PORT_TRACE, SLOT_FREE,
 };
+pub use maps::{FlowIx, FLOW_IX_SIZE, MAX_FLOWS};
 pub use maps::{MirAction, MirCopy, MirStats, ACT_MIRROR, MAX_MIRRORS, MIR_COPIES, MIR_TX};
 pub use maps::{Vxlan, ACT_VXLAN, MAX_TUNNELS, VXLAN_SOCKETS, VX_INHERIT_TOS, VX_IPV6};
 pub use owner::{orphans, Orphan, LEASE, RENEW};
@@ -101,7 +102,10 @@ impl FastPath {
         if !Self::built() {
             return Err(Error::NotBuilt);
         }
-        let mut ebpf = aya::Ebpf::load(OBJECT)?;
+        // The flow index: FLOW_IX_SIZE entries per CPU it serves (decision 79).
+        let mut ebpf = aya::EbpfLoader::new()
+            .set_max_entries("qb_flow_ix", flow_ix_cpus() * FLOW_IX_SIZE)
+            .load(OBJECT)?;
         for name in [PROGRAM, SINK] {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()?;
@@ -112,6 +116,8 @@ impl FastPath {
             slots_fd: map_fd(&mut ebpf, "qb_fdb_slots")?,
             vxlan: map_fd(&mut ebpf, "qb_vxlan")?,
             mir_flows: map_fd(&mut ebpf, "qb_mir_flows")?,
+            flow_epoch: map_fd(&mut ebpf, "qb_flow_epoch")?,
+            flow_ix: std::sync::Arc::new(std::sync::Mutex::new(FlowIxState::new())),
             tunnels: std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new())),
             slots: std::sync::Arc::new(std::sync::Mutex::new(Slots::default())),
         };
@@ -129,6 +135,9 @@ impl FastPath {
             pad: 0,
         };
         maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
+        // The flow index's first epoch (its entries start at 0: empty).
+        let epoch = fp.maps.flow_ix().epoch;
+        maps::raw::update(fp.maps.flow_epoch.as_raw_fd(), &0u32, &epoch)?;
         Ok(fp)
     }
 
@@ -298,6 +307,25 @@ impl FastPath {
         Ok(self.maps.remove_flow(key)?)
     }
 
+    /// The flow index's entries that hold a copy under the current epoch, with their index
+    /// (CPU * [`FLOW_IX_SIZE`] + the key's hash; decision 79): what the program would use.
+    pub fn flow_index(&mut self) -> Result<Vec<(u32, FlowIx)>, Error> {
+        let epoch = self.maps.flow_epoch();
+        let map = self
+            .ebpf
+            .map_mut("qb_flow_ix")
+            .ok_or_else(|| no_map("qb_flow_ix"))?;
+        let a: Array<&mut MapData, FlowIx> = Array::try_from(map).map_err(map_err("qb_flow_ix"))?;
+        let mut out = Vec::new();
+        for i in 0..a.len() {
+            let e = a.get(&i, 0).map_err(map_err("qb_flow_ix"))?;
+            if e.epoch == epoch {
+                out.push((i, e));
+            }
+        }
+        Ok(out)
+    }
+
     /// The flows in the table (for `show fast-path` and tests), as they were inserted (the
     /// slots the program keeps in them read as 0).
     pub fn flows(&mut self) -> Result<Vec<(FlowKey, FlowAction)>, Error> {
@@ -346,6 +374,8 @@ impl FastPath {
             slots: self.maps.slots.clone(),
             vxlan: self.maps.vxlan.try_clone()?,
             mir_flows: self.maps.mir_flows.try_clone()?,
+            flow_epoch: self.maps.flow_epoch.try_clone()?,
+            flow_ix: self.maps.flow_ix.clone(),
             tunnels: self.maps.tunnels.clone(),
         })
     }
@@ -471,6 +501,55 @@ fn map_fd(ebpf: &mut aya::Ebpf, name: &'static str) -> Result<OwnedFd, Error> {
     Ok(data.fd().as_fd().try_clone_to_owned()?)
 }
 
+/// CPUs the flow index serves (decision 79): those numbered below 16 (its 224-byte entries
+/// are per CPU; a CPU past them uses the hash alone).
+fn flow_ix_cpus() -> u32 {
+    possible_cpus().clamp(1, 16)
+}
+
+/// The kernel's possible CPUs (`nr_cpu_ids`): the highest in /sys/devices/system/cpu/possible,
+/// plus one.
+fn possible_cpus() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split([',', '-'])
+                .filter_map(|n| n.parse::<u32>().ok())
+                .max()
+        })
+        .map_or(1, |n| n + 1)
+}
+
+/// The flow index's epoch as the loader keeps it, and a bound on the flows in `qb_flows`
+/// (decision 79).
+#[derive(Debug)]
+struct FlowIxState {
+    /// `qb_flow_epoch`'s value (1 at load: 0 marks an empty entry).
+    epoch: u64,
+    /// At least the flows in the hash: inserts of new keys less removals (an eviction the
+    /// kernel made leaves it higher than the truth, never lower).
+    live_bound: u32,
+    /// With this many flows or more the LRU hash may evict on an insert: a common LRU
+    /// evicts only when a CPU refills its local free list (up to 128 nodes) from a global
+    /// list holding fewer than that, and every CPU's local lists hold at most 128.
+    evict_at: u32,
+}
+
+impl FlowIxState {
+    fn new() -> FlowIxState {
+        FlowIxState {
+            epoch: 1,
+            live_bound: 0,
+            evict_at: MAX_FLOWS.saturating_sub((possible_cpus() + 2) * 128),
+        }
+    }
+
+    fn may_evict(&self) -> bool {
+        self.live_bound + 1 >= self.evict_at
+    }
+}
+
 /// `action` without what the program keeps in it (the hops' slots).
 fn without_slots(mut action: FlowAction) -> FlowAction {
     for h in &mut action.hops {
@@ -528,6 +607,9 @@ pub struct MapWriter {
     vxlan: OwnedFd,
     /// `qb_mir_flows`: the flows' mirror copies (decision 80).
     mir_flows: OwnedFd,
+    /// `qb_flow_epoch`, and what decides its bumps (the flow index, decision 79).
+    flow_epoch: OwnedFd,
+    flow_ix: std::sync::Arc<std::sync::Mutex<FlowIxState>>,
     /// The tunnels written to `qb_vxlan`, by content: an entry never changes once written
     /// (a flow's encapsulation is a pure function of its action; another remote, VNI or
     /// source port is another entry), so nothing a flow reads moves under it.
@@ -552,12 +634,55 @@ impl MapWriter {
     }
 
     /// Installs (or replaces) a flow. The hops' slot fields are the program's: written 0.
+    /// A flow replaced, or an insert that may have made the LRU hash evict one, bumps the
+    /// flow index's epoch (decision 79): no copy of the flow before is used after this.
     pub fn insert_flow(&self, key: &FlowKey, action: &FlowAction) -> std::io::Result<()> {
-        maps::raw::update(self.flows.as_raw_fd(), key, &without_slots(*action))
+        let mut ix = self.flow_ix();
+        let fd = self.flows.as_raw_fd();
+        let action = without_slots(*action);
+        let mut bump = ix.may_evict();
+        let r = match maps::raw::update_ix_flags(fd, key, &action, maps::raw::NOEXIST) {
+            Ok(()) => {
+                ix.live_bound += 1;
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                bump = true;
+                maps::raw::update(fd, key, &action)
+            }
+            Err(e) => Err(e),
+        };
+        if bump {
+            self.bump_flow_epoch(&mut ix)?;
+        }
+        r
     }
 
+    /// Removes a flow; the flow index's epoch is bumped after (decision 79).
     pub fn remove_flow(&self, key: &FlowKey) -> std::io::Result<()> {
-        maps::raw::delete(self.flows.as_raw_fd(), key)
+        let mut ix = self.flow_ix();
+        let r = maps::raw::delete(self.flows.as_raw_fd(), key);
+        if r.is_ok() {
+            ix.live_bound = ix.live_bound.saturating_sub(1);
+        }
+        self.bump_flow_epoch(&mut ix)?;
+        r
+    }
+
+    fn flow_ix(&self) -> std::sync::MutexGuard<'_, FlowIxState> {
+        self.flow_ix.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes every copy in the flow index stale: the program copies flows again from the
+    /// hash, under the new epoch.
+    fn bump_flow_epoch(&self, ix: &mut FlowIxState) -> std::io::Result<()> {
+        ix.epoch += 1;
+        maps::raw::update(self.flow_epoch.as_raw_fd(), &0u32, &ix.epoch)
+    }
+
+    /// The flow index's epoch now (tests: a copy of another epoch is not used).
+    pub fn flow_epoch(&self) -> u64 {
+        self.flow_ix().epoch
     }
 
     /// Writes the mirror copies of the flow of `key` (before the flow, which names them

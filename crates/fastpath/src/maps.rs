@@ -16,6 +16,10 @@ pub const MAX_TAGS: usize = 2;
 pub const MAX_FDB_SLOTS: u32 = 65536;
 /// `QB_SLOT_FREE`: the port of a slot whose entry was removed.
 pub const SLOT_FREE: u32 = u32::MAX;
+/// Flows `qb_flows` holds (`QB_MAX_FLOWS`; an LRU hash: past it, inserts evict).
+pub const MAX_FLOWS: u32 = 65536;
+/// Entries of the flow index per CPU (`QB_FLOW_IX_SIZE`, decision 79).
+pub const FLOW_IX_SIZE: u32 = 16384;
 
 /// Why a frame went up (`enum qb_miss`), in the order of the program's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -264,6 +268,16 @@ impl FlowAction {
     }
 }
 
+/// `struct qb_flow_ix`: a flow the program copied into its flow index (decision 79), valid
+/// while `epoch` is `qb_flow_epoch`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct FlowIx {
+    pub epoch: u64,
+    pub key: FlowKey,
+    pub action: FlowAction,
+}
+
 /// `struct qb_fdb_key`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(C)]
@@ -444,6 +458,7 @@ const _: () = {
     assert!(std::mem::size_of::<FlowKey>() == 24);
     assert!(std::mem::size_of::<Hop>() == 24);
     assert!(std::mem::size_of::<FlowAction>() == 24 + 24 * MAX_HOPS);
+    assert!(std::mem::size_of::<FlowIx>() == 8 + 24 + 24 + 24 * MAX_HOPS);
     assert!(std::mem::size_of::<FdbKey>() == 12);
     assert!(std::mem::size_of::<FdbEntry>() == 16);
     assert!(std::mem::size_of::<FdbSlot>() == 24);
@@ -466,6 +481,8 @@ unsafe impl aya::Pod for Port {}
 unsafe impl aya::Pod for FlowKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for FlowAction {}
+// SAFETY: as above (the key and action are such types; no padding: 8 + 24 + 192 bytes).
+unsafe impl aya::Pod for FlowIx {}
 // SAFETY: as above.
 unsafe impl aya::Pod for FdbKey {}
 // SAFETY: as above.
@@ -518,12 +535,25 @@ pub(crate) mod raw {
         key: &K,
         value: Option<*mut V>,
     ) -> std::io::Result<()> {
+        call_ix_flags(cmd, fd, key, value, 0)
+    }
+
+    /// `BPF_NOEXIST`: an update that only inserts (EEXIST when the key is there).
+    pub const NOEXIST: u64 = 1;
+
+    fn call_ix_flags<K, V>(
+        cmd: libc::c_long,
+        fd: RawFd,
+        key: &K,
+        value: Option<*mut V>,
+        ix_flags: u64,
+    ) -> std::io::Result<()> {
         let attr = ElemAttr {
             map_fd: fd as u32,
             _pad: 0,
             key: key as *const K as u64,
             value: value.map_or(0, |v| v as u64),
-            flags: 0,
+            flags: ix_flags,
         };
         // SAFETY: `attr` is a valid bpf_attr prefix for the command; `key` and `value` point
         // to live values of the map's key and value sizes (the callers' types are the maps'
@@ -549,6 +579,22 @@ pub(crate) mod raw {
             fd,
             key,
             Some(value as *const V as *mut V),
+        )
+    }
+
+    /// An update with `BPF_*` flags (the flow index's insert: [`NOEXIST`]).
+    pub fn update_ix_flags<K, V>(
+        fd: RawFd,
+        key: &K,
+        value: &V,
+        ix_flags: u64,
+    ) -> std::io::Result<()> {
+        call_ix_flags(
+            BPF_MAP_UPDATE_ELEM,
+            fd,
+            key,
+            Some(value as *const V as *mut V),
+            ix_flags,
         )
     }
 

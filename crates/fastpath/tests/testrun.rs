@@ -707,3 +707,99 @@ fn a_locked_hop_checks_its_source_and_refreshes_it_only_when_learning() {
     let r = fp.test_run(&access, fa, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Src));
 }
+
+/// The flow index (decision 79): a flow's frames are served from the program's per-CPU copy,
+/// and a copy never outlives its flow — replaced, removed, stale by the generation rule or
+/// evicted by the LRU hash, the next frame gets what the hash says.
+#[test]
+fn a_flow_index_copy_never_outlives_its_flow() {
+    let Some((mut fp, fa, fc, fb)) = setup() else {
+        return;
+    };
+    // On one CPU: the copies are per CPU, and a run elsewhere would not find this one's.
+    // SAFETY: sched_setaffinity(2) on this thread with a CPU set on the stack.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let k = key(1, B, &[]);
+    fp.insert_flow(k, action(gen, (1, 0), fc, 2, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, A, 1, 1);
+    learn(&mut fp, 10, B, 2, 7);
+    let access = frame(B, A, &[], 60);
+    let run = |fp: &mut FastPath| fp.test_run(&access, fa, None).unwrap().verdict;
+    // The keys copied under the epoch now (once each: the runs may move between CPUs).
+    let copies = |fp: &mut FastPath| -> Vec<FlowKey> {
+        let mut v: Vec<FlowKey> = fp
+            .flow_index()
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| e.key)
+            .collect();
+        v.dedup();
+        v
+    };
+    assert!(copies(&mut fp).is_empty());
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fc });
+    // The first frame copied the flow; the next ones are served from the copy.
+    assert_eq!(copies(&mut fp), vec![k]);
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fc });
+    // Replaced (the destination moved to port 3 on fb): the copy is stale at once.
+    let epoch = fp.writer().unwrap().flow_epoch();
+    fp.insert_flow(k, action(gen, (1, 0), fb, 3, 10, &[]))
+        .unwrap();
+    learn(&mut fp, 10, B, 3, 7);
+    assert!(fp.writer().unwrap().flow_epoch() > epoch);
+    assert!(copies(&mut fp).is_empty());
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(copies(&mut fp), vec![k]);
+    // Removed: the copy is still in the array, under the old epoch, and not used.
+    fp.remove_flow(&k).unwrap();
+    assert_eq!(run(&mut fp), Verdict::Miss(Miss::NoFlow));
+    assert!(copies(&mut fp).is_empty());
+    // The generation rule: a copy carries its flow's generation and is stale with it.
+    fp.insert_flow(k, action(gen, (1, 0), fb, 3, 10, &[]))
+        .unwrap();
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(copies(&mut fp), vec![k]);
+    let gen2 = fp.bump_generation().unwrap();
+    assert_eq!(run(&mut fp), Verdict::Miss(Miss::Stale));
+    fp.insert_flow(k, action(gen2, (1, 0), fb, 3, 10, &[]))
+        .unwrap();
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(copies(&mut fp), vec![k]);
+    // Evicted: twice the hash's capacity of other flows, each used by a frame (as the
+    // program uses it, so the LRU hash ages the flow served from its copy as the oldest),
+    // push the flow out of the hash; the copy made before goes with it.
+    let w = fp.writer().unwrap();
+    for i in 0..2 * MAX_FLOWS {
+        let b = i.to_be_bytes();
+        let d = [0x02, 0x77, b[0], b[1], b[2], b[3]];
+        w.insert_flow(&key(1, d, &[]), &action(gen2, (1, 0), fb, 3, 10, &[]))
+            .unwrap();
+        // No FDB entry for the destination: found, then sent up.
+        let f = frame(d, A, &[], 60);
+        assert_eq!(
+            fp.test_run(&f, fa, None).unwrap().verdict,
+            Verdict::Miss(Miss::Dst)
+        );
+    }
+    assert_eq!(w.flow(&k).unwrap(), None, "the LRU hash kept the flow");
+    assert_eq!(run(&mut fp), Verdict::Miss(Miss::NoFlow));
+    // Installed again: copied again, under the epoch now.
+    fp.insert_flow(k, action(gen2, (1, 0), fb, 3, 10, &[]))
+        .unwrap();
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(run(&mut fp), Verdict::Hit { ifindex: fb });
+    assert_eq!(copies(&mut fp), vec![k]);
+}
