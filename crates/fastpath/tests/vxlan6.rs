@@ -1,0 +1,419 @@
+//! VXLAN over an IPv6 underlay in the program (decision 78), through `BPF_PROG_TEST_RUN`
+//! (root; skipped otherwise): a flow to an IPv6 tunnel leaves with exactly the bytes the
+//! pipeline's VTEP sends (`qbridge_io::vxlan::outer::encapsulate` with its UDP checksum: the
+//! socket's arithmetic in the open): the traffic class fixed or inherited, the tunnel's flow
+//! label for the socket the pipeline picks (`source_port` % the sockets), the hop limit, and a
+//! valid UDP checksum over the IPv6 pseudo-header, for inner TCP, UDP (odd lengths included),
+//! ICMP, fragments, IPv6 and Ethernet padding; a super-frame goes up as it came (its segments
+//! would all carry one checksum). A test run's frame has no checksum left to offload: the
+//! program sums it whole; the offload case (CHECKSUM_PARTIAL) is the live test's
+//! (`crates/qbridge/tests/netns_vxlan6_fast.rs`).
+
+mod common;
+
+use common::{action, key, port, skip};
+use qbridge_fastpath::*;
+use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
+use qbridge_wire::vxlan::{source_port, Vni};
+use std::net::{IpAddr, Ipv6Addr};
+use std::process::Command;
+
+const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const LOCAL: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x73, 0, 0, 0, 0, 1);
+const REMOTE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x73, 0, 0, 0, 0xbeef, 2);
+
+fn ip(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        o.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn ifindex(n: &str) -> u32 {
+    let o = Command::new("ip")
+        .args(["-o", "link", "show", n])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (LOCAL/64 on `fc`, the remote a
+/// permanent neighbour).
+fn setup() -> Option<(FastPath, u32, u32)> {
+    if !FastPath::built() {
+        skip("built without clang");
+        return None;
+    }
+    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
+    #[allow(unsafe_code)]
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        skip("cannot unshare a network namespace (not root?)");
+        return None;
+    }
+    ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
+    ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
+    for d in ["fa", "fb", "fc", "fd"] {
+        ip(&["link", "set", d, "up"]);
+    }
+    ip(&["addr", "add", "2001:db8:73::1/64", "dev", "fc", "nodad"]);
+    ip(&[
+        "neigh",
+        "replace",
+        "2001:db8:73::beef:2",
+        "lladdr",
+        "02:00:00:00:73:02",
+        "nud",
+        "permanent",
+        "dev",
+        "fc",
+    ]);
+    let fp = FastPath::load().expect("load");
+    Some((fp, ifindex("fa"), ifindex("fc")))
+}
+
+/// An IPv6 tunnel: socket i on port 40000 + 7i with flow label 0x1234i (the top bit of the
+/// 20 set on the last, to see the label's every bit).
+fn tunnel(ifindex: u32, vni: u32, tos: u8, flags: u8) -> Vxlan {
+    let mut sport = [[0u8; 2]; VXLAN_SOCKETS];
+    let mut flow_label = [[0u8; 4]; VXLAN_SOCKETS];
+    for i in 0..VXLAN_SOCKETS {
+        sport[i] = (40_000 + 7 * i as u16).to_be_bytes();
+        flow_label[i] = ((0x1_2340 + i as u32) | if i == 7 { 0x8_0000 } else { 0 }).to_be_bytes();
+    }
+    let v = vni.to_be_bytes();
+    Vxlan {
+        vni: [v[1], v[2], v[3], 0],
+        ifindex,
+        sport,
+        dstport: 4789u16.to_be_bytes(),
+        ttl: 61,
+        tos,
+        flags: flags | VX_IPV6,
+        local6: LOCAL.octets(),
+        remote6: REMOTE.octets(),
+        flow_label,
+        ..Vxlan::default()
+    }
+}
+
+/// What the pipeline's VTEP sends for `inner` (the UDP checksum computed, as the IPv6 socket
+/// does); the outer Ethernet addresses are left for `bpf_redirect_neigh` to fill (0 in a test
+/// run, which does not redirect).
+fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
+    let sock = usize::from(source_port(inner)) % VXLAN_SOCKETS;
+    let mut out = vec![0; 12];
+    out.extend_from_slice(&[0x86, 0xdd]);
+    encapsulate(
+        &Outer {
+            src: IpAddr::V6(LOCAL),
+            dst: IpAddr::V6(REMOTE),
+            sport: u16::from_be_bytes(t.sport[sock]),
+            dport: 4789,
+            hop_limit: t.ttl,
+            tos,
+            flow_label: u32::from_be_bytes(t.flow_label[sock]),
+            zero_csum: false,
+        },
+        Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]])).unwrap(),
+        inner,
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+/// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.
+fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(B, A, 0x0800);
+    let len = 20 + l4.len() as u16;
+    f.extend_from_slice(&[0x45, tos]);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&[0, 1]);
+    f.extend_from_slice(&frag.to_be_bytes());
+    f.extend_from_slice(&[64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2]);
+    f.extend_from_slice(l4);
+    f.resize(f.len().max(60), 0xee); // Ethernet padding, beyond the IP length
+    f
+}
+
+fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut l4 = Vec::new();
+    l4.extend_from_slice(&sport.to_be_bytes());
+    l4.extend_from_slice(&dport.to_be_bytes());
+    if tcp {
+        l4.extend_from_slice(&[
+            0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0x12, 0x34, 0, 0,
+        ]);
+    } else {
+        l4.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+        l4.extend_from_slice(&[0xab, 0xcd]);
+    }
+    l4.extend((0..payload).map(|i| (i * 7 + 3) as u8));
+    l4
+}
+
+fn ipv6(tclass: u8, next: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(B, A, 0x86dd);
+    f.push(0x60 | tclass >> 4);
+    f.extend_from_slice(&[tclass << 4, 0, 0]);
+    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[next, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(l4);
+    f
+}
+
+fn install(fp: &mut FastPath, gen: u32, ethertype: u16, idx: u32, ntags: &[(u16, u16)]) {
+    let mut a = action(gen, (1, ntags.len()), idx, 2, 10, &[]);
+    a.flags = ACT_VXLAN;
+    a.max_len = 9000;
+    let mut k = key(1, B, ntags);
+    k.ethertype_be = ethertype.to_be();
+    fp.insert_flow(k, a).unwrap();
+}
+
+fn fdb(fp: &mut FastPath) {
+    for (m, p) in [(A, 1), (B, 2)] {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid: 10,
+                mac: m,
+                pad: 0,
+            },
+            FdbEntry {
+                port: p,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+}
+
+/// A test run of `f` that must be a hit to `fc`: redirected (TC_ACT_REDIRECT), the hits
+/// counted. (The verdict the program leaves in `cb` does not come back from a test run whose
+/// frame it turned from IPv4 into IPv6 on this kernel: it is read from the counters too.)
+fn run_hit(fp: &mut FastPath, f: &[u8], fa: u32, fc: u32) -> TestRun {
+    let hits = fp.verdicts().unwrap().0;
+    let r = fp.test_run(f, fa, None).unwrap();
+    assert_eq!(r.retval, 7, "TC_ACT_REDIRECT: {f:02x?}");
+    assert!(
+        matches!(r.verdict, Verdict::Hit { ifindex } if ifindex == fc)
+            || matches!(
+                r.verdict,
+                Verdict::Other {
+                    retval: 7,
+                    cb: [0, 0, 0, 0, 0]
+                }
+            ),
+        "{:?}: {f:02x?}",
+        r.verdict
+    );
+    assert_eq!(fp.verdicts().unwrap().0, hits + 1, "a hit: {f:02x?}");
+    r
+}
+
+#[test]
+fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let w = fp.writer().unwrap();
+    fdb(&mut fp);
+    let t = tunnel(fc, 100, 0, 0);
+    let idx = w.tunnel(&t).unwrap().unwrap();
+    for e in [0x0800, 0x86dd, 0x0806] {
+        install(&mut fp, gen, e, idx, &[]);
+    }
+
+    // TCP, UDP (many ports: every socket; odd lengths), ICMP, fragments, IPv6 TCP/UDP/ICMPv6,
+    // short frames with Ethernet padding, frames of several bpf_csum_diff chunks.
+    let mut frames = Vec::new();
+    for p in 0..32u16 {
+        frames.push(ipv4(
+            0,
+            6,
+            0,
+            &ports_l4(true, 1000 + p, 80, 40 + p as usize),
+        ));
+        frames.push(ipv4(
+            0,
+            17,
+            0,
+            &ports_l4(false, 5000, 2000 + 13 * p, 3 + p as usize),
+        ));
+    }
+    frames.push(ipv4(0, 1, 0, &[8, 0, 0x12, 0x34, 0, 1, 0, 1, 9, 9]));
+    frames.push(ipv4(0, 6, 0x2000, &ports_l4(true, 1, 2, 40)));
+    frames.push(ipv4(0, 6, 0x0010, &[7; 41]));
+    frames.push(ipv4(0, 6, 0, &ports_l4(true, 4321, 80, 1460)));
+    frames.push(ipv4(0, 17, 0, &ports_l4(false, 4321, 53, 1023)));
+    frames.push(ipv4(0, 17, 0, &ports_l4(false, 4321, 53, 3001)));
+    frames.push(ipv6(0, 6, &ports_l4(true, 333, 22, 30)));
+    frames.push(ipv6(0, 17, &ports_l4(false, 333, 4444, 511)));
+    frames.push(ipv6(0, 58, &[128, 0, 0x55, 0x66, 0, 1, 0, 2, 1, 2, 3]));
+    let mut socks = std::collections::BTreeSet::new();
+    for f in &frames {
+        let r = run_hit(&mut fp, f, fa, fc);
+        let want = expected(&t, f, 0);
+        assert_eq!(r.frame, want, "{} bytes: {f:02x?}", f.len());
+        // The codec reads it back with its checksum verified, never zero.
+        let d = decapsulate(&r.frame[14..], false).unwrap();
+        assert_ne!(d.udp_checksum, 0);
+        assert_eq!(d.inner, &f[..]);
+        socks.insert(source_port(f) % 8);
+    }
+    assert_eq!(socks.len(), 8, "the frames spread over every socket");
+
+    // A super-frame: up, untouched (SKB_GSO_UDP_TUNNEL without _CSUM: every segment would
+    // carry this checksum).
+    let big = ipv4(0, 6, 0, &ports_l4(true, 1234, 80, 2000));
+    let r = fp.test_run(&big, fa, Some((1000, 2))).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+    assert_eq!(r.frame, big);
+    // Not IP: up.
+    let mut arp = eth(B, A, 0x0806);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[1; 38]);
+    let r = fp.test_run(&arp, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+
+    // A fixed traffic class; `tos inherit` (CE leaves as ECT(0)), from IPv4 and IPv6.
+    let t2 = tunnel(fc, 100, 0x28, 0);
+    let i2 = w.tunnel(&t2).unwrap().unwrap();
+    assert_ne!(i2, idx);
+    install(&mut fp, gen, 0x0800, i2, &[]);
+    let f = ipv4(0xbb, 6, 0, &ports_l4(true, 9, 9, 10));
+    let r = run_hit(&mut fp, &f, fa, fc);
+    assert_eq!(r.frame, expected(&t2, &f, 0x28));
+    let t3 = tunnel(fc, 100, 0, VX_INHERIT_TOS);
+    let i3 = w.tunnel(&t3).unwrap().unwrap();
+    install(&mut fp, gen, 0x0800, i3, &[]);
+    install(&mut fp, gen, 0x86dd, i3, &[]);
+    let r = run_hit(&mut fp, &f, fa, fc);
+    assert_eq!(r.frame, expected(&t3, &f, 0xba));
+    let f6 = ipv6(0xb7, 17, &ports_l4(false, 7, 7, 17));
+    let r = run_hit(&mut fp, &f6, fa, fc);
+    assert_eq!(r.frame, expected(&t3, &f6, 0xb6));
+
+    // Another VNI, and a C-tag the flow pops (an external port's VLAN → VNI map).
+    let t4 = tunnel(fc, 0x123456, 0, 0);
+    let i4 = w.tunnel(&t4).unwrap().unwrap();
+    install(&mut fp, gen, 0x0800, i4, &[(0x8100, 10)]);
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0, 10]);
+    tagged.extend_from_slice(&f[12..]);
+    let r = run_hit(&mut fp, &tagged, fa, fc);
+    assert_eq!(r.frame, expected(&t4, &f, 0));
+}
+
+/// The program's cost per frame over IPv6 against IPv4 and plain forwarding (`cargo test -p
+/// qbridge-fastpath --test vxlan6 -- --ignored --nocapture`; root): TCP frames of 1514 and 74
+/// bytes, `BPF_PROG_TEST_RUN` once per call (a repeated run would encapsulate its own
+/// output), 20 000 calls each, interleaved; quartiles. A test run's frame is summed whole (no
+/// offload left to complete): the IPv6 figure is the checksum's worst case. Prints.
+#[test]
+#[ignore]
+fn cost_per_frame() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fdb(&mut fp);
+    let (c, d) = ([0x02, 0, 0, 0, 0, 0x0c], [0x02, 0, 0, 0, 0, 0x0d]);
+    for (m, p) in [(c, 3), (d, 4)] {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid: 10,
+                mac: m,
+                pad: 0,
+            },
+            FdbEntry {
+                port: p,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+    ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
+    ip(&[
+        "neigh",
+        "replace",
+        "10.73.0.2",
+        "lladdr",
+        "02:00:00:00:73:02",
+        "nud",
+        "permanent",
+        "dev",
+        "fc",
+    ]);
+    let w = fp.writer().unwrap();
+    let i6 = w.tunnel(&tunnel(fc, 100, 0, 0)).unwrap().unwrap();
+    let mut t4 = tunnel(fc, 100, 0, 0);
+    t4.flags = 0;
+    t4.local = [10, 73, 0, 1];
+    t4.remote = [10, 73, 0, 2];
+    let i4 = w.tunnel(&t4).unwrap().unwrap();
+    install(&mut fp, gen, 0x0800, i6, &[]);
+    let mut a = action(gen, (1, 0), i4, 4, 10, &[]);
+    a.flags = ACT_VXLAN;
+    a.max_len = 9000;
+    fp.insert_flow(key(1, d, &[]), a).unwrap();
+    let mut plain = action(gen, (1, 0), fc, 3, 10, &[]);
+    plain.max_len = 9000;
+    fp.insert_flow(key(1, c, &[]), plain).unwrap();
+    for payload in [1460, 20] {
+        let v6 = ipv4(0, 6, 0, &ports_l4(true, 1234, 80, payload));
+        let mut v4 = v6.clone();
+        v4[..6].copy_from_slice(&d);
+        let mut pl = v6.clone();
+        pl[..6].copy_from_slice(&c);
+        for f in [&v6, &v4, &pl] {
+            let hits = fp.verdicts().unwrap().0;
+            assert_eq!(fp.test_run_repeat(f, fa, 1).unwrap().retval, 7);
+            assert_eq!(fp.verdicts().unwrap().0, hits + 1, "a hit");
+        }
+        let (mut a6, mut a4, mut p) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..20_000 {
+            a6.push(fp.test_run_repeat(&v6, fa, 1).unwrap().ns_per_run);
+            a4.push(fp.test_run_repeat(&v4, fa, 1).unwrap().ns_per_run);
+            p.push(fp.test_run_repeat(&pl, fa, 1).unwrap().ns_per_run);
+        }
+        for x in [&mut a6, &mut a4, &mut p] {
+            x.sort_unstable();
+        }
+        let q = |x: &[u32]| (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4]);
+        eprintln!(
+            "{} bytes, ns per frame (quartiles of 20 000 single runs): vxlan over IPv6 {:?}, \
+             over IPv4 {:?}, plain {:?}",
+            v6.len(),
+            q(&a6),
+            q(&a4),
+            q(&p)
+        );
+    }
+}
