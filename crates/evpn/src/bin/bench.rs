@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use qbridge_evpn::daemon::Daemon;
 use qbridge_evpn::gobgp::Gobgp;
 use qbridge_evpn::route::{self, ExtCommunity, Nlri, Rd, TUNNEL_VXLAN};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -30,11 +30,14 @@ const USAGE: &str = "\
 usage: qbridge-evpn-bench --inject HOST:PORT,... --routes N --vteps M --socket PATH
                           [--pids NAME=PID,...] [--frr-ns NS --frr-dev DEV
                           --frr-pids NAME=PID,...] [--vni N] [--asn N] [--timeout-s S]
+                          [--ipv6]
 
   --inject HOST:PORT,...  the gobgpds the routes are injected into (their APIs; VTEP m's
                       routes into the (m mod K)th)
   --routes N          type-2 routes (MAC only), spread evenly over the VTEPs
   --vteps M           remote VTEPs 10.100.0.1 onwards (a type-3 route each)
+  --ipv6              the remote VTEPs are 2001:db8:100::1 onwards (next hops, originators
+                      and PMSI endpoints IPv6; RDs 10.100.0.N:VNI): an IPv6 underlay
   --socket PATH       the qbridge daemon's control socket (the adapter's side)
   --dev NAME          its VXLAN port (default vx0)
   --pids              the qbridge side's processes to account (qbridge-evpn, gobgpd, ...)
@@ -58,6 +61,7 @@ struct Options {
     asn: u16,
     timeout: Duration,
     withdraw: bool,
+    ipv6: bool,
 }
 
 fn pids(s: &str) -> Result<Vec<(String, u32)>> {
@@ -85,9 +89,14 @@ fn options() -> Result<Options> {
         asn: 65000,
         timeout: Duration::from_secs(900),
         withdraw: true,
+        ipv6: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--ipv6" {
+            o.ipv6 = true;
+            continue;
+        }
         let v = args
             .next()
             .with_context(|| format!("{a} needs a value\n{USAGE}"))?;
@@ -114,9 +123,19 @@ fn options() -> Result<Options> {
     Ok(o)
 }
 
-/// The `i`th remote VTEP: 10.100.0.1, 10.100.0.2, ...
-fn vtep(i: u32) -> Ipv4Addr {
+/// The `i`th remote VTEP's RD address: 10.100.0.1, 10.100.0.2, ...
+fn vtep4(i: u32) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 100, 0, 0)) + 1 + i)
+}
+
+/// The `i`th remote VTEP: 10.100.0.1, ... (`--ipv6`: 2001:db8:100::1, ...).
+fn vtep(o: &Options, i: u32) -> IpAddr {
+    if o.ipv6 {
+        let base = u128::from(Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 0));
+        IpAddr::V6(Ipv6Addr::from(base + 1 + u128::from(i)))
+    } else {
+        IpAddr::V4(vtep4(i))
+    }
 }
 
 type Routes = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
@@ -134,32 +153,32 @@ fn routes(o: &Options) -> Vec<Routes> {
             tunnel_type: TUNNEL_VXLAN,
         },
     ];
-    let rd_of = |v: Ipv4Addr| Rd::ip(v, (o.vni & 0xffff) as u16);
+    let rd_of = |m: u32| Rd::ip(vtep4(m), (o.vni & 0xffff) as u16);
     let mut out: Vec<Routes> = vec![Vec::new(); k];
     for m in 0..o.vteps {
-        let v = vtep(m);
+        let v = vtep(o, m);
         let nlri = Nlri::Imet {
-            rd: rd_of(v),
+            rd: rd_of(m),
             etag: 0,
-            origin: v.into(),
+            origin: v,
         };
         out[m as usize % k].push((
             nlri.encode(),
-            route::originate_attrs(&nlri, v.into(), &comms, Some(o.vni)),
+            route::originate_attrs(&nlri, v, &comms, Some(o.vni)),
         ));
     }
     for i in 0..o.routes {
-        let v = vtep(i % o.vteps);
+        let v = vtep(o, i % o.vteps);
         let b = i.to_be_bytes();
         let nlri = Nlri::Mac {
-            rd: rd_of(v),
+            rd: rd_of(i % o.vteps),
             etag: 0,
             mac: [0x02, 0xbe, b[0], b[1], b[2], b[3]],
             vni: o.vni,
         };
         out[(i % o.vteps) as usize % k].push((
             nlri.encode(),
-            route::originate_attrs(&nlri, v.into(), &comms, None),
+            route::originate_attrs(&nlri, v, &comms, None),
         ));
     }
     out
