@@ -1475,4 +1475,342 @@ int qb_sink(struct __sk_buff *skb)
 	return orphaned(bpf_ktime_get_coarse_ns()) ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 }
 
+/* ---- VXLAN decapsulation (decision 77; docs/fast-path.md, "VXLAN") ----
+ * qb_vxlan_in runs on the ingress of a VXLAN port's underlay interface. A frame it takes is
+ * exactly one the port's socket would receive and the pipeline forward by a cached flow: IPv4
+ * without options or fragmentation, a sound IP header, UDP to the port's address and port
+ * from a remote VTEP the port knows (qb_vxd_tunnels, with the VNI the port serves), the plain
+ * VXLAN flags (I, nothing reserved), an outer UDP checksum the kernel's UDP receive would take
+ * (0, or CHECKSUM_UNNECESSARY / CHECKSUM_PARTIAL, or CHECKSUM_COMPLETE's sum checked here),
+ * an untagged IP inner frame to a unicast address from a valid source. Its flow is looked up
+ * as the pipeline made it for the VXLAN port (its key: the port, the VNI's tag of an external
+ * port, the inner destination and EtherType), with the same source, destination, size and
+ * generation checks as qb_ingress; then the outer headers go (bpf_skb_adjust_room in front
+ * of the inner IP header, the inner Ethernet header written over the outer one), the egress
+ * tags are pushed, the counters added and the frame redirected. Every other frame passes on
+ * untouched (TC_ACT_UNSPEC: to the next filter, then the stack and the port's socket). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_MAX_TUNNELS);
+	__type(key, struct qb_vxd_key);
+	__type(value, struct qb_vxd);
+} qb_vxd_tunnels SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_VXD_MAX_SRCS);
+	__type(key, struct qb_vxd_src_key);
+	__type(value, __u32);
+} qb_vxd_srcs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QB_VXD_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_vxd_stats SEC(".maps");
+
+/* bpf_skb_adjust_room's decapsulation flags (uapi enum values; Debian 12's headers lack
+ * them): the inner L3 protocol (6.3), and the UDP tunnel's GSO state cleared (newer kernels;
+ * 6.18 refuses it, and a super-frame keeps SKB_GSO_UDP_TUNNEL[_CSUM] and encapsulation). */
+#define QB_VXD_F_DECAP_L3_IPV4 (1ULL << 7)
+#define QB_VXD_F_DECAP_L3_IPV6 (1ULL << 8)
+#define QB_VXD_F_DECAP_L4_UDP (1ULL << 10)
+/* Outer Ethernet, IPv4, UDP, VXLAN, inner Ethernet. */
+#define QB_VXD_HDRS 64
+#define QB_VXD_OUTER 50
+
+/* Passes the frame on untouched, counted; cb[4] holds 1 + the reason (test runs). */
+static __always_inline int vxd_pass(struct __sk_buff *skb, __u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&qb_vxd_stats, &why);
+
+	if (n)
+		*n += 1;
+	skb->cb[0] = 0;
+	skb->cb[1] = 0;
+	skb->cb[4] = why + 1;
+	return TC_ACT_UNSPEC;
+}
+
+static __always_inline __u32 vxd_fold(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (s & 0xffff) + (s >> 16);
+}
+
+/* The ones' complement sum of the IPv4 header in h (20 bytes from offset 14), folded. */
+static __always_inline __u32 vxd_ip_sum(const __u8 *h)
+{
+	__u64 s = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		s += ((__u32)h[14 + 2 * i] << 8) | h[15 + 2 * i];
+	return vxd_fold(s);
+}
+
+/* Whether the kernel's UDP receive takes the outer UDP checksum as valid: 0 (none, over
+ * IPv4); CHECKSUM_UNNECESSARY (bpf_csum_level answers); CHECKSUM_COMPLETE (bpf_csum_update
+ * of 0 answers skb->csum, the sum from the IP header on, checked here against the pseudo
+ * header); CHECKSUM_PARTIAL (a same-host sender's: skb_csum_unnecessary). CHECKSUM_NONE,
+ * which the kernel would compute, goes to the socket: told from PARTIAL by
+ * BPF_CSUM_LEVEL_INC, which makes NONE UNNECESSARY and leaves PARTIAL alone (undone at once
+ * by BPF_CSUM_LEVEL_DEC). */
+static __always_inline int vxd_csum_ok(struct __sk_buff *skb, const __u8 *h)
+{
+	long c;
+
+	if (!h[40] && !h[41])
+		return 1;
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0)
+		return 1;
+	c = bpf_csum_update(skb, 0);
+	if (c >= 0) {
+		/* The IP header sums to 0xffff (checked): the UDP datagram's sum plus the
+		 * pseudo header's must too. */
+		__u64 s = (__u32)c;
+
+		s += ((__u32)h[26] << 8 | h[27]) + ((__u32)h[28] << 8 | h[29]);
+		s += ((__u32)h[30] << 8 | h[31]) + ((__u32)h[32] << 8 | h[33]);
+		s += IPPROTO_UDP + ((__u32)h[38] << 8 | h[39]);
+		return vxd_fold(s) == 0xffff;
+	}
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_INC);
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0) {
+		bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
+		return 0;
+	}
+	return 1;
+}
+
+SEC("classifier")
+int qb_vxlan_in(struct __sk_buff *skb)
+{
+	struct qb_vxd_key tk = {};
+	struct qb_vxd_src_key sk = {};
+	struct qb_vxd *t;
+	struct qb_flow_key key = {};
+	struct qb_flow_action *act;
+	struct qb_fdb_key fk = {};
+	struct qb_fdb_entry *src, *dst;
+	struct qb_fdb_slot *ss, *ds;
+	struct qb_config *cfg;
+	__u8 h[QB_VXD_HDRS];
+	const __u8 *smac = h + QB_VXD_OUTER + 6;
+	__u32 zero = 0, len, inner_len, in_len, out_len, base, n_hops, tot;
+	__u64 now, flags;
+	__u16 proto;
+	int i;
+
+	now = bpf_ktime_get_coarse_ns();
+	if (orphaned(now))
+		return TC_ACT_UNSPEC;
+	skb->cb[4] = 0;
+	len = skb->len;
+	if (skb->protocol != bpf_htons(ETH_P_IP) || skb->vlan_present || len < QB_VXD_HDRS ||
+	    bpf_skb_load_bytes(skb, 0, h, QB_VXD_HDRS))
+		return vxd_pass(skb, QB_VXD_OTHER);
+	if (h[12] != 0x08 || h[13] != 0 || h[23] != IPPROTO_UDP)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	__builtin_memcpy(&tk.remote_be, h + 26, 4);
+	__builtin_memcpy(&tk.local_be, h + 30, 4);
+	__builtin_memcpy(&tk.dstport_be, h + 36, 2);
+	__builtin_memcpy(&tk.vni_be, h + 46, 4);
+	t = bpf_map_lookup_elem(&qb_vxd_tunnels, &tk);
+	if (!t)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	/* No options, not a fragment (DF is fine), the lengths exact (no padding: the frame is
+	 * longer than Ethernet's minimum), a valid IP checksum, VXLAN's flags I only. */
+	tot = (__u32)h[16] << 8 | h[17];
+	if (h[14] != 0x45 || (h[20] & 0x3f) || h[21] || tot != len - ETH_HLEN ||
+	    ((__u32)h[38] << 8 | h[39]) != tot - 20 || vxd_ip_sum(h) != 0xffff ||
+	    h[42] != 0x08 || (h[43] | h[44] | h[45] | h[49]))
+		return vxd_pass(skb, QB_VXD_HEADER);
+	if (t->flags & QB_VXD_TRACE)
+		return vxd_pass(skb, QB_VXD_TRACED);
+	/* The inner frame: unicast, a valid source, IP (no tags: the port's socket would hand
+	 * the pipeline what bpf_skb_adjust_room cannot tell the kernel about). */
+	proto = (__u16)h[63] << 8 | h[62];
+	if ((h[50] & 1) || (smac[0] & 1) ||
+	    !(smac[0] | smac[1] | smac[2] | smac[3] | smac[4] | smac[5]) ||
+	    (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6)))
+		return vxd_pass(skb, QB_VXD_INNER);
+	/* Checked after the cheap refusals: it may touch the skb's checksum state (undone). */
+	if (!vxd_csum_ok(skb, h))
+		return vxd_pass(skb, QB_VXD_CSUM);
+	/* A learning port learns the source's remote, unless a static entry holds it. */
+	if (t->flags & QB_VXD_LEARNING) {
+		sk.port = t->port;
+		sk.vni_be = tk.vni_be;
+		__builtin_memcpy(sk.mac, smac, 6);
+		if (!bpf_map_lookup_elem(&qb_vxd_srcs, &sk))
+			return vxd_pass(skb, QB_VXD_SRC);
+	}
+
+	key.in_port = t->port;
+	__builtin_memcpy(key.dst, h + QB_VXD_OUTER, 6);
+	if (t->tag_tpid_be) {
+		key.tpid_be[0] = t->tag_tpid_be;
+		key.tci_be[0] = t->tag_tci_be;
+		key.ntags = 1;
+	}
+	key.ethertype_be = proto;
+	act = bpf_map_lookup_elem(&qb_flows, &key);
+	if (!act)
+		return vxd_pass(skb, QB_VXD_NO_FLOW);
+	cfg = bpf_map_lookup_elem(&qb_config, &zero);
+	if (!cfg || act->generation != cfg->generation)
+		return vxd_pass(skb, QB_VXD_STALE);
+	n_hops = act->n_hops;
+	if ((act->flags & (QB_ACT_BOND | QB_ACT_VXLAN | QB_ACT_MIRROR)) || n_hops < 1 ||
+	    n_hops > QB_MAX_HOPS || act->push_n > QB_MAX_TAGS)
+		return vxd_pass(skb, QB_VXD_ACTION);
+	/* Sizes as the pipeline measures the frame the socket hands it: the inner frame, the
+	 * VNI's tag included; a super-frame by its largest segment. */
+	inner_len = len - QB_VXD_OUTER;
+	in_len = inner_len + 4 * key.ntags;
+	if (in_len < act->min_len)
+		return vxd_pass(skb, QB_VXD_SIZE);
+	out_len = inner_len + 4 * act->push_n;
+	if (skb->gso_size) {
+		__u32 l34 = l34_len(skb, QB_VXD_HDRS, proto, len);
+		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
+
+		if (l34 && seg < out_len)
+			out_len = seg;
+	}
+	if (out_len > act->max_len)
+		return vxd_pass(skb, QB_VXD_SIZE);
+
+	/* The source learned on each hop's ingress port (refreshed), the destination where the
+	 * flow says: qb_ingress's checks. */
+#pragma unroll
+	for (i = 0; i < QB_MAX_HOPS; i++) {
+		struct qb_hop *hp = &act->hops[i];
+
+		if (i >= n_hops)
+			break;
+		fk.bridge = hp->bridge;
+		fk.fid = hp->fid;
+		if (hp->flags & (QB_HOP_LEARNING | QB_HOP_SRC)) {
+			ss = slot_for(hp->src_slot, smac, hp);
+			if (ss) {
+				if (ss->port != hp->in_port)
+					return vxd_pass(skb, QB_VXD_SRC);
+				if ((hp->flags & QB_HOP_LEARNING) && now > ss->last_seen_ns &&
+				    now - ss->last_seen_ns > NS_PER_REFRESH)
+					ss->last_seen_ns = now;
+			} else {
+				__builtin_memcpy(fk.mac, smac, 6);
+				src = bpf_map_lookup_elem(&qb_fdb, &fk);
+				if (!src || src->port != hp->in_port)
+					return vxd_pass(skb, QB_VXD_SRC);
+				if ((hp->flags & QB_HOP_LEARNING) && now > src->last_seen_ns &&
+				    now - src->last_seen_ns > NS_PER_REFRESH)
+					src->last_seen_ns = now;
+				if (src->slot != hp->src_slot)
+					hp->src_slot = src->slot;
+			}
+		}
+		ds = slot_for(hp->dst_slot, key.dst, hp);
+		if (ds) {
+			if (ds->port != hp->out_port || ds->version != hp->dst_version)
+				return vxd_pass(skb, QB_VXD_DST);
+		} else {
+			__builtin_memcpy(fk.mac, key.dst, 6);
+			dst = bpf_map_lookup_elem(&qb_fdb, &fk);
+			if (!dst || dst->port != hp->out_port || dst->version != hp->dst_version)
+				return vxd_pass(skb, QB_VXD_DST);
+			if (dst->slot != hp->dst_slot)
+				hp->dst_slot = dst->slot;
+		}
+	}
+
+	/* The outer headers and the inner Ethernet header go from in front of the inner IP
+	 * header (the skb's checksum state kept: the outer UDP checksum is consumed below, as
+	 * the UDP receive does), the inner Ethernet header is written where the outer was. A
+	 * refusal (the flag check, an skb that cannot be uncloned) leaves the frame as it was. */
+	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_NO_CSUM_RESET |
+		(proto == bpf_htons(ETH_P_IPV6) ? QB_VXD_F_DECAP_L3_IPV6 : QB_VXD_F_DECAP_L3_IPV4);
+	if (bpf_skb_adjust_room(skb, -QB_VXD_OUTER, BPF_ADJ_ROOM_MAC,
+				flags | QB_VXD_F_DECAP_L4_UDP) &&
+	    bpf_skb_adjust_room(skb, -QB_VXD_OUTER, BPF_ADJ_ROOM_MAC, flags))
+		return vxd_pass(skb, QB_VXD_ACTION);
+	if (bpf_skb_store_bytes(skb, 0, h + QB_VXD_OUTER, ETH_HLEN, BPF_F_INVALIDATE_HASH))
+		goto shot;
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
+	if (act->push_n >= 2 &&
+	    bpf_skb_vlan_push(skb, act->push_tpid_be[1], bpf_ntohs(act->push_tci_be[1])))
+		goto shot;
+	if (act->push_n >= 1 &&
+	    bpf_skb_vlan_push(skb, act->push_tpid_be[0], bpf_ntohs(act->push_tci_be[0])))
+		goto shot;
+
+	/* Counters of every port and VLAN on the way, as qb_ingress counts them. */
+	base = inner_len;
+#pragma unroll
+	for (i = 0; i < QB_MAX_HOPS; i++) {
+		const struct qb_hop *hp = &act->hops[i];
+		__u32 in, out, slot, rx_len, tx_len;
+		struct qb_port_stats *ps;
+		struct qb_vlan_stats *vs;
+
+		if (i >= n_hops)
+			break;
+		in = hp->in_port & QB_PORT_ID_MASK;
+		out = hp->out_port & QB_PORT_ID_MASK;
+		slot = hp->vlan_slot;
+		rx_len = base + 4 * hp->in_tags;
+		tx_len = base + 4 * hp->out_tags;
+		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
+		if (ps) {
+			ps->rx_frames += 1;
+			ps->rx_bytes += rx_len;
+			if (hp->rx_pcp < 8)
+				ps->rx_pcp[hp->rx_pcp & 7] += 1;
+		}
+		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
+		if (ps) {
+			ps->tx_frames += 1;
+			ps->tx_bytes += tx_len;
+		}
+		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
+		if (vs) {
+			vs->rx_frames += 1;
+			vs->rx_bytes += rx_len;
+			vs->tx_frames += 1;
+			vs->tx_bytes += tx_len;
+		}
+	}
+	{
+		__u32 hit = QB_VXD_HIT;
+		__u64 *n = bpf_map_lookup_elem(&qb_vxd_stats, &hit);
+
+		if (n)
+			*n += 1;
+	}
+	skb->cb[0] = act->out_ifindex;
+	skb->cb[1] = 0;
+	skb->cb[2] = skb->vlan_present ? skb->vlan_proto : 0;
+	skb->cb[3] = skb->vlan_present ? 0x10000 | skb->vlan_tci : 0;
+	if (act->flags & QB_ACT_INGRESS)
+		return bpf_redirect(act->out_ifindex, BPF_F_INGRESS);
+	if (act->flags & QB_ACT_PEER)
+		return bpf_redirect_peer(act->out_ifindex, 0);
+	return bpf_redirect(act->out_ifindex, 0);
+shot:
+	{
+		__u32 why = QB_VXD_ACTION;
+		__u64 *n = bpf_map_lookup_elem(&qb_vxd_stats, &why);
+
+		if (n)
+			*n += 1;
+	}
+	return TC_ACT_SHOT;
+}
+
 char _license[] SEC("license") = "Dual MIT/GPL";

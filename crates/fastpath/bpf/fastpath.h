@@ -300,6 +300,54 @@ struct qb_mir_stats {
 	__u64 frames, bytes;
 };
 
+/* VXLAN decapsulation (decision 77). qb_vxlan_in, on the ingress of a VXLAN port's underlay
+ * interface, takes an IPv4/UDP/VXLAN frame to one of qb_vxd_tunnels' (local address, remote
+ * VTEP, VNI, UDP port) and forwards its inner frame by the flow the pipeline made for it
+ * (key: in_port the VXLAN port, the VNI's VLAN tag of an external port as the frame's tag),
+ * as if the port's socket had received it; every other frame passes on to the socket. */
+struct qb_vxd_key {
+	__u32 local_be;		/* the port's local address (the outer destination) */
+	__u32 remote_be;	/* a remote VTEP the port knows (the outer source) */
+	__u32 vni_be;		/* the VXLAN header's second word: VNI << 8, network order */
+	__u16 dstport_be;	/* the port's UDP port */
+	__u16 pad;
+};
+struct qb_vxd {
+	__u32 port;		/* the VXLAN port's index (the flow key's in_port) */
+	__u16 tag_tpid_be;	/* an external port's tag for the VNI (the frame enters with it); 0 */
+	__u16 tag_tci_be;
+	__u32 flags;		/* QB_VXD_* */
+};
+/* The port learns remotes from received frames: a source is taken only if qb_vxd_srcs has it
+ * (a static entry of the port's table, which learning leaves alone). */
+#define QB_VXD_LEARNING 1
+/* `trace live` watches the port: its frames all go to the socket (the pipeline traces them). */
+#define QB_VXD_TRACE 2
+/* qb_vxd_srcs: (port, VNI, inner source) of the static entries of a learning port. */
+struct qb_vxd_src_key {
+	__u32 port;
+	__u32 vni_be;
+	__u8 mac[6];
+	__u16 pad;
+};
+#define QB_VXD_MAX_SRCS 65536
+/* What qb_vxlan_in did with a frame (qb_vxd_stats, per CPU; the loader names them). */
+enum qb_vxd_verdict {
+	QB_VXD_HIT = 0,		/* decapsulated and forwarded */
+	QB_VXD_OTHER,		/* not IPv4/UDP/VXLAN to a tunnel of qb_vxd_tunnels */
+	QB_VXD_HEADER,		/* IP options or fragment, lengths, IP checksum, VXLAN flags */
+	QB_VXD_CSUM,		/* an outer UDP checksum the kernel would compute (CHECKSUM_NONE) or bad */
+	QB_VXD_INNER,		/* inner frame: group or invalid source, tagged, not IP */
+	QB_VXD_SRC,		/* source not in qb_vxd_srcs (learning port) or not learned on the port */
+	QB_VXD_NO_FLOW,
+	QB_VXD_STALE,
+	QB_VXD_DST,
+	QB_VXD_SIZE,
+	QB_VXD_ACTION,		/* an action the decapsulating program does not run, or a helper refused */
+	QB_VXD_TRACED,
+	QB_VXD_MAX,
+};
+
 /* The sizes crates/fastpath/src/maps.rs asserts of its #[repr(C)] mirrors: a layout changed on
  * one side only fails the build of that side. */
 _Static_assert(sizeof(struct qb_port) == 20, "qb_port: maps.rs Port");
@@ -321,5 +369,8 @@ _Static_assert(sizeof(struct qb_member_stats) == 40, "qb_member_stats: maps.rs M
 _Static_assert(sizeof(struct qb_mir_copy) == 16, "qb_mir_copy: maps.rs MirCopy");
 _Static_assert(sizeof(struct qb_mir_action) == 8 + 16 * QB_MIR_COPIES, "qb_mir_action: maps.rs MirAction");
 _Static_assert(sizeof(struct qb_mir_stats) == 16, "qb_mir_stats: maps.rs MirStats");
+_Static_assert(sizeof(struct qb_vxd_key) == 16, "qb_vxd_key: maps.rs VxdKey");
+_Static_assert(sizeof(struct qb_vxd) == 12, "qb_vxd: maps.rs Vxd");
+_Static_assert(sizeof(struct qb_vxd_src_key) == 16, "qb_vxd_src_key: maps.rs VxdSrcKey");
 
 #endif

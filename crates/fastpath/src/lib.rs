@@ -41,6 +41,13 @@ pub const FILTER_PRIORITY: u16 = 0xfff0;
 /// The upcall device's program: drops what the daemon's socket has seen.
 const SINK: &str = "qb_sink";
 
+/// The VXLAN ports' underlay program (decision 77): decapsulates the frames of cached flows.
+const DECAP: &str = "qb_vxlan_in";
+/// Its filter priority: before the port program's (an underlay that is a port too): a frame
+/// it does not take goes on to the next filter.
+pub const DECAP_PRIORITY: u16 = 0xffe0;
+pub use maps::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_LEARNING, VXD_MAX_SRCS, VXD_TRACE};
+
 /// Why the fast path cannot do something.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -787,6 +794,7 @@ pub fn remove_filters(ifname: &str) -> usize {
         (TcAttachType::Ingress, PROGRAM),
         (TcAttachType::Egress, PROGRAM),
         (TcAttachType::Ingress, SINK),
+        (TcAttachType::Ingress, DECAP),
     ] {
         if tc::qdisc_detach_program(ifname, way, name).is_ok() {
             removed += 1;
@@ -812,5 +820,116 @@ fn ignore_missing(r: Result<(), aya::maps::MapError>, map: &'static str) -> Resu
             Ok(())
         }
         Err(e) => Err(Error::Map { map, source: e }),
+    }
+}
+
+/// VXLAN decapsulation (decision 77): `qb_vxlan_in` on a VXLAN port's underlay, its maps and
+/// counters.
+impl FastPath {
+    /// The decapsulating program, loaded on first use.
+    fn decap_program(&mut self) -> Result<&mut SchedClassifier, Error> {
+        let prog = program(&mut self.ebpf, DECAP)?;
+        if prog.fd().is_err() {
+            prog.load()?;
+        }
+        Ok(prog)
+    }
+
+    /// Attaches the decapsulating program to `ifname`'s ingress (a VXLAN port's underlay),
+    /// at [`DECAP_PRIORITY`]; a filter of it an earlier daemon left is removed first.
+    pub fn attach_decap(&mut self, ifname: &str) -> Result<(), Error> {
+        let link = format!("{ifname}\u{0}decap");
+        if self.links.contains_key(&link) {
+            return Ok(());
+        }
+        if let Err(e) = tc::qdisc_add_clsact(ifname) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(e.into());
+            }
+        }
+        let _ = tc::qdisc_detach_program(ifname, TcAttachType::Ingress, DECAP);
+        let id = self.decap_program()?.attach_with_options(
+            ifname,
+            TcAttachType::Ingress,
+            tc::TcAttachOptions::Netlink(tc::NlOptions {
+                priority: DECAP_PRIORITY,
+                handle: 0,
+            }),
+        )?;
+        self.links.insert(link, (DECAP, id));
+        Ok(())
+    }
+
+    /// Detaches the decapsulating program from `ifname`; not attached is not an error.
+    pub fn detach_decap(&mut self, ifname: &str) -> Result<(), Error> {
+        self.detach(&format!("{ifname}\u{0}decap"))
+    }
+
+    /// Makes `key`'s frames the program's to take for VXLAN port `v.port` (a miss or anything
+    /// unusual still goes to the port's socket).
+    pub fn set_vxd_tunnel(&mut self, key: VxdKey, v: Vxd) -> Result<(), Error> {
+        self.hash::<VxdKey, Vxd>("qb_vxd_tunnels")?
+            .insert(key, v, 0)
+            .map_err(map_err("qb_vxd_tunnels"))
+    }
+
+    pub fn remove_vxd_tunnel(&mut self, key: &VxdKey) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<VxdKey, Vxd>("qb_vxd_tunnels")?.remove(key),
+            "qb_vxd_tunnels",
+        )
+    }
+
+    /// The tunnels the program takes frames of.
+    pub fn vxd_tunnels(&mut self) -> Result<Vec<(VxdKey, Vxd)>, Error> {
+        let m = self.hash::<VxdKey, Vxd>("qb_vxd_tunnels")?;
+        m.iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("qb_vxd_tunnels"))
+    }
+
+    /// A static entry's source of a learning port: its frames may be taken.
+    pub fn set_vxd_src(&mut self, key: VxdSrcKey) -> Result<(), Error> {
+        self.hash::<VxdSrcKey, u32>("qb_vxd_srcs")?
+            .insert(key, 0, 0)
+            .map_err(map_err("qb_vxd_srcs"))
+    }
+
+    pub fn remove_vxd_src(&mut self, key: &VxdSrcKey) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<VxdSrcKey, u32>("qb_vxd_srcs")?.remove(key),
+            "qb_vxd_srcs",
+        )
+    }
+
+    /// What the decapsulating program did with the frames it saw, by verdict.
+    pub fn vxd_stats(&mut self) -> Result<Vec<(VxdVerdict, u64)>, Error> {
+        let add = |s: &mut u64, v: &u64| *s += *v;
+        let mut out = Vec::new();
+        for v in VxdVerdict::ALL {
+            out.push((v, self.per_cpu_sum("qb_vxd_stats", v as u32, add)?));
+        }
+        Ok(out)
+    }
+
+    /// Runs `frame` through the decapsulating program as [`FastPath::test_run`] does through
+    /// the port program; a frame it passes on reads as [`Verdict::Other`], its reason in
+    /// [`decap_pass_reason`].
+    pub fn test_run_decap(
+        &mut self,
+        frame: &[u8],
+        ifindex: u32,
+        repeat: u32,
+    ) -> Result<TestRun, Error> {
+        let fd = self.decap_program()?.fd()?.as_fd().as_raw_fd();
+        testrun::run(fd, frame, ifindex, None, repeat).map_err(Error::Io)
+    }
+}
+
+/// Why the decapsulating program passed a test run's frame on (`None`: it did not).
+pub fn decap_pass_reason(r: &TestRun) -> Option<VxdVerdict> {
+    match &r.verdict {
+        Verdict::Other { cb, .. } => cb[4].checked_sub(1).and_then(VxdVerdict::from_index),
+        _ => None,
     }
 }

@@ -614,3 +614,118 @@ pub(crate) mod raw {
         }
     }
 }
+
+// ---- VXLAN decapsulation (decision 77): `qb_vxlan_in`'s maps ----
+
+/// `struct qb_vxd_key`: a tunnel whose frames `qb_vxlan_in` takes — the port's local address,
+/// a remote VTEP it knows, the VNI word and the port's UDP port, in network order (as their
+/// bytes on the wire).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct VxdKey {
+    pub local: [u8; 4],
+    pub remote: [u8; 4],
+    /// The VXLAN header's second word: the VNI's three bytes, then 0.
+    pub vni: [u8; 4],
+    pub dstport: [u8; 2],
+    pub pad: u16,
+}
+
+/// `struct qb_vxd`: the VXLAN port a tunnel's frames enter (the flow key's `in_port`), the
+/// tag an external port gives the VNI's frames (network order; TPID 0: none), [`VXD_LEARNING`]
+/// and [`VXD_TRACE`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Vxd {
+    pub port: u32,
+    pub tag_tpid: [u8; 2],
+    pub tag_tci: [u8; 2],
+    pub flags: u32,
+}
+
+/// `QB_VXD_LEARNING`: the port learns remotes; a frame is taken only if its source is in
+/// `qb_vxd_srcs` (a static entry, which learning leaves alone).
+pub const VXD_LEARNING: u32 = 1;
+/// `QB_VXD_TRACE`: `trace live` watches the port; its frames all go to the socket.
+pub const VXD_TRACE: u32 = 2;
+/// `QB_VXD_MAX_SRCS`: entries of `qb_vxd_srcs`.
+pub const VXD_MAX_SRCS: u32 = 65536;
+
+/// `struct qb_vxd_src_key`: a static entry's (port, VNI word, MAC) of a learning port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct VxdSrcKey {
+    pub port: u32,
+    pub vni: [u8; 4],
+    pub mac: [u8; 6],
+    pub pad: u16,
+}
+
+/// `enum qb_vxd_verdict`: what `qb_vxlan_in` did with a frame (`qb_vxd_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VxdVerdict {
+    Hit = 0,
+    Other,
+    Header,
+    Csum,
+    Inner,
+    Src,
+    NoFlow,
+    Stale,
+    Dst,
+    Size,
+    Action,
+    Traced,
+}
+
+impl VxdVerdict {
+    pub const ALL: [VxdVerdict; 12] = [
+        VxdVerdict::Hit,
+        VxdVerdict::Other,
+        VxdVerdict::Header,
+        VxdVerdict::Csum,
+        VxdVerdict::Inner,
+        VxdVerdict::Src,
+        VxdVerdict::NoFlow,
+        VxdVerdict::Stale,
+        VxdVerdict::Dst,
+        VxdVerdict::Size,
+        VxdVerdict::Action,
+        VxdVerdict::Traced,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VxdVerdict::Hit => "hit",
+            VxdVerdict::Other => "other",
+            VxdVerdict::Header => "header",
+            VxdVerdict::Csum => "checksum",
+            VxdVerdict::Inner => "inner",
+            VxdVerdict::Src => "source",
+            VxdVerdict::NoFlow => "no-flow",
+            VxdVerdict::Stale => "stale",
+            VxdVerdict::Dst => "destination",
+            VxdVerdict::Size => "size",
+            VxdVerdict::Action => "action",
+            VxdVerdict::Traced => "traced",
+        }
+    }
+
+    pub fn from_index(i: u32) -> Option<VxdVerdict> {
+        VxdVerdict::ALL.get(i as usize).copied()
+    }
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<VxdKey>() == 16);
+    assert!(std::mem::size_of::<Vxd>() == 12);
+    assert!(std::mem::size_of::<VxdSrcKey>() == 16);
+};
+
+// SAFETY: #[repr(C)], integers and integer arrays only, padding named: every bit pattern is
+// valid, no byte uninitialised.
+unsafe impl aya::Pod for VxdKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Vxd {}
+// SAFETY: as above.
+unsafe impl aya::Pod for VxdSrcKey {}
