@@ -310,7 +310,8 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     // To a VXLAN port (decision 73): the inner frame as the port sends it (an external port's
     // VLAN tag removed), its VNI and the static entry's remote, read with the port's own
     // table; the program pushes no tag there (Q-in-VNI stays with the pipeline) and sends
-    // only what the socket would (the inner frame at most the underlay's MTU less 36 bytes).
+    // only what the socket would (the inner frame at most the underlay's MTU less 36 bytes, 56
+    // over IPv6: max_inner).
     let mut inner = Vec::new();
     let tunnel = match f.out_vxlan {
         None => None,
@@ -322,7 +323,7 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
             }
             let sent_tags = (out_prefix - frame.len()) / 4;
             max_len = (payload_max + 4 * i64::from(out_tags) - 4 * sent_tags as i64)
-                .min(i64::from(v.underlay_mtu) - 36)
+                .min(v.max_inner())
                 .clamp(0, u16::MAX as i64) as u16;
             flags = qbridge_fastpath::ACT_VXLAN;
             out_prefix = frame.len();

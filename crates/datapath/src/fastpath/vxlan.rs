@@ -5,16 +5,21 @@
 //! table functions).
 //!
 //! Cached: known unicast to a remote VTEP given by `fdb … dst` (a static entry: it changes
-//! only by a command, which makes every flow stale before it answers), over an IPv4 underlay
-//! whose interface is known (`dev`, or the one holding `local`), inner IP frames left
-//! untagged (an `id N` port, or an external port's VLAN → VNI map). Learned remotes (they move
-//! with traffic, and age into floods), floods, IPv6 underlays and Q-in-VNI stay with the
-//! pipeline.
+//! only by a command, which makes every flow stale before it answers), over an IPv4 or (decision
+//! 78) IPv6 underlay whose interface is known (`dev`, or the one holding `local`), inner IP
+//! frames left untagged (an `id N` port, or an external port's VLAN → VNI map). Learned
+//! remotes (they move with traffic, and age into floods), floods, a port sending zero IPv6
+//! checksums (`udp6zerocsumtx`) and Q-in-VNI stay with the pipeline.
+//!
+//! Over IPv6 the program writes, per send socket, the flow label the tunnel entry gives: 0.
+//! The socket's own is the kernel's automatic label (`auto_flowlabels`), a hash of the
+//! datagram's addresses and ports keyed by a secret drawn at boot, which nothing outside the
+//! kernel can compute (docs/fast-path.md, "VXLAN").
 
 use qbridge_io::vxlan::{SharedVxlanTable, VxlanPort, TX_SOCKETS};
 use qbridge_wire::vxlan::{OuterTos, Vni};
 use qbridge_wire::MacAddr;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 /// A VXLAN port as the program encapsulates for it.
@@ -23,15 +28,17 @@ pub struct VxlanEgress {
     pub table: SharedVxlanTable,
     /// The port's VNI (`id N`); `None`: external (the frame's VLAN selects it).
     pub vni: Option<Vni>,
-    pub local: Ipv4Addr,
+    /// The local VTEP (the send sockets' address; its family is the underlay's).
+    pub local: IpAddr,
     pub dstport: u16,
-    /// The send sockets' TTL (the port's `ttl`, else the namespace's default).
+    /// The send sockets' TTL or hop limit (the port's `ttl`, else the default: IPv4's
+    /// `ip_default_ttl`, IPv6's the underlay interface's `hop_limit`).
     pub ttl: u8,
     pub tos: Option<OuterTos>,
     /// The send sockets' source ports, by socket.
     pub sports: [u16; TX_SOCKETS],
     /// The underlay interface and its MTU (the socket never fragments: the inner frame is at
-    /// most the MTU less 36 bytes of IPv4, UDP and VXLAN headers).
+    /// most the MTU less the outer headers, [`VxlanEgress::max_inner`]).
     pub underlay: u32,
     pub underlay_mtu: u32,
 }
@@ -41,16 +48,20 @@ impl VxlanEgress {
     /// frames then stay with the pipeline).
     pub fn of(port: &VxlanPort, table: SharedVxlanTable) -> Result<VxlanEgress, String> {
         let cfg = port.config();
-        let IpAddr::V4(local) = cfg.local else {
-            return Err("an IPv6 underlay".into());
-        };
+        let local = cfg.local;
         if local.is_unspecified() {
             return Err("no local address".into());
         }
-        let dev = match &cfg.dev {
-            Some(d) => d.clone(),
-            None => qbridge_io::vxlan::device_of(local)
+        if local.is_ipv6() && cfg.udp6zerocsumtx {
+            return Err("udp6zerocsumtx (zero IPv6 checksums)".into());
+        }
+        let dev = match (&cfg.dev, local) {
+            (Some(d), _) => d.clone(),
+            (None, IpAddr::V4(l)) => qbridge_io::vxlan::device_of(l)
                 .ok_or_else(|| format!("no interface holds {local}"))?,
+            (None, IpAddr::V6(l)) => {
+                device_of6(l).ok_or_else(|| format!("no interface holds {local}"))?
+            }
         };
         let underlay = qbridge_io::sys::ifindex(&dev).map_err(|e| e.to_string())?;
         let underlay_mtu = qbridge_io::sys::get_mtu(&dev).map_err(|e| e.to_string())?;
@@ -58,8 +69,14 @@ impl VxlanEgress {
         if sports.contains(&0) {
             return Err("a send socket's port is unknown".into());
         }
+        // The default of an unconnected socket: IPv4's ip_default_ttl; IPv6's the hop_limit
+        // of the route's device (ip6_dst_hoplimit: no route here sets one).
+        let default = match local {
+            IpAddr::V4(_) => "/proc/sys/net/ipv4/ip_default_ttl".to_string(),
+            IpAddr::V6(_) => format!("/proc/sys/net/ipv6/conf/{dev}/hop_limit"),
+        };
         let ttl = cfg.ttl.unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
+            std::fs::read_to_string(&default)
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(64)
@@ -78,10 +95,30 @@ impl VxlanEgress {
     }
 }
 
+impl VxlanEgress {
+    /// The longest inner frame the send socket takes: the underlay MTU less the outer IP,
+    /// UDP and VXLAN headers (36 bytes over IPv4, 56 over IPv6).
+    pub fn max_inner(&self) -> i64 {
+        i64::from(self.underlay_mtu)
+            - qbridge_io::vxlan::outer::headers_len(self.local.is_ipv6()) as i64
+    }
+}
+
+/// The interface holding IPv6 address `a` (`/proc/net/if_inet6`: the address in hex, its
+/// interface's index, prefix, scope, flags and name).
+fn device_of6(a: Ipv6Addr) -> Option<String> {
+    let want: String = a.octets().iter().map(|b| format!("{b:02x}")).collect();
+    let t = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
+    t.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 6 && f[0] == want).then(|| f[5].to_string())
+    })
+}
+
 /// The tunnel of a frame the pipeline handed to VXLAN port `v` as `output` (its whole first
 /// bytes, the tags as the pipeline left them): the inner frame as the port sends it (an
 /// external port removes the VLAN's tag), and the program's tunnel entry; `None` when the port
-/// would not send it to one remote of a static entry over IPv4.
+/// would not send it to one remote of a static entry of the underlay's family.
 pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fastpath::Vxlan)> {
     let t = v.table.lock().unwrap_or_else(|p| p.into_inner());
     let (vni, inner) = match v.vni {
@@ -99,9 +136,6 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
     if t.lookup(vni, dst, std::time::Instant::now()) != Some(remote) {
         return None;
     }
-    let IpAddr::V4(remote) = remote else {
-        return None;
-    };
     let n = vni.get().to_be_bytes();
     let mut sport = [[0u8; 2]; qbridge_fastpath::VXLAN_SOCKETS];
     for (s, p) in sport.iter_mut().zip(v.sports) {
@@ -112,21 +146,30 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
         Some(OuterTos::Inherit) => (0, qbridge_fastpath::VX_INHERIT_TOS),
         None => (0, 0),
     };
-    Some((
-        inner,
-        qbridge_fastpath::Vxlan {
-            local: v.local.octets(),
-            remote: remote.octets(),
-            vni: [n[1], n[2], n[3], 0],
-            ifindex: v.underlay,
-            sport,
-            dstport: v.dstport.to_be_bytes(),
-            ttl: v.ttl,
-            tos,
-            flags,
-            ..Default::default()
-        },
-    ))
+    let mut t = qbridge_fastpath::Vxlan {
+        vni: [n[1], n[2], n[3], 0],
+        ifindex: v.underlay,
+        sport,
+        dstport: v.dstport.to_be_bytes(),
+        ttl: v.ttl,
+        tos,
+        flags,
+        ..Default::default()
+    };
+    match (v.local, remote) {
+        (IpAddr::V4(l), IpAddr::V4(r)) => {
+            t.local = l.octets();
+            t.remote = r.octets();
+        }
+        // The flow labels stay 0 (the module's comment: the socket's are the kernel's secret).
+        (IpAddr::V6(l), IpAddr::V6(r)) => {
+            t.flags |= qbridge_fastpath::VX_IPV6;
+            t.local6 = l.octets();
+            t.remote6 = r.octets();
+        }
+        _ => return None,
+    }
+    Some((inner, t))
 }
 
 /// A VXLAN port's [`VxlanEgress`] as the workers read it (`PortShared::fast_vxlan`).
@@ -143,7 +186,7 @@ mod tests {
         VxlanEgress {
             table: VxlanTable::shared(),
             vni: vni.and_then(Vni::new),
-            local: Ipv4Addr::new(192, 0, 2, 1),
+            local: "192.0.2.1".parse().unwrap(),
             dstport: 4789,
             ttl: 64,
             tos: Some(OuterTos::Inherit),
@@ -199,6 +242,44 @@ mod tests {
             .unwrap()
             .set_statics(&[(vni, MacAddr(HB), "2001:db8::2".parse().unwrap())]);
         assert!(tunnel_for(&e, &f).is_none(), "an IPv6 remote");
+    }
+
+    /// An IPv6 underlay (decision 78): a static IPv6 remote makes a tunnel with the IPv6
+    /// addresses and flow labels 0; an IPv4 remote none; the inner frame at most the MTU less
+    /// 56 bytes.
+    #[test]
+    fn a_static_ipv6_remote_makes_an_ipv6_tunnel() {
+        let mut e = egress(Some(100));
+        e.local = "2001:db8::1".parse().unwrap();
+        let vni = Vni::new(100).unwrap();
+        let f = frame(None);
+        e.table
+            .lock()
+            .unwrap()
+            .set_statics(&[(vni, MacAddr(HB), "2001:db8::2".parse().unwrap())]);
+        let (inner, t) = tunnel_for(&e, &f).unwrap();
+        assert_eq!(inner, f);
+        assert_eq!(
+            t.flags,
+            qbridge_fastpath::VX_INHERIT_TOS | qbridge_fastpath::VX_IPV6
+        );
+        assert_eq!(
+            (t.local6, t.remote6),
+            (
+                "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets(),
+                "2001:db8::2".parse::<Ipv6Addr>().unwrap().octets()
+            )
+        );
+        assert_eq!(
+            (t.local, t.remote, t.flow_label),
+            ([0; 4], [0; 4], [[0; 4]; 8])
+        );
+        assert_eq!(e.max_inner(), 1550 - 56);
+        e.table
+            .lock()
+            .unwrap()
+            .set_statics(&[(vni, MacAddr(HB), "192.0.2.2".parse().unwrap())]);
+        assert!(tunnel_for(&e, &f).is_none(), "an IPv4 remote");
     }
 
     /// An external port: the frame's VLAN selects the VNI and its tag goes; an unmapped VLAN
