@@ -53,8 +53,16 @@ net() {
     ip netns exec "$p-sw" ethtool -K s1 gro on >/dev/null
 }
 unnet() { local n; for n in a b sw; do ip netns del "$p-$n" 2>/dev/null || true; done; }
-dmac() { printf '02:bb:00:00:%02x:%02x' $(($1 >> 8)) $(($1 & 255)); }
-xmac() { printf '02:cc:%02x:%02x:%02x:%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)); }
+# The FDB lines of a batch: one destination per VLAN (02:bb:00:00:VID), then MACS others
+# (02:cc:I) spread over the VLANs; awk, as a million lines of shell take minutes.
+fdb_lines() {  # fdb_lines N DEV SUFFIX-with-%d-for-the-VLAN (empty: none)
+    awk -v n="$1" -v m="$macs" -v dev="$2" -v sfx="$3" 'BEGIN {
+        for (v = 1; v <= n; v++)
+            printf "fdb add 02:bb:00:00:%02x:%02x dev %s master static" (sfx == "" ? "" : " " sfx) "\n", int(v / 256), v % 256, dev, v
+        for (i = 1; i <= m; i++)
+            printf "fdb add 02:cc:%02x:%02x:%02x:%02x dev %s master static" (sfx == "" ? "" : " " sfx) "\n", int(i / 16777216) % 256, int(i / 65536) % 256, int(i / 256) % 256, i % 256, dev, i % n + 1
+    }'
+}
 start() {  # start SETUP N
     local setup=$1 n=$2
     case $setup in
@@ -67,24 +75,22 @@ start() {  # start SETUP N
             echo "link set dev pb master br0"
             echo "vlan add vid 1-$n dev pa"
             echo "vlan add vid 1-$n dev pb"
-            for v in $(seq 1 "$n"); do echo "fdb add $(dmac "$v") dev pb master static vlan $v"; done
-            for i in $(seq 1 "$macs"); do echo "fdb add $(xmac "$i") dev pb master static vlan $((i % n + 1))"; done
+            fdb_lines "$n" pb "vlan %d"
             echo "link set dev pa up"
             echo "link set dev pb up"
         } >"$tmp/b.batch"
         ip netns exec "$p-sw" "$qb" daemon -batch "$tmp/b.batch" --socket "$tmp/s.sock" \
             --workers 2 --fast-path "${setup#qb-}" 2>"$tmp/d.log" &
         dpid=$!
-        for _ in $(seq 600); do [ -S "$tmp/s.sock" ] && "$qb" --socket "$tmp/s.sock" show fast-path >/dev/null 2>&1 && break; sleep 0.1; done
+        # (A million FDB entries take the daemon a while to read.)
+        for _ in $(seq 6000); do [ -S "$tmp/s.sock" ] && "$qb" --socket "$tmp/s.sock" show fast-path >/dev/null 2>&1 && break; sleep 0.1; done
         ;;
     kbridge)
         ip -n "$p-sw" link add br0 type bridge
         ip -n "$p-sw" link set s1 master br0
         ip -n "$p-sw" link set s2 master br0
         ip -n "$p-sw" link set br0 up
-        { for v in $(seq 1 "$n"); do echo "fdb add $(dmac "$v") dev s2 master static"; done
-          for i in $(seq 1 "$macs"); do echo "fdb add $(xmac "$i") dev s2 master static"; done
-        } >"$tmp/k.batch"
+        fdb_lines "$n" s2 "" >"$tmp/k.batch"
         ip netns exec "$p-sw" bridge -batch "$tmp/k.batch"
         ;;
     esac

@@ -6,7 +6,9 @@
 //! spread over them. Prints the kernel's mean ns per run (the program's own time: the test
 //! run's clock brackets the program, not the system call) for each, and the ratio spread/one.
 //! `MACS=1000000` then fills the FDB map with that many other entries (a million MACs in the
-//! FDB map; they spread over the N VLANs; those past the dense slots have none).
+//! FDB map; they spread over the N VLANs; those past the dense slots have none). `indexed`:
+//! the flows the program serves from its flow index (decision 79) after the runs, on any CPU
+//! (a flow whose index entry another flow holds uses the hash).
 //!
 //! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
@@ -65,8 +67,8 @@ fn main() {
     let learn = env_num("LEARN", 1) != 0;
     let lo = 1; // the loopback interface: the test runs only need an ifindex
     println!(
-        "{:>6} {:>9} {:>12} {:>12} {:>8}   (median of {rounds} passes of 8192 frames; ns per test run)",
-        "vlans", "fdb macs", "one VLAN", "spread", "ratio"
+        "{:>6} {:>9} {:>12} {:>12} {:>8} {:>8}   (median of {rounds} passes of 8192 frames; ns per test run)",
+        "vlans", "fdb macs", "one VLAN", "spread", "ratio", "indexed"
     );
     for &n in &vlans {
         // A fresh program per row: its maps hold exactly this row's entries.
@@ -186,9 +188,16 @@ fn main() {
             b.push(pass(&mut fp, true));
         }
         let (a, b) = (median(&mut a), median(&mut b));
+        let mut indexed: Vec<FlowKey> = fp
+            .flow_index()
+            .map(|v| v.into_iter().map(|(_, e)| e.key).collect())
+            .unwrap_or_default();
+        indexed.sort_by_key(|k| (k.tci_be, k.dst));
+        indexed.dedup();
         println!(
-            "{n:>6} {macs:>9} {a:>12.1} {b:>12.1} {:>8.2}",
-            a / b.max(1e-9)
+            "{n:>6} {macs:>9} {a:>12.1} {b:>12.1} {:>8.2} {:>8}",
+            a / b.max(1e-9),
+            indexed.len()
         );
     }
 }
