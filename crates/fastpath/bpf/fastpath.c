@@ -840,6 +840,7 @@ static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vx
 	if (plen > 0xffff || skb->gso_size || skb->len <= off)
 		return QB_MISS_VXLAN + 1;
 	o->v6 = 1;
+	o->ifindex = t->ifindex;
 	label = bpf_ntohl(t->flow_label_be[sock & (QB_VXLAN_SOCKETS - 1)]) & 0xfffff;
 	/* Outer Ethernet: the addresses are bpf_redirect_neigh's to fill. */
 	__builtin_memset(h, 0, 12);
