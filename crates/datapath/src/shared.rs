@@ -188,6 +188,9 @@ pub struct PortShared {
     /// A TAP port the fast path serves: frames to it are delivered into the TAP's own
     /// receive (the host's stack), as writing them to the TAP does.
     pub fast_into_host: std::sync::atomic::AtomicBool,
+    /// A VXLAN port whose underlay the fast path decapsulates (decision 77): what its socket
+    /// receives are the program's misses, forwarded as a served TAP's (flows installed).
+    pub fast_decap: std::sync::atomic::AtomicBool,
     /// A patch link end: the port id of the other end ([`NO_PATCH_PEER`]: none), for the
     /// workers to fold the link into flows.
     pub patch_peer: std::sync::atomic::AtomicU32,

@@ -1,5 +1,5 @@
 //! VXLAN in the eBPF fast path (issue 31 item 1, decision 73), against the kernel's own VTEP at
-//! its defaults (root only):
+//! its defaults (root only): encapsulation (decision 73) and decapsulation (decision 77).
 //!
 //! ```text
 //!  ha (10.21.0.1) ─ qa ┐                                   ┌ kb1 ─ hb (10.21.0.2)
@@ -143,6 +143,97 @@ fdb add {} dev vx0 dst 192.0.2.2
         rx_after,
         rx,
         "frames reached the old remote after the answer\n{}",
+        ctl.stats_text()
+    );
+}
+
+/// Packets `host`'s interface received.
+fn host_rx(host: &support::Host) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["-n", &host.ns, "-j", "-s", "link", "show", &host.ifname])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    u(&v[0]["stats64"]["rx"]["packets"])
+}
+
+/// Decapsulation (decision 77): hb's TCP to ha arrives from the kernel VTEP at its defaults (a
+/// UDP checksum, CHECKSUM_PARTIAL over the veth; TCP super-frames whole) and is decapsulated by
+/// `qb_vxlan_in` on qbridge's underlay: verified bytes through real kernel TCP, the program's
+/// hits counted (vx0 learns nothing and has no static entry, so ha's answers are the
+/// pipeline's: every hit is a decapsulation). Then `link del vx0` while hb pings ha every
+/// 10 ms: from the answer on, ha receives nothing more.
+#[test]
+fn tcp_from_a_kernel_vtep_is_decapsulated_by_the_program() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxdec");
+    let a = lab.netns("vxda").unwrap();
+    let b = lab.netns("vxdb").unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
+        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+    }
+    let ha = lab.host("ha", "10.21.0.1/24", &a, "qa").unwrap();
+    let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
+    if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return;
+    }
+    let batch = "link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local 192.0.2.1 dev ul dstport 4789 learning off
+link set dev p1 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
+";
+    let ctl = lab.daemon_args(&a, batch, &["--fast-path", "on"]).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || support::ping_ok(&hb, &ha.ip)),
+        "no ping over VXLAN\n{}",
+        ctl.stats_text()
+    );
+    let fp = || ctl.json(&["show", "fast-path"]).unwrap_or_default();
+    let hits0 = u(&fp()["hits"]);
+    let r = tcp_transfer(&hb, &ha, 64 << 20, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
+    let f = fp();
+    eprintln!("hb->ha {:.2} Gbit/s; show fast-path: {f}", r.gbit_per_s());
+    assert!(
+        u(&f["hits"]) - hits0 > 500,
+        "hb's TCP was not decapsulated by the program: {f}\n{}",
+        ctl.stats_text()
+    );
+    assert!(
+        f["misses"].to_string().contains("decap-"),
+        "no decapsulation counters: {f}"
+    );
+
+    // The port goes while hb pings ha: from the answer on, nothing reaches ha.
+    let mut pinger = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &hb.ns, "ping", "-q", "-i", "0.01", "-W", "1", &ha.ip,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let hits1 = u(&fp()["hits"]);
+    ctl.cmd(&["link", "del", "vx0"]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let rx = host_rx(&ha);
+    std::thread::sleep(Duration::from_millis(1000));
+    let rx_after = host_rx(&ha);
+    let hits2 = u(&fp()["hits"]);
+    let _ = pinger.kill();
+    let _ = pinger.wait();
+    assert!(hits1 > hits0, "the pings were not on the fast path");
+    assert_eq!(
+        rx_after,
+        rx,
+        "frames reached ha after the port was deleted (hits {hits1} -> {hits2})\n{}",
         ctl.stats_text()
     );
 }

@@ -155,6 +155,8 @@ impl Engine {
         // the ports: an interface that left a port for a bond (or a bond for a port) this
         // command is detached as the one and attached as the other, in that order.
         self.bond_fast_sync();
+        // VXLAN decapsulation (decision 77): what went is removed before the bump below.
+        self.fast_decap_sync();
         let Some(rt) = self.fast.as_mut() else {
             return 0;
         };

@@ -130,3 +130,126 @@ pub(super) fn learned(t: &SharedVxlanTable) -> Vec<qbridge_control::vxlan::Learn
         .map(|e| (e.vni.get(), e.mac, e.dst))
         .collect()
 }
+
+impl Engine {
+    /// The fast path's decapsulation (decision 77) brought in line with the VXLAN ports: each
+    /// open, fast-path-servable port with an IPv4 underlay the program encapsulates on has
+    /// `qb_vxlan_in` on that underlay and a tunnel for every IPv4 remote its table knows
+    /// (static entries and flood lists) and VNI it serves (an external port's: each mapped VNI
+    /// its `vnifilter` accepts, tagged with a VID of a TPID the program parses), and, when it
+    /// learns, its static sources. Called before the generation is bumped for a command.
+    pub(super) fn fast_decap_sync(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let mut want = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let w = decap_want(i as u16, s);
+            s.shared
+                .fast_decap
+                .store(w.is_some(), std::sync::atomic::Ordering::Relaxed);
+            want.extend(w);
+        }
+        rt.sync_decap(&want);
+    }
+}
+
+/// What port slot `s` (id `id`) asks of the decapsulating program, if anything.
+fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap::DecapWant> {
+    use qbridge_fastpath::{Vxd, VxdKey, VxdSrcKey, VXD_LEARNING};
+    let PortSpec::Vxlan(spec) = &s.spec else {
+        return None;
+    };
+    if !s.open || !crate::fastpath::servable(id) {
+        return None;
+    }
+    let table = s.vxlan.as_ref()?;
+    let egress = s
+        .shared
+        .fast_vxlan
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()?;
+    // IPv4 outers only (decision 77).
+    let std::net::IpAddr::V4(local) = egress.local else {
+        return None;
+    };
+    let underlay = qbridge_io::sys::ifname(egress.underlay)?;
+    let port = crate::fastpath::port_index(s.token);
+    let t = table.lock().unwrap_or_else(|p| p.into_inner());
+    let entries = t.entries(std::time::Instant::now());
+    // The VNIs the port serves, with the tag its frames enter with.
+    let mut vnis: Vec<(Vni, [u8; 2], [u8; 2])> = Vec::new();
+    match egress.vni {
+        Some(v) => vnis.push((v, [0; 2], [0; 2])),
+        None => {
+            for &(_, n) in &spec.tunnels {
+                let Some(v) = Vni::new(n) else { continue };
+                let Some(tag) = t.tunnels.tag_of_vni(v) else {
+                    continue;
+                };
+                let tpid = u16::from_be_bytes([tag[0], tag[1]]);
+                if tpid != 0x8100 && tpid != 0x88a8 {
+                    continue;
+                }
+                if !vnis.iter().any(|(w, _, _)| *w == v) {
+                    vnis.push((v, [tag[0], tag[1]], [tag[2], tag[3]]));
+                }
+            }
+        }
+    }
+    let mut remotes: Vec<std::net::Ipv4Addr> = entries
+        .iter()
+        .filter(|e| e.kind != qbridge_io::vxlan::VxlanEntryKind::Learned)
+        .filter_map(|e| match e.dst {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(_) => None,
+        })
+        .collect();
+    remotes.sort_unstable();
+    remotes.dedup();
+    let word = |v: Vni| {
+        let b = v.get().to_be_bytes();
+        [b[1], b[2], b[3], 0]
+    };
+    let flags = if spec.learning { VXD_LEARNING } else { 0 };
+    let mut w = crate::fastpath::decap::DecapWant {
+        underlay,
+        ..Default::default()
+    };
+    for &(v, tpid, tci) in &vnis {
+        for r in &remotes {
+            w.tunnels.push((
+                VxdKey {
+                    local: local.octets(),
+                    remote: r.octets(),
+                    vni: word(v),
+                    dstport: egress.dstport.to_be_bytes(),
+                    pad: 0,
+                },
+                Vxd {
+                    port: u32::from(port),
+                    tag_tpid: tpid,
+                    tag_tci: tci,
+                    flags,
+                },
+            ));
+        }
+    }
+    if spec.learning {
+        for e in &entries {
+            if e.kind == qbridge_io::vxlan::VxlanEntryKind::Static
+                && vnis.iter().any(|(v, _, _)| *v == e.vni)
+            {
+                w.srcs.push(VxdSrcKey {
+                    port: u32::from(port),
+                    vni: word(e.vni),
+                    mac: e.mac.0,
+                    pad: 0,
+                });
+            }
+        }
+    }
+    (!w.tunnels.is_empty()).then_some(w)
+}

@@ -34,6 +34,8 @@ pub(crate) struct FastRt {
     pub(super) fp: FastPath,
     /// The bonds the program serves (`super::bond`, decision 74).
     pub(super) bonds: super::bond::Bonds,
+    /// VXLAN decapsulation: what `qb_vxlan_in` was given (`super::decap`, decision 77).
+    pub(super) decap: super::decap::Decap,
     shared: Arc<FastShared>,
     /// The upcall veth (its other end is `upcall` with a `p` appended).
     upcall: String,
@@ -142,6 +144,7 @@ impl FastRt {
         let mut rt = FastRt {
             fp,
             bonds: Default::default(),
+            decap: Default::default(),
             shared,
             upcall,
             attached: HashMap::new(),
@@ -536,6 +539,8 @@ impl FastRt {
         count_flows: bool,
     ) -> FastPathStatus {
         let (hits, misses) = self.fp.verdicts().unwrap_or_default();
+        // VXLAN decapsulation's (decision 77) hits and passes with the port program's.
+        let (decap_hits, decap_passes) = self.decap_counts();
         FastPathStatus {
             mode: mode.name().to_owned(),
             state: "on".into(),
@@ -550,10 +555,11 @@ impl FastRt {
                     f.iter().filter(|(_, a)| a.generation == g).count() as u64
                 })
             },
-            hits,
+            hits: hits + decap_hits,
             misses: misses
                 .into_iter()
                 .map(|(m, n): (Miss, u64)| (m.name().to_owned(), n))
+                .chain(decap_passes)
                 .collect(),
             installed: self.shared.installed.load(Ordering::Relaxed),
             not_cached: Refusal::ALL

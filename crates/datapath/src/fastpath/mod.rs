@@ -28,6 +28,7 @@
 
 pub(crate) mod bond;
 pub(crate) mod control;
+pub(crate) mod decap;
 mod flow;
 mod install;
 pub(crate) mod upcall;

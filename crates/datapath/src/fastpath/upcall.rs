@@ -82,8 +82,10 @@ pub(crate) trait Host {
 /// serves (the program on its egress sends the misses on to the daemon's descriptor); its
 /// bursts go to [`FastWorker::forward_tap`].
 pub(crate) fn reads_misses(shared: &crate::shared::PortShared) -> bool {
-    shared.fast_into_host.load(Ordering::Relaxed)
-        && shared.fast_ifindex.load(Ordering::Relaxed) != 0
+    (shared.fast_into_host.load(Ordering::Relaxed)
+        && shared.fast_ifindex.load(Ordering::Relaxed) != 0)
+        // A VXLAN port the program decapsulates for (decision 77).
+        || shared.fast_decap.load(Ordering::Relaxed)
 }
 
 /// The fast path in one worker.

@@ -1,0 +1,147 @@
+//! VXLAN decapsulation in the fast path (decision 77): what the daemon writes for
+//! `qb_vxlan_in` — the program on each served VXLAN port's underlay, the tunnels whose frames it
+//! may take (the port's local address and UDP port, each IPv4 remote the port's table knows,
+//! each VNI the port serves with an external port's tag for it), the static sources of a
+//! learning port — and keeps in line with the ports after every command. A change removes what
+//! went before the generation is bumped (`FastRt::dirty`), so no frame of a removed tunnel, VNI
+//! or port is taken after the command answers; the VXLAN port's own frames (the program's
+//! misses, and every frame it passes) go through the worker's fast path as a served TAP's do,
+//! which installs their flows.
+
+use super::control::FastRt;
+use qbridge_fastpath::{Vxd, VxdKey, VxdSrcKey, VxdVerdict};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// What the program was last given.
+#[derive(Debug, Default)]
+pub(crate) struct Decap {
+    tunnels: HashMap<VxdKey, Vxd>,
+    srcs: HashSet<VxdSrcKey>,
+    underlays: BTreeSet<String>,
+}
+
+/// What one VXLAN port asks of the program.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DecapWant {
+    pub underlay: String,
+    pub tunnels: Vec<(VxdKey, Vxd)>,
+    pub srcs: Vec<VxdSrcKey>,
+}
+
+impl FastRt {
+    /// Brings the program's filters and maps to `want` (every served VXLAN port's); returns
+    /// whether anything changed (the flows are then made stale before the command answers).
+    pub(crate) fn sync_decap(&mut self, want: &[DecapWant]) -> bool {
+        let tunnels: HashMap<VxdKey, Vxd> = want
+            .iter()
+            .flat_map(|w| w.tunnels.iter().copied())
+            .collect();
+        let srcs: HashSet<VxdSrcKey> = want.iter().flat_map(|w| w.srcs.iter().copied()).collect();
+        let underlays: BTreeSet<String> = want.iter().map(|w| w.underlay.clone()).collect();
+        let mut changed = false;
+        // What goes, first.
+        let gone: Vec<VxdKey> = self
+            .decap
+            .tunnels
+            .iter()
+            .filter(|(k, v)| tunnels.get(k) != Some(v))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Err(e) = self.fp.remove_vxd_tunnel(&k) {
+                tracing::warn!("fast path: decapsulation tunnel: {e}");
+            }
+            self.decap.tunnels.remove(&k);
+            changed = true;
+        }
+        let gone: Vec<VxdSrcKey> = self.decap.srcs.difference(&srcs).copied().collect();
+        for k in gone {
+            if let Err(e) = self.fp.remove_vxd_src(&k) {
+                tracing::warn!("fast path: decapsulation source: {e}");
+            }
+            self.decap.srcs.remove(&k);
+            changed = true;
+        }
+        let gone: Vec<String> = self
+            .decap
+            .underlays
+            .difference(&underlays)
+            .cloned()
+            .collect();
+        for dev in gone {
+            if let Err(e) = self.fp.detach_decap(&dev) {
+                tracing::debug!("fast path: decapsulation on {dev}: {e}");
+            }
+            self.decap.underlays.remove(&dev);
+            changed = true;
+        }
+        for dev in underlays {
+            if self.decap.underlays.contains(&dev) {
+                continue;
+            }
+            match self.fp.attach_decap(&dev) {
+                Ok(()) => {
+                    tracing::info!("fast path: decapsulating VXLAN on {dev}");
+                    self.decap.underlays.insert(dev);
+                    changed = true;
+                }
+                Err(e) => tracing::warn!(
+                    "fast path: cannot decapsulate on {dev}: {e}; the port's socket receives"
+                ),
+            }
+        }
+        for k in srcs {
+            if self.decap.srcs.contains(&k) {
+                continue;
+            }
+            match self.fp.set_vxd_src(k) {
+                Ok(()) => {
+                    self.decap.srcs.insert(k);
+                    changed = true;
+                }
+                Err(e) => tracing::warn!("fast path: decapsulation source: {e}"),
+            }
+        }
+        for (k, v) in tunnels {
+            if self.decap.tunnels.get(&k) == Some(&v) {
+                continue;
+            }
+            match self.fp.set_vxd_tunnel(k, v) {
+                Ok(()) => {
+                    self.decap.tunnels.insert(k, v);
+                    changed = true;
+                }
+                Err(e) => tracing::warn!("fast path: decapsulation tunnel: {e}"),
+            }
+        }
+        if changed {
+            self.dirty = true;
+        }
+        changed
+    }
+
+    /// Whether the program decapsulates on any interface.
+    pub(crate) fn decapsulates(&self) -> bool {
+        !self.decap.underlays.is_empty()
+    }
+
+    /// For `show fast-path` while the program decapsulates: the frames it decapsulated (hits),
+    /// and those it passed to the VXLAN ports' sockets, by reason (`decap-…`); the `other`
+    /// frames of the underlay, not VXLAN to a served tunnel, are left out.
+    pub(crate) fn decap_counts(&mut self) -> (u64, Vec<(String, u64)>) {
+        if !self.decapsulates() {
+            return (0, Vec::new());
+        }
+        let stats = self.fp.vxd_stats().unwrap_or_default();
+        let mut hits = 0;
+        let mut passes = Vec::new();
+        for (v, n) in stats {
+            match v {
+                VxdVerdict::Hit => hits = n,
+                VxdVerdict::Other => {}
+                v => passes.push((format!("decap-{}", v.name()), n)),
+            }
+        }
+        (hits, passes)
+    }
+}
