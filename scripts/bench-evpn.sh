@@ -16,6 +16,9 @@
 #
 #   scripts/bench-evpn.sh ROUTES VTEPS [ROUTES VTEPS]...   (default: 3000 100)
 #
+# QBRIDGE_BENCH_IPV6=1: the underlay is IPv6 (A 2001:db8:e7::1, the injectors ::100 onwards,
+# the injected VTEPs 2001:db8:100::N, the BGP sessions over IPv6) and the FRR side is left out:
+# FRR 8.4 has no IPv6 VTEPs (docs/decisions.md 81).
 # QBRIDGE_EVPN_ARGS adds options to qbridge-evpn (e.g. --interval-ms 2000). QBRIDGE_BENCH_BIN=DIR
 # takes qbridge, qbridge-evpn and qbridge-evpn-bench from DIR instead of building them (to
 # compare two builds of the adapter).
@@ -50,27 +53,43 @@ trap "exit 130" INT TERM
 ip netns add $p-u
 ip -n $p-u link add ubr type bridge
 ip -n $p-u link set ubr up
+v6=${QBRIDGE_BENCH_IPV6:-}
 declare -A addr=([a]=192.0.2.1 [b]=192.0.2.2 [i]=192.0.2.100)
+plen=24
+nodes="a b i"
 k=${QBRIDGE_BENCH_INJECTORS:-16}
 inj=()
 for j in $(seq 0 $((k - 1))); do inj+=(192.0.2.$((100 + j))); done
-for n in a b i; do
+if [ -n "$v6" ]; then
+  addr=([a]=2001:db8:e7::1 [i]=2001:db8:e7::100)
+  plen="64 nodad"
+  nodes="a i"
+  inj=()
+  for j in $(seq 0 $((k - 1))); do inj+=(2001:db8:e7::$((100 + j))); done
+fi
+for n in $nodes; do
   ip netns add $p-$n
   ip -n $p-$n link set lo up
   ip link add ul netns $p-$n type veth peer name u$n netns $p-u
   ip -n $p-u link set u$n master ubr
   ip -n $p-u link set u$n up
-  ip -n $p-$n addr add ${addr[$n]}/24 dev ul
+  # shellcheck disable=SC2086
+  ip -n $p-$n addr add ${addr[$n]}/$plen dev ul
   ip -n $p-$n link set ul up
 done
 # The injected VTEPs (10.100.0.0/16) are behind the injector: FRR resolves its next hops.
-for j in $(seq 1 $((k - 1))); do ip -n $p-i addr add ${inj[$j]}/24 dev ul; done
-ip -n $p-b route add 10.100.0.0/16 via 192.0.2.100
-ip -n $p-a route add 10.100.0.0/16 via 192.0.2.100
+# shellcheck disable=SC2086
+for j in $(seq 1 $((k - 1))); do ip -n $p-i addr add ${inj[$j]}/$plen dev ul; done
+if [ -n "$v6" ]; then
+  ip -n $p-a route add 2001:db8:100::/64 via 2001:db8:e7::100
+else
+  ip -n $p-b route add 10.100.0.0/16 via 192.0.2.100
+  ip -n $p-a route add 10.100.0.0/16 via 192.0.2.100
+fi
 
 gobgpd_conf() { # LOCAL PEER... (INJECTOR=1: no listening socket, sessions from LOCAL)
   local l=$1; shift
-  printf '[global.config]\n  as = 65000\n  router-id = "%s"\n  local-address-list = ["%s"]\n' "$l" "$l"
+  printf '[global.config]\n  as = 65000\n  router-id = "%s"\n  local-address-list = ["%s"]\n' "${RID:-$l}" "$l"
   [ -n "${INJECTOR:-}" ] && printf '  port = -1\n'
   for peer in "$@"; do
     printf '[[neighbors]]\n  [neighbors.config]\n    neighbor-address = "%s"\n    peer-as = 65000\n' "$peer"
@@ -89,7 +108,11 @@ start() { # NS LOG PROG ARGS... (pid in $started)
 # I: the injectors' gobgpds (API ports 50051 onwards), each peered with A's gobgpd and FRR.
 apis=()
 for j in $(seq 0 $((k - 1))); do
-  INJECTOR=1 gobgpd_conf ${inj[$j]} 192.0.2.1 192.0.2.2 >"$tmp/gobgpd-i$j.toml"
+  if [ -n "$v6" ]; then
+    INJECTOR=1 RID=10.99.0.$((1 + j)) gobgpd_conf ${inj[$j]} 2001:db8:e7::1 >"$tmp/gobgpd-i$j.toml"
+  else
+    INJECTOR=1 gobgpd_conf ${inj[$j]} 192.0.2.1 192.0.2.2 >"$tmp/gobgpd-i$j.toml"
+  fi
   start $p-i "$tmp/gobgpd-i$j.log" gobgpd -f "$tmp/gobgpd-i$j.toml" --api-hosts 127.0.0.1:$((50051 + j))
   apis+=(127.0.0.1:$((50051 + j)))
 done
@@ -102,7 +125,7 @@ ip -n $p-a link set qa-h up
 cat >"$tmp/a.batch" <<EOF
 link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev qa
-link add vx0 type vxlan id 100 local 192.0.2.1 dstport 4789 nolearning
+link add vx0 type vxlan id 100 local ${addr[a]} dstport 4789 nolearning
 link set dev p1 master br0
 link set dev vx0 master br0
 link set dev vx0 learning off
@@ -111,14 +134,19 @@ start $p-a "$tmp/daemon.log" "$bin/qbridge" daemon -batch "$tmp/a.batch" --socke
 daemon_pid=$started
 for _ in $(seq 100); do [ -S "$tmp/a.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/a.sock" ] || { echo "qbridge did not start:"; cat "$tmp/daemon.log"; exit 1; }
-gobgpd_conf 192.0.2.1 "${inj[@]}" >"$tmp/gobgpd-a.toml"
+RID=192.0.2.1 gobgpd_conf ${addr[a]} "${inj[@]}" >"$tmp/gobgpd-a.toml"
 start $p-a "$tmp/gobgpd-a.log" gobgpd -f "$tmp/gobgpd-a.toml" --api-hosts 127.0.0.1:50051
 gobgpd_a=$started
 # shellcheck disable=SC2086
 start $p-a "$tmp/evpn.log" "$bin/qbridge-evpn" --socket "$tmp/a.sock" ${QBRIDGE_EVPN_ARGS:-}
 evpn_pid=$started
 
-# B: FRR with a kernel bridge and vxlan device.
+# B: FRR with a kernel bridge and vxlan device (not over IPv6: FRR 8.4 has no IPv6 VTEPs).
+frr_args=()
+sessions=$((2 * k))
+if [ -n "$v6" ]; then
+  sessions=$k
+else
 ip -n $p-b link add kbr type bridge
 ip -n $p-b link add vx100 type vxlan id 100 local 192.0.2.2 dstport 4789 nolearning
 ip -n $p-b link set vx100 master kbr
@@ -146,25 +174,27 @@ for d in zebra bgpd; do
 done
 sleep 0.5
 zebra_pid=$(cat "$frr/zebra.pid"); bgpd_pid=$(cat "$frr/bgpd.pid")
+frr_args=(--frr-ns $p-b --frr-dev vx100 --frr-pids "bgpd=$bgpd_pid,zebra=$zebra_pid")
+fi
 
-# Every session up (each injector's two neighbours established).
+# Every session up (each injector's neighbours established: A and FRR, or A alone).
 for _ in $(seq 300); do
   n=0
   for j in $(seq 0 $((k - 1))); do
     c=$(ip netns exec $p-i gobgp -p $((50051 + j)) neighbor 2>/dev/null | grep -c Establ || true)
     n=$((n + c))
   done
-  [ "$n" = $((2 * k)) ] && break
+  [ "$n" = $sessions ] && break
   sleep 0.2
 done
-[ "$n" = $((2 * k)) ] || { echo "BGP sessions not up ($n of $((2 * k))):"; ip netns exec $p-i gobgp neighbor; exit 1; }
+[ "$n" = $sessions ] || { echo "BGP sessions not up ($n of $sessions):"; ip netns exec $p-i gobgp neighbor; exit 1; }
 sleep 2
 
-echo "qbridge-evpn: $bin/qbridge-evpn, $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $k injectors; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "qbridge-evpn: $bin/qbridge-evpn, $(git rev-parse --short HEAD)$(git diff --quiet -- crates/evpn || echo +dirty); $k injectors;${v6:+ IPv6 underlay;} $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 while [ $# -ge 2 ]; do
   ip netns exec $p-i "$bin/qbridge-evpn-bench" --inject "$(IFS=,; echo "${apis[*]}")" --routes "$1" --vteps "$2" \
     --socket "$tmp/a.sock" --pids "qbridge-evpn=$evpn_pid,gobgpd=$gobgpd_a,daemon=$daemon_pid" \
-    --frr-ns $p-b --frr-dev vx100 --frr-pids "bgpd=$bgpd_pid,zebra=$zebra_pid" \
+    "${frr_args[@]}" ${v6:+--ipv6} \
     2>&1 || { echo "failed; the adapter's log:"; tail -20 "$tmp/evpn.log"; exit 1; }
   shift 2
   sleep 3
