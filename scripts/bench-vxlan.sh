@@ -13,7 +13,7 @@
 #   ovs-kernel      A: Open vSwitch, netdev datapath: br-phy (underlay address, ul) and
 #                   br-int (qa, vx0 type=vxlan options:key=100); B: kernel
 #   qbridge-ovs     A: qbridge; B: Open vSwitch netdev
-#   qbridge-kernel/6, kernel-kernel/6: the first two over an IPv6 underlay (2001:db8:100::1
+#   qbfast-kernel/6, qbridge-kernel/6, kernel-kernel/6: over an IPv6 underlay (2001:db8:100::1
 #                   and ::2, MTU 1570: IPv6's 70 bytes of outer headers over a 1500-byte
 #                   inner MTU), both VTEPs at their defaults (UDP checksum computed)
 #
@@ -190,7 +190,7 @@ printf '%-16s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4
 case " $families " in *" 4 "*) ;; *) have_ovs=2 ;; esac
 for rep in $(seq "$reps"); do
   for fam in $families; do
-    if [ "$fam" = 4 ]; then pair qbfast kernel "$fam"; fi
+    pair qbfast kernel "$fam"   # over IPv6 too (decision 78)
     pair qbridge kernel "$fam"
     pair kernel kernel "$fam"
   done
