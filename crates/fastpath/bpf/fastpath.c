@@ -986,6 +986,15 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 		tos = t->tos;
 	}
 	sport = t->sport_be[(hash ^ (hash >> 16)) & (QB_VXLAN_SOCKETS - 1)];
+	/* The underlay's MTU as it is now (the flow's max_len holds the one read when the port
+	 * opened): a longer outer packet goes up, where the socket refuses it (tx_too_long).
+	 * The outer IP length in the scratch (the stack is full); super-frames are judged by
+	 * max_len alone. */
+	if (!skb->gso_size) {
+		o->s_left = len + (t->flags & QB_VX_IPV6 ? 56 : 36);
+		if (bpf_check_mtu(skb, t->ifindex, &o->s_left, 0, 0))
+			return QB_MISS_VXLAN + 1;
+	}
 	if (t->flags & QB_VX_IPV6)
 		return vx6_prepare(skb, t, off, proto_be, len, o, hash ^ (hash >> 16), tos);
 	o->ifindex = t->ifindex;

@@ -62,6 +62,8 @@ fn setup() -> Option<(FastPath, u32, u32)> {
     for d in ["fa", "fb", "fc", "fd"] {
         ip(&["link", "set", d, "up"]);
     }
+    // The underlay takes jumbo frames (the program checks its MTU as it is).
+    ip(&["link", "set", "fc", "mtu", "9000"]);
     ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
     ip(&[
         "neigh",

@@ -64,6 +64,8 @@ fn setup() -> Option<(FastPath, u32, u32)> {
     for d in ["fa", "fb", "fc", "fd"] {
         ip(&["link", "set", d, "up"]);
     }
+    // The underlay takes jumbo frames (the program checks its MTU as it is).
+    ip(&["link", "set", "fc", "mtu", "9000"]);
     ip(&["addr", "add", "2001:db8:73::1/64", "dev", "fc", "nodad"]);
     ip(&[
         "neigh",
@@ -314,6 +316,22 @@ fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     tagged.extend_from_slice(&f[12..]);
     let r = run_hit(&mut fp, &tagged, fa, fc);
     assert_eq!(r.frame, expected(&t4, &f, 0));
+
+    // The underlay's MTU as it is now: an outer packet one byte over it goes up (the socket
+    // would refuse it), one that fits leaves.
+    ip(&["link", "set", "fc", "mtu", "1500"]);
+    let fits = ipv4(0, 17, 0, &ports_l4(false, 1, 2, 1500 - 56 - 14 - 20 - 8));
+    assert_eq!(fits.len() + 56, 1500);
+    run_hit(&mut fp, &fits, fa, fc);
+    let over = ipv4(
+        0,
+        17,
+        0,
+        &ports_l4(false, 1, 2, 1500 - 56 - 14 - 20 - 8 + 1),
+    );
+    let r = fp.test_run(&over, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+    assert_eq!(r.frame, over);
 }
 
 /// The program's cost per frame over IPv6 against IPv4 and plain forwarding (`cargo test -p
