@@ -310,6 +310,11 @@ impl FastPath {
         Ok(self.maps.insert_flow(&key, &action)?)
     }
 
+    /// Writes the mirror copies of the flow of `key` ([`MapWriter::set_mirror`]).
+    pub fn set_mirror(&mut self, key: FlowKey, m: MirAction) -> Result<(), Error> {
+        Ok(self.maps.set_mirror(&key, &m)?)
+    }
+
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), Error> {
         Ok(self.maps.remove_flow(key)?)
     }

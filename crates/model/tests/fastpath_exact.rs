@@ -41,7 +41,7 @@ use qbridge_bridge::{
     VlanProtocol,
 };
 use qbridge_datapath::fastpath::{
-    fdb_key, flow_for, port_index, Crossing, Forwarded, Refusal, PREFIX,
+    fdb_key, flow_for, port_index, split_copies, Crossing, Forwarded, Refusal, SeenCopy, PREFIX,
 };
 use qbridge_fastpath::{FastPath, FdbEntry, Miss, Port, Verdict, PORT_ENABLED};
 use qbridge_packet::{Batch, OffloadMeta, PacketBuf};
@@ -362,14 +362,17 @@ fn mirror_op(np: usize) -> impl Strategy<Value = Op> {
             prop::collection::vec(0..np, 1..=2),
             prop::sample::select(vec![D::Rx, D::Tx, D::Both]),
             0..np,
+            // A VLAN filter (the copies' decided at install, decision 80) and an RSPAN tag.
+            prop::option::weighted(0.3, (1..=NVID as u16, 0..3u16)),
+            prop::option::weighted(0.3, 1..=NVID as u16 + 2),
         )
-            .prop_map(|(name, src, direction, dst)| Op::MirrorAdd {
+            .prop_map(|(name, src, direction, dst, vids, rspan)| Op::MirrorAdd {
                 name,
                 src,
                 direction,
-                vids: None,
+                vids: vids.map(|(a, n)| qbridge_bridge::VidList::new(vec![(a, a + n)])),
                 dst,
-                rspan: None,
+                rspan,
             }),
         3 => (0..common::MIRROR_NAMES).prop_map(|name| Op::MirrorDel { name }),
     ]
@@ -741,6 +744,9 @@ struct Stats {
     /// Hits where decision 75 lets the program forward: from a locked port, in a bridge with
     /// the spanning tree on (per-VID states), while a mirror session exists.
     hits_where: BTreeMap<&'static str, u64>,
+    /// Hits whose flow cloned mirror copies (decision 80), and flows installed with copies.
+    mirror_hits: u64,
+    installed_with_copies: u64,
 }
 
 /// The 802.1Q/802.1ad tags a frame starts with, as `8` and `a` (`-`: none).
@@ -800,6 +806,9 @@ fn index(id: usize) -> u16 {
 struct Rig {
     fp: FastPath,
     ifindex: Vec<u32>,
+    /// A packet socket on each port veth's peer: the mirror copies the program clones there
+    /// (decision 80).
+    caps: Vec<mir_cap::Cap>,
     generation: u32,
     /// The plan the program's generation stands for.
     plan: Option<Arc<Plan>>,
@@ -813,6 +822,27 @@ fn io<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> TestCaseError {
 }
 
 impl Rig {
+    /// The mirror clones the last test run sent, by port (the index of the veth whose peer
+    /// got it) in arrival order per port: `want` of them awaited (a clone crosses the veth in
+    /// the sender's softirq; the wait only bounds a failure), then whatever else came.
+    fn clones(&self, want: usize) -> Vec<(usize, Vec<u8>)> {
+        let mut got: Vec<(usize, Vec<u8>)> = Vec::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            for (j, c) in self.caps.iter().enumerate() {
+                while let Some(b) = c.recv() {
+                    got.push((j, b));
+                }
+            }
+            if got.len() >= want || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got.sort_by_key(|c| c.0);
+        got
+    }
+
     /// The program's port entries as the engine writes them (`fast_publish`) for every port of
     /// the case, and none for the other interfaces.
     fn publish(&mut self, plan: &Arc<Plan>, np: usize) -> Result<(), TestCaseError> {
@@ -939,6 +969,9 @@ impl Rig {
                 let segs = payload.div_ceil(f.meta.gso_size as usize).clamp(1, 64);
                 (f.meta.gso_size, segs as u16)
             });
+            for c in &self.caps {
+                c.drain();
+            }
             let r = match self.fp.test_run(bytes, self.ifindex[f.port], gso) {
                 Ok(r) => r,
                 // The kernel's test run refuses frames shorter than the network header their
@@ -976,10 +1009,44 @@ impl Rig {
                         stats.gso_hits += 1;
                     }
                     let want = self.ifindex.iter().position(|i| i == ifindex);
+                    // The frame and the mirror copies the pipeline made of it (decision 80):
+                    // the program's clones, captured on the destinations' veth peers, must be
+                    // those copies, port by port in order.
+                    let split = if plan.has_mirrors() && copies == 0 && !sent.is_empty() {
+                        let v: Vec<(u16, &[u8])> = sent
+                            .iter()
+                            .map(|(j, b)| (*j as u16, b.as_slice()))
+                            .collect();
+                        split_copies(&plan, f.port as u16, bytes, &v).ok()
+                    } else if sent.len() == 1 {
+                        Some((0, Vec::new()))
+                    } else {
+                        None
+                    };
+                    let (fi, want_copies) = split.unwrap_or((usize::MAX, Vec::new()));
+                    let mut want_clones: Vec<(usize, Vec<u8>)> =
+                        want_copies.iter().map(|&c| sent[c].clone()).collect();
+                    want_clones.sort_by_key(|c| c.0);
+                    let clones = self.clones(want_clones.len());
+                    if !want_clones.is_empty() {
+                        stats.mirror_hits += 1;
+                    }
                     let ok = copies == 0
-                        && sent.len() == 1
-                        && Some(sent[0].0) == want
-                        && sent[0].1 == r.frame;
+                        && fi < sent.len()
+                        && Some(sent[fi].0) == want
+                        && sent[fi].1 == r.frame
+                        && clones == want_clones;
+                    if !ok && clones != want_clones {
+                        return Err(TestCaseError::fail(format!(
+                            "the program cloned [{}] of p{} {:?} (gso {gso:?}), the pipeline's \
+                             copies were [{}] (it sent [{}])",
+                            show(&clones),
+                            f.port,
+                            f.bytes,
+                            show(&want_clones),
+                            show(&sent),
+                        )));
+                    }
                     if !ok {
                         return Err(TestCaseError::fail(format!(
                             "the program forwarded p{} {:?} (gso {gso:?}) to {:?} as {:?}, \
@@ -993,7 +1060,18 @@ impl Rig {
                         )));
                     }
                 }
-                Verdict::Miss(m) => *stats.misses.entry(m.name()).or_default() += 1,
+                Verdict::Miss(m) => {
+                    *stats.misses.entry(m.name()).or_default() += 1;
+                    let clones = self.clones(0);
+                    if !clones.is_empty() {
+                        return Err(TestCaseError::fail(format!(
+                            "the program sent p{} {:?} up ({m:?}) but cloned [{}]",
+                            f.port,
+                            f.bytes,
+                            show(&clones)
+                        )));
+                    }
+                }
                 Verdict::Other { .. } => {
                     return Err(TestCaseError::fail(format!(
                         "unknown verdict {:?} for p{} {:?}",
@@ -1024,8 +1102,39 @@ impl Rig {
     ) -> Result<(bool, Option<Verdict>), TestCaseError> {
         let bytes = &f.bytes.0;
         let mut installed = false;
-        if copies == 0 && sent.len() == 1 && sent[0].0 < np {
-            let (j, output) = &sent[0];
+        // The frame and the mirror copies the pipeline made of it, as the worker splits them.
+        let split = if copies != 0 || sent.is_empty() {
+            None
+        } else if plan.has_mirrors() {
+            let v: Vec<(u16, &[u8])> = sent
+                .iter()
+                .map(|(j, b)| (*j as u16, b.as_slice()))
+                .collect();
+            match split_copies(plan, f.port as u16, bytes, &v) {
+                Ok(s) => Some(s),
+                Err(r) => {
+                    *stats.refused.entry(refusal(r)).or_default() += 1;
+                    None
+                }
+            }
+        } else {
+            (sent.len() == 1).then(|| (0, Vec::new()))
+        };
+        if let Some((fi, copy_at)) = split.filter(|(fi, _)| sent[*fi].0 < np) {
+            let (j, output) = &sent[fi];
+            let seen: Vec<SeenCopy> = copy_at
+                .iter()
+                .map(|&c| {
+                    let (d, b) = &sent[c];
+                    SeenCopy {
+                        port: *d as u16,
+                        index: index(*d),
+                        ifindex: self.ifindex.get(*d).copied().unwrap_or(0),
+                        len: b.len(),
+                        frame: &b[..b.len().min(PREFIX)],
+                    }
+                })
+                .collect();
             let hop = [Crossing {
                 in_id: f.port as u16,
                 in_index: index(f.port),
@@ -1043,13 +1152,17 @@ impl Rig {
                 out_ifindex: self.ifindex[*j],
                 out_peer_mac: None,
                 out_into_host: false,
-                copies: &[],
+                copies: &seen,
                 generation: self.generation,
             };
             match flow_for(&fw) {
                 Ok(p) => {
                     for (k, e) in &p.fdb {
                         self.fp.set_fdb(*k, *e).map_err(io("set_fdb"))?;
+                    }
+                    if let Some(m) = p.mirror {
+                        self.fp.set_mirror(p.key, m).map_err(io("set_mirror"))?;
+                        stats.installed_with_copies += 1;
                     }
                     self.fp
                         .insert_flow(p.key, p.action)
@@ -1258,6 +1371,14 @@ fn rig() -> Option<Rig> {
         return None;
     }
     let mut ifs = Vec::new();
+    let mut caps = Vec::new();
+    // The veths up (the program's mirror clones go out on them, decision 80), with nothing of
+    // the host's own on them (no IPv6: no router solicitations or MLD reports).
+    for k in ["all", "default"] {
+        let _ = Command::new("sysctl")
+            .args(["-qw", &format!("net.ipv6.conf.{k}.disable_ipv6=1")])
+            .status();
+    }
     for i in 0..MAX_PORTS {
         let ok = Command::new("ip")
             .args(["link", "add", &format!("fx{i}"), "type", "veth"])
@@ -1265,12 +1386,21 @@ fn rig() -> Option<Rig> {
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "ip link add fx{i}");
+        for end in ["fx", "fy"] {
+            let ok = Command::new("ip")
+                .args(["link", "set", &format!("{end}{i}"), "up"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip link set {end}{i} up");
+        }
         ifs.push(ifindex(&format!("fx{i}")));
+        caps.push(mir_cap::Cap::open(ifindex(&format!("fy{i}"))).expect("packet socket"));
     }
     let fp = FastPath::load().expect("loading the program");
     Some(Rig {
         fp,
         ifindex: ifs,
+        caps,
         generation: 0,
         plan: None,
         fwd: Forwarder::new(0),
@@ -1508,8 +1638,9 @@ fn locked_ports_and_vid_states_are_served() {
     assert_eq!(stats.misses.get("stale").copied(), Some(3), "{stats:?}");
 
     // A mirror session on p2 (both directions, to p3): p0 <-> p1 and p0 -> p3 (the
-    // destination) keep their flows; p0 <-> p2 stays with the pipeline (frame and copy) until
-    // the session goes.
+    // destination) keep their flows; p0 -> p2 gets a flow that clones its tx copy to p3
+    // (decision 80; the differential compares the clone captured on p3's veth peer with the
+    // pipeline's copy).
     let mut stats = Stats::default();
     let (e, g) = (common::mac(5), common::mac(6));
     let mirrored = Case {
@@ -1537,14 +1668,57 @@ fn locked_ports_and_vid_states_are_served() {
     };
     run_case(&mut rig, &mirrored, &mut stats).unwrap_or_else(|e| panic!("mirror: {e}"));
     eprintln!("mirror session: {stats:?}");
-    // p0 -> p1 and p0 -> p3 while the session exists; p0 -> p2 (a frame and its copy) not
-    // while it does, then installed and hit; and p0 -> p1 again (re-installed: a new
-    // generation).
+    // p0 -> p1, p0 -> p3 and p0 -> p2 (the frame and its clone) while the session exists;
+    // then p0 -> p2 (re-installed without its copy: a new generation) and p0 -> p1 again.
     assert_eq!(
         stats.hits_where.get("mirror_session").copied(),
-        Some(2),
+        Some(3),
         "{stats:?}"
     );
+    assert_eq!(stats.hits, 5, "{stats:?}");
+    assert_eq!(stats.mirror_hits, 1, "{stats:?}");
+
+    // Mirror copies cloned by the program (decision 80), each compared with the pipeline's
+    // copy captured on the destination's veth peer: m0 copies p2 both ways in VLAN 5 only,
+    // with an RSPAN tag; m1 copies what p0 receives.
+    let mut stats = Stats::default();
+    let tagged = |v: u16| [(0x8100u16, v)];
+    let copies = Case {
+        bridges: vec![common::bridge_settings(false, VlanProtocol::Dot1Q)],
+        ports: (0..4).map(|_| spec(false, true)).collect(),
+        setup: vec![
+            Op::MirrorAdd {
+                name: 0,
+                src: vec![2],
+                direction: qbridge_bridge::MirrorDirection::Both,
+                vids: Some(qbridge_bridge::VidList::new(vec![(5, 5)])),
+                dst: 3,
+                rspan: Some(7),
+            },
+            Op::MirrorAdd {
+                name: 1,
+                src: vec![0],
+                direction: qbridge_bridge::MirrorDirection::Rx,
+                vids: None,
+                dst: 1,
+                rspan: None,
+            },
+        ],
+        steps: vec![
+            // a learned on p0 (a flood to e: no flow).
+            plain(0, e, a, &tagged(5)),
+            // e -> a: m0's rx copy of p2 (VLAN 5, RSPAN) to p3.
+            plain(2, a, e, &tagged(5)),
+            // a -> e: m1's rx copy of p0 to p1, then m0's tx copy of p2 to p3.
+            plain(0, e, a, &tagged(5)),
+            // VLAN 6: m1's copy only; then e -> a in VLAN 6: no copy at all.
+            plain(0, e, a, &tagged(6)),
+            plain(2, a, e, &tagged(6)),
+        ],
+    };
+    run_case(&mut rig, &copies, &mut stats).unwrap_or_else(|e| panic!("mirror copies: {e}"));
+    eprintln!("mirror copies: {stats:?}");
+    assert_eq!(stats.mirror_hits, 3, "{stats:?}");
     assert_eq!(stats.hits, 4, "{stats:?}");
 }
 
@@ -1583,8 +1757,8 @@ fn program_forwards_exactly_as_the_pipeline() {
     eprintln!(
         "fastpath_exact: hits by tags in>out {:?}; pipeline drops {:?}; unmeasured super-frames \
          missed after install: {}; hits from locked ports, in spanning-tree bridges, with a \
-         mirror session: {:?}",
-        s.hit_tags, s.drops, s.gso_unmeasured, s.hits_where
+         mirror session: {:?}; hits cloning mirror copies {} (flows installed with copies {})",
+        s.hit_tags, s.drops, s.gso_unmeasured, s.hits_where, s.mirror_hits, s.installed_with_copies
     );
     if let Err(e) = r {
         panic!("{e}");
@@ -1596,4 +1770,118 @@ fn program_forwards_exactly_as_the_pipeline() {
         "too few hits: {s:?}"
     );
     assert!(miss(Miss::Stale) > 0 && miss(Miss::Src) > 0, "{s:?}");
+}
+
+/// A packet socket on one interface that gives back frames as they were on the wire: the
+/// accelerated VLAN tag the kernel keeps out of the data (`PACKET_AUXDATA`) put back at offset
+/// 12.
+mod mir_cap {
+    #![allow(unsafe_code)]
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+    const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+
+    pub struct Cap(OwnedFd);
+
+    impl Cap {
+        pub fn open(ifindex: u32) -> std::io::Result<Cap> {
+            let proto = (libc::ETH_P_ALL as u16).to_be();
+            // SAFETY: socket(2) with constant arguments.
+            let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: a descriptor just returned to us.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: sockaddr_ll is plain data; zero is a valid value.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sa.sll_family = libc::AF_PACKET as u16;
+            sa.sll_protocol = proto;
+            sa.sll_ifindex = ifindex as i32;
+            let one: libc::c_int = 1;
+            // SAFETY: valid pointers and sizes for the calls.
+            let r = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_ll as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
+            } | unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_PACKET,
+                    libc::PACKET_AUXDATA,
+                    &one as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as u32,
+                )
+            };
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(Cap(fd))
+        }
+
+        /// Everything waiting, thrown away.
+        pub fn drain(&self) {
+            while self.recv().is_some() {}
+        }
+
+        /// The next frame waiting (without blocking), its accelerated tag put back.
+        pub fn recv(&self) -> Option<Vec<u8>> {
+            let mut buf = vec![0u8; 65_536 + 64];
+            let mut ctl = [0u64; 16];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: msghdr is plain data; zero is a valid value.
+            let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+            mh.msg_iov = &mut iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+            mh.msg_controllen = std::mem::size_of_val(&ctl);
+            // SAFETY: mh points to live buffers of the sizes it gives.
+            let n = unsafe {
+                libc::recvmsg(
+                    self.0.as_raw_fd(),
+                    &mut mh,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            if n < 0 {
+                return None;
+            }
+            buf.truncate((n as usize).min(buf.len()));
+            // SAFETY: walking the control messages the kernel wrote into `ctl`.
+            let mut c = unsafe { libc::CMSG_FIRSTHDR(&mh) };
+            while !c.is_null() {
+                // SAFETY: `c` is a control message header within `ctl`.
+                let h = unsafe { &*c };
+                if h.cmsg_level == libc::SOL_PACKET && h.cmsg_type == libc::PACKET_AUXDATA {
+                    // SAFETY: the kernel's tpacket_auxdata follows the header.
+                    let a: libc::tpacket_auxdata = unsafe {
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::tpacket_auxdata)
+                    };
+                    if a.tp_status & TP_STATUS_VLAN_VALID != 0 && buf.len() >= 12 {
+                        let tpid = if a.tp_status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                            a.tp_vlan_tpid
+                        } else {
+                            0x8100
+                        };
+                        let tag = [
+                            (tpid >> 8) as u8,
+                            tpid as u8,
+                            (a.tp_vlan_tci >> 8) as u8,
+                            a.tp_vlan_tci as u8,
+                        ];
+                        buf.splice(12..12, tag);
+                    }
+                }
+                // SAFETY: as above.
+                c = unsafe { libc::CMSG_NXTHDR(&mh, c) };
+            }
+            Some(buf)
+        }
+    }
 }

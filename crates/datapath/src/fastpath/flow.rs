@@ -87,6 +87,65 @@ pub struct FlowPlan {
     pub mirror: Option<qbridge_fastpath::MirAction>,
 }
 
+/// What a frame forwarded alone left as, `sent` (each frame with its port, ports in order and
+/// each port's frames in order), split with the plan's mirror sessions (decision 80): the
+/// index of the frame itself and the indexes of the copies in the pipeline's delivery order.
+/// The frame is the first on its port and the copies follow on their destinations: the port
+/// whose first frame makes the plan's copies ([`Plan::fast_copies`]) match `sent` exactly is
+/// the frame's. `Outputs`: no such port (a flood, a drop, a copy the pipeline dropped for
+/// size); `Port`: a copy the program does not make (to a pcap file, to a destination that
+/// is down).
+pub fn split_copies(
+    plan: &Plan,
+    in_id: u16,
+    input: &[u8],
+    sent: &[(u16, &[u8])],
+) -> Result<(usize, Vec<usize>), Refusal> {
+    let mut used: Vec<u16> = sent.iter().map(|s| s.0).collect();
+    used.dedup();
+    if sent.is_empty() || sent.len() > 1 + qbridge_fastpath::MIR_COPIES {
+        return Err(Refusal::Outputs);
+    }
+    for &c in &used {
+        let Some(first) = sent.iter().position(|s| s.0 == c) else {
+            continue;
+        };
+        let want = plan
+            .fast_copies(PortId(in_id), input, PortId(c), sent[first].1)
+            .ok_or(Refusal::Port)?;
+        // Each port's frames in order: the frame first on its own.
+        let mut next: Vec<(u16, usize)> = used.iter().map(|&j| (j, 0)).collect();
+        let mut take = |port: u16| -> Option<usize> {
+            let (_, k) = next.iter_mut().find(|(j, _)| *j == port)?;
+            let i = sent
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.0 == port)
+                .nth(*k)?
+                .0;
+            *k += 1;
+            Some(i)
+        };
+        let frame = take(c);
+        let copies: Option<Vec<usize>> = want
+            .iter()
+            .filter(|w| w.running)
+            .map(|w| take(w.dst))
+            .collect();
+        let all_taken = next
+            .iter()
+            .all(|&(j, k)| sent.iter().filter(|s| s.0 == j).count() == k);
+        if let (Some(frame), Some(copies), true) = (frame, copies, all_taken) {
+            if copies.len() != want.len() {
+                // A destination that does not run: its copies are dropped (`port_down`).
+                return Err(Refusal::Port);
+            }
+            return Ok((frame, copies));
+        }
+    }
+    Err(Refusal::Outputs)
+}
+
 /// The mirror copies of `f`'s frame the program must clone (decision 80): what the plan's
 /// sessions copy of it, each checked against the copy the pipeline made (its destination,
 /// length and bytes: the input, or the output for a tx copy, with the RSPAN tag pushed

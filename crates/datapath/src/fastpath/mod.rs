@@ -34,7 +34,7 @@ mod install;
 pub(crate) mod upcall;
 pub(crate) mod vxlan;
 
-pub use flow::{flow_for, Crossing, FlowPlan, Forwarded, SeenCopy, PREFIX};
+pub use flow::{flow_for, split_copies, Crossing, FlowPlan, Forwarded, SeenCopy, PREFIX};
 pub(crate) use install::{follow_changes, install};
 pub use vxlan::{tunnel_for, VxlanEgress};
 

@@ -6,7 +6,7 @@
 
 use super::{install, port_index, Crossing, FastShared, Forwarded, Refusal, SeenCopy, PREFIX};
 use crate::queue::Queue;
-use qbridge_bridge::{FastClass, Outputs, Plan, PortId};
+use qbridge_bridge::{FastClass, Outputs, Plan};
 use qbridge_io::BackendDrops;
 use qbridge_packet::{Batch, PacketBuf};
 use std::collections::HashSet;
@@ -395,10 +395,7 @@ impl FastWorker {
 
 /// The outputs of a frame forwarded alone, split: the port of the frame itself and where the
 /// mirror copies the pipeline made of it are (destination port, position in its batch, in the
-/// pipeline's delivery order), or why a flow cannot be made of it. Without mirror sessions:
-/// exactly one frame on one port. With (decision 80): the frame first on its port and the
-/// copies the plan's sessions make of it after it, on their destinations, nothing else — the
-/// port whose first frame makes the plan's copies match the outputs exactly is the frame's.
+/// pipeline's delivery order), or why a flow cannot be made of it ([`super::split_copies`]).
 fn split_outputs(
     outputs: &Outputs,
     plan: &Plan,
@@ -411,42 +408,16 @@ fn split_outputs(
     if outputs.mirror_sinks.iter().any(|b| !b.is_empty()) || !outputs.punt.is_empty() {
         return Err(Refusal::Outputs);
     }
-    let used: Vec<u16> = (0..outputs.ports.len() as u16)
-        .filter(|&j| !outputs.ports[j as usize].is_empty())
-        .collect();
-    if used.len() > 1 + qbridge_fastpath::MIR_COPIES {
-        return Err(Refusal::Outputs);
-    }
-    for &c in &used {
-        let out = outputs.ports[c as usize].pkts[0].frame();
-        let Some(want) = plan.fast_copies(PortId(in_id), input, PortId(c), out) else {
-            return Err(Refusal::Port);
-        };
-        let mut next: Vec<(u16, usize)> = used.iter().map(|&j| (j, usize::from(j == c))).collect();
-        let mut at = Vec::with_capacity(want.len());
-        let mut fits = true;
-        for w in want.iter().filter(|w| w.running) {
-            match next.iter_mut().find(|(j, _)| *j == w.dst) {
-                Some((j, k)) => {
-                    at.push((*j, *k));
-                    *k += 1;
-                }
-                None => fits = false,
-            }
-        }
-        if fits
-            && next
-                .iter()
-                .all(|&(j, k)| outputs.ports[j as usize].len() == k)
-        {
-            if at.len() != want.len() {
-                // A destination that does not run: its copies are dropped (`port_down`).
-                return Err(Refusal::Port);
-            }
-            return Ok((c, at));
+    let mut sent: Vec<(u16, &[u8])> = Vec::new();
+    let mut at: Vec<(u16, usize)> = Vec::new();
+    for (j, b) in outputs.ports.iter().enumerate() {
+        for (k, p) in b.pkts.iter().enumerate() {
+            sent.push((j as u16, p.frame()));
+            at.push((j as u16, k));
         }
     }
-    Err(Refusal::Outputs)
+    let (frame, copies) = super::split_copies(plan, in_id, input, &sent)?;
+    Ok((at[frame].0, copies.into_iter().map(|c| at[c]).collect()))
 }
 
 /// The one output of the last forwarding of a single frame: its port, or why a flow cannot
