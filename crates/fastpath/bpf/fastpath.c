@@ -131,14 +131,32 @@ static __always_inline struct qb_fdb_slot *slot_for(__u16 slot, const __u8 *mac,
 
 /* ---- The flow index (decision 79): a frame's flow from one array entry, the hash behind ---- */
 
-/* Per CPU (entry cpu * QB_FLOW_IX_SIZE + the key's hash; the loader sizes it for the CPUs it
- * serves: a CPU past the end uses the hash alone). */
+/* Per CPU, densely: QB_FLOW_IX_SIZE copies of flows (entry cpu * QB_FLOW_IX_SIZE + n, taken
+ * in turn), so the flows in use sit in few pages. The loader sizes both arrays for the CPUs it
+ * serves: a CPU past the end uses the hash alone. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, QB_FLOW_IX_SIZE);
 	__type(key, __u32);
 	__type(value, struct qb_flow_ix);
 } qb_flow_ix SEC(".maps");
+
+/* Per CPU, QB_FLOW_IX_TAGS words direct-mapped by the key's hash: 1 + the copy's n (0: none).
+ * 64 KB a CPU: its lines stay in the caches where the copies' pages would not. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QB_FLOW_IX_TAGS);
+	__type(key, __u32);
+	__type(value, __u32);
+} qb_flow_ix_tags SEC(".maps");
+
+/* The next copy a CPU takes (in turn: the oldest goes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_flow_ix_next SEC(".maps");
 
 /* The index's epoch: a copy made under another is not used (the loader bumps it). */
 struct {
@@ -150,7 +168,7 @@ struct {
 
 #define QB_FIX_K 0x9e3779b97f4a7c15ULL
 
-/* The key's entry in a CPU's part of the index: a multiply-xorshift of its six words (the
+/* The key's tag in a CPU's part of the index: a multiply-xorshift of its six words (the
  * kernel's jhash of 24 bytes is most of what a hash lookup computes). */
 static __always_inline __u32 fix_slot(const struct qb_flow_key *k)
 {
@@ -159,7 +177,7 @@ static __always_inline __u32 fix_slot(const struct qb_flow_key *k)
 
 	h = (h ^ (h >> 29) ^ ((__u64)w[2] << 32 | w[3])) * QB_FIX_K;
 	h = (h ^ (h >> 29) ^ ((__u64)w[4] << 32 | w[5])) * QB_FIX_K;
-	return (__u32)(h >> 40) & (QB_FLOW_IX_SIZE - 1);
+	return (__u32)(h >> 40) & (QB_FLOW_IX_TAGS - 1);
 }
 
 static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct qb_flow_key *b)
@@ -170,35 +188,61 @@ static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct 
 		 (x[5] ^ y[5]));
 }
 
-/* The flow of `key`: the index entry's copy if it holds the key under the current epoch, else
- * the hash's, copied into the entry when that is empty or stale (an entry holding another
- * current flow is left: that flow keeps it, this one uses the hash). The epoch is read before
- * the hash: a copy of what the hash held before a change is tagged with the epoch before the
- * loader's bump, and is never used after it. The atomic read of the entry's epoch orders the
- * two reads on CPUs that would reorder them. `zero`: the caller's 0 (its stack is full). */
+/* The flow of `key`: the copy its tag names if that holds the key under the current epoch,
+ * else the hash's, then copied: into the copy the tag names if that is this key's or stale,
+ * else (none, or taken since by a flow of another tag) into the CPU's next copy; a copy that
+ * is current for another key of the same tag is left (that flow keeps it; this one uses the
+ * hash). The epoch is read before the hash: a copy of what the hash held before a change is
+ * tagged with the epoch before the loader's bump, and is never used after it (the atomic read
+ * of the CPU's next copy orders the two reads on CPUs that would reorder them). `zero`: the
+ * caller's 0 (its stack is full). */
 static __always_inline struct qb_flow_action *fix_lookup(const struct qb_flow_key *key,
 							 const __u32 *zero)
 {
-	__u32 i;
+	__u32 i, cpu, t, tv, *tag;
+	__u64 *next, n;
 	__u64 *ep = bpf_map_lookup_elem(&qb_flow_epoch, zero);
 	struct qb_flow_action *act;
-	struct qb_flow_ix *e;
+	struct qb_flow_ix *e = 0;
 	__u64 epoch;
 
 	if (!ep)
 		return bpf_map_lookup_elem(&qb_flows, key);
 	epoch = *ep;
-	i = bpf_get_smp_processor_id() * QB_FLOW_IX_SIZE + fix_slot(key);
-	e = bpf_map_lookup_elem(&qb_flow_ix, &i);
-	if (!e)
+	cpu = bpf_get_smp_processor_id();
+	t = fix_slot(key);
+	i = cpu * QB_FLOW_IX_TAGS + t;
+	tag = bpf_map_lookup_elem(&qb_flow_ix_tags, &i);
+	if (!tag)
 		return bpf_map_lookup_elem(&qb_flows, key);
-	if (e->epoch == epoch && epoch && fix_key_eq(&e->key, key))
-		return &e->action;
-	if (__sync_fetch_and_or(&e->epoch, 0) == epoch && epoch)
-		return bpf_map_lookup_elem(&qb_flows, key);	/* another flow's: kept */
+	tv = *tag;
+	if (tv) {
+		i = cpu * QB_FLOW_IX_SIZE + ((tv - 1) & (QB_FLOW_IX_SIZE - 1));
+		e = bpf_map_lookup_elem(&qb_flow_ix, &i);
+		if (e && e->epoch == epoch && epoch && fix_key_eq(&e->key, key))
+			return &e->action;
+	}
+	next = bpf_map_lookup_elem(&qb_flow_ix_next, zero);
+	if (!next)
+		return bpf_map_lookup_elem(&qb_flows, key);
+	n = __sync_fetch_and_or(next, 0);
+	if (e && e->epoch == epoch && !fix_key_eq(&e->key, key)) {
+		if (fix_slot(&e->key) == t)
+			return bpf_map_lookup_elem(&qb_flows, key);	/* its tag's: kept */
+		e = 0;		/* taken by a flow of another tag */
+	}
 	act = bpf_map_lookup_elem(&qb_flows, key);
 	if (!act || !epoch)
 		return act;
+	if (!e) {
+		i = n & (QB_FLOW_IX_SIZE - 1);
+		*next = i + 1;
+		*tag = i + 1;
+		i += cpu * QB_FLOW_IX_SIZE;
+		e = bpf_map_lookup_elem(&qb_flow_ix, &i);
+		if (!e)
+			return act;
+	}
 	__builtin_memcpy(&e->key, key, sizeof(e->key));
 	__builtin_memcpy(&e->action, act, sizeof(e->action));
 	e->epoch = epoch;

@@ -126,14 +126,16 @@ struct qb_flow_action {
  * where what the daemon writes to its descriptor is what the host's stack receives. */
 #define QB_ACT_INGRESS 2
 
-/* The flow index (decision 79): per CPU, QB_FLOW_IX_SIZE entries direct-mapped by a hash of
- * the flow key, each a copy of a flow the program found in qb_flows, valid while its epoch is
- * qb_flow_epoch's. A frame whose key its entry holds reads that one entry (two cache lines)
- * instead of the hash's bucket and element and the kernel's jhash of the key. Only the CPU
- * that owns an entry writes it (the program, after a lookup in the hash); the loader bumps
- * the epoch after every change a copy could outlive (a flow replaced or removed, an insert
- * that may evict), so a copy is never used past its flow. */
-#define QB_FLOW_IX_SIZE 16384
+/* The flow index (decision 79): per CPU, QB_FLOW_IX_SIZE dense copies of flows the program
+ * found in qb_flows, each valid while its epoch is qb_flow_epoch's, and QB_FLOW_IX_TAGS tags
+ * direct-mapped by a hash of the flow key naming them. A frame whose key its tag's copy holds
+ * reads a word and that copy (two cache lines) instead of the hash's bucket and element and
+ * the kernel's jhash of the key. Only the CPU that owns a copy writes it (the program, after
+ * a lookup in the hash); the loader bumps the epoch after every change a copy could outlive
+ * (a flow replaced or removed, an insert that may evict), so a copy is never used past its
+ * flow. */
+#define QB_FLOW_IX_SIZE 8192
+#define QB_FLOW_IX_TAGS 16384
 struct qb_flow_ix {
 	__u64 epoch;		/* qb_flow_epoch's value when copied; 0: empty */
 	struct qb_flow_key key;

@@ -23,7 +23,7 @@ pub use maps::{
     VlanStats, ACT_INGRESS, ACT_PEER, HIT_INDEX, HOP_LEARNING, HOP_SRC, MAX_BRIDGES, MAX_FDB_SLOTS,
     MAX_HOPS, MAX_PORTS, PORT_EGRESS, PORT_ENABLED, PORT_ID_MASK, PORT_TRACE, SLOT_FREE,
 };
-pub use maps::{FlowIx, FLOW_IX_SIZE, MAX_FLOWS};
+pub use maps::{FlowIx, FLOW_IX_SIZE, FLOW_IX_TAGS, MAX_FLOWS};
 pub use maps::{MirAction, MirCopy, MirStats, ACT_MIRROR, MAX_MIRRORS, MIR_COPIES, MIR_TX};
 pub use maps::{Vxlan, ACT_VXLAN, MAX_TUNNELS, VXLAN_SOCKETS, VX_INHERIT_TOS, VX_IPV6};
 pub use owner::{orphans, Orphan, LEASE, RENEW};
@@ -109,9 +109,10 @@ impl FastPath {
         if !Self::built() {
             return Err(Error::NotBuilt);
         }
-        // The flow index: FLOW_IX_SIZE entries per CPU it serves (decision 79).
+        // The flow index: its copies and tags for each CPU it serves (decision 79).
         let mut ebpf = aya::EbpfLoader::new()
             .set_max_entries("qb_flow_ix", flow_ix_cpus() * FLOW_IX_SIZE)
+            .set_max_entries("qb_flow_ix_tags", flow_ix_cpus() * FLOW_IX_TAGS)
             .load(OBJECT)?;
         for name in [PROGRAM, SINK] {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
@@ -319,8 +320,8 @@ impl FastPath {
         Ok(self.maps.remove_flow(key)?)
     }
 
-    /// The flow index's entries that hold a copy under the current epoch, with their index
-    /// (CPU * [`FLOW_IX_SIZE`] + the key's hash; decision 79): what the program would use.
+    /// The flow index's copies under the current epoch, with their index (CPU *
+    /// [`FLOW_IX_SIZE`] + n; decision 79): what the program would use.
     pub fn flow_index(&mut self) -> Result<Vec<(u32, FlowIx)>, Error> {
         let epoch = self.maps.flow_epoch();
         let map = self
@@ -513,8 +514,8 @@ fn map_fd(ebpf: &mut aya::Ebpf, name: &'static str) -> Result<OwnedFd, Error> {
     Ok(data.fd().as_fd().try_clone_to_owned()?)
 }
 
-/// CPUs the flow index serves (decision 79): those numbered below 16 (its 224-byte entries
-/// are per CPU; a CPU past them uses the hash alone).
+/// CPUs the flow index serves (decision 79): those numbered below 16 (its copies are per
+/// CPU, 1.8 MB each; a CPU past them uses the hash alone).
 fn flow_ix_cpus() -> u32 {
     possible_cpus().clamp(1, 16)
 }

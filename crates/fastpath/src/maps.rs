@@ -18,8 +18,10 @@ pub const MAX_FDB_SLOTS: u32 = 65536;
 pub const SLOT_FREE: u32 = u32::MAX;
 /// Flows `qb_flows` holds (`QB_MAX_FLOWS`; an LRU hash: past it, inserts evict).
 pub const MAX_FLOWS: u32 = 65536;
-/// Entries of the flow index per CPU (`QB_FLOW_IX_SIZE`, decision 79).
-pub const FLOW_IX_SIZE: u32 = 16384;
+/// Copies in the flow index per CPU (`QB_FLOW_IX_SIZE`, decision 79).
+pub const FLOW_IX_SIZE: u32 = 8192;
+/// Tags naming them per CPU (`QB_FLOW_IX_TAGS`).
+pub const FLOW_IX_TAGS: u32 = 16384;
 
 /// Why a frame went up (`enum qb_miss`), in the order of the program's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
