@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fast path where decision 75 lets it serve (issue 31 item 3), fast path on against off,
+# The fast path where decisions 75 and 80 let it serve (issue 31 item 3), fast path on against off,
 # live: hosts a, b, c, d (namespaces, veths) on one qbridge bridge, access ports of VLAN 10;
 # the measured traffic is always a -> b.
 #
@@ -7,7 +7,9 @@
 #   locked   pa locked on, a static FDB entry for a's MAC on pa
 #   mirror   a session copying what pd sends to pc (mirror add m0 src pd direction tx dst pc):
 #            a -> b is not copied and keeps its flows beside it
-#   mirrored the same session on pb (src pb): a -> b is copied to pc, pipeline either way
+#   mirrored a session copying pb both ways to pc (mirror add m0 src pb direction both dst pc):
+#            a -> b is copied to pc; since decision 80 the program clones the copies (before:
+#            the pipeline either way)
 #   mstp     stp_state 1, stp_mode mstp, VLAN 10 in MSTI 1, pa and pb edge ports
 #
 # Per scenario and mode: iperf3 TCP, 1 stream, SECS s (receiver's Gbit/s), and UDP with 18-byte
@@ -93,10 +95,17 @@ for s in $scenarios; do
     for r in $(seq "$reps"); do
         for m in on off; do
             start "$s" "$m"
+            c0=$(ip netns exec "$p-c" cat /sys/class/net/eth0/statistics/rx_packets)
             res[$s,$m,tcp]+="$(tcp) "
             res[$s,$m,udp]+="$(udp) "
             if [ "$m" = on ]; then
                 fpinfo="$(q -j show fast-path | python3 -c 'import json,sys; v=json.load(sys.stdin); print("flows %d hits %d not_cached %s" % (v["flows"], v["hits"], {k:n for k,n in v["not_cached"].items() if n}))')"
+                # A session's copies (decision 80: cloned by the program on hits) against
+                # what pc's host received.
+                case $s in mirror | mirrored)
+                    fpinfo+="; m0 copies $(q -j -s mirror show m0 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats"]["frames"])')"
+                    fpinfo+=", c received $(($(ip netns exec "$p-c" cat /sys/class/net/eth0/statistics/rx_packets) - c0))" ;;
+                esac
             fi
             stop
         done
