@@ -27,6 +27,11 @@
 //! VNI: per-VNI flood lists and type-2 routes, nothing between VLANs, a map removed and added
 //! back live.
 //!
+//! A third (`evpn_follows_the_watch`) checks the adapter's event path against an injector
+//! gobgpd; a fourth (`evpn_over_ipv6`) runs EVPN over an IPv6 underlay (IPv6 VTEPs, BGP
+//! sessions and next hops) between two qbridge VTEPs and the kernel's VTEP at its defaults —
+//! not FRR, which has no IPv6 VTEPs in 8.4 (docs/decisions.md 81).
+//!
 //! As FRR recommends for EVPN, the bridges do not learn on their VXLAN ports (`learning
 //! off`): remote MACs come from routes, so a moved MAC keeps its local entry until the
 //! winning route says otherwise.
