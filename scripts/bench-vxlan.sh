@@ -7,8 +7,8 @@
 #                   --fast-path off: every frame through the pipeline and its UDP socket
 #                   B: kernel vxlan device id 100 in a kernel bridge
 #   qbfast-kernel   A: the same with --fast-path on and hb's MAC a static entry (fdb add
-#                   HB dev vx0 dst B): the program encapsulates A -> B (decision 73); B -> A
-#                   is decapsulated by the pipeline
+#                   HB dev vx0 dst B): the program encapsulates A -> B (decision 73) and
+#                   decapsulates B -> A (decision 77: qb_vxlan_in on ul)
 #   kernel-kernel   A and B: kernel vxlan devices in kernel bridges
 #   ovs-kernel      A: Open vSwitch, netdev datapath: br-phy (underlay address, ul) and
 #                   br-int (qa, vx0 type=vxlan options:key=100); B: kernel
@@ -18,7 +18,9 @@
 #                   inner MTU), both VTEPs at their defaults (UDP checksum computed)
 #
 # iperf3 from ha to hb (A -> B) and back (-R, B -> A), 1 and 4 streams, SECONDS each; the
-# receiver's rate in Gbit/s. Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
+# receiver's rate in Gbit/s; then B -> A 64-byte frames (UDP, 18-byte payloads, unpaced,
+# one stream), the thousands of datagrams a second ha's iperf3 received (B>A 64B, kfr/s).
+# Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
 # kernel vxlan devices are at their defaults (TSO and checksum offload on; qbridge completes
 # the checksums they leave partial); a VTEP that sends to OVS has its underlay `tx off`; the
 # host behind OVS has `tx off` (OVS's userspace datapath needs it on veths). Results go to
@@ -130,6 +132,15 @@ try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_secon
 except Exception: print("fail")'
 }
 
+kpps64() { # B -> A 64-byte frames: thousands of datagrams a second ha received
+  ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" -u -b 0 -l 18 -R 2>/dev/null |
+    python3 -c 'import json,sys
+try:
+    s = json.load(sys.stdin)["end"]["sum"]
+    print("%.0f" % ((s["packets"] - s["lost_packets"]) / s["seconds"] / 1e3))
+except Exception: print("fail")'
+}
+
 pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   local ka=$1 kb=$2 fam=${3:-4}
   local ipa=192.0.2.1 ipb=192.0.2.2 plen=24 mtu=1550 label="$1-$2"
@@ -171,11 +182,12 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   local r
   if [ $ok = 1 ]; then
     sleep 0.3
-    r="$(rate -P 1) $(rate -P 4) $(rate -R -P 1) $(rate -R -P 4)"
+    r="$(rate -P 1) $(rate -P 4) $(rate -R -P 1) $(rate -R -P 4) $(kpps64)"
   else
-    r="no-ping no-ping no-ping no-ping"
+    r="no-ping no-ping no-ping no-ping no-ping"
   fi
-  printf '%-16s %s\n' "$label" "$r" | awk '{printf "%-16s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5}' |
+  printf '%-16s %s\n' "$label" "$r" |
+    awk '{printf "%-16s %8s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5, $6}' |
     tee -a "$tmp/rows"
   [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -186,7 +198,7 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
 }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
-printf '%-16s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4"
+printf '%-16s %8s %8s %8s %8s %8s\n' "pair (A-B)" "A>B x1" "A>B x4" "B>A x1" "B>A x4" "B>A 64B"
 case " $families " in *" 4 "*) ;; *) have_ovs=2 ;; esac
 for rep in $(seq "$reps"); do
   for fam in $families; do
@@ -205,10 +217,10 @@ for line in open(sys.argv[1]):
     rows.setdefault(f[0], []).append(f[1:])
 for label, runs in rows.items():
     med = []
-    for i in range(4):
+    for i in range(5):
         v = [float(r[i]) for r in runs if r[i].replace(".", "", 1).isdigit()]
         med.append("%.2f" % statistics.median(v) if v else "fail")
-    print("%-16s %8s %8s %8s %8s" % (label, *med))
+    print("%-16s %8s %8s %8s %8s %8s" % (label, *med))
 PY
 fi
 if [ $have_ovs = 2 ]; then
