@@ -237,3 +237,76 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
         ctl.stats_text()
     );
 }
+
+/// Decapsulation for an external port (decision 77): VNI 100 is VLAN 10 (`tunnel_info`), hb's
+/// pings to ha are decapsulated by the program (its hits grow); `vlan del vid 10 dev vx0
+/// tunnel_info` while hb pings every 10 ms: from the answer on, nothing reaches ha (the
+/// pipeline drops an unmapped VNI, and the program no longer takes it).
+#[test]
+fn a_vni_map_change_stops_the_programs_decapsulation_before_it_answers() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxdem");
+    let a = lab.netns("vxea").unwrap();
+    let b = lab.netns("vxeb").unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
+        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
+    }
+    let ha = lab.host("ha", "10.21.0.1/24", &a, "qa").unwrap();
+    let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
+    if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return;
+    }
+    let batch = "link add br0 type bridge vlan_filtering 1
+link add p1 type afpacket dev qa
+link add vx0 type vxlan external local 192.0.2.1 dev ul dstport 4789 learning off
+link set dev p1 master br0
+link set dev vx0 master br0
+vlan add vid 10 dev p1 pvid untagged
+vlan del vid 1 dev vx0
+vlan add vid 10 dev vx0
+vlan add vid 10 dev vx0 tunnel_info id 100
+fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 100
+";
+    let ctl = lab.daemon_args(&a, batch, &["--fast-path", "on"]).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || support::ping_ok(&hb, &ha.ip)),
+        "no ping over VXLAN\n{}",
+        ctl.stats_text()
+    );
+    let fp = || ctl.json(&["show", "fast-path"]).unwrap_or_default();
+    let hits0 = u(&fp()["hits"]);
+    let mut pinger = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &hb.ns, "ping", "-q", "-i", "0.01", "-W", "1", &ha.ip,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let hits1 = u(&fp()["hits"]);
+    ctl.cmd(&["vlan", "del", "vid", "10", "dev", "vx0", "tunnel_info"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let rx = host_rx(&ha);
+    std::thread::sleep(Duration::from_millis(1000));
+    let rx_after = host_rx(&ha);
+    let _ = pinger.kill();
+    let _ = pinger.wait();
+    let f = fp();
+    assert!(
+        hits1 > hits0 + 20,
+        "hb's pings were not decapsulated by the program: {f}\n{}",
+        ctl.stats_text()
+    );
+    assert_eq!(
+        rx_after,
+        rx,
+        "frames reached ha after the VNI map changed: {f}\n{}",
+        ctl.stats_text()
+    );
+}
