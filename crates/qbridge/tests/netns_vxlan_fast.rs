@@ -241,7 +241,8 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
 /// Decapsulation for an external port (decision 77): VNI 100 is VLAN 10 (`tunnel_info`), hb's
 /// pings to ha are decapsulated by the program (its hits grow); `vlan del vid 10 dev vx0
 /// tunnel_info` while hb pings every 10 ms: from the answer on, nothing reaches ha (the
-/// pipeline drops an unmapped VNI, and the program no longer takes it).
+/// pipeline drops an unmapped VNI, and the program no longer takes it). `trace live dev vx0`
+/// meanwhile traces one of them: a watched port's frames are all left to its socket.
 #[test]
 fn a_vni_map_change_stops_the_programs_decapsulation_before_it_answers() {
     skip_unless_netns!();
@@ -289,6 +290,25 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 100
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let hits1 = u(&fp()["hits"]);
+    // trace live on vx0: the program leaves a watched port's frames to its socket, where the
+    // pipeline traces them.
+    let out = std::process::Command::new(support::qbridge_bin())
+        .arg("--socket")
+        .arg(&ctl.socket)
+        .args([
+            "-j", "trace", "live", "dev", "vx0", "count", "1", "timeout", "5", "ipv4",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let traced: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["object"] == "trace")
+        .collect();
+    assert_eq!(traced.len(), 1, "trace live on vx0: {text}");
+    assert_eq!(traced[0]["trace"]["in_port"], "vx0", "{text}");
     ctl.cmd(&["vlan", "del", "vid", "10", "dev", "vx0", "tunnel_info"])
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));

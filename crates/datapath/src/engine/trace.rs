@@ -26,7 +26,9 @@ impl Engine {
         let served = self
             .fast
             .as_ref()
-            .is_some_and(|f| f.ports().any(|p| p == port.0));
+            // A VXLAN port the program decapsulates for too (decision 77: it then leaves the
+            // port's frames to the socket).
+            .is_some_and(|f| f.ports().any(|p| p == port.0) || f.decap_serves(port.0));
         let fast = self.fast_oracle();
         let now = self.now_ns();
         self.session.switch_mut().set_time(now);

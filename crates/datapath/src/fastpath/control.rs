@@ -232,6 +232,7 @@ impl FastRt {
             }
         }
         self.set_traced_bonds(ports);
+        self.set_traced_decap(ports);
     }
 
     /// The upcall device's name.

@@ -9,7 +9,7 @@
 //! which installs their flows.
 
 use super::control::FastRt;
-use qbridge_fastpath::{Vxd, VxdKey, VxdSrcKey, VxdVerdict};
+use qbridge_fastpath::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_TRACE};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What the program was last given.
@@ -18,6 +18,9 @@ pub(crate) struct Decap {
     tunnels: HashMap<VxdKey, Vxd>,
     srcs: HashSet<VxdSrcKey>,
     underlays: BTreeSet<String>,
+    /// The ports `trace live` watches: their tunnels carry `VXD_TRACE` (their frames all go
+    /// to the socket, where the pipeline traces them).
+    traced: Vec<u16>,
 }
 
 /// What one VXLAN port asks of the program.
@@ -32,9 +35,16 @@ impl FastRt {
     /// Brings the program's filters and maps to `want` (every served VXLAN port's); returns
     /// whether anything changed (the flows are then made stale before the command answers).
     pub(crate) fn sync_decap(&mut self, want: &[DecapWant]) -> bool {
+        let traced = &self.decap.traced;
         let tunnels: HashMap<VxdKey, Vxd> = want
             .iter()
             .flat_map(|w| w.tunnels.iter().copied())
+            .map(|(k, mut v)| {
+                if traced.contains(&((v.port & qbridge_fastpath::PORT_ID_MASK) as u16)) {
+                    v.flags |= VXD_TRACE;
+                }
+                (k, v)
+            })
             .collect();
         let srcs: HashSet<VxdSrcKey> = want.iter().flat_map(|w| w.srcs.iter().copied()).collect();
         let underlays: BTreeSet<String> = want.iter().map(|w| w.underlay.clone()).collect();
@@ -118,6 +128,35 @@ impl FastRt {
             self.dirty = true;
         }
         changed
+    }
+
+    /// `trace live` watches `ports` now: a VXLAN port among them has its frames all passed to
+    /// its socket (the pipeline traces them), the others decapsulated again.
+    pub(crate) fn set_traced_decap(&mut self, ports: &[u16]) {
+        self.decap.traced = ports.to_vec();
+        let all: Vec<(VxdKey, Vxd)> = self.decap.tunnels.iter().map(|(k, v)| (*k, *v)).collect();
+        for (k, mut v) in all {
+            let id = (v.port & qbridge_fastpath::PORT_ID_MASK) as u16;
+            let want = ports.contains(&id);
+            if want == (v.flags & VXD_TRACE != 0) {
+                continue;
+            }
+            v.flags ^= VXD_TRACE;
+            match self.fp.set_vxd_tunnel(k, v) {
+                Ok(()) => {
+                    self.decap.tunnels.insert(k, v);
+                }
+                Err(e) => tracing::warn!("fast path: decapsulation tunnel: {e}"),
+            }
+        }
+    }
+
+    /// Whether the program decapsulates for VXLAN port `id`.
+    pub(crate) fn decap_serves(&self, id: u16) -> bool {
+        self.decap
+            .tunnels
+            .values()
+            .any(|v| (v.port & qbridge_fastpath::PORT_ID_MASK) as u16 == id)
     }
 
     /// Whether the program decapsulates on any interface.
