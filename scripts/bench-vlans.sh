@@ -17,7 +17,7 @@
 # Usage (root): scripts/bench-vlans.sh     VLANS="2 506 4093" SECS=3 ROUNDS=3
 #   SETUPS="qb-on qb-off kbridge"   MACS=0 (extra static FDB entries, spread over the VLANs,
 #   e.g. MACS=1000000)   QB_BUILD=0: no cargo build   QB_BIN=PATH: another qbridge binary
-#   (an older build, to compare)   DEBUG=1: qbridge's port counters and log after each setup
+#   (an older build, to compare)   QB_BLAST=PATH: its qbridge-blast   DEBUG=1: qbridge's port counters and log after each setup
 # Namespaces qbvl-PID-*; everything is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if [ "${QB_BUILD:-1}" != 0 ]; then
     env -u CARGO_TARGET_DIR cargo build --quiet --release -p qbridge-bench --bin qbridge-blast
 fi
 qb=${QB_BIN:-$PWD/target/release/qbridge}
-blast=$PWD/target/release/qbridge-blast
+blast=${QB_BLAST:-$PWD/target/release/qbridge-blast}
 p=qbvl-$$
 tmp=$(mktemp -d)
 dpid=

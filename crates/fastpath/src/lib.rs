@@ -143,8 +143,11 @@ impl FastPath {
             pad: 0,
         };
         maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
-        // The flow index's first epoch (its entries start at 0: empty).
-        let epoch = fp.maps.flow_ix().epoch;
+        // The flow index's first epoch (its entries start at 0: empty). Left 0 with
+        // QBRIDGE_FLOW_INDEX=0: the program then uses the hash alone (to compare).
+        let ix = fp.maps.flow_ix();
+        let epoch = if ix.enabled { ix.epoch } else { 0 };
+        drop(ix);
         maps::raw::update(fp.maps.flow_epoch.as_raw_fd(), &0u32, &epoch)?;
         Ok(fp)
     }
@@ -547,6 +550,8 @@ struct FlowIxState {
     /// evicts only when a CPU refills its local free list (up to 128 nodes) from a global
     /// list holding fewer than that, and every CPU's local lists hold at most 128.
     evict_at: u32,
+    /// Not with QBRIDGE_FLOW_INDEX=0 (the epoch stays 0: no copy is made or used).
+    enabled: bool,
 }
 
 impl FlowIxState {
@@ -555,6 +560,7 @@ impl FlowIxState {
             epoch: 1,
             live_bound: 0,
             evict_at: MAX_FLOWS.saturating_sub((possible_cpus() + 2) * 128),
+            enabled: std::env::var_os("QBRIDGE_FLOW_INDEX").is_none_or(|v| v != "0"),
         }
     }
 
@@ -690,6 +696,9 @@ impl MapWriter {
     /// hash, under the new epoch.
     fn bump_flow_epoch(&self, ix: &mut FlowIxState) -> std::io::Result<()> {
         ix.epoch += 1;
+        if !ix.enabled {
+            return Ok(());
+        }
         maps::raw::update(self.flow_epoch.as_raw_fd(), &0u32, &ix.epoch)
     }
 
