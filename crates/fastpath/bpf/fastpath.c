@@ -206,8 +206,8 @@ static __always_inline struct qb_flow_action *fix_lookup(const struct qb_flow_ke
 	struct qb_flow_ix *e = 0;
 	__u64 epoch;
 
-	if (!ep)
-		return bpf_map_lookup_elem(&qb_flows, key);
+	if (!ep || !*ep)
+		return bpf_map_lookup_elem(&qb_flows, key);	/* epoch 0: no index */
 	epoch = *ep;
 	cpu = bpf_get_smp_processor_id();
 	t = fix_slot(key);
