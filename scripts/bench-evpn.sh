@@ -22,9 +22,24 @@
 # QBRIDGE_EVPN_ARGS adds options to qbridge-evpn (e.g. --interval-ms 2000). QBRIDGE_BENCH_BIN=DIR
 # takes qbridge, qbridge-evpn and qbridge-evpn-bench from DIR instead of building them (to
 # compare two builds of the adapter).
+# QBRIDGE_GOBGP_VERSION=3.37.0: every gobgpd (qbridge's and the injectors') is that version of
+# gobgp/v3, built once with Go from the module proxy into /var/cache/qbridge/gobgp-VERSION
+# (Debian 12's 3.10 scans every EVPN path per received type-2 route; 3.37 has an index by MAC:
+# docs/benchmarks-live.md, "gobgpd 3.37").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
+if [ -n "${QBRIDGE_GOBGP_VERSION:-}" ]; then
+  gobgp_dir=/var/cache/qbridge/gobgp-$QBRIDGE_GOBGP_VERSION
+  if [ ! -x "$gobgp_dir/gobgpd" ]; then
+    command -v go >/dev/null || { echo "QBRIDGE_GOBGP_VERSION needs Go (the go command) to build gobgpd"; exit 1; }
+    mkdir -p "$gobgp_dir"
+    GOBIN=$gobgp_dir GOFLAGS=-mod=mod go install "github.com/osrg/gobgp/v3/cmd/gobgpd@v$QBRIDGE_GOBGP_VERSION" \
+      "github.com/osrg/gobgp/v3/cmd/gobgp@v$QBRIDGE_GOBGP_VERSION"
+  fi
+  export PATH=$gobgp_dir:$PATH
+  echo "gobgpd: $(gobgpd --version 2>&1 | head -1) ($gobgp_dir)"
+fi
 for t in gobgpd /usr/lib/frr/zebra /usr/lib/frr/bgpd; do
   command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs gobgpd and frr)"; exit 1; }
 done
