@@ -10,7 +10,8 @@
 //! the flows the program serves from its flow index (decision 79) after the runs, on any CPU
 //! (a flow whose index entry another flow holds uses the hash).
 //!
-//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ROUNDS=` (default 20)
+//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `FLOW_INDEX=1`: the flow
+//! index on (decision 79); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
 //! docs/benchmarks-live.md ("Flat in VLAN count").
 
@@ -79,6 +80,8 @@ fn main() {
                 std::process::exit(1);
             }
         };
+        // FLOW_INDEX=1: with the flow index (decision 79; off by default).
+        fp.set_flow_index(env_num("FLOW_INDEX", 0) == 1).unwrap();
         fp.set_port(
             lo,
             Port {

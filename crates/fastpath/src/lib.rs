@@ -143,12 +143,10 @@ impl FastPath {
             pad: 0,
         };
         maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
-        // The flow index's first epoch (its entries start at 0: empty). Left 0 with
-        // QBRIDGE_FLOW_INDEX=0: the program then uses the hash alone (to compare).
-        let ix = fp.maps.flow_ix();
-        let epoch = if ix.enabled { ix.epoch } else { 0 };
-        drop(ix);
-        maps::raw::update(fp.maps.flow_epoch.as_raw_fd(), &0u32, &epoch)?;
+        // The flow index's first epoch (its entries start at 0: empty); 0 while it is off
+        // (decision 79: off unless QBRIDGE_FLOW_INDEX=1).
+        let on = std::env::var_os("QBRIDGE_FLOW_INDEX").is_some_and(|v| v == "1");
+        fp.set_flow_index(on)?;
         Ok(fp)
     }
 
@@ -321,6 +319,17 @@ impl FastPath {
 
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), Error> {
         Ok(self.maps.remove_flow(key)?)
+    }
+
+    /// Turns the flow index on or off (decision 79; off, the program uses the hash alone).
+    /// Either way every copy made before is stale.
+    pub fn set_flow_index(&mut self, on: bool) -> Result<(), Error> {
+        let mut ix = self.maps.flow_ix();
+        ix.enabled = on;
+        ix.epoch += 1;
+        let epoch = if on { ix.epoch } else { 0 };
+        maps::raw::update(self.maps.flow_epoch.as_raw_fd(), &0u32, &epoch)?;
+        Ok(())
     }
 
     /// The flow index's copies under the current epoch, with their index (CPU *
@@ -550,7 +559,7 @@ struct FlowIxState {
     /// evicts only when a CPU refills its local free list (up to 128 nodes) from a global
     /// list holding fewer than that, and every CPU's local lists hold at most 128.
     evict_at: u32,
-    /// Not with QBRIDGE_FLOW_INDEX=0 (the epoch stays 0: no copy is made or used).
+    /// [`FastPath::set_flow_index`] (off: the epoch stays 0, no copy is made or used).
     enabled: bool,
 }
 
@@ -560,7 +569,7 @@ impl FlowIxState {
             epoch: 1,
             live_bound: 0,
             evict_at: MAX_FLOWS.saturating_sub((possible_cpus() + 2) * 128),
-            enabled: std::env::var_os("QBRIDGE_FLOW_INDEX").is_none_or(|v| v != "0"),
+            enabled: false,
         }
     }
 

@@ -727,6 +727,7 @@ fn a_flow_index_copy_never_outlives_its_flow() {
             0
         );
     }
+    fp.set_flow_index(true).unwrap();
     fp.set_port(fa, port(1, 0)).unwrap();
     fp.set_port(fc, port(2, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
