@@ -6,20 +6,11 @@
 
 mod common;
 
-use common::{action, key, port, skip};
+use common::{action, ip, key, port, skip};
 use qbridge_fastpath::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::Command;
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 /// Named namespaces, deleted on drop.
 struct Namespaces(Vec<String>);

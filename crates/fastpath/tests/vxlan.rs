@@ -9,40 +9,16 @@
 
 mod common;
 
-use common::{action, key, port, skip};
+use common::{action, eth, ifindex, ip, key, port, ports_l4, skip};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Command;
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 73, 0, 1);
 const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 73, 0, 2);
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn ifindex(n: &str) -> u32 {
-    let o = Command::new("ip")
-        .args(["-o", "link", "show", n])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split(':')
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (10.73.0.1/24 on `fc`, the
 /// remote 10.73.0.2 a permanent neighbour).
@@ -126,14 +102,6 @@ fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
     out
 }
 
-fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
-}
-
 /// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.
 fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
     let mut f = eth(B, A, 0x0800);
@@ -146,20 +114,6 @@ fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
     f.extend_from_slice(l4);
     f.resize(f.len().max(60), 0); // Ethernet padding, beyond the IP length
     f
-}
-
-fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
-    let mut l4 = Vec::new();
-    l4.extend_from_slice(&sport.to_be_bytes());
-    l4.extend_from_slice(&dport.to_be_bytes());
-    if tcp {
-        l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
-    } else {
-        l4.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-        l4.extend_from_slice(&[0, 0]);
-    }
-    l4.extend((0..payload).map(|i| i as u8));
-    l4
 }
 
 fn ipv6_tcp(tclass: u8, sport: u16, dport: u16) -> Vec<u8> {

@@ -11,40 +11,16 @@
 
 mod common;
 
-use common::{action, key, port, skip};
+use common::{action, eth, ifindex, ip, key, port, skip};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
 use std::net::{IpAddr, Ipv6Addr};
-use std::process::Command;
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const LOCAL: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x73, 0, 0, 0, 0, 1);
 const REMOTE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x73, 0, 0, 0, 0xbeef, 2);
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn ifindex(n: &str) -> u32 {
-    let o = Command::new("ip")
-        .args(["-o", "link", "show", n])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split(':')
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (LOCAL/64 on `fc`, the remote a
 /// permanent neighbour).
@@ -131,14 +107,6 @@ fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
     )
     .unwrap();
     out
-}
-
-fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
 }
 
 /// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.

@@ -10,12 +10,11 @@
 
 mod common;
 
-use common::{action, key, skip};
+use common::{action, eth, ifindex, ip, key, ports_l4, skip};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::Vni;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Command;
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -27,29 +26,6 @@ const REMOTE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 2];
 const VX: u32 = 3;
 const OUT: u32 = 4;
 const FID: u16 = 10;
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn ifindex(n: &str) -> u32 {
-    let o = Command::new("ip")
-        .args(["-o", "link", "show", n])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split(':')
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// A fresh namespace: underlay veth `ua`/`ub`, output veth `oa`/`ob`; the program loaded.
 fn setup() -> Option<(FastPath, u32, u32)> {
@@ -118,14 +94,6 @@ fn pipeline_inner(frame: &[u8]) -> Vec<u8> {
     decapsulate(&frame[14..], false).unwrap().inner.to_vec()
 }
 
-fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
-}
-
 fn ipv4(src: [u8; 6], proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
     let mut f = eth(B, src, 0x0800);
     let len = 20 + l4.len() as u16;
@@ -137,20 +105,6 @@ fn ipv4(src: [u8; 6], proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
     f.extend_from_slice(l4);
     f.resize(f.len().max(60), 0);
     f
-}
-
-fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
-    let mut l4 = Vec::new();
-    l4.extend_from_slice(&sport.to_be_bytes());
-    l4.extend_from_slice(&dport.to_be_bytes());
-    if tcp {
-        l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
-    } else {
-        l4.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-        l4.extend_from_slice(&[0, 0]);
-    }
-    l4.extend((0..payload).map(|i| i as u8));
-    l4
 }
 
 fn ipv6_tcp() -> Vec<u8> {

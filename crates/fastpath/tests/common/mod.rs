@@ -2,6 +2,8 @@
 //! them, and the skip rule.
 #![allow(dead_code)]
 
+use std::process::Command;
+
 use qbridge_fastpath::{FlowAction, FlowKey, Hop, Port, HOP_LEARNING, PORT_ENABLED};
 
 /// The key of an IPv4 frame to `dst` arriving on port `port` with `tags` (TPID, TCI), outer
@@ -77,4 +79,53 @@ pub fn port(index: u32, extra_tpid: u16) -> Port {
         extra_tpid_be: [extra_tpid.to_be(), 0],
         ..Port::default()
     }
+}
+
+/// Runs `ip ARGS` in the test's namespace; a failure fails the test.
+pub fn ip(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        o.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The index of interface `n` in the test's namespace.
+pub fn ifindex(n: &str) -> u32 {
+    let o = Command::new("ip")
+        .args(["-o", "link", "show", n])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// An Ethernet header: destination, source, EtherType.
+pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+/// A TCP (data offset 5, ACK) or UDP header with `payload` bytes after it.
+pub fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut l4 = Vec::new();
+    l4.extend_from_slice(&sport.to_be_bytes());
+    l4.extend_from_slice(&dport.to_be_bytes());
+    if tcp {
+        l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
+    } else {
+        l4.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+        l4.extend_from_slice(&[0, 0]);
+    }
+    l4.extend((0..payload).map(|i| i as u8));
+    l4
 }
