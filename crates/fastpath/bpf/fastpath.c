@@ -1216,6 +1216,48 @@ static __always_inline int mir_copies(struct __sk_buff *skb, const struct qb_mir
 	return 0;
 }
 
+/* The counters of every port and VLAN a flow's hops pass, with the frame's length at each
+ * (`base`, the frame without tags, plus 4 bytes a tag it carries there: as on the wire). */
+static __always_inline void count_hops(const struct qb_flow_action *act, __u32 n_hops, __u32 base)
+{
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < QB_MAX_HOPS; i++) {
+		const struct qb_hop *h = &act->hops[i];
+		__u32 in, out, slot, rx_len, tx_len;
+		struct qb_port_stats *ps;
+		struct qb_vlan_stats *vs;
+
+		if (i >= n_hops)
+			break;
+		in = h->in_port & QB_PORT_ID_MASK;
+		out = h->out_port & QB_PORT_ID_MASK;
+		slot = h->vlan_slot;
+		rx_len = base + 4 * h->in_tags;
+		tx_len = base + 4 * h->out_tags;
+		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
+		if (ps) {
+			ps->rx_frames += 1;
+			ps->rx_bytes += rx_len;
+			if (h->rx_pcp < 8)
+				ps->rx_pcp[h->rx_pcp & 7] += 1;
+		}
+		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
+		if (ps) {
+			ps->tx_frames += 1;
+			ps->tx_bytes += tx_len;
+		}
+		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
+		if (vs) {
+			vs->rx_frames += 1;
+			vs->rx_bytes += rx_len;
+			vs->tx_frames += 1;
+			vs->tx_bytes += tx_len;
+		}
+	}
+}
+
 SEC("classifier")
 int qb_ingress(struct __sk_buff *skb)
 {
@@ -1227,7 +1269,7 @@ int qb_ingress(struct __sk_buff *skb)
 	struct qb_fdb_entry *src, *dst;
 	struct qb_fdb_slot *ss, *ds;
 	struct qb_config *cfg;
-	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, base, n_hops;
+	__u32 zero = 0, off = ETH_HLEN, in_len, out_len, n_hops;
 	__u32 out_ifindex;
 	struct qb_vx_out *vx = 0;
 	struct qb_mir_action *mir = 0;
@@ -1471,41 +1513,7 @@ int qb_ingress(struct __sk_buff *skb)
 
 	/* Counters of every port and VLAN on the way, with the frame's length there (as on
 	 * the wire: its tags then). */
-	base = in_len - 4 * key.ntags;
-#pragma unroll
-	for (i = 0; i < QB_MAX_HOPS; i++) {
-		const struct qb_hop *h = &act->hops[i];
-		__u32 in, out, slot, rx_len, tx_len;
-		struct qb_port_stats *ps;
-		struct qb_vlan_stats *vs;
-
-		if (i >= n_hops)
-			break;
-		in = h->in_port & QB_PORT_ID_MASK;
-		out = h->out_port & QB_PORT_ID_MASK;
-		slot = h->vlan_slot;
-		rx_len = base + 4 * h->in_tags;
-		tx_len = base + 4 * h->out_tags;
-		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
-		if (ps) {
-			ps->rx_frames += 1;
-			ps->rx_bytes += rx_len;
-			if (h->rx_pcp < 8)
-				ps->rx_pcp[h->rx_pcp & 7] += 1;
-		}
-		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
-		if (ps) {
-			ps->tx_frames += 1;
-			ps->tx_bytes += tx_len;
-		}
-		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
-		if (vs) {
-			vs->rx_frames += 1;
-			vs->rx_bytes += rx_len;
-			vs->tx_frames += 1;
-			vs->tx_bytes += tx_len;
-		}
-	}
+	count_hops(act, n_hops, in_len - 4 * key.ntags);
 	count(QB_MISS_MAX);
 	skb->cb[0] = out_ifindex;
 	skb->cb[1] = 0;
@@ -1655,7 +1663,7 @@ int qb_vxlan_in(struct __sk_buff *skb)
 	struct qb_config *cfg;
 	__u8 h[QB_VXD_HDRS];
 	const __u8 *smac = h + QB_VXD_OUTER + 6;
-	__u32 zero = 0, len, inner_len, in_len, out_len, base, n_hops, tot;
+	__u32 zero = 0, len, inner_len, in_len, out_len, n_hops, tot;
 	__u64 now, flags;
 	__u16 proto;
 	int i;
@@ -1805,41 +1813,7 @@ int qb_vxlan_in(struct __sk_buff *skb)
 		goto shot;
 
 	/* Counters of every port and VLAN on the way, as qb_ingress counts them. */
-	base = inner_len;
-#pragma unroll
-	for (i = 0; i < QB_MAX_HOPS; i++) {
-		const struct qb_hop *hp = &act->hops[i];
-		__u32 in, out, slot, rx_len, tx_len;
-		struct qb_port_stats *ps;
-		struct qb_vlan_stats *vs;
-
-		if (i >= n_hops)
-			break;
-		in = hp->in_port & QB_PORT_ID_MASK;
-		out = hp->out_port & QB_PORT_ID_MASK;
-		slot = hp->vlan_slot;
-		rx_len = base + 4 * hp->in_tags;
-		tx_len = base + 4 * hp->out_tags;
-		ps = bpf_map_lookup_elem(&qb_port_stats, &in);
-		if (ps) {
-			ps->rx_frames += 1;
-			ps->rx_bytes += rx_len;
-			if (hp->rx_pcp < 8)
-				ps->rx_pcp[hp->rx_pcp & 7] += 1;
-		}
-		ps = bpf_map_lookup_elem(&qb_port_stats, &out);
-		if (ps) {
-			ps->tx_frames += 1;
-			ps->tx_bytes += tx_len;
-		}
-		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
-		if (vs) {
-			vs->rx_frames += 1;
-			vs->rx_bytes += rx_len;
-			vs->tx_frames += 1;
-			vs->tx_bytes += tx_len;
-		}
-	}
+	count_hops(act, n_hops, inner_len);
 	{
 		__u32 hit = QB_VXD_HIT;
 		__u64 *n = bpf_map_lookup_elem(&qb_vxd_stats, &hit);
