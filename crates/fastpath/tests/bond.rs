@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::skip;
+use common::own_netns;
 use qbridge_fastpath::*;
 use qbridge_lacp::{flow_hash, HashPolicy};
 use std::process::Command;
@@ -16,14 +16,7 @@ use std::process::Command;
 /// A namespace of this thread's own with veths `ba`/`bb`; the loaded program and `ba`'s
 /// ifindex.
 fn setup() -> Option<(FastPath, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
-        return None;
-    }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
+    if !own_netns() {
         return None;
     }
     let o = Command::new("ip")

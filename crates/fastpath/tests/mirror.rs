@@ -11,9 +11,8 @@
 
 mod common;
 
-use common::{action, key, port, skip};
+use common::{action, ifindex, ip, key, own_netns, port};
 use qbridge_fastpath::*;
-use std::process::Command;
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -21,44 +20,16 @@ const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 /// A fresh network namespace for this thread with veths `mxa`/`mxb` (the ingress), `mxc`/`mxd`
 /// (the egress) and `mxe`/`mxf` (a mirror destination), up; their ifindexes.
 fn setup() -> Option<(FastPath, u32, u32, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
+    if !own_netns() {
         return None;
     }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
-        return None;
-    }
-    let ip = |args: &[&str]| {
-        let o = Command::new("ip").args(args).output().expect("ip");
-        assert!(
-            o.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
     for (a, b) in [("mxa", "mxb"), ("mxc", "mxd"), ("mxe", "mxf")] {
         ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
         ip(&["link", "set", a, "up"]);
         ip(&["link", "set", b, "up"]);
     }
-    let idx = |n: &str| -> u32 {
-        let o = Command::new("ip")
-            .args(["-o", "link", "show", n])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout)
-            .split(':')
-            .next()
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
     let fp = FastPath::load().expect("load");
-    Some((fp, idx("mxa"), idx("mxc"), idx("mxe")))
+    Some((fp, ifindex("mxa"), ifindex("mxc"), ifindex("mxe")))
 }
 
 fn frame(len: usize) -> Vec<u8> {

@@ -3,31 +3,16 @@
 
 mod common;
 
-use common::{action, key, port, skip};
+use common::{action, ip, key, own_netns, port};
 use qbridge_fastpath::*;
 use std::process::Command;
 
 /// A fresh network namespace for this thread, with veths `fa`/`fb` and `fc`/`fd`; their
 /// ifindexes. None when not root or the fast path is not built.
 fn setup() -> Option<(FastPath, u32, u32, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
+    if !own_netns() {
         return None;
     }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
-        return None;
-    }
-    let ip = |args: &[&str]| {
-        let o = Command::new("ip").args(args).output().expect("ip");
-        assert!(
-            o.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
     ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
     ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
     let idx = |n: &str| -> u32 {

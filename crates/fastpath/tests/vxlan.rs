@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, port, ports_l4, skip};
+use common::{action, eth, ifindex, ip, key, own_netns, port, ports_l4};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -23,14 +23,7 @@ const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 73, 0, 2);
 /// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (10.73.0.1/24 on `fc`, the
 /// remote 10.73.0.2 a permanent neighbour).
 fn setup() -> Option<(FastPath, u32, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
-        return None;
-    }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
+    if !own_netns() {
         return None;
     }
     ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);

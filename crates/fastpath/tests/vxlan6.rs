@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, port, skip};
+use common::{action, eth, ifindex, ip, key, own_netns, port, skip};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -25,14 +25,7 @@ const REMOTE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x73, 0, 0, 0, 0xbeef, 2);
 /// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (LOCAL/64 on `fc`, the remote a
 /// permanent neighbour).
 fn setup() -> Option<(FastPath, u32, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
-        return None;
-    }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
+    if !own_netns() {
         return None;
     }
     ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);

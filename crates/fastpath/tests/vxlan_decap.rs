@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, ports_l4, skip};
+use common::{action, eth, ifindex, ip, key, own_netns, ports_l4};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::Vni;
@@ -29,14 +29,7 @@ const FID: u16 = 10;
 
 /// A fresh namespace: underlay veth `ua`/`ub`, output veth `oa`/`ob`; the program loaded.
 fn setup() -> Option<(FastPath, u32, u32)> {
-    if !FastPath::built() {
-        skip("built without clang");
-        return None;
-    }
-    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
-    #[allow(unsafe_code)]
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        skip("cannot unshare a network namespace (not root?)");
+    if !own_netns() {
         return None;
     }
     ip(&["link", "add", "ua", "type", "veth", "peer", "name", "ub"]);

@@ -129,3 +129,20 @@ pub fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
     l4.extend((0..payload).map(|i| i as u8));
     l4
 }
+
+/// Gives this thread a network namespace of its own (`unshare(CLONE_NEWNET)`), for a test
+/// that loads the program; false, after saying why (`skip`), when the fast path is not built
+/// or the namespace cannot be made (not root).
+pub fn own_netns() -> bool {
+    if !qbridge_fastpath::FastPath::built() {
+        skip("built without clang");
+        return false;
+    }
+    // SAFETY: unshare(2) with a flag, no memory; it changes only this thread's namespace.
+    #[allow(unsafe_code)]
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        skip("cannot unshare a network namespace (not root?)");
+        return false;
+    }
+    true
+}
