@@ -24,24 +24,26 @@ fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
-/// Packets the kernel VTEP in `ns` received.
-fn vtep_rx(ns: &str) -> u64 {
-    std::fs::read_to_string("/dev/null").ok();
+/// Packets interface `dev` in namespace `ns` received.
+fn rx_packets(ns: &str, dev: &str) -> u64 {
     let out = std::process::Command::new("ip")
-        .args(["-n", ns, "-j", "-s", "link", "show", "vx0"])
+        .args(["-n", ns, "-j", "-s", "link", "show", dev])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     u(&v[0]["stats64"]["rx"]["packets"])
 }
 
-#[test]
-fn tcp_to_a_kernel_vtep_is_encapsulated_by_the_program() {
-    skip_unless_netns!();
-    let _serial = support::serial();
-    let mut lab = Lab::new("vxfast");
-    let a = lab.netns("vxfa").unwrap();
-    let b = lab.netns("vxfb").unwrap();
+/// The picture above without qbridge: namespaces A and B joined by the underlay `ul` (MTU
+/// 1550), host ha on A's `qa`, host hb behind B's kernel VTEP (bridge kbr with kb1 and vx0).
+/// None, after saying why, when the kernel VTEP cannot be made.
+fn underlay(
+    lab: &mut Lab,
+    a: &str,
+    b: &str,
+) -> Option<(String, String, support::Host, support::Host)> {
+    let a = lab.netns(a).unwrap();
+    let b = lab.netns(b).unwrap();
     lab.veth(&a, "ul", &b, "ul").unwrap();
     for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
         ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
@@ -51,8 +53,19 @@ fn tcp_to_a_kernel_vtep_is_encapsulated_by_the_program() {
     let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
     if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
         eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
-        return;
+        return None;
     }
+    Some((a, b, ha, hb))
+}
+
+#[test]
+fn tcp_to_a_kernel_vtep_is_encapsulated_by_the_program() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxfast");
+    let Some((a, b, ha, hb)) = underlay(&mut lab, "vxfa", "vxfb") else {
+        return;
+    };
     let batch = format!(
         "link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev qa
@@ -133,9 +146,9 @@ fdb add {} dev vx0 dst 192.0.2.2
         .unwrap();
     // (Frames already handed to the underlay at the answer arrive within microseconds.)
     std::thread::sleep(Duration::from_millis(50));
-    let rx = vtep_rx(&b);
+    let rx = rx_packets(&b, "vx0");
     std::thread::sleep(Duration::from_millis(1000));
-    let rx_after = vtep_rx(&b);
+    let rx_after = rx_packets(&b, "vx0");
     let _ = pinger.kill();
     let _ = pinger.wait();
     assert!(hits1 > hits0, "the pings were not on the fast path");
@@ -145,16 +158,6 @@ fdb add {} dev vx0 dst 192.0.2.2
         "frames reached the old remote after the answer\n{}",
         ctl.stats_text()
     );
-}
-
-/// Packets `host`'s interface received.
-fn host_rx(host: &support::Host) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["-n", &host.ns, "-j", "-s", "link", "show", &host.ifname])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    u(&v[0]["stats64"]["rx"]["packets"])
 }
 
 /// Decapsulation (decision 77): hb's TCP to ha arrives from the kernel VTEP at its defaults (a
@@ -168,19 +171,9 @@ fn tcp_from_a_kernel_vtep_is_decapsulated_by_the_program() {
     skip_unless_netns!();
     let _serial = support::serial();
     let mut lab = Lab::new("vxdec");
-    let a = lab.netns("vxda").unwrap();
-    let b = lab.netns("vxdb").unwrap();
-    lab.veth(&a, "ul", &b, "ul").unwrap();
-    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
-        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
-        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
-    }
-    let ha = lab.host("ha", "10.21.0.1/24", &a, "qa").unwrap();
-    let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
-    if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
-        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+    let Some((a, _b, ha, hb)) = underlay(&mut lab, "vxda", "vxdb") else {
         return;
-    }
+    };
     let batch = "link add br0 type bridge vlan_filtering 0
 link add p1 type afpacket dev qa
 link add vx0 type vxlan id 100 local 192.0.2.1 dev ul dstport 4789 learning off
@@ -223,9 +216,9 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2
     let hits1 = u(&fp()["hits"]);
     ctl.cmd(&["link", "del", "vx0"]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let rx = host_rx(&ha);
+    let rx = rx_packets(&ha.ns, &ha.ifname);
     std::thread::sleep(Duration::from_millis(1000));
-    let rx_after = host_rx(&ha);
+    let rx_after = rx_packets(&ha.ns, &ha.ifname);
     let hits2 = u(&fp()["hits"]);
     let _ = pinger.kill();
     let _ = pinger.wait();
@@ -248,19 +241,9 @@ fn a_vni_map_change_stops_the_programs_decapsulation_before_it_answers() {
     skip_unless_netns!();
     let _serial = support::serial();
     let mut lab = Lab::new("vxdem");
-    let a = lab.netns("vxea").unwrap();
-    let b = lab.netns("vxeb").unwrap();
-    lab.veth(&a, "ul", &b, "ul").unwrap();
-    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
-        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
-        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
-    }
-    let ha = lab.host("ha", "10.21.0.1/24", &a, "qa").unwrap();
-    let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
-    if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {
-        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+    let Some((a, _b, ha, hb)) = underlay(&mut lab, "vxea", "vxeb") else {
         return;
-    }
+    };
     let batch = "link add br0 type bridge vlan_filtering 1
 link add p1 type afpacket dev qa
 link add vx0 type vxlan external local 192.0.2.1 dev ul dstport 4789 learning off
@@ -312,9 +295,9 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 100
     ctl.cmd(&["vlan", "del", "vid", "10", "dev", "vx0", "tunnel_info"])
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let rx = host_rx(&ha);
+    let rx = rx_packets(&ha.ns, &ha.ifname);
     std::thread::sleep(Duration::from_millis(1000));
-    let rx_after = host_rx(&ha);
+    let rx_after = rx_packets(&ha.ns, &ha.ifname);
     let _ = pinger.kill();
     let _ = pinger.wait();
     let f = fp();
