@@ -373,35 +373,7 @@ fn evpn_with_frr_and_gobgpd() {
 
     // B: FRR with a kernel bridge and vxlan device, as an operator runs it.
     let hb = lab.host("hb", "10.30.0.2/24", &b, "kb1").unwrap();
-    for args in [
-        &["link", "add", "kbr", "type", "bridge"][..],
-        &[
-            "link",
-            "add",
-            "vx100",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            VTEP_B,
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-        &["link", "set", "vx100", "master", "kbr"],
-        &["link", "set", "kb1", "master", "kbr"],
-        &["link", "set", "vx100", "up"],
-        &["link", "set", "kbr", "up"],
-    ] {
-        ip_in(&b, args).unwrap();
-    }
-    exec_in(
-        &b,
-        "bridge",
-        &["link", "set", "dev", "vx100", "learning", "off"],
-    )
-    .unwrap();
+    kernel_vni(&b, VTEP_B, "vx100", "100", "kbr", "kb1");
     let frr = start_frr(&lab, &mut procs, &b, &[VTEP_A, VTEP_C]);
 
     // A: qbridge, gobgpd, the adapter.
@@ -698,10 +670,10 @@ fn flood_list_vni(ctl: &support::Ctl, vni: u64) -> Vec<String> {
     v
 }
 
-/// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, local
-/// VTEP_B, `nolearning`, bridge learning off, transmit checksum offload off) in its own
-/// kernel bridge `br` with `port`; no flood list (EVPN fills it).
-fn kernel_vni(ns: &str, dev: &str, vni: &str, br: &str, port: &str) {
+/// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, address
+/// `local` (IPv4 or IPv6), `nolearning`, bridge learning off, otherwise at the kernel's
+/// defaults) in its own kernel bridge `br` with `port`; no flood list (EVPN fills it).
+fn kernel_vni(ns: &str, local: &str, dev: &str, vni: &str, br: &str, port: &str) {
     for args in [
         &["link", "add", br, "type", "bridge"][..],
         &[
@@ -713,7 +685,7 @@ fn kernel_vni(ns: &str, dev: &str, vni: &str, br: &str, port: &str) {
             "id",
             vni,
             "local",
-            VTEP_B,
+            local,
             "dstport",
             "4789",
             "nolearning",
@@ -775,8 +747,8 @@ fn evpn_external_port_with_frr() {
     // B: FRR with one kernel bridge and vxlan device per VNI.
     let hb10 = lab.host("hb10", "10.40.0.2/24", &b, "kb10").unwrap();
     let hb20 = lab.host("hb20", "10.40.0.4/24", &b, "kb20").unwrap();
-    kernel_vni(&b, "vx1000", "1000", "kbr1000", "kb10");
-    kernel_vni(&b, "vx2000", "2000", "kbr2000", "kb20");
+    kernel_vni(&b, VTEP_B, "vx1000", "1000", "kbr1000", "kb10");
+    kernel_vni(&b, VTEP_B, "vx2000", "2000", "kbr2000", "kb20");
     let frr = start_frr(&lab, &mut procs, &b, &[VTEP_A]);
 
     // A: qbridge with the external port, gobgpd, the adapter.
@@ -1253,35 +1225,7 @@ fn evpn_over_ipv6() {
     // B: a kernel bridge and vxlan device whose `local` is IPv6, at the kernel's defaults,
     // and a gobgpd speaking for it.
     let hb = lab.host("hb", "10.50.0.2/24", &b, "kb1").unwrap();
-    for args in [
-        &["link", "add", "kbr", "type", "bridge"][..],
-        &[
-            "link",
-            "add",
-            "vx100",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            VTEP6_B,
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-        &["link", "set", "vx100", "master", "kbr"],
-        &["link", "set", "kb1", "master", "kbr"],
-        &["link", "set", "vx100", "up"],
-        &["link", "set", "kbr", "up"],
-    ] {
-        ip_in(&b, args).unwrap();
-    }
-    exec_in(
-        &b,
-        "bridge",
-        &["link", "set", "dev", "vx100", "learning", "off"],
-    )
-    .unwrap();
+    kernel_vni(&b, VTEP6_B, "vx100", "100", "kbr", "kb1");
     std::fs::write(
         lab.dir.join(format!("gobgpd-{VTEP6_B}.toml")),
         gobgpd_config(VTEP6_B, &[VTEP6_A, VTEP6_C]),
