@@ -20,6 +20,9 @@
 # iperf3 from ha to hb (A -> B) and back (-R, B -> A), 1 and 4 streams, SECONDS each; the
 # receiver's rate in Gbit/s; then B -> A 64-byte frames (UDP, 18-byte payloads, unpaced,
 # one stream), the thousands of datagrams a second ha's iperf3 received (B>A 64B, kfr/s).
+# QB_LEARN=1 adds qblearn-kernel: --fast-path on with hb's MAC learned, not static (the
+# default VXLAN port): the program encapsulates nothing and every frame of ha's goes up.
+# Each pair's softnet drops (frames the CPUs' input backlogs dropped) go to stderr.
 # Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
 # kernel vxlan devices are at their defaults (TSO and checksum offload on; qbridge completes
 # the checksums they leave partial); a VTEP that sends to OVS has its underlay `tx off`; the
@@ -56,6 +59,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Frames the CPUs' input backlogs dropped (netdev_max_backlog), all CPUs: /proc/net/softnet_stat's
+# second column (hex).
+softnet_drops() {
+  local s=0 _a d _r
+  while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat
+  echo $s
+}
+
 kernel_vtep() { # NS LOCAL REMOTE PORT
   local ns=$1
   ip -n $ns link add vx0 type vxlan id 100 local $2 dstport 4789 nolearning
@@ -75,9 +86,16 @@ qbfast_vtep() { # NS LOCAL REMOTE PORT: qbridge with the fast path and a static 
   qb_fast=off
 }
 
+qblearn_vtep() { # NS LOCAL REMOTE PORT: the fast path on, hb's MAC learned (no static entry)
+  qb_fast=on qb_learn=1
+  qbridge_vtep "$@"
+  qb_fast=off qb_learn=0
+}
+qb_learn=0
+
 qbridge_vtep() { # NS LOCAL REMOTE PORT
   local static=
-  if [ $qb_fast = on ]; then
+  if [ $qb_fast = on ] && [ $qb_learn = 0 ]; then
     static="fdb add $(ip -n $p-hb -br link show eth0 | awk '{print $3}') dev vx0 dst $3"
   fi
   cat > "$tmp/$1.batch" <<EOF
@@ -179,13 +197,15 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   for _ in $(seq 50); do
     if ip netns exec $p-ha ping -c 1 -W 1 10.20.0.2 >/dev/null 2>&1; then ok=1; break; fi
   done
-  local r
+  local r drops0
+  drops0=$(softnet_drops)
   if [ $ok = 1 ]; then
     sleep 0.3
     r="$(rate -P 1) $(rate -P 4) $(rate -R -P 1) $(rate -R -P 4) $(kpps64)"
   else
     r="no-ping no-ping no-ping no-ping no-ping"
   fi
+  echo "$label: softnet drops $(( $(softnet_drops) - drops0 )) during the pair" >&2
   printf '%-16s %s\n' "$label" "$r" |
     awk '{printf "%-16s %8s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5, $6}' |
     tee -a "$tmp/rows"
@@ -203,6 +223,7 @@ case " $families " in *" 4 "*) ;; *) have_ovs=2 ;; esac
 for rep in $(seq "$reps"); do
   for fam in $families; do
     pair qbfast kernel "$fam"   # over IPv6 too (decision 78)
+    [ "${QB_LEARN:-0}" = 1 ] && pair qblearn kernel "$fam"
     pair qbridge kernel "$fam"
     pair kernel kernel "$fam"
   done
