@@ -222,6 +222,14 @@ fn part(
     }
     let asn = l.asn.unwrap_or_default();
     let actions = reconcile::reconcile_part(asn, l.router_id, &m.ports, &fdb, &rib, flood);
+    // A route of the other family is said when it first comes, not at the next whole pass
+    // (which then keeps the set whole: it drops the withdrawn ones).
+    for i in reconcile::ignored(asn, &m.ports, &rib) {
+        if !l.ignored.contains(&i) {
+            eprintln!("qbridge-evpn: {i}");
+            l.ignored.insert(i);
+        }
+    }
     act(l, m, &actions)
 }
 
@@ -321,15 +329,23 @@ struct Follow {
     daemon_watching: bool,
     bgp_watching: bool,
     mirrored: bool,
-    /// Why the next pass must be whole (`None`: a part will do).
-    whole: Option<&'static str>,
+    /// Why the next pass must be whole, every reason that came before it ran (`None`: a part
+    /// will do).
+    whole: Option<String>,
     macs: BTreeSet<[u8; 6]>,
     flood: bool,
 }
 
 impl Follow {
     fn resync(&mut self, why: &'static str) {
-        self.whole.get_or_insert(why);
+        match &mut self.whole {
+            Some(w) if w.split(", ").any(|r| r == why) => {}
+            Some(w) => {
+                w.push_str(", ");
+                w.push_str(why);
+            }
+            None => self.whole = Some(why.to_string()),
+        }
     }
 
     fn take(&mut self, ev: Event, m: &mut Mirrors) {
@@ -452,7 +468,7 @@ fn main() {
         daemon_watching: false,
         bgp_watching: false,
         mirrored: false,
-        whole: Some("start"),
+        whole: Some("start".to_string()),
         macs: BTreeSet::new(),
         flood: false,
     };
@@ -543,5 +559,33 @@ fn main() {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A whole pass names every reason that came before it ran, once each: a watch that starts
+    /// while the first pass is pending is in that pass's log line (`netns_evpn` waits for it).
+    #[test]
+    fn a_pending_whole_pass_keeps_every_reason() {
+        let mut f = Follow {
+            daemon_watching: false,
+            bgp_watching: false,
+            mirrored: false,
+            whole: Some("start".to_string()),
+            macs: BTreeSet::new(),
+            flood: false,
+        };
+        f.resync("the daemon's monitor started");
+        f.resync("gobgpd's watch started");
+        f.resync("gobgpd's watch started");
+        assert_eq!(
+            f.whole.take().as_deref(),
+            Some("start, the daemon's monitor started, gobgpd's watch started")
+        );
+        f.resync("every --interval-ms");
+        assert_eq!(f.whole.as_deref(), Some("every --interval-ms"));
     }
 }
