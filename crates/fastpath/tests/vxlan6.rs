@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, own_netns, port, skip};
+use common::{action, eth, ifindex, ip, key, own_netns, port};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
