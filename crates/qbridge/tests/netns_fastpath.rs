@@ -44,6 +44,8 @@
 
 mod support;
 
+use support::neighbour;
+
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -361,25 +363,6 @@ fn assert_counts_agree(ctl: &Ctl, pairs: &[Pair]) {
         "the ports' counters differ from the hosts': {m}\n{}",
         ctl.stats_text()
     );
-}
-
-/// A permanent neighbour entry on `x`: `ip` is at `mac`.
-fn neighbour(x: &Host, ip: &str, mac: &str) {
-    ip_in(
-        &x.ns,
-        &[
-            "neigh",
-            "replace",
-            ip,
-            "lladdr",
-            mac,
-            "dev",
-            &x.ifname,
-            "nud",
-            "permanent",
-        ],
-    )
-    .unwrap();
 }
 
 /// Static neighbour entries both ways, so that no ARP is on the wire: every frame a host

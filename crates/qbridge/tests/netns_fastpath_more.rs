@@ -24,6 +24,8 @@
 
 mod support;
 
+use support::neighbour;
+
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -76,24 +78,6 @@ fn fast(ctl: &Ctl) -> Value {
 
 fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)
-}
-
-fn neighbour(x: &Host, ip: &str, mac: &str) {
-    ip_in(
-        &x.ns,
-        &[
-            "neigh",
-            "replace",
-            ip,
-            "lladdr",
-            mac,
-            "dev",
-            &x.ifname,
-            "nud",
-            "permanent",
-        ],
-    )
-    .unwrap();
 }
 
 /// A frame from `src` to `dst` of an EtherType nobody listens to: the bridge learns `src`.

@@ -14,10 +14,12 @@
 
 mod support;
 
+use support::neighbour;
+
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{inject, ip_in, Capture, Ctl, Host};
+use support::{inject, Capture, Ctl};
 
 /// Prints why the test does nothing; a failure with `QBRIDGE_FASTPATH_REQUIRE=1`.
 fn skip(why: &str) {
@@ -29,24 +31,6 @@ fn skip(why: &str) {
 
 fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)
-}
-
-fn neighbour(x: &Host, ip: &str, mac: &str) {
-    ip_in(
-        &x.ns,
-        &[
-            "neigh",
-            "replace",
-            ip,
-            "lladdr",
-            mac,
-            "dev",
-            &x.ifname,
-            "nud",
-            "permanent",
-        ],
-    )
-    .unwrap();
 }
 
 /// A kernel counter of interface `dev` in namespace `ns`.

@@ -1263,3 +1263,23 @@ pub fn kernel_vtep(
     }
     Ok(())
 }
+
+/// A permanent neighbour entry on `x`'s interface: `ip` is at `mac` (no ARP before the
+/// traffic a test measures).
+pub fn neighbour(x: &Host, ip: &str, mac: &str) {
+    ip_in(
+        &x.ns,
+        &[
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            mac,
+            "dev",
+            &x.ifname,
+            "nud",
+            "permanent",
+        ],
+    )
+    .unwrap();
+}
