@@ -41,16 +41,11 @@ fn setup() -> Option<(FastPath, u32, u32)> {
     Some((fp, ifindex("ua"), ifindex("oa")))
 }
 
-fn vni_word(vni: u32) -> [u8; 4] {
-    let v = vni.to_be_bytes();
-    [v[1], v[2], v[3], 0]
-}
-
 fn tunnel_key(remote: Ipv4Addr, vni: u32) -> VxdKey {
     VxdKey {
         local: LOCAL.octets(),
         remote: remote.octets(),
-        vni: vni_word(vni),
+        vni: Vni::new(vni).unwrap().word(),
         dstport: 4789u16.to_be_bytes(),
         pad: 0,
     }
@@ -350,7 +345,7 @@ fn every_other_frame_passes_to_the_socket_untouched() {
     check(&mut fp, &good, VxdVerdict::Src);
     let sk = VxdSrcKey {
         port: VX,
-        vni: vni_word(5000),
+        vni: Vni::new(5000).unwrap().word(),
         mac: A,
         pad: 0,
     };

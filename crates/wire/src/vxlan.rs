@@ -68,6 +68,13 @@ impl Vni {
     pub const fn get(self) -> u32 {
         self.0
     }
+
+    /// The header's second word as on the wire: the VNI (24 bits, big-endian) and the
+    /// reserved byte after it.
+    pub const fn word(self) -> [u8; 4] {
+        let b = self.0.to_be_bytes();
+        [b[1], b[2], b[3], 0]
+    }
 }
 
 impl core::fmt::Display for Vni {
@@ -130,8 +137,8 @@ impl Repr {
     /// shorter.
     pub fn emit(&self, out: &mut [u8]) -> Result<()> {
         let h = out.get_mut(..HEADER_LEN).ok_or(Error::Truncated)?;
-        let v = self.vni.0;
-        h.copy_from_slice(&[FLAG_I, 0, 0, 0, (v >> 16) as u8, (v >> 8) as u8, v as u8, 0]);
+        h[..4].copy_from_slice(&[FLAG_I, 0, 0, 0]);
+        h[4..].copy_from_slice(&self.vni.word());
         Ok(())
     }
 }

@@ -209,10 +209,6 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
         .collect();
     remotes.sort_unstable();
     remotes.dedup();
-    let word = |v: Vni| {
-        let b = v.get().to_be_bytes();
-        [b[1], b[2], b[3], 0]
-    };
     let flags = if spec.learning { VXD_LEARNING } else { 0 };
     let mut w = crate::fastpath::decap::DecapWant {
         underlay,
@@ -224,7 +220,7 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
                 VxdKey {
                     local: local.octets(),
                     remote: r.octets(),
-                    vni: word(v),
+                    vni: v.word(),
                     dstport: egress.dstport.to_be_bytes(),
                     pad: 0,
                 },
@@ -244,7 +240,7 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
             {
                 w.srcs.push(VxdSrcKey {
                     port: u32::from(port),
-                    vni: word(e.vni),
+                    vni: e.vni.word(),
                     mac: e.mac.0,
                     pad: 0,
                 });
