@@ -1615,32 +1615,28 @@ static __always_inline __u32 vxd_ip_sum(const __u8 *h)
 	return vxd_fold(s);
 }
 
-/* Whether the kernel's UDP receive takes the outer UDP checksum as valid: 0 (none, over
- * IPv4); CHECKSUM_UNNECESSARY (bpf_csum_level answers); CHECKSUM_COMPLETE (bpf_csum_update
- * of 0 answers skb->csum, the sum from the IP header on, checked here against the pseudo
- * header); CHECKSUM_PARTIAL (a same-host sender's: skb_csum_unnecessary). CHECKSUM_NONE,
- * which the kernel would compute, goes to the socket: told from PARTIAL by
+/* Whether the kernel's UDP receive takes the outer UDP checksum as valid: zero (`csum0`) if
+ * `zero_ok` (IPv4: none; IPv6: udp6zerocsumrx, the socket's UDP_NO_CHECK6_RX — without it the
+ * socket drops it, counted in Udp6InCsumErrors); CHECKSUM_UNNECESSARY (bpf_csum_level
+ * answers); CHECKSUM_COMPLETE (bpf_csum_update of 0 answers skb->csum, the sum from the outer
+ * IP header on: `adj` added to it must fold to 0xffff — IPv4: the pseudo header, the IP
+ * header summing to 0xffff itself; IPv6: its header's words other than the addresses and
+ * the payload length subtracted, the protocol added, as the addresses and the length are
+ * the pseudo header's too); CHECKSUM_PARTIAL (a same-host sender's: skb_csum_unnecessary).
+ * CHECKSUM_NONE, which the kernel would compute, goes to the socket: told from PARTIAL by
  * BPF_CSUM_LEVEL_INC, which makes NONE UNNECESSARY and leaves PARTIAL alone (undone at once
  * by BPF_CSUM_LEVEL_DEC). */
-static __always_inline int vxd_csum_ok(struct __sk_buff *skb, const __u8 *h)
+static __always_inline int vxd_csum_ok(struct __sk_buff *skb, int csum0, int zero_ok, __u64 adj)
 {
 	long c;
 
-	if (!h[40] && !h[41])
-		return 1;
+	if (csum0)
+		return zero_ok;
 	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0)
 		return 1;
 	c = bpf_csum_update(skb, 0);
-	if (c >= 0) {
-		/* The IP header sums to 0xffff (checked): the UDP datagram's sum plus the
-		 * pseudo header's must too. */
-		__u64 s = (__u32)c;
-
-		s += ((__u32)h[26] << 8 | h[27]) + ((__u32)h[28] << 8 | h[29]);
-		s += ((__u32)h[30] << 8 | h[31]) + ((__u32)h[32] << 8 | h[33]);
-		s += IPPROTO_UDP + ((__u32)h[38] << 8 | h[39]);
-		return vxd_fold(s) == 0xffff;
-	}
+	if (c >= 0)
+		return vxd_fold((__u32)c + adj) == 0xffff;
 	bpf_csum_level(skb, BPF_CSUM_LEVEL_INC);
 	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0) {
 		bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
@@ -1649,72 +1645,48 @@ static __always_inline int vxd_csum_ok(struct __sk_buff *skb, const __u8 *h)
 	return 1;
 }
 
-SEC("classifier")
-int qb_vxlan_in(struct __sk_buff *skb)
+/* The part of qb_vxlan_in both outer families share, from the inner frame on: `t` the tunnel
+ * (with `vni_be`), `ie` the inner Ethernet header (a copy), `outer` the bytes in front of the
+ * inner IP header that go (outer IP, UDP, VXLAN, inner Ethernet), `csum0`/`zero_ok`/`adj`
+ * the outer UDP checksum's (vxd_csum_ok). */
+static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *t, __u32 vni_be,
+				    const __u8 *ie, __u32 outer, int csum0, int zero_ok, __u64 adj,
+				    __u64 now)
 {
-	struct qb_vxd_key tk = {};
 	struct qb_vxd_src_key sk = {};
-	struct qb_vxd *t;
 	struct qb_flow_key key = {};
 	struct qb_flow_action *act;
 	struct qb_fdb_key fk = {};
 	struct qb_fdb_entry *src, *dst;
 	struct qb_fdb_slot *ss, *ds;
 	struct qb_config *cfg;
-	__u8 h[QB_VXD_HDRS];
-	const __u8 *smac = h + QB_VXD_OUTER + 6;
-	__u32 zero = 0, len, inner_len, in_len, out_len, n_hops, tot;
-	__u64 now, flags;
+	const __u8 *smac = ie + 6;
+	__u32 zero = 0, len = skb->len, inner_len, in_len, out_len, n_hops;
+	__u64 flags;
 	__u16 proto;
 	int i;
 
-	now = bpf_ktime_get_coarse_ns();
-	if (orphaned(now))
-		return TC_ACT_UNSPEC;
-	skb->cb[4] = 0;
-	len = skb->len;
-	if (skb->protocol != bpf_htons(ETH_P_IP) || skb->vlan_present || len < QB_VXD_HDRS ||
-	    bpf_skb_load_bytes(skb, 0, h, QB_VXD_HDRS))
-		return vxd_pass(skb, QB_VXD_OTHER);
-	if (h[12] != 0x08 || h[13] != 0 || h[23] != IPPROTO_UDP)
-		return vxd_pass(skb, QB_VXD_OTHER);
-	__builtin_memcpy(&tk.remote_be, h + 26, 4);
-	__builtin_memcpy(&tk.local_be, h + 30, 4);
-	__builtin_memcpy(&tk.dstport_be, h + 36, 2);
-	__builtin_memcpy(&tk.vni_be, h + 46, 4);
-	t = bpf_map_lookup_elem(&qb_vxd_tunnels, &tk);
-	if (!t)
-		return vxd_pass(skb, QB_VXD_OTHER);
-	/* No options, not a fragment (DF is fine), the lengths exact (no padding: the frame is
-	 * longer than Ethernet's minimum), a valid IP checksum, VXLAN's flags I only. */
-	tot = (__u32)h[16] << 8 | h[17];
-	if (h[14] != 0x45 || (h[20] & 0x3f) || h[21] || tot != len - ETH_HLEN ||
-	    ((__u32)h[38] << 8 | h[39]) != tot - 20 || vxd_ip_sum(h) != 0xffff ||
-	    h[42] != 0x08 || (h[43] | h[44] | h[45] | h[49]))
-		return vxd_pass(skb, QB_VXD_HEADER);
-	if (t->flags & QB_VXD_TRACE)
-		return vxd_pass(skb, QB_VXD_TRACED);
 	/* The inner frame: unicast, a valid source, IP (no tags: the port's socket would hand
 	 * the pipeline what bpf_skb_adjust_room cannot tell the kernel about). */
-	proto = (__u16)h[63] << 8 | h[62];
-	if ((h[50] & 1) || (smac[0] & 1) ||
+	proto = (__u16)ie[13] << 8 | ie[12];
+	if ((ie[0] & 1) || (smac[0] & 1) ||
 	    !(smac[0] | smac[1] | smac[2] | smac[3] | smac[4] | smac[5]) ||
 	    (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6)))
 		return vxd_pass(skb, QB_VXD_INNER);
 	/* Checked after the cheap refusals: it may touch the skb's checksum state (undone). */
-	if (!vxd_csum_ok(skb, h))
+	if (!vxd_csum_ok(skb, csum0, zero_ok, adj))
 		return vxd_pass(skb, QB_VXD_CSUM);
 	/* A learning port learns the source's remote, unless a static entry holds it. */
 	if (t->flags & QB_VXD_LEARNING) {
 		sk.port = t->port;
-		sk.vni_be = tk.vni_be;
+		sk.vni_be = vni_be;
 		__builtin_memcpy(sk.mac, smac, 6);
 		if (!bpf_map_lookup_elem(&qb_vxd_srcs, &sk))
 			return vxd_pass(skb, QB_VXD_SRC);
 	}
 
 	key.in_port = t->port;
-	__builtin_memcpy(key.dst, h + QB_VXD_OUTER, 6);
+	__builtin_memcpy(key.dst, ie, 6);
 	if (t->tag_tpid_be) {
 		key.tpid_be[0] = t->tag_tpid_be;
 		key.tci_be[0] = t->tag_tci_be;
@@ -1733,13 +1705,13 @@ int qb_vxlan_in(struct __sk_buff *skb)
 		return vxd_pass(skb, QB_VXD_ACTION);
 	/* Sizes as the pipeline measures the frame the socket hands it: the inner frame, the
 	 * VNI's tag included; a super-frame by its largest segment. */
-	inner_len = len - QB_VXD_OUTER;
+	inner_len = len - outer;
 	in_len = inner_len + 4 * key.ntags;
 	if (in_len < act->min_len)
 		return vxd_pass(skb, QB_VXD_SIZE);
 	out_len = inner_len + 4 * act->push_n;
 	if (skb->gso_size) {
-		__u32 l34 = l34_len(skb, QB_VXD_HDRS, proto, len);
+		__u32 l34 = l34_len(skb, outer + ETH_HLEN, proto, len);
 		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
 
 		if (l34 && seg < out_len)
@@ -1798,11 +1770,11 @@ int qb_vxlan_in(struct __sk_buff *skb)
 	 * refusal (the flag check, an skb that cannot be uncloned) leaves the frame as it was. */
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_NO_CSUM_RESET |
 		(proto == bpf_htons(ETH_P_IPV6) ? QB_VXD_F_DECAP_L3_IPV6 : QB_VXD_F_DECAP_L3_IPV4);
-	if (bpf_skb_adjust_room(skb, -QB_VXD_OUTER, BPF_ADJ_ROOM_MAC,
+	if (bpf_skb_adjust_room(skb, -(__s32)outer, BPF_ADJ_ROOM_MAC,
 				flags | QB_VXD_F_DECAP_L4_UDP) &&
-	    bpf_skb_adjust_room(skb, -QB_VXD_OUTER, BPF_ADJ_ROOM_MAC, flags))
+	    bpf_skb_adjust_room(skb, -(__s32)outer, BPF_ADJ_ROOM_MAC, flags))
 		return vxd_pass(skb, QB_VXD_ACTION);
-	if (bpf_skb_store_bytes(skb, 0, h + QB_VXD_OUTER, ETH_HLEN, BPF_F_INVALIDATE_HASH))
+	if (bpf_skb_store_bytes(skb, 0, ie, ETH_HLEN, BPF_F_INVALIDATE_HASH))
 		goto shot;
 	bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
 	if (act->push_n >= 2 &&
@@ -1839,6 +1811,107 @@ shot:
 			*n += 1;
 	}
 	return TC_ACT_SHOT;
+}
+
+/* ---- VXLAN decapsulation over IPv6 (decision 82) ----
+ * An IPv6 outer: no extension header (next header UDP; one of hop-by-hop, routing, fragment,
+ * destination options is a `header` pass whatever follows it: the program does not walk
+ * them), the payload length exact, UDP's length the payload's, to one of qb_vxd6_tunnels'
+ * (local, remote, VNI word, UDP port), VXLAN's flags I only; then vxd_take as over IPv4. A
+ * zero UDP checksum is taken only from a port with udp6zerocsumrx (QB_VXD_ZERO6RX), as its
+ * socket would. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_MAX_TUNNELS);
+	__type(key, struct qb_vxd6_key);
+	__type(value, struct qb_vxd);
+} qb_vxd6_tunnels SEC(".maps");
+
+/* Outer Ethernet, IPv6, UDP, VXLAN, inner Ethernet. */
+#define QB_VXD6_HDRS 84
+#define QB_VXD6_OUTER 70
+
+static __always_inline int vxd6_in(struct __sk_buff *skb, __u64 now)
+{
+	struct qb_vxd6_key tk = {};
+	struct qb_vxd *t;
+	__u8 h[QB_VXD6_HDRS];
+	__u32 len = skb->len, plen;
+	__u64 adj;
+
+	if (skb->vlan_present || len < QB_VXD6_HDRS || bpf_skb_load_bytes(skb, 0, h, QB_VXD6_HDRS))
+		return vxd_pass(skb, QB_VXD_OTHER);
+	if (h[12] != 0x86 || h[13] != 0xdd || (h[14] >> 4) != 6)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	if (h[20] == 0 || h[20] == 43 || h[20] == 44 || h[20] == 60)
+		return vxd_pass(skb, QB_VXD_HEADER);
+	if (h[20] != IPPROTO_UDP)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	__builtin_memcpy(tk.remote, h + 22, 16);
+	__builtin_memcpy(tk.local, h + 38, 16);
+	__builtin_memcpy(&tk.dstport_be, h + 56, 2);
+	__builtin_memcpy(&tk.vni_be, h + 66, 4);
+	t = bpf_map_lookup_elem(&qb_vxd6_tunnels, &tk);
+	if (!t)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	plen = (__u32)h[18] << 8 | h[19];
+	if (plen != len - ETH_HLEN - 40 || ((__u32)h[58] << 8 | h[59]) != plen ||
+	    h[62] != 0x08 || (h[63] | h[64] | h[65] | h[69]))
+		return vxd_pass(skb, QB_VXD_HEADER);
+	if (t->flags & QB_VXD_TRACE)
+		return vxd_pass(skb, QB_VXD_TRACED);
+	/* skb->csum less the IPv6 header's words that are not the pseudo header's (version,
+	 * class and label; next header and hop limit), plus the protocol: the payload length is
+	 * UDP's (checked), the addresses are in both. */
+	adj = (0xffff ^ ((__u32)h[14] << 8 | h[15])) + (0xffff ^ ((__u32)h[16] << 8 | h[17])) +
+	      (0xffff ^ ((__u32)h[20] << 8 | h[21])) + IPPROTO_UDP;
+	return vxd_take(skb, t, tk.vni_be, h + QB_VXD6_OUTER, QB_VXD6_OUTER, !h[60] && !h[61],
+			!!(t->flags & QB_VXD_ZERO6RX), adj, now);
+}
+
+SEC("classifier")
+int qb_vxlan_in(struct __sk_buff *skb)
+{
+	struct qb_vxd_key tk = {};
+	struct qb_vxd *t;
+	__u8 h[QB_VXD_HDRS];
+	__u32 len, tot;
+	__u64 now, adj;
+
+	now = bpf_ktime_get_coarse_ns();
+	if (orphaned(now))
+		return TC_ACT_UNSPEC;
+	skb->cb[4] = 0;
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return vxd6_in(skb, now);
+	len = skb->len;
+	if (skb->protocol != bpf_htons(ETH_P_IP) || skb->vlan_present || len < QB_VXD_HDRS ||
+	    bpf_skb_load_bytes(skb, 0, h, QB_VXD_HDRS))
+		return vxd_pass(skb, QB_VXD_OTHER);
+	if (h[12] != 0x08 || h[13] != 0 || h[23] != IPPROTO_UDP)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	__builtin_memcpy(&tk.remote_be, h + 26, 4);
+	__builtin_memcpy(&tk.local_be, h + 30, 4);
+	__builtin_memcpy(&tk.dstport_be, h + 36, 2);
+	__builtin_memcpy(&tk.vni_be, h + 46, 4);
+	t = bpf_map_lookup_elem(&qb_vxd_tunnels, &tk);
+	if (!t)
+		return vxd_pass(skb, QB_VXD_OTHER);
+	/* No options, not a fragment (DF is fine), the lengths exact (no padding: the frame is
+	 * longer than Ethernet's minimum), a valid IP checksum, VXLAN's flags I only. */
+	tot = (__u32)h[16] << 8 | h[17];
+	if (h[14] != 0x45 || (h[20] & 0x3f) || h[21] || tot != len - ETH_HLEN ||
+	    ((__u32)h[38] << 8 | h[39]) != tot - 20 || vxd_ip_sum(h) != 0xffff ||
+	    h[42] != 0x08 || (h[43] | h[44] | h[45] | h[49]))
+		return vxd_pass(skb, QB_VXD_HEADER);
+	if (t->flags & QB_VXD_TRACE)
+		return vxd_pass(skb, QB_VXD_TRACED);
+	/* The pseudo header: the IP header sums to 0xffff (checked). */
+	adj = ((__u32)h[26] << 8 | h[27]) + ((__u32)h[28] << 8 | h[29]) +
+	      ((__u32)h[30] << 8 | h[31]) + ((__u32)h[32] << 8 | h[33]) + IPPROTO_UDP +
+	      ((__u32)h[38] << 8 | h[39]);
+	return vxd_take(skb, t, tk.vni_be, h + QB_VXD_OUTER, QB_VXD_OUTER, !h[40] && !h[41], 1,
+			adj, now);
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

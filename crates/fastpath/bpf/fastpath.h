@@ -333,6 +333,18 @@ struct qb_vxd_src_key {
 	__u16 pad;
 };
 #define QB_VXD_MAX_SRCS 65536
+/* VXLAN decapsulation over IPv6 (decision 82): qb_vxd6_tunnels' key, the 128-bit addresses of
+ * an IPv6 underlay (the value a struct qb_vxd as over IPv4). */
+struct qb_vxd6_key {
+	__u8 local[16];		/* the port's local address (the outer destination) */
+	__u8 remote[16];	/* a remote VTEP the port knows (the outer source) */
+	__u32 vni_be;		/* the VXLAN header's second word */
+	__u16 dstport_be;	/* the port's UDP port */
+	__u16 pad;
+};
+/* The port accepts a zero UDP checksum over IPv6 (udp6zerocsumrx, its socket's
+ * UDP_NO_CHECK6_RX): without it such a frame goes to the socket, which drops and counts it. */
+#define QB_VXD_ZERO6RX 4
 /* What qb_vxlan_in did with a frame (qb_vxd_stats, per CPU; the loader names them). */
 enum qb_vxd_verdict {
 	QB_VXD_HIT = 0,		/* decapsulated and forwarded */
@@ -374,5 +386,6 @@ _Static_assert(sizeof(struct qb_mir_stats) == 16, "qb_mir_stats: maps.rs MirStat
 _Static_assert(sizeof(struct qb_vxd_key) == 16, "qb_vxd_key: maps.rs VxdKey");
 _Static_assert(sizeof(struct qb_vxd) == 12, "qb_vxd: maps.rs Vxd");
 _Static_assert(sizeof(struct qb_vxd_src_key) == 16, "qb_vxd_src_key: maps.rs VxdSrcKey");
+_Static_assert(sizeof(struct qb_vxd6_key) == 40, "qb_vxd6_key: maps.rs Vxd6Key");
 
 #endif

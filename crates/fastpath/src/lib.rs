@@ -47,6 +47,7 @@ const DECAP: &str = "qb_vxlan_in";
 /// it does not take goes on to the next filter.
 pub const DECAP_PRIORITY: u16 = 0xffe0;
 pub use maps::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_LEARNING, VXD_MAX_SRCS, VXD_TRACE};
+pub use maps::{Vxd6Key, VXD_ZERO6RX};
 
 /// Why the fast path cannot do something.
 #[derive(Debug, thiserror::Error)]
@@ -910,6 +911,20 @@ impl FastPath {
         m.iter()
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_err("qb_vxd_tunnels"))
+    }
+
+    /// [`FastPath::set_vxd_tunnel`] for an IPv6 underlay (`qb_vxd6_tunnels`, decision 82).
+    pub fn set_vxd6_tunnel(&mut self, key: Vxd6Key, v: Vxd) -> Result<(), Error> {
+        self.hash::<Vxd6Key, Vxd>("qb_vxd6_tunnels")?
+            .insert(key, v, 0)
+            .map_err(map_err("qb_vxd6_tunnels"))
+    }
+
+    pub fn remove_vxd6_tunnel(&mut self, key: &Vxd6Key) -> Result<(), Error> {
+        ignore_missing(
+            self.hash::<Vxd6Key, Vxd>("qb_vxd6_tunnels")?.remove(key),
+            "qb_vxd6_tunnels",
+        )
     }
 
     /// A static entry's source of a learning port: its frames may be taken.

@@ -650,6 +650,23 @@ pub struct Vxd {
 pub const VXD_LEARNING: u32 = 1;
 /// `QB_VXD_TRACE`: `trace live` watches the port; its frames all go to the socket.
 pub const VXD_TRACE: u32 = 2;
+/// `QB_VXD_ZERO6RX` (decision 82): the port accepts a zero UDP checksum over IPv6
+/// (`udp6zerocsumrx`); without it such a frame goes to the socket, which drops and counts it.
+pub const VXD_ZERO6RX: u32 = 4;
+
+/// `struct qb_vxd6_key` (decision 82): a tunnel of an IPv6 underlay whose frames `qb_vxlan_in`
+/// takes (`qb_vxd6_tunnels`; the value a [`Vxd`]) — [`VxdKey`] with 128-bit addresses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Vxd6Key {
+    pub local: [u8; 16],
+    pub remote: [u8; 16],
+    /// The VXLAN header's second word: the VNI's three bytes, then 0.
+    pub vni: [u8; 4],
+    pub dstport: [u8; 2],
+    pub pad: u16,
+}
+
 /// `QB_VXD_MAX_SRCS`: entries of `qb_vxd_srcs`.
 pub const VXD_MAX_SRCS: u32 = 65536;
 
@@ -722,6 +739,7 @@ const _: () = {
     assert!(std::mem::size_of::<VxdKey>() == 16);
     assert!(std::mem::size_of::<Vxd>() == 12);
     assert!(std::mem::size_of::<VxdSrcKey>() == 16);
+    assert!(std::mem::size_of::<Vxd6Key>() == 40);
 };
 
 // SAFETY: #[repr(C)], integers and integer arrays only, padding named: every bit pattern is
@@ -731,3 +749,5 @@ unsafe impl aya::Pod for VxdKey {}
 unsafe impl aya::Pod for Vxd {}
 // SAFETY: as above.
 unsafe impl aya::Pod for VxdSrcKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Vxd6Key {}
