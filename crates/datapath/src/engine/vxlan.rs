@@ -108,7 +108,7 @@ impl Engine {
                 t.tunnels = tunnels;
             }
             if let Some(b) = bridge {
-                t.ageing = Duration::from_nanos(b.ageing_time_ns);
+                t.set_ageing(Duration::from_nanos(b.ageing_time_ns));
             }
             // `fdb flush dev NAME`: the learned VTEPs go.
             let flushes = self.session.vxlan_flushes(name);

@@ -140,12 +140,45 @@ impl TunnelMap {
     }
 }
 
+/// vxl_: told of every change of a learned entry (decision 83), under the table's lock and
+/// before the port forwards with it: `Some((remote, last seen, ageing))` when (VNI, MAC) is
+/// learned behind `remote` (new, moved, learned again after it aged, its last-seen time moved
+/// by [`VxlanTable::refresh`], the ageing time changed), `None` when it goes (aged out and
+/// removed, deleted, flushed, replaced by a static entry). The eBPF fast path's copy of the
+/// learned remotes is written by it.
+pub type LearnHook = Box<dyn FnMut(Vni, MacAddr, Option<(IpAddr, Instant, Duration)>) + Send>;
+
+/// The hook, if any (not `Debug` itself).
+#[derive(Default)]
+struct VxlHook(Option<LearnHook>);
+
+impl std::fmt::Debug for VxlHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(hook)"
+        } else {
+            "None"
+        })
+    }
+}
+
+impl VxlHook {
+    #[inline]
+    fn tell(&mut self, vni: Vni, mac: MacAddr, e: Option<(IpAddr, Instant, Duration)>) {
+        if let Some(h) = self.0.as_mut() {
+            h(vni, mac, e);
+        }
+    }
+}
+
 /// A VXLAN port's remote VTEPs: (VNI, MAC) → VTEP entries, per-VNI flood lists, the VLAN ↔
 /// VNI map.
 #[derive(Debug)]
 pub struct VxlanTable {
     statics: HashMap<(Vni, MacAddr), IpAddr>,
     learned: HashMap<(Vni, MacAddr), (IpAddr, Instant)>,
+    /// vxl_: the learned entries' changes go there too (decision 83).
+    vxl_hook: VxlHook,
     flood: HashMap<Vni, Vec<IpAddr>>,
     /// Learned entries unrefreshed for longer are ignored and removed (the bridge's
     /// `ageing_time`, set by the engine; 0: every learned entry is expired at once).
@@ -161,6 +194,7 @@ impl Default for VxlanTable {
         VxlanTable {
             statics: HashMap::new(),
             learned: HashMap::new(),
+            vxl_hook: VxlHook::default(),
             flood: HashMap::new(),
             ageing: DEFAULT_AGEING,
             tunnels: TunnelMap::default(),
@@ -179,7 +213,9 @@ impl VxlanTable {
     /// `fdb add|replace MAC dev NAME dst IP [vni N]`: a static entry (it replaces a learned
     /// one). The all-zeros MAC is the flood list's: see [`VxlanTable::append_flood`].
     pub fn add_static(&mut self, vni: Vni, mac: MacAddr, dst: IpAddr) {
-        self.learned.remove(&(vni, mac));
+        if self.learned.remove(&(vni, mac)).is_some() {
+            self.vxl_hook.tell(vni, mac, None);
+        }
         self.statics.insert((vni, mac), dst);
     }
 
@@ -193,7 +229,9 @@ impl VxlanTable {
             if m.is_zero() {
                 self.flood.entry(vni).or_default().push(d);
             } else {
-                self.learned.remove(&(vni, m));
+                if self.learned.remove(&(vni, m)).is_some() {
+                    self.vxl_hook.tell(vni, m, None);
+                }
                 self.statics.insert((vni, m), d);
             }
         }
@@ -233,13 +271,18 @@ impl VxlanTable {
         let s = self.statics.get(&key).is_some_and(matches) && self.statics.remove(&key).is_some();
         let l = self.learned.get(&key).is_some_and(|(d, _)| matches(d))
             && self.learned.remove(&key).is_some();
+        if l {
+            self.vxl_hook.tell(vni, mac, None);
+        }
         s || l
     }
 
     /// Forgets every learned entry (`fdb flush dev NAME`); returns how many there were.
     pub fn flush_learned(&mut self) -> usize {
         let n = self.learned.len();
-        self.learned.clear();
+        for ((v, m), _) in self.learned.drain() {
+            self.vxl_hook.tell(v, m, None);
+        }
         n
     }
 
@@ -273,7 +316,13 @@ impl VxlanTable {
             return;
         }
         if let Some(e) = self.learned.get_mut(&key) {
+            // vxl_: a move, or the entry learned again after it aged, is told; a refresh is
+            // not (the fast path's ager asks, `refresh`).
+            let told = e.0 != from || now.saturating_duration_since(e.1) >= self.ageing;
             *e = (from, now);
+            if told {
+                self.vxl_hook.tell(vni, src, Some((from, now, self.ageing)));
+            }
             return;
         }
         if self.learned.len() >= MAX_LEARNED {
@@ -283,13 +332,70 @@ impl VxlanTable {
             }
         }
         self.learned.insert(key, (from, now));
+        self.vxl_hook.tell(vni, src, Some((from, now, self.ageing)));
     }
 
     /// Removes learned entries older than the ageing time.
     pub fn expire(&mut self, now: Instant) {
         let ageing = self.ageing;
+        let hook = &mut self.vxl_hook;
+        self.learned.retain(|(v, m), (_, seen)| {
+            let keep = now.saturating_duration_since(*seen) < ageing;
+            if !keep {
+                hook.tell(*v, *m, None);
+            }
+            keep
+        });
+    }
+
+    /// vxl_: sets the hook told of every learned entry's change (decision 83; `None`: none),
+    /// and tells it of every learned entry now.
+    pub fn set_learn_hook(&mut self, hook: Option<LearnHook>) {
+        self.vxl_hook = VxlHook(hook);
+        let ageing = self.ageing;
+        for (&(v, m), &(d, seen)) in &self.learned {
+            self.vxl_hook.tell(v, m, Some((d, seen, ageing)));
+        }
+    }
+
+    /// Whether a hook is set.
+    pub fn has_learn_hook(&self) -> bool {
+        self.vxl_hook.0.is_some()
+    }
+
+    /// Sets the ageing time of learned entries (the bridge's `ageing_time`); the hook is told
+    /// of every learned entry when it changes.
+    pub fn set_ageing(&mut self, ageing: Duration) {
+        if self.ageing == ageing {
+            return;
+        }
+        self.ageing = ageing;
+        for (&(v, m), &(d, seen)) in &self.learned {
+            self.vxl_hook.tell(v, m, Some((d, seen, ageing)));
+        }
+    }
+
+    /// vxl_: the learned entries (VNI, MAC, VTEP, last seen), aged ones included.
+    pub fn learned_entries(&self) -> Vec<(Vni, MacAddr, IpAddr, Instant)> {
         self.learned
-            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < ageing);
+            .iter()
+            .map(|(&(v, m), &(d, seen))| (v, m, d, seen))
+            .collect()
+    }
+
+    /// vxl_: a frame of `vni` from `mac` behind `from` was seen at `at` by someone else (the
+    /// fast path's decapsulation): the learned entry's last-seen time moves there if it is
+    /// later and the entry still names `from` (the hook is told); false if nothing changed.
+    pub fn refresh(&mut self, vni: Vni, mac: MacAddr, from: IpAddr, at: Instant) -> bool {
+        let Some(e) = self.learned.get_mut(&(vni, mac)) else {
+            return false;
+        };
+        if e.0 != from || at <= e.1 {
+            return false;
+        }
+        e.1 = at;
+        self.vxl_hook.tell(vni, mac, Some((from, at, self.ageing)));
+        true
     }
 
     /// Every entry: flood lists first (by VNI, each in order), then statics and learned
@@ -448,5 +554,62 @@ mod tests {
         let m = TunnelMap::new(&[(10, 1000)], None, None);
         assert_eq!(m.vni_of_frame(&f), None);
         assert_eq!(m.tag_of_vni(vni(1000)), None);
+    }
+
+    /// vxl_: the hook hears of every learned entry's change before the table answers with it
+    /// (decision 83): new, moved, learned again after ageing, refreshed from outside, the
+    /// ageing changed; gone by deletion, a static entry, a flush or ageing out.
+    #[test]
+    fn the_learn_hook_hears_every_change_of_a_learned_entry() {
+        use std::sync::{Arc, Mutex};
+        type Heard = Vec<(u32, MacAddr, Option<(IpAddr, Instant)>)>;
+        let heard: Arc<Mutex<Heard>> = Arc::default();
+        let mut t = VxlanTable::default();
+        let h = heard.clone();
+        t.set_learn_hook(Some(Box::new(move |v, m, e| {
+            h.lock()
+                .unwrap()
+                .push((v.get(), m, e.map(|(d, seen, _)| (d, seen))));
+        })));
+        let take = || std::mem::take(&mut *heard.lock().unwrap());
+        let v = vni(100);
+        let t0 = Instant::now();
+        let ip2: IpAddr = "10.0.0.2".parse().unwrap();
+        let ip3: IpAddr = "10.0.0.3".parse().unwrap();
+        t.learn(v, MacAddr(B), ip2, t0);
+        assert_eq!(take(), vec![(100, MacAddr(B), Some((ip2, t0)))]);
+        // A refresh by a frame is not told; a move is.
+        let t1 = t0 + Duration::from_secs(1);
+        t.learn(v, MacAddr(B), ip2, t1);
+        assert!(take().is_empty());
+        t.learn(v, MacAddr(B), ip3, t1);
+        assert_eq!(take(), vec![(100, MacAddr(B), Some((ip3, t1)))]);
+        // Learned again after it aged: told (its deadline moves).
+        let t2 = t1 + DEFAULT_AGEING;
+        t.learn(v, MacAddr(B), ip3, t2);
+        assert_eq!(take(), vec![(100, MacAddr(B), Some((ip3, t2)))]);
+        // Refreshed from outside: only later, only for the same remote.
+        let t3 = t2 + Duration::from_secs(2);
+        assert!(!t.refresh(v, MacAddr(B), ip2, t3));
+        assert!(!t.refresh(v, MacAddr(B), ip3, t1));
+        assert!(t.refresh(v, MacAddr(B), ip3, t3));
+        assert_eq!(take(), vec![(100, MacAddr(B), Some((ip3, t3)))]);
+        assert_eq!(t.learned_entries(), vec![(v, MacAddr(B), ip3, t3)]);
+        // The ageing changed: every entry told again.
+        t.set_ageing(Duration::from_secs(5));
+        assert_eq!(take(), vec![(100, MacAddr(B), Some((ip3, t3)))]);
+        // Gone: deleted, replaced by a static entry, flushed, aged out.
+        assert!(t.remove(v, MacAddr(B), None));
+        assert_eq!(take(), vec![(100, MacAddr(B), None)]);
+        t.learn(v, MacAddr(B), ip2, t3);
+        t.add_static(v, MacAddr(B), ip3);
+        assert_eq!(take()[1], (100, MacAddr(B), None));
+        t.learn(v, MacAddr(A), ip2, t3);
+        assert_eq!(t.flush_learned(), 1);
+        assert_eq!(take()[1], (100, MacAddr(A), None));
+        t.learn(v, MacAddr(A), ip2, t3);
+        t.expire(t3 + Duration::from_secs(5));
+        assert_eq!(take()[1], (100, MacAddr(A), None));
+        assert!(t.learned_entries().is_empty());
     }
 }
