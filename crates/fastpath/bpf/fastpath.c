@@ -662,6 +662,48 @@ struct {
 	__type(value, struct qb_vxlan);
 } qb_vxlan SEC(".maps");
 
+/* vxl_: learned remotes (decision 83; fastpath.h, struct qb_vxl_remote). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QB_VXL_MAX);
+	__type(key, struct qb_vxd_src_key);
+	__type(value, struct qb_vxl_remote);
+} qb_vxl_learned SEC(".maps");
+
+/* A flow through a learned remote's tunnel t: whether the port's table still has the frame's
+ * destination behind that remote, unaged. */
+static __always_inline int vxl_remote_ok(struct __sk_buff *skb, const struct qb_vxlan *t)
+{
+	struct qb_vxd_src_key k = {};
+	struct qb_vxl_remote *r;
+
+	k.port = t->vxl_port;
+	k.vni_be = t->vni_be;
+	if (bpf_skb_load_bytes(skb, 0, k.mac, 6))
+		return 0;
+	r = bpf_map_lookup_elem(&qb_vxl_learned, &k);
+	return r && r->remote_be == t->remote_be && bpf_ktime_get_coarse_ns() < r->deadline_ns;
+}
+
+/* A learning port's frame whose inner source k is not static: 0 if the table has it behind
+ * the outer source (its last-seen time refreshed), else why it goes up. Learned remotes are
+ * IPv4 (an IPv6 outer's source stays with the pipeline). */
+static __always_inline __u32 vxl_src(struct __sk_buff *skb, const struct qb_vxd_src_key *k,
+				     __u64 now)
+{
+	struct qb_vxl_remote *r = bpf_map_lookup_elem(&qb_vxl_learned, k);
+	__u32 remote_be;
+
+	if (!r || skb->protocol != bpf_htons(ETH_P_IP) ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + 12, &remote_be, 4))
+		return QB_VXD_SRC;
+	if (r->remote_be != remote_be)
+		return QB_VXD_MOVED;
+	if (now > r->last_seen_ns && now - r->last_seen_ns > NS_PER_REFRESH)
+		r->last_seen_ns = now;
+	return 0;
+}
+
 /* qbridge_wire::Mixer: the flow hash's accumulator and its finaliser. */
 static __always_inline __u64 vx_mix(__u64 s, __u64 v)
 {
@@ -691,9 +733,9 @@ static __always_inline __u64 vx_be64(const __u8 *b)
  * frame whose hash the program leaves to the pipeline (a header the pipeline's parser would
  * refuse, IPv6 extension headers): such a frame goes up. */
 static __always_inline int vx_hash(struct __sk_buff *skb, __u32 off, __u16 proto_be,
-				   __u32 avail, __u32 *hash, __u8 *tos, __u8 *b)
+				   __u32 avail, __u32 *hash, __u8 *tos, __u8 *b, __u64 seed)
 {
-	__u64 m = 0x517cc1b727220aULL;
+	__u64 m = seed;	/* vxq_seed: the hash's seed, the inner tags' VIDs mixed in */
 	__u32 l4 = 0, l4_len = 0, l4_proto;
 	int whole = 1;
 
@@ -785,6 +827,11 @@ struct qb_vx_out {
 	__u8 hdr6[88];	/* outer Ethernet, IPv6, UDP, VXLAN; the inner Ethernet header */
 	__u8 chunk[516];	/* vx6_csum's bytes, */
 	__u32 s_from, s_left, s_acc;	/* and its state */
+	/* Q-in-VNI (decision 86): the inner frame's tags (vxq_prepare), 0 ..= QB_MAX_TAGS, as
+	 * bytes (outer first), and the outer headers with the inner Ethernet header and tags. */
+	__u32 qn;
+	__u8 q[4 * QB_MAX_TAGS];
+	__u8 hdrq[72 + 14 + 4 * QB_MAX_TAGS];
 };
 
 /* The scratch of one frame's encapsulation (per CPU: the stack is the other paths'). */
@@ -967,6 +1014,10 @@ static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vx
 	/* UDP (checksum 0), VXLAN, the inner Ethernet header, two zeros. */
 	if (acc >= 0)
 		acc = bpf_csum_diff(0, 0, (__be32 *)(h + 54), 32, (__wsum)acc);
+	/* vxq_: the inner tags (between the addresses and the EtherType: even offsets, so
+	 * their words sum alike here). */
+	if (acc >= 0 && o->qn)
+		acc = bpf_csum_diff(0, 0, (__be32 *)o->q, o->qn > 1 ? 8 : 4, (__wsum)acc);
 	if (acc < 0)
 		return QB_MISS_VXLAN + 1;
 	if (field) {
@@ -992,6 +1043,71 @@ static __always_inline int vx6_prepare(struct __sk_buff *skb, const struct qb_vx
 	return 0;
 }
 
+/* ---- Q-in-VNI: tagged inner frames (decision 86; docs/fast-path.md, "VXLAN") ----
+ * A flow to a VXLAN port whose inner frame keeps tags (an 802.1ad bridge's S-VLAN mapped to a
+ * VNI: the customer's C-tag rides inside) pushes them inside the tunnel, not on the skb: its
+ * tags are all popped first (an accelerated tag at the redirect would be the OUTER frame's,
+ * and bpf_skb_adjust_room encapsulates only an skb whose protocol is IP), then the room made
+ * in front of the inner L3 header takes the outer headers and the inner tags, the inner L2
+ * length (BPF_F_ADJ_ROOM_ENCAP_L2) counting them, so that segmentation finds the inner IP
+ * header (skb_mac_gso_segment walks the tags from the inner MAC length). The outer source
+ * port is the socket's: qbridge_wire::flow_hash mixes each tag's VID before the addresses. */
+
+/* The flow's pushed tags as the inner frame's (o->q, o->qn), and the flow hash's seed with
+ * their VIDs mixed in, outer first (qbridge_wire::flow_hash). */
+static __always_inline __u64 vxq_prepare(const struct qb_flow_action *act, struct qb_vx_out *o)
+{
+	__u64 m = 0x517cc1b727220aULL;
+	__u32 i;
+
+	o->qn = 0;
+#pragma unroll
+	for (i = 0; i < QB_MAX_TAGS; i++) {
+		if (i >= act->push_n)
+			break;
+		__builtin_memcpy(o->q + 4 * i, &act->push_tpid_be[i], 2);
+		__builtin_memcpy(o->q + 4 * i + 2, &act->push_tci_be[i], 2);
+		m = vx_mix(m, bpf_ntohs(act->push_tci_be[i]) & 0xfff);
+		o->qn = i + 1;
+	}
+	return m;
+}
+
+/* The outer headers `outer` (`olen` bytes), the inner addresses, `n` tags and EtherType: room
+ * of olen + 4n bytes in front of the (untagged) frame's L3 header, then olen + 14 + 4n bytes
+ * written at its start. Returns 0, 1 when refused before the frame changed, -1 after. */
+static __always_inline int vxq_put(struct __sk_buff *skb, struct qb_vx_out *o,
+				   const __u8 *outer, __u32 olen, __u64 l3, __u32 n)
+{
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | l3 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
+		      BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN + 4 * n);
+	__u8 *h = o->hdrq;
+
+	__builtin_memcpy(h, outer, olen);
+	if (bpf_skb_load_bytes(skb, 0, h + olen, ETH_HLEN))
+		return 1;
+	/* The EtherType after the tags. */
+	h[olen + 12 + 4 * n] = h[olen + 12];
+	h[olen + 13 + 4 * n] = h[olen + 13];
+	__builtin_memcpy(h + olen + 12, o->q, 4 * n);
+	if (bpf_skb_adjust_room(skb, olen + 4 * n, BPF_ADJ_ROOM_MAC, flags))
+		return 1;
+	return bpf_skb_store_bytes(skb, 0, h, olen + ETH_HLEN + 4 * n, BPF_F_INVALIDATE_HASH) ?
+		       -1 : 0;
+}
+
+static __always_inline int vxq_encap(struct __sk_buff *skb, struct qb_vx_out *o)
+{
+	if (o->v6) {
+		if (o->qn > 1)
+			return vxq_put(skb, o, o->hdr6, 70, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, 2);
+		return vxq_put(skb, o, o->hdr6, 70, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6, 1);
+	}
+	if (o->qn > 1)
+		return vxq_put(skb, o, o->hdr, 50, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, 2);
+	return vxq_put(skb, o, o->hdr, 50, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, 1);
+}
+
 /* vx_encap over IPv6: 70 bytes of room before the inner frame's L3 header, then the 84
  * bytes of o->hdr6 at the start (the inner Ethernet header reread as it is now). */
 static __always_inline int vx6_encap(struct __sk_buff *skb, struct qb_vx_out *o)
@@ -1000,6 +1116,8 @@ static __always_inline int vx6_encap(struct __sk_buff *skb, struct qb_vx_out *o)
 		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
 		      BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
 
+	if (o->qn)
+		return vxq_encap(skb, o);
 	if (bpf_skb_load_bytes(skb, 0, o->hdr6 + 70, ETH_HLEN))
 		return 1;
 	if (bpf_skb_adjust_room(skb, 70, BPF_ADJ_ROOM_MAC, flags))
@@ -1017,11 +1135,15 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 
 	o->v6 = 0;
 
-	/* Only IP frames: bpf_skb_adjust_room encapsulates those alone. */
-	if (!t || act->push_n || len + 36 > 0xffff || skb->len < off ||
+	/* Only IP frames: bpf_skb_adjust_room encapsulates those alone. The inner frame's tags
+	 * (Q-in-VNI, decision 86) are the flow's pushed tags, written inside (vxq_encap). */
+	if (!t || act->push_n > QB_MAX_TAGS || len + 36 > 0xffff || skb->len < off ||
 	    (proto_be != bpf_htons(ETH_P_IP) && proto_be != bpf_htons(ETH_P_IPV6)))
 		return QB_MISS_VXLAN + 1;
-	if (vx_hash(skb, off, proto_be, skb->len - off, &hash, &tos, o->b))
+	/* vxl_: a learned remote, while the port's table has it (else: the pipeline's). */
+	if ((t->flags & QB_VX_LEARNED) && !vxl_remote_ok(skb, t))
+		return QB_MISS_DST + 1;
+	if (vx_hash(skb, off, proto_be, skb->len - off, &hash, &tos, o->b, vxq_prepare(act, o)))
 		return QB_MISS_VXLAN + 1;
 	if (t->flags & QB_VX_INHERIT_TOS) {
 		if ((tos & 3) == 3)
@@ -1099,6 +1221,8 @@ static __always_inline int vx_encap(struct __sk_buff *skb, struct qb_vx_out *o)
 
 	if (o->v6)
 		return vx6_encap(skb, o);
+	if (o->qn)
+		return vxq_encap(skb, o);
 	if (bpf_skb_load_bytes(skb, 0, o->hdr + 50, ETH_HLEN))
 		return 1;
 	if (bpf_skb_adjust_room(skb, 50, BPF_ADJ_ROOM_MAC, flags))
@@ -1461,7 +1585,7 @@ int qb_ingress(struct __sk_buff *skb)
 		vx = bpf_map_lookup_elem(&qb_vx_scratch, &zero);
 		if (!vx)
 			return miss(skb, QB_MISS_VXLAN, port);
-		r = vx_prepare(skb, act, off, proto, in_len - 4 * key.ntags, vx);
+		r = vx_prepare(skb, act, off, proto, in_len - 4 * key.ntags + 4 * act->push_n, vx);
 		if (r)
 			return miss(skb, r - 1, port);
 		out_ifindex = vx->ifindex;
@@ -1475,8 +1599,9 @@ int qb_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 
-	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. */
-	if (!(key.ntags == act->push_n &&
+	/* The tag edit: nothing when the tags stay; else pop all, push the egress ones. To a
+	 * tunnel all go, and its inner tags are written inside (vxq_encap). */
+	if (vx || !(key.ntags == act->push_n &&
 	      (key.ntags < 1 || (key.tpid_be[0] == act->push_tpid_be[0] &&
 				 key.tci_be[0] == act->push_tci_be[0])) &&
 	      (key.ntags < 2 || (key.tpid_be[1] == act->push_tpid_be[1] &&
@@ -1487,10 +1612,10 @@ int qb_ingress(struct __sk_buff *skb)
 			if (bpf_skb_vlan_pop(skb))
 				return miss(skb, QB_MISS_ACTION, port);
 		}
-		if (act->push_n >= 2 &&
+		if (!vx && act->push_n >= 2 &&
 		    bpf_skb_vlan_push(skb, act->push_tpid_be[1], bpf_ntohs(act->push_tci_be[1])))
 			return miss(skb, QB_MISS_ACTION, port);
-		if (act->push_n >= 1 &&
+		if (!vx && act->push_n >= 1 &&
 		    bpf_skb_vlan_push(skb, act->push_tpid_be[0], bpf_ntohs(act->push_tci_be[0])))
 			return miss(skb, QB_MISS_ACTION, port);
 	}
@@ -1681,8 +1806,13 @@ static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *
 		sk.port = t->port;
 		sk.vni_be = vni_be;
 		__builtin_memcpy(sk.mac, smac, 6);
-		if (!bpf_map_lookup_elem(&qb_vxd_srcs, &sk))
-			return vxd_pass(skb, QB_VXD_SRC);
+		if (!bpf_map_lookup_elem(&qb_vxd_srcs, &sk)) {
+			/* vxl_: a learned source, behind this remote. */
+			__u32 why = vxl_src(skb, &sk, now);
+
+			if (why)
+				return vxd_pass(skb, why);
+		}
 	}
 
 	key.in_port = t->port;

@@ -264,7 +264,8 @@ struct qb_vxlan {
 	__u8 ttl;
 	__u8 tos;		/* a fixed TOS (0: none) */
 	__u8 flags;		/* QB_VX_* */
-	__u8 pad[3];
+	__u8 pad;
+	__u16 vxl_port;		/* QB_VX_LEARNED: the VXLAN port's index (qb_vxl_learned's key) */
 	/* QB_VX_IPV6: the addresses, and per send socket the outer flow label (its 20 bits in
 	 * a word, network order). */
 	__u8 local6[16];
@@ -359,8 +360,28 @@ enum qb_vxd_verdict {
 	QB_VXD_SIZE,
 	QB_VXD_ACTION,		/* an action the decapsulating program does not run, or a helper refused */
 	QB_VXD_TRACED,
+	QB_VXD_MOVED,		/* vxl_: the source is learned behind another remote (a move) */
 	QB_VXD_MAX,
 };
+
+/* vxl_: learned remotes (decision 83). qb_vxl_learned, keyed as qb_vxd_srcs (VXLAN port,
+ * VNI word, MAC): the remote VTEP a learning port's own table has the MAC behind. The table
+ * writes it under its lock whenever it learns a MAC, moves it to another remote or forgets it
+ * (aged, deleted, flushed, a static entry replacing it), so the pipeline never forwards with a
+ * remote the map does not hold. A flow to a learned remote (its tunnel QB_VX_LEARNED, with
+ * vxl_port) is used only while the entry names the tunnel's remote and deadline_ns (when the
+ * pipeline ages the entry, less a margin for the coarse clock) is ahead; qb_vxlan_in takes a
+ * frame of a learning port whose inner source has an entry naming the outer source, and
+ * refreshes last_seen_ns, which the engine's ager reads before it ages the entry. */
+struct qb_vxl_remote {
+	__u32 remote_be;	/* the learned remote VTEP (IPv4) */
+	__u32 pad;
+	__u64 deadline_ns;	/* CLOCK_MONOTONIC: the entry is not used from then on */
+	__u64 last_seen_ns;	/* written by qb_vxlan_in (at most once a second) */
+};
+#define QB_VXL_MAX 65536
+/* The tunnel's remote is a learned one: flows through it check qb_vxl_learned. */
+#define QB_VX_LEARNED 0x80
 
 /* The sizes crates/fastpath/src/maps.rs asserts of its #[repr(C)] mirrors: a layout changed on
  * one side only fails the build of that side. */
@@ -386,6 +407,7 @@ _Static_assert(sizeof(struct qb_mir_stats) == 16, "qb_mir_stats: maps.rs MirStat
 _Static_assert(sizeof(struct qb_vxd_key) == 16, "qb_vxd_key: maps.rs VxdKey");
 _Static_assert(sizeof(struct qb_vxd) == 12, "qb_vxd: maps.rs Vxd");
 _Static_assert(sizeof(struct qb_vxd_src_key) == 16, "qb_vxd_src_key: maps.rs VxdSrcKey");
+_Static_assert(sizeof(struct qb_vxl_remote) == 24, "qb_vxl_remote: maps.rs VxlRemote");
 _Static_assert(sizeof(struct qb_vxd6_key) == 40, "qb_vxd6_key: maps.rs Vxd6Key");
 
 #endif

@@ -48,6 +48,7 @@ const DECAP: &str = "qb_vxlan_in";
 pub const DECAP_PRIORITY: u16 = 0xffe0;
 pub use maps::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_LEARNING, VXD_MAX_SRCS, VXD_TRACE};
 pub use maps::{Vxd6Key, VXD_ZERO6RX};
+pub use maps::{VxlRemote, VXL_MAX, VX_LEARNED};
 
 /// Why the fast path cannot do something.
 #[derive(Debug, thiserror::Error)]
@@ -962,6 +963,37 @@ impl FastPath {
     ) -> Result<TestRun, Error> {
         let fd = self.decap_program()?.fd()?.as_fd().as_raw_fd();
         testrun::run(fd, frame, ifindex, None, repeat).map_err(Error::Io)
+    }
+}
+
+impl FastPath {
+    /// vxl_: a handle on `qb_vxl_learned` for any thread (decision 83): the VXLAN ports'
+    /// tables write their learned remotes through it under their own locks.
+    pub fn vxl_map(&mut self) -> Result<VxlMap, Error> {
+        Ok(VxlMap(std::sync::Arc::new(map_fd(
+            &mut self.ebpf,
+            "qb_vxl_learned",
+        )?)))
+    }
+}
+
+/// vxl_: `qb_vxl_learned` (decision 83), keyed by (VXLAN port, VNI word, MAC): plain `bpf(2)`
+/// calls on a descriptor of its own, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct VxlMap(std::sync::Arc<OwnedFd>);
+
+impl VxlMap {
+    pub fn set(&self, key: &VxdSrcKey, r: &VxlRemote) -> std::io::Result<()> {
+        maps::raw::update(self.0.as_raw_fd(), key, r)
+    }
+
+    pub fn get(&self, key: &VxdSrcKey) -> std::io::Result<Option<VxlRemote>> {
+        maps::raw::lookup(self.0.as_raw_fd(), key)
+    }
+
+    /// Removes `key`'s entry; none is not an error.
+    pub fn remove(&self, key: &VxdSrcKey) -> std::io::Result<()> {
+        maps::raw::delete(self.0.as_raw_fd(), key)
     }
 }
 

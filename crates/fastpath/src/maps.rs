@@ -370,7 +370,9 @@ pub struct Vxlan {
     pub tos: u8,
     /// [`VX_INHERIT_TOS`], [`VX_IPV6`].
     pub flags: u8,
-    pub pad: [u8; 3],
+    pub pad: u8,
+    /// [`VX_LEARNED`]: the VXLAN port's index (`qb_vxl_learned`'s key, decision 83).
+    pub vxl_port: u16,
     /// [`VX_IPV6`]: the IPv6 addresses.
     pub local6: [u8; 16],
     pub remote6: [u8; 16],
@@ -695,10 +697,12 @@ pub enum VxdVerdict {
     Size,
     Action,
     Traced,
+    /// vxl_: the source is learned behind another remote (a move; decision 83).
+    Moved,
 }
 
 impl VxdVerdict {
-    pub const ALL: [VxdVerdict; 12] = [
+    pub const ALL: [VxdVerdict; 13] = [
         VxdVerdict::Hit,
         VxdVerdict::Other,
         VxdVerdict::Header,
@@ -711,6 +715,7 @@ impl VxdVerdict {
         VxdVerdict::Size,
         VxdVerdict::Action,
         VxdVerdict::Traced,
+        VxdVerdict::Moved,
     ];
 
     pub fn name(self) -> &'static str {
@@ -727,6 +732,7 @@ impl VxdVerdict {
             VxdVerdict::Size => "size",
             VxdVerdict::Action => "action",
             VxdVerdict::Traced => "traced",
+            VxdVerdict::Moved => "moved",
         }
     }
 
@@ -751,3 +757,28 @@ unsafe impl aya::Pod for Vxd {}
 unsafe impl aya::Pod for VxdSrcKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Vxd6Key {}
+
+// ---- vxl_: learned remotes (decision 83) ----
+
+/// `QB_VX_LEARNED`: the tunnel's remote is a learned one; its flows are used only while
+/// `qb_vxl_learned` has the destination behind it, unaged.
+pub const VX_LEARNED: u8 = 0x80;
+/// `QB_VXL_MAX`: entries of `qb_vxl_learned`.
+pub const VXL_MAX: u32 = 65536;
+
+/// `struct qb_vxl_remote`: a learned (VXLAN port, VNI, MAC)'s remote VTEP (its key a
+/// [`VxdSrcKey`]), when the pipeline ages it (CLOCK_MONOTONIC, less a margin) and the last
+/// time `qb_vxlan_in` took a frame from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct VxlRemote {
+    pub remote: [u8; 4],
+    pub pad: u32,
+    pub deadline_ns: u64,
+    pub last_seen_ns: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<VxlRemote>() == 24);
+
+// SAFETY: #[repr(C)], integers and integer arrays only, padding named.
+unsafe impl aya::Pod for VxlRemote {}

@@ -1,0 +1,243 @@
+//! Q-in-VNI in the program (decision 86), through `BPF_PROG_TEST_RUN` (root; skipped
+//! otherwise): a flow to a VXLAN tunnel whose inner frame keeps tags (an 802.1ad bridge's
+//! S-VLAN mapped to a VNI, the customer's C-tag inside) leaves with exactly the bytes the
+//! pipeline's VTEP sends (`qbridge_io::vxlan::outer::encapsulate` of the inner frame with its
+//! tags, from the send socket `qbridge_wire::vxlan::source_port` picks through the tags), over
+//! an IPv4 underlay (outer UDP checksum 0, the program's one difference) and an IPv6 one (the
+//! checksum the socket computes, tags included); one and two inner tags, whatever tags the
+//! frame came with.
+
+mod common;
+
+use common::{action, eth, ifindex, ip, key, own_netns, port, ports_l4};
+use qbridge_fastpath::*;
+use qbridge_io::vxlan::outer::{encapsulate, Outer};
+use qbridge_wire::vxlan::{source_port, Vni};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 86, 0, 1);
+const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 86, 0, 2);
+const LOCAL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x86, 0, 0, 0, 0, 1);
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x86, 0, 0, 0, 0xbeef, 2);
+
+/// A fresh namespace: port veth `fa`/`fb`, IPv4 underlay `fc`/`fd`, IPv6 underlay `fe`/`ff`,
+/// each remote a permanent neighbour.
+fn setup() -> Option<(FastPath, u32, u32, u32)> {
+    if !own_netns() {
+        return None;
+    }
+    for (a, b) in [("fa", "fb"), ("fc", "fd"), ("fe", "ff")] {
+        ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        ip(&["link", "set", a, "up"]);
+        ip(&["link", "set", b, "up"]);
+    }
+    ip(&["link", "set", "fc", "mtu", "9000"]);
+    ip(&["link", "set", "fe", "mtu", "9000"]);
+    ip(&["addr", "add", "10.86.0.1/24", "dev", "fc"]);
+    ip(&["addr", "add", "2001:db8:86::1/64", "dev", "fe", "nodad"]);
+    for (r, d) in [("10.86.0.2", "fc"), ("2001:db8:86::beef:2", "fe")] {
+        ip(&[
+            "neigh",
+            "replace",
+            r,
+            "lladdr",
+            "02:00:00:00:86:02",
+            "nud",
+            "permanent",
+            "dev",
+            d,
+        ]);
+    }
+    let fp = FastPath::load().expect("load");
+    Some((fp, ifindex("fa"), ifindex("fc"), ifindex("fe")))
+}
+
+fn tunnel(ifindex: u32, vni: u32, v6: bool) -> Vxlan {
+    let mut sport = [[0u8; 2]; VXLAN_SOCKETS];
+    let mut flow_label = [[0u8; 4]; VXLAN_SOCKETS];
+    for i in 0..VXLAN_SOCKETS {
+        sport[i] = (40_000 + 7 * i as u16).to_be_bytes();
+        if v6 {
+            flow_label[i] = (0x1_2340 + i as u32).to_be_bytes();
+        }
+    }
+    let v = vni.to_be_bytes();
+    let mut t = Vxlan {
+        vni: [v[1], v[2], v[3], 0],
+        ifindex,
+        sport,
+        dstport: 4789u16.to_be_bytes(),
+        ttl: 64,
+        flags: VX_INHERIT_TOS,
+        flow_label,
+        ..Vxlan::default()
+    };
+    if v6 {
+        t.flags |= VX_IPV6;
+        t.local6 = LOCAL6.octets();
+        t.remote6 = REMOTE6.octets();
+    } else {
+        t.local = LOCAL.octets();
+        t.remote = REMOTE.octets();
+    }
+    t
+}
+
+/// What the pipeline's VTEP sends for `inner` (its tags inside), the outer UDP checksum 0
+/// over IPv4; the outer Ethernet addresses are bpf_redirect_neigh's (0 in a test run).
+fn expected(t: &Vxlan, inner: &[u8]) -> Vec<u8> {
+    let sock = usize::from(source_port(inner)) % VXLAN_SOCKETS;
+    let v6 = t.flags & VX_IPV6 != 0;
+    let mut out = vec![0; 12];
+    out.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+    encapsulate(
+        &Outer {
+            src: if v6 {
+                IpAddr::V6(LOCAL6)
+            } else {
+                IpAddr::V4(LOCAL)
+            },
+            dst: if v6 {
+                IpAddr::V6(REMOTE6)
+            } else {
+                IpAddr::V4(REMOTE)
+            },
+            sport: u16::from_be_bytes(t.sport[sock]),
+            dport: 4789,
+            hop_limit: t.ttl,
+            tos: qbridge_wire::vxlan::inherited_tos(inner),
+            flow_label: u32::from_be_bytes(t.flow_label[sock]),
+            zero_csum: !v6,
+        },
+        Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]])).unwrap(),
+        inner,
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+/// `frame` (untagged) with `tags` (TPID, TCI; outer first) after its addresses.
+fn tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    for (tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&frame[12..]);
+    f
+}
+
+fn ipv4(tos: u8, proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(B, A, 0x0800);
+    let len = 20 + l4.len() as u16;
+    f.extend_from_slice(&[0x45, tos]);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&[
+        0, 1, 0x40, 0, 64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2,
+    ]);
+    f.extend_from_slice(l4);
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+fn ipv6(tclass: u8, next: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(B, A, 0x86dd);
+    f.push(0x60 | tclass >> 4);
+    f.extend_from_slice(&[tclass << 4, 0, 0]);
+    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[next, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(l4);
+    f
+}
+
+const S: u16 = 0x88a8;
+const C: u16 = 0x8100;
+
+#[test]
+fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
+    let Some((mut fp, fa, fc, fe)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let w = fp.writer().unwrap();
+    for (m, p) in [(A, 1), (B, 2)] {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid: 10,
+                mac: m,
+                pad: 0,
+            },
+            FdbEntry {
+                port: p,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+    // The frame's tags as it enters, and the inner frame's as the flow pushes them: a
+    // provider trunk's S+C (the S-tag goes, the C-tag rides inside); a customer port's C
+    // kept; an untagged frame given a C-tag; two tags inside (an `id N` port).
+    let cases: [(&[(u16, u16)], &[(u16, u16)]); 4] = [
+        (&[(S, 100), (C, 7)], &[(C, 7)]),
+        (&[(C, 0x2007)], &[(C, 0x2007)]),
+        (&[], &[(C, 9)]),
+        (&[(C, 5)], &[(S, 300), (C, 0xe005)]),
+    ];
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    for p in 0..16u16 {
+        frames.push(ipv4(0, 6, &ports_l4(true, 1000 + p, 80, 40)));
+        frames.push(ipv4(0xbb, 17, &ports_l4(false, 5000, 2000 + 13 * p, 20)));
+    }
+    frames.push(ipv4(0x10, 1, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]));
+    frames.push(ipv6(0x2a, 6, &ports_l4(true, 333, 22, 30)));
+    frames.push(ipv6(0, 17, &ports_l4(false, 53, 5353, 31)));
+    frames.push(ipv6(0, 58, &[128, 0, 0, 0, 0, 1, 0, 1, 7, 7, 7]));
+    for (underlay, v6) in [(fc, false), (fe, true)] {
+        let t = tunnel(underlay, 0x12_3456, v6);
+        let idx = w.tunnel(&t).unwrap().unwrap();
+        for (in_tags, push) in cases {
+            for et in [0x0800u16, 0x86dd] {
+                let mut a = action(gen, (1, in_tags.len()), idx, 2, 10, push);
+                a.flags = ACT_VXLAN;
+                a.max_len = 1514 + 8;
+                let mut k = key(1, B, in_tags);
+                k.ethertype_be = et.to_be();
+                fp.insert_flow(k, a).unwrap();
+            }
+            let mut socks = std::collections::BTreeSet::new();
+            for f in &frames {
+                let input = tagged(f, in_tags);
+                let inner = tagged(f, push);
+                let r = fp.test_run(&input, fa, None).unwrap();
+                let what = format!("v6 {v6} {in_tags:x?} -> {push:x?}: {input:02x?}");
+                assert_eq!(r.verdict, Verdict::Hit { ifindex: underlay }, "{what}");
+                assert_eq!(r.frame, expected(&t, &inner), "{what}");
+                socks.insert(source_port(&inner) % 8);
+            }
+            assert_eq!(socks.len(), 8, "the frames spread over every socket");
+        }
+    }
+    // Not IP inside the tags (the kernel encapsulates IP alone): up as it came.
+    let mut arp = eth(B, A, 0x0806);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[1; 38]);
+    let t = tunnel(fc, 0x12_3456, false);
+    let idx = w.tunnel(&t).unwrap().unwrap();
+    let mut a = action(gen, (1, 1), idx, 2, 10, &[(C, 7)]);
+    a.flags = ACT_VXLAN;
+    let mut k = key(1, B, &[(C, 7)]);
+    k.ethertype_be = 0x0806u16.to_be();
+    fp.insert_flow(k, a).unwrap();
+    let input = tagged(&arp, &[(C, 7)]);
+    let r = fp.test_run(&input, fa, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
+    assert_eq!(r.frame, input, "up as it came");
+}
