@@ -374,6 +374,7 @@ impl Engine {
                 self.fast_peers();
                 self.fast_sweep();
                 let aged = self.fast_age(now);
+                self.fast_vxl_age();
                 self.fast_follow();
                 self.fast_fold();
                 if aged > 0 {

@@ -73,6 +73,7 @@
 pub mod outer;
 mod table;
 pub use table::{TunnelMap, VxlanEntry, VxlanEntryKind, VxlanTable, DEFAULT_AGEING, MAX_LEARNED};
+pub use table::LearnHook;
 
 use std::io;
 use std::mem;

@@ -145,6 +145,7 @@ impl Engine {
         let mut want = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             let Some(s) = s else { continue };
+            vxl_hook_set(rt, i as u16, s);
             let w = decap_want(i as u16, s);
             s.shared
                 .fast_decap
@@ -152,6 +153,65 @@ impl Engine {
             want.extend(w);
         }
         rt.sync_decap(&want);
+    }
+}
+
+/// vxl_ (decision 83): a learning VXLAN port the program encapsulates for gets, once, the hook
+/// that writes its table's learned entries into `qb_vxl_learned` (a port opened again has a
+/// new table).
+fn vxl_hook_set(rt: &mut crate::fastpath::control::FastRt, id: u16, s: &super::ports::Slot) {
+    let PortSpec::Vxlan(spec) = &s.spec else {
+        return;
+    };
+    if !s.open || !spec.learning || !crate::fastpath::servable(id) {
+        return;
+    }
+    let Some(table) = s.vxlan.as_ref() else {
+        return;
+    };
+    if s.shared
+        .fast_vxlan
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_none()
+    {
+        return;
+    }
+    let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+    if t.has_learn_hook() {
+        return;
+    }
+    let Some(map) = rt.vxl_map() else { return };
+    let port = crate::fastpath::port_index(s.token);
+    t.set_learn_hook(Some(crate::fastpath::vxlan::vxl_hook(map, port)));
+}
+
+impl Engine {
+    /// vxl_ (decision 83), once a second: each learning VXLAN port's learned entries refreshed
+    /// from what the program decapsulated, the aged ones removed (`vxl_age`), and the
+    /// decapsulation tunnels of learned remotes brought in line (no flow is invalidated).
+    pub(super) fn fast_vxl_age(&mut self) {
+        let Some(rt) = self.fast.as_mut() else {
+            return;
+        };
+        let mut map = None;
+        for s in self.slots.iter().flatten() {
+            let Some(table) = s.vxlan.as_ref() else {
+                continue;
+            };
+            let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+            if !t.has_learn_hook() {
+                continue;
+            }
+            if map.is_none() {
+                map = rt.vxl_map();
+            }
+            let Some(m) = map.as_ref() else { return };
+            crate::fastpath::vxlan::vxl_age(m, crate::fastpath::port_index(s.token), &mut t);
+        }
+        if map.is_some() {
+            self.fast_decap_sync();
+        }
     }
 }
 
@@ -209,13 +269,34 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
         .collect();
     remotes.sort_unstable();
     remotes.dedup();
+    // vxl_ (decision 83): the learned IPv4 remotes of a port whose table writes its learned
+    // entries for the program, each not also a static or flood-list remote.
+    let mut learned: Vec<std::net::Ipv4Addr> = Vec::new();
+    if spec.learning && t.has_learn_hook() {
+        learned = entries
+            .iter()
+            .filter(|e| e.kind == qbridge_io::vxlan::VxlanEntryKind::Learned)
+            .filter_map(|e| match e.dst {
+                std::net::IpAddr::V4(a) if remotes.binary_search(&a).is_err() => Some(a),
+                _ => None,
+            })
+            .collect();
+        learned.sort_unstable();
+        learned.dedup();
+    }
     let flags = if spec.learning { VXD_LEARNING } else { 0 };
     let mut w = crate::fastpath::decap::DecapWant {
         underlay,
         ..Default::default()
     };
+    let vxl = crate::fastpath::decap::VXL_TUNNEL;
+    let all = remotes
+        .iter()
+        .map(|r| (r, flags))
+        .chain(learned.iter().map(|r| (r, flags | vxl)));
+    let all: Vec<_> = all.collect();
     for &(v, tpid, tci) in &vnis {
-        for r in &remotes {
+        for &(r, flags) in &all {
             w.tunnels.push((
                 VxdKey {
                     local: local.octets(),

@@ -23,6 +23,12 @@ pub(crate) struct Decap {
     traced: Vec<u16>,
 }
 
+/// vxl_ (decision 83): a tunnel the port asks for only because a learned entry names its
+/// remote (the program ignores the flag). Adding or removing it invalidates no flow: what a
+/// tunnel gates is only whether the program looks at a frame, and a learned source is checked
+/// in `qb_vxl_learned` on every frame; so the engine brings these in line once a second too.
+pub(crate) const VXL_TUNNEL: u32 = 0x100;
+
 /// What one VXLAN port asks of the program.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DecapWant {
@@ -50,19 +56,19 @@ impl FastRt {
         let underlays: BTreeSet<String> = want.iter().map(|w| w.underlay.clone()).collect();
         let mut changed = false;
         // What goes, first.
-        let gone: Vec<VxdKey> = self
+        let gone: Vec<(VxdKey, Vxd)> = self
             .decap
             .tunnels
             .iter()
             .filter(|(k, v)| tunnels.get(k) != Some(v))
-            .map(|(k, _)| *k)
+            .map(|(k, v)| (*k, *v))
             .collect();
-        for k in gone {
+        for (k, v) in gone {
             if let Err(e) = self.fp.remove_vxd_tunnel(&k) {
                 tracing::warn!("fast path: decapsulation tunnel: {e}");
             }
             self.decap.tunnels.remove(&k);
-            changed = true;
+            changed |= v.flags & VXL_TUNNEL == 0;
         }
         let gone: Vec<VxdSrcKey> = self.decap.srcs.difference(&srcs).copied().collect();
         for k in gone {
@@ -119,7 +125,7 @@ impl FastRt {
             match self.fp.set_vxd_tunnel(k, v) {
                 Ok(()) => {
                     self.decap.tunnels.insert(k, v);
-                    changed = true;
+                    changed |= v.flags & VXL_TUNNEL == 0;
                 }
                 Err(e) => tracing::warn!("fast path: decapsulation tunnel: {e}"),
             }
@@ -182,5 +188,15 @@ impl FastRt {
             }
         }
         (hits, passes)
+    }
+}
+
+impl FastRt {
+    /// vxl_: a handle on `qb_vxl_learned` (decision 83).
+    pub(crate) fn vxl_map(&mut self) -> Option<qbridge_fastpath::VxlMap> {
+        self.fp
+            .vxl_map()
+            .map_err(|e| tracing::warn!("fast path: learned VXLAN remotes: {e}"))
+            .ok()
     }
 }

@@ -390,6 +390,13 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
             Some(t)
         }
     };
+    // vxl_: a learned remote's tunnel names the VXLAN port, qb_vxl_learned's key (decision 83).
+    let tunnel = tunnel.map(|mut t| {
+        if t.flags & qbridge_fastpath::VX_LEARNED != 0 {
+            t.vxl_port = hops.last().map_or(0, |h| h.out_port as u16);
+        }
+        t
+    });
     let output: &[u8] = if tunnel.is_some() { &inner } else { output };
     let (key, action) = qbridge_fastpath::compile(&qbridge_fastpath::Decision {
         in_extra_tpids: extra,

@@ -131,7 +131,15 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
         }
     };
     let dst = MacAddr::from_bytes(inner.get(..6)?);
-    let remote = t.static_remote(vni, dst)?;
+    let now = std::time::Instant::now();
+    // A static entry's remote, or (vxl_, decision 83) a learned IPv4 one while the port's
+    // table has a hook writing its learned entries into qb_vxl_learned: the tunnel is marked
+    // VX_LEARNED and the program checks that entry on every frame.
+    let (remote, learned) = match t.static_remote(vni, dst) {
+        Some(r) => (r, false),
+        None if t.has_learn_hook() => (t.lookup(vni, dst, now).filter(IpAddr::is_ipv4)?, true),
+        None => return None,
+    };
     // What the port's lookup answers (statics first): the same remote.
     if t.lookup(vni, dst, std::time::Instant::now()) != Some(remote) {
         return None;
@@ -160,9 +168,13 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
         (IpAddr::V4(l), IpAddr::V4(r)) => {
             t.local = l.octets();
             t.remote = r.octets();
+            if learned {
+                // The port's index (qb_vxl_learned's key) is the flow's to fill in.
+                t.flags |= qbridge_fastpath::VX_LEARNED;
+            }
         }
         // The flow labels stay 0 (the module's comment: the socket's are the kernel's secret).
-        (IpAddr::V6(l), IpAddr::V6(r)) => {
+        (IpAddr::V6(l), IpAddr::V6(r)) if !learned => {
             t.flags |= qbridge_fastpath::VX_IPV6;
             t.local6 = l.octets();
             t.remote6 = r.octets();
@@ -170,6 +182,90 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
         _ => return None,
     }
     Some((inner, t))
+}
+
+/// vxl_ (decision 83): the program stops using a learned entry this long before the port's
+/// table ages it: its clock (`bpf_ktime_get_coarse_ns`) may be a tick behind the daemon's.
+pub(crate) const VXL_MARGIN_NS: u64 = 20_000_000;
+
+/// `CLOCK_MONOTONIC` (the program's clock) at `at`.
+fn mono_of(at: std::time::Instant) -> u64 {
+    let now = std::time::Instant::now();
+    let m = super::mono_now();
+    match now.checked_duration_since(at) {
+        Some(d) => m.saturating_sub(d.as_nanos() as u64),
+        None => m + at.duration_since(now).as_nanos() as u64,
+    }
+}
+
+/// The `Instant` of `CLOCK_MONOTONIC` time `ns` (in the past).
+fn instant_of(ns: u64) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let back = std::time::Duration::from_nanos(super::mono_now().saturating_sub(ns));
+    now.checked_sub(back).unwrap_or(now)
+}
+
+/// vxl_: `qb_vxl_learned`'s key for port index `port`.
+fn vxl_key(port: u16, vni: Vni, mac: MacAddr) -> qbridge_fastpath::VxdSrcKey {
+    qbridge_fastpath::VxdSrcKey {
+        port: u32::from(port),
+        vni: vni.word(),
+        mac: mac.0,
+        pad: 0,
+    }
+}
+
+/// vxl_ (decision 83): the hook a learning VXLAN port's table (port index `port`) writes its
+/// learned entries into `qb_vxl_learned` with, under its lock: (VNI, MAC) → the IPv4 remote,
+/// the deadline (when the table ages the entry, less [`VXL_MARGIN_NS`]) and the last-seen
+/// time. An entry that goes, an IPv6 remote or a write the kernel refuses (the map full)
+/// removes the key: the program then leaves the MAC's frames to the pipeline.
+pub(crate) fn vxl_hook(map: qbridge_fastpath::VxlMap, port: u16) -> qbridge_io::vxlan::LearnHook {
+    Box::new(move |vni, mac, e| {
+        let key = vxl_key(port, vni, mac);
+        let r = match e {
+            Some((IpAddr::V4(a), seen, ageing)) => {
+                let seen_ns = mono_of(seen);
+                let v = qbridge_fastpath::VxlRemote {
+                    remote: a.octets(),
+                    pad: 0,
+                    deadline_ns: (seen_ns + ageing.as_nanos() as u64).saturating_sub(VXL_MARGIN_NS),
+                    last_seen_ns: seen_ns,
+                };
+                map.set(&key, &v).or_else(|e| map.remove(&key).and(Err(e)))
+            }
+            _ => map.remove(&key),
+        };
+        if let Err(e) = r {
+            tracing::debug!("fast path: learned VXLAN remote of port index {port}: {e}");
+        }
+    })
+}
+
+/// vxl_ (decision 83), the ager of a learning VXLAN port's table (port index `port`), once a
+/// second: a learned entry past half its ageing time is refreshed to the last time the
+/// program decapsulated a frame from it (behind the same remote), then the entries aged
+/// out are removed (the hook removes them from the map). One map read per such entry.
+pub(crate) fn vxl_age(
+    map: &qbridge_fastpath::VxlMap,
+    port: u16,
+    t: &mut qbridge_io::vxlan::VxlanTable,
+) {
+    let now = std::time::Instant::now();
+    let ageing = t.ageing;
+    for (vni, mac, d, seen) in t.learned_entries() {
+        let IpAddr::V4(a) = d else { continue };
+        if now.saturating_duration_since(seen) * 2 < ageing {
+            continue;
+        }
+        let Ok(Some(r)) = map.get(&vxl_key(port, vni, mac)) else {
+            continue;
+        };
+        if r.remote == a.octets() && r.last_seen_ns > mono_of(seen) {
+            t.refresh(vni, mac, d, instant_of(r.last_seen_ns));
+        }
+    }
+    t.expire(now);
 }
 
 /// A VXLAN port's [`VxlanEgress`] as the workers read it (`PortShared::fast_vxlan`).
@@ -242,6 +338,46 @@ mod tests {
             .unwrap()
             .set_statics(&[(vni, MacAddr(HB), "2001:db8::2".parse().unwrap())]);
         assert!(tunnel_for(&e, &f).is_none(), "an IPv6 remote");
+    }
+
+    /// vxl_ (decision 83): with the table's learn hook set (the program has its learned
+    /// entries), a learned IPv4 remote makes a VX_LEARNED tunnel; an aged one or an IPv6 one
+    /// none; a static entry's tunnel is not marked.
+    #[test]
+    fn a_learned_remote_makes_a_marked_tunnel_once_the_hook_is_set() {
+        let e = egress(Some(100));
+        let vni = Vni::new(100).unwrap();
+        let f = frame(None);
+        let now = std::time::Instant::now();
+        {
+            let mut t = e.table.lock().unwrap();
+            t.learn(vni, MacAddr(HB), "192.0.2.9".parse().unwrap(), now);
+            t.set_learn_hook(Some(Box::new(|_, _, _| {})));
+        }
+        let (inner, t) = tunnel_for(&e, &f).unwrap();
+        assert_eq!(inner, f);
+        assert_eq!(t.remote, [192, 0, 2, 9]);
+        assert_eq!(
+            t.flags,
+            qbridge_fastpath::VX_INHERIT_TOS | qbridge_fastpath::VX_LEARNED
+        );
+        e.table
+            .lock()
+            .unwrap()
+            .set_ageing(std::time::Duration::ZERO);
+        assert!(tunnel_for(&e, &f).is_none(), "aged");
+        {
+            let mut t = e.table.lock().unwrap();
+            t.set_ageing(qbridge_io::vxlan::DEFAULT_AGEING);
+            t.learn(vni, MacAddr(HB), "2001:db8::9".parse().unwrap(), now);
+        }
+        assert!(tunnel_for(&e, &f).is_none(), "an IPv6 learned remote");
+        e.table
+            .lock()
+            .unwrap()
+            .set_statics(&[(vni, MacAddr(HB), "192.0.2.2".parse().unwrap())]);
+        let (_, t) = tunnel_for(&e, &f).unwrap();
+        assert_eq!(t.flags, qbridge_fastpath::VX_INHERIT_TOS, "a static remote");
     }
 
     /// An IPv6 underlay (decision 78): a static IPv6 remote makes a tunnel with the IPv6
