@@ -1295,7 +1295,8 @@ static __always_inline int mir_fits(struct __sk_buff *skb, const struct qb_mir_a
 /* Sends the copies of direction `tx` (0: rx, QB_MIR_TX) of the frame as it is now, `len`
  * bytes on the wire: the RSPAN tag pushed for the copy and popped again (a tag the frame had
  * inline may come back accelerated: the same frame on the wire), counted in the session's
- * and the destination port's counters. -1: the frame could not be given back its own tags
+ * and the destination port's counters (a refused copy: the session's `failed`). -1: the frame
+ * could not be given back its own tags
  * (it must not go on). Packet pointers are stale after this. */
 static __always_inline int mir_copies(struct __sk_buff *skb, const struct qb_mir_action *m,
 				      __u8 tx, __u32 len)
@@ -1314,18 +1315,25 @@ static __always_inline int mir_copies(struct __sk_buff *skb, const struct qb_mir
 			break;
 		if ((c->flags & QB_MIR_TX) != tx)
 			continue;
+		k = c->session;
+		st = bpf_map_lookup_elem(&qb_mir_stats, &k);
+		/* A copy the kernel refused (the RSPAN push, or the clone: a destination gone or
+		 * down) is counted as the session's failed (decision 85), never skipped silently. */
 		if (c->rspan_tpid_be) {
-			if (bpf_skb_vlan_push(skb, c->rspan_tpid_be, bpf_ntohs(c->rspan_tci_be)))
+			if (bpf_skb_vlan_push(skb, c->rspan_tpid_be, bpf_ntohs(c->rspan_tci_be))) {
+				if (st)
+					st->failed += 1;
 				continue;
 			n += 4;
 		}
 		r = bpf_clone_redirect(skb, c->ifindex, 0);
 		if (c->rspan_tpid_be && bpf_skb_vlan_pop(skb))
 			return -1;
-		if (r)
+		if (r) {
+			if (st)
+				st->failed += 1;
 			continue;
-		k = c->session;
-		st = bpf_map_lookup_elem(&qb_mir_stats, &k);
+		}
 		if (st) {
 			st->frames += 1;
 			st->bytes += n;
@@ -1770,6 +1778,43 @@ static __always_inline int vxd_csum_ok(struct __sk_buff *skb, int csum0, int zer
 	return 1;
 }
 
+/* Q-in-VNI decapsulation (decision 86): the inner frame's tags, appended to `key` after the
+ * VNI's tag of an external port (the pipeline's frame: the port pushes that tag outside
+ * them), the key's EtherType then the one after them. `at`: the skb offset of the first
+ * tag's TCI (the inner Ethernet header's end). The kernel's TPIDs only, QB_MAX_TAGS in all,
+ * then IP or IPv6: else -1 (the frame goes to the socket). Returns how many. Shared by both
+ * outer families (vxd_take). */
+static __always_inline int vxq_inner(struct __sk_buff *skb, __u32 at, struct qb_flow_key *key)
+{
+	__u16 proto = key->ethertype_be;
+	__u8 b[4];
+	int n = 0, i;
+
+#pragma unroll
+	for (i = 0; i < QB_MAX_TAGS; i++) {
+		if (!is_vlan_tpid(proto))
+			break;
+		if (key->ntags >= QB_MAX_TAGS || bpf_skb_load_bytes(skb, at + 4 * i, b, 4))
+			return -1;
+		/* (Constant indexes: the verifier refuses the arithmetic clang makes of a
+		 * computed one on this pointer.) */
+		if (key->ntags) {
+			key->tpid_be[1] = proto;
+			__builtin_memcpy(&key->tci_be[1], b, 2);
+		} else {
+			key->tpid_be[0] = proto;
+			__builtin_memcpy(&key->tci_be[0], b, 2);
+		}
+		key->ntags++;
+		__builtin_memcpy(&proto, b + 2, 2);
+		n++;
+	}
+	if (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6))
+		return -1;
+	key->ethertype_be = proto;
+	return n;
+}
+
 /* The part of qb_vxlan_in both outer families share, from the inner frame on: `t` the tunnel
  * (with `vni_be`), `ie` the inner Ethernet header (a copy), `outer` the bytes in front of the
  * inner IP header that go (outer IP, UDP, VXLAN, inner Ethernet), `csum0`/`zero_ok`/`adj`
@@ -1789,14 +1834,14 @@ static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *
 	__u32 zero = 0, len = skb->len, inner_len, in_len, out_len, n_hops;
 	__u64 flags;
 	__u16 proto;
-	int i;
+	int i, qn = 0;	/* vxq_: the inner frame's tags */
 
-	/* The inner frame: unicast, a valid source, IP (no tags: the port's socket would hand
-	 * the pipeline what bpf_skb_adjust_room cannot tell the kernel about). */
+	/* The inner frame: unicast, a valid source, IP, or tags then IP (Q-in-VNI: vxq_inner). */
 	proto = (__u16)ie[13] << 8 | ie[12];
 	if ((ie[0] & 1) || (smac[0] & 1) ||
 	    !(smac[0] | smac[1] | smac[2] | smac[3] | smac[4] | smac[5]) ||
-	    (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6)))
+	    (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6) &&
+	     !is_vlan_tpid(proto)))
 		return vxd_pass(skb, QB_VXD_INNER);
 	/* Checked after the cheap refusals: it may touch the skb's checksum state (undone). */
 	if (!vxd_csum_ok(skb, csum0, zero_ok, adj))
@@ -1823,6 +1868,12 @@ static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *
 		key.ntags = 1;
 	}
 	key.ethertype_be = proto;
+	if (is_vlan_tpid(proto)) {
+		qn = vxq_inner(skb, outer + ETH_HLEN, &key);
+		if (qn < 0)
+			return vxd_pass(skb, QB_VXD_INNER);
+		proto = key.ethertype_be;
+	}
 	act = bpf_map_lookup_elem(&qb_flows, &key);
 	if (!act)
 		return vxd_pass(skb, QB_VXD_NO_FLOW);
@@ -1836,12 +1887,14 @@ static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *
 	/* Sizes as the pipeline measures the frame the socket hands it: the inner frame, the
 	 * VNI's tag included; a super-frame by its largest segment. */
 	inner_len = len - outer;
-	in_len = inner_len + 4 * key.ntags;
+	in_len = inner_len + 4 * (key.ntags - qn);
 	if (in_len < act->min_len)
 		return vxd_pass(skb, QB_VXD_SIZE);
+	/* vxq_: the inner tags go with the outer headers; inner_len is without them from here. */
+	inner_len -= 4 * qn;
 	out_len = inner_len + 4 * act->push_n;
 	if (skb->gso_size) {
-		__u32 l34 = l34_len(skb, outer + ETH_HLEN, proto, len);
+		__u32 l34 = l34_len(skb, outer + ETH_HLEN + 4 * qn, proto, len);
 		__u32 seg = ETH_HLEN + 4 * act->push_n + l34 + skb->gso_size;
 
 		if (l34 && seg < out_len)
@@ -1900,11 +1953,14 @@ static __always_inline int vxd_take(struct __sk_buff *skb, const struct qb_vxd *
 	 * refusal (the flag check, an skb that cannot be uncloned) leaves the frame as it was. */
 	flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_NO_CSUM_RESET |
 		(proto == bpf_htons(ETH_P_IPV6) ? QB_VXD_F_DECAP_L3_IPV6 : QB_VXD_F_DECAP_L3_IPV4);
-	if (bpf_skb_adjust_room(skb, -(__s32)outer, BPF_ADJ_ROOM_MAC,
+	if (bpf_skb_adjust_room(skb, -(__s32)(outer + 4 * qn), BPF_ADJ_ROOM_MAC,
 				flags | QB_VXD_F_DECAP_L4_UDP) &&
-	    bpf_skb_adjust_room(skb, -(__s32)outer, BPF_ADJ_ROOM_MAC, flags))
+	    bpf_skb_adjust_room(skb, -(__s32)(outer + 4 * qn), BPF_ADJ_ROOM_MAC, flags))
 		return vxd_pass(skb, QB_VXD_ACTION);
 	if (bpf_skb_store_bytes(skb, 0, ie, ETH_HLEN, BPF_F_INVALIDATE_HASH))
+		goto shot;
+	/* vxq_: the inner tags went with the outer headers (the flow pushes the frame's own). */
+	if (qn && bpf_skb_store_bytes(skb, 12, &proto, 2, BPF_F_INVALIDATE_HASH))
 		goto shot;
 	bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
 	if (act->push_n >= 2 &&

@@ -241,3 +241,157 @@ fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
     assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
     assert_eq!(r.frame, input, "up as it came");
 }
+
+/// The frame a remote VTEP sends for `inner`: outer Ethernet, IPv4/UDP/VXLAN as the
+/// userspace VTEP builds it (no UDP checksum), to [`LOCAL`] from [`REMOTE`].
+fn from_remote(vni: u32, inner: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0x86, 1, 0x02, 0, 0, 0, 0x86, 2, 0x08, 0x00];
+    encapsulate(
+        &Outer {
+            src: IpAddr::V4(REMOTE),
+            dst: IpAddr::V4(LOCAL),
+            sport: 50_000,
+            dport: 4789,
+            hop_limit: 64,
+            tos: 0,
+            flow_label: 0,
+            zero_csum: true,
+        },
+        Vni::new(vni).unwrap(),
+        inner,
+        &mut f,
+    )
+    .unwrap();
+    f
+}
+
+/// Decapsulation (decision 86): an inner frame with its C-tag(s) takes the flow the pipeline
+/// made for the frame the port hands it (an external port's VNI tag pushed outside them) and
+/// leaves as the pipeline forwards it (`outer::decapsulate`, then the flow's tags): to a
+/// customer port with the C-tag, to a provider trunk with both, to an access port with none;
+/// an `id N` port's inner S+C; counted with the tags the pipeline saw. More tags than the
+/// program parses, or no IP inside them, go to the socket.
+#[test]
+fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
+    use qbridge_io::vxlan::outer::decapsulate;
+    const VX: u32 = 3;
+    const OUT: u32 = 4;
+    let Some((mut fp, _fa, fc, _fe)) = setup() else {
+        return;
+    };
+    let out = ifindex("fa");
+    let gen = fp.bump_generation().unwrap();
+    for (m, p) in [(A, VX), (B, OUT)] {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid: 20,
+                mac: m,
+                pad: 0,
+            },
+            FdbEntry {
+                port: p,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+    let vxd_key = |vni: u32| VxdKey {
+        local: LOCAL.octets(),
+        remote: REMOTE.octets(),
+        vni: Vni::new(vni).unwrap().word(),
+        dstport: 4789u16.to_be_bytes(),
+        pad: 0,
+    };
+    // VNI 0x86 is S-VLAN 20 of an 802.1ad bridge's external port; VNI 0x87 an `id N` port.
+    fp.set_vxd_tunnel(
+        vxd_key(0x86),
+        Vxd {
+            port: VX,
+            tag_tpid: S.to_be_bytes(),
+            tag_tci: 20u16.to_be_bytes(),
+            flags: 0,
+        },
+    )
+    .unwrap();
+    fp.set_vxd_tunnel(
+        vxd_key(0x87),
+        Vxd {
+            port: VX,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    frames.push(ipv4(0, 6, &ports_l4(true, 1000, 80, 40)));
+    frames.push(ipv4(0, 17, &ports_l4(false, 5000, 2000, 300)));
+    frames.push(ipv4(0, 1, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]));
+    frames.push(ipv6(0, 6, &ports_l4(true, 333, 22, 30)));
+    for f in frames.iter_mut() {
+        // From A (learned on the VXLAN port).
+        f[6..12].copy_from_slice(&A);
+    }
+    // (VNI, the inner frame's tags, the pipeline's key tags, the flow's egress tags)
+    type Case<'a> = (u32, &'a [(u16, u16)], &'a [(u16, u16)], &'a [(u16, u16)]);
+    let cases: [Case; 4] = [
+        (0x86, &[(C, 7)], &[(S, 20), (C, 7)], &[(C, 7)]),
+        (0x86, &[(C, 7)], &[(S, 20), (C, 7)], &[(S, 20), (C, 7)]),
+        (0x86, &[(C, 0xa007)], &[(S, 20), (C, 0xa007)], &[]),
+        (0x87, &[(S, 30), (C, 7)], &[(S, 30), (C, 7)], &[(C, 7)]),
+    ];
+    let (mut n, mut rx_bytes) = (0u64, 0u64);
+    for (vni, inner_tags, key_tags, push) in cases {
+        for et in [0x0800u16, 0x86dd] {
+            let mut a = action(gen, (VX, key_tags.len()), out, OUT, 20, push);
+            a.min_len = 14;
+            let mut k = key(VX, B, key_tags);
+            k.ethertype_be = et.to_be();
+            fp.insert_flow(k, a).unwrap();
+        }
+        for f in &frames {
+            let inner = tagged(f, inner_tags);
+            let wire = from_remote(vni, &inner);
+            let got = decapsulate(&wire[14..], false).unwrap().inner.to_vec();
+            assert_eq!(
+                got, inner,
+                "the port's VTEP reads the inner frame, tags and all"
+            );
+            let r = fp.test_run_decap(&wire, fc, 1).unwrap();
+            let what = format!("{vni:x} {inner_tags:x?} -> {push:x?}: {inner:02x?}");
+            assert_eq!(r.verdict, Verdict::Hit { ifindex: out }, "{what}");
+            assert_eq!(r.frame, tagged(f, push), "{what}");
+            n += 1;
+            rx_bytes += (f.len() + 4 * key_tags.len()) as u64;
+        }
+    }
+    let rx = fp.port_stats(VX).unwrap();
+    assert_eq!(
+        (rx.rx_frames, rx.rx_bytes),
+        (n, rx_bytes),
+        "the VXLAN port counts the frame as the pipeline got it: the S-tag and C-tag"
+    );
+    let stats = fp.vxd_stats().unwrap();
+    assert_eq!(stats[VxdVerdict::Hit as usize], (VxdVerdict::Hit, n));
+
+    // Three tags in all (the VNI's and two inside), a third TPID, no IP after the tag: to
+    // the socket, untouched.
+    let f = &frames[0];
+    let mut arp = eth(B, A, 0x0806);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[1; 38]);
+    for (vni, inner) in [
+        (0x86, tagged(f, &[(S, 30), (C, 7)])),
+        (0x87, tagged(f, &[(0x9100, 30), (C, 7)])),
+        (0x86, tagged(&arp, &[(C, 7)])),
+    ] {
+        let wire = from_remote(vni, &inner);
+        let r = fp.test_run_decap(&wire, fc, 1).unwrap();
+        assert_eq!(
+            decap_pass_reason(&r),
+            Some(VxdVerdict::Inner),
+            "{inner:02x?}"
+        );
+        assert_eq!(r.frame, wire, "untouched");
+    }
+}
