@@ -222,4 +222,7 @@ pub struct FastPathStatus {
     /// Misses the kernel dropped because an upcall socket's ring was full (the pipeline fell
     /// behind the misses).
     pub upcall_ring_full: u64,
+    /// Mirror copies the program's clone failed to send (the kernel refused them: the
+    /// destination gone or down), since the start; each also a `tx_error` drop of its session.
+    pub mirror_copies_failed: u64,
 }

@@ -1324,6 +1324,7 @@ static __always_inline int mir_copies(struct __sk_buff *skb, const struct qb_mir
 				if (st)
 					st->failed += 1;
 				continue;
+			}
 			n += 4;
 		}
 		r = bpf_clone_redirect(skb, c->ifindex, 0);

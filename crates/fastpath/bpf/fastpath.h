@@ -279,7 +279,7 @@ struct qb_vxlan {
  * with the session's RSPAN tag pushed on the copy only. A frame whose copy is longer than
  * the destination takes (max_len) misses (the pipeline counts the session's oversize). The
  * copies are counted in qb_mir_stats (per CPU, by session index) and in the destination
- * port's tx counters. */
+ * port's tx counters; a copy the kernel refuses in the session's `failed` (decision 85). */
 #define QB_ACT_MIRROR 0x80
 #define QB_MIR_COPIES 4
 #define QB_MAX_MIRRORS 32
@@ -301,6 +301,7 @@ struct qb_mir_action {
 };
 struct qb_mir_stats {
 	__u64 frames, bytes;
+	__u64 failed;		/* copies the kernel refused (clone or RSPAN push; decision 85) */
 };
 
 /* VXLAN decapsulation (decision 77). qb_vxlan_in, on the ingress of a VXLAN port's underlay
@@ -403,7 +404,7 @@ _Static_assert(sizeof(struct qb_bond) == 8 + 5 * QB_BOND_BUCKETS, "qb_bond: maps
 _Static_assert(sizeof(struct qb_member_stats) == 40, "qb_member_stats: maps.rs MemberStats");
 _Static_assert(sizeof(struct qb_mir_copy) == 16, "qb_mir_copy: maps.rs MirCopy");
 _Static_assert(sizeof(struct qb_mir_action) == 8 + 16 * QB_MIR_COPIES, "qb_mir_action: maps.rs MirAction");
-_Static_assert(sizeof(struct qb_mir_stats) == 16, "qb_mir_stats: maps.rs MirStats");
+_Static_assert(sizeof(struct qb_mir_stats) == 24, "qb_mir_stats: maps.rs MirStats");
 _Static_assert(sizeof(struct qb_vxd_key) == 16, "qb_vxd_key: maps.rs VxdKey");
 _Static_assert(sizeof(struct qb_vxd) == 12, "qb_vxd: maps.rs Vxd");
 _Static_assert(sizeof(struct qb_vxd_src_key) == 16, "qb_vxd_src_key: maps.rs VxdSrcKey");

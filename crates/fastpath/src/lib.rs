@@ -478,6 +478,7 @@ impl FastPath {
         self.per_cpu_sum("qb_mir_stats", index, |s: &mut MirStats, v| {
             s.frames += v.frames;
             s.bytes += v.bytes;
+            s.failed += v.failed;
         })
     }
 

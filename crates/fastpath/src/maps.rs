@@ -455,6 +455,9 @@ impl MirAction {
 pub struct MirStats {
     pub frames: u64,
     pub bytes: u64,
+    /// Copies the kernel refused (`bpf_clone_redirect` failed: the destination's interface
+    /// gone or down; or the RSPAN tag's push), not sent (decision 85).
+    pub failed: u64,
 }
 
 const _: () = {
@@ -475,7 +478,7 @@ const _: () = {
     assert!(std::mem::size_of::<Vxlan>() == 104);
     assert!(std::mem::size_of::<MirCopy>() == 16);
     assert!(std::mem::size_of::<MirAction>() == 8 + 16 * MIR_COPIES);
-    assert!(std::mem::size_of::<MirStats>() == 16);
+    assert!(std::mem::size_of::<MirStats>() == 24);
 };
 
 // SAFETY: each type is #[repr(C)], made of integers and integer arrays only, with its padding

@@ -2,7 +2,7 @@
 //! otherwise): a flow with `ACT_MIRROR` and its copies in `qb_mir_flows` is a hit only while
 //! the copies' entry is there with the flow's generation, a frame whose copy is longer than
 //! the destination takes misses (`size`), every hit's copies are counted per session and on
-//! the destination port. The bytes of the clones are the differential's
+//! the destination port, a copy the kernel refuses as the session's `failed`. The bytes of the clones are the differential's
 //! (`crates/model/tests/fastpath_exact.rs`, against the pipeline's copies).
 //!
 //! `cargo test -p qbridge-fastpath --test mirror -- --ignored --nocapture` (root) prints the
@@ -130,6 +130,45 @@ fn copies_follow_their_flow_fit_their_destination_and_are_counted() {
     let r = fp.test_run(&f, ma, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Stale));
     assert_eq!(fp.mir_stats(0).unwrap().frames, 2);
+}
+
+/// A copy the kernel refuses (`bpf_clone_redirect` to an interface that does not exist, or
+/// that is down) is counted as the session's `failed` (decision 85), not as sent, and not on
+/// the destination port; the frame itself is still forwarded.
+#[test]
+fn a_refused_copy_is_counted_as_failed() {
+    let Some((mut fp, ma, mc, me)) = setup() else {
+        return;
+    };
+    fp.set_port(ma, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    learn(&mut fp, B, 2, 7);
+    learn(&mut fp, A, 1, 0);
+    let f = frame(100);
+    // Session 0 (rx, RSPAN-tagged) and 1 (tx) to an ifindex no interface has.
+    install(&mut fp, gen, mc, 0x7fff_fff0, 2, 1518);
+    let r = fp.test_run(&f, ma, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: mc });
+    assert_eq!(r.frame, f, "the RSPAN tag is off the frame again");
+    let (s0, s1) = (fp.mir_stats(0).unwrap(), fp.mir_stats(1).unwrap());
+    assert_eq!((s0.frames, s0.bytes, s0.failed), (0, 0, 1));
+    assert_eq!((s1.frames, s1.bytes, s1.failed), (0, 0, 1));
+    assert_eq!(fp.port_stats(3).unwrap().tx_frames, 0);
+
+    // The destination down: refused too (-ENETDOWN); up again: sent.
+    install(&mut fp, gen, mc, me, 2, 1518);
+    ip(&["link", "set", "mxe", "down"]);
+    let r = fp.test_run(&f, ma, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: mc });
+    let (s0, s1) = (fp.mir_stats(0).unwrap(), fp.mir_stats(1).unwrap());
+    assert_eq!((s0.frames, s0.failed, s1.frames, s1.failed), (0, 2, 0, 2));
+    ip(&["link", "set", "mxe", "up"]);
+    let r = fp.test_run(&f, ma, None).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: mc });
+    let (s0, s1) = (fp.mir_stats(0).unwrap(), fp.mir_stats(1).unwrap());
+    assert_eq!((s0.frames, s0.failed, s1.frames, s1.failed), (1, 2, 1, 2));
+    let p3 = fp.port_stats(3).unwrap();
+    assert_eq!((p3.tx_frames, p3.tx_bytes), (2, 204));
 }
 
 /// The cost of the copies: ns per frame through `BPF_PROG_TEST_RUN` (100 000 repeats, the

@@ -194,6 +194,15 @@ impl Plan {
         }
     }
 
+    /// Counts copies for mirror session `session` the fast path's clone failed to send (the
+    /// kernel refused it: the destination gone or down; decision 85), as the session's
+    /// `tx_error` drops.
+    pub fn count_mirror_failed(&self, session: usize, worker: usize, n: u64) {
+        if let Some(s) = self.mirrors.as_ref().and_then(|m| m.sessions.get(session)) {
+            s.counters.writer(worker).drops[crate::counters::DropReason::TxError as usize].add(n);
+        }
+    }
+
     /// The entry of `mac` in FDB `fid` of bridge `bridge`.
     pub fn fdb_entry(&self, bridge: u16, mac: MacAddr, fid: u16) -> Option<FastEntry> {
         let br = self.bridges.get(bridge as usize)?.as_deref()?;

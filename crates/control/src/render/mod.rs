@@ -536,7 +536,7 @@ pub fn fast_path(st: Option<&crate::status::FastPathStatus>, out: OutputOptions)
             .join(" ")
     };
     s.push_str(&format!(
-        "    upcall {} ports {}\n    flows {} installed {} hits {}\n    misses: {}\n    not cached: {}\n    stale upcalls {} upcall ring full {}\n",
+        "    upcall {} ports {}\n    flows {} installed {} hits {}\n    misses: {}\n    not cached: {}\n    stale upcalls {} upcall ring full {} mirror copies failed {}\n",
         st.upcall.as_deref().unwrap_or("-"),
         if st.ports.is_empty() { "none".to_string() } else { st.ports.join(" ") },
         st.flows,
@@ -545,7 +545,8 @@ pub fn fast_path(st: Option<&crate::status::FastPathStatus>, out: OutputOptions)
         list(&st.misses),
         list(&st.not_cached),
         st.stale_upcalls,
-        st.upcall_ring_full
+        st.upcall_ring_full,
+        st.mirror_copies_failed
     ));
     s
 }

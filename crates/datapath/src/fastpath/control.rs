@@ -527,6 +527,10 @@ impl FastRt {
             if frames != 0 {
                 plan.count_mirror(i, ctl, frames, now.bytes.wrapping_sub(before.bytes));
             }
+            let failed = now.failed.wrapping_sub(before.failed);
+            if failed != 0 {
+                plan.count_mirror_failed(i, ctl, failed);
+            }
         }
     }
 
@@ -574,6 +578,10 @@ impl FastRt {
                 .collect(),
             stale_upcalls: self.shared.stale_upcalls.load(Ordering::Relaxed),
             upcall_ring_full: self.shared.upcall_ring_full.load(Ordering::Relaxed),
+            mirror_copies_failed: (0..qbridge_fastpath::MAX_MIRRORS)
+                .filter_map(|i| self.fp.mir_stats(i).ok())
+                .map(|s| s.failed)
+                .sum(),
         }
     }
 }
