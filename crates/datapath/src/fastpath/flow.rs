@@ -368,16 +368,17 @@ pub fn flow_for(f: &Forwarded<'_>) -> Result<FlowPlan, Refusal> {
     };
     // To a VXLAN port (decision 73): the inner frame as the port sends it (an external port's
     // VLAN tag removed), its VNI and the static entry's remote, read with the port's own
-    // table; the program pushes no tag there (Q-in-VNI stays with the pipeline) and sends
-    // only what the socket would (the inner frame at most the underlay's MTU less 36 bytes, 56
-    // over IPv6: max_inner).
+    // table; the tags the inner frame keeps (Q-in-VNI, decision 86) the program writes inside
+    // the tunnel. It sends only what the socket would (the inner frame at most the underlay's
+    // MTU less 36 bytes, 56 over IPv6: max_inner).
     let mut inner = Vec::new();
     let tunnel = match f.out_vxlan {
         None => None,
         Some(v) => {
             let (frame, t) =
                 super::vxlan::tunnel_for(v, &output[..out_prefix]).ok_or(Refusal::Fdb)?;
-            if qbridge_io::port::kernel_tag_depth(&frame) != 0 {
+            // Q-in-VNI (decision 86): tags the inner frame keeps ride inside the tunnel.
+            if qbridge_io::port::kernel_tag_depth(&frame) > qbridge_fastpath::maps::MAX_TAGS {
                 return Err(Refusal::Rewrite);
             }
             let sent_tags = (out_prefix - frame.len()) / 4;

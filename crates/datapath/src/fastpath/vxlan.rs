@@ -7,9 +7,11 @@
 //! Cached: known unicast to a remote VTEP given by `fdb … dst` (a static entry: it changes
 //! only by a command, which makes every flow stale before it answers), over an IPv4 or (decision
 //! 78) IPv6 underlay whose interface is known (`dev`, or the one holding `local`), inner IP
-//! frames left untagged (an `id N` port, or an external port's VLAN → VNI map). Learned
-//! remotes (they move with traffic, and age into floods), floods, a port sending zero IPv6
-//! checksums (`udp6zerocsumtx`) and Q-in-VNI stay with the pipeline.
+//! frames left untagged (an `id N` port, or an external port's VLAN → VNI map) or keeping up
+//! to two tags inside (Q-in-VNI, decision 86: an 802.1ad bridge's S-VLAN mapped to a VNI, the
+//! customer's C-tag riding inside). Learned remotes (they move with traffic, and age into
+//! floods), floods and a port sending zero IPv6 checksums (`udp6zerocsumtx`) stay with the
+//! pipeline.
 //!
 //! Over IPv6 the program writes, per send socket, the flow label the tunnel entry gives: 0.
 //! The socket's own is the kernel's automatic label (`auto_flowlabels`), a hash of the
@@ -437,5 +439,28 @@ mod tests {
         assert_eq!(t.vni, [0x12, 0x34, 0x56, 0]);
         assert!(tunnel_for(&e, &frame(Some(11))).is_none());
         assert!(tunnel_for(&e, &frame(None)).is_none());
+    }
+
+    /// Q-in-VNI (decision 86): an 802.1ad bridge's external port maps the S-VLAN; the S-tag
+    /// goes and the customer's C-tag stays in the inner frame.
+    #[test]
+    fn an_s_vlan_maps_and_the_c_tag_rides_inside() {
+        let e = egress(None);
+        {
+            let mut t = e.table.lock().unwrap();
+            t.tunnels = TunnelMap::new(&[(20, 0x86)], Some(0x88a8), None);
+            t.set_statics(&[(
+                Vni::new(0x86).unwrap(),
+                MacAddr(HB),
+                "192.0.2.2".parse().unwrap(),
+            )]);
+        }
+        let c = frame(Some(7));
+        let mut qinq = c[..12].to_vec();
+        qinq.extend_from_slice(&[0x88, 0xa8, 0, 20]);
+        qinq.extend_from_slice(&c[12..]);
+        let (inner, t) = tunnel_for(&e, &qinq).unwrap();
+        assert_eq!(inner, c, "the C-tag inside");
+        assert_eq!(t.vni, [0, 0, 0x86, 0]);
     }
 }
