@@ -7,6 +7,8 @@
 //! CHECKSUM_NONE), a bad IP checksum, reserved VXLAN bits, inner group or non-IP frames, no
 //! flow, a stale one, a source not learned on the port or not static on a learning port —
 //! passes on untouched to the port's socket, with its reason counted.
+//! Over an IPv6 outer (decision 82, `qb_vxd6_tunnels`) the same, with IPv6's own refusals (an
+//! extension header, a zero UDP checksum on a port without `udp6zerocsumrx`).
 
 mod common;
 
@@ -14,12 +16,14 @@ use common::{action, eth, ifindex, ip, key, own_netns, ports_l4};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::Vni;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const LOCAL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 2);
 const UNDERLAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 1];
 const REMOTE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 2];
 /// The VXLAN port's index, the output port's.
@@ -54,14 +58,27 @@ fn tunnel_key(remote: Ipv4Addr, vni: u32) -> VxdKey {
 /// The frame the remote VTEP sends for `inner`: outer Ethernet to the underlay, IPv4/UDP/VXLAN
 /// as the userspace VTEP builds it (`zero_csum`: no UDP checksum).
 fn outer(from: Ipv4Addr, vni: u32, inner: &[u8], zero_csum: bool) -> Vec<u8> {
+    outer_ip(IpAddr::V4(from), IpAddr::V4(LOCAL), vni, inner, zero_csum)
+}
+
+/// [`outer`] over IPv6 (decision 82), to [`LOCAL6`].
+fn outer6(from: Ipv6Addr, vni: u32, inner: &[u8], zero_csum: bool) -> Vec<u8> {
+    outer_ip(IpAddr::V6(from), IpAddr::V6(LOCAL6), vni, inner, zero_csum)
+}
+
+fn outer_ip(from: IpAddr, to: IpAddr, vni: u32, inner: &[u8], zero_csum: bool) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(&UNDERLAY_MAC);
     f.extend_from_slice(&REMOTE_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(if from.is_ipv6() {
+        &[0x86, 0xdd]
+    } else {
+        &[0x08, 0x00]
+    });
     encapsulate(
         &Outer {
-            src: IpAddr::V4(from),
-            dst: IpAddr::V4(LOCAL),
+            src: from,
+            dst: to,
             sport: 50_000,
             dport: 4789,
             hop_limit: 64,
@@ -378,6 +395,255 @@ fn every_other_frame_passes_to_the_socket_untouched() {
     check(&mut fp, &good, VxdVerdict::Stale);
     // The tunnel gone (port deleted): to the socket.
     fp.remove_vxd_tunnel(&tunnel_key(REMOTE, 5000)).unwrap();
+    check(&mut fp, &good, VxdVerdict::Other);
+}
+
+fn tunnel_key6(remote: Ipv6Addr, vni: u32) -> Vxd6Key {
+    Vxd6Key {
+        local: LOCAL6.octets(),
+        remote: remote.octets(),
+        vni: Vni::new(vni).unwrap().word(),
+        dstport: 4789u16.to_be_bytes(),
+        pad: 0,
+    }
+}
+
+/// An IPv6-underlay port that accepts zero UDP checksums (`udp6zerocsumrx`), VNI 5000 from
+/// [`REMOTE6`], with the flows of [`install`]: a test run's skb is CHECKSUM_NONE, so only a
+/// zero checksum is one the program can take there.
+fn setup6() -> Option<(FastPath, u32, u32)> {
+    let (mut fp, ua, oa) = setup()?;
+    let gen = fp.bump_generation().unwrap();
+    fdb(&mut fp);
+    install(&mut fp, gen, oa, None, &[]);
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 5000),
+        Vxd {
+            port: VX,
+            flags: VXD_ZERO6RX,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    Some((fp, ua, oa))
+}
+
+/// Decision 82: over an IPv6 outer, the program's output is the inner frame the port's own
+/// receive reads (`decapsulate`, zero checksums accepted as the port does), with the flow's
+/// egress tags, for TCP, UDP, ICMP, a fragment and IPv6 inner frames; the counters add up as
+/// over IPv4.
+#[test]
+fn an_ipv6_tunnels_frame_leaves_as_the_pipeline_forwards_its_inner_frame() {
+    let Some((mut fp, ua, oa)) = setup6() else {
+        return;
+    };
+    let mut bytes = 0;
+    let frames = inner_frames();
+    for inner in &frames {
+        let f = outer6(REMOTE6, 5000, inner, true);
+        let want = decapsulate(&f[14..], true).unwrap().inner.to_vec();
+        assert_eq!(&want, inner);
+        let r = fp.test_run_decap(&f, ua, 1).unwrap();
+        assert_eq!(r.verdict, Verdict::Hit { ifindex: oa }, "{inner:02x?}");
+        assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
+        assert_eq!(r.frame, want, "the pipeline's inner frame");
+        bytes += want.len() as u64;
+    }
+    let n = frames.len() as u64;
+    let rx = fp.port_stats(VX).unwrap();
+    let tx = fp.port_stats(OUT).unwrap();
+    assert_eq!(
+        (rx.rx_frames, rx.rx_bytes),
+        (n, bytes),
+        "rx on the VXLAN port"
+    );
+    assert_eq!((tx.tx_frames, tx.tx_bytes), (n, bytes), "tx on the output");
+    let stats = fp.vxd_stats().unwrap();
+    assert_eq!(stats[VxdVerdict::Hit as usize], (VxdVerdict::Hit, n));
+
+    // Tagged on the way out; an external port's VNI enters with its VLAN.
+    let gen = fp.bump_generation().unwrap();
+    install(&mut fp, gen, oa, None, &[(0x8100, 20)]);
+    let inner = &frames[0];
+    let r = fp
+        .test_run_decap(&outer6(REMOTE6, 5000, inner, true), ua, 1)
+        .unwrap();
+    let mut want = inner.clone();
+    want.splice(12..12, [0x81, 0x00, 0x00, 20]);
+    assert_eq!((r.verdict, r.frame), (Verdict::Hit { ifindex: oa }, want));
+    install(&mut fp, gen, oa, Some(10), &[]);
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 7010),
+        Vxd {
+            port: VX,
+            tag_tpid: 0x8100u16.to_be_bytes(),
+            tag_tci: 10u16.to_be_bytes(),
+            flags: VXD_ZERO6RX,
+        },
+    )
+    .unwrap();
+    let before = fp.port_stats(VX).unwrap().rx_bytes;
+    let r = fp
+        .test_run_decap(&outer6(REMOTE6, 7010, inner, true), ua, 1)
+        .unwrap();
+    assert_eq!((r.verdict, &r.frame), (Verdict::Hit { ifindex: oa }, inner));
+    assert_eq!(
+        fp.port_stats(VX).unwrap().rx_bytes - before,
+        inner.len() as u64 + 4,
+        "counted with the VNI's tag"
+    );
+}
+
+/// Decision 82: every IPv6 frame the program does not take passes on untouched with its
+/// reason — an extension header, a zero checksum on a port without `udp6zerocsumrx` (the
+/// socket drops it: `decapsulate` refuses it too), a checksum the kernel would compute (a
+/// test run's CHECKSUM_NONE), wrong lengths, reserved VXLAN bits, an unknown remote, VNI or
+/// port, and the inner-frame and flow reasons as over IPv4; IPv4 tunnels and IPv6 ones are
+/// apart. (A short unpadded inner packet is taken.)
+#[test]
+fn every_other_ipv6_frame_passes_to_the_socket_untouched() {
+    let Some((mut fp, ua, oa)) = setup6() else {
+        return;
+    };
+    let inner = ipv4(A, 6, 0, &ports_l4(true, 1000, 80, 40));
+    let good = outer6(REMOTE6, 5000, &inner, true);
+    let check = |fp: &mut FastPath, f: &[u8], why: VxdVerdict| {
+        let r = fp.test_run_decap(f, ua, 1).unwrap();
+        assert_eq!(decap_pass_reason(&r), Some(why), "{f:02x?}");
+        assert_eq!(r.retval, u32::MAX, "TC_ACT_UNSPEC");
+        assert_eq!(r.frame, f, "untouched");
+    };
+    let other = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 9);
+    check(
+        &mut fp,
+        &outer6(other, 5000, &inner, true),
+        VxdVerdict::Other,
+    );
+    check(
+        &mut fp,
+        &outer6(REMOTE6, 5001, &inner, true),
+        VxdVerdict::Other,
+    );
+    let mut f = good.clone();
+    f[56..58].copy_from_slice(&4790u16.to_be_bytes());
+    check(&mut fp, &f, VxdVerdict::Other);
+    // The same addresses' bytes as an IPv4 tunnel's: not an IPv6 one.
+    check(
+        &mut fp,
+        &outer(REMOTE, 5000, &inner, true),
+        VxdVerdict::Other,
+    );
+
+    // A destination options header in front of UDP (the datagram as it was).
+    let mut f = good.clone();
+    f[20] = 60;
+    f.splice(54..54, [17, 0, 1, 4, 0, 0, 0, 0]);
+    let plen = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    check(&mut fp, &f, VxdVerdict::Header);
+    // Lengths: Ethernet padding after the datagram, a UDP length short of the payload.
+    let mut f = good.clone();
+    f.extend_from_slice(&[0; 4]);
+    check(&mut fp, &f, VxdVerdict::Header);
+    let mut f = good.clone();
+    f[59] -= 1;
+    check(&mut fp, &f, VxdVerdict::Header);
+    let mut f = good.clone();
+    f[63] = 1; // a reserved VXLAN bit
+    check(&mut fp, &f, VxdVerdict::Header);
+
+    // Checksums: a valid one (CHECKSUM_NONE here: the kernel would compute it), a bad one.
+    let summed = outer6(REMOTE6, 5000, &inner, false);
+    assert!(decapsulate(&summed[14..], false).is_ok());
+    check(&mut fp, &summed, VxdVerdict::Csum);
+    let mut f = summed.clone();
+    f[60] ^= 0x55;
+    assert!(decapsulate(&f[14..], false).is_err());
+    check(&mut fp, &f, VxdVerdict::Csum);
+    // A zero one on a port without udp6zerocsumrx: its socket drops (and counts) it.
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 5000),
+        Vxd {
+            port: VX,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    assert!(decapsulate(&good[14..], false).is_err());
+    check(&mut fp, &good, VxdVerdict::Csum);
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 5000),
+        Vxd {
+            port: VX,
+            flags: VXD_ZERO6RX,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        fp.test_run_decap(&good, ua, 1).unwrap().verdict,
+        Verdict::Hit { .. }
+    ));
+
+    // The inner frame and the flow, as over IPv4.
+    let mut flood = inner.clone();
+    flood[..6].copy_from_slice(&[0xff; 6]);
+    check(
+        &mut fp,
+        &outer6(REMOTE6, 5000, &flood, true),
+        VxdVerdict::Inner,
+    );
+    let mut nf = inner.clone();
+    nf[5] = 0x0c;
+    check(
+        &mut fp,
+        &outer6(REMOTE6, 5000, &nf, true),
+        VxdVerdict::NoFlow,
+    );
+    let stranger = ipv4([0x02, 0, 0, 0, 0, 0x0e], 6, 0, &ports_l4(true, 1, 2, 40));
+    check(
+        &mut fp,
+        &outer6(REMOTE6, 5000, &stranger, true),
+        VxdVerdict::Src,
+    );
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 5000),
+        Vxd {
+            port: VX,
+            flags: VXD_ZERO6RX | VXD_TRACE,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    check(&mut fp, &good, VxdVerdict::Traced);
+    fp.set_vxd6_tunnel(
+        tunnel_key6(REMOTE6, 5000),
+        Vxd {
+            port: VX,
+            flags: VXD_ZERO6RX,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    fp.bump_generation().unwrap();
+    check(&mut fp, &good, VxdVerdict::Stale);
+    // An unpadded inner packet of 28 bytes (the daemon's flows take frames from 14 bytes
+    // on): under an IPv6 header's 40, yet bpf_skb_adjust_room keeps the inner family's
+    // base header (DECAP_L3_IPV4), so it is taken, exactly as the socket reads it.
+    let gen = fp.bump_generation().unwrap();
+    let mut a = action(gen, (VX, 0), oa, OUT, FID, &[]);
+    a.min_len = 14;
+    let mut k = key(VX, B, &[]);
+    k.ethertype_be = 0x0800u16.to_be();
+    fp.insert_flow(k, a).unwrap();
+    let mut short = ipv4(A, 17, 0, &ports_l4(false, 5000, 2000, 0));
+    short.truncate(14 + 28);
+    short[16..18].copy_from_slice(&28u16.to_be_bytes());
+    let f = outer6(REMOTE6, 5000, &short, true);
+    let r = fp.test_run_decap(&f, ua, 1).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: oa });
+    assert_eq!(r.frame, decapsulate(&f[14..], true).unwrap().inner);
+    fp.remove_vxd6_tunnel(&tunnel_key6(REMOTE6, 5000)).unwrap();
     check(&mut fp, &good, VxdVerdict::Other);
 }
 

@@ -133,8 +133,9 @@ pub(super) fn learned(t: &SharedVxlanTable) -> Vec<qbridge_control::vxlan::Learn
 
 impl Engine {
     /// The fast path's decapsulation (decision 77) brought in line with the VXLAN ports: each
-    /// open, fast-path-servable port with an IPv4 underlay the program encapsulates on has
-    /// `qb_vxlan_in` on that underlay and a tunnel for every IPv4 remote its table knows
+    /// open, fast-path-servable port with an underlay the program encapsulates on has
+    /// `qb_vxlan_in` on that underlay and a tunnel for every remote its table knows (IPv6
+    /// ones, decision 82, with the port's `udp6zerocsumrx`)
     /// (static entries and flood lists) and VNI it serves (an external port's: each mapped VNI
     /// its `vnifilter` accepts, tagged with a VID of a TPID the program parses), and, when it
     /// learns, its static sources. Called before the generation is bumped for a command.
@@ -231,9 +232,11 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone()?;
-    // IPv4 outers only (decision 77).
-    let std::net::IpAddr::V4(local) = egress.local else {
-        return None;
+    // IPv4 outers (decision 77); an IPv6 one (decision 82) has no IPv4 remote (a port's
+    // remotes are of its family): its tunnels are `tunnels6`, below.
+    let local = match egress.local {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
     };
     let underlay = qbridge_io::sys::ifname(egress.underlay)?;
     let port = crate::fastpath::port_index(s.token);
@@ -314,6 +317,43 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
             ));
         }
     }
+    // Decision 82: an IPv6 underlay's tunnels, each IPv6 remote of its static entries and
+    // flood lists x VNI, a zero UDP checksum taken if the port takes it (udp6zerocsumrx).
+    if let std::net::IpAddr::V6(local6) = egress.local {
+        let mut remotes6: Vec<std::net::Ipv6Addr> = entries
+            .iter()
+            .filter(|e| e.kind != qbridge_io::vxlan::VxlanEntryKind::Learned)
+            .filter_map(|e| match e.dst {
+                std::net::IpAddr::V6(a) => Some(a),
+                std::net::IpAddr::V4(_) => None,
+            })
+            .collect();
+        remotes6.sort_unstable();
+        remotes6.dedup();
+        let zero = if spec.udp6zerocsumrx {
+            qbridge_fastpath::VXD_ZERO6RX
+        } else {
+            0
+        };
+        for &(v, tpid, tci) in &vnis {
+            for r in &remotes6 {
+                let key = qbridge_fastpath::Vxd6Key {
+                    local: local6.octets(),
+                    remote: r.octets(),
+                    vni: v.word(),
+                    dstport: egress.dstport.to_be_bytes(),
+                    pad: 0,
+                };
+                let vxd = Vxd {
+                    port: u32::from(port),
+                    tag_tpid: tpid,
+                    tag_tci: tci,
+                    flags: if spec.learning { VXD_LEARNING } else { 0 } | zero,
+                };
+                w.tunnels6.push((key, vxd));
+            }
+        }
+    }
     if spec.learning {
         for e in &entries {
             if e.kind == qbridge_io::vxlan::VxlanEntryKind::Static
@@ -328,5 +368,5 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
             }
         }
     }
-    (!w.tunnels.is_empty()).then_some(w)
+    (!w.tunnels.is_empty() || !w.tunnels6.is_empty()).then_some(w)
 }

@@ -9,13 +9,13 @@
 //! which installs their flows.
 
 use super::control::FastRt;
-use qbridge_fastpath::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_TRACE};
+use qbridge_fastpath::{FastPath, Vxd, Vxd6Key, VxdKey, VxdSrcKey, VxdVerdict, VXD_TRACE};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What the program was last given.
 #[derive(Debug, Default)]
 pub(crate) struct Decap {
-    tunnels: HashMap<VxdKey, Vxd>,
+    tunnels: HashMap<TunnelKey, Vxd>,
     srcs: HashSet<VxdSrcKey>,
     underlays: BTreeSet<String>,
     /// The ports `trace live` watches: their tunnels carry `VXD_TRACE` (their frames all go
@@ -29,11 +29,37 @@ pub(crate) struct Decap {
 /// in `qb_vxl_learned` on every frame; so the engine brings these in line once a second too.
 pub(crate) const VXL_TUNNEL: u32 = 0x100;
 
+/// A tunnel of either outer family: `qb_vxd_tunnels`' (IPv4) or `qb_vxd6_tunnels`' (IPv6,
+/// decision 82).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum TunnelKey {
+    V4(VxdKey),
+    V6(Vxd6Key),
+}
+
+impl TunnelKey {
+    fn set(self, fp: &mut FastPath, v: Vxd) -> Result<(), qbridge_fastpath::Error> {
+        match self {
+            TunnelKey::V4(k) => fp.set_vxd_tunnel(k, v),
+            TunnelKey::V6(k) => fp.set_vxd6_tunnel(k, v),
+        }
+    }
+
+    fn remove(&self, fp: &mut FastPath) -> Result<(), qbridge_fastpath::Error> {
+        match self {
+            TunnelKey::V4(k) => fp.remove_vxd_tunnel(k),
+            TunnelKey::V6(k) => fp.remove_vxd6_tunnel(k),
+        }
+    }
+}
+
 /// What one VXLAN port asks of the program.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DecapWant {
     pub underlay: String,
     pub tunnels: Vec<(VxdKey, Vxd)>,
+    /// An IPv6 underlay's (decision 82).
+    pub tunnels6: Vec<(Vxd6Key, Vxd)>,
     pub srcs: Vec<VxdSrcKey>,
 }
 
@@ -42,9 +68,12 @@ impl FastRt {
     /// whether anything changed (the flows are then made stale before the command answers).
     pub(crate) fn sync_decap(&mut self, want: &[DecapWant]) -> bool {
         let traced = &self.decap.traced;
-        let tunnels: HashMap<VxdKey, Vxd> = want
+        let tunnels: HashMap<TunnelKey, Vxd> = want
             .iter()
-            .flat_map(|w| w.tunnels.iter().copied())
+            .flat_map(|w| {
+                let v4 = w.tunnels.iter().map(|&(k, v)| (TunnelKey::V4(k), v));
+                v4.chain(w.tunnels6.iter().map(|&(k, v)| (TunnelKey::V6(k), v)))
+            })
             .map(|(k, mut v)| {
                 if traced.contains(&((v.port & qbridge_fastpath::PORT_ID_MASK) as u16)) {
                     v.flags |= VXD_TRACE;
@@ -56,7 +85,7 @@ impl FastRt {
         let underlays: BTreeSet<String> = want.iter().map(|w| w.underlay.clone()).collect();
         let mut changed = false;
         // What goes, first.
-        let gone: Vec<(VxdKey, Vxd)> = self
+        let gone: Vec<(TunnelKey, Vxd)> = self
             .decap
             .tunnels
             .iter()
@@ -64,7 +93,7 @@ impl FastRt {
             .map(|(k, v)| (*k, *v))
             .collect();
         for (k, v) in gone {
-            if let Err(e) = self.fp.remove_vxd_tunnel(&k) {
+            if let Err(e) = k.remove(&mut self.fp) {
                 tracing::warn!("fast path: decapsulation tunnel: {e}");
             }
             self.decap.tunnels.remove(&k);
@@ -122,7 +151,7 @@ impl FastRt {
             if self.decap.tunnels.get(&k) == Some(&v) {
                 continue;
             }
-            match self.fp.set_vxd_tunnel(k, v) {
+            match k.set(&mut self.fp, v) {
                 Ok(()) => {
                     self.decap.tunnels.insert(k, v);
                     changed |= v.flags & VXL_TUNNEL == 0;
@@ -140,7 +169,7 @@ impl FastRt {
     /// its socket (the pipeline traces them), the others decapsulated again.
     pub(crate) fn set_traced_decap(&mut self, ports: &[u16]) {
         self.decap.traced = ports.to_vec();
-        let all: Vec<(VxdKey, Vxd)> = self.decap.tunnels.iter().map(|(k, v)| (*k, *v)).collect();
+        let all: Vec<(TunnelKey, Vxd)> = self.decap.tunnels.iter().map(|(k, v)| (*k, *v)).collect();
         for (k, mut v) in all {
             let id = (v.port & qbridge_fastpath::PORT_ID_MASK) as u16;
             let want = ports.contains(&id);
@@ -148,7 +177,7 @@ impl FastRt {
                 continue;
             }
             v.flags ^= VXD_TRACE;
-            match self.fp.set_vxd_tunnel(k, v) {
+            match k.set(&mut self.fp, v) {
                 Ok(()) => {
                     self.decap.tunnels.insert(k, v);
                 }
