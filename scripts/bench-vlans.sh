@@ -18,6 +18,9 @@
 #   SETUPS="qb-on qb-off kbridge"   MACS=0 (extra static FDB entries, spread over the VLANs,
 #   e.g. MACS=1000000)   QB_BUILD=0: no cargo build   QB_BIN=PATH: another qbridge binary
 #   (an older build, to compare)   QB_BLAST=PATH: its qbridge-blast   DEBUG=1: qbridge's port counters and log after each setup
+#   PERF=DIR: a cpu-clock profile of both CPUs during each run (perf record -a), into DIR
+#   (`perf report -i FILE --sort sym`). Each setup's line is followed by the daemon's CPU
+#   share during each run and its threads' CPU ticks before and after.
 # Namespaces qbvl-PID-*; everything is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,16 +103,35 @@ stop() {
     rm -f "$tmp/s.sock"
 }
 rx() { ip netns exec "$p-b" cat /sys/class/net/eth0/statistics/rx_packets; }
+# The daemon's CPU time so far (user + system, clock ticks, all its threads); 0 without one.
+dcpu() { [ -n "$dpid" ] && awk '{print $14 + $15}' "/proc/$dpid/stat" 2>/dev/null || echo 0; }
+# Its threads' CPU ticks by name (comm), summed, busiest first: "name=ticks ...".
+dthreads() {
+    [ -n "$dpid" ] || return 0
+    for t in /proc/"$dpid"/task/*; do
+        printf '%s %s\n' "$(tr ' ' _ <"$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
+    done 2>/dev/null | awk '{a[$1] += $2} END {for (k in a) print a[k], k}' | sort -rn |
+        awk '{printf "%s=%s ", $2, $1}'
+}
 send() {  # send VLANS SECONDS [RATE]
     ip netns exec "$p-a" "$blast" --dev eth0 --dst-mac 02:bb:00:00:00:00 --vlans "$1" --vid 1 \
         --seconds "$2" --rate "${3:-0}" >/dev/null
 }
-rate() {  # rate VLANS: delivered frames/s over SECS
-    local a b t0 t1
-    a=$(rx); t0=$(date +%s.%N)
+rate() {  # rate VLANS: delivered frames/s over SECS; the daemon's CPU share to $tmp/cpu
+    local a b t0 t1 c0 c1
+    local pp=
+    if [ -n "${PERF:-}" ]; then  # a profile of both CPUs while the frames run
+        mkdir -p "$PERF"
+        perf record -a -e cpu-clock -F 999 -o "$PERF/$setup-$n-$macs-$1-$(date +%s%N).data" \
+            -- sleep "$secs" >/dev/null 2>&1 &
+        pp=$!
+    fi
+    a=$(rx); t0=$(date +%s.%N); c0=$(dcpu)
     send "$1" "$secs"
+    [ -n "$pp" ] && wait "$pp"
     sleep 0.2
-    b=$(rx); t1=$(date +%s.%N)
+    b=$(rx); t1=$(date +%s.%N); c1=$(dcpu)
+    python3 -c "print(round(100 * ($c1 - $c0) / $(getconf CLK_TCK) / ($t1 - $t0)))" >>"$tmp/cpu"
     python3 -c "print(round(($b - $a) / ($t1 - $t0 - 0.2)))"
 }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -121,7 +143,7 @@ for n in $vlans_list; do
         # Warm up: every VLAN's first frames go up, the source is learned, flows installed.
         send "$n" 2 20000
         send 1 1 20000
-        ones=; spreads=
+        ones=; spreads=; : >"$tmp/cpu"; th0=$(dthreads)
         for _ in $(seq "$rounds"); do
             ones="$ones $(rate 1)"
             spreads="$spreads $(rate "$n")"
@@ -130,6 +152,8 @@ for n in $vlans_list; do
         python3 -c "
 o, s = $o, $s
 print(f'%-8s %6d %9d   %12.0f %12.0f   %8.0f %8.0f   %6.2f' % ('$setup', $n, $macs, o / 1e3, s / 1e3, 1e9 / max(o, 1), 1e9 / max(s, 1), s / max(o, 1)))"
+        # The daemon's CPU while the frames ran (% of one core, each run), and its threads'.
+        [ -n "$dpid" ] && echo "           daemon cpu % per run: $(tr '\n' ' ' <"$tmp/cpu"); threads' ticks before: $th0; after: $(dthreads)"
         [ "$setup" = qb-on ] && "$qb" --socket "$tmp/s.sock" show fast-path | sed -n '3,4p' >"$tmp/fp.txt" && sed 's/^/           /' "$tmp/fp.txt"
         [ -n "${DEBUG:-}" ] && [ -n "$dpid" ] && { "$qb" --socket "$tmp/s.sock" -s link show; "$qb" --socket "$tmp/s.sock" fdb show | head; tail -5 "$tmp/d.log"; }
         stop

@@ -1382,6 +1382,9 @@ static __always_inline void count_hops(const struct qb_flow_action *act, __u32 n
 			ps->tx_bytes += tx_len;
 		}
 		vs = bpf_map_lookup_elem(&qb_vlan_stats, &slot);
+#ifdef QB_STUDY_NO_VLAN_STATS	/* the per-VLAN cost study only (decision 84) */
+		vs = 0;
+#endif
 		if (vs) {
 			vs->rx_frames += 1;
 			vs->rx_bytes += rx_len;
@@ -1480,6 +1483,13 @@ int qb_ingress(struct __sk_buff *skb)
 	    (port->extra_tpid_be[1] && proto == port->extra_tpid_be[1]))
 		return miss(skb, QB_MISS_TAGS, port);
 	key.ethertype_be = proto;
+#ifdef QB_STUDY_ONE_FLOW
+	/* The per-VLAN cost study only (decision 84; examples/vlans' frames): every frame takes
+	 * VLAN 1's flow, so the frame alone differs from the one-VLAN run. */
+	key.tci_be[0] = bpf_htons(1);
+	key.dst[4] = 0;
+	key.dst[5] = 1;
+#endif
 
 	act = fix_lookup(&key, &zero);
 	if (!act)
@@ -1564,6 +1574,9 @@ int qb_ingress(struct __sk_buff *skb)
 					h->src_slot = src->slot;
 			}
 		}
+#ifdef QB_STUDY_NO_DST	/* the per-VLAN cost study only (decision 84): no destination check */
+		continue;
+#endif
 		ds = slot_for(h->dst_slot, key.dst, h);
 		if (ds) {
 			if (ds->port != h->out_port || ds->version != h->dst_version)

@@ -14,6 +14,15 @@
 //! index on (decision 79); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
 //! docs/benchmarks-live.md ("Flat in VLAN count").
+//!
+//! `STUDY=1`: where the extra cost of spreading is (decision 84). Variants of the program,
+//! built here with clang from `bpf/fastpath.c` and `QB_STUDY_*` defines, each leaving out one
+//! per-VLAN access (the per-VLAN counters, the destination's slot; the source's slot by a
+//! port that does not learn), one with all three left out (the flow lookup alone), and one
+//! whose every frame takes VLAN 1's flow (nothing per VLAN: the control), all loaded at once
+//! and run in turn within each round. Prints each variant's extra ns per frame (spread minus
+//! one VLAN, paired within a round, median), and the base's extra less the variant's: what
+//! the left-out access costs.
 
 use qbridge_fastpath::*;
 
@@ -51,6 +60,230 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// One flow, a source and a destination entry per VLAN (as the daemon installs them), then
+/// `macs` other FDB entries.
+fn setup(fp: &mut FastPath, n: u16, macs: u32, learn: bool) {
+    let lo = 1; // the loopback interface: the test runs only need an ifindex
+    fp.set_port(
+        lo,
+        Port {
+            index: 1,
+            flags: PORT_ENABLED,
+            ..Port::default()
+        },
+    )
+    .unwrap();
+    fp.set_config(Config {
+        generation: 1,
+        upcall_ifindex: 0,
+        trace_ifindex: 0,
+    })
+    .unwrap();
+    let w = fp.writer().unwrap();
+    for vid in 1..=n {
+        let fdb = |m: [u8; 6], port: u32| {
+            w.set_fdb(
+                &FdbKey {
+                    bridge: 0,
+                    fid: vid,
+                    mac: m,
+                    pad: 0,
+                },
+                &FdbEntry {
+                    port,
+                    version: 0,
+                    last_seen_ns: 0,
+                },
+            )
+            .unwrap()
+        };
+        fdb(SRC, 1);
+        fdb(dst(vid), 2);
+        let key = FlowKey {
+            in_port: 1,
+            tpid_be: [0x8100u16.to_be(), 0],
+            tci_be: [vid.to_be(), 0],
+            dst: dst(vid),
+            ntags: 1,
+            ethertype_be: 0x0800u16.to_be(),
+            ..FlowKey::default()
+        };
+        let mut action = FlowAction {
+            generation: 1,
+            out_ifindex: lo,
+            min_len: 14,
+            max_len: 1522,
+            push_n: 1,
+            n_hops: 1,
+            push_tpid_be: [0x8100u16.to_be(), 0],
+            push_tci_be: [vid.to_be(), 0],
+            ..FlowAction::default()
+        };
+        action.hops[0] = Hop {
+            in_port: 1,
+            out_port: 2,
+            fid: vid,
+            vlan_slot: vid,
+            rx_pcp: 0,
+            flags: if learn { HOP_LEARNING } else { 0 },
+            in_tags: 1,
+            out_tags: 1,
+            ..Hop::default()
+        };
+        w.insert_flow(&key, &action).unwrap();
+    }
+    for i in 0..macs {
+        let key = FdbKey {
+            bridge: 0,
+            fid: (i % u32::from(n) + 1) as u16,
+            mac: mac(i),
+            pad: 0,
+        };
+        let e = FdbEntry {
+            port: 2,
+            version: 0,
+            last_seen_ns: 0,
+        };
+        if w.set_fdb(&key, &e).is_err() {
+            break; // the map is full
+        }
+    }
+}
+
+/// Mean ns per test run over 8192 frames, all on VLAN 1 or cycling through `frames`.
+fn pass(fp: &mut FastPath, frames: &[Vec<u8>], spread: bool) -> f64 {
+    let one = frame(1);
+    let mut total = 0u64;
+    for i in 0..8192usize {
+        let f = if spread {
+            &frames[i % frames.len()]
+        } else {
+            &one
+        };
+        let r = fp.test_run_repeat(f, 1, 1).unwrap();
+        assert!(matches!(r.verdict, Verdict::Hit { .. }), "{:?}", r.verdict);
+        total += u64::from(r.ns_per_run);
+    }
+    total as f64 / 8192.0
+}
+
+/// A variant of the program: its name, its `QB_STUDY_*` defines, whether the port learns.
+struct Variant {
+    name: &'static str,
+    defines: &'static [&'static str],
+    learn: bool,
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "base",
+        defines: &[],
+        learn: true,
+    },
+    Variant {
+        name: "no vlan stats",
+        defines: &["QB_STUDY_NO_VLAN_STATS"],
+        learn: true,
+    },
+    Variant {
+        name: "no src slot",
+        defines: &[],
+        learn: false,
+    },
+    Variant {
+        name: "no dst slot",
+        defines: &["QB_STUDY_NO_DST"],
+        learn: true,
+    },
+    Variant {
+        name: "flow only",
+        defines: &["QB_STUDY_NO_VLAN_STATS", "QB_STUDY_NO_DST"],
+        learn: false,
+    },
+    Variant {
+        name: "one flow",
+        defines: &["QB_STUDY_ONE_FLOW"],
+        learn: true,
+    },
+];
+
+/// Builds a variant's object with clang (as build.rs builds the program).
+fn build(v: &Variant) -> Vec<u8> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/bpf");
+    let out = std::env::temp_dir().join(format!(
+        "qb-vlans-study-{}-{}.o",
+        std::process::id(),
+        v.name.replace(' ', "-")
+    ));
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    let mut cmd = std::process::Command::new(clang);
+    cmd.args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
+        .arg(format!(
+            "-I/usr/include/{}-linux-gnu",
+            std::env::consts::ARCH
+        ))
+        .args(v.defines.iter().map(|d| format!("-D{d}")))
+        .arg("-c")
+        .arg(format!("{dir}/fastpath.c"))
+        .arg("-o")
+        .arg(&out);
+    let o = cmd.output().expect("run clang");
+    assert!(
+        o.status.success(),
+        "clang {}: {}",
+        v.name,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let b = std::fs::read(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    b
+}
+
+fn study(vlans: &[u16], rounds: u32, macs: u32) {
+    let objects: Vec<Vec<u8>> = VARIANTS.iter().map(build).collect();
+    println!(
+        "{:>6} {:>9} {:>14} {:>10} {:>10} {:>10} {:>12}   (ns per test run; medians of {rounds} rounds, the variants in turn within each)",
+        "vlans", "fdb macs", "variant", "one", "spread", "extra", "base - this"
+    );
+    for &n in vlans {
+        let frames: Vec<Vec<u8>> = (1..=n).map(frame).collect();
+        let mut fps: Vec<FastPath> = VARIANTS
+            .iter()
+            .zip(&objects)
+            .map(|(v, o)| {
+                let mut fp = FastPath::load_object(o, false).expect("load (root?)");
+                setup(&mut fp, n, macs, v.learn);
+                pass(&mut fp, &frames, true);
+                pass(&mut fp, &frames, false);
+                fp
+            })
+            .collect();
+        let mut one = vec![Vec::new(); fps.len()];
+        let mut spread = vec![Vec::new(); fps.len()];
+        let mut extra = vec![Vec::new(); fps.len()];
+        for _ in 0..rounds {
+            for (i, fp) in fps.iter_mut().enumerate() {
+                let a = pass(fp, &frames, false);
+                let b = pass(fp, &frames, true);
+                one[i].push(a);
+                spread[i].push(b);
+                extra[i].push(b - a);
+            }
+        }
+        let base_extra = median(&mut extra[0].clone());
+        for (i, v) in VARIANTS.iter().enumerate() {
+            let e = median(&mut extra[i]);
+            println!(
+                "{n:>6} {macs:>9} {:>14} {:>10.1} {:>10.1} {e:>10.1} {:>12.1}",
+                v.name,
+                median(&mut one[i]),
+                median(&mut spread[i]),
+                base_extra - e
+            );
+        }
+    }
+}
+
 fn main() {
     if !FastPath::built() {
         eprintln!("built without clang: no program to measure");
@@ -64,124 +297,31 @@ fn main() {
         .filter_map(|v| v.trim().parse().ok())
         .filter(|&v| (1..=4094).contains(&v))
         .collect();
+    if env_num("STUDY", 0) == 1 {
+        study(&vlans, rounds, macs);
+        return;
+    }
     // LEARN=0: the ingress port does not learn (no source lookup), to tell the lookups apart.
     let learn = env_num("LEARN", 1) != 0;
-    let lo = 1; // the loopback interface: the test runs only need an ifindex
     println!(
         "{:>6} {:>9} {:>12} {:>12} {:>8} {:>8}   (median of {rounds} passes of 8192 frames; ns per test run)",
         "vlans", "fdb macs", "one VLAN", "spread", "ratio", "indexed"
     );
     for &n in &vlans {
-        // A fresh program per row: its maps hold exactly this row's entries.
-        let mut fp = match FastPath::load() {
+        // A fresh program per row: its maps hold exactly this row's entries. FLOW_INDEX=1:
+        // with the flow index (decision 79; off by default, and then not allocated).
+        let index = env_num("FLOW_INDEX", 0) == 1;
+        let mut fp = match FastPath::load_with_flow_index(index) {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("cannot load the program (root?): {e}");
                 std::process::exit(1);
             }
         };
-        // FLOW_INDEX=1: with the flow index (decision 79; off by default).
-        fp.set_flow_index(env_num("FLOW_INDEX", 0) == 1).unwrap();
-        fp.set_port(
-            lo,
-            Port {
-                index: 1,
-                flags: PORT_ENABLED,
-                ..Port::default()
-            },
-        )
-        .unwrap();
-        fp.set_config(Config {
-            generation: 1,
-            upcall_ifindex: 0,
-            trace_ifindex: 0,
-        })
-        .unwrap();
-        let w = fp.writer().unwrap();
-        for vid in 1..=n {
-            let fdb = |m: [u8; 6], port: u32| {
-                w.set_fdb(
-                    &FdbKey {
-                        bridge: 0,
-                        fid: vid,
-                        mac: m,
-                        pad: 0,
-                    },
-                    &FdbEntry {
-                        port,
-                        version: 0,
-                        last_seen_ns: 0,
-                    },
-                )
-                .unwrap()
-            };
-            fdb(SRC, 1);
-            fdb(dst(vid), 2);
-            let key = FlowKey {
-                in_port: 1,
-                tpid_be: [0x8100u16.to_be(), 0],
-                tci_be: [vid.to_be(), 0],
-                dst: dst(vid),
-                ntags: 1,
-                ethertype_be: 0x0800u16.to_be(),
-                ..FlowKey::default()
-            };
-            let mut action = FlowAction {
-                generation: 1,
-                out_ifindex: lo,
-                min_len: 14,
-                max_len: 1522,
-                push_n: 1,
-                n_hops: 1,
-                push_tpid_be: [0x8100u16.to_be(), 0],
-                push_tci_be: [vid.to_be(), 0],
-                ..FlowAction::default()
-            };
-            action.hops[0] = Hop {
-                in_port: 1,
-                out_port: 2,
-                fid: vid,
-                vlan_slot: vid,
-                rx_pcp: 0,
-                flags: if learn { HOP_LEARNING } else { 0 },
-                in_tags: 1,
-                out_tags: 1,
-                ..Hop::default()
-            };
-            w.insert_flow(&key, &action).unwrap();
-        }
-        for i in 0..macs {
-            let key = FdbKey {
-                bridge: 0,
-                fid: (i % u32::from(n) + 1) as u16,
-                mac: mac(i),
-                pad: 0,
-            };
-            let e = FdbEntry {
-                port: 2,
-                version: 0,
-                last_seen_ns: 0,
-            };
-            if w.set_fdb(&key, &e).is_err() {
-                break; // the map is full
-            }
-        }
+        fp.set_flow_index(index).unwrap();
+        setup(&mut fp, n, macs, learn);
         let frames: Vec<Vec<u8>> = (1..=n).map(frame).collect();
-        let one = frame(1);
-        let pass = |fp: &mut FastPath, spread: bool| -> f64 {
-            let mut total = 0u64;
-            for i in 0..8192usize {
-                let f = if spread {
-                    &frames[i % frames.len()]
-                } else {
-                    &one
-                };
-                let r = fp.test_run_repeat(f, lo, 1).unwrap();
-                assert!(matches!(r.verdict, Verdict::Hit { .. }), "{:?}", r.verdict);
-                total += u64::from(r.ns_per_run);
-            }
-            total as f64 / 8192.0
-        };
+        let pass = |fp: &mut FastPath, spread: bool| pass(fp, &frames, spread);
         // Warm both once (the first run of each entry fills its last-seen time).
         pass(&mut fp, true);
         pass(&mut fp, false);

@@ -106,16 +106,35 @@ impl FastPath {
         !OBJECT.is_empty()
     }
 
-    /// Loads the object and its program into the kernel (needs CAP_BPF/CAP_SYS_ADMIN).
+    /// Loads the object and its program into the kernel (needs CAP_BPF/CAP_SYS_ADMIN), the
+    /// flow index (decision 79) on if `QBRIDGE_FLOW_INDEX=1`, else off and not allocated.
     pub fn load() -> Result<FastPath, Error> {
+        let on = std::env::var_os("QBRIDGE_FLOW_INDEX").is_some_and(|v| v == "1");
+        Self::load_with_flow_index(on)
+    }
+
+    /// [`FastPath::load`], the flow index on or off whatever the environment says. Off, its
+    /// maps take one entry each (decision 84: 0 bytes per CPU instead of 1.8 MB), and
+    /// [`FastPath::set_flow_index`] cannot turn it on.
+    pub fn load_with_flow_index(on: bool) -> Result<FastPath, Error> {
         if !Self::built() {
             return Err(Error::NotBuilt);
         }
-        // The flow index: its copies and tags for each CPU it serves (decision 79).
+        Self::load_object(OBJECT, on)
+    }
+
+    /// [`FastPath::load_with_flow_index`] of another object built from `bpf/fastpath.c` (the
+    /// per-VLAN cost study of `examples/vlans`, decision 84, loads variants built with
+    /// `QB_STUDY_*` defines).
+    #[doc(hidden)]
+    pub fn load_object(object: &[u8], flow_index: bool) -> Result<FastPath, Error> {
+        // The flow index: its copies and tags for each CPU it serves (decision 79); one
+        // entry each when off (the program then finds no copy and uses the hash).
+        let cpus = if flow_index { flow_ix_cpus() } else { 0 };
         let mut ebpf = aya::EbpfLoader::new()
-            .set_max_entries("qb_flow_ix", flow_ix_cpus() * FLOW_IX_SIZE)
-            .set_max_entries("qb_flow_ix_tags", flow_ix_cpus() * FLOW_IX_TAGS)
-            .load(OBJECT)?;
+            .set_max_entries("qb_flow_ix", (cpus * FLOW_IX_SIZE).max(1))
+            .set_max_entries("qb_flow_ix_tags", (cpus * FLOW_IX_TAGS).max(1))
+            .load(object)?;
         for name in [PROGRAM, SINK] {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()?;
@@ -147,8 +166,8 @@ impl FastPath {
         maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
         // The flow index's first epoch (its entries start at 0: empty); 0 while it is off
         // (decision 79: off unless QBRIDGE_FLOW_INDEX=1).
-        let on = std::env::var_os("QBRIDGE_FLOW_INDEX").is_some_and(|v| v == "1");
-        fp.set_flow_index(on)?;
+        fp.maps.flow_ix().allocated = flow_index;
+        fp.set_flow_index(flow_index)?;
         Ok(fp)
     }
 
@@ -324,9 +343,17 @@ impl FastPath {
     }
 
     /// Turns the flow index on or off (decision 79; off, the program uses the hash alone).
-    /// Either way every copy made before is stale.
+    /// Either way every copy made before is stale. On needs a program loaded with the index
+    /// ([`FastPath::load_with_flow_index`]; decision 84).
     pub fn set_flow_index(&mut self, on: bool) -> Result<(), Error> {
         let mut ix = self.maps.flow_ix();
+        if on && !ix.allocated {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the flow index was not allocated at load (QBRIDGE_FLOW_INDEX=1, or \
+                 FastPath::load_with_flow_index(true))",
+            )));
+        }
         ix.enabled = on;
         ix.epoch += 1;
         let epoch = if on { ix.epoch } else { 0 };
@@ -564,6 +591,8 @@ struct FlowIxState {
     evict_at: u32,
     /// [`FastPath::set_flow_index`] (off: the epoch stays 0, no copy is made or used).
     enabled: bool,
+    /// The index's maps were sized for its CPUs at load (else one entry each: decision 84).
+    allocated: bool,
 }
 
 impl FlowIxState {
@@ -573,6 +602,7 @@ impl FlowIxState {
             live_bound: 0,
             evict_at: MAX_FLOWS.saturating_sub((possible_cpus() + 2) * 128),
             enabled: false,
+            allocated: false,
         }
     }
 

@@ -712,6 +712,11 @@ fn a_flow_index_copy_never_outlives_its_flow() {
             0
         );
     }
+    // Off, the index is not allocated and cannot be turned on (decision 84).
+    if std::env::var_os("QBRIDGE_FLOW_INDEX").is_none_or(|v| v != "1") {
+        assert!(fp.set_flow_index(true).is_err());
+    }
+    fp = FastPath::load_with_flow_index(true).expect("load");
     fp.set_flow_index(true).unwrap();
     fp.set_port(fa, port(1, 0)).unwrap();
     fp.set_port(fc, port(2, 0)).unwrap();
