@@ -185,7 +185,8 @@ fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
     // The frame's tags as it enters, and the inner frame's as the flow pushes them: a
     // provider trunk's S+C (the S-tag goes, the C-tag rides inside); a customer port's C
     // kept; an untagged frame given a C-tag; two tags inside (an `id N` port).
-    let cases: [(&[(u16, u16)], &[(u16, u16)]); 4] = [
+    type Tags<'a> = &'a [(u16, u16)];
+    let cases: [(Tags, Tags); 4] = [
         (&[(S, 100), (C, 7)], &[(C, 7)]),
         (&[(C, 0x2007)], &[(C, 0x2007)]),
         (&[], &[(C, 9)]),
@@ -323,11 +324,12 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
         },
     )
     .unwrap();
-    let mut frames: Vec<Vec<u8>> = Vec::new();
-    frames.push(ipv4(0, 6, &ports_l4(true, 1000, 80, 40)));
-    frames.push(ipv4(0, 17, &ports_l4(false, 5000, 2000, 300)));
-    frames.push(ipv4(0, 1, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]));
-    frames.push(ipv6(0, 6, &ports_l4(true, 333, 22, 30)));
+    let mut frames: Vec<Vec<u8>> = vec![
+        ipv4(0, 6, &ports_l4(true, 1000, 80, 40)),
+        ipv4(0, 17, &ports_l4(false, 5000, 2000, 300)),
+        ipv4(0, 1, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]),
+        ipv6(0, 6, &ports_l4(true, 333, 22, 30)),
+    ];
     for f in frames.iter_mut() {
         // From A (learned on the VXLAN port).
         f[6..12].copy_from_slice(&A);
