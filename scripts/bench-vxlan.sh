@@ -21,7 +21,8 @@
 # receiver's rate in Gbit/s; then B -> A 64-byte frames (UDP, 18-byte payloads, unpaced,
 # one stream), the thousands of datagrams a second ha's iperf3 received (B>A 64B, kfr/s).
 # QB_LEARN=1 adds qblearn-kernel: --fast-path on with hb's MAC learned, not static (the
-# default VXLAN port): the program encapsulates nothing and every frame of ha's goes up.
+# default VXLAN port): since decision 83 the program encapsulates to the learned remote and
+# decapsulates from the learned source as for a static one.
 # Each pair's softnet drops (frames the CPUs' input backlogs dropped) go to stderr.
 # Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
 # kernel vxlan devices are at their defaults (TSO and checksum offload on; qbridge completes
