@@ -298,3 +298,110 @@ fn a_learned_source_behind_its_remote_is_decapsulated_and_refreshed() {
     assert_eq!(stats[VxdVerdict::Moved as usize].1, 1);
     assert_eq!(stats[VxdVerdict::Src as usize].1, 2);
 }
+
+/// vxl_: what the learned entry's check costs per frame (`BPF_PROG_TEST_RUN`; `cargo test -p
+/// qbridge-fastpath --test vxlan_learn cost -- --ignored --nocapture`): a flow to a learned
+/// remote against one to a static remote, a learned source's decapsulation against a static
+/// one's, interleaved in rounds of 1 000 single runs (the machine is shared), medians.
+#[test]
+#[ignore]
+fn cost_per_frame() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    const C: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+    const A2: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa2];
+    fp.set_port(fa, port(P, 0)).unwrap();
+    fdb(&mut fp, &[(A, P), (B, VX), (C, VX)]);
+    let w = fp.writer().unwrap();
+    let vxl = fp.vxl_map().unwrap();
+    let far = mono() + 300_000_000_000;
+    vxl.set(&vkey(B), &learned(REMOTE, far)).unwrap();
+    let learned_t = tunnel(fc, REMOTE);
+    let static_t = Vxlan {
+        flags: 0,
+        vxl_port: 0,
+        ..learned_t
+    };
+    let enc = [
+        (
+            "encap, learned remote",
+            ipv4(B, A, &ports_l4(true, 1000, 80, 1400)),
+        ),
+        (
+            "encap, static remote",
+            ipv4(C, A, &ports_l4(true, 1000, 80, 1400)),
+        ),
+    ];
+    // Decapsulation: B behind the access port; A static, A2 learned behind the remote.
+    let mut fp2 = fp;
+    fdb(&mut fp2, &[(B, P), (A, VX), (A2, VX)]);
+    let gen = fp2.bump_generation().unwrap();
+    fp2.insert_flow(key(VX, B, &[]), action(gen, (VX, 0), fa, P, FID, &[]))
+        .unwrap();
+    fp2.set_vxd_tunnel(
+        VxdKey {
+            local: LOCAL.octets(),
+            remote: REMOTE.octets(),
+            vni: Vni::new(VNI).unwrap().word(),
+            dstport: 4789u16.to_be_bytes(),
+            pad: 0,
+        },
+        Vxd {
+            port: VX,
+            flags: VXD_LEARNING,
+            ..Vxd::default()
+        },
+    )
+    .unwrap();
+    fp2.set_vxd_src(vkey(A)).unwrap();
+    vxl.set(&vkey(A2), &learned(REMOTE, far)).unwrap();
+    let dec = [
+        (
+            "decap, learned source",
+            outer(REMOTE, &ipv4(B, A2, &ports_l4(true, 1000, 80, 1400))),
+        ),
+        (
+            "decap, static source",
+            outer(REMOTE, &ipv4(B, A, &ports_l4(true, 1000, 80, 1400))),
+        ),
+    ];
+    let mut ns: Vec<Vec<u32>> = vec![Vec::new(); 4];
+    for (dst, t) in [(B, learned_t), (C, static_t)] {
+        let idx = w.tunnel(&t).unwrap().unwrap();
+        let mut a = action(gen, (P, 0), idx, VX, FID, &[]);
+        a.flags = ACT_VXLAN;
+        a.max_len = 1514;
+        fp2.insert_flow(key(P, dst, &[]), a).unwrap();
+    }
+    fdb(&mut fp2, &[(A, P), (B, VX), (C, VX)]);
+    for _round in 0..20 {
+        for (i, (_, f)) in enc.iter().enumerate() {
+            for _ in 0..1000 {
+                let r = fp2.test_run(f, fa, None).unwrap();
+                assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+                ns[i].push(r.ns_per_run);
+            }
+        }
+    }
+    fdb(&mut fp2, &[(B, P), (A, VX), (A2, VX)]);
+    for _round in 0..20 {
+        for (i, (_, f)) in dec.iter().enumerate() {
+            for _ in 0..1000 {
+                let r = fp2.test_run_decap(f, fc, 1).unwrap();
+                assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
+                ns[2 + i].push(r.ns_per_run);
+            }
+        }
+    }
+    for (i, what) in enc.iter().chain(dec.iter()).map(|(w, _)| w).enumerate() {
+        let v = &mut ns[i];
+        v.sort_unstable();
+        println!(
+            "{what}, 1454-byte inner frame: median {} ns/run, p10 {} p90 {} (20 000 runs of 1)",
+            v[v.len() / 2],
+            v[v.len() / 10],
+            v[v.len() * 9 / 10]
+        );
+    }
+}
