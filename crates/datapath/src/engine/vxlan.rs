@@ -48,8 +48,8 @@ pub(super) fn open_vxlan(
     let egress = match crate::fastpath::VxlanEgress::of(&port, table.clone()) {
         Ok(e) => {
             tracing::info!(
-                "port {name}: the fast path encapsulates its known unicast to static remotes \
-                 (underlay ifindex {}, MTU {}, source ports {:?})",
+                "port {name}: the fast path encapsulates its known unicast to static and \
+                 learned remotes (underlay ifindex {}, MTU {}, source ports {:?})",
                 e.underlay,
                 e.underlay_mtu,
                 e.sports
