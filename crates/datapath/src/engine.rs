@@ -505,6 +505,43 @@ impl Engine {
         self.trace_refresh();
     }
 
+    /// Waits until every worker has finished what it was doing and answered (a worker takes
+    /// messages between bursts), the plan and queues left as they are: after an FDB-only
+    /// command, every install that read an entry before the command has checked it again
+    /// (decision 85).
+    fn workers_barrier(&mut self) {
+        let Some(plan) = self.published.clone() else {
+            return;
+        };
+        let sinks: Sinks = plan
+            .mirror_sinks()
+            .iter()
+            .map(|f| self.mirror_files.get(f).cloned())
+            .collect();
+        let fast_gen = self.fast.as_ref().map_or(0, |f| f.generation());
+        let (done_tx, done_rx) = mpsc::channel();
+        for w in &self.workers {
+            send(
+                w,
+                ToWorker::Update {
+                    plan: plan.clone(),
+                    attach: Vec::new(),
+                    detach: Vec::new(),
+                    done: done_tx.clone(),
+                    sinks: sinks.clone(),
+                    fast_gen,
+                },
+            );
+        }
+        drop(done_tx);
+        for _ in 0..self.workers.len() {
+            if done_rx.recv_timeout(APPLY_TIMEOUT).is_err() {
+                tracing::warn!("a worker did not answer within {APPLY_TIMEOUT:?}");
+                break;
+            }
+        }
+    }
+
     // ----- control -----
 
     fn execute(&mut self, op: Op) -> Response {
@@ -530,6 +567,9 @@ impl Engine {
         // every FDB costs milliseconds on a large table: 8 ms per `link add` with 100 000
         // entries, when it was taken for single commands too).
         let changing = changes(&op);
+        // A bridge-FDB-only command changes the fast path's FDB map, not its generation
+        // (decision 85).
+        let fdb_only = self.fast.is_some() && fdb_only(&op);
         let before = match &op {
             Op::Command { words, .. } => parse_words(words)
                 .ok()
@@ -567,13 +607,17 @@ impl Engine {
         if self.session.switch().port_ids().count() != ports_before {
             change_line = None;
         }
-        if let Some(f) = self.fast.as_mut() {
-            // FDB commands change no plan; the flows must not outlive them either.
+        if let Some(f) = self.fast.as_mut().filter(|_| !fdb_only) {
+            // Commands that change no plan (a VXLAN port's table, a flush, a batch of FDB
+            // commands): the flows must not outlive them either.
             f.dirty = true;
         }
         let mut resp = self.commit(r, before);
         self.stp_sync();
         self.publish();
+        if fdb_only {
+            self.fast_fdb_command();
+        }
         if resp.ok {
             self.save_state(&mut resp, change_line.as_deref());
         }
@@ -685,6 +729,21 @@ impl Engine {
 fn send(w: &WorkerLink, msg: ToWorker) {
     if w.mailbox.send(msg).is_ok() {
         let _ = rustix::io::write(&*w.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// Whether a request is one `fdb add|append|replace|del` of a bridge entry (not a VXLAN
+/// port's table, not a flush, not a batch: a batch works on a copy of the FDB that replaces
+/// it, a new plan): what changes in the fast path is then the entries it changes (decision 85).
+fn fdb_only(op: &Op) -> bool {
+    match op {
+        Op::Command { words, .. } => parse_words(words).is_ok_and(|c| {
+            matches!(
+                c,
+                Command::Fdb(FdbCommand::Add { .. } | FdbCommand::Del { .. })
+            )
+        }),
+        Op::Batch { .. } | Op::Apply { .. } => false,
     }
 }
 

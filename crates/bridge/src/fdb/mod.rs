@@ -342,6 +342,33 @@ impl Fdb {
         lost
     }
 
+    /// [`Fdb::take_fast_changes`], each key handed to `f` with its entry now while the
+    /// writer's lock is held, so that what `f` writes elsewhere (the fast path's FDB map) is
+    /// in the order of the table's own changes, whichever thread follows the log (decision
+    /// 85). True when the log overflowed meanwhile.
+    pub(crate) fn follow_fast_changes(&self, mut f: impl FnMut(u64, Option<Slot>)) -> bool {
+        let mut w = self.lock();
+        let lost = std::mem::take(&mut w.fast_lost);
+        let Some(log) = w.fast_log.as_mut() else {
+            return lost;
+        };
+        if log.is_empty() {
+            return lost;
+        }
+        let keys = std::mem::take(log);
+        for key in keys {
+            f(key, w.table.find(key).map(|(_, s)| s));
+        }
+        lost
+    }
+
+    /// `key`'s entry handed to `f` while the writer's lock is held (decision 85: a write of
+    /// the fast path's map checked against the table, in order with its changes).
+    pub(crate) fn with_entry_locked<R>(&self, key: u64, f: impl FnOnce(Option<Slot>) -> R) -> R {
+        let w = self.lock();
+        f(w.table.find(key).map(|(_, s)| s))
+    }
+
     /// The changes logged since the last call, each key with its entry before and now (a
     /// writer-consistent read), and the changes not logged; the log starts again empty.
     pub(crate) fn take_changes(&self) -> (Vec<SlotChange>, u64) {

@@ -246,6 +246,41 @@ impl Plan {
         lost
     }
 
+    /// [`Plan::take_fast_changes`], each change handed to `f` while its bridge's FDB writer
+    /// lock is held: the fast path's map written from it is in the order of the FDB's own
+    /// changes, whichever thread follows (decision 85). True when a log overflowed.
+    pub fn follow_fast_changes(&self, mut f: impl FnMut(&FastChange)) -> bool {
+        let mut lost = false;
+        for (b, br) in self.bridges.iter().enumerate() {
+            let Some(br) = br else { continue };
+            lost |= br.fdb.follow_fast_changes(|key, slot| {
+                f(&(
+                    b as u16,
+                    key_mac(key),
+                    key_fid(key),
+                    slot.as_ref().map(FastEntry::of),
+                ))
+            });
+        }
+        lost
+    }
+
+    /// The entry of `mac` in FDB `fid` of bridge `bridge` handed to `f` while that FDB's
+    /// writer lock is held (decision 85); `None` without such a bridge.
+    pub fn with_fdb_entry_locked<R>(
+        &self,
+        bridge: u16,
+        mac: MacAddr,
+        fid: u16,
+        f: impl FnOnce(Option<FastEntry>) -> R,
+    ) -> Option<R> {
+        let br = self.bridges.get(bridge as usize)?.as_deref()?;
+        Some(
+            br.fdb
+                .with_entry_locked(fdb_key(mac, fid), |s| f(s.as_ref().map(FastEntry::of))),
+        )
+    }
+
     /// Counts frames the fast path received on port `id` (writer `worker`'s block; the
     /// control plane's is any index past the workers), `pcp[p]` of them with priority `p`.
     pub fn count_rx(&self, id: PortId, worker: usize, n: u64, bytes: u64, pcp: &[u64; 8]) {

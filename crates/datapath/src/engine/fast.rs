@@ -167,6 +167,22 @@ impl Engine {
         self.fast.as_ref().map_or(0, FastRt::generation)
     }
 
+    /// After a bridge-FDB-only command (decision 85), before it answers: the FDB map holds
+    /// what the FDB holds for every entry the command changed, and no flow made before the
+    /// command can rely on an entry's older state, without bumping the generation (the other
+    /// flows keep hitting). The command's changes are in the FDB's log; whoever follows it
+    /// (a worker after a burst, the engine here) writes the map under the FDB's lock, so the
+    /// writes are in the order of the changes. A worker's install that read an entry before
+    /// the command checks it again under the lock after writing it; the barrier waits for
+    /// every worker to finish what it was doing, so such a check is done before the answer.
+    pub(super) fn fast_fdb_command(&mut self) {
+        if self.fast.is_none() {
+            return;
+        }
+        self.workers_barrier();
+        self.fast_follow();
+    }
+
     /// Once a second: the addresses of the ports' veth peers read again; a change makes every
     /// flow stale (a flow redirects to a peer only frames to its address, which the peer's
     /// stack takes as its own).
@@ -230,13 +246,12 @@ impl Engine {
         };
         let shared = rt.shared();
         let plan = self.session.switch_mut().plan();
-        let mut changes = Vec::new();
-        let lost = plan.take_fast_changes(&mut changes);
         let index = |port: u16| -> Option<u16> {
             let s = self.slots.get(port as usize)?.as_ref()?;
             s.open.then(|| port_index(s.token))
         };
-        crate::fastpath::follow_changes(&shared, &changes, index);
+        // Each change written under its FDB's lock (decision 85).
+        let lost = crate::fastpath::follow_plan(&shared, &plan, index);
         if lost || shared.resync.swap(false, Ordering::Relaxed) {
             self.fast_sync_fdb(&plan);
         }

@@ -8,7 +8,7 @@
 //! - makes a flow of a frame forwarded alone (`flow`: [`flow_for`], a pure function of the
 //!   plan, its FDB and the frames) and installs it (`install`);
 //! - keeps the FDB map's mirrored entries in line with the pipeline's log of changes
-//!   (`install::follow_changes`, the workers' and the engine's);
+//!   (`install::follow_plan`, the workers' and the engine's);
 //! - holds what the engine and the workers share (`FastShared`).
 //!
 //! - runs the program for the control thread (`control::FastRt`: loading it, the upcall
@@ -35,7 +35,7 @@ pub(crate) mod upcall;
 pub(crate) mod vxlan;
 
 pub use flow::{flow_for, split_copies, Crossing, FlowPlan, Forwarded, SeenCopy, PREFIX};
-pub(crate) use install::{follow_changes, install};
+pub(crate) use install::{follow_plan, install};
 pub use vxlan::{tunnel_for, VxlanEgress};
 
 use qbridge_fastpath::{FdbKey, MapWriter};

@@ -106,7 +106,6 @@ pub(crate) struct FastWorker {
     /// each and leaving the last.
     hops: Vec<Crossing>,
     frames: Vec<Vec<u8>>,
-    changes: Vec<qbridge_bridge::FastChange>,
     /// The upcall socket's drops already counted into `FastShared::upcall_ring_full`.
     seen_drops: BackendDrops,
 }
@@ -129,7 +128,6 @@ impl FastWorker {
             frames: (0..=qbridge_fastpath::MAX_HOPS)
                 .map(|_| Vec::with_capacity(PREFIX))
                 .collect(),
-            changes: Vec::new(),
             seen_drops: BackendDrops::default(),
         }
     }
@@ -287,13 +285,12 @@ impl FastWorker {
                 .stale_upcalls
                 .fetch_add(stale, Ordering::Relaxed);
         }
-        // Entries the pipeline moved or removed meanwhile: the map follows at once.
-        self.changes.clear();
-        if host.plan().take_fast_changes(&mut self.changes) {
+        // Entries the pipeline moved or removed meanwhile: the map follows at once, each
+        // written under its FDB's lock, in order with the engine's and other workers' writes
+        // (decision 85).
+        let h = &*host;
+        if super::follow_plan(&self.shared, h.plan(), |p| h.port_index(p)) {
             self.shared.resync.store(true, Ordering::Relaxed);
-        }
-        if !self.changes.is_empty() {
-            super::follow_changes(&self.shared, &self.changes, |p| host.port_index(p));
         }
     }
 
