@@ -250,6 +250,18 @@ fn tcp_through_a_learned_remote_takes_the_program_both_ways_and_follows_a_move()
     );
     assert!(to3_after > to3 + 50, "the pings did not follow the move");
     assert!(support::ping_ok(&ha, &hb.ip));
+    // The new remote (in no flood list) gets a decapsulation tunnel within the engine's
+    // second: hb's datagrams from 192.0.2.3 are the program's again.
+    std::thread::sleep(Duration::from_millis(1500));
+    let h0 = hits();
+    blast(&hb, &ha.ip, 300);
+    let n = hits() - h0;
+    assert!(
+        n >= 290,
+        "{n} of 300 datagrams from the learned remote 192.0.2.3 decapsulated by the program: {}\n{}",
+        fp(),
+        ctl.stats_text()
+    );
 }
 
 #[test]

@@ -211,7 +211,13 @@ impl Engine {
             crate::fastpath::vxlan::vxl_age(m, crate::fastpath::port_index(s.token), &mut t);
         }
         if map.is_some() {
-            self.fast_decap_sync();
+            let want: Vec<_> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| decap_want(i as u16, s.as_ref()?))
+                .collect();
+            rt.sync_decap_learned(&want);
         }
     }
 }

@@ -221,6 +221,50 @@ impl FastRt {
 }
 
 impl FastRt {
+    /// vxl_ (decision 83), once a second: only the learned remotes' tunnels ([`VXL_TUNNEL`])
+    /// brought to `want`'s — nothing attached or detached, no flow made stale, a tunnel the
+    /// program has for a static or flood-list remote left alone.
+    pub(crate) fn sync_decap_learned(&mut self, want: &[DecapWant]) {
+        let traced = &self.decap.traced;
+        let wanted: HashMap<TunnelKey, Vxd> = want
+            .iter()
+            .flat_map(|w| w.tunnels.iter().map(|&(k, v)| (TunnelKey::V4(k), v)))
+            .filter(|(_, v)| v.flags & VXL_TUNNEL != 0)
+            .map(|(k, mut v)| {
+                if traced.contains(&((v.port & qbridge_fastpath::PORT_ID_MASK) as u16)) {
+                    v.flags |= VXD_TRACE;
+                }
+                (k, v)
+            })
+            .collect();
+        let gone: Vec<TunnelKey> = self
+            .decap
+            .tunnels
+            .iter()
+            .filter(|(k, v)| v.flags & VXL_TUNNEL != 0 && wanted.get(k) != Some(v))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Err(e) = k.remove(&mut self.fp) {
+                tracing::debug!("fast path: a learned remote's decapsulation tunnel: {e}");
+            }
+            self.decap.tunnels.remove(&k);
+        }
+        for (k, v) in wanted {
+            if self.decap.tunnels.contains_key(&k) {
+                continue;
+            }
+            match k.set(&mut self.fp, v) {
+                Ok(()) => {
+                    self.decap.tunnels.insert(k, v);
+                }
+                Err(e) => {
+                    tracing::debug!("fast path: a learned remote's decapsulation tunnel: {e}")
+                }
+            }
+        }
+    }
+
     /// vxl_: a handle on `qb_vxl_learned` (decision 83).
     pub(crate) fn vxl_map(&mut self) -> Option<qbridge_fastpath::VxlMap> {
         self.fp
