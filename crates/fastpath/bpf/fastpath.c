@@ -25,8 +25,16 @@ struct {
 } qb_ports SEC(".maps");
 
 struct {
+#ifdef QB_STUDY_PLAIN_HASH	/* the per-VLAN cost study only (decision 84) */
+	__uint(type, BPF_MAP_TYPE_HASH);
+#else
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+#endif
+#ifdef QB_STUDY_FLOWS		/* the per-VLAN cost study only: another table size */
+	__uint(max_entries, QB_STUDY_FLOWS);
+#else
 	__uint(max_entries, QB_MAX_FLOWS);
+#endif
 	__type(key, struct qb_flow_key);
 	__type(value, struct qb_flow_action);
 } qb_flows SEC(".maps");

@@ -18,11 +18,12 @@
 //! `STUDY=1`: where the extra cost of spreading is (decision 84). Variants of the program,
 //! built here with clang from `bpf/fastpath.c` and `QB_STUDY_*` defines, each leaving out one
 //! per-VLAN access (the per-VLAN counters, the destination's slot; the source's slot by a
-//! port that does not learn), one with all three left out (the flow lookup alone), and one
-//! whose every frame takes VLAN 1's flow (nothing per VLAN: the control), all loaded at once
-//! and run in turn within each round. Prints each variant's extra ns per frame (spread minus
-//! one VLAN, paired within a round, median), and the base's extra less the variant's: what
-//! the left-out access costs.
+//! port that does not learn), one with all three left out (the flow lookup alone), the flow
+//! table with 8192 or 16384 entries (its buckets 128 or 256 KB instead of 1 MB) or as a plain
+//! (not LRU) hash, and one whose every frame takes VLAN 1's flow (nothing per VLAN: the
+//! control), all loaded at once and run in turn within each round. Prints each variant's
+//! extra ns per frame (spread minus one VLAN, paired within a round, median), and the base's
+//! extra less the variant's: what the left-out access costs.
 
 use qbridge_fastpath::*;
 
@@ -199,6 +200,21 @@ const VARIANTS: &[Variant] = &[
         name: "flow only",
         defines: &["QB_STUDY_NO_VLAN_STATS", "QB_STUDY_NO_DST"],
         learn: false,
+    },
+    Variant {
+        name: "flows 8192",
+        defines: &["QB_STUDY_FLOWS=8192"],
+        learn: true,
+    },
+    Variant {
+        name: "flows 16384",
+        defines: &["QB_STUDY_FLOWS=16384"],
+        learn: true,
+    },
+    Variant {
+        name: "plain hash",
+        defines: &["QB_STUDY_PLAIN_HASH"],
+        learn: true,
     },
     Variant {
         name: "one flow",
