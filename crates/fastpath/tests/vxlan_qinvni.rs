@@ -246,11 +246,26 @@ fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
 /// The frame a remote VTEP sends for `inner`: outer Ethernet, IPv4/UDP/VXLAN as the
 /// userspace VTEP builds it (no UDP checksum), to [`LOCAL`] from [`REMOTE`].
 fn from_remote(vni: u32, inner: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0x86, 1, 0x02, 0, 0, 0, 0x86, 2, 0x08, 0x00];
+    from_remote_ip(IpAddr::V4(REMOTE), IpAddr::V4(LOCAL), vni, inner)
+}
+
+/// [`from_remote`] over IPv6 (decision 82's outer; a zero UDP checksum, which the tunnel
+/// takes with `VXD_ZERO6RX`: a test run's skb has no checksum state to check one against).
+fn from_remote6(vni: u32, inner: &[u8]) -> Vec<u8> {
+    from_remote_ip(IpAddr::V6(REMOTE6), IpAddr::V6(LOCAL6), vni, inner)
+}
+
+fn from_remote_ip(src: IpAddr, dst: IpAddr, vni: u32, inner: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0x86, 1, 0x02, 0, 0, 0, 0x86, 2];
+    f.extend_from_slice(if src.is_ipv6() {
+        &[0x86, 0xdd]
+    } else {
+        &[0x08, 0x00]
+    });
     encapsulate(
         &Outer {
-            src: IpAddr::V4(REMOTE),
-            dst: IpAddr::V4(LOCAL),
+            src,
+            dst,
             sport: 50_000,
             dport: 4789,
             hop_limit: 64,
@@ -270,7 +285,8 @@ fn from_remote(vni: u32, inner: &[u8]) -> Vec<u8> {
 /// made for the frame the port hands it (an external port's VNI tag pushed outside them) and
 /// leaves as the pipeline forwards it (`outer::decapsulate`, then the flow's tags): to a
 /// customer port with the C-tag, to a provider trunk with both, to an access port with none;
-/// an `id N` port's inner S+C; counted with the tags the pipeline saw. More tags than the
+/// an `id N` port's inner S+C; over IPv4 and IPv6 outers; counted with the tags the pipeline
+/// saw. More tags than the
 /// program parses, or no IP inside them, go to the socket.
 #[test]
 fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
@@ -342,6 +358,23 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
         (0x86, &[(C, 0xa007)], &[(S, 20), (C, 0xa007)], &[]),
         (0x87, &[(S, 30), (C, 7)], &[(S, 30), (C, 7)], &[(C, 7)]),
     ];
+    // The same S-VLAN's VNI over an IPv6 outer (decision 82): vxq_inner is shared.
+    fp.set_vxd6_tunnel(
+        Vxd6Key {
+            local: LOCAL6.octets(),
+            remote: REMOTE6.octets(),
+            vni: Vni::new(0x86).unwrap().word(),
+            dstport: 4789u16.to_be_bytes(),
+            pad: 0,
+        },
+        Vxd {
+            port: VX,
+            tag_tpid: S.to_be_bytes(),
+            tag_tci: 20u16.to_be_bytes(),
+            flags: VXD_ZERO6RX,
+        },
+    )
+    .unwrap();
     let (mut n, mut rx_bytes) = (0u64, 0u64);
     for (vni, inner_tags, key_tags, push) in cases {
         for et in [0x0800u16, 0x86dd] {
@@ -365,6 +398,14 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
             assert_eq!(r.frame, tagged(f, push), "{what}");
             n += 1;
             rx_bytes += (f.len() + 4 * key_tags.len()) as u64;
+            if vni == 0x86 {
+                let wire6 = from_remote6(vni, &inner);
+                let r = fp.test_run_decap(&wire6, fc, 1).unwrap();
+                assert_eq!(r.verdict, Verdict::Hit { ifindex: out }, "IPv6 {what}");
+                assert_eq!(r.frame, tagged(f, push), "IPv6 {what}");
+                n += 1;
+                rx_bytes += (f.len() + 4 * key_tags.len()) as u64;
+            }
         }
     }
     let rx = fp.port_stats(VX).unwrap();
