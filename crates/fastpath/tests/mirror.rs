@@ -2,8 +2,9 @@
 //! otherwise): a flow with `ACT_MIRROR` and its copies in `qb_mir_flows` is a hit only while
 //! the copies' entry is there with the flow's generation, a frame whose copy is longer than
 //! the destination takes misses (`size`), every hit's copies are counted per session and on
-//! the destination port, a copy the kernel refuses as the session's `failed`. The bytes of the clones are the differential's
-//! (`crates/model/tests/fastpath_exact.rs`, against the pipeline's copies).
+//! the destination port, a copy the kernel refuses as the session's `failed`. The bytes of
+//! the clones are the differential's (`crates/model/tests/fastpath_exact.rs`, against the
+//! pipeline's copies).
 //!
 //! `cargo test -p qbridge-fastpath --test mirror -- --ignored --nocapture` (root) prints the
 //! cost of a copy: ns per test run of one frame with 0, 1 and 2 clones (each clone really
