@@ -205,6 +205,16 @@ impl Default for VxlanTable {
 
 const NO_VTEPS: &[IpAddr] = &[];
 
+/// vxl_: a table that goes (its port deleted or opened again) takes its learned entries out of
+/// the hook's map with it.
+impl Drop for VxlanTable {
+    fn drop(&mut self) {
+        for ((v, m), _) in self.learned.drain() {
+            self.vxl_hook.tell(v, m, None);
+        }
+    }
+}
+
 impl VxlanTable {
     pub fn shared() -> super::SharedVxlanTable {
         std::sync::Arc::new(std::sync::Mutex::new(VxlanTable::default()))
@@ -611,5 +621,10 @@ mod tests {
         t.expire(t3 + Duration::from_secs(5));
         assert_eq!(take()[1], (100, MacAddr(A), None));
         assert!(t.learned_entries().is_empty());
+        // A table that goes takes its learned entries with it.
+        t.learn(v, MacAddr(A), ip2, t3);
+        take();
+        drop(t);
+        assert_eq!(take(), vec![(100, MacAddr(A), None)]);
     }
 }
