@@ -17,8 +17,8 @@
 //! VNI, the kernel VTEP's super-frames decapsulated by `qb_vxlan_in`), the program's hits
 //! counted and the daemon's UDP sockets nearly idle meanwhile (the program sent and took the
 //! datagrams); tshark decodes the underlay: VNI 5000, C-tag 10 inside, no S-tag, nothing
-//! malformed; then `vlan del vid 100 dev vx0 tunnel_info` while cust pings far every 10 ms:
-//! from the answer on, the kernel VTEP receives nothing more.
+//! malformed; then `vlan del vid 100 dev vx0 tunnel_info` while cust and far ping each other
+//! every 10 ms: from the answer on, neither the kernel VTEP nor cust receives anything more.
 
 mod support;
 
@@ -346,31 +346,47 @@ fn q_in_vni_tcp_is_served_by_the_program_both_ways() {
 
     // The VNI map changes while cust pings far: from the answer on, the kernel VTEP receives
     // nothing more (S-VLAN 100 has no VNI: the pipeline counts it unmapped).
-    let mut pinger = std::process::Command::new("ip")
-        .args([
-            "netns", "exec", &cust.ns, "ping", "-q", "-i", "0.01", "-W", "1", &farh.ip,
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // Far pings cust too: from the answer on, cust receives nothing (the program no longer
+    // decapsulates VNI 5000, the pipeline drops it unmapped).
+    let pingers: Vec<std::process::Child> = [(&cust, &farh), (&farh, &cust)]
+        .iter()
+        .map(|(from, to)| {
+            std::process::Command::new("ip")
+                .args([
+                    "netns", "exec", &from.ns, "ping", "-q", "-i", "0.01", "-W", "1", &to.ip,
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(500));
     let hits1 = u(&fp()["hits"]);
     ctl.cmd(&["vlan", "del", "vid", "100", "dev", "vx0", "tunnel_info"])
         .unwrap();
     // (Frames already handed to the underlay at the answer arrive within microseconds.)
     std::thread::sleep(Duration::from_millis(50));
-    let rx = rx_packets(&far, "vx5000");
+    let rx = (
+        rx_packets(&far, "vx5000"),
+        rx_packets(&cust.ns, &cust.ifname),
+    );
     std::thread::sleep(Duration::from_millis(1000));
-    let rx_after = rx_packets(&far, "vx5000");
-    let _ = pinger.kill();
-    let _ = pinger.wait();
+    let rx_after = (
+        rx_packets(&far, "vx5000"),
+        rx_packets(&cust.ns, &cust.ifname),
+    );
+    for mut p in pingers {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
     let hits2 = u(&fp()["hits"]);
     assert!(hits1 > hits_end, "the pings were not on the fast path");
     assert_eq!(
         rx_after,
         rx,
-        "frames reached the kernel VTEP after the VNI map changed (hits {hits1} -> {hits2})\n{}",
+        "frames reached the kernel VTEP or cust after the VNI map changed (hits {hits1} -> \
+         {hits2})\n{}",
         ctl.stats_text()
     );
 }
