@@ -23,7 +23,9 @@
 //!
 //! Decapsulation (decision 82; the underlay's offloads at their defaults, hb's TSO on): hb's
 //! TCP to ha decapsulated by `qb_vxlan_in` (hits, verified bytes, no UDP6 checksum error),
-//! nothing reaching ha after `link del vx0` or an external port's VNI map change answers.
+//! nothing reaching ha after `link del vx0` or an external port's VNI map change answers; a
+//! kernel VTEP sending zero UDP checksums: refused by a port without `udp6zerocsumrx` (the
+//! socket's `Udp6InCsumErrors`), decapsulated by the program for one with it.
 
 mod support;
 
@@ -250,6 +252,113 @@ fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE} vni 100
         rx,
         "frames reached ha after the VNI map changed: {f}\n{}",
         ctl.stats_text()
+    );
+}
+
+/// A zero UDP checksum over IPv6 (decision 82): the kernel VTEP sends with `udp6zerocsumtx`.
+/// To a port without `udp6zerocsumrx` the program passes every frame (`decap-checksum`) and
+/// the port's socket drops it, counting `Udp6InCsumErrors`, as with the fast path off: hb
+/// cannot ping ha. The port made again with `udp6zerocsumrx`: the pings pass, hb's unicast
+/// decapsulated by the program (hits).
+#[test]
+fn a_zero_udp_checksum_over_ipv6_is_taken_only_where_the_port_takes_it() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vx6zero");
+    let Some((a, b, ha, hb)) = underlay6(&mut lab, "vx6za", "vx6zb") else {
+        return;
+    };
+    // b's VTEP again, sending zero checksums.
+    ip_in(&b, &["link", "del", "vx0"]).unwrap();
+    ip_in(
+        &b,
+        &[
+            "link",
+            "add",
+            "vx0",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            REMOTE,
+            "dev",
+            "ul",
+            "dstport",
+            "4789",
+            "nolearning",
+            "udp6zerocsumtx",
+        ],
+    )
+    .unwrap();
+    ip_in(&b, &["link", "set", "vx0", "mtu", "1500"]).unwrap();
+    ip_in(&b, &["link", "set", "vx0", "master", "kbr"]).unwrap();
+    ip_in(&b, &["link", "set", "vx0", "up"]).unwrap();
+    exec_in(
+        &b,
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "vx0",
+            "dst",
+            LOCAL,
+        ],
+    )
+    .unwrap();
+    let port = |rx: &str| {
+        format!(
+            "link add vx0 type vxlan id 100 local {LOCAL} dev ul dstport 4789 learning off{rx}
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE}
+"
+        )
+    };
+    let batch = format!(
+        "link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link set dev p1 master br0
+{}",
+        port("")
+    );
+    let ctl = lab.daemon_args(&a, &batch, &["--fast-path", "on"]).unwrap();
+    let fp = || ctl.json(&["show", "fast-path"]).unwrap_or_default();
+    // hb knows ha's MAC: its pings are unicast from the first (a broadcast ARP would pass as
+    // `decap-inner` before the checksum is looked at).
+    support::neighbour(&hb, &ha.ip, &ha.mac);
+    let errors0 = udp6_csum_errors(&a);
+    let p = support::ping(&hb, &ha.ip, 20);
+    let f = fp();
+    assert_eq!(p.received, 0, "a zero checksum went through: {}", p.output);
+    assert!(
+        udp6_csum_errors(&a) > errors0,
+        "the port's socket counted no Udp6InCsumErrors: {f}"
+    );
+    assert!(
+        u(&f["misses"]["decap-checksum"]) > 0,
+        "the program did not pass them as decap-checksum: {f}"
+    );
+
+    ctl.cmd(&["link", "del", "vx0"]).unwrap();
+    let again = port(" udp6zerocsumrx");
+    for line in again.lines() {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        ctl.cmd(&args).unwrap();
+    }
+    assert!(
+        support::wait_until(Duration::from_secs(5), || support::ping_ok(&hb, &ha.ip)),
+        "no ping with udp6zerocsumrx\n{}",
+        ctl.stats_text()
+    );
+    let hits0 = u(&fp()["hits"]);
+    let p = support::ping(&hb, &ha.ip, 50);
+    let f = fp();
+    assert_eq!(p.received, 50, "{}", p.output);
+    assert!(
+        u(&f["hits"]) - hits0 >= 40,
+        "hb's zero-checksum pings were not decapsulated by the program: {f}"
     );
 }
 
