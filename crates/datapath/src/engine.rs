@@ -506,30 +506,16 @@ impl Engine {
     }
 
     /// Waits until every worker has finished what it was doing and answered (a worker takes
-    /// messages between bursts), the plan and queues left as they are: after an FDB-only
-    /// command, every install that read an entry before the command has checked it again
-    /// (decision 85).
+    /// messages between bursts): after an FDB-only command, every install that read an entry
+    /// before the command has checked it again, and the flows the workers refused for the
+    /// configuration may be tried again (decision 85).
     fn workers_barrier(&mut self) {
-        let Some(plan) = self.published.clone() else {
-            return;
-        };
-        let sinks: Sinks = plan
-            .mirror_sinks()
-            .iter()
-            .map(|f| self.mirror_files.get(f).cloned())
-            .collect();
-        let fast_gen = self.fast.as_ref().map_or(0, |f| f.generation());
         let (done_tx, done_rx) = mpsc::channel();
         for w in &self.workers {
             send(
                 w,
-                ToWorker::Update {
-                    plan: plan.clone(),
-                    attach: Vec::new(),
-                    detach: Vec::new(),
+                ToWorker::FdbBarrier {
                     done: done_tx.clone(),
-                    sinks: sinks.clone(),
-                    fast_gen,
                 },
             );
         }

@@ -104,6 +104,10 @@ pub(crate) enum ToWorker {
         /// The fast path's configuration generation of this plan (0 without a fast path).
         fast_gen: u32,
     },
+    /// After a bridge-FDB command (decision 85): answered once the worker has finished what
+    /// it was doing (every install it had begun has checked its FDB entries again); the
+    /// flows it refused for the configuration may be made again.
+    FdbBarrier { done: mpsc::Sender<()> },
     /// The fast path is on: this worker's socket on the upcall device, and what the engine
     /// shares with the workers (`crate::fastpath`).
     Upcall {
@@ -308,6 +312,12 @@ impl Worker {
                         self.sinks = sinks;
                         if let Some(f) = self.fast.as_mut() {
                             f.follow_plan(fast_gen);
+                        }
+                        let _ = done.send(());
+                    }
+                    Ok(ToWorker::FdbBarrier { done }) => {
+                        if let Some(f) = self.fast.as_mut() {
+                            f.forget_refusals();
                         }
                         let _ = done.send(());
                     }

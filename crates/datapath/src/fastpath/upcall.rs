@@ -149,6 +149,12 @@ impl FastWorker {
         self.generation = generation;
     }
 
+    /// The pairs refused for a reason of the configuration may be tried again: an FDB
+    /// command (decision 85) may have moved their destination, without a new generation.
+    pub fn forget_refusals(&mut self) {
+        self.refused.clear();
+    }
+
     /// Once a second: the upcall socket's kernel drops (a ring the workers did not empty in
     /// time) counted.
     pub fn tick(&mut self) {
