@@ -143,7 +143,7 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
         None => return None,
     };
     // What the port's lookup answers (statics first): the same remote.
-    if t.lookup(vni, dst, std::time::Instant::now()) != Some(remote) {
+    if t.lookup(vni, dst, now) != Some(remote) {
         return None;
     }
     let n = vni.get().to_be_bytes();
