@@ -12,7 +12,7 @@
 //! and nothing else (no mirror or trapped copy). A miss is always allowed (counted by reason).
 //! After each frame the flow of what the pipeline did is installed as the daemon's worker
 //! installs it (`qbridge_datapath::fastpath::flow_for`) and the FDB map follows the pipeline's
-//! log of moved and removed entries (as the daemon's `follow_changes`); a frame whose flow was
+//! log of moved and removed entries (as the daemon's `follow_plan`); a frame whose flow was
 //! just installed is sent again at once and must hit. Earlier frames are re-sent later in the
 //! sequence, after time passes, entries age, sources move and the configuration changes (the
 //! program's generation bumped for every new plan, as the engine does), so hits happen in every
@@ -877,7 +877,7 @@ impl Rig {
         Ok(())
     }
 
-    /// What the daemon's `follow_changes` does with the pipeline's log of FDB entries that
+    /// What the daemon's `follow_plan` does with the pipeline's log of FDB entries that
     /// moved, changed or went: a mirrored entry is rewritten (its port now) or removed.
     fn follow(&mut self, plan: &Plan, np: usize) -> Result<(), TestCaseError> {
         self.changes.clear();
