@@ -296,8 +296,6 @@ impl VxlanTable {
         n
     }
 
-    /// Where a frame of `vni` to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
-    #[inline]
     /// The VTEP a static entry (`fdb … dst`) gives `dst` in `vni`: what [`Self::lookup`]
     /// answers first, and changes only by a command (the fast path caches only those,
     /// decision 73).
@@ -305,6 +303,8 @@ impl VxlanTable {
         self.statics.get(&(vni, dst)).copied()
     }
 
+    /// Where a frame of `vni` to `dst` goes: `Some(ip)` one VTEP, `None` the flood list.
+    #[inline]
     pub fn lookup(&self, vni: Vni, dst: MacAddr, now: Instant) -> Option<IpAddr> {
         if dst.is_multicast() {
             return None;
