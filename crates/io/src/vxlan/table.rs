@@ -297,8 +297,8 @@ impl VxlanTable {
     }
 
     /// The VTEP a static entry (`fdb … dst`) gives `dst` in `vni`: what [`Self::lookup`]
-    /// answers first, and changes only by a command (the fast path caches only those,
-    /// decision 73).
+    /// answers first, and changes only by a command (decision 73; learned remotes reach the
+    /// fast path through the learn hook instead, decision 83).
     pub fn static_remote(&self, vni: Vni, dst: MacAddr) -> Option<IpAddr> {
         self.statics.get(&(vni, dst)).copied()
     }
