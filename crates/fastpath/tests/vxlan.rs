@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, own_netns, port, ports_l4};
+use common::{
+    action, arp, fdb, ifindex, ip, ipv6, key, own_netns, port, ports_l4, quartiles, tagged,
+};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -97,29 +99,7 @@ fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
 
 /// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.
 fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
-    let mut f = eth(B, A, 0x0800);
-    let len = 20 + l4.len() as u16;
-    f.extend_from_slice(&[0x45, tos]);
-    f.extend_from_slice(&len.to_be_bytes());
-    f.extend_from_slice(&[0, 1]);
-    f.extend_from_slice(&frag.to_be_bytes());
-    f.extend_from_slice(&[64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2]);
-    f.extend_from_slice(l4);
-    f.resize(f.len().max(60), 0); // Ethernet padding, beyond the IP length
-    f
-}
-
-fn ipv6_tcp(tclass: u8, sport: u16, dport: u16) -> Vec<u8> {
-    let mut f = eth(B, A, 0x86dd);
-    let l4 = ports_l4(true, sport, dport, 30);
-    f.push(0x60 | tclass >> 4);
-    f.extend_from_slice(&[tclass << 4, 0, 0]);
-    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[6, 64]);
-    f.extend_from_slice(&[0xfd; 16]);
-    f.extend_from_slice(&[0xfe; 16]);
-    f.extend_from_slice(&l4);
-    f
+    common::ipv4(B, A, tos, proto, frag, l4, 0)
 }
 
 #[test]
@@ -130,22 +110,7 @@ fn a_flow_to_a_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     let w = fp.writer().unwrap();
-    for (m, p) in [(A, 1), (B, 2)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 10,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
     let t = tunnel(fc, 100, 0, 0);
     let idx = w.tunnel(&t).unwrap().unwrap();
     assert_eq!(w.tunnel(&t).unwrap(), Some(idx), "one entry per tunnel");
@@ -170,7 +135,7 @@ fn a_flow_to_a_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     frames.push(ipv4(0, 1, 0, &[8, 0, 0, 0, 0, 1, 0, 1, 9, 9]));
     frames.push(ipv4(0, 6, 0x2000, &ports_l4(true, 1, 2, 40)));
     frames.push(ipv4(0, 6, 0x0010, &[7; 40]));
-    frames.push(ipv6_tcp(0, 333, 22));
+    frames.push(ipv6(B, A, 0, 6, &ports_l4(true, 333, 22, 30)));
     let mut socks = std::collections::BTreeSet::new();
     for f in &frames {
         let r = fp.test_run(f, fa, None).unwrap();
@@ -188,10 +153,7 @@ fn a_flow_to_a_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
     assert_eq!(r.frame, bad, "up as it came");
     // Not IP (the kernel encapsulates IP frames only): up.
-    let mut arp = eth(B, A, 0x0806);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[1; 38]);
-    let r = fp.test_run(&arp, fa, None).unwrap();
+    let r = fp.test_run(&arp(B, A), fa, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
 
     // A super-frame the kernel will not encapsulate (a test run's has no GSO type, which
@@ -220,10 +182,7 @@ fn a_flow_to_a_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     let t4 = tunnel(fc, 0x123456, 0, 0);
     let i4 = w.tunnel(&t4).unwrap().unwrap();
     install(&mut fp, 0x0800, i4, &[(0x8100, 10)]);
-    let mut tagged = f[..12].to_vec();
-    tagged.extend_from_slice(&[0x81, 0x00, 0, 10]);
-    tagged.extend_from_slice(&f[12..]);
-    let r = fp.test_run(&tagged, fa, None).unwrap();
+    let r = fp.test_run(&tagged(&f, &[(0x8100, 10)]), fa, None).unwrap();
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     assert_eq!(r.frame, expected(&t4, &f, 0));
 }
@@ -239,22 +198,11 @@ fn cost_per_frame() {
     };
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
-    for (m, p) in [(A, 1), (B, 2), ([0x02, 0, 0, 0, 0, 0x0c], 3)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 10,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
+    fdb(
+        &mut fp,
+        10,
+        &[(A, 1), (B, 2), ([0x02, 0, 0, 0, 0, 0x0c], 3)],
+    );
     let w = fp.writer().unwrap();
     let idx = w.tunnel(&tunnel(fc, 100, 0, 0)).unwrap().unwrap();
     let mut a = action(gen, (1, 0), idx, 2, 10, &[]);
@@ -278,12 +226,9 @@ fn cost_per_frame() {
         v.push(fp.test_run_repeat(&vx, fa, 1).unwrap().ns_per_run);
         p.push(fp.test_run_repeat(&pl, fa, 1).unwrap().ns_per_run);
     }
-    v.sort_unstable();
-    p.sort_unstable();
-    let q = |x: &[u32]| (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4]);
     eprintln!(
         "ns per frame (quartiles of 20 000 single runs): vxlan {:?}, plain {:?}",
-        q(&v),
-        q(&p)
+        quartiles(&mut v),
+        quartiles(&mut p)
     );
 }

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, own_netns, port};
+use common::{action, arp, fdb, ifindex, ip, key, own_netns, port, quartiles, tagged};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -103,17 +103,9 @@ fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
 }
 
 /// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.
+/// The Ethernet padding is 0xee, for the checksum to leave it out.
 fn ipv4(tos: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
-    let mut f = eth(B, A, 0x0800);
-    let len = 20 + l4.len() as u16;
-    f.extend_from_slice(&[0x45, tos]);
-    f.extend_from_slice(&len.to_be_bytes());
-    f.extend_from_slice(&[0, 1]);
-    f.extend_from_slice(&frag.to_be_bytes());
-    f.extend_from_slice(&[64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2]);
-    f.extend_from_slice(l4);
-    f.resize(f.len().max(60), 0xee); // Ethernet padding, beyond the IP length
-    f
+    common::ipv4(B, A, tos, proto, frag, l4, 0xee)
 }
 
 fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
@@ -133,15 +125,7 @@ fn ports_l4(tcp: bool, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
 }
 
 fn ipv6(tclass: u8, next: u8, l4: &[u8]) -> Vec<u8> {
-    let mut f = eth(B, A, 0x86dd);
-    f.push(0x60 | tclass >> 4);
-    f.extend_from_slice(&[tclass << 4, 0, 0]);
-    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[next, 64]);
-    f.extend_from_slice(&[0xfd; 16]);
-    f.extend_from_slice(&[0xfe; 16]);
-    f.extend_from_slice(l4);
-    f
+    common::ipv6(B, A, tclass, next, l4)
 }
 
 fn install(fp: &mut FastPath, gen: u32, ethertype: u16, idx: u32, ntags: &[(u16, u16)]) {
@@ -151,25 +135,6 @@ fn install(fp: &mut FastPath, gen: u32, ethertype: u16, idx: u32, ntags: &[(u16,
     let mut k = key(1, B, ntags);
     k.ethertype_be = ethertype.to_be();
     fp.insert_flow(k, a).unwrap();
-}
-
-fn fdb(fp: &mut FastPath) {
-    for (m, p) in [(A, 1), (B, 2)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 10,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
 }
 
 /// A test run of `f` that must be a hit to `fc`: redirected (TC_ACT_REDIRECT) there, the hit
@@ -191,7 +156,7 @@ fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     let w = fp.writer().unwrap();
-    fdb(&mut fp);
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
     let t = tunnel(fc, 100, 0, 0);
     let idx = w.tunnel(&t).unwrap().unwrap();
     for e in [0x0800, 0x86dd, 0x0806] {
@@ -244,10 +209,7 @@ fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
     assert_eq!(r.frame, big);
     // Not IP: up.
-    let mut arp = eth(B, A, 0x0806);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[1; 38]);
-    let r = fp.test_run(&arp, fa, None).unwrap();
+    let r = fp.test_run(&arp(B, A), fa, None).unwrap();
     assert_eq!(r.verdict, Verdict::Miss(Miss::Vxlan));
 
     // A fixed traffic class; `tos inherit` (CE leaves as ECT(0)), from IPv4 and IPv6.
@@ -272,10 +234,7 @@ fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     let t4 = tunnel(fc, 0x123456, 0, 0);
     let i4 = w.tunnel(&t4).unwrap().unwrap();
     install(&mut fp, gen, 0x0800, i4, &[(0x8100, 10)]);
-    let mut tagged = f[..12].to_vec();
-    tagged.extend_from_slice(&[0x81, 0x00, 0, 10]);
-    tagged.extend_from_slice(&f[12..]);
-    let r = run_hit(&mut fp, &tagged, fa, fc);
+    let r = run_hit(&mut fp, &tagged(&f, &[(0x8100, 10)]), fa, fc);
     assert_eq!(r.frame, expected(&t4, &f, 0));
 
     // The underlay's MTU as it is now: an outer packet one byte over it goes up (the socket
@@ -308,24 +267,9 @@ fn cost_per_frame() {
     };
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
-    fdb(&mut fp);
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
     let (c, d) = ([0x02, 0, 0, 0, 0, 0x0c], [0x02, 0, 0, 0, 0, 0x0d]);
-    for (m, p) in [(c, 3), (d, 4)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 10,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
+    fdb(&mut fp, 10, &[(c, 3), (d, 4)]);
     ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
     ip(&[
         "neigh",
@@ -370,17 +314,13 @@ fn cost_per_frame() {
             a4.push(fp.test_run_repeat(&v4, fa, 1).unwrap().ns_per_run);
             p.push(fp.test_run_repeat(&pl, fa, 1).unwrap().ns_per_run);
         }
-        for x in [&mut a6, &mut a4, &mut p] {
-            x.sort_unstable();
-        }
-        let q = |x: &[u32]| (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4]);
         eprintln!(
             "{} bytes, ns per frame (quartiles of 20 000 single runs): vxlan over IPv6 {:?}, \
              over IPv4 {:?}, plain {:?}",
             v6.len(),
-            q(&a6),
-            q(&a4),
-            q(&p)
+            quartiles(&mut a6),
+            quartiles(&mut a4),
+            quartiles(&mut p)
         );
     }
 }

@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, own_netns, port, ports_l4};
+use common::{
+    action, arp, fdb, ifindex, ip, key, own_netns, port, ports_l4, quartiles, tagged, vxd_key,
+};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -119,40 +121,13 @@ fn expected(t: &Vxlan, inner: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `frame` (untagged) with `tags` (TPID, TCI; outer first) after its addresses.
-fn tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
-    let mut f = frame[..12].to_vec();
-    for (tpid, tci) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&frame[12..]);
-    f
-}
-
+/// IPv4 from A to B, DF set.
 fn ipv4(tos: u8, proto: u8, l4: &[u8]) -> Vec<u8> {
-    let mut f = eth(B, A, 0x0800);
-    let len = 20 + l4.len() as u16;
-    f.extend_from_slice(&[0x45, tos]);
-    f.extend_from_slice(&len.to_be_bytes());
-    f.extend_from_slice(&[
-        0, 1, 0x40, 0, 64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2,
-    ]);
-    f.extend_from_slice(l4);
-    f.resize(f.len().max(60), 0);
-    f
+    common::ipv4(B, A, tos, proto, 0x4000, l4, 0)
 }
 
 fn ipv6(tclass: u8, next: u8, l4: &[u8]) -> Vec<u8> {
-    let mut f = eth(B, A, 0x86dd);
-    f.push(0x60 | tclass >> 4);
-    f.extend_from_slice(&[tclass << 4, 0, 0]);
-    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[next, 64]);
-    f.extend_from_slice(&[0xfd; 16]);
-    f.extend_from_slice(&[0xfe; 16]);
-    f.extend_from_slice(l4);
-    f
+    common::ipv6(B, A, tclass, next, l4)
 }
 
 const S: u16 = 0x88a8;
@@ -166,22 +141,7 @@ fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     let w = fp.writer().unwrap();
-    for (m, p) in [(A, 1), (B, 2)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 10,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
     // The frame's tags as it enters, and the inner frame's as the flow pushes them: a
     // provider trunk's S+C (the S-tag goes, the C-tag rides inside); a customer port's C
     // kept; an untagged frame given a C-tag; two tags inside (an `id N` port).
@@ -227,9 +187,7 @@ fn tagged_inner_frames_leave_as_the_pipelines_vtep_sends_them() {
         }
     }
     // Not IP inside the tags (the kernel encapsulates IP alone): up as it came.
-    let mut arp = eth(B, A, 0x0806);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[1; 38]);
+    let arp = arp(B, A);
     let t = tunnel(fc, 0x12_3456, false);
     let idx = w.tunnel(&t).unwrap().unwrap();
     let mut a = action(gen, (1, 1), idx, 2, 10, &[(C, 7)]);
@@ -298,32 +256,10 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
     };
     let out = ifindex("fa");
     let gen = fp.bump_generation().unwrap();
-    for (m, p) in [(A, VX), (B, OUT)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid: 20,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
-    let vxd_key = |vni: u32| VxdKey {
-        local: LOCAL.octets(),
-        remote: REMOTE.octets(),
-        vni: Vni::new(vni).unwrap().word(),
-        dstport: 4789u16.to_be_bytes(),
-        pad: 0,
-    };
+    fdb(&mut fp, 20, &[(A, VX), (B, OUT)]);
     // VNI 0x86 is S-VLAN 20 of an 802.1ad bridge's external port; VNI 0x87 an `id N` port.
     fp.set_vxd_tunnel(
-        vxd_key(0x86),
+        vxd_key(LOCAL, REMOTE, 0x86),
         Vxd {
             port: VX,
             tag_tpid: S.to_be_bytes(),
@@ -333,7 +269,7 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
     )
     .unwrap();
     fp.set_vxd_tunnel(
-        vxd_key(0x87),
+        vxd_key(LOCAL, REMOTE, 0x87),
         Vxd {
             port: VX,
             ..Vxd::default()
@@ -420,9 +356,7 @@ fn tagged_inner_frames_decapsulate_as_the_pipeline_forwards_them() {
     // Three tags in all (the VNI's and two inside), a third TPID, no IP after the tag: to
     // the socket, untouched.
     let f = &frames[0];
-    let mut arp = eth(B, A, 0x0806);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[1; 38]);
+    let arp = arp(B, A);
     for (vni, inner) in [
         (0x86, tagged(f, &[(S, 30), (C, 7)])),
         (0x87, tagged(f, &[(0x9100, 30), (C, 7)])),
@@ -455,22 +389,8 @@ fn cost_per_frame() {
     };
     fp.set_port(fa, port(1, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
-    for (m, p, fid) in [(A, 1, 10), (B, 2, 10), (A, VX, 20), (B, 4, 20)] {
-        fp.set_fdb(
-            FdbKey {
-                bridge: 0,
-                fid,
-                mac: m,
-                pad: 0,
-            },
-            FdbEntry {
-                port: p,
-                version: 7,
-                last_seen_ns: 0,
-            },
-        )
-        .unwrap();
-    }
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
+    fdb(&mut fp, 20, &[(A, VX), (B, 4)]);
     let w = fp.writer().unwrap();
     let idx = w.tunnel(&tunnel(fc, 100, false)).unwrap().unwrap();
     for (in_tags, push) in [(&[][..], &[][..]), (&[(S, 100), (C, 7)][..], &[(C, 7)][..])] {
@@ -487,13 +407,7 @@ fn cost_per_frame() {
     }
     for (vni, tag) in [(0x86u32, Some(20u16)), (0x87, None)] {
         fp.set_vxd_tunnel(
-            VxdKey {
-                local: LOCAL.octets(),
-                remote: REMOTE.octets(),
-                vni: Vni::new(vni).unwrap().word(),
-                dstport: 4789u16.to_be_bytes(),
-                pad: 0,
-            },
+            vxd_key(LOCAL, REMOTE, vni),
             Vxd {
                 port: VX,
                 tag_tpid: if tag.is_some() {
@@ -528,16 +442,9 @@ fn cost_per_frame() {
         t[2].push(fp.test_run_decap(&d_plain, fc, 1).unwrap().ns_per_run);
         t[3].push(fp.test_run_decap(&d_q, fc, 1).unwrap().ns_per_run);
     }
-    for x in t.iter_mut() {
-        x.sort_unstable();
-    }
-    let q = |x: &[u32]| (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4]);
+    let [q0, q1, q2, q3] = t.each_mut().map(|x| quartiles(x));
     eprintln!(
-        "ns per frame (quartiles of 20 000 single runs): encap plain {:?}, Q-in-VNI {:?}; \
-         decap plain {:?}, Q-in-VNI {:?}",
-        q(&t[0]),
-        q(&t[1]),
-        q(&t[2]),
-        q(&t[3])
+        "ns per frame (quartiles of 20 000 single runs): encap plain {q0:?}, Q-in-VNI {q1:?}; \
+         decap plain {q2:?}, Q-in-VNI {q3:?}"
     );
 }

@@ -4,7 +4,10 @@
 
 use std::process::Command;
 
-use qbridge_fastpath::{FlowAction, FlowKey, Hop, Port, HOP_LEARNING, PORT_ENABLED};
+use qbridge_fastpath::{
+    FastPath, FdbEntry, FdbKey, FlowAction, FlowKey, Hop, Port, VxdKey, HOP_LEARNING, PORT_ENABLED,
+};
+use std::net::Ipv4Addr;
 
 /// The key of an IPv4 frame to `dst` arriving on port `port` with `tags` (TPID, TCI), outer
 /// first.
@@ -145,4 +148,99 @@ pub fn own_netns() -> bool {
         return false;
     }
     true
+}
+
+/// Puts `entries` (MAC, port) in bridge 0's FDB in FID `fid`, each of version 7 (the one
+/// [`action`]'s hop expects), never seen.
+pub fn fdb(fp: &mut FastPath, fid: u16, entries: &[([u8; 6], u32)]) {
+    for &(mac, port) in entries {
+        fp.set_fdb(
+            FdbKey {
+                bridge: 0,
+                fid,
+                mac,
+                pad: 0,
+            },
+            FdbEntry {
+                port,
+                version: 7,
+                last_seen_ns: 0,
+            },
+        )
+        .unwrap();
+    }
+}
+
+/// The key of the IPv4 VXLAN tunnel from `remote` to `local`, VNI `vni`, on port 4789.
+pub fn vxd_key(local: Ipv4Addr, remote: Ipv4Addr, vni: u32) -> VxdKey {
+    VxdKey {
+        local: local.octets(),
+        remote: remote.octets(),
+        vni: qbridge_wire::vxlan::Vni::new(vni).unwrap().word(),
+        dstport: 4789u16.to_be_bytes(),
+        pad: 0,
+    }
+}
+
+/// `frame` (untagged) with `tags` (TPID, TCI; outer first) after its addresses.
+pub fn tagged(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    for (tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&frame[12..]);
+    f
+}
+
+/// An ARP reply from `src` to `dst` (a frame that is not IP), 60 bytes.
+pub fn arp(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    let mut f = eth(dst, src, 0x0806);
+    f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    f.extend_from_slice(&[1; 38]);
+    f
+}
+
+/// IPv4 from `src` to `dst` of protocol `proto` with `l4` after its header (192.168.1.1 to
+/// .2, id 1, TTL 64, header checksum 0); `frag`: the flags and offset word; padded to 60
+/// bytes with `pad` (Ethernet padding, beyond the IP length).
+pub fn ipv4(
+    dst: [u8; 6],
+    src: [u8; 6],
+    tos: u8,
+    proto: u8,
+    frag: u16,
+    l4: &[u8],
+    pad: u8,
+) -> Vec<u8> {
+    let mut f = eth(dst, src, 0x0800);
+    let len = 20 + l4.len() as u16;
+    f.extend_from_slice(&[0x45, tos]);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&[0, 1]);
+    f.extend_from_slice(&frag.to_be_bytes());
+    f.extend_from_slice(&[64, proto, 0, 0, 192, 168, 1, 1, 192, 168, 1, 2]);
+    f.extend_from_slice(l4);
+    f.resize(f.len().max(60), pad);
+    f
+}
+
+/// IPv6 from `src` to `dst` (fd.. to fe.., hop limit 64) of traffic class `tclass`, next
+/// header `next`, with `l4` after its header.
+pub fn ipv6(dst: [u8; 6], src: [u8; 6], tclass: u8, next: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = eth(dst, src, 0x86dd);
+    f.push(0x60 | tclass >> 4);
+    f.extend_from_slice(&[tclass << 4, 0, 0]);
+    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[next, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(l4);
+    f
+}
+
+/// The quartiles of `x` (sorted in place): a cost study's figures.
+pub fn quartiles(x: &mut [u32]) -> (u32, u32, u32) {
+    x.sort_unstable();
+    (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4])
 }
