@@ -140,8 +140,7 @@ impl FastPath {
             .set_max_entries("qb_flow_ix_tags", (cpus * FLOW_IX_TAGS).max(1))
             .load(object)?;
         for name in [PROGRAM, SINK] {
-            let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
-            prog.load()?;
+            load_verified(program(&mut ebpf, name)?)?;
         }
         let maps = MapWriter {
             flows: map_fd(&mut ebpf, "qb_flows")?,
@@ -883,6 +882,25 @@ fn program<'a>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut SchedClass
     Ok(p.try_into()?)
 }
 
+/// Loads a program, again when the verifier gave up with EAGAIN: it does so when a signal
+/// reaches the loading thread during a long verification (`qb_ingress` takes the verifier
+/// about 775 000 instructions), which says nothing about the program. Seen once in the test
+/// suite under load; a daemon would have started without its fast path.
+fn load_verified(prog: &mut SchedClassifier) -> Result<(), Error> {
+    let mut tries = 0;
+    loop {
+        match prog.load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && tries < 4 =>
+            {
+                tries += 1;
+                tracing::debug!("the verifier was interrupted (EAGAIN); loading again");
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
 fn ignore_missing(r: Result<(), aya::maps::MapError>, map: &'static str) -> Result<(), Error> {
     match r {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
@@ -903,7 +921,7 @@ impl FastPath {
     fn decap_program(&mut self) -> Result<&mut SchedClassifier, Error> {
         let prog = program(&mut self.ebpf, DECAP)?;
         if prog.fd().is_err() {
-            prog.load()?;
+            load_verified(prog)?;
         }
         Ok(prog)
     }
