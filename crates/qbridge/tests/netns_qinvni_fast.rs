@@ -21,23 +21,11 @@
 //! every 10 ms: from the answer on, neither the kernel VTEP nor cust receives anything more.
 
 mod support;
+mod vxlan_rig;
 
 use std::time::Duration;
 use support::{exec_in, ip_in, tcp_transfer, Host, Lab};
-
-fn u(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// Packets interface `dev` in namespace `ns` received.
-fn rx_packets(ns: &str, dev: &str) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["-n", ns, "-j", "-s", "link", "show", dev])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    u(&v[0]["stats64"]["rx"]["packets"])
-}
+use vxlan_rig::{datagrams_of, kernel_vtep, rx_packets, start_dump, stop_dump, tshark_fields, u};
 
 /// `Udp: InDatagrams` and `OutDatagrams` of namespace `ns` (its sockets' datagrams).
 fn udp_datagrams(ns: &str) -> (u64, u64) {
@@ -115,82 +103,6 @@ fn c_vlan(h: &Host, obj: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The kernel VTEP at its defaults in `ns`: vx5000 (id 5000, local 192.0.2.2, `nolearning`,
-/// flood list 192.0.2.1) in kernel bridge kbr with `port`.
-fn kernel_vtep(ns: &str, port: &str) -> Result<(), String> {
-    ip_in(
-        ns,
-        &[
-            "link",
-            "add",
-            "vx5000",
-            "type",
-            "vxlan",
-            "id",
-            "5000",
-            "local",
-            "192.0.2.2",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-    )?;
-    ip_in(ns, &["link", "set", "vx5000", "mtu", "1500"])?;
-    ip_in(ns, &["link", "add", "kbr", "type", "bridge"])?;
-    for d in ["vx5000", port] {
-        ip_in(ns, &["link", "set", d, "master", "kbr"])?;
-    }
-    exec_in(
-        ns,
-        "bridge",
-        &[
-            "fdb",
-            "append",
-            "00:00:00:00:00:00",
-            "dev",
-            "vx5000",
-            "dst",
-            "192.0.2.1",
-        ],
-    )?;
-    for d in ["vx5000", "kbr"] {
-        ip_in(ns, &["link", "set", d, "up"])?;
-    }
-    Ok(())
-}
-
-/// tshark's decode of `file`: per VXLAN datagram `VNI|eth.src…|eth.type…|vlan.id…|malformed`
-/// (each layer's fields comma-separated, outer first). `None` without tshark.
-fn decode(file: &std::path::Path) -> Option<Vec<String>> {
-    let out = std::process::Command::new("tshark")
-        .args(["-n", "-r"])
-        .arg(file)
-        .args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=|",
-            "-e",
-            "vxlan.vni",
-            "-e",
-            "eth.src",
-            "-e",
-            "eth.type",
-            "-e",
-            "vlan.id",
-            "-e",
-            "_ws.malformed",
-        ])
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    })
-}
-
 const PE: &str = "\
 link add pe type bridge vlan_filtering 1 vlan_protocol 802.1ad
 link add c1 type afpacket dev c1
@@ -218,7 +130,7 @@ fn q_in_vni_tcp_is_served_by_the_program_both_ways() {
     }
     let cust = lab.host("qfcust", "10.86.0.1/24", &pe, "c1").unwrap();
     let farh = lab.host("qffh", "10.86.0.2/24", &far, "kb1").unwrap();
-    if let Err(e) = kernel_vtep(&far, "kb1") {
+    if let Err(e) = kernel_vtep(&far, "vx5000", "5000", "kbr", "kb1") {
         eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
         return;
     }
@@ -267,17 +179,7 @@ fn q_in_vni_tcp_is_served_by_the_program_both_ways() {
     }
 
     let pcap = lab.dir.join("ul.pcap");
-    let mut dump = std::process::Command::new("ip")
-        .args([
-            "netns", "exec", &far, "tcpdump", "-n", "-U", "-i", "ul", "-w",
-        ])
-        .arg(&pcap)
-        .args(["-c", "400", "udp", "port", "4789"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .ok();
-    std::thread::sleep(Duration::from_millis(700));
+    let dump = start_dump(&far, &pcap, &["-c", "400"]);
 
     let hits0 = u(&fp()["hits"]);
     let (in0, out0) = udp_datagrams(&pe);
@@ -314,22 +216,20 @@ fn q_in_vni_tcp_is_served_by_the_program_both_ways() {
     let text = ctl.cmd(&["show", "fast-path"]).unwrap();
     assert!(text.contains("vxlan"), "{text}");
 
-    if let Some(mut d) = dump.take() {
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = d.kill();
-        let _ = d.wait();
-        match decode(&pcap) {
+    if let Some(d) = dump {
+        stop_dump(d);
+        let fields = [
+            "vxlan.vni",
+            "eth.src",
+            "eth.type",
+            "vlan.id",
+            "_ws.malformed",
+        ];
+        match tshark_fields(&pcap, &fields) {
             Some(lines) => {
                 // Both ways: VNI 5000, the inner frame C-tagged 10 (0x8100), no S-tag.
-                let mine = |mac: &str| {
-                    lines
-                        .iter()
-                        .filter(|l| l.to_lowercase().contains(&mac.to_lowercase()))
-                        .map(|l| l.split('|').map(str::to_owned).collect::<Vec<_>>())
-                        .collect::<Vec<_>>()
-                };
                 for h in [&cust, &farh] {
-                    let l = mine(&h.mac);
+                    let l = datagrams_of(&lines, &h.mac);
                     assert!(l.len() > 20, "{}: {lines:?}", h.name);
                     for f in &l {
                         assert_eq!(f[0], "5000", "{f:?}");

@@ -28,9 +28,11 @@
 //! qbridge's (no 8021q here).
 
 mod support;
+mod vxlan_rig;
 
 use std::time::Duration;
 use support::{assert_ping, exec_in, host_on, ip_in, ping, tcp_transfer, Capture, Ctl, Lab};
+use vxlan_rig::{datagrams_of, kernel_vtep, start_dump, stop_dump, tshark_fields};
 
 const A: &str = "\
 link add br0 type bridge vlan_filtering 1
@@ -69,101 +71,11 @@ fn underlay(lab: &mut Lab, a: &str, b: &str, mtu: &str) {
     }
 }
 
-/// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, local
-/// 192.0.2.2, `nolearning`, flood list 192.0.2.1, transmit checksum offload off — see
-/// docs/semantics.md "VXLAN ports") in its own kernel bridge `br` with `port`. `Err` when the
-/// kernel has no VXLAN.
-fn kernel_vtep(ns: &str, dev: &str, vni: &str, br: &str, port: &str) -> Result<(), String> {
-    ip_in(
-        ns,
-        &[
-            "link",
-            "add",
-            dev,
-            "type",
-            "vxlan",
-            "id",
-            vni,
-            "local",
-            "192.0.2.2",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-    )?;
-    ip_in(ns, &["link", "set", dev, "mtu", "1500"])?;
-    ip_in(ns, &["link", "add", br, "type", "bridge"])?;
-    for d in [dev, port] {
-        ip_in(ns, &["link", "set", d, "master", br])?;
-    }
-    exec_in(
-        ns,
-        "bridge",
-        &[
-            "fdb",
-            "append",
-            "00:00:00:00:00:00",
-            "dev",
-            dev,
-            "dst",
-            "192.0.2.1",
-        ],
-    )?;
-    for d in [dev, br] {
-        ip_in(ns, &["link", "set", d, "up"])?;
-    }
-    Ok(())
-}
-
-/// tcpdump writing the underlay's VXLAN datagrams in `ns` to `file` until killed.
-fn start_dump(ns: &str, file: &std::path::Path) -> Option<std::process::Child> {
-    let child = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "tcpdump", "-n", "-U", "-i", "ul", "-w"])
-        .arg(file)
-        .args(["udp", "port", "4789"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
-    std::thread::sleep(Duration::from_millis(700));
-    Some(child)
-}
-
 /// Stops the dump and decodes it with tshark: per datagram `VNI|eth.src…|vlan.id…|malformed`
 /// (the fields of every layer, comma-separated: outer first). `None` without tshark.
-fn decode(mut dump: std::process::Child, file: &std::path::Path) -> Option<Vec<String>> {
-    // `-U` wrote each packet as it came: stopping it loses nothing.
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = dump.kill();
-    let _ = dump.wait();
-    let out = std::process::Command::new("tshark")
-        .args(["-n", "-r"])
-        .arg(file)
-        .args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=|",
-            "-e",
-            "vxlan.vni",
-            "-e",
-            "eth.src",
-            "-e",
-            "vlan.id",
-            "-e",
-            "_ws.malformed",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect(),
-    )
+fn decode(dump: std::process::Child, file: &std::path::Path) -> Option<Vec<String>> {
+    stop_dump(dump);
+    tshark_fields(file, &["vxlan.vni", "eth.src", "vlan.id", "_ws.malformed"])
 }
 
 #[test]
@@ -190,7 +102,7 @@ fn vlans_map_to_vnis_against_kernel_vteps() {
     }
     let ctl = lab.daemon(&a, A).unwrap();
     let pcap = lab.dir.join("ul.pcap");
-    let dump = start_dump(&b, &pcap);
+    let dump = start_dump(&b, &pcap, &[]);
 
     // Each VLAN reaches its VNI's host, both ways.
     assert_ping(&a10, &b10, 3);
@@ -226,28 +138,20 @@ fn vlans_map_to_vnis_against_kernel_vteps() {
 
     if let Some(dump) = dump {
         if let Some(lines) = decode(dump, &pcap) {
-            let from = |mac: &str| {
-                lines
-                    .iter()
-                    .filter(|l| l.to_lowercase().contains(&mac.to_lowercase()))
-                    .cloned()
-                    .collect::<Vec<_>>()
-            };
             // VNI 1000 carries a10's frames, VNI 2000 a20's, untagged inside (no vlan.id),
             // nothing malformed; a30's never left.
-            let l10 = from(&a10.mac);
-            let l20 = from(&a20.mac);
+            let l10 = datagrams_of(&lines, &a10.mac);
+            let l20 = datagrams_of(&lines, &a20.mac);
             assert!(!l10.is_empty() && !l20.is_empty(), "{lines:?}");
-            for (l, vni) in l10
+            for (f, vni) in l10
                 .iter()
-                .map(|l| (l, "1000"))
-                .chain(l20.iter().map(|l| (l, "2000")))
+                .map(|f| (f, "1000"))
+                .chain(l20.iter().map(|f| (f, "2000")))
             {
-                let f: Vec<&str> = l.split('|').collect();
-                assert_eq!(f.first(), Some(&vni), "{l}");
-                assert_eq!(f.get(2).copied().unwrap_or(""), "", "inner tag: {l}");
+                assert_eq!(f.first().map(String::as_str), Some(vni), "{f:?}");
+                assert_eq!(f.get(2).map_or("", String::as_str), "", "inner tag: {f:?}");
             }
-            assert!(from(&a30.mac).is_empty(), "{lines:?}");
+            assert!(datagrams_of(&lines, &a30.mac).is_empty(), "{lines:?}");
             assert!(
                 lines
                     .iter()
@@ -457,7 +361,7 @@ fn q_in_vni_keeps_the_customer_tag_inside() {
     let f10 = host_on("far/eth0.10", &nf, "eth0.10", "10.62.0.2/24");
 
     let pcap = lab.dir.join("ul.pcap");
-    let dump = start_dump(&far, &pcap);
+    let dump = start_dump(&far, &pcap, &[]);
     let cap = Capture::start(&nf, "eth0", 0).unwrap();
     assert_ping(&c0, &f0, 3);
     assert_ping(&c10, &f10, 3);
@@ -504,13 +408,7 @@ fn q_in_vni_keeps_the_customer_tag_inside() {
     if let Some(dump) = dump {
         if let Some(lines) = decode(dump, &pcap) {
             // In VNI 5000: c10's frames carry C-tag 10 (and no S-tag), c0's none.
-            let of = |mac: &str| {
-                lines
-                    .iter()
-                    .filter(|l| l.to_lowercase().contains(&mac.to_lowercase()))
-                    .map(|l| l.split('|').map(str::to_owned).collect::<Vec<_>>())
-                    .collect::<Vec<_>>()
-            };
+            let of = |mac: &str| datagrams_of(&lines, mac);
             let l10 = of(&c10.mac);
             assert!(!l10.is_empty(), "{lines:?}");
             for f in &l10 {

@@ -16,23 +16,11 @@
 //! kernel VTEP at 192.0.2.2.
 
 mod support;
+mod vxlan_rig;
 
 use std::time::Duration;
 use support::{ip_in, tcp_transfer, Lab};
-
-fn u(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// Packets interface `dev` in namespace `ns` received.
-fn rx_packets(ns: &str, dev: &str) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["-n", ns, "-j", "-s", "link", "show", dev])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    u(&v[0]["stats64"]["rx"]["packets"])
-}
+use vxlan_rig::{rx_packets, u};
 
 /// The picture above without qbridge: namespaces A and B joined by the underlay `ul` (MTU
 /// 1550), host ha on A's `qa`, host hb behind B's kernel VTEP (bridge kbr with kb1 and vx0).
