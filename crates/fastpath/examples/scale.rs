@@ -14,15 +14,13 @@
 
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::{loopback_port, mac, set_fdb, vlan_flow};
 use qbridge_fastpath::*;
 use std::time::Instant;
 
 const RUNS: u32 = 1_000_000;
-
-fn mac(i: u32) -> [u8; 6] {
-    let b = i.to_be_bytes();
-    [0x02, 0x00, b[0], b[1], b[2], b[3]]
-}
 
 /// A counter of the instructions this thread retires (user and kernel), if the machine has one.
 fn instructions() -> Option<std::os::fd::OwnedFd> {
@@ -80,23 +78,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let lo = 1; // the loopback interface: the test runs only need an ifindex
-    fp.set_port(
-        lo,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED,
-            extra_tpid_be: [0, 0],
-            ..Port::default()
-        },
-    )
-    .unwrap();
-    fp.set_config(Config {
-        generation: 1,
-        upcall_ifindex: 0,
-        trace_ifindex: 0,
-    })
-    .unwrap();
+    let lo = loopback_port(&mut fp);
     let w = fp.writer().unwrap();
     let counter = instructions();
     println!(
@@ -119,60 +101,15 @@ fn main() {
         // FDB entries: MAC i in VLAN (i mod vlans) + 1, on port 2 (port 1 for the source).
         for i in have_macs..macs {
             let vid = (i % vlans + 1) as u16;
-            let key = FdbKey {
-                bridge: 0,
-                fid: vid,
-                mac: mac(i),
-                pad: 0,
-            };
             let port = if i == 1 { 1 } else { 2 };
-            w.set_fdb(
-                &key,
-                &FdbEntry {
-                    port,
-                    version: 0,
-                    last_seen_ns: 0,
-                },
-            )
-            .unwrap();
+            set_fdb(&w, vid, mac(i), port).unwrap();
         }
         have_macs = have_macs.max(macs);
         // A flow per MAC, up to the flow table's size (65 536).
         let flows = macs.min(65_536);
         for i in have_flows..flows {
             let vid = (i % vlans + 1) as u16;
-            let tag = (0x8100u16, vid);
-            let key = FlowKey {
-                in_port: 1,
-                tpid_be: [tag.0.to_be(), 0],
-                tci_be: [tag.1.to_be(), 0],
-                dst: mac(i),
-                ntags: 1,
-                pad: 0,
-                ethertype_be: 0x0800u16.to_be(),
-                pad2: 0,
-            };
-            let mut action = FlowAction {
-                generation: 1,
-                out_ifindex: lo,
-                min_len: 14,
-                max_len: 1522,
-                push_n: 1,
-                n_hops: 1,
-                push_tpid_be: [tag.0.to_be(), 0],
-                push_tci_be: [tag.1.to_be(), 0],
-                ..FlowAction::default()
-            };
-            action.hops[0] = Hop {
-                in_port: 1,
-                out_port: 2,
-                fid: vid,
-                vlan_slot: vid,
-                flags: hop_flags,
-                in_tags: 1,
-                out_tags: 1,
-                ..Hop::default()
-            };
+            let (key, action) = vlan_flow(vid, mac(i), lo, hop_flags);
             w.insert_flow(&key, &action).unwrap();
         }
         have_flows = have_flows.max(flows);
@@ -185,20 +122,7 @@ fn main() {
         frame.resize(64, 0);
         if vlans > 1 {
             // MAC 1 is in VLAN 2 when VLANs cycle: put the source where the frame's VLAN is.
-            w.set_fdb(
-                &FdbKey {
-                    bridge: 0,
-                    fid: 1,
-                    mac: mac(1),
-                    pad: 0,
-                },
-                &FdbEntry {
-                    port: 1,
-                    version: 0,
-                    last_seen_ns: 0,
-                },
-            )
-            .unwrap();
+            set_fdb(&w, 1, mac(1), 1).unwrap();
         }
         let before = counter.as_ref().map(read_counter);
         let r = fp.test_run_repeat(&frame, lo, RUNS).unwrap();

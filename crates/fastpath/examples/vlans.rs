@@ -25,12 +25,10 @@
 //! extra ns per frame (spread minus one VLAN, paired within a round, median), and the base's
 //! extra less the variant's: what the left-out access costs.
 
-use qbridge_fastpath::*;
+mod common;
 
-fn mac(i: u32) -> [u8; 6] {
-    let b = i.to_be_bytes();
-    [0x02, 0x00, b[0], b[1], b[2], b[3]]
-}
+use common::{loopback_port, mac, set_fdb, vlan_flow};
+use qbridge_fastpath::*;
 
 const SRC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 1];
 
@@ -64,88 +62,16 @@ fn median(v: &mut [f64]) -> f64 {
 /// One flow, a source and a destination entry per VLAN (as the daemon installs them), then
 /// `macs` other FDB entries.
 fn setup(fp: &mut FastPath, n: u16, macs: u32, learn: bool) {
-    let lo = 1; // the loopback interface: the test runs only need an ifindex
-    fp.set_port(
-        lo,
-        Port {
-            index: 1,
-            flags: PORT_ENABLED,
-            ..Port::default()
-        },
-    )
-    .unwrap();
-    fp.set_config(Config {
-        generation: 1,
-        upcall_ifindex: 0,
-        trace_ifindex: 0,
-    })
-    .unwrap();
+    let lo = loopback_port(fp);
     let w = fp.writer().unwrap();
     for vid in 1..=n {
-        let fdb = |m: [u8; 6], port: u32| {
-            w.set_fdb(
-                &FdbKey {
-                    bridge: 0,
-                    fid: vid,
-                    mac: m,
-                    pad: 0,
-                },
-                &FdbEntry {
-                    port,
-                    version: 0,
-                    last_seen_ns: 0,
-                },
-            )
-            .unwrap()
-        };
-        fdb(SRC, 1);
-        fdb(dst(vid), 2);
-        let key = FlowKey {
-            in_port: 1,
-            tpid_be: [0x8100u16.to_be(), 0],
-            tci_be: [vid.to_be(), 0],
-            dst: dst(vid),
-            ntags: 1,
-            ethertype_be: 0x0800u16.to_be(),
-            ..FlowKey::default()
-        };
-        let mut action = FlowAction {
-            generation: 1,
-            out_ifindex: lo,
-            min_len: 14,
-            max_len: 1522,
-            push_n: 1,
-            n_hops: 1,
-            push_tpid_be: [0x8100u16.to_be(), 0],
-            push_tci_be: [vid.to_be(), 0],
-            ..FlowAction::default()
-        };
-        action.hops[0] = Hop {
-            in_port: 1,
-            out_port: 2,
-            fid: vid,
-            vlan_slot: vid,
-            rx_pcp: 0,
-            flags: if learn { HOP_LEARNING } else { 0 },
-            in_tags: 1,
-            out_tags: 1,
-            ..Hop::default()
-        };
+        set_fdb(&w, vid, SRC, 1).unwrap();
+        set_fdb(&w, vid, dst(vid), 2).unwrap();
+        let (key, action) = vlan_flow(vid, dst(vid), lo, if learn { HOP_LEARNING } else { 0 });
         w.insert_flow(&key, &action).unwrap();
     }
     for i in 0..macs {
-        let key = FdbKey {
-            bridge: 0,
-            fid: (i % u32::from(n) + 1) as u16,
-            mac: mac(i),
-            pad: 0,
-        };
-        let e = FdbEntry {
-            port: 2,
-            version: 0,
-            last_seen_ns: 0,
-        };
-        if w.set_fdb(&key, &e).is_err() {
+        if set_fdb(&w, (i % u32::from(n) + 1) as u16, mac(i), 2).is_err() {
             break; // the map is full
         }
     }
