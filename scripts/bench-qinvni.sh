@@ -27,6 +27,7 @@ secs=${1:-5}
 workers=${2:-2}
 reps=${3:-1}
 cd "$(dirname "$0")/.."
+. scripts/lib-vxlan.sh
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
 for t in iperf3 clang python3; do
   command -v $t >/dev/null || { echo "$t is missing"; exit 1; }
@@ -36,13 +37,7 @@ bin=$PWD/target/release/qbridge
 tmp=$(mktemp -d)
 p=qbqv$$
 pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  sleep 0.5
-  for n in a b ha hb; do ip netns del $p-$n 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap vx_cleanup EXIT
 
 cat > "$tmp/ctag.c" <<'EOF'
 #include <linux/bpf.h>
@@ -69,17 +64,7 @@ ctag() { # NS: C-VLAN 10 on the host's eth0
   ip netns exec $1 tc filter add dev eth0 ingress bpf direct-action obj "$tmp/ctag.o" sec pop
 }
 
-kernel_vtep() { # NS LOCAL REMOTE PORT
-  local ns=$1
-  ip -n $ns link add vx0 type vxlan id 5000 local $2 dstport 4789 nolearning
-  ip -n $ns link set vx0 mtu 1500
-  ip -n $ns link add kbr type bridge
-  ip -n $ns link set vx0 master kbr
-  ip -n $ns link set $4 master kbr
-  ip netns exec $ns bridge fdb append 00:00:00:00:00:00 dev vx0 dst $3
-  ip -n $ns link set vx0 up
-  ip -n $ns link set kbr up
-}
+kernel_vtep() { vx_kernel_vtep "$@" 5000; } # NS LOCAL REMOTE PORT
 
 qbridge_vtep() { # NS LOCAL REMOTE PORT FASTPATH QINVNI
   local hb
@@ -108,62 +93,33 @@ fdb append 00:00:00:00:00:00 dev vx0 dst $3
 fdb add $hb dev vx0 dst $3
 EOF
   fi
-  ip netns exec $1 "$bin" daemon -batch "$tmp/$1.batch" --socket "$tmp/$1.sock" \
-    --workers "$workers" --fast-path $5 >"$tmp/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && return 0; sleep 0.05; done
-  echo "qbridge did not start:"; cat "$tmp/$1.log"; exit 1
+  vx_daemon $1 $5
 }
 qbfastq_vtep() { qbridge_vtep "$@" on 1; }
 qbridgeq_vtep() { qbridge_vtep "$@" off 1; }
 qbfast_vtep() { qbridge_vtep "$@" on 0; }
 
-rate() { # ARGS…: iperf3 client args; prints Gbit/s received
-  ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" "$@" 2>/dev/null |
-    python3 -c 'import json,sys
-try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))
-except Exception: print("fail")'
-}
-
 pair() { # A-KIND
   local ka=$1 label="$1-kernel"
-  for n in a b ha hb; do
-    ip netns add $p-$n; ip -n $p-$n link set lo up
-    ip netns exec $p-$n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-  done
-  ip -n $p-a link add ul type veth peer name ul netns $p-b
-  ip -n $p-ha link add eth0 type veth peer name qa netns $p-a
-  ip -n $p-hb link add eth0 type veth peer name kb1 netns $p-b
-  for x in "a ul" "b ul" "ha eth0" "hb eth0" "a qa" "b kb1"; do
-    set -- $x; ip -n $p-$1 link set $2 up
-  done
-  ip -n $p-ha addr add 10.20.0.1/24 dev eth0
-  ip -n $p-hb addr add 10.20.0.2/24 dev eth0
+  vx_netns
   if [ "$ka" != qbfast ]; then ctag $p-ha; ctag $p-hb; fi
   for s in a b; do ip -n $p-$s link set ul mtu 1600; done
   ip -n $p-a addr add 192.0.2.1/24 dev ul
   ip -n $p-b addr add 192.0.2.2/24 dev ul
   ${ka}_vtep $p-a 192.0.2.1 192.0.2.2 qa
   kernel_vtep $p-b 192.0.2.2 192.0.2.1 kb1
-  ip netns exec $p-hb iperf3 -s -D --pidfile "$tmp/iperf.pid" >/dev/null
-  local ok=0 r
-  for _ in $(seq 50); do
-    if ip netns exec $p-ha ping -c 1 -W 1 10.20.0.2 >/dev/null 2>&1; then ok=1; break; fi
-  done
-  if [ $ok = 1 ]; then
+  local r
+  if vx_serve; then
     sleep 0.3
-    r="$(rate -P 1) $(rate -R -P 1)"
+    r="$(vx_rate -P 1) $(vx_rate -R -P 1)"
   else
     r="no-ping no-ping"
   fi
   printf '%-16s %s\n' "$label" "$r" | awk '{printf "%-16s %8s %8s\n", $1, $2, $3}' |
     tee -a "$tmp/rows"
-  [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  pids=()
+  vx_stop
   sleep 0.3
-  for n in a b ha hb; do ip netns del $p-$n; done
-  rm -f "$tmp"/*.sock "$tmp/iperf.pid"
+  vx_del_netns
 }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
@@ -176,17 +132,5 @@ for rep in $(seq "$reps"); do
 done
 if [ "$reps" -gt 1 ]; then
   echo "medians of $reps runs:"
-  python3 - "$tmp/rows" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    rows.setdefault(f[0], []).append(f[1:])
-for label, runs in rows.items():
-    med = []
-    for i in range(2):
-        v = [float(r[i]) for r in runs if r[i].replace(".", "", 1).isdigit()]
-        med.append("%.2f" % statistics.median(v) if v else "fail")
-    print("%-16s %8s %8s" % (label, *med))
-PY
+  vx_medians "$tmp/rows" 2
 fi

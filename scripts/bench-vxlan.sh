@@ -40,6 +40,7 @@ workers=${2:-2}
 families=${3:-4 6}
 reps=${4:-1}
 cd "$(dirname "$0")/.."
+. scripts/lib-vxlan.sh
 [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
 for t in iperf3 ethtool python3; do
   command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs it)"; exit 1; }
@@ -52,11 +53,8 @@ tmp=$(mktemp -d)
 p=qbvx$$
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for f in "$tmp"/ovs/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  sleep 0.5
-  for n in a b ha hb; do ip netns del $p-$n 2>/dev/null || true; done
-  rm -rf "$tmp"
+  vx_cleanup
 }
 trap cleanup EXIT
 
@@ -68,17 +66,7 @@ softnet_drops() {
   echo $s
 }
 
-kernel_vtep() { # NS LOCAL REMOTE PORT
-  local ns=$1
-  ip -n $ns link add vx0 type vxlan id 100 local $2 dstport 4789 nolearning
-  ip -n $ns link set vx0 mtu 1500
-  ip -n $ns link add kbr type bridge
-  ip -n $ns link set vx0 master kbr
-  ip -n $ns link set $4 master kbr
-  ip netns exec $ns bridge fdb append 00:00:00:00:00:00 dev vx0 dst $3
-  ip -n $ns link set vx0 up
-  ip -n $ns link set kbr up
-}
+kernel_vtep() { vx_kernel_vtep "$@" 100; } # NS LOCAL REMOTE PORT
 
 qb_fast=off
 qbfast_vtep() { # NS LOCAL REMOTE PORT: qbridge with the fast path and a static remote
@@ -108,11 +96,7 @@ link set dev vx0 master br0
 fdb append 00:00:00:00:00:00 dev vx0 dst $3
 $static
 EOF
-  ip netns exec $1 "$bin" daemon -batch "$tmp/$1.batch" --socket "$tmp/$1.sock" \
-    --workers "$workers" --fast-path $qb_fast >"$tmp/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && return 0; sleep 0.05; done
-  echo "qbridge did not start:"; cat "$tmp/$1.log"; exit 1
+  vx_daemon $1 $qb_fast
 }
 
 ovs_vtep() { # NS LOCAL REMOTE PORT
@@ -144,13 +128,6 @@ stop_ovs() {
   sleep 0.5
 }
 
-rate() { # ARGS…: iperf3 client args; prints Gbit/s received
-  ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" "$@" 2>/dev/null |
-    python3 -c 'import json,sys
-try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))
-except Exception: print("fail")'
-}
-
 kpps64() { # B -> A 64-byte frames: thousands of datagrams a second ha received
   ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" -u -b 0 -l 18 -R 2>/dev/null |
     python3 -c 'import json,sys
@@ -166,18 +143,7 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   if [ "$fam" = 6 ]; then
     ipa=2001:db8:100::1 ipb=2001:db8:100::2 plen=64 mtu=1570 label="$1-$2/6"
   fi
-  for n in a b ha hb; do
-    ip netns add $p-$n; ip -n $p-$n link set lo up
-    ip netns exec $p-$n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-  done
-  ip -n $p-a link add ul type veth peer name ul netns $p-b
-  ip -n $p-ha link add eth0 type veth peer name qa netns $p-a
-  ip -n $p-hb link add eth0 type veth peer name kb1 netns $p-b
-  for x in "a ul" "b ul" "ha eth0" "hb eth0" "a qa" "b kb1"; do
-    set -- $x; ip -n $p-$1 link set $2 up
-  done
-  ip -n $p-ha addr add 10.20.0.1/24 dev eth0
-  ip -n $p-hb addr add 10.20.0.2/24 dev eth0
+  vx_netns
   for s in a b; do
     ip -n $p-$s link set ul mtu $mtu
     if [ "$fam" = 6 ]; then ip netns exec $p-$s sysctl -qw net.ipv6.conf.ul.disable_ipv6=0; fi
@@ -193,16 +159,13 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   [ "$kb" = ovs ] && ip netns exec $p-hb ethtool -K eth0 tx off >/dev/null
   ${ka}_vtep $p-a $ipa $ipb qa
   ${kb}_vtep $p-b $ipb $ipa kb1
-  ip netns exec $p-hb iperf3 -s -D --pidfile "$tmp/iperf.pid" >/dev/null
   local ok=0
-  for _ in $(seq 50); do
-    if ip netns exec $p-ha ping -c 1 -W 1 10.20.0.2 >/dev/null 2>&1; then ok=1; break; fi
-  done
+  vx_serve && ok=1
   local r drops0
   drops0=$(softnet_drops)
   if [ $ok = 1 ]; then
     sleep 0.3
-    r="$(rate -P 1) $(rate -P 4) $(rate -R -P 1) $(rate -R -P 4) $(kpps64)"
+    r="$(vx_rate -P 1) $(vx_rate -P 4) $(vx_rate -R -P 1) $(vx_rate -R -P 4) $(kpps64)"
   else
     r="no-ping no-ping no-ping no-ping no-ping"
   fi
@@ -210,12 +173,9 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   printf '%-16s %s\n' "$label" "$r" |
     awk '{printf "%-16s %8s %8s %8s %8s %8s\n", $1, $2, $3, $4, $5, $6}' |
     tee -a "$tmp/rows"
-  [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  pids=()
+  vx_stop
   stop_ovs
-  for n in a b ha hb; do ip netns del $p-$n; done
-  rm -f "$tmp"/*.sock "$tmp/iperf.pid"
+  vx_del_netns
 }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $secs s per figure; $workers qbridge workers"
@@ -231,19 +191,7 @@ for rep in $(seq "$reps"); do
 done
 if [ "$reps" -gt 1 ]; then
   echo "medians of $reps runs:"
-  python3 - "$tmp/rows" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    rows.setdefault(f[0], []).append(f[1:])
-for label, runs in rows.items():
-    med = []
-    for i in range(5):
-        v = [float(r[i]) for r in runs if r[i].replace(".", "", 1).isdigit()]
-        med.append("%.2f" % statistics.median(v) if v else "fail")
-    print("%-16s %8s %8s %8s %8s %8s" % (label, *med))
-PY
+  vx_medians "$tmp/rows" 5
 fi
 if [ $have_ovs = 2 ]; then
   :

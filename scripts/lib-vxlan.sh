@@ -1,0 +1,92 @@
+# What scripts/bench-vxlan.sh and scripts/bench-qinvni.sh share (sourced, not run): their
+# picture's namespaces, a kernel VTEP, a qbridge VTEP's daemon, iperf3's server and rate, the
+# teardown and the medians table. The caller sets p (the namespaces' prefix), tmp (a scratch
+# directory), bin (the qbridge binary), workers, secs and the array pids (the daemons).
+#
+#   ha (10.20.0.1) eth0 ═ qa [$p-a] ul ═══ ul [$p-b] kb1 ═ eth0 hb (10.20.0.2)
+
+vx_netns() { # the four namespaces (IPv6 off), the veths up, the hosts' addresses
+  for n in a b ha hb; do
+    ip netns add $p-$n; ip -n $p-$n link set lo up
+    ip netns exec $p-$n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  done
+  ip -n $p-a link add ul type veth peer name ul netns $p-b
+  ip -n $p-ha link add eth0 type veth peer name qa netns $p-a
+  ip -n $p-hb link add eth0 type veth peer name kb1 netns $p-b
+  for x in "a ul" "b ul" "ha eth0" "hb eth0" "a qa" "b kb1"; do
+    set -- $x; ip -n $p-$1 link set $2 up
+  done
+  ip -n $p-ha addr add 10.20.0.1/24 dev eth0
+  ip -n $p-hb addr add 10.20.0.2/24 dev eth0
+}
+
+vx_kernel_vtep() { # NS LOCAL REMOTE PORT VNI: vx0 (nolearning, MTU 1500, flood to REMOTE,
+  # at its defaults otherwise) in kernel bridge kbr with PORT
+  local ns=$1
+  ip -n $ns link add vx0 type vxlan id $5 local $2 dstport 4789 nolearning
+  ip -n $ns link set vx0 mtu 1500
+  ip -n $ns link add kbr type bridge
+  ip -n $ns link set vx0 master kbr
+  ip -n $ns link set $4 master kbr
+  ip netns exec $ns bridge fdb append 00:00:00:00:00:00 dev vx0 dst $3
+  ip -n $ns link set vx0 up
+  ip -n $ns link set kbr up
+}
+
+vx_daemon() { # NS FASTPATH: qbridge's daemon in NS running $tmp/NS.batch; waits for its socket
+  ip netns exec $1 "$bin" daemon -batch "$tmp/$1.batch" --socket "$tmp/$1.sock" \
+    --workers "$workers" --fast-path $2 >"$tmp/$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && return 0; sleep 0.05; done
+  echo "qbridge did not start:"; cat "$tmp/$1.log"; exit 1
+}
+
+vx_serve() { # iperf3's server on hb, then up to 50 pings from ha: fails without an answer
+  ip netns exec $p-hb iperf3 -s -D --pidfile "$tmp/iperf.pid" >/dev/null
+  for _ in $(seq 50); do
+    if ip netns exec $p-ha ping -c 1 -W 1 10.20.0.2 >/dev/null 2>&1; then return 0; fi
+  done
+  return 1
+}
+
+vx_rate() { # ARGS…: iperf3 client args; prints Gbit/s received
+  ip netns exec $p-ha iperf3 -J -c 10.20.0.2 -t "$secs" "$@" 2>/dev/null |
+    python3 -c 'import json,sys
+try: print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))
+except Exception: print("fail")'
+}
+
+vx_stop() { # the iperf3 server and the daemons
+  [ -f "$tmp/iperf.pid" ] && kill "$(cat "$tmp/iperf.pid")" 2>/dev/null || true
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  pids=()
+}
+
+vx_del_netns() { # the four namespaces and what the pair left in $tmp
+  for n in a b ha hb; do ip netns del $p-$n; done
+  rm -f "$tmp"/*.sock "$tmp/iperf.pid"
+}
+
+vx_cleanup() { # on exit: the daemons, the namespaces, $tmp
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  sleep 0.5
+  for n in a b ha hb; do ip netns del $p-$n 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+
+vx_medians() { # ROWS N: per label (a row's first word) the median of each of its N figures
+  python3 - "$1" "$2" <<'PY'
+import statistics, sys
+n = int(sys.argv[2])
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows.setdefault(f[0], []).append(f[1:])
+for label, runs in rows.items():
+    med = []
+    for i in range(n):
+        v = [float(r[i]) for r in runs if r[i].replace(".", "", 1).isdigit()]
+        med.append("%.2f" % statistics.median(v) if v else "fail")
+    print("%-16s" % label + "".join(" %8s" % m for m in med))
+PY
+}
