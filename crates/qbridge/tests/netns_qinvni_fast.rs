@@ -24,8 +24,10 @@ mod support;
 mod vxlan_rig;
 
 use std::time::Duration;
-use support::{exec_in, ip_in, tcp_transfer, Host, Lab};
-use vxlan_rig::{datagrams_of, kernel_vtep, rx_packets, start_dump, stop_dump, tshark_fields, u};
+use support::{exec_in, tcp_transfer, Host, Lab};
+use vxlan_rig::{
+    datagrams_of, kernel_vtep, rx_packets, start_dump, stop_dump, tshark_fields, u, underlay,
+};
 
 /// `Udp: InDatagrams` and `OutDatagrams` of namespace `ns` (its sockets' datagrams).
 fn udp_datagrams(ns: &str) -> (u64, u64) {
@@ -122,12 +124,8 @@ fn q_in_vni_tcp_is_served_by_the_program_both_ways() {
     let mut lab = Lab::new("qvfast");
     let pe = lab.netns("qfpe").unwrap();
     let far = lab.netns("qffar").unwrap();
-    lab.veth(&pe, "ul", &far, "ul").unwrap();
-    for (ns, addr) in [(&pe, "192.0.2.1/24"), (&far, "192.0.2.2/24")] {
-        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
-        // The customer's 1500-byte packets with their C-tag in VXLAN: 1554 bytes of outer IP.
-        ip_in(ns, &["link", "set", "ul", "mtu", "1600"]).unwrap();
-    }
+    // The customer's 1500-byte packets with their C-tag in VXLAN: 1554 bytes of outer IP.
+    underlay(&mut lab, &pe, &far, "1600");
     let cust = lab.host("qfcust", "10.86.0.1/24", &pe, "c1").unwrap();
     let farh = lab.host("qffh", "10.86.0.2/24", &far, "kb1").unwrap();
     if let Err(e) = kernel_vtep(&far, "vx5000", "5000", "kbr", "kb1") {

@@ -31,8 +31,8 @@ mod support;
 mod vxlan_rig;
 
 use std::time::Duration;
-use support::{assert_ping, exec_in, host_on, ip_in, ping, tcp_transfer, Capture, Ctl, Lab};
-use vxlan_rig::{datagrams_of, kernel_vtep, start_dump, stop_dump, tshark_fields};
+use support::{assert_ping, exec_in, host_on, ping, tcp_transfer, Capture, Ctl, Lab};
+use vxlan_rig::{datagrams_of, kernel_vtep, start_dump, stop_dump, tshark_fields, underlay};
 
 const A: &str = "\
 link add br0 type bridge vlan_filtering 1
@@ -60,15 +60,6 @@ fdb append 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 2000
 fn drops(ctl: &Ctl, port: &str, reason: &str) -> u64 {
     let v = ctl.json(&["-s", "link", "show", "dev", port]).unwrap();
     v[0]["stats"]["drops"][reason].as_u64().unwrap_or(0)
-}
-
-/// Underlay: a veth `ul` between `a` (192.0.2.1) and `b` (192.0.2.2), MTU `mtu`.
-fn underlay(lab: &mut Lab, a: &str, b: &str, mtu: &str) {
-    lab.veth(a, "ul", b, "ul").unwrap();
-    for (ns, addr) in [(a, "192.0.2.1/24"), (b, "192.0.2.2/24")] {
-        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
-        ip_in(ns, &["link", "set", "ul", "mtu", mtu]).unwrap();
-    }
 }
 
 /// Stops the dump and decodes it with tshark: per datagram `VNI|eth.src…|vlan.id…|malformed`

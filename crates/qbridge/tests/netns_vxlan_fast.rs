@@ -19,7 +19,7 @@ mod support;
 mod vxlan_rig;
 
 use std::time::Duration;
-use support::{ip_in, tcp_transfer, Lab};
+use support::{tcp_transfer, Lab};
 use vxlan_rig::{rx_packets, u};
 
 /// The picture above without qbridge: namespaces A and B joined by the underlay `ul` (MTU
@@ -32,11 +32,7 @@ fn underlay(
 ) -> Option<(String, String, support::Host, support::Host)> {
     let a = lab.netns(a).unwrap();
     let b = lab.netns(b).unwrap();
-    lab.veth(&a, "ul", &b, "ul").unwrap();
-    for (ns, addr) in [(&a, "192.0.2.1/24"), (&b, "192.0.2.2/24")] {
-        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
-        ip_in(ns, &["link", "set", "ul", "mtu", "1550"]).unwrap();
-    }
+    vxlan_rig::underlay(lab, &a, &b, "1550");
     let ha = lab.host("ha", "10.21.0.1/24", &a, "qa").unwrap();
     let hb = lab.host("hb", "10.21.0.2/24", &b, "kb1").unwrap();
     if let Err(e) = support::kernel_vtep(&b, "192.0.2.2", "192.0.2.1", "kb1", None) {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{exec_in, ip_in};
+use crate::support::{exec_in, ip_in, Lab};
 
 /// A JSON number as u64 (0 when absent).
 pub fn u(v: &serde_json::Value) -> u64 {
@@ -23,6 +23,16 @@ pub fn rx_packets(ns: &str, dev: &str) -> u64 {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     u(&v[0]["stats64"]["rx"]["packets"])
+}
+
+/// The underlay: a veth `ul` between namespaces `a` (192.0.2.1/24) and `b` (192.0.2.2/24),
+/// MTU `mtu` on both ends.
+pub fn underlay(lab: &mut Lab, a: &str, b: &str, mtu: &str) {
+    lab.veth(a, "ul", b, "ul").unwrap();
+    for (ns, addr) in [(a, "192.0.2.1/24"), (b, "192.0.2.2/24")] {
+        ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", mtu]).unwrap();
+    }
 }
 
 /// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, local
