@@ -10,7 +10,8 @@
 mod common;
 
 use common::{
-    action, arp, fdb, ifindex, ip, ipv6, key, own_netns, port, ports_l4, quartiles, tagged,
+    action, arp, fdb, ifindex, ip, ipv6, key, neighbour, own_netns, port, ports_l4, quartiles,
+    tagged, veths,
 };
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
@@ -28,25 +29,11 @@ fn setup() -> Option<(FastPath, u32, u32)> {
     if !own_netns() {
         return None;
     }
-    ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
-    ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
-    for d in ["fa", "fb", "fc", "fd"] {
-        ip(&["link", "set", d, "up"]);
-    }
+    veths(&[("fa", "fb"), ("fc", "fd")]);
     // The underlay takes jumbo frames (the program checks its MTU as it is).
     ip(&["link", "set", "fc", "mtu", "9000"]);
     ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
-    ip(&[
-        "neigh",
-        "replace",
-        "10.73.0.2",
-        "lladdr",
-        "02:00:00:00:73:02",
-        "nud",
-        "permanent",
-        "dev",
-        "fc",
-    ]);
+    neighbour("10.73.0.2", "02:00:00:00:73:02", "fc");
     let fp = FastPath::load().expect("load");
     Some((fp, ifindex("fa"), ifindex("fc")))
 }

@@ -11,7 +11,9 @@
 
 mod common;
 
-use common::{action, arp, fdb, ifindex, ip, key, own_netns, port, quartiles, tagged};
+use common::{
+    action, arp, fdb, ifindex, ip, key, neighbour, own_netns, port, quartiles, tagged, veths,
+};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
@@ -28,25 +30,11 @@ fn setup() -> Option<(FastPath, u32, u32)> {
     if !own_netns() {
         return None;
     }
-    ip(&["link", "add", "fa", "type", "veth", "peer", "name", "fb"]);
-    ip(&["link", "add", "fc", "type", "veth", "peer", "name", "fd"]);
-    for d in ["fa", "fb", "fc", "fd"] {
-        ip(&["link", "set", d, "up"]);
-    }
+    veths(&[("fa", "fb"), ("fc", "fd")]);
     // The underlay takes jumbo frames (the program checks its MTU as it is).
     ip(&["link", "set", "fc", "mtu", "9000"]);
     ip(&["addr", "add", "2001:db8:73::1/64", "dev", "fc", "nodad"]);
-    ip(&[
-        "neigh",
-        "replace",
-        "2001:db8:73::beef:2",
-        "lladdr",
-        "02:00:00:00:73:02",
-        "nud",
-        "permanent",
-        "dev",
-        "fc",
-    ]);
+    neighbour("2001:db8:73::beef:2", "02:00:00:00:73:02", "fc");
     let fp = FastPath::load().expect("load");
     Some((fp, ifindex("fa"), ifindex("fc")))
 }
@@ -271,17 +259,7 @@ fn cost_per_frame() {
     let (c, d) = ([0x02, 0, 0, 0, 0, 0x0c], [0x02, 0, 0, 0, 0, 0x0d]);
     fdb(&mut fp, 10, &[(c, 3), (d, 4)]);
     ip(&["addr", "add", "10.73.0.1/24", "dev", "fc"]);
-    ip(&[
-        "neigh",
-        "replace",
-        "10.73.0.2",
-        "lladdr",
-        "02:00:00:00:73:02",
-        "nud",
-        "permanent",
-        "dev",
-        "fc",
-    ]);
+    neighbour("10.73.0.2", "02:00:00:00:73:02", "fc");
     let w = fp.writer().unwrap();
     let i6 = w.tunnel(&tunnel(fc, 100, 0, 0)).unwrap().unwrap();
     let mut t4 = tunnel(fc, 100, 0, 0);

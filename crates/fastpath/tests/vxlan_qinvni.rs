@@ -10,7 +10,8 @@
 mod common;
 
 use common::{
-    action, arp, fdb, ifindex, ip, key, own_netns, port, ports_l4, quartiles, tagged, vxd_key,
+    action, arp, fdb, from_vtep, ifindex, ip, key, neighbour, own_netns, port, ports_l4, quartiles,
+    tagged, veths, vxd_key,
 };
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{encapsulate, Outer};
@@ -30,28 +31,13 @@ fn setup() -> Option<(FastPath, u32, u32, u32)> {
     if !own_netns() {
         return None;
     }
-    for (a, b) in [("fa", "fb"), ("fc", "fd"), ("fe", "ff")] {
-        ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
-        ip(&["link", "set", a, "up"]);
-        ip(&["link", "set", b, "up"]);
-    }
+    veths(&[("fa", "fb"), ("fc", "fd"), ("fe", "ff")]);
     ip(&["link", "set", "fc", "mtu", "9000"]);
     ip(&["link", "set", "fe", "mtu", "9000"]);
     ip(&["addr", "add", "10.86.0.1/24", "dev", "fc"]);
     ip(&["addr", "add", "2001:db8:86::1/64", "dev", "fe", "nodad"]);
-    for (r, d) in [("10.86.0.2", "fc"), ("2001:db8:86::beef:2", "fe")] {
-        ip(&[
-            "neigh",
-            "replace",
-            r,
-            "lladdr",
-            "02:00:00:00:86:02",
-            "nud",
-            "permanent",
-            "dev",
-            d,
-        ]);
-    }
+    neighbour("10.86.0.2", "02:00:00:00:86:02", "fc");
+    neighbour("2001:db8:86::beef:2", "02:00:00:00:86:02", "fe");
     let fp = FastPath::load().expect("load");
     Some((fp, ifindex("fa"), ifindex("fc"), ifindex("fe")))
 }
@@ -214,29 +200,8 @@ fn from_remote6(vni: u32, inner: &[u8]) -> Vec<u8> {
 }
 
 fn from_remote_ip(src: IpAddr, dst: IpAddr, vni: u32, inner: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0x86, 1, 0x02, 0, 0, 0, 0x86, 2];
-    f.extend_from_slice(if src.is_ipv6() {
-        &[0x86, 0xdd]
-    } else {
-        &[0x08, 0x00]
-    });
-    encapsulate(
-        &Outer {
-            src,
-            dst,
-            sport: 50_000,
-            dport: 4789,
-            hop_limit: 64,
-            tos: 0,
-            flow_label: 0,
-            zero_csum: true,
-        },
-        Vni::new(vni).unwrap(),
-        inner,
-        &mut f,
-    )
-    .unwrap();
-    f
+    let macs = ([0x02, 0, 0, 0, 0x86, 1], [0x02, 0, 0, 0, 0x86, 2]);
+    from_vtep(macs, src, dst, vni, inner, true)
 }
 
 /// Decapsulation (decision 86): an inner frame with its C-tag(s) takes the flow the pipeline

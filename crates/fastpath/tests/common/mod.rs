@@ -244,3 +244,61 @@ pub fn quartiles(x: &mut [u32]) -> (u32, u32, u32) {
     x.sort_unstable();
     (x[x.len() / 4], x[x.len() / 2], x[3 * x.len() / 4])
 }
+
+/// Veth pairs `(a, b)` in the test's namespace, every end up.
+pub fn veths(pairs: &[(&str, &str)]) {
+    for (a, b) in pairs {
+        ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        ip(&["link", "set", a, "up"]);
+        ip(&["link", "set", b, "up"]);
+    }
+}
+
+/// `addr` a permanent neighbour of `dev` at `mac` (the underlay's remote for
+/// `bpf_redirect_neigh`).
+pub fn neighbour(addr: &str, mac: &str, dev: &str) {
+    ip(&[
+        "neigh",
+        "replace",
+        addr,
+        "lladdr",
+        mac,
+        "nud",
+        "permanent",
+        "dev",
+        dev,
+    ]);
+}
+
+/// The datagram a remote VTEP sends for `inner`: Ethernet `macs` (destination, source), then
+/// IPv4 or IPv6 (as `src` is) from `src` to `dst`, UDP 50000 to 4789, TTL 64, TOS 0, flow
+/// label 0, as `qbridge_io::vxlan::outer::encapsulate` builds it (`zero_csum`: no UDP
+/// checksum), VNI `vni`.
+pub fn from_vtep(
+    macs: ([u8; 6], [u8; 6]),
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    vni: u32,
+    inner: &[u8],
+    zero_csum: bool,
+) -> Vec<u8> {
+    use qbridge_io::vxlan::outer::{encapsulate, Outer};
+    let mut f = eth(macs.0, macs.1, if src.is_ipv6() { 0x86dd } else { 0x0800 });
+    encapsulate(
+        &Outer {
+            src,
+            dst,
+            sport: 50_000,
+            dport: 4789,
+            hop_limit: 64,
+            tos: 0,
+            flow_label: 0,
+            zero_csum,
+        },
+        qbridge_wire::vxlan::Vni::new(vni).unwrap(),
+        inner,
+        &mut f,
+    )
+    .unwrap();
+    f
+}
