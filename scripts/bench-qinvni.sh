@@ -28,15 +28,7 @@ workers=${2:-2}
 reps=${3:-1}
 cd "$(dirname "$0")/.."
 . scripts/lib-vxlan.sh
-[ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
-for t in iperf3 clang python3; do
-  command -v $t >/dev/null || { echo "$t is missing"; exit 1; }
-done
-cargo build --release --locked -q -p qbridge
-bin=$PWD/target/release/qbridge
-tmp=$(mktemp -d)
-p=qbqv$$
-pids=()
+vx_init qbqv iperf3 clang python3
 trap vx_cleanup EXIT
 
 cat > "$tmp/ctag.c" <<'EOF'

@@ -41,17 +41,9 @@ families=${3:-4 6}
 reps=${4:-1}
 cd "$(dirname "$0")/.."
 . scripts/lib-vxlan.sh
-[ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
-for t in iperf3 ethtool python3; do
-  command -v $t >/dev/null || { echo "$t is missing (scripts/test.sh installs it)"; exit 1; }
-done
+vx_init qbvx iperf3 ethtool python3
 have_ovs=1
 [ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null || have_ovs=0
-cargo build --release --locked -q -p qbridge
-bin=$PWD/target/release/qbridge
-tmp=$(mktemp -d)
-p=qbvx$$
-pids=()
 cleanup() {
   for f in "$tmp"/ovs/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   vx_cleanup

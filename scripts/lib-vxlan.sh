@@ -5,6 +5,20 @@
 #
 #   ha (10.20.0.1) eth0 ═ qa [$p-a] ul ═══ ul [$p-b] kb1 ═ eth0 hb (10.20.0.2)
 
+vx_init() { # PREFIX TOOL…: as root with TOOLs, the release build in bin, the prefix p, a
+  # scratch tmp, no daemons yet
+  [ "$(id -u)" = 0 ] || { echo "run as root"; exit 1; }
+  local t
+  for t in "${@:2}"; do
+    command -v $t >/dev/null || { echo "$t is missing (scripts/deps.sh installs it)"; exit 1; }
+  done
+  cargo build --release --locked -q -p qbridge
+  bin=$PWD/target/release/qbridge
+  tmp=$(mktemp -d)
+  p=$1$$
+  pids=()
+}
+
 vx_netns() { # the four namespaces (IPv6 off), the veths up, the hosts' addresses
   for n in a b ha hb; do
     ip netns add $p-$n; ip -n $p-$n link set lo up
