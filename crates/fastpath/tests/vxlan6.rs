@@ -13,11 +13,12 @@ mod common;
 
 use common::{
     action, arp, fdb, ifindex, ip, key, neighbour, own_netns, port, quartiles, tagged, veths,
+    vtep_sends,
 };
 use qbridge_fastpath::*;
-use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
-use qbridge_wire::vxlan::{source_port, Vni};
-use std::net::{IpAddr, Ipv6Addr};
+use qbridge_io::vxlan::outer::decapsulate;
+use qbridge_wire::vxlan::source_port;
+use std::net::Ipv6Addr;
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -65,29 +66,9 @@ fn tunnel(ifindex: u32, vni: u32, tos: u8, flags: u8) -> Vxlan {
 }
 
 /// What the pipeline's VTEP sends for `inner` (the UDP checksum computed, as the IPv6 socket
-/// does); the outer Ethernet addresses are left for `bpf_redirect_neigh` to fill (0 in a test
-/// run, which does not redirect).
+/// does).
 fn expected(t: &Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
-    let sock = usize::from(source_port(inner)) % VXLAN_SOCKETS;
-    let mut out = vec![0; 12];
-    out.extend_from_slice(&[0x86, 0xdd]);
-    encapsulate(
-        &Outer {
-            src: IpAddr::V6(LOCAL),
-            dst: IpAddr::V6(REMOTE),
-            sport: u16::from_be_bytes(t.sport[sock]),
-            dport: 4789,
-            hop_limit: t.ttl,
-            tos,
-            flow_label: u32::from_be_bytes(t.flow_label[sock]),
-            zero_csum: false,
-        },
-        Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]])).unwrap(),
-        inner,
-        &mut out,
-    )
-    .unwrap();
-    out
+    vtep_sends(t, inner, tos)
 }
 
 /// IPv4 of protocol `proto` with `l4` after its header; `frag`: the flags and offset word.

@@ -11,10 +11,9 @@ mod common;
 
 use common::{
     action, arp, fdb, from_vtep, ifindex, ip, key, neighbour, own_netns, port, ports_l4, quartiles,
-    tagged, veths, vxd_key,
+    tagged, veths, vtep_sends, vxd_key,
 };
 use qbridge_fastpath::*;
-use qbridge_io::vxlan::outer::{encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -74,37 +73,9 @@ fn tunnel(ifindex: u32, vni: u32, v6: bool) -> Vxlan {
 }
 
 /// What the pipeline's VTEP sends for `inner` (its tags inside), the outer UDP checksum 0
-/// over IPv4; the outer Ethernet addresses are bpf_redirect_neigh's (0 in a test run).
+/// over IPv4, the TOS inherited.
 fn expected(t: &Vxlan, inner: &[u8]) -> Vec<u8> {
-    let sock = usize::from(source_port(inner)) % VXLAN_SOCKETS;
-    let v6 = t.flags & VX_IPV6 != 0;
-    let mut out = vec![0; 12];
-    out.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    encapsulate(
-        &Outer {
-            src: if v6 {
-                IpAddr::V6(LOCAL6)
-            } else {
-                IpAddr::V4(LOCAL)
-            },
-            dst: if v6 {
-                IpAddr::V6(REMOTE6)
-            } else {
-                IpAddr::V4(REMOTE)
-            },
-            sport: u16::from_be_bytes(t.sport[sock]),
-            dport: 4789,
-            hop_limit: t.ttl,
-            tos: qbridge_wire::vxlan::inherited_tos(inner),
-            flow_label: u32::from_be_bytes(t.flow_label[sock]),
-            zero_csum: !v6,
-        },
-        Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]])).unwrap(),
-        inner,
-        &mut out,
-    )
-    .unwrap();
-    out
+    vtep_sends(t, inner, qbridge_wire::vxlan::inherited_tos(inner))
 }
 
 /// IPv4 from A to B, DF set.

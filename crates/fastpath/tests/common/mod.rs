@@ -302,3 +302,48 @@ pub fn from_vtep(
     .unwrap();
     f
 }
+
+/// What the pipeline's VTEP sends for `inner` through tunnel `t` with outer TOS (traffic
+/// class) `tos`: `qbridge_io::vxlan::outer::encapsulate` from `t`'s local address to its
+/// remote (IPv6 with `VX_IPV6`, then with `t`'s flow label for the socket), from the send
+/// socket `qbridge_wire::vxlan::source_port` picks, with `t`'s hop limit, port and VNI; the UDP
+/// checksum 0 over IPv4 (the program's one difference), computed over IPv6 as the socket
+/// does. The outer Ethernet addresses are left to `bpf_redirect_neigh` (0 in a test run,
+/// which does not redirect).
+pub fn vtep_sends(t: &qbridge_fastpath::Vxlan, inner: &[u8], tos: u8) -> Vec<u8> {
+    use qbridge_fastpath::{VXLAN_SOCKETS, VX_IPV6};
+    use qbridge_io::vxlan::outer::{encapsulate, Outer};
+    use std::net::{IpAddr, Ipv6Addr};
+    let sock = usize::from(qbridge_wire::vxlan::source_port(inner)) % VXLAN_SOCKETS;
+    let v6 = t.flags & VX_IPV6 != 0;
+    let (src, dst) = if v6 {
+        (
+            IpAddr::V6(Ipv6Addr::from(t.local6)),
+            IpAddr::V6(Ipv6Addr::from(t.remote6)),
+        )
+    } else {
+        (
+            IpAddr::V4(Ipv4Addr::from(t.local)),
+            IpAddr::V4(Ipv4Addr::from(t.remote)),
+        )
+    };
+    let mut out = eth([0; 6], [0; 6], if v6 { 0x86dd } else { 0x0800 });
+    encapsulate(
+        &Outer {
+            src,
+            dst,
+            sport: u16::from_be_bytes(t.sport[sock]),
+            dport: u16::from_be_bytes(t.dstport),
+            hop_limit: t.ttl,
+            tos,
+            flow_label: u32::from_be_bytes(t.flow_label[sock]),
+            zero_csum: !v6,
+        },
+        qbridge_wire::vxlan::Vni::new(u32::from_be_bytes([0, t.vni[0], t.vni[1], t.vni[2]]))
+            .unwrap(),
+        inner,
+        &mut out,
+    )
+    .unwrap();
+    out
+}
