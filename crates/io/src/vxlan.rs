@@ -72,8 +72,8 @@
 
 pub mod outer;
 mod table;
-pub use table::{TunnelMap, VxlanEntry, VxlanEntryKind, VxlanTable, DEFAULT_AGEING, MAX_LEARNED};
 pub use table::LearnHook;
+pub use table::{TunnelMap, VxlanEntry, VxlanEntryKind, VxlanTable, DEFAULT_AGEING, MAX_LEARNED};
 
 use std::io;
 use std::mem;
