@@ -678,6 +678,14 @@ struct {
 	__type(value, struct qb_vxl_remote);
 } qb_vxl_learned SEC(".maps");
 
+/* vxl_: two IPv6 addresses (8-aligned: a map value's, a tunnel's) equal. */
+static __always_inline int vxl_same6(const __u8 *a, const __u8 *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return x[0] == y[0] && x[1] == y[1];
+}
+
 /* A flow through a learned remote's tunnel t: whether the port's table still has the frame's
  * destination behind that remote, unaged. */
 static __always_inline int vxl_remote_ok(struct __sk_buff *skb, const struct qb_vxlan *t)
@@ -690,23 +698,38 @@ static __always_inline int vxl_remote_ok(struct __sk_buff *skb, const struct qb_
 	if (bpf_skb_load_bytes(skb, 0, k.mac, 6))
 		return 0;
 	r = bpf_map_lookup_elem(&qb_vxl_learned, &k);
-	return r && r->remote_be == t->remote_be && bpf_ktime_get_coarse_ns() < r->deadline_ns;
+	if (!r || bpf_ktime_get_coarse_ns() >= r->deadline_ns)
+		return 0;
+	/* An IPv6 underlay's tunnel: the entry an IPv6 one naming remote6. */
+	if (t->flags & QB_VX_IPV6)
+		return (r->flags & QB_VXL_IPV6) && vxl_same6(r->remote6, t->remote6);
+	return !(r->flags & QB_VXL_IPV6) && r->remote_be == t->remote_be;
 }
 
 /* A learning port's frame whose inner source k is not static: 0 if the table has it behind
- * the outer source (its last-seen time refreshed), else why it goes up. Learned remotes are
- * IPv4 (an IPv6 outer's source stays with the pipeline). */
+ * the outer source (IPv4's, or an IPv6 outer's against an IPv6 entry; its last-seen time
+ * refreshed), else why it goes up. */
 static __always_inline __u32 vxl_src(struct __sk_buff *skb, const struct qb_vxd_src_key *k,
 				     __u64 now)
 {
 	struct qb_vxl_remote *r = bpf_map_lookup_elem(&qb_vxl_learned, k);
+	__u64 src6[2];
 	__u32 remote_be;
 
-	if (!r || skb->protocol != bpf_htons(ETH_P_IP) ||
-	    bpf_skb_load_bytes(skb, ETH_HLEN + 12, &remote_be, 4))
+	if (!r)
 		return QB_VXD_SRC;
-	if (r->remote_be != remote_be)
-		return QB_VXD_MOVED;
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 8, src6, 16))
+			return QB_VXD_SRC;
+		if (!(r->flags & QB_VXL_IPV6) || !vxl_same6(r->remote6, (const __u8 *)src6))
+			return QB_VXD_MOVED;
+	} else {
+		if (skb->protocol != bpf_htons(ETH_P_IP) ||
+		    bpf_skb_load_bytes(skb, ETH_HLEN + 12, &remote_be, 4))
+			return QB_VXD_SRC;
+		if ((r->flags & QB_VXL_IPV6) || r->remote_be != remote_be)
+			return QB_VXD_MOVED;
+	}
 	if (now > r->last_seen_ns && now - r->last_seen_ns > NS_PER_REFRESH)
 		r->last_seen_ns = now;
 	return 0;

@@ -375,11 +375,14 @@ enum qb_vxd_verdict {
  * frame of a learning port whose inner source has an entry naming the outer source, and
  * refreshes last_seen_ns, which the engine's ager reads before it ages the entry. */
 struct qb_vxl_remote {
-	__u32 remote_be;	/* the learned remote VTEP (IPv4) */
-	__u32 pad;
+	__u32 remote_be;	/* the learned remote VTEP (IPv4; 0 with QB_VXL_IPV6) */
+	__u32 flags;		/* QB_VXL_* */
 	__u64 deadline_ns;	/* CLOCK_MONOTONIC: the entry is not used from then on */
 	__u64 last_seen_ns;	/* written by qb_vxlan_in (at most once a second) */
+	__u8 remote6[16];	/* QB_VXL_IPV6: the learned remote VTEP (IPv6) */
 };
+/* vxl_: the learned remote is IPv6 (remote6; an IPv6 underlay's port). */
+#define QB_VXL_IPV6 1
 #define QB_VXL_MAX 65536
 /* The tunnel's remote is a learned one: flows through it check qb_vxl_learned. */
 #define QB_VX_LEARNED 0x80
@@ -408,7 +411,7 @@ _Static_assert(sizeof(struct qb_mir_stats) == 24, "qb_mir_stats: maps.rs MirStat
 _Static_assert(sizeof(struct qb_vxd_key) == 16, "qb_vxd_key: maps.rs VxdKey");
 _Static_assert(sizeof(struct qb_vxd) == 12, "qb_vxd: maps.rs Vxd");
 _Static_assert(sizeof(struct qb_vxd_src_key) == 16, "qb_vxd_src_key: maps.rs VxdSrcKey");
-_Static_assert(sizeof(struct qb_vxl_remote) == 24, "qb_vxl_remote: maps.rs VxlRemote");
+_Static_assert(sizeof(struct qb_vxl_remote) == 40, "qb_vxl_remote: maps.rs VxlRemote");
 _Static_assert(sizeof(struct qb_vxd6_key) == 40, "qb_vxd6_key: maps.rs Vxd6Key");
 
 #endif

@@ -48,7 +48,7 @@ const DECAP: &str = "qb_vxlan_in";
 pub const DECAP_PRIORITY: u16 = 0xffe0;
 pub use maps::{Vxd, VxdKey, VxdSrcKey, VxdVerdict, VXD_LEARNING, VXD_MAX_SRCS, VXD_TRACE};
 pub use maps::{Vxd6Key, VXD_ZERO6RX};
-pub use maps::{VxlRemote, VXL_MAX, VX_LEARNED};
+pub use maps::{VxlRemote, VXL_IPV6, VXL_MAX, VX_LEARNED};
 
 /// Why the fast path cannot do something.
 #[derive(Debug, thiserror::Error)]

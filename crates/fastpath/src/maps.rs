@@ -775,13 +775,20 @@ pub const VXL_MAX: u32 = 65536;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(C)]
 pub struct VxlRemote {
+    /// The IPv4 remote (0 with [`VXL_IPV6`]).
     pub remote: [u8; 4],
-    pub pad: u32,
+    /// `QB_VXL_*`.
+    pub flags: u32,
     pub deadline_ns: u64,
     pub last_seen_ns: u64,
+    /// [`VXL_IPV6`]: the IPv6 remote (an IPv6 underlay's port).
+    pub remote6: [u8; 16],
 }
 
-const _: () = assert!(std::mem::size_of::<VxlRemote>() == 24);
+/// `QB_VXL_IPV6`: the learned remote is [`VxlRemote::remote6`].
+pub const VXL_IPV6: u32 = 1;
+
+const _: () = assert!(std::mem::size_of::<VxlRemote>() == 40);
 
 // SAFETY: #[repr(C)], integers and integer arrays only, padding named.
 unsafe impl aya::Pod for VxlRemote {}

@@ -5,29 +5,35 @@
 //! misses (`destination`) untouched. A learning port's frame whose inner source is learned
 //! behind the outer source is decapsulated as the port's VTEP reads it
 //! (`outer::decapsulate`), its last-seen time refreshed; a source learned behind another
-//! remote passes to the socket as `moved`, an unknown one as `source`.
+//! remote passes to the socket as `moved`, an unknown one as `source`. The same over an IPv6
+//! underlay: an IPv6 entry (`VXL_IPV6`) for a `VX_IPV6` tunnel and an IPv6 outer source.
 
 mod common;
 
-use common::{action, eth, ifindex, ip, key, own_netns, port, ports_l4};
+use common::{
+    action, eth, from_vtep, ifindex, ip, key, neighbour, own_netns, port, ports_l4, vtep_sends,
+};
 use qbridge_fastpath::*;
 use qbridge_io::vxlan::outer::{decapsulate, encapsulate, Outer};
 use qbridge_wire::vxlan::{source_port, Vni};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 83, 0, 1);
 const REMOTE: Ipv4Addr = Ipv4Addr::new(10, 83, 0, 2);
 const OTHER: Ipv4Addr = Ipv4Addr::new(10, 83, 0, 3);
+const LOCAL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x83, 0, 0, 0, 0, 1);
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x83, 0, 0, 0, 0, 2);
+const OTHER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x83, 0, 0, 0, 0, 3);
 const VNI: u32 = 8300;
 /// Port indexes: the access port, the VXLAN port.
 const P: u32 = 1;
 const VX: u32 = 2;
 const FID: u16 = 10;
 
-/// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (10.83.0.1/24 on `fc`, the
-/// remotes permanent neighbours); the program loaded.
+/// A fresh namespace: port veth `fa`/`fb`, underlay `fc`/`fd` (10.83.0.1/24 and
+/// 2001:db8:83::1/64 on `fc`, the remotes permanent neighbours); the program loaded.
 fn setup() -> Option<(FastPath, u32, u32)> {
     if !own_netns() {
         return None;
@@ -54,6 +60,9 @@ fn setup() -> Option<(FastPath, u32, u32)> {
             "fc",
         ]);
     }
+    ip(&["addr", "add", "2001:db8:83::1/64", "dev", "fc", "nodad"]);
+    neighbour("2001:db8:83::2", "02:00:00:00:83:02", "fc");
+    neighbour("2001:db8:83::3", "02:00:00:00:83:03", "fc");
     let fp = FastPath::load().expect("load");
     Some((fp, ifindex("fa"), ifindex("fc")))
 }
@@ -76,9 +85,18 @@ fn mono() -> u64 {
 fn learned(remote: Ipv4Addr, deadline_ns: u64) -> VxlRemote {
     VxlRemote {
         remote: remote.octets(),
-        pad: 0,
         deadline_ns,
-        last_seen_ns: 0,
+        ..VxlRemote::default()
+    }
+}
+
+/// An IPv6 learned entry (`VXL_IPV6`).
+fn learned6(remote: Ipv6Addr, deadline_ns: u64) -> VxlRemote {
+    VxlRemote {
+        flags: VXL_IPV6,
+        remote6: remote.octets(),
+        deadline_ns,
+        ..VxlRemote::default()
     }
 }
 
@@ -296,6 +314,139 @@ fn a_learned_source_behind_its_remote_is_decapsulated_and_refreshed() {
     let stats = fp.vxd_stats().unwrap();
     assert_eq!(stats[VxdVerdict::Hit as usize].1, 1);
     assert_eq!(stats[VxdVerdict::Moved as usize].1, 1);
+    assert_eq!(stats[VxdVerdict::Src as usize].1, 2);
+}
+
+/// The same over an IPv6 underlay: a flow to a learned IPv6 remote's tunnel leaves as the
+/// pipeline's VTEP sends it while an IPv6 entry names that remote, unaged; moved (to another
+/// IPv6 remote, or an IPv4 entry with the same bytes), aged or gone, it misses untouched.
+#[test]
+fn a_flow_to_a_learned_ipv6_remote_is_used_while_the_table_has_it() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(P, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    fdb(&mut fp, &[(A, P), (B, VX)]);
+    let w = fp.writer().unwrap();
+    let vxl = fp.vxl_map().unwrap();
+    let t = Vxlan {
+        local: [0; 4],
+        remote: [0; 4],
+        flags: VX_LEARNED | VX_IPV6,
+        local6: LOCAL6.octets(),
+        remote6: REMOTE6.octets(),
+        ..tunnel(fc, REMOTE)
+    };
+    let idx = w.tunnel(&t).unwrap().unwrap();
+    let mut a = action(gen, (P, 0), idx, VX, FID, &[]);
+    a.flags = ACT_VXLAN;
+    a.max_len = 1514;
+    fp.insert_flow(key(P, B, &[]), a).unwrap();
+    let frames: Vec<Vec<u8>> = (0..16u16)
+        .map(|p| ipv4(B, A, &ports_l4(true, 1000 + p, 80, 40)))
+        .collect();
+    let run = |fp: &mut FastPath| -> Vec<TestRun> {
+        frames
+            .iter()
+            .map(|f| fp.test_run(f, fa, None).unwrap())
+            .collect()
+    };
+    let all_miss = |rs: Vec<TestRun>, why: &str| {
+        for (r, f) in rs.iter().zip(&frames) {
+            assert_eq!(r.verdict, Verdict::Miss(Miss::Dst), "{why}");
+            assert_eq!(&r.frame, f, "{why}: up untouched");
+        }
+    };
+
+    all_miss(run(&mut fp), "no entry");
+    let far = mono() + 300_000_000_000;
+    vxl.set(&vkey(B), &learned6(REMOTE6, far)).unwrap();
+    for (r, f) in run(&mut fp).iter().zip(&frames) {
+        assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+        assert_eq!(r.frame, vtep_sends(&t, f, 0), "{f:02x?}");
+    }
+    vxl.set(&vkey(B), &learned6(OTHER6, far)).unwrap();
+    all_miss(run(&mut fp), "moved");
+    // An IPv4 entry is not an IPv6 tunnel's, whatever its bytes.
+    let mut v4 = learned(REMOTE, far);
+    v4.remote6 = REMOTE6.octets();
+    vxl.set(&vkey(B), &v4).unwrap();
+    all_miss(run(&mut fp), "an IPv4 entry");
+    vxl.set(&vkey(B), &learned6(REMOTE6, mono() - 50_000_000))
+        .unwrap();
+    all_miss(run(&mut fp), "aged");
+    vxl.set(&vkey(B), &learned6(REMOTE6, far)).unwrap();
+    assert_eq!(
+        fp.test_run(&frames[0], fa, None).unwrap().verdict,
+        Verdict::Hit { ifindex: fc }
+    );
+    vxl.remove(&vkey(B)).unwrap();
+    all_miss(run(&mut fp), "removed");
+}
+
+/// The same over an IPv6 outer (qb_vxd6_tunnels): a source learned behind the outer IPv6
+/// source is decapsulated and refreshed; from another IPv6 remote it is a move; an IPv4
+/// entry is not an IPv6 outer's (a move too); unknown, `source`.
+#[test]
+fn a_learned_source_behind_its_ipv6_remote_is_decapsulated_and_refreshed() {
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    let gen = fp.bump_generation().unwrap();
+    fdb(&mut fp, &[(A, VX), (B, P)]);
+    let a = action(gen, (VX, 0), fa, P, FID, &[]);
+    fp.insert_flow(key(VX, B, &[]), a).unwrap();
+    let vxl = fp.vxl_map().unwrap();
+    for remote in [REMOTE6, OTHER6] {
+        fp.set_vxd6_tunnel(
+            Vxd6Key {
+                local: LOCAL6.octets(),
+                remote: remote.octets(),
+                vni: Vni::new(VNI).unwrap().word(),
+                dstport: 4789u16.to_be_bytes(),
+                pad: 0,
+            },
+            Vxd {
+                port: VX,
+                // A test run's frame has no checksum state (CHECKSUM_NONE): a zero UDP
+                // checksum, taken, lets the program judge the rest.
+                flags: VXD_LEARNING | VXD_ZERO6RX,
+                ..Vxd::default()
+            },
+        )
+        .unwrap();
+    }
+    let inner = ipv4(B, A, &ports_l4(true, 1000, 80, 40));
+    let macs = ([0x02, 0, 0, 0, 0x83, 1], [0x02, 0, 0, 0, 0x83, 2]);
+    let from = |r: Ipv6Addr| from_vtep(macs, IpAddr::V6(r), IpAddr::V6(LOCAL6), VNI, &inner, true);
+    let f = from(REMOTE6);
+    let pass = |fp: &mut FastPath, f: &[u8], why: VxdVerdict| {
+        let r = fp.test_run_decap(f, fc, 1).unwrap();
+        assert_eq!(decap_pass_reason(&r), Some(why));
+        assert_eq!(r.frame, f, "untouched");
+    };
+    pass(&mut fp, &f, VxdVerdict::Src);
+    let far = mono() + 300_000_000_000;
+    vxl.set(&vkey(A), &learned6(REMOTE6, far)).unwrap();
+    let before = mono();
+    let r = fp.test_run_decap(&f, fc, 1).unwrap();
+    assert_eq!(r.verdict, Verdict::Hit { ifindex: fa });
+    assert_eq!(r.frame, inner);
+    let e = vxl.get(&vkey(A)).unwrap().unwrap();
+    assert!(e.last_seen_ns + 20_000_000 >= before, "refreshed: {e:?}");
+    assert_eq!(
+        (e.remote6, e.flags, e.deadline_ns),
+        (REMOTE6.octets(), VXL_IPV6, far)
+    );
+    pass(&mut fp, &from(OTHER6), VxdVerdict::Moved);
+    vxl.set(&vkey(A), &learned(REMOTE, far)).unwrap();
+    pass(&mut fp, &f, VxdVerdict::Moved);
+    vxl.remove(&vkey(A)).unwrap();
+    pass(&mut fp, &f, VxdVerdict::Src);
+    let stats = fp.vxd_stats().unwrap();
+    assert_eq!(stats[VxdVerdict::Hit as usize].1, 1);
+    assert_eq!(stats[VxdVerdict::Moved as usize].1, 2);
     assert_eq!(stats[VxdVerdict::Src as usize].1, 2);
 }
 

@@ -336,13 +336,32 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
             .collect();
         remotes6.sort_unstable();
         remotes6.dedup();
+        // vxl_ (decision 83): the learned IPv6 remotes, as the IPv4 ones above.
+        let mut learned6: Vec<std::net::Ipv6Addr> = Vec::new();
+        if spec.learning && t.has_learn_hook() {
+            learned6 = entries
+                .iter()
+                .filter(|e| e.kind == qbridge_io::vxlan::VxlanEntryKind::Learned)
+                .filter_map(|e| match e.dst {
+                    std::net::IpAddr::V6(a) if remotes6.binary_search(&a).is_err() => Some(a),
+                    _ => None,
+                })
+                .collect();
+            learned6.sort_unstable();
+            learned6.dedup();
+        }
         let zero = if spec.udp6zerocsumrx {
             qbridge_fastpath::VXD_ZERO6RX
         } else {
             0
         };
+        let all6 = remotes6
+            .iter()
+            .map(|r| (r, 0))
+            .chain(learned6.iter().map(|r| (r, vxl)));
+        let all6: Vec<_> = all6.collect();
         for &(v, tpid, tci) in &vnis {
-            for r in &remotes6 {
+            for &(r, more) in &all6 {
                 let key = qbridge_fastpath::Vxd6Key {
                     local: local6.octets(),
                     remote: r.octets(),
@@ -354,7 +373,7 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
                     port: u32::from(port),
                     tag_tpid: tpid,
                     tag_tci: tci,
-                    flags: if spec.learning { VXD_LEARNING } else { 0 } | zero,
+                    flags: flags | zero | more,
                 };
                 w.tunnels6.push((key, vxd));
             }

@@ -228,7 +228,10 @@ impl FastRt {
         let traced = &self.decap.traced;
         let wanted: HashMap<TunnelKey, Vxd> = want
             .iter()
-            .flat_map(|w| w.tunnels.iter().map(|&(k, v)| (TunnelKey::V4(k), v)))
+            .flat_map(|w| {
+                let v4 = w.tunnels.iter().map(|&(k, v)| (TunnelKey::V4(k), v));
+                v4.chain(w.tunnels6.iter().map(|&(k, v)| (TunnelKey::V6(k), v)))
+            })
             .filter(|(_, v)| v.flags & VXL_TUNNEL != 0)
             .map(|(k, mut v)| {
                 if traced.contains(&((v.port & qbridge_fastpath::PORT_ID_MASK) as u16)) {

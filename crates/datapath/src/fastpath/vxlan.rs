@@ -134,12 +134,13 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
     };
     let dst = MacAddr::from_bytes(inner.get(..6)?);
     let now = std::time::Instant::now();
-    // A static entry's remote, or (vxl_, decision 83) a learned IPv4 one while the port's
-    // table has a hook writing its learned entries into qb_vxl_learned: the tunnel is marked
-    // VX_LEARNED and the program checks that entry on every frame.
+    // A static entry's remote, or (vxl_, decision 83) a learned one (IPv4 or IPv6, the
+    // underlay's family: checked below) while the port's table has a hook writing its learned
+    // entries into qb_vxl_learned: the tunnel is marked VX_LEARNED and the program checks
+    // that entry on every frame.
     let (remote, learned) = match t.static_remote(vni, dst) {
         Some(r) => (r, false),
-        None if t.has_learn_hook() => (t.lookup(vni, dst, now).filter(IpAddr::is_ipv4)?, true),
+        None if t.has_learn_hook() => (t.lookup(vni, dst, now)?, true),
         None => return None,
     };
     // What the port's lookup answers (statics first): the same remote.
@@ -176,10 +177,14 @@ pub fn tunnel_for(v: &VxlanEgress, output: &[u8]) -> Option<(Vec<u8>, qbridge_fa
             }
         }
         // The flow labels stay 0 (the module's comment: the socket's are the kernel's secret).
-        (IpAddr::V6(l), IpAddr::V6(r)) if !learned => {
+        (IpAddr::V6(l), IpAddr::V6(r)) => {
             t.flags |= qbridge_fastpath::VX_IPV6;
             t.local6 = l.octets();
             t.remote6 = r.octets();
+            if learned {
+                // vxl_: the entry the program checks is an IPv6 one (QB_VXL_IPV6).
+                t.flags |= qbridge_fastpath::VX_LEARNED;
+            }
         }
         _ => return None,
     }
@@ -218,30 +223,44 @@ fn vxl_key(port: u16, vni: Vni, mac: MacAddr) -> qbridge_fastpath::VxdSrcKey {
 }
 
 /// vxl_ (decision 83): the hook a learning VXLAN port's table (port index `port`) writes its
-/// learned entries into `qb_vxl_learned` with, under its lock: (VNI, MAC) → the IPv4 remote,
-/// the deadline (when the table ages the entry, less [`VXL_MARGIN_NS`]) and the last-seen
-/// time. An entry that goes, an IPv6 remote or a write the kernel refuses (the map full)
-/// removes the key: the program then leaves the MAC's frames to the pipeline.
+/// learned entries into `qb_vxl_learned` with, under its lock: (VNI, MAC) → the remote (IPv4,
+/// or IPv6 with `VXL_IPV6`), the deadline (when the table ages the entry, less
+/// [`VXL_MARGIN_NS`]) and the last-seen time. An entry that goes or a write the kernel refuses
+/// (the map full) removes the key: the program then leaves the MAC's frames to the pipeline.
 pub(crate) fn vxl_hook(map: qbridge_fastpath::VxlMap, port: u16) -> qbridge_io::vxlan::LearnHook {
     Box::new(move |vni, mac, e| {
         let key = vxl_key(port, vni, mac);
         let r = match e {
-            Some((IpAddr::V4(a), seen, ageing)) => {
+            Some((a, seen, ageing)) => {
                 let seen_ns = mono_of(seen);
                 let v = qbridge_fastpath::VxlRemote {
-                    remote: a.octets(),
-                    pad: 0,
                     deadline_ns: (seen_ns + ageing.as_nanos() as u64).saturating_sub(VXL_MARGIN_NS),
                     last_seen_ns: seen_ns,
+                    ..vxl_remote(a)
                 };
                 map.set(&key, &v).or_else(|e| map.remove(&key).and(Err(e)))
             }
-            _ => map.remove(&key),
+            None => map.remove(&key),
         };
         if let Err(e) = r {
             tracing::debug!("fast path: learned VXLAN remote of port index {port}: {e}");
         }
     })
+}
+
+/// vxl_: the remote fields of `qb_vxl_learned`'s value for remote `a` (either family).
+fn vxl_remote(a: IpAddr) -> qbridge_fastpath::VxlRemote {
+    match a {
+        IpAddr::V4(a) => qbridge_fastpath::VxlRemote {
+            remote: a.octets(),
+            ..Default::default()
+        },
+        IpAddr::V6(a) => qbridge_fastpath::VxlRemote {
+            flags: qbridge_fastpath::VXL_IPV6,
+            remote6: a.octets(),
+            ..Default::default()
+        },
+    }
 }
 
 /// vxl_ (decision 83), the ager of a learning VXLAN port's table (port index `port`), once a
@@ -256,14 +275,16 @@ pub(crate) fn vxl_age(
     let now = std::time::Instant::now();
     let ageing = t.ageing;
     for (vni, mac, d, seen) in t.learned_entries() {
-        let IpAddr::V4(a) = d else { continue };
         if now.saturating_duration_since(seen) * 2 < ageing {
             continue;
         }
         let Ok(Some(r)) = map.get(&vxl_key(port, vni, mac)) else {
             continue;
         };
-        if r.remote == a.octets() && r.last_seen_ns > mono_of(seen) {
+        let w = vxl_remote(d);
+        if (r.flags, r.remote, r.remote6) == (w.flags, w.remote, w.remote6)
+            && r.last_seen_ns > mono_of(seen)
+        {
             t.refresh(vni, mac, d, instant_of(r.last_seen_ns));
         }
     }
@@ -343,8 +364,9 @@ mod tests {
     }
 
     /// vxl_ (decision 83): with the table's learn hook set (the program has its learned
-    /// entries), a learned IPv4 remote makes a VX_LEARNED tunnel; an aged one or an IPv6 one
-    /// none; a static entry's tunnel is not marked.
+    /// entries), a learned IPv4 remote makes a VX_LEARNED tunnel; an aged one or one of the
+    /// other family (an IPv6 remote over this IPv4 underlay) none; a static entry's tunnel is
+    /// not marked.
     #[test]
     fn a_learned_remote_makes_a_marked_tunnel_once_the_hook_is_set() {
         let e = egress(Some(100));
@@ -373,7 +395,10 @@ mod tests {
             t.set_ageing(qbridge_io::vxlan::DEFAULT_AGEING);
             t.learn(vni, MacAddr(HB), "2001:db8::9".parse().unwrap(), now);
         }
-        assert!(tunnel_for(&e, &f).is_none(), "an IPv6 learned remote");
+        assert!(
+            tunnel_for(&e, &f).is_none(),
+            "an IPv6 learned remote over IPv4"
+        );
         e.table
             .lock()
             .unwrap()
@@ -418,6 +443,41 @@ mod tests {
             .unwrap()
             .set_statics(&[(vni, MacAddr(HB), "192.0.2.2".parse().unwrap())]);
         assert!(tunnel_for(&e, &f).is_none(), "an IPv4 remote");
+    }
+
+    /// vxl_ over an IPv6 underlay: a learned IPv6 remote makes a VX_LEARNED IPv6 tunnel (the
+    /// program checks an IPv6 entry); a learned IPv4 one none.
+    #[test]
+    fn a_learned_ipv6_remote_makes_a_marked_ipv6_tunnel() {
+        let mut e = egress(Some(100));
+        e.local = "2001:db8::1".parse().unwrap();
+        let vni = Vni::new(100).unwrap();
+        let f = frame(None);
+        let now = std::time::Instant::now();
+        {
+            let mut t = e.table.lock().unwrap();
+            t.learn(vni, MacAddr(HB), "2001:db8::9".parse().unwrap(), now);
+            t.set_learn_hook(Some(Box::new(|_, _, _| {})));
+        }
+        let (_, t) = tunnel_for(&e, &f).unwrap();
+        assert_eq!(
+            t.flags,
+            qbridge_fastpath::VX_INHERIT_TOS
+                | qbridge_fastpath::VX_IPV6
+                | qbridge_fastpath::VX_LEARNED
+        );
+        assert_eq!(
+            t.remote6,
+            "2001:db8::9".parse::<Ipv6Addr>().unwrap().octets()
+        );
+        e.table
+            .lock()
+            .unwrap()
+            .learn(vni, MacAddr(HB), "192.0.2.9".parse().unwrap(), now);
+        assert!(
+            tunnel_for(&e, &f).is_none(),
+            "an IPv4 learned remote over IPv6"
+        );
     }
 
     /// An external port: the frame's VLAN selects the VNI and its tag goes; an unmapped VLAN
