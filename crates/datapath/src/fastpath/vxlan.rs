@@ -9,9 +9,10 @@
 //! 78) IPv6 underlay whose interface is known (`dev`, or the one holding `local`), inner IP
 //! frames left untagged (an `id N` port, or an external port's VLAN → VNI map) or keeping up
 //! to two tags inside (Q-in-VNI, decision 86: an 802.1ad bridge's S-VLAN mapped to a VNI, the
-//! customer's C-tag riding inside). Learned remotes (they move with traffic, and age into
-//! floods), floods and a port sending zero IPv6 checksums (`udp6zerocsumtx`) stay with the
-//! pipeline.
+//! customer's C-tag riding inside). A learned remote (decision 83, IPv4 or IPv6) only while
+//! the port's table writes its learned entries into `qb_vxl_learned` (the program checks the
+//! entry per frame: they move with traffic, and age into floods); floods and a port sending
+//! zero IPv6 checksums (`udp6zerocsumtx`) stay with the pipeline.
 //!
 //! Over IPv6 the program writes, per send socket, the flow label the tunnel entry gives: 0.
 //! The socket's own is the kernel's automatic label (`auto_flowlabels`), a hash of the
