@@ -15,12 +15,18 @@
 //! address changes to 192.0.2.3 while ha pings hb every 10 ms: once qbridge learned the move,
 //! no frame goes to 192.0.2.2 (an iptables counter in B). Ageing: with `ageing_time 4`, pings
 //! for 10 s keep the learned entry (the program's decapsulations refresh it); silent, it ages
-//! out, and the next frame to hb floods to the flood list.
+//! out, and the next frame to hb floods to the flood list. Over an IPv6 underlay
+//! (2001:db8:83::1 ═══ ::2, the kernel VTEP at its defaults, qbridge learning it): verified
+//! TCP both ways, and one-way UDP each way taken by the program (encapsulated to the learned
+//! IPv6 remote, single frames; decapsulated from the learned IPv6 source).
 
 mod support;
 
 use std::time::Duration;
 use support::{exec_in, ip_in, tcp_transfer, Lab};
+
+const LOCAL6: &str = "2001:db8:83::1";
+const REMOTE6: &str = "2001:db8:83::2";
 
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -51,8 +57,13 @@ fn count_to(ns: &str, dst: &str) -> bool {
 }
 
 /// The kernel VTEP at its defaults (learning on) in `ns`: vx0 with `local`, flooding to
-/// qbridge's 192.0.2.1, in bridge kbr with kb1 (made once).
+/// qbridge's 192.0.2.1 (or [`LOCAL6`] for an IPv6 `local`), in bridge kbr with kb1 (made once).
 fn kernel_vtep(ns: &str, local: &str) -> support::Result<()> {
+    let flood = if local.contains(':') {
+        LOCAL6
+    } else {
+        "192.0.2.1"
+    };
     let _ = ip_in(ns, &["link", "del", "vx0"]);
     ip_in(
         ns,
@@ -78,7 +89,7 @@ fn kernel_vtep(ns: &str, local: &str) -> support::Result<()> {
             "dev",
             "vx0",
             "dst",
-            "192.0.2.1",
+            flood,
         ],
     )?;
     ip_in(ns, &["link", "set", "vx0", "up"]).map(drop)
@@ -312,4 +323,99 @@ fn a_learned_remote_lives_while_the_program_decapsulates_and_ages_when_silent() 
         counted(&b, "192.0.2.3") > flood0,
         "the frame to hb did not flood to the flood list"
     );
+}
+
+/// Over an IPv6 underlay (decision 83's IPv6 addendum): vx0 learns hb behind the kernel
+/// VTEP's IPv6 address; verified TCP both ways; one-way UDP each way, the program's hits
+/// growing by the datagrams (encapsulated to the learned IPv6 remote; decapsulated from the
+/// learned IPv6 source through its learned `qb_vxd6_tunnels` entry: the flood list names
+/// the same remote, so that tunnel is there either way).
+#[test]
+fn tcp_through_a_learned_ipv6_remote_takes_the_program_both_ways() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vxl6");
+    let a = lab.netns("vxl6a").unwrap();
+    let b = lab.netns("vxl6b").unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, LOCAL6), (&b, REMOTE6)] {
+        exec_in(ns, "sysctl", &["-qw", "net.ipv6.conf.ul.disable_ipv6=0"]).unwrap();
+        let cidr = format!("{addr}/64");
+        ip_in(ns, &["-6", "addr", "add", &cidr, "dev", "ul", "nodad"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1570"]).unwrap();
+    }
+    // B's checksum offload stays on: its VTEP's datagrams then arrive with their checksum
+    // vouched for (a software one arrives CHECKSUM_NONE, which the program leaves to the
+    // kernel: decap-checksum).
+    exec_in(&a, "ethtool", &["-K", "ul", "tx", "off"]).unwrap();
+    let ha = lab.host("ha", "10.83.6.1/24", &a, "qa").unwrap();
+    let hb = lab.host("hb", "10.83.6.2/24", &b, "kb1").unwrap();
+    // Single frames from ha (super-frames to an IPv6 underlay go up, decision 78).
+    exec_in(
+        &ha.ns,
+        "ethtool",
+        &["-K", "eth0", "tso", "off", "gso", "off"],
+    )
+    .unwrap();
+    if let Err(e) = kernel_vtep(&b, REMOTE6) {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return;
+    }
+    support::neighbour(&ha, &hb.ip, &hb.mac);
+    support::neighbour(&hb, &ha.ip, &ha.mac);
+    let batch = format!(
+        "link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local {LOCAL6} dev ul dstport 4789
+link set dev p1 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE6}
+"
+    );
+    let ctl = lab.daemon_args(&a, &batch, &["--fast-path", "on"]).unwrap();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || support::ping_ok(&hb, &ha.ip)),
+        "no ping over VXLAN/IPv6\n{}",
+        ctl.stats_text()
+    );
+    assert_eq!(
+        learned_dst(&ctl, &hb.mac).as_deref(),
+        Some(REMOTE6),
+        "vx0 did not learn hb: {}",
+        ctl.cmd(&["fdb", "show", "dev", "vx0"]).unwrap_or_default()
+    );
+    let fp = || ctl.json(&["show", "fast-path"]).unwrap_or_default();
+    let hits = || u(&fp()["hits"]);
+    let t = tcp_transfer(&ha, &hb, 8 << 20, Duration::from_secs(40))
+        .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
+    let r = tcp_transfer(&hb, &ha, 8 << 20, Duration::from_secs(40))
+        .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
+    eprintln!(
+        "ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s; show fast-path: {}",
+        t.gbit_per_s(),
+        r.gbit_per_s(),
+        fp()
+    );
+    for (from, to, what) in [
+        (&ha, &hb, "encapsulated to the learned IPv6 remote"),
+        (&hb, &ha, "decapsulated from the learned IPv6 source"),
+    ] {
+        exec_in(
+            &to.ns,
+            "iptables",
+            &["-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP"],
+        )
+        .unwrap();
+        let h0 = hits();
+        blast(from, &to.ip, 300);
+        let n = hits() - h0;
+        assert!(
+            n >= 290,
+            "{} -> {}: {n} of 300 datagrams {what} by the program: {}\n{}",
+            from.name,
+            to.name,
+            fp(),
+            ctl.stats_text()
+        );
+    }
 }
