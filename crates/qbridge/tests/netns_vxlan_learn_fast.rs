@@ -18,7 +18,8 @@
 //! out, and the next frame to hb floods to the flood list. Over an IPv6 underlay
 //! (2001:db8:83::1 ═══ ::2, the kernel VTEP at its defaults, qbridge learning it): verified
 //! TCP both ways, and one-way UDP each way taken by the program (encapsulated to the learned
-//! IPv6 remote, single frames; decapsulated from the learned IPv6 source).
+//! IPv6 remote, single frames; decapsulated from the learned IPv6 source), again after the
+//! kernel VTEP moves to an address in no flood list (a learned decapsulation tunnel).
 
 mod support;
 
@@ -27,6 +28,8 @@ use support::{exec_in, ip_in, tcp_transfer, Lab};
 
 const LOCAL6: &str = "2001:db8:83::1";
 const REMOTE6: &str = "2001:db8:83::2";
+/// The kernel VTEP's address after the move (in no flood list).
+const MOVED6: &str = "2001:db8:83::3";
 
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -328,8 +331,8 @@ fn a_learned_remote_lives_while_the_program_decapsulates_and_ages_when_silent() 
 /// Over an IPv6 underlay (decision 83's IPv6 addendum): vx0 learns hb behind the kernel
 /// VTEP's IPv6 address; verified TCP both ways; one-way UDP each way, the program's hits
 /// growing by the datagrams (encapsulated to the learned IPv6 remote; decapsulated from the
-/// learned IPv6 source through its learned `qb_vxd6_tunnels` entry: the flood list names
-/// the same remote, so that tunnel is there either way).
+/// learned IPv6 source); then the kernel VTEP moves to an address in no flood list, and the
+/// same again (decapsulated through the learned remote's own `qb_vxd6_tunnels` entry).
 #[test]
 fn tcp_through_a_learned_ipv6_remote_takes_the_program_both_ways() {
     skip_unless_netns!();
@@ -338,7 +341,7 @@ fn tcp_through_a_learned_ipv6_remote_takes_the_program_both_ways() {
     let a = lab.netns("vxl6a").unwrap();
     let b = lab.netns("vxl6b").unwrap();
     lab.veth(&a, "ul", &b, "ul").unwrap();
-    for (ns, addr) in [(&a, LOCAL6), (&b, REMOTE6)] {
+    for (ns, addr) in [(&a, LOCAL6), (&b, REMOTE6), (&b, MOVED6)] {
         exec_in(ns, "sysctl", &["-qw", "net.ipv6.conf.ul.disable_ipv6=0"]).unwrap();
         let cidr = format!("{addr}/64");
         ip_in(ns, &["-6", "addr", "add", &cidr, "dev", "ul", "nodad"]).unwrap();
@@ -406,6 +409,35 @@ fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE6}
             &["-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP"],
         )
         .unwrap();
+        let h0 = hits();
+        blast(from, &to.ip, 300);
+        let n = hits() - h0;
+        assert!(
+            n >= 290,
+            "{} -> {}: {n} of 300 datagrams {what} by the program: {}\n{}",
+            from.name,
+            to.name,
+            fp(),
+            ctl.stats_text()
+        );
+    }
+    // The kernel VTEP moves to an address in no flood list: vx0 learns hb behind it, and
+    // within the engine's second its learned qb_vxd6_tunnels entry is there — hb's datagrams
+    // from it are the program's, as are ha's to it.
+    kernel_vtep(&b, MOVED6).unwrap();
+    let moved = support::wait_until(Duration::from_secs(5), || {
+        support::ping_ok(&hb, &ha.ip) && learned_dst(&ctl, &hb.mac).as_deref() == Some(MOVED6)
+    });
+    assert!(moved, "vx0 did not learn the move\n{}", ctl.stats_text());
+    std::thread::sleep(Duration::from_millis(1500));
+    for (from, to, what) in [
+        (&ha, &hb, "encapsulated to the moved IPv6 remote"),
+        (
+            &hb,
+            &ha,
+            "decapsulated from the moved IPv6 source (a learned tunnel)",
+        ),
+    ] {
         let h0 = hits();
         blast(from, &to.ip, 300);
         let n = hits() - h0;
