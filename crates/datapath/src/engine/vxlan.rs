@@ -238,12 +238,6 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone()?;
-    // IPv4 outers (decision 77); an IPv6 one (decision 82) has no IPv4 remote (a port's
-    // remotes are of its family): its tunnels are `tunnels6`, below.
-    let local = match egress.local {
-        std::net::IpAddr::V4(a) => a,
-        std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
-    };
     let underlay = qbridge_io::sys::ifname(egress.underlay)?;
     let port = crate::fastpath::port_index(s.token);
     let t = table.lock().unwrap_or_else(|p| p.into_inner());
@@ -268,98 +262,52 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
             }
         }
     }
-    let mut remotes: Vec<std::net::Ipv4Addr> = entries
-        .iter()
-        .filter(|e| e.kind != qbridge_io::vxlan::VxlanEntryKind::Learned)
-        .filter_map(|e| match e.dst {
-            std::net::IpAddr::V4(a) => Some(a),
-            std::net::IpAddr::V6(_) => None,
-        })
-        .collect();
-    remotes.sort_unstable();
-    remotes.dedup();
-    // vxl_ (decision 83): the learned IPv4 remotes of a port whose table writes its learned
-    // entries for the program, each not also a static or flood-list remote.
-    let mut learned: Vec<std::net::Ipv4Addr> = Vec::new();
-    if spec.learning && t.has_learn_hook() {
-        learned = entries
-            .iter()
-            .filter(|e| e.kind == qbridge_io::vxlan::VxlanEntryKind::Learned)
-            .filter_map(|e| match e.dst {
-                std::net::IpAddr::V4(a) if remotes.binary_search(&a).is_err() => Some(a),
-                _ => None,
-            })
-            .collect();
-        learned.sort_unstable();
-        learned.dedup();
-    }
+    // vxl_ (decision 83): learned remotes only where the table writes its learned entries
+    // for the program.
+    let learned_too = spec.learning && t.has_learn_hook();
     let flags = if spec.learning { VXD_LEARNING } else { 0 };
     let mut w = crate::fastpath::decap::DecapWant {
         underlay,
         ..Default::default()
     };
-    let vxl = crate::fastpath::decap::VXL_TUNNEL;
-    let all = remotes
-        .iter()
-        .map(|r| (r, flags))
-        .chain(learned.iter().map(|r| (r, flags | vxl)));
-    let all: Vec<_> = all.collect();
-    for &(v, tpid, tci) in &vnis {
-        for &(r, flags) in &all {
-            w.tunnels.push((
-                VxdKey {
-                    local: local.octets(),
-                    remote: r.octets(),
-                    vni: v.word(),
-                    dstport: egress.dstport.to_be_bytes(),
-                    pad: 0,
-                },
-                Vxd {
-                    port: u32::from(port),
-                    tag_tpid: tpid,
-                    tag_tci: tci,
-                    flags,
-                },
-            ));
+    // An IPv4 underlay's tunnels (decision 77), each IPv4 remote x VNI.
+    if let std::net::IpAddr::V4(local) = egress.local {
+        let all = tunnel_remotes(&entries, learned_too, |d| match d {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(_) => None,
+        });
+        for &(v, tpid, tci) in &vnis {
+            for &(r, more) in &all {
+                w.tunnels.push((
+                    VxdKey {
+                        local: local.octets(),
+                        remote: r.octets(),
+                        vni: v.word(),
+                        dstport: egress.dstport.to_be_bytes(),
+                        pad: 0,
+                    },
+                    Vxd {
+                        port: u32::from(port),
+                        tag_tpid: tpid,
+                        tag_tci: tci,
+                        flags: flags | more,
+                    },
+                ));
+            }
         }
     }
     // Decision 82: an IPv6 underlay's tunnels, each IPv6 remote of its static entries and
     // flood lists x VNI, a zero UDP checksum taken if the port takes it (udp6zerocsumrx).
     if let std::net::IpAddr::V6(local6) = egress.local {
-        let mut remotes6: Vec<std::net::Ipv6Addr> = entries
-            .iter()
-            .filter(|e| e.kind != qbridge_io::vxlan::VxlanEntryKind::Learned)
-            .filter_map(|e| match e.dst {
-                std::net::IpAddr::V6(a) => Some(a),
-                std::net::IpAddr::V4(_) => None,
-            })
-            .collect();
-        remotes6.sort_unstable();
-        remotes6.dedup();
-        // vxl_ (decision 83): the learned IPv6 remotes, as the IPv4 ones above.
-        let mut learned6: Vec<std::net::Ipv6Addr> = Vec::new();
-        if spec.learning && t.has_learn_hook() {
-            learned6 = entries
-                .iter()
-                .filter(|e| e.kind == qbridge_io::vxlan::VxlanEntryKind::Learned)
-                .filter_map(|e| match e.dst {
-                    std::net::IpAddr::V6(a) if remotes6.binary_search(&a).is_err() => Some(a),
-                    _ => None,
-                })
-                .collect();
-            learned6.sort_unstable();
-            learned6.dedup();
-        }
         let zero = if spec.udp6zerocsumrx {
             qbridge_fastpath::VXD_ZERO6RX
         } else {
             0
         };
-        let all6 = remotes6
-            .iter()
-            .map(|r| (r, 0))
-            .chain(learned6.iter().map(|r| (r, vxl)));
-        let all6: Vec<_> = all6.collect();
+        let all6 = tunnel_remotes(&entries, learned_too, |d| match d {
+            std::net::IpAddr::V6(a) => Some(a),
+            std::net::IpAddr::V4(_) => None,
+        });
         for &(v, tpid, tci) in &vnis {
             for &(r, more) in &all6 {
                 let key = qbridge_fastpath::Vxd6Key {
@@ -394,4 +342,37 @@ fn decap_want(id: u16, s: &super::ports::Slot) -> Option<crate::fastpath::decap:
         }
     }
     (!w.tunnels.is_empty() || !w.tunnels6.is_empty()).then_some(w)
+}
+
+/// A VXLAN port's remotes of one address family (`of` picks them), each once: those of its
+/// static entries and flood lists, then, if `learned_too`, those only a learned entry names,
+/// marked [`crate::fastpath::decap::VXL_TUNNEL`] (decision 83).
+fn tunnel_remotes<A: Ord + Copy>(
+    entries: &[qbridge_io::vxlan::VxlanEntry],
+    learned_too: bool,
+    of: impl Fn(std::net::IpAddr) -> Option<A>,
+) -> Vec<(A, u32)> {
+    use qbridge_io::vxlan::VxlanEntryKind::Learned;
+    let family = |learned: bool| {
+        let mut v: Vec<A> = entries
+            .iter()
+            .filter(|e| (e.kind == Learned) == learned)
+            .filter_map(|e| of(e.dst))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let fixed = family(false);
+    let learned = if learned_too {
+        family(true)
+    } else {
+        Vec::new()
+    };
+    let only_learned = learned
+        .into_iter()
+        .filter(|a| fixed.binary_search(a).is_err());
+    let vxl = crate::fastpath::decap::VXL_TUNNEL;
+    let fixed = fixed.iter().map(|&a| (a, 0));
+    fixed.chain(only_learned.map(|a| (a, vxl))).collect()
 }
