@@ -173,6 +173,35 @@ fn expected(t: &Vxlan, remote: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A flow from P to B through tunnel `t` (made in the program's table), and 16 frames of it
+/// (TCP, one source port each: every send socket).
+fn flow_to(fp: &mut FastPath, gen: u32, t: &Vxlan) -> Vec<Vec<u8>> {
+    let idx = fp.writer().unwrap().tunnel(t).unwrap().unwrap();
+    let mut a = action(gen, (P, 0), idx, VX, FID, &[]);
+    a.flags = ACT_VXLAN;
+    a.max_len = 1514;
+    fp.insert_flow(key(P, B, &[]), a).unwrap();
+    (0..16u16)
+        .map(|p| ipv4(B, A, &ports_l4(true, 1000 + p, 80, 40)))
+        .collect()
+}
+
+/// Each of `frames` run through the program as received on `fa`.
+fn run_all(fp: &mut FastPath, fa: u32, frames: &[Vec<u8>]) -> Vec<TestRun> {
+    frames
+        .iter()
+        .map(|f| fp.test_run(f, fa, None).unwrap())
+        .collect()
+}
+
+/// Every frame a destination miss, gone up untouched.
+fn all_miss_untouched(rs: &[TestRun], frames: &[Vec<u8>], why: &str) {
+    for (r, f) in rs.iter().zip(frames) {
+        assert_eq!(r.verdict, Verdict::Miss(Miss::Dst), "{why}");
+        assert_eq!(&r.frame, f, "{why}: up untouched");
+    }
+}
+
 #[test]
 fn a_flow_to_a_learned_remote_is_used_while_the_table_has_it() {
     let Some((mut fp, fa, fc)) = setup() else {
@@ -181,29 +210,11 @@ fn a_flow_to_a_learned_remote_is_used_while_the_table_has_it() {
     fp.set_port(fa, port(P, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     fdb(&mut fp, &[(A, P), (B, VX)]);
-    let w = fp.writer().unwrap();
     let vxl = fp.vxl_map().unwrap();
     let t = tunnel(fc, REMOTE);
-    let idx = w.tunnel(&t).unwrap().unwrap();
-    let mut a = action(gen, (P, 0), idx, VX, FID, &[]);
-    a.flags = ACT_VXLAN;
-    a.max_len = 1514;
-    fp.insert_flow(key(P, B, &[]), a).unwrap();
-    let frames: Vec<Vec<u8>> = (0..16u16)
-        .map(|p| ipv4(B, A, &ports_l4(true, 1000 + p, 80, 40)))
-        .collect();
-    let run = |fp: &mut FastPath| -> Vec<TestRun> {
-        frames
-            .iter()
-            .map(|f| fp.test_run(f, fa, None).unwrap())
-            .collect()
-    };
-    let all_miss = |rs: Vec<TestRun>, why: &str| {
-        for (r, f) in rs.iter().zip(&frames) {
-            assert_eq!(r.verdict, Verdict::Miss(Miss::Dst), "{why}");
-            assert_eq!(&r.frame, f, "{why}: up untouched");
-        }
-    };
+    let frames = flow_to(&mut fp, gen, &t);
+    let run = |fp: &mut FastPath| run_all(fp, fa, &frames);
+    let all_miss = |rs: Vec<TestRun>, why: &str| all_miss_untouched(&rs, &frames, why);
 
     // Not (yet) in the map: the pipeline's.
     all_miss(run(&mut fp), "no entry");
@@ -328,7 +339,6 @@ fn a_flow_to_a_learned_ipv6_remote_is_used_while_the_table_has_it() {
     fp.set_port(fa, port(P, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
     fdb(&mut fp, &[(A, P), (B, VX)]);
-    let w = fp.writer().unwrap();
     let vxl = fp.vxl_map().unwrap();
     let t = Vxlan {
         local: [0; 4],
@@ -338,26 +348,9 @@ fn a_flow_to_a_learned_ipv6_remote_is_used_while_the_table_has_it() {
         remote6: REMOTE6.octets(),
         ..tunnel(fc, REMOTE)
     };
-    let idx = w.tunnel(&t).unwrap().unwrap();
-    let mut a = action(gen, (P, 0), idx, VX, FID, &[]);
-    a.flags = ACT_VXLAN;
-    a.max_len = 1514;
-    fp.insert_flow(key(P, B, &[]), a).unwrap();
-    let frames: Vec<Vec<u8>> = (0..16u16)
-        .map(|p| ipv4(B, A, &ports_l4(true, 1000 + p, 80, 40)))
-        .collect();
-    let run = |fp: &mut FastPath| -> Vec<TestRun> {
-        frames
-            .iter()
-            .map(|f| fp.test_run(f, fa, None).unwrap())
-            .collect()
-    };
-    let all_miss = |rs: Vec<TestRun>, why: &str| {
-        for (r, f) in rs.iter().zip(&frames) {
-            assert_eq!(r.verdict, Verdict::Miss(Miss::Dst), "{why}");
-            assert_eq!(&r.frame, f, "{why}: up untouched");
-        }
-    };
+    let frames = flow_to(&mut fp, gen, &t);
+    let run = |fp: &mut FastPath| run_all(fp, fa, &frames);
+    let all_miss = |rs: Vec<TestRun>, why: &str| all_miss_untouched(&rs, &frames, why);
 
     all_miss(run(&mut fp), "no entry");
     let far = mono() + 300_000_000_000;
