@@ -8,7 +8,7 @@
 //! ```
 //!
 //! LACP must reach collecting+distributing on both ends (qbridge's `link show -j`, OVS's
-//! `lacp/show` and `bond/show`); 8 verified TCP streams from A to B must use both member links
+//! `lacp/show` and `bond/show`); 16 verified TCP streams from A to B must use both member links
 //! (the kernel's byte counters of m1 and m2); then, with 8 streams running, the OVS end of the
 //! link that carries A's ping flow is set down: no connection may be lost, every byte must
 //! arrive, and the pings lost (one every 2 ms) give the loss window, printed. The link comes
@@ -337,7 +337,9 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
     }
     support::assert_ping(&a, &b, 5);
 
-    // 8 streams use both links.
+    // 16 streams use both links. The members are picked by each stream's hash (ports chosen by
+    // the kernel), so the test can only make an uneven split unlikely: with 8 streams all on one
+    // member 1 run in 128 (seen once in CI); with 16, 1 in 32 768.
     let devs = ["m1", "m2"];
     let before = tx_bytes(&q_ns, &devs);
     let t0 = Instant::now();
@@ -351,15 +353,15 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
         )
     };
     let total = support::join_streams(
-        support::tcp_streams(&a, &b, 8, 32 << 20),
-        "8 streams A -> B",
+        support::tcp_streams(&a, &b, 16, 16 << 20),
+        "16 streams A -> B",
         &|| ovs_said(ovs_before),
     );
     let secs = t0.elapsed().as_secs_f64();
     let after = tx_bytes(&q_ns, &devs);
     let per: Vec<u64> = after.iter().zip(&before).map(|(x, y)| x - y).collect();
     eprintln!(
-        "8 streams, {total} bytes verified in {secs:.2} s ({:.2} Gbit/s); member tx bytes: m1 {} \
+        "16 streams, {total} bytes verified in {secs:.2} s ({:.2} Gbit/s); member tx bytes: m1 {} \
          m2 {}",
         total as f64 * 8.0 / secs / 1e9,
         per[0],
@@ -367,7 +369,7 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
     );
     for (d, n) in devs.iter().zip(&per) {
         assert!(
-            *n > total / 10,
+            *n > total / 20,
             "member {d} carried {n} of {total} bytes: the flows did not spread"
         );
     }
@@ -388,7 +390,7 @@ fn lacp_bond_with_open_vswitch_balances_and_fails_over() {
         own[0], own[1]
     );
     for (d, n) in devs.iter().zip(&own) {
-        assert!(*n > total / 10, "qbridge counted {n} bytes on {d}");
+        assert!(*n > total / 20, "qbridge counted {n} bytes on {d}");
     }
 
     // Pull the link that carries the ping flow, mid-transfer.
