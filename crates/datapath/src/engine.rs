@@ -30,6 +30,7 @@
 
 mod bond;
 mod fast;
+mod fdb_batch;
 mod learn_watch;
 mod link;
 mod ports;
@@ -124,6 +125,8 @@ pub struct Engine {
     mirror_closing: Vec<Arc<MirrorSink>>,
     /// The set of mirror files changed: the workers need them with the next plan.
     mirror_dirty: bool,
+    /// fdb89: what the last command changed in the VXLAN ports' tables (`fdb_batch.rs`).
+    fdb89_vx: fdb_batch::VxChanges,
     /// Threads that close the queues the workers lose (`crate::reaper`).
     reaper: Reaper,
     /// The bound on BPDUs in flight from the workers ([`Ctl::Bpdu`]).
@@ -220,6 +223,7 @@ impl Engine {
             mirror_files: HashMap::new(),
             mirror_closing: Vec::new(),
             mirror_dirty: false,
+            fdb89_vx: fdb_batch::VxChanges::default(),
             reaper,
             punt,
             drops,
@@ -555,7 +559,10 @@ impl Engine {
         let changing = changes(&op);
         // A bridge-FDB-only command changes the fast path's FDB map, not its generation
         // (decision 85).
-        let fdb_only = self.fast.is_some() && fdb_only(&op);
+        let fdb_entries = fdb_only(&op);
+        let fdb_only = self.fast.is_some() && fdb_entries;
+        // fdb89: the plan before, to tell a batch done on the live FDB from one taken whole.
+        let plan_before = fdb_only.then(|| self.session.switch_mut().plan());
         let before = match &op {
             Op::Command { words, .. } => parse_words(words)
                 .ok()
@@ -564,7 +571,8 @@ impl Engine {
             _ => None,
         }
         .or_else(|| {
-            (may_open_ports(&op) || self.bond_membership_change(&op))
+            // fdb89: a batch of FDB entries opens no port (and copying the FDBs is its cost).
+            ((may_open_ports(&op) && !fdb_entries) || self.bond_membership_change(&op))
                 .then(|| Undo::Session(Box::new(self.session.clone())))
         });
         // A change the state file can take as one appended line (`fdb add`, `vlan add`, …),
@@ -593,6 +601,9 @@ impl Engine {
         if self.session.switch().port_ids().count() != ports_before {
             change_line = None;
         }
+        // fdb89: a batch taken whole replaced the FDBs (a new plan): every flow goes stale.
+        let fdb_only = fdb_only
+            && plan_before.is_some_and(|p| Arc::ptr_eq(&p, &self.session.switch_mut().plan()));
         if let Some(f) = self.fast.as_mut().filter(|_| !fdb_only) {
             // Commands that change no plan (a VXLAN port's table, a flush, a batch of FDB
             // commands): the flows must not outlive them either.
@@ -600,9 +611,16 @@ impl Engine {
         }
         let mut resp = self.commit(r, before);
         self.stp_sync();
+        if fdb_only {
+            // fdb89: a VXLAN port's remotes changed: the decapsulation's tunnels follow, and
+            // a change there still bumps (decision 77's reason; `publish` does it).
+            self.fdb89_decap();
+        }
         self.publish();
         if fdb_only {
             self.fast_fdb_command();
+        } else {
+            self.fdb89_forget();
         }
         if resp.ok {
             self.save_state(&mut resp, change_line.as_deref());
@@ -718,18 +736,20 @@ fn send(w: &WorkerLink, msg: ToWorker) {
     }
 }
 
-/// Whether a request is one `fdb add|append|replace|del` of a bridge entry (not a VXLAN
-/// port's table, not a flush, not a batch: a batch works on a copy of the FDB that replaces
-/// it, a new plan): what changes in the fast path is then the entries it changes (decision 85).
+/// Whether a request changes only FDB entries: one `fdb add|append|replace|del` of a bridge
+/// entry (decision 85), of a VXLAN port's remote or `fdb flush`, or a batch of only those
+/// (decision 89: checked on a copy, then done on the live FDB): what changes in the fast path
+/// is then the entries it changes. A batch the live session took whole after all (a line
+/// it refused) changed the plan, and `Engine::execute` bumps after all.
 fn fdb_only(op: &Op) -> bool {
+    // fdb89: a VXLAN port's remotes, `fdb flush` and batches of those too (decision 89).
     match op {
-        Op::Command { words, .. } => parse_words(words).is_ok_and(|c| {
-            matches!(
-                c,
-                Command::Fdb(FdbCommand::Add { .. } | FdbCommand::Del { .. })
-            )
-        }),
-        Op::Batch { .. } | Op::Apply { .. } => false,
+        Op::Command { words, .. } => {
+            parse_words(words).is_ok_and(|c| qbridge_control::session::fdb_entries_only(&c))
+        }
+        Op::Batch { text, .. } | Op::Apply { text, .. } => {
+            qbridge_control::session::batch_fdb_entries_only(text)
+        }
     }
 }
 

@@ -140,6 +140,24 @@ impl Session {
                 }
             }
         }
+        // fdb89: a batch of FDB entries only (qbridge-evpn's routes), checked whole on the
+        // copy, is then done again on the live session, so that its FDBs stay the ones the
+        // datapath holds (the plan unchanged: the fast path follows the entries it changed,
+        // decision 89). A line the live session refuses — a worker learned or moved an
+        // address meanwhile — leaves the copy's result taken whole, as any other batch.
+        if batch_fdb_entries_only(text) {
+            let mut replayed = true;
+            for line in text.lines() {
+                if let Err(e) = self.execute_line(line, OutputOptions::default()) {
+                    tracing::info!("an FDB batch taken whole after its line {line:?}: {e}");
+                    replayed = false;
+                    break;
+                }
+            }
+            if replayed {
+                return Ok(output);
+            }
+        }
         *self = work;
         Ok(output)
     }
@@ -638,6 +656,32 @@ impl Session {
         *self = work;
         Ok(())
     }
+}
+
+/// fdb89: whether `cmd` changes only FDB entries — a bridge's (`fdb add|append|replace|del`,
+/// `fdb flush`) or a VXLAN port's remotes (`fdb … dst IP`), or reads them — and nothing a plan
+/// holds (decision 89).
+pub fn fdb_entries_only(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Fdb(
+            FdbCommand::Add { .. }
+                | FdbCommand::Del { .. }
+                | FdbCommand::Flush { .. }
+                | FdbCommand::Vxlan { .. }
+                | FdbCommand::Show { .. }
+        )
+    )
+}
+
+/// fdb89: whether every line of batch `text` is a comment, a blank or
+/// [`fdb_entries_only`] (decision 89); a line that does not parse is not.
+pub fn batch_fdb_entries_only(text: &str) -> bool {
+    text.lines().all(|l| match parse_line(l) {
+        Ok(None) => true,
+        Ok(Some(c)) => fdb_entries_only(&c),
+        Err(_) => false,
+    })
 }
 
 impl Backends for Session {

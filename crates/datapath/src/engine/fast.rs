@@ -181,6 +181,11 @@ impl Engine {
         }
         self.workers_barrier();
         self.fast_follow();
+        // fdb89: the flows to MACs whose static VXLAN remote changed (decision 89).
+        let n = self.fdb89_vx_flows();
+        if n > 0 {
+            tracing::debug!("fast path: {n} flows to moved VXLAN remotes removed");
+        }
     }
 
     /// Once a second: the addresses of the ports' veth peers read again; a change makes every

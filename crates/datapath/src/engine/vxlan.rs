@@ -103,6 +103,10 @@ impl Engine {
                 .map(|s| s.vlan_protocol.tpid().0);
             let tunnels = TunnelMap::new(&v.tunnels, tpid, v.vnifilter.then(|| v.vnis.clone()));
             let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+            // fdb89: what changes, for the fast path's flows (decision 89).
+            if self.fast.is_some() {
+                self.fdb89_vx.note(&t, &remotes);
+            }
             t.set_statics(&remotes);
             if t.tunnels != tunnels {
                 t.tunnels = tunnels;

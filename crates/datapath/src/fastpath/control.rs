@@ -429,6 +429,30 @@ impl FastRt {
         self.attached.keys().copied().chain(self.bonds.ids())
     }
 
+    /// fdb89: removes every flow to a MAC of `macs` (whatever its ingress and tags: a flow
+    /// to a VXLAN remote that changed embeds its tunnel, decision 89); one walk of the flow
+    /// table. Returns the flows removed; `None` when the table cannot be read (the caller
+    /// makes every flow stale instead).
+    pub(crate) fn remove_flows_to(
+        &mut self,
+        macs: &std::collections::HashSet<[u8; 6]>,
+    ) -> Option<usize> {
+        let flows = match self.fp.flows() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("fast path: flows: {e}; every flow made stale instead");
+                return None;
+            }
+        };
+        let mut n = 0;
+        for (k, _) in flows {
+            if macs.contains(&k.dst) && self.shared.writer.remove_flow(&k).is_ok() {
+                n += 1;
+            }
+        }
+        Some(n)
+    }
+
     /// The whole FDB map compared with the pipeline's FDB: entries it no longer has, or has on
     /// another port (or not forwarding), are removed; the flows that relied on them miss.
     /// `index`: the program's index of a port's opening (`None`: not open). Two system calls
