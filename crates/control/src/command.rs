@@ -675,6 +675,14 @@ pub enum FdbCommand {
         dev: String,
         vlan: Option<u16>,
         inner_vlan: Option<u16>,
+        /// vxl88: `self` (bridge-fdb(8)): on a VXLAN port its own entry, static or learned
+        /// (decision 88).
+        self_: bool,
+        /// vxl88: `master`: the bridge's entry only. Neither word on a VXLAN port: both.
+        master: bool,
+        /// vxl88: `vni N` (`src_vni N`) of a VXLAN port's own entry; `None`: the port's `id`,
+        /// or every VNI of an external port.
+        vni: Option<u32>,
     },
     /// `fdb show [br BR] [dev NAME] [vlan V]`
     Show {
@@ -701,6 +709,14 @@ pub enum FdbCommand {
         dev: String,
         vlan: Option<u16>,
         which: FdbFlushMatch,
+        /// vxl88: `self`: a VXLAN port's own entries (learned, static, flood lists) by the
+        /// kind words as the kernel's vxlan reads them; with `master` too, both (decision 88).
+        self_: bool,
+        /// vxl88: `master`: the bridge's entries only.
+        master: bool,
+        /// vxl88: whether the kind words select permanent entries as a vxlan device reads
+        /// them (its static entries and flood lists are permanent; no kind word: all).
+        self_permanent: bool,
     },
 }
 

@@ -553,7 +553,16 @@ pub fn change_line(cmd: &crate::Command, words: &[String]) -> Option<String> {
             dev,
             vlan: v,
             inner_vlan,
-        }) => Some(format!("fdb del {mac} dev {dev}{}\n", vlan(v, inner_vlan))),
+            self_,
+            master,
+            vni,
+        }) => Some(format!(
+            "fdb del {mac} dev {dev}{}{}{}{}\n",
+            vlan(v, inner_vlan),
+            vni.map_or(String::new(), |n| format!(" vni {n}")),
+            if *self_ { " self" } else { "" },
+            if *master { " master" } else { "" }
+        )),
         Command::Fdb(FdbCommand::Flush { .. })
         | Command::Link(LinkCommand::SetPort { .. } | LinkCommand::SetBridge { .. })
         | Command::Vlan(

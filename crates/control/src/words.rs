@@ -334,6 +334,7 @@ pub const FDB_ADD: &[Kw] = &[
     kw("sticky", 3),
     kw("master", 1),
     kw("extern_learn", 1),
+    exact("self"),
     exact("dst"),
     exact("vni"),
     exact("src_vni"),

@@ -18,8 +18,9 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             let (mut dev, mut vlan, mut kind, mut sticky) = (None, None, None, None);
             let (mut inner_vlan, mut extern_learn, mut dst) = (None, None, None);
             let mut vni = None;
-            let expected =
-                "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, extern_learn or master";
+            let (mut vxl88_self, mut vxl88_master) = (false, false);
+            let expected = "dev, vlan, inner_vlan, static, dynamic, permanent, sticky, \
+                            extern_learn, dst, vni, self or master";
             while let Some(kw) = w.next_kw(words::FDB_ADD, expected)? {
                 match kw {
                     "dev" => set_once(&mut dev, kw, w.value(kw, "a port name")?)?,
@@ -55,8 +56,10 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                             parse_uint("vni", v, u64::from(crate::vxlan::VNI_MAX), "0-16777215")?;
                         set_once(&mut vni, "vni", n as u32)?
                     }
-                    // All qbridge FDB entries are the bridge's ("master") entries.
-                    "master" => {}
+                    // vxl88 (decision 88): `master` the bridge's entry, `self` a VXLAN port's
+                    // own; on other devices every entry is the bridge's.
+                    "master" => vxl88_master = true,
+                    "self" => vxl88_self = true,
                     other => return Err(unexpected(other, expected)),
                 }
             }
@@ -93,7 +96,12 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     vni,
                 });
             }
-            if vni.is_some() {
+            if vxl88_self && cmd != "delete" {
+                return Err(ControlError::MissingArgument {
+                    what: "\"dst IP\" with \"self\" (a VXLAN port's own entry names its VTEP)",
+                });
+            }
+            if vni.is_some() && cmd != "delete" {
                 return Err(ControlError::MissingArgument {
                     what: "\"dst IP\" with \"vni\" (a VXLAN port's remote VTEP)",
                 });
@@ -125,6 +133,9 @@ pub(super) fn parse_fdb(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                     dev,
                     vlan,
                     inner_vlan,
+                    self_: vxl88_self,
+                    master: vxl88_master,
+                    vni,
                 },
             })
         }
@@ -158,6 +169,7 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
     let mut kinds = [true; 3];
     let mut narrowed_by: Option<&str> = None;
     let (mut sticky, mut by_user, mut ext) = (None, None, None);
+    let (mut vxl88_self, mut vxl88_master) = (false, false);
     let mut seen: Vec<&str> = Vec::new();
     while let Some(word) = w.next() {
         if words::FDB_FLUSH_UNSUPPORTED.contains(&word) {
@@ -180,8 +192,16 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
                 vlan = Some(parse_vid(w.value(kw, "a vid")?)?);
                 None
             }
-            // Every qbridge entry is the bridge's; the device given decides what is flushed.
-            "master" | "self" => None,
+            // vxl88 (decision 88): on a VXLAN port `self` its own entries, `master` the
+            // bridge's; elsewhere every qbridge entry is the bridge's.
+            "master" => {
+                vxl88_master = true;
+                None
+            }
+            "self" => {
+                vxl88_self = true;
+                None
+            }
             "permanent" => Some([false, false, true]),
             "nopermanent" => Some([true, true, false]),
             "static" => Some([false, true, false]),
@@ -218,6 +238,9 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             what: "\"dev NAME\"",
         })?
         .to_string();
+    // A vxlan device's static entries and flood lists are permanent ones: a flush without a
+    // kind word takes them (the kernel's `vxlan_fdb_delete_bulk`), the bridge keeps its own.
+    let self_permanent = kinds[2];
     if narrowed_by.is_none() {
         kinds[2] = false;
     }
@@ -232,5 +255,8 @@ fn parse_fdb_flush(w: &mut Words<'_>) -> Result<FdbCommand, ControlError> {
             added_by_user: by_user,
             extern_learn: ext,
         },
+        self_: vxl88_self,
+        master: vxl88_master,
+        self_permanent,
     })
 }

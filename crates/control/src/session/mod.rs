@@ -46,6 +46,9 @@ pub struct Session {
     /// `fdb flush dev NAME` of each VXLAN port so far (`vxlan.rs`): the engine empties the
     /// port's learned VTEPs when the count moves.
     vxlan_flushes: BTreeMap<String, u64>,
+    /// vxl88: learned VTEP entries (VNI, MAC, VTEP) `fdb del` removed from each VXLAN port,
+    /// for the engine to take out of the port's table before it answers (decision 88).
+    vxl88_forget: BTreeMap<String, Vec<crate::vxlan::Learned>>,
     /// What the daemon's engine last said of the eBPF fast path (`show fast-path`).
     fast_path: Option<crate::status::FastPathStatus>,
     /// The daemon's engine's `fast` stage for `trace` (the install's checks run on the
@@ -554,7 +557,25 @@ impl Session {
                 dev,
                 vlan,
                 inner_vlan,
+                self_,
+                master,
+                vni,
             } => {
+                // vxl88 (decision 88): a VXLAN port's own entry with `self`, and without
+                // `master` or `vlan` (bridge-fdb(8): `self` is a vxlan device's default).
+                if self.specs.get(dev).is_some_and(vxlan::is_vxlan) {
+                    let own = *self_ || (!*master && vlan.is_none() && inner_vlan.is_none());
+                    let bridge = *master || !*self_;
+                    return self
+                        .vxl88_del(*mac, dev, *vlan, *inner_vlan, *vni, own, bridge)
+                        .map(|()| String::new());
+                }
+                if vni.is_some() {
+                    return Err(ControlError::Vxlan(format!(
+                        "{dev} is not a vxlan port: \"vni\" names a VXLAN port's entry"
+                    )));
+                }
+                let sw = &mut self.switch;
                 let id = port_or_host(sw, dev)?;
                 let r = match (vlan, inner_vlan) {
                     (Some(v), Some(c)) => sw.fdb_del_inner(*mac, id, (*v).into(), (*c).into()),
@@ -581,14 +602,42 @@ impl Session {
                 }
                 return Ok(self.with_vxlan_fdb(text, br.as_deref(), dev.as_deref(), out));
             }
-            FdbCommand::Flush { dev, vlan, which } => {
+            FdbCommand::Flush {
+                dev,
+                vlan,
+                which,
+                self_,
+                master,
+                self_permanent,
+            } => {
+                // vxl88 (decision 88): `self` on a VXLAN port flushes its own entries as the
+                // kernel's vxlan does, the bridge's only with `master` too.
+                if *self_ && self.specs.get(dev).is_some_and(vxlan::is_vxlan) {
+                    if vlan.is_some() {
+                        return Err(ControlError::Vxlan(format!(
+                            "vxlan port {dev}: its own entries have no VLAN: \"vlan\" goes with \
+                             \"master\" only"
+                        )));
+                    }
+                    if *master {
+                        sw.fdb_flush_matching(dev, None, *which)?;
+                    }
+                    self.vxl88_flush(dev, which, *self_permanent);
+                    return Ok(String::new());
+                }
                 sw.fdb_flush_matching(dev, vlan.map(u32::from), *which)?;
-                // A VXLAN port's learned VTEPs go too (the engine empties its table).
+                // A VXLAN port's learned VTEPs go too (the engine empties its table), not
+                // with `master` (the bridge's entries only).
                 if vlan.is_none()
                     && which.dynamic
+                    && !*master
                     && self.specs.get(dev).is_some_and(vxlan::is_vxlan)
                 {
                     *self.vxlan_flushes.entry(dev.clone()).or_default() += 1;
+                    // vxl88: gone from `fdb show` at once, as after `fdb del`.
+                    if let Some(st) = self.status.get_mut(dev) {
+                        st.vxlan_learned.clear();
+                    }
                 }
             }
             FdbCommand::Vxlan {

@@ -27,23 +27,180 @@ impl Session {
             });
         };
         let key = spec.entry_vni(dev, vni).map_err(ControlError::Vxlan)?;
-        match spec.apply_from(dev, op, mac, dst, vni, origin) {
+        let r = spec.apply_from(dev, op, mac, dst, vni, origin);
+        let there = spec
+            .remotes
+            .iter()
+            .any(|r| r.mac == mac && r.dst == dst && r.vni == key);
+        // vxl88 (decision 88): `del … dst IP` of a learned entry naming that VTEP.
+        if r.is_err()
+            && op == VxlanFdbOp::Del
+            && self.vxl88_forget_learned(dev, Some(key), mac, Some(dst))
+        {
+            return Ok(());
+        }
+        match r {
             // `apply` (-may-exist): an entry that is there already is not an error.
-            Err(_)
-                if self.may_exist
-                    && spec
-                        .remotes
-                        .iter()
-                        .any(|r| r.mac == mac && r.dst == dst && r.vni == key) =>
-            {
-                Ok(())
-            }
+            Err(_) if self.may_exist && there => Ok(()),
             Err(e) if self.may_exist && op == VxlanFdbOp::Del => {
                 let _ = e;
                 Ok(())
             }
             r => r.map_err(ControlError::Vxlan),
         }
+    }
+
+    /// vxl88 (decision 88): `fdb del MAC dev VXLAN [vni N] [vlan V] [self] [master]`: with
+    /// `own` the port's own entries of MAC (static or learned; all-zeros MAC: the whole flood
+    /// list) in VNI N (or the port's `id`; on an external port without `vni`, every VNI),
+    /// with `bridge` the bridge's entry of MAC on the port. An error if neither removed one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn vxl88_del(
+        &mut self,
+        mac: MacAddr,
+        dev: &str,
+        vlan: Option<u16>,
+        inner_vlan: Option<u16>,
+        vni: Option<u32>,
+        own: bool,
+        bridge: bool,
+    ) -> Result<(), ControlError> {
+        let mut found = false;
+        if own {
+            found |= self.vxl88_del_own(dev, mac, vni)?;
+        } else if vni.is_some() {
+            return Err(ControlError::Vxlan(format!(
+                "vxlan port {dev}: \"vni\" names the port's own entry, not the bridge's \
+                 (\"master\")"
+            )));
+        }
+        let mut bridge_err = None;
+        if bridge {
+            let id = self.switch.port_id(dev)?;
+            let r = match (vlan, inner_vlan) {
+                (Some(v), Some(c)) => self.switch.fdb_del_inner(mac, id, v.into(), c.into()),
+                _ => self.switch.fdb_del(mac, id, vlan.map(u32::from)),
+            };
+            match r {
+                Ok(_) => found = true,
+                Err(
+                    e @ (qbridge_bridge::ConfigError::NoSuchFdbEntry { .. }
+                    | qbridge_bridge::ConfigError::NoSuchInnerFdbEntry { .. }),
+                ) => bridge_err = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if found || self.may_exist {
+            return Ok(());
+        }
+        Err(match bridge_err {
+            Some(e) if !own => e.into(),
+            _ => ControlError::Vxlan(format!(
+                "vxlan port {dev}: no entry {mac}{}",
+                if bridge {
+                    " (neither the port's own nor the bridge's)"
+                } else {
+                    ""
+                }
+            )),
+        })
+    }
+
+    /// vxl88: removes VXLAN port `dev`'s own entries of `mac` in VNI `vni` (see
+    /// [`Session::vxl88_del`]); whether there were any.
+    fn vxl88_del_own(
+        &mut self,
+        dev: &str,
+        mac: MacAddr,
+        vni: Option<u32>,
+    ) -> Result<bool, ControlError> {
+        let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
+            return Ok(false);
+        };
+        let key = match (spec.external, vni) {
+            (true, None) => None,
+            _ => Some(spec.entry_vni(dev, vni).map_err(ControlError::Vxlan)?),
+        };
+        let before = spec.remotes.len();
+        spec.remotes
+            .retain(|r| !(r.mac == mac && key.is_none_or(|k| k == r.vni)));
+        let statics = spec.remotes.len() != before;
+        Ok(self.vxl88_forget_learned(dev, key, mac, None) || statics)
+    }
+
+    /// vxl88: the learned entries of `mac` on VXLAN port `dev` (in VNI `key`, at VTEP `dst`
+    /// when given), as the daemon last reported them, are queued for the engine to remove
+    /// from the port's table (and gone from what `fdb show` prints); whether there were any.
+    fn vxl88_forget_learned(
+        &mut self,
+        dev: &str,
+        key: Option<u32>,
+        mac: MacAddr,
+        dst: Option<IpAddr>,
+    ) -> bool {
+        if mac.is_zero() {
+            return false;
+        }
+        let Some(st) = self.status.get_mut(dev) else {
+            return false;
+        };
+        let hit = |&(v, m, d): &crate::vxlan::Learned| {
+            m == mac && key.is_none_or(|k| k == v) && dst.is_none_or(|x| x == d)
+        };
+        let gone: Vec<_> = st
+            .vxlan_learned
+            .iter()
+            .filter(|e| hit(e))
+            .copied()
+            .collect();
+        if gone.is_empty() {
+            return false;
+        }
+        st.vxlan_learned.retain(|e| !hit(e));
+        self.vxl88_forget
+            .entry(dev.to_string())
+            .or_default()
+            .extend(gone);
+        true
+    }
+
+    /// vxl88 (decision 88): `fdb flush dev VXLAN self [KIND AND FLAG WORDS]`: the port's
+    /// own entries the words select, as the kernel's vxlan reads them: learned entries are
+    /// dynamic (the engine empties them), static entries and flood lists permanent (none is
+    /// `static`, `sticky`; a control plane's are `extern_learn`, the operator's
+    /// `added_by_user`).
+    pub(super) fn vxl88_flush(
+        &mut self,
+        dev: &str,
+        which: &qbridge_bridge::FdbFlushMatch,
+        permanent: bool,
+    ) {
+        let flag_ok = |ext: bool, by_user: bool| {
+            which.sticky != Some(true)
+                && which.extern_learn.is_none_or(|e| e == ext)
+                && which.added_by_user.is_none_or(|u| u == by_user)
+        };
+        if which.dynamic && flag_ok(false, false) {
+            *self.vxlan_flushes.entry(dev.to_string()).or_default() += 1;
+            if let Some(st) = self.status.get_mut(dev) {
+                st.vxlan_learned.clear();
+            }
+        }
+        if !permanent {
+            return;
+        }
+        if let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) {
+            spec.remotes.retain(|r| {
+                let ext = r.origin == RemoteOrigin::ExternLearn;
+                !flag_ok(ext, !ext)
+            });
+        }
+    }
+
+    /// vxl88: the learned entries `fdb del` removed from VXLAN port `name` since the last
+    /// call (the engine takes them out of the port's table before the command answers).
+    pub fn take_vxlan_forgets(&mut self, name: &str) -> Vec<crate::vxlan::Learned> {
+        self.vxl88_forget.remove(name).unwrap_or_default()
     }
 
     /// VXLAN port `dev`'s spec, or why there is none.

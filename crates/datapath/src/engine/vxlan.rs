@@ -86,6 +86,8 @@ impl Engine {
     pub(super) fn sync_vxlan(&mut self, wanted: &[(PortId, String, PortSpec)]) {
         for (id, name, spec) in wanted {
             let PortSpec::Vxlan(v) = spec else { continue };
+            // vxl88 (decision 88): the learned entries `fdb del` removed.
+            let forget = self.session.take_vxlan_forgets(name);
             let Some(Some(slot)) = self.slots.get(id.0 as usize) else {
                 continue;
             };
@@ -108,6 +110,11 @@ impl Engine {
                 self.fdb89_vx.note(&t, &remotes);
             }
             t.set_statics(&remotes);
+            for &(vni, mac, dst) in &forget {
+                if let Some(v) = Vni::new(vni) {
+                    t.forget_learned(v, mac, Some(dst));
+                }
+            }
             if t.tunnels != tunnels {
                 t.tunnels = tunnels;
             }

@@ -287,6 +287,21 @@ impl VxlanTable {
         s || l
     }
 
+    /// vxl88 (decision 88): `fdb del MAC dev NAME [dst IP]` of a learned entry: removes the
+    /// learned entry of (`vni`, `mac`) if it names `dst` (any VTEP without it); the hook is
+    /// told before this returns. Static entries are the spec's ([`Self::set_statics`]). False
+    /// if nothing matched (it aged out or moved meanwhile).
+    pub fn forget_learned(&mut self, vni: Vni, mac: MacAddr, dst: Option<IpAddr>) -> bool {
+        let key = (vni, mac);
+        match self.learned.get(&key) {
+            Some((d, _)) if dst.is_none_or(|x| x == *d) => {}
+            _ => return false,
+        }
+        self.learned.remove(&key);
+        self.vxl_hook.tell(vni, mac, None);
+        true
+    }
+
     /// Forgets every learned entry (`fdb flush dev NAME`); returns how many there were.
     pub fn flush_learned(&mut self) -> usize {
         let n = self.learned.len();
@@ -564,6 +579,45 @@ mod tests {
         let m = TunnelMap::new(&[(10, 1000)], None, None);
         assert_eq!(m.vni_of_frame(&f), None);
         assert_eq!(m.tag_of_vni(vni(1000)), None);
+    }
+
+    /// vxl88 (decision 88): `fdb del` of a learned entry takes it out (the hook told), only
+    /// when it still names the VTEP given; static entries and flood lists stay the spec's.
+    #[test]
+    fn forget_learned_takes_only_the_learned_entry_named() {
+        use std::sync::{Arc, Mutex};
+        let heard: Arc<Mutex<Vec<(MacAddr, bool)>>> = Arc::default();
+        let mut t = VxlanTable::default();
+        let h = heard.clone();
+        t.set_learn_hook(Some(Box::new(move |_, m, e| {
+            h.lock().unwrap().push((m, e.is_some()));
+        })));
+        let v = vni(42);
+        let t0 = Instant::now();
+        let ip2: IpAddr = "10.0.0.2".parse().unwrap();
+        let ip3: IpAddr = "10.0.0.3".parse().unwrap();
+        t.learn(v, MacAddr(A), ip2, t0);
+        t.learn(v, MacAddr(B), ip2, t0);
+        t.set_statics(&[
+            (v, MacAddr([0; 6]), ip3),
+            (v, MacAddr([2, 0, 0, 0, 0, 0xc]), ip3),
+        ]);
+        heard.lock().unwrap().clear();
+        // It moved meanwhile (another VTEP named), another VNI, a static key: nothing.
+        assert!(!t.forget_learned(v, MacAddr(A), Some(ip3)));
+        assert!(!t.forget_learned(vni(43), MacAddr(A), None));
+        assert!(!t.forget_learned(v, MacAddr([2, 0, 0, 0, 0, 0xc]), None));
+        assert!(heard.lock().unwrap().is_empty());
+        assert!(t.forget_learned(v, MacAddr(A), Some(ip2)));
+        assert!(t.forget_learned(v, MacAddr(B), None));
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [(MacAddr(A), false), (MacAddr(B), false)]
+        );
+        assert_eq!(t.lookup(v, MacAddr(A), t0), None);
+        assert_eq!(t.lookup(v, MacAddr([2, 0, 0, 0, 0, 0xc]), t0), Some(ip3));
+        assert_eq!(t.flood(v), &[ip3]);
+        assert!(t.learned_entries().is_empty());
     }
 
     /// vxl_: the hook hears of every learned entry's change before the table answers with it
