@@ -223,6 +223,73 @@ fn a_flow_to_an_ipv6_tunnel_leaves_as_the_pipelines_vtep_sends_it() {
     assert_eq!(r.frame, over);
 }
 
+/// One's complement addition of two 16-bit words (RFC 1071).
+fn add1(a: u16, b: u16) -> u16 {
+    let s = u32::from(a) + u32::from(b);
+    ((s & 0xffff) + (s >> 16)) as u16
+}
+
+/// Checksums of zero (decision 87). An inner TCP segment whose checksum is zero leaves as it
+/// came, 0x0000 as a sender computes it or 0xffff as the kernel's `skb_checksum_help`
+/// completes it (CSUM_MANGLED_0, what a live segment left to offload gets about once in
+/// 65 536 on an underlay without checksum offload): both are zero to one's complement
+/// arithmetic, so the outer checksum is the socket's and the same for both. An outer UDP
+/// checksum that computes to 0 leaves as 0xffff (RFC 8200 §8.1), as the socket sends it.
+#[test]
+fn checksums_of_zero_leave_as_the_socket_sends_them() {
+    use qbridge_wire::checksum::{combine, finish, pseudo_header_v4, sum};
+    use qbridge_wire::IpProtocol;
+    let Some((mut fp, fa, fc)) = setup() else {
+        return;
+    };
+    fp.set_port(fa, port(1, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    let w = fp.writer().unwrap();
+    fdb(&mut fp, 10, &[(A, 1), (B, 2)]);
+    let t = tunnel(fc, 100, 0, 0);
+    let idx = w.tunnel(&t).unwrap().unwrap();
+    install(&mut fp, gen, 0x0800, idx, &[]);
+    let ucsum = |f: &[u8]| u16::from_be_bytes([f[60], f[61]]);
+
+    // TCP (its header at 34, the checksum at 50, 60 bytes): a payload word raised by the
+    // segment's checksum makes it 0.
+    let mut f = ipv4(0, 6, 0, &ports_l4(true, 1000, 80, 40));
+    f[50..52].copy_from_slice(&[0, 0]);
+    let pseudo = pseudo_header_v4(
+        [192, 168, 1, 1].into(),
+        [192, 168, 1, 2].into(),
+        IpProtocol::Tcp,
+        60,
+    );
+    let c = finish(combine(pseudo, sum(&f[34..94])));
+    let word = add1(u16::from_be_bytes([f[54], f[55]]), c);
+    f[54..56].copy_from_slice(&word.to_be_bytes());
+    assert_eq!(finish(combine(pseudo, sum(&f[34..94]))), 0);
+    let mut mangled = f.clone();
+    mangled[50..52].copy_from_slice(&[0xff, 0xff]);
+    let r0 = run_hit(&mut fp, &f, fa, fc);
+    assert_eq!(r0.frame, expected(&t, &f, 0));
+    let r1 = run_hit(&mut fp, &mangled, fa, fc);
+    assert_eq!(r1.frame, expected(&t, &mangled, 0));
+    assert_eq!(&r1.frame[70..], &mangled[..], "the inner frame as it came");
+    assert_eq!(ucsum(&r0.frame), ucsum(&r1.frame), "±0: one outer checksum");
+
+    // UDP (its payload at 42 in the inner frame, an even offset in the datagram): a payload
+    // word raised by the outer checksum makes the outer sum 0.
+    let g = ipv4(0, 17, 0, &ports_l4(false, 5000, 2000, 64));
+    let c = ucsum(&expected(&t, &g, 0));
+    assert_ne!(c, 0xffff);
+    let mut g0 = g.clone();
+    let word = add1(u16::from_be_bytes([g[42], g[43]]), c);
+    g0[42..44].copy_from_slice(&word.to_be_bytes());
+    let want = expected(&t, &g0, 0);
+    assert_eq!(ucsum(&want), 0xffff, "a computed 0 is sent as 0xffff");
+    let r = run_hit(&mut fp, &g0, fa, fc);
+    assert_eq!(r.frame, want);
+    let d = decapsulate(&r.frame[14..], false).unwrap();
+    assert_eq!(d.inner, &g0[..]);
+}
+
 /// The program's cost per frame over IPv6 against IPv4 and plain forwarding (`cargo test -p
 /// qbridge-fastpath --test vxlan6 -- --ignored --nocapture`; root): TCP frames of 1514 and 74
 /// bytes, `BPF_PROG_TEST_RUN` once per call (a repeated run would encapsulate its own

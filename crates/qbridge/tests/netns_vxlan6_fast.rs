@@ -362,14 +362,15 @@ link set dev p1 master br0
     );
 }
 
-#[test]
-fn tcp_over_ipv6_to_a_kernel_vtep_is_encapsulated_by_the_program() {
-    skip_unless_netns!();
-    let _serial = support::serial();
-    let mut lab = Lab::new("vx6fast");
-    let Some((a, b, ha, hb)) = underlay6(&mut lab, "vx6fa", "vx6fb") else {
-        return;
-    };
+/// The encapsulation rig: the underlay without transmit checksum offload on both sides, ha's
+/// TSO and GSO off, qbridge on `a` with vx0 to the kernel VTEP (hb's MAC static on it), a ping
+/// through. None after saying why when the kernel VTEP cannot be made.
+fn encap_rig(
+    lab: &mut Lab,
+    a: &str,
+    b: &str,
+) -> Option<(String, String, support::Host, support::Host, support::Ctl)> {
+    let (a, b, ha, hb) = underlay6(lab, a, b)?;
     for ns in [&a, &b] {
         exec_in(ns, "ethtool", &["-K", "ul", "tx", "off"]).unwrap();
     }
@@ -396,8 +397,104 @@ fdb add {} dev vx0 dst {REMOTE}
         "no ping over VXLAN/IPv6\n{}",
         ctl.stats_text()
     );
+    Some((a, b, ha, hb, ctl))
+}
+
+/// The namespace's TCP `InCsumErrors` (/proc/net/snmp): segments its TCP dropped for a bad
+/// checksum.
+fn tcp_csum_errors(ns: &str) -> u64 {
+    let snmp = exec_in(ns, "cat", &["/proc/net/snmp"]).unwrap_or_default();
+    let tcp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Tcp:")).collect();
+    let [names, values] = tcp[..] else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "InCsumErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The program's inner TCP checksums over many segments left to offload (decision 87; ignored:
+/// ~15 s): `QB_VX6_ROUNDS` (default 40) transfers of 1 MiB ha -> hb, the underlay captured.
+/// No segment of the program's may carry a bad inner checksum (tshark) nor be refused by hb's
+/// TCP (`InCsumErrors`); the segments whose checksum is 0 and that the kernel's completion
+/// wrote as 0xffff (RFC 1624's warning, ~1 in 65 536, so ~0.4 a run) are listed. The capture
+/// is kept as `$QB_VX6_KEEP` when set.
+#[test]
+#[ignore]
+fn many_segments_left_to_offload_keep_good_inner_checksums() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vx6rep");
+    let Some((_a, b, ha, hb, ctl)) = encap_rig(&mut lab, "vx6ra", "vx6rb") else {
+        return;
+    };
+    let rounds: u32 = std::env::var("QB_VX6_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let pcap = lab.dir.join("repro.pcap");
+    let capture = tshark::PcapCapture::start(&b, "ul", &pcap, &["udp", "port", "4789"]).unwrap();
+    let errors0 = tcp_csum_errors(&hb.ns);
+    for _ in 0..rounds {
+        tcp_transfer(&ha, &hb, 1 << 20, Duration::from_secs(40))
+            .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
+    }
+    let errors = tcp_csum_errors(&hb.ns) - errors0;
+    let pcap = capture.stop();
+    let f = ctl.json(&["show", "fast-path"]).unwrap_or_default();
+    if let Ok(keep) = std::env::var("QB_VX6_KEEP") {
+        let _ = std::fs::copy(&pcap, keep);
+    }
+    if !tshark::have_tshark() {
+        eprintln!("tshark is not installed: capture not decoded");
+        return;
+    }
+    let lines = |filter: &str| {
+        let out = std::process::Command::new("tshark")
+            .arg("-r")
+            .arg(&pcap)
+            .args(["-o", "tcp.check_checksum:TRUE"])
+            .args(["-o", "udp.check_checksum:TRUE"])
+            .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+            .args(["-e", "frame.time_relative", "-e", "ip.id"])
+            .args(["-e", "tcp.stream"])
+            .args(["-e", "tcp.seq", "-e", "tcp.len", "-e", "tcp.checksum"])
+            .args(["-e", "udp.checksum.status", "-e", "_ws.expert.message"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let program = format!("ipv6.src == {LOCAL} && ipv6.flow == 0");
+    let n = lines(&program).lines().count();
+    let bad = lines(&format!(
+        "udp.checksum.status == 0 || ({program} && tcp.checksum.status == 0 && \
+         !tcp.checksum.ffff)"
+    ));
+    let zero = lines(&format!("{program} && tcp.checksum.ffff"));
+    eprintln!(
+        "{rounds} rounds, {n} datagrams of the program's: {} bad, {} with 0xffff for 0; \
+         hb's TcpInCsumErrors +{errors}\n{zero}{bad}{f}",
+        bad.lines().count(),
+        zero.lines().count()
+    );
+    assert!(n > 1000, "{n} datagrams of the program's: {f}");
+    assert_eq!((bad.lines().count(), errors), (0, 0), "{bad}");
+}
+
+#[test]
+fn tcp_over_ipv6_to_a_kernel_vtep_is_encapsulated_by_the_program() {
+    skip_unless_netns!();
+    let _serial = support::serial();
+    let mut lab = Lab::new("vx6fast");
+    let Some((_a, b, ha, hb, ctl)) = encap_rig(&mut lab, "vx6fa", "vx6fb") else {
+        return;
+    };
     let fp = || ctl.json(&["show", "fast-path"]).unwrap_or_default();
     let errors0 = udp6_csum_errors(&b);
+    let tcp_errors0 = (tcp_csum_errors(&ha.ns), tcp_csum_errors(&hb.ns));
     let pcap = lab.dir.join("underlay6fast.pcap");
     let capture = tshark::PcapCapture::start(&b, "ul", &pcap, &["udp", "port", "4789"]).unwrap();
     let hits0 = u(&fp()["hits"]);
@@ -448,6 +545,12 @@ fdb add {} dev vx0 dst {REMOTE}
     let f = fp();
     assert!(vxlan_misses(&f) > m0, "no super-frame went up: {f}");
     assert_eq!(udp6_csum_errors(&b), errors0);
+    // Both hosts' TCP took every segment's checksum (decision 87).
+    assert_eq!(
+        (tcp_csum_errors(&ha.ns), tcp_csum_errors(&hb.ns)),
+        tcp_errors0,
+        "TCP checksum errors (InCsumErrors) counted by ha, hb"
+    );
     let pcap = capture.stop();
 
     // The capture: every datagram's checksum verified; the program's (flow label 0) and the
@@ -471,7 +574,11 @@ fdb add {} dev vx0 dst {REMOTE}
     if tshark::have_tshark() {
         // tshark's own verification: every outer UDP checksum of the program's datagrams
         // good (flow label 0 from LOCAL), no UDP checksum bad anywhere, no inner TCP one bad
-        // in the program's datagrams.
+        // in the program's datagrams. A TCP checksum of 0xffff where 0x0000 is computed is
+        // zero too (one's complement; the receiver's TCP takes it, checked above): the
+        // kernel's skb_checksum_help writes it for a segment left to offload whose checksum
+        // is 0, ~1 in 65 536 (decision 87). tshark calls it bad (RFC 1624's warning,
+        // tcp.checksum.ffff); those are counted apart.
         let lines = |filter: &str| {
             let out = std::process::Command::new("tshark")
                 .arg("-r")
@@ -484,7 +591,9 @@ fdb add {} dev vx0 dst {REMOTE}
                 ])
                 .args(["-o", "ip.check_checksum:TRUE", "-Y", filter, "-T", "fields"])
                 .args(["-e", "frame.number", "-e", "ipv6.src", "-e", "ipv6.flow"])
-                .args(["-e", "frame.protocols", "-e", "tcp.flags"])
+                .args(["-e", "frame.protocols", "-e", "tcp.flags", "-e", "tcp.seq"])
+                .args(["-e", "tcp.len", "-e", "tcp.checksum"])
+                .args(["-e", "_ws.expert.message"])
                 .output()
                 .unwrap();
             String::from_utf8_lossy(&out.stdout).into_owned()
@@ -495,9 +604,15 @@ fdb add {} dev vx0 dst {REMOTE}
         ));
         let bad = count(&format!(
             "udp.checksum.status == 0 || (ipv6.src == {LOCAL} && ipv6.flow == 0 && \
-             tcp.checksum.status == 0)"
+             tcp.checksum.status == 0 && !tcp.checksum.ffff)"
         ));
-        eprintln!("tshark: {good} of the program's datagrams with a good UDP checksum, {bad} bad");
+        let zero = count(&format!(
+            "ipv6.src == {LOCAL} && ipv6.flow == 0 && tcp.checksum.ffff"
+        ));
+        eprintln!(
+            "tshark: {good} of the program's datagrams with a good UDP checksum, {bad} bad; \
+             {zero} inner TCP checksums 0xffff for 0 (RFC 1624, the kernel's completion)"
+        );
         assert_eq!(
             (good, bad),
             (program, 0),
