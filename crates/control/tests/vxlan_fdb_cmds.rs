@@ -214,3 +214,19 @@ fn flush_self_takes_the_ports_entries_by_the_kernels_kinds() {
     assert!(show(&mut s).contains(&z));
     assert_eq!(s.vxlan_flushes("vx0"), 0);
 }
+
+/// The all-zeros MAC is no bridge entry: `fdb del` of it on any port is refused by name (the
+/// FDB's lookup of key 0 panicked the control thread before).
+#[test]
+fn del_of_the_zero_mac_is_refused_not_a_panic() {
+    let mut s = session();
+    for line in [
+        format!("fdb del {ZERO} dev p1"),
+        format!("fdb del {ZERO} dev p1 vlan 1"),
+        format!("fdb del {ZERO} dev vx0 master"),
+        format!("fdb del {ZERO} dev vx0"),
+    ] {
+        let e = run(&mut s, &line).unwrap_err();
+        assert!(e.contains(ZERO), "{line}: {e}");
+    }
+}

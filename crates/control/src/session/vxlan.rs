@@ -75,7 +75,9 @@ impl Session {
             )));
         }
         let mut bridge_err = None;
-        if bridge {
+        // The all-zeros MAC is the port's flood list, never a bridge entry (and the FDB's
+        // table must not be asked for key 0).
+        if bridge && !mac.is_zero() {
             let id = self.switch.port_id(dev)?;
             let r = match (vlan, inner_vlan) {
                 (Some(v), Some(c)) => self.switch.fdb_del_inner(mac, id, v.into(), c.into()),
