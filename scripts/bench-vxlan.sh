@@ -24,6 +24,10 @@
 # default VXLAN port): since decision 83 the program encapsulates to the learned remote and
 # decapsulates from the learned source as for a static one.
 # Each pair's softnet drops (frames the CPUs' input backlogs dropped) go to stderr.
+# QB_PROBE=1 adds a line of evidence per TCP figure to stderr (decision 90; lib-vxlan.sh's
+# vx_probe): the receiving host's bytes per received skb, the sender's retransmissions, CPU
+# ms per GiB received (iperf3's processes with the softirq work run in them, ksoftirqd, the
+# daemons).
 # Checksum facts of a veth underlay (docs/semantics.md §R.5, §U.5):
 # kernel vxlan devices are at their defaults (TSO and checksum offload on; qbridge completes
 # the checksums they leave partial); a VTEP that sends to OVS has its underlay `tx off`; the
@@ -42,6 +46,7 @@ reps=${4:-1}
 cd "$(dirname "$0")/.."
 . scripts/lib-vxlan.sh
 vx_init qbvx iperf3 ethtool python3
+[ "${QB_PROBE:-0}" = 1 ] && vx_probe_on
 have_ovs=1
 [ -x /usr/sbin/ovs-vswitchd ] || command -v ovs-vswitchd >/dev/null || have_ovs=0
 cleanup() {
@@ -155,6 +160,7 @@ pair() { # A-KIND B-KIND [FAMILY: 4 (default) or 6]
   vx_serve && ok=1
   local r drops0
   drops0=$(softnet_drops)
+  vx_label=$label
   if [ $ok = 1 ]; then
     sleep 0.3
     r="$(vx_rate -P 1) $(vx_rate -P 4) $(vx_rate -R -P 1) $(vx_rate -R -P 4) $(kpps64)"
