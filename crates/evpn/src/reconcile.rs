@@ -455,6 +455,9 @@ pub fn reconcile_part(
                 if let Some(v) = e.vlan {
                     cmd.push_str(&format!(" vlan {v}"));
                 }
+                // The bridge's entry only: without `master` the port's own entries of the
+                // MAC would go too (decision 88), an operator's static one included.
+                cmd.push_str(" master");
                 actions.push(Action::Daemon(cmd));
             }
         }
@@ -499,8 +502,9 @@ pub fn reconcile_part(
                         continue;
                     }
                     let vlan_word = e.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+                    // `master`: the bridge's entry only (decision 88).
                     actions.push(Action::Daemon(format!(
-                        "fdb del {mac} dev {}{vlan_word}",
+                        "fdb del {mac} dev {}{vlan_word} master",
                         p.name
                     )));
                 }
@@ -880,7 +884,7 @@ mod tests {
             [
                 Action::Daemon("fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2".into()),
                 Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0 dst 192.0.2.2".into()),
-                Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0".into()),
+                Action::Daemon("fdb del 02:00:00:00:00:0b dev vx0 master".into()),
                 Action::Withdraw(mac_route(A, M, None, true).nlri),
             ]
         );
@@ -1181,7 +1185,7 @@ mod tests {
             [
                 "fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 1000",
                 "fdb del 02:00:00:00:00:0b dev vx0 dst 192.0.2.2 vni 1000",
-                "fdb del 02:00:00:00:00:0b dev vx0 vlan 10",
+                "fdb del 02:00:00:00:00:0b dev vx0 vlan 10 master",
             ]
         );
         // VLAN 20's map removed: VNI 2000's domain goes — its routes withdrawn, the entries
@@ -1210,7 +1214,7 @@ mod tests {
             [
                 "fdb del 00:00:00:00:00:00 dev vx0 dst 192.0.2.2 vni 2000",
                 "fdb del 02:00:00:00:00:2b dev vx0 dst 192.0.2.2 vni 2000",
-                "fdb del 02:00:00:00:00:2b dev vx0 vlan 20",
+                "fdb del 02:00:00:00:00:2b dev vx0 vlan 20 master",
             ]
         );
         let withdrawn: Vec<&Action> = a
