@@ -2062,6 +2062,50 @@ struct {
 #define QB_VXD6_HDRS 84
 #define QB_VXD6_OUTER 70
 
+/* An outer checksum the kernel would compute (CHECKSUM_NONE: a sender without transmit
+ * checksum offload, across a veth), computed here as the port's UDP receive would (decision
+ * 87): the pseudo-header (the addresses of `h`, the payload length `plen`, which is UDP's,
+ * checked; UDP) and the datagram summed whole by vx6_csum (up to 9216 bytes). One that
+ * verifies leaves the skb CHECKSUM_UNNECESSARY (level 0, what BPF_CSUM_LEVEL_INC makes of
+ * NONE): vxd_csum_ok takes it, the decapsulation consumes it (BPF_CSUM_LEVEL_DEC: NONE
+ * again, the inner checksums the receiver's to verify), and a frame that goes up after all
+ * reaches the socket verified. Anything else leaves the state as it came (NONE for the socket
+ * to compute and judge; UNNECESSARY, COMPLETE, PARTIAL for vxd_csum_ok). */
+static __always_inline void vxd6_none(struct __sk_buff *skb, const __u8 *h, __u32 plen)
+{
+	struct qb_vx_out *o;
+	__u32 zero = 0;
+	__s64 acc;
+	__u8 *b;
+
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0 || bpf_csum_update(skb, 0) >= 0)
+		return;
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_INC);
+	if (bpf_csum_level(skb, BPF_CSUM_LEVEL_QUERY) < 0)
+		return;	/* PARTIAL, untouched by the raise */
+	o = bpf_map_lookup_elem(&qb_vx_scratch, &zero);
+	if (!o)
+		goto none;
+	b = o->b;
+	b[0] = 0;
+	b[1] = 0;
+	b[2] = plen >> 8;
+	b[3] = plen;
+	b[4] = 0;
+	b[5] = 0;
+	b[6] = 0;
+	b[7] = IPPROTO_UDP;
+	acc = bpf_csum_diff(0, 0, (__be32 *)(h + 22), 32, 0);
+	if (acc >= 0)
+		acc = bpf_csum_diff(0, 0, (__be32 *)b, 8, (__wsum)acc);
+	if (acc >= 0)
+		acc = vx6_csum(skb, ETH_HLEN + 40, skb->len, (__u32)acc, o);
+	if (acc >= 0 && vxd_fold((__u32)acc) == 0xffff)
+		return;
+none:
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_DEC);
+}
+
 static __always_inline int vxd6_in(struct __sk_buff *skb, __u64 now)
 {
 	struct qb_vxd6_key tk = {};
@@ -2091,6 +2135,8 @@ static __always_inline int vxd6_in(struct __sk_buff *skb, __u64 now)
 		return vxd_pass(skb, QB_VXD_HEADER);
 	if (t->flags & QB_VXD_TRACE)
 		return vxd_pass(skb, QB_VXD_TRACED);
+	if (h[60] | h[61])
+		vxd6_none(skb, h, plen);
 	/* skb->csum less the IPv6 header's words that are not the pseudo header's (version,
 	 * class and label; next header and hop limit), plus the protocol: the payload length is
 	 * UDP's (checked), the addresses are in both. */

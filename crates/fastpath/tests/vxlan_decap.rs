@@ -409,8 +409,8 @@ fn tunnel_key6(remote: Ipv6Addr, vni: u32) -> Vxd6Key {
 }
 
 /// An IPv6-underlay port that accepts zero UDP checksums (`udp6zerocsumrx`), VNI 5000 from
-/// [`REMOTE6`], with the flows of [`install`]: a test run's skb is CHECKSUM_NONE, so only a
-/// zero checksum is one the program can take there.
+/// [`REMOTE6`], with the flows of [`install`]: a test run's skb is CHECKSUM_NONE, so a
+/// non-zero checksum is one the program sums itself (decision 87).
 fn setup6() -> Option<(FastPath, u32, u32)> {
     let (mut fp, ua, oa) = setup()?;
     let gen = fp.bump_generation().unwrap();
@@ -431,7 +431,8 @@ fn setup6() -> Option<(FastPath, u32, u32)> {
 /// Decision 82: over an IPv6 outer, the program's output is the inner frame the port's own
 /// receive reads (`decapsulate`, zero checksums accepted as the port does), with the flow's
 /// egress tags, for TCP, UDP, ICMP, a fragment and IPv6 inner frames; the counters add up as
-/// over IPv4.
+/// over IPv4. Decision 87: with their UDP checksums computed too (CHECKSUM_NONE in a test
+/// run, summed by the program), an odd length among them.
 #[test]
 fn an_ipv6_tunnels_frame_leaves_as_the_pipeline_forwards_its_inner_frame() {
     let Some((mut fp, ua, oa)) = setup6() else {
@@ -439,17 +440,22 @@ fn an_ipv6_tunnels_frame_leaves_as_the_pipeline_forwards_its_inner_frame() {
     };
     let mut bytes = 0;
     let frames = inner_frames();
-    for inner in &frames {
-        let f = outer6(REMOTE6, 5000, inner, true);
-        let want = decapsulate(&f[14..], true).unwrap().inner.to_vec();
-        assert_eq!(&want, inner);
-        let r = fp.test_run_decap(&f, ua, 1).unwrap();
-        assert_eq!(r.verdict, Verdict::Hit { ifindex: oa }, "{inner:02x?}");
-        assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
-        assert_eq!(r.frame, want, "the pipeline's inner frame");
-        bytes += want.len() as u64;
+    let mut odd = frames.clone();
+    odd.push(ipv4(A, 17, 0, &ports_l4(false, 5000, 2000, 301)));
+    assert_eq!(odd[odd.len() - 1].len() % 2, 1);
+    for (zero_csum, list) in [(true, &frames), (false, &odd)] {
+        for inner in list {
+            let f = outer6(REMOTE6, 5000, inner, zero_csum);
+            let want = decapsulate(&f[14..], zero_csum).unwrap().inner.to_vec();
+            assert_eq!(&want, inner);
+            let r = fp.test_run_decap(&f, ua, 1).unwrap();
+            assert_eq!(r.verdict, Verdict::Hit { ifindex: oa }, "{inner:02x?}");
+            assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
+            assert_eq!(r.frame, want, "the pipeline's inner frame");
+            bytes += want.len() as u64;
+        }
     }
-    let n = frames.len() as u64;
+    let n = (frames.len() + odd.len()) as u64;
     let rx = fp.port_stats(VX).unwrap();
     let tx = fp.port_stats(OUT).unwrap();
     assert_eq!(
@@ -496,8 +502,8 @@ fn an_ipv6_tunnels_frame_leaves_as_the_pipeline_forwards_its_inner_frame() {
 
 /// Decision 82: every IPv6 frame the program does not take passes on untouched with its
 /// reason — an extension header, a zero checksum on a port without `udp6zerocsumrx` (the
-/// socket drops it: `decapsulate` refuses it too), a checksum the kernel would compute (a
-/// test run's CHECKSUM_NONE), wrong lengths, reserved VXLAN bits, an unknown remote, VNI or
+/// socket drops it: `decapsulate` refuses it too), a bad checksum (summed by the program from
+/// a test run's CHECKSUM_NONE, decision 87), wrong lengths, reserved VXLAN bits, an unknown remote, VNI or
 /// port, and the inner-frame and flow reasons as over IPv4; IPv4 tunnels and IPv6 ones are
 /// apart. (A short unpadded inner packet is taken.)
 #[test]
@@ -552,12 +558,22 @@ fn every_other_ipv6_frame_passes_to_the_socket_untouched() {
     f[63] = 1; // a reserved VXLAN bit
     check(&mut fp, &f, VxdVerdict::Header);
 
-    // Checksums: a valid one (CHECKSUM_NONE here: the kernel would compute it), a bad one.
+    // Checksums (CHECKSUM_NONE here: the program sums the datagram, decision 87): a valid
+    // one is taken, a bad one in the field or the payload passes.
     let summed = outer6(REMOTE6, 5000, &inner, false);
     assert!(decapsulate(&summed[14..], false).is_ok());
-    check(&mut fp, &summed, VxdVerdict::Csum);
+    let r = fp.test_run_decap(&summed, ua, 1).unwrap();
+    assert_eq!(
+        (r.verdict, &r.frame),
+        (Verdict::Hit { ifindex: oa }, &inner)
+    );
     let mut f = summed.clone();
     f[60] ^= 0x55;
+    assert!(decapsulate(&f[14..], false).is_err());
+    check(&mut fp, &f, VxdVerdict::Csum);
+    let mut f = summed.clone();
+    let last = f.len() - 1;
+    f[last] ^= 1;
     assert!(decapsulate(&f[14..], false).is_err());
     check(&mut fp, &f, VxdVerdict::Csum);
     // A zero one on a port without udp6zerocsumrx: its socket drops (and counts) it.

@@ -516,9 +516,22 @@ fn tcp_over_ipv6_to_a_kernel_vtep_is_encapsulated_by_the_program() {
     );
     let t = tcp_transfer(&ha, &hb, 8 << 20, Duration::from_secs(40))
         .unwrap_or_else(|e| panic!("TCP ha -> hb: {e}\n{}", ctl.stats_text()));
+    // hb's segments arrive CHECKSUM_NONE (b's underlay computes every checksum): the program
+    // sums each datagram itself and decapsulates it (decision 87), none passes for its
+    // checksum.
+    let (decap_csum0, hits1) = (u(&fp()["misses"]["decap-checksum"]), u(&fp()["hits"]));
     let r = tcp_transfer(&hb, &ha, 8 << 20, Duration::from_secs(40))
         .unwrap_or_else(|e| panic!("TCP hb -> ha: {e}\n{}", ctl.stats_text()));
     let f = fp();
+    assert_eq!(
+        u(&f["misses"]["decap-checksum"]),
+        decap_csum0,
+        "hb's datagrams passed for their checksum: {f}"
+    );
+    assert!(
+        u(&f["hits"]) - hits1 > 2000,
+        "hb's TCP was not decapsulated by the program: {f}"
+    );
     eprintln!(
         "ha->hb {:.2} Gbit/s, hb->ha {:.2} Gbit/s; show fast-path: {f}",
         t.gbit_per_s(),
