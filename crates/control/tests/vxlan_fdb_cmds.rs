@@ -230,3 +230,50 @@ fn del_of_the_zero_mac_is_refused_not_a_panic() {
         assert!(e.contains(ZERO), "{line}: {e}");
     }
 }
+
+/// An `external` port: `vni N` picks one VNI's entries; without it, `self` takes the MAC's
+/// entries in every VNI, learned ones included.
+#[test]
+fn on_an_external_port_vni_picks_the_entries_and_no_vni_takes_all() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add br0 type bridge vlan_filtering 1
+link add vx0 type vxlan external local 192.0.2.1
+link set dev vx0 master br0
+vlan add vid 10 dev vx0
+vlan add vid 20 dev vx0
+vlan add vid 10 dev vx0 tunnel_info id 1000
+vlan add vid 20 dev vx0 tunnel_info id 2000
+",
+        OutputOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("config: {e}"));
+    ok(
+        &mut s,
+        &format!("fdb add {M1} dev vx0 dst 192.0.2.2 vni 1000"),
+    );
+    ok(
+        &mut s,
+        &format!("fdb add {M1} dev vx0 dst 192.0.2.3 vni 2000"),
+    );
+    ok(&mut s, &format!("fdb del {M1} dev vx0 vni 1000"));
+    assert_eq!(
+        show(&mut s),
+        [format!(
+            "{M1} dev vx0 dst 192.0.2.3 vni 2000 self permanent"
+        )]
+    );
+    let e = run(&mut s, &format!("fdb del {M1} dev vx0 self vni 1000")).unwrap_err();
+    assert!(e.contains("no entry"), "{e}");
+    // Learned in VNI 3000 too: `self` without `vni` takes both.
+    let st = BackendStatus {
+        open: true,
+        vxlan_learned: vec![(3000, M1.parse().unwrap(), "192.0.2.4".parse().unwrap())],
+        ..Default::default()
+    };
+    s.set_backend_status("vx0", st);
+    assert_eq!(show(&mut s).len(), 2, "{:?}", show(&mut s));
+    ok(&mut s, &format!("fdb del {M1} dev vx0 self"));
+    assert!(show(&mut s).is_empty(), "{:?}", show(&mut s));
+    assert_eq!(s.take_vxlan_forgets("vx0").len(), 1);
+}
