@@ -277,3 +277,15 @@ vlan add vid 20 dev vx0 tunnel_info id 2000
     assert!(show(&mut s).is_empty(), "{:?}", show(&mut s));
     assert_eq!(s.take_vxlan_forgets("vx0").len(), 1);
 }
+
+/// `add` of a learned MAC is refused (the kernel: `File exists`); `replace` makes it static.
+#[test]
+fn add_of_a_learned_mac_is_refused_and_replace_makes_it_static() {
+    let mut s = session();
+    learned(&mut s, &[M1]);
+    let e = run(&mut s, &format!("fdb add {M1} dev vx0 dst 192.0.2.7")).unwrap_err();
+    assert!(e.contains("learned"), "{e}");
+    assert_eq!(show(&mut s), [format!("{M1} dev vx0 dst 192.0.2.2 self")]);
+    ok(&mut s, &format!("fdb replace {M1} dev vx0 dst 192.0.2.7"));
+    assert!(show(&mut s).contains(&format!("{M1} dev vx0 dst 192.0.2.7 self permanent")));
+}

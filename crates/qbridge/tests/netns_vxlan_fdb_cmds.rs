@@ -217,6 +217,9 @@ fn fdb_del_and_flush_on_vx0_answer_as_the_kernels_vxlan() {
     p.same(&format!("del {M2} dev vx0 master"));
     assert!(p.qbridge().is_empty(), "{:?}", p.qbridge());
     p.fill();
+    // `add` of a learned MAC refused (`File exists`), `replace` makes it static.
+    p.same(&format!("add {M2} dev vx0 dst 192.0.2.7"));
+    p.same(&format!("replace {M2} dev vx0 dst 192.0.2.7"));
     p.same(&format!("del {M2} dev vx0 self master"));
     // No word: the port's own entry goes as in the kernel; qbridge takes the bridge's too
     // (decision 88), the kernel leaves it.

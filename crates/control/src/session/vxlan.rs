@@ -27,6 +27,23 @@ impl Session {
             });
         };
         let key = spec.entry_vni(dev, vni).map_err(ControlError::Vxlan)?;
+        // vxl88 (decision 88): `add` of a MAC the port learned is refused, as the kernel's
+        // vxlan refuses it (`File exists`); `replace` makes it static.
+        if op == VxlanFdbOp::Add && !mac.is_zero() && !self.may_exist {
+            if let Some(&(_, _, at)) = self.status.get(dev).and_then(|st| {
+                st.vxlan_learned
+                    .iter()
+                    .find(|&&(v, m, _)| v == key && m == mac)
+            }) {
+                return Err(ControlError::Vxlan(format!(
+                    "vxlan port {dev}: {mac} has a VTEP already (learned, {at}): use replace \
+                     to make it static"
+                )));
+            }
+        }
+        let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
+            return Ok(());
+        };
         let r = spec.apply_from(dev, op, mac, dst, vni, origin);
         let there = spec
             .remotes
