@@ -108,5 +108,8 @@ fn which_commands_change_only_fdb_entries() {
     ] {
         assert!(!only(l), "{l}");
     }
-    assert!(!batch_fdb_entries_only("fdb add nonsense\n"));
+    assert!(batch_fdb_entries_only("# routes\n\n  fdb show\n"));
+    assert!(!batch_fdb_entries_only(
+        "fdb show\nvlan add vid 10 dev p1\n"
+    ));
 }

@@ -131,8 +131,25 @@ impl Session {
     ) -> Result<String, ControlError> {
         let mut work = self.clone();
         let mut output = String::new();
+        // fdb89: a batch of FDB entries only (qbridge-evpn's routes, decision 89): the lines
+        // that change a bridge's FDB, kept (parsed once) to be done on the live switch.
+        let fdb_batch = batch_fdb_entries_only(text);
+        let mut bridge_lines = Vec::new();
         for (i, line) in text.lines().enumerate() {
-            let r = work.execute_line(line, out);
+            let r = parse_line(line).and_then(|c| match c {
+                Some(c) => {
+                    let r = work.execute(&c, out);
+                    let own = matches!(
+                        c,
+                        Command::Fdb(FdbCommand::Vxlan { .. } | FdbCommand::Show { .. })
+                    );
+                    if fdb_batch && !own {
+                        bridge_lines.push(c);
+                    }
+                    r
+                }
+                None => Ok(String::new()),
+            });
             match r {
                 Ok(s) => output.push_str(&s),
                 Err(e) => {
@@ -143,22 +160,20 @@ impl Session {
                 }
             }
         }
-        // fdb89: a batch of FDB entries only (qbridge-evpn's routes), checked whole on the
-        // copy, is then done again on the live session, so that its FDBs stay the ones the
-        // datapath holds (the plan unchanged: the fast path follows the entries it changed,
-        // decision 89). A line the live session refuses — a worker learned or moved an
-        // address meanwhile — leaves the copy's result taken whole, as any other batch.
-        if batch_fdb_entries_only(text) {
-            let mut replayed = true;
-            for line in text.lines() {
-                if let Err(e) = self.execute_line(line, OutputOptions::default()) {
-                    tracing::info!("an FDB batch taken whole after its line {line:?}: {e}");
-                    replayed = false;
-                    break;
-                }
-            }
+        // fdb89: checked whole on the copy, such a batch has its bridge lines done again on
+        // the live switch, which the copy then takes instead of its own: the FDBs stay the
+        // ones the datapath holds (the plan unchanged: the fast path follows the entries it
+        // changed); the rest (a VXLAN port's remotes, in its spec) is the copy's, not done
+        // twice. A line the live switch refuses — a worker learned or moved an address
+        // meanwhile — leaves the copy taken whole, as any other batch.
+        if fdb_batch {
+            let replayed = bridge_lines.iter().all(|c| {
+                self.execute(c, OutputOptions::default())
+                    .map_err(|e| tracing::info!("an FDB batch taken whole after {c:?}: {e}"))
+                    .is_ok()
+            });
             if replayed {
-                return Ok(output);
+                std::mem::swap(&mut self.switch, &mut work.switch);
             }
         }
         *self = work;
@@ -737,13 +752,13 @@ pub fn fdb_entries_only(cmd: &Command) -> bool {
     )
 }
 
-/// fdb89: whether every line of batch `text` is a comment, a blank or
-/// [`fdb_entries_only`] (decision 89); a line that does not parse is not.
+/// fdb89: whether every line of batch `text` is a blank, a comment or an `fdb` command, all
+/// [`fdb_entries_only`] when they parse (decision 89). Read from the words, not parsed: the
+/// engine asks before the batch runs.
 pub fn batch_fdb_entries_only(text: &str) -> bool {
-    text.lines().all(|l| match parse_line(l) {
-        Ok(None) => true,
-        Ok(Some(c)) => fdb_entries_only(&c),
-        Err(_) => false,
+    text.lines().all(|l| {
+        let l = l.trim_start();
+        l.is_empty() || l.starts_with('#') || l.starts_with("fdb ")
     })
 }
 
