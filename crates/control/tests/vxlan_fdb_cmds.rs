@@ -289,3 +289,27 @@ fn add_of_a_learned_mac_is_refused_and_replace_makes_it_static() {
     ok(&mut s, &format!("fdb replace {M1} dev vx0 dst 192.0.2.7"));
     assert!(show(&mut s).contains(&format!("{M1} dev vx0 dst 192.0.2.7 self permanent")));
 }
+
+/// A VXLAN port in no bridge: its own entries go without a word; `master` is refused (the
+/// kernel: `Operation not supported`).
+#[test]
+fn a_port_in_no_bridge_has_only_its_own_entries() {
+    let mut s = Session::new();
+    s.execute_batch(
+        "link add vx0 type vxlan id 42 local 192.0.2.1\n",
+        OutputOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("config: {e}"));
+    ok(&mut s, &format!("fdb add {M1} dev vx0 dst 192.0.2.2"));
+    ok(&mut s, &format!("fdb add {M2} dev vx0 dst 192.0.2.2"));
+    ok(&mut s, &format!("fdb del {M1} dev vx0"));
+    assert_eq!(
+        show(&mut s),
+        [format!("{M2} dev vx0 dst 192.0.2.2 self permanent")]
+    );
+    let e = run(&mut s, &format!("fdb del {M2} dev vx0 master")).unwrap_err();
+    assert!(e.contains("not attached to a bridge"), "{e}");
+    assert_eq!(show(&mut s).len(), 1);
+    let e = run(&mut s, &format!("fdb del {M1} dev vx0")).unwrap_err();
+    assert!(e.contains("no entry"), "{e}");
+}

@@ -83,19 +83,22 @@ impl Session {
         bridge: bool,
     ) -> Result<(), ControlError> {
         let mut found = false;
+        // Checked before anything changes: a refused command changes nothing.
         if own {
-            found |= self.vxl88_del_own(dev, mac, vni)?;
+            self.vxl88_own_key(dev, vni)?;
         } else if vni.is_some() {
             return Err(ControlError::Vxlan(format!(
                 "vxlan port {dev}: \"vni\" names the port's own entry, not the bridge's \
                  (\"master\")"
             )));
         }
+        let id = self.switch.port_id(dev)?;
+        let in_bridge = self.switch.port_master(id).is_some();
         let mut bridge_err = None;
         // The all-zeros MAC is the port's flood list, never a bridge entry (and the FDB's
-        // table must not be asked for key 0).
-        if bridge && !mac.is_zero() {
-            let id = self.switch.port_id(dev)?;
+        // table must not be asked for key 0); a port in no bridge has only its own entries
+        // (`master` alone on it is refused, as the kernel refuses it).
+        if bridge && !mac.is_zero() && (in_bridge || !own) {
             let r = match (vlan, inner_vlan) {
                 (Some(v), Some(c)) => self.switch.fdb_del_inner(mac, id, v.into(), c.into()),
                 _ => self.switch.fdb_del(mac, id, vlan.map(u32::from)),
@@ -108,6 +111,9 @@ impl Session {
                 ) => bridge_err = Some(e),
                 Err(e) => return Err(e.into()),
             }
+        }
+        if own {
+            found |= self.vxl88_del_own(dev, mac, vni)?;
         }
         if found || self.may_exist {
             return Ok(());
@@ -133,18 +139,28 @@ impl Session {
         mac: MacAddr,
         vni: Option<u32>,
     ) -> Result<bool, ControlError> {
+        let key = self.vxl88_own_key(dev, vni)?;
         let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
             return Ok(false);
-        };
-        let key = match (spec.external, vni) {
-            (true, None) => None,
-            _ => Some(spec.entry_vni(dev, vni).map_err(ControlError::Vxlan)?),
         };
         let before = spec.remotes.len();
         spec.remotes
             .retain(|r| !(r.mac == mac && key.is_none_or(|k| k == r.vni)));
         let statics = spec.remotes.len() != before;
         Ok(self.vxl88_forget_learned(dev, key, mac, None) || statics)
+    }
+
+    /// vxl88: the VNI of VXLAN port `dev`'s own entries `vni` names (the port's `id` without
+    /// it; `None`: every VNI, an external port without `vni`), or why it names none.
+    fn vxl88_own_key(&self, dev: &str, vni: Option<u32>) -> Result<Option<u32>, ControlError> {
+        match self.specs.get(dev) {
+            Some(PortSpec::Vxlan(spec)) if spec.external && vni.is_none() => Ok(None),
+            Some(PortSpec::Vxlan(spec)) => spec
+                .entry_vni(dev, vni)
+                .map(Some)
+                .map_err(ControlError::Vxlan),
+            _ => Ok(None),
+        }
     }
 
     /// vxl88: the learned entries of `mac` on VXLAN port `dev` (in VNI `key`, at VTEP `dst`
