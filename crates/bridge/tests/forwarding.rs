@@ -848,3 +848,23 @@ fn staged_batch_keeps_frame_order_semantics() {
     expect(&out, &[(tr, all)]);
     assert_eq!(r.sw.port_counters(tr).tx_frames, 2 + 6);
 }
+
+/// A frame to 00:00:00:00:00:00 on a bridge without VLAN filtering (FID 0: its FDB key is 0,
+/// the FDB table's empty-slot marker) is unknown unicast and floods; `fdb del` of the zero
+/// MAC is an error, not a panic.
+#[test]
+fn a_frame_to_the_zero_mac_floods_without_vlan_filtering() {
+    let mut r = Rig::new();
+    r.bridge("br0", VlanProtocol::Dot1Q, false);
+    let p0 = r.port("p0", "br0");
+    let p1 = r.port("p1", "br0");
+    let p2 = r.port("p2", "br0");
+    let zero = MacAddr([0; 6]);
+    let f = frame(zero, mac(1), &[], 64);
+    let out = r.send(p1, f.clone());
+    expect(&out, &[(p0, vec![f.clone()]), (p2, vec![f.clone()])]);
+    let f2 = frame(zero, mac(2), &[], 64);
+    let out = r.send(p0, f2.clone());
+    expect(&out, &[(p1, vec![f2.clone()]), (p2, vec![f2])]);
+    assert!(r.sw.fdb_del(zero, p0, None).is_err());
+}

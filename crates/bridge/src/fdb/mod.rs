@@ -635,6 +635,9 @@ impl Fdb {
     /// can be evicted (one per port and VLAN). Returns whether it was added, and the port of
     /// an evicted entry.
     pub fn add_local(&self, key: u64, port: u16, now_ns: u64) -> (bool, Option<u16>) {
+        if key == 0 {
+            return (false, None);
+        }
         let mut w = self.lock();
         if let Some((i, s)) = w.table.find(key) {
             if s.flags & F_PERMANENT != 0 {

@@ -176,6 +176,11 @@ impl<'a> TableView<'a> {
     /// [`TableView::find_at`]; `SEEN`: read `seen_ns` (else 0).
     #[inline(always)]
     fn find_at_with<const SEEN: bool>(self, key: u64) -> Option<(usize, &'a AtomicSlot, Slot)> {
+        // Key 0 (the zero MAC in FID 0) is the empty slot's marker, never stored: the probe
+        // below would take the first empty slot for it.
+        if key == 0 {
+            return None;
+        }
         let mask = self.slots.len().wrapping_sub(1);
         let mut i = home(key, self.shift);
         loop {

@@ -228,3 +228,25 @@ fn readers_see_whole_entries_while_a_writer_works() {
     stop.store(true, Relaxed);
     assert!(reader.join().unwrap() > 0);
 }
+
+/// Key 0 (MAC 00:00:00:00:00:00 in FID 0, e.g. a bridge without VLAN filtering) is the empty
+/// slot's marker: it is never found (an empty slot once read as an entry on port 0, so a frame
+/// to that MAC went to port 0 alone and `fdb del` of it panicked the control thread) and never
+/// stored.
+#[test]
+fn the_zero_key_is_never_found_nor_stored() {
+    let f = Fdb::new(1024);
+    let z = fdb_key(MacAddr::from_u64(0), 0);
+    assert_eq!(z, 0);
+    assert!(f.get(z).is_none());
+    assert!(f.remove(z).is_none());
+    assert_eq!(f.add_local(z, 1, 5), (false, None));
+    assert!(matches!(learn(&f, z, 2, 5, 0, 0), Learned::Refused));
+    assert!(f.get(z).is_none());
+    assert_eq!(f.len(), 0);
+    assert!(f.entries().is_empty());
+    // Other keys of the zero MAC (another FID) are ordinary.
+    let z1 = fdb_key(MacAddr::from_u64(0), 1);
+    assert!(matches!(learn(&f, z1, 2, 5, 0, 0), Learned::New));
+    assert_eq!(f.get(z1).map(|s| s.port), Some(2));
+}

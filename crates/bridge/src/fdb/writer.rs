@@ -116,6 +116,11 @@ impl Writer {
     /// Inserts a new key (the caller checked it is absent and that there is room), reusing
     /// the first tombstone on its probe path.
     pub(super) fn insert_new(&mut self, key: u64, port: u16, flags: u8, now_ns: u64) {
+        // Key 0 (the zero MAC in FID 0) is the empty slot's marker: never stored. Commands
+        // refuse the zero MAC and learning refuses the key before this.
+        if key == 0 {
+            return;
+        }
         self.note(key, None);
         if (self.len + self.tombs + 1) * 8 > self.table.slots.len() * 5 {
             self.rebuild();
@@ -263,6 +268,9 @@ impl Writer {
         now_ns: u64,
         (bridge_limit, port_limit, vlan_limit): (u32, u32, u32),
     ) -> Learned {
+        if key == 0 {
+            return Learned::Refused;
+        }
         if vlan_limit != 0
             && self
                 .vlan_learned
