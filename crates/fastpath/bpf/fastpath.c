@@ -1156,6 +1156,60 @@ static __always_inline int vx6_encap(struct __sk_buff *skb, struct qb_vx_out *o)
 	return bpf_skb_store_bytes(skb, 0, o->hdr6, QB_VX6_HDR, BPF_F_INVALIDATE_HASH) ? -1 : 0;
 }
 
+/* ---- vxo_: the order of a flow's frames when some go up (decision 91) ----
+ * A frame of an installed flow that goes up for a reason of its own (to an IPv6 tunnel: a
+ * super-frame, too long or unsummable in vx6_prepare) is queued in the daemon; the flow's next
+ * frames, taken by the program at once, would overtake it (802.1Q keeps the order of a flow's
+ * frames; TCP reads overtaking as loss). So such a frame notes, in the slot of its inner flow
+ * hash (the one that picks the socket), a deadline: now + the window; a frame of the flow that
+ * finds its deadline not passed goes up too (QB_MISS_ORDER) and moves it on. The flow's frames
+ * come back to the program once none went up for a window: the daemon's queue has drained. A
+ * collision of two flows in a slot only sends more frames up. */
+#define QB_ORDER_SLOTS 4096
+/* The daemon's queueing delay, with room: docs/decisions.md, decision 91. */
+#define QB_ORDER_WINDOW_NS (20ULL * 1000 * 1000)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QB_ORDER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_order SEC(".maps");
+
+/* The window in ns, 0 for QB_ORDER_WINDOW_NS (the tests' knob). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} qb_order_window SEC(".maps");
+
+/* Whether the frame of inner flow hash `hash` through tunnel `tunnel` must go up behind an
+ * earlier one (its deadline then moved on); `up`: the frame goes up for its own reason (the
+ * deadline set). A global function: verified once, one call on the caller's path. */
+__attribute__((noinline)) int vxo_order(__u32 hash, __u32 tunnel, __u32 up)
+{
+	__u32 i = (hash ^ (tunnel * 0x9e3779b1U)) & (QB_ORDER_SLOTS - 1), zero = 0;
+	__u64 *until = bpf_map_lookup_elem(&qb_order, &i), *w, now;
+
+	if (!until || (!up && !*until))
+		return 0;
+	now = bpf_ktime_get_coarse_ns();
+	if (!up && now >= *until)
+		return 0;
+	w = bpf_map_lookup_elem(&qb_order_window, &zero);
+	*until = now + (w && *w ? *w : QB_ORDER_WINDOW_NS);
+	return 1;
+}
+
+/* vx6_prepare's verdict `r`, the flow's deadline set when it sends the frame up. */
+static __always_inline int vxo_up(int r, __u32 hash, __u32 tunnel)
+{
+	if (r)
+		vxo_order(hash, tunnel, 1);
+	return r;
+}
+
 static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flow_action *act,
 				      __u32 off, __u16 proto_be, __u32 len, struct qb_vx_out *o)
 {
@@ -1192,8 +1246,13 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 		if (bpf_check_mtu(skb, t->ifindex, &o->s_left, 0, 0))
 			return QB_MISS_VXLAN + 1;
 	}
-	if (t->flags & QB_VX_IPV6)
-		return vx6_prepare(skb, t, off, proto_be, len, o, hash ^ (hash >> 16), tos);
+	if (t->flags & QB_VX_IPV6) {
+		/* vxo_: behind a frame of the flow that went up, up too (decision 91). */
+		if (vxo_order(hash, idx, 0))
+			return QB_MISS_ORDER + 1;
+		return vxo_up(vx6_prepare(skb, t, off, proto_be, len, o, hash ^ (hash >> 16), tos),
+			      hash, idx);
+	}
 	o->ifindex = t->ifindex;
 	/* Outer Ethernet: the addresses are bpf_redirect_neigh's to fill. */
 	__builtin_memset(h, 0, 12);

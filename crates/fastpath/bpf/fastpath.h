@@ -32,6 +32,8 @@ enum qb_miss {
 	QB_MISS_BOND,		/* to a bond: no member distributes, or a frame the program does not hash */
 	QB_MISS_VXLAN,		/* to a VXLAN tunnel: no route or neighbour, too long for the path, or a
 			 * frame whose outer source port the program does not compute */
+	QB_MISS_ORDER,		/* vxo_: a frame of a flow whose earlier frame went up for a reason of its
+			 * own within the order window: it must not overtake it (decision 91) */
 	QB_MISS_MAX,
 };
 

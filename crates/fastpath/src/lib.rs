@@ -491,6 +491,26 @@ impl FastPath {
         Ok((hits, misses))
     }
 
+    /// vxo_ (decision 91): the order window in ns (0: the program's own, 20 ms): how long
+    /// after a flow's frame went up for a reason of its own the flow's frames follow it up.
+    pub fn set_order_window(&mut self, ns: u64) -> Result<(), Error> {
+        let name = "qb_order_window";
+        let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
+        let mut a: Array<&mut MapData, u64> = Array::try_from(map).map_err(map_err(name))?;
+        a.set(0, ns, 0).map_err(map_err(name))
+    }
+
+    /// vxo_ (decision 91): forgets every flow's order deadline, as if each window had passed.
+    pub fn clear_order(&mut self) -> Result<(), Error> {
+        let name = "qb_order";
+        let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
+        let mut a: Array<&mut MapData, u64> = Array::try_from(map).map_err(map_err(name))?;
+        for i in 0..a.len() {
+            a.set(i, 0, 0).map_err(map_err(name))?;
+        }
+        Ok(())
+    }
+
     pub fn port_stats(&mut self, port: u32) -> Result<PortStats, Error> {
         self.per_cpu_sum("qb_port_stats", port, |s: &mut PortStats, v| {
             s.rx_frames += v.rx_frames;

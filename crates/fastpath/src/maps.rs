@@ -45,10 +45,14 @@ pub enum Miss {
     /// the path, or a frame whose outer source port the program leaves to the pipeline
     /// (decision 73).
     Vxlan,
+    /// `QB_MISS_ORDER`: a frame of a flow (to an IPv6 tunnel) whose earlier frame went up for
+    /// a reason of its own less than the order window before: up behind it, not overtaking it
+    /// (decision 91).
+    Order,
 }
 
 impl Miss {
-    pub const ALL: [Miss; 13] = [
+    pub const ALL: [Miss; 14] = [
         Miss::NoPort,
         Miss::Malformed,
         Miss::Tags,
@@ -62,6 +66,7 @@ impl Miss {
         Miss::Local,
         Miss::Bond,
         Miss::Vxlan,
+        Miss::Order,
     ];
 
     /// The counter's name (`link show -d`, metrics).
@@ -80,6 +85,7 @@ impl Miss {
             Miss::Local => "local",
             Miss::Bond => "bond",
             Miss::Vxlan => "vxlan",
+            Miss::Order => "order",
         }
     }
 
