@@ -1176,7 +1176,8 @@ struct {
 	__type(value, __u64);
 } qb_order SEC(".maps");
 
-/* The window in ns, 0 for QB_ORDER_WINDOW_NS (the tests' knob). */
+/* The window in ns: 0 for QB_ORDER_WINDOW_NS, all ones for none (the keeper off); the tests'
+ * and measurements' knob. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -1198,6 +1199,8 @@ __attribute__((noinline)) int vxo_order(__u32 hash, __u32 tunnel, __u32 up)
 	if (!up && now >= *until)
 		return 0;
 	w = bpf_map_lookup_elem(&qb_order_window, &zero);
+	if (w && *w == ~0ULL)
+		return 0;	/* the keeper off (measurements) */
 	*until = now + (w && *w ? *w : QB_ORDER_WINDOW_NS);
 	return 1;
 }
@@ -1247,8 +1250,9 @@ static __always_inline int vx_prepare(struct __sk_buff *skb, const struct qb_flo
 			return QB_MISS_VXLAN + 1;
 	}
 	if (t->flags & QB_VX_IPV6) {
-		/* vxo_: behind a frame of the flow that went up, up too (decision 91). */
-		if (vxo_order(hash, idx, 0))
+		/* vxo_: behind a frame of the flow that went up, up too (decision 91); a
+		 * super-frame goes up anyway, counted as such (vx6_prepare). */
+		if (!skb->gso_size && vxo_order(hash, idx, 0))
 			return QB_MISS_ORDER + 1;
 		return vxo_up(vx6_prepare(skb, t, off, proto_be, len, o, hash ^ (hash >> 16), tos),
 			      hash, idx);

@@ -491,8 +491,9 @@ impl FastPath {
         Ok((hits, misses))
     }
 
-    /// vxo_ (decision 91): the order window in ns (0: the program's own, 20 ms): how long
-    /// after a flow's frame went up for a reason of its own the flow's frames follow it up.
+    /// vxo_ (decision 91): the order window in ns (0: the program's own, 20 ms; `u64::MAX`:
+    /// none, the keeper off): how long after a flow's frame went up for a reason of its own
+    /// the flow's frames follow it up.
     pub fn set_order_window(&mut self, ns: u64) -> Result<(), Error> {
         let name = "qb_order_window";
         let map = self.ebpf.map_mut(name).ok_or_else(|| no_map(name))?;
