@@ -604,6 +604,8 @@ impl Engine {
         // fdb89: a batch taken whole replaced the FDBs (a new plan): every flow goes stale.
         let fdb_only = fdb_only
             && plan_before.is_some_and(|p| Arc::ptr_eq(&p, &self.session.switch_mut().plan()));
+        // fdb89: what the VXLAN tables' writes change is noted only for such a request.
+        self.fdb89_vx.armed = fdb_only;
         if let Some(f) = self.fast.as_mut().filter(|_| !fdb_only) {
             // Commands that change no plan (a VXLAN port's table, a flush, a batch of FDB
             // commands): the flows must not outlive them either.
@@ -619,9 +621,8 @@ impl Engine {
         self.publish();
         if fdb_only {
             self.fast_fdb_command();
-        } else {
-            self.fdb89_forget();
         }
+        self.fdb89_forget();
         if resp.ok {
             self.save_state(&mut resp, change_line.as_deref());
         }

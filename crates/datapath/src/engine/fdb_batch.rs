@@ -22,12 +22,18 @@ pub(super) struct VxChanges {
     macs: HashSet<[u8; 6]>,
     /// A static remote or a flood list changed: the decapsulation's tunnels may follow.
     touched: bool,
+    /// The request being done changes only FDB entries: only then is a change noted (any
+    /// other bumps the generation, which makes every flow stale anyway).
+    pub(super) armed: bool,
 }
 
 impl VxChanges {
     /// Notes what writing `remotes` (a port's static entries and flood lists, as
     /// `VxlanTable::set_statics` takes them) into `t` changes.
     pub(super) fn note(&mut self, t: &VxlanTable, remotes: &[(Vni, MacAddr, IpAddr)]) {
+        if !self.armed {
+            return;
+        }
         let mut old: HashMap<(Vni, [u8; 6]), IpAddr> = HashMap::new();
         let mut old_flood = Vec::new();
         for e in t.entries(std::time::Instant::now()) {
@@ -102,8 +108,9 @@ impl Engine {
         }
     }
 
-    /// Forgets what a request noted in the VXLAN tables when the generation was bumped anyway
-    /// (every flow stale).
+    /// After a request: what it noted in the VXLAN tables is forgotten (used, or the
+    /// generation was bumped anyway: every flow stale), and nothing is noted until the next
+    /// FDB-only request.
     pub(super) fn fdb89_forget(&mut self) {
         self.fdb89_vx = VxChanges::default();
     }
