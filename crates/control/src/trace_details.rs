@@ -153,13 +153,12 @@ fn vxlan_text(v: &Vxlan, frame: &[u8]) -> String {
     let flood: Vec<IpAddr> = v
         .spec
         .remotes
-        .iter()
-        .filter(|r| r.vni == vni && r.mac == MacAddr::ZERO)
+        .of(vni, MacAddr::ZERO)
         .map(|r| r.dst)
         .collect();
     let one = if dst.is_multicast() {
         None
-    } else if let Some(r) = v.spec.remotes.iter().find(|r| r.vni == vni && r.mac == dst) {
+    } else if let Some(r) = v.spec.remotes.get(vni, dst) {
         Some((r.dst, "its static entry"))
     } else {
         v.learned

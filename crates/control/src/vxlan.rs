@@ -47,7 +47,7 @@ pub struct VxlanSpec {
     pub udp6zerocsumrx: bool,
     /// Static remote VTEPs in the order given: (VNI, MAC) → VTEP entries and (all-zeros MAC)
     /// each VNI's flood list.
-    pub remotes: Vec<VxlanRemote>,
+    pub remotes: Remotes,
     /// External ports: (VID, VNI) pairs by VID, each side unique (`vlan add vid V dev NAME
     /// tunnel_info id N`).
     pub tunnels: Vec<(u16, u32)>,
@@ -68,6 +68,169 @@ pub struct VxlanRemote {
     pub origin: RemoteOrigin,
     /// The VNI the entry belongs to (the port's `id` on a port with one VNI).
     pub vni: u32,
+}
+
+/// rmt92 (decision 92): a VXLAN port's static remotes in the order given, indexed by (VNI,
+/// MAC): every per-line operation (add, append, replace, del of one entry, the lookups the
+/// session and the trace make) is O(1) amortised instead of a scan of every entry, so a
+/// control plane's batch of N routes costs O(N), not O(N²). A removed entry leaves a hole
+/// that iteration skips; the holes are closed (order kept) when more than half the slots are
+/// holes. Compared, shown and saved as the sequence of its entries.
+#[derive(Debug, Clone, Default)]
+pub struct Remotes {
+    /// The entries in the order given; `None`: removed.
+    slots: Vec<Option<VxlanRemote>>,
+    /// How many of `slots` are entries.
+    live: usize,
+    /// (VNI, MAC) → the slots of its entries, in order (one for a unicast MAC; a flood list's
+    /// VTEPs for the all-zeros MAC).
+    by_key: std::collections::HashMap<(u32, MacAddr), Vec<usize>>,
+}
+
+impl Remotes {
+    pub fn new() -> Remotes {
+        Remotes::default()
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The entries in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = &VxlanRemote> + '_ {
+        self.slots.iter().flatten()
+    }
+
+    /// Appends an entry (the caller has checked it is not there: (VNI, MAC, VTEP) is unique).
+    pub fn push(&mut self, r: VxlanRemote) {
+        self.by_key
+            .entry((r.vni, r.mac))
+            .or_default()
+            .push(self.slots.len());
+        self.slots.push(Some(r));
+        self.live += 1;
+    }
+
+    /// The entries of `mac` in VNI `vni`, in order (a flood list's VTEPs for the all-zeros
+    /// MAC).
+    pub fn of(&self, vni: u32, mac: MacAddr) -> impl Iterator<Item = &VxlanRemote> + '_ {
+        self.by_key
+            .get(&(vni, mac))
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.slots[i].as_ref())
+    }
+
+    /// The first entry of `mac` in VNI `vni`.
+    pub fn get(&self, vni: u32, mac: MacAddr) -> Option<&VxlanRemote> {
+        self.of(vni, mac).next()
+    }
+
+    /// Whether `mac` in VNI `vni` has an entry with VTEP `dst`.
+    pub fn contains(&self, vni: u32, mac: MacAddr, dst: IpAddr) -> bool {
+        self.of(vni, mac).any(|r| r.dst == dst)
+    }
+
+    /// The first entry of `mac` in VNI `vni`, to change in place (its place in the order kept).
+    pub fn get_mut(&mut self, vni: u32, mac: MacAddr) -> Option<&mut VxlanRemote> {
+        let &i = self.by_key.get(&(vni, mac))?.first()?;
+        self.slots[i].as_mut()
+    }
+
+    /// Removes the entry of `mac` in VNI `vni` with VTEP `dst`; whether there was one.
+    pub fn remove(&mut self, vni: u32, mac: MacAddr, dst: IpAddr) -> bool {
+        let Some(at) = self.by_key.get_mut(&(vni, mac)) else {
+            return false;
+        };
+        let slots = &mut self.slots;
+        let Some(k) = at
+            .iter()
+            .position(|&i| slots[i].is_some_and(|r| r.dst == dst))
+        else {
+            return false;
+        };
+        slots[at.remove(k)] = None;
+        if at.is_empty() {
+            self.by_key.remove(&(vni, mac));
+        }
+        self.live -= 1;
+        self.compact_if_sparse();
+        true
+    }
+
+    /// Removes every entry of `mac` in VNI `vni` (`None`: in every VNI); whether there were
+    /// any. O(1) amortised with a VNI, O(entries) without.
+    pub fn remove_mac(&mut self, mac: MacAddr, vni: Option<u32>) -> bool {
+        let Some(vni) = vni else {
+            let before = self.live;
+            self.retain(|r| r.mac != mac);
+            return self.live != before;
+        };
+        let Some(at) = self.by_key.remove(&(vni, mac)) else {
+            return false;
+        };
+        for i in at {
+            if self.slots[i].take().is_some() {
+                self.live -= 1;
+            }
+        }
+        self.compact_if_sparse();
+        true
+    }
+
+    /// Keeps the entries `keep` says (O(entries)).
+    pub fn retain(&mut self, mut keep: impl FnMut(&VxlanRemote) -> bool) {
+        let kept: Vec<VxlanRemote> = self.iter().filter(|r| keep(r)).copied().collect();
+        *self = kept.into_iter().collect();
+    }
+
+    pub fn clear(&mut self) {
+        *self = Remotes::default();
+    }
+
+    /// Closes the holes when more than half the slots are holes (order kept).
+    fn compact_if_sparse(&mut self) {
+        if self.slots.len() - self.live > self.live {
+            self.retain(|_| true);
+        }
+    }
+}
+
+impl PartialEq for Remotes {
+    fn eq(&self, other: &Remotes) -> bool {
+        self.live == other.live && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Remotes {}
+
+impl FromIterator<VxlanRemote> for Remotes {
+    fn from_iter<I: IntoIterator<Item = VxlanRemote>>(it: I) -> Remotes {
+        let mut s = Remotes::default();
+        for r in it {
+            s.push(r);
+        }
+        s
+    }
+}
+
+impl From<Vec<VxlanRemote>> for Remotes {
+    fn from(v: Vec<VxlanRemote>) -> Remotes {
+        v.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Remotes {
+    type Item = &'a VxlanRemote;
+    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Option<VxlanRemote>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.slots.iter().flatten()
+    }
 }
 
 /// Who put a remote there: the operator, or a control plane (`extern_learn`, bridge-fdb(8)'s
@@ -199,14 +362,15 @@ impl VxlanSpec {
         if dst.is_ipv6() != self.local.is_ipv6() {
             return Err(mixed_families(port, self.local, "dst", dst));
         }
-        let here = self
-            .remotes
-            .iter()
-            .position(|r| r.mac == mac && r.vni == vni);
-        let exact = self
-            .remotes
-            .iter()
-            .position(|r| r.mac == mac && r.dst == dst && r.vni == vni);
+        // rmt92 (decision 92): by the index, not a scan of every entry.
+        let here = self.remotes.get(vni, mac).map(|r| r.dst);
+        let exact = self.remotes.contains(vni, mac, dst);
+        let entry = VxlanRemote {
+            mac,
+            dst,
+            origin,
+            vni,
+        };
         match op {
             VxlanFdbOp::Append if !flood => {
                 return Err(format!(
@@ -214,19 +378,14 @@ impl VxlanSpec {
                      {mac} has one VTEP: use add or replace"
                 ))
             }
-            VxlanFdbOp::Append | VxlanFdbOp::Add if exact.is_some() => {
+            VxlanFdbOp::Append | VxlanFdbOp::Add if exact => {
                 return Err(format!("vxlan port {port}: {mac} dst {dst} exists already"))
             }
-            VxlanFdbOp::Append => self.remotes.push(VxlanRemote {
-                mac,
-                dst,
-                origin,
-                vni,
-            }),
+            VxlanFdbOp::Append => self.remotes.push(entry),
             VxlanFdbOp::Add if here.is_some() => {
                 return Err(format!(
                     "vxlan port {port}: {mac} has a VTEP already ({}){}",
-                    self.remotes[here.unwrap_or_default()].dst,
+                    here.unwrap_or(dst),
                     if flood {
                         ": use append to add another"
                     } else {
@@ -234,31 +393,20 @@ impl VxlanSpec {
                     }
                 ))
             }
-            VxlanFdbOp::Add => self.remotes.push(VxlanRemote {
-                mac,
-                dst,
-                origin,
-                vni,
-            }),
-            VxlanFdbOp::Replace => match here {
-                Some(i) if !flood => {
-                    self.remotes[i].dst = dst;
-                    self.remotes[i].origin = origin;
+            VxlanFdbOp::Add => self.remotes.push(entry),
+            VxlanFdbOp::Replace => match self.remotes.get_mut(vni, mac) {
+                Some(r) if !flood => {
+                    r.dst = dst;
+                    r.origin = origin;
                 }
-                _ if exact.is_some() => {}
-                _ => self.remotes.push(VxlanRemote {
-                    mac,
-                    dst,
-                    origin,
-                    vni,
-                }),
+                _ if exact => {}
+                _ => self.remotes.push(entry),
             },
-            VxlanFdbOp::Del => match exact {
-                Some(i) => {
-                    self.remotes.remove(i);
+            VxlanFdbOp::Del => {
+                if !self.remotes.remove(vni, mac, dst) {
+                    return Err(format!("vxlan port {port}: no entry {mac} dst {dst}"));
                 }
-                None => return Err(format!("vxlan port {port}: no entry {mac} dst {dst}")),
-            },
+            }
         }
         Ok(())
     }
@@ -683,7 +831,7 @@ mod tests {
             learning: true,
             udp6zerocsumtx: false,
             udp6zerocsumrx: false,
-            remotes: Vec::new(),
+            remotes: Remotes::new(),
             external: false,
             tunnels: Vec::new(),
             vnifilter: false,
@@ -913,5 +1061,190 @@ mod tests {
             "id 100 local 2001:db8::1 dstport 4789 udp6zerocsumtx udp6zerocsumrx learning on"
         );
         assert!(!t.same_socket(&s));
+    }
+}
+
+/// rmt92 (decision 92): [`Remotes`] against a plain `Vec` and the scans it replaces.
+#[cfg(test)]
+mod rmt92_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The pre-92 `apply_from` on a `Vec` (a scan per line): the model.
+    fn model_apply(v: &mut Vec<VxlanRemote>, op: VxlanFdbOp, e: VxlanRemote) -> Result<(), String> {
+        let (mac, dst, vni, port) = (e.mac, e.dst, e.vni, "vx0");
+        let flood = mac.is_zero();
+        let here = v.iter().position(|r| r.mac == mac && r.vni == vni);
+        let exact = v
+            .iter()
+            .position(|r| r.mac == mac && r.dst == dst && r.vni == vni);
+        match op {
+            VxlanFdbOp::Append if !flood => return Err("append".into()),
+            VxlanFdbOp::Append | VxlanFdbOp::Add if exact.is_some() => {
+                return Err(format!("vxlan port {port}: {mac} dst {dst} exists already"))
+            }
+            VxlanFdbOp::Append => v.push(e),
+            VxlanFdbOp::Add if here.is_some() => {
+                return Err(format!(
+                    "vxlan port {port}: {mac} has a VTEP already ({}){}",
+                    v[here.unwrap_or_default()].dst,
+                    if flood {
+                        ": use append to add another"
+                    } else {
+                        ": use replace to change it"
+                    }
+                ))
+            }
+            VxlanFdbOp::Add => v.push(e),
+            VxlanFdbOp::Replace => match here {
+                Some(i) if !flood => {
+                    v[i].dst = dst;
+                    v[i].origin = e.origin;
+                }
+                _ if exact.is_some() => {}
+                _ => v.push(e),
+            },
+            VxlanFdbOp::Del => match exact {
+                Some(i) => {
+                    v.remove(i);
+                }
+                None => return Err(format!("vxlan port {port}: no entry {mac} dst {dst}")),
+            },
+        }
+        Ok(())
+    }
+
+    fn external() -> VxlanSpec {
+        VxlanSpec {
+            vni: 0,
+            external: true,
+            local: "192.0.2.1".parse().unwrap(),
+            dstport: 4789,
+            ttl: None,
+            dev: None,
+            tos: None,
+            learning: false,
+            udp6zerocsumtx: false,
+            udp6zerocsumrx: false,
+            remotes: Remotes::new(),
+            tunnels: Vec::new(),
+            vnifilter: false,
+            vnis: Vec::new(),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Op(u8, u8, u8, u8, bool),
+        RemoveMac(u8, Option<u8>),
+        RetainStatic,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0u8..4, 0u8..4, 0u8..3, 0u8..2, any::<bool>())
+                .prop_map(|(o, m, d, v, x)| Step::Op(o, m, d, v, x)),
+            1 => (0u8..4, proptest::option::of(0u8..2)).prop_map(|(m, v)| Step::RemoveMac(m, v)),
+            1 => Just(Step::RetainStatic),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+        /// Every line's answer and the entries' order are the `Vec` model's; the index finds
+        /// exactly the model's entries after every step.
+        #[test]
+        fn remotes_match_a_vec(steps in proptest::collection::vec(step(), 1..120)) {
+            let mut s = external();
+            let mut model: Vec<VxlanRemote> = Vec::new();
+            let macs = [
+                MacAddr::ZERO,
+                MacAddr([2, 0, 0, 0, 0, 1]),
+                MacAddr([2, 0, 0, 0, 0, 2]),
+                MacAddr([2, 0, 0, 0, 0, 3]),
+            ];
+            let vnis = [100u32, 200];
+            for st in steps {
+                match st {
+                    Step::Op(o, m, d, v, x) => {
+                        let op = [VxlanFdbOp::Add, VxlanFdbOp::Append, VxlanFdbOp::Replace,
+                            VxlanFdbOp::Del][o as usize];
+                        let e = VxlanRemote {
+                            mac: macs[m as usize],
+                            dst: IpAddr::from([192, 0, 2, 10 + d]),
+                            origin: if x { RemoteOrigin::ExternLearn } else { RemoteOrigin::Static },
+                            vni: vnis[v as usize],
+                        };
+                        let got = s.apply_from("vx0", op, e.mac, e.dst, Some(e.vni), e.origin);
+                        let want = model_apply(&mut model, op, e);
+                        prop_assert_eq!(got.is_ok(), want.is_ok());
+                        if let (Err(g), Err(w)) = (&got, &want) {
+                            if w != "append" {
+                                prop_assert_eq!(g, w);
+                            }
+                        }
+                    }
+                    Step::RemoveMac(m, v) => {
+                        let (mac, vni) = (macs[m as usize], v.map(|v| vnis[v as usize]));
+                        let hit = |r: &VxlanRemote| r.mac == mac && vni.is_none_or(|k| k == r.vni);
+                        let want = model.iter().any(hit);
+                        model.retain(|r| !hit(r));
+                        prop_assert_eq!(s.remotes.remove_mac(mac, vni), want);
+                    }
+                    Step::RetainStatic => {
+                        model.retain(|r| r.origin == RemoteOrigin::Static);
+                        s.remotes.retain(|r| r.origin == RemoteOrigin::Static);
+                    }
+                }
+                let got: Vec<VxlanRemote> = s.remotes.iter().copied().collect();
+                prop_assert_eq!(&got, &model);
+                prop_assert_eq!(s.remotes.len(), model.len());
+                prop_assert_eq!(s.remotes.clone(), model.clone().into());
+                for &vni in &vnis {
+                    for &mac in &macs {
+                        let want: Vec<_> =
+                            model.iter().filter(|r| r.vni == vni && r.mac == mac).collect();
+                        let of: Vec<_> = s.remotes.of(vni, mac).collect();
+                        prop_assert_eq!(&of, &want);
+                        prop_assert_eq!(s.remotes.get(vni, mac), want.first().copied());
+                    }
+                }
+                // The holes never outnumber the entries.
+                prop_assert!(s.remotes.slots.len() - s.remotes.len() <= s.remotes.len());
+            }
+        }
+    }
+
+    /// Order kept across a delete in the middle, a replace and the compaction.
+    #[test]
+    fn order_is_the_order_given() {
+        let m = |i: u8| MacAddr([2, 0, 0, 0, 0, i]);
+        let ip = |i: u8| IpAddr::from([192, 0, 2, i]);
+        let mut r = Remotes::new();
+        for i in 1..=6 {
+            r.push(VxlanRemote {
+                mac: m(i),
+                dst: ip(i),
+                origin: RemoteOrigin::Static,
+                vni: 1,
+            });
+        }
+        assert!(r.remove(1, m(2), ip(2)));
+        assert!(!r.remove(1, m(2), ip(2)));
+        assert!(!r.remove(1, m(3), ip(9)));
+        r.get_mut(1, m(4)).unwrap().dst = ip(40);
+        for i in [1, 3, 5] {
+            assert!(r.remove(1, m(i), ip(i)));
+        }
+        r.push(VxlanRemote {
+            mac: m(2),
+            dst: ip(2),
+            origin: RemoteOrigin::Static,
+            vni: 1,
+        });
+        let got: Vec<_> = r.iter().map(|e| (e.mac, e.dst)).collect();
+        assert_eq!(got, [(m(4), ip(40)), (m(6), ip(6)), (m(2), ip(2))]);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.get(1, m(6)).map(|e| e.dst), Some(ip(6)));
     }
 }

@@ -175,7 +175,7 @@ pub(super) fn parse_vxlan(w: &mut Words<'_>, name: String) -> Result<LinkCommand
             learning: learning.unwrap_or(true),
             udp6zerocsumtx: csum6_tx.unwrap_or(false),
             udp6zerocsumrx: csum6_rx.unwrap_or(false),
-            remotes,
+            remotes: remotes.into(),
             external,
             tunnels: Vec::new(),
             vnifilter,

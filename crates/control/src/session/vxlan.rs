@@ -45,10 +45,7 @@ impl Session {
             return Ok(());
         };
         let r = spec.apply_from(dev, op, mac, dst, vni, origin);
-        let there = spec
-            .remotes
-            .iter()
-            .any(|r| r.mac == mac && r.dst == dst && r.vni == key);
+        let there = spec.remotes.contains(key, mac, dst);
         // vxl88 (decision 88): `del … dst IP` of a learned entry naming that VTEP.
         if r.is_err()
             && op == VxlanFdbOp::Del
@@ -143,10 +140,8 @@ impl Session {
         let Some(PortSpec::Vxlan(spec)) = self.specs.get_mut(dev) else {
             return Ok(false);
         };
-        let before = spec.remotes.len();
-        spec.remotes
-            .retain(|r| !(r.mac == mac && key.is_none_or(|k| k == r.vni)));
-        let statics = spec.remotes.len() != before;
+        // rmt92 (decision 92): by the index when the VNI is known.
+        let statics = spec.remotes.remove_mac(mac, key);
         Ok(self.vxl88_forget_learned(dev, key, mac, None) || statics)
     }
 
