@@ -140,3 +140,61 @@ fn a_flows_frames_follow_its_super_frame_up_while_the_window_lasts() {
     assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
     assert_eq!(count(&mut fp, Miss::Order), 3);
 }
+
+/// The keeper's cost on the hit path (ignored; `QB_ORDER_BASELINE=OBJECT`: the program built
+/// from `bpf/fastpath.c` without it): a short TCP frame to an IPv6 tunnel, encapsulated by
+/// both, `BPF_PROG_TEST_RUN` ns per single run, interleaved, quartiles printed.
+#[test]
+#[ignore]
+fn cost_per_frame() {
+    let Some(base) = std::env::var_os("QB_ORDER_BASELINE") else {
+        eprintln!("QB_ORDER_BASELINE is not set");
+        return;
+    };
+    if !own_netns() {
+        return;
+    }
+    veths(&[("fa", "fb"), ("fc", "fd")]);
+    ip(&["link", "set", "fc", "mtu", "9000"]);
+    ip(&["addr", "add", "2001:db8:91::1/64", "dev", "fc", "nodad"]);
+    neighbour("2001:db8:91::beef:2", "02:00:00:00:91:02", "fc");
+    let (fa, fc) = (ifindex("fa"), ifindex("fc"));
+    let object = std::fs::read(base).unwrap();
+    let mut fps = [
+        FastPath::load_object(&object, false).expect("load the baseline"),
+        FastPath::load().expect("load"),
+    ];
+    let single = tcp(1234, 100);
+    for fp in fps.iter_mut() {
+        fp.set_port(fa, port(1, 0)).unwrap();
+        let gen = fp.bump_generation().unwrap();
+        let w = fp.writer().unwrap();
+        fdb(fp, 10, &[(A, 1), (B, 2)]);
+        let idx = w.tunnel(&tunnel(fc, true)).unwrap().unwrap();
+        let mut a = action(gen, (1, 0), idx, 2, 10, &[]);
+        a.flags = ACT_VXLAN;
+        a.max_len = 9000;
+        let mut k = key(1, B, &[]);
+        k.ethertype_be = 0x0800u16.to_be();
+        fp.insert_flow(k, a).unwrap();
+        let r = fp.test_run(&single, fa, None).unwrap();
+        assert_eq!(r.verdict, Verdict::Hit { ifindex: fc });
+    }
+    // Single runs (a repeated run would take the encapsulated skb again), interleaved.
+    let mut ns = [Vec::new(), Vec::new()];
+    for _ in 0..20_000 {
+        for (fp, v) in fps.iter_mut().zip(ns.iter_mut()) {
+            let r = fp.test_run_repeat(&single, fa, 1).unwrap();
+            assert_eq!(r.retval, 7, "TC_ACT_REDIRECT");
+            v.push(r.ns_per_run);
+        }
+    }
+    let [mut b, mut k] = ns;
+    eprintln!(
+        "{} bytes, ns per frame (quartiles of 20 000 single runs): without the keeper {:?}, \
+         with it {:?}",
+        single.len(),
+        common::quartiles(&mut b),
+        common::quartiles(&mut k)
+    );
+}
