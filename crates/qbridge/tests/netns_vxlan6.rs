@@ -14,7 +14,7 @@
 //! names the other VTEP (`fdb append 00:00:00:00:00:00 … dst 2001:db8:100::2`). Checked:
 //! ARP floods and pings both ways; a 1500-byte ping with DF both ways (the underlay raised by
 //! the 70 bytes of IPv6 outer headers); 64 MiB of verified TCP each way through real kernel
-//! sockets; the learned remote VTEP's IPv6 address in `fdb show` and `-j`; a static `fdb add
+//! sockets; the learned remote VTEP's IPv6 address in `fdb show` and `-j`; a static `fdb replace
 //! MAC … dst IPV6` carrying the unicast with the flood list gone; an IPv4 `dst` refused on an
 //! IPv6 port; the 70 bytes of overhead exactly (an underlay one byte short refuses a
 //! 1500-byte inner packet as `tx_too_long` and passes a 1499-byte one); and a capture of the underlay decoded by tshark (outer IPv6/UDP 4789/VXLAN VNI
@@ -172,7 +172,7 @@ fn vxlan_port_over_ipv6_talks_to_a_kernel_vtep() {
         "{e}"
     );
 
-    // A static `fdb add MAC … dst IPV6`, the flood list and the learned entries gone: the
+    // A static `fdb replace MAC … dst IPV6`, the flood list and the learned entries gone: the
     // unicast to hb still crosses, by the static entry alone (the hosts' ARP entries pinned,
     // as nothing floods any more).
     ip_in(
@@ -194,7 +194,17 @@ fn vxlan_port_over_ipv6_talks_to_a_kernel_vtep() {
     )
     .unwrap();
     for c in [
-        vec!["fdb", "add", hb_mac.as_str(), "dev", "vx0", "dst", REMOTE],
+        // `replace`: vx0 has learned hb's MAC, and `add` of a learned MAC is refused, as the
+        // kernel's vxlan refuses it (decision 88); `replace` makes it static.
+        vec![
+            "fdb",
+            "replace",
+            hb_mac.as_str(),
+            "dev",
+            "vx0",
+            "dst",
+            REMOTE,
+        ],
         vec![
             "fdb",
             "del",
