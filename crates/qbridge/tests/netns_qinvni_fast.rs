@@ -31,23 +31,8 @@ use vxlan_rig::{
 
 /// `Udp: InDatagrams` and `OutDatagrams` of namespace `ns` (its sockets' datagrams).
 fn udp_datagrams(ns: &str) -> (u64, u64) {
-    let t = exec_in(ns, "cat", &["/proc/net/snmp"]).unwrap_or_default();
-    let rows: Vec<Vec<&str>> = t
-        .lines()
-        .filter(|l| l.starts_with("Udp: "))
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let field = |name: &str| -> u64 {
-        let (Some(h), Some(v)) = (rows.first(), rows.get(1)) else {
-            return 0;
-        };
-        h.iter()
-            .position(|f| *f == name)
-            .and_then(|i| v.get(i))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("InDatagrams"), field("OutDatagrams"))
+    let c = |name| support::kernel_counter(ns, "Udp", name);
+    (c("InDatagrams"), c("OutDatagrams"))
 }
 
 /// The customers' C-tag: pushed on every frame `eth0` sends, popped from every frame it

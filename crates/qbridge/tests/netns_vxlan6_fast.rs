@@ -41,12 +41,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 /// The namespace's `Udp6InCsumErrors` (/proc/net/snmp6).
 fn udp6_csum_errors(ns: &str) -> u64 {
-    exec_in(ns, "cat", &["/proc/net/snmp6"])
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Udp6InCsumErrors"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    support::kernel_counter(ns, "Udp6", "InCsumErrors")
 }
 
 /// The frames of a classic pcap file (Ethernet).
@@ -403,17 +398,7 @@ fdb add {} dev vx0 dst {REMOTE}
 /// The namespace's TCP `InCsumErrors` (/proc/net/snmp): segments its TCP dropped for a bad
 /// checksum.
 fn tcp_csum_errors(ns: &str) -> u64 {
-    let snmp = exec_in(ns, "cat", &["/proc/net/snmp"]).unwrap_or_default();
-    let tcp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Tcp:")).collect();
-    let [names, values] = tcp[..] else {
-        return 0;
-    };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "InCsumErrors")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
+    support::kernel_counter(ns, "Tcp", "InCsumErrors")
 }
 
 /// The program's inner TCP checksums over many segments left to offload (decision 87; ignored:

@@ -25,37 +25,15 @@ use support::{exec_in, ip_in, tcp_transfer, Lab};
 const LOCAL: &str = "2001:db8:91::1";
 const REMOTE: &str = "2001:db8:91::2";
 
-/// `Section: Name` counters of /proc/net/netstat and /proc/net/snmp in namespace `ns`.
-fn counter(ns: &str, section: &str, name: &str) -> u64 {
-    for file in ["/proc/net/netstat", "/proc/net/snmp"] {
-        let text = exec_in(ns, "cat", &[file]).unwrap_or_default();
-        let lines: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with(&format!("{section}:")))
-            .collect();
-        if let [names, values] = lines[..] {
-            if let Some(v) = names
-                .split_whitespace()
-                .zip(values.split_whitespace())
-                .find(|(n, _)| *n == name)
-                .and_then(|(_, v)| v.parse().ok())
-            {
-                return v;
-            }
-        }
-    }
-    0
-}
-
 /// What says a connection's segments arrived out of order: hb's out-of-order queueings, ha's
 /// reorderings detected, ha's retransmitted segments.
 fn disorder(ha: &str, hb: &str) -> [u64; 5] {
     [
-        counter(hb, "TcpExt", "TCPOFOQueue"),
-        counter(ha, "TcpExt", "TCPSACKReorder"),
-        counter(ha, "TcpExt", "TCPTSReorder"),
-        counter(ha, "TcpExt", "TCPRenoReorder"),
-        counter(ha, "Tcp", "RetransSegs"),
+        support::kernel_counter(hb, "TcpExt", "TCPOFOQueue"),
+        support::kernel_counter(ha, "TcpExt", "TCPSACKReorder"),
+        support::kernel_counter(ha, "TcpExt", "TCPTSReorder"),
+        support::kernel_counter(ha, "TcpExt", "TCPRenoReorder"),
+        support::kernel_counter(ha, "Tcp", "RetransSegs"),
     ]
 }
 

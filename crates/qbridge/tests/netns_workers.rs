@@ -73,14 +73,7 @@ fn udp_flows(from: &Host, to: &Host) -> (u64, u64) {
 
 /// `Udp: … RcvbufErrors` of the kernel in namespace `ns` (/proc/net/snmp).
 fn udp_rcvbuf_errors(ns: &str) -> u64 {
-    let snmp = support::exec_in(ns, "cat", &["/proc/net/snmp"]).unwrap();
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-    let (names, values) = (udp[0], udp[1]);
-    let i = names
-        .split_whitespace()
-        .position(|n| n == "RcvbufErrors")
-        .unwrap();
-    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    support::kernel_counter(ns, "Udp", "RcvbufErrors")
 }
 
 #[test]

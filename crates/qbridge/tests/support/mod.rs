@@ -147,6 +147,39 @@ pub fn exec_in(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
     ip(&v)
 }
 
+/// A counter of the kernel's network stack in namespace `ns`, as `nstat` reads it: `Section`
+/// and `Name` of /proc/net/snmp or /proc/net/netstat (a row of names, then a row of values:
+/// `Tcp` `RetransSegs`, `TcpExt` `TCPOFOQueue`, `Udp` `RcvbufErrors`), or a line of
+/// /proc/net/snmp6 (section `Udp6`, name `InCsumErrors`). Panics when the kernel has no such
+/// counter: a misspelt name must not read as 0.
+pub fn kernel_counter(ns: &str, section: &str, name: &str) -> u64 {
+    for file in ["/proc/net/snmp", "/proc/net/netstat"] {
+        let text = exec_in(ns, "cat", &[file]).unwrap_or_default();
+        let prefix = format!("{section}:");
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+        if let [names, values] = rows[..] {
+            if let Some(v) = names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .find(|(n, _)| *n == name)
+            {
+                return v
+                    .1
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{file} {section} {name}: {e}"));
+            }
+        }
+    }
+    let text = exec_in(ns, "cat", &["/proc/net/snmp6"]).unwrap_or_default();
+    let key = format!("{section}{name}");
+    text.lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(key.as_str())).then(|| w.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no kernel counter {section} {name} in {ns}"))
+}
+
 /// The interfaces of `ns` whose names start with `prefix` (`qbc`: qbridge-cni's host ends).
 pub fn links_named_from(ns: &str, prefix: &str) -> Vec<String> {
     ip_in(ns, &["-o", "link", "show"])
