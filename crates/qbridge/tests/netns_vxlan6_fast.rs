@@ -28,12 +28,13 @@
 //! socket's `Udp6InCsumErrors`), decapsulated by the program for one with it.
 
 mod support;
+mod vxlan_rig;
 
 use std::time::Duration;
 use support::{exec_in, ip_in, tcp_transfer, tshark, Lab};
 
-const LOCAL: &str = "2001:db8:102::1";
-const REMOTE: &str = "2001:db8:102::2";
+const LOCAL: &str = vxlan_rig::LOCAL6;
+const REMOTE: &str = vxlan_rig::REMOTE6;
 
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -72,30 +73,13 @@ fn vxlan_misses(f: &serde_json::Value) -> u64 {
     u(&f["misses"]["vxlan"])
 }
 
-/// The picture above without qbridge: namespaces `a` and `b` joined by the IPv6 underlay `ul`
-/// (MTU 1570), host ha on a's `qa`, host hb behind b's kernel VTEP (bridge kbr with kb1 and
-/// vx0) at its defaults. None, after saying why, when the kernel VTEP cannot be made.
+/// The picture above without qbridge ([`vxlan_rig::underlay6`]), hosts in 10.22.0.0/24.
 fn underlay6(
     lab: &mut Lab,
     a: &str,
     b: &str,
 ) -> Option<(String, String, support::Host, support::Host)> {
-    let a = lab.netns(a).unwrap();
-    let b = lab.netns(b).unwrap();
-    lab.veth(&a, "ul", &b, "ul").unwrap();
-    for (ns, addr) in [(&a, LOCAL), (&b, REMOTE)] {
-        exec_in(ns, "sysctl", &["-qw", "net.ipv6.conf.ul.disable_ipv6=0"]).unwrap();
-        let cidr = format!("{addr}/64");
-        ip_in(ns, &["-6", "addr", "add", &cidr, "dev", "ul", "nodad"]).unwrap();
-        ip_in(ns, &["link", "set", "ul", "mtu", "1570"]).unwrap();
-    }
-    let ha = lab.host("ha", "10.22.0.1/24", &a, "qa").unwrap();
-    let hb = lab.host("hb", "10.22.0.2/24", &b, "kb1").unwrap();
-    if let Err(e) = support::kernel_vtep(&b, REMOTE, LOCAL, "kb1", Some("ul")) {
-        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
-        return None;
-    }
-    Some((a, b, ha, hb))
+    vxlan_rig::underlay6(lab, a, b, "10.22.0")
 }
 
 /// Packets `host`'s interface received.
@@ -375,23 +359,7 @@ fn encap_rig(
         &["-K", "eth0", "tso", "off", "gso", "off"],
     )
     .unwrap();
-    let batch = format!(
-        "link add br0 type bridge vlan_filtering 0
-link add p1 type afpacket dev qa
-link add vx0 type vxlan id 100 local {LOCAL} dev ul dstport 4789
-link set dev p1 master br0
-link set dev vx0 master br0
-fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE}
-fdb add {} dev vx0 dst {REMOTE}
-",
-        hb.mac
-    );
-    let ctl = lab.daemon_args(&a, &batch, &["--fast-path", "on"]).unwrap();
-    assert!(
-        support::wait_until(Duration::from_secs(5), || support::ping_ok(&ha, &hb.ip)),
-        "no ping over VXLAN/IPv6\n{}",
-        ctl.stats_text()
-    );
+    let ctl = vxlan_rig::static_remote6(lab, &a, &ha, &hb);
     Some((a, b, ha, hb, ctl))
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{exec_in, ip_in, Lab};
+use crate::support::{exec_in, ip_in, ping_ok, wait_until, Ctl, Host, Lab};
 
 /// A JSON number as u64 (0 when absent).
 pub fn u(v: &serde_json::Value) -> u64 {
@@ -33,6 +33,61 @@ pub fn underlay(lab: &mut Lab, a: &str, b: &str, mtu: &str) {
         ip_in(ns, &["addr", "add", addr, "dev", "ul"]).unwrap();
         ip_in(ns, &["link", "set", "ul", "mtu", mtu]).unwrap();
     }
+}
+
+/// The IPv6 underlay's addresses: qbridge's VTEP (on `a`) and the kernel's (on `b`).
+pub const LOCAL6: &str = "2001:db8:102::1";
+pub const REMOTE6: &str = "2001:db8:102::2";
+
+/// An IPv6 underlay without qbridge: namespaces `a` and `b` (made here) joined by the veth `ul`
+/// ([`LOCAL6`], [`REMOTE6`], MTU 1570), host ha (`{net}.1/24`) on a's `qa`, host hb
+/// (`{net}.2/24`) behind b's kernel VTEP (`support::kernel_vtep`: bridge kbr with kb1 and vx0)
+/// at its defaults. None, after saying why, when the kernel VTEP cannot be made.
+pub fn underlay6(
+    lab: &mut Lab,
+    a: &str,
+    b: &str,
+    net: &str,
+) -> Option<(String, String, Host, Host)> {
+    let a = lab.netns(a).unwrap();
+    let b = lab.netns(b).unwrap();
+    lab.veth(&a, "ul", &b, "ul").unwrap();
+    for (ns, addr) in [(&a, LOCAL6), (&b, REMOTE6)] {
+        exec_in(ns, "sysctl", &["-qw", "net.ipv6.conf.ul.disable_ipv6=0"]).unwrap();
+        let cidr = format!("{addr}/64");
+        ip_in(ns, &["-6", "addr", "add", &cidr, "dev", "ul", "nodad"]).unwrap();
+        ip_in(ns, &["link", "set", "ul", "mtu", "1570"]).unwrap();
+    }
+    let ha = lab.host("ha", &format!("{net}.1/24"), &a, "qa").unwrap();
+    let hb = lab.host("hb", &format!("{net}.2/24"), &b, "kb1").unwrap();
+    if let Err(e) = crate::support::kernel_vtep(&b, REMOTE6, LOCAL6, "kb1", Some("ul")) {
+        eprintln!("SKIPPED: cannot make a kernel VTEP: {e}");
+        return None;
+    }
+    Some((a, b, ha, hb))
+}
+
+/// qbridge on `a` (fast path on) bridging ha's `qa` and vx0 over [`underlay6`], the kernel
+/// VTEP in vx0's flood list and hb's MAC a static remote on it; a ping from ha to hb through.
+pub fn static_remote6(lab: &mut Lab, a: &str, ha: &Host, hb: &Host) -> Ctl {
+    let batch = format!(
+        "link add br0 type bridge vlan_filtering 0
+link add p1 type afpacket dev qa
+link add vx0 type vxlan id 100 local {LOCAL6} dev ul dstport 4789
+link set dev p1 master br0
+link set dev vx0 master br0
+fdb append 00:00:00:00:00:00 dev vx0 dst {REMOTE6}
+fdb add {} dev vx0 dst {REMOTE6}
+",
+        hb.mac
+    );
+    let ctl = lab.daemon_args(a, &batch, &["--fast-path", "on"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || ping_ok(ha, &hb.ip)),
+        "no ping over VXLAN/IPv6\n{}",
+        ctl.stats_text()
+    );
+    ctl
 }
 
 /// A kernel VTEP of the traditional model in `ns`: vxlan device `dev` (id `vni`, local
