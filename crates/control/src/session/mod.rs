@@ -592,20 +592,6 @@ impl Session {
                 }
                 let sw = &mut self.switch;
                 let id = port_or_host(sw, dev)?;
-                // vxl88: the all-zeros MAC is never an entry (`fdb add` refuses it), and the
-                // FDB's table must not be asked for key 0 (its lookup took an empty slot for
-                // it and the control thread panicked).
-                if mac.is_zero() && !self.may_exist {
-                    return Err(qbridge_bridge::ConfigError::NoSuchFdbEntry {
-                        mac: *mac,
-                        vid: vlan.unwrap_or(0),
-                        dev: dev.clone(),
-                    }
-                    .into());
-                }
-                if mac.is_zero() {
-                    return Ok(String::new());
-                }
                 let r = match (vlan, inner_vlan) {
                     (Some(v), Some(c)) => sw.fdb_del_inner(*mac, id, (*v).into(), (*c).into()),
                     _ => sw.fdb_del(*mac, id, vlan.map(u32::from)),
