@@ -14,6 +14,7 @@
 # The unpaced sender outruns every switch here; the forwarding runs on the sending CPU (veth
 # NAPI), so delivered frames/s is each path's cost per frame.
 #
+# Each setup's line is followed by every round's own ratio, sorted (the machine's noise).
 # Usage (root): scripts/bench-vlans.sh     VLANS="2 506 4093" SECS=3 ROUNDS=3
 #   SETUPS="qb-on qb-off kbridge"   MACS=0 (extra static FDB entries, spread over the VLANs,
 #   e.g. MACS=1000000)   QB_BUILD=0: no cargo build   QB_BIN=PATH: another qbridge binary
@@ -149,9 +150,16 @@ for n in $vlans_list; do
             spreads="$spreads $(rate "$n")"
         done
         o=$(echo "$ones" | median); s=$(echo "$spreads" | median)
+        # Each round's own ratio (its spread run over the one-VLAN run just before it): the
+        # spread of these is the machine's noise, which the medians above hide.
+        pairs=$(python3 -c "
+o, s = '$ones'.split(), '$spreads'.split()
+r = sorted(int(b) / max(int(a), 1) for a, b in zip(o, s))
+print(' '.join('%.2f' % x for x in r))")
         python3 -c "
 o, s = $o, $s
 print(f'%-8s %6d %9d   %12.0f %12.0f   %8.0f %8.0f   %6.2f' % ('$setup', $n, $macs, o / 1e3, s / 1e3, 1e9 / max(o, 1), 1e9 / max(s, 1), s / max(o, 1)))"
+        echo "           each round's spread / one, sorted: $pairs"
         # The daemon's CPU while the frames ran (% of one core, each run), and its threads'.
         [ -n "$dpid" ] && echo "           daemon cpu % per run: $(tr '\n' ' ' <"$tmp/cpu"); threads' ticks before: $th0; after: $(dthreads)"
         [ "$setup" = qb-on ] && "$qb" --socket "$tmp/s.sock" show fast-path | sed -n '3,4p' >"$tmp/fp.txt" && sed 's/^/           /' "$tmp/fp.txt"

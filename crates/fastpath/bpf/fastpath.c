@@ -149,8 +149,8 @@ struct {
 	__type(value, struct qb_flow_ix);
 } qb_flow_ix SEC(".maps");
 
-/* Per CPU, QB_FLOW_IX_TAGS words direct-mapped by the key's hash: 1 + the copy's n (0: none).
- * 64 KB a CPU: its lines stay in the caches where the copies' pages would not. */
+/* Per CPU, QB_FLOW_IX_TAGS words addressed by the frame's VLAN (fix_slot), each 1 + the n of
+ * the copy it names (0: none). 64 KB a CPU; a VLAN's four words share a line. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, QB_FLOW_IX_TAGS);
@@ -176,16 +176,26 @@ struct {
 
 #define QB_FIX_K 0x9e3779b97f4a7c15ULL
 
-/* The key's tag in a CPU's part of the index: a multiply-xorshift of its six words (the
- * kernel's jhash of 24 bytes is most of what a hash lookup computes). */
+/* The key's tag in a CPU's part of the index (decision 93): addressed by the VLAN, not by a
+ * hash of the whole key. Four words per VID (the outer one; with two tags the outer and the
+ * inner mixed, an odd multiple of the inner VID, so the C-VLANs of one S-VLAN spread too),
+ * the word among them picked by a multiply-xorshift of the rest of the key (port, TPIDs,
+ * destination, ethertype); untagged frames by that hash alone. The VLANs a port carries
+ * then take neighbouring tags, and their copies (taken in turn) neighbouring pages: the
+ * seeds' VLAN_ARRAY, where a hash of every word put each VLAN's tag on another line
+ * (decision 79) and left the per-VLAN cost where the flow hash had it. */
 static __always_inline __u32 fix_slot(const struct qb_flow_key *k)
 {
 	const __u32 *w = (const __u32 *)k;
 	__u64 h = ((__u64)w[0] << 32 | w[1]) * QB_FIX_K;
+	__u32 vid;
 
-	h = (h ^ (h >> 29) ^ ((__u64)w[2] << 32 | w[3])) * QB_FIX_K;
-	h = (h ^ (h >> 29) ^ ((__u64)w[4] << 32 | w[5])) * QB_FIX_K;
-	return (__u32)(h >> 40) & (QB_FLOW_IX_TAGS - 1);
+	h = (h ^ (h >> 29) ^ ((__u64)w[3] << 32 | w[4])) * QB_FIX_K;
+	h = (h ^ (h >> 29) ^ w[5]) * QB_FIX_K;
+	vid = (bpf_ntohs(k->tci_be[0]) + 0x9e5 * bpf_ntohs(k->tci_be[1])) & 0xfff;
+	if (!k->ntags)
+		vid = (__u32)(h >> 32) & 0xfff;
+	return (vid << 2 | (__u32)(h >> 62)) & (QB_FLOW_IX_TAGS - 1);
 }
 
 static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct qb_flow_key *b)

@@ -130,7 +130,7 @@ struct qb_flow_action {
 
 /* The flow index (decision 79): per CPU, QB_FLOW_IX_SIZE dense copies of flows the program
  * found in qb_flows, each valid while its epoch is qb_flow_epoch's, and QB_FLOW_IX_TAGS tags
- * direct-mapped by a hash of the flow key naming them. A frame whose key its tag's copy holds
+ * naming them, addressed by the frame's VLAN (decision 93). A frame whose key its tag's copy holds
  * reads a word and that copy (two cache lines) instead of the hash's bucket and element and
  * the kernel's jhash of the key. Only the CPU that owns a copy writes it (the program, after
  * a lookup in the hash); the loader bumps the epoch after every change a copy could outlive

@@ -10,8 +10,9 @@
 //! the flows the program serves from its flow index (decision 79) after the runs, on any CPU
 //! (a flow whose index entry another flow holds uses the hash).
 //!
-//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `FLOW_INDEX=1`: the flow
-//! index on (decision 79); `ROUNDS=` (default 20)
+//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ORDER=random`: the
+//! spread frames in a fixed random order of the VLANs, not 1, 2, 3…; `FLOW_INDEX=0`: the flow
+//! index off (decisions 79, 93: on by default, as the daemon loads it); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
 //! docs/benchmarks-live.md ("Flat in VLAN count").
 //!
@@ -57,6 +58,23 @@ fn env_num(name: &str, default: u32) -> u32 {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// One frame per VLAN, in the order a spread pass sends them: VLAN order, or with
+/// `ORDER=random` a fixed pseudo-random permutation (so that nothing is read in address order
+/// a prefetcher could follow: real traffic does not arrive VLAN after VLAN).
+fn spread_frames(n: u16) -> Vec<Vec<u8>> {
+    let mut vids: Vec<u16> = (1..=n).collect();
+    if std::env::var("ORDER").as_deref() == Ok("random") {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for i in (1..vids.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            vids.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+    }
+    vids.into_iter().map(frame).collect()
 }
 
 /// One flow, a source and a destination entry per VLAN (as the daemon installs them), then
@@ -188,7 +206,7 @@ fn study(vlans: &[u16], rounds: u32, macs: u32) {
         "vlans", "fdb macs", "variant", "one", "spread", "extra", "base - this"
     );
     for &n in vlans {
-        let frames: Vec<Vec<u8>> = (1..=n).map(frame).collect();
+        let frames = spread_frames(n);
         let mut fps: Vec<FastPath> = VARIANTS
             .iter()
             .zip(&objects)
@@ -250,9 +268,9 @@ fn main() {
         "vlans", "fdb macs", "one VLAN", "spread", "ratio", "indexed"
     );
     for &n in &vlans {
-        // A fresh program per row: its maps hold exactly this row's entries. FLOW_INDEX=1:
-        // with the flow index (decision 79; off by default, and then not allocated).
-        let index = env_num("FLOW_INDEX", 0) == 1;
+        // A fresh program per row: its maps hold exactly this row's entries. FLOW_INDEX=0:
+        // without the flow index (decisions 79, 93; on by default, as the daemon loads it).
+        let index = env_num("FLOW_INDEX", 1) == 1;
         let mut fp = match FastPath::load_with_flow_index(index) {
             Ok(f) => f,
             Err(e) => {
@@ -262,7 +280,7 @@ fn main() {
         };
         fp.set_flow_index(index).unwrap();
         setup(&mut fp, n, macs, learn);
-        let frames: Vec<Vec<u8>> = (1..=n).map(frame).collect();
+        let frames = spread_frames(n);
         let pass = |fp: &mut FastPath, spread: bool| pass(fp, &frames, spread);
         // Warm both once (the first run of each entry fills its last-seen time).
         pass(&mut fp, true);

@@ -107,9 +107,9 @@ impl FastPath {
     }
 
     /// Loads the object and its program into the kernel (needs CAP_BPF/CAP_SYS_ADMIN), the
-    /// flow index (decision 79) on if `QBRIDGE_FLOW_INDEX=1`, else off and not allocated.
+    /// flow index (decisions 79, 93) on unless `QBRIDGE_FLOW_INDEX=0` (then not allocated).
     pub fn load() -> Result<FastPath, Error> {
-        let on = std::env::var_os("QBRIDGE_FLOW_INDEX").is_some_and(|v| v == "1");
+        let on = std::env::var_os("QBRIDGE_FLOW_INDEX").is_none_or(|v| v != "0");
         Self::load_with_flow_index(on)
     }
 
@@ -168,7 +168,7 @@ impl FastPath {
         };
         maps::raw::update(fp.owner_fd()?.as_raw_fd(), &0u32, &owner)?;
         // The flow index's first epoch (its entries start at 0: empty); 0 while it is off
-        // (decision 79: off unless QBRIDGE_FLOW_INDEX=1).
+        // (decision 93: on unless QBRIDGE_FLOW_INDEX=0).
         fp.maps.flow_ix().allocated = flow_index;
         fp.set_flow_index(flow_index)?;
         Ok(fp)
@@ -353,7 +353,7 @@ impl FastPath {
         if on && !ix.allocated {
             return Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
-                "the flow index was not allocated at load (QBRIDGE_FLOW_INDEX=1, or \
+                "the flow index was not allocated at load (QBRIDGE_FLOW_INDEX=0 was set, or \
                  FastPath::load_with_flow_index(true))",
             )));
         }

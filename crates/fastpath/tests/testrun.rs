@@ -698,7 +698,7 @@ fn a_locked_hop_checks_its_source_and_refreshes_it_only_when_learning() {
 /// evicted by the LRU hash, the next frame gets what the hash says.
 #[test]
 fn a_flow_index_copy_never_outlives_its_flow() {
-    let Some((mut fp, fa, fc, fb)) = setup() else {
+    let Some((first, fa, fc, fb)) = setup() else {
         return;
     };
     // On one CPU: the copies are per CPU, and a run elsewhere would not find this one's.
@@ -712,11 +712,13 @@ fn a_flow_index_copy_never_outlives_its_flow() {
             0
         );
     }
-    // Off, the index is not allocated and cannot be turned on (decision 84).
-    if std::env::var_os("QBRIDGE_FLOW_INDEX").is_none_or(|v| v != "1") {
-        assert!(fp.set_flow_index(true).is_err());
-    }
-    fp = FastPath::load_with_flow_index(true).expect("load");
+    // Loaded without it, the index is not allocated and cannot be turned on (decision 84).
+    assert!(FastPath::load_with_flow_index(false)
+        .expect("load")
+        .set_flow_index(true)
+        .is_err());
+    let mut fp = FastPath::load_with_flow_index(true).expect("load");
+    drop(first);
     fp.set_flow_index(true).unwrap();
     fp.set_port(fa, port(1, 0)).unwrap();
     fp.set_port(fc, port(2, 0)).unwrap();

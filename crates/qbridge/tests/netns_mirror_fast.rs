@@ -200,7 +200,11 @@ fn tcp_through_a_copied_port_is_cached_and_every_frame_copied() {
     let t = std::thread::spawn(move || {
         support::tcp_transfer(&a, &b, 256 << 20, Duration::from_secs(30))
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Copies flowing first (the transfer's start takes a while: a fixed wait raced it).
+    let start = dev_counter(&h3.ns, "eth0", "rx_packets");
+    let flowing = support::wait_until(Duration::from_secs(10), || {
+        dev_counter(&h3.ns, "eth0", "rx_packets") > start + 100
+    });
     let mid = dev_counter(&h3.ns, "eth0", "rx_packets");
     ctl.cmd(&["mirror", "del", "m0"])
         .unwrap_or_else(|e| panic!("mirror del: {e}"));
@@ -212,6 +216,9 @@ fn tcp_through_a_copied_port_is_cached_and_every_frame_copied() {
          it answered, {end} at the end",
         r.gbit_per_s()
     );
-    assert!(answered > mid, "no copies while the second transfer ran");
+    assert!(
+        flowing,
+        "no copies while the second transfer ran: h3 rx_packets {start} at its start"
+    );
     assert_eq!(end, answered, "h3 got copies after `mirror del` answered");
 }
