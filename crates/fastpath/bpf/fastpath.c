@@ -195,7 +195,25 @@ static __always_inline __u32 fix_slot(const struct qb_flow_key *k)
 	vid = (bpf_ntohs(k->tci_be[0]) + 0x9e5 * bpf_ntohs(k->tci_be[1])) & 0xfff;
 	if (!k->ntags)
 		vid = (__u32)(h >> 32) & 0xfff;
-	return (vid << 2 | (__u32)(h >> 62)) & (QB_FLOW_IX_TAGS - 1);
+	return (vid << 2 | (__u32)(h >> 62)) & (QB_FLOW_IX_VTAGS - 1);
+}
+
+/* A flow's second tag, for the flows of a VID past its four (decision 93): in the tags'
+ * second half, placed by a multiply-xorshift of the key's six words (decision 79's tag). */
+static __always_inline __u32 fix_slot2(const struct qb_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 h = ((__u64)w[0] << 32 | w[1]) * QB_FIX_K;
+
+	h = (h ^ (h >> 29) ^ ((__u64)w[2] << 32 | w[3])) * QB_FIX_K;
+	h = (h ^ (h >> 29) ^ ((__u64)w[4] << 32 | w[5])) * QB_FIX_K;
+	return QB_FLOW_IX_VTAGS + ((__u32)(h >> 40) & (QB_FLOW_IX_VTAGS - 1));
+}
+
+/* Whether a copy holding `k` belongs to tag `t` (the tag it was made through). */
+static __always_inline int fix_owns(const struct qb_flow_key *k, __u32 t)
+{
+	return t < QB_FLOW_IX_VTAGS ? fix_slot(k) == t : fix_slot2(k) == t;
 }
 
 static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct qb_flow_key *b)
@@ -206,8 +224,9 @@ static __always_inline int fix_key_eq(const struct qb_flow_key *a, const struct 
 		 (x[5] ^ y[5]));
 }
 
-/* The flow of `key`: the copy its tag names if that holds the key under the current epoch,
- * else the hash's, then copied: into the copy the tag names if that is this key's or stale,
+/* The flow of `key`: the copy its tag names if that holds the key under the current epoch
+ * (its VLAN's tag, or when that serves another flow of the VLAN, its second tag), else the
+ * hash's, then copied: into the copy the tag names if that is this key's or stale,
  * else (none, or taken since by a flow of another tag) into the CPU's next copy; a copy that
  * is current for another key of the same tag is left (that flow keeps it; this one uses the
  * hash). The epoch is read before the hash: a copy of what the hash held before a change is
@@ -240,12 +259,28 @@ static __always_inline struct qb_flow_action *fix_lookup(const struct qb_flow_ke
 		if (e && e->epoch == epoch && epoch && fix_key_eq(&e->key, key))
 			return &e->action;
 	}
+	/* The VLAN's tag serves another flow of its own: this one's second tag. */
+	if (e && e->epoch == epoch && fix_slot(&e->key) == t) {
+		t = fix_slot2(key);
+		i = cpu * QB_FLOW_IX_TAGS + t;
+		tag = bpf_map_lookup_elem(&qb_flow_ix_tags, &i);
+		if (!tag)
+			return bpf_map_lookup_elem(&qb_flows, key);
+		tv = *tag;
+		e = 0;
+		if (tv) {
+			i = cpu * QB_FLOW_IX_SIZE + ((tv - 1) & (QB_FLOW_IX_SIZE - 1));
+			e = bpf_map_lookup_elem(&qb_flow_ix, &i);
+			if (e && e->epoch == epoch && fix_key_eq(&e->key, key))
+				return &e->action;
+		}
+	}
 	next = bpf_map_lookup_elem(&qb_flow_ix_next, zero);
 	if (!next)
 		return bpf_map_lookup_elem(&qb_flows, key);
 	n = __sync_fetch_and_or(next, 0);
 	if (e && e->epoch == epoch && !fix_key_eq(&e->key, key)) {
-		if (fix_slot(&e->key) == t)
+		if (fix_owns(&e->key, t))
 			return bpf_map_lookup_elem(&qb_flows, key);	/* its tag's: kept */
 		e = 0;		/* taken by a flow of another tag */
 	}

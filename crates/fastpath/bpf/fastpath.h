@@ -137,7 +137,8 @@ struct qb_flow_action {
  * (a flow replaced or removed, an insert that may evict), so a copy is never used past its
  * flow. */
 #define QB_FLOW_IX_SIZE 8192
-#define QB_FLOW_IX_TAGS 16384
+#define QB_FLOW_IX_TAGS 32768	/* the VLANs' tags, then the second tags */
+#define QB_FLOW_IX_VTAGS 16384	/* four a VID (decision 93) */
 struct qb_flow_ix {
 	__u64 epoch;		/* qb_flow_epoch's value when copied; 0: empty */
 	struct qb_flow_key key;

@@ -11,7 +11,9 @@
 //! (a flow whose index entry another flow holds uses the hash).
 //!
 //! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ORDER=random`: the
-//! spread frames in a fixed random order of the VLANs, not 1, 2, 3…; `FLOW_INDEX=0`: the flow
+//! spread frames in a fixed random order of the VLANs, not 1, 2, 3…; `DESTS=K`: K
+//! destinations (flows) per VLAN, the one-VLAN pass cycling through VLAN 1's; `AB=1`: the
+//! program with and without the flow index, alternated (decision 93); `FLOW_INDEX=0`: the flow
 //! index off (decisions 79, 93: on by default, as the daemon loads it); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
 //! docs/benchmarks-live.md ("Flat in VLAN count").
@@ -33,13 +35,19 @@ use qbridge_fastpath::*;
 
 const SRC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 1];
 
-fn dst(vid: u16) -> [u8; 6] {
-    [0x02, 0xbb, 0, 0, (vid >> 8) as u8, vid as u8]
+/// Destinations per VLAN (`DESTS`, default 1): each its own flow.
+fn dests() -> u8 {
+    env_num("DESTS", 1).clamp(1, 255) as u8
 }
 
-fn frame(vid: u16) -> Vec<u8> {
+/// The `j`th destination of VLAN `vid`.
+fn dst(vid: u16, j: u8) -> [u8; 6] {
+    [0x02, 0xbb, j, 0, (vid >> 8) as u8, vid as u8]
+}
+
+fn frame(vid: u16, j: u8) -> Vec<u8> {
     let mut f = Vec::with_capacity(64);
-    f.extend_from_slice(&dst(vid));
+    f.extend_from_slice(&dst(vid, j));
     f.extend_from_slice(&SRC);
     f.extend_from_slice(&[0x81, 0x00]);
     f.extend_from_slice(&vid.to_be_bytes());
@@ -60,11 +68,13 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// One frame per VLAN, in the order a spread pass sends them: VLAN order, or with
-/// `ORDER=random` a fixed pseudo-random permutation (so that nothing is read in address order
-/// a prefetcher could follow: real traffic does not arrive VLAN after VLAN).
+/// One frame per VLAN and destination, in the order a spread pass sends them: VLAN order, or
+/// with `ORDER=random` a fixed pseudo-random permutation (so that nothing is read in address
+/// order a prefetcher could follow: real traffic does not arrive VLAN after VLAN).
 fn spread_frames(n: u16) -> Vec<Vec<u8>> {
-    let mut vids: Vec<u16> = (1..=n).collect();
+    let mut vids: Vec<(u16, u8)> = (1..=n)
+        .flat_map(|v| (0..dests()).map(move |j| (v, j)))
+        .collect();
     if std::env::var("ORDER").as_deref() == Ok("random") {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         for i in (1..vids.len()).rev() {
@@ -74,7 +84,7 @@ fn spread_frames(n: u16) -> Vec<Vec<u8>> {
             vids.swap(i, (x % (i as u64 + 1)) as usize);
         }
     }
-    vids.into_iter().map(frame).collect()
+    vids.into_iter().map(|(v, j)| frame(v, j)).collect()
 }
 
 /// One flow, a source and a destination entry per VLAN (as the daemon installs them), then
@@ -84,9 +94,12 @@ fn setup(fp: &mut FastPath, n: u16, macs: u32, learn: bool) {
     let w = fp.writer().unwrap();
     for vid in 1..=n {
         set_fdb(&w, vid, SRC, 1).unwrap();
-        set_fdb(&w, vid, dst(vid), 2).unwrap();
-        let (key, action) = vlan_flow(vid, dst(vid), lo, if learn { HOP_LEARNING } else { 0 });
-        w.insert_flow(&key, &action).unwrap();
+        for j in 0..dests() {
+            set_fdb(&w, vid, dst(vid, j), 2).unwrap();
+            let flags = if learn { HOP_LEARNING } else { 0 };
+            let (key, action) = vlan_flow(vid, dst(vid, j), lo, flags);
+            w.insert_flow(&key, &action).unwrap();
+        }
     }
     for i in 0..macs {
         if set_fdb(&w, (i % u32::from(n) + 1) as u16, mac(i), 2).is_err() {
@@ -95,15 +108,16 @@ fn setup(fp: &mut FastPath, n: u16, macs: u32, learn: bool) {
     }
 }
 
-/// Mean ns per test run over 8192 frames, all on VLAN 1 or cycling through `frames`.
+/// Mean ns per test run over 8192 frames, all on VLAN 1 (cycling through its destinations)
+/// or cycling through `frames`.
 fn pass(fp: &mut FastPath, frames: &[Vec<u8>], spread: bool) -> f64 {
-    let one = frame(1);
+    let one: Vec<Vec<u8>> = (0..dests()).map(|j| frame(1, j)).collect();
     let mut total = 0u64;
     for i in 0..8192usize {
         let f = if spread {
             &frames[i % frames.len()]
         } else {
-            &one
+            &one[i % one.len()]
         };
         let r = fp.test_run_repeat(f, 1, 1).unwrap();
         assert!(matches!(r.verdict, Verdict::Hit { .. }), "{:?}", r.verdict);
@@ -244,6 +258,54 @@ fn study(vlans: &[u16], rounds: u32, macs: u32) {
     }
 }
 
+/// `AB=1`: the program with the flow index and without it (decision 93), both loaded, their
+/// passes alternated within each round: ns per test run, one VLAN and spread, and the index's
+/// saving (medians of the paired differences).
+fn index_on_off(vlans: &[u16], rounds: u32, macs: u32) {
+    println!(
+        "{:>6} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}   (ns per test run, medians of {rounds} rounds)",
+        "vlans", "dests", "fdb macs", "one on", "one off", "spread on", "spread off", "one: off-on", "spread: off-on"
+    );
+    for &n in vlans {
+        let frames = spread_frames(n);
+        let mut fps: Vec<FastPath> = [true, false]
+            .iter()
+            .map(|&on| {
+                let mut fp = FastPath::load_with_flow_index(on).expect("load (root?)");
+                fp.set_flow_index(on).unwrap();
+                setup(&mut fp, n, macs, true);
+                pass(&mut fp, &frames, true);
+                pass(&mut fp, &frames, false);
+                fp
+            })
+            .collect();
+        let mut v: [Vec<f64>; 6] = Default::default();
+        for _ in 0..rounds {
+            let mut r = [0.0; 4];
+            for (i, fp) in fps.iter_mut().enumerate() {
+                r[i] = pass(fp, &frames, false);
+                r[2 + i] = pass(fp, &frames, true);
+            }
+            for (i, x) in r.iter().enumerate() {
+                v[i].push(*x);
+            }
+            v[4].push(r[1] - r[0]);
+            v[5].push(r[3] - r[2]);
+        }
+        let m: Vec<f64> = v.iter_mut().map(|x| median(x)).collect();
+        println!(
+            "{n:>6} {:>6} {macs:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            dests(),
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[5]
+        );
+    }
+}
+
 fn main() {
     if !FastPath::built() {
         eprintln!("built without clang: no program to measure");
@@ -259,6 +321,10 @@ fn main() {
         .collect();
     if env_num("STUDY", 0) == 1 {
         study(&vlans, rounds, macs);
+        return;
+    }
+    if env_num("AB", 0) == 1 {
+        index_on_off(&vlans, rounds, macs);
         return;
     }
     // LEARN=0: the ingress port does not learn (no source lookup), to tell the lookups apart.

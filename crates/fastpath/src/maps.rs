@@ -20,8 +20,9 @@ pub const SLOT_FREE: u32 = u32::MAX;
 pub const MAX_FLOWS: u32 = 65536;
 /// Copies in the flow index per CPU (`QB_FLOW_IX_SIZE`, decision 79).
 pub const FLOW_IX_SIZE: u32 = 8192;
-/// Tags naming them per CPU (`QB_FLOW_IX_TAGS`).
-pub const FLOW_IX_TAGS: u32 = 16384;
+/// Tags naming them per CPU (`QB_FLOW_IX_TAGS`): four a VID, then as many placed by a hash of
+/// the key for the flows of a VID past its four (decision 93).
+pub const FLOW_IX_TAGS: u32 = 32768;
 
 /// Why a frame went up (`enum qb_miss`), in the order of the program's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -696,12 +696,9 @@ fn a_locked_hop_checks_its_source_and_refreshes_it_only_when_learning() {
 /// The flow index (decision 79): a flow's frames are served from the program's per-CPU copy,
 /// and a copy never outlives its flow — replaced, removed, stale by the generation rule or
 /// evicted by the LRU hash, the next frame gets what the hash says.
-#[test]
-fn a_flow_index_copy_never_outlives_its_flow() {
-    let Some((first, fa, fc, fb)) = setup() else {
-        return;
-    };
-    // On one CPU: the copies are per CPU, and a run elsewhere would not find this one's.
+/// Runs the test's thread on CPU 0 only: the flow index's copies are per CPU, and a run
+/// elsewhere would not find this one's.
+fn on_cpu0() {
     // SAFETY: sched_setaffinity(2) on this thread with a CPU set on the stack.
     #[allow(unsafe_code)]
     unsafe {
@@ -712,6 +709,69 @@ fn a_flow_index_copy_never_outlives_its_flow() {
             0
         );
     }
+}
+
+/// Decision 93: the index's tags are addressed by VLAN, four a VID. A VLAN with more flows in
+/// use than that serves the rest through their second tags (placed by a hash of the key), not
+/// from the hash: 16 destinations on one VLAN are all copied, and every frame still leaves by
+/// its own flow (even destinations behind one port, odd behind another, so a frame served
+/// from another flow's copy would leave the wrong way).
+#[test]
+fn a_vlan_with_many_flows_keeps_them_all_in_the_index() {
+    let Some((first, fa, fc, fb)) = setup() else {
+        return;
+    };
+    on_cpu0();
+    let mut fp = FastPath::load_with_flow_index(true).expect("load");
+    drop(first);
+    fp.set_flow_index(true).unwrap();
+    fp.set_port(fa, port(1, 0)).unwrap();
+    fp.set_port(fc, port(2, 0)).unwrap();
+    let gen = fp.bump_generation().unwrap();
+    learn(&mut fp, 10, A, 1, 1);
+    let dsts: Vec<[u8; 6]> = (0..16u8).map(|i| [0x02, 0x10, 0, 0, 0, i]).collect();
+    let out = |i: usize| {
+        if i.is_multiple_of(2) {
+            (fc, 2)
+        } else {
+            (fb, 3)
+        }
+    };
+    for (i, d) in dsts.iter().enumerate() {
+        let (ifindex, p) = out(i);
+        let tag = [(0x8100, 10)];
+        fp.insert_flow(key(1, *d, &tag), action(gen, (1, 1), ifindex, p, 10, &tag))
+            .unwrap();
+        learn(&mut fp, 10, *d, p, 7);
+    }
+    for round in 0..3 {
+        for (i, d) in dsts.iter().enumerate() {
+            let f = frame(*d, A, &[(0x8100, 10)], 60);
+            assert_eq!(
+                fp.test_run(&f, fa, None).unwrap().verdict,
+                Verdict::Hit { ifindex: out(i).0 },
+                "destination {i}, round {round}"
+            );
+        }
+    }
+    let mut copied: Vec<[u8; 6]> = fp
+        .flow_index()
+        .unwrap()
+        .into_iter()
+        .filter(|(i, _)| *i < FLOW_IX_SIZE)
+        .map(|(_, e)| e.key.dst)
+        .collect();
+    copied.sort_unstable();
+    copied.dedup();
+    assert_eq!(copied, dsts, "the flows served from copies on CPU 0");
+}
+
+#[test]
+fn a_flow_index_copy_never_outlives_its_flow() {
+    let Some((first, fa, fc, fb)) = setup() else {
+        return;
+    };
+    on_cpu0();
     // Loaded without it, the index is not allocated and cannot be turned on (decision 84).
     assert!(FastPath::load_with_flow_index(false)
         .expect("load")
