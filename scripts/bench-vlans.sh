@@ -16,7 +16,8 @@
 #
 # Each setup's line is followed by every round's own ratio, sorted (the machine's noise).
 # Usage (root): scripts/bench-vlans.sh     VLANS="2 506 4093" SECS=3 ROUNDS=3
-#   SETUPS="qb-on qb-off kbridge"   MACS=0 (extra static FDB entries, spread over the VLANs,
+#   SETUPS="qb-on qb-off kbridge"   ORDER=random (the spread frames' VLANs drawn at random,
+#   not 1, 2, 3…; qbridge-blast --random-vlans)   MACS=0 (extra static FDB entries, spread over the VLANs,
 #   e.g. MACS=1000000)   QB_BUILD=0: no cargo build   QB_BIN=PATH: another qbridge binary
 #   (an older build, to compare)   QB_BLAST=PATH: its qbridge-blast   DEBUG=1: qbridge's port counters and log after each setup
 #   PERF=DIR: a cpu-clock profile of both CPUs during each run (perf record -a), into DIR
@@ -115,8 +116,10 @@ dthreads() {
         awk '{printf "%s=%s ", $2, $1}'
 }
 send() {  # send VLANS SECONDS [RATE]
+    local order=
+    [ "${ORDER:-}" = random ] && [ "$1" -gt 1 ] && order=--random-vlans
     ip netns exec "$p-a" "$blast" --dev eth0 --dst-mac 02:bb:00:00:00:00 --vlans "$1" --vid 1 \
-        --seconds "$2" --rate "${3:-0}" >/dev/null
+        --seconds "$2" --rate "${3:-0}" $order >/dev/null
 }
 rate() {  # rate VLANS: delivered frames/s over SECS; the daemon's CPU share to $tmp/cpu
     local a b t0 t1 c0 c1

@@ -15,6 +15,9 @@ volatile const __u64 burst = 32;
  * (a page of the live-frames run keeps what the program wrote: each copy is rewritten). */
 volatile const __u32 vlans = 0;
 volatile const __u32 vid_first = 1;
+/* random_vlans: each copy's VLAN drawn at random from the range instead (bpf_get_prandom_u32),
+ * so the receiver's per-VLAN state is reached in no order a prefetcher could follow. */
+volatile const __u32 random_vlans = 0;
 /* The frame's addresses: written again into every copy, as the receiving kernel's untagging
  * (skb_vlan_untag) moves them in place on the page, which the pool then recycles. */
 volatile const __u8 addrs[12] = {};
@@ -32,8 +35,12 @@ int qb_blast(struct xdp_md *ctx)
 
 		if ((void *)(d + 16) > (void *)(long)ctx->data_end)
 			return XDP_DROP;
-		vid = vid_first + turn;
-		turn = turn + 1 >= vlans ? 0 : turn + 1;
+		if (random_vlans) {
+			vid = vid_first + bpf_get_prandom_u32() % vlans;
+		} else {
+			vid = vid_first + turn;
+			turn = turn + 1 >= vlans ? 0 : turn + 1;
+		}
 #pragma unroll
 		for (int i = 0; i < 12; i++)
 			d[i] = addrs[i];

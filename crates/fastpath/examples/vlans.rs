@@ -10,8 +10,8 @@
 //! the flows the program serves from its flow index (decision 79) after the runs, on any CPU
 //! (a flow whose index entry another flow holds uses the hash).
 //!
-//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ORDER=random`: the
-//! spread frames in a fixed random order of the VLANs, not 1, 2, 3…; `DESTS=K`: K
+//! `cargo run --release -p qbridge-fastpath --example vlans` (root); `ORDER=random`: each
+//! spread frame's VLAN drawn at random, not 1, 2, 3…; `DESTS=K`: K
 //! destinations (flows) per VLAN, the one-VLAN pass cycling through VLAN 1's; `AB=1`: the
 //! program with and without the flow index, alternated (decision 93); `FLOW_INDEX=0`: the flow
 //! index off (decisions 79, 93: on by default, as the daemon loads it); `ROUNDS=` (default 20)
@@ -68,23 +68,29 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// One frame per VLAN and destination, in the order a spread pass sends them: VLAN order, or
-/// with `ORDER=random` a fixed pseudo-random permutation (so that nothing is read in address
-/// order a prefetcher could follow: real traffic does not arrive VLAN after VLAN).
+/// One frame per VLAN and destination, in VLAN order.
 fn spread_frames(n: u16) -> Vec<Vec<u8>> {
-    let mut vids: Vec<(u16, u8)> = (1..=n)
-        .flat_map(|v| (0..dests()).map(move |j| (v, j)))
-        .collect();
-    if std::env::var("ORDER").as_deref() == Ok("random") {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        for i in (1..vids.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            vids.swap(i, (x % (i as u64 + 1)) as usize);
-        }
-    }
-    vids.into_iter().map(|(v, j)| frame(v, j)).collect()
+    (1..=n)
+        .flat_map(|v| (0..dests()).map(move |j| frame(v, j)))
+        .collect()
+}
+
+/// Whether a spread pass draws each frame at random from them (`ORDER=random`) instead of
+/// taking them in turn: nothing is then read in an order a prefetcher could follow, nor in the
+/// order the flow index took its copies (real traffic does not arrive VLAN after VLAN).
+fn random_order() -> bool {
+    std::env::var("ORDER").as_deref() == Ok("random")
+}
+
+/// Where the random order's draws are (one sequence for the whole run).
+static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x2545_f491_4f6c_dd1d);
+
+/// The next of a xorshift sequence (the random order's draws; fixed seed, no dependency).
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
 }
 
 /// One flow, a source and a destination entry per VLAN (as the daemon installs them), then
@@ -112,14 +118,18 @@ fn setup(fp: &mut FastPath, n: u16, macs: u32, learn: bool) {
 /// or cycling through `frames`.
 fn pass(fp: &mut FastPath, frames: &[Vec<u8>], spread: bool) -> f64 {
     let one: Vec<Vec<u8>> = (0..dests()).map(|j| frame(1, j)).collect();
+    let random = random_order();
+    // The draws go on from pass to pass (a fresh sequence each pass, not the same 8192).
+    let mut x = DRAWS.load(std::sync::atomic::Ordering::Relaxed);
     let mut total = 0u64;
     for i in 0..8192usize {
-        let f = if spread {
-            &frames[i % frames.len()]
-        } else {
-            &one[i % one.len()]
+        let f = match (spread, random) {
+            (true, false) => &frames[i % frames.len()],
+            (true, true) => &frames[(xorshift(&mut x) % frames.len() as u64) as usize],
+            (false, _) => &one[i % one.len()],
         };
         let r = fp.test_run_repeat(f, 1, 1).unwrap();
+        DRAWS.store(x, std::sync::atomic::Ordering::Relaxed);
         assert!(matches!(r.verdict, Verdict::Hit { .. }), "{:?}", r.verdict);
         total += u64::from(r.ns_per_run);
     }

@@ -59,6 +59,10 @@ struct Args {
     /// The first VID of --vlans (1-4094).
     #[arg(long, default_value_t = 1)]
     vid: u32,
+    /// With --vlans: each frame's VLAN drawn at random from the range, not the next in turn
+    /// (traffic that reaches the switch's per-VLAN state in no order).
+    #[arg(long)]
+    random_vlans: bool,
 }
 
 fn main() {
@@ -243,6 +247,7 @@ fn run(args: &Args) -> io::Result<(u64, f64)> {
         .set_global("gap_ns", &gap_ns, true)
         .set_global("vlans", &args.vlans, true)
         .set_global("vid_first", &args.vid, true)
+        .set_global("random_vlans", &u32::from(args.random_vlans), true)
         .set_global("addrs", &addrs, true)
         .load(OBJECT)
         .map_err(other)?;
