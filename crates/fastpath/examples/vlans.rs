@@ -83,7 +83,8 @@ fn random_order() -> bool {
 }
 
 /// Where the random order's draws are (one sequence for the whole run).
-static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x2545_f491_4f6c_dd1d);
+static DRAWS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0x2545_f491_4f6c_dd1d);
 
 /// The next of a xorshift sequence (the random order's draws; fixed seed, no dependency).
 fn xorshift(x: &mut u64) -> u64 {
