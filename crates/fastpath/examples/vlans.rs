@@ -16,7 +16,9 @@
 //! program with and without the flow index, alternated (decision 93); `FLOW_INDEX=0`: the flow
 //! index off (decisions 79, 93: on by default, as the daemon loads it); `ROUNDS=` (default 20)
 //! passes of 8192 frames each, one and spread interleaved; `VLANS=2,506,4093`.
-//! docs/benchmarks-live.md ("Flat in VLAN count").
+//! docs/benchmarks-live.md ("Flat in VLAN count"). Pin it to one CPU (`taskset -c 0 …`) to
+//! compare runs: a test run on another CPU than the last finds that CPU's per-CPU state cold,
+//! and unpinned runs read 1.5-2x the ns (decision 93).
 //!
 //! `STUDY=1`: where the extra cost of spreading is (decision 84). Variants of the program,
 //! built here with clang from `bpf/fastpath.c` and `QB_STUDY_*` defines, each leaving out one
