@@ -149,8 +149,9 @@ struct {
 	__type(value, struct qb_flow_ix);
 } qb_flow_ix SEC(".maps");
 
-/* Per CPU, QB_FLOW_IX_TAGS words addressed by the frame's VLAN (fix_slot), each 1 + the n of
- * the copy it names (0: none). 64 KB a CPU; a VLAN's four words share a line. */
+/* Per CPU, QB_FLOW_IX_TAGS words, each 1 + the n of the copy it names (0: none): 64 KB
+ * addressed by the frame's VLAN (fix_slot; a VLAN's four words share a line), then 64 KB of
+ * second tags (fix_slot2). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, QB_FLOW_IX_TAGS);
