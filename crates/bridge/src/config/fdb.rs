@@ -324,13 +324,23 @@ impl Switch {
                 if filter.vlan.is_some_and(|v| v != fid) {
                     continue;
                 }
+                // An entry of a port that is gone cannot be shown (nor is one left: detaching
+                // flushes a port's entries and closes it to learning); never a panic.
+                let Some(port) = self
+                    .recs
+                    .ports
+                    .get(s.port as usize)
+                    .and_then(|p| p.as_ref())
+                else {
+                    continue;
+                };
                 let view = b.fdb.view(
                     &s,
-                    self.port(PortId(s.port)).name.clone(),
+                    port.name.clone(),
                     bname.to_string(),
                     self.now_ns.saturating_sub(s.seen_ns),
                 );
-                let created = self.port(PortId(s.port)).generation;
+                let created = port.generation;
                 keyed.push(((bid.0, created, fid, inner, key_mac(s.key)), view));
             }
         }

@@ -284,6 +284,7 @@ impl Switch {
 
     /// Attaches port `id` (in no bridge) to bridge `b` with the bridge's default PVID.
     pub(crate) fn set_master_unchecked(&mut self, id: PortId, b: BridgeId) {
+        self.bridge(b).fdb.open_port(id.0);
         let pvid = self.bridge(b).settings.default_pvid;
         let port = self.port_mut(id);
         port.master = Some(b.0);
@@ -310,7 +311,7 @@ impl Switch {
             .chain(self.port(id).member.iter())
             .collect();
         self.bridge_mut(b).ports.retain(|&p| p != id.0);
-        self.bridge(b).fdb.remove_where(|s| s.port == id.0);
+        self.bridge(b).fdb.close_port(id.0);
         let port = self.port_mut(id);
         port.master = None;
         port.member = VlanSet::default();

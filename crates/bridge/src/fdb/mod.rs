@@ -280,6 +280,7 @@ impl Fdb {
             log: None,
             fast_log: None,
             fast_lost: false,
+            closed: Default::default(),
         })
     }
 
@@ -609,6 +610,19 @@ impl Fdb {
         let r = w.table.find(key).map(|(i, _)| w.remove_at(i));
         self.tidy(&mut w);
         r
+    }
+
+    /// Port `port` leaves the bridge: its entries go, and nothing is learned on it until
+    /// [`Fdb::open_port`] (a worker may still pass it a frame of the port under the plan from
+    /// before). Returns how many entries went.
+    pub fn close_port(&self, port: u16) -> usize {
+        self.lock().closed.insert(port);
+        self.remove_where(|s| s.port == port)
+    }
+
+    /// Port `port` joins the bridge: it learns again.
+    pub fn open_port(&self, port: u16) {
+        self.lock().closed.remove(&port);
     }
 
     /// Removes every entry `pred` selects; returns how many.

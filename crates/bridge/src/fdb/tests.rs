@@ -250,3 +250,28 @@ fn the_zero_key_is_never_found_nor_stored() {
     assert!(matches!(learn(&f, z1, 2, 5, 0, 0), Learned::New));
     assert_eq!(f.get(z1).map(|s| s.port), Some(2));
 }
+
+/// A port detached from the bridge: its entries go, and a frame of it that a worker still
+/// passes to learning (its plan from before the detach) learns nothing, neither a new entry
+/// nor a move of another port's entry, until the port is attached again (a learned entry of
+/// a deleted port made `fdb show` panic the control thread).
+#[test]
+fn a_closed_port_learns_nothing_until_it_is_opened() {
+    let f = Fdb::new(64);
+    assert_eq!(learn(&f, k(1), 3, 1, 0, 0), Learned::New);
+    assert_eq!(learn(&f, k(2), 4, 1, 0, 0), Learned::New);
+    assert_eq!(f.close_port(3), 1);
+    assert!(f.get(k(1)).is_none());
+    assert_eq!(learn(&f, k(1), 3, 2, 0, 0), Learned::Refused);
+    assert_eq!(learn(&f, k(2), 3, 2, 0, 0), Learned::Refused, "no move onto it");
+    assert_eq!(f.get(k(2)).map(|s| s.port), Some(4));
+    assert_eq!(
+        f.learn_mab(k(5), 3, 2, 0, 0, 0),
+        Learned::Refused,
+        "no locked entry either"
+    );
+    assert_eq!(f.len(), 1);
+    f.open_port(3);
+    assert_eq!(learn(&f, k(1), 3, 3, 0, 0), Learned::New);
+    assert_eq!(f.get(k(1)).map(|s| s.port), Some(3));
+}

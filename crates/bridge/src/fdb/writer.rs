@@ -7,7 +7,7 @@ use super::table::{copy_table, pack, Slot, Table, MIN_SLOTS, TOMBSTONE};
 use super::{
     key_mac, AddError, FdbMove, Learned, F_EXTERN, F_LOCKED, F_PERMANENT, F_STICKY, F_USER,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 
@@ -42,6 +42,11 @@ pub(super) struct Writer {
     pub(super) fast_log: Option<Vec<u64>>,
     /// Keys `fast_log` could not hold since it was last taken.
     pub(super) fast_lost: bool,
+    /// Ports detached from the bridge ([`Fdb::close_port`](super::Fdb::close_port)): nothing
+    /// is learned on them until they are attached again. A datapath worker still holding the
+    /// plan from before the detach can pass a frame of such a port to learning after its
+    /// entries were flushed; refused here, no entry outlives its port.
+    pub(super) closed: HashSet<u16>,
 }
 
 /// The keys whose entries changed (added, moved, flags changed, removed) since the log was
@@ -219,6 +224,9 @@ impl Writer {
         port_limit: u32,
         vlan_limit: u32,
     ) -> Learned {
+        if self.closed.contains(&port) {
+            return Learned::Refused;
+        }
         let Some((i, s)) = self.table.find(key) else {
             let limits = (bridge_limit, port_limit, vlan_limit);
             return self.learn_new_with(key, port, 0, now_ns, limits);
@@ -268,7 +276,7 @@ impl Writer {
         now_ns: u64,
         (bridge_limit, port_limit, vlan_limit): (u32, u32, u32),
     ) -> Learned {
-        if key == 0 {
+        if key == 0 || self.closed.contains(&port) {
             return Learned::Refused;
         }
         if vlan_limit != 0
