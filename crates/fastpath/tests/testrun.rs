@@ -711,16 +711,10 @@ fn on_cpu0() {
     }
 }
 
-/// Decision 93: the index's tags are addressed by VLAN, four a VID. A VLAN with more flows in
-/// use than that serves the rest through their second tags (placed by a hash of the key), not
-/// from the hash: 16 destinations on one VLAN are all copied, and every frame still leaves by
-/// its own flow (even destinations behind one port, odd behind another, so a frame served
-/// from another flow's copy would leave the wrong way).
-#[test]
-fn a_vlan_with_many_flows_keeps_them_all_in_the_index() {
-    let Some((first, fa, fc, fb)) = setup() else {
-        return;
-    };
+/// [`setup`] on CPU 0, the program loaded with the flow index on, `fa` port 1 and `fc` port
+/// 2: the program, its generation, and the ifindexes of `fa`, `fc`, `fb`.
+fn indexed_on_cpu0() -> Option<(FastPath, u32, u32, u32, u32)> {
+    let (first, fa, fc, fb) = setup()?;
     on_cpu0();
     let mut fp = FastPath::load_with_flow_index(true).expect("load");
     drop(first);
@@ -728,6 +722,19 @@ fn a_vlan_with_many_flows_keeps_them_all_in_the_index() {
     fp.set_port(fa, port(1, 0)).unwrap();
     fp.set_port(fc, port(2, 0)).unwrap();
     let gen = fp.bump_generation().unwrap();
+    Some((fp, gen, fa, fc, fb))
+}
+
+/// Decision 93: the index's tags are addressed by VLAN, four a VID. A VLAN with more flows in
+/// use than that serves the rest through their second tags (placed by a hash of the key), not
+/// from the hash: 16 destinations on one VLAN are all copied, and every frame still leaves by
+/// its own flow (even destinations behind one port, odd behind another, so a frame served
+/// from another flow's copy would leave the wrong way).
+#[test]
+fn a_vlan_with_many_flows_keeps_them_all_in_the_index() {
+    let Some((mut fp, gen, fa, fc, fb)) = indexed_on_cpu0() else {
+        return;
+    };
     learn(&mut fp, 10, A, 1, 1);
     let dsts: Vec<[u8; 6]> = (0..16u8).map(|i| [0x02, 0x10, 0, 0, 0, i]).collect();
     let out = |i: usize| {
@@ -768,21 +775,14 @@ fn a_vlan_with_many_flows_keeps_them_all_in_the_index() {
 
 #[test]
 fn a_flow_index_copy_never_outlives_its_flow() {
-    let Some((first, fa, fc, fb)) = setup() else {
+    let Some((mut fp, gen, fa, fc, fb)) = indexed_on_cpu0() else {
         return;
     };
-    on_cpu0();
     // Loaded without it, the index is not allocated and cannot be turned on (decision 84).
     assert!(FastPath::load_with_flow_index(false)
         .expect("load")
         .set_flow_index(true)
         .is_err());
-    let mut fp = FastPath::load_with_flow_index(true).expect("load");
-    drop(first);
-    fp.set_flow_index(true).unwrap();
-    fp.set_port(fa, port(1, 0)).unwrap();
-    fp.set_port(fc, port(2, 0)).unwrap();
-    let gen = fp.bump_generation().unwrap();
     let k = key(1, B, &[]);
     fp.insert_flow(k, action(gen, (1, 0), fc, 2, 10, &[]))
         .unwrap();

@@ -263,7 +263,11 @@ fn a_closed_port_learns_nothing_until_it_is_opened() {
     assert_eq!(f.close_port(3), 1);
     assert!(f.get(k(1)).is_none());
     assert_eq!(learn(&f, k(1), 3, 2, 0, 0), Learned::Refused);
-    assert_eq!(learn(&f, k(2), 3, 2, 0, 0), Learned::Refused, "no move onto it");
+    assert_eq!(
+        learn(&f, k(2), 3, 2, 0, 0),
+        Learned::Refused,
+        "no move onto it"
+    );
     assert_eq!(f.get(k(2)).map(|s| s.port), Some(4));
     assert_eq!(
         f.learn_mab(k(5), 3, 2, 0, 0, 0),
