@@ -347,9 +347,10 @@ fn tcp_through_a_learned_ipv6_remote_takes_the_program_both_ways() {
         ip_in(ns, &["-6", "addr", "add", &cidr, "dev", "ul", "nodad"]).unwrap();
         ip_in(ns, &["link", "set", "ul", "mtu", "1570"]).unwrap();
     }
-    // B's checksum offload stays on: its VTEP's datagrams then arrive with their checksum
-    // vouched for (a software one arrives CHECKSUM_NONE, which the program leaves to the
-    // kernel: decap-checksum).
+    // B (the kernel VTEP) stays at its defaults. A's underlay sends with its checksums
+    // complete (tx off), so the kernel VTEP verifies every checksum the program wrote
+    // instead of trusting a partial one over the veth (decision 78): a stricter test, not
+    // an offload a peer needs.
     exec_in(&a, "ethtool", &["-K", "ul", "tx", "off"]).unwrap();
     let ha = lab.host("ha", "10.83.6.1/24", &a, "qa").unwrap();
     let hb = lab.host("hb", "10.83.6.2/24", &b, "kb1").unwrap();
